@@ -1,0 +1,32 @@
+//! The orchestrator's side of the Container Storage Interface.
+//!
+//! - [`endpoint`]: where a plugin listens (unix sockets only).
+//! - [`model`]: access and attachment modes, mount options and secrets, with
+//!   redacting `Debug`/`Display`.
+//! - [`types`]: our request and answer types for each RPC.
+//! - [`client`]: a blocking client with a deadline on every call.
+//! - [`compare`]: checking a `ValidateVolumeCapabilities` answer.
+//! - [`error`]: one error type, classified by the spec's error tables.
+//! - [`backoff`]: the one retry policy of the agent.
+//!
+//! Generated protobuf stays inside this module (and the hostpath plugin,
+//! which is a CSI server); callers get our types.
+
+pub mod backoff;
+pub mod client;
+pub mod compare;
+pub mod convert;
+pub mod endpoint;
+pub mod error;
+pub mod model;
+pub mod proto;
+pub mod types;
+
+pub use backoff::Backoff;
+pub use client::Client;
+pub use compare::{check_validation, Mismatch, Validation};
+pub use endpoint::Endpoint;
+pub use error::{Class, Code, Error, Rpc};
+pub use model::{
+    AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets, REDACTED,
+};

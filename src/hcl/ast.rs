@@ -1,0 +1,415 @@
+//! The syntax tree produced by the parser, and the error type shared by the
+//! lexer, the parser and the decoder that consumes the tree.
+
+use std::fmt;
+
+/// A position in the source text: a 1-based line and a 1-based column, where
+/// the column counts characters (not bytes) from the start of the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pos {
+    /// The line number, starting at 1.
+    pub line: usize,
+    /// The column in characters, starting at 1.
+    pub col: usize,
+}
+
+impl Pos {
+    /// Builds a position from a line and a column.
+    pub const fn new(line: usize, col: usize) -> Pos {
+        Pos { line, col }
+    }
+}
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+/// The extent of a node: where it starts, and the position just after its
+/// last character.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// The position of the node's first character.
+    pub start: Pos,
+    /// The position just past the node's last character.
+    pub end: Pos,
+}
+
+impl Span {
+    /// Builds a span from its two ends.
+    pub const fn new(start: Pos, end: Pos) -> Span {
+        Span { start, end }
+    }
+}
+
+/// A syntax error, or a decoding error reported against a position in a file.
+///
+/// It displays as `{file}:{line}:{col}: {message}`, the form compilers use,
+/// so that editors can jump to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The file name given to [`parse`](crate::hcl::parse).
+    pub file: String,
+    /// Where the problem was found.
+    pub pos: Pos,
+    /// What was expected and what was found, in words.
+    pub message: String,
+}
+
+impl Error {
+    /// Builds an error; the decoder uses this for its own messages too.
+    pub fn new(file: &str, pos: Pos, message: impl Into<String>) -> Error {
+        Error {
+            file: file.to_string(),
+            pos,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.pos.line, self.pos.col, self.message
+        )
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The contents of a file or of a block: attributes and nested blocks, in
+/// source order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Body {
+    /// The items in the order they were written.
+    pub items: Vec<Item>,
+}
+
+impl Body {
+    /// Iterates over the attributes of this body, in source order.
+    pub fn attributes(&self) -> impl Iterator<Item = &Attribute> {
+        self.items.iter().filter_map(|item| match item {
+            Item::Attribute(attr) => Some(attr),
+            Item::Block(_) => None,
+        })
+    }
+
+    /// Iterates over the blocks of this body, in source order.
+    pub fn blocks(&self) -> impl Iterator<Item = &Block> {
+        self.items.iter().filter_map(|item| match item {
+            Item::Block(block) => Some(block),
+            Item::Attribute(_) => None,
+        })
+    }
+
+    /// Iterates over the blocks of one kind, such as all `group` blocks.
+    pub fn blocks_named<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
+        self.blocks().filter(move |block| block.kind.name == kind)
+    }
+
+    /// Finds the attribute with this key; the parser rejects duplicates, so
+    /// there is at most one.
+    pub fn attribute(&self, key: &str) -> Option<&Attribute> {
+        self.attributes().find(|attr| attr.key.name == key)
+    }
+}
+
+/// One entry of a body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Item {
+    /// A `key = value` line.
+    Attribute(Attribute),
+    /// A `kind "label" { ... }` block.
+    Block(Block),
+}
+
+impl Item {
+    /// The span of the whole item.
+    pub fn span(&self) -> Span {
+        match self {
+            Item::Attribute(attr) => attr.span,
+            Item::Block(block) => block.span,
+        }
+    }
+}
+
+/// An identifier with its span, used for attribute keys and block kinds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ident {
+    /// The identifier as written.
+    pub name: String,
+    /// Where it was written.
+    pub span: Span,
+}
+
+/// A `key = value` attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attribute {
+    /// The key on the left of `=`.
+    pub key: Ident,
+    /// The value on the right of `=`.
+    pub value: Expr,
+    /// From the key to the end of the value.
+    pub span: Span,
+}
+
+/// A block such as `task "web" { ... }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    /// The block type, such as `task`.
+    pub kind: Ident,
+    /// The labels between the type and the opening brace.
+    pub labels: Vec<Label>,
+    /// What is between the braces.
+    pub body: Body,
+    /// From the block type to the closing brace.
+    pub span: Span,
+}
+
+impl Block {
+    /// The label at `index`, as text.
+    pub fn label(&self, index: usize) -> Option<&str> {
+        self.labels.get(index).map(|label| label.value.as_str())
+    }
+}
+
+/// A block label: a quoted string (escapes decoded) or a bare identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label {
+    /// The label text.
+    pub value: String,
+    /// Whether it was written as a quoted string rather than an identifier.
+    pub quoted: bool,
+    /// Where it was written, including the quotes.
+    pub span: Span,
+}
+
+/// An object key: an identifier or a quoted string (escapes decoded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    /// The key text.
+    pub name: String,
+    /// Whether it was written as a quoted string rather than an identifier.
+    pub quoted: bool,
+    /// Where it was written, including the quotes.
+    pub span: Span,
+}
+
+/// A numeric literal. The text is kept as written so that integers of any
+/// size keep their precision until the decoder knows the target type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Number {
+    text: String,
+}
+
+impl Number {
+    /// Wraps the literal text; the lexer has already checked its shape.
+    pub(crate) fn new(text: String) -> Number {
+        Number { text }
+    }
+
+    /// The literal as written, such as `-1`, `2.5` or `1e3`.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The value as an `i64` if it is a whole number in range. Fractions
+    /// and exponents are evaluated exactly, so `1e3` and `2.0` are whole
+    /// numbers, while `1.5` and `1e-3` are not.
+    pub fn as_i64(&self) -> Option<i64> {
+        let (negative, magnitude) = self.whole_magnitude()?;
+        let magnitude = i128::try_from(magnitude).ok()?;
+        i64::try_from(if negative { -magnitude } else { magnitude }).ok()
+    }
+
+    /// The value as a `u64` if it is a whole, non-negative number in range.
+    pub fn as_u64(&self) -> Option<u64> {
+        let (negative, magnitude) = self.whole_magnitude()?;
+        if negative && magnitude != 0 {
+            return None;
+        }
+        u64::try_from(magnitude).ok()
+    }
+
+    /// The value as the nearest `f64`, or `None` if it is too large to be
+    /// finite.
+    pub fn as_f64(&self) -> Option<f64> {
+        self.text
+            .parse::<f64>()
+            .ok()
+            .filter(|value| value.is_finite())
+    }
+
+    /// Splits the literal into a sign and the magnitude of a whole number, or
+    /// `None` if it has a fractional part or is larger than `u128`.
+    fn whole_magnitude(&self) -> Option<(bool, u128)> {
+        let (negative, rest) = match self.text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, self.text.as_str()),
+        };
+        let (mantissa, exponent) = match rest.find(['e', 'E']) {
+            Some(at) => (&rest[..at], parse_exponent(&rest[at + 1..])?),
+            None => (rest, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        // The digits of the mantissa without the point, scaled by 10^shift.
+        let digits = whole.bytes().chain(fraction.bytes());
+        let shift = exponent - i64::try_from(fraction.len()).ok()?;
+        let mut value: u128 = 0;
+        let mut pending_zeros: i64 = 0;
+        for digit in digits {
+            if !digit.is_ascii_digit() {
+                return None;
+            }
+            // Trailing zeros are held back so that a negative shift can
+            // cancel them without overflowing first.
+            if digit == b'0' {
+                pending_zeros += 1;
+                continue;
+            }
+            for _ in 0..pending_zeros {
+                value = value.checked_mul(10)?;
+            }
+            pending_zeros = 0;
+            value = value
+                .checked_mul(10)?
+                .checked_add(u128::from(digit - b'0'))?;
+        }
+        if value == 0 {
+            return Some((negative, 0));
+        }
+        let zeros = pending_zeros.checked_add(shift)?;
+        if zeros < 0 {
+            return None;
+        }
+        for _ in 0..zeros {
+            value = value.checked_mul(10)?;
+        }
+        Some((negative, value))
+    }
+}
+
+/// Parses an exponent such as `3`, `+3` or `-3`, saturating far beyond any
+/// value that could still produce a whole `u128`.
+fn parse_exponent(text: &str) -> Option<i64> {
+    let (negative, digits) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for digit in digits.bytes() {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = (value * 10 + i64::from(digit - b'0')).min(1_000_000);
+    }
+    Some(if negative { -value } else { value })
+}
+
+/// A value on the right of `=`, or inside a list or an object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// A quoted string with escapes decoded; `${...}` and `%{...}` sequences
+    /// are kept as written for later interpolation.
+    String { value: String, span: Span },
+    /// A heredoc with its text decoded (indentation stripped for `<<-`).
+    Heredoc { value: String, span: Span },
+    /// A number, kept as written.
+    Number { value: Number, span: Span },
+    /// `true` or `false`.
+    Bool { value: bool, span: Span },
+    /// `null`.
+    Null { span: Span },
+    /// A `[a, b]` list.
+    List { items: Vec<Expr>, span: Span },
+    /// A `{ k = v }` object, with its entries in source order.
+    Object {
+        entries: Vec<(Key, Expr)>,
+        span: Span,
+    },
+}
+
+impl Expr {
+    /// The span of the value.
+    pub fn span(&self) -> Span {
+        match self {
+            Expr::String { span, .. }
+            | Expr::Heredoc { span, .. }
+            | Expr::Number { span, .. }
+            | Expr::Bool { span, .. }
+            | Expr::Null { span }
+            | Expr::List { span, .. }
+            | Expr::Object { span, .. } => *span,
+        }
+    }
+
+    /// Where the value starts.
+    pub fn pos(&self) -> Pos {
+        self.span().start
+    }
+
+    /// The type of the value in words, for "expected X, found Y" messages:
+    /// `string`, `number`, `bool`, `null`, `list` or `object`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Expr::String { .. } | Expr::Heredoc { .. } => "string",
+            Expr::Number { .. } => "number",
+            Expr::Bool { .. } => "bool",
+            Expr::Null { .. } => "null",
+            Expr::List { .. } => "list",
+            Expr::Object { .. } => "object",
+        }
+    }
+
+    /// The text of a quoted string or a heredoc.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Expr::String { value, .. } | Expr::Heredoc { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The number, if this is one.
+    pub fn as_number(&self) -> Option<&Number> {
+        match self {
+            Expr::Number { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The boolean, if this is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Expr::Bool { value, .. } => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// The elements, if this is a list.
+    pub fn as_list(&self) -> Option<&[Expr]> {
+        match self {
+            Expr::List { items, .. } => Some(items),
+            _ => None,
+        }
+    }
+
+    /// The entries, if this is an object.
+    pub fn as_object(&self) -> Option<&[(Key, Expr)]> {
+        match self {
+            Expr::Object { entries, .. } => Some(entries),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `null`.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Expr::Null { .. })
+    }
+}

@@ -1,0 +1,120 @@
+//! Tests for the HCL parser, with helpers shared by the test files.
+
+use super::{parse, Body, Error, Expr, Item};
+
+mod errors;
+mod files;
+mod literals;
+mod robustness;
+
+/// The file name every test passes to `parse`.
+const FILE: &str = "test.hcl";
+
+/// Parses `src`, failing the test with the error if it does not parse.
+fn parse_ok(src: &str) -> Body {
+    match parse(src, FILE) {
+        Ok(body) => body,
+        Err(err) => panic!("expected {src:?} to parse, got {err}"),
+    }
+}
+
+/// Parses `src`, failing the test if it parses, and returns the error.
+fn parse_err(src: &str) -> Error {
+    match parse(src, FILE) {
+        Ok(body) => panic!("expected {src:?} to fail, got {body:?}"),
+        Err(err) => err,
+    }
+}
+
+/// The displayed error for `src`.
+fn error_text(src: &str) -> String {
+    parse_err(src).to_string()
+}
+
+/// Parses `src` and returns the value of its attribute `x`.
+fn value_of(src: &str) -> Expr {
+    let body = parse_ok(src);
+    match body.attribute("x") {
+        Some(attr) => attr.value.clone(),
+        None => panic!("no attribute 'x' in {body:?}"),
+    }
+}
+
+/// Parses `src` and returns the text of its string attribute `x`.
+fn string_of(src: &str) -> String {
+    let value = value_of(src);
+    match value.as_str() {
+        Some(text) => text.to_string(),
+        None => panic!("'x' is a {}, not a string", value.kind_name()),
+    }
+}
+
+/// Renders a body in a canonical one-item-per-line form, so tests can
+/// compare a whole tree against readable text.
+fn render(body: &Body) -> String {
+    let mut out = String::new();
+    render_body(body, 0, &mut out);
+    out
+}
+
+fn render_body(body: &Body, indent: usize, out: &mut String) {
+    for item in &body.items {
+        out.push_str(&"  ".repeat(indent));
+        match item {
+            Item::Attribute(attr) => {
+                out.push_str(&format!("{} = ", attr.key.name));
+                render_expr(&attr.value, out);
+                out.push('\n');
+            }
+            Item::Block(block) => {
+                out.push_str(&block.kind.name);
+                for label in &block.labels {
+                    if label.quoted {
+                        out.push_str(&format!(" {:?}", label.value));
+                    } else {
+                        out.push_str(&format!(" {}", label.value));
+                    }
+                }
+                out.push_str(" {\n");
+                render_body(&block.body, indent + 1, out);
+                out.push_str(&"  ".repeat(indent));
+                out.push_str("}\n");
+            }
+        }
+    }
+}
+
+fn render_expr(expr: &Expr, out: &mut String) {
+    match expr {
+        Expr::String { value, .. } => out.push_str(&format!("{value:?}")),
+        Expr::Heredoc { value, .. } => out.push_str(&format!("heredoc({value:?})")),
+        Expr::Number { value, .. } => out.push_str(value.text()),
+        Expr::Bool { value, .. } => out.push_str(&value.to_string()),
+        Expr::Null { .. } => out.push_str("null"),
+        Expr::List { items, .. } => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                render_expr(item, out);
+            }
+            out.push(']');
+        }
+        Expr::Object { entries, .. } => {
+            out.push('{');
+            for (i, (key, value)) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if key.quoted {
+                    out.push_str(&format!(" {:?} = ", key.name));
+                } else {
+                    out.push_str(&format!(" {} = ", key.name));
+                }
+                render_expr(value, out);
+            }
+            out.push_str(" }");
+        }
+    }
+}

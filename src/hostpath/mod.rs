@@ -1,0 +1,326 @@
+//! The built-in hostpath CSI plugin: `csi-agent hostpath`.
+//!
+//! A real CSI plugin (Identity, Controller, Node over gRPC on a unix socket)
+//! whose volumes are directories under a base dir, staged and published with
+//! bind mounts. It is the agent's `-dev` default, the fixture of our tests,
+//! and a reference for what a well-behaved plugin answers: idempotent repeats
+//! succeed, incompatible repeats are ALREADY_EXISTS, unknown volumes
+//! NOT_FOUND, missing fields INVALID_ARGUMENT, and out-of-order calls
+//! (stage before attach, unstage while published, detach while staged)
+//! FAILED_PRECONDITION, so a CO that breaks the spec's ordering finds out.
+//!
+//! Each RPC runs on its own thread, so an injected sleep or hang (see
+//! [`faults`]) delays only that call; state changes are serialised by one
+//! lock.
+
+mod controller;
+pub mod faults;
+mod node;
+pub mod state;
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+
+use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
+
+use crate::csi::convert;
+use crate::csi::endpoint::Endpoint;
+use crate::csi::error::Code;
+use crate::csi::proto::csi as pb;
+use crate::csi::proto::csi_grpc;
+use crate::csi::types::PluginCapability;
+use faults::{Action, Faults, Trace};
+use state::State;
+
+/// The name the plugin reports in GetPluginInfo.
+pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
+
+/// The topology key of the node a hostpath volume lives on.
+pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/node";
+
+/// The publish-context key ControllerPublishVolume answers with; NodeStage
+/// and NodePublish insist on getting it back.
+pub const PUBLISH_CONTEXT_KEY: &str = "hostpath.csi-agent/attached-node";
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub endpoint: Endpoint,
+    pub base_dir: PathBuf,
+    pub node_id: String,
+    /// Test only: the fault-injection rules file.
+    pub faults: Option<PathBuf>,
+    /// Test only: the call trace file.
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+pub enum Error {
+    BaseDir { path: PathBuf, err: io::Error },
+    State { err: io::Error },
+    Trace { err: io::Error },
+    Socket { path: PathBuf, err: io::Error },
+    Grpc(grpcio::Error),
+    Signals(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BaseDir { path, .. } => {
+                write!(f, "cannot create the base dir {}", path.display())
+            }
+            Error::State { .. } => f.write_str("cannot load the plugin state"),
+            Error::Trace { .. } => f.write_str("cannot open the call trace"),
+            Error::Socket { path, .. } => write!(f, "cannot replace the socket {}", path.display()),
+            Error::Grpc(_) => f.write_str("cannot serve gRPC"),
+            Error::Signals(_) => f.write_str("cannot install signal handlers"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::BaseDir { err, .. }
+            | Error::State { err }
+            | Error::Trace { err }
+            | Error::Socket { err, .. }
+            | Error::Signals(err) => Some(err),
+            Error::Grpc(err) => Some(err),
+        }
+    }
+}
+
+/// The plugin: configuration, state and test hooks, shared by RPC threads.
+pub struct Plugin {
+    config: Config,
+    state: Mutex<State>,
+    faults: Faults,
+    trace: Trace,
+}
+
+impl Plugin {
+    fn volume_dir(&self, id: &str) -> PathBuf {
+        self.config.base_dir.join("volumes").join(id)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn topology(&self) -> pb::Topology {
+        let mut topology = pb::Topology::new();
+        topology
+            .segments
+            .insert(TOPOLOGY_KEY.to_string(), self.config.node_id.clone());
+        topology
+    }
+}
+
+/// Runs the plugin until SIGTERM or SIGINT, then removes its socket.
+pub fn run(config: Config) -> Result<(), Error> {
+    let volumes = config.base_dir.join("volumes");
+    fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
+    let state = State::load(&config.base_dir.join("state")).map_err(|err| Error::State { err })?;
+    let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
+    let socket = config.endpoint.path().to_path_buf();
+    remove_stale_socket(&socket)?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(Error::Signals)?;
+
+    let service = Service(Arc::new(Plugin {
+        faults: Faults::new(config.faults.clone()),
+        config,
+        state: Mutex::new(state),
+        trace,
+    }));
+    let env = crate::csi::client::grpc_environment();
+    let mut server = ServerBuilder::new(env)
+        .register_service(csi_grpc::create_identity(service.clone()))
+        .register_service(csi_grpc::create_controller(service.clone()))
+        .register_service(csi_grpc::create_node(service))
+        .build()
+        .map_err(Error::Grpc)?;
+    let target = format!("unix:{}", socket.display());
+    server
+        .add_listening_port(target, ServerCredentials::insecure())
+        .map_err(Error::Grpc)?;
+    server.start();
+    log::info!("hostpath plugin serving on {}", socket.display());
+
+    if let Some(signal) = signals.forever().next() {
+        log::info!("hostpath plugin stopping on signal {signal}");
+    }
+    // In-flight calls die with the process; the CO retries them.
+    let _ = fs::remove_file(&socket);
+    Ok(())
+}
+
+/// A socket file left by a previous run would make bind fail.
+fn remove_stale_socket(path: &Path) -> Result<(), Error> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(Error::Socket {
+            path: path.to_path_buf(),
+            err,
+        }),
+    }
+}
+
+/// A gRPC status with our code names.
+pub(crate) fn status(code: Code, message: impl Into<String>) -> RpcStatus {
+    RpcStatus::with_message(RpcStatusCode::from(code as i32), message.into())
+}
+
+pub(crate) type RpcResult<T> = Result<T, RpcStatus>;
+
+/// Requires a non-empty string field.
+pub(crate) fn required<'a>(field: &str, value: &'a str) -> RpcResult<&'a str> {
+    if value.is_empty() {
+        Err(status(
+            Code::InvalidArgument,
+            format!("{field} is required"),
+        ))
+    } else {
+        Ok(value)
+    }
+}
+
+/// Requires a volume ID usable as a directory name.
+pub(crate) fn volume_id<'a>(field: &str, value: &'a str) -> RpcResult<&'a str> {
+    required(field, value)?;
+    crate::id::validate(field, value)
+        .map_err(|err| status(Code::InvalidArgument, err.to_string()))?;
+    Ok(value)
+}
+
+pub(crate) fn internal(what: &str, err: impl fmt::Display) -> RpcStatus {
+    status(Code::Internal, format!("{what}: {err}"))
+}
+
+/// The plugin as a grpcio service: cheap to clone, one per service.
+#[derive(Clone)]
+pub struct Service(Arc<Plugin>);
+
+impl Service {
+    /// Records the call, then runs `work` on its own thread after applying
+    /// any injected fault, and answers through `sink`.
+    fn serve<Resp, F>(&self, method: &'static str, fields: String, sink: UnarySink<Resp>, work: F)
+    where
+        Resp: Send + 'static,
+        F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
+    {
+        self.0.trace.record(method, &fields);
+        let plugin = self.0.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("rpc-{method}"))
+            .spawn(move || {
+                let result = match plugin.faults.take(method) {
+                    Some(Action::Fail(code, message)) => {
+                        let message = if message.is_empty() {
+                            format!("injected {code}")
+                        } else {
+                            message
+                        };
+                        Err(status(code, message))
+                    }
+                    Some(Action::Sleep(delay)) => {
+                        thread::sleep(delay);
+                        work(&plugin, None)
+                    }
+                    Some(Action::Hang) => loop {
+                        thread::park();
+                    },
+                    Some(Action::Exit) => {
+                        log::warn!("exiting on an injected fault in {method}");
+                        std::process::exit(3)
+                    }
+                    other => work(&plugin, other),
+                };
+                match &result {
+                    Ok(_) => log::debug!("{method} {fields}: OK"),
+                    Err(s) => log::debug!("{method} {fields}: {:?} {}", s.code(), s.message()),
+                }
+                // The answer is queued by success/fail; the returned future only
+                // reports delivery, which nobody here waits for.
+                drop(match result {
+                    Ok(resp) => sink.success(resp),
+                    Err(s) => sink.fail(s),
+                });
+            });
+        if let Err(err) = spawned {
+            log::error!("cannot start a thread for {method}: {err}");
+        }
+    }
+}
+
+impl csi_grpc::Identity for Service {
+    fn get_plugin_info(
+        &mut self,
+        _ctx: RpcContext,
+        _req: pb::GetPluginInfoRequest,
+        sink: UnarySink<pb::GetPluginInfoResponse>,
+    ) {
+        self.serve("GetPluginInfo", String::new(), sink, |_, _| {
+            let mut resp = pb::GetPluginInfoResponse::new();
+            resp.name = PLUGIN_NAME.to_string();
+            resp.vendor_version = env!("CARGO_PKG_VERSION").to_string();
+            Ok(resp)
+        });
+    }
+
+    fn get_plugin_capabilities(
+        &mut self,
+        _ctx: RpcContext,
+        _req: pb::GetPluginCapabilitiesRequest,
+        sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
+    ) {
+        self.serve("GetPluginCapabilities", String::new(), sink, |_, _| {
+            let mut resp = pb::GetPluginCapabilitiesResponse::new();
+            resp.capabilities = [
+                PluginCapability::ControllerService,
+                PluginCapability::VolumeAccessibilityConstraints,
+                PluginCapability::OnlineExpansion,
+            ]
+            .into_iter()
+            .map(convert::plugin_capability_to_proto)
+            .collect();
+            Ok(resp)
+        });
+    }
+
+    fn probe(
+        &mut self,
+        _ctx: RpcContext,
+        _req: pb::ProbeRequest,
+        sink: UnarySink<pb::ProbeResponse>,
+    ) {
+        self.serve("Probe", String::new(), sink, |_, _| {
+            let mut resp = pb::ProbeResponse::new();
+            resp.ready =
+                protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {
+                    value: true,
+                    ..Default::default()
+                });
+            Ok(resp)
+        });
+    }
+}
+
+/// `key=value` fields for the call trace; empty values are left out.
+pub(crate) fn trace_fields(fields: &[(&str, &str)]) -> String {
+    fields
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,488 @@
+//! The hostpath plugin's Node service: stage bind-mounts the volume
+//! directory at the staging path, publish bind-mounts the staging path at
+//! the target (remounted read-only when asked).
+//!
+//! Whether a path already holds a volume is read from the kernel (a mount
+//! point whose inode is the volume directory's), not only from our records,
+//! so repeats are answered correctly even after a plugin restart.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use grpcio::{RpcContext, UnarySink};
+use protobuf::MessageField;
+
+use super::state::Staged;
+use super::{internal, required, status, trace_fields, volume_id, Plugin, RpcResult, Service};
+use crate::csi::convert;
+use crate::csi::error::Code;
+use crate::csi::model::{AttachmentMode, Capability};
+use crate::csi::proto::csi as pb;
+use crate::csi::proto::csi_grpc;
+use crate::csi::types::{NodeCapability, Usage, UsageUnit};
+use crate::mount::{self, Mounter, SysMounter, UnmountMode};
+
+const CAPABILITIES: &[NodeCapability] = &[
+    NodeCapability::StageUnstageVolume,
+    NodeCapability::GetVolumeStats,
+    NodeCapability::ExpandVolume,
+    NodeCapability::VolumeCondition,
+    NodeCapability::SingleNodeMultiWriter,
+];
+
+/// True if `path` is a mount point showing the directory `dir`.
+fn holds(path: &Path, dir: &Path) -> RpcResult<bool> {
+    let (Ok(a), Ok(b)) = (fs::metadata(path), fs::metadata(dir)) else {
+        return Ok(false);
+    };
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Ok(false);
+    }
+    mount::is_mount_point(path)
+        .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e)))
+}
+
+fn is_mount_point(path: &Path) -> RpcResult<bool> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(internal("cannot stat the path", e)),
+        Ok(_) => mount::is_mount_point(path)
+            .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e))),
+    }
+}
+
+/// The capability as recorded for staging idempotency (no flags).
+fn capability_key(cap: &Capability) -> String {
+    format!(
+        "{}/{}/{}",
+        cap.access_mode, cap.attachment_mode, cap.mount_options.fs_type
+    )
+}
+
+fn mount_error(e: mount::Error) -> grpcio::RpcStatus {
+    internal("mount failed", crate::error_chain(&e))
+}
+
+impl Plugin {
+    /// Checks that the volume exists and is attached to this node, and that
+    /// the CO passed back the publish context ControllerPublish answered.
+    fn check_attached(
+        &self,
+        id: &str,
+        publish_context: &std::collections::HashMap<String, String>,
+    ) -> RpcResult<()> {
+        let state = self.lock();
+        let volume = state
+            .volumes
+            .get(id)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        match &volume.attached {
+            Some((node, _)) if *node == self.config.node_id => {}
+            _ => return Err(status(
+                Code::FailedPrecondition,
+                format!(
+                    "volume {id} is not attached to node {} (call ControllerPublishVolume first)",
+                    self.config.node_id
+                ),
+            )),
+        }
+        if publish_context.get(super::PUBLISH_CONTEXT_KEY) != Some(&self.config.node_id) {
+            return Err(status(
+                Code::InvalidArgument,
+                "publish_context from ControllerPublishVolume is missing",
+            ));
+        }
+        Ok(())
+    }
+
+    fn node_stage(
+        &self,
+        req: &pb::NodeStageVolumeRequest,
+    ) -> RpcResult<pb::NodeStageVolumeResponse> {
+        let id = volume_id("volume_id", &req.volume_id)?;
+        let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
+        let cap = convert::capability_from_field(&req.volume_capability)
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
+        if cap.attachment_mode == AttachmentMode::BlockDevice {
+            return Err(status(
+                Code::InvalidArgument,
+                "block-device is not supported",
+            ));
+        }
+        self.check_attached(id, &req.publish_context)?;
+        if !staging.is_dir() {
+            return Err(status(
+                Code::FailedPrecondition,
+                format!(
+                    "staging_target_path {} does not exist (the CO creates it)",
+                    staging.display()
+                ),
+            ));
+        }
+        let dir = self.volume_dir(id);
+        let key = capability_key(&cap);
+        let mut state = self.lock();
+        if is_mount_point(staging)? {
+            if !holds(staging, &dir)? {
+                return Err(status(
+                    Code::AlreadyExists,
+                    format!("{} holds another mount", staging.display()),
+                ));
+            }
+            return match state.staged.get(staging) {
+                Some(s) if s.volume_id != id || s.capability != key => Err(status(
+                    Code::AlreadyExists,
+                    format!(
+                        "volume {id} is staged at {} with another capability",
+                        staging.display()
+                    ),
+                )),
+                _ => Ok(pb::NodeStageVolumeResponse::new()),
+            };
+        }
+        SysMounter.bind(&dir, staging, false).map_err(mount_error)?;
+        if cap
+            .mount_options
+            .mount_flags
+            .expose()
+            .iter()
+            .any(|f| f == "ro")
+        {
+            SysMounter.remount_read_only(staging).map_err(mount_error)?;
+        }
+        state.staged.insert(
+            staging.to_path_buf(),
+            Staged {
+                volume_id: id.to_string(),
+                capability: key,
+            },
+        );
+        state.save().map_err(|e| internal("cannot save state", e))?;
+        Ok(pb::NodeStageVolumeResponse::new())
+    }
+
+    fn node_unstage(
+        &self,
+        req: &pb::NodeUnstageVolumeRequest,
+    ) -> RpcResult<pb::NodeUnstageVolumeResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
+        let mut state = self.lock();
+        if let Some((target, _)) = state.published.iter().find(|(_, (v, _))| v == id) {
+            return Err(status(
+                Code::FailedPrecondition,
+                format!("volume {id} is still published at {}", target.display()),
+            ));
+        }
+        if is_mount_point(staging)? {
+            SysMounter
+                .unmount(staging, UnmountMode::Normal)
+                .map_err(mount_error)?;
+        }
+        if state.staged.remove(staging).is_some() {
+            state.save().map_err(|e| internal("cannot save state", e))?;
+        }
+        Ok(pb::NodeUnstageVolumeResponse::new())
+    }
+
+    fn node_publish(
+        &self,
+        req: &pb::NodePublishVolumeRequest,
+    ) -> RpcResult<pb::NodePublishVolumeResponse> {
+        let id = volume_id("volume_id", &req.volume_id)?;
+        let target = Path::new(required("target_path", &req.target_path)?);
+        let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
+        let cap = convert::capability_from_field(&req.volume_capability)
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
+        if cap.attachment_mode == AttachmentMode::BlockDevice {
+            return Err(status(
+                Code::InvalidArgument,
+                "block-device is not supported",
+            ));
+        }
+        self.check_attached(id, &req.publish_context)?;
+        let dir = self.volume_dir(id);
+        let mut state = self.lock();
+        if !holds(staging, &dir)? {
+            return Err(status(
+                Code::FailedPrecondition,
+                format!("volume {id} is not staged at {}", staging.display()),
+            ));
+        }
+        match target.parent() {
+            Some(parent) if parent.is_dir() => {}
+            _ => {
+                return Err(status(
+                    Code::InvalidArgument,
+                    format!(
+                        "the parent of target_path {} does not exist (the CO creates it)",
+                        target.display()
+                    ),
+                ))
+            }
+        }
+        if is_mount_point(target)? {
+            if !holds(target, &dir)? {
+                return Err(status(
+                    Code::AlreadyExists,
+                    format!("{} holds another mount", target.display()),
+                ));
+            }
+            let read_only = mount::MountInfo::read()
+                .map_err(mount_error)?
+                .get(
+                    &target
+                        .canonicalize()
+                        .map_err(|e| internal("canonicalize", e))?,
+                )
+                .is_some_and(|m| m.is_read_only());
+            if read_only != req.readonly {
+                return Err(status(
+                    Code::AlreadyExists,
+                    format!(
+                        "volume {id} is published at {} with another read-only flag",
+                        target.display()
+                    ),
+                ));
+            }
+            return Ok(pb::NodePublishVolumeResponse::new());
+        }
+        match fs::create_dir(target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(internal("cannot create target_path", e)),
+        }
+        SysMounter
+            .bind(staging, target, false)
+            .map_err(mount_error)?;
+        if req.readonly {
+            if let Err(e) = SysMounter.remount_read_only(target) {
+                let _ = SysMounter.unmount(target, UnmountMode::Detach);
+                return Err(mount_error(e));
+            }
+        }
+        state
+            .published
+            .insert(target.to_path_buf(), (id.to_string(), req.readonly));
+        state.save().map_err(|e| internal("cannot save state", e))?;
+        Ok(pb::NodePublishVolumeResponse::new())
+    }
+
+    fn node_unpublish(
+        &self,
+        req: &pb::NodeUnpublishVolumeRequest,
+    ) -> RpcResult<pb::NodeUnpublishVolumeResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        let target = Path::new(required("target_path", &req.target_path)?);
+        let mut state = self.lock();
+        if is_mount_point(target)? {
+            SysMounter
+                .unmount(target, UnmountMode::Normal)
+                .map_err(mount_error)?;
+        }
+        match fs::remove_dir(target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(internal("cannot remove target_path", e)),
+        }
+        if state.published.get(target).is_some_and(|(v, _)| v == id) {
+            state.published.remove(target);
+            state.save().map_err(|e| internal("cannot save state", e))?;
+        }
+        Ok(pb::NodeUnpublishVolumeResponse::new())
+    }
+
+    fn node_stats(
+        &self,
+        req: &pb::NodeGetVolumeStatsRequest,
+    ) -> RpcResult<pb::NodeGetVolumeStatsResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        let path = Path::new(required("volume_path", &req.volume_path)?);
+        if !self.lock().volumes.contains_key(id) {
+            return Err(status(
+                Code::NotFound,
+                format!("volume {id} does not exist"),
+            ));
+        }
+        let dir = self.volume_dir(id);
+        let mut resp = pb::NodeGetVolumeStatsResponse::new();
+        if !dir.is_dir() {
+            resp.volume_condition = MessageField::some(pb::VolumeCondition::from(
+                &crate::csi::types::VolumeCondition {
+                    abnormal: true,
+                    message: format!("the volume directory {} is missing", dir.display()),
+                },
+            ));
+            return Ok(resp);
+        }
+        if !holds(path, &dir)? {
+            return Err(status(
+                Code::NotFound,
+                format!("volume {id} is not mounted at {}", path.display()),
+            ));
+        }
+        let usage = mount::fs_usage(path).map_err(mount_error)?;
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        resp.usage = vec![
+            pb::VolumeUsage::from(&Usage {
+                unit: UsageUnit::Bytes,
+                available: clamp(usage.available_bytes),
+                total: clamp(usage.total_bytes),
+                used: clamp(usage.used_bytes),
+            }),
+            pb::VolumeUsage::from(&Usage {
+                unit: UsageUnit::Inodes,
+                available: clamp(usage.available_inodes),
+                total: clamp(usage.total_inodes),
+                used: clamp(usage.used_inodes),
+            }),
+        ];
+        resp.volume_condition = MessageField::some(pb::VolumeCondition::from(
+            &crate::csi::types::VolumeCondition {
+                abnormal: false,
+                message: "volume is healthy".to_string(),
+            },
+        ));
+        Ok(resp)
+    }
+
+    fn node_expand(
+        &self,
+        req: &pb::NodeExpandVolumeRequest,
+    ) -> RpcResult<pb::NodeExpandVolumeResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        required("volume_path", &req.volume_path)?;
+        let state = self.lock();
+        let volume = state
+            .volumes
+            .get(id)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        let mut resp = pb::NodeExpandVolumeResponse::new();
+        // A directory needs no file system growth: report what the
+        // controller recorded.
+        resp.capacity_bytes = volume.capacity_bytes;
+        Ok(resp)
+    }
+
+    fn node_info(&self) -> pb::NodeGetInfoResponse {
+        let mut resp = pb::NodeGetInfoResponse::new();
+        resp.node_id = self.config.node_id.clone();
+        resp.accessible_topology = MessageField::some(self.topology());
+        resp
+    }
+}
+
+fn path_fields(volume: &str, staging: &str, target: &str, readonly: bool) -> String {
+    trace_fields(&[
+        ("volume", volume),
+        ("staging", staging),
+        ("target", target),
+        ("readonly", if readonly { "true" } else { "" }),
+    ])
+}
+
+impl csi_grpc::Node for Service {
+    fn node_stage_volume(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodeStageVolumeRequest,
+        sink: UnarySink<pb::NodeStageVolumeResponse>,
+    ) {
+        let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
+        self.serve("NodeStageVolume", fields, sink, move |p, _| {
+            p.node_stage(&req)
+        });
+    }
+
+    fn node_unstage_volume(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodeUnstageVolumeRequest,
+        sink: UnarySink<pb::NodeUnstageVolumeResponse>,
+    ) {
+        let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
+        self.serve("NodeUnstageVolume", fields, sink, move |p, _| {
+            p.node_unstage(&req)
+        });
+    }
+
+    fn node_publish_volume(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodePublishVolumeRequest,
+        sink: UnarySink<pb::NodePublishVolumeResponse>,
+    ) {
+        let fields = path_fields(
+            &req.volume_id,
+            &req.staging_target_path,
+            &req.target_path,
+            req.readonly,
+        );
+        self.serve("NodePublishVolume", fields, sink, move |p, _| {
+            p.node_publish(&req)
+        });
+    }
+
+    fn node_unpublish_volume(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodeUnpublishVolumeRequest,
+        sink: UnarySink<pb::NodeUnpublishVolumeResponse>,
+    ) {
+        let fields = path_fields(&req.volume_id, "", &req.target_path, false);
+        self.serve("NodeUnpublishVolume", fields, sink, move |p, _| {
+            p.node_unpublish(&req)
+        });
+    }
+
+    fn node_get_volume_stats(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodeGetVolumeStatsRequest,
+        sink: UnarySink<pb::NodeGetVolumeStatsResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
+        self.serve("NodeGetVolumeStats", fields, sink, move |p, _| {
+            p.node_stats(&req)
+        });
+    }
+
+    fn node_expand_volume(
+        &mut self,
+        _: RpcContext,
+        req: pb::NodeExpandVolumeRequest,
+        sink: UnarySink<pb::NodeExpandVolumeResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
+        self.serve("NodeExpandVolume", fields, sink, move |p, _| {
+            p.node_expand(&req)
+        });
+    }
+
+    fn node_get_capabilities(
+        &mut self,
+        _: RpcContext,
+        _req: pb::NodeGetCapabilitiesRequest,
+        sink: UnarySink<pb::NodeGetCapabilitiesResponse>,
+    ) {
+        self.serve("NodeGetCapabilities", String::new(), sink, |_, _| {
+            let mut resp = pb::NodeGetCapabilitiesResponse::new();
+            resp.capabilities = CAPABILITIES
+                .iter()
+                .map(|c| convert::node_capability_to_proto(*c))
+                .collect();
+            Ok(resp)
+        });
+    }
+
+    fn node_get_info(
+        &mut self,
+        _: RpcContext,
+        _req: pb::NodeGetInfoRequest,
+        sink: UnarySink<pb::NodeGetInfoResponse>,
+    ) {
+        self.serve("NodeGetInfo", String::new(), sink, |p, _| Ok(p.node_info()));
+    }
+}

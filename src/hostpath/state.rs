@@ -1,0 +1,202 @@
+//! What the hostpath plugin remembers: its volumes, which node each is
+//! attached to, and where it staged and published them.
+//!
+//! Kept in one small text file under the base dir, rewritten atomically on
+//! every change, so a restarted plugin answers repeat calls idempotently.
+//! Volume data lives in `<base-dir>/volumes/<id>/`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// A volume the plugin created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeRecord {
+    pub capacity_bytes: i64,
+    /// The node it is attached to by ControllerPublishVolume, and read-only.
+    pub attached: Option<(String, bool)>,
+}
+
+/// A staging the plugin did: which volume, and the capability it was staged
+/// with (`mode/attachment/fs_type`; never the flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Staged {
+    pub volume_id: String,
+    pub capability: String,
+}
+
+#[derive(Debug, Default)]
+pub struct State {
+    path: PathBuf,
+    pub volumes: BTreeMap<String, VolumeRecord>,
+    pub staged: BTreeMap<PathBuf, Staged>,
+    /// Target path → (volume, read-only).
+    pub published: BTreeMap<PathBuf, (String, bool)>,
+}
+
+impl State {
+    /// Loads `path`, or starts empty if it does not exist.
+    pub fn load(path: &Path) -> io::Result<State> {
+        let mut state = State {
+            path: path.to_path_buf(),
+            ..State::default()
+        };
+        let text = match fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(state),
+            Err(err) => return Err(err),
+        };
+        for (n, line) in text.lines().enumerate() {
+            state.parse_line(line).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}:{}: bad line", path.display(), n + 1),
+                )
+            })?;
+        }
+        Ok(state)
+    }
+
+    fn parse_line(&mut self, line: &str) -> Option<()> {
+        let (kind, rest) = line.split_once(' ')?;
+        match kind {
+            "volume" => {
+                let mut words = rest.splitn(4, ' ');
+                let id = words.next()?.to_string();
+                let capacity_bytes = words.next()?.parse().ok()?;
+                let node = words.next()?;
+                let ro = words.next()? == "1";
+                let attached = (node != "-").then(|| (node.to_string(), ro));
+                self.volumes.insert(
+                    id,
+                    VolumeRecord {
+                        capacity_bytes,
+                        attached,
+                    },
+                );
+            }
+            "staged" => {
+                let mut words = rest.splitn(3, ' ');
+                let volume_id = words.next()?.to_string();
+                let capability = words.next()?.to_string();
+                self.staged.insert(
+                    PathBuf::from(words.next()?),
+                    Staged {
+                        volume_id,
+                        capability,
+                    },
+                );
+            }
+            "published" => {
+                let mut words = rest.splitn(3, ' ');
+                let volume_id = words.next()?.to_string();
+                let ro = words.next()? == "1";
+                self.published
+                    .insert(PathBuf::from(words.next()?), (volume_id, ro));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Writes the state to a temporary file, fsyncs and renames it over the
+    /// old one.
+    pub fn save(&self) -> io::Result<()> {
+        let mut text = String::new();
+        for (id, v) in &self.volumes {
+            let (node, ro) = match &v.attached {
+                Some((node, ro)) => (node.as_str(), *ro),
+                None => ("-", false),
+            };
+            text.push_str(&format!(
+                "volume {id} {} {node} {}\n",
+                v.capacity_bytes,
+                u8::from(ro)
+            ));
+        }
+        for (path, s) in &self.staged {
+            text.push_str(&format!(
+                "staged {} {} {}\n",
+                s.volume_id,
+                s.capability,
+                path.display()
+            ));
+        }
+        for (path, (id, ro)) in &self.published {
+            text.push_str(&format!(
+                "published {id} {} {}\n",
+                u8::from(*ro),
+                path.display()
+            ));
+        }
+        let tmp = self.path.with_extension("tmp");
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&tmp, &self.path)
+    }
+
+    /// True if a staging or publish of `volume_id` is still recorded.
+    pub fn in_use_on_node(&self, volume_id: &str) -> Option<&Path> {
+        self.staged
+            .iter()
+            .find(|(_, s)| s.volume_id == volume_id)
+            .map(|(p, _)| p.as_path())
+            .or_else(|| {
+                self.published
+                    .iter()
+                    .find(|(_, (v, _))| v == volume_id)
+                    .map(|(p, _)| p.as_path())
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_through_its_file_with_spaces_in_paths() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-hp-state-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state");
+        let mut state = State::load(&path).unwrap();
+        assert!(state.volumes.is_empty());
+        state.volumes.insert(
+            "v1".into(),
+            VolumeRecord {
+                capacity_bytes: 42,
+                attached: Some(("n1".into(), true)),
+            },
+        );
+        state.volumes.insert(
+            "v2".into(),
+            VolumeRecord {
+                capacity_bytes: 0,
+                attached: None,
+            },
+        );
+        state.staged.insert(
+            dir.join("stage dir"),
+            Staged {
+                volume_id: "v1".into(),
+                capability: "single-node-writer/file-system/".into(),
+            },
+        );
+        state
+            .published
+            .insert(dir.join("tar get"), ("v1".into(), true));
+        state.save().unwrap();
+        let loaded = State::load(&path).unwrap();
+        assert_eq!(loaded.volumes, state.volumes);
+        assert_eq!(loaded.staged, state.staged);
+        assert_eq!(loaded.published, state.published);
+        assert_eq!(
+            loaded.in_use_on_node("v1"),
+            Some(dir.join("stage dir").as_path())
+        );
+        assert_eq!(loaded.in_use_on_node("v2"), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,203 @@
+//! The real [`Mounter`], and the system calls behind it.
+//!
+//! Each libc call is wrapped in one small function that holds the only
+//! `unsafe` block for it; [`cvt`] turns the -1 of a failed call into the
+//! thread's `errno`.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr;
+
+use libc::{c_int, c_ulong};
+
+use crate::mount::{
+    bind_flags, Error, FsUsage, Mounter, Propagation, Result, UnmountMode, REMOUNT_READ_ONLY_FLAGS,
+};
+
+/// `ST_NOSYMFOLLOW` from `<linux/statfs.h>`, which the libc crate lacks.
+const ST_NOSYMFOLLOW: c_ulong = 0x2000;
+
+/// The [`Mounter`] that makes the system calls; it needs `CAP_SYS_ADMIN`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SysMounter;
+
+impl Mounter for SysMounter {
+    fn bind(&self, source: &Path, target: &Path, recursive: bool) -> Result<()> {
+        let flags = bind_flags(recursive);
+        log::debug!(
+            "Bind mounting {} onto {} with flags {flags:#x}",
+            source.display(),
+            target.display()
+        );
+        mount(&c_path(source)?, &c_path(target)?, flags).map_err(|err| Error::Bind {
+            source: source.to_path_buf(),
+            target: target.to_path_buf(),
+            err,
+        })
+    }
+
+    fn remount_read_only(&self, target: &Path) -> Result<()> {
+        let c_target = c_path(target)?;
+        let current = statvfs_flags(&c_target).map_err(|err| Error::ReadMountFlags {
+            target: target.to_path_buf(),
+            err,
+        })?;
+        let flags = REMOUNT_READ_ONLY_FLAGS | locked_mount_flags(current);
+        log::debug!(
+            "Remounting {} read-only with flags {flags:#x}",
+            target.display()
+        );
+        mount(c"none", &c_target, flags).map_err(|err| Error::RemountReadOnly {
+            target: target.to_path_buf(),
+            err,
+        })
+    }
+
+    fn set_propagation(&self, target: &Path, propagation: Propagation) -> Result<()> {
+        let flags = propagation.mount_flags();
+        log::debug!(
+            "Setting the propagation of {} to {propagation} with flags {flags:#x}",
+            target.display()
+        );
+        mount(c"none", &c_path(target)?, flags).map_err(|err| Error::SetPropagation {
+            target: target.to_path_buf(),
+            propagation,
+            err,
+        })
+    }
+
+    fn unmount(&self, target: &Path, mode: UnmountMode) -> Result<()> {
+        let flags = mode.flags();
+        log::debug!("Unmounting {} with flags {flags:#x}", target.display());
+        umount2(&c_path(target)?, flags).map_err(|err| Error::Unmount {
+            target: target.to_path_buf(),
+            err,
+        })
+    }
+}
+
+/// The mount(2) flags that keep the locked per-mount flags reported by
+/// statvfs(3) through a bind remount, which would otherwise clear them.
+fn locked_mount_flags(statvfs_flags: c_ulong) -> c_ulong {
+    [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (ST_NOSYMFOLLOW, libc::MS_NOSYMFOLLOW),
+    ]
+    .into_iter()
+    .filter(|&(st_flag, _)| statvfs_flags & st_flag != 0)
+    .fold(0, |flags, (_, ms_flag)| flags | ms_flag)
+}
+
+/// Turns a path into a C string; a NUL byte in it is an error.
+pub(super) fn c_path(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InvalidPath {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Turns the -1 with which a libc call fails into the thread's `errno`.
+fn cvt(ret: c_int) -> io::Result<c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Calls mount(2) without a file system type or data, as bind mounts,
+/// remounts and propagation changes need neither.
+pub(super) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<()> {
+    // SAFETY: `source` and `target` are NUL-terminated strings that outlive
+    // the call, and mount(2) accepts null for the file system type and the
+    // data; the kernel only reads from these pointers.
+    cvt(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            ptr::null(),
+            flags,
+            ptr::null(),
+        )
+    })?;
+    Ok(())
+}
+
+/// Calls umount2(2).
+fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
+    // SAFETY: `target` is a NUL-terminated string that outlives the call.
+    cvt(unsafe { libc::umount2(target.as_ptr(), flags) })?;
+    Ok(())
+}
+
+/// Calls statvfs(3) on `path`.
+fn statvfs(path: &CStr) -> io::Result<libc::statvfs> {
+    let mut buf = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
+    // `buf` is valid for writing one `statvfs`.
+    cvt(unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) })?;
+    // SAFETY: statvfs succeeded, so it filled in `buf`.
+    Ok(unsafe { buf.assume_init() })
+}
+
+/// The mount flags (`f_flag`) of the file system at `path`.
+fn statvfs_flags(path: &CStr) -> io::Result<c_ulong> {
+    Ok(statvfs(path)?.f_flag)
+}
+
+/// Size and use of the file system that holds `path`.
+pub fn fs_usage(path: &Path) -> Result<FsUsage> {
+    let c_path = c_path(path)?;
+    let st = statvfs(&c_path).map_err(|err| Error::Statvfs {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let block = u64::from(st.f_frsize as u32).max(1);
+    Ok(FsUsage {
+        total_bytes: st.f_blocks as u64 * block,
+        available_bytes: st.f_bavail as u64 * block,
+        used_bytes: (st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * block,
+        total_inodes: st.f_files as u64,
+        available_inodes: st.f_favail as u64,
+        used_inodes: (st.f_files as u64).saturating_sub(st.f_ffree as u64),
+    })
+}
+
+/// Calls geteuid(2), for the tests that need root.
+#[cfg(test)]
+pub(super) fn euid() -> libc::uid_t {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn locked_flags_map_statvfs_bits_to_mount_bits() {
+        assert_eq!(locked_mount_flags(0), 0);
+        assert_eq!(locked_mount_flags(libc::ST_RDONLY | libc::ST_RELATIME), 0);
+        assert_eq!(
+            locked_mount_flags(libc::ST_NOSUID | libc::ST_NODEV | libc::ST_NOEXEC | ST_NOSYMFOLLOW),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_NOSYMFOLLOW
+        );
+        assert_eq!(locked_mount_flags(libc::ST_NODEV), libc::MS_NODEV);
+    }
+
+    #[test]
+    fn a_path_with_a_nul_byte_is_an_error_not_a_panic() {
+        let bad = PathBuf::from(OsStr::from_bytes(b"/tmp/a\0b"));
+        let err = SysMounter.unmount(&bad, UnmountMode::Normal).unwrap_err();
+        assert!(matches!(&err, Error::InvalidPath { path } if *path == bad));
+        let err = SysMounter.bind(Path::new("/tmp"), &bad, false).unwrap_err();
+        assert!(matches!(&err, Error::InvalidPath { path } if *path == bad));
+    }
+}
