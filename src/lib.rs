@@ -48,6 +48,7 @@ pub mod hcl;
 pub mod hostpath;
 pub mod id;
 pub mod mount;
+pub mod units;
 
 /// An error and its `source()` chain on one line: `a: b: c`.
 pub fn error_chain(err: &dyn std::error::Error) -> String {

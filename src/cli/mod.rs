@@ -1,1 +1,176 @@
-//! Command-line interface.
+//! The command line: dispatch, exit codes and error printing.
+//!
+//! `main.rs` only calls [`main`]. Exit codes follow ripgrep: 0 success,
+//! 1 an operation failed, 2 the command line was wrong (with a usage line).
+//! Errors print their whole `source()` chain, numbered.
+
+pub mod args;
+pub mod csi_cmd;
+pub mod json;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use args::UsageError;
+
+const USAGE: &str = "\
+usage: csi-agent COMMAND [ARGS]
+
+commands:
+  hostpath   run the built-in hostpath CSI plugin
+  csi        call a CSI plugin directly (debugging, like csc)
+  version    print the version
+
+Run `csi-agent COMMAND -help` for a command's usage.";
+
+const HOSTPATH_USAGE: &str =
+    "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID]";
+
+/// Every way a command can fail.
+#[derive(Debug)]
+pub enum CliError {
+    Usage(UsageError),
+    Csi(crate::csi::Error),
+    Mismatch(crate::csi::Mismatch),
+    Hostpath(crate::hostpath::Error),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Usage(e) => e.fmt(f),
+            CliError::Csi(e) => e.fmt(f),
+            CliError::Mismatch(e) => write!(f, "capability check failed: {e}"),
+            CliError::Hostpath(e) => write!(f, "hostpath plugin: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Hostpath(e) => e.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<UsageError> for CliError {
+    fn from(e: UsageError) -> CliError {
+        CliError::Usage(e)
+    }
+}
+
+impl From<crate::csi::Error> for CliError {
+    fn from(e: crate::csi::Error) -> CliError {
+        CliError::Csi(e)
+    }
+}
+
+/// Runs the command line `argv` (without the program name).
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let Some((command, rest)) = argv.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let wants_help = rest
+        .iter()
+        .any(|a| matches!(a.as_str(), "-h" | "-help" | "--help"));
+    let (usage, result) = match command.as_str() {
+        "hostpath" => (
+            HOSTPATH_USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(hostpath(rest))
+            },
+        ),
+        "csi" => (
+            csi_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || csi_cmd::run(rest)))
+            },
+        ),
+        "version" | "-version" | "--version" => {
+            println!("csi-agent {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        "help" | "-h" | "-help" | "--help" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("error: unknown command {other:?}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        None => {
+            println!("{usage}");
+            ExitCode::SUCCESS
+        }
+        Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(CliError::Usage(e))) => {
+            eprintln!("error: {e}\n{usage}");
+            ExitCode::from(2)
+        }
+        Some(Err(e)) => {
+            print_error(&e);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Prints an error and its numbered causes.
+fn print_error(err: &dyn std::error::Error) {
+    eprintln!("error: {err}");
+    let mut source = err.source();
+    let mut n = 1;
+    while let Some(cause) = source {
+        eprintln!("  {n}: {cause}");
+        source = cause.source();
+        n += 1;
+    }
+}
+
+/// Logs to stderr at `RUST_LOG`, or `default` when unset.
+fn with_logging<T>(default: &str, f: impl FnOnce() -> T) -> T {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format_timestamp_millis()
+        .try_init();
+    f()
+}
+
+fn hostpath(argv: &[String]) -> Result<(), CliError> {
+    use args::{value, Flag};
+    const FLAGS: &[Flag] = &[
+        value("endpoint"),
+        value("base-dir"),
+        value("node-id"),
+        value("test-faults"),
+        value("test-trace"),
+    ];
+    let args = args::parse(FLAGS, argv)?;
+    args.at_most(0)?;
+    let endpoint = args
+        .required("endpoint")?
+        .parse()
+        .map_err(|e: crate::csi::endpoint::EndpointError| UsageError::new(e.to_string()))?;
+    let node_id = match args.value("node-id") {
+        Some(id) => id.to_string(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "localhost".to_string()),
+    };
+    let config = crate::hostpath::Config {
+        endpoint,
+        base_dir: PathBuf::from(args.required("base-dir")?),
+        node_id,
+        faults: args.value("test-faults").map(PathBuf::from),
+        trace: args.value("test-trace").map(PathBuf::from),
+    };
+    with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
+}

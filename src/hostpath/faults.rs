@@ -10,6 +10,7 @@
 //! Probe sleep=2s
 //! CreateVolume hang
 //! NodePublishVolume exit
+//! Probe not-ready
 //! ValidateVolumeCapabilities omit-confirmed
 //! ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs
 //! * code=INTERNAL count=1
@@ -38,6 +39,8 @@ pub enum Action {
     Hang,
     /// Exit the plugin process at once, as a crash would.
     Exit,
+    /// Probe: answer `ready = false` (still starting).
+    NotReady,
     /// ValidateVolumeCapabilities: leave `confirmed` unset.
     OmitConfirmed,
     /// ValidateVolumeCapabilities: confirm this access mode and fs type
@@ -89,12 +92,12 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
                     )
                 }
                 "sleep" => {
-                    let d = parse_duration(value)
-                        .ok_or_else(|| at(format!("bad duration {value:?}")))?;
+                    let d = crate::units::parse_duration(value).map_err(|e| at(e.to_string()))?;
                     action = Some(Action::Sleep(d));
                 }
                 "hang" => action = Some(Action::Hang),
                 "exit" => action = Some(Action::Exit),
+                "not-ready" => action = Some(Action::NotReady),
                 "omit-confirmed" => action = Some(Action::OmitConfirmed),
                 "confirm" => {
                     let (mode, fs) = value.split_once(',').unwrap_or((value, ""));
@@ -118,18 +121,6 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
         });
     }
     Ok(rules)
-}
-
-/// `500ms`, `2s`, `1m`.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
-    let n: u64 = number.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n * 60)),
-        _ => None,
-    }
 }
 
 /// The faults file and the rules read from it.

@@ -303,11 +303,11 @@ impl csi_grpc::Identity for Service {
         _req: pb::ProbeRequest,
         sink: UnarySink<pb::ProbeResponse>,
     ) {
-        self.serve("Probe", String::new(), sink, |_, _| {
+        self.serve("Probe", String::new(), sink, |_, fault| {
             let mut resp = pb::ProbeResponse::new();
             resp.ready =
                 protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {
-                    value: true,
+                    value: fault != Some(Action::NotReady),
                     ..Default::default()
                 });
             Ok(resp)

@@ -80,13 +80,15 @@ impl Plugin {
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
         match &volume.attached {
             Some((node, _)) if *node == self.config.node_id => {}
-            _ => return Err(status(
-                Code::FailedPrecondition,
-                format!(
+            _ => {
+                return Err(status(
+                    Code::FailedPrecondition,
+                    format!(
                     "volume {id} is not attached to node {} (call ControllerPublishVolume first)",
                     self.config.node_id
                 ),
-            )),
+                ))
+            }
         }
         if publish_context.get(super::PUBLISH_CONTEXT_KEY) != Some(&self.config.node_id) {
             return Err(status(

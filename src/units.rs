@@ -1,0 +1,167 @@
+//! Durations and byte sizes as users write them, in Nomad's spelling:
+//! `500ms`, `30s`, `5m`, `1h30m`; `1048576`, `512MiB`, `10GiB`, `1GB`.
+
+use std::fmt;
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitError {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl fmt::Display for UnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {} {:?} (expected {})",
+            self.what, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for UnitError {}
+
+const DURATION_HELP: &str = "a number with a unit, like 500ms, 30s, 5m or 1h30m";
+const SIZE_HELP: &str = "bytes, or a number with a unit, like 512MiB, 10GiB or 1GB";
+
+/// Parses a Go-style duration made of `<number><unit>` parts (`ns`, `us`,
+/// `ms`, `s`, `m`, `h`); fractions are allowed (`1.5s`).
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+    let err = || UnitError {
+        what: "duration",
+        value: text.to_string(),
+        expected: DURATION_HELP,
+    };
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return Err(err());
+    }
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = number.parse().map_err(|_| err())?;
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(err()),
+        };
+        let part = Duration::try_from_secs_f64(value * seconds).map_err(|_| err())?;
+        total = total.checked_add(part).ok_or_else(err)?;
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// Parses a byte size: a plain number of bytes, or a number with a decimal
+/// (`KB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`) unit.
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let err = || UnitError {
+        what: "size",
+        value: text.to_string(),
+        expected: SIZE_HELP,
+    };
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let multiplier: u64 = match unit {
+        "" | "B" => 1,
+        "KB" | "kB" => 1000,
+        "MB" => 1000_u64.pow(2),
+        "GB" => 1000_u64.pow(3),
+        "TB" => 1000_u64.pow(4),
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return Err(err()),
+    };
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(multiplier).ok_or_else(err);
+    }
+    let value: f64 = number.parse().map_err(|_| err())?;
+    let bytes = value * multiplier as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(err());
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// A size for people: `1.5 GiB`, `512 B`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_nomads_spelling() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_say_what_is_expected() {
+        for bad in ["", "30", "s", "5x", "1h30", "-1s", "1..5s", "30 s"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert_eq!(err.value, bad);
+            assert!(err.to_string().contains("like 500ms, 30s"), "{err}");
+        }
+    }
+
+    #[test]
+    fn sizes_with_decimal_and_binary_units() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+    }
+
+    #[test]
+    fn bad_sizes_are_errors() {
+        for bad in ["", "GiB", "10 GiB ", "10XB", "-1", "99999999999TiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_format_for_people() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(1536), "1.5 KiB");
+        assert_eq!(format_size(10 << 30), "10.0 GiB");
+    }
+}
