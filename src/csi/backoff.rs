@@ -8,6 +8,7 @@
 //! blocking loop used around CSI calls, which retries only what
 //! [`crate::csi::Error::is_retryable`] allows.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -113,15 +114,20 @@ impl SplitMix64 {
         SplitMix64(seed)
     }
 
-    /// Seeded from the clock and the process id: different per process and
-    /// per call, which is all jitter needs.
+    /// Seeded from the clock, the process id and a per-process counter:
+    /// different for every schedule, which is all jitter needs.
     pub fn from_entropy() -> SplitMix64 {
+        static CALLS: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        let local = &nanos as *const u64 as u64;
-        SplitMix64(nanos ^ (u64::from(std::process::id()) << 32) ^ local)
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
+        SplitMix64(
+            nanos
+                ^ (u64::from(std::process::id()) << 32)
+                ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )
     }
 
     pub fn next_u64(&mut self) -> u64 {

@@ -1,0 +1,219 @@
+//! The test harness: a directory per test, a real hostpath plugin process on
+//! a real unix socket in it, and cleanup of every mount and process in
+//! `Drop`, even when an assertion fails.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::csi::{Client, Endpoint};
+use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
+
+pub const NODE: &str = "node1";
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_csi-agent")
+}
+
+/// True if we may mount. Under CI (which runs as root) a non-root run is a
+/// failure, not a skip.
+pub fn require_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("this test needs root; CI runs as root");
+        }
+        eprintln!("skipping: this test needs root (run `make test` as root)");
+    }
+    root
+}
+
+/// A fresh directory for one test; unmounts everything below it and
+/// removes it when dropped.
+pub struct TestDir {
+    pub path: PathBuf,
+}
+
+impl TestDir {
+    pub fn new() -> TestDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let path = PathBuf::from(format!("/tmp/csi-agent-it/{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap();
+        TestDir { path }
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// Creates `p` (and parents) under the test dir.
+    pub fn mkdir(&self, p: &str) -> PathBuf {
+        let path = self.join(p);
+        fs::create_dir_all(&path).unwrap();
+        path
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        // Deepest first, so nested mounts go before their parents.
+        if let Ok(info) = MountInfo::read() {
+            let mut points: Vec<PathBuf> = info
+                .under(&self.path)
+                .map(|m| m.mount_point.clone())
+                .collect();
+            points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+            for p in points {
+                let _ = SysMounter.unmount(&p, UnmountMode::Detach);
+            }
+        }
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Mount points currently under `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    MountInfo::read()
+        .unwrap()
+        .under(dir)
+        .map(|m| m.mount_point.clone())
+        .collect()
+}
+
+/// True if `path` is a mount point now; and whether it is read-only.
+pub fn mount_state(path: &Path) -> Option<bool> {
+    MountInfo::read()
+        .unwrap()
+        .get(path)
+        .map(|m| m.is_read_only())
+}
+
+/// A hostpath plugin process serving in a test dir.
+pub struct Plugin {
+    pub dir: TestDir,
+    pub socket: PathBuf,
+    child: Child,
+}
+
+impl Plugin {
+    pub fn start() -> Plugin {
+        Plugin::start_with_env(&[])
+    }
+
+    pub fn start_with_env(env: &[(&str, &str)]) -> Plugin {
+        let dir = TestDir::new();
+        let socket = dir.join("csi.sock");
+        let mut cmd = Command::new(bin());
+        cmd.arg("hostpath")
+            .arg("-endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("-base-dir")
+            .arg(dir.join("base"))
+            .arg("-node-id")
+            .arg(NODE)
+            .arg("-test-faults")
+            .arg(dir.join("faults"))
+            .arg("-test-trace")
+            .arg(dir.join("trace"))
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.join("plugin.log")).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start the hostpath plugin");
+        let plugin = Plugin { dir, socket, child };
+        plugin.wait_for_socket();
+        plugin
+    }
+
+    fn wait_for_socket(&self) {
+        let start = Instant::now();
+        while !self.socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "plugin socket never appeared"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::from_path(&self.socket).unwrap()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.endpoint()).with_timeout(Duration::from_secs(10))
+    }
+
+    /// Replaces the fault-injection rules.
+    pub fn set_faults(&self, rules: &str) {
+        fs::write(self.dir.join("faults"), rules).unwrap();
+    }
+
+    /// The call trace so far, one line per RPC.
+    pub fn trace(&self) -> Vec<String> {
+        fs::read_to_string(self.dir.join("trace"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The RPC names of the call trace, for order assertions.
+    pub fn trace_methods(&self) -> Vec<String> {
+        self.trace()
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or("").to_string())
+            .collect()
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("plugin.log")).unwrap_or_default()
+    }
+
+    /// Waits for the plugin process to exit on its own; its exit code.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Sends SIGTERM and waits; the plugin removes its socket.
+    pub fn stop(&mut self) -> Option<i32> {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.wait_exit(Duration::from_secs(10))
+    }
+
+    /// Runs the CLI against this plugin.
+    pub fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(bin());
+        cmd.arg("csi")
+            .arg("-endpoint")
+            .arg(format!("unix://{}", self.socket.display()))
+            .args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
