@@ -1,0 +1,41 @@
+#!/bin/sh
+# Installs what building csi-agent needs on Debian, when it is missing:
+# cmake and g++ for gRPC's C++ core, clippy and rustfmt for `make lint`.
+# Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
+set -eu
+
+missing=""
+command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
+command -v g++ >/dev/null 2>&1 || missing="$missing g++"
+command -v make >/dev/null 2>&1 || missing="$missing make"
+if [ -n "$missing" ]; then
+    echo "installing:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo not found: install Rust 1.80 or newer (https://rustup.rs)" >&2
+    exit 1
+fi
+version=$(rustc --version | awk '{print $2}')
+major=$(echo "$version" | cut -d. -f1)
+minor=$(echo "$version" | cut -d. -f2)
+if [ "$major" -lt 1 ] || { [ "$major" -eq 1 ] && [ "$minor" -lt 80 ]; }; then
+    echo "error: rustc $version is too old: csi-agent needs 1.80 or newer" >&2
+    exit 1
+fi
+for component in clippy rustfmt; do
+    if ! cargo "$([ $component = rustfmt ] && echo fmt || echo clippy)" --version >/dev/null 2>&1; then
+        if command -v rustup >/dev/null 2>&1; then
+            rustup component add "$component"
+        else
+            echo "error: cargo $component is missing and rustup is not installed" >&2
+            exit 1
+        fi
+    fi
+done
+if dpkg -s libsystemd-dev >/dev/null 2>&1; then
+    echo "warning: libsystemd-dev is installed: grpcio-sys would link libsystemd, which 'make build' refuses" >&2
+fi
+echo "build dependencies are present"
