@@ -241,7 +241,7 @@ mod tests {
         assert!(parse_rules("Probe").unwrap_err().contains("no action"));
         assert!(parse_rules("Probe sleep=5x")
             .unwrap_err()
-            .contains("bad duration"));
+            .contains("invalid duration"));
     }
 
     #[test]
