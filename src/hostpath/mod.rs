@@ -20,9 +20,12 @@ pub mod state;
 
 use std::fmt;
 use std::fs;
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
@@ -148,11 +151,20 @@ pub fn run(config: Config) -> Result<(), Error> {
         .register_service(csi_grpc::create_node(service))
         .build()
         .map_err(Error::Grpc)?;
-    let target = format!("unix:{}", socket.display());
+    // Bind under a temporary name and rename once serving, so that the
+    // socket's appearance means the plugin answers: a CO that waits for the
+    // file, as the spec says, never meets a refused connection.
+    let binding = socket.with_file_name(format!(".csi-{}.sock", std::process::id()));
+    remove_stale_socket(&binding)?;
+    let target = format!("unix:{}", binding.display());
     server
         .add_listening_port(target, ServerCredentials::insecure())
         .map_err(Error::Grpc)?;
     server.start();
+    fs::rename(&binding, &socket).map_err(|err| Error::Socket {
+        path: socket.clone(),
+        err,
+    })?;
     log::info!("hostpath plugin serving on {}", socket.display());
 
     if let Some(signal) = signals.forever().next() {
@@ -249,12 +261,16 @@ impl Service {
                     Ok(_) => log::debug!("{method} {fields}: OK"),
                     Err(s) => log::debug!("{method} {fields}: {:?} {}", s.code(), s.message()),
                 }
-                // The answer is queued by success/fail; the returned future only
-                // reports delivery, which nobody here waits for.
-                drop(match result {
-                    Ok(resp) => sink.success(resp),
-                    Err(s) => sink.fail(s),
-                });
+                // Wait until the answer is sent: dropping the last reference
+                // to a call whose final batch is still in flight makes gRPC
+                // core cancel it, and the client would see CANCELLED.
+                let sent = match result {
+                    Ok(resp) => block_on(sink.success(resp)),
+                    Err(s) => block_on(sink.fail(s)),
+                };
+                if let Err(err) = sent {
+                    log::debug!("{method}: the answer was not delivered: {err}");
+                }
             });
         if let Err(err) = spawned {
             log::error!("cannot start a thread for {method}: {err}");
@@ -312,6 +328,26 @@ impl csi_grpc::Identity for Service {
                 });
             Ok(resp)
         });
+    }
+}
+
+/// Runs a future to completion on this thread: enough for the one future a
+/// unary answer returns, without an async runtime.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => thread::park(),
+        }
     }
 }
 

@@ -99,13 +99,17 @@ impl Plugin {
         Ok(())
     }
 
-    fn node_stage(
+    /// The checks NodeStage and NodePublish share: a valid volume ID, a
+    /// file-system capability, and the volume attached here with its publish
+    /// context passed back.
+    fn check_mountable<'a>(
         &self,
-        req: &pb::NodeStageVolumeRequest,
-    ) -> RpcResult<pb::NodeStageVolumeResponse> {
-        let id = volume_id("volume_id", &req.volume_id)?;
-        let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let cap = convert::capability_from_field(&req.volume_capability)
+        volume: &'a str,
+        capability: &protobuf::MessageField<pb::VolumeCapability>,
+        publish_context: &std::collections::HashMap<String, String>,
+    ) -> RpcResult<(&'a str, Capability)> {
+        let id = volume_id("volume_id", volume)?;
+        let cap = convert::capability_from_field(capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         if cap.attachment_mode == AttachmentMode::BlockDevice {
             return Err(status(
@@ -113,7 +117,17 @@ impl Plugin {
                 "block-device is not supported",
             ));
         }
-        self.check_attached(id, &req.publish_context)?;
+        self.check_attached(id, publish_context)?;
+        Ok((id, cap))
+    }
+
+    fn node_stage(
+        &self,
+        req: &pb::NodeStageVolumeRequest,
+    ) -> RpcResult<pb::NodeStageVolumeResponse> {
+        let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
+        let (id, cap) =
+            self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         if !staging.is_dir() {
             return Err(status(
                 Code::FailedPrecondition,
@@ -193,18 +207,10 @@ impl Plugin {
         &self,
         req: &pb::NodePublishVolumeRequest,
     ) -> RpcResult<pb::NodePublishVolumeResponse> {
-        let id = volume_id("volume_id", &req.volume_id)?;
         let target = Path::new(required("target_path", &req.target_path)?);
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let cap = convert::capability_from_field(&req.volume_capability)
-            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        if cap.attachment_mode == AttachmentMode::BlockDevice {
-            return Err(status(
-                Code::InvalidArgument,
-                "block-device is not supported",
-            ));
-        }
-        self.check_attached(id, &req.publish_context)?;
+        let (id, _) =
+            self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         let dir = self.volume_dir(id);
         let mut state = self.lock();
         if !holds(staging, &dir)? {

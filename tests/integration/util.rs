@@ -215,5 +215,11 @@ impl Drop for Plugin {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!(
+                "--- hostpath plugin log ---\n{}--- end of plugin log ---",
+                self.log()
+            );
+        }
     }
 }
