@@ -8,8 +8,10 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CARGO   ?= cargo
 BIN     := target/debug/csi-agent
+# How long `make fuzz` runs, in seconds.
+FUZZ_TIME ?= 300
 
-.PHONY: all deps build test unit lint bench demo install uninstall clean
+.PHONY: all deps build test lint bench demo fuzz install uninstall clean
 
 all: build
 
@@ -41,6 +43,15 @@ bench: build
 ## demo: the hostpath plugin driven through a full CSI cycle by `csi-agent csi`
 demo: build
 	scripts/demo.sh $(BIN)
+
+## fuzz: fuzz the HCL parser for FUZZ_TIME seconds (cargo-fuzz on nightly,
+## both installed when missing; not part of `test` or CI)
+fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	mkdir -p fuzz/corpus/hcl_parse
+	cp tests/fixtures/*.hcl fuzz/corpus/hcl_parse/
+	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
 
 ## install: the binary into $(DESTDIR)$(PREFIX)/bin
 install: build

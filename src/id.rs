@@ -1,8 +1,18 @@
-//! IDs that become path components (volume, plugin, alloc and task IDs).
+//! IDs that become path components (volume, plugin, job, group, alloc and
+//! task IDs).
 //!
 //! They are validated once, where they enter the agent, so that no ID can
-//! name a path outside the directory it belongs in: only `[A-Za-z0-9._-]`,
-//! not `.` or `..`, at most 128 bytes.
+//! name a path outside the directory it belongs in: only `[A-Za-z0-9._-]`
+//! and square brackets, not `.` or `..`, at most 128 bytes.
+//!
+//! DESIGN.md allows `[A-Za-z0-9._-]`; the brackets are added because
+//! Nomad's `per_alloc` volumes are named `source[N]` (instance N of a group
+//! mounts the volume `data[N]`), and such a volume ID must be accepted
+//! everywhere a volume ID is: in specs, by the hostpath plugin, and in the
+//! staging paths named after it. Brackets are ordinary bytes in a path
+//! component; only `/` and NUL are special there, and both stay excluded.
+//! One rule for every ID keeps a volume that one layer accepts from being
+//! refused by the next.
 
 use std::fmt;
 
@@ -45,9 +55,9 @@ pub fn validate(what: &str, id: &str) -> Result<(), InvalidId> {
     }
     if !id
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'[' | b']'))
     {
-        return fail("only letters, digits, '.', '_' and '-' are allowed");
+        return fail("only letters, digits, '.', '_', '-', '[' and ']' are allowed");
     }
     Ok(())
 }
@@ -64,6 +74,8 @@ mod tests {
             "A_b",
             ".hidden",
             "a..b",
+            "test-volume[0]",
+            "[]",
             &"x".repeat(128),
         ] {
             assert_eq!(validate("volume ID", id), Ok(()), "{id}");
@@ -72,21 +84,17 @@ mod tests {
 
     #[test]
     fn rejects_ids_that_could_escape_their_directory() {
+        const CHARSET: &str = "only letters, digits, '.', '_', '-', '[' and ']' are allowed";
         for (id, reason) in [
             ("", "must not be empty"),
             (".", "must not be . or .."),
             ("..", "must not be . or .."),
-            ("a/b", "only letters, digits, '.', '_' and '-' are allowed"),
-            (
-                "../etc",
-                "only letters, digits, '.', '_' and '-' are allowed",
-            ),
-            ("a b", "only letters, digits, '.', '_' and '-' are allowed"),
-            (
-                "vol\0",
-                "only letters, digits, '.', '_' and '-' are allowed",
-            ),
-            ("é", "only letters, digits, '.', '_' and '-' are allowed"),
+            ("a/b", CHARSET),
+            ("../etc", CHARSET),
+            ("a b", CHARSET),
+            ("vol\0", CHARSET),
+            ("é", CHARSET),
+            ("vol{0}", CHARSET),
         ] {
             assert_eq!(
                 validate("volume ID", id).unwrap_err().reason,
@@ -101,7 +109,7 @@ mod tests {
         );
         assert_eq!(
             validate("volume ID", "a/b").unwrap_err().to_string(),
-            "invalid volume ID \"a/b\": only letters, digits, '.', '_' and '-' are allowed"
+            format!("invalid volume ID \"a/b\": {CHARSET}")
         );
     }
 }

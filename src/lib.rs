@@ -17,12 +17,13 @@
 //! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
+//! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture, with test-only fault injection and call tracing |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`cli`] | argument parsing and the direct plugin client `csi-agent csi ...` |
 //!
 //! Still to come, per DESIGN.md: `plugin/` (registry, instance manager),
-//! `volume/` (claims), `spec/` (typed HCL specs), `task/` (exec driver),
+//! `volume/` (claims), `task/` (exec driver),
 //! `state/` (persistence), `api/` (control API) and `agent.rs` (main loop).
 //!
 //! # Departures from DESIGN.md
@@ -30,6 +31,8 @@
 //! - DESIGN.md's module table has no home for the built-in plugin, which
 //!   the foundation issue asks for; it is [`hostpath`], a CSI *server*, and
 //!   the only code besides [`csi`] that touches generated protobuf.
+//! - IDs may also contain `[` and `]`, for Nomad's `per_alloc` volume
+//!   names such as `data[0]`; see [`id`].
 //! - `main.rs` only dispatches; the command implementations and the small
 //!   flag parser live in [`cli`] so they are unit-testable.
 //!
@@ -48,6 +51,7 @@ pub mod hcl;
 pub mod hostpath;
 pub mod id;
 pub mod mount;
+pub mod spec;
 pub mod units;
 
 /// An error and its `source()` chain on one line: `a: b: c`.

@@ -7,6 +7,7 @@
 pub mod args;
 pub mod csi_cmd;
 pub mod json;
+pub mod validate;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ usage: csi-agent COMMAND [ARGS]
 commands:
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
+  validate   check agent configs, volume specs and job files
   version    print the version
 
 Run `csi-agent COMMAND -help` for a command's usage.";
@@ -34,6 +36,7 @@ pub enum CliError {
     Csi(crate::csi::Error),
     Mismatch(crate::csi::Mismatch),
     Hostpath(crate::hostpath::Error),
+    Validate(validate::Failed),
 }
 
 impl fmt::Display for CliError {
@@ -43,6 +46,7 @@ impl fmt::Display for CliError {
             CliError::Csi(e) => e.fmt(f),
             CliError::Mismatch(e) => write!(f, "capability check failed: {e}"),
             CliError::Hostpath(e) => write!(f, "hostpath plugin: {e}"),
+            CliError::Validate(e) => e.fmt(f),
         }
     }
 }
@@ -92,6 +96,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || csi_cmd::run(rest)))
+            },
+        ),
+        "validate" => (
+            validate::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(validate::run(rest))
             },
         ),
         "version" | "-version" | "--version" => {

@@ -1,0 +1,459 @@
+//! Job specs: `job "<name>" { group "<name>" { ... } }`, in Nomad's format.
+//!
+//! A group holds its instance count, restart policy, the volumes its tasks
+//! may mount, services, and tasks (see `task.rs`). The volume rules are
+//! checked here, where the group's count is known: csi volumes need both
+//! modes, reader-only modes need `read_only = true`, block devices take no
+//! mount options, and a single-node mode shared by several instances needs
+//! `per_alloc`, which gives instance N the volume `source[N]`.
+
+use std::time::Duration;
+
+use crate::csi::{AccessMode, AttachmentMode, Capability, MountOptions};
+use crate::hcl::{Block, Body, Pos};
+
+use super::decode::{Decoder, Fields};
+use super::encode::Writer;
+use super::service::{decode_service, write_service, Service};
+use super::task::{decode_task, write_task, Task};
+use super::volume::{decode_mount_options, write_mount_options};
+use super::{keywords, Decoded, Invalid, Kept};
+
+/// Top-level blocks of Nomad job files (HCL2 variables) that csi-agent
+/// ignores.
+const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
+
+/// Keys of Nomad's `job` block that csi-agent ignores.
+const JOB_IGNORED: &[&str] = &[
+    "affinity",
+    "all_at_once",
+    "constraint",
+    "consul",
+    "consul_token",
+    "datacenters",
+    "id",
+    "meta",
+    "migrate",
+    "multiregion",
+    "name",
+    "namespace",
+    "node_pool",
+    "parameterized",
+    "periodic",
+    "priority",
+    "region",
+    "reschedule",
+    "spread",
+    "type",
+    "ui",
+    "update",
+    "vault",
+    "vault_token",
+];
+
+/// Keys of Nomad's `group` block that csi-agent ignores.
+const GROUP_IGNORED: &[&str] = &[
+    "affinity",
+    "constraint",
+    "consul",
+    "disconnect",
+    "ephemeral_disk",
+    "max_client_disconnect",
+    "meta",
+    "migrate",
+    "network",
+    "prevent_reschedule_on_lost",
+    "reschedule",
+    "scaling",
+    "shutdown_delay",
+    "spread",
+    "stop_after_client_disconnect",
+    "update",
+    "vault",
+];
+
+const RESTART_IGNORED: &[&str] = &["render_templates"];
+
+const VOLUME_IGNORED: &[&str] = &["sticky"];
+
+/// A job: its name and its groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub name: String,
+    pub groups: Vec<Group>,
+    /// Nomad keys csi-agent does not act on, as written, from the file's
+    /// top level and the job block.
+    pub ignored: Vec<Kept>,
+}
+
+/// A group of tasks run together, `count` times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub name: String,
+    /// How many instances (allocations) to run; 1 unless set.
+    pub count: u64,
+    pub restart: Restart,
+    /// The volumes tasks may mount, by alias, in file order.
+    pub volumes: Vec<GroupVolume>,
+    /// Parsed and validated, not run by csi-agent.
+    pub services: Vec<Service>,
+    pub tasks: Vec<Task>,
+    pub ignored: Vec<Kept>,
+}
+
+impl Group {
+    /// The volume with this alias.
+    pub fn volume(&self, alias: &str) -> Option<&GroupVolume> {
+        self.volumes.iter().find(|v| v.alias == alias)
+    }
+}
+
+/// What to do when a task fails: restart it up to `attempts` times within
+/// `interval`, `delay` apart, then `mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restart {
+    pub attempts: u64,
+    pub interval: Duration,
+    pub delay: Duration,
+    pub mode: RestartMode,
+    pub ignored: Vec<Kept>,
+}
+
+impl Default for Restart {
+    /// Nomad's defaults for service jobs.
+    fn default() -> Restart {
+        Restart {
+            attempts: 2,
+            interval: Duration::from_secs(30 * 60),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+            ignored: Vec::new(),
+        }
+    }
+}
+
+keywords! {
+    /// What happens once a task has used up its restart attempts.
+    pub enum RestartMode ("restart mode") {
+        /// The task, and so the group instance, fails.
+        Fail = "fail",
+        /// Wait until the interval has passed, then try again.
+        Delay = "delay",
+    }
+}
+
+keywords! {
+    /// Where a group volume comes from.
+    pub enum VolumeType ("volume type") {
+        /// A registered CSI volume, claimed through its plugin.
+        Csi = "csi",
+        /// A `host_volume` of the agent configuration.
+        Host = "host",
+    }
+}
+
+/// `volume "<alias>" { ... }` in a group: a volume the group's tasks may
+/// mount.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupVolume {
+    /// The name `volume_mount` blocks use.
+    pub alias: String,
+    pub volume_type: VolumeType,
+    /// The volume ID (csi) or host volume name (host). With `per_alloc`,
+    /// instance N uses `source[N]`.
+    pub source: String,
+    pub read_only: bool,
+    /// Always set for csi volumes.
+    pub access_mode: Option<AccessMode>,
+    /// Always set for csi volumes.
+    pub attachment_mode: Option<AttachmentMode>,
+    pub per_alloc: bool,
+    /// Override the volume's own mount options, field by field.
+    pub mount_options: MountOptions,
+    pub ignored: Vec<Kept>,
+}
+
+impl GroupVolume {
+    /// The capability the group claims, for csi volumes.
+    pub fn capability(&self) -> Option<Capability> {
+        Some(
+            Capability::new(self.access_mode?, self.attachment_mode?)
+                .with_mount_options(self.mount_options.clone()),
+        )
+    }
+
+    /// The volume ID or host volume name for instance `index` of the group.
+    pub fn source_for(&self, index: u64) -> String {
+        if self.per_alloc {
+            format!("{}[{index}]", self.source)
+        } else {
+            self.source.clone()
+        }
+    }
+}
+
+impl Job {
+    /// Decodes and validates a job file; `file` names it in messages.
+    pub fn decode(src: &str, file: &str) -> Result<Decoded<Job>, Invalid> {
+        Decoder::run(src, file, decode_job)
+    }
+
+    /// The job as HCL that decodes to it, environment and mount flags
+    /// included.
+    pub fn to_hcl(&self) -> String {
+        let mut w = Writer::new();
+        let (top, inside): (Vec<Kept>, Vec<Kept>) = self
+            .ignored
+            .iter()
+            .cloned()
+            .partition(|kept| FILE_IGNORED.contains(&kept.name.as_str()));
+        w.kept(&top);
+        w.open("job", Some(&self.name));
+        w.kept(&inside);
+        for group in &self.groups {
+            write_group(&mut w, group);
+        }
+        w.close();
+        w.finish()
+    }
+}
+
+fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
+    let mut f = dec.top(body, "the job file");
+    let mut ignored = f.ignore(FILE_IGNORED);
+    let jobs = f.labeled_blocks("job");
+    f.finish();
+    let Some(&(block, ref name)) = jobs.first() else {
+        dec.error(
+            first_item_pos(body),
+            "a job file needs a job block: job \"NAME\" { ... }",
+        );
+        return Job {
+            name: String::new(),
+            groups: Vec::new(),
+            ignored,
+        };
+    };
+    for (extra, _) in &jobs[1..] {
+        dec.error(
+            extra.kind.span.start,
+            format!(
+                "a job file holds one job, and job {name:?} is declared at {}",
+                block.kind.span.start
+            ),
+        );
+    }
+    dec.check_id(block.labels[0].span.start, "job ID", name);
+    let mut j = f.labeled(block, name);
+    let mut groups = Vec::new();
+    for (group, group_name) in j.labeled_blocks("group") {
+        groups.push(decode_group(&j, group, group_name));
+    }
+    if groups.is_empty() {
+        j.error(j.pos(), format!("{} needs at least one group", j.what()));
+    }
+    ignored.extend(j.ignore(JOB_IGNORED));
+    j.finish();
+    Job {
+        name: name.clone(),
+        groups,
+        ignored,
+    }
+}
+
+/// Where "the file has no job" is reported: its first item, or its start.
+fn first_item_pos(body: &Body) -> Pos {
+    body.items
+        .first()
+        .map_or(Pos::new(1, 1), |item| item.span().start)
+}
+
+fn decode_group(f: &Fields<'_>, block: &Block, name: String) -> Group {
+    let mut g = f.labeled(block, &name);
+    g.dec()
+        .check_id(block.labels[0].span.start, "group name", &name);
+    let count = g.u64("count").unwrap_or(1);
+    let restart = g
+        .block("restart")
+        .map(|block| decode_restart(&mut g.nested(block)))
+        .unwrap_or_default();
+    let mut volumes = Vec::new();
+    for (block, alias) in g.labeled_blocks("volume") {
+        let mut v = g.labeled(block, &alias);
+        if alias.is_empty() {
+            v.error(block.labels[0].span.start, "volume name must not be empty");
+        }
+        volumes.push(decode_group_volume(&mut v, alias, count, g.what()));
+    }
+    let services = g
+        .blocks("service")
+        .into_iter()
+        .map(|block| decode_service(&mut g.nested(block)))
+        .collect();
+    let mut tasks = Vec::new();
+    for (block, task_name) in g.labeled_blocks("task") {
+        let mut t = g.labeled(block, &task_name);
+        g.dec()
+            .check_id(block.labels[0].span.start, "task name", &task_name);
+        tasks.push(decode_task(&mut t, task_name, &volumes, g.what()));
+    }
+    if tasks.is_empty() {
+        g.error(g.pos(), format!("{} needs at least one task", g.what()));
+    }
+    let ignored = g.ignore(GROUP_IGNORED);
+    g.finish();
+    Group {
+        name,
+        count,
+        restart,
+        volumes,
+        services,
+        tasks,
+        ignored,
+    }
+}
+
+fn decode_restart(f: &mut Fields<'_>) -> Restart {
+    let defaults = Restart::default();
+    let restart = Restart {
+        attempts: f.u64("attempts").unwrap_or(defaults.attempts),
+        interval: f.duration("interval").unwrap_or(defaults.interval),
+        delay: f.duration("delay").unwrap_or(defaults.delay),
+        mode: f.parsed("mode").unwrap_or(defaults.mode),
+        ignored: f.ignore(RESTART_IGNORED),
+    };
+    f.finish();
+    restart
+}
+
+/// Decodes a group volume and checks it against the group's `count`.
+fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &str) -> GroupVolume {
+    let volume_type = f.parsed("type");
+    let volume_type = f.require("type", volume_type).unwrap_or(VolumeType::Csi);
+    let source = f.string_at("source");
+    let source = f.require("source", source);
+    let read_only = f.bool("read_only").unwrap_or(false);
+    let access_at = f.parsed_at::<AccessMode>("access_mode");
+    let access = access_at.map(|(mode, _)| mode);
+    let attachment_mode = f.parsed("attachment_mode");
+    let per_alloc = f.bool("per_alloc").unwrap_or(false);
+    let mount_block = f.block("mount_options");
+    let mount_options = mount_block
+        .map(|block| decode_mount_options(&mut f.nested(block)))
+        .unwrap_or_default();
+    let ignored = f.ignore(VOLUME_IGNORED);
+    let dec = f.dec();
+    if let Some((source, pos)) = &source {
+        let what = match volume_type {
+            VolumeType::Csi => "volume ID",
+            VolumeType::Host => "host volume name",
+        };
+        if dec.check_id(*pos, what, source) && per_alloc {
+            // The last instance's volume ID must be valid too.
+            dec.check_id(
+                *pos,
+                what,
+                &format!("{source}[{}]", count.saturating_sub(1)),
+            );
+        }
+    }
+    match volume_type {
+        VolumeType::Csi => {
+            f.require("access_mode", access);
+            f.require("attachment_mode", attachment_mode);
+        }
+        VolumeType::Host => {
+            if let Some(block) = mount_block {
+                f.error(
+                    block.kind.span.start,
+                    format!("mount_options in {} apply only to csi volumes", f.what()),
+                );
+            }
+        }
+    }
+    if let Some((mode, pos)) = access_at {
+        if mode.is_read_only() && !read_only {
+            f.error(
+                pos,
+                format!(
+                    "access_mode {:?} in {} needs read_only = true",
+                    mode.as_str(),
+                    f.what()
+                ),
+            );
+        }
+        let single_node = matches!(
+            mode,
+            AccessMode::SingleNodeWriter
+                | AccessMode::SingleNodeReaderOnly
+                | AccessMode::SingleNodeSingleWriter
+                | AccessMode::SingleNodeMultiWriter
+        );
+        if single_node && count > 1 && !per_alloc {
+            f.error(
+                pos,
+                format!(
+                    "{} is {mode}, which one instance at a time can claim, but {group} has count = {count}: set per_alloc = true to give each instance its own volume",
+                    f.what()
+                ),
+            );
+        }
+    }
+    if let (Some(AttachmentMode::BlockDevice), Some(block)) = (attachment_mode, mount_block) {
+        f.error(
+            block.kind.span.start,
+            format!(
+                "{} is a block-device volume and cannot have mount_options",
+                f.what()
+            ),
+        );
+    }
+    f.finish();
+    GroupVolume {
+        alias,
+        volume_type,
+        source: source.map(|(source, _)| source).unwrap_or_default(),
+        read_only,
+        access_mode: access,
+        attachment_mode,
+        per_alloc,
+        mount_options,
+        ignored,
+    }
+}
+
+fn write_group(w: &mut Writer, group: &Group) {
+    w.open("group", Some(&group.name));
+    w.plain("count", group.count);
+    let restart = &group.restart;
+    w.open("restart", None);
+    w.plain("attempts", restart.attempts);
+    w.duration("interval", restart.interval);
+    w.duration("delay", restart.delay);
+    w.string("mode", restart.mode.as_str());
+    w.kept(&restart.ignored);
+    w.close();
+    for volume in &group.volumes {
+        w.open("volume", Some(&volume.alias));
+        w.string("type", volume.volume_type.as_str());
+        w.string("source", &volume.source);
+        w.plain("read_only", volume.read_only);
+        w.opt_string("access_mode", volume.access_mode.map(AccessMode::as_str));
+        w.opt_string(
+            "attachment_mode",
+            volume.attachment_mode.map(AttachmentMode::as_str),
+        );
+        w.plain("per_alloc", volume.per_alloc);
+        write_mount_options(w, &volume.mount_options);
+        w.kept(&volume.ignored);
+        w.close();
+    }
+    for service in &group.services {
+        write_service(w, service);
+    }
+    for task in &group.tasks {
+        write_task(w, task);
+    }
+    w.kept(&group.ignored);
+    w.close();
+}

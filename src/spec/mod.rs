@@ -1,0 +1,271 @@
+//! Typed, validated specs decoded from HCL: the agent configuration, volume
+//! specs (what `volume register` and `volume create` read) and job specs.
+//!
+//! The formats are Nomad's, so that a Nomad user's files work as they are,
+//! and decoding is strict, so that a typo is an error and not a setting
+//! silently left at its default. Every error carries `file:line:col` and
+//! every error of a file is reported, not only the first: `unknown attribute
+//! "acess_mode" in volume "data" (did you mean "access_mode"?)`.
+//!
+//! Real Nomad files hold much that csi-agent does not do (scheduling,
+//! networking, updates, templates). Those keys parse, are kept as written in
+//! the spec's `ignored` lists, and produce one warning each ("ignored by
+//! csi-agent") instead of drowning the user in errors. Services, checks and
+//! Consul Connect sidecars are decoded and validated like everything else
+//! and kept in the spec, but the agent does not run them. A task driver
+//! other than `exec` is one error, and its driver-specific `config` is not
+//! examined.
+//!
+//! Validation happens during decoding, while positions are at hand: the
+//! specs themselves hold no positions, only values with defaults applied,
+//! in the crate's domain types ([`AccessMode`](crate::csi::AccessMode),
+//! [`MountOptions`](crate::csi::MountOptions), [`Secrets`](crate::csi::Secrets),
+//! [`Propagation`](crate::mount::Propagation), [`Duration`](std::time::Duration),
+//! sizes in bytes). Secrets and mount flags keep their redacting `Debug` and
+//! `Display` inside the specs. Each spec writes itself back as HCL with
+//! `to_hcl`, which decodes to the same spec.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `decode.rs` | the strict decoder: typed getters, seen keys, collected errors and warnings |
+//! | `suggest.rs` | did-you-mean by edit distance |
+//! | `encode.rs` | the HCL writer behind `to_hcl` |
+//! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks |
+//! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
+//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
+//! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
+//! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
+
+mod agent;
+mod decode;
+mod encode;
+mod job;
+mod service;
+mod suggest;
+mod task;
+mod volume;
+
+use std::fmt;
+
+use crate::hcl::{self, Body, Pos};
+
+pub use agent::{AgentConfig, HostVolume, PluginConfig, DEFAULT_DATA_DIR};
+pub use encode::format_duration;
+pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
+pub use service::{
+    Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
+};
+pub use task::{CsiPlugin, ExecConfig, Resources, Task, VolumeMount};
+pub use volume::{Topology, TopologyRequest, VolumeSpec};
+
+/// A spec decoded without errors, with the warnings found on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded<T> {
+    pub spec: T,
+    pub warnings: Vec<Warning>,
+}
+
+/// A file that did not decode: every error found, each with its position,
+/// in reading order, and the warnings found on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    pub errors: Vec<hcl::Error>,
+    pub warnings: Vec<Warning>,
+}
+
+impl fmt::Display for Invalid {
+    /// One error per line, as `file:line:col: message`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, err) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{err}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// Something csi-agent accepted but will not act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub file: String,
+    pub pos: Pos,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: warning: {}",
+            self.file, self.pos.line, self.pos.col, self.message
+        )
+    }
+}
+
+/// An attribute or block that csi-agent does not act on, kept as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    /// The attribute key or block type, such as `datacenters`.
+    pub name: String,
+    /// The item's source text, from its name to the end of its value or
+    /// its closing brace.
+    pub text: String,
+}
+
+/// The three kinds of file csi-agent reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Agent,
+    Volume,
+    Job,
+}
+
+impl FileKind {
+    /// Tells the kind from the top level of a file: a `job` block makes a
+    /// job file, a `plugin_id` attribute a volume spec, anything else an
+    /// agent configuration.
+    pub fn of(body: &Body) -> FileKind {
+        if body.blocks_named("job").next().is_some() {
+            FileKind::Job
+        } else if body.attribute("plugin_id").is_some() {
+            FileKind::Volume
+        } else {
+            FileKind::Agent
+        }
+    }
+}
+
+impl fmt::Display for FileKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FileKind::Agent => "agent config",
+            FileKind::Volume => "volume spec",
+            FileKind::Job => "job",
+        })
+    }
+}
+
+/// A spec of any of the three kinds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecFile {
+    Agent(AgentConfig),
+    Volume(Box<VolumeSpec>),
+    Job(Job),
+}
+
+impl SpecFile {
+    /// Decodes `src` as whichever kind of file [`FileKind::of`] says it is.
+    pub fn decode(src: &str, file: &str) -> Result<Decoded<SpecFile>, Invalid> {
+        let kind = match hcl::parse(src, file) {
+            Ok(body) => FileKind::of(&body),
+            Err(err) => {
+                return Err(Invalid {
+                    errors: vec![err],
+                    warnings: Vec::new(),
+                })
+            }
+        };
+        fn wrap<T>(
+            decoded: Result<Decoded<T>, Invalid>,
+            make: fn(T) -> SpecFile,
+        ) -> Result<Decoded<SpecFile>, Invalid> {
+            decoded.map(|d| Decoded {
+                spec: make(d.spec),
+                warnings: d.warnings,
+            })
+        }
+        match kind {
+            FileKind::Agent => wrap(AgentConfig::decode(src, file), SpecFile::Agent),
+            FileKind::Volume => wrap(VolumeSpec::decode(src, file), |v| {
+                SpecFile::Volume(Box::new(v))
+            }),
+            FileKind::Job => wrap(Job::decode(src, file), SpecFile::Job),
+        }
+    }
+
+    pub fn kind(&self) -> FileKind {
+        match self {
+            SpecFile::Agent(_) => FileKind::Agent,
+            SpecFile::Volume(_) => FileKind::Volume,
+            SpecFile::Job(_) => FileKind::Job,
+        }
+    }
+}
+
+/// Defines an enum of keywords with its user-facing names, `Display` and a
+/// `FromStr` whose error lists the accepted names.
+macro_rules! keywords {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident ($what:literal) {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in the order the documentation lists them.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The name users write.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = crate::csi::model::ParseError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|value| value.as_str() == s)
+                    .ok_or_else(|| crate::csi::model::ParseError {
+                        what: $what,
+                        value: s.to_string(),
+                        accepted: $name::ALL.iter().map(|value| value.as_str()).collect(),
+                    })
+            }
+        }
+    };
+}
+pub(crate) use keywords;
+
+keywords! {
+    /// What a CSI plugin serves: the node service, the controller service,
+    /// or both (a monolith).
+    pub enum PluginType ("plugin type") {
+        Node = "node",
+        Controller = "controller",
+        Monolith = "monolith",
+    }
+}
+
+impl PluginType {
+    /// Whether the plugin serves the node service.
+    pub fn has_node(self) -> bool {
+        matches!(self, PluginType::Node | PluginType::Monolith)
+    }
+
+    /// Whether the plugin serves the controller service.
+    pub fn has_controller(self) -> bool {
+        matches!(self, PluginType::Controller | PluginType::Monolith)
+    }
+}

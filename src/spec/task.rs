@@ -1,0 +1,404 @@
+//! Tasks: `task "<name>" { driver = "exec" ... }`, their volume mounts and
+//! the `csi_plugin` block that makes a task a CSI plugin.
+//!
+//! csi-agent runs `exec` tasks only. Any other driver is one error, and its
+//! `config` block, whose keys belong to that driver, is not examined.
+//! Volume mounts are checked against the group's volumes: the volume must
+//! be declared, and `bidirectional` propagation, which lets the task create
+//! mounts visible on the host, needs a read-write volume and mount (a task
+//! that can change the host's mount table must at least own a writable
+//! volume).
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use crate::hcl::Pos;
+use crate::mount::Propagation;
+
+use super::agent::absolute_path;
+use super::decode::Fields;
+use super::encode::Writer;
+use super::job::GroupVolume;
+use super::service::{decode_service, write_service, Service};
+use super::suggest::nearest;
+use super::{Kept, PluginType};
+
+/// Keys of Nomad's `task` block that csi-agent ignores.
+const TASK_IGNORED: &[&str] = &[
+    "action",
+    "affinity",
+    "artifact",
+    "constraint",
+    "consul",
+    "dispatch_payload",
+    "identity",
+    "kill_signal",
+    "kind",
+    "leader",
+    "lifecycle",
+    "logs",
+    "meta",
+    "restart",
+    "schedule",
+    "scaling",
+    "shutdown_delay",
+    "template",
+    "vault",
+];
+
+/// Keys of Nomad's exec driver `config` that csi-agent ignores.
+const EXEC_CONFIG_IGNORED: &[&str] = &["cap_add", "cap_drop", "ipc_mode", "pid_mode", "work_dir"];
+
+const RESOURCES_IGNORED: &[&str] = &["device", "disk", "iops", "network", "numa"];
+
+const VOLUME_MOUNT_IGNORED: &[&str] = &["selinux_label"];
+
+/// How long a task has to exit after SIGTERM, as in Nomad.
+const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A task, run by the `exec` driver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub name: String,
+    pub config: ExecConfig,
+    pub env: BTreeMap<String, String>,
+    /// The user to run as; the agent's own user when `None`.
+    pub user: Option<String>,
+    /// How long the task has after SIGTERM before SIGKILL.
+    pub kill_timeout: Duration,
+    /// Parsed and kept; not enforced yet.
+    pub resources: Option<Resources>,
+    pub volume_mounts: Vec<VolumeMount>,
+    /// Set when the task is a CSI plugin.
+    pub csi_plugin: Option<CsiPlugin>,
+    /// Parsed and validated, not run by csi-agent.
+    pub services: Vec<Service>,
+    pub ignored: Vec<Kept>,
+}
+
+/// `config { command, args }` of an exec task.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecConfig {
+    pub command: String,
+    pub args: Vec<String>,
+    pub ignored: Vec<Kept>,
+}
+
+/// `resources { cpu, cores, memory, memory_max }`, as Nomad writes them
+/// (MHz, cores, MiB).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Resources {
+    pub cpu: Option<u64>,
+    pub cores: Option<u64>,
+    pub memory: Option<u64>,
+    pub memory_max: Option<u64>,
+    pub ignored: Vec<Kept>,
+}
+
+/// `volume_mount { volume, destination, read_only, propagation_mode }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// The alias of a volume of the task's group.
+    pub volume: String,
+    /// Where the volume appears for the task.
+    pub destination: String,
+    /// As written; the mount is read-only if this or the group volume's
+    /// `read_only` is set.
+    pub read_only: bool,
+    pub propagation: Propagation,
+    pub ignored: Vec<Kept>,
+}
+
+/// `csi_plugin { ... }`: the task is a CSI plugin, which the agent
+/// registers once its socket answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiPlugin {
+    pub id: String,
+    pub plugin_type: PluginType,
+    /// Where the task finds the directory of its socket.
+    pub mount_dir: PathBuf,
+    /// Where the task finds the staging and publish directories; never
+    /// inside `mount_dir`.
+    pub stage_publish_base_dir: PathBuf,
+    /// How long the plugin has to become healthy after it starts.
+    pub health_timeout: Duration,
+}
+
+/// Decodes a task of a group whose volumes are `volumes`; `group` names the
+/// group in messages.
+pub(crate) fn decode_task(
+    f: &mut Fields<'_>,
+    name: String,
+    volumes: &[GroupVolume],
+    group: &str,
+) -> Task {
+    let driver = f.string_at("driver");
+    let driver = f.require("driver", driver);
+    let config = match driver {
+        Some((driver, _)) if driver == "exec" => {
+            let block = f.block("config");
+            let block = f.require_block("config", block);
+            block.map(|block| decode_exec_config(&mut f.nested(block)))
+        }
+        Some((driver, pos)) => {
+            f.error(
+                pos,
+                format!("driver {driver:?} is not supported: csi-agent runs \"exec\" tasks"),
+            );
+            f.keep_silently(&["config"]);
+            None
+        }
+        None => {
+            f.keep_silently(&["config"]);
+            None
+        }
+    };
+    let env = f.map("env").unwrap_or_default();
+    let user = f.string("user");
+    let kill_timeout = f.duration("kill_timeout").unwrap_or(DEFAULT_KILL_TIMEOUT);
+    let resources = f
+        .block("resources")
+        .map(|block| decode_resources(&mut f.nested(block)));
+    let volume_mounts = f
+        .blocks("volume_mount")
+        .into_iter()
+        .filter_map(|block| decode_volume_mount(&mut f.nested(block), volumes, group))
+        .collect();
+    let csi_plugin = f
+        .block("csi_plugin")
+        .and_then(|block| decode_csi_plugin(&mut f.nested(block)));
+    let services = f
+        .blocks("service")
+        .into_iter()
+        .map(|block| decode_service(&mut f.nested(block)))
+        .collect();
+    let ignored = f.ignore(TASK_IGNORED);
+    f.finish();
+    Task {
+        name,
+        config: config.unwrap_or_default(),
+        env,
+        user,
+        kill_timeout,
+        resources,
+        volume_mounts,
+        csi_plugin,
+        services,
+        ignored,
+    }
+}
+
+fn decode_exec_config(f: &mut Fields<'_>) -> ExecConfig {
+    let command = f.string_at("command");
+    let command = f.require("command", command);
+    if let Some((command, pos)) = &command {
+        if command.is_empty() {
+            f.error(
+                *pos,
+                format!("\"command\" in {} must not be empty", f.what()),
+            );
+        }
+    }
+    let config = ExecConfig {
+        command: command.map(|(command, _)| command).unwrap_or_default(),
+        args: f.strings("args").unwrap_or_default(),
+        ignored: f.ignore(EXEC_CONFIG_IGNORED),
+    };
+    f.finish();
+    config
+}
+
+pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
+    let resources = Resources {
+        cpu: f.u64("cpu"),
+        cores: f.u64("cores"),
+        memory: f.u64("memory"),
+        memory_max: f.u64("memory_max"),
+        ignored: f.ignore(RESOURCES_IGNORED),
+    };
+    f.finish();
+    resources
+}
+
+fn decode_volume_mount(
+    f: &mut Fields<'_>,
+    volumes: &[GroupVolume],
+    group: &str,
+) -> Option<VolumeMount> {
+    let volume = f.string_at("volume");
+    let volume = f.require("volume", volume);
+    let destination = f.string_at("destination");
+    let destination = f.require("destination", destination);
+    let read_only = f.bool("read_only").unwrap_or(false);
+    let propagation_at = f.parsed_at("propagation_mode");
+    let propagation = propagation_at.map(|(propagation, _)| propagation);
+    let ignored = f.ignore(VOLUME_MOUNT_IGNORED);
+    let mut declared = None;
+    if let Some((alias, pos)) = &volume {
+        declared = volumes.iter().find(|v| &v.alias == alias);
+        if declared.is_none() {
+            let aliases: Vec<&str> = volumes.iter().map(|v| v.alias.as_str()).collect();
+            let hint = match nearest(alias, &aliases) {
+                Some(near) => format!(" (did you mean {near:?}?)"),
+                None => String::new(),
+            };
+            f.error(
+                *pos,
+                format!(
+                    "{} names volume {alias:?}, which {group} does not declare{hint}",
+                    f.what()
+                ),
+            );
+        }
+    }
+    if let Some((destination, pos)) = &destination {
+        if destination.is_empty() {
+            f.error(
+                *pos,
+                format!("\"destination\" in {} must not be empty", f.what()),
+            );
+        } else if Path::new(destination)
+            .components()
+            .any(|c| c == Component::ParentDir)
+        {
+            f.error(
+                *pos,
+                format!(
+                    "\"destination\" in {} must not contain \"..\", found {destination:?}",
+                    f.what()
+                ),
+            );
+        }
+    }
+    if let Some((Propagation::Bidirectional, pos)) = propagation_at {
+        let volume_read_only = declared.is_some_and(|v| v.read_only);
+        if read_only || volume_read_only {
+            let which = if read_only { "the mount" } else { "the volume" };
+            f.error(
+                pos,
+                format!(
+                    "propagation_mode \"bidirectional\" in {} needs a read-write volume and mount, and {which} is read-only",
+                    f.what()
+                ),
+            );
+        }
+    }
+    f.finish();
+    Some(VolumeMount {
+        volume: volume?.0,
+        destination: destination?.0,
+        read_only,
+        propagation: propagation.unwrap_or(Propagation::Private),
+        ignored,
+    })
+}
+
+fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
+    let id = f.string_at("id");
+    if let Some((id, pos)) = &id {
+        f.dec().check_id(*pos, "plugin ID", id);
+    }
+    let id = f.require("id", id);
+    let plugin_type = f.parsed("type");
+    let plugin_type = f.require("type", plugin_type);
+    let mount_dir = plain_path(f, "mount_dir");
+    let mount_dir_valid = mount_dir.is_some() || !f.has("mount_dir");
+    let mount_dir = mount_dir.map_or_else(|| PathBuf::from("/csi"), |(path, _)| path);
+    let base = plain_path(f, "stage_publish_base_dir");
+    let base_valid = base.is_some() || !f.has("stage_publish_base_dir");
+    let (base, base_pos) = base.unwrap_or_else(|| (PathBuf::from("/local/csi"), f.pos()));
+    if mount_dir_valid && base_valid && base.starts_with(&mount_dir) {
+        f.error(
+            base_pos,
+            format!(
+                "stage_publish_base_dir {:?} in {} must not be inside mount_dir {:?}: the plugin's socket directory would hide the volumes' mounts",
+                base.display().to_string(),
+                f.what(),
+                mount_dir.display().to_string()
+            ),
+        );
+    }
+    let health_timeout = f
+        .duration("health_timeout")
+        .unwrap_or(Duration::from_secs(30));
+    f.finish();
+    Some(CsiPlugin {
+        id: id?.0,
+        plugin_type: plugin_type?,
+        mount_dir,
+        stage_publish_base_dir: base,
+        health_timeout,
+    })
+}
+
+/// An absolute path without `..` components, with its position.
+fn plain_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
+    let (path, pos) = absolute_path(f, key)?;
+    if path.components().any(|c| c == Component::ParentDir) {
+        f.error(
+            pos,
+            format!("{key:?} in {} must not contain \"..\"", f.what()),
+        );
+        return None;
+    }
+    Some((path, pos))
+}
+
+pub(crate) fn write_task(w: &mut Writer, task: &Task) {
+    w.open("task", Some(&task.name));
+    w.string("driver", "exec");
+    w.open("config", None);
+    w.string("command", &task.config.command);
+    w.strings("args", &task.config.args);
+    w.kept(&task.config.ignored);
+    w.close();
+    w.map("env", &task.env);
+    w.opt_string("user", task.user.as_deref());
+    w.duration("kill_timeout", task.kill_timeout);
+    if let Some(resources) = &task.resources {
+        write_resources(w, resources);
+    }
+    for mount in &task.volume_mounts {
+        w.open("volume_mount", None);
+        w.string("volume", &mount.volume);
+        w.string("destination", &mount.destination);
+        w.plain("read_only", mount.read_only);
+        w.string("propagation_mode", mount.propagation.as_str());
+        w.kept(&mount.ignored);
+        w.close();
+    }
+    if let Some(plugin) = &task.csi_plugin {
+        w.open("csi_plugin", None);
+        w.string("id", &plugin.id);
+        w.string("type", plugin.plugin_type.as_str());
+        w.string("mount_dir", &plugin.mount_dir.to_string_lossy());
+        w.string(
+            "stage_publish_base_dir",
+            &plugin.stage_publish_base_dir.to_string_lossy(),
+        );
+        w.duration("health_timeout", plugin.health_timeout);
+        w.close();
+    }
+    for service in &task.services {
+        write_service(w, service);
+    }
+    w.kept(&task.ignored);
+    w.close();
+}
+
+pub(crate) fn write_resources(w: &mut Writer, resources: &Resources) {
+    w.open("resources", None);
+    for (key, value) in [
+        ("cpu", resources.cpu),
+        ("cores", resources.cores),
+        ("memory", resources.memory),
+        ("memory_max", resources.memory_max),
+    ] {
+        if let Some(value) = value {
+            w.plain(key, value);
+        }
+    }
+    w.kept(&resources.ignored);
+    w.close();
+}

@@ -1,0 +1,139 @@
+//! The agent configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use csi_agent::csi::Endpoint;
+use csi_agent::spec::{AgentConfig, HostVolume, PluginConfig, PluginType};
+use log::LevelFilter;
+
+use super::{agent, assert_one_error, fixture, ok};
+
+#[test]
+fn an_empty_config_takes_every_default() {
+    let config = ok(agent("")).spec;
+    assert_eq!(config, AgentConfig::default());
+    assert_eq!(config.data_dir, PathBuf::from("/var/lib/csi-agent"));
+    assert_eq!(config.plugin_heartbeat, Duration::from_secs(30));
+    assert_eq!(config.log_level, LevelFilter::Info);
+    assert_eq!(config.node_name, None);
+}
+
+#[test]
+fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
+    let decoded = ok(agent(fixture("agent.hcl")));
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let expected = AgentConfig {
+        data_dir: PathBuf::from("/var/lib/csi-agent"),
+        node_name: Some("node-1".to_string()),
+        log_level: LevelFilter::Debug,
+        plugin_heartbeat: Duration::from_secs(60),
+        plugins: vec![
+            PluginConfig {
+                id: "hostpath".to_string(),
+                socket: Endpoint::from_path("/run/csi/hostpath.sock").unwrap(),
+                plugin_type: PluginType::Monolith,
+            },
+            PluginConfig {
+                id: "ebs-controller".to_string(),
+                socket: Endpoint::from_path("/run/csi/ebs-controller.sock").unwrap(),
+                plugin_type: PluginType::Controller,
+            },
+        ],
+        host_volumes: vec![
+            HostVolume {
+                name: "certs".to_string(),
+                path: PathBuf::from("/etc/ssl/certs"),
+                read_only: true,
+            },
+            HostVolume {
+                name: "scratch".to_string(),
+                path: PathBuf::from("/srv/scratch"),
+                read_only: false,
+            },
+        ],
+    };
+    assert_eq!(decoded.spec, expected);
+}
+
+#[test]
+fn the_agent_config_round_trips_through_hcl() {
+    let config = ok(agent(fixture("agent.hcl"))).spec;
+    let text = config.to_hcl();
+    let again = ok(agent(&text)).spec;
+    assert_eq!(again, config, "{text}");
+    assert_eq!(again.to_hcl(), text);
+}
+
+#[test]
+fn plugin_needs_a_type_of_node_controller_or_monolith() {
+    assert_one_error(
+        "plugin \"p\" {\n  socket = \"/run/p.sock\"\n}\n",
+        r#"test.hcl:1:1: missing required attribute "type" in plugin "p""#,
+    );
+    assert_one_error(
+        "plugin \"p\" {\n  socket = \"/run/p.sock\"\n  type = \"both\"\n}\n",
+        r#"test.hcl:3:10: "type" in plugin "p": unknown plugin type "both" (expected one of: node, controller, monolith)"#,
+    );
+}
+
+#[test]
+fn plugin_socket_must_fit_a_unix_socket_address() {
+    let long = format!("/run/{}.sock", "x".repeat(100));
+    assert_one_error(
+        &format!("plugin \"p\" {{\n  socket = {long:?}\n  type = \"node\"\n}}\n"),
+        &format!(
+            "test.hcl:2:12: \"socket\" in plugin \"p\": socket path {long:?} is 110 bytes, longer than the 107-byte limit of a unix socket address"
+        ),
+    );
+}
+
+#[test]
+fn plugin_socket_must_be_a_unix_socket() {
+    assert_one_error(
+        "plugin \"p\" {\n  socket = \"tcp://127.0.0.1:9000\"\n  type = \"node\"\n}\n",
+        r#"test.hcl:2:12: "socket" in plugin "p": unsupported endpoint "tcp://127.0.0.1:9000": scheme "tcp" is not supported, CSI plugins are reached over unix sockets (unix:///path/to/csi.sock)"#,
+    );
+}
+
+#[test]
+fn plugin_ids_become_paths_and_are_validated() {
+    assert_one_error(
+        "plugin \"..\" {\n  socket = \"/run/p.sock\"\n  type = \"node\"\n}\n",
+        r#"test.hcl:1:8: invalid plugin ID "..": must not be . or .."#,
+    );
+}
+
+#[test]
+fn data_dir_must_be_absolute() {
+    assert_one_error(
+        "data_dir = \"var/lib\"\n",
+        r#"test.hcl:1:12: "data_dir" in the agent config must be an absolute path, found "var/lib""#,
+    );
+}
+
+#[test]
+fn node_name_must_not_be_empty() {
+    assert_one_error(
+        "node_name = \"\"\n",
+        r#"test.hcl:1:13: "node_name" must not be empty (leave it out to use the host name)"#,
+    );
+}
+
+#[test]
+fn log_levels_are_the_log_crates() {
+    let config = ok(agent("log_level = \"WARN\"\n")).spec;
+    assert_eq!(config.log_level, LevelFilter::Warn);
+}
+
+#[test]
+fn host_volume_needs_an_absolute_path() {
+    assert_one_error(
+        "host_volume \"h\" {\n  read_only = true\n}\n",
+        r#"test.hcl:1:1: missing required attribute "path" in host_volume "h""#,
+    );
+    assert_one_error(
+        "host_volume \"h\" {\n  path = \"srv\"\n}\n",
+        r#"test.hcl:2:10: "path" in host_volume "h" must be an absolute path, found "srv""#,
+    );
+}

@@ -1,0 +1,182 @@
+//! `csi-agent validate` as a user runs it: summaries, every error with its
+//! position, warnings, exit codes, and no secret in any output.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use crate::util::{bin, TestDir};
+
+fn fixture(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    path.to_string_lossy().into_owned()
+}
+
+fn validate(files: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("validate")
+        .args(files)
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn validate_summarizes_each_kind_of_file() {
+    let (agent, volume, job) = (
+        fixture("agent.hcl"),
+        fixture("volume-register.hcl"),
+        fixture("job-per-alloc.hcl"),
+    );
+    let out = validate(&[&agent, &volume, &job]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        format!("{agent}: agent config: data_dir /var/lib/csi-agent, node_name node-1, log_level debug, plugin_heartbeat 1m\n"),
+        "  plugin \"hostpath\": monolith at unix:///run/csi/hostpath.sock\n".to_string(),
+        "  host_volume \"certs\": /etc/ssl/certs (read-only)\n".to_string(),
+        format!("{volume}: volume spec: csi volume \"ebs_prod_db1\" (\"database\") on plugin \"ebs-prod\"\n"),
+        "  capability single-node-writer/file-system\n".to_string(),
+        "  secrets: example_secret\n".to_string(),
+        format!("{job}: job \"example\"\n"),
+        "  group \"cache\": count 2, restart 2 attempts in 30m (15s apart, then fail)\n".to_string(),
+        "    volume \"cache-volume\": csi \"test-volume[0..1]\" single-node-writer/file-system (fs_type=ext4 mount_flags=[REDACTED]) (read-write)\n".to_string(),
+        "    task \"redis\": exec /usr/bin/redis-server (2 arguments)\n".to_string(),
+        "      volume_mount \"cache-volume\" at ${NOMAD_ALLOC_DIR}/data (read-write, private)\n".to_string(),
+    ] {
+        assert!(text.contains(&expected), "no {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn validate_says_services_are_not_run() {
+    let out = validate(&[&fixture("job-web.hcl")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("    service \"web\", 1 check, connect (not run by csi-agent)\n"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn validate_prints_a_warning_for_each_ignored_nomad_key() {
+    let job = fixture("job-per-alloc.hcl");
+    let out = validate(&[&job]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{job}:7:3: warning: \"datacenters\" in job \"example\" is ignored by csi-agent\n\
+             {job}:25:5: warning: \"network\" in group \"cache\" is ignored by csi-agent\n"
+        )
+    );
+}
+
+#[test]
+fn validate_reports_every_error_with_its_position_and_exits_1() {
+    let dir = TestDir::new();
+    let path = dir.join("job.hcl");
+    std::fs::write(
+        &path,
+        "job \"j\" {\n  group \"g\" {\n    cuont = 2\n    task \"t\" {\n      driver = \"exec\"\n      kill_timeout = 30\n      config {\n        comand = \"/bin/true\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let out = validate(&[&path]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{path}:3:5: unknown attribute \"cuont\" in group \"g\" (did you mean \"count\"?)\n\
+             {path}:6:22: \"kill_timeout\" in task \"t\" must be a string, found a number\n\
+             {path}:8:9: unknown attribute \"comand\" in config in task \"t\" (did you mean \"command\"?)\n\
+             error: 1 of 1 file did not validate\n"
+        )
+    );
+}
+
+#[test]
+fn validate_checks_every_file_after_a_failure() {
+    let docker = fixture("nomad-docker-job.hcl");
+    let agent = fixture("agent.hcl");
+    let out = validate(&[&docker, &agent]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).starts_with(&format!("{agent}: agent config")));
+    let errors = stderr(&out);
+    assert!(
+        errors.contains(&format!(
+            "{docker}:24:16: driver \"docker\" is not supported: csi-agent runs \"exec\" tasks\n"
+        )),
+        "{errors}"
+    );
+    assert!(!errors.contains("image"), "{errors}");
+    assert!(
+        errors.ends_with("error: 1 of 2 files did not validate\n"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn validate_never_prints_secrets_mount_flags_or_environment_values() {
+    let out = validate(&[
+        &fixture("volume-register.hcl"),
+        &fixture("job-per-alloc.hcl"),
+    ]);
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    for secret in ["plugh", "noatime", "nodiratime", "--dir"] {
+        assert!(!all.contains(secret), "{secret:?} in:\n{all}");
+    }
+    assert!(all.contains("example_secret"), "{all}");
+    assert!(all.contains("env: MOUNT_PATH"), "{all}");
+}
+
+#[test]
+fn validate_reads_stdin_for_a_dash() {
+    let mut child = Command::new(bin())
+        .args(["validate", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"log_level = \"warn\"\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("<stdin>: agent config: data_dir /var/lib/csi-agent"));
+}
+
+#[test]
+fn validate_reports_a_file_it_cannot_read() {
+    let dir = TestDir::new();
+    let missing = dir.join("missing.hcl").to_string_lossy().into_owned();
+    let out = validate(&[&missing]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with(&format!("error: failed to read {missing}: ")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn validate_without_files_is_a_usage_error() {
+    let out = validate(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate FILE..."));
+    let out = validate(&["-strict", "x.hcl"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: unknown flag -strict\n"));
+}
