@@ -20,7 +20,8 @@
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture, with test-only fault injection and call tracing |
 //! | [`id`] | validation of IDs that become path components |
-//! | [`cli`] | argument parsing and the direct plugin client `csi-agent csi ...` |
+//! | [`units`] | durations (`30s`, `1h30m`) and byte sizes (`10GiB`) as users write them |
+//! | [`cli`] | argument parsing, the direct plugin client `csi-agent csi ...`, and `csi-agent validate` |
 //!
 //! Still to come, per DESIGN.md: `plugin/` (registry, instance manager),
 //! `volume/` (claims), `task/` (exec driver),

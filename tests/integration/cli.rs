@@ -165,38 +165,13 @@ fn secrets_and_mount_flags_never_reach_any_output_even_at_trace() {
     let staging = plugin.dir.mkdir("staging");
     let staging = staging.to_str().unwrap();
     // A successful stage, then a failing one (unknown volume), both with secrets.
-    outputs.push(plugin.cli(
-        &[
-            "node",
-            "stage",
-            "v",
-            "-staging",
-            staging,
-            "-cap",
-            &cap,
-            "-publish-context",
-            &ctx,
-            "-secret",
-            &secret,
-        ],
-        &trace,
-    ));
-    outputs.push(plugin.cli(
-        &[
-            "node",
-            "stage",
-            "nope",
-            "-staging",
-            staging,
-            "-cap",
-            &cap,
-            "-publish-context",
-            &ctx,
-            "-secret",
-            &secret,
-        ],
-        &trace,
-    ));
+    let stage = |volume: &str| {
+        let args = ["node", "stage", volume, "-staging", staging, "-cap", &cap];
+        let more = ["-publish-context", &ctx, "-secret", &secret];
+        plugin.cli(&[&args[..], &more[..]].concat(), &trace)
+    };
+    outputs.push(stage("v"));
+    outputs.push(stage("nope"));
     // A malformed secret flag.
     outputs.push(plugin.cli(
         &[
