@@ -1,7 +1,7 @@
 //! Durations and byte sizes as users write them, in Nomad's spelling:
 //! `500ms`, `30s`, `5m`, `1h30m`; `1048576`, `512MiB`, `10GiB`, `1GB`.
 
-use std::fmt;
+use std::fmt::{self, Write};
 use std::time::Duration;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +68,34 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     Ok(total)
 }
 
+/// A duration in the form [`parse_duration`]
+/// reads back exactly: `1h30m`, `45s`, `500ms`, `1500us`, `0s`.
+pub fn format_duration(value: Duration) -> String {
+    let nanos = value.subsec_nanos();
+    if nanos != 0 {
+        let total = value.as_nanos();
+        return if nanos % 1_000_000 == 0 {
+            format!("{}ms", total / 1_000_000)
+        } else if nanos % 1_000 == 0 {
+            format!("{}us", total / 1_000)
+        } else {
+            format!("{total}ns")
+        };
+    }
+    let secs = value.as_secs();
+    if secs == 0 {
+        return "0s".to_string();
+    }
+    let mut out = String::new();
+    let (hours, minutes, seconds) = (secs / 3600, secs / 60 % 60, secs % 60);
+    for (amount, unit) in [(hours, "h"), (minutes, "m"), (seconds, "s")] {
+        if amount > 0 {
+            let _ = write!(out, "{amount}{unit}");
+        }
+    }
+    out
+}
+
 /// Parses a byte size: a plain number of bytes, or a number with a decimal
 /// (`KB`, `MB`, `GB`, `TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`) unit.
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
@@ -122,6 +150,24 @@ pub fn format_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_format_as_they_are_written() {
+        for (secs, nanos, text) in [
+            (5400, 0, "1h30m"),
+            (30, 0, "30s"),
+            (3661, 0, "1h1m1s"),
+            (0, 500_000_000, "500ms"),
+            (1, 500_000_000, "1500ms"),
+            (0, 1_500, "1500ns"),
+            (0, 2_000, "2us"),
+            (0, 0, "0s"),
+        ] {
+            let value = Duration::new(secs, nanos);
+            assert_eq!(format_duration(value), text);
+            assert_eq!(parse_duration(text), Ok(value), "{text}");
+        }
+    }
 
     #[test]
     fn durations_in_nomads_spelling() {

@@ -15,7 +15,8 @@ use std::io::Read as _;
 use super::args::{self, UsageError};
 use super::CliError;
 use crate::csi::Capability;
-use crate::spec::{format_duration, AgentConfig, Group, Job, Service, SpecFile, Task, VolumeSpec};
+use crate::spec::{AgentConfig, Group, Job, Service, SpecFile, Task, VolumeSpec};
+use crate::units::format_duration;
 use crate::units::format_size;
 
 pub const USAGE: &str = "\

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::Kept;
+use crate::units::format_duration;
 
 /// Writes HCL text, two spaces per level of nesting.
 #[derive(Default)]
@@ -154,56 +155,9 @@ pub(crate) fn quote(text: &str) -> String {
     out
 }
 
-/// A duration in the form [`parse_duration`](crate::units::parse_duration)
-/// reads back exactly: `1h30m`, `45s`, `500ms`, `1500us`, `0s`.
-pub fn format_duration(value: Duration) -> String {
-    let nanos = value.subsec_nanos();
-    if nanos != 0 {
-        let total = value.as_nanos();
-        return if nanos % 1_000_000 == 0 {
-            format!("{}ms", total / 1_000_000)
-        } else if nanos % 1_000 == 0 {
-            format!("{}us", total / 1_000)
-        } else {
-            format!("{total}ns")
-        };
-    }
-    let secs = value.as_secs();
-    if secs == 0 {
-        return "0s".to_string();
-    }
-    let mut out = String::new();
-    let (hours, minutes, seconds) = (secs / 3600, secs / 60 % 60, secs % 60);
-    for (amount, unit) in [(hours, "h"), (minutes, "m"), (seconds, "s")] {
-        if amount > 0 {
-            let _ = write!(out, "{amount}{unit}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::parse_duration;
-
-    #[test]
-    fn durations_format_as_they_are_written() {
-        for (secs, nanos, text) in [
-            (5400, 0, "1h30m"),
-            (30, 0, "30s"),
-            (3661, 0, "1h1m1s"),
-            (0, 500_000_000, "500ms"),
-            (1, 500_000_000, "1500ms"),
-            (0, 1_500, "1500ns"),
-            (0, 2_000, "2us"),
-            (0, 0, "0s"),
-        ] {
-            let value = Duration::new(secs, nanos);
-            assert_eq!(format_duration(value), text);
-            assert_eq!(parse_duration(text), Ok(value), "{text}");
-        }
-    }
 
     #[test]
     fn quoted_strings_escape_what_hcl_would_read_differently() {

@@ -50,7 +50,6 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos};
 
 pub use agent::{AgentConfig, HostVolume, PluginConfig, DEFAULT_DATA_DIR};
-pub use encode::format_duration;
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
