@@ -1,4 +1,4 @@
-//! Generates the CSI (and, later, agent and state) protobuf messages and
+//! Generates the CSI, control API and state protobuf messages and the
 //! grpcio service stubs from `proto/` at build time.
 //!
 //! Generated code is not committed: `proto/*.proto` is the single source of
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use protobuf::Message as _;
 use protobuf2::Message as _;
 
-const PROTOS: &[&str] = &["proto/csi.proto"];
+const PROTOS: &[&str] = &["proto/csi.proto", "proto/agent.proto", "proto/state.proto"];
 
 fn main() -> Result<(), Box<dyn Error>> {
     for proto in PROTOS {

@@ -46,13 +46,19 @@
 //! - Every `unsafe` block has a `// SAFETY:` comment (enforced by
 //!   `clippy::undocumented_unsafe_blocks`) and lives in a small function.
 
+pub mod agent;
+pub mod api;
 pub mod cli;
 pub mod csi;
 pub mod hcl;
 pub mod hostpath;
 pub mod id;
 pub mod mount;
+pub mod plugin;
+pub mod proto;
 pub mod spec;
+pub mod state;
+pub mod sys;
 pub mod units;
 
 /// An error and its `source()` chain on one line: `a: b: c`.

@@ -4,9 +4,11 @@
 //! 1 an operation failed, 2 the command line was wrong (with a usage line).
 //! Errors print their whole `source()` chain, numbered.
 
+pub mod agent_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod json;
+pub mod plugin_cmd;
 pub mod validate;
 
 use std::fmt;
@@ -19,6 +21,8 @@ const USAGE: &str = "\
 usage: csi-agent COMMAND [ARGS]
 
 commands:
+  agent      run the agent (-config FILE, or -dev to try it out)
+  plugin     show the plugins the agent supervises (plugin status)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
   validate   check agent configs, volume specs and job files
@@ -37,6 +41,10 @@ pub enum CliError {
     Mismatch(crate::csi::Mismatch),
     Hostpath(crate::hostpath::Error),
     Validate(validate::Failed),
+    Agent(crate::agent::Error),
+    Api(crate::api::client::Error),
+    Config { path: PathBuf, reason: String },
+    Io { what: String, err: std::io::Error },
 }
 
 impl fmt::Display for CliError {
@@ -47,6 +55,12 @@ impl fmt::Display for CliError {
             CliError::Mismatch(e) => write!(f, "capability check failed: {e}"),
             CliError::Hostpath(e) => write!(f, "hostpath plugin: {e}"),
             CliError::Validate(e) => e.fmt(f),
+            CliError::Agent(e) => e.fmt(f),
+            CliError::Api(e) => e.fmt(f),
+            CliError::Config { path, reason } => {
+                write!(f, "invalid agent config {}: {reason}", path.display())
+            }
+            CliError::Io { what, .. } => f.write_str(what),
         }
     }
 }
@@ -55,6 +69,8 @@ impl std::error::Error for CliError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             CliError::Hostpath(e) => e.source(),
+            CliError::Agent(e) => e.source(),
+            CliError::Io { err, .. } => Some(err),
             _ => None,
         }
     }
@@ -63,6 +79,12 @@ impl std::error::Error for CliError {
 impl From<UsageError> for CliError {
     fn from(e: UsageError) -> CliError {
         CliError::Usage(e)
+    }
+}
+
+impl From<crate::api::client::Error> for CliError {
+    fn from(e: crate::api::client::Error) -> CliError {
+        CliError::Api(e)
     }
 }
 
@@ -96,6 +118,22 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || csi_cmd::run(rest)))
+            },
+        ),
+        "agent" => (
+            agent_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(agent_cmd::run(rest))
+            },
+        ),
+        "plugin" => (
+            plugin_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || plugin_cmd::run(rest)))
             },
         ),
         "validate" => (

@@ -7,8 +7,12 @@
 //! [`super::backoff::retry`] or their own schedule, because only they know
 //! whether the operation is worth waiting for.
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
 use std::time::Duration;
 
 use grpcio::{CallOption, ChannelBuilder, EnvBuilder, Environment};
@@ -37,6 +41,26 @@ pub fn grpc_environment() -> Arc<Environment> {
         .clone()
 }
 
+/// Runs a future to completion on this thread: enough for the one future a
+/// unary answer (of a grpcio server) returns, without an async runtime.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => thread::park(),
+        }
+    }
+}
+
 /// A connection to one CSI plugin.
 #[derive(Clone)]
 pub struct Client {
@@ -55,6 +79,12 @@ impl Client {
         let channel = ChannelBuilder::new(grpc_environment())
             // Plugins answer large ListVolumes pages; don't cap at 4 MiB.
             .max_receive_message_len(64 << 20)
+            // A local plugin that restarts is back within milliseconds:
+            // reconnect quickly, and on a channel of our own, so a new
+            // client never inherits another one's reconnect backoff.
+            .initial_reconnect_backoff(Duration::from_millis(100))
+            .max_reconnect_backoff(Duration::from_secs(1))
+            .use_local_subchannel_pool(true)
             .connect(&endpoint.grpc_target());
         Client {
             endpoint: endpoint.clone(),

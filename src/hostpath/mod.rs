@@ -20,16 +20,14 @@ pub mod state;
 
 use std::fmt;
 use std::fs;
-use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
 
+use crate::csi::client::block_on;
 use crate::csi::convert;
 use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
@@ -328,26 +326,6 @@ impl csi_grpc::Identity for Service {
                 });
             Ok(resp)
         });
-    }
-}
-
-/// Runs a future to completion on this thread: enough for the one future a
-/// unary answer returns, without an async runtime.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(output) => return output,
-            Poll::Pending => thread::park(),
-        }
     }
 }
 

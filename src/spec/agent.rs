@@ -7,8 +7,9 @@
 //! plugin_heartbeat = "30s"
 //!
 //! plugin "hostpath" {
-//!   socket = "/run/csi/hostpath.sock"
-//!   type   = "monolith"
+//!   socket         = "/run/csi/hostpath.sock"
+//!   type           = "monolith"
+//!   health_timeout = "30s"
 //! }
 //!
 //! host_volume "certs" {
@@ -65,13 +66,20 @@ impl Default for AgentConfig {
     }
 }
 
-/// `plugin "<id>" { socket, type }`: a CSI plugin the agent connects to but
-/// does not start.
+/// How long a plugin may take to become healthy unless `health_timeout`
+/// says otherwise, as in Nomad's `csi_plugin`.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `plugin "<id>" { socket, type, health_timeout }`: a CSI plugin the agent
+/// connects to but does not start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
     pub id: String,
     pub socket: Endpoint,
     pub plugin_type: PluginType,
+    /// How long the plugin may take to become healthy before it is marked
+    /// unhealthy (probing goes on).
+    pub health_timeout: Duration,
 }
 
 /// `host_volume "<name>" { path, read_only }`: a host directory that jobs
@@ -101,6 +109,7 @@ impl AgentConfig {
             w.open("plugin", Some(&plugin.id));
             w.string("socket", &plugin.socket.path().to_string_lossy());
             w.string("type", plugin.plugin_type.as_str());
+            w.duration("health_timeout", plugin.health_timeout);
             w.close();
         }
         for volume in &self.host_volumes {
@@ -150,12 +159,14 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
         let plugin_type = p.require("type", plugin_type);
         let socket = p.parsed::<Endpoint>("socket");
         let socket = p.require("socket", socket);
+        let health_timeout = p.duration("health_timeout");
         p.finish();
         if let (Some(socket), Some(plugin_type)) = (socket, plugin_type) {
             config.plugins.push(PluginConfig {
                 id,
                 socket,
                 plugin_type,
+                health_timeout: health_timeout.unwrap_or(DEFAULT_HEALTH_TIMEOUT),
             });
         }
     }

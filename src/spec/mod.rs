@@ -49,7 +49,7 @@ use std::fmt;
 
 use crate::hcl::{self, Body, Pos};
 
-pub use agent::{AgentConfig, HostVolume, PluginConfig, DEFAULT_DATA_DIR};
+pub use agent::{AgentConfig, HostVolume, PluginConfig, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT};
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,

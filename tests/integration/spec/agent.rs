@@ -33,11 +33,13 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
                 id: "hostpath".to_string(),
                 socket: Endpoint::from_path("/run/csi/hostpath.sock").unwrap(),
                 plugin_type: PluginType::Monolith,
+                health_timeout: Duration::from_secs(30),
             },
             PluginConfig {
                 id: "ebs-controller".to_string(),
                 socket: Endpoint::from_path("/run/csi/ebs-controller.sock").unwrap(),
                 plugin_type: PluginType::Controller,
+                health_timeout: Duration::from_secs(30),
             },
         ],
         host_volumes: vec![

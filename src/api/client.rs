@@ -1,0 +1,139 @@
+//! The CLI's side of the control API.
+//!
+//! It finds the agent at `-address`, else `$CSI_AGENT_ADDR`, else the
+//! default `data_dir`'s socket, and turns "nobody is listening" into one
+//! clear [`Error::NotRunning`] instead of a gRPC status.
+
+use std::fmt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use grpcio::{CallOption, ChannelBuilder, RpcStatusCode};
+
+use crate::csi::client::grpc_environment;
+use crate::csi::Endpoint;
+use crate::proto::{agent as api, agent_grpc};
+use crate::spec::DEFAULT_DATA_DIR;
+
+/// The environment variable that points the CLI at an agent.
+pub const ADDRESS_ENV: &str = "CSI_AGENT_ADDR";
+
+/// How long a status call may take.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+pub enum Error {
+    /// `-address` or `$CSI_AGENT_ADDR` is not a unix socket path.
+    Address {
+        value: String,
+        reason: String,
+    },
+    /// Nothing accepts connections at the socket.
+    NotRunning {
+        socket: PathBuf,
+    },
+    /// The agent refused the request, with its reason.
+    Refused {
+        code: RpcStatusCode,
+        message: String,
+    },
+    Grpc(grpcio::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Address { value, reason } => {
+                write!(f, "invalid agent address {value:?}: {reason}")
+            }
+            Error::NotRunning { socket } => write!(
+                f,
+                "the agent is not running (nothing listens on {}; start it with `csi-agent agent`, or set -address or ${ADDRESS_ENV})",
+                socket.display()
+            ),
+            Error::Refused { message, .. } => f.write_str(message),
+            Error::Grpc(err) => write!(f, "the control API call failed: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The control socket the CLI talks to: `address` (from `-address`), else
+/// `$CSI_AGENT_ADDR`, else the default data dir's.
+pub fn resolve_address(address: Option<&str>) -> Result<PathBuf, Error> {
+    let env = std::env::var(ADDRESS_ENV).ok().filter(|v| !v.is_empty());
+    match address.map(str::to_string).or(env) {
+        None => Ok(Path::new(DEFAULT_DATA_DIR).join(super::SOCKET_NAME)),
+        Some(value) => value
+            .parse::<Endpoint>()
+            .map(|e| e.path().to_path_buf())
+            .map_err(|e| Error::Address {
+                value,
+                reason: e.to_string(),
+            }),
+    }
+}
+
+/// A connection to a running agent.
+pub struct AgentClient {
+    socket: PathBuf,
+    client: agent_grpc::AgentClient,
+}
+
+impl AgentClient {
+    /// Connects to the agent at `socket`, or says it is not running.
+    pub fn connect(socket: &Path) -> Result<AgentClient, Error> {
+        // A cheap check first, so that a stopped agent is one clear line,
+        // not a gRPC deadline.
+        if UnixStream::connect(socket).is_err() {
+            return Err(Error::NotRunning {
+                socket: socket.to_path_buf(),
+            });
+        }
+        let channel = ChannelBuilder::new(grpc_environment())
+            .use_local_subchannel_pool(true)
+            .connect(&format!("unix:{}", socket.display()));
+        Ok(AgentClient {
+            socket: socket.to_path_buf(),
+            client: agent_grpc::AgentClient::new(channel),
+        })
+    }
+
+    fn opt(timeout: Duration) -> CallOption {
+        CallOption::default().timeout(timeout)
+    }
+
+    fn error(&self, err: grpcio::Error) -> Error {
+        match err {
+            grpcio::Error::RpcFailure(status) if status.code() == RpcStatusCode::UNAVAILABLE => {
+                if status.message().is_empty() || !Path::new(&self.socket).exists() {
+                    Error::NotRunning {
+                        socket: self.socket.clone(),
+                    }
+                } else {
+                    Error::Refused {
+                        code: status.code(),
+                        message: status.message().to_string(),
+                    }
+                }
+            }
+            grpcio::Error::RpcFailure(status) => Error::Refused {
+                code: status.code(),
+                message: status.message().to_string(),
+            },
+            other => Error::Grpc(other),
+        }
+    }
+
+    pub fn plugin_status(&self, id: &str) -> Result<api::PluginStatusResponse, Error> {
+        let req = api::PluginStatusRequest {
+            id: id.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .plugin_status_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+}

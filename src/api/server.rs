@@ -1,0 +1,260 @@
+//! The control API server.
+//!
+//! One thread ("control-api") owns the listening socket and the grpcio
+//! server. It accepts each connection itself, checks the peer's uid with
+//! `SO_PEERCRED`, and only then hands the connection to gRPC
+//! (`add_channel_from_fd`): a refused peer is closed before it can send a
+//! request. The socket is bound under a temporary name, made 0600, and
+//! renamed into place, so it is never reachable with looser permissions.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+use crossbeam_channel::{bounded, Sender};
+use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink};
+
+use super::{ApiError, Call, ErrorKind, Request, Response};
+use crate::csi::client::{block_on, grpc_environment};
+use crate::proto::{agent as api, agent_grpc};
+use crate::sys::peercred;
+
+#[derive(Debug)]
+pub enum Error {
+    Bind { path: PathBuf, err: io::Error },
+    Permissions { path: PathBuf, err: io::Error },
+    Rename { path: PathBuf, err: io::Error },
+    Grpc(grpcio::Error),
+    Thread(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Bind { path, .. } => write!(f, "cannot listen on {}", path.display()),
+            Error::Permissions { path, .. } => {
+                write!(f, "cannot restrict {} to mode 0600", path.display())
+            }
+            Error::Rename { path, .. } => write!(f, "cannot put the socket at {}", path.display()),
+            Error::Grpc(_) => f.write_str("cannot start the gRPC server"),
+            Error::Thread(_) => f.write_str("cannot start the control API thread"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Bind { err, .. }
+            | Error::Permissions { err, .. }
+            | Error::Rename { err, .. }
+            | Error::Thread(err) => Some(err),
+            Error::Grpc(err) => Some(err),
+        }
+    }
+}
+
+/// The running server; [`ControlServer::stop`] removes the socket.
+pub struct ControlServer {
+    path: PathBuf,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Serves the control API at `path`, sending every call to `calls`.
+    pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
+        let listener = bind_private(path)?;
+        let mut server = ServerBuilder::new(grpc_environment())
+            .register_service(agent_grpc::create_agent(Service { calls }))
+            .build()
+            .map_err(Error::Grpc)?;
+        server.start();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stopping = stopping.clone();
+            thread::Builder::new()
+                .name("control-api".into())
+                .spawn(move || {
+                    accept_loop(&listener, &mut server, &stopping);
+                    let _ = block_on(server.shutdown());
+                })
+                .map_err(Error::Thread)?
+        };
+        log::info!("Control API listening on {}", path.display());
+        Ok(ControlServer {
+            path: path.to_path_buf(),
+            stopping,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops accepting, ends the server thread and removes the socket.
+    pub fn stop(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        self.stopping.store(true, Ordering::SeqCst);
+        // Wake the blocking accept with a connection of our own.
+        let _ = UnixStream::connect(&self.path);
+        if thread.join().is_err() {
+            log::error!("The control API thread panicked");
+        }
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+/// Binds a temporary name next to `path`, makes it 0600, and renames it to
+/// `path`, replacing a stale socket of an earlier run.
+fn bind_private(path: &Path) -> Result<UnixListener, Error> {
+    let temp = path.with_file_name(format!(".control-{}.sock", std::process::id()));
+    let _ = fs::remove_file(&temp);
+    let listener = UnixListener::bind(&temp).map_err(|err| Error::Bind {
+        path: temp.clone(),
+        err,
+    })?;
+    let restricted = fs::set_permissions(&temp, fs::Permissions::from_mode(0o600));
+    if let Err(err) = restricted {
+        let _ = fs::remove_file(&temp);
+        return Err(Error::Permissions { path: temp, err });
+    }
+    if let Err(err) = fs::rename(&temp, path) {
+        let _ = fs::remove_file(&temp);
+        return Err(Error::Rename {
+            path: path.to_path_buf(),
+            err,
+        });
+    }
+    Ok(listener)
+}
+
+fn accept_loop(listener: &UnixListener, server: &mut grpcio::Server, stopping: &AtomicBool) {
+    let agent_uid = peercred::current_uid();
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                log::error!("The control API cannot accept connections: {err}");
+                return;
+            }
+        };
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        match peercred::peer_uid(stream.as_raw_fd()) {
+            Ok(uid) if uid == 0 || uid == agent_uid => {}
+            Ok(uid) => {
+                log::warn!("Refused a control API connection from uid {uid}");
+                continue;
+            }
+            Err(err) => {
+                log::warn!("Refused a control API connection whose peer is unknown: {err}");
+                continue;
+            }
+        }
+        if let Err(err) = stream.set_nonblocking(true) {
+            log::warn!("Dropped a control API connection: {err}");
+            continue;
+        }
+        // SAFETY: the fd is a connected stream socket that we own, and
+        // `into_raw_fd` gives up ownership: gRPC closes it.
+        unsafe { server.add_channel_from_fd(stream.into_raw_fd()) };
+    }
+}
+
+/// The grpcio service: forwards each call to the main loop and answers
+/// from another thread, so grpcio's completion queue never waits for it.
+#[derive(Clone)]
+struct Service {
+    calls: Sender<Call>,
+}
+
+impl Service {
+    fn forward<Resp: Send + 'static>(
+        &self,
+        method: &'static str,
+        request: Request,
+        sink: UnarySink<Resp>,
+        answer: fn(Response) -> Option<Resp>,
+    ) {
+        let (reply, replies) = bounded(1);
+        let sent = self.calls.send(Call { request, reply });
+        let spawned = thread::Builder::new()
+            .name(format!("api-{method}"))
+            .spawn(move || {
+                let result = match sent {
+                    Err(_) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        "the agent is shutting down",
+                    )),
+                    Ok(()) => replies.recv().unwrap_or_else(|_| {
+                        Err(ApiError::new(
+                            ErrorKind::Unavailable,
+                            "the agent is shutting down",
+                        ))
+                    }),
+                };
+                let outcome = match result.map(answer) {
+                    Ok(Some(resp)) => block_on(sink.success(resp)),
+                    Ok(None) => block_on(sink.fail(status(&ApiError::new(
+                        ErrorKind::Internal,
+                        format!("the agent answered {method} with another response"),
+                    )))),
+                    Err(err) => block_on(sink.fail(status(&err))),
+                };
+                if let Err(err) = outcome {
+                    log::debug!("{method}: the answer was not delivered: {err}");
+                }
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for {method}: {err}");
+        }
+    }
+}
+
+fn status(err: &ApiError) -> RpcStatus {
+    let code = match err.kind {
+        ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
+        ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
+        ErrorKind::FailedPrecondition => RpcStatusCode::FAILED_PRECONDITION,
+        ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
+        ErrorKind::Internal => RpcStatusCode::INTERNAL,
+    };
+    RpcStatus::with_message(code, err.message.clone())
+}
+
+impl agent_grpc::Agent for Service {
+    fn plugin_status(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::PluginStatusRequest,
+        sink: UnarySink<api::PluginStatusResponse>,
+    ) {
+        self.forward(
+            "PluginStatus",
+            Request::PluginStatus(req),
+            sink,
+            |resp| match resp {
+                Response::PluginStatus(resp) => Some(resp),
+            },
+        );
+    }
+}

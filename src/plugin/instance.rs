@@ -1,0 +1,305 @@
+//! The instance manager: one thread per plugin that owns its connection.
+//!
+//! The thread waits for the socket (inotify through [`SocketWatcher`], so a
+//! plugin is probed the moment its socket appears), probes it quickly at
+//! first and then less often, up to every [`PROBE_CEILING`], fingerprints
+//! it once Probe says ready, and then heartbeats (Probe and a fresh
+//! fingerprint) every `heartbeat`. It reports each outcome to the main loop
+//! and never touches the registry itself.
+//!
+//! Health as the thread sees it: `Pending` until the first good fingerprint
+//! (or until `health_timeout` passes, then `Unhealthy`); `Healthy` while
+//! heartbeats succeed; `Unhealthy` after a failed one or when the socket is
+//! removed. A new socket at the path is probed at once, on a new connection.
+
+use std::io;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::{never, select, unbounded, Receiver, Sender};
+
+use super::watch::{SocketEvent, SocketWatcher, Watch};
+use super::{Fingerprint, Health, PluginSpec, Report};
+use crate::csi::{Backoff, Client};
+
+/// The slowest probing gets while a plugin is not healthy.
+pub const PROBE_CEILING: Duration = Duration::from_secs(5);
+
+/// Probing starts this quickly and doubles up to [`PROBE_CEILING`].
+const PROBE_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), PROBE_CEILING);
+
+/// How long a plugin may take to become healthy, as in Nomad.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deadline of each fingerprint RPC: they are cheap, and a plugin that
+/// cannot answer them in this time is not healthy.
+const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How an instance watches its plugin.
+#[derive(Clone, Copy, Debug)]
+pub struct InstanceSettings {
+    pub heartbeat: Duration,
+    pub health_timeout: Duration,
+}
+
+/// A report, with the instance it comes from: `generation` tells the
+/// reports of a plugin that was removed and added again apart.
+#[derive(Clone, Debug)]
+pub struct InstanceReport {
+    pub id: String,
+    pub generation: u64,
+    pub report: Report,
+}
+
+enum Command {
+    /// The plugin went away for good: end without a last word.
+    Stop,
+    /// The agent is stopping: report unhealthy, then end.
+    Shutdown,
+}
+
+/// The handle of a running instance thread.
+pub struct Instance {
+    generation: u64,
+    commands: Sender<Command>,
+    thread: JoinHandle<()>,
+}
+
+impl Instance {
+    /// Starts the thread for `spec`.
+    pub fn start(
+        spec: PluginSpec,
+        generation: u64,
+        settings: InstanceSettings,
+        watcher: &SocketWatcher,
+        reports: Sender<InstanceReport>,
+    ) -> io::Result<Instance> {
+        let (commands, command_rx) = unbounded();
+        let (socket_tx, socket_events) = unbounded();
+        let watch = match watcher.watch(spec.endpoint.path(), socket_tx) {
+            Ok(watch) => Some(watch),
+            Err(err) => {
+                // Probing still finds the socket, only later.
+                log::warn!(
+                    "Plugin {}: cannot watch {} ({err}); polling instead",
+                    spec.id,
+                    spec.endpoint.path().display()
+                );
+                None
+            }
+        };
+        let client = new_client(&spec);
+        let runner = Runner {
+            spec,
+            generation,
+            settings,
+            client,
+            reports,
+            commands: command_rx,
+            socket_events,
+            _watch: watch,
+            health: Health::Pending,
+        };
+        let thread = thread::Builder::new()
+            .name(format!("plugin-{}", runner.spec.id))
+            .spawn(move || runner.run())?;
+        Ok(Instance {
+            generation,
+            commands,
+            thread,
+        })
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Asks the thread to end without a last report (the plugin was
+    /// deregistered). It ends after any call in flight.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop);
+    }
+
+    /// Asks the thread to report the plugin unhealthy and end.
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits for the thread; a panic in it is logged, not re-raised, since
+    /// the plugin is gone either way.
+    pub fn join(self) {
+        let name = self.thread.thread().name().unwrap_or("plugin").to_string();
+        if self.thread.join().is_err() {
+            log::error!("Thread {name} panicked");
+        }
+    }
+}
+
+fn new_client(spec: &PluginSpec) -> Client {
+    Client::new(&spec.endpoint).with_timeout(FINGERPRINT_TIMEOUT)
+}
+
+/// The outcome of one check of the plugin.
+enum Check {
+    Healthy(Fingerprint),
+    /// Probe answered `ready = false`.
+    NotReady,
+    Failed(String),
+}
+
+struct Runner {
+    spec: PluginSpec,
+    generation: u64,
+    settings: InstanceSettings,
+    client: Client,
+    reports: Sender<InstanceReport>,
+    commands: Receiver<Command>,
+    socket_events: Receiver<SocketEvent>,
+    _watch: Option<Watch>,
+    /// The health last reported.
+    health: Health,
+}
+
+impl Runner {
+    fn run(mut self) {
+        log::debug!(
+            "Plugin {}: watching {}",
+            self.spec.id,
+            self.spec.endpoint.path().display()
+        );
+        // When the current effort to get the plugin healthy began.
+        let mut waiting_since = Instant::now();
+        let mut attempt = 0u32;
+        let mut next_check = Instant::now();
+        loop {
+            let timeout = next_check.saturating_duration_since(Instant::now());
+            select! {
+                recv(self.commands) -> command => match command {
+                    Ok(Command::Stop) | Err(_) => {
+                        log::debug!("Plugin {}: no longer watched", self.spec.id);
+                        self.send(Report::Stopped);
+                        return;
+                    }
+                    Ok(Command::Shutdown) => {
+                        // The last fingerprint, with the connection closed:
+                        // nothing answers it, so the record says unhealthy.
+                        self.client = new_client(&self.spec);
+                        self.set_health(Health::Unhealthy, "the agent stopped".into(), None, None);
+                        self.send(Report::Stopped);
+                        return;
+                    }
+                },
+                recv(self.socket_events) -> event => match event {
+                    Ok(SocketEvent::Appeared) => {
+                        log::debug!("Plugin {}: socket appeared", self.spec.id);
+                        // A new process is behind it: a new connection, at once.
+                        self.client = new_client(&self.spec);
+                        attempt = 0;
+                        next_check = Instant::now();
+                    }
+                    Ok(SocketEvent::Disappeared) => {
+                        log::debug!("Plugin {}: socket removed", self.spec.id);
+                        if self.health == Health::Healthy {
+                            waiting_since = Instant::now();
+                            self.set_health(Health::Unhealthy, "the socket was removed".into(), None, None);
+                        }
+                    }
+                    Err(_) => self.socket_events = never(),
+                },
+                default(timeout) => {
+                    match self.check() {
+                        Check::Healthy(fingerprint) => {
+                            attempt = 0;
+                            self.set_health(Health::Healthy, "probe ready".into(), Some(fingerprint), Some(SystemTime::now()));
+                            next_check = Instant::now() + self.settings.heartbeat;
+                            continue;
+                        }
+                        Check::NotReady => self.not_healthy(waiting_since, "Probe answered not ready".into(), true),
+                        Check::Failed(reason) => {
+                            if self.health == Health::Healthy {
+                                waiting_since = Instant::now();
+                            }
+                            self.not_healthy(waiting_since, reason, false)
+                        }
+                    }
+                    let mut wait = PROBE_BACKOFF.ceiling(attempt);
+                    if self.health == Health::Pending {
+                        // Wake up in time to give up on a slow plugin.
+                        let deadline = waiting_since + self.settings.health_timeout;
+                        wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+                    }
+                    next_check = Instant::now() + wait;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// Probe, and fingerprint when ready.
+    fn check(&self) -> Check {
+        let socket = self.spec.endpoint.path();
+        if !socket.exists() {
+            return Check::Failed(format!("no socket at {}", socket.display()));
+        }
+        match self.client.probe() {
+            Ok(true) => match Fingerprint::take(&self.client, self.spec.plugin_type) {
+                Ok(fingerprint) => Check::Healthy(fingerprint),
+                Err(err) => Check::Failed(format!("fingerprint: {err}")),
+            },
+            Ok(false) => Check::NotReady,
+            Err(err) => Check::Failed(err.to_string()),
+        }
+    }
+
+    /// A check that did not find the plugin healthy: a healthy plugin
+    /// becomes unhealthy at once; a pending one after `health_timeout`.
+    fn not_healthy(&mut self, waiting_since: Instant, reason: String, answered: bool) {
+        let heartbeat = answered.then(SystemTime::now);
+        match self.health {
+            Health::Healthy => self.set_health(Health::Unhealthy, reason, None, heartbeat),
+            Health::Pending if waiting_since.elapsed() >= self.settings.health_timeout => {
+                let reason = format!(
+                    "not healthy within {}: {reason}",
+                    crate::units::format_duration(self.settings.health_timeout)
+                );
+                self.set_health(Health::Unhealthy, reason, None, heartbeat)
+            }
+            Health::Pending | Health::Unhealthy => {
+                log::trace!("Plugin {}: {reason}", self.spec.id);
+                if heartbeat.is_some() {
+                    let health = self.health;
+                    self.set_health(health, reason, None, heartbeat);
+                }
+            }
+        }
+    }
+
+    fn set_health(
+        &mut self,
+        health: Health,
+        reason: String,
+        fingerprint: Option<Fingerprint>,
+        heartbeat: Option<SystemTime>,
+    ) {
+        self.health = health;
+        self.send(Report::Status {
+            health,
+            reason,
+            fingerprint,
+            heartbeat,
+        });
+    }
+
+    fn send(&self, report: Report) {
+        // The main loop is gone only when the agent is exiting.
+        let _ = self.reports.send(InstanceReport {
+            id: self.spec.id.clone(),
+            generation: self.generation,
+            report,
+        });
+    }
+}

@@ -1,0 +1,114 @@
+//! Plugin supervision: the registry, the per-plugin instance manager,
+//! fingerprinting and health.
+//!
+//! Every plugin, whether a `plugin` block of the agent config, the built-in
+//! plugin of `agent -dev` or (later) a task with a `csi_plugin` stanza, is a
+//! [`PluginSpec`] in the [`Registry`], which the main loop owns, and gets one
+//! [`Instance`] thread that owns its gRPC connection: it waits for the
+//! socket with inotify ([`watch`]), probes until the plugin is ready,
+//! [fingerprints](fingerprint) it, and heartbeats, sending each outcome to
+//! the main loop as a [`Report`]. The registry turns reports into health
+//! changes, events and subscriber notifications.
+
+pub mod fingerprint;
+pub mod instance;
+pub mod registry;
+pub mod watch;
+
+use std::fmt;
+use std::time::SystemTime;
+
+use crate::csi::Endpoint;
+use crate::spec::PluginType;
+
+pub use fingerprint::Fingerprint;
+pub use instance::{Instance, InstanceSettings};
+pub use registry::{HealthEvent, PluginRecord, Registry, RegistryEvent};
+
+/// Who registered a plugin, so that the right party removes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// A `plugin` block of the agent config; SIGHUP removes it.
+    Config,
+    /// The built-in hostpath plugin of `agent -dev`.
+    Dev,
+    /// A task with a `csi_plugin` stanza.
+    Task { alloc: String, task: String },
+}
+
+impl Source {
+    /// The form kept in the state and shown by `plugin status`.
+    pub fn as_string(&self) -> String {
+        match self {
+            Source::Config => "config".to_string(),
+            Source::Dev => "dev".to_string(),
+            Source::Task { alloc, task } => format!("task {alloc}/{task}"),
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Source> {
+        match text {
+            "config" => Some(Source::Config),
+            "dev" => Some(Source::Dev),
+            _ => {
+                let (alloc, task) = text.strip_prefix("task ")?.split_once('/')?;
+                Some(Source::Task {
+                    alloc: alloc.to_string(),
+                    task: task.to_string(),
+                })
+            }
+        }
+    }
+}
+
+/// What the agent needs to know to supervise a plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginSpec {
+    pub id: String,
+    pub endpoint: Endpoint,
+    pub plugin_type: PluginType,
+    pub source: Source,
+}
+
+/// Where a plugin's health stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Registered, not healthy yet: waiting for the socket or for `ready`.
+    Pending,
+    Healthy,
+    Unhealthy,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Pending => "pending",
+            Health::Healthy => "healthy",
+            Health::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an instance tells the main loop.
+// A fingerprint makes `Status` large, but reports are few (one per
+// heartbeat) and moved once, so boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum Report {
+    /// The plugin's health now. `fingerprint` is set when one was just
+    /// taken, `heartbeat` when the plugin just answered a probe.
+    Status {
+        health: Health,
+        reason: String,
+        fingerprint: Option<Fingerprint>,
+        heartbeat: Option<SystemTime>,
+    },
+    /// The thread has ended, after a stop or shutdown command.
+    Stopped,
+}

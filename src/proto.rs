@@ -1,0 +1,13 @@
+//! Every generated protobuf module, built by `build.rs` from `proto/`:
+//! `csi` and `csi_grpc` (CSI v1.12.0), `agent` and `agent_grpc` (the control
+//! API) and `state` (the persisted snapshot).
+
+#![allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    unused_qualifications,
+    renamed_and_removed_lints
+)]
+
+include!(concat!(env!("OUT_DIR"), "/proto/mod.rs"));
