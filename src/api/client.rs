@@ -33,6 +33,16 @@ pub enum Error {
     NotRunning {
         socket: PathBuf,
     },
+    /// The socket's permissions keep this user out.
+    PermissionDenied {
+        socket: PathBuf,
+    },
+    /// The agent accepted the connection but no call went through: it
+    /// refused this user, or it is stopping.
+    Unavailable {
+        socket: PathBuf,
+        message: String,
+    },
     /// The agent refused the request, with its reason.
     Refused {
         code: RpcStatusCode,
@@ -50,6 +60,16 @@ impl fmt::Display for Error {
             Error::NotRunning { socket } => write!(
                 f,
                 "the agent is not running (nothing listens on {}; start it with `csi-agent agent`, or set -address or ${ADDRESS_ENV})",
+                socket.display()
+            ),
+            Error::PermissionDenied { socket } => write!(
+                f,
+                "permission denied on {}: the control API is for root and the agent's user only",
+                socket.display()
+            ),
+            Error::Unavailable { socket, message } => write!(
+                f,
+                "the agent at {} did not serve the call ({message}); the control API is for root and the agent's user only",
                 socket.display()
             ),
             Error::Refused { message, .. } => f.write_str(message),
@@ -87,10 +107,18 @@ impl AgentClient {
     pub fn connect(socket: &Path) -> Result<AgentClient, Error> {
         // A cheap check first, so that a stopped agent is one clear line,
         // not a gRPC deadline.
-        if UnixStream::connect(socket).is_err() {
-            return Err(Error::NotRunning {
-                socket: socket.to_path_buf(),
-            });
+        match UnixStream::connect(socket) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(Error::PermissionDenied {
+                    socket: socket.to_path_buf(),
+                })
+            }
+            Err(_) => {
+                return Err(Error::NotRunning {
+                    socket: socket.to_path_buf(),
+                })
+            }
         }
         let channel = ChannelBuilder::new(grpc_environment())
             .use_local_subchannel_pool(true)
@@ -108,13 +136,13 @@ impl AgentClient {
     fn error(&self, err: grpcio::Error) -> Error {
         match err {
             grpcio::Error::RpcFailure(status) if status.code() == RpcStatusCode::UNAVAILABLE => {
-                if status.message().is_empty() || !Path::new(&self.socket).exists() {
+                if UnixStream::connect(&self.socket).is_err() {
                     Error::NotRunning {
                         socket: self.socket.clone(),
                     }
                 } else {
-                    Error::Refused {
-                        code: status.code(),
+                    Error::Unavailable {
+                        socket: self.socket.clone(),
                         message: status.message().to_string(),
                     }
                 }
