@@ -60,6 +60,7 @@ pub mod spec;
 pub mod state;
 pub mod sys;
 pub mod units;
+pub mod volume;
 
 /// An error and its `source()` chain on one line: `a: b: c`.
 pub fn error_chain(err: &dyn std::error::Error) -> String {

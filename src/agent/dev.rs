@@ -17,6 +17,21 @@ use crate::spec::PluginType;
 /// The dev plugin's ID.
 pub const PLUGIN_ID: &str = "hostpath";
 
+/// The volume `-dev` creates on the built-in plugin.
+pub const DEMO_VOLUME: &str = "demo";
+
+pub const DEMO_VOLUME_HCL: &str = r#"
+id        = "demo"
+name      = "demo"
+type      = "csi"
+plugin_id = "hostpath"
+
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+"#;
+
 /// How long the child gets to exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, tick, unbounded, Receiver, Sender};
+use crossbeam_channel::{at, bounded, never, select, tick, unbounded, Receiver, Sender};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 
@@ -33,11 +33,16 @@ use crate::api::server::ControlServer;
 use crate::api::{self, ApiError, Call, Request, Response};
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
 use crate::plugin::watch::SocketWatcher;
-use crate::plugin::{PluginRecord, PluginSpec, Registry, Report, Source};
+use crate::plugin::{Health, PluginRecord, PluginSpec, Registry, RegistryEvent, Report, Source};
 use crate::proto::{agent as apipb, state as statepb};
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 use crate::state::Store;
+use crate::volume::manager::{Dispatch, VolumeManager};
+use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
+
+/// Fold the journal into a new snapshot once it is this large.
+const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
 
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,8 +123,25 @@ pub fn run(options: Options) -> Result<(), Error> {
     let (calls_tx, calls) = unbounded();
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
+    let (done_tx, done) = unbounded();
+    let mut volumes = VolumeManager::new(
+        Paths {
+            data_dir: data_dir.clone(),
+        },
+        done_tx,
+    );
+    volumes.restore(&loaded.state.volumes, &loaded.journal);
+    match crate::mount::MountInfo::read() {
+        Ok(mounts) => volumes.reconcile(&mounts),
+        Err(err) => log::error!("Cannot reconcile the claims with the mount table: {err}"),
+    }
+    let mut registry = restore_registry(&loaded.state);
+    let registry_events = registry.subscribe();
     let mut agent = Agent {
-        registry: restore_registry(&loaded.state),
+        volumes,
+        dispatches: Vec::new(),
+        demo_requested: false,
+        registry,
         dev: None,
         instances: BTreeMap::new(),
         generation: 0,
@@ -135,7 +157,7 @@ pub fn run(options: Options) -> Result<(), Error> {
         agent.dev = Some(plugin);
     }
     agent.sync_plugins();
-    agent.persist();
+    agent.end_turn();
     log::info!(
         "Agent running with data dir {} ({} plugins)",
         data_dir.display(),
@@ -144,9 +166,13 @@ pub fn run(options: Options) -> Result<(), Error> {
 
     let ticker = tick(TICK);
     loop {
+        let retry = agent.volumes.next_retry().map(at).unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
             recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
+            recv(done) -> done => if let Ok(done) = done { agent.completed(done) },
+            recv(registry_events) -> event => if let Ok(event) = event { agent.registry_event(event) },
+            recv(retry) -> _ => {},
             recv(signals.events) -> signal => match signal {
                 Ok(SIGHUP) => agent.reload(),
                 Ok(signal) => {
@@ -157,7 +183,7 @@ pub fn run(options: Options) -> Result<(), Error> {
             },
             recv(ticker) -> _ => agent.tick(),
         }
-        agent.persist();
+        agent.end_turn();
     }
 
     control.stop();
@@ -170,6 +196,11 @@ pub fn run(options: Options) -> Result<(), Error> {
 }
 
 struct Agent {
+    volumes: VolumeManager,
+    /// Jobs planned this turn, submitted once the journal is durable.
+    dispatches: Vec<Dispatch>,
+    /// `-dev`: the demo volume was asked for.
+    demo_requested: bool,
     options: Options,
     registry: Registry,
     dev: Option<DevPlugin>,
@@ -308,11 +339,109 @@ impl Agent {
     }
 
     fn answer(&mut self, call: Call) {
-        let result = match call.request {
-            Request::PluginStatus(req) => self.plugin_status(&req).map(Response::PluginStatus),
+        let reply = call.reply;
+        let registry = &self.registry;
+        let dispatch = match call.request {
+            Request::PluginStatus(req) => {
+                let result = self.plugin_status(&req).map(Response::PluginStatus);
+                // The caller may have given up; that is not the loop's problem.
+                let _ = reply.send(result);
+                None
+            }
+            Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),
+            Request::VolumeCreate(req) => self.volumes.create(&req, reply, registry),
+            Request::VolumeDeregister(req) => {
+                self.volumes.deregister(&req.id, req.force, reply);
+                None
+            }
+            Request::VolumeDelete(req) => self.volumes.delete(&req.id, reply, registry),
+            Request::VolumeStatus(req) => self.volumes.status(&req, reply, registry),
+            Request::VolumeClaim(req) => {
+                self.volumes.claim(&req, reply, registry, Instant::now());
+                None
+            }
+            Request::VolumeRelease(req) => {
+                self.volumes.release(&req.volume_id, &req.alloc_id, reply);
+                None
+            }
         };
-        // The caller may have given up; that is not the loop's problem.
-        let _ = call.reply.send(result);
+        self.dispatches.extend(dispatch);
+    }
+
+    fn completed(&mut self, done: OpDone) {
+        self.volumes.completed(done, &self.registry, Instant::now());
+    }
+
+    fn registry_event(&mut self, event: RegistryEvent) {
+        if let RegistryEvent::HealthChanged {
+            id,
+            new: Health::Healthy,
+            ..
+        } = event
+        {
+            self.volumes.plugin_healthy(&id, Instant::now());
+            if self.dev.is_some() && id == dev::PLUGIN_ID {
+                self.create_demo_volume();
+            }
+        }
+    }
+
+    /// `-dev`: creates the volume `demo` on the built-in plugin, once.
+    fn create_demo_volume(&mut self) {
+        if self.demo_requested || self.volumes.volumes().any(|v| v.id == dev::DEMO_VOLUME) {
+            return;
+        }
+        self.demo_requested = true;
+        let (reply, answer) = bounded(1);
+        let req = apipb::VolumeSpecRequest {
+            file: "(dev demo volume)".into(),
+            hcl: dev::DEMO_VOLUME_HCL.into(),
+            ..Default::default()
+        };
+        let dispatch = self.volumes.create(&req, reply, &self.registry);
+        self.dispatches.extend(dispatch);
+        let spawned = thread::Builder::new()
+            .name("dev-demo".into())
+            .spawn(move || match answer.recv() {
+                Ok(Ok(_)) => log::info!("Created the dev volume {:?}", dev::DEMO_VOLUME),
+                Ok(Err(err)) => log::error!("Cannot create the dev volume: {err}"),
+                Err(_) => {}
+            });
+        if let Err(err) = spawned {
+            log::warn!("Cannot watch the dev volume's creation: {err}");
+        }
+    }
+
+    /// The end of every loop turn: plan the volumes' next steps, make this
+    /// turn's changes durable (one journal sync, or a new snapshot), then
+    /// submit the planned jobs and send the replies.
+    fn end_turn(&mut self) {
+        let now = Instant::now();
+        let planned = self.volumes.plan(&self.registry, now);
+        self.dispatches.extend(planned);
+        let records = self.volumes.take_journal();
+        if self.dirty || self.store.journal_bytes() > COMPACT_JOURNAL_BYTES {
+            self.dirty = true;
+            self.persist();
+        } else if !records.is_empty() {
+            if let Err(err) = self.store.append(&records) {
+                log::error!("Cannot journal the state: {}", crate::error_chain(&err));
+                // A snapshot next turn covers what the journal could not.
+                self.dirty = true;
+            }
+        }
+        for dispatch in std::mem::take(&mut self.dispatches) {
+            match self.instances.get_mut(&dispatch.plugin_id) {
+                Some(running) => running.instance.submit(dispatch.job),
+                None => log::error!(
+                    "No running plugin {} for a volume operation",
+                    dispatch.plugin_id
+                ),
+            }
+        }
+        for (reply, result) in self.volumes.take_outbox() {
+            let _ = reply.send(result);
+        }
     }
 
     fn plugin_status(
@@ -373,11 +502,13 @@ impl Agent {
         if let Some(dev) = &mut self.dev {
             dev.supervise();
         }
+        self.volumes.tick(Instant::now());
     }
 
     fn state(&self) -> statepb::State {
         statepb::State {
             plugins: self.registry.list().map(PluginRecord::to_proto).collect(),
+            volumes: self.volumes.to_proto(),
             ..Default::default()
         }
     }

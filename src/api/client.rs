@@ -22,6 +22,10 @@ pub const ADDRESS_ENV: &str = "CSI_AGENT_ADDR";
 /// How long a status call may take.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a volume call that changes state may take: the agent answers
+/// only once the plugin's RPCs (with their retries) are done.
+pub const CLAIM_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
 #[derive(Debug)]
 pub enum Error {
     /// `-address` or `$CSI_AGENT_ADDR` is not a unix socket path.
@@ -163,5 +167,97 @@ impl AgentClient {
         self.client
             .plugin_status_opt(&req, Self::opt(STATUS_TIMEOUT))
             .map_err(|e| self.error(e))
+    }
+
+    /// Registers an existing volume from the spec `hcl`, read from `file`.
+    pub fn volume_register(
+        &self,
+        file: &str,
+        hcl: &str,
+    ) -> Result<api::VolumeStatusResponse, Error> {
+        self.client
+            .volume_register_opt(&spec_request(file, hcl), Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Creates a volume from the spec `hcl`, read from `file`, and
+    /// registers it.
+    pub fn volume_create(&self, file: &str, hcl: &str) -> Result<api::VolumeStatusResponse, Error> {
+        self.client
+            .volume_create_opt(&spec_request(file, hcl), Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Forgets a volume; with `force`, releases its claims first.
+    pub fn volume_deregister(&self, id: &str, force: bool) -> Result<(), Error> {
+        let req = api::VolumeDeregisterRequest {
+            id: id.to_string(),
+            force,
+            ..Default::default()
+        };
+        self.client
+            .volume_deregister_opt(&req, Self::opt(CLAIM_TIMEOUT))
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    /// Deletes a volume the agent created, then deregisters it.
+    pub fn volume_delete(&self, id: &str) -> Result<(), Error> {
+        let req = api::VolumeDeregisterRequest {
+            id: id.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .volume_delete_opt(&req, Self::opt(CLAIM_TIMEOUT))
+            .map(drop)
+            .map_err(|e| self.error(e))
+    }
+
+    /// The registered volumes, or the one named `id`; with `stats`, the
+    /// agent asks the plugin for usage.
+    pub fn volume_status(&self, id: &str, stats: bool) -> Result<api::VolumeStatusResponse, Error> {
+        let req = api::VolumeStatusRequest {
+            id: id.to_string(),
+            stats,
+            ..Default::default()
+        };
+        self.client
+            .volume_status_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Claims a volume; answers once it is published (and mounted at the
+    /// request's target, when it has one).
+    pub fn volume_claim(
+        &self,
+        req: &api::VolumeClaimRequest,
+    ) -> Result<api::VolumeClaimResponse, Error> {
+        self.client
+            .volume_claim_opt(req, Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Releases the claim of `alloc_id` on `volume_id`.
+    pub fn volume_release(
+        &self,
+        volume_id: &str,
+        alloc_id: &str,
+    ) -> Result<api::VolumeReleaseResponse, Error> {
+        let req = api::VolumeReleaseRequest {
+            volume_id: volume_id.to_string(),
+            alloc_id: alloc_id.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .volume_release_opt(&req, Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+}
+
+fn spec_request(file: &str, hcl: &str) -> api::VolumeSpecRequest {
+    api::VolumeSpecRequest {
+        file: file.to_string(),
+        hcl: hcl.to_string(),
+        ..Default::default()
     }
 }

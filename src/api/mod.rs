@@ -23,12 +23,23 @@ pub const SOCKET_NAME: &str = "control.sock";
 #[derive(Debug)]
 pub enum Request {
     PluginStatus(api::PluginStatusRequest),
+    VolumeRegister(api::VolumeSpecRequest),
+    VolumeCreate(api::VolumeSpecRequest),
+    VolumeDeregister(api::VolumeDeregisterRequest),
+    VolumeDelete(api::VolumeDeregisterRequest),
+    VolumeStatus(api::VolumeStatusRequest),
+    VolumeClaim(api::VolumeClaimRequest),
+    VolumeRelease(api::VolumeReleaseRequest),
 }
 
 /// The main loop's answer to a [`Request`] of the same name.
 #[derive(Debug)]
 pub enum Response {
     PluginStatus(api::PluginStatusResponse),
+    VolumeStatus(api::VolumeStatusResponse),
+    VolumeDeregister(api::VolumeDeregisterResponse),
+    VolumeClaim(api::VolumeClaimResponse),
+    VolumeRelease(api::VolumeReleaseResponse),
 }
 
 /// One API call on its way to the main loop.

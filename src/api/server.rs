@@ -254,7 +254,126 @@ impl agent_grpc::Agent for Service {
             sink,
             |resp| match resp {
                 Response::PluginStatus(resp) => Some(resp),
+                _ => None,
             },
         );
+    }
+
+    fn volume_register(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeSpecRequest,
+        sink: UnarySink<api::VolumeStatusResponse>,
+    ) {
+        self.forward(
+            "VolumeRegister",
+            Request::VolumeRegister(req),
+            sink,
+            status_response,
+        );
+    }
+
+    fn volume_create(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeSpecRequest,
+        sink: UnarySink<api::VolumeStatusResponse>,
+    ) {
+        self.forward(
+            "VolumeCreate",
+            Request::VolumeCreate(req),
+            sink,
+            status_response,
+        );
+    }
+
+    fn volume_deregister(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeDeregisterRequest,
+        sink: UnarySink<api::VolumeDeregisterResponse>,
+    ) {
+        self.forward(
+            "VolumeDeregister",
+            Request::VolumeDeregister(req),
+            sink,
+            deregister_response,
+        );
+    }
+
+    fn volume_delete(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeDeregisterRequest,
+        sink: UnarySink<api::VolumeDeregisterResponse>,
+    ) {
+        self.forward(
+            "VolumeDelete",
+            Request::VolumeDelete(req),
+            sink,
+            deregister_response,
+        );
+    }
+
+    fn volume_status(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeStatusRequest,
+        sink: UnarySink<api::VolumeStatusResponse>,
+    ) {
+        self.forward(
+            "VolumeStatus",
+            Request::VolumeStatus(req),
+            sink,
+            status_response,
+        );
+    }
+
+    fn volume_claim(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeClaimRequest,
+        sink: UnarySink<api::VolumeClaimResponse>,
+    ) {
+        self.forward(
+            "VolumeClaim",
+            Request::VolumeClaim(req),
+            sink,
+            |resp| match resp {
+                Response::VolumeClaim(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
+    fn volume_release(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeReleaseRequest,
+        sink: UnarySink<api::VolumeReleaseResponse>,
+    ) {
+        self.forward(
+            "VolumeRelease",
+            Request::VolumeRelease(req),
+            sink,
+            |resp| match resp {
+                Response::VolumeRelease(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+}
+
+fn status_response(resp: Response) -> Option<api::VolumeStatusResponse> {
+    match resp {
+        Response::VolumeStatus(resp) => Some(resp),
+        _ => None,
+    }
+}
+
+fn deregister_response(resp: Response) -> Option<api::VolumeDeregisterResponse> {
+    match resp {
+        Response::VolumeDeregister(resp) => Some(resp),
+        _ => None,
     }
 }

@@ -10,6 +10,7 @@ pub mod csi_cmd;
 pub mod json;
 pub mod plugin_cmd;
 pub mod validate;
+pub mod volume_cmd;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ usage: csi-agent COMMAND [ARGS]
 commands:
   agent      run the agent (-config FILE, or -dev to try it out)
   plugin     show the plugins the agent supervises (plugin status)
+  volume     register, create, claim, release and show volumes
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
   validate   check agent configs, volume specs and job files
@@ -134,6 +136,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || plugin_cmd::run(rest)))
+            },
+        ),
+        "volume" => (
+            volume_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || volume_cmd::run(rest)))
             },
         ),
         "validate" => (

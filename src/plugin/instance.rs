@@ -13,12 +13,15 @@
 //! removed. A new socket at the path is probed at once, on a new connection.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{never, select, unbounded, Receiver, Sender};
 
 use super::watch::{SocketEvent, SocketWatcher, Watch};
+use super::workers::{Job, Workers};
 use super::{Fingerprint, Health, PluginSpec, Report};
 use crate::csi::{Backoff, Client};
 
@@ -63,6 +66,7 @@ pub struct Instance {
     generation: u64,
     commands: Sender<Command>,
     thread: JoinHandle<()>,
+    workers: Workers,
 }
 
 impl Instance {
@@ -89,7 +93,10 @@ impl Instance {
             }
         };
         let client = new_client(&spec);
+        let connection = Arc::new(AtomicU64::new(0));
+        let workers = Workers::new(&spec.id, &spec.endpoint, connection.clone());
         let runner = Runner {
+            connection,
             spec,
             generation,
             settings,
@@ -107,7 +114,13 @@ impl Instance {
             generation,
             commands,
             thread,
+            workers,
         })
+    }
+
+    /// Runs a volume operation on the plugin's worker pool.
+    pub fn submit(&mut self, job: Job) {
+        self.workers.submit(job);
     }
 
     pub fn generation(&self) -> u64 {
@@ -152,6 +165,8 @@ enum Check {
 }
 
 struct Runner {
+    /// Bumped when a new socket appears: the workers reconnect.
+    connection: Arc<AtomicU64>,
     spec: PluginSpec,
     generation: u64,
     settings: InstanceSettings,
@@ -198,6 +213,7 @@ impl Runner {
                         log::debug!("Plugin {}: socket appeared", self.spec.id);
                         // A new process is behind it: a new connection, at once.
                         self.client = new_client(&self.spec);
+                        self.connection.fetch_add(1, Ordering::SeqCst);
                         attempt = 0;
                         next_check = Instant::now();
                     }

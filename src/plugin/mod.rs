@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod instance;
 pub mod registry;
 pub mod watch;
+pub mod workers;
 
 use std::fmt;
 use std::time::SystemTime;

@@ -1,0 +1,581 @@
+//! `csi-agent volume ...`: registers, creates, claims, releases and shows
+//! volumes through the agent's control API.
+//!
+//! The agent does the work; this module turns command lines into requests
+//! and answers into text. It checks locally what it can (a propagation name,
+//! an absolute target), so that a typo is a usage error before any call.
+//! Mount flags and secret values never reach it: the agent sends only their
+//! number and the secret keys.
+
+use std::path::Path;
+
+use super::args::{self, switch, value, Args, Flag, UsageError};
+use super::json::Json;
+use super::plugin_cmd::columns;
+use super::CliError;
+use crate::api::client::{self, resolve_address, AgentClient};
+use crate::mount::Propagation;
+use crate::plugin::fingerprint::from_unix_ms;
+use crate::proto::agent as api;
+use crate::units::{format_size, format_timestamp};
+
+pub const USAGE: &str = "\
+usage: csi-agent volume COMMAND [-address ADDR] ARGS
+
+  register FILE           register an existing volume from a volume spec
+  create FILE             create the volume a spec describes (CreateVolume),
+                          then register it
+  deregister [-force] ID  forget a volume; refused while it is claimed unless
+                          -force, which releases every claim first
+  delete ID               delete a volume the agent created (DeleteVolume),
+                          then deregister it
+  status [-json] [ID]     without ID, a table of every volume; with ID, its
+                          details, claims and usage; -json prints JSON
+  claim -alloc ALLOC [-read-only] [-target PATH] [-propagation MODE] ID
+                          claim a volume for an alloc and wait until it is
+                          published (and bind-mounted at PATH, an absolute
+                          host path); MODE is private (the default),
+                          host-to-task or bidirectional
+  release -alloc ALLOC ID
+                          release an alloc's claim and wait until it is gone
+
+  -address ADDR           the agent's control socket (default
+                          $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
+
+const ADDRESS_FLAGS: &[Flag] = &[value("address")];
+const DEREGISTER_FLAGS: &[Flag] = &[switch("force"), value("address")];
+const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
+const CLAIM_FLAGS: &[Flag] = &[
+    value("alloc"),
+    switch("read-only"),
+    value("target"),
+    value("propagation"),
+    value("address"),
+];
+const RELEASE_FLAGS: &[Flag] = &[value("alloc"), value("address")];
+
+const VERBS: &str = "register, create, deregister, delete, status, claim, release";
+
+pub fn run(argv: &[String]) -> Result<(), CliError> {
+    let Some((verb, rest)) = argv.split_first() else {
+        return Err(UsageError::new(format!("missing the volume command ({VERBS})")).into());
+    };
+    match verb.as_str() {
+        "register" => spec(rest, false),
+        "create" => spec(rest, true),
+        "deregister" => forget(rest, false),
+        "delete" => forget(rest, true),
+        "status" => status(rest),
+        "claim" => claim(rest),
+        "release" => release(rest),
+        other => Err(UsageError::new(format!("unknown volume command {other:?}")).into()),
+    }
+}
+
+/// Parses `argv` against `flags` and takes exactly one positional argument,
+/// named `what` in the error.
+fn one_argument(flags: &[Flag], argv: &[String], what: &str) -> Result<(Args, String), UsageError> {
+    let args = args::parse(flags, argv)?;
+    args.at_most(1)?;
+    let arg = args.positional(0, what)?.to_string();
+    Ok((args, arg))
+}
+
+fn connect(args: &Args) -> Result<AgentClient, CliError> {
+    let socket = resolve_address(args.value("address"))?;
+    Ok(AgentClient::connect(&socket)?)
+}
+
+fn spec(argv: &[String], create: bool) -> Result<(), CliError> {
+    let (args, file) = one_argument(ADDRESS_FLAGS, argv, "the volume spec FILE")?;
+    let hcl = std::fs::read_to_string(&file).map_err(|err| CliError::Io {
+        what: format!("failed to read the volume spec {file}"),
+        err,
+    })?;
+    let client = connect(&args)?;
+    let (resp, done) = if create {
+        (client.volume_create(&file, &hcl)?, "created")
+    } else {
+        (client.volume_register(&file, &hcl)?, "registered")
+    };
+    match resp.volumes.first() {
+        Some(v) => println!("Volume {:?} {done} (external ID {:?})", v.id, v.external_id),
+        None => println!("Volume from {file} {done}"),
+    }
+    Ok(())
+}
+
+/// `deregister`, or `delete` when `delete` is true: the agent forgets the
+/// volume, after deleting it with the plugin for `delete`.
+fn forget(argv: &[String], delete: bool) -> Result<(), CliError> {
+    if delete {
+        let (args, id) = one_argument(ADDRESS_FLAGS, argv, "the volume ID")?;
+        connect(&args)?.volume_delete(&id)?;
+        println!("Volume {id:?} deleted");
+    } else {
+        let (args, id) = one_argument(DEREGISTER_FLAGS, argv, "the volume ID")?;
+        connect(&args)?.volume_deregister(&id, args.switch("force"))?;
+        println!("Volume {id:?} deregistered");
+    }
+    Ok(())
+}
+
+fn status(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(STATUS_FLAGS, argv)?;
+    args.at_most(1)?;
+    let id = args.positional.first().map(String::as_str).unwrap_or("");
+    let resp = connect(&args)?.volume_status(id, !id.is_empty())?;
+    if id.is_empty() {
+        if args.switch("json") {
+            println!("{}", Json::from_message(&resp).pretty());
+        } else {
+            print!("{}", table(&resp.volumes));
+        }
+        return Ok(());
+    }
+    let Some(volume) = resp.volumes.first() else {
+        return Err(client::Error::Refused {
+            code: grpcio::RpcStatusCode::NOT_FOUND,
+            message: format!("volume {id:?} not found"),
+        }
+        .into());
+    };
+    if args.switch("json") {
+        println!("{}", Json::from_message(volume).pretty());
+    } else {
+        print!("{}", details(volume));
+    }
+    Ok(())
+}
+
+/// The claim request a `claim` command line asks for, checked locally.
+fn claim_request(args: &Args) -> Result<api::VolumeClaimRequest, UsageError> {
+    args.at_most(1)?;
+    let volume_id = args.positional(0, "the volume ID")?;
+    let alloc_id = args.required("alloc")?;
+    let target = args.value("target").unwrap_or("");
+    if !target.is_empty() && !Path::new(target).is_absolute() {
+        return Err(UsageError::new(format!(
+            "-target must be an absolute path, not {target:?}"
+        )));
+    }
+    let propagation = match args.value("propagation") {
+        None => "",
+        Some(_) if target.is_empty() => {
+            return Err(UsageError::new("-propagation needs -target"));
+        }
+        Some(text) => text
+            .parse::<Propagation>()
+            .map_err(|e| UsageError::new(e.to_string()))?
+            .as_str(),
+    };
+    Ok(api::VolumeClaimRequest {
+        volume_id: volume_id.to_string(),
+        alloc_id: alloc_id.to_string(),
+        read_only: args.switch("read-only"),
+        target: target.to_string(),
+        propagation: propagation.to_string(),
+        ..Default::default()
+    })
+}
+
+fn claim(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(CLAIM_FLAGS, argv)?;
+    let req = claim_request(&args)?;
+    let resp = connect(&args)?.volume_claim(&req)?;
+    let mut line = format!(
+        "Volume {:?} claimed for alloc {:?}: published at {}",
+        req.volume_id, req.alloc_id, resp.publish_path
+    );
+    if let Some(target) = [&resp.target, &req.target]
+        .into_iter()
+        .find(|t| !t.is_empty())
+    {
+        line.push_str(&format!(", mounted at {target}"));
+    }
+    println!("{line}");
+    Ok(())
+}
+
+fn release(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(RELEASE_FLAGS, argv)?;
+    args.at_most(1)?;
+    let volume_id = args.positional(0, "the volume ID")?;
+    let alloc_id = args.required("alloc")?;
+    let resp = connect(&args)?.volume_release(volume_id, alloc_id)?;
+    if resp.released {
+        println!("Volume {volume_id:?}: the claim of alloc {alloc_id:?} is released");
+        return Ok(());
+    }
+    // The agent keeps the claim as a past claim and retries the failed
+    // step; its message says which step and why.
+    Err(CliError::Io {
+        what: format!(
+            "the claim of alloc {alloc_id:?} on volume {volume_id:?} is not released yet; the agent keeps retrying (see `csi-agent volume status {volume_id}`)"
+        ),
+        err: std::io::Error::other(if resp.message.is_empty() {
+            "the agent gave no reason".to_string()
+        } else {
+            resp.message
+        }),
+    })
+}
+
+fn or_none(text: &str) -> String {
+    if text.is_empty() {
+        "<none>".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+fn list(items: &[String]) -> String {
+    or_none(&items.join(", "))
+}
+
+fn pairs(map: &std::collections::HashMap<String, String>) -> String {
+    let mut pairs: Vec<_> = map.iter().collect();
+    pairs.sort();
+    let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    list(&pairs)
+}
+
+const VOLUME_HEADER: &str = "ID, Name, Plugin, Provider, Schedulable, Claims, Access";
+const CLAIM_HEADER: &str = "Alloc, Mode, State, Usage, Target, Publish Path";
+const PAST_CLAIM_HEADER: &str = "Alloc, Mode, State, Last Error, Next Retry";
+
+/// `rows` in columns under `header` (names separated by ", "), or `empty`
+/// when there are none.
+fn rows_or(header: &str, rows: Vec<Vec<String>>, empty: &str) -> String {
+    if rows.is_empty() {
+        return format!("{empty}\n");
+    }
+    let mut all = vec![header.split(", ").map(str::to_string).collect()];
+    all.extend(rows);
+    columns(&all)
+}
+
+fn table(volumes: &[api::VolumeStatus]) -> String {
+    let rows = volumes.iter().map(|v| {
+        vec![
+            v.id.clone(),
+            v.name.clone(),
+            v.plugin_id.clone(),
+            or_none(&v.provider),
+            v.schedulable.to_string(),
+            v.claims.len().to_string(),
+            or_none(v.capabilities.first().map_or("", String::as_str)),
+        ]
+    });
+    rows_or(VOLUME_HEADER, rows.collect(), "No volumes registered")
+}
+
+/// A count the agent sends as `int64`; a negative one (never sent) is 0.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+fn details(v: &api::VolumeStatus) -> String {
+    let mount_flags = if v.mount_flags == 0 {
+        "<none>".to_string()
+    } else {
+        format!("[REDACTED] ({})", v.mount_flags)
+    };
+    let capacity = if v.capacity_bytes > 0 {
+        format_size(count(v.capacity_bytes))
+    } else {
+        "<unknown>".to_string()
+    };
+    let fields: Vec<(&str, String)> = vec![
+        ("ID", v.id.clone()),
+        ("Name", v.name.clone()),
+        ("Plugin ID", v.plugin_id.clone()),
+        ("Provider", or_none(&v.provider)),
+        ("External ID", or_none(&v.external_id)),
+        ("Capabilities", list(&v.capabilities)),
+        ("File System", or_none(&v.fs_type)),
+        ("Mount Flags", mount_flags),
+        ("Secrets", list(&v.secret_keys)),
+        ("Parameters", pairs(&v.parameters)),
+        ("Context", pairs(&v.context)),
+        ("Capacity", capacity),
+        ("Schedulable", v.schedulable.to_string()),
+        ("Created", v.created.to_string()),
+    ];
+    let mut out = key_values(&fields);
+
+    let claims = v.claims.iter().map(|c| {
+        vec![
+            c.alloc_id.clone(),
+            c.mode.clone(),
+            c.state.clone(),
+            or_none(&c.usage),
+            or_none(&c.target),
+            or_none(&c.publish_path),
+        ]
+    });
+    out.push_str("\nClaims\n");
+    out.push_str(&rows_or(CLAIM_HEADER, claims.collect(), "<none>"));
+
+    let past_claims = v.past_claims.iter().map(|c| {
+        let next_retry = if c.next_retry_unix_ms > 0 {
+            format_timestamp(from_unix_ms(c.next_retry_unix_ms))
+        } else {
+            "<none>".to_string()
+        };
+        vec![
+            c.alloc_id.clone(),
+            c.mode.clone(),
+            c.state.clone(),
+            or_none(&c.last_error),
+            next_retry,
+        ]
+    });
+    out.push_str("\nPast Claims\n");
+    out.push_str(&rows_or(PAST_CLAIM_HEADER, past_claims.collect(), "<none>"));
+
+    out.push_str("\nUsage\n");
+    out.push_str(&usage(v.stats.as_ref()));
+    out
+}
+
+fn usage(stats: Option<&api::VolumeStats>) -> String {
+    let Some(s) = stats.filter(|s| s.available) else {
+        let error = stats.map_or("", |s| s.error.as_str());
+        return if error.is_empty() {
+            "<not available>\n".to_string()
+        } else {
+            format!("<not available: {error}>\n")
+        };
+    };
+    let condition = if s.abnormal {
+        format!("abnormal ({})", s.condition_message)
+    } else {
+        "normal".to_string()
+    };
+    key_values(&[
+        ("Bytes Used", format_size(count(s.bytes_used))),
+        ("Bytes Available", format_size(count(s.bytes_available))),
+        ("Bytes Total", format_size(count(s.bytes_total))),
+        ("Inodes Used", count(s.inodes_used).to_string()),
+        ("Inodes Available", count(s.inodes_available).to_string()),
+        ("Inodes Total", count(s.inodes_total).to_string()),
+        ("Condition", condition),
+    ])
+}
+
+/// `key = value` lines, the keys padded to one width.
+fn key_values(fields: &[(&str, String)]) -> String {
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    fields
+        .iter()
+        .map(|(key, value)| format!("{key:<width$} = {value}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(alloc: &str, state: &str) -> api::Claim {
+        api::Claim {
+            alloc_id: alloc.into(),
+            mode: "write".into(),
+            state: state.into(),
+            publish_path: format!("/var/lib/csi-agent/publish/vol1/{alloc}"),
+            usage: "file-system".into(),
+            ..Default::default()
+        }
+    }
+
+    fn volume() -> api::VolumeStatus {
+        api::VolumeStatus {
+            id: "vol1".into(),
+            name: "data".into(),
+            plugin_id: "hp".into(),
+            provider: "hostpath.csi-agent".into(),
+            external_id: "ext-1".into(),
+            capabilities: vec![
+                "single-node-writer/file-system".into(),
+                "single-node-reader-only/file-system".into(),
+            ],
+            fs_type: "ext4".into(),
+            mount_flags: 2,
+            secret_keys: vec!["password".into(), "user".into()],
+            parameters: [("size".to_string(), "1G".to_string())].into(),
+            schedulable: true,
+            claims: vec![claim("a1", "taken")],
+            capacity_bytes: 1 << 30,
+            ..Default::default()
+        }
+    }
+
+    /// A command line, split at spaces.
+    fn argv(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    fn claim_args(line: &str) -> Result<api::VolumeClaimRequest, UsageError> {
+        claim_request(&args::parse(CLAIM_FLAGS, &argv(line))?)
+    }
+
+    fn claim_error(line: &str) -> String {
+        claim_args(line).unwrap_err().message
+    }
+
+    #[test]
+    fn the_table_counts_claims_and_shows_the_first_capability() {
+        let text = table(&[volume()]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(
+            lines[0],
+            "ID    Name  Plugin  Provider            Schedulable  Claims  Access"
+        );
+        assert_eq!(
+            lines[1],
+            "vol1  data  hp      hostpath.csi-agent  true         1       single-node-writer/file-system"
+        );
+    }
+
+    #[test]
+    fn an_empty_table_says_so() {
+        assert_eq!(table(&[]), "No volumes registered\n");
+    }
+
+    #[test]
+    fn details_redact_mount_flags_and_show_only_secret_keys() {
+        let text = details(&volume());
+        assert!(text.contains("Mount Flags  = [REDACTED] (2)\n"), "{text}");
+        assert!(text.contains("Secrets      = password, user\n"), "{text}");
+        assert!(text.contains("Parameters   = size=1G\n"), "{text}");
+        assert!(text.contains("Capacity     = 1.0 GiB\n"), "{text}");
+        let none = details(&api::VolumeStatus {
+            mount_flags: 0,
+            ..volume()
+        });
+        assert!(none.contains("Mount Flags  = <none>\n"), "{none}");
+    }
+
+    #[test]
+    fn details_list_claims_and_past_claims_with_their_last_error() {
+        let mut past = claim("a0", "node-detached");
+        past.last_error = "ControllerUnpublishVolume: deadline exceeded".into();
+        past.next_retry_unix_ms = 1_700_000_000_000;
+        let text = details(&api::VolumeStatus {
+            past_claims: vec![past],
+            ..volume()
+        });
+        let claims = text.split("\nClaims\n").nth(1).unwrap();
+        assert!(
+            claims.starts_with("Alloc  Mode   State  Usage        Target  Publish Path\n"),
+            "{text}"
+        );
+        let past = text.split("\nPast Claims\n").nth(1).unwrap();
+        let row = past.lines().nth(1).unwrap();
+        assert!(row.starts_with("a0     write  node-detached"), "{text}");
+        assert!(
+            row.ends_with("ControllerUnpublishVolume: deadline exceeded  2023-11-14T22:13:20.000Z"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn usage_shows_sizes_counts_and_an_abnormal_condition() {
+        let stats = api::VolumeStats {
+            available: true,
+            bytes_total: 2048,
+            bytes_used: 1024,
+            bytes_available: 1024,
+            inodes_total: 10,
+            inodes_used: 3,
+            inodes_available: 7,
+            abnormal: true,
+            condition_message: "disk failing".into(),
+            ..Default::default()
+        };
+        let text = usage(Some(&stats));
+        assert!(text.contains("Bytes Used       = 1.0 KiB\n"), "{text}");
+        assert!(text.contains("Bytes Total      = 2.0 KiB\n"), "{text}");
+        assert!(text.contains("Inodes Available = 7\n"), "{text}");
+        assert!(
+            text.ends_with("Condition        = abnormal (disk failing)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn usage_that_is_not_available_shows_the_error_if_any() {
+        let error = "plugin has no get-volume-stats".to_string();
+        let failed = api::VolumeStats {
+            error,
+            ..Default::default()
+        };
+        assert_eq!(
+            usage(Some(&failed)),
+            "<not available: plugin has no get-volume-stats>\n"
+        );
+        assert_eq!(usage(None), "<not available>\n");
+    }
+
+    #[test]
+    fn a_claim_command_line_becomes_a_request() {
+        let req = claim_args("vol1 -alloc a1 -read-only -target /mnt/a1 -propagation host-to-task")
+            .unwrap();
+        assert_eq!(
+            (req.volume_id.as_str(), req.alloc_id.as_str()),
+            ("vol1", "a1")
+        );
+        assert!(req.read_only);
+        assert_eq!(
+            (req.target.as_str(), req.propagation.as_str()),
+            ("/mnt/a1", "host-to-task")
+        );
+    }
+
+    #[test]
+    fn a_bad_propagation_is_a_usage_error() {
+        assert_eq!(
+            claim_error("vol1 -alloc a1 -target /t -propagation rshared"),
+            "unknown propagation \"rshared\", expected one of private, host-to-task, bidirectional"
+        );
+        let code = crate::cli::main(argv(
+            "volume claim vol1 -alloc a1 -target /t -propagation rshared",
+        ));
+        assert_eq!(code, std::process::ExitCode::from(2));
+    }
+
+    #[test]
+    fn a_propagation_without_a_target_is_a_usage_error() {
+        let message = claim_error("vol1 -alloc a1 -propagation private");
+        assert_eq!(message, "-propagation needs -target");
+    }
+
+    #[test]
+    fn a_relative_target_is_a_usage_error() {
+        let message = claim_error("vol1 -alloc a1 -target mnt");
+        assert_eq!(message, "-target must be an absolute path, not \"mnt\"");
+    }
+
+    #[test]
+    fn a_claim_needs_an_alloc_and_a_volume() {
+        assert_eq!(claim_error("vol1"), "-alloc is required");
+        assert_eq!(claim_error("-alloc a1"), "missing the volume ID");
+    }
+
+    #[test]
+    fn unknown_verbs_missing_arguments_and_misplaced_flags_are_usage_errors() {
+        for line in [
+            "",
+            "mount vol1",
+            "claim vol1 -json",
+            "deregister",
+            "release vol1",
+        ] {
+            assert!(
+                matches!(run(&argv(line)), Err(CliError::Usage(_))),
+                "{line:?}"
+            );
+        }
+    }
+}

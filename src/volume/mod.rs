@@ -1,0 +1,7 @@
+//! Volumes and claims: the registry of volumes, their claims, and the
+//! protocol that stages, publishes and releases them.
+
+pub mod manager;
+pub mod model;
+pub mod ops;
+pub mod plan;

@@ -1,0 +1,298 @@
+//! The volume registry's records: a volume, its claims and stagings, and
+//! how sure the agent is of each step, as kept in the state.
+//!
+//! There is no separate usage tracker to drift: who uses a staging or the
+//! attachment is computed from the claims (see [`Volume::staging_in_use`]
+//! and [`Volume::attachment_needed`]), so rebuilding it after a restart is
+//! loading the claims.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::csi::types::StringMap;
+use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
+use crate::mount::Propagation;
+use crate::proto::state as pb;
+
+/// How sure the agent is that a step (attach, stage, publish, bind) took
+/// effect. Made durable before the RPC that changes it is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Absent,
+    /// The RPC may have been sent: the effect is uncertain until an RPC in
+    /// either direction succeeds (both are idempotent).
+    Pending,
+    Done,
+}
+
+/// One staging of a volume: NodeStageVolume for one usage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Staging {
+    pub step: Step,
+    pub capability: Capability,
+    pub read_only: bool,
+}
+
+/// One alloc's claim on a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub alloc_id: String,
+    pub read_only: bool,
+    /// False once released: the claim is then a past claim until the
+    /// release protocol has run.
+    pub wanted: bool,
+    /// Nomad's usage name, e.g. `rw-file-system-single-node-writer`.
+    pub usage: String,
+    pub capability: Capability,
+    /// NodePublishVolume.
+    pub published: Step,
+    /// The host bind mount of `volume claim -target`.
+    pub target: Option<PathBuf>,
+    pub propagation: Propagation,
+    pub target_mounted: Step,
+}
+
+impl Claim {
+    /// Everything on the node for this claim is done.
+    pub fn is_taken(&self, needs_target: bool) -> bool {
+        self.published == Step::Done && (!needs_target || self.target_mounted == Step::Done)
+    }
+}
+
+/// A registered volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Volume {
+    pub id: String,
+    pub name: String,
+    pub plugin_id: String,
+    /// The plugin's ID for the volume.
+    pub external_id: String,
+    pub capabilities: Vec<Capability>,
+    pub mount_options: MountOptions,
+    pub secrets: Secrets,
+    pub parameters: StringMap,
+    pub context: StringMap,
+    pub capacity_bytes: i64,
+    /// Created by the agent: `volume delete` may delete it.
+    pub created: bool,
+    /// ControllerPublishVolume to this node.
+    pub attachment: Step,
+    pub publish_context: StringMap,
+    /// By usage name.
+    pub stagings: BTreeMap<String, Staging>,
+    /// By alloc ID.
+    pub claims: BTreeMap<String, Claim>,
+}
+
+impl Volume {
+    /// Whether a staging of `usage` is still needed: a wanted claim, or a
+    /// past claim still published, uses it.
+    pub fn staging_in_use(&self, usage: &str) -> bool {
+        self.claims
+            .values()
+            .any(|c| c.usage == usage && (c.wanted || c.published != Step::Absent))
+    }
+
+    /// Whether the attachment is still needed by anything on the node.
+    pub fn attachment_needed(&self) -> bool {
+        self.claims
+            .values()
+            .any(|c| c.wanted || c.published != Step::Absent)
+            || self.stagings.values().any(|s| s.step != Step::Absent)
+    }
+
+    pub fn wanted_claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims.values().filter(|c| c.wanted)
+    }
+
+    /// The capability a new claim uses: the first one a writer may write
+    /// with, or for a reader the first one.
+    pub fn capability_for(&self, read_only: bool) -> Option<&Capability> {
+        if read_only {
+            self.capabilities.first()
+        } else {
+            self.capabilities
+                .iter()
+                .find(|c| !c.access_mode.is_read_only())
+        }
+    }
+
+    /// The capability with the volume's mount options, as RPCs carry it.
+    pub fn with_mount_options(&self, capability: &Capability) -> Capability {
+        match capability.attachment_mode {
+            AttachmentMode::FileSystem => capability
+                .clone()
+                .with_mount_options(self.mount_options.clone()),
+            AttachmentMode::BlockDevice => capability.clone(),
+        }
+    }
+}
+
+// ---- state conversions ----
+
+fn step_to_proto(step: Step) -> pb::Step {
+    match step {
+        Step::Absent => pb::Step::ABSENT,
+        Step::Pending => pb::Step::PENDING,
+        Step::Done => pb::Step::DONE,
+    }
+}
+
+fn step_from_proto(step: protobuf::EnumOrUnknown<pb::Step>) -> Step {
+    match step.enum_value() {
+        Ok(pb::Step::DONE) => Step::Done,
+        Ok(pb::Step::ABSENT) => Step::Absent,
+        // Unknown is treated as uncertain: the planner re-sends the RPC.
+        _ => Step::Pending,
+    }
+}
+
+fn capability_to_proto(c: &Capability) -> pb::Capability {
+    pb::Capability {
+        access_mode: c.access_mode.number(),
+        attachment_mode: match c.attachment_mode {
+            AttachmentMode::BlockDevice => 1,
+            AttachmentMode::FileSystem => 2,
+        },
+        ..Default::default()
+    }
+}
+
+fn capability_from_proto(c: &pb::Capability) -> Result<Capability, String> {
+    let access_mode = AccessMode::from_number(c.access_mode)
+        .ok_or_else(|| format!("unknown access mode {}", c.access_mode))?;
+    let attachment_mode = match c.attachment_mode {
+        1 => AttachmentMode::BlockDevice,
+        2 => AttachmentMode::FileSystem,
+        n => return Err(format!("unknown attachment mode {n}")),
+    };
+    Ok(Capability::new(access_mode, attachment_mode))
+}
+
+impl Volume {
+    pub fn to_proto(&self) -> pb::Volume {
+        pb::Volume {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            plugin_id: self.plugin_id.clone(),
+            external_id: self.external_id.clone(),
+            capabilities: self.capabilities.iter().map(capability_to_proto).collect(),
+            fs_type: self.mount_options.fs_type.clone(),
+            mount_flags: self.mount_options.mount_flags.expose().to_vec(),
+            secrets: self
+                .secrets
+                .expose()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            parameters: self.parameters.clone().into_iter().collect(),
+            context: self.context.clone().into_iter().collect(),
+            capacity_bytes: self.capacity_bytes,
+            created: self.created,
+            attachment: step_to_proto(self.attachment).into(),
+            publish_context: self.publish_context.clone().into_iter().collect(),
+            stagings: self
+                .stagings
+                .iter()
+                .map(|(usage, s)| pb::Staging {
+                    usage: usage.clone(),
+                    step: step_to_proto(s.step).into(),
+                    capability: Some(capability_to_proto(&s.capability)).into(),
+                    read_only: s.read_only,
+                    ..Default::default()
+                })
+                .collect(),
+            claims: self
+                .claims
+                .values()
+                .map(|c| pb::VolumeClaim {
+                    alloc_id: c.alloc_id.clone(),
+                    read_only: c.read_only,
+                    wanted: c.wanted,
+                    usage: c.usage.clone(),
+                    capability: Some(capability_to_proto(&c.capability)).into(),
+                    published: step_to_proto(c.published).into(),
+                    target: c
+                        .target
+                        .as_ref()
+                        .map(|t| t.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    propagation: c.propagation.as_str().to_string(),
+                    target_mounted: step_to_proto(c.target_mounted).into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    pub fn from_proto(p: &pb::Volume) -> Result<Volume, String> {
+        let what = |e: String| format!("volume {:?}: {e}", p.id);
+        let capabilities = p
+            .capabilities
+            .iter()
+            .map(capability_from_proto)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(what)?;
+        let mut secrets = Secrets::new();
+        for (k, v) in &p.secrets {
+            secrets.insert(k.clone(), v.clone());
+        }
+        let mut stagings = BTreeMap::new();
+        for s in &p.stagings {
+            let capability = capability_from_proto(s.capability.get_or_default()).map_err(what)?;
+            stagings.insert(
+                s.usage.clone(),
+                Staging {
+                    step: step_from_proto(s.step),
+                    capability,
+                    read_only: s.read_only,
+                },
+            );
+        }
+        let mut claims = BTreeMap::new();
+        for c in &p.claims {
+            let capability = capability_from_proto(c.capability.get_or_default()).map_err(what)?;
+            let propagation = if c.propagation.is_empty() {
+                Propagation::Private
+            } else {
+                c.propagation
+                    .parse()
+                    .map_err(|e: crate::mount::Error| what(e.to_string()))?
+            };
+            claims.insert(
+                c.alloc_id.clone(),
+                Claim {
+                    alloc_id: c.alloc_id.clone(),
+                    read_only: c.read_only,
+                    wanted: c.wanted,
+                    usage: c.usage.clone(),
+                    capability,
+                    published: step_from_proto(c.published),
+                    target: (!c.target.is_empty()).then(|| PathBuf::from(&c.target)),
+                    propagation,
+                    target_mounted: step_from_proto(c.target_mounted),
+                },
+            );
+        }
+        Ok(Volume {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            plugin_id: p.plugin_id.clone(),
+            external_id: p.external_id.clone(),
+            capabilities,
+            mount_options: MountOptions {
+                fs_type: p.fs_type.clone(),
+                mount_flags: MountFlags::new(p.mount_flags.clone()),
+            },
+            secrets,
+            parameters: p.parameters.clone().into_iter().collect(),
+            context: p.context.clone().into_iter().collect(),
+            capacity_bytes: p.capacity_bytes,
+            created: p.created,
+            attachment: step_from_proto(p.attachment),
+            publish_context: p.publish_context.clone().into_iter().collect(),
+            stagings,
+            claims,
+        })
+    }
+}

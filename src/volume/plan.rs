@@ -1,0 +1,471 @@
+//! The planner: from a volume's record, the one next step that brings its
+//! actual state (attachment, stagings, publishes, host binds) closer to
+//! what its claims want. A pure function, so the spec's ordering rules are
+//! tested here exhaustively, and the same rules drive a fresh claim, a
+//! release, a retry and the recovery after a crash: a step left `Pending`
+//! is simply re-sent in whichever direction is wanted now.
+//!
+//! Release comes before claiming, in the spec's order: unbind and
+//! NodeUnpublish each released claim; NodeUnstage a usage only when no
+//! claim uses it; ControllerUnpublish only when nothing on the node needs
+//! the attachment; then free the claim. Claiming: ControllerPublish,
+//! NodeStage of the claim's usage, NodePublish, then the host bind.
+
+use super::model::{Step, Volume};
+
+/// What the plugin advertises that changes the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Protocol {
+    /// The controller has PUBLISH_UNPUBLISH_VOLUME.
+    pub controller_publish: bool,
+    /// The node has STAGE_UNSTAGE_VOLUME.
+    pub stage: bool,
+}
+
+/// One step of the claim or release protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    UnbindTarget {
+        alloc: String,
+    },
+    NodeUnpublish {
+        alloc: String,
+    },
+    NodeUnstage {
+        usage: String,
+    },
+    ControllerUnpublish,
+    /// The released claim is fully detached: forget it.
+    Free {
+        alloc: String,
+    },
+    ControllerPublish,
+    NodeStage {
+        usage: String,
+    },
+    NodePublish {
+        alloc: String,
+    },
+    BindTarget {
+        alloc: String,
+    },
+}
+
+impl Action {
+    /// Whether the step undoes something (the release direction).
+    pub fn is_release(&self) -> bool {
+        matches!(
+            self,
+            Action::UnbindTarget { .. }
+                | Action::NodeUnpublish { .. }
+                | Action::NodeUnstage { .. }
+                | Action::ControllerUnpublish
+                | Action::Free { .. }
+        )
+    }
+
+    /// Whether it is a plugin RPC (the others are local mounts or
+    /// bookkeeping).
+    pub fn is_rpc(&self) -> bool {
+        !matches!(
+            self,
+            Action::UnbindTarget { .. } | Action::BindTarget { .. } | Action::Free { .. }
+        )
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::UnbindTarget { .. } => "unmount the target",
+            Action::NodeUnpublish { .. } => "NodeUnpublishVolume",
+            Action::NodeUnstage { .. } => "NodeUnstageVolume",
+            Action::ControllerUnpublish => "ControllerUnpublishVolume",
+            Action::Free { .. } => "free the claim",
+            Action::ControllerPublish => "ControllerPublishVolume",
+            Action::NodeStage { .. } => "NodeStageVolume",
+            Action::NodePublish { .. } => "NodePublishVolume",
+            Action::BindTarget { .. } => "bind-mount the target",
+        }
+    }
+}
+
+/// The next step for `volume`, or `None` when it is where its claims want
+/// it.
+pub fn next(volume: &Volume, protocol: Protocol) -> Option<Action> {
+    // Release: each released claim's node side first.
+    for claim in volume.claims.values().filter(|c| !c.wanted) {
+        let alloc = claim.alloc_id.clone();
+        if claim.target_mounted != Step::Absent {
+            return Some(Action::UnbindTarget { alloc });
+        }
+        if claim.published != Step::Absent {
+            return Some(Action::NodeUnpublish { alloc });
+        }
+    }
+    for (usage, staging) in &volume.stagings {
+        if staging.step != Step::Absent && !volume.staging_in_use(usage) {
+            return Some(Action::NodeUnstage {
+                usage: usage.clone(),
+            });
+        }
+    }
+    if volume.attachment != Step::Absent && !volume.attachment_needed() {
+        return Some(Action::ControllerUnpublish);
+    }
+    if let Some(claim) = volume.claims.values().find(|c| !c.wanted) {
+        return Some(Action::Free {
+            alloc: claim.alloc_id.clone(),
+        });
+    }
+    // Claim: in alloc order, each wanted claim to the end.
+    for claim in volume.wanted_claims() {
+        if protocol.controller_publish && volume.attachment != Step::Done {
+            return Some(Action::ControllerPublish);
+        }
+        let staged = volume
+            .stagings
+            .get(&claim.usage)
+            .is_some_and(|s| s.step == Step::Done);
+        if protocol.stage && !staged {
+            return Some(Action::NodeStage {
+                usage: claim.usage.clone(),
+            });
+        }
+        let alloc = claim.alloc_id.clone();
+        if claim.published != Step::Done {
+            return Some(Action::NodePublish { alloc });
+        }
+        if claim.target.is_some() && claim.target_mounted != Step::Done {
+            return Some(Action::BindTarget { alloc });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::{AccessMode, AttachmentMode, Capability};
+    use crate::mount::Propagation;
+    use crate::volume::model::{Claim, Staging};
+    use std::collections::BTreeMap;
+
+    const FULL: Protocol = Protocol {
+        controller_publish: true,
+        stage: true,
+    };
+
+    fn capability() -> Capability {
+        Capability::new(AccessMode::MultiNodeMultiWriter, AttachmentMode::FileSystem)
+    }
+
+    fn volume() -> Volume {
+        Volume {
+            id: "v".into(),
+            name: "v".into(),
+            plugin_id: "p".into(),
+            external_id: "x".into(),
+            capabilities: vec![capability()],
+            mount_options: Default::default(),
+            secrets: Default::default(),
+            parameters: BTreeMap::new(),
+            context: BTreeMap::new(),
+            capacity_bytes: 0,
+            created: false,
+            attachment: Step::Absent,
+            publish_context: BTreeMap::new(),
+            stagings: BTreeMap::new(),
+            claims: BTreeMap::new(),
+        }
+    }
+
+    fn claim(alloc: &str, usage: &str, target: bool) -> Claim {
+        Claim {
+            alloc_id: alloc.into(),
+            read_only: false,
+            wanted: true,
+            usage: usage.into(),
+            capability: capability(),
+            published: Step::Absent,
+            target: target.then(|| format!("/mnt/{alloc}").into()),
+            propagation: Propagation::Private,
+            target_mounted: Step::Absent,
+        }
+    }
+
+    /// Runs the planner to the end, applying each step as if it succeeded,
+    /// and returns the steps.
+    fn drive(volume: &mut Volume, protocol: Protocol) -> Vec<Action> {
+        let mut steps = Vec::new();
+        while let Some(action) = next(volume, protocol) {
+            apply(volume, &action);
+            steps.push(action);
+            assert!(steps.len() < 100, "the planner loops: {steps:?}");
+        }
+        steps
+    }
+
+    fn apply(volume: &mut Volume, action: &Action) {
+        match action {
+            Action::UnbindTarget { alloc } => {
+                volume.claims.get_mut(alloc).unwrap().target_mounted = Step::Absent
+            }
+            Action::NodeUnpublish { alloc } => {
+                volume.claims.get_mut(alloc).unwrap().published = Step::Absent
+            }
+            Action::NodeUnstage { usage } => {
+                volume.stagings.remove(usage);
+            }
+            Action::ControllerUnpublish => volume.attachment = Step::Absent,
+            Action::Free { alloc } => {
+                volume.claims.remove(alloc);
+            }
+            Action::ControllerPublish => volume.attachment = Step::Done,
+            Action::NodeStage { usage } => {
+                volume.stagings.insert(
+                    usage.clone(),
+                    Staging {
+                        step: Step::Done,
+                        capability: capability(),
+                        read_only: false,
+                    },
+                );
+            }
+            Action::NodePublish { alloc } => {
+                volume.claims.get_mut(alloc).unwrap().published = Step::Done
+            }
+            Action::BindTarget { alloc } => {
+                volume.claims.get_mut(alloc).unwrap().target_mounted = Step::Done
+            }
+        }
+    }
+
+    fn names(steps: &[Action]) -> Vec<&'static str> {
+        steps.iter().map(Action::name).collect()
+    }
+
+    fn release(volume: &mut Volume, alloc: &str) {
+        volume.claims.get_mut(alloc).unwrap().wanted = false;
+    }
+
+    #[test]
+    fn a_claim_attaches_stages_publishes_and_binds_in_order() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", true));
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            [
+                "ControllerPublishVolume",
+                "NodeStageVolume",
+                "NodePublishVolume",
+                "bind-mount the target"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_release_unbinds_unpublishes_unstages_detaches_and_frees_in_order() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", true));
+        drive(&mut v, FULL);
+        release(&mut v, "a");
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            [
+                "unmount the target",
+                "NodeUnpublishVolume",
+                "NodeUnstageVolume",
+                "ControllerUnpublishVolume",
+                "free the claim"
+            ]
+        );
+        assert!(v.claims.is_empty());
+    }
+
+    #[test]
+    fn without_controller_publish_or_staging_only_publish_is_called() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", false));
+        let none = Protocol {
+            controller_publish: false,
+            stage: false,
+        };
+        assert_eq!(names(&drive(&mut v, none)), ["NodePublishVolume"]);
+        release(&mut v, "a");
+        assert_eq!(
+            names(&drive(&mut v, none)),
+            ["NodeUnpublishVolume", "free the claim"]
+        );
+    }
+
+    #[test]
+    fn two_claims_share_one_staging_and_unstage_waits_for_the_last() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", false));
+        v.claims.insert("b".into(), claim("b", "rw", false));
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            [
+                "ControllerPublishVolume",
+                "NodeStageVolume",
+                "NodePublishVolume",
+                "NodePublishVolume"
+            ]
+        );
+        release(&mut v, "a");
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            ["NodeUnpublishVolume", "free the claim"]
+        );
+        release(&mut v, "b");
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            [
+                "NodeUnpublishVolume",
+                "NodeUnstageVolume",
+                "ControllerUnpublishVolume",
+                "free the claim"
+            ]
+        );
+    }
+
+    #[test]
+    fn different_usages_stage_separately_and_unstage_independently() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", false));
+        v.claims.insert("b".into(), claim("b", "ro", false));
+        drive(&mut v, FULL);
+        assert_eq!(v.stagings.len(), 2);
+        release(&mut v, "b");
+        let steps = drive(&mut v, FULL);
+        assert_eq!(
+            steps,
+            [
+                Action::NodeUnpublish { alloc: "b".into() },
+                Action::NodeUnstage { usage: "ro".into() },
+                Action::Free { alloc: "b".into() }
+            ]
+        );
+        assert_eq!(v.attachment, Step::Done);
+    }
+
+    #[test]
+    fn a_pending_step_is_re_sent_in_the_direction_now_wanted() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", false));
+        v.attachment = Step::Done;
+        v.stagings.insert(
+            "rw".into(),
+            Staging {
+                step: Step::Pending,
+                capability: capability(),
+                read_only: false,
+            },
+        );
+        // Wanted: stage again.
+        assert_eq!(
+            next(&v, FULL),
+            Some(Action::NodeStage { usage: "rw".into() })
+        );
+        // Released before the stage was confirmed: unstage.
+        release(&mut v, "a");
+        assert_eq!(
+            next(&v, FULL),
+            Some(Action::NodeUnstage { usage: "rw".into() })
+        );
+    }
+
+    #[test]
+    fn a_pending_publish_of_a_released_claim_is_unpublished_before_anything_else() {
+        let mut v = volume();
+        let mut c = claim("a", "rw", false);
+        c.wanted = false;
+        c.published = Step::Pending;
+        v.claims.insert("a".into(), c);
+        v.attachment = Step::Done;
+        assert_eq!(
+            next(&v, FULL),
+            Some(Action::NodeUnpublish { alloc: "a".into() })
+        );
+    }
+
+    #[test]
+    fn nothing_is_unstaged_or_detached_while_a_new_claim_wants_it() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", false));
+        drive(&mut v, FULL);
+        release(&mut v, "a");
+        v.claims.insert("b".into(), claim("b", "rw", false));
+        assert_eq!(
+            names(&drive(&mut v, FULL)),
+            ["NodeUnpublishVolume", "free the claim", "NodePublishVolume"]
+        );
+    }
+
+    /// Every order of claims and releases of three allocs over two usages
+    /// keeps the spec's rules at every step.
+    #[test]
+    fn the_ordering_rules_hold_for_every_interleaving() {
+        let allocs = [("a", "rw"), ("b", "rw"), ("c", "ro")];
+        // Each alloc is claimed then released; interleavings of 6 events
+        // where each claim precedes its release.
+        let mut events: Vec<Vec<(usize, bool)>> = vec![vec![]];
+        for _ in 0..6 {
+            let mut longer = Vec::new();
+            for seq in &events {
+                for (i, _) in allocs.iter().enumerate() {
+                    let claimed = seq.contains(&(i, true));
+                    let released = seq.contains(&(i, false));
+                    if !claimed {
+                        longer.push([seq.clone(), vec![(i, true)]].concat());
+                    } else if !released {
+                        longer.push([seq.clone(), vec![(i, false)]].concat());
+                    }
+                }
+            }
+            events = longer;
+        }
+        assert_eq!(events.len(), 90);
+        for seq in events {
+            let mut v = volume();
+            for (i, claim_it) in seq {
+                let (alloc, usage) = allocs[i];
+                if claim_it {
+                    v.claims.insert(alloc.into(), claim(alloc, usage, true));
+                } else {
+                    release(&mut v, alloc);
+                }
+                while let Some(action) = next(&v, FULL) {
+                    check_rules(&v, &action);
+                    apply(&mut v, &action);
+                }
+            }
+            assert!(v.claims.is_empty());
+            assert!(v.stagings.is_empty());
+            assert_eq!(v.attachment, Step::Absent);
+        }
+    }
+
+    fn check_rules(v: &Volume, action: &Action) {
+        match action {
+            Action::NodeUnstage { usage } => assert!(
+                v.claims
+                    .values()
+                    .all(|c| c.usage != *usage || (!c.wanted && c.published == Step::Absent)),
+                "unstage while in use: {v:?}"
+            ),
+            Action::ControllerUnpublish => {
+                assert!(v.stagings.values().all(|s| s.step == Step::Absent));
+                assert!(v.claims.values().all(|c| c.published == Step::Absent));
+            }
+            Action::NodeStage { .. } => assert_eq!(v.attachment, Step::Done),
+            Action::NodePublish { alloc } => {
+                let usage = &v.claims[alloc].usage;
+                assert_eq!(v.stagings[usage].step, Step::Done);
+            }
+            Action::NodeUnpublish { alloc } => {
+                assert_eq!(v.claims[alloc].target_mounted, Step::Absent)
+            }
+            _ => {}
+        }
+    }
+}
