@@ -236,6 +236,7 @@ impl Agent {
                 let settings = InstanceSettings {
                     heartbeat: config.plugin_heartbeat,
                     health_timeout: p.health_timeout,
+                    rpc_timeout: config.rpc_timeout,
                 };
                 (spec, settings)
             })
@@ -250,6 +251,7 @@ impl Agent {
                 let settings = InstanceSettings {
                     heartbeat: config.plugin_heartbeat,
                     health_timeout: DEFAULT_HEALTH_TIMEOUT,
+                    rpc_timeout: config.rpc_timeout,
                 };
                 wanted.push((dev.spec(), settings));
             }
@@ -282,6 +284,7 @@ impl Agent {
                 r.spec == spec
                     && r.settings.heartbeat == settings.heartbeat
                     && r.settings.health_timeout == settings.health_timeout
+                    && r.settings.rpc_timeout == settings.rpc_timeout
             });
             if !unchanged {
                 self.stop_instance(&spec.id);

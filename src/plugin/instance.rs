@@ -43,6 +43,8 @@ const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct InstanceSettings {
     pub heartbeat: Duration,
     pub health_timeout: Duration,
+    /// The deadline of each volume RPC on the worker pool.
+    pub rpc_timeout: Duration,
 }
 
 /// A report, with the instance it comes from: `generation` tells the
@@ -94,7 +96,12 @@ impl Instance {
         };
         let client = new_client(&spec);
         let connection = Arc::new(AtomicU64::new(0));
-        let workers = Workers::new(&spec.id, &spec.endpoint, connection.clone());
+        let workers = Workers::new(
+            &spec.id,
+            &spec.endpoint,
+            settings.rpc_timeout,
+            connection.clone(),
+        );
         let runner = Runner {
             connection,
             spec,

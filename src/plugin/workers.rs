@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
@@ -30,18 +31,25 @@ pub struct Workers {
     spawned: usize,
     receiver: Receiver<Job>,
     endpoint: Endpoint,
+    timeout: Duration,
     id: String,
     connection: Arc<AtomicU64>,
 }
 
 impl Workers {
-    pub fn new(id: &str, endpoint: &Endpoint, connection: Arc<AtomicU64>) -> Workers {
+    pub fn new(
+        id: &str,
+        endpoint: &Endpoint,
+        timeout: Duration,
+        connection: Arc<AtomicU64>,
+    ) -> Workers {
         let (jobs, receiver) = unbounded();
         Workers {
             jobs,
             spawned: 0,
             receiver,
             endpoint: endpoint.clone(),
+            timeout,
             id: id.to_string(),
             connection,
         }
@@ -53,9 +61,10 @@ impl Workers {
             let receiver = self.receiver.clone();
             let endpoint = self.endpoint.clone();
             let connection = self.connection.clone();
+            let timeout = self.timeout;
             let spawned = thread::Builder::new()
                 .name(format!("{}-w{}", self.id, self.spawned))
-                .spawn(move || work(&receiver, &endpoint, &connection));
+                .spawn(move || work(&receiver, &endpoint, timeout, &connection));
             match spawned {
                 Ok(_) => self.spawned += 1,
                 Err(err) => {
@@ -70,14 +79,14 @@ impl Workers {
     }
 }
 
-fn work(jobs: &Receiver<Job>, endpoint: &Endpoint, connection: &AtomicU64) {
+fn work(jobs: &Receiver<Job>, endpoint: &Endpoint, timeout: Duration, connection: &AtomicU64) {
     let mut generation = connection.load(Ordering::SeqCst);
-    let mut client = Client::new(endpoint);
+    let mut client = Client::new(endpoint).with_timeout(timeout);
     for job in jobs.iter() {
         let now = connection.load(Ordering::SeqCst);
         if now != generation {
             generation = now;
-            client = Client::new(endpoint);
+            client = Client::new(endpoint).with_timeout(timeout);
         }
         job(&client);
     }

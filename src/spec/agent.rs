@@ -5,6 +5,7 @@
 //! ```hcl
 //! data_dir         = "/var/lib/csi-agent"
 //! plugin_heartbeat = "30s"
+//! rpc_timeout      = "2m"
 //!
 //! plugin "hostpath" {
 //!   socket         = "/run/csi/hostpath.sock"
@@ -47,6 +48,9 @@ pub struct AgentConfig {
     pub log_level: LevelFilter,
     /// How often each plugin is fingerprinted and probed.
     pub plugin_heartbeat: Duration,
+    /// The deadline of each volume RPC (stage, publish, ...): a call that
+    /// takes longer is uncertain and retried.
+    pub rpc_timeout: Duration,
     /// Plugins that run outside the agent, in file order.
     pub plugins: Vec<PluginConfig>,
     /// Host directories that jobs mount with `type = "host"` volumes.
@@ -60,6 +64,7 @@ impl Default for AgentConfig {
             node_name: None,
             log_level: LevelFilter::Info,
             plugin_heartbeat: DEFAULT_PLUGIN_HEARTBEAT,
+            rpc_timeout: DEFAULT_RPC_TIMEOUT,
             plugins: Vec::new(),
             host_volumes: Vec::new(),
         }
@@ -69,6 +74,10 @@ impl Default for AgentConfig {
 /// How long a plugin may take to become healthy unless `health_timeout`
 /// says otherwise, as in Nomad's `csi_plugin`.
 pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deadline of a volume RPC unless `rpc_timeout` says otherwise: Nomad's
+/// and kubelet's 2 minutes.
+pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `plugin "<id>" { socket, type, health_timeout }`: a CSI plugin the agent
 /// connects to but does not start.
@@ -105,6 +114,7 @@ impl AgentConfig {
         w.opt_string("node_name", self.node_name.as_deref());
         w.string("log_level", &self.log_level.as_str().to_lowercase());
         w.duration("plugin_heartbeat", self.plugin_heartbeat);
+        w.duration("rpc_timeout", self.rpc_timeout);
         for plugin in &self.plugins {
             w.open("plugin", Some(&plugin.id));
             w.string("socket", &plugin.socket.path().to_string_lossy());
@@ -151,6 +161,9 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(heartbeat) = f.duration("plugin_heartbeat") {
         config.plugin_heartbeat = heartbeat;
+    }
+    if let Some(timeout) = f.duration("rpc_timeout") {
+        config.rpc_timeout = timeout;
     }
     for (block, id) in f.labeled_blocks("plugin") {
         let mut p = f.labeled(block, &id);

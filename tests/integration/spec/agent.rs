@@ -28,6 +28,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         node_name: Some("node-1".to_string()),
         log_level: LevelFilter::Debug,
         plugin_heartbeat: Duration::from_secs(60),
+        rpc_timeout: Duration::from_secs(120),
         plugins: vec![
             PluginConfig {
                 id: "hostpath".to_string(),
