@@ -1,0 +1,176 @@
+//! `volume status`: the records as the control API shows them, without
+//! secrets or mount flags, with usage from NodeGetVolumeStats on request.
+
+use super::*;
+
+impl VolumeManager {
+    pub fn status(
+        &mut self,
+        req: &api::VolumeStatusRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<Dispatch> {
+        if req.id.is_empty() {
+            let volumes = self
+                .entries
+                .values()
+                .map(|e| self.status_of_entry(e, registry))
+                .collect();
+            let resp = api::VolumeStatusResponse {
+                volumes,
+                ..Default::default()
+            };
+            self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+            return None;
+        }
+        let entry = match self.entry(&req.id) {
+            Ok(entry) => entry,
+            Err(err) => {
+                self.outbox.push((reply, Err(err)));
+                return None;
+            }
+        };
+        let view = plugin_view(registry, &entry.volume.plugin_id);
+        let published = entry
+            .volume
+            .claims
+            .values()
+            .find(|c| c.published == Step::Done);
+        let stats_possible = req.stats && view.as_ref().is_some_and(|v| v.healthy && v.stats);
+        match published {
+            Some(claim) if stats_possible => {
+                let v = &entry.volume;
+                let path = self.paths.publish(v, &claim.alloc_id, &claim.usage);
+                let staging = view
+                    .as_ref()
+                    .is_some_and(|v| v.protocol.stage)
+                    .then(|| self.paths.staging(v, &claim.usage));
+                let external = v.external_id.clone();
+                let (id, plugin_id) = (v.id.clone(), v.plugin_id.clone());
+                let token = self.token();
+                let job = ops::job(&id, token, self.done.clone(), move |client| {
+                    OpResult::Stats(client.node_volume_stats(&external, &path, staging.as_deref()))
+                });
+                self.pending.insert(token, PendingOp::Stats { reply });
+                Some(Dispatch { plugin_id, job })
+            }
+            _ => {
+                let mut status = self.status_of_entry(entry, registry);
+                if req.stats {
+                    status.stats.mut_or_insert_default().error = if published.is_none() {
+                        "the volume is not published on this node".into()
+                    } else {
+                        "the plugin does not report volume stats".into()
+                    };
+                }
+                let resp = api::VolumeStatusResponse {
+                    volumes: vec![status],
+                    ..Default::default()
+                };
+                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                None
+            }
+        }
+    }
+
+    // ---- status ----
+
+    pub(super) fn status_of(
+        &self,
+        volume: &Volume,
+        registry: &Registry,
+    ) -> api::VolumeStatusResponse {
+        let entry = Entry {
+            volume: volume.clone(),
+            busy: None,
+            retry: None,
+            waiters: Waiters::default(),
+            deregistering: false,
+        };
+        api::VolumeStatusResponse {
+            volumes: vec![self.status_of_entry(&entry, registry)],
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn status_of_entry(&self, entry: &Entry, registry: &Registry) -> api::VolumeStatus {
+        let v = &entry.volume;
+        let view = plugin_view(registry, &v.plugin_id);
+        let mut status = api::VolumeStatus {
+            id: v.id.clone(),
+            name: v.name.clone(),
+            plugin_id: v.plugin_id.clone(),
+            provider: view
+                .as_ref()
+                .map(|p| p.provider.clone())
+                .unwrap_or_default(),
+            external_id: v.external_id.clone(),
+            capabilities: v
+                .capabilities
+                .iter()
+                .map(|c| format!("{}/{}", c.access_mode, c.attachment_mode))
+                .collect(),
+            fs_type: v.mount_options.fs_type.clone(),
+            mount_flags: v.mount_options.mount_flags.len() as u32,
+            secret_keys: v.secrets.keys().map(str::to_string).collect(),
+            parameters: v.parameters.clone().into_iter().collect(),
+            context: v.context.clone().into_iter().collect(),
+            schedulable: view.as_ref().is_some_and(|p| p.healthy),
+            capacity_bytes: v.capacity_bytes,
+            created: v.created,
+            ..Default::default()
+        };
+        for claim in v.claims.values() {
+            let mut c = api::Claim {
+                alloc_id: claim.alloc_id.clone(),
+                mode: if claim.read_only { "read" } else { "write" }.to_string(),
+                state: claim_state(v, claim).to_string(),
+                target: claim
+                    .target
+                    .as_ref()
+                    .map(|t| t.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                propagation: claim.propagation.as_str().to_string(),
+                publish_path: self
+                    .paths
+                    .publish(v, &claim.alloc_id, &claim.usage)
+                    .to_string_lossy()
+                    .into_owned(),
+                usage: claim.usage.clone(),
+                ..Default::default()
+            };
+            if let Some(retry) = &entry.retry {
+                c.last_error = retry.error.clone();
+                c.next_retry_unix_ms = crate::plugin::fingerprint::unix_ms(retry.wall);
+            }
+            if claim.wanted {
+                status.claims.push(c);
+            } else {
+                status.past_claims.push(c);
+            }
+        }
+        status
+    }
+}
+
+/// The claim's state in the words of the issue and Nomad.
+fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
+    if claim.wanted {
+        if claim.is_taken(claim.target.is_some()) {
+            "taken"
+        } else {
+            "claiming"
+        }
+    } else if claim.published != Step::Absent || claim.target_mounted != Step::Absent {
+        "unpublishing"
+    } else if v
+        .stagings
+        .get(&claim.usage)
+        .is_some_and(|s| s.step != Step::Absent)
+        || v.attachment != Step::Absent
+    {
+        "node-detached"
+    } else {
+        "ready-to-free"
+    }
+}
