@@ -40,7 +40,7 @@ lint:
 bench: build
 	@echo "no benchmarks yet: claim latency and boot-storm benchmarks come with the agent"
 
-## demo: the hostpath plugin driven through a full CSI cycle by `csi-agent csi`
+## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
 	scripts/demo.sh $(BIN)
 

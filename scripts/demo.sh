@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The README demo: start the built-in hostpath CSI plugin and drive a whole
-# volume lifecycle through it with `csi-agent csi`, showing the real mounts.
+# The README demo: `csi-agent agent -dev` runs the agent with the built-in
+# hostpath plugin and a volume `demo`; a newcomer claims it with -target,
+# writes a file through it, and releases it. Every mount is real.
 #
-#   create -> controller publish -> node stage -> node publish -> write a file
-#   -> node unpublish -> node unstage -> controller unpublish -> delete
-#
-# Usage: scripts/demo.sh [BIN]   (as root: staging and publishing mount)
+# Usage: scripts/demo.sh [BIN]   (as root: claims mount)
 set -euo pipefail
 
 bin=$(realpath "${1:-target/debug/csi-agent}")
@@ -15,10 +13,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 dir=$(mktemp -d /tmp/csi-agent-demo.XXXXXX)
-socket="$dir/csi.sock"
-plugin_pid=""
+agent_pid=""
 cleanup() {
-    [ -n "$plugin_pid" ] && kill "$plugin_pid" 2>/dev/null && wait "$plugin_pid" 2>/dev/null || true
+    if [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null; then
+        wait "$agent_pid" 2>/dev/null || true
+    fi
     # Only reached with mounts left if a step failed.
     grep -o " $dir[^ ]*" /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
     rm -rf "$dir"
@@ -27,39 +26,34 @@ trap cleanup EXIT
 
 show() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 step() { show "$@"; "$@"; }
-# Shown as `csi-agent csi ...` (the endpoint flag is left out for brevity).
-csi() { show csi-agent csi "$@"; "$bin" csi -endpoint "unix://$socket" "$@"; }
+agent() { show csi-agent "$@"; "$bin" "$@"; }
 
-echo "starting the hostpath plugin on $socket"
-"$bin" hostpath -endpoint "unix://$socket" -base-dir "$dir/base" -node-id demo-node 2>"$dir/plugin.log" &
-plugin_pid=$!
-for _ in $(seq 100); do [ -S "$socket" ] && break; sleep 0.05; done
-[ -S "$socket" ] || { echo "error: the plugin did not start:" >&2; cat "$dir/plugin.log" >&2; exit 1; }
+export CSI_AGENT_ADDR="unix://$dir/data/control.sock"
+show "csi-agent agent -dev &"
+"$bin" agent -dev -data-dir "$dir/data" 2>"$dir/agent.log" &
+agent_pid=$!
+for _ in $(seq 200); do
+    "$bin" volume status demo >/dev/null 2>&1 && break
+    sleep 0.05
+done
+"$bin" volume status demo >/dev/null || { cat "$dir/agent.log" >&2; exit 1; }
 
-cap=single-node-writer,file-system
-csi identity info
-csi node info
-csi controller create demo -cap "$cap" -size 1GiB
-show csi-agent csi controller publish demo -node demo-node -cap "$cap"
-context=$("$bin" csi -endpoint "unix://$socket" controller publish demo -node demo-node -cap "$cap")
-echo "$context"
-
-mkdir -p "$dir/staging/demo" "$dir/per-alloc/alloc1"
-csi node stage demo -staging "$dir/staging/demo" -cap "$cap" -publish-context "$context"
-csi node publish demo -staging "$dir/staging/demo" -target "$dir/per-alloc/alloc1/demo" -cap "$cap" -publish-context "$context"
+agent plugin status
+agent volume status
+agent volume claim demo -alloc hello -target "$dir/mnt"
+step sh -c "echo 'hello from csi-agent' > $dir/mnt/hello.txt"
+agent volume status demo
 
 printf '\n\033[1mthe mounts, from /proc/self/mountinfo:\033[0m\n'
 grep " $dir" /proc/self/mountinfo | awk '{print "  " $5 "  <-  " $4}'
 
-step sh -c "echo 'hello from csi-agent' > $dir/per-alloc/alloc1/demo/hello.txt"
-step cat "$dir/base/volumes/demo/hello.txt"
-csi node stats demo -path "$dir/per-alloc/alloc1/demo"
+agent volume release demo -alloc hello
+step cat "$dir/data/hostpath/volumes/demo/hello.txt"
 
-csi node unpublish demo -target "$dir/per-alloc/alloc1/demo"
-csi node unstage demo -staging "$dir/staging/demo"
-csi controller unpublish demo -node demo-node
-csi controller delete demo
-
+show "kill -TERM \$agent_pid"
+kill -TERM "$agent_pid"
+wait "$agent_pid"
+agent_pid=""
 left=$(grep -c " $dir" /proc/self/mountinfo || true)
 printf '\nmounts left under %s: %s\n' "$dir" "$left"
 [ "$left" -eq 0 ]
