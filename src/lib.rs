@@ -15,28 +15,59 @@
 //! | module | owns |
 //! |---|---|
 //! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
+//! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them; signals; `-dev` |
+//! | [`plugin`] | the registry with subscribers, the per-plugin instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
+//! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
+//! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
+//! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture, with test-only fault injection and call tracing |
+//! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
-//! | [`units`] | durations (`30s`, `1h30m`) and byte sizes (`10GiB`) as users write them |
-//! | [`cli`] | argument parsing, the direct plugin client `csi-agent csi ...`, and `csi-agent validate` |
+//! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
+//! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, the direct plugin client `csi`, `validate` |
 //!
-//! Still to come, per DESIGN.md: `plugin/` (registry, instance manager),
-//! `volume/` (claims), `task/` (exec driver),
-//! `state/` (persistence), `api/` (control API) and `agent.rs` (main loop).
+//! Still to come, per DESIGN.md: `task/` (the exec driver, the plugin
+//! supervisor and volume hooks).
 //!
 //! # Departures from DESIGN.md
 //!
 //! - DESIGN.md's module table has no home for the built-in plugin, which
 //!   the foundation issue asks for; it is [`hostpath`], a CSI *server*, and
-//!   the only code besides [`csi`] that touches generated protobuf.
+//!   the only code besides [`csi`] that touches generated CSI protobuf.
 //! - IDs may also contain `[` and `]`, for Nomad's `per_alloc` volume
 //!   names such as `data[0]`; see [`id`].
 //! - `main.rs` only dispatches; the command implementations and the small
 //!   flag parser live in [`cli`] so they are unit-testable.
-//!
+//! - `agent.rs` is a directory, [`agent`], because `-dev`'s supervised
+//!   hostpath child lives beside the main loop.
+//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`) live
+//!   in [`sys`], with the same one-small-function-per-call rule as
+//!   [`mount`].
+//! - There is no separate usage tracker: whether a staging or the
+//!   attachment is still in use is computed from the claims each time
+//!   ([`volume::model`]), so it cannot drift and needs no rebuilding.
+//! - Claim states are recorded per step (`Absent`, `Pending`, `Done` for
+//!   the attachment, each staging, each publish and host bind) rather than
+//!   as one state per claim; the planner ([`volume::plan`]) derives the next
+//!   RPC from them, and `volume status` shows them with DESIGN.md's names
+//!   (`taken`, `unpublishing`, `node-detached`, `ready-to-free`). Only
+//!   forward steps are journalled before their RPC: a release step's
+//!   "not yet absent" already makes it be re-sent after a crash.
+//! - The journal holds whole volume records (one per volume changed in a
+//!   loop turn), not per-transition deltas: replay is "last record wins",
+//!   and a turn that changes a volume five times writes it once.
+//! - Volume specs travel to the agent as HCL over the control socket and are
+//!   decoded there, so errors name the file's line and column and the spec
+//!   is validated by the same code as `csi-agent validate`.
+//! - A volume's controller and node RPCs go to one plugin ID, which must
+//!   serve both services it needs (`monolith`, or `node` without a
+//!   controller). Nomad groups separate controller and node processes under
+//!   one plugin ID; on one host that is not supported yet.
+
 //! # Conventions
 //!
 //! - Secrets and mount flags print `[REDACTED]` in `Debug`, `Display`, logs

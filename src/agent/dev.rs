@@ -124,7 +124,7 @@ impl DevPlugin {
         }
     }
 
-    /// Stops the child: SIGTERM, then SIGKILL after [`STOP_TIMEOUT`].
+    /// Stops the child: SIGTERM, then SIGKILL after `STOP_TIMEOUT`.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
             return;

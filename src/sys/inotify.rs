@@ -8,7 +8,7 @@
 //! something to read.
 //!
 //! Each libc call is wrapped in one small function that holds the only
-//! `unsafe` block for it; [`cvt`] turns the -1 of a failed call into the
+//! `unsafe` block for it; `cvt` turns the -1 of a failed call into the
 //! thread's `errno`. The variable-length event records are parsed from
 //! plain bytes, without casting the buffer to `inotify_event`.
 
