@@ -215,12 +215,28 @@ impl Registry {
         match self.plugins.get_mut(&spec.id) {
             Some(record) if record.spec == spec => false,
             Some(record) => {
-                log::info!("Plugin {} changed: {:?}", spec.id, spec);
-                let events = std::mem::take(&mut record.events);
-                *record = PluginRecord {
-                    events,
-                    ..PluginRecord::new(spec)
-                };
+                log::info!(
+                    "Plugin {} changed: {}, {} at {}",
+                    spec.id,
+                    spec.source.as_string(),
+                    spec.plugin_type,
+                    spec.endpoint.path().display()
+                );
+                let id = spec.id.clone();
+                record.spec = spec;
+                record.fingerprint = None;
+                record.last_heartbeat = None;
+                // The new socket or type starts over as pending, as an
+                // event like any other health change.
+                self.apply(
+                    &id,
+                    Report::Status {
+                        health: Health::Pending,
+                        reason: "its socket or type changed".to_string(),
+                        fingerprint: None,
+                        heartbeat: None,
+                    },
+                );
                 true
             }
             None => {
@@ -409,6 +425,30 @@ mod tests {
         assert_eq!(
             events.back().unwrap().reason,
             format!("r{}", EVENTS_KEPT + 4)
+        );
+    }
+
+    #[test]
+    fn a_changed_socket_is_a_health_change_to_pending() {
+        let mut registry = Registry::new();
+        registry.register(spec("a"));
+        registry.apply("a", status(Health::Healthy, "ok"));
+        let events = registry.subscribe();
+        assert!(registry.register(PluginSpec {
+            endpoint: "/run/csi/other.sock".parse().unwrap(),
+            ..spec("a")
+        }));
+        let record = registry.get("a").unwrap();
+        assert_eq!(record.health, Health::Pending);
+        assert!(record.fingerprint.is_none());
+        assert_eq!(record.events.len(), 2);
+        assert_eq!(
+            events.try_iter().collect::<Vec<_>>(),
+            [RegistryEvent::HealthChanged {
+                id: "a".into(),
+                old: Health::Healthy,
+                new: Health::Pending
+            }]
         );
     }
 

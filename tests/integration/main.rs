@@ -1,9 +1,14 @@
 //! All integration tests, in one test binary: a real hostpath plugin process
 //! on a real unix socket per test, real gRPC, real bind mounts; the spec
-//! decoders on our fixtures; and `csi-agent validate` as a user runs it.
+//! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
+//! agent daemon as a process, with its plugins, signals and control API;
+//! and volumes claimed and released through it, with injected faults and
+//! crashes.
 
+mod agent;
 mod cli;
 mod client;
+mod harness;
 mod spec;
 mod util;
 mod validate;

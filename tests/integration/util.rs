@@ -3,6 +3,7 @@
 //! `Drop`, even when an assertion fails.
 
 use std::fs;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,6 +100,7 @@ pub fn mount_state(path: &Path) -> Option<bool> {
 pub struct Plugin {
     pub dir: TestDir,
     pub socket: PathBuf,
+    env: Vec<(String, String)>,
     child: Child,
 }
 
@@ -110,35 +112,60 @@ impl Plugin {
     pub fn start_with_env(env: &[(&str, &str)]) -> Plugin {
         let dir = TestDir::new();
         let socket = dir.join("csi.sock");
-        let mut cmd = Command::new(bin());
-        cmd.arg("hostpath")
-            .arg("-endpoint")
-            .arg(format!("unix://{}", socket.display()))
-            .arg("-base-dir")
-            .arg(dir.join("base"))
-            .arg("-node-id")
-            .arg(NODE)
-            .arg("-test-faults")
-            .arg(dir.join("faults"))
-            .arg("-test-trace")
-            .arg(dir.join("trace"))
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(dir.join("plugin.log")).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let child = cmd.spawn().expect("start the hostpath plugin");
-        let plugin = Plugin { dir, socket, child };
+        Plugin::launch(dir, socket, env)
+    }
+
+    /// Starts a plugin serving on `socket` (whose directory must exist),
+    /// with its base dir, faults, trace and log in a test dir of its own.
+    pub fn start_at(socket: &Path) -> Plugin {
+        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[])
+    }
+
+    fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)]) -> Plugin {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = spawn_plugin(&dir, &socket, &env);
+        let plugin = Plugin {
+            dir,
+            socket,
+            env,
+            child,
+        };
         plugin.wait_for_socket();
         plugin
     }
 
+    /// Kills the plugin with SIGKILL, as a crash would, and reaps it; its
+    /// socket file stays behind with nobody listening.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Starts the plugin again in the same dir, on the same socket, with the
+    /// same faults, trace and state, after [`Plugin::kill`] or
+    /// [`Plugin::stop`]; waits until it accepts connections.
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_some(),
+            "restart() needs the plugin to have exited"
+        );
+        self.child = spawn_plugin(&self.dir, &self.socket, &self.env);
+        self.wait_for_socket();
+    }
+
+    /// Waits until the socket accepts connections: a socket file left by a
+    /// killed plugin refuses them until the new process renames its own
+    /// socket into place.
     fn wait_for_socket(&self) {
         let start = Instant::now();
-        while !self.socket.exists() {
+        while UnixStream::connect(&self.socket).is_err() {
             assert!(
                 start.elapsed() < Duration::from_secs(10),
-                "plugin socket never appeared"
+                "plugin socket never accepted connections\n{}",
+                self.log()
             );
             thread::sleep(Duration::from_millis(5));
         }
@@ -209,6 +236,34 @@ impl Plugin {
         }
         cmd.output().unwrap()
     }
+}
+
+/// Starts `csi-agent hostpath` serving on `socket`, with its base dir,
+/// faults, trace and log in `dir`; the log is appended to across restarts.
+fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)]) -> Child {
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("plugin.log"))
+        .unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.arg("hostpath")
+        .arg("-endpoint")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("-base-dir")
+        .arg(dir.join("base"))
+        .arg("-node-id")
+        .arg(NODE)
+        .arg("-test-faults")
+        .arg(dir.join("faults"))
+        .arg("-test-trace")
+        .arg(dir.join("trace"))
+        .stdout(Stdio::null())
+        .stderr(log);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start the hostpath plugin")
 }
 
 impl Drop for Plugin {
