@@ -109,9 +109,15 @@ impl std::error::Error for Error {
 }
 
 /// Runs the agent until SIGTERM or SIGINT.
-pub fn run(options: Options) -> Result<(), Error> {
-    let data_dir = options.config.data_dir.clone();
-    create_private_dir(&data_dir)?;
+pub fn run(mut options: Options) -> Result<(), Error> {
+    create_private_dir(&options.config.data_dir)?;
+    // Mount points in mountinfo are canonical paths: so are ours, even when
+    // the data dir is reached through a symlink.
+    let data_dir = fs::canonicalize(&options.config.data_dir).map_err(|err| Error::DataDir {
+        path: options.config.data_dir.clone(),
+        err,
+    })?;
+    options.config.data_dir = data_dir.clone();
     let socket = data_dir.join(api::SOCKET_NAME);
     if UnixStream::connect(&socket).is_ok() {
         return Err(Error::AlreadyRunning { socket });

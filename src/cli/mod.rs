@@ -32,8 +32,10 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str =
-    "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID]";
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach]
+
+  -no-attach   behave like a plugin without attachments (no
+               PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)";
 
 /// Every way a command can fail.
 #[derive(Debug)]
@@ -205,13 +207,14 @@ fn with_logging<T>(default: &str, f: impl FnOnce() -> T) -> T {
 }
 
 fn hostpath(argv: &[String]) -> Result<(), CliError> {
-    use args::{value, Flag};
+    use args::{switch, value, Flag};
     const FLAGS: &[Flag] = &[
         value("endpoint"),
         value("base-dir"),
         value("node-id"),
         value("test-faults"),
         value("test-trace"),
+        switch("no-attach"),
     ];
     let args = args::parse(FLAGS, argv)?;
     args.at_most(0)?;
@@ -231,6 +234,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         node_id,
         faults: args.value("test-faults").map(PathBuf::from),
         trace: args.value("test-trace").map(PathBuf::from),
+        no_attach: args.switch("no-attach"),
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
 }

@@ -474,14 +474,28 @@ impl csi_grpc::Controller for Service {
         _req: pb::ControllerGetCapabilitiesRequest,
         sink: UnarySink<pb::ControllerGetCapabilitiesResponse>,
     ) {
-        self.serve("ControllerGetCapabilities", String::new(), sink, |_, _| {
-            let mut resp = pb::ControllerGetCapabilitiesResponse::new();
-            resp.capabilities = CAPABILITIES
-                .iter()
-                .map(|c| convert::controller_capability_to_proto(*c))
-                .collect();
-            Ok(resp)
-        });
+        self.serve(
+            "ControllerGetCapabilities",
+            String::new(),
+            sink,
+            |plugin, _| {
+                let mut resp = pb::ControllerGetCapabilitiesResponse::new();
+                resp.capabilities = CAPABILITIES
+                    .iter()
+                    .filter(|c| {
+                        !(plugin.config.no_attach
+                            && matches!(
+                                c,
+                                ControllerCapability::PublishUnpublishVolume
+                                    | ControllerCapability::PublishReadonly
+                                    | ControllerCapability::ListVolumesPublishedNodes
+                            ))
+                    })
+                    .map(|c| convert::controller_capability_to_proto(*c))
+                    .collect();
+                Ok(resp)
+            },
+        );
     }
 
     fn controller_expand_volume(

@@ -56,6 +56,10 @@ pub struct Config {
     pub faults: Option<PathBuf>,
     /// Test only: the call trace file.
     pub trace: Option<PathBuf>,
+    /// Behave like a plugin without attachments (NFS-like): no
+    /// PUBLISH_UNPUBLISH_VOLUME, and NodeStage/NodePublish do not ask for
+    /// ControllerPublishVolume first.
+    pub no_attach: bool,
 }
 
 #[derive(Debug)]

@@ -78,6 +78,9 @@ impl Plugin {
             .volumes
             .get(id)
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        if self.config.no_attach {
+            return Ok(());
+        }
         match &volume.attached {
             Some((node, _)) if *node == self.config.node_id => {}
             _ => {

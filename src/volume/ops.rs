@@ -136,10 +136,14 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<Option<StringMap>, Ste
     let rpc = |r: Result<(), crate::csi::Error>| r.map(|()| None).map_err(StepError::Rpc);
     match &ctx.action {
         Action::ControllerPublish => {
-            let claim = v.wanted_claims().next();
-            let capability = claim
-                .map(|c| c.capability.clone())
-                .or_else(|| v.capabilities.first().cloned())
+            // One attachment serves every claim on the node: attach with
+            // the first capability a writer could use, read-only only when
+            // the volume admits no writer at all, so that a writer after a
+            // reader never meets a read-only attachment.
+            let capability = v
+                .capability_for(false)
+                .or_else(|| v.capabilities.first())
+                .cloned()
                 .ok_or_else(|| StepError::Local("the volume has no capability".into()))?;
             let req = ControllerPublish {
                 volume_id: v.external_id.clone(),
