@@ -189,7 +189,15 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
         let mut state = self.lock();
-        if let Some((target, _)) = state.published.iter().find(|(_, (v, _))| v == id) {
+        // A CO that stages once per usage (as Nomad does) has several
+        // stagings of one volume: only the last one must outlive every
+        // publish.
+        let other_staging = state
+            .staged
+            .iter()
+            .any(|(path, s)| s.volume_id == id && path != staging);
+        let live = state.published.iter().find(|(_, (v, _))| v == id);
+        if let (Some((target, _)), false) = (live, other_staging) {
             return Err(status(
                 Code::FailedPrecondition,
                 format!("volume {id} is still published at {}", target.display()),

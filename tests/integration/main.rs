@@ -12,3 +12,5 @@ mod harness;
 mod spec;
 mod util;
 mod validate;
+mod volume;
+mod volume_util;

@@ -611,7 +611,11 @@ impl VolumeManager {
             StepError::Rpc(e) => e.class == Class::Terminal,
             StepError::Local(_) => true,
         };
-        let message = format!("{}: {err}", action.name());
+        // An RPC error names its RPC already.
+        let message = match &err {
+            StepError::Rpc(e) => e.to_string(),
+            StepError::Local(m) => format!("{}: {m}", action.name()),
+        };
         if terminal && !action.is_release() {
             log::warn!("Volume {id}: {message}; failing the claims it concerns");
             let entry = self.entries.get_mut(id).expect("present");

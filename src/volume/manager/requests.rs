@@ -285,7 +285,7 @@ impl VolumeManager {
                         crate::csi::check_validation(&requested, &validation).map_err(|m| {
                             error(
                                 ErrorKind::FailedPrecondition,
-                                format!("the plugin did not confirm the capabilities: {m}"),
+                                format!("ValidateVolumeCapabilities: {m}"),
                             )
                         })
                     });
