@@ -101,6 +101,7 @@ pub struct Plugin {
     pub dir: TestDir,
     pub socket: PathBuf,
     env: Vec<(String, String)>,
+    flags: Vec<String>,
     child: Child,
 }
 
@@ -110,27 +111,35 @@ impl Plugin {
     }
 
     pub fn start_with_env(env: &[(&str, &str)]) -> Plugin {
+        Plugin::start_with(env, &[])
+    }
+
+    /// Starts a plugin with `env` and extra `hostpath` flags (e.g.
+    /// `-no-attach`), kept across restarts.
+    pub fn start_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let dir = TestDir::new();
         let socket = dir.join("csi.sock");
-        Plugin::launch(dir, socket, env)
+        Plugin::launch(dir, socket, env, flags)
     }
 
     /// Starts a plugin serving on `socket` (whose directory must exist),
     /// with its base dir, faults, trace and log in a test dir of its own.
     pub fn start_at(socket: &Path) -> Plugin {
-        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[])
+        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &[])
     }
 
-    fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)]) -> Plugin {
+    fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let child = spawn_plugin(&dir, &socket, &env);
+        let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let child = spawn_plugin(&dir, &socket, &env, &flags);
         let plugin = Plugin {
             dir,
             socket,
             env,
+            flags,
             child,
         };
         plugin.wait_for_socket();
@@ -152,7 +161,7 @@ impl Plugin {
             self.child.try_wait().unwrap().is_some(),
             "restart() needs the plugin to have exited"
         );
-        self.child = spawn_plugin(&self.dir, &self.socket, &self.env);
+        self.child = spawn_plugin(&self.dir, &self.socket, &self.env, &self.flags);
         self.wait_for_socket();
     }
 
@@ -239,8 +248,9 @@ impl Plugin {
 }
 
 /// Starts `csi-agent hostpath` serving on `socket`, with its base dir,
-/// faults, trace and log in `dir`; the log is appended to across restarts.
-fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)]) -> Child {
+/// faults, trace and log in `dir` and any extra `flags`; the log is
+/// appended to across restarts.
+fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)], flags: &[String]) -> Child {
     let log = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -258,6 +268,7 @@ fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)]) -> Child
         .arg(dir.join("faults"))
         .arg("-test-trace")
         .arg(dir.join("trace"))
+        .args(flags)
         .stdout(Stdio::null())
         .stderr(log);
     for (k, v) in env {

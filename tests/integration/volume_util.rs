@@ -6,9 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,7 +17,7 @@ use csi_agent::proto::agent::{Claim, VolumeClaimRequest, VolumeClaimResponse, Vo
 use grpcio::RpcStatusCode;
 
 use crate::harness::{healthy, Agent, WAIT};
-use crate::util::{bin, mounts_under, Plugin, TestDir, NODE};
+use crate::util::{mounts_under, Plugin};
 
 /// The plugin ID of every rig.
 pub const PLUGIN: &str = "hp";
@@ -121,87 +119,6 @@ impl Hostpath for Plugin {
     }
 }
 
-/// A hostpath plugin started with `-no-attach`: it advertises no
-/// PUBLISH_UNPUBLISH_VOLUME and its nodes stage without an attachment,
-/// like an NFS plugin. (`util::Plugin` takes no extra flags.)
-pub struct AttachlessPlugin {
-    pub dir: TestDir,
-    pub socket: PathBuf,
-    child: Child,
-}
-
-impl AttachlessPlugin {
-    /// Starts the plugin and waits until its socket accepts connections.
-    pub fn start() -> AttachlessPlugin {
-        let dir = TestDir::new();
-        let socket = dir.join("csi.sock");
-        let child = Command::new(bin())
-            .arg("hostpath")
-            .arg("-endpoint")
-            .arg(format!("unix://{}", socket.display()))
-            .arg("-base-dir")
-            .arg(dir.join("base"))
-            .arg("-node-id")
-            .arg(NODE)
-            .arg("-no-attach")
-            .arg("-test-faults")
-            .arg(dir.join("faults"))
-            .arg("-test-trace")
-            .arg(dir.join("trace"))
-            .env(PLUGIN_LOG.0, PLUGIN_LOG.1)
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(dir.join("plugin.log")).unwrap())
-            .spawn()
-            .expect("start the hostpath plugin");
-        let plugin = AttachlessPlugin { dir, socket, child };
-        let start = Instant::now();
-        while UnixStream::connect(&plugin.socket).is_err() {
-            assert!(
-                start.elapsed() < WAIT,
-                "the plugin never accepted connections\n{}",
-                plugin.log_text()
-            );
-            thread::sleep(POLL);
-        }
-        plugin
-    }
-}
-
-impl Hostpath for AttachlessPlugin {
-    fn dir(&self) -> &Path {
-        &self.dir.path
-    }
-
-    fn socket(&self) -> &Path {
-        &self.socket
-    }
-
-    fn calls(&self) -> Vec<String> {
-        fs::read_to_string(self.dir.join("trace"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn log_text(&self) -> String {
-        fs::read_to_string(self.dir.join("plugin.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for AttachlessPlugin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if thread::panicking() {
-            eprintln!(
-                "--- hostpath plugin log ---\n{}--- end of plugin log ---",
-                self.log_text()
-            );
-        }
-    }
-}
-
 /// A hostpath plugin and an agent that uses it as plugin [`PLUGIN`].
 /// Dropped agent first, so nothing calls the plugin while it goes.
 pub struct Rig<P: Hostpath = Plugin> {
@@ -225,10 +142,17 @@ impl Rig {
     }
 }
 
-impl Rig<AttachlessPlugin> {
+impl Rig<Plugin> {
     /// A `-no-attach` plugin, configured as `plugin_type`.
-    pub fn attachless(plugin_type: PluginType) -> Rig<AttachlessPlugin> {
-        Rig::around(AttachlessPlugin::start(), plugin_type, None)
+    /// A rig around a plugin started with `-no-attach`: it advertises no
+    /// PUBLISH_UNPUBLISH_VOLUME and its nodes stage without an attachment,
+    /// like an NFS plugin.
+    pub fn attachless(plugin_type: PluginType) -> Rig<Plugin> {
+        Rig::around(
+            Plugin::start_with(&[PLUGIN_LOG], &["-no-attach"]),
+            plugin_type,
+            None,
+        )
     }
 }
 
