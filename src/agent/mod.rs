@@ -626,13 +626,16 @@ pub fn load_config(path: &Path) -> Result<AgentConfig, String> {
 
 /// The node's name: the config's, else the host name.
 pub fn node_name(config: &AgentConfig) -> String {
-    config.node_name.clone().unwrap_or_else(|| {
-        fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".to_string())
-    })
+    config.node_name.clone().unwrap_or_else(host_name)
+}
+
+/// The kernel's host name, or `localhost` when it has none.
+pub fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 fn create_private_dir(path: &Path) -> Result<(), Error> {

@@ -224,9 +224,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         .map_err(|e: crate::csi::endpoint::EndpointError| UsageError::new(e.to_string()))?;
     let node_id = match args.value("node-id") {
         Some(id) => id.to_string(),
-        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "localhost".to_string()),
+        None => crate::agent::host_name(),
     };
     let config = crate::hostpath::Config {
         endpoint,

@@ -6,8 +6,10 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::json::Json;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
+use crate::csi::types::PluginCapability;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
+use crate::spec::PluginType;
 use crate::units::{format_duration, format_timestamp};
 
 pub const USAGE: &str = "\
@@ -59,29 +61,26 @@ fn health(h: protobuf::EnumOrUnknown<api::Health>) -> &'static str {
     }
 }
 
-fn has_controller(p: &api::Plugin) -> bool {
-    matches!(p.type_.as_str(), "controller" | "monolith")
-}
-
-fn has_node(p: &api::Plugin) -> bool {
-    matches!(p.type_.as_str(), "node" | "monolith")
+/// The plugin's type; `None` for a type this binary does not know.
+fn plugin_type(p: &api::Plugin) -> Option<PluginType> {
+    p.type_.parse().ok()
 }
 
 /// "healthy/expected" controllers: a plugin of controller type is one
 /// expected controller, healthy when it is and serves the service.
 fn controllers(p: &api::Plugin) -> String {
-    let expected = u8::from(has_controller(p));
-    let serves = p.fingerprint.as_ref().is_some_and(|f| {
-        f.plugin_capabilities
-            .iter()
-            .any(|c| c == "controller-service")
-    });
+    let expected = u8::from(plugin_type(p).is_some_and(PluginType::has_controller));
+    let service = PluginCapability::ControllerService.as_str();
+    let serves = p
+        .fingerprint
+        .as_ref()
+        .is_some_and(|f| f.plugin_capabilities.iter().any(|c| c == service));
     let healthy = u8::from(expected == 1 && serves && health(p.health) == "healthy");
     format!("{healthy}/{expected}")
 }
 
 fn nodes(p: &api::Plugin) -> String {
-    let expected = u8::from(has_node(p));
+    let expected = u8::from(plugin_type(p).is_some_and(PluginType::has_node));
     let healthy = u8::from(expected == 1 && health(p.health) == "healthy");
     format!("{healthy}/{expected}")
 }
