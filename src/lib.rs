@@ -90,6 +90,7 @@ pub mod proto;
 pub mod spec;
 pub mod state;
 pub mod sys;
+pub mod task;
 pub mod units;
 pub mod volume;
 

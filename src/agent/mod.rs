@@ -26,7 +26,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{at, bounded, never, select, tick, unbounded, Receiver, Sender};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 
 use crate::api::server::ControlServer;
@@ -37,6 +37,7 @@ use crate::plugin::{Health, PluginRecord, PluginSpec, Registry, RegistryEvent, R
 use crate::proto::{agent as apipb, state as statepb};
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 use crate::state::Store;
+use crate::task::{Allocs, PluginEffect};
 use crate::volume::manager::{Dispatch, VolumeManager};
 use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
@@ -141,10 +142,18 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         Ok(mounts) => volumes.reconcile(&mounts),
         Err(err) => log::error!("Cannot reconcile the claims with the mount table: {err}"),
     }
+    let mut allocs = Allocs::new(&data_dir);
+    allocs.configure(
+        &options.config.host_volumes,
+        config_plugin_ids(&options.config),
+    );
+    allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);
     let registry_events = registry.subscribe();
     let mut agent = Agent {
         volumes,
+        allocs,
+        candidates: BTreeMap::new(),
         dispatches: Vec::new(),
         demo_requested: false,
         registry,
@@ -172,7 +181,11 @@ pub fn run(mut options: Options) -> Result<(), Error> {
 
     let ticker = tick(TICK);
     loop {
-        let retry = agent.volumes.next_retry().map(at).unwrap_or_else(never);
+        let wakeup = [agent.volumes.next_retry(), agent.allocs.next_wakeup()]
+            .into_iter()
+            .flatten()
+            .min();
+        let retry = wakeup.map(at).unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
             recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
@@ -181,6 +194,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(retry) -> _ => {},
             recv(signals.events) -> signal => match signal {
                 Ok(SIGHUP) => agent.reload(),
+                Ok(SIGCHLD) => {
+                    agent.allocs.reap(Instant::now());
+                }
                 Ok(signal) => {
                     log::info!("Stopping on signal {signal}");
                     break;
@@ -203,6 +219,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
 
 struct Agent {
     volumes: VolumeManager,
+    allocs: Allocs,
+    /// Plugin tasks being probed before they are registered, by
+    /// (alloc, task).
+    candidates: BTreeMap<(String, String), RunningInstance>,
     /// Jobs planned this turn, submitted once the journal is durable.
     dispatches: Vec<Dispatch>,
     /// `-dev`: the demo volume was asked for.
@@ -270,10 +290,15 @@ impl Agent {
     /// those that went away for good.
     fn sync_plugins(&mut self) {
         let wanted = self.wanted_plugins();
+        let allocs = &self.allocs;
         let gone: Vec<String> = self
             .registry
             .list()
             .filter(|r| !wanted.iter().any(|(s, _)| s.id == r.spec.id))
+            .filter(|r| match &r.spec.source {
+                Source::Task { alloc, task } => !allocs.provides(alloc, task),
+                _ => true,
+            })
             .map(|r| r.spec.id.clone())
             .collect();
         for id in gone {
@@ -340,6 +365,7 @@ impl Agent {
             .get(&report.id)
             .is_some_and(|r| r.instance.generation() == report.generation);
         if !current {
+            self.candidate_report(report);
             return;
         }
         if self.registry.apply(&report.id, report.report).persistent() {
@@ -373,6 +399,22 @@ impl Agent {
                 self.volumes.release(&req.volume_id, &req.alloc_id, reply);
                 None
             }
+            Request::JobRun(req) => {
+                let _ = reply.send(self.allocs.run_job(&req).map(Response::JobRun));
+                None
+            }
+            Request::JobStop(req) => {
+                let _ = reply.send(self.allocs.stop_job(&req).map(Response::JobStop));
+                None
+            }
+            Request::JobStatus(req) => {
+                let _ = reply.send(self.allocs.status(&req).map(Response::JobStatus));
+                None
+            }
+            Request::AllocLogs(req) => {
+                let _ = reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
+                None
+            }
         };
         self.dispatches.extend(dispatch);
     }
@@ -382,6 +424,18 @@ impl Agent {
     }
 
     fn registry_event(&mut self, event: RegistryEvent) {
+        if let RegistryEvent::HealthChanged { id, new, .. } = &event {
+            let record = self.registry.get(id);
+            let source = record.map(|r| r.spec.source.clone());
+            let reason = record.map(|r| r.reason.clone()).unwrap_or_default();
+            if let Some(Source::Task { alloc, task }) = source {
+                let message = match new {
+                    Health::Healthy => format!("plugin {id:?} became healthy"),
+                    other => format!("plugin {id:?} became {}: {reason}", other.as_str()),
+                };
+                self.allocs.plugin_event(&alloc, &task, message);
+            }
+        }
         if let RegistryEvent::HealthChanged {
             id,
             new: Health::Healthy,
@@ -425,6 +479,24 @@ impl Agent {
     /// turn's changes durable (one journal sync, or a new snapshot), then
     /// submit the planned jobs and send the replies.
     fn end_turn(&mut self) {
+        // Tasks may claim or release volumes, which plans and journals
+        // again; each round makes progress, and a few always suffice.
+        for _ in 0..8 {
+            self.commit_turn();
+            let progressed = self
+                .allocs
+                .step(&mut self.volumes, &self.registry, Instant::now());
+            self.plugin_effects();
+            if self.allocs.take_dirty() {
+                self.dirty = true;
+            }
+            if !progressed && !self.dirty {
+                break;
+            }
+        }
+    }
+
+    fn commit_turn(&mut self) {
         let now = Instant::now();
         let planned = self.volumes.plan(&self.registry, now);
         self.dispatches.extend(planned);
@@ -450,6 +522,156 @@ impl Agent {
         }
         for (reply, result) in self.volumes.take_outbox() {
             let _ = reply.send(result);
+        }
+    }
+
+    /// Carries out what the plugin supervisor hook asked for.
+    fn plugin_effects(&mut self) {
+        for effect in self.allocs.take_effects() {
+            match effect {
+                PluginEffect::Start {
+                    alloc,
+                    task,
+                    spec,
+                    health_timeout,
+                } => {
+                    let key = (alloc, task);
+                    if let Some(old) = self.candidates.remove(&key) {
+                        old.instance.stop();
+                    }
+                    let settings = InstanceSettings {
+                        heartbeat: self.options.config.plugin_heartbeat,
+                        health_timeout,
+                        rpc_timeout: self.options.config.rpc_timeout,
+                    };
+                    self.generation += 1;
+                    match Instance::start(
+                        spec.clone(),
+                        self.generation,
+                        settings,
+                        &self.watcher,
+                        self.reports_tx.clone(),
+                    ) {
+                        Ok(instance) => {
+                            log::info!(
+                                "Plugin {} of alloc {} task {}: waiting for {}",
+                                spec.id,
+                                key.0,
+                                key.1,
+                                spec.endpoint
+                            );
+                            self.candidates.insert(
+                                key,
+                                RunningInstance {
+                                    instance,
+                                    spec,
+                                    settings,
+                                },
+                            );
+                        }
+                        Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.id),
+                    }
+                }
+                PluginEffect::Exited { alloc, task, id } => {
+                    self.plugin_task_gone(alloc, task, &id, false);
+                }
+                PluginEffect::Stop { alloc, task, id } => {
+                    self.plugin_task_gone(alloc, task, &id, true);
+                }
+            }
+        }
+    }
+
+    /// A plugin task's process ended (`deregister`: for good): stop
+    /// watching it, and mark its plugin unhealthy or deregister it, if the
+    /// task still provides it.
+    fn plugin_task_gone(&mut self, alloc: String, task: String, id: &str, deregister: bool) {
+        let key = (alloc, task);
+        if let Some(candidate) = self.candidates.remove(&key) {
+            candidate.instance.stop();
+        }
+        let provides = self.registry.get(id).is_some_and(|r| {
+            r.spec.source
+                == Source::Task {
+                    alloc: key.0.clone(),
+                    task: key.1.clone(),
+                }
+        });
+        if !provides {
+            return;
+        }
+        self.stop_instance(id);
+        if deregister {
+            log::info!("Plugin {id}: its task stopped; deregistering it");
+            self.registry.deregister(id);
+        } else {
+            self.registry.apply(
+                id,
+                Report::Status {
+                    health: Health::Unhealthy,
+                    reason: "the plugin task exited".to_string(),
+                    fingerprint: None,
+                    heartbeat: None,
+                },
+            );
+        }
+        self.dirty = true;
+        if deregister {
+            self.release_csi_root();
+        }
+    }
+
+    /// A report of a plugin task being probed: once healthy, it replaces
+    /// whatever provided the plugin ID before.
+    fn candidate_report(&mut self, report: InstanceReport) {
+        let key = self
+            .candidates
+            .iter()
+            .find(|(_, c)| c.instance.generation() == report.generation)
+            .map(|(k, _)| k.clone());
+        let Some(key) = key else { return };
+        let healthy = matches!(
+            &report.report,
+            Report::Status {
+                health: Health::Healthy,
+                fingerprint: Some(_),
+                ..
+            }
+        );
+        if !healthy {
+            return;
+        }
+        let candidate = self.candidates.remove(&key).expect("found");
+        let id = candidate.spec.id.clone();
+        log::info!(
+            "Plugin {id}: the task of alloc {} is healthy; registering it",
+            key.0
+        );
+        self.stop_instance(&id);
+        self.registry.register(candidate.spec.clone());
+        self.instances.insert(id.clone(), candidate);
+        self.registry.apply(&id, report.report);
+        self.allocs.plugin_healthy(&key.0, &key.1);
+        self.dirty = true;
+    }
+
+    /// Unmounts the shared bind of the `csi/` root once no plugin task
+    /// needs it and nothing is mounted below it.
+    fn release_csi_root(&self) {
+        if self.allocs.any_plugin_task() {
+            return;
+        }
+        let root = self.options.config.data_dir.join("csi");
+        let Ok(info) = crate::mount::MountInfo::read() else {
+            return;
+        };
+        if info.get(&root).is_none() || info.under(&root).any(|m| m.mount_point != root) {
+            return;
+        }
+        use crate::mount::Mounter;
+        if let Err(err) = crate::mount::SysMounter.unmount(&root, crate::mount::UnmountMode::Normal)
+        {
+            log::warn!("Cannot unmount {}: {err}", root.display());
         }
     }
 
@@ -503,6 +725,10 @@ impl Agent {
         }
         let data_dir = self.options.config.data_dir.clone();
         self.options.config = AgentConfig { data_dir, ..config };
+        self.allocs.configure(
+            &self.options.config.host_volumes,
+            config_plugin_ids(&self.options.config),
+        );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
     }
@@ -511,6 +737,7 @@ impl Agent {
         if let Some(dev) = &mut self.dev {
             dev.supervise();
         }
+        self.allocs.reap(Instant::now());
         self.volumes.tick(Instant::now());
     }
 
@@ -518,6 +745,8 @@ impl Agent {
         statepb::State {
             plugins: self.registry.list().map(PluginRecord::to_proto).collect(),
             volumes: self.volumes.to_proto(),
+            jobs: self.allocs.jobs_to_proto(),
+            allocs: self.allocs.allocs_to_proto(),
             ..Default::default()
         }
     }
@@ -536,6 +765,9 @@ impl Agent {
     /// Every instance reports its plugin unhealthy and ends; then the
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].
     fn shutdown(&mut self, reports: &Receiver<InstanceReport>, signals: &Receiver<i32>) {
+        for (_, candidate) in std::mem::take(&mut self.candidates) {
+            candidate.instance.stop();
+        }
         for running in self.instances.values() {
             running.instance.shutdown();
         }
@@ -551,7 +783,10 @@ impl Agent {
                         waiting -= 1;
                     }
                 }
-                recv(signals) -> _ => {
+                recv(signals) -> signal => {
+                    if signal == Ok(SIGCHLD) {
+                        continue;
+                    }
                     log::warn!("Second signal: exiting at once");
                     std::process::exit(1);
                 }
@@ -589,6 +824,7 @@ impl Agent {
         if let Some(mut dev) = self.dev.take() {
             dev.stop();
         }
+        self.release_csi_root();
         log::info!("Agent stopped");
     }
 }
@@ -608,6 +844,11 @@ fn restore_registry(state: &statepb::State) -> Registry {
         })
         .collect();
     Registry::restore(records)
+}
+
+/// The plugin IDs the config provides; jobs may not provide them too.
+fn config_plugin_ids(config: &AgentConfig) -> std::collections::BTreeSet<String> {
+    config.plugins.iter().map(|p| p.id.clone()).collect()
 }
 
 /// Reads and validates an agent config file.
@@ -698,7 +939,8 @@ struct SignalThread {
 
 impl SignalThread {
     fn start() -> Result<SignalThread, Error> {
-        let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(Error::Signals)?;
+        let mut signals =
+            Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD]).map_err(Error::Signals)?;
         let handle = signals.handle();
         let (tx, events) = bounded(16);
         let thread = thread::Builder::new()

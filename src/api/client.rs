@@ -252,6 +252,57 @@ impl AgentClient {
             .volume_release_opt(&req, Self::opt(CLAIM_TIMEOUT))
             .map_err(|e| self.error(e))
     }
+
+    /// Sends a job file to run.
+    pub fn job_run(&self, file: &str, hcl: &str) -> Result<api::JobRunResponse, Error> {
+        let req = api::JobRunRequest {
+            file: file.to_string(),
+            hcl: hcl.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_run_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    pub fn job_stop(&self, name: &str, purge: bool) -> Result<api::JobStopResponse, Error> {
+        let req = api::JobStopRequest {
+            name: name.to_string(),
+            purge,
+            ..Default::default()
+        };
+        self.client
+            .job_stop_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// One job, or every job when `name` is empty.
+    pub fn job_status(&self, name: &str) -> Result<api::JobStatusResponse, Error> {
+        let req = api::JobStatusRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_status_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    pub fn alloc_logs(
+        &self,
+        alloc_id: &str,
+        task: &str,
+        stderr: bool,
+    ) -> Result<api::AllocLogsResponse, Error> {
+        let req = api::AllocLogsRequest {
+            alloc_id: alloc_id.to_string(),
+            task: task.to_string(),
+            stderr,
+            ..Default::default()
+        };
+        self.client
+            .alloc_logs_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
 }
 
 fn spec_request(file: &str, hcl: &str) -> api::VolumeSpecRequest {

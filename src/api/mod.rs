@@ -30,6 +30,10 @@ pub enum Request {
     VolumeStatus(api::VolumeStatusRequest),
     VolumeClaim(api::VolumeClaimRequest),
     VolumeRelease(api::VolumeReleaseRequest),
+    JobRun(api::JobRunRequest),
+    JobStop(api::JobStopRequest),
+    JobStatus(api::JobStatusRequest),
+    AllocLogs(api::AllocLogsRequest),
 }
 
 /// The main loop's answer to a [`Request`] of the same name.
@@ -40,6 +44,10 @@ pub enum Response {
     VolumeDeregister(api::VolumeDeregisterResponse),
     VolumeClaim(api::VolumeClaimResponse),
     VolumeRelease(api::VolumeReleaseResponse),
+    JobRun(api::JobRunResponse),
+    JobStop(api::JobStopResponse),
+    JobStatus(api::JobStatusResponse),
+    AllocLogs(api::AllocLogsResponse),
 }
 
 /// One API call on its way to the main loop.
@@ -56,8 +64,12 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The request is valid but the state does not allow it now.
     FailedPrecondition,
-    /// The agent is shutting down.
+    /// Not now, maybe later: the agent is shutting down, or a claim kept
+    /// failing with retryable errors.
     Unavailable,
+    /// The operation failed for good and was undone (a claim whose step
+    /// failed terminally).
+    Aborted,
     Internal,
 }
 

@@ -236,6 +236,7 @@ fn status(err: &ApiError) -> RpcStatus {
         ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
         ErrorKind::FailedPrecondition => RpcStatusCode::FAILED_PRECONDITION,
         ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
+        ErrorKind::Aborted => RpcStatusCode::ABORTED,
         ErrorKind::Internal => RpcStatusCode::INTERNAL,
     };
     RpcStatus::with_message(code, err.message.clone())
@@ -358,6 +359,64 @@ impl agent_grpc::Agent for Service {
             sink,
             |resp| match resp {
                 Response::VolumeRelease(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
+    fn job_run(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobRunRequest,
+        sink: UnarySink<api::JobRunResponse>,
+    ) {
+        self.forward("JobRun", Request::JobRun(req), sink, |resp| match resp {
+            Response::JobRun(resp) => Some(resp),
+            _ => None,
+        });
+    }
+
+    fn job_stop(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobStopRequest,
+        sink: UnarySink<api::JobStopResponse>,
+    ) {
+        self.forward("JobStop", Request::JobStop(req), sink, |resp| match resp {
+            Response::JobStop(resp) => Some(resp),
+            _ => None,
+        });
+    }
+
+    fn job_status(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobStatusRequest,
+        sink: UnarySink<api::JobStatusResponse>,
+    ) {
+        self.forward(
+            "JobStatus",
+            Request::JobStatus(req),
+            sink,
+            |resp| match resp {
+                Response::JobStatus(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
+    fn alloc_logs(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::AllocLogsRequest,
+        sink: UnarySink<api::AllocLogsResponse>,
+    ) {
+        self.forward(
+            "AllocLogs",
+            Request::AllocLogs(req),
+            sink,
+            |resp| match resp {
+                Response::AllocLogs(resp) => Some(resp),
                 _ => None,
             },
         );

@@ -7,6 +7,7 @@
 pub mod agent_cmd;
 pub mod args;
 pub mod csi_cmd;
+pub mod job_cmd;
 pub mod json;
 pub mod plugin_cmd;
 pub mod validate;
@@ -25,6 +26,8 @@ commands:
   agent      run the agent (-config FILE, or -dev to try it out)
   plugin     show the plugins the agent supervises (plugin status)
   volume     register, create, claim, release and show volumes
+  job        run, stop and show jobs (exec tasks, CSI plugin tasks)
+  alloc      show a task's logs (alloc logs)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
   validate   check agent configs, volume specs and job files
@@ -146,6 +149,22 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || volume_cmd::run(rest)))
+            },
+        ),
+        "job" => (
+            job_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || job_cmd::run(rest)))
+            },
+        ),
+        "alloc" => (
+            job_cmd::ALLOC_USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || job_cmd::alloc(rest)))
             },
         ),
         "validate" => (

@@ -33,6 +33,7 @@ use libc::{c_int, c_ulong};
 
 pub use mountinfo::{MountInfo, MountInfoEntry, PropagationTag};
 pub use recording::{MountCall, RecordingMounter};
+pub(crate) use sys::{c_path, mount as mount_raw, read_only_remount_flags};
 pub use sys::{fs_usage, SysMounter};
 
 /// The result type of this module.
@@ -176,7 +177,8 @@ impl Propagation {
     }
 
     /// The mount(2) flags that set this propagation.
-    const fn mount_flags(self) -> c_ulong {
+    /// `MS_REC` with `MS_PRIVATE`, `MS_SLAVE` or `MS_SHARED`.
+    pub(crate) const fn mount_flags(self) -> c_ulong {
         let kind = match self {
             Self::Private => libc::MS_PRIVATE,
             Self::HostToTask => libc::MS_SLAVE,

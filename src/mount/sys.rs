@@ -79,6 +79,17 @@ impl Mounter for SysMounter {
     }
 }
 
+/// The flags that remount a bind of `source` read-only, keeping the
+/// per-mount flags the kernel would refuse to drop; for a child that binds
+/// `source` after fork, where it must not read anything itself.
+pub(crate) fn read_only_remount_flags(source: &Path) -> Result<c_ulong> {
+    let current = statvfs_flags(&c_path(source)?).map_err(|err| Error::ReadMountFlags {
+        target: source.to_path_buf(),
+        err,
+    })?;
+    Ok(REMOUNT_READ_ONLY_FLAGS | locked_mount_flags(current))
+}
+
 /// The mount(2) flags that keep the locked per-mount flags reported by
 /// statvfs(3) through a bind remount, which would otherwise clear them.
 fn locked_mount_flags(statvfs_flags: c_ulong) -> c_ulong {
@@ -94,7 +105,7 @@ fn locked_mount_flags(statvfs_flags: c_ulong) -> c_ulong {
 }
 
 /// Turns a path into a C string; a NUL byte in it is an error.
-pub(super) fn c_path(path: &Path) -> Result<CString> {
+pub(crate) fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::InvalidPath {
         path: path.to_path_buf(),
     })
@@ -111,7 +122,7 @@ fn cvt(ret: c_int) -> io::Result<c_int> {
 
 /// Calls mount(2) without a file system type or data, as bind mounts,
 /// remounts and propagation changes need neither.
-pub(super) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<()> {
+pub(crate) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<()> {
     // SAFETY: `source` and `target` are NUL-terminated strings that outlive
     // the call, and mount(2) accepts null for the file system type and the
     // data; the kernel only reads from these pointers.

@@ -418,7 +418,7 @@ impl VolumeManager {
                 .iter()
                 .map(|c| c.access_mode.as_str())
                 .collect();
-            refused(format!(
+            invalid(format!(
                 "volume {:?} is read-only ({}): it refuses write claims",
                 v.id,
                 modes.join(", ")
@@ -475,7 +475,12 @@ impl VolumeManager {
                 // A retry may be waiting: release right away instead.
                 entry.retry = None;
                 entry.waiters.releases.push((alloc.to_string(), reply));
-                self.fail_claim_waiters(volume_id, alloc, "the claim was released");
+                self.fail_claim_waiters(
+                    volume_id,
+                    alloc,
+                    ErrorKind::FailedPrecondition,
+                    "the claim was released",
+                );
             }
         }
     }
@@ -637,7 +642,7 @@ impl VolumeManager {
                 entry.volume.claims.get_mut(alloc).expect("listed").wanted = false;
             }
             for alloc in &allocs {
-                self.fail_claim_waiters(id, alloc, &message);
+                self.fail_claim_waiters(id, alloc, ErrorKind::Aborted, &message);
             }
             self.changed.insert(id.to_string());
             return;
@@ -698,7 +703,10 @@ impl VolumeManager {
         }
     }
 
-    fn fail_claim_waiters(&mut self, id: &str, alloc: &str, reason: &str) {
+    /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`
+    /// when a step failed terminally and the claim was rolled back,
+    /// `Unavailable` when retryable failures lasted too long.
+    fn fail_claim_waiters(&mut self, id: &str, alloc: &str, kind: ErrorKind, reason: &str) {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
@@ -708,7 +716,7 @@ impl VolumeManager {
         entry.waiters.claims = waiting;
         for waiter in failed {
             let err = error(
-                ErrorKind::FailedPrecondition,
+                kind,
                 format!("claim of volume {id:?} for alloc {alloc} failed: {reason}"),
             );
             self.outbox.push((waiter.reply, Err(err)));
@@ -745,7 +753,7 @@ impl VolumeManager {
                 "gave up after {}: {reason}",
                 crate::units::format_duration(CLAIM_DEADLINE)
             );
-            self.fail_claim_waiters(&id, &alloc, &reason);
+            self.fail_claim_waiters(&id, &alloc, ErrorKind::Unavailable, &reason);
         }
     }
 

@@ -1,0 +1,260 @@
+//! `csi-agent job ...` and `csi-agent alloc logs`: run, stop and show jobs
+//! through the agent's control API.
+//!
+//! The job file travels to the agent as HCL and is decoded there, by the
+//! same code as `csi-agent validate`, so errors name the file's lines.
+
+use std::io::{self, Write};
+
+use super::args::{self, switch, value, Flag, UsageError};
+use super::json::Json;
+use super::plugin_cmd::columns;
+use super::CliError;
+use crate::api::client::{resolve_address, AgentClient};
+use crate::plugin::fingerprint::from_unix_ms;
+use crate::proto::agent as api;
+use crate::units::format_timestamp;
+
+pub const USAGE: &str = "\
+usage: csi-agent job COMMAND [-address ADDR] ARGS
+
+  run FILE                validate a job file and start its allocations
+                          (one per group instance); prints their IDs
+  stop [-purge] NAME      stop every allocation of a job; -purge also forgets
+                          the job once they are stopped
+  status [-json] [NAME]   without NAME, a table of jobs; with NAME, its
+                          allocations, tasks and recent task events
+
+  -address ADDR           the agent's control socket (default
+                          $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
+
+pub const ALLOC_USAGE: &str = "\
+usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
+
+  Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
+  unique prefix of an allocation ID.";
+
+const ADDRESS_FLAGS: &[Flag] = &[value("address")];
+const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
+const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
+const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
+
+pub fn run(argv: &[String]) -> Result<(), CliError> {
+    let Some((verb, rest)) = argv.split_first() else {
+        return Err(UsageError::new("missing the job command (run, stop, status)").into());
+    };
+    match verb.as_str() {
+        "run" => run_job(rest),
+        "stop" => stop(rest),
+        "status" => status(rest),
+        other => Err(UsageError::new(format!("unknown job command {other:?}")).into()),
+    }
+}
+
+pub fn alloc(argv: &[String]) -> Result<(), CliError> {
+    let Some((verb, rest)) = argv.split_first() else {
+        return Err(UsageError::new("missing the alloc command (logs)").into());
+    };
+    if verb != "logs" {
+        return Err(UsageError::new(format!("unknown alloc command {verb:?}")).into());
+    }
+    let args = args::parse(LOGS_FLAGS, rest)?;
+    args.at_most(2)?;
+    let alloc = args.positional(0, "the ALLOC ID")?;
+    let task = args.positional(1, "the TASK name")?;
+    let client = AgentClient::connect(&resolve_address(args.value("address"))?)?;
+    let resp = client.alloc_logs(alloc, task, args.switch("stderr"))?;
+    let mut file = match std::fs::File::open(&resp.path) {
+        Ok(file) => file,
+        // The task has not written anything yet.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => {
+            return Err(CliError::Io {
+                what: format!("failed to read the log {}", resp.path),
+                err,
+            })
+        }
+    };
+    let mut out = io::stdout().lock();
+    match io::copy(&mut file, &mut out).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(err) => Err(CliError::Io {
+            what: format!("failed to print the log {}", resp.path),
+            err,
+        }),
+    }
+}
+
+fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
+    Ok(AgentClient::connect(&resolve_address(
+        args.value("address"),
+    )?)?)
+}
+
+fn run_job(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(ADDRESS_FLAGS, argv)?;
+    args.at_most(1)?;
+    let file = args.positional(0, "the job FILE")?;
+    let hcl = std::fs::read_to_string(file).map_err(|err| CliError::Io {
+        what: format!("failed to read the job file {file}"),
+        err,
+    })?;
+    let resp = connect(&args)?.job_run(file, &hcl)?;
+    for warning in &resp.warnings {
+        eprintln!("{warning}");
+    }
+    if resp.unchanged {
+        println!("Job {:?} is already running with this spec", resp.job);
+    } else {
+        println!("Job {:?} submitted", resp.job);
+    }
+    for id in &resp.alloc_ids {
+        println!("  alloc {id}");
+    }
+    Ok(())
+}
+
+fn stop(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(STOP_FLAGS, argv)?;
+    args.at_most(1)?;
+    let name = args.positional(0, "the job NAME")?;
+    let resp = connect(&args)?.job_stop(name, args.switch("purge"))?;
+    println!(
+        "Job {name:?}: stopping {} allocation{}",
+        resp.alloc_ids.len(),
+        if resp.alloc_ids.len() == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+fn status(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(STATUS_FLAGS, argv)?;
+    args.at_most(1)?;
+    let name = args.positional.first().map(String::as_str).unwrap_or("");
+    let resp = connect(&args)?.job_status(name)?;
+    if args.switch("json") {
+        if name.is_empty() {
+            println!("{}", Json::from_message(&resp).pretty());
+        } else if let Some(job) = resp.jobs.first() {
+            println!("{}", Json::from_message(job).pretty());
+        }
+        return Ok(());
+    }
+    if name.is_empty() {
+        print!("{}", table(&resp.jobs));
+    } else if let Some(job) = resp.jobs.first() {
+        print!("{}", details(job));
+    }
+    Ok(())
+}
+
+fn table(jobs: &[api::JobStatus]) -> String {
+    if jobs.is_empty() {
+        return "No jobs\n".to_string();
+    }
+    let mut rows = vec![vec![
+        "Name".to_string(),
+        "Status".to_string(),
+        "Allocs".to_string(),
+        "Running".to_string(),
+        "Submitted".to_string(),
+    ]];
+    for job in jobs {
+        let running = job.allocs.iter().filter(|a| a.status == "running").count();
+        rows.push(vec![
+            job.name.clone(),
+            job.status.clone(),
+            job.allocs.len().to_string(),
+            running.to_string(),
+            format_timestamp(from_unix_ms(job.submitted_unix_ms)),
+        ]);
+    }
+    columns(&rows)
+}
+
+fn details(job: &api::JobStatus) -> String {
+    let mut out = format!(
+        "Name      = {}\nStatus    = {}\nFile      = {}\nSubmitted = {}\n",
+        job.name,
+        job.status,
+        job.file,
+        format_timestamp(from_unix_ms(job.submitted_unix_ms))
+    );
+    for alloc in &job.allocs {
+        out.push_str(&format!(
+            "\nAlloc {} (group {:?} [{}]): {}{}\n",
+            alloc.id,
+            alloc.group,
+            alloc.index,
+            alloc.status,
+            if alloc.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", alloc.message)
+            }
+        ));
+        if !alloc.volumes.is_empty() {
+            let mut rows = vec![vec![
+                "  Volume".to_string(),
+                "ID".to_string(),
+                "Mode".to_string(),
+                "State".to_string(),
+                "Message".to_string(),
+            ]];
+            for v in &alloc.volumes {
+                rows.push(vec![
+                    format!("  {}", v.alias),
+                    v.volume_id.clone(),
+                    if v.read_only { "read" } else { "write" }.to_string(),
+                    v.state.clone(),
+                    v.message.clone(),
+                ]);
+            }
+            out.push_str(&columns(&rows));
+        }
+        let mut rows = vec![vec![
+            "  Task".to_string(),
+            "State".to_string(),
+            "Failed".to_string(),
+            "Restarts".to_string(),
+            "PID".to_string(),
+            "Plugin".to_string(),
+        ]];
+        for t in &alloc.tasks {
+            rows.push(vec![
+                format!("  {}", t.name),
+                t.state.clone(),
+                t.failed.to_string(),
+                t.restarts.to_string(),
+                if t.pid == 0 {
+                    "-".to_string()
+                } else {
+                    t.pid.to_string()
+                },
+                if t.plugin_id.is_empty() {
+                    "-".to_string()
+                } else {
+                    t.plugin_id.clone()
+                },
+            ]);
+        }
+        out.push_str(&columns(&rows));
+        for t in &alloc.tasks {
+            if t.events.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("  Recent events of task {:?}:\n", t.name));
+            let mut rows = Vec::new();
+            for e in &t.events {
+                rows.push(vec![
+                    format!("    {}", format_timestamp(from_unix_ms(e.unix_ms))),
+                    e.kind.clone(),
+                    e.message.clone(),
+                ]);
+            }
+            out.push_str(&columns(&rows));
+        }
+    }
+    out
+}

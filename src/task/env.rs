@@ -1,0 +1,197 @@
+//! A task's environment and `${VAR}` interpolation.
+//!
+//! Every task gets Nomad's own variables, so a Nomad job file runs with
+//! only its driver changed, and csi-agent's (`CSI_AGENT_ALLOC_ID`,
+//! `CSI_AGENT_TASK_DIR`). The task's `env { }` block comes on top; its
+//! values, `config.args` and `volume_mount.destination` may name any of
+//! these as `${NAME}`. An unknown name is an error, found at `job run`:
+//! a silently empty path or argument is worse than a refused job.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What the environment of one task is built from.
+#[derive(Clone, Debug)]
+pub struct TaskContext<'a> {
+    pub alloc_id: &'a str,
+    pub alloc_index: u64,
+    pub job: &'a str,
+    pub group: &'a str,
+    pub task: &'a str,
+    /// `data_dir/alloc/<alloc>`.
+    pub alloc_dir: &'a Path,
+}
+
+impl TaskContext<'_> {
+    /// `data_dir/alloc/<alloc>/<task>`: the task's cwd.
+    pub fn task_dir(&self) -> PathBuf {
+        self.alloc_dir.join(self.task)
+    }
+
+    /// The variables the agent sets, before the task's `env` block.
+    pub fn base(&self) -> BTreeMap<String, String> {
+        let task_dir = self.task_dir();
+        let path = |p: PathBuf| p.to_string_lossy().into_owned();
+        let mut env = BTreeMap::new();
+        env.insert("CSI_AGENT_ALLOC_ID".into(), self.alloc_id.into());
+        env.insert("CSI_AGENT_TASK_DIR".into(), path(task_dir.clone()));
+        env.insert("NOMAD_ALLOC_ID".into(), self.alloc_id.into());
+        env.insert("NOMAD_ALLOC_INDEX".into(), self.alloc_index.to_string());
+        env.insert("NOMAD_ALLOC_DIR".into(), path(self.alloc_dir.join("alloc")));
+        env.insert("NOMAD_TASK_DIR".into(), path(task_dir.join("local")));
+        env.insert("NOMAD_SECRETS_DIR".into(), path(task_dir.join("secrets")));
+        env.insert("NOMAD_JOB_NAME".into(), self.job.into());
+        env.insert("NOMAD_GROUP_NAME".into(), self.group.into());
+        env.insert("NOMAD_TASK_NAME".into(), self.task.into());
+        env.insert(
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        );
+        env.insert("HOME".into(), path(task_dir.join("local")));
+        env.insert("TMPDIR".into(), path(task_dir.join("tmp")));
+        env
+    }
+}
+
+/// A `${NAME}` that names no variable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownVariable {
+    pub name: String,
+}
+
+impl fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "${{{}}} names no variable of the task", self.name)
+    }
+}
+
+impl std::error::Error for UnknownVariable {}
+
+/// The task's whole environment: `base`, then `env` with its values
+/// interpolated from `base`.
+pub fn task_env(
+    base: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, (String, UnknownVariable)> {
+    let mut all = base.clone();
+    for (key, value) in env {
+        let value = interpolate(value, base).map_err(|e| (key.clone(), e))?;
+        all.insert(key.clone(), value);
+    }
+    Ok(all)
+}
+
+/// Replaces every `${NAME}` in `text` with the variable's value. A `$` not
+/// followed by `{` is kept as it is.
+pub fn interpolate(text: &str, vars: &BTreeMap<String, String>) -> Result<String, UnknownVariable> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            // An unterminated `${` is text.
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = after[..end].trim();
+        match vars.get(name) {
+            Some(value) => out.push_str(value),
+            None => {
+                return Err(UnknownVariable {
+                    name: name.to_string(),
+                })
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> BTreeMap<String, String> {
+        let ctx = TaskContext {
+            alloc_id: "a1b2c3d4",
+            alloc_index: 2,
+            job: "web",
+            group: "frontend",
+            task: "server",
+            alloc_dir: Path::new("/var/lib/csi-agent/alloc/a1b2c3d4"),
+        };
+        ctx.base()
+    }
+
+    #[test]
+    fn nomad_variables_name_the_task_dirs() {
+        let v = vars();
+        assert_eq!(v["NOMAD_ALLOC_ID"], "a1b2c3d4");
+        assert_eq!(v["NOMAD_ALLOC_INDEX"], "2");
+        assert_eq!(v["NOMAD_JOB_NAME"], "web");
+        assert_eq!(v["NOMAD_GROUP_NAME"], "frontend");
+        assert_eq!(v["NOMAD_TASK_NAME"], "server");
+        assert_eq!(
+            v["CSI_AGENT_TASK_DIR"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server"
+        );
+        assert_eq!(
+            v["NOMAD_TASK_DIR"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server/local"
+        );
+        assert_eq!(
+            v["NOMAD_SECRETS_DIR"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server/secrets"
+        );
+        assert_eq!(
+            v["NOMAD_ALLOC_DIR"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/alloc"
+        );
+    }
+
+    #[test]
+    fn interpolation_replaces_known_variables() {
+        let v = vars();
+        assert_eq!(
+            interpolate("${NOMAD_TASK_DIR}/data", &v).unwrap(),
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server/local/data"
+        );
+        assert_eq!(
+            interpolate("-index=${NOMAD_ALLOC_INDEX}-${ NOMAD_JOB_NAME }", &v).unwrap(),
+            "-index=2-web"
+        );
+        assert_eq!(interpolate("$HOME and $", &v).unwrap(), "$HOME and $");
+        assert_eq!(interpolate("open ${", &v).unwrap(), "open ${");
+    }
+
+    #[test]
+    fn an_unknown_variable_is_an_error() {
+        let err = interpolate("${NOMAD_META_owner}", &vars()).unwrap_err();
+        assert_eq!(err.name, "NOMAD_META_owner");
+        assert_eq!(
+            err.to_string(),
+            "${NOMAD_META_owner} names no variable of the task"
+        );
+    }
+
+    #[test]
+    fn env_values_see_the_base_and_override_it() {
+        let base = vars();
+        let mut env = BTreeMap::new();
+        env.insert("DATA".to_string(), "${NOMAD_TASK_DIR}/data".to_string());
+        env.insert("PATH".to_string(), "/opt/bin".to_string());
+        let all = task_env(&base, &env).unwrap();
+        assert_eq!(
+            all["DATA"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server/local/data"
+        );
+        assert_eq!(all["PATH"], "/opt/bin");
+        env.insert("BAD".to_string(), "${NOPE}".to_string());
+        let (key, err) = task_env(&base, &env).unwrap_err();
+        assert_eq!(key, "BAD");
+        assert_eq!(err.name, "NOPE");
+    }
+}
