@@ -9,6 +9,7 @@ mod agent;
 mod cli;
 mod client;
 mod harness;
+mod job;
 mod spec;
 mod util;
 mod validate;

@@ -314,6 +314,8 @@ impl VolumeManager {
         let strays: Vec<_> = mounts
             .under(&root)
             .map(|m| m.mount_point.clone())
+            // The root itself is the jobs' shared bind (see `task`).
+            .filter(|p| *p != root)
             .filter(|p| !owned.iter().any(|o| p.starts_with(o)))
             .collect();
         // Deepest first, so nested mounts come off before their parents.

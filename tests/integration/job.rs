@@ -1,0 +1,869 @@
+//! Jobs: the built-in hostpath plugin run as a `csi_plugin` task, and
+//! consumer tasks that mount its volumes, all real processes in real mount
+//! namespaces. Each test checks what a task sees from its own
+//! `/proc/<pid>/mountinfo`, and that nothing stays mounted once the jobs
+//! stop.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::api::client::AgentClient;
+use csi_agent::mount::MountInfo;
+use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
+
+use crate::harness::{config_text, healthy, text, Agent, WAIT};
+use crate::util::{bin, mounts_under, require_root, NODE};
+
+const PLUGIN_ID: &str = "hp";
+const USAGE: &str = "rw-file-system-single-node-writer";
+const USAGE_RO: &str = "ro-file-system-single-node-writer";
+
+/// An agent with the hostpath plugin running as a job, and the volume `v1`
+/// created on it.
+struct Rig {
+    agent: Agent,
+    /// The plugin's base dir: volume `v1` is `backing/volumes/v1`.
+    backing: PathBuf,
+}
+
+impl Rig {
+    fn start() -> Rig {
+        Rig::start_with_config("")
+    }
+
+    /// `extra` is appended to the agent config (host volumes).
+    fn start_with_config(extra: &str) -> Rig {
+        let agent = Agent::start(&[]);
+        let mut config = config_text(&agent.data_dir, &[]);
+        config.push_str(extra);
+        agent.write_config(&config);
+        agent.sighup();
+        agent.wait_for_log("SIGHUP: reloaded", WAIT);
+        let backing = agent.dir.join("backing");
+        let rig = Rig { agent, backing };
+        rig.run_job("plugin.hcl", &rig.plugin_job("3", "1s"));
+        rig.wait_plugin_healthy();
+        let vol = rig.agent.dir.join("v1.hcl");
+        fs::write(&vol, VOLUME).unwrap();
+        rig.ok(&["volume", "create", &vol.display().to_string()]);
+        rig
+    }
+
+    fn plugin_job(&self, attempts: &str, delay: &str) -> String {
+        format!(
+            r#"
+job "plugin" {{
+  group "nodes" {{
+    restart {{
+      attempts = {attempts}
+      interval = "5m"
+      delay    = "{delay}"
+      mode     = "fail"
+    }}
+    task "hostpath" {{
+      driver = "exec"
+      config {{
+        command = "{bin}"
+        args    = ["hostpath", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
+      }}
+      csi_plugin {{
+        id             = "{PLUGIN_ID}"
+        type           = "monolith"
+        health_timeout = "10s"
+      }}
+    }}
+  }}
+}}
+"#,
+            bin = bin(),
+            backing = self.backing.display(),
+        )
+    }
+
+    fn client(&self) -> AgentClient {
+        AgentClient::connect(&self.agent.socket).unwrap()
+    }
+
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.agent.cli(args);
+        assert!(out.status.success(), "{args:?} failed:\n{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Writes `hcl` to `file` in the test dir and runs it; the alloc IDs.
+    #[track_caller]
+    fn run_job(&self, file: &str, hcl: &str) -> Vec<String> {
+        let out = self.run_job_output(file, hcl);
+        assert!(
+            out.status.success(),
+            "job run {file} failed:\n{}",
+            text(&out)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("alloc ").map(str::to_string))
+            .collect()
+    }
+
+    fn run_job_output(&self, file: &str, hcl: &str) -> Output {
+        let path = self.agent.dir.join(file);
+        fs::write(&path, hcl).unwrap();
+        self.agent.cli(&["job", "run", &path.display().to_string()])
+    }
+
+    fn job(&self, name: &str) -> JobStatus {
+        self.client().job_status(name).unwrap().jobs.remove(0)
+    }
+
+    fn alloc(&self, job: &str, id: &str) -> AllocStatus {
+        self.job(job)
+            .allocs
+            .into_iter()
+            .find(|a| a.id == id)
+            .unwrap_or_else(|| panic!("job {job} has no alloc {id}"))
+    }
+
+    fn task(&self, job: &str, alloc: &str) -> TaskStatus {
+        self.alloc(job, alloc).tasks.remove(0)
+    }
+
+    /// Waits until `check` holds for the job's status.
+    #[track_caller]
+    fn wait_job(&self, name: &str, what: &str, check: impl Fn(&JobStatus) -> bool) -> JobStatus {
+        let start = Instant::now();
+        loop {
+            let job = self.job(name);
+            if check(&job) {
+                return job;
+            }
+            if start.elapsed() > WAIT {
+                panic!("job {name}: {what} did not happen within {WAIT:?}; last status:\n{job:#?}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_plugin_healthy(&self) {
+        self.agent.wait_for(PLUGIN_ID, healthy, WAIT);
+    }
+
+    /// Waits until the alloc's first task runs; its pid.
+    #[track_caller]
+    fn wait_running(&self, job: &str, alloc: &str) -> u32 {
+        let job_status = self.wait_job(job, "the task to run", |j| {
+            j.allocs
+                .iter()
+                .any(|a| a.id == alloc && a.tasks.first().is_some_and(|t| t.state == "running"))
+        });
+        let a = job_status.allocs.iter().find(|a| a.id == alloc).unwrap();
+        a.tasks[0].pid
+    }
+
+    /// Stops a job and waits until its allocs are done and their claims
+    /// released.
+    fn stop(&self, job: &str) {
+        self.ok(&["job", "stop", job]);
+        let status = self.wait_job(job, "the job to stop", |j| j.status == "dead");
+        for alloc in &status.allocs {
+            self.wait_released(&alloc.id);
+        }
+    }
+
+    /// Waits until no volume has a claim of `alloc`.
+    #[track_caller]
+    fn wait_released(&self, alloc: &str) {
+        let start = Instant::now();
+        loop {
+            let volumes = self.client().volume_status("", false).unwrap().volumes;
+            let held = volumes.iter().any(|v| {
+                v.claims
+                    .iter()
+                    .chain(&v.past_claims)
+                    .any(|c| c.alloc_id == alloc)
+            });
+            if !held {
+                return;
+            }
+            if start.elapsed() > WAIT {
+                panic!(
+                    "the claims of alloc {alloc} were not released within {WAIT:?}: {volumes:#?}"
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn task_dir(&self, alloc: &str, task: &str) -> PathBuf {
+        self.agent.data_dir.join("alloc").join(alloc).join(task)
+    }
+
+    fn publish_path(&self, alloc: &str, usage: &str) -> PathBuf {
+        self.agent
+            .data_dir
+            .join("csi")
+            .join(PLUGIN_ID)
+            .join("per-alloc")
+            .join(alloc)
+            .join("v1")
+            .join(usage)
+    }
+
+    /// Waits until [`Rig::mounts_left`] is empty: the last unstage follows
+    /// the release of the last claim.
+    #[track_caller]
+    fn wait_no_mounts_left(&self) {
+        let start = Instant::now();
+        while !self.mounts_left().is_empty() {
+            if start.elapsed() > WAIT {
+                panic!("mounts left under the data dir: {:#?}", self.mounts_left());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Mounts under the data dir other than the shared `csi/` root that
+    /// plugin tasks keep.
+    fn mounts_left(&self) -> Vec<PathBuf> {
+        let root = self.agent.data_dir.join("csi");
+        mounts_under(&self.agent.data_dir)
+            .into_iter()
+            .filter(|p| *p != root)
+            .collect()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // Tasks run in sessions of their own, outside the agent's process
+        // group that the harness kills.
+        for pid in task_processes_under(&self.agent.dir.path) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        }
+    }
+}
+
+/// Processes whose `CSI_AGENT_TASK_DIR` is under `dir`.
+fn task_processes_under(dir: &Path) -> Vec<u32> {
+    let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|e| e.starts_with(prefix.as_bytes()))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Processes that belong to `alloc`.
+fn alloc_processes(alloc: &str) -> Vec<u32> {
+    let wanted = format!("CSI_AGENT_ALLOC_ID={alloc}");
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(environ) = fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ.split(|&b| b == 0).any(|e| e == wanted.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+const VOLUME: &str = r#"
+id        = "v1"
+name      = "v1"
+type      = "csi"
+plugin_id = "hp"
+
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+"#;
+
+/// A consumer job: one task running `script` under `sh -c`, with the
+/// volume `v1` mounted at `/data`.
+fn consumer(name: &str, script: &str, mount: &str, volume_read_only: bool) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "app" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    volume "data" {{
+      type            = "csi"
+      source          = "v1"
+      read_only       = {volume_read_only}
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }}
+    task "main" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+      }}
+      volume_mount {{
+        volume      = "data"
+        destination = "/data"
+        {mount}
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+/// The task's mount table, as the task sees it.
+fn task_mounts(pid: u32) -> MountInfo {
+    let text = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    MountInfo::parse(&text).unwrap()
+}
+
+#[test]
+fn a_task_writes_through_its_volume_mount_into_the_plugin_backing_dir() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let script = "echo hello > $CSI_AGENT_TASK_DIR/data/hello && echo written && sleep 600";
+    let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
+    let alloc = &allocs[0];
+    rig.wait_running("app", alloc);
+    let hello = rig.backing.join("volumes/v1/hello");
+    let start = Instant::now();
+    while !hello.exists() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&hello).unwrap(), "hello\n");
+    assert_eq!(rig.ok(&["alloc", "logs", alloc, "main"]), "written\n");
+    // The task's view: the volume at <task dir>/data, nothing on the host.
+    let task_dir = rig.task_dir(alloc, "main");
+    assert!(MountInfo::read()
+        .unwrap()
+        .get(&task_dir.join("data"))
+        .is_none());
+
+    rig.stop("app");
+    let a = rig.alloc("app", alloc);
+    assert_eq!(a.status, "complete", "{a:#?}");
+    assert_eq!(a.volumes[0].state, "released");
+    let status = rig.ok(&["volume", "status", "v1"]);
+    assert!(
+        !status.contains(alloc.as_str()),
+        "the claim is gone:\n{status}"
+    );
+    rig.wait_no_mounts_left();
+
+    rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+    assert!(
+        rig.agent.try_plugin(PLUGIN_ID).is_err(),
+        "the plugin is deregistered"
+    );
+}
+
+#[test]
+fn a_read_only_mount_refuses_writes() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let script = "if touch $CSI_AGENT_TASK_DIR/data/x 2>$NOMAD_TASK_DIR/err; then echo wrote; else cat $NOMAD_TASK_DIR/err; fi; sleep 600";
+    let allocs = rig.run_job("ro.hcl", &consumer("ro", script, "read_only = true", false));
+    let alloc = &allocs[0];
+    let pid = rig.wait_running("ro", alloc);
+    let mount = task_mounts(pid)
+        .get(&rig.task_dir(alloc, "main").join("data"))
+        .cloned()
+        .expect("the volume is mounted in the task");
+    assert!(mount.is_read_only());
+    let start = Instant::now();
+    let mut log = String::new();
+    while log.is_empty() && start.elapsed() < WAIT {
+        log = rig.ok(&["alloc", "logs", alloc, "main"]);
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(log.contains("Read-only file system"), "{log}");
+    assert!(!rig.backing.join("volumes/v1/x").exists());
+    rig.stop("ro");
+    // A read-only volume_mount of a read-write claim publishes read-write;
+    // a read-only group volume claims read-only.
+    let allocs = rig.run_job("rov.hcl", &consumer("rov", "sleep 600", "", true));
+    let pid = rig.wait_running("rov", &allocs[0]);
+    let mounts = task_mounts(pid);
+    let mount = mounts
+        .get(&rig.task_dir(&allocs[0], "main").join("data"))
+        .unwrap();
+    assert!(mount.is_read_only());
+    assert!(rig.publish_path(&allocs[0], USAGE_RO).exists());
+    rig.stop("rov");
+    rig.wait_no_mounts_left();
+}
+
+/// Runs a consumer with `propagation`, then mounts a tmpfs on the host
+/// inside the volume and one in the task inside its mount; says whether
+/// each crossed over.
+fn propagation(mode: &str) -> (bool, bool) {
+    let rig = Rig::start();
+    let script = "sleep 600";
+    let mount = format!("propagation_mode = {mode:?}");
+    let allocs = rig.run_job("p.hcl", &consumer("p", script, &mount, false));
+    let alloc = &allocs[0];
+    let pid = rig.wait_running("p", alloc);
+    let publish = rig.publish_path(alloc, USAGE);
+    let task_data = rig.task_dir(alloc, "main").join("data");
+
+    // Host → task.
+    fs::create_dir_all(publish.join("from-host")).unwrap();
+    tmpfs(&publish.join("from-host"));
+    let seen_in_task = task_mounts(pid).get(&task_data.join("from-host")).is_some();
+
+    // Task → host: mount inside the task's namespace.
+    // Made through the host's view of the volume, which the task shares.
+    fs::create_dir_all(publish.join("from-task")).unwrap();
+    let status = std::process::Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-m", "mount", "-t", "tmpfs", "t"])
+        .arg(task_data.join("from-task"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(task_mounts(pid).get(&task_data.join("from-task")).is_some());
+    let seen_on_host = MountInfo::read()
+        .unwrap()
+        .get(&publish.join("from-task"))
+        .is_some();
+
+    rig.stop("p");
+    let _ = std::process::Command::new("umount")
+        .arg(publish.join("from-host"))
+        .status();
+    rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+    (seen_in_task, seen_on_host)
+}
+
+fn tmpfs(at: &Path) {
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "t"])
+        .arg(at)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn private_propagation_isolates_the_task() {
+    if !require_root() {
+        return;
+    }
+    assert_eq!(propagation("private"), (false, false));
+}
+
+#[test]
+fn host_to_task_propagation_lets_host_mounts_in() {
+    if !require_root() {
+        return;
+    }
+    assert_eq!(propagation("host-to-task"), (true, false));
+}
+
+#[test]
+fn bidirectional_propagation_goes_both_ways() {
+    if !require_root() {
+        return;
+    }
+    assert_eq!(propagation("bidirectional"), (true, true));
+}
+
+#[test]
+fn bad_mounts_are_refused_at_job_run() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let out = rig.run_job_output(
+        "bidi.hcl",
+        &consumer("bidi", "true", "propagation_mode = \"bidirectional\"", true),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bidi.hcl:") && err.contains("bidirectional"),
+        "{err}"
+    );
+    assert!(err.contains("read-only"), "{err}");
+
+    let hcl = consumer("dots", "true", "", false).replace("\"/data\"", "\"/data/../../etc\"");
+    let out = rig.run_job_output("dots.hcl", &hcl);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dots.hcl:") && err.contains("\"..\""), "{err}");
+
+    let hcl = consumer("var", "true", "", false).replace("\"/data\"", "\"${NOPE}/data\"");
+    let out = rig.run_job_output("var.hcl", &hcl);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("${NOPE} names no variable"), "{err}");
+    let jobs = rig.client().job_status("").unwrap().jobs;
+    assert!(jobs.is_empty(), "refused jobs leave no trace: {jobs:?}");
+}
+
+#[test]
+fn a_killed_plugin_task_restarts_and_its_health_shows_in_job_status() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let job = rig.job("plugin");
+    let alloc = job.allocs[0].id.clone();
+    let pid = rig.task("plugin", &alloc).pid;
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let job = rig.wait_job("plugin", "a restart and healthy again", |j| {
+        let t = &j.allocs[0].tasks[0];
+        t.restarts == 1
+            && t.state == "running"
+            && t.events
+                .last()
+                .is_some_and(|e| e.message.contains("became healthy"))
+    });
+    let events: Vec<String> = job.allocs[0].tasks[0]
+        .events
+        .iter()
+        .map(|e| format!("{}: {}", e.kind, e.message))
+        .collect();
+    let position = |needle: &str| {
+        events
+            .iter()
+            .position(|e| e.contains(needle))
+            .unwrap_or_else(|| panic!("no event {needle:?} in {events:#?}"))
+    };
+    assert!(position("killed by signal 9") < position("restart 1"));
+    assert!(position("killed by signal 9") < position("became unhealthy"));
+    assert!(position("became unhealthy") < events.len() - 1);
+    assert_ne!(job.allocs[0].tasks[0].pid, pid);
+    rig.wait_plugin_healthy();
+    let status = rig.ok(&["job", "status", "plugin"]);
+    assert!(status.contains("became unhealthy"), "{status}");
+    rig.stop("plugin");
+}
+
+#[test]
+fn a_plugin_job_stops_after_the_claims_on_its_volumes() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    rig.wait_running("app", &allocs[0]);
+    rig.ok(&["job", "stop", "plugin"]);
+    let job = rig.wait_job("plugin", "the stop to wait for claims", |j| {
+        j.allocs[0].message.contains("waiting for the claims")
+    });
+    assert_eq!(job.allocs[0].tasks[0].state, "running");
+    assert!(job.allocs[0].message.contains(allocs[0].as_str()));
+    rig.stop("app");
+    rig.wait_job("plugin", "the plugin to stop", |j| j.status == "dead");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+    let status = rig.ok(&["volume", "status", "v1"]);
+    assert!(!status.contains(allocs[0].as_str()), "{status}");
+}
+
+#[test]
+fn an_agent_restart_readopts_running_tasks() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::start();
+    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    let app_pid = rig.wait_running("app", &allocs[0]);
+    let plugin_alloc = rig.job("plugin").allocs[0].id.clone();
+    let plugin_pid = rig.task("plugin", &plugin_alloc).pid;
+    let app_processes = alloc_processes(&allocs[0]);
+    let plugin_processes = alloc_processes(&plugin_alloc);
+
+    rig.agent.sigkill();
+    rig.agent.restart();
+    rig.wait_plugin_healthy();
+    let job = rig.wait_job("app", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    assert_eq!(job.allocs[0].tasks[0].pid, app_pid);
+    assert_eq!(job.allocs[0].tasks[0].restarts, 0);
+    assert_eq!(rig.task("plugin", &plugin_alloc).pid, plugin_pid);
+    assert_eq!(
+        alloc_processes(&allocs[0]),
+        app_processes,
+        "never started twice"
+    );
+    assert_eq!(alloc_processes(&plugin_alloc), plugin_processes);
+
+    // A graceful restart too: the tasks keep running.
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    rig.wait_plugin_healthy();
+    assert_eq!(rig.task("app", &allocs[0]).pid, app_pid);
+
+    rig.stop("app");
+    rig.stop("plugin");
+    assert!(alloc_processes(&allocs[0]).is_empty());
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_task_gets_nomads_environment_and_never_sees_the_control_socket() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let control = rig.agent.socket.display().to_string();
+    let hcl = format!(
+        r#"
+job "env" {{
+  group "g" {{
+    count = 2
+    task "t" {{
+      driver = "exec"
+      env {{
+        GREETING = "hi from ${{NOMAD_GROUP_NAME}}"
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "echo $NOMAD_JOB_NAME $NOMAD_TASK_NAME $NOMAD_ALLOC_INDEX $1 \"$GREETING\"; pwd; test -S {control} && echo socket || echo no-socket", "sh", "${{NOMAD_ALLOC_ID}}"]
+      }}
+    }}
+  }}
+}}
+"#
+    );
+    let allocs = rig.run_job("env.hcl", &hcl);
+    assert_eq!(allocs.len(), 2);
+    rig.wait_job("env", "both tasks to finish", |j| {
+        j.allocs.iter().all(|a| a.status == "complete")
+    });
+    let mut indexes = Vec::new();
+    for alloc in &allocs {
+        let log = rig.ok(&["alloc", "logs", alloc, "t"]);
+        let lines: Vec<&str> = log.lines().collect();
+        let words: Vec<&str> = lines[0].split(' ').collect();
+        assert_eq!(&words[..2], ["env", "t"]);
+        indexes.push(words[2].to_string());
+        assert_eq!(words[3], alloc.as_str());
+        assert_eq!(&words[4..], ["hi", "from", "g"]);
+        assert_eq!(lines[1], rig.task_dir(alloc, "t").display().to_string());
+        assert_eq!(lines[2], "no-socket");
+    }
+    indexes.sort();
+    assert_eq!(indexes, ["0", "1"]);
+    // The socket is still there for everyone else.
+    assert!(rig.agent.try_status().is_ok());
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_failing_task_is_restarted_per_policy_then_fails_its_alloc() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let hcl = r#"
+job "flaky" {
+  group "g" {
+    restart {
+      attempts = 2
+      interval = "1m"
+      delay    = "100ms"
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo run >> $NOMAD_ALLOC_DIR/runs; exit 3"]
+      }
+    }
+  }
+}
+"#;
+    let allocs = rig.run_job("flaky.hcl", hcl);
+    let job = rig.wait_job("flaky", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let task = &job.allocs[0].tasks[0];
+    assert_eq!(task.restarts, 2);
+    assert!(task.failed);
+    assert!(
+        job.allocs[0].message.contains("restart policy exhausted"),
+        "{job:#?}"
+    );
+    let runs = fs::read_to_string(
+        rig.agent
+            .data_dir
+            .join("alloc")
+            .join(&allocs[0])
+            .join("alloc/runs"),
+    )
+    .unwrap();
+    assert_eq!(runs.lines().count(), 3);
+    let kinds: Vec<&str> = task.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "terminated").count(),
+        3,
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn a_plugin_that_never_becomes_healthy_is_killed() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let hcl = r#"
+job "mute" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+      csi_plugin {
+        id             = "mute"
+        type           = "node"
+        health_timeout = "1s"
+      }
+      kill_timeout = "1s"
+    }
+  }
+}
+"#;
+    rig.run_job("mute.hcl", hcl);
+    let job = rig.wait_job("mute", "the plugin to be killed", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let task = &job.allocs[0].tasks[0];
+    assert!(
+        task.events
+            .iter()
+            .any(|e| e.message.contains("did not become healthy within")),
+        "{task:#?}"
+    );
+    assert!(rig.agent.try_plugin("mute").is_err(), "never registered");
+}
+
+#[test]
+fn host_volumes_mount_without_csi() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start(&[]);
+    let scratch = agent.dir.mkdir("scratch");
+    let certs = agent.dir.mkdir("certs");
+    fs::write(certs.join("ca.pem"), "cert\n").unwrap();
+    let mut config = config_text(&agent.data_dir, &[]);
+    config.push_str(&format!(
+        "host_volume \"scratch\" {{\n  path = {:?}\n}}\nhost_volume \"certs\" {{\n  path = {:?}\n  read_only = true\n}}\n",
+        scratch.display().to_string(),
+        certs.display().to_string()
+    ));
+    agent.write_config(&config);
+    agent.sighup();
+    agent.wait_for_log("SIGHUP: reloaded", WAIT);
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let hcl = r#"
+job "host" {
+  group "g" {
+    volume "scratch" {
+      type   = "host"
+      source = "scratch"
+    }
+    volume "certs" {
+      type   = "host"
+      source = "certs"
+    }
+    task "t" {
+      driver = "exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cat srv/certs/ca.pem; echo data > srv/scratch/out; touch srv/certs/x 2>/dev/null || echo ro"]
+      }
+      volume_mount {
+        volume      = "scratch"
+        destination = "/srv/scratch"
+      }
+      volume_mount {
+        volume      = "certs"
+        destination = "${NOMAD_TASK_DIR}/../srv/certs"
+      }
+    }
+  }
+}
+"#;
+    // `..` is refused even after interpolation.
+    let out = rig.run_job_output("host.hcl", hcl);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let hcl = hcl.replace("${NOMAD_TASK_DIR}/../srv/certs", "/srv/certs");
+    let allocs = rig.run_job("host.hcl", &hcl);
+    rig.wait_job("host", "the task to finish", |j| {
+        j.allocs[0].status == "complete"
+    });
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "cert\nro\n");
+    assert_eq!(fs::read_to_string(scratch.join("out")).unwrap(), "data\n");
+
+    let missing = hcl.replace("source = \"scratch\"", "source = \"nope\"");
+    let out = rig.run_job_output("missing.hcl", &missing);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("no host_volume \"nope\""),
+        "{}",
+        text(&out)
+    );
+}
