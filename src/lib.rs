@@ -28,10 +28,8 @@
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
-//! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, the direct plugin client `csi`, `validate` |
-//!
-//! Still to come, per DESIGN.md: `task/` (the exec driver, the plugin
-//! supervisor and volume hooks).
+//! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, driver mounts with propagation, logs, restart policy), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
+//! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
 //!
 //! # Departures from DESIGN.md
 //!
@@ -67,6 +65,32 @@
 //!   serve both services it needs (`monolith`, or `node` without a
 //!   controller). Nomad groups separate controller and node processes under
 //!   one plugin ID; on one host that is not supported yet.
+//! - Exec tasks get a mount namespace, not a chroot: they see the host's
+//!   paths, and `volume_mount` destinations are placed inside the task dir
+//!   (`/srv` is `<task dir>/srv`, as Nomad's chroot would show it). A
+//!   plugin task therefore gets host paths in its RPCs and a host path in
+//!   `CSI_ENDPOINT`; `mount_dir` and `stage_publish_base_dir` are accepted
+//!   and unused.
+//! - While a plugin task runs, the agent's `csi/` root is a bind mount of
+//!   itself, made shared, so that the mounts the plugin makes in its own
+//!   namespace land on the host even when the host's `/` is private (it is
+//!   on this project's machines). It is unmounted when the last plugin
+//!   task stops and nothing is mounted below it.
+//! - Tasks outlive the agent: stopping the agent leaves them running, and
+//!   the next agent adopts them (pid and start time, or the pid file the
+//!   child writes before exec). Only `job stop` stops tasks.
+//! - Exits are noticed per task (`waitpid` on that pid, on SIGCHLD and on
+//!   the tick; start time for adopted processes), never with `waitpid(-1)`,
+//!   which would steal the exit of `-dev`'s plugin child.
+//! - Jobs and allocations are kept in the snapshot, not the journal: task
+//!   transitions are rare, and a crash between fork and the snapshot is
+//!   covered by the pid file.
+//! - A task that exits with status 0 is done and not restarted (Nomad's
+//!   batch behaviour); any other exit goes through the restart policy,
+//!   whose delay doubles from `delay` up to `interval` (the shared
+//!   `Backoff`'s ceiling, without jitter).
+//! - Allocation IDs are 8 hex digits, not UUIDs: they are path components
+//!   of plugin sockets, and `sun_path` holds 107 bytes.
 
 //! # Conventions
 //!

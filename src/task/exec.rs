@@ -4,7 +4,7 @@
 //! Everything the child needs is computed before `fork` (paths as C
 //! strings, mount flags, the user's ids): between `fork` and `exec` a child
 //! of a multi-threaded process may only make system calls, so the
-//! `pre_exec` hook ([`ChildSetup::run`]) allocates nothing, takes no lock
+//! `pre_exec` hook (`ChildSetup::run`) allocates nothing, takes no lock
 //! and logs nothing. When a step fails it writes one line naming the step
 //! to the task's stderr log (already in place) and returns the error, which
 //! `spawn` reports; [`spawn`] adds that line to its error.

@@ -107,6 +107,13 @@ impl Allocs {
             let Some(mut alloc) = self.allocs.remove(&id) else {
                 continue;
             };
+            // Claims on a plugin another alloc now provides do not hold
+            // this one back (a replaced plugin alloc).
+            let mut claims = claims.clone();
+            claims.retain(|plugin, _| match registry.get(plugin).map(|r| &r.spec.source) {
+                Some(Source::Task { alloc: provider, .. }) => *provider == id,
+                _ => true,
+            });
             changed |= self.step_alloc(&mut alloc, volumes, registry, &claims, now);
             self.allocs.insert(id, alloc);
         }

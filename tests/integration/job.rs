@@ -867,3 +867,106 @@ job "host" {
         text(&out)
     );
 }
+
+#[test]
+fn an_updated_plugin_job_replaces_the_old_alloc_once_healthy() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let old = rig.job("plugin").allocs[0].id.clone();
+    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    rig.wait_running("app", &allocs[0]);
+    // A new version of the job: one more restart attempt.
+    let new = rig.run_job("plugin.hcl", &rig.plugin_job("4", "1s"));
+    assert_eq!(new.len(), 1);
+    assert_ne!(new[0], old);
+    let job = rig.wait_job("plugin", "the old alloc to stop", |j| {
+        j.allocs.iter().any(|a| a.id == old && a.status == "complete")
+    });
+    let replacement = job.allocs.iter().find(|a| a.id == new[0]).unwrap();
+    assert_eq!(replacement.status, "running");
+    let plugin = rig.agent.plugin(PLUGIN_ID);
+    assert!(healthy(&plugin));
+    assert_eq!(plugin.source, format!("task {}/hostpath", new[0]));
+    // The claim made through the old alloc is released through the new.
+    rig.stop("app");
+    rig.wait_no_mounts_left();
+    // Running the same spec again changes nothing.
+    let out = rig.run_job_output("plugin.hcl", &rig.plugin_job("4", "1s"));
+    assert!(text(&out).contains("already running"), "{}", text(&out));
+    rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn per_alloc_volumes_give_each_instance_its_own() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    for i in 0..2 {
+        let spec = VOLUME.replace("\"v1\"", &format!("\"w[{i}]\""));
+        let path = rig.agent.dir.join(&format!("w{i}.hcl"));
+        fs::write(&path, spec).unwrap();
+        rig.ok(&["volume", "create", &path.display().to_string()]);
+    }
+    let hcl = consumer("many", "echo $NOMAD_ALLOC_INDEX > $CSI_AGENT_TASK_DIR/data/index; sleep 600", "", false)
+        .replace("group \"app\" {", "group \"app\" {\n    count = 2")
+        .replace("source          = \"v1\"", "source          = \"w\"\n      per_alloc       = true");
+    let allocs = rig.run_job("many.hcl", &hcl);
+    assert_eq!(allocs.len(), 2);
+    for alloc in &allocs {
+        rig.wait_running("many", alloc);
+    }
+    for i in 0..2 {
+        let index = rig.backing.join(format!("volumes/w[{i}]/index"));
+        let start = Instant::now();
+        while !index.exists() && start.elapsed() < WAIT {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(fs::read_to_string(&index).unwrap(), format!("{i}\n"));
+    }
+    rig.stop("many");
+    rig.wait_no_mounts_left();
+}
+
+#[test]
+fn refused_claims_are_retried_and_terminal_ones_fail_the_alloc() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let first = rig.run_job("a.hcl", &consumer("a", "sleep 600", "", false));
+    rig.wait_running("a", &first[0]);
+    // v1 is single-node-writer: a second writer waits for the first.
+    let second = rig.run_job("b.hcl", &consumer("b", "sleep 600", "", false));
+    let job = rig.wait_job("b", "a refused claim", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.message.contains("already has a writer") && e.message.contains("retrying in"))
+    });
+    assert_eq!(job.allocs[0].status, "pending");
+    assert_eq!(job.allocs[0].tasks[0].state, "pending");
+    rig.stop("a");
+    // Retries back off for at most 30 s; the first ones are short.
+    rig.wait_running("b", &second[0]);
+    rig.stop("b");
+
+    let missing = consumer("c", "sleep 600", "", false).replace("\"v1\"", "\"nope\"");
+    rig.run_job("c.hcl", &missing);
+    let job = rig.wait_job("c", "the alloc to fail", |j| j.allocs[0].status == "failed");
+    assert!(job.allocs[0].message.contains("claim of volume \"nope\" failed"), "{job:#?}");
+    assert!(job.allocs[0].tasks.iter().all(|t| t.pid == 0 && t.failed));
+
+    // A stopped job can be purged: it and its alloc dirs go.
+    rig.ok(&["job", "stop", "-purge", "c"]);
+    let start = Instant::now();
+    while rig.client().job_status("c").is_ok() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(rig.client().job_status("c").is_err());
+    assert!(!rig.agent.data_dir.join("alloc").join(&job.allocs[0].id).exists());
+    rig.stop("plugin");
+}
