@@ -211,7 +211,12 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     control.stop();
     agent.shutdown(&reports, &signals.events);
     signals.stop();
-    if agent.options.temporary_data_dir {
+    if agent.options.temporary_data_dir && agent.allocs.any_live() {
+        log::warn!(
+            "Leaving the dev data dir {}: tasks still run in it (stop their jobs first)",
+            data_dir.display()
+        );
+    } else if agent.options.temporary_data_dir {
         remove_temporary_data_dir(&data_dir);
     }
     Ok(())

@@ -322,6 +322,11 @@ impl Allocs {
         })
     }
 
+    /// Whether any allocation is not done yet.
+    pub fn any_live(&self) -> bool {
+        self.allocs.values().any(|a| !a.status.is_terminal())
+    }
+
     /// Whether any plugin task runs (the `csi/` root must stay shared).
     pub fn any_plugin_task(&self) -> bool {
         self.allocs

@@ -100,6 +100,10 @@ impl Allocs {
         registry: &crate::plugin::Registry,
         now: Instant,
     ) -> bool {
+        let live = self.allocs.values().any(|a| !a.status.is_terminal());
+        if !live && !self.jobs.values().any(|j| j.purge) {
+            return false;
+        }
         let claims = claims_by_plugin(volumes);
         let ids: Vec<String> = self.allocs.keys().cloned().collect();
         let mut changed = false;
@@ -110,10 +114,14 @@ impl Allocs {
             // Claims on a plugin another alloc now provides do not hold
             // this one back (a replaced plugin alloc).
             let mut claims = claims.clone();
-            claims.retain(|plugin, _| match registry.get(plugin).map(|r| &r.spec.source) {
-                Some(Source::Task { alloc: provider, .. }) => *provider == id,
-                _ => true,
-            });
+            claims.retain(
+                |plugin, _| match registry.get(plugin).map(|r| &r.spec.source) {
+                    Some(Source::Task {
+                        alloc: provider, ..
+                    }) => *provider == id,
+                    _ => true,
+                },
+            );
             changed |= self.step_alloc(&mut alloc, volumes, registry, &claims, now);
             self.allocs.insert(id, alloc);
         }
@@ -571,6 +579,7 @@ impl Allocs {
         if let Some(p) = &spec.csi_plugin {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;
+            make_dir(&root.join(&p.id), 0o700)?;
             keep.push(root);
             make_dir(&socket_dir, 0o700)?;
             if let Some(user) = user {
@@ -860,6 +869,9 @@ impl Allocs {
             })
             .map(|j| j.name.clone())
             .collect();
+        if done.is_empty() {
+            return false;
+        }
         let mounts = MountInfo::read().ok();
         for name in &done {
             let ids: Vec<String> = self

@@ -882,7 +882,9 @@ fn an_updated_plugin_job_replaces_the_old_alloc_once_healthy() {
     assert_eq!(new.len(), 1);
     assert_ne!(new[0], old);
     let job = rig.wait_job("plugin", "the old alloc to stop", |j| {
-        j.allocs.iter().any(|a| a.id == old && a.status == "complete")
+        j.allocs
+            .iter()
+            .any(|a| a.id == old && a.status == "complete")
     });
     let replacement = job.allocs.iter().find(|a| a.id == new[0]).unwrap();
     assert_eq!(replacement.status, "running");
@@ -911,9 +913,17 @@ fn per_alloc_volumes_give_each_instance_its_own() {
         fs::write(&path, spec).unwrap();
         rig.ok(&["volume", "create", &path.display().to_string()]);
     }
-    let hcl = consumer("many", "echo $NOMAD_ALLOC_INDEX > $CSI_AGENT_TASK_DIR/data/index; sleep 600", "", false)
-        .replace("group \"app\" {", "group \"app\" {\n    count = 2")
-        .replace("source          = \"v1\"", "source          = \"w\"\n      per_alloc       = true");
+    let hcl = consumer(
+        "many",
+        "echo $NOMAD_ALLOC_INDEX > $CSI_AGENT_TASK_DIR/data/index; sleep 600",
+        "",
+        false,
+    )
+    .replace("group \"app\" {", "group \"app\" {\n    count = 2")
+    .replace(
+        "source          = \"v1\"",
+        "source          = \"w\"\n      per_alloc       = true",
+    );
     let allocs = rig.run_job("many.hcl", &hcl);
     assert_eq!(allocs.len(), 2);
     for alloc in &allocs {
@@ -942,10 +952,9 @@ fn refused_claims_are_retried_and_terminal_ones_fail_the_alloc() {
     // v1 is single-node-writer: a second writer waits for the first.
     let second = rig.run_job("b.hcl", &consumer("b", "sleep 600", "", false));
     let job = rig.wait_job("b", "a refused claim", |j| {
-        j.allocs[0].tasks[0]
-            .events
-            .iter()
-            .any(|e| e.message.contains("already has a writer") && e.message.contains("retrying in"))
+        j.allocs[0].tasks[0].events.iter().any(|e| {
+            e.message.contains("already has a writer") && e.message.contains("retrying in")
+        })
     });
     assert_eq!(job.allocs[0].status, "pending");
     assert_eq!(job.allocs[0].tasks[0].state, "pending");
@@ -957,7 +966,12 @@ fn refused_claims_are_retried_and_terminal_ones_fail_the_alloc() {
     let missing = consumer("c", "sleep 600", "", false).replace("\"v1\"", "\"nope\"");
     rig.run_job("c.hcl", &missing);
     let job = rig.wait_job("c", "the alloc to fail", |j| j.allocs[0].status == "failed");
-    assert!(job.allocs[0].message.contains("claim of volume \"nope\" failed"), "{job:#?}");
+    assert!(
+        job.allocs[0]
+            .message
+            .contains("claim of volume \"nope\" failed"),
+        "{job:#?}"
+    );
     assert!(job.allocs[0].tasks.iter().all(|t| t.pid == 0 && t.failed));
 
     // A stopped job can be purged: it and its alloc dirs go.
@@ -967,6 +981,11 @@ fn refused_claims_are_retried_and_terminal_ones_fail_the_alloc() {
         thread::sleep(Duration::from_millis(20));
     }
     assert!(rig.client().job_status("c").is_err());
-    assert!(!rig.agent.data_dir.join("alloc").join(&job.allocs[0].id).exists());
+    assert!(!rig
+        .agent
+        .data_dir
+        .join("alloc")
+        .join(&job.allocs[0].id)
+        .exists());
     rig.stop("plugin");
 }
