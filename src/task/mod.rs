@@ -381,14 +381,15 @@ impl Allocs {
                 created.push(id);
             }
         }
-        // Old allocations the new version has no place for stop now; those
-        // it replaces stop when their replacement is ready (see `runner`).
+        // Old allocations stop now, and their replacements wait for them
+        // (a single-writer volume has room for one); a plugin's old alloc
+        // stops only once its replacement's plugins are healthy.
         for id in &live {
-            let replaced = self
+            let replaced_by_plugin = self
                 .allocs
                 .values()
-                .any(|a| a.replaces.as_deref() == Some(id));
-            if !replaced {
+                .any(|a| a.replaces.as_deref() == Some(id) && a.plugin_ids().next().is_some());
+            if !replaced_by_plugin {
                 self.stop_alloc(id, "the job was updated");
             }
         }
@@ -787,6 +788,11 @@ impl Allocs {
                 replaces: (!a.replaces.is_empty()).then(|| a.replaces.clone()),
                 group,
             };
+            if alloc.status.is_terminal() {
+                for v in &mut alloc.volumes {
+                    v.state = UseState::Released;
+                }
+            }
             for spec in &alloc.group.tasks {
                 let saved = a.tasks.iter().find(|t| t.name == spec.name);
                 let mut task = TaskRun {

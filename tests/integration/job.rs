@@ -989,3 +989,22 @@ fn refused_claims_are_retried_and_terminal_ones_fail_the_alloc() {
         .exists());
     rig.stop("plugin");
 }
+
+#[test]
+fn an_updated_job_stops_the_old_alloc_before_the_new_one_claims() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let old = rig.run_job("app.hcl", &consumer("app", "exec sleep 600", "", false));
+    let old_pid = rig.wait_running("app", &old[0]);
+    let new = rig.run_job("app.hcl", &consumer("app", "exec sleep 601", "", false));
+    assert_ne!(new, old);
+    let new_pid = rig.wait_running("app", &new[0]);
+    assert_ne!(new_pid, old_pid);
+    assert_eq!(rig.alloc("app", &old[0]).status, "complete");
+    assert!(alloc_processes(&old[0]).is_empty());
+    rig.stop("app");
+    rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
