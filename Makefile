@@ -4,14 +4,22 @@
 # optimised (see Cargo.toml): gRPC's C++ core is built once (10-20 minutes
 # on two cores) and shared by build, test, lint and demo.
 
-PREFIX  ?= /usr/local
-DESTDIR ?=
-CARGO   ?= cargo
-BIN     := target/debug/csi-agent
+# Where `make install` puts things (see scripts/install.sh): the binary in
+# $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+CARGO      ?= cargo
+DEBUG_BIN  := target/debug/csi-agent
+# The binary install and install-test use: the debug build, which they
+# build first, unless BIN names another.
+BIN        ?= $(DEBUG_BIN)
+NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
 
-.PHONY: all deps build test lint bench demo fuzz install uninstall clean
+.PHONY: all deps build test lint bench demo fuzz install uninstall install-test clean
 
 all: build
 
@@ -22,8 +30,8 @@ deps:
 ## build: the csi-agent binary, checked not to link libsystemd
 build:
 	$(CARGO) build --locked
-	@if ldd $(BIN) | grep -q libsystemd; then \
-		echo "error: $(BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
+	@if ldd $(DEBUG_BIN) | grep -q libsystemd; then \
+		echo "error: $(DEBUG_BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
 		exit 1; \
 	fi
 
@@ -42,7 +50,7 @@ bench: build
 
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
-	scripts/demo.sh $(BIN)
+	scripts/demo.sh $(DEBUG_BIN)
 
 ## fuzz: fuzz the HCL parser for FUZZ_TIME seconds (cargo-fuzz on nightly,
 ## both installed when missing; not part of `test` or CI)
@@ -53,12 +61,21 @@ fuzz:
 	cp tests/fixtures/*.hcl fuzz/corpus/hcl_parse/
 	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
 
-## install: the binary into $(DESTDIR)$(PREFIX)/bin
-install: build
-	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/csi-agent
+INSTALL_ENV = BIN='$(BIN)' PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' \
+	SYSCONFDIR='$(SYSCONFDIR)' UNITDIR='$(UNITDIR)'
 
+## install: $(BIN) as $(DESTDIR)$(PREFIX)/bin/csi-agent, the systemd unit
+## csi-agent.service, and a default /etc/csi-agent/agent.hcl unless one exists
+install: $(NEEDS_BUILD)
+	@$(INSTALL_ENV) scripts/install.sh install
+
+## uninstall: the binary and the unit; the config only if it is the default
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/csi-agent
+	@$(INSTALL_ENV) scripts/install.sh uninstall
+
+## install-test: install, reinstall and uninstall into a temporary DESTDIR, checking every file
+install-test: $(NEEDS_BUILD)
+	BIN='$(BIN)' scripts/install-test.sh
 
 clean:
 	$(CARGO) clean
