@@ -2,7 +2,7 @@
 #
 # Everything uses cargo's dev profile, whose dependencies are compiled
 # optimised (see Cargo.toml): gRPC's C++ core is built once (10-20 minutes
-# on two cores) and shared by build, test, lint and demo.
+# on two cores) and shared by build, test, lint, demo and e2e.
 
 # Where `make install` puts things (see scripts/install.sh): the binary in
 # $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
@@ -12,14 +12,14 @@ SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 CARGO      ?= cargo
 DEBUG_BIN  := target/debug/csi-agent
-# The binary install and install-test use: the debug build, which they
+# The binary install, install-test and e2e use: the debug build, which they
 # build first, unless BIN names another.
 BIN        ?= $(DEBUG_BIN)
 NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
 
-.PHONY: all deps build test lint bench demo fuzz install uninstall install-test clean
+.PHONY: all deps build test lint bench demo e2e fuzz install uninstall install-test clean
 
 all: build
 
@@ -51,6 +51,11 @@ bench: build
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
 	scripts/demo.sh $(DEBUG_BIN)
+
+## e2e: as root, the install test, then the agent, the hostpath plugin and the
+## CLI end to end with real mounts (scripts/e2e.sh), against $(BIN)
+e2e: install-test
+	BIN='$(BIN)' scripts/e2e.sh
 
 ## fuzz: fuzz the HCL parser for FUZZ_TIME seconds (cargo-fuzz on nightly,
 ## both installed when missing; not part of `test` or CI)
