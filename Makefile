@@ -1,8 +1,9 @@
 # csi-agent: build, test and install.
 #
-# Everything uses cargo's dev profile, whose dependencies are compiled
-# optimised (see Cargo.toml): gRPC's C++ core is built once (10-20 minutes
-# on two cores) and shared by build, test, lint, demo and e2e.
+# Everything but `make static` uses cargo's dev profile, whose dependencies
+# are compiled optimised (see Cargo.toml): gRPC's C++ core is built once
+# (10-20 minutes on two cores) and shared by build, test, lint, demo and e2e.
+# `make static` is a release build for musl, which compiles it once more.
 
 # Where `make install` puts things (see scripts/install.sh): the binary in
 # $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
@@ -12,14 +13,15 @@ SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 CARGO      ?= cargo
 DEBUG_BIN  := target/debug/csi-agent
+STATIC_BIN := target/x86_64-unknown-linux-musl/release/csi-agent
 # The binary install, install-test and e2e use: the debug build, which they
-# build first, unless BIN names another.
+# build first, unless BIN names another (BIN=$(STATIC_BIN) after `make static`).
 BIN        ?= $(DEBUG_BIN)
 NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
 
-.PHONY: all deps build test lint bench demo e2e fuzz install uninstall install-test clean
+.PHONY: all deps build static test lint bench demo e2e fuzz install uninstall install-test clean
 
 all: build
 
@@ -34,6 +36,11 @@ build:
 		echo "error: $(DEBUG_BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
 		exit 1; \
 	fi
+
+## static: a fully static, stripped x86_64 musl binary, $(STATIC_BIN),
+## built with zig through cargo-zigbuild (both installed from PyPI when missing)
+static:
+	scripts/static.sh
 
 ## test: lint, then every unit and integration test (root-only tests need root)
 test: build lint
