@@ -7,7 +7,7 @@
 # C/C++ compiler and linker, driven by cargo-zigbuild. Both come from PyPI and
 # are installed, at pinned versions, in a virtualenv under target/.
 #
-# Usage: scripts/static.sh        (`make static`; 20-30 minutes on two cores
+# Usage: scripts/static.sh        (`make static`; about 20 minutes on two cores
 #                                  the first time: gRPC's C++ core is compiled
 #                                  again, for musl)
 #        scripts/static.sh -check FILE   (only the checks, on FILE)
