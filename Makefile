@@ -1,17 +1,27 @@
 # csi-agent: build, test and install.
 #
-# Everything uses cargo's dev profile, whose dependencies are compiled
-# optimised (see Cargo.toml): gRPC's C++ core is built once (10-20 minutes
-# on two cores) and shared by build, test, lint and demo.
+# Everything but `make static` uses cargo's dev profile, whose dependencies
+# are compiled optimised (see Cargo.toml): gRPC's C++ core is built once
+# (10-20 minutes on two cores) and shared by build, test, lint, demo and e2e.
+# `make static` is a release build for musl, which compiles it once more.
 
-PREFIX  ?= /usr/local
-DESTDIR ?=
-CARGO   ?= cargo
-BIN     := target/debug/csi-agent
+# Where `make install` puts things (see scripts/install.sh): the binary in
+# $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+CARGO      ?= cargo
+DEBUG_BIN  := target/debug/csi-agent
+STATIC_BIN := target/x86_64-unknown-linux-musl/release/csi-agent
+# The binary install, install-test and e2e use: the debug build, which they
+# build first, unless BIN names another (BIN=$(STATIC_BIN) after `make static`).
+BIN        ?= $(DEBUG_BIN)
+NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
 
-.PHONY: all deps build test lint bench demo fuzz install uninstall clean
+.PHONY: all deps build static test lint bench demo e2e fuzz install uninstall install-test clean
 
 all: build
 
@@ -22,10 +32,15 @@ deps:
 ## build: the csi-agent binary, checked not to link libsystemd
 build:
 	$(CARGO) build --locked
-	@if ldd $(BIN) | grep -q libsystemd; then \
-		echo "error: $(BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
+	@if ldd $(DEBUG_BIN) | grep -q libsystemd; then \
+		echo "error: $(DEBUG_BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
 		exit 1; \
 	fi
+
+## static: a fully static, stripped x86_64 musl binary, $(STATIC_BIN),
+## built with zig through cargo-zigbuild (both installed from PyPI when missing)
+static:
+	scripts/static.sh
 
 ## test: lint, then every unit and integration test (root-only tests need root)
 test: build lint
@@ -42,7 +57,12 @@ bench: build
 
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
-	scripts/demo.sh $(BIN)
+	scripts/demo.sh $(DEBUG_BIN)
+
+## e2e: as root, the install test, then the agent, the hostpath plugin and the
+## CLI end to end with real mounts (scripts/e2e.sh), against $(BIN)
+e2e: install-test
+	BIN='$(BIN)' scripts/e2e.sh
 
 ## fuzz: fuzz the HCL parser for FUZZ_TIME seconds (cargo-fuzz on nightly,
 ## both installed when missing; not part of `test` or CI)
@@ -53,12 +73,21 @@ fuzz:
 	cp tests/fixtures/*.hcl fuzz/corpus/hcl_parse/
 	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
 
-## install: the binary into $(DESTDIR)$(PREFIX)/bin
-install: build
-	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/csi-agent
+INSTALL_ENV = BIN='$(BIN)' PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' \
+	SYSCONFDIR='$(SYSCONFDIR)' UNITDIR='$(UNITDIR)'
 
+## install: $(BIN) as $(DESTDIR)$(PREFIX)/bin/csi-agent, the systemd unit
+## csi-agent.service, and a default /etc/csi-agent/agent.hcl unless one exists
+install: $(NEEDS_BUILD)
+	@$(INSTALL_ENV) scripts/install.sh install
+
+## uninstall: the binary and the unit; the config only if it is the default
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/csi-agent
+	@$(INSTALL_ENV) scripts/install.sh uninstall
+
+## install-test: install, reinstall and uninstall into a temporary DESTDIR, checking every file
+install-test: $(NEEDS_BUILD)
+	BIN='$(BIN)' scripts/install-test.sh
 
 clean:
 	$(CARGO) clean

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Builds csi-agent as one fully static x86_64 musl executable, and refuses the
+# result unless `file` and `ldd` both say it is static.
+#
+# gRPC's C++ core needs a C++ compiler and standard library for musl, which
+# Debian does not package (musl-gcc is C only). zig ships both, so zig is the
+# C/C++ compiler and linker, driven by cargo-zigbuild. Both come from PyPI and
+# are installed, at pinned versions, in a virtualenv under target/.
+#
+# Usage: scripts/static.sh        (`make static`; about 20 minutes on two cores
+#                                  the first time: gRPC's C++ core is compiled
+#                                  again, for musl)
+#        scripts/static.sh -check FILE   (only the checks, on FILE)
+# Prints the path of the stripped binary and its size.
+set -euo pipefail
+
+target=x86_64-unknown-linux-musl
+# The versions `make static` was last seen to work with. A newer clang (in a
+# newer zig) may turn another warning in gRPC's sources into an error.
+ziglang_version=${ZIGLANG_VERSION:-0.17.0}
+zigbuild_version=${CARGO_ZIGBUILD_VERSION:-0.24.0}
+
+fail() {
+    echo "error: $*" >&2
+    exit 1
+}
+
+# Refuses anything that is not fully static, as Firecracker's release script
+# does: a binary that still needs a loader or a shared library is not the
+# one to ship. Sets `description` and `ldd_out` for the summary.
+check_static() {
+    description=$(file -b "$1")
+    case "$description" in
+    *"statically linked"*) ;;
+    *) fail "$1 is not statically linked: file says: $description" ;;
+    esac
+    ldd_out=$(ldd "$1" 2>&1 || true)
+    case "$ldd_out" in
+    *"not a dynamic executable"*) ;;
+    *) fail "$1 is not static: ldd says: $ldd_out" ;;
+    esac
+    case "$description" in
+    *", stripped"*) ;;
+    *) fail "$1 is not stripped: file says: $description" ;;
+    esac
+}
+
+case "${1:-}" in
+"") ;;
+-check)
+    # Only the checks, on a given binary: scripts/static.sh -check FILE.
+    [ -f "${2:-}" ] || fail "usage: scripts/static.sh [-check FILE]"
+    check_static "$2"
+    echo "$2: static and stripped"
+    exit 0
+    ;;
+*) fail "usage: scripts/static.sh [-check FILE]" ;;
+esac
+
+cd "$(dirname "$0")/.."
+tools=$PWD/target/static-tools
+bin=target/$target/release/csi-agent
+
+# Debian packages the build needs: cmake for gRPC, python3 with venv for
+# the PyPI tools, file and binutils (strip) for the checks below.
+missing=""
+command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
+command -v make >/dev/null 2>&1 || missing="$missing make"
+command -v file >/dev/null 2>&1 || missing="$missing file"
+command -v strip >/dev/null 2>&1 || missing="$missing binutils"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing="$missing python3-venv"
+fi
+if [ -n "$missing" ]; then
+    command -v apt-get >/dev/null 2>&1 || fail "missing:$missing (and no apt-get to install them)"
+    echo "installing:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+fi
+
+command -v cargo >/dev/null 2>&1 || fail "cargo not found: install Rust 1.80 or newer (https://rustup.rs)"
+if ! rustc --print sysroot >/dev/null 2>&1 ||
+    [ ! -d "$(rustc --print sysroot)/lib/rustlib/$target" ]; then
+    command -v rustup >/dev/null 2>&1 || fail "the Rust target $target is missing and rustup is not installed"
+    rustup target add "$target"
+fi
+
+# zig and cargo-zigbuild, in their own virtualenv (Debian's python refuses
+# `pip install` outside one). A stamp file records the installed versions.
+stamp="$tools/venv/versions"
+want="ziglang==$ziglang_version cargo-zigbuild==$zigbuild_version"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "installing $want into $tools/venv"
+    rm -rf "$tools/venv"
+    python3 -m venv "$tools/venv"
+    "$tools/venv/bin/pip" install --quiet --disable-pip-version-check $want
+    echo "$want" >"$stamp"
+fi
+
+# grpcio-sys hands $CXX to cmake as CMAKE_CXX_COMPILER, and without it
+# hard-codes g++ for musl targets. cargo-zigbuild generates a zig c++ wrapper
+# for the target, under a hashed name, and exports its path to the build
+# scripts as CXX_x86_64_unknown_linux_musl; this forwarder runs that wrapper.
+# (cargo-zigbuild's cmake toolchain file names the same wrapper, so that is
+# what CMakeCache.txt records.)
+mkdir -p "$tools/bin"
+cat >"$tools/bin/musl-c++" <<'EOF'
+#!/bin/sh
+# Written by scripts/static.sh: the C++ compiler gRPC's cmake build uses.
+exec "${CXX_x86_64_unknown_linux_musl:?not set: run through cargo zigbuild (scripts/static.sh)}" "$@"
+EOF
+chmod 0755 "$tools/bin/musl-c++"
+
+# musl >= 1.2.4 declares off64_t only with _LARGEFILE64_SOURCE, and abseil
+# uses it. Newer clang makes a diagnostic in gRPC's basic_seq.h an error.
+flags="-D_LARGEFILE64_SOURCE"
+export CFLAGS_x86_64_unknown_linux_musl="$flags"
+export CXXFLAGS_x86_64_unknown_linux_musl="$flags -Wno-error=missing-template-arg-list-after-template-kw"
+export CXX="$tools/bin/musl-c++"
+export PATH="$tools/venv/bin:$PATH"
+
+start=$(date +%s)
+cargo zigbuild --locked --release --target "$target"
+echo "built in $(($(date +%s) - start))s"
+
+strip "$bin"
+check_static "$bin"
+
+size=$(stat -c %s "$bin")
+echo "$bin: $size bytes ($(numfmt --to=si --suffix=B "$size")), static, stripped"
+echo "  file: $description"
+echo "  ldd:  ${ldd_out//$'\t'/}"
