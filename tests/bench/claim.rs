@@ -1,0 +1,119 @@
+//! P1, claim latency: `volume claim -target` through the agent until the
+//! answer (the agent answers once the volume is bind-mounted at the
+//! target), and `volume release` until the claim is gone, next to the
+//! floor (see [`crate::floor`]) doing the same work against the same
+//! plugin. Agent and floor runs alternate, so that noise on the machine
+//! falls on both alike.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use csi_agent::mount::MountInfo;
+use csi_agent::proto::agent::VolumeClaimRequest;
+
+use crate::floor::{self, ClaimPaths, Floor};
+use crate::rig::{agent_config, Agent, BenchDir, Plugin};
+use crate::stats::Samples;
+use crate::Options;
+
+/// Claims and releases each side makes before measuring: the first calls
+/// open connections and warm caches.
+const WARMUP: usize = 5;
+
+pub struct ClaimResult {
+    pub runs: usize,
+    pub delay: Duration,
+    pub agent_claim: Samples,
+    pub agent_release: Samples,
+    pub floor_claim: Samples,
+    pub floor_release: Samples,
+}
+
+pub fn run(opts: &Options, root: &Path) -> ClaimResult {
+    let dir = BenchDir::new(root, "p1", opts.keep);
+    let delay = opts.delay(opts.claim_delay);
+    let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &dir.join("p.sock"), delay);
+    plugin.start();
+    let plugins = [("hp".to_string(), plugin.socket.clone())];
+    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+        agent_config(data, opts.heartbeat, &plugins)
+    });
+    agent.start();
+    agent.wait_healthy(1);
+    agent
+        .client()
+        .volume_create("v.hcl", &volume_spec("v", "hp"))
+        .expect("create the agent's volume");
+
+    let client = plugin.client();
+    let floor_volume = floor::create_volume(&client, "floor");
+    let mut floor = Floor::new(&dir.join("floor-journal"));
+    let floor_root = dir.mkdir("floor");
+    let targets = dir.mkdir("targets");
+    let control = agent.client();
+
+    let mut result = ClaimResult {
+        runs: opts.claim_runs,
+        delay: opts.claim_delay,
+        agent_claim: Samples::default(),
+        agent_release: Samples::default(),
+        floor_claim: Samples::default(),
+        floor_release: Samples::default(),
+    };
+    for i in 0..WARMUP + opts.claim_runs {
+        let measured = i >= WARMUP;
+        let alloc = format!("a{i}");
+
+        let target = targets.join(&alloc);
+        let req = VolumeClaimRequest {
+            volume_id: "v".into(),
+            alloc_id: alloc.clone(),
+            target: target.display().to_string(),
+            ..Default::default()
+        };
+        let start = Instant::now();
+        control.volume_claim(&req).expect("claim through the agent");
+        let claimed = start.elapsed();
+        assert!(
+            is_mounted(&target),
+            "the claim answered, but {target:?} is not mounted"
+        );
+        let start = Instant::now();
+        let released = control
+            .volume_release("v", &alloc)
+            .expect("release through the agent");
+        let release = start.elapsed();
+        assert!(released.released, "release: {}", released.message);
+
+        let paths = ClaimPaths::prepare(&floor_root, &floor_volume, &alloc, true);
+        let start = Instant::now();
+        floor.claim(&client, &floor_volume, &paths);
+        let floor_claimed = start.elapsed();
+        let start = Instant::now();
+        floor.release(&client, &floor_volume, &paths);
+        let floor_release = start.elapsed();
+
+        if measured {
+            result.agent_claim.push(claimed);
+            result.agent_release.push(release);
+            result.floor_claim.push(floor_claimed);
+            result.floor_release.push(floor_release);
+        }
+    }
+    result
+}
+
+fn is_mounted(path: &Path) -> bool {
+    MountInfo::read()
+        .map(|info| info.get(path).is_some())
+        .unwrap_or(false)
+}
+
+/// A volume spec for plugin `plugin` with one single-node-writer
+/// file-system capability.
+pub fn volume_spec(id: &str, plugin: &str) -> String {
+    format!(
+        "id        = {id:?}\nname      = {id:?}\ntype      = \"csi\"\nplugin_id = {plugin:?}\n\n\
+         capability {{\n  access_mode     = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}}\n"
+    )
+}

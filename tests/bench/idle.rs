@@ -1,0 +1,131 @@
+//! P3, the idle footprint: an agent with `--idle-plugins` hostpath plugins
+//! registered and heartbeating (every `--heartbeat`), and nothing else to
+//! do. Once every plugin is healthy and a settling pause has passed, the
+//! agent process is watched for `--idle` seconds: CPU time from
+//! `/proc/PID/stat` (user + system, reaped threads included) over the
+//! window, resident memory (`VmRSS`, sampled every second, the largest
+//! kept) and the thread count from `/proc/PID/status`. The plugins'
+//! processes are not counted: they are not the agent.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::rig::{agent_config, Agent, BenchDir, Delay, Plugin};
+use crate::Options;
+
+/// Let start-up work (first fingerprints, the first snapshot) finish
+/// before the window opens.
+const SETTLE: Duration = Duration::from_secs(2);
+
+pub struct IdleResult {
+    pub plugins: usize,
+    pub window: Duration,
+    pub heartbeat: Duration,
+    /// The largest VmRSS seen, bytes.
+    pub rss: u64,
+    pub threads: u64,
+    /// Percent of one core.
+    pub cpu_percent: f64,
+}
+
+pub fn run(opts: &Options, root: &Path) -> IdleResult {
+    let dir = BenchDir::new(root, "p3", opts.keep);
+    let mut plugins: Vec<Plugin> = (0..opts.idle_plugins)
+        .map(|p| {
+            Plugin::new(
+                &opts.bin,
+                &dir.join(&format!("plugin{p}")),
+                &dir.join(&format!("p{p}.sock")),
+                Delay::None,
+            )
+        })
+        .collect();
+    for plugin in &mut plugins {
+        plugin.start();
+    }
+    let blocks: Vec<(String, PathBuf)> = plugins
+        .iter()
+        .enumerate()
+        .map(|(p, plugin)| (format!("p{p}"), plugin.socket.clone()))
+        .collect();
+    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+        agent_config(data, opts.heartbeat, &blocks)
+    });
+    agent.start();
+    agent.wait_healthy(plugins.len());
+    thread::sleep(SETTLE);
+
+    let pid = agent.pid();
+    let cpu_start = cpu_ticks(pid);
+    let start = Instant::now();
+    let mut rss = 0;
+    let mut threads = 0;
+    while start.elapsed() < opts.idle_window {
+        let left = opts.idle_window.saturating_sub(start.elapsed());
+        thread::sleep(left.min(Duration::from_secs(1)));
+        let status = ProcStatus::read(pid);
+        rss = rss.max(status.rss);
+        threads = threads.max(status.threads);
+    }
+    let window = start.elapsed();
+    let cpu = cpu_ticks(pid) - cpu_start;
+    let unhealthy = agent
+        .plugins()
+        .iter()
+        .filter(|p| !crate::rig::is_healthy(p))
+        .count();
+    assert_eq!(unhealthy, 0, "plugins went unhealthy while idle");
+    IdleResult {
+        plugins: plugins.len(),
+        window,
+        heartbeat: opts.heartbeat,
+        rss,
+        threads,
+        cpu_percent: cpu as f64 / clock_ticks_per_second() / window.as_secs_f64() * 100.0,
+    }
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // The command name may hold spaces: fields count from after its ')'.
+    let rest = &stat[stat.rfind(')').expect("a comm field") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), the 12th and 13th after the comm.
+    let utime: u64 = fields[11].parse().expect("utime");
+    let stime: u64 = fields[12].parse().expect("stime");
+    utime + stime
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks as f64
+}
+
+/// The fields of `/proc/PID/status` the footprint needs.
+pub struct ProcStatus {
+    /// VmRSS, bytes.
+    pub rss: u64,
+    pub threads: u64,
+}
+
+impl ProcStatus {
+    pub fn read(pid: u32) -> ProcStatus {
+        let text =
+            fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+        let field = |name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        ProcStatus {
+            rss: field("VmRSS:") * 1024,
+            threads: field("Threads:"),
+        }
+    }
+}

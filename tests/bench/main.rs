@@ -1,0 +1,520 @@
+//! `make bench`: the agent's performance targets, measured in one run on
+//! this machine against real processes, sockets and mounts, and printed
+//! as one table. BENCHMARKS.md says what each row means, gives the
+//! numbers, and how to reproduce them.
+//!
+//! Rows: C (what the building blocks cost here), P1 claim and release
+//! latency next to a bare client's floor, P2 boot storm, P3 idle
+//! footprint, P4 recovery after SIGKILL, P5 static binary size, P6 plugin
+//! discovery. Each module's docs define its measurement.
+//!
+//! Needs root (the agent and the hostpath plugin mount). Run it through
+//! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
+//! `--help` lists the arguments.
+
+mod calibrate;
+mod calls;
+mod claim;
+mod discovery;
+mod floor;
+mod idle;
+mod recovery;
+mod rig;
+mod size;
+mod stats;
+mod storm;
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use csi_agent::plugin::workers::WORKERS;
+use csi_agent::units::{format_duration, parse_duration};
+
+use rig::Delay;
+use stats::{ms, ratio};
+
+const USAGE: &str = "\
+usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
+
+  --only ROWS          comma-separated rows to run, of C,P1,P2,P3,P4,P5,P6
+                       (default: all; P4 runs the storm of P2 to set up)
+  --runs N             P1: claims and releases measured (default 200)
+  --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
+  --storm N            P2/P4: claims (default 1000)
+  --storm-plugins N    P2/P4: plugins the volumes spread over (default 5)
+  --storm-delay DUR    P2/P4: per-RPC delay injected in every plugin (default 5ms)
+  --idle DUR           P3: the measured window (default 60s)
+  --idle-plugins N     P3: plugins registered (default 20)
+  --discovery N        P6: runs (default 50)
+  --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
+                       agent's default)
+  --keep               keep each row's directory (logs, state) to look at
+  --dir DIR            where rows run (default /tmp/csi-agent-bench; use a
+                       disk, not tmpfs: fsync is part of the cost)
+
+environment:
+  CSI_AGENT_STATIC_BIN the static binary P5 measures (default
+                       target/x86_64-unknown-linux-musl/release/csi-agent)";
+
+/// What to measure and how much.
+pub struct Options {
+    /// The `csi-agent` binary under test (agent and plugins).
+    pub bin: PathBuf,
+    pub only: Option<Vec<String>>,
+    pub claim_runs: usize,
+    pub claim_delay: Duration,
+    pub storm_claims: usize,
+    pub storm_plugins: usize,
+    pub storm_delay: Duration,
+    pub idle_window: Duration,
+    pub idle_plugins: usize,
+    pub discovery_runs: usize,
+    pub heartbeat: Duration,
+    pub keep: bool,
+    pub dir: PathBuf,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options, String> {
+        let mut opts = Options {
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_csi-agent")),
+            only: None,
+            claim_runs: 200,
+            claim_delay: Duration::ZERO,
+            storm_claims: 1000,
+            storm_plugins: 5,
+            storm_delay: Duration::from_millis(5),
+            idle_window: Duration::from_secs(60),
+            idle_plugins: 20,
+            discovery_runs: 50,
+            heartbeat: Duration::from_secs(30),
+            keep: false,
+            dir: PathBuf::from("/tmp/csi-agent-bench"),
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = || {
+                args.next()
+                    .cloned()
+                    .ok_or_else(|| format!("{arg} needs a value"))
+            };
+            let number = |text: String| {
+                text.parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("{arg}: {text:?} is not a positive number"))
+            };
+            let duration = |text: String| parse_duration(&text).map_err(|e| format!("{arg}: {e}"));
+            match arg.as_str() {
+                // cargo bench passes --bench to every bench binary.
+                "--bench" => {}
+                "--only" => {
+                    let rows: Vec<String> = value()?
+                        .split(',')
+                        .map(|s| s.trim().to_ascii_uppercase())
+                        .collect();
+                    if let Some(bad) = rows.iter().find(|r| !ROWS.contains(&r.as_str())) {
+                        return Err(format!("--only: no row {bad:?}"));
+                    }
+                    opts.only = Some(rows);
+                }
+                "--runs" => opts.claim_runs = number(value()?)?,
+                "--delay" => opts.claim_delay = duration(value()?)?,
+                "--storm" => opts.storm_claims = number(value()?)?,
+                "--storm-plugins" => opts.storm_plugins = number(value()?)?,
+                "--storm-delay" => opts.storm_delay = duration(value()?)?,
+                "--idle" => opts.idle_window = duration(value()?)?,
+                "--idle-plugins" => opts.idle_plugins = number(value()?)?,
+                "--discovery" => opts.discovery_runs = number(value()?)?,
+                "--heartbeat" => opts.heartbeat = duration(value()?)?,
+                "--keep" => opts.keep = true,
+                "--dir" => opts.dir = PathBuf::from(value()?),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        Ok(opts)
+    }
+
+    fn wants(&self, row: &str) -> bool {
+        self.only
+            .as_ref()
+            .map_or(true, |only| only.iter().any(|r| r == row))
+    }
+
+    /// How a plugin injects `delay`.
+    pub fn delay(&self, delay: Duration) -> Delay {
+        if delay.is_zero() {
+            Delay::None
+        } else {
+            Delay::Faults(delay)
+        }
+    }
+}
+
+const ROWS: [&str; 7] = ["C", "P1", "P2", "P3", "P4", "P5", "P6"];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let opts = match Options::parse(&args) {
+        Ok(opts) => opts,
+        Err(err) => {
+            eprintln!("error: {err}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("error: the benchmarks mount, and need root");
+        return ExitCode::from(1);
+    }
+    let root = opts.dir.join(std::process::id().to_string());
+    println!("{}", conditions(&opts));
+    let table = run(&opts, &root);
+    let _ = fs::remove_dir(&root);
+    print!("{}", table.render());
+    println!("{}", conditions_after());
+    ExitCode::SUCCESS
+}
+
+/// One line of the table.
+struct Row {
+    id: &'static str,
+    what: String,
+    agent: String,
+    reference: String,
+    ratio: String,
+    target: &'static str,
+    met: Option<bool>,
+}
+
+#[derive(Default)]
+struct Table(Vec<Row>);
+
+impl Table {
+    fn push(&mut self, row: Row) {
+        // Rows print as they come too: a long run shows progress.
+        eprintln!(
+            "  {} {}: {} | {}",
+            row.id, row.what, row.agent, row.reference
+        );
+        self.0.push(row);
+    }
+
+    fn render(&self) -> String {
+        let header = [
+            "row",
+            "measure",
+            "agent",
+            "floor / reference",
+            "ratio",
+            "target",
+            "met",
+        ];
+        let cells: Vec<[String; 7]> = self
+            .0
+            .iter()
+            .map(|r| {
+                [
+                    r.id.to_string(),
+                    r.what.clone(),
+                    r.agent.clone(),
+                    r.reference.clone(),
+                    r.ratio.clone(),
+                    r.target.to_string(),
+                    match r.met {
+                        Some(true) => "yes".into(),
+                        Some(false) => "NO".into(),
+                        None => "-".into(),
+                    },
+                ]
+            })
+            .collect();
+        let mut widths = header.map(str::len);
+        for row in &cells {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut text = String::new();
+            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+                let sep = if i + 1 == cells.len() { "\n" } else { " | " };
+                let _ = write!(text, "{cell:<w$}{sep}");
+            }
+            text
+        };
+        let mut out = line(&header.map(String::from));
+        out.push_str(&line(&widths.map(|w| "-".repeat(w))));
+        for row in &cells {
+            out.push_str(&line(row));
+        }
+        out
+    }
+}
+
+fn run(opts: &Options, root: &Path) -> Table {
+    let mut table = Table::default();
+    if opts.wants("C") {
+        calibration_rows(&mut table, &calibrate::run(opts, root));
+    }
+    if opts.wants("P1") {
+        claim_rows(&mut table, &claim::run(opts, root));
+    }
+    if opts.wants("P2") || opts.wants("P4") {
+        let (storm, mut rig) = storm::run(opts, root, opts.wants("P2"));
+        if opts.wants("P2") {
+            storm_row(&mut table, &storm);
+        }
+        if opts.wants("P4") {
+            recovery_row(&mut table, &recovery::run(&mut rig));
+        }
+    }
+    if opts.wants("P3") {
+        idle_row(&mut table, &idle::run(opts, root));
+    }
+    if opts.wants("P5") {
+        size_row(&mut table, &size::run());
+    }
+    if opts.wants("P6") {
+        let samples = discovery::run(opts, root);
+        let p50 = samples.p50();
+        table.push(Row {
+            id: "P6",
+            what: format!(
+                "socket created → healthy, p50 / p99 ({} runs)",
+                samples.len()
+            ),
+            agent: format!("{} / {}", ms(p50), ms(samples.p99())),
+            reference: "status polled every 1 ms".into(),
+            ratio: "-".into(),
+            target: "p50 ≤ 100 ms",
+            met: Some(p50 <= Duration::from_millis(100)),
+        });
+    }
+    table
+}
+
+fn p50_p99(s: &stats::Samples) -> String {
+    format!("{} / {}", ms(s.p50()), ms(s.p99()))
+}
+
+fn calibration_rows(table: &mut Table, c: &calibrate::Calibration) {
+    let hook = c.rpc_faults_hook.p50().saturating_sub(c.rpc.p50());
+    table.push(Row {
+        id: "C",
+        what: "plugin RPC round trip (NodeGetCapabilities), p50 / p99".into(),
+        agent: "-".into(),
+        reference: p50_p99(&c.rpc),
+        ratio: "-".into(),
+        target: "",
+        met: None,
+    });
+    table.push(Row {
+        id: "C",
+        what: "  the same through the -test-faults hook (no rule matches)".into(),
+        agent: "-".into(),
+        reference: format!("{} (+{} µs)", p50_p99(&c.rpc_faults_hook), hook.as_micros()),
+        ratio: "-".into(),
+        target: "",
+        met: None,
+    });
+    table.push(Row {
+        id: "C",
+        what: format!(
+            "  the same with a {} delay injected (-test-faults)",
+            format_duration(c.delay)
+        ),
+        agent: "-".into(),
+        reference: p50_p99(&c.rpc_delayed),
+        ratio: "-".into(),
+        target: "",
+        met: None,
+    });
+    for (what, samples) in [
+        (
+            "fsynced journal record (write + fdatasync)",
+            &c.journal_record,
+        ),
+        (
+            "atomic snapshot (write, fsync, rename, fsync dir)",
+            &c.atomic_write,
+        ),
+        ("bind mount + unmount", &c.bind_mount),
+    ] {
+        table.push(Row {
+            id: "C",
+            what: format!("{what}, p50 / p99"),
+            agent: "-".into(),
+            reference: p50_p99(samples),
+            ratio: "-".into(),
+            target: "",
+            met: None,
+        });
+    }
+}
+
+fn claim_rows(table: &mut Table, r: &claim::ClaimResult) {
+    let delay = if r.delay.is_zero() {
+        String::new()
+    } else {
+        format!(", {} per RPC", format_duration(r.delay))
+    };
+    let claim_ratio = ratio(r.agent_claim.p50(), r.floor_claim.p50());
+    table.push(Row {
+        id: "P1",
+        what: format!("claim → mounted, p50 / p99 ({} runs{delay})", r.runs),
+        agent: p50_p99(&r.agent_claim),
+        reference: p50_p99(&r.floor_claim),
+        ratio: format!("{claim_ratio:.2}x"),
+        target: "≤ 1.2x at p50",
+        met: Some(claim_ratio <= 1.2),
+    });
+    let release_ratio = ratio(r.agent_release.p50(), r.floor_release.p50());
+    table.push(Row {
+        id: "P1",
+        what: format!("release → gone, p50 / p99 ({} runs{delay})", r.runs),
+        agent: p50_p99(&r.agent_release),
+        reference: p50_p99(&r.floor_release),
+        ratio: format!("{release_ratio:.2}x"),
+        target: "≤ 1.2x at p50",
+        met: Some(release_ratio <= 1.2),
+    });
+}
+
+fn storm_row(table: &mut Table, s: &storm::StormResult) {
+    let ideal_ratio = (!s.ideal.is_zero()).then(|| ratio(s.agent_wall, s.ideal));
+    let mut reference = format!("ideal {}", ms(s.ideal));
+    let mut ratios = match ideal_ratio {
+        Some(r) => format!("{r:.2}x ideal"),
+        None => "-".into(),
+    };
+    if let Some(bare) = s.bare_wall {
+        let _ = write!(reference, ", bare client {}", ms(bare));
+        let _ = write!(ratios, ", {:.2}x bare", ratio(s.agent_wall, bare));
+    }
+    let _ = write!(reference, ", serial {}", ms(s.serial));
+    table.push(Row {
+        id: "P2",
+        what: format!(
+            "boot storm: {} claims, {} plugins × {WORKERS} workers, {}/RPC (claim p50 {}, p99 {})",
+            s.claims,
+            s.plugins,
+            format_duration(s.delay),
+            ms(s.agent_latency.p50()),
+            ms(s.agent_latency.p99())
+        ),
+        agent: ms(s.agent_wall),
+        reference,
+        ratio: ratios,
+        target: "≤ 1.25x ideal",
+        met: ideal_ratio.map(|r| r <= 1.25),
+    });
+}
+
+fn recovery_row(table: &mut Table, r: &recovery::RecoveryResult) {
+    table.push(Row {
+        id: "P4",
+        what: format!("SIGKILL with {} claims, restart → reconciled", r.claims),
+        agent: ms(r.reconciled),
+        reference: format!(
+            "plugins healthy at {}; {} repairs logged",
+            ms(r.healthy),
+            r.repairs
+        ),
+        ratio: "-".into(),
+        target: "≤ 1 s",
+        met: Some(r.reconciled <= Duration::from_secs(1)),
+    });
+}
+
+fn idle_row(table: &mut Table, r: &idle::IdleResult) {
+    let mib = r.rss as f64 / (1 << 20) as f64;
+    table.push(Row {
+        id: "P3",
+        what: format!(
+            "idle: {} plugins, heartbeat {}, {} window",
+            r.plugins,
+            format_duration(r.heartbeat),
+            format_duration(Duration::from_secs(r.window.as_secs_f64().round() as u64))
+        ),
+        agent: format!(
+            "RSS {mib:.1} MiB, {} threads, CPU {:.3}%",
+            r.threads, r.cpu_percent
+        ),
+        reference: "of one core; the agent process only".into(),
+        ratio: "-".into(),
+        target: "RSS ≤ 20 MiB, CPU ≤ 0.2%",
+        met: Some(mib <= 20.0 && r.cpu_percent <= 0.2),
+    });
+}
+
+fn size_row(table: &mut Table, r: &size::SizeResult) {
+    let (agent, reference, met) = match r {
+        size::SizeResult::NotBuilt(path) => (
+            "not built (run make static)".to_string(),
+            path.display().to_string(),
+            None,
+        ),
+        size::SizeResult::Built {
+            path,
+            bytes,
+            is_static,
+            stripped,
+        } => {
+            let mut notes = Vec::new();
+            notes.push(if *is_static { "static" } else { "NOT static" });
+            notes.push(if *stripped {
+                "stripped"
+            } else {
+                "NOT stripped"
+            });
+            (
+                format!(
+                    "{:.2} MiB ({bytes} bytes)",
+                    *bytes as f64 / (1 << 20) as f64
+                ),
+                format!("{}, {}", notes.join(", "), path.display()),
+                Some(*bytes <= 8 << 20),
+            )
+        }
+    };
+    table.push(Row {
+        id: "P5",
+        what: "static binary size".into(),
+        agent,
+        reference,
+        ratio: "-".into(),
+        target: "≤ 8 MiB stripped",
+        met,
+    });
+}
+
+/// The machine and its load, printed before the table: numbers from a
+/// busy machine are not comparable.
+fn conditions(opts: &Options) -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!(
+        "csi-agent benchmarks: {} ({} cores, load {} at start)",
+        opts.bin.display(),
+        cores,
+        load()
+    )
+}
+
+fn conditions_after() -> String {
+    format!("load {} at the end", load())
+}
+
+/// The 1, 5 and 15 minute load averages.
+fn load() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}

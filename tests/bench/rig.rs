@@ -1,0 +1,318 @@
+//! The processes a benchmark measures: hostpath plugins and an agent, each
+//! a real `csi-agent` process in a directory of the run, on real unix
+//! sockets, mounting for real. `Drop` kills every process it started and
+//! unmounts everything under the directory, also when a measurement
+//! panics.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::api::client::AgentClient;
+use csi_agent::csi::{Client, Endpoint};
+use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
+use csi_agent::proto::agent::{Health, Plugin as PluginStatus};
+
+/// The node ID every plugin reports.
+pub const NODE: &str = "node1";
+
+/// How long setup may wait for something that normally takes milliseconds
+/// (a socket, a healthy plugin) before the benchmark gives up.
+pub const SETUP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The directory of one benchmark, unmounted below and removed on drop.
+pub struct BenchDir {
+    pub path: PathBuf,
+    keep: bool,
+}
+
+impl BenchDir {
+    pub fn new(root: &Path, name: &str, keep: bool) -> BenchDir {
+        let path = root.join(name);
+        let dir = BenchDir { path, keep };
+        dir.unmount_all();
+        let _ = fs::remove_dir_all(&dir.path);
+        fs::create_dir_all(&dir.path).expect("create the benchmark dir");
+        dir
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    pub fn mkdir(&self, p: &str) -> PathBuf {
+        let path = self.join(p);
+        fs::create_dir_all(&path).expect("create a benchmark subdir");
+        path
+    }
+
+    /// Unmounts everything under the directory, deepest first.
+    pub fn unmount_all(&self) {
+        let Ok(info) = MountInfo::read() else { return };
+        let mut points: Vec<PathBuf> = info
+            .under(&self.path)
+            .map(|m| m.mount_point.clone())
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in points {
+            let _ = SysMounter.unmount(&p, UnmountMode::Detach);
+        }
+    }
+}
+
+impl Drop for BenchDir {
+    fn drop(&mut self) {
+        self.unmount_all();
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Mount points under `dir` now.
+pub fn mounts_under(dir: &Path) -> usize {
+    MountInfo::read()
+        .map(|info| info.under(dir).count())
+        .unwrap_or(0)
+}
+
+/// Waits until `ready` holds, polling every `every`; panics with `what`
+/// after [`SETUP_LIMIT`].
+pub fn wait_until(what: &str, every: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < SETUP_LIMIT, "gave up waiting for {what}");
+        thread::sleep(every);
+    }
+}
+
+/// How a hostpath plugin slows down each RPC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delay {
+    None,
+    /// `-test-faults` with the rule `* sleep=DUR`: every call sleeps on its
+    /// own thread, so calls still overlap. The hook re-reads its rules file
+    /// on each call; row C measures what that costs.
+    Faults(Duration),
+}
+
+/// A `csi-agent hostpath` process.
+pub struct Plugin {
+    pub socket: PathBuf,
+    pub base_dir: PathBuf,
+    log: PathBuf,
+    faults: PathBuf,
+    delay: Delay,
+    bin: PathBuf,
+    child: Option<Child>,
+}
+
+impl Plugin {
+    /// A plugin whose files live in `dir` and whose socket is `socket`;
+    /// not started.
+    pub fn new(bin: &Path, dir: &Path, socket: &Path, delay: Delay) -> Plugin {
+        fs::create_dir_all(dir).expect("create the plugin dir");
+        Plugin {
+            socket: socket.to_path_buf(),
+            base_dir: dir.join("base"),
+            log: dir.join("plugin.log"),
+            faults: dir.join("faults"),
+            delay,
+            bin: bin.to_path_buf(),
+            child: None,
+        }
+    }
+
+    /// Starts the plugin and waits until its socket is there.
+    pub fn start(&mut self) {
+        self.spawn();
+        let socket = self.socket.clone();
+        wait_until("a plugin socket", Duration::from_millis(2), || {
+            socket.exists()
+        });
+    }
+
+    /// Starts the plugin process without waiting for anything.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "the plugin is running already");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the plugin log");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("hostpath")
+            .arg("-endpoint")
+            .arg(format!("unix://{}", self.socket.display()))
+            .arg("-base-dir")
+            .arg(&self.base_dir)
+            .arg("-node-id")
+            .arg(NODE)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Delay::Faults(d) = self.delay {
+            fs::write(&self.faults, format!("* sleep={}us\n", d.as_micros()))
+                .expect("write the faults file");
+            cmd.arg("-test-faults").arg(&self.faults);
+        }
+        self.child = Some(cmd.spawn().expect("start the hostpath plugin"));
+    }
+
+    /// SIGTERM, and waits: the plugin removes its socket.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions; the child is
+            // not reaped yet, so the pid is its own.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&Endpoint::from_path(&self.socket).expect("a valid socket path"))
+            .with_timeout(Duration::from_secs(30))
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The config of an agent with `data_dir`, `heartbeat` and a monolith
+/// plugin block per `(id, socket)`.
+pub fn agent_config(data_dir: &Path, heartbeat: Duration, plugins: &[(String, PathBuf)]) -> String {
+    let mut text = format!(
+        "data_dir         = {:?}\nplugin_heartbeat = \"{}ms\"\n",
+        data_dir.display().to_string(),
+        heartbeat.as_millis()
+    );
+    for (id, socket) in plugins {
+        text.push_str(&format!(
+            "\nplugin {id:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n",
+            socket.display().to_string()
+        ));
+    }
+    text
+}
+
+/// A `csi-agent agent -config FILE` process in a process group of its own.
+pub struct Agent {
+    pub data_dir: PathBuf,
+    pub socket: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    bin: PathBuf,
+    child: Option<Child>,
+}
+
+impl Agent {
+    /// An agent whose config, data dir and log live in `dir`; not started.
+    pub fn new(bin: &Path, dir: &Path, config_text: impl FnOnce(&Path) -> String) -> Agent {
+        fs::create_dir_all(dir).expect("create the agent dir");
+        let data_dir = dir.join("data");
+        let config = dir.join("agent.hcl");
+        fs::write(&config, config_text(&data_dir)).expect("write the agent config");
+        Agent {
+            socket: data_dir.join("control.sock"),
+            data_dir,
+            config,
+            log: dir.join("agent.log"),
+            bin: bin.to_path_buf(),
+            child: None,
+        }
+    }
+
+    /// Starts the agent and waits until its control socket answers.
+    pub fn start(&mut self) {
+        self.spawn();
+        let socket = self.socket.clone();
+        wait_until("the control socket", Duration::from_millis(2), || {
+            AgentClient::connect(&socket)
+                .and_then(|c| c.plugin_status(""))
+                .is_ok()
+        });
+    }
+
+    /// Starts the agent process without waiting for anything.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "the agent is running already");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the agent log");
+        let child = Command::new(&self.bin)
+            .arg("agent")
+            .arg("-config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start the agent");
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the agent runs").id()
+    }
+
+    /// SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn client(&self) -> AgentClient {
+        AgentClient::connect(&self.socket).expect("connect to the agent")
+    }
+
+    /// Every registered plugin.
+    pub fn plugins(&self) -> Vec<PluginStatus> {
+        self.client()
+            .plugin_status("")
+            .map(|r| r.plugins)
+            .unwrap_or_default()
+    }
+
+    /// Waits until `n` plugins are registered and healthy.
+    pub fn wait_healthy(&self, n: usize) {
+        wait_until(
+            &format!("{n} healthy plugins"),
+            Duration::from_millis(5),
+            || self.plugins().iter().filter(|p| is_healthy(p)).count() == n,
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions; the group is
+            // the one this agent leads, and it is not reaped yet.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn is_healthy(p: &PluginStatus) -> bool {
+    p.health.enum_value() == Ok(Health::HEALTHY)
+}

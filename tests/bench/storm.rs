@@ -1,0 +1,260 @@
+//! P2, the boot storm: every claim of a host arrives at once, as after a
+//! reboot. `--storm` volumes spread over `--storm-plugins` hostpath
+//! plugins, each RPC slowed by `--storm-delay`; one claim each (no host
+//! target), all sent together through the control API; the wall time from
+//! the first send to the last answer.
+//!
+//! Compared with:
+//! - the *ideal* for the parallelism the agent allows: one RPC in flight
+//!   per volume and [`WORKERS`] per plugin, so each plugin's claims take
+//!   `ceil(claims / WORKERS) × RPCs per claim × delay`, counting nothing
+//!   but the injected delay;
+//! - the *bare storm*: a bare client with the same parallelism (a queue
+//!   per plugin, [`WORKERS`] threads each with its own connection, one
+//!   fsynced record per claim) against the same plugins and volumes, which
+//!   also pays what the plugins really cost;
+//! - *fully serial*: every RPC one after another, delay only.
+//!
+//! The rig stays up afterwards with every claim taken, for P4.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::plugin::workers::WORKERS;
+use csi_agent::proto::agent::{VolumeClaimRequest, VolumeSpecRequest, VolumeStatus};
+
+use crate::calls::{self, join_all};
+use crate::claim::volume_spec;
+use crate::floor::{self, ClaimPaths, Floor};
+use crate::rig::{agent_config, mounts_under, Agent, BenchDir, Plugin};
+use crate::stats::Samples;
+use crate::Options;
+
+/// RPCs per claim with the hostpath plugin: ControllerPublish, NodeStage,
+/// NodePublish.
+pub const RPCS_PER_CLAIM: u32 = 3;
+
+pub struct StormResult {
+    pub claims: usize,
+    pub plugins: usize,
+    pub delay: Duration,
+    pub agent_wall: Duration,
+    /// Each claim's latency, send to answer.
+    pub agent_latency: Samples,
+    pub bare_wall: Option<Duration>,
+    pub ideal: Duration,
+    pub serial: Duration,
+}
+
+/// The storm's processes, left with every claim taken.
+pub struct StormRig {
+    pub agent: Agent,
+    pub plugins: Vec<Plugin>,
+    pub claims: usize,
+    /// Dropped last: unmounts what the processes left.
+    _dir: BenchDir,
+}
+
+/// The plugin of volume `n`.
+fn plugin_of(n: usize, plugins: usize) -> usize {
+    n % plugins
+}
+
+/// The ideal wall time: the busiest plugin's claims, [`WORKERS`] at a
+/// time, each [`RPCS_PER_CLAIM`] delays long.
+pub fn ideal(claims: usize, plugins: usize, delay: Duration) -> Duration {
+    let busiest = claims.div_ceil(plugins);
+    let rounds = busiest.div_ceil(WORKERS) as u32;
+    delay * RPCS_PER_CLAIM * rounds
+}
+
+pub fn run(opts: &Options, root: &Path, bare: bool) -> (StormResult, StormRig) {
+    let dir = BenchDir::new(root, "p2", opts.keep);
+    let n = opts.storm_claims;
+    let mut plugins: Vec<Plugin> = (0..opts.storm_plugins)
+        .map(|p| {
+            Plugin::new(
+                &opts.bin,
+                &dir.join(&format!("plugin{p}")),
+                &dir.join(&format!("p{p}.sock")),
+                opts.delay(opts.storm_delay),
+            )
+        })
+        .collect();
+    for plugin in &mut plugins {
+        plugin.start();
+    }
+    let blocks: Vec<(String, PathBuf)> = plugins
+        .iter()
+        .enumerate()
+        .map(|(p, plugin)| (format!("p{p}"), plugin.socket.clone()))
+        .collect();
+    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+        agent_config(data, opts.heartbeat, &blocks)
+    });
+    agent.start();
+    agent.wait_healthy(plugins.len());
+    let volumes = create_volumes(&agent, n, plugins.len());
+
+    let bare_wall = bare.then(|| bare_storm(&dir, &plugins, &volumes));
+
+    let clients = calls::clients(&agent.socket, n);
+    let start = Instant::now();
+    let futures: Vec<_> = (0..n)
+        .map(|i| {
+            let req = VolumeClaimRequest {
+                volume_id: format!("s{i}"),
+                alloc_id: format!("b{i}"),
+                ..Default::default()
+            };
+            clients[i % clients.len()]
+                .volume_claim_async_opt(&req, calls::option())
+                .expect("send a claim")
+        })
+        .collect();
+    let answers = join_all(futures);
+    let mut latency = Samples::default();
+    let mut last = start;
+    for (i, (answer, at)) in answers.into_iter().enumerate() {
+        if let Err(err) = answer {
+            panic!("claim of s{i} failed: {err}\n{}", agent.log_text());
+        }
+        latency.push(at - start);
+        last = last.max(at);
+    }
+    let agent_wall = last - start;
+    let taken = count_taken(&agent);
+    assert_eq!(
+        taken, n,
+        "every claim answered, but {taken} of {n} are taken"
+    );
+    let mounted = mounts_under(&agent.data_dir);
+    assert_eq!(mounted, 2 * n, "a staging and a publish per claim");
+
+    let result = StormResult {
+        claims: n,
+        plugins: plugins.len(),
+        delay: opts.storm_delay,
+        agent_wall,
+        agent_latency: latency,
+        bare_wall,
+        ideal: ideal(n, plugins.len(), opts.storm_delay),
+        serial: opts.storm_delay * RPCS_PER_CLAIM * n as u32,
+    };
+    let rig = StormRig {
+        agent,
+        plugins,
+        claims: n,
+        _dir: dir,
+    };
+    (result, rig)
+}
+
+/// Creates volumes `s0`..`s{n-1}` through the agent, all at once; their
+/// statuses (for the external IDs).
+fn create_volumes(agent: &Agent, n: usize, plugins: usize) -> Vec<VolumeStatus> {
+    let clients = calls::clients(&agent.socket, n);
+    let futures: Vec<_> = (0..n)
+        .map(|i| {
+            let req = VolumeSpecRequest {
+                file: format!("s{i}.hcl"),
+                hcl: volume_spec(&format!("s{i}"), &format!("p{}", plugin_of(i, plugins))),
+                ..Default::default()
+            };
+            clients[i % clients.len()]
+                .volume_create_async_opt(&req, calls::option())
+                .expect("send a volume create")
+        })
+        .collect();
+    join_all(futures)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (answer, _))| {
+            let resp =
+                answer.unwrap_or_else(|err| panic!("create s{i}: {err}\n{}", agent.log_text()));
+            resp.volumes.into_iter().next().expect("the created volume")
+        })
+        .collect()
+}
+
+/// How many volumes have exactly one claim, taken, and nothing being
+/// released.
+pub fn count_taken(agent: &Agent) -> usize {
+    let status = agent
+        .client()
+        .volume_status("", false)
+        .expect("volume status");
+    status
+        .volumes
+        .iter()
+        .filter(|v| v.past_claims.is_empty())
+        .filter(|v| v.claims.len() == 1 && v.claims[0].state == "taken")
+        .count()
+}
+
+/// The bare storm: claims every volume with a bare client, [`WORKERS`]
+/// threads per plugin, and returns the wall time; then releases them all
+/// (not timed), so the agent's storm meets the plugins as this one did.
+fn bare_storm(dir: &BenchDir, plugins: &[Plugin], volumes: &[VolumeStatus]) -> Duration {
+    let root = dir.mkdir("bare");
+    let mut queues: Vec<VecDeque<(String, ClaimPaths)>> = vec![VecDeque::new(); plugins.len()];
+    for (i, v) in volumes.iter().enumerate() {
+        let paths = ClaimPaths::prepare(&root, &v.external_id, &format!("b{i}"), false);
+        queues[plugin_of(i, plugins.len())].push_back((v.external_id.clone(), paths));
+    }
+    let claimed: Vec<Vec<(String, ClaimPaths)>> =
+        queues.iter().map(|q| q.iter().cloned().collect()).collect();
+    let wall = run_pools(&root, plugins, queues, |floor, client, volume, paths| {
+        floor::claim_rpcs(client, volume, paths);
+        floor.record(volume);
+    });
+    let queues = claimed.into_iter().map(VecDeque::from).collect();
+    run_pools(&root, plugins, queues, |_, client, volume, paths| {
+        floor::release_rpcs(client, volume, paths);
+    });
+    wall
+}
+
+type Work = fn(&mut Floor, &csi_agent::csi::Client, &str, &ClaimPaths);
+
+/// Runs `work` on every queued volume, [`WORKERS`] threads per plugin each
+/// with its own connection and journal; the wall time from the moment all
+/// threads are ready.
+fn run_pools(
+    root: &Path,
+    plugins: &[Plugin],
+    queues: Vec<VecDeque<(String, ClaimPaths)>>,
+    work: Work,
+) -> Duration {
+    let barrier = Arc::new(Barrier::new(plugins.len() * WORKERS + 1));
+    let mut threads = Vec::new();
+    for (p, queue) in queues.into_iter().enumerate() {
+        let queue = Arc::new(Mutex::new(queue));
+        for w in 0..WORKERS {
+            let queue = queue.clone();
+            let barrier = barrier.clone();
+            let client = plugins[p].client();
+            let journal = root.join(format!("journal-{p}-{w}"));
+            threads.push(thread::spawn(move || {
+                let mut floor = Floor::new(&journal);
+                // The connection is made before the start.
+                client.probe().expect("probe before the bare storm");
+                barrier.wait();
+                loop {
+                    let next = queue.lock().unwrap().pop_front();
+                    let Some((volume, paths)) = next else { break };
+                    work(&mut floor, &client, &volume, &paths);
+                }
+            }));
+        }
+    }
+    barrier.wait();
+    let start = Instant::now();
+    for t in threads {
+        t.join().expect("a bare storm thread panicked");
+    }
+    start.elapsed()
+}
