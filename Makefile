@@ -20,6 +20,9 @@ BIN        ?= $(DEBUG_BIN)
 NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
+# Arguments of the benchmark program, e.g. BENCH_ARGS="--only P1 --runs 50"
+# (`make bench BENCH_ARGS=--help` lists them).
+BENCH_ARGS ?=
 
 .PHONY: all deps build static test lint bench demo e2e fuzz install uninstall install-test clean
 
@@ -51,9 +54,10 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-## bench: benchmarks (they arrive with the agent and volume claims)
-bench: build
-	@echo "no benchmarks yet: claim latency and boot-storm benchmarks come with the agent"
+## bench: the performance table of BENCHMARKS.md (root; optimised bench
+## profile, whose first build compiles gRPC's C++ core once more)
+bench:
+	$(CARGO) bench --locked --bench agent -- $(BENCH_ARGS)
 
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
