@@ -294,17 +294,28 @@ pub trait Mounter {
     fn unmount(&self, target: &Path, mode: UnmountMode) -> Result<()>;
 }
 
-/// Tells whether `path` is a mount point, according to the kernel's mount
-/// table.
+/// Tells whether `path` is a mount point, according to the kernel.
 ///
-/// The path is made canonical first, as mountinfo lists canonical paths; a
-/// path that does not exist is an error.
+/// The path is made canonical first; a path that does not exist is an
+/// error. statx(2) then says whether it is the root of a mount (Linux 5.8
+/// and later): one system call, where reading mountinfo costs time in
+/// proportion to the number of mounts (about 5 ms with 2,000 of them, and
+/// every claim adds two). When statx cannot tell, the kernel's mount table
+/// decides, as mountinfo lists canonical paths.
 pub fn is_mount_point(path: &Path) -> Result<bool> {
     let canonical = std::fs::canonicalize(path).map_err(|err| Error::Canonicalize {
         path: path.to_path_buf(),
         err,
     })?;
-    Ok(MountInfo::read()?.get(&canonical).is_some())
+    if let Ok(Some(root)) = sys::statx_mount_root(&sys::c_path(&canonical)?) {
+        return Ok(root);
+    }
+    is_listed_mount_point(&canonical)
+}
+
+/// Whether mountinfo lists the canonical path `canonical` as a mount point.
+fn is_listed_mount_point(canonical: &Path) -> Result<bool> {
+    Ok(MountInfo::read()?.get(canonical).is_some())
 }
 
 #[cfg(test)]
@@ -466,6 +477,29 @@ mod tests {
         // point; `/proc/self/..` is `/proc` again once made canonical.
         assert!(!is_mount_point(Path::new("/proc/self")).unwrap());
         assert!(is_mount_point(Path::new("/proc/self/..")).unwrap());
+    }
+
+    #[test]
+    fn statx_and_mountinfo_agree_on_mount_points() {
+        for path in [
+            "/",
+            "/proc",
+            "/proc/self/..",
+            "/proc/self",
+            "/proc/1",
+            "/tmp",
+            "/usr/bin",
+        ] {
+            let Ok(canonical) = std::fs::canonicalize(path) else {
+                continue;
+            };
+            let Some(root) = sys::statx_mount_root(&sys::c_path(&canonical).unwrap()).unwrap()
+            else {
+                // A kernel before 5.8 does not say; mountinfo decides.
+                return;
+            };
+            assert_eq!(root, is_listed_mount_point(&canonical).unwrap(), "{path}");
+        }
     }
 
     #[test]

@@ -145,6 +145,34 @@ fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `path` is the root of a mount, as statx(2) reports it with
+/// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8 and later); `None` when the kernel
+/// does not report that attribute. A final symlink is followed.
+pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
+    let mut buf = MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
+    // `buf` is valid for writing one `statx`. The raw system call is used
+    // because musl before 1.2.5 has no statx wrapper to link against.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            0 as libc::c_uint,
+            buf.as_mut_ptr(),
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx succeeded, so it filled in `buf` (which was zeroed
+    // before, so any field it left alone is zero too).
+    let st = unsafe { buf.assume_init() };
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+}
+
 /// Calls statvfs(3) on `path`.
 fn statvfs(path: &CStr) -> io::Result<libc::statvfs> {
     let mut buf = MaybeUninit::<libc::statvfs>::uninit();
