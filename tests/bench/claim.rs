@@ -35,7 +35,7 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
     let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &dir.join("p.sock"), delay);
     plugin.start();
     let plugins = [("hp".to_string(), plugin.socket.clone())];
-    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &plugins)
     });
     agent.start();

@@ -29,7 +29,7 @@ pub fn run(opts: &Options, root: &Path) -> Samples {
     let socket = dir.join("p.sock");
     let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &socket, Delay::None);
     let blocks = [("hp".to_string(), socket.clone())];
-    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &blocks)
     });
     agent.start();

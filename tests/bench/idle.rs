@@ -50,7 +50,7 @@ pub fn run(opts: &Options, root: &Path) -> IdleResult {
         .enumerate()
         .map(|(p, plugin)| (format!("p{p}"), plugin.socket.clone()))
         .collect();
-    let mut agent = Agent::new(&opts.bin, &dir.join("agent"), |data| {
+    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &blocks)
     });
     agent.start();

@@ -54,6 +54,8 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
   --keep               keep each row's directory (logs, state) to look at
   --dir DIR            where rows run (default /tmp/csi-agent-bench; use a
                        disk, not tmpfs: fsync is part of the cost)
+  --agent-bin PATH     run the agent from this binary, e.g. to compare two
+                       builds (the plugins still run the one built here)
 
 environment:
   CSI_AGENT_STATIC_BIN the static binary P5 measures (default
@@ -61,8 +63,11 @@ environment:
 
 /// What to measure and how much.
 pub struct Options {
-    /// The `csi-agent` binary under test (agent and plugins).
+    /// The `csi-agent` binary built with the benchmark: the plugins, and
+    /// the agent unless `agent_bin` says otherwise.
     pub bin: PathBuf,
+    /// The agent under test.
+    pub agent_bin: PathBuf,
     pub only: Option<Vec<String>>,
     pub claim_runs: usize,
     pub claim_delay: Duration,
@@ -81,6 +86,7 @@ impl Options {
     fn parse(args: &[String]) -> Result<Options, String> {
         let mut opts = Options {
             bin: PathBuf::from(env!("CARGO_BIN_EXE_csi-agent")),
+            agent_bin: PathBuf::from(env!("CARGO_BIN_EXE_csi-agent")),
             only: None,
             claim_runs: 200,
             claim_delay: Duration::ZERO,
@@ -132,6 +138,7 @@ impl Options {
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
+                "--agent-bin" => opts.agent_bin = PathBuf::from(value()?),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -501,8 +508,8 @@ fn size_row(table: &mut Table, r: &size::SizeResult) {
 fn conditions(opts: &Options) -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!(
-        "csi-agent benchmarks: {} ({} cores, load {} at start)",
-        opts.bin.display(),
+        "csi-agent benchmarks: agent {} ({} cores, load {} at start)",
+        opts.agent_bin.display(),
         cores,
         load()
     )
