@@ -48,6 +48,9 @@ const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most messages one loop turn takes before it persists and answers.
+const TURN_BATCH: usize = 64;
+
 /// How often the loop wakes up without a message (dev plugin supervision).
 const TICK: Duration = Duration::from_millis(500);
 
@@ -204,6 +207,18 @@ pub fn run(mut options: Options) -> Result<(), Error> {
                 Err(_) => break,
             },
             recv(ticker) -> _ => agent.tick(),
+        }
+        // Group commit: what else is already waiting joins this turn, so
+        // that one plan and one journal sync cover all of it. Bounded, so
+        // that replies and plugin jobs wait for one batch at most.
+        for _ in 0..TURN_BATCH {
+            select! {
+                recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
+                recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
+                recv(done) -> done => if let Ok(done) = done { agent.completed(done) },
+                recv(registry_events) -> event => if let Ok(event) = event { agent.registry_event(event) },
+                default => break,
+            }
         }
         agent.end_turn();
     }
