@@ -265,7 +265,15 @@ impl VolumeManager {
     /// are unmounted.
     pub fn reconcile(&mut self, mounts: &crate::mount::MountInfo) {
         let paths = self.paths.clone();
-        let mounted = |p: &std::path::Path| mounts.get(p).is_some();
+        // One set of the mount points, rather than a scan of the whole
+        // table per path: with 1,000 claims that is 2,000 scans of 2,000
+        // entries, which made a restart take half a second.
+        let mount_points: std::collections::HashSet<&std::path::Path> = mounts
+            .entries()
+            .iter()
+            .map(|m| m.mount_point.as_path())
+            .collect();
+        let mounted = |p: &std::path::Path| mount_points.contains(p);
         let mut owned = BTreeSet::new();
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
@@ -316,7 +324,10 @@ impl VolumeManager {
             .map(|m| m.mount_point.clone())
             // The root itself is the jobs' shared bind (see `task`).
             .filter(|p| *p != root)
-            .filter(|p| !owned.iter().any(|o| p.starts_with(o)))
+            // Owned if the mount or one of its parents is an owned path: a
+            // set lookup per ancestor, not a scan of every owned path per
+            // mount (2,000 by 2,000 with 1,000 claims: over half a second).
+            .filter(|p| !p.ancestors().any(|a| owned.contains(a)))
             .collect();
         // Deepest first, so nested mounts come off before their parents.
         for path in strays.iter().rev() {
