@@ -3,8 +3,10 @@
 //! trip, the same RPC through the `-test-faults` hook that injects the
 //! delays (once with a rule that matches nothing, which is the hook's own
 //! cost, once with the storm's delay), one fsynced journal record, one
-//! atomic snapshot write (write, fsync, rename, directory fsync), and one
-//! bind mount with its unmount.
+//! atomic snapshot write (write, fsync, rename, directory fsync), one
+//! bind mount with its unmount, and one round trip of the agent's control
+//! API (`plugin status` of an agent with no plugins), the hop a claim
+//! through the agent has and the floor has not.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use csi_agent::mount::{Mounter, SysMounter, UnmountMode};
 use csi_agent::state::store::write_atomic;
 
 use crate::floor::Floor;
-use crate::rig::{BenchDir, Delay, Plugin};
+use crate::rig::{agent_config, Agent, BenchDir, Delay, Plugin};
 use crate::stats::Samples;
 use crate::Options;
 
@@ -32,6 +34,7 @@ pub struct Calibration {
     pub journal_record: Samples,
     pub atomic_write: Samples,
     pub bind_mount: Samples,
+    pub control_api: Samples,
 }
 
 pub fn run(opts: &Options, root: &Path) -> Calibration {
@@ -61,6 +64,17 @@ pub fn run(opts: &Options, root: &Path) -> Calibration {
             .unmount(&target, UnmountMode::Normal)
             .expect("unmount");
     });
+    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
+        agent_config(data, opts.heartbeat, &[])
+    });
+    agent.start();
+    let control = agent.client();
+    for _ in 0..10 {
+        control.plugin_status("").expect("warm up");
+    }
+    let control_api = time(RUNS, || {
+        control.plugin_status("").expect("plugin status");
+    });
     Calibration {
         rpc,
         rpc_faults_hook,
@@ -69,6 +83,7 @@ pub fn run(opts: &Options, root: &Path) -> Calibration {
         journal_record,
         atomic_write,
         bind_mount,
+        control_api,
     }
 }
 

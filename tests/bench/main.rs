@@ -354,6 +354,7 @@ fn calibration_rows(table: &mut Table, c: &calibrate::Calibration) {
             &c.atomic_write,
         ),
         ("bind mount + unmount", &c.bind_mount),
+        ("control API round trip (plugin status)", &c.control_api),
     ] {
         table.push(Row {
             id: "C",
