@@ -1,9 +1,10 @@
 # csi-agent: build, test and install.
 #
-# Everything but `make static` uses cargo's dev profile, whose dependencies
-# are compiled optimised (see Cargo.toml): gRPC's C++ core is built once
-# (10-20 minutes on two cores) and shared by build, test, lint, demo and e2e.
-# `make static` is a release build for musl, which compiles it once more.
+# Everything but `make static` and `make bench` uses cargo's dev profile,
+# whose dependencies are compiled optimised (see Cargo.toml): gRPC's C++ core
+# is built once (10-20 minutes on two cores) and shared by build, test, lint,
+# demo and e2e. `make static` is a release build for musl, and `make bench`
+# the optimised bench profile; each compiles it once more.
 
 # Where `make install` puts things (see scripts/install.sh): the binary in
 # $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
