@@ -34,6 +34,15 @@ impl Rig {
         Rig::start_with_config("")
     }
 
+    /// An agent with no jobs and no volumes.
+    fn bare() -> Rig {
+        let agent = Agent::start(&[]);
+        Rig {
+            backing: agent.dir.join("backing"),
+            agent,
+        }
+    }
+
     /// `extra` is appended to the agent config (host volumes).
     fn start_with_config(extra: &str) -> Rig {
         let agent = Agent::start(&[]);
@@ -501,11 +510,7 @@ fn bad_mounts_are_refused_at_job_run() {
     if !require_root() {
         return;
     }
-    let agent = Agent::start(&[]);
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
+    let rig = Rig::bare();
     let out = rig.run_job_output(
         "bidi.hcl",
         &consumer("bidi", "true", "propagation_mode = \"bidirectional\"", true),
@@ -643,11 +648,7 @@ fn a_task_gets_nomads_environment_and_never_sees_the_control_socket() {
     if !require_root() {
         return;
     }
-    let agent = Agent::start(&[]);
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
+    let rig = Rig::bare();
     let control = rig.agent.socket.display().to_string();
     let hcl = format!(
         r#"
@@ -697,11 +698,7 @@ fn a_failing_task_is_restarted_per_policy_then_fails_its_alloc() {
     if !require_root() {
         return;
     }
-    let agent = Agent::start(&[]);
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
+    let rig = Rig::bare();
     let hcl = r#"
 job "flaky" {
   group "g" {
@@ -754,11 +751,7 @@ fn a_plugin_that_never_becomes_healthy_is_killed() {
     if !require_root() {
         return;
     }
-    let agent = Agent::start(&[]);
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
+    let rig = Rig::bare();
     let hcl = r#"
 job "mute" {
   group "g" {
