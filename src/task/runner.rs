@@ -14,9 +14,7 @@ use super::env::{interpolate, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
 use super::restart::{self, Decision};
-use super::{
-    Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskRun, TaskState, UseState, VolumeSource,
-};
+use super::{Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskState, UseState, VolumeSource};
 use crate::api::{ErrorKind, Response};
 use crate::csi::backoff::Jitter;
 use crate::csi::{Backoff, Endpoint};
@@ -111,17 +109,6 @@ impl Allocs {
             let Some(mut alloc) = self.allocs.remove(&id) else {
                 continue;
             };
-            // Claims on a plugin another alloc now provides do not hold
-            // this one back (a replaced plugin alloc).
-            let mut claims = claims.clone();
-            claims.retain(
-                |plugin, _| match registry.get(plugin).map(|r| &r.spec.source) {
-                    Some(Source::Task {
-                        alloc: provider, ..
-                    }) => *provider == id,
-                    _ => true,
-                },
-            );
             changed |= self.step_alloc(&mut alloc, volumes, registry, &claims, now);
             self.allocs.insert(id, alloc);
         }
@@ -147,7 +134,7 @@ impl Allocs {
         changed |= self.escalate(alloc, now);
         let failing = alloc.tasks.iter().any(|t| t.failed);
         if alloc.stop_wanted || failing {
-            return self.stop_step(alloc, volumes, claims, now) || changed;
+            return self.stop_step(alloc, volumes, registry, claims, now) || changed;
         }
         if alloc.status == AllocStatus::Pending {
             if let Some(old) = &alloc.replaces {
@@ -205,6 +192,7 @@ impl Allocs {
         &mut self,
         alloc: &mut Alloc,
         volumes: &mut VolumeManager,
+        registry: &crate::plugin::Registry,
         claims: &BTreeMap<String, Vec<(String, String)>>,
         now: Instant,
     ) -> bool {
@@ -215,8 +203,17 @@ impl Allocs {
         }
         let failing = alloc.tasks.iter().any(|t| t.failed);
         if alloc.stop_wanted && !failing {
+            // Claims on a plugin another alloc now provides do not hold
+            // this one back (a replaced plugin alloc).
+            let provided_here = |plugin: &str| match registry.get(plugin).map(|r| &r.spec.source) {
+                Some(Source::Task {
+                    alloc: provider, ..
+                }) => *provider == alloc.id,
+                _ => true,
+            };
             let held: Vec<String> = alloc
                 .plugin_ids()
+                .filter(|p| provided_here(p))
                 .flat_map(|p| claims.get(p).into_iter().flatten())
                 .filter(|(_, a)| *a != alloc.id)
                 .map(|(v, a)| format!("{v} by {a}"))
@@ -251,7 +248,7 @@ impl Allocs {
                         if p.kill_at.is_none() && !p.killed {
                             let _ = exec::signal_group(p.pid, libc::SIGTERM);
                             p.kill_at = Some(now + timeout);
-                            task.events_push(
+                            task.event(
                                 "killing",
                                 format!("sent SIGTERM; SIGKILL in {}", format_duration(timeout)),
                             );
@@ -406,14 +403,14 @@ impl Allocs {
         }
         for message in events {
             for task in &mut alloc.tasks {
-                task.events_push("volumes", message.clone());
+                task.event("volumes", message.clone());
             }
         }
         if let Some(message) = fatal {
             log::warn!("Alloc {}: {message}", alloc.id);
             alloc.message = message.clone();
             for task in &mut alloc.tasks {
-                task.events_push("failed", message.clone());
+                task.event("failed", message.clone());
                 if task.state != TaskState::Running {
                     task.state = TaskState::Dead;
                 }
@@ -435,7 +432,7 @@ impl Allocs {
                 let _ = exec::signal_group(p.pid, libc::SIGKILL);
                 p.kill_at = None;
                 p.killed = true;
-                task.events_push("killed", "sent SIGKILL: the task outlived its kill_timeout");
+                task.event("killed", "sent SIGKILL: the task outlived its kill_timeout");
                 changed = true;
                 continue;
             }
@@ -453,7 +450,7 @@ impl Allocs {
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
                 let _ = exec::signal_group(p.pid, libc::SIGTERM);
                 p.kill_at = Some(now + kill_timeout);
-                task.events_push("plugin", message);
+                task.event("plugin", message);
                 changed = true;
             }
         }
@@ -475,7 +472,7 @@ impl Allocs {
                     killed: false,
                 });
                 task.state = TaskState::Running;
-                task.events_push("started", format!("started (pid {pid})"));
+                task.event("started", format!("started (pid {pid})"));
                 log::info!("Alloc {}: task {} started (pid {pid})", alloc.id, task.name);
                 if let (Some(plugin), Some((spec, health_timeout))) = (&mut task.plugin, spec) {
                     plugin.healthy = false;
@@ -533,13 +530,8 @@ impl Allocs {
                 chown(&path, user)?;
             }
         }
-        let mut base = ctx.base();
         let socket_dir = self.plugin_socket_dir(&alloc.id);
-        if spec.csi_plugin.is_some() {
-            let endpoint = format!("unix://{}", socket_dir.join("csi.sock").display());
-            base.insert("CSI_ENDPOINT".into(), endpoint);
-        }
-        let env = task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+        let env = self.task_environment(alloc, i)?;
         let args = spec
             .config
             .args
@@ -575,8 +567,8 @@ impl Allocs {
             });
         }
         let mut keep = Vec::new();
-        let mut plugin = None;
-        if let Some(p) = &spec.csi_plugin {
+        let plugin = plugin_spec(alloc, i, &env)?;
+        if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;
             make_dir(&root.join(&p.id), 0o700)?;
@@ -585,22 +577,7 @@ impl Allocs {
             if let Some(user) = user {
                 chown(&socket_dir, user)?;
             }
-            let endpoint: Endpoint = env["CSI_ENDPOINT"]
-                .parse()
-                .map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
-            let _ = fs::remove_file(endpoint.path());
-            plugin = Some((
-                PluginSpec {
-                    id: p.id.clone(),
-                    endpoint,
-                    plugin_type: p.plugin_type,
-                    source: Source::Task {
-                        alloc: alloc.id.clone(),
-                        task: spec.name.clone(),
-                    },
-                },
-                p.health_timeout,
-            ));
+            let _ = fs::remove_file(registered.endpoint.path());
         }
         let host = MountInfo::read().map_err(|e| e.to_string())?;
         let hide = vec![self.data_dir.join(crate::api::SOCKET_NAME)];
@@ -619,6 +596,34 @@ impl Allocs {
         Ok((child, plugin))
     }
 
+    /// The whole environment of task `i` of `alloc`: the agent's variables
+    /// (with a plugin task's `CSI_ENDPOINT`), then the task's `env` block.
+    fn task_environment(
+        &self,
+        alloc: &Alloc,
+        i: usize,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let spec = &alloc.group.tasks[i];
+        let alloc_dir = self.alloc_dir(&alloc.id);
+        let ctx = TaskContext {
+            alloc_id: &alloc.id,
+            alloc_index: alloc.index,
+            job: &alloc.job,
+            group: &alloc.group.name,
+            task: &spec.name,
+            alloc_dir: &alloc_dir,
+        };
+        let mut base = ctx.base();
+        if spec.csi_plugin.is_some() {
+            let socket = self.plugin_socket_dir(&alloc.id).join("csi.sock");
+            base.insert(
+                "CSI_ENDPOINT".into(),
+                format!("unix://{}", socket.display()),
+            );
+        }
+        task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+    }
+
     /// A task's process ended (or never started): the restart policy
     /// decides what follows.
     fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
@@ -630,7 +635,7 @@ impl Allocs {
         } else {
             "terminated"
         };
-        task.events_push(kind, exit.describe());
+        task.event(kind, exit.describe());
         task.process = None;
         if let Some(plugin) = &mut task.plugin {
             plugin.healthy = false;
@@ -653,14 +658,14 @@ impl Allocs {
             Decision::Restart(delay) => {
                 task.restarts += 1;
                 task.state = TaskState::Restarting { at: now + delay };
-                task.events_push(
+                task.event(
                     "restarting",
                     format!("restart {} in {}", task.restarts, format_duration(delay)),
                 );
             }
             Decision::Complete => {
                 task.state = TaskState::Dead;
-                task.events_push("completed", "the task finished successfully");
+                task.event("completed", "the task finished successfully");
             }
             Decision::Fail => {
                 task.state = TaskState::Dead;
@@ -670,7 +675,7 @@ impl Allocs {
                     policy.attempts,
                     format_duration(policy.interval)
                 );
-                task.events_push("failed", message.clone());
+                task.event("failed", message.clone());
                 alloc.message = format!("task {:?} failed: {message}", task.name);
             }
         }
@@ -729,6 +734,9 @@ impl Allocs {
                 let pid_file = self
                     .alloc_dir(id)
                     .join(format!("{}.pid", alloc.tasks[i].name));
+                let plugin_start = self
+                    .task_environment(&alloc, i)
+                    .and_then(|env| plugin_spec(&alloc, i, &env));
                 let task = &mut alloc.tasks[i];
                 let recorded = task.process.as_ref().map(|p| (p.pid, p.start_ticks));
                 let alive = match recorded {
@@ -752,40 +760,27 @@ impl Allocs {
                             killed: false,
                         });
                         task.state = TaskState::Running;
-                        task.events_push(
+                        task.event(
                             "adopted",
                             format!("re-adopted pid {pid} after an agent restart"),
                         );
                         log::info!("Alloc {id}: re-adopted task {} (pid {pid})", task.name);
-                        if let Some(plugin) = &mut task.plugin {
-                            let spec = &alloc.group.tasks[i];
-                            let csi = spec.csi_plugin.as_ref().expect("a plugin task");
-                            let endpoint = spec
-                                .env
-                                .get("CSI_ENDPOINT")
-                                .and_then(|e| e.parse().ok())
-                                .unwrap_or_else(|| {
-                                    Endpoint::from_path(
-                                        self.data_dir.join("plugins").join(id).join("csi.sock"),
-                                    )
-                                    .expect("a short socket path")
+                        match (&mut task.plugin, plugin_start) {
+                            (Some(plugin), Ok(Some((spec, health_timeout)))) => {
+                                plugin.healthy = false;
+                                plugin.deadline = Some(now + health_timeout);
+                                self.effects.push(PluginEffect::Start {
+                                    alloc: id.to_string(),
+                                    task: task.name.clone(),
+                                    spec,
+                                    health_timeout,
                                 });
-                            plugin.healthy = false;
-                            plugin.deadline = Some(now + csi.health_timeout);
-                            self.effects.push(PluginEffect::Start {
-                                alloc: id.to_string(),
-                                task: task.name.clone(),
-                                spec: PluginSpec {
-                                    id: csi.id.clone(),
-                                    endpoint,
-                                    plugin_type: csi.plugin_type,
-                                    source: Source::Task {
-                                        alloc: id.to_string(),
-                                        task: task.name.clone(),
-                                    },
-                                },
-                                health_timeout: csi.health_timeout,
-                            });
+                            }
+                            (Some(_), Err(err)) => log::error!(
+                                "Alloc {id}: cannot watch the plugin of task {}: {err}",
+                                task.name
+                            ),
+                            _ => {}
                         }
                     }
                     None if task.state == TaskState::Running => {
@@ -851,7 +846,7 @@ impl Allocs {
     /// A health change of a task's registered plugin, as a task event.
     pub fn plugin_event(&mut self, alloc_id: &str, task: &str, message: String) {
         if let Some(task) = self.allocs.get_mut(alloc_id).and_then(|a| a.task_mut(task)) {
-            task.events_push("plugin", message);
+            task.event("plugin", message);
             self.dirty = true;
         }
     }
@@ -897,10 +892,30 @@ impl Allocs {
     }
 }
 
-impl TaskRun {
-    fn events_push(&mut self, kind: &str, message: impl Into<String>) {
-        self.event(kind, message);
-    }
+/// What the agent registers for task `i` of `alloc` if it is a plugin,
+/// with its health timeout; the socket is the task's `CSI_ENDPOINT`.
+fn plugin_spec(
+    alloc: &Alloc,
+    i: usize,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<(PluginSpec, Duration)>, String> {
+    let spec = &alloc.group.tasks[i];
+    let Some(csi) = &spec.csi_plugin else {
+        return Ok(None);
+    };
+    let endpoint: Endpoint = env["CSI_ENDPOINT"]
+        .parse()
+        .map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
+    let registered = PluginSpec {
+        id: csi.id.clone(),
+        endpoint,
+        plugin_type: csi.plugin_type,
+        source: Source::Task {
+            alloc: alloc.id.clone(),
+            task: spec.name.clone(),
+        },
+    };
+    Ok(Some((registered, csi.health_timeout)))
 }
 
 /// The claims on each plugin's volumes: plugin ID → (volume, alloc).

@@ -259,36 +259,27 @@ impl Drop for Rig {
 /// Processes whose `CSI_AGENT_TASK_DIR` is under `dir`.
 fn task_processes_under(dir: &Path) -> Vec<u32> {
     let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
-    let mut pids = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(environ) = fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|&b| b == 0)
-            .any(|e| e.starts_with(prefix.as_bytes()))
-        {
-            pids.push(pid);
-        }
-    }
-    pids
+    processes_with_env(|e| e.starts_with(prefix.as_bytes()))
 }
 
 /// Processes that belong to `alloc`.
 fn alloc_processes(alloc: &str) -> Vec<u32> {
     let wanted = format!("CSI_AGENT_ALLOC_ID={alloc}");
+    processes_with_env(|e| e == wanted.as_bytes())
+}
+
+/// Processes with an environment entry (`KEY=value`) that `matches`.
+fn processes_with_env(matches: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
+        // A process may exit while we look; it is then not left over.
         let Ok(environ) = fs::read(entry.path().join("environ")) else {
             continue;
         };
-        if environ.split(|&b| b == 0).any(|e| e == wanted.as_bytes()) {
+        if environ.split(|&b| b == 0).any(&matches) {
             pids.push(pid);
         }
     }
