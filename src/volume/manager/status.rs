@@ -2,6 +2,7 @@
 //! secrets or mount flags, with usage from NodeGetVolumeStats on request.
 
 use super::*;
+use crate::volume::model::Claim;
 
 impl VolumeManager {
     pub fn status(

@@ -1,0 +1,276 @@
+//! Claims and releases: admission against the volume's access mode and
+//! its other claims, the waiters that get their answer once a claim is
+//! taken or released, and the deadline of claims that keep failing.
+
+use std::time::Instant;
+
+use super::{error, plugin_view, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
+use crate::api::{ApiError, ErrorKind, Response};
+use crate::csi::AccessMode;
+use crate::mount::Propagation;
+use crate::plugin::Registry;
+use crate::proto::agent as api;
+use crate::volume::model::{Claim, Step};
+
+impl VolumeManager {
+    pub fn claim(
+        &mut self,
+        req: &api::VolumeClaimRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+        now: Instant,
+    ) {
+        match self.admit(req, registry) {
+            Ok(None) => {}
+            Ok(Some(claim)) => {
+                log::info!(
+                    "Volume {}: alloc {} claims it ({})",
+                    req.volume_id,
+                    claim.alloc_id,
+                    if claim.read_only { "read" } else { "write" }
+                );
+                let entry = self.entries.get_mut(&req.volume_id).expect("admitted");
+                entry.volume.claims.insert(claim.alloc_id.clone(), claim);
+                self.changed.insert(req.volume_id.clone());
+            }
+            Err(err) => return self.outbox.push((reply, Err(err))),
+        }
+        let entry = self.entries.get_mut(&req.volume_id).expect("admitted");
+        entry.waiters.claims.push(ClaimWaiter {
+            alloc: req.alloc_id.clone(),
+            reply,
+            deadline: now + CLAIM_DEADLINE,
+        });
+        // An idempotent repeat of a taken claim is answered at once.
+        self.answer_claims(&req.volume_id);
+    }
+
+    /// Checks a claim against the volume's access mode and claims: the new
+    /// claim, `None` for a repeat of an existing one, or why not.
+    pub(super) fn admit(
+        &self,
+        req: &api::VolumeClaimRequest,
+        registry: &Registry,
+    ) -> Result<Option<Claim>, ApiError> {
+        let invalid = |m: String| error(ErrorKind::InvalidArgument, m);
+        let refused = |m: String| error(ErrorKind::FailedPrecondition, m);
+        crate::id::validate("alloc ID", &req.alloc_id).map_err(|e| invalid(e.to_string()))?;
+        let propagation: Propagation = if req.propagation.is_empty() {
+            Propagation::Private
+        } else {
+            req.propagation
+                .parse()
+                .map_err(|e: crate::mount::Error| invalid(e.to_string()))?
+        };
+        let target = (!req.target.is_empty()).then(|| std::path::PathBuf::from(&req.target));
+        if target.as_ref().is_some_and(|t| !t.is_absolute()) {
+            return Err(invalid(format!(
+                "the target {:?} must be an absolute path",
+                req.target
+            )));
+        }
+        let entry = self.entry(&req.volume_id)?;
+        let v = &entry.volume;
+        if entry.deregistering {
+            return Err(refused(format!("volume {:?} is being deregistered", v.id)));
+        }
+        if let Some(existing) = v.claims.get(&req.alloc_id) {
+            if !existing.wanted {
+                return Err(refused(format!(
+                    "alloc {} is still releasing volume {:?}; claim it again once released",
+                    req.alloc_id, v.id
+                )));
+            }
+            if existing.read_only != req.read_only
+                || existing.target != target
+                || existing.propagation != propagation
+            {
+                return Err(refused(format!(
+                    "alloc {} already claims volume {:?} differently (release it first)",
+                    req.alloc_id, v.id
+                )));
+            }
+            return Ok(None);
+        }
+        let view = plugin_view(registry, &v.plugin_id)
+            .ok_or_else(|| refused(format!("plugin {:?} is not registered", v.plugin_id)))?;
+        if !view.healthy {
+            return Err(refused(format!(
+                "volume {:?} is not schedulable: plugin {:?} is not healthy",
+                v.id, v.plugin_id
+            )));
+        }
+        let capability = v.capability_for(req.read_only).ok_or_else(|| {
+            let modes: Vec<&str> = v
+                .capabilities
+                .iter()
+                .map(|c| c.access_mode.as_str())
+                .collect();
+            invalid(format!(
+                "volume {:?} is read-only ({}): it refuses write claims",
+                v.id,
+                modes.join(", ")
+            ))
+        })?;
+        if !req.read_only
+            && matches!(
+                capability.access_mode,
+                AccessMode::SingleNodeWriter
+                    | AccessMode::SingleNodeSingleWriter
+                    | AccessMode::MultiNodeSingleWriter
+            )
+        {
+            let writer = v
+                .claims
+                .values()
+                .find(|c| !c.read_only && (c.wanted || c.published != Step::Absent));
+            if let Some(writer) = writer {
+                return Err(refused(format!(
+                    "volume {:?} ({}) already has a writer: alloc {}",
+                    v.id, capability.access_mode, writer.alloc_id
+                )));
+            }
+        }
+        Ok(Some(Claim {
+            alloc_id: req.alloc_id.clone(),
+            read_only: req.read_only,
+            wanted: true,
+            usage: capability.usage_name(req.read_only),
+            capability: capability.clone(),
+            published: Step::Absent,
+            target,
+            propagation,
+            target_mounted: Step::Absent,
+        }))
+    }
+
+    pub fn release(&mut self, volume_id: &str, alloc: &str, reply: ReplyTo) {
+        let Some(entry) = self.entries.get_mut(volume_id) else {
+            let err = error(
+                ErrorKind::NotFound,
+                format!("no volume {volume_id:?} is registered"),
+            );
+            return self.outbox.push((reply, Err(err)));
+        };
+        match entry.volume.claims.get_mut(alloc) {
+            None => self.outbox.push((reply, Ok(released(true, String::new())))),
+            Some(claim) => {
+                if claim.wanted {
+                    log::info!("Volume {volume_id}: alloc {alloc} releases it");
+                    claim.wanted = false;
+                    self.changed.insert(volume_id.to_string());
+                }
+                // A retry may be waiting: release right away instead.
+                entry.retry = None;
+                entry.waiters.releases.push((alloc.to_string(), reply));
+                self.fail_claim_waiters(
+                    volume_id,
+                    alloc,
+                    ErrorKind::FailedPrecondition,
+                    "the claim was released",
+                );
+            }
+        }
+    }
+    /// Answers the claim waiters whose claims are now taken.
+    pub(super) fn answer_claims(&mut self, id: &str) {
+        let paths = self.paths.clone();
+        let Some(entry) = self.entries.get_mut(id) else {
+            return;
+        };
+        let v = &entry.volume;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.claims)
+            .into_iter()
+            .partition(|w| {
+                v.claims
+                    .get(&w.alloc)
+                    .is_some_and(|c| c.wanted && c.is_taken(c.target.is_some()))
+            });
+        entry.waiters.claims = waiting;
+        for waiter in ready {
+            let claim = &v.claims[&waiter.alloc];
+            let resp = api::VolumeClaimResponse {
+                publish_path: paths
+                    .publish(v, &claim.alloc_id, &claim.usage)
+                    .to_string_lossy()
+                    .into_owned(),
+                target: claim
+                    .target
+                    .as_ref()
+                    .map(|t| t.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                ..Default::default()
+            };
+            self.outbox
+                .push((waiter.reply, Ok(Response::VolumeClaim(resp))));
+        }
+    }
+
+    /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`
+    /// when a step failed terminally and the claim was rolled back,
+    /// `Unavailable` when retryable failures lasted too long.
+    pub(super) fn fail_claim_waiters(
+        &mut self,
+        id: &str,
+        alloc: &str,
+        kind: ErrorKind,
+        reason: &str,
+    ) {
+        let Some(entry) = self.entries.get_mut(id) else {
+            return;
+        };
+        let (failed, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.claims)
+            .into_iter()
+            .partition(|w| w.alloc == alloc);
+        entry.waiters.claims = waiting;
+        for waiter in failed {
+            let err = error(
+                kind,
+                format!("claim of volume {id:?} for alloc {alloc} failed: {reason}"),
+            );
+            self.outbox.push((waiter.reply, Err(err)));
+        }
+    }
+
+    /// Gives up claims that kept failing past [`CLAIM_DEADLINE`].
+    pub fn tick(&mut self, now: Instant) {
+        let mut expired = Vec::new();
+        for (id, entry) in &self.entries {
+            for waiter in &entry.waiters.claims {
+                if waiter.deadline <= now {
+                    let reason = entry
+                        .retry
+                        .as_ref()
+                        .map_or("it took too long".to_string(), |r| r.error.clone());
+                    expired.push((id.clone(), waiter.alloc.clone(), reason));
+                }
+            }
+        }
+        for (id, alloc, reason) in expired {
+            if let Some(claim) = self
+                .entries
+                .get_mut(&id)
+                .and_then(|e| e.volume.claims.get_mut(&alloc))
+            {
+                claim.wanted = false;
+                self.changed.insert(id.clone());
+            }
+            if let Some(entry) = self.entries.get_mut(&id) {
+                entry.retry = None;
+            }
+            let reason = format!(
+                "gave up after {}: {reason}",
+                crate::units::format_duration(CLAIM_DEADLINE)
+            );
+            self.fail_claim_waiters(&id, &alloc, ErrorKind::Unavailable, &reason);
+        }
+    }
+}
+
+pub(super) fn released(done: bool, message: String) -> Response {
+    Response::VolumeRelease(api::VolumeReleaseResponse {
+        released: done,
+        message,
+        ..Default::default()
+    })
+}
