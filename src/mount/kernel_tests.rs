@@ -497,3 +497,45 @@ fn kernel_errors_name_the_step_and_carry_the_errno() {
     assert!(matches!(&err, Error::Unmount { target, .. } if *target == dir));
     assert_eq!(io_errno(Err(err)), Some(libc::EINVAL));
 }
+
+#[test]
+fn a_bind_and_its_rebind_show_the_same_source_and_have_their_own_mount_ids() {
+    if !require_root() {
+        return;
+    }
+    let scratch = Scratch::new();
+    let volume = scratch.dir("volume");
+    let publish = scratch.dir("publish");
+    let target = scratch.dir("target");
+    let other = scratch.dir("other");
+    SysMounter.bind(&volume, &publish, false).unwrap();
+    SysMounter.bind(&publish, &target, false).unwrap();
+    SysMounter.bind(&other, &other, false).unwrap();
+    let info = MountInfo::read().unwrap();
+    assert!(crate::mount::same_source(&info, &target, &publish));
+    assert!(!crate::mount::same_source(&info, &other, &publish));
+    assert!(
+        !crate::mount::same_source(&info, &volume, &publish),
+        "not a mount point"
+    );
+
+    let Some(id) = crate::mount::mount_id(&target).unwrap() else {
+        return; // A kernel before 5.8 cannot tell.
+    };
+    assert_ne!(Some(id), crate::mount::mount_id(&publish).unwrap());
+    // Stacked over by someone else: the top mount has another ID.
+    SysMounter.bind(&other, &target, false).unwrap();
+    assert_ne!(Some(id), crate::mount::mount_id(&target).unwrap());
+    SysMounter.unmount(&target, UnmountMode::Normal).unwrap();
+    assert_eq!(Some(id), crate::mount::mount_id(&target).unwrap());
+    let described = crate::mount::describe(&MountInfo::read().unwrap(), &target);
+    assert!(
+        described.ends_with(&format!(
+            "[{}] ({}, mount {})",
+            fs_path(&volume).display(),
+            top(&target).fs_type,
+            top(&target).mount_id
+        )),
+        "{described}"
+    );
+}

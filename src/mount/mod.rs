@@ -72,6 +72,8 @@ pub enum Error {
     UnknownPropagation { value: String },
     /// statvfs(3) of `path` failed.
     Statvfs { path: PathBuf, err: io::Error },
+    /// statx(2) could not tell which mount `path` is on.
+    MountId { path: PathBuf, err: io::Error },
 }
 
 impl fmt::Display for Error {
@@ -116,6 +118,9 @@ impl fmt::Display for Error {
                     path.display()
                 )
             }
+            Self::MountId { path, .. } => {
+                write!(f, "failed to read the mount ID of {}", path.display())
+            }
             Self::UnknownPropagation { value } => {
                 write!(f, "unknown propagation {value:?}, expected one of ")?;
                 for (i, propagation) in Propagation::ALL.iter().enumerate() {
@@ -138,7 +143,8 @@ impl std::error::Error for Error {
             | Self::Unmount { err, .. }
             | Self::ReadMountInfo { err }
             | Self::Canonicalize { err, .. }
-            | Self::Statvfs { err, .. } => Some(err),
+            | Self::Statvfs { err, .. }
+            | Self::MountId { err, .. } => Some(err),
             Self::InvalidPath { .. }
             | Self::ParseMountInfo { .. }
             | Self::UnknownPropagation { .. } => None,
@@ -316,6 +322,44 @@ pub fn is_mount_point(path: &Path) -> Result<bool> {
 /// Whether mountinfo lists the canonical path `canonical` as a mount point.
 fn is_listed_mount_point(canonical: &Path) -> Result<bool> {
     Ok(MountInfo::read()?.get(canonical).is_some())
+}
+
+/// The ID of the mount `path` is on (for a mount point: the top mount
+/// there), from statx(2): what the agent records when it makes a mount, so
+/// that it later unmounts only that mount. A final symlink is not
+/// followed. `None` on a kernel that cannot tell (before 5.8).
+pub fn mount_id(path: &Path) -> Result<Option<u64>> {
+    sys::statx_mount_id(&sys::c_path(path)?).map_err(|err| Error::MountId {
+        path: path.to_path_buf(),
+        err,
+    })
+}
+
+/// Whether the top mounts at `a` and `b` show the same tree: the same
+/// file system (device `major:minor`) and the same root within it, as a
+/// bind of one onto the other does. False when either is not a mount
+/// point. Paths are compared as mountinfo lists them (canonical).
+pub fn same_source(info: &MountInfo, a: &Path, b: &Path) -> bool {
+    match (info.get(a), info.get(b)) {
+        (Some(a), Some(b)) => (a.major, a.minor, &a.root) == (b.major, b.minor, &b.root),
+        _ => false,
+    }
+}
+
+/// What is mounted at `path`, for an error or a log line:
+/// `tmpfs (tmpfs, mount 123)` or `/dev/vda1[/srv] (ext4, mount 45)`.
+pub fn describe(info: &MountInfo, path: &Path) -> String {
+    match info.get(path) {
+        None => "nothing".to_string(),
+        Some(m) => {
+            let root = if m.root == Path::new("/") {
+                String::new()
+            } else {
+                format!("[{}]", m.root.display())
+            };
+            format!("{}{root} ({}, mount {})", m.source, m.fs_type, m.mount_id)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -173,6 +173,37 @@ pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
     Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
 }
 
+/// `STATX_MNT_ID` and `STATX_MNT_ID_UNIQUE` of `<linux/stat.h>`.
+const STATX_MNT_ID: libc::c_uint = 0x1000;
+const STATX_MNT_ID_UNIQUE: libc::c_uint = 0x4000;
+
+/// The ID of the mount `path` is on, as statx(2) reports it: the unique
+/// 64-bit ID (Linux 6.8 and later, never reused) when the kernel has it,
+/// else the reusable one mountinfo lists. A final symlink is not followed.
+/// `None` when the kernel reports neither (before 5.8).
+pub(super) fn statx_mount_id(path: &CStr) -> io::Result<Option<u64>> {
+    let mut buf = MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
+    // `buf` is valid for writing one `statx`. The raw system call, as in
+    // `statx_mount_root`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
+            STATX_MNT_ID | STATX_MNT_ID_UNIQUE,
+            buf.as_mut_ptr(),
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx succeeded, so it filled in `buf` (zeroed before).
+    let st = unsafe { buf.assume_init() };
+    Ok((st.stx_mask & (STATX_MNT_ID | STATX_MNT_ID_UNIQUE) != 0).then_some(st.stx_mnt_id))
+}
+
 /// Calls statvfs(3) on `path`.
 fn statvfs(path: &CStr) -> io::Result<libc::statvfs> {
     let mut buf = MaybeUninit::<libc::statvfs>::uninit();
