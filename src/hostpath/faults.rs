@@ -11,6 +11,7 @@
 //! CreateVolume hang
 //! NodePublishVolume exit
 //! Probe not-ready
+//! NodeUnpublishVolume skip
 //! ValidateVolumeCapabilities omit-confirmed
 //! ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs
 //! * code=INTERNAL count=1
@@ -41,6 +42,9 @@ pub enum Action {
     Exit,
     /// Probe: answer `ready = false` (still starting).
     NotReady,
+    /// Answer success without doing anything, as some real plugins do
+    /// after a restart ("not published, nothing to do").
+    Skip,
     /// ValidateVolumeCapabilities: leave `confirmed` unset.
     OmitConfirmed,
     /// ValidateVolumeCapabilities: confirm this access mode and fs type
@@ -98,6 +102,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
                 "hang" => action = Some(Action::Hang),
                 "exit" => action = Some(Action::Exit),
                 "not-ready" => action = Some(Action::NotReady),
+                "skip" => action = Some(Action::Skip),
                 "omit-confirmed" => action = Some(Action::OmitConfirmed),
                 "confirm" => {
                     let (mode, fs) = value.split_once(',').unwrap_or((value, ""));

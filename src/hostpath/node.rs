@@ -14,6 +14,7 @@ use std::path::Path;
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
+use super::faults::Action;
 use super::state::Staged;
 use super::{internal, required, status, trace_fields, volume_id, Plugin, RpcResult, Service};
 use crate::csi::convert;
@@ -180,6 +181,18 @@ impl Plugin {
         );
         state.save().map_err(|e| internal("cannot save state", e))?;
         Ok(pb::NodeStageVolumeResponse::new())
+    }
+
+    /// The `skip` fault of a release: forget the record, leave the mount,
+    /// answer success.
+    fn forget<Resp: Default>(
+        &self,
+        change: impl FnOnce(&mut super::state::State),
+    ) -> RpcResult<Resp> {
+        let mut state = self.lock();
+        change(&mut state);
+        state.save().map_err(|e| internal("cannot save state", e))?;
+        Ok(Resp::default())
     }
 
     fn node_unstage(
@@ -422,7 +435,12 @@ impl csi_grpc::Node for Service {
         sink: UnarySink<pb::NodeUnstageVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
-        self.serve("NodeUnstageVolume", fields, sink, move |p, _| {
+        self.serve("NodeUnstageVolume", fields, sink, move |p, fault| {
+            if fault == Some(Action::Skip) {
+                return p.forget(|state| {
+                    state.staged.remove(Path::new(&req.staging_target_path));
+                });
+            }
             p.node_unstage(&req)
         });
     }
@@ -451,7 +469,12 @@ impl csi_grpc::Node for Service {
         sink: UnarySink<pb::NodeUnpublishVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, "", &req.target_path, false);
-        self.serve("NodeUnpublishVolume", fields, sink, move |p, _| {
+        self.serve("NodeUnpublishVolume", fields, sink, move |p, fault| {
+            if fault == Some(Action::Skip) {
+                return p.forget(|state| {
+                    state.published.remove(Path::new(&req.target_path));
+                });
+            }
             p.node_unpublish(&req)
         });
     }
