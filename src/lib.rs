@@ -45,6 +45,18 @@
 //! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`) live
 //!   in [`sys`], with the same one-small-function-per-call rule as
 //!   [`mount`].
+//! - A volume is staged once per node, at `csi/<plugin>/staging/<volume>`,
+//!   with its widest capability, as DESIGN.md and the CSI spec say; this is
+//!   a departure from Nomad, which stages once per usage. States of the
+//!   first releases (per-usage stagings) load and migrate: their published
+//!   claims keep their staging until released, then it is unstaged, and new
+//!   claims reuse such a staging when it can serve them
+//!   ([`volume::model`]).
+//! - Host targets follow DESIGN.md's mount ownership ([`volume::target`]):
+//!   refused when dangerous or already a mount point, unmounted only when
+//!   provably the agent's bind. A release step that cannot succeed leaves
+//!   its claim as a `failed` past claim until released again, instead of a
+//!   retry loop.
 //! - There is no separate usage tracker: whether a staging or the
 //!   attachment is still in use is computed from the claims each time
 //!   ([`volume::model`]), so it cannot drift and needs no rebuilding.

@@ -441,6 +441,10 @@ impl Agent {
 
     fn completed(&mut self, done: OpDone) {
         self.volumes.completed(done, &self.registry, Instant::now());
+        for (plugin, note) in self.volumes.take_plugin_notes() {
+            // The registry is in the snapshot: its history changed.
+            self.dirty |= self.registry.note(&plugin, note);
+        }
     }
 
     fn registry_event(&mut self, event: RegistryEvent) {

@@ -42,10 +42,12 @@ pub enum Error {
         socket: PathBuf,
     },
     /// The agent accepted the connection but no call went through: it
-    /// refused this user, or it is stopping.
+    /// is stopping, or (`foreign_user`: this user is neither root nor the
+    /// socket's owner) it refused this user.
     Unavailable {
         socket: PathBuf,
         message: String,
+        foreign_user: bool,
     },
     /// The agent refused the request, with its reason.
     Refused {
@@ -71,9 +73,22 @@ impl fmt::Display for Error {
                 "permission denied on {}: the control API is for root and the agent's user only",
                 socket.display()
             ),
-            Error::Unavailable { socket, message } => write!(
+            Error::Unavailable {
+                socket,
+                message,
+                foreign_user: true,
+            } => write!(
                 f,
                 "the agent at {} did not serve the call ({message}); the control API is for root and the agent's user only",
+                socket.display()
+            ),
+            Error::Unavailable {
+                socket,
+                message,
+                foreign_user: false,
+            } => write!(
+                f,
+                "the agent at {} did not serve the call: {message}",
                 socket.display()
             ),
             Error::Refused { message, .. } => f.write_str(message),
@@ -98,6 +113,15 @@ pub fn resolve_address(address: Option<&str>) -> Result<PathBuf, Error> {
                 reason: e.to_string(),
             }),
     }
+}
+
+/// Whether this process is neither root nor the owner of the control
+/// socket: then the agent's peer check may be what refused the call, and
+/// only then is that worth saying.
+fn foreign_user(socket: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let euid = crate::sys::peercred::current_uid();
+    euid != 0 && std::fs::metadata(socket).map_or(true, |m| m.uid() != euid)
 }
 
 /// A connection to a running agent.
@@ -148,6 +172,7 @@ impl AgentClient {
                     Error::Unavailable {
                         socket: self.socket.clone(),
                         message: status.message().to_string(),
+                        foreign_user: foreign_user(&self.socket),
                     }
                 }
             }

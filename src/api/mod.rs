@@ -64,9 +64,10 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The request is valid but the state does not allow it now.
     FailedPrecondition,
-    /// Not now, maybe later: the agent is shutting down, or a claim kept
-    /// failing with retryable errors.
+    /// Not now, maybe later: the agent is shutting down.
     Unavailable,
+    /// A claim kept failing with retryable errors until its deadline.
+    DeadlineExceeded,
     /// The operation failed for good and was undone (a claim whose step
     /// failed terminally).
     Aborted,

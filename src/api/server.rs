@@ -236,6 +236,7 @@ fn status(err: &ApiError) -> RpcStatus {
         ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
         ErrorKind::FailedPrecondition => RpcStatusCode::FAILED_PRECONDITION,
         ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
+        ErrorKind::DeadlineExceeded => RpcStatusCode::DEADLINE_EXCEEDED,
         ErrorKind::Aborted => RpcStatusCode::ABORTED,
         ErrorKind::Internal => RpcStatusCode::INTERNAL,
     };

@@ -240,6 +240,7 @@ fn pairs(map: &std::collections::HashMap<String, String>) -> String {
     list(&pairs)
 }
 
+const STAGING_HEADER: &str = "Path, State, Capability";
 const VOLUME_HEADER: &str = "ID, Name, Plugin, Provider, Schedulable, Claims, Access";
 const CLAIM_HEADER: &str = "Alloc, Mode, State, Usage, Target, Publish Path";
 const PAST_CLAIM_HEADER: &str = "Alloc, Mode, State, Last Error, Next Retry";
@@ -304,6 +305,15 @@ fn details(v: &api::VolumeStatus) -> String {
     ];
     let mut out = key_values(&fields);
 
+    if !v.stagings.is_empty() {
+        let stagings = v
+            .stagings
+            .iter()
+            .map(|s| vec![s.path.clone(), s.state.clone(), s.capability.clone()]);
+        out.push_str("\nStaging\n");
+        out.push_str(&rows_or(STAGING_HEADER, stagings.collect(), "<none>"));
+    }
+
     let claims = v.claims.iter().map(|c| {
         vec![
             c.alloc_id.clone(),
@@ -316,6 +326,27 @@ fn details(v: &api::VolumeStatus) -> String {
     });
     out.push_str("\nClaims\n");
     out.push_str(&rows_or(CLAIM_HEADER, claims.collect(), "<none>"));
+    for c in &v.claims {
+        if !c.device.is_empty() {
+            out.push_str(&format!("alloc {}: device {}\n", c.alloc_id, c.device));
+        }
+        if !c.failure.is_empty() {
+            out.push_str(&format!("alloc {}: failed: {}\n", c.alloc_id, c.failure));
+        } else if !c.last_error.is_empty() && c.state != "taken" {
+            let next = if c.next_retry_unix_ms > 0 {
+                format!(
+                    "; next retry {}",
+                    format_timestamp(from_unix_ms(c.next_retry_unix_ms))
+                )
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "alloc {}: attempt {} failed: {}{next}\n",
+                c.alloc_id, c.attempts, c.last_error
+            ));
+        }
+    }
 
     let past_claims = v.past_claims.iter().map(|c| {
         let next_retry = if c.next_retry_unix_ms > 0 {
@@ -323,11 +354,16 @@ fn details(v: &api::VolumeStatus) -> String {
         } else {
             "<none>".to_string()
         };
+        let error = if c.failure.is_empty() {
+            or_none(&c.last_error)
+        } else {
+            c.failure.clone()
+        };
         vec![
             c.alloc_id.clone(),
             c.mode.clone(),
             c.state.clone(),
-            or_none(&c.last_error),
+            error,
             next_retry,
         ]
     });

@@ -348,6 +348,26 @@ impl Registry {
         }
         changed
     }
+
+    /// Records `reason` in plugin `id`'s event history without changing
+    /// its health: something the agent found the plugin doing (such as
+    /// leaving a mount behind after saying it removed it). False when no
+    /// such plugin is registered.
+    pub fn note(&mut self, id: &str, reason: String) -> bool {
+        let Some(record) = self.plugins.get_mut(id) else {
+            return false;
+        };
+        if record.events.len() == EVENTS_KEPT {
+            record.events.pop_front();
+        }
+        record.events.push_back(HealthEvent {
+            time: SystemTime::now(),
+            old: record.health,
+            new: record.health,
+            reason,
+        });
+        true
+    }
 }
 
 #[cfg(test)]

@@ -375,6 +375,7 @@ impl Allocs {
                         err.kind,
                         ErrorKind::FailedPrecondition
                             | ErrorKind::Unavailable
+                            | ErrorKind::DeadlineExceeded
                             | ErrorKind::Internal
                     );
                     v.message = err.message.clone();

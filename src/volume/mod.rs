@@ -5,3 +5,4 @@ pub mod manager;
 pub mod model;
 pub mod ops;
 pub mod plan;
+pub mod target;

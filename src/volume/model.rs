@@ -5,6 +5,14 @@
 //! attachment is computed from the claims (see [`Volume::staging_in_use`]
 //! and [`Volume::attachment_needed`]), so rebuilding it after a restart is
 //! loading the claims.
+//!
+//! A volume is staged once per node (the CSI spec: "only one
+//! staging_target_path per volume"), with the volume's widest capability,
+//! and every claim publishes through that staging with its own access mode
+//! and `readonly`. The first releases staged once per *usage*, as Nomad
+//! does; a record of theirs loads with those stagings as
+//! [`StagingKey::Usage`], its published claims keep going through them, and
+//! each is unstaged once no publish uses it (see [`Volume::from_proto`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,13 +33,51 @@ pub enum Step {
     Done,
 }
 
-/// One staging of a volume: NodeStageVolume for one usage.
+/// Which staging of a volume: its one staging, or one of the per-usage
+/// layout of the first releases, kept until no publish uses it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StagingKey {
+    /// `staging/<volume>`.
+    Volume,
+    /// `staging/<volume>/<usage>`.
+    Usage(String),
+}
+
+impl StagingKey {
+    fn to_proto(&self) -> String {
+        match self {
+            StagingKey::Volume => String::new(),
+            StagingKey::Usage(usage) => usage.clone(),
+        }
+    }
+
+    fn from_proto(usage: &str) -> StagingKey {
+        if usage.is_empty() {
+            StagingKey::Volume
+        } else {
+            StagingKey::Usage(usage.to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for StagingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StagingKey::Volume => f.write_str("the volume's staging"),
+            StagingKey::Usage(usage) => write!(f, "the staging of usage {usage}"),
+        }
+    }
+}
+
+/// One staging of a volume on this node: NodeStageVolume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Staging {
     pub step: Step,
     pub capability: Capability,
-    pub read_only: bool,
 }
+
+/// The layout [`Volume::to_proto`] writes: one staging per volume.
+const STAGING_LAYOUT: u32 = 1;
 
 /// One alloc's claim on a volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +96,16 @@ pub struct Claim {
     pub target: Option<PathBuf>,
     pub propagation: Propagation,
     pub target_mounted: Step,
+    /// The mount ID of the bind the agent made at `target`, once made.
+    pub target_mount_id: Option<u64>,
+    /// The target did not exist when the claim was admitted: the agent
+    /// makes it, and removes it on release once empty.
+    pub target_created: bool,
+    /// The staging this claim's publish goes through.
+    pub staging: StagingKey,
+    /// Why a step of this claim failed for good; the planner leaves the
+    /// claim as it is until it is released again.
+    pub failure: Option<String>,
 }
 
 impl Claim {
@@ -78,19 +134,60 @@ pub struct Volume {
     /// ControllerPublishVolume to this node.
     pub attachment: Step,
     pub publish_context: StringMap,
-    /// By usage name.
-    pub stagings: BTreeMap<String, Staging>,
+    /// One ([`StagingKey::Volume`]), or more while stagings of the
+    /// per-usage layout are still in use.
+    pub stagings: BTreeMap<StagingKey, Staging>,
     /// By alloc ID.
     pub claims: BTreeMap<String, Claim>,
 }
 
 impl Volume {
-    /// Whether a staging of `usage` is still needed: a wanted claim, or a
-    /// past claim still published, uses it.
-    pub fn staging_in_use(&self, usage: &str) -> bool {
+    /// Whether staging `key` is still needed: a wanted claim, or a past
+    /// claim still published, goes through it.
+    pub fn staging_in_use(&self, key: &StagingKey) -> bool {
         self.claims
             .values()
-            .any(|c| c.usage == usage && (c.wanted || c.published != Step::Absent))
+            .any(|c| c.staging == *key && (c.wanted || c.published != Step::Absent))
+    }
+
+    /// The capability the volume is staged (and attached) with: the first
+    /// one a writer could use, read-only only when the volume admits no
+    /// writer at all, so that a writer after a reader never meets a
+    /// read-only staging or attachment.
+    pub fn node_capability(&self) -> Option<&Capability> {
+        self.capability_for(false)
+            .or_else(|| self.capabilities.first())
+    }
+
+    /// The staging a new claim publishes through, so that the volume keeps
+    /// one staging path on the node: a staging of the per-usage layout
+    /// that is still there and can serve the claim (a reader goes through
+    /// any, a writer through a writable one), else the volume's one
+    /// staging. `Err` names a staging of the old layout that is in the way:
+    /// the volume's own staging directory holds it, so staging there would
+    /// cover it.
+    pub fn staging_for_new_claim(&self, read_only: bool) -> Result<StagingKey, &StagingKey> {
+        let live = || {
+            self.stagings
+                .iter()
+                .filter(|(key, s)| matches!(key, StagingKey::Usage(_)) && s.step != Step::Absent)
+        };
+        if let Some((key, _)) =
+            live().find(|(_, s)| read_only || !s.capability.access_mode.is_read_only())
+        {
+            return Ok(key.clone());
+        }
+        match live().next() {
+            Some((key, _)) => Err(key),
+            None => Ok(StagingKey::Volume),
+        }
+    }
+
+    /// Whether a staging of the per-usage layout is still there.
+    pub fn has_old_staging(&self) -> bool {
+        self.stagings
+            .iter()
+            .any(|(key, s)| matches!(key, StagingKey::Usage(_)) && s.step != Step::Absent)
     }
 
     /// Whether the attachment is still needed by anything on the node.
@@ -193,11 +290,11 @@ impl Volume {
             stagings: self
                 .stagings
                 .iter()
-                .map(|(usage, s)| pb::Staging {
-                    usage: usage.clone(),
+                .map(|(key, s)| pb::Staging {
+                    usage: key.to_proto(),
                     step: step_to_proto(s.step).into(),
                     capability: Some(capability_to_proto(&s.capability)).into(),
-                    read_only: s.read_only,
+                    read_only: s.capability.access_mode.is_read_only(),
                     ..Default::default()
                 })
                 .collect(),
@@ -218,13 +315,22 @@ impl Volume {
                         .unwrap_or_default(),
                     propagation: c.propagation.as_str().to_string(),
                     target_mounted: step_to_proto(c.target_mounted).into(),
+                    staging: c.staging.to_proto(),
+                    target_mount_id: c.target_mount_id.unwrap_or(0),
+                    target_created: c.target_created,
+                    failure: c.failure.clone().unwrap_or_default(),
                     ..Default::default()
                 })
                 .collect(),
+            staging_layout: STAGING_LAYOUT,
             ..Default::default()
         }
     }
 
+    /// Loads a record, migrating one of the per-usage staging layout: its
+    /// stagings become [`StagingKey::Usage`], a claim published (or maybe
+    /// published) through one of them keeps going through it, and a claim
+    /// not published yet will use the volume's one staging.
     pub fn from_proto(p: &pb::Volume) -> Result<Volume, String> {
         let what = |e: String| format!("volume {:?}: {e}", p.id);
         let capabilities = p
@@ -237,15 +343,20 @@ impl Volume {
         for (k, v) in &p.secrets {
             secrets.insert(k.clone(), v.clone());
         }
+        let per_usage = p.staging_layout < STAGING_LAYOUT;
         let mut stagings = BTreeMap::new();
         for s in &p.stagings {
             let capability = capability_from_proto(s.capability.get_or_default()).map_err(what)?;
+            let key = if per_usage {
+                StagingKey::Usage(s.usage.clone())
+            } else {
+                StagingKey::from_proto(&s.usage)
+            };
             stagings.insert(
-                s.usage.clone(),
+                key,
                 Staging {
                     step: step_from_proto(s.step),
                     capability,
-                    read_only: s.read_only,
                 },
             );
         }
@@ -259,6 +370,14 @@ impl Volume {
                     .parse()
                     .map_err(|e: crate::mount::Error| what(e.to_string()))?
             };
+            let published = step_from_proto(c.published);
+            let staging = if !per_usage {
+                StagingKey::from_proto(&c.staging)
+            } else {
+                // A claim not published yet is given its staging below,
+                // as a new claim would be.
+                StagingKey::Usage(c.usage.clone())
+            };
             claims.insert(
                 c.alloc_id.clone(),
                 Claim {
@@ -267,14 +386,18 @@ impl Volume {
                     wanted: c.wanted,
                     usage: c.usage.clone(),
                     capability,
-                    published: step_from_proto(c.published),
+                    published,
                     target: (!c.target.is_empty()).then(|| PathBuf::from(&c.target)),
                     propagation,
                     target_mounted: step_from_proto(c.target_mounted),
+                    target_mount_id: (c.target_mount_id != 0).then_some(c.target_mount_id),
+                    target_created: c.target_created,
+                    staging,
+                    failure: (!c.failure.is_empty()).then(|| c.failure.clone()),
                 },
             );
         }
-        Ok(Volume {
+        let mut volume = Volume {
             id: p.id.clone(),
             name: p.name.clone(),
             plugin_id: p.plugin_id.clone(),
@@ -293,6 +416,26 @@ impl Volume {
             publish_context: p.publish_context.clone().into_iter().collect(),
             stagings,
             claims,
-        })
+        };
+        if per_usage {
+            let allocs: Vec<String> = volume
+                .claims
+                .values()
+                .filter(|c| {
+                    c.published == Step::Absent || !volume.stagings.contains_key(&c.staging)
+                })
+                .map(|c| c.alloc_id.clone())
+                .collect();
+            for alloc in allocs {
+                let read_only = volume.claims[&alloc].read_only;
+                // In the way of the volume's staging: the planner waits
+                // until the old staging is gone.
+                let staging = volume
+                    .staging_for_new_claim(read_only)
+                    .unwrap_or(StagingKey::Volume);
+                volume.claims.get_mut(&alloc).expect("listed").staging = staging;
+            }
+        }
+        Ok(volume)
     }
 }

@@ -5,18 +5,19 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::Sender;
 
-use super::model::Volume;
+use super::model::{Claim, StagingKey, Volume};
 use super::plan::{Action, Protocol};
+use super::target;
 use crate::csi::types::{
     ControllerPublish, CreateVolume, NodePublish, NodeStage, StringMap, ValidateVolume, VolumeStats,
 };
 use crate::csi::{Client, Validation};
-use crate::mount::{is_mount_point, Mounter, Propagation, SysMounter, UnmountMode};
+use crate::mount::{self, is_mount_point, MountInfo, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
 
 /// Where a volume's stagings and publishes live under `data_dir`.
@@ -26,14 +27,20 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// `csi/<plugin>/staging/<volume>/<usage>`: the NodeStage target.
-    pub fn staging(&self, volume: &Volume, usage: &str) -> PathBuf {
-        self.data_dir
+    /// `csi/<plugin>/staging/<volume>`: the NodeStage target, one per
+    /// volume; `.../<volume>/<usage>` for a staging of the per-usage
+    /// layout of the first releases.
+    pub fn staging(&self, volume: &Volume, key: &StagingKey) -> PathBuf {
+        let path = self
+            .data_dir
             .join("csi")
             .join(&volume.plugin_id)
             .join("staging")
-            .join(&volume.id)
-            .join(usage)
+            .join(&volume.id);
+        match key {
+            StagingKey::Volume => path,
+            StagingKey::Usage(usage) => path.join(usage),
+        }
     }
 
     /// `csi/<plugin>/per-alloc/<alloc>/<volume>/<usage>`: the NodePublish
@@ -58,24 +65,62 @@ impl Paths {
 #[derive(Clone, Debug)]
 pub enum StepError {
     Rpc(crate::csi::Error),
-    /// A local step (directories, the host bind mount) failed.
-    Local(String),
+    /// A local step (directories, the host bind mount) failed; `terminal`
+    /// when trying again cannot help (a mount that is not the agent's).
+    Local {
+        message: String,
+        terminal: bool,
+    },
+    /// The plugin answered NodeUnpublish or NodeUnstage with success but
+    /// the path is still a mount point.
+    LeftMount {
+        rpc: &'static str,
+        path: PathBuf,
+    },
+}
+
+impl StepError {
+    /// Whether trying again cannot help.
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            StepError::Rpc(e) => e.class == crate::csi::Class::Terminal,
+            StepError::Local { terminal, .. } => *terminal,
+            StepError::LeftMount { .. } => false,
+        }
+    }
 }
 
 impl std::fmt::Display for StepError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StepError::Rpc(err) => err.fmt(f),
-            StepError::Local(message) => f.write_str(message),
+            StepError::Local { message, .. } => f.write_str(message),
+            StepError::LeftMount { rpc, path } => write!(
+                f,
+                "{rpc} succeeded but {} is still a mount point",
+                path.display()
+            ),
         }
     }
+}
+
+/// What a step that succeeded reports besides success.
+#[derive(Debug, Default)]
+pub struct StepDone {
+    /// ControllerPublishVolume's publish context.
+    pub publish_context: Option<StringMap>,
+    /// The mount ID of the target bind the agent made.
+    pub mount_id: Option<u64>,
+    /// The plugin left a mount after saying it removed it, and the agent
+    /// unmounted it: what to tell the user (a plugin health event).
+    pub contained: Option<String>,
 }
 
 /// What a job found.
 #[derive(Debug)]
 pub enum OpResult {
-    /// A protocol step; ControllerPublish answers the publish context.
-    Step(Action, Result<Option<StringMap>, StepError>),
+    /// A protocol step.
+    Step(Action, Result<StepDone, StepError>),
     Validated(Result<Validation, crate::csi::Error>),
     Created(Result<crate::csi::types::Volume, crate::csi::Error>),
     Deleted(Result<(), crate::csi::Error>),
@@ -98,6 +143,9 @@ pub struct StepContext {
     pub node_id: String,
     pub protocol: Protocol,
     pub paths: Paths,
+    /// The plugin kept leaving a mount behind after NodeUnpublish or
+    /// NodeUnstage: if it does again, the agent unmounts its own path.
+    pub contain: bool,
 }
 
 pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
@@ -127,24 +175,34 @@ where
     })
 }
 
+/// A local step's failure, which a retry may mend.
 fn local(what: &str, path: &Path, err: impl std::fmt::Display) -> StepError {
-    StepError::Local(format!("cannot {what} {}: {err}", path.display()))
+    StepError::Local {
+        message: format!("cannot {what} {}: {err}", path.display()),
+        terminal: false,
+    }
 }
 
-fn run_step(client: &Client, ctx: &StepContext) -> Result<Option<StringMap>, StepError> {
+/// A local step's failure that no retry can mend.
+fn terminal(message: String) -> StepError {
+    StepError::Local {
+        message,
+        terminal: true,
+    }
+}
+
+fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
     let v = &ctx.volume;
-    let rpc = |r: Result<(), crate::csi::Error>| r.map(|()| None).map_err(StepError::Rpc);
+    let rpc =
+        |r: Result<(), crate::csi::Error>| r.map(|()| StepDone::default()).map_err(StepError::Rpc);
     match &ctx.action {
         Action::ControllerPublish => {
             // One attachment serves every claim on the node: attach with
-            // the first capability a writer could use, read-only only when
-            // the volume admits no writer at all, so that a writer after a
-            // reader never meets a read-only attachment.
+            // the volume's widest capability (see `Volume::node_capability`).
             let capability = v
-                .capability_for(false)
-                .or_else(|| v.capabilities.first())
+                .node_capability()
                 .cloned()
-                .ok_or_else(|| StepError::Local("the volume has no capability".into()))?;
+                .ok_or_else(|| terminal("the volume has no capability".into()))?;
             let req = ControllerPublish {
                 volume_id: v.external_id.clone(),
                 node_id: ctx.node_id.clone(),
@@ -153,17 +211,18 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<Option<StringMap>, Ste
                 secrets: v.secrets.clone(),
                 volume_context: v.context.clone(),
             };
-            client
-                .controller_publish(&req)
-                .map(Some)
-                .map_err(StepError::Rpc)
+            let context = client.controller_publish(&req).map_err(StepError::Rpc)?;
+            Ok(StepDone {
+                publish_context: Some(context),
+                ..StepDone::default()
+            })
         }
-        Action::NodeStage { usage } => {
+        Action::NodeStage { staging: key } => {
             let staging = v
                 .stagings
-                .get(usage)
-                .ok_or_else(|| StepError::Local(format!("no staging record for {usage}")))?;
-            let path = ctx.paths.staging(v, usage);
+                .get(key)
+                .ok_or_else(|| terminal(format!("no record of {key}")))?;
+            let path = ctx.paths.staging(v, key);
             private_dir(&path).map_err(|e| local("create the staging dir", &path, e))?;
             rpc(client.node_stage(&NodeStage {
                 volume_id: v.external_id.clone(),
@@ -187,7 +246,7 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<Option<StringMap>, Ste
                 staging_target_path: ctx
                     .protocol
                     .stage
-                    .then(|| ctx.paths.staging(v, &claim.usage)),
+                    .then(|| ctx.paths.staging(v, &claim.staging)),
                 target_path: target,
                 capability: v.with_mount_options(&claim.capability),
                 read_only: claim.read_only,
@@ -198,38 +257,92 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<Option<StringMap>, Ste
         Action::BindTarget { alloc } => {
             let claim = &v.claims[alloc];
             let source = ctx.paths.publish(v, alloc, &claim.usage);
-            let target = claim
-                .target
-                .as_ref()
-                .ok_or_else(|| StepError::Local("the claim has no target".into()))?;
-            bind_target(&source, target, claim.propagation, claim.read_only).map(|()| None)
+            let mount_id = bind_target(&source, claim)?;
+            Ok(StepDone {
+                mount_id,
+                ..StepDone::default()
+            })
         }
         Action::UnbindTarget { alloc } => {
             let claim = &v.claims[alloc];
-            match &claim.target {
-                Some(target) => unbind_target(target).map(|()| None),
-                None => Ok(None),
-            }
+            let source = ctx.paths.publish(v, alloc, &claim.usage);
+            unbind_target(&source, claim)?;
+            Ok(StepDone::default())
         }
         Action::NodeUnpublish { alloc } => {
             let claim = &v.claims[alloc];
             let target = ctx.paths.publish(v, alloc, &claim.usage);
-            rpc(client.node_unpublish(&v.external_id, &target))?;
+            let result = client.node_unpublish(&v.external_id, &target);
+            let done = released_path(result, "NodeUnpublishVolume", &target, ctx.contain)?;
             // The plugin removed the target; the agent made its parents.
             remove_empty_dirs(&target, &ctx.paths.csi_root());
-            Ok(None)
+            Ok(done)
         }
-        Action::NodeUnstage { usage } => {
-            let path = ctx.paths.staging(v, usage);
-            rpc(client.node_unstage(&v.external_id, &path))?;
+        Action::NodeUnstage { staging } => {
+            let path = ctx.paths.staging(v, staging);
+            let result = client.node_unstage(&v.external_id, &path);
+            let done = released_path(result, "NodeUnstageVolume", &path, ctx.contain)?;
             let _ = fs::remove_dir(&path);
             remove_empty_dirs(&path, &ctx.paths.csi_root());
-            Ok(None)
+            Ok(done)
         }
         Action::ControllerUnpublish => {
             rpc(client.controller_unpublish(&v.external_id, &ctx.node_id, &v.secrets))
         }
-        Action::Free { .. } => Ok(None),
+        Action::Free { .. } => Ok(StepDone::default()),
+    }
+}
+
+/// After NodeUnpublish or NodeUnstage: a plugin that answers success (or
+/// NOT_FOUND, "nothing to do") has released `path`, so it must no longer
+/// be a mount point. Some plugins answer so after a restart without
+/// looking: the path is checked, and a mount left there is an error the
+/// caller retries; with `contain` (it kept happening), the agent unmounts
+/// its own path itself and says so.
+fn released_path(
+    result: Result<(), crate::csi::Error>,
+    rpc: &'static str,
+    path: &Path,
+    contain: bool,
+) -> Result<StepDone, StepError> {
+    match result {
+        Ok(()) => {}
+        Err(err) if err.class == crate::csi::Class::Ignorable => {}
+        Err(err) => return Err(StepError::Rpc(err)),
+    }
+    if !still_mounted(path)? {
+        return Ok(StepDone::default());
+    }
+    if !contain {
+        return Err(StepError::LeftMount {
+            rpc,
+            path: path.to_path_buf(),
+        });
+    }
+    // The path is the agent's own (under its `csi/` dir) and the plugin
+    // declared it released: whatever is stacked there comes off.
+    while still_mounted(path)? {
+        SysMounter
+            .unmount(path, UnmountMode::Normal)
+            .map_err(|e| local("unmount what the plugin left at", path, e))?;
+    }
+    // The plugin should have removed a publish target too.
+    let _ = fs::remove_dir(path);
+    Ok(StepDone {
+        contained: Some(format!(
+            "left a mount at {} after {rpc}; unmounted by the agent",
+            path.display()
+        )),
+        ..StepDone::default()
+    })
+}
+
+/// Whether `path` is a mount point; a path that does not exist is not.
+fn still_mounted(path: &Path) -> Result<bool, StepError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(local("check", path, e)),
+        Ok(_) => is_mount_point(path).map_err(|e| local("check", path, e)),
     }
 }
 
@@ -254,46 +367,152 @@ fn remove_empty_dirs(path: &Path, root: &Path) {
     }
 }
 
-/// Bind-mounts the published volume at the claim's host target with its
-/// propagation; read-only claims are remounted read-only. A target that is
-/// already a mount point is taken as this step's earlier, unconfirmed
-/// success.
-pub fn bind_target(
-    source: &Path,
-    target: &Path,
-    propagation: Propagation,
-    read_only: bool,
-) -> Result<(), StepError> {
-    fs::create_dir_all(target).map_err(|e| local("create the target", target, e))?;
-    let mounted = is_mount_point(target).map_err(|e| local("check the target", target, e))?;
+/// Bind-mounts the published volume (`source`) at the claim's host target
+/// with its propagation; read-only claims are remounted read-only. A
+/// file-system volume's target is a directory, a block volume's a file
+/// (0600), made when missing. A target that is already a mount point is
+/// taken as this step's earlier, unconfirmed success only when it provably
+/// is (see [`target::is_ours`]); anything else there is refused for good.
+/// Answers the mount ID of the bind, to be recorded.
+pub fn bind_target(source: &Path, claim: &Claim) -> Result<Option<u64>, StepError> {
+    let target = claim
+        .target
+        .as_deref()
+        .ok_or_else(|| terminal("the claim has no target".into()))?;
+    let block = claim.capability.attachment_mode == crate::csi::AttachmentMode::BlockDevice;
+    make_target(target, block)?;
+    let info = MountInfo::read().map_err(|e| local("read the mount table for", target, e))?;
     let mounter = SysMounter;
-    if !mounted {
-        mounter
+    match target::is_ours(&info, target, claim.target_mount_id, source)
+        .map_err(|e| local("check the target", target, e))?
+    {
+        Some(false) => {
+            return Err(terminal(format!(
+                "the target {} is a mount point of {} that csi-agent did not make; it is \
+                 left alone",
+                target.display(),
+                mount::describe(&info, target)
+            )))
+        }
+        Some(true) => {}
+        None => mounter
             .bind(source, target, true)
-            .map_err(|e| local("bind-mount the target", target, e))?;
+            .map_err(|e| local("bind-mount the target", target, e))?,
     }
-    if read_only {
+    if claim.read_only {
         mounter
             .remount_read_only(target)
             .map_err(|e| local("make read-only the target", target, e))?;
     }
     mounter
-        .set_propagation(target, propagation)
-        .map_err(|e| local("set the propagation of the target", target, e))
+        .set_propagation(target, claim.propagation)
+        .map_err(|e| local("set the propagation of the target", target, e))?;
+    mount::mount_id(target).map_err(|e| local("read the mount ID of the target", target, e))
 }
 
-/// Unmounts a claim's host target; one that is not mounted is done.
-pub fn unbind_target(target: &Path) -> Result<(), StepError> {
-    match is_mount_point(target) {
-        Ok(false) => return Ok(()),
-        Ok(true) => {}
-        // Gone already.
-        Err(_) if !target.exists() => return Ok(()),
-        Err(e) => return Err(local("check the target", target, e)),
+/// Creates a missing target: a directory, or for a block volume an empty
+/// regular file (0600) to bind the device node onto. An existing target of
+/// the other kind is refused for good.
+fn make_target(target: &Path, block: bool) -> Result<(), StepError> {
+    match fs::symlink_metadata(target) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(terminal(format!(
+            "the target {} is a symlink",
+            target.display()
+        ))),
+        Ok(meta) if block && meta.is_dir() => Err(terminal(format!(
+            "the target {} of a block volume is a directory; it must be a file or not exist",
+            target.display()
+        ))),
+        Ok(meta) if !block && !meta.is_dir() => Err(terminal(format!(
+            "the target {} is not a directory",
+            target.display()
+        ))),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| local("create the target's parent", parent, e))?;
+            }
+            if block {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(target)
+                    .map(drop)
+                    .or_else(|e| match e.kind() {
+                        io::ErrorKind::AlreadyExists => Ok(()),
+                        _ => Err(e),
+                    })
+                    .map_err(|e| local("create the target", target, e))
+            } else {
+                fs::create_dir(target)
+                    .or_else(|e| match e.kind() {
+                        io::ErrorKind::AlreadyExists => Ok(()),
+                        _ => Err(e),
+                    })
+                    .map_err(|e| local("create the target", target, e))
+            }
+        }
+        Err(e) => Err(local("check the target", target, e)),
     }
-    SysMounter
-        .unmount(target, UnmountMode::Normal)
-        .map_err(|e| local("unmount the target", target, e))
+}
+
+/// Unmounts a claim's host target if the mount there is the one the agent
+/// made (see [`target::is_ours`]); one that is not mounted is done. A mount
+/// that is not the agent's is left alone and the step fails for good. A
+/// target the agent created is removed once empty.
+pub fn unbind_target(source: &Path, claim: &Claim) -> Result<(), StepError> {
+    let Some(target) = claim.target.as_deref() else {
+        return Ok(());
+    };
+    if fs::symlink_metadata(target).is_err() {
+        // Gone already.
+        return Ok(());
+    }
+    let info = MountInfo::read().map_err(|e| local("read the mount table for", target, e))?;
+    match target::is_ours(&info, target, claim.target_mount_id, source)
+        .map_err(|e| local("check the target", target, e))?
+    {
+        None => {}
+        Some(false) => {
+            return Err(terminal(format!(
+                "the mount at {} ({}) is not the bind csi-agent made; it is left alone",
+                target.display(),
+                mount::describe(&info, target)
+            )))
+        }
+        Some(true) => SysMounter
+            .unmount(target, UnmountMode::Normal)
+            .map_err(|e| match &e {
+                mount::Error::Unmount { err, .. } if err.raw_os_error() == Some(libc::EBUSY) => {
+                    local("unmount the target", target, crate::error_chain(&e))
+                }
+                _ => terminal(format!(
+                    "cannot unmount the target {}: {}",
+                    target.display(),
+                    crate::error_chain(&e)
+                )),
+            })?,
+    }
+    if claim.target_created && !still_mounted(target)? {
+        remove_made_target(target);
+    }
+    Ok(())
+}
+
+/// Removes a target the agent created: an empty directory, or an empty
+/// regular file.
+fn remove_made_target(target: &Path) {
+    match fs::symlink_metadata(target) {
+        Ok(meta) if meta.is_dir() => {
+            let _ = fs::remove_dir(target);
+        }
+        Ok(meta) if meta.is_file() && meta.len() == 0 => {
+            let _ = fs::remove_file(target);
+        }
+        _ => {}
+    }
 }
 
 /// The requests of register, create and status.

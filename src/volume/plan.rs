@@ -6,12 +6,17 @@
 //! is simply re-sent in whichever direction is wanted now.
 //!
 //! Release comes before claiming, in the spec's order: unbind and
-//! NodeUnpublish each released claim; NodeUnstage a usage only when no
-//! claim uses it; ControllerUnpublish only when nothing on the node needs
-//! the attachment; then free the claim. Claiming: ControllerPublish,
-//! NodeStage of the claim's usage, NodePublish, then the host bind.
+//! NodeUnpublish each released claim; NodeUnstage a staging only when no
+//! claim goes through it; ControllerUnpublish only when nothing on the
+//! node needs the attachment; then free the claim. Claiming:
+//! ControllerPublish, NodeStage of the claim's staging (the volume's one
+//! staging), NodePublish, then the host bind.
+//!
+//! A claim with a [`failure`](super::model::Claim::failure) (a step that
+//! can never succeed) is left alone, and so is everything it still needs,
+//! until it is released again.
 
-use super::model::{Step, Volume};
+use super::model::{StagingKey, Step, Volume};
 
 /// What the plugin advertises that changes the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +37,7 @@ pub enum Action {
         alloc: String,
     },
     NodeUnstage {
-        usage: String,
+        staging: StagingKey,
     },
     ControllerUnpublish,
     /// The released claim is fully detached: forget it.
@@ -41,7 +46,7 @@ pub enum Action {
     },
     ControllerPublish,
     NodeStage {
-        usage: String,
+        staging: StagingKey,
     },
     NodePublish {
         alloc: String,
@@ -92,7 +97,11 @@ impl Action {
 /// it.
 pub fn next(volume: &Volume, protocol: Protocol) -> Option<Action> {
     // Release: each released claim's node side first.
-    for claim in volume.claims.values().filter(|c| !c.wanted) {
+    for claim in volume
+        .claims
+        .values()
+        .filter(|c| !c.wanted && c.failure.is_none())
+    {
         let alloc = claim.alloc_id.clone();
         if claim.target_mounted != Step::Absent {
             return Some(Action::UnbindTarget { alloc });
@@ -101,33 +110,42 @@ pub fn next(volume: &Volume, protocol: Protocol) -> Option<Action> {
             return Some(Action::NodeUnpublish { alloc });
         }
     }
-    for (usage, staging) in &volume.stagings {
-        if staging.step != Step::Absent && !volume.staging_in_use(usage) {
+    for (key, staging) in &volume.stagings {
+        if staging.step != Step::Absent && !volume.staging_in_use(key) {
             return Some(Action::NodeUnstage {
-                usage: usage.clone(),
+                staging: key.clone(),
             });
         }
     }
     if volume.attachment != Step::Absent && !volume.attachment_needed() {
         return Some(Action::ControllerUnpublish);
     }
-    if let Some(claim) = volume.claims.values().find(|c| !c.wanted) {
+    if let Some(claim) = volume
+        .claims
+        .values()
+        .find(|c| !c.wanted && c.failure.is_none())
+    {
         return Some(Action::Free {
             alloc: claim.alloc_id.clone(),
         });
     }
     // Claim: in alloc order, each wanted claim to the end.
-    for claim in volume.wanted_claims() {
+    for claim in volume.wanted_claims().filter(|c| c.failure.is_none()) {
         if protocol.controller_publish && volume.attachment != Step::Done {
             return Some(Action::ControllerPublish);
         }
         let staged = volume
             .stagings
-            .get(&claim.usage)
+            .get(&claim.staging)
             .is_some_and(|s| s.step == Step::Done);
         if protocol.stage && !staged {
+            if claim.staging == StagingKey::Volume && volume.has_old_staging() {
+                // The volume's staging directory holds a staging of the
+                // per-usage layout: wait until it is gone.
+                continue;
+            }
             return Some(Action::NodeStage {
-                usage: claim.usage.clone(),
+                staging: claim.staging.clone(),
             });
         }
         let alloc = claim.alloc_id.clone();
@@ -146,7 +164,7 @@ mod tests {
     use super::*;
     use crate::csi::{AccessMode, AttachmentMode, Capability};
     use crate::mount::Propagation;
-    use crate::volume::model::{Claim, Staging};
+    use crate::volume::model::{Claim, Staging, StagingKey};
     use std::collections::BTreeMap;
 
     const FULL: Protocol = Protocol {
@@ -189,6 +207,10 @@ mod tests {
             target: target.then(|| format!("/mnt/{alloc}").into()),
             propagation: Propagation::Private,
             target_mounted: Step::Absent,
+            target_mount_id: None,
+            target_created: false,
+            staging: StagingKey::Volume,
+            failure: None,
         }
     }
 
@@ -212,21 +234,20 @@ mod tests {
             Action::NodeUnpublish { alloc } => {
                 volume.claims.get_mut(alloc).unwrap().published = Step::Absent
             }
-            Action::NodeUnstage { usage } => {
-                volume.stagings.remove(usage);
+            Action::NodeUnstage { staging } => {
+                volume.stagings.remove(staging);
             }
             Action::ControllerUnpublish => volume.attachment = Step::Absent,
             Action::Free { alloc } => {
                 volume.claims.remove(alloc);
             }
             Action::ControllerPublish => volume.attachment = Step::Done,
-            Action::NodeStage { usage } => {
+            Action::NodeStage { staging } => {
                 volume.stagings.insert(
-                    usage.clone(),
+                    staging.clone(),
                     Staging {
                         step: Step::Done,
                         capability: capability(),
-                        read_only: false,
                     },
                 );
             }
@@ -329,19 +350,25 @@ mod tests {
     }
 
     #[test]
-    fn different_usages_stage_separately_and_unstage_independently() {
+    fn a_writer_and_a_reader_share_the_volume_s_one_staging() {
         let mut v = volume();
         v.claims.insert("a".into(), claim("a", "rw", false));
         v.claims.insert("b".into(), claim("b", "ro", false));
-        drive(&mut v, FULL);
-        assert_eq!(v.stagings.len(), 2);
-        release(&mut v, "b");
-        let steps = drive(&mut v, FULL);
         assert_eq!(
-            steps,
+            names(&drive(&mut v, FULL)),
+            [
+                "ControllerPublishVolume",
+                "NodeStageVolume",
+                "NodePublishVolume",
+                "NodePublishVolume"
+            ]
+        );
+        assert_eq!(v.stagings.keys().collect::<Vec<_>>(), [&StagingKey::Volume]);
+        release(&mut v, "b");
+        assert_eq!(
+            drive(&mut v, FULL),
             [
                 Action::NodeUnpublish { alloc: "b".into() },
-                Action::NodeUnstage { usage: "ro".into() },
                 Action::Free { alloc: "b".into() }
             ]
         );
@@ -349,28 +376,52 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_step_is_re_sent_in_the_direction_now_wanted() {
+    fn a_per_usage_staging_is_unstaged_once_no_publish_goes_through_it() {
+        // A record of the per-usage layout: alloc a published through the
+        // staging of usage "rw"; alloc b, new, uses the volume's staging.
         let mut v = volume();
-        v.claims.insert("a".into(), claim("a", "rw", false));
         v.attachment = Step::Done;
+        let old = StagingKey::Usage("rw".into());
         v.stagings.insert(
-            "rw".into(),
+            old.clone(),
             Staging {
-                step: Step::Pending,
+                step: Step::Done,
                 capability: capability(),
-                read_only: false,
             },
         );
-        // Wanted: stage again.
-        assert_eq!(
-            next(&v, FULL),
-            Some(Action::NodeStage { usage: "rw".into() })
-        );
-        // Released before the stage was confirmed: unstage.
+        let mut a = claim("a", "rw", false);
+        a.published = Step::Done;
+        a.staging = old.clone();
+        v.claims.insert("a".into(), a);
         release(&mut v, "a");
+        v.claims.insert("b".into(), claim("b", "rw", false));
+        assert_eq!(
+            drive(&mut v, FULL),
+            [
+                Action::NodeUnpublish { alloc: "a".into() },
+                Action::NodeUnstage { staging: old },
+                Action::Free { alloc: "a".into() },
+                Action::NodeStage {
+                    staging: StagingKey::Volume
+                },
+                Action::NodePublish { alloc: "b".into() },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_claim_that_failed_for_good_is_left_alone_with_what_it_needs() {
+        let mut v = volume();
+        v.claims.insert("a".into(), claim("a", "rw", true));
+        drive(&mut v, FULL);
+        release(&mut v, "a");
+        v.claims.get_mut("a").unwrap().failure = Some("not ours".into());
+        assert_eq!(next(&v, FULL), None);
+        // Released again: the failure is cleared and the release goes on.
+        v.claims.get_mut("a").unwrap().failure = None;
         assert_eq!(
             next(&v, FULL),
-            Some(Action::NodeUnstage { usage: "rw".into() })
+            Some(Action::UnbindTarget { alloc: "a".into() })
         );
     }
 
@@ -401,8 +452,8 @@ mod tests {
         );
     }
 
-    /// Every order of claims and releases of three allocs over two usages
-    /// keeps the spec's rules at every step.
+    /// Every order of claims and releases of three allocs, two writers and
+    /// a reader, keeps the spec's rules at every step.
     #[test]
     fn the_ordering_rules_hold_for_every_interleaving() {
         let allocs = [("a", "rw"), ("b", "rw"), ("c", "ro")];
@@ -447,20 +498,29 @@ mod tests {
 
     fn check_rules(v: &Volume, action: &Action) {
         match action {
-            Action::NodeUnstage { usage } => assert!(
+            Action::NodeUnstage { staging } => assert!(
                 v.claims
                     .values()
-                    .all(|c| c.usage != *usage || (!c.wanted && c.published == Step::Absent)),
+                    .all(|c| c.staging != *staging || (!c.wanted && c.published == Step::Absent)),
                 "unstage while in use: {v:?}"
             ),
             Action::ControllerUnpublish => {
                 assert!(v.stagings.values().all(|s| s.step == Step::Absent));
                 assert!(v.claims.values().all(|c| c.published == Step::Absent));
             }
-            Action::NodeStage { .. } => assert_eq!(v.attachment, Step::Done),
+            Action::NodeStage { staging } => {
+                assert_eq!(v.attachment, Step::Done);
+                // The spec: one staging path per volume.
+                assert!(
+                    v.stagings
+                        .iter()
+                        .all(|(k, s)| k == staging || s.step == Step::Absent),
+                    "a second staging: {v:?}"
+                );
+            }
             Action::NodePublish { alloc } => {
-                let usage = &v.claims[alloc].usage;
-                assert_eq!(v.stagings[usage].step, Step::Done);
+                let staging = &v.claims[alloc].staging;
+                assert_eq!(v.stagings[staging].step, Step::Done);
             }
             Action::NodeUnpublish { alloc } => {
                 assert_eq!(v.claims[alloc].target_mounted, Step::Absent)

@@ -11,6 +11,7 @@ mod client;
 mod harness;
 mod job;
 mod spec;
+mod targets;
 mod util;
 mod validate;
 mod volume;

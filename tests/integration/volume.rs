@@ -137,7 +137,7 @@ fn a_claim_with_a_target_attaches_stages_publishes_and_binds_and_its_release_und
     let publish = cli_claim_at(&rig.agent, "vol", "a1", &target);
     let usage = rw_usage(SNW);
     assert_eq!(publish, rig.publish_path("vol", "a1", &usage));
-    let staging = rig.staging_path("vol", &usage);
+    let staging = rig.staging_path("vol");
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
         set([staging.clone(), publish.clone()])
@@ -201,15 +201,14 @@ fn the_staging_dir_is_created_mode_0700() {
     let rig = Rig::start();
     rig.create("vol", SNW);
     claimed(&rig.agent, &claim_req("vol", "a1"));
-    let usage = rw_usage(SNW);
-    let staging = rig.staging_path("vol", &usage);
+    let staging = rig.staging_path("vol");
     // The staging mount hides the directory's own mode; a bind mount of its
     // parent without submounts shows the directory beneath.
     let peek = rig.agent.dir.mkdir("peek");
     SysMounter
         .bind(staging.parent().unwrap(), &peek, false)
         .unwrap();
-    let mode = fs::metadata(peek.join(&usage)).map(|m| m.permissions().mode() & 0o777);
+    let mode = fs::metadata(peek.join("vol")).map(|m| m.permissions().mode() & 0o777);
     SysMounter.unmount(&peek, UnmountMode::Normal).unwrap();
     assert_eq!(mode.unwrap(), 0o700);
 
@@ -238,7 +237,7 @@ fn a_node_plugin_is_claimed_and_released_without_any_controller_call() {
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
         set([
-            rig.staging_path("vol", &usage),
+            rig.staging_path("vol"),
             rig.publish_path("vol", "a1", &usage)
         ])
     );
@@ -295,8 +294,7 @@ fn two_claims_share_one_staging_and_unstage_waits_for_the_second_release() {
     let a = claimed(&rig.agent, &claim_req("vol", "a1"));
     let b = claimed(&rig.agent, &claim_req("vol", "a2"));
     assert_ne!(a.publish_path, b.publish_path);
-    let usage = rw_usage(MNMW);
-    let staging = rig.staging_path("vol", &usage);
+    let staging = rig.staging_path("vol");
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
         set([
@@ -472,7 +470,7 @@ fn a_writer_after_a_reader_is_never_published_writable_on_a_read_only_attachment
 }
 
 #[test]
-fn a_reader_and_a_writer_stage_separately_and_release_independently() {
+fn a_reader_then_a_writer_share_the_one_staging_and_release_independently() {
     if !require_root() {
         return;
     }
@@ -486,19 +484,19 @@ fn a_reader_and_a_writer_stage_separately_and_release_independently() {
         },
     );
     let writer = claimed(&rig.agent, &claim_req("vol", "writer"));
-    assert_eq!(count(&rig.plugin, "NodeStageVolume"), 2, "one per usage");
+    assert_eq!(
+        count(&rig.plugin, "NodeStageVolume"),
+        1,
+        "one staging per volume, staged for the reader with the capability a writer needs"
+    );
     assert_eq!(mount_state(Path::new(&reader.publish_path)), Some(true));
     assert_eq!(mount_state(Path::new(&writer.publish_path)), Some(false));
 
-    // The reader's usage is unstaged; the writer's stays staged and
-    // published.
+    // The reader's publish goes; the staging stays for the writer.
     released(&rig.agent, "vol", "reader");
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
-        set([
-            rig.staging_path("vol", &rw_usage(MNMW)),
-            PathBuf::from(&writer.publish_path)
-        ])
+        set([rig.staging_path("vol"), PathBuf::from(&writer.publish_path)])
     );
     released(&rig.agent, "vol", "writer");
     rig.assert_spec_order();
@@ -817,8 +815,7 @@ fn after_a_reboot_took_every_mount_the_agent_stages_publishes_and_binds_again() 
     let resp = claimed(&rig.agent, &claim_at("vol", "a1", &target));
     fs::write(target.join("kept.txt"), "kept\n").unwrap();
     rig.agent.sigkill();
-    let usage = rw_usage(SNW);
-    let staging = rig.staging_path("vol", &usage);
+    let staging = rig.staging_path("vol");
     let publish = PathBuf::from(&resp.publish_path);
     for path in [&target, &publish, &staging] {
         SysMounter.unmount(path, UnmountMode::Normal).unwrap();
@@ -940,7 +937,7 @@ fn agent_killed_during_claim_step(step: &str) {
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
         set([
-            rig.staging_path("vol", &usage),
+            rig.staging_path("vol"),
             rig.publish_path("vol", "a1", &usage)
         ]),
         "one staging, one publish"
@@ -1038,7 +1035,8 @@ fn an_agent_killed_during_controller_unpublish_finishes_the_release_after_restar
 // ---- reconciliation ----
 
 #[test]
-fn at_start_a_stray_mount_under_csi_is_unmounted_and_a_claims_mounts_stay() {
+fn at_start_a_stray_mount_of_a_known_volume_is_unmounted_an_unknown_one_left_and_a_claims_mounts_stay(
+) {
     if !require_root() {
         return;
     }
@@ -1053,22 +1051,32 @@ fn at_start_a_stray_mount_under_csi_is_unmounted_and_a_claims_mounts_stay() {
     let source = rig.agent.dir.mkdir("stray-source");
     SysMounter.bind(&source, &stray, false).unwrap();
     assert_eq!(mount_state(&stray), Some(false));
+    // And one no volume the agent knows explains: not the agent's to undo.
+    let foreign = rig.publish_path("unknown", "ghost", &rw_usage(SNW));
+    fs::create_dir_all(&foreign).unwrap();
+    SysMounter.bind(&source, &foreign, false).unwrap();
     let before = protocol_methods(&rig.plugin);
 
     rig.agent.restart();
     wait_for_unmount(&stray);
-    rig.agent.wait_for_log(
-        &format!("Unmounting {}: no claim owns it", stray.display()),
-        WAIT,
+    rig.agent
+        .wait_for_log(&format!("Unmounting {} (", stray.display()), WAIT);
+    rig.agent
+        .wait_for_log(&format!("Leaving {} (", foreign.display()), WAIT);
+    assert_eq!(mount_state(&foreign), Some(false), "left alone");
+    SysMounter.unmount(&foreign, UnmountMode::Normal).unwrap();
+    let _ = fs::remove_dir_all(
+        rig.agent
+            .data_dir
+            .join("csi")
+            .join(PLUGIN)
+            .join("per-alloc/ghost"),
     );
     let v = volume(&rig.agent, "vol");
     assert!(taken(&v, "a1"), "{v:#?}");
     assert_eq!(
         set(mounts_under(&rig.agent.data_dir)),
-        set([
-            rig.staging_path("vol", &rw_usage(SNW)),
-            PathBuf::from(&resp.publish_path)
-        ]),
+        set([rig.staging_path("vol"), PathBuf::from(&resp.publish_path)]),
         "the claim's mounts stay"
     );
     assert_eq!(

@@ -195,15 +195,14 @@ impl<P: Hostpath> Rig<P> {
             .join(usage)
     }
 
-    /// The staging path of `volume` with `usage`.
-    pub fn staging_path(&self, volume: &str, usage: &str) -> PathBuf {
+    /// The staging path of `volume`: one per volume, whoever claims it.
+    pub fn staging_path(&self, volume: &str) -> PathBuf {
         self.agent
             .data_dir
             .join("csi")
             .join(PLUGIN)
             .join("staging")
             .join(volume)
-            .join(usage)
     }
 
     /// Checks the spec's ordering rules on the call trace, and that the

@@ -2,6 +2,7 @@
 //! its other claims, the waiters that get their answer once a claim is
 //! taken or released, and the deadline of claims that keep failing.
 
+use std::path::Path;
 use std::time::Instant;
 
 use super::{error, plugin_view, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
@@ -11,6 +12,7 @@ use crate::mount::Propagation;
 use crate::plugin::Registry;
 use crate::proto::agent as api;
 use crate::volume::model::{Claim, Step};
+use crate::volume::target;
 
 impl VolumeManager {
     pub fn claim(
@@ -62,13 +64,6 @@ impl VolumeManager {
                 .parse()
                 .map_err(|e: crate::mount::Error| invalid(e.to_string()))?
         };
-        let target = (!req.target.is_empty()).then(|| std::path::PathBuf::from(&req.target));
-        if target.as_ref().is_some_and(|t| !t.is_absolute()) {
-            return Err(invalid(format!(
-                "the target {:?} must be an absolute path",
-                req.target
-            )));
-        }
         let entry = self.entry(&req.volume_id)?;
         let v = &entry.volume;
         if entry.deregistering {
@@ -81,8 +76,16 @@ impl VolumeManager {
                     req.alloc_id, v.id
                 )));
             }
+            let same_target = match &existing.target {
+                None => req.target.is_empty(),
+                Some(t) => {
+                    Path::new(&req.target) == t.as_path()
+                        || target::check(Path::new(&req.target), &self.paths.data_dir)
+                            .is_ok_and(|c| c.path == *t)
+                }
+            };
             if existing.read_only != req.read_only
-                || existing.target != target
+                || !same_target
                 || existing.propagation != propagation
             {
                 return Err(refused(format!(
@@ -92,6 +95,14 @@ impl VolumeManager {
             }
             return Ok(None);
         }
+        let target = if req.target.is_empty() {
+            None
+        } else {
+            let checked = target::check(Path::new(&req.target), &self.paths.data_dir)
+                .map_err(|e| invalid(e.to_string()))?;
+            self.check_target_unused(&checked.path)?;
+            Some(checked)
+        };
         let view = plugin_view(registry, &v.plugin_id)
             .ok_or_else(|| refused(format!("plugin {:?} is not registered", v.plugin_id)))?;
         if !view.healthy {
@@ -131,6 +142,14 @@ impl VolumeManager {
                 )));
             }
         }
+        let staging = v.staging_for_new_claim(req.read_only).map_err(|old| {
+            refused(format!(
+                "volume {:?} is still staged per usage by an earlier release of csi-agent \
+                 ({old}), which a writer cannot use; claim it once the claims using it are \
+                 released",
+                v.id
+            ))
+        })?;
         Ok(Some(Claim {
             alloc_id: req.alloc_id.clone(),
             read_only: req.read_only,
@@ -138,10 +157,45 @@ impl VolumeManager {
             usage: capability.usage_name(req.read_only),
             capability: capability.clone(),
             published: Step::Absent,
-            target,
+            target_created: target.as_ref().is_some_and(|t| !t.exists),
+            target: target.map(|t| t.path),
             propagation,
             target_mounted: Step::Absent,
+            target_mount_id: None,
+            staging,
+            failure: None,
         }))
+    }
+
+    /// Refuses a target that another claim binds (or may still have
+    /// bound), or that is inside or around one.
+    pub(super) fn check_target_unused(&self, path: &Path) -> Result<(), ApiError> {
+        for entry in self.entries.values() {
+            for claim in entry.volume.claims.values() {
+                let Some(other) = &claim.target else { continue };
+                if !claim.wanted && claim.target_mounted == Step::Absent {
+                    continue;
+                }
+                if other.starts_with(path) || path.starts_with(other) {
+                    return Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "the target {} {} the target {} of alloc {}'s claim of volume {:?}",
+                            path.display(),
+                            if other == path {
+                                "is already"
+                            } else {
+                                "overlaps"
+                            },
+                            other.display(),
+                            claim.alloc_id,
+                            entry.volume.id
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn release(&mut self, volume_id: &str, alloc: &str, reply: ReplyTo) {
@@ -158,6 +212,14 @@ impl VolumeManager {
                 if claim.wanted {
                     log::info!("Volume {volume_id}: alloc {alloc} releases it");
                     claim.wanted = false;
+                    self.changed.insert(volume_id.to_string());
+                }
+                // A release asked for again tries again what failed for
+                // good before (the user may have mended it).
+                if let Some(failure) = claim.failure.take() {
+                    log::info!(
+                        "Volume {volume_id}: releasing alloc {alloc}'s claim again after: {failure}"
+                    );
                     self.changed.insert(volume_id.to_string());
                 }
                 // A retry may be waiting: release right away instead.
@@ -208,7 +270,7 @@ impl VolumeManager {
 
     /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`
     /// when a step failed terminally and the claim was rolled back,
-    /// `Unavailable` when retryable failures lasted too long.
+    /// `DeadlineExceeded` when retryable failures lasted too long.
     pub(super) fn fail_claim_waiters(
         &mut self,
         id: &str,
@@ -262,7 +324,7 @@ impl VolumeManager {
                 "gave up after {}: {reason}",
                 crate::units::format_duration(CLAIM_DEADLINE)
             );
-            self.fail_claim_waiters(&id, &alloc, ErrorKind::Unavailable, &reason);
+            self.fail_claim_waiters(&id, &alloc, ErrorKind::DeadlineExceeded, &reason);
         }
     }
 }

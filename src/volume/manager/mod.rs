@@ -62,6 +62,9 @@ struct Retry {
     attempt: u32,
     error: String,
     wall: SystemTime,
+    /// How many times in a row the plugin said it released a path and
+    /// left it mounted.
+    left_mount: u32,
 }
 
 struct ClaimWaiter {
@@ -154,6 +157,9 @@ pub struct VolumeManager {
     /// IDs being registered or created.
     reserved: BTreeSet<String>,
     jitter: SplitMix64,
+    /// Events to record on plugins' health histories (a plugin that left
+    /// a mount behind), for the main loop to apply to the registry.
+    plugin_notes: Vec<(String, String)>,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> ApiError {
@@ -172,6 +178,7 @@ impl VolumeManager {
             pending: HashMap::new(),
             reserved: BTreeSet::new(),
             jitter: SplitMix64::from_entropy(),
+            plugin_notes: Vec::new(),
         }
     }
 
@@ -247,6 +254,11 @@ impl VolumeManager {
                 .expect("encoding a journal record cannot fail")
             })
             .collect()
+    }
+
+    /// Notes for plugins' event histories, see [`Registry::note`].
+    pub fn take_plugin_notes(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.plugin_notes)
     }
 
     /// Replies to send now that the journal is durable.

@@ -6,14 +6,20 @@
 
 use std::time::{Instant, SystemTime};
 
+use crate::csi::backoff::Jitter;
+
 use super::claims::released;
 use super::{plugin_view, Dispatch, Retry, VolumeManager, RETRY};
+
+/// How many times a plugin may answer NodeUnpublish or NodeUnstage with
+/// success and leave the mount behind before the agent unmounts its own
+/// path itself: a few, in case the plugin's unmount is merely slow.
+pub const CONTAIN_AFTER: u32 = 3;
 use crate::api::{ErrorKind, Response};
-use crate::csi::backoff::Jitter;
 use crate::csi::Class;
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
-use crate::volume::ops::{self, OpDone, OpResult, StepContext, StepError};
+use crate::volume::ops::{self, OpDone, OpResult, StepContext, StepDone, StepError};
 use crate::volume::plan::{self, Action, Protocol};
 
 impl VolumeManager {
@@ -72,6 +78,10 @@ impl VolumeManager {
                 node_id: view.node_id.clone(),
                 protocol,
                 paths: self.paths.clone(),
+                contain: entry
+                    .retry
+                    .as_ref()
+                    .is_some_and(|r| r.left_mount >= CONTAIN_AFTER),
             };
             return Some(Dispatch {
                 plugin_id: entry.volume.plugin_id.clone(),
@@ -128,17 +138,23 @@ impl VolumeManager {
         }
         entry.busy = None;
         let outcome = match result {
-            Ok(context) => Ok(context),
             Err(StepError::Rpc(err)) if action.is_release() && err.class == Class::Ignorable => {
+                // Only reached for steps without a mount to check (the
+                // node steps check theirs in the job).
                 log::debug!("Volume {id}: {err}: already done");
-                Ok(None)
+                Ok(StepDone::default())
             }
-            Err(err) => Err(err),
+            other => other,
         };
         match outcome {
-            Ok(context) => {
+            Ok(done) => {
                 entry.retry = None;
-                mark_done(&mut entry.volume, &action, context);
+                if let Some(note) = &done.contained {
+                    log::warn!("Plugin {}: {note}", entry.volume.plugin_id);
+                    self.plugin_notes
+                        .push((entry.volume.plugin_id.clone(), note.clone()));
+                }
+                mark_done(&mut entry.volume, &action, done);
                 self.changed.insert(id.clone());
                 self.answer_claims(&id);
             }
@@ -147,43 +163,29 @@ impl VolumeManager {
     }
 
     pub(super) fn step_failed(&mut self, id: &str, action: &Action, err: StepError, now: Instant) {
-        let terminal = match &err {
-            StepError::Rpc(e) => e.class == Class::Terminal,
-            StepError::Local(_) => true,
-        };
         // An RPC error names its RPC already.
         let message = match &err {
             StepError::Rpc(e) => e.to_string(),
-            StepError::Local(m) => format!("{}: {m}", action.name()),
+            StepError::Local { message, .. } => format!("{}: {message}", action.name()),
+            StepError::LeftMount { .. } => err.to_string(),
         };
-        if terminal && !action.is_release() {
-            log::warn!("Volume {id}: {message}; failing the claims it concerns");
-            let entry = self.entries.get_mut(id).expect("present");
-            let allocs: Vec<String> = entry
-                .volume
-                .claims
-                .values()
-                .filter(|c| c.wanted && !c.is_taken(c.target.is_some()))
-                .filter(|c| match action {
-                    Action::NodeStage { usage } => c.usage == *usage,
-                    Action::NodePublish { alloc } | Action::BindTarget { alloc } => {
-                        c.alloc_id == *alloc
-                    }
-                    _ => true,
-                })
-                .map(|c| c.alloc_id.clone())
-                .collect();
-            for alloc in &allocs {
-                entry.volume.claims.get_mut(alloc).expect("listed").wanted = false;
+        if err.is_terminal() {
+            let message = format!("{message} (not retried: it cannot succeed as it is)");
+            if action.is_release() {
+                if self.fail_release(id, action, &message) {
+                    return;
+                }
+            } else {
+                return self.fail_claims(id, action, &message);
             }
-            for alloc in &allocs {
-                self.fail_claim_waiters(id, alloc, ErrorKind::Aborted, &message);
-            }
-            self.changed.insert(id.to_string());
-            return;
         }
         let entry = self.entries.get_mut(id).expect("present");
-        let attempt = entry.retry.as_ref().map_or(0, |r| r.attempt);
+        let previous = entry.retry.take();
+        let attempt = previous.as_ref().map_or(0, |r| r.attempt);
+        let left_mount = match &err {
+            StepError::LeftMount { .. } => previous.as_ref().map_or(0, |r| r.left_mount) + 1,
+            _ => 0,
+        };
         let delay = RETRY.delay(attempt, self.jitter.unit());
         log::warn!(
             "Volume {id}: {message}; retrying in {}",
@@ -194,6 +196,7 @@ impl VolumeManager {
             attempt: attempt.saturating_add(1),
             error: message.clone(),
             wall: SystemTime::now() + delay,
+            left_mount,
         });
         if action.is_release() {
             let replies = std::mem::take(&mut entry.waiters.releases);
@@ -202,6 +205,73 @@ impl VolumeManager {
                 self.outbox.push((reply, Ok(released(false, text))));
             }
         }
+    }
+
+    /// A claim-path step failed for good: the claims it concerns are
+    /// failed and released (their waiters hear why).
+    pub(super) fn fail_claims(&mut self, id: &str, action: &Action, message: &str) {
+        log::warn!("Volume {id}: {message}; failing the claims it concerns");
+        let entry = self.entries.get_mut(id).expect("present");
+        let allocs: Vec<String> = entry
+            .volume
+            .claims
+            .values()
+            .filter(|c| c.wanted && !c.is_taken(c.target.is_some()))
+            .filter(|c| match action {
+                Action::NodeStage { staging } => c.staging == *staging,
+                Action::NodePublish { alloc } | Action::BindTarget { alloc } => {
+                    c.alloc_id == *alloc
+                }
+                _ => true,
+            })
+            .map(|c| c.alloc_id.clone())
+            .collect();
+        for alloc in &allocs {
+            entry.volume.claims.get_mut(alloc).expect("listed").wanted = false;
+        }
+        for alloc in &allocs {
+            self.fail_claim_waiters(id, alloc, ErrorKind::Aborted, message);
+        }
+        self.changed.insert(id.to_string());
+    }
+
+    /// A release step failed for good: the past claims it concerns keep
+    /// the reason and are left alone until released again, rather than
+    /// retried forever. False when no claim is there to keep it (the step
+    /// is then retried with backoff).
+    pub(super) fn fail_release(&mut self, id: &str, action: &Action, message: &str) -> bool {
+        log::error!("Volume {id}: {message}");
+        let entry = self.entries.get_mut(id).expect("present");
+        let allocs: Vec<String> = entry
+            .volume
+            .claims
+            .values()
+            .filter(|c| !c.wanted && c.failure.is_none())
+            .filter(|c| match action {
+                Action::UnbindTarget { alloc } | Action::NodeUnpublish { alloc } => {
+                    c.alloc_id == *alloc
+                }
+                Action::NodeUnstage { staging } => c.staging == *staging,
+                _ => true,
+            })
+            .map(|c| c.alloc_id.clone())
+            .collect();
+        if allocs.is_empty() {
+            return false;
+        }
+        for alloc in &allocs {
+            entry.volume.claims.get_mut(alloc).expect("listed").failure = Some(message.to_string());
+        }
+        let (failed, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.releases)
+            .into_iter()
+            .partition(|(a, _)| allocs.contains(a));
+        entry.waiters.releases = waiting;
+        for (_, reply) in failed {
+            let text = format!("{message}; release it again once mended");
+            self.outbox.push((reply, Ok(released(false, text))));
+        }
+        self.changed.insert(id.to_string());
+        true
     }
 
     /// The next time a retry is due, so the loop can wake up for it.
@@ -229,17 +299,22 @@ impl VolumeManager {
 fn mark_pending(v: &mut Volume, action: &Action) {
     match action {
         Action::ControllerPublish => v.attachment = Step::Pending,
-        Action::NodeStage { usage } => {
-            let claim = v
-                .wanted_claims()
-                .find(|c| c.usage == *usage)
-                .expect("the planner stages only a wanted usage");
+        Action::NodeStage { staging: key } => {
+            // A staging of the per-usage layout staged again (after a
+            // restart found it gone) keeps its capability; the volume's
+            // one staging has the volume's widest.
+            let capability = match v.stagings.get(key) {
+                Some(s) => s.capability.clone(),
+                None => v
+                    .node_capability()
+                    .cloned()
+                    .expect("a volume with a claim has a capability"),
+            };
             let staging = Staging {
                 step: Step::Pending,
-                capability: claim.capability.clone(),
-                read_only: claim.read_only,
+                capability,
             };
-            v.stagings.insert(usage.clone(), staging);
+            v.stagings.insert(key.clone(), staging);
         }
         Action::NodePublish { alloc } => {
             if let Some(c) = v.claims.get_mut(alloc) {
@@ -258,14 +333,14 @@ fn mark_pending(v: &mut Volume, action: &Action) {
 }
 
 /// After a step succeeded.
-fn mark_done(v: &mut Volume, action: &Action, context: Option<crate::csi::types::StringMap>) {
+fn mark_done(v: &mut Volume, action: &Action, done: StepDone) {
     match action {
         Action::ControllerPublish => {
             v.attachment = Step::Done;
-            v.publish_context = context.unwrap_or_default();
+            v.publish_context = done.publish_context.unwrap_or_default();
         }
-        Action::NodeStage { usage } => {
-            if let Some(s) = v.stagings.get_mut(usage) {
+        Action::NodeStage { staging } => {
+            if let Some(s) = v.stagings.get_mut(staging) {
                 s.step = Step::Done;
             }
         }
@@ -277,11 +352,13 @@ fn mark_done(v: &mut Volume, action: &Action, context: Option<crate::csi::types:
         Action::BindTarget { alloc } => {
             if let Some(c) = v.claims.get_mut(alloc) {
                 c.target_mounted = Step::Done;
+                c.target_mount_id = done.mount_id;
             }
         }
         Action::UnbindTarget { alloc } => {
             if let Some(c) = v.claims.get_mut(alloc) {
                 c.target_mounted = Step::Absent;
+                c.target_mount_id = None;
             }
         }
         Action::NodeUnpublish { alloc } => {
@@ -289,8 +366,8 @@ fn mark_done(v: &mut Volume, action: &Action, context: Option<crate::csi::types:
                 c.published = Step::Absent;
             }
         }
-        Action::NodeUnstage { usage } => {
-            v.stagings.remove(usage);
+        Action::NodeUnstage { staging } => {
+            v.stagings.remove(staging);
         }
         Action::ControllerUnpublish => {
             v.attachment = Step::Absent;

@@ -4,15 +4,18 @@
 //! unmounted.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use super::VolumeManager;
+use crate::mount::{Mounter, SysMounter, UnmountMode};
 use crate::volume::model::Step;
-use crate::volume::ops;
 
 impl VolumeManager {
     /// Startup: a step recorded done whose mount is gone is uncertain
-    /// again (it is re-sent), and mounts under `csi/` that no record owns
-    /// are unmounted.
+    /// again (it is re-sent). A mount under `csi/` that no record owns is
+    /// unmounted only when it is at a staging or publish path of a volume
+    /// the agent knows (a plugin's leftover); anything else there is left
+    /// alone, and both are logged with what they were.
     pub fn reconcile(&mut self, mounts: &crate::mount::MountInfo) {
         let paths = self.paths.clone();
         // One set of the mount points, rather than a scan of the whole
@@ -29,13 +32,10 @@ impl VolumeManager {
             let v = &mut entry.volume;
             let mut changed = false;
             let snapshot = v.clone();
-            for (usage, staging) in v.stagings.iter_mut() {
-                let path = paths.staging(&snapshot, usage);
+            for (key, staging) in v.stagings.iter_mut() {
+                let path = paths.staging(&snapshot, key);
                 if staging.step == Step::Done && !mounted(&path) {
-                    log::warn!(
-                        "Volume {}: staging {usage} is not mounted; staging again",
-                        v.id
-                    );
+                    log::warn!("Volume {}: {key} is not mounted; staging again", v.id);
                     staging.step = Step::Pending;
                     changed = true;
                 }
@@ -81,10 +81,47 @@ impl VolumeManager {
             .collect();
         // Deepest first, so nested mounts come off before their parents.
         for path in strays.iter().rev() {
-            log::warn!("Unmounting {}: no claim owns it", path.display());
-            if let Err(err) = ops::unbind_target(path) {
-                log::error!("Cannot unmount {}: {err}", path.display());
+            let what = crate::mount::describe(mounts, path);
+            if !self.is_layout_path(&root, path) {
+                log::warn!(
+                    "Leaving {} ({what}) alone: it is not a staging or publish path of a \
+                     volume csi-agent knows",
+                    path.display()
+                );
+                continue;
             }
+            log::warn!(
+                "Unmounting {} ({what}): a path of the agent's that no claim owns",
+                path.display()
+            );
+            if let Err(err) = SysMounter.unmount(path, UnmountMode::Normal) {
+                log::error!(
+                    "Cannot unmount {}: {}",
+                    path.display(),
+                    crate::error_chain(&err)
+                );
+            }
+        }
+    }
+
+    /// Whether `path` (under `root`, the `csi/` dir) is where the agent
+    /// stages or publishes a volume it knows:
+    /// `<plugin>/staging/<volume>[/<usage>]` or
+    /// `<plugin>/per-alloc/<alloc>/<volume>/<usage>`.
+    pub(super) fn is_layout_path(&self, root: &Path, path: &Path) -> bool {
+        let Ok(rest) = path.strip_prefix(root) else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.iter().filter_map(|c| c.to_str()).collect();
+        let known = |plugin: &str, volume: &str| {
+            self.entries
+                .get(volume)
+                .is_some_and(|e| e.volume.plugin_id == plugin)
+        };
+        match parts.as_slice() {
+            [plugin, "staging", volume] | [plugin, "staging", volume, _] => known(plugin, volume),
+            [plugin, "per-alloc", _, volume, _] => known(plugin, volume),
+            _ => false,
         }
     }
 }

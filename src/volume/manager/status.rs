@@ -1,8 +1,10 @@
 //! `volume status`: the records as the control API shows them, without
 //! secrets or mount flags, with usage from NodeGetVolumeStats on request.
 
+use std::path::Path;
+
 use super::*;
-use crate::volume::model::Claim;
+use crate::volume::model::{Claim, Step};
 
 impl VolumeManager {
     pub fn status(
@@ -45,7 +47,7 @@ impl VolumeManager {
                 let staging = view
                     .as_ref()
                     .is_some_and(|v| v.protocol.stage)
-                    .then(|| self.paths.staging(v, &claim.usage));
+                    .then(|| self.paths.staging(v, &claim.staging));
                 let external = v.external_id.clone();
                 let (id, plugin_id) = (v.id.clone(), v.plugin_id.clone());
                 let token = self.token();
@@ -121,6 +123,22 @@ impl VolumeManager {
             created: v.created,
             ..Default::default()
         };
+        for (key, staging) in &v.stagings {
+            status.stagings.push(api::Staging {
+                path: self.paths.staging(v, key).to_string_lossy().into_owned(),
+                state: match staging.step {
+                    Step::Done if v.staging_in_use(key) => "staged",
+                    Step::Pending if v.staging_in_use(key) => "staging",
+                    _ => "unstaging",
+                }
+                .to_string(),
+                capability: format!(
+                    "{}/{}",
+                    staging.capability.access_mode, staging.capability.attachment_mode
+                ),
+                ..Default::default()
+            });
+        }
         for claim in v.claims.values() {
             let mut c = api::Claim {
                 alloc_id: claim.alloc_id.clone(),
@@ -143,6 +161,15 @@ impl VolumeManager {
             if let Some(retry) = &entry.retry {
                 c.last_error = retry.error.clone();
                 c.next_retry_unix_ms = crate::plugin::fingerprint::unix_ms(retry.wall);
+                c.attempts = retry.attempt;
+            }
+            if let Some(failure) = &claim.failure {
+                c.failure = failure.clone();
+            }
+            if claim.capability.attachment_mode == crate::csi::AttachmentMode::BlockDevice
+                && claim.published == Step::Done
+            {
+                c.device = device_of(Path::new(&c.publish_path));
             }
             if claim.wanted {
                 status.claims.push(c);
@@ -154,8 +181,34 @@ impl VolumeManager {
     }
 }
 
+/// The device node a block volume's publish path shows:
+/// `/dev/loop3 (7:3)`, or `7:3` when sysfs does not name it.
+fn device_of(path: &Path) -> String {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(meta) = std::fs::metadata(path) else {
+        return String::new();
+    };
+    if !meta.file_type().is_block_device() {
+        return String::new();
+    }
+    let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+    let name = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string))
+        });
+    match name {
+        Some(name) => format!("/dev/{name} ({major}:{minor})"),
+        None => format!("{major}:{minor}"),
+    }
+}
+
 /// The claim's state in the words of the issue and Nomad.
 fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
+    if claim.failure.is_some() {
+        return "failed";
+    }
     if claim.wanted {
         if claim.is_taken(claim.target.is_some()) {
             "taken"
@@ -166,7 +219,7 @@ fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
         "unpublishing"
     } else if v
         .stagings
-        .get(&claim.usage)
+        .get(&claim.staging)
         .is_some_and(|s| s.step != Step::Absent)
         || v.attachment != Step::Absent
     {
