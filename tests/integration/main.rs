@@ -6,10 +6,12 @@
 //! crashes.
 
 mod agent;
+mod claim_errors;
 mod cli;
 mod client;
 mod harness;
 mod job;
+mod migration;
 mod spec;
 mod targets;
 mod util;
