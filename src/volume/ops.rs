@@ -546,5 +546,6 @@ pub fn create_request(
         parameters: v.parameters.clone(),
         secrets: v.secrets.clone(),
         accessibility,
+        content_source: None,
     }
 }
