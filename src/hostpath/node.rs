@@ -9,14 +9,17 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
 use super::state::Staged;
-use super::{internal, required, status, trace_fields, volume_id, Plugin, RpcResult, Service};
-use crate::csi::convert;
+use super::strict::Call;
+use super::{
+    internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
+};
+use crate::csi::convert::{self, from_hash_map};
 use crate::csi::error::Code;
 use crate::csi::model::{AttachmentMode, Capability};
 use crate::csi::proto::csi as pb;
@@ -24,7 +27,7 @@ use crate::csi::proto::csi_grpc;
 use crate::csi::types::{NodeCapability, Usage, UsageUnit};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 
-const CAPABILITIES: &[NodeCapability] = &[
+pub(super) const CAPABILITIES: &[NodeCapability] = &[
     NodeCapability::StageUnstageVolume,
     NodeCapability::GetVolumeStats,
     NodeCapability::ExpandVolume,
@@ -405,31 +408,38 @@ fn path_fields(volume: &str, staging: &str, target: &str, readonly: bool) -> Str
 impl csi_grpc::Node for Service {
     fn node_stage_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeStageVolumeRequest,
         sink: UnarySink<pb::NodeStageVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
-        self.serve("NodeStageVolume", fields, sink, move |p, _| {
-            p.node_stage(&req)
-        });
+        let call = Call::NodeStageVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+            publish_context: from_hash_map(&req.publish_context),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_stage(&req));
     }
 
     fn node_unstage_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeUnstageVolumeRequest,
         sink: UnarySink<pb::NodeUnstageVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
-        self.serve("NodeUnstageVolume", fields, sink, move |p, _| {
-            p.node_unstage(&req)
-        });
+        let call = Call::NodeUnstageVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_unstage(&req));
     }
 
     fn node_publish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodePublishVolumeRequest,
         sink: UnarySink<pb::NodePublishVolumeResponse>,
     ) {
@@ -439,54 +449,67 @@ impl csi_grpc::Node for Service {
             &req.target_path,
             req.readonly,
         );
-        self.serve("NodePublishVolume", fields, sink, move |p, _| {
-            p.node_publish(&req)
-        });
+        let call = Call::NodePublishVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+            target: PathBuf::from(&req.target_path),
+            publish_context: from_hash_map(&req.publish_context),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_publish(&req));
     }
 
     fn node_unpublish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeUnpublishVolumeRequest,
         sink: UnarySink<pb::NodeUnpublishVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, "", &req.target_path, false);
-        self.serve("NodeUnpublishVolume", fields, sink, move |p, _| {
-            p.node_unpublish(&req)
-        });
+        let call = Call::NodeUnpublishVolume {
+            volume: req.volume_id.clone(),
+            target: PathBuf::from(&req.target_path),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_unpublish(&req));
     }
 
     fn node_get_volume_stats(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeGetVolumeStatsRequest,
         sink: UnarySink<pb::NodeGetVolumeStatsResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
-        self.serve("NodeGetVolumeStats", fields, sink, move |p, _| {
-            p.node_stats(&req)
-        });
+        let call = Call::NodeGetVolumeStats {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_stats(&req));
     }
 
     fn node_expand_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeExpandVolumeRequest,
         sink: UnarySink<pb::NodeExpandVolumeResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
-        self.serve("NodeExpandVolume", fields, sink, move |p, _| {
-            p.node_expand(&req)
-        });
+        let call = Call::NodeExpandVolume {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_expand(&req));
     }
 
     fn node_get_capabilities(
         &mut self,
-        _: RpcContext,
-        _req: pb::NodeGetCapabilitiesRequest,
+        ctx: RpcContext,
+        req: pb::NodeGetCapabilitiesRequest,
         sink: UnarySink<pb::NodeGetCapabilitiesResponse>,
     ) {
-        self.serve("NodeGetCapabilities", String::new(), sink, |_, _| {
+        let received = Received::new(Call::NodeGetCapabilities, &req, String::new());
+        self.serve(&ctx, received, sink, |_, _| {
             let mut resp = pb::NodeGetCapabilitiesResponse::new();
             resp.capabilities = CAPABILITIES
                 .iter()
@@ -498,10 +521,11 @@ impl csi_grpc::Node for Service {
 
     fn node_get_info(
         &mut self,
-        _: RpcContext,
-        _req: pb::NodeGetInfoRequest,
+        ctx: RpcContext,
+        req: pb::NodeGetInfoRequest,
         sink: UnarySink<pb::NodeGetInfoResponse>,
     ) {
-        self.serve("NodeGetInfo", String::new(), sink, |p, _| Ok(p.node_info()));
+        let received = Received::new(Call::NodeGetInfo, &req, String::new());
+        self.serve(&ctx, received, sink, |p, _| Ok(p.node_info()));
     }
 }

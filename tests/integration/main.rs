@@ -3,14 +3,16 @@
 //! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
-//! crashes.
+//! crashes; the plugin's strict mode.
 
 mod agent;
 mod cli;
 mod client;
 mod harness;
 mod job;
+mod requests;
 mod spec;
+mod strict;
 mod util;
 mod validate;
 mod volume;

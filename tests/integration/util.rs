@@ -1,6 +1,8 @@
 //! The test harness: a directory per test, a real hostpath plugin process on
 //! a real unix socket in it, and cleanup of every mount and process in
-//! `Drop`, even when an assertion fails.
+//! `Drop`, even when an assertion fails. A plugin started strict
+//! ([`Plugin::start_strict`]) gives its verdict on the CO with
+//! [`Plugin::violations`].
 
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -114,6 +116,20 @@ impl Plugin {
         Plugin::start_with(env, &[])
     }
 
+    /// Starts a plugin with `-strict`: it refuses what a CO that keeps the
+    /// spec never sends, and records it (see [`Plugin::violations`]).
+    pub fn start_strict() -> Plugin {
+        Plugin::start_strict_with(&[])
+    }
+
+    /// Starts a strict plugin with extra `hostpath` flags (e.g.
+    /// `-no-attach`).
+    pub fn start_strict_with(flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend_from_slice(flags);
+        Plugin::start_with(&[], &all)
+    }
+
     /// Starts a plugin with `env` and extra `hostpath` flags (e.g.
     /// `-no-attach`), kept across restarts.
     pub fn start_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
@@ -208,6 +224,22 @@ impl Plugin {
             .iter()
             .map(|l| l.split(' ').next().unwrap_or("").to_string())
             .collect()
+    }
+
+    /// The strict plugin's verdict so far: one `<RPC> <volume>: <rule>`
+    /// line per request it refused, across restarts. A test that ends with
+    /// `assert_eq!(plugin.violations(), Vec::<String>::new())` saw a CO
+    /// that kept the spec. Panics if the plugin is not strict (it has no
+    /// verdict file), so that such an assertion cannot pass by mistake.
+    pub fn violations(&self) -> Vec<String> {
+        let path = self.dir.join("base/strict-violations");
+        match fs::read_to_string(&path) {
+            Ok(text) => text.lines().map(str::to_string).collect(),
+            Err(err) => panic!(
+                "no verdict at {} ({err}): was the plugin started strict?",
+                path.display()
+            ),
+        }
     }
 
     pub fn log(&self) -> String {
