@@ -1,4 +1,5 @@
-//! The hostpath plugin's Controller service: volumes are directories, and
+//! The hostpath plugin's Controller service: volumes are directories or,
+//! for block capabilities, sparse files (see [`super::block`]), and
 //! "attaching" to a node is a record that NodeStage checks.
 
 use std::fs;
@@ -6,15 +7,16 @@ use std::fs;
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
+use super::block;
 use super::faults::Action;
-use super::state::VolumeRecord;
+use super::state::{VolumeKind, VolumeRecord};
 use super::strict::{Call, ContentSource};
 use super::{
     internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
 };
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
-use crate::csi::model::{AccessMode, AttachmentMode, Capability};
+use crate::csi::model::{AccessMode, Capability};
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::ControllerCapability;
@@ -45,19 +47,6 @@ pub(super) fn capabilities(no_attach: bool) -> impl Iterator<Item = ControllerCa
     })
 }
 
-/// Hostpath volumes are directories: file-system only.
-fn check_supported(caps: &[Capability]) -> Result<(), String> {
-    match caps
-        .iter()
-        .find(|c| c.attachment_mode == AttachmentMode::BlockDevice)
-    {
-        Some(_) => {
-            Err("hostpath volumes are directories: block-device is not supported".to_string())
-        }
-        None => Ok(()),
-    }
-}
-
 fn request_capabilities(field: &str, caps: &[pb::VolumeCapability]) -> RpcResult<Vec<Capability>> {
     if caps.is_empty() {
         return Err(status(
@@ -73,7 +62,8 @@ impl Plugin {
     fn create_volume(&self, req: &pb::CreateVolumeRequest) -> RpcResult<pb::CreateVolumeResponse> {
         let id = volume_id("name", &req.name)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-        check_supported(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
+        let kind =
+            VolumeKind::for_capabilities(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
         if req.volume_content_source.is_some() {
             return Err(status(
                 Code::InvalidArgument,
@@ -108,6 +98,15 @@ impl Plugin {
         }
         let mut state = self.lock();
         let capacity_bytes = if let Some(existing) = state.volumes.get(id) {
+            if existing.kind != kind {
+                return Err(status(
+                    Code::AlreadyExists,
+                    format!(
+                        "volume {id} exists as a {} volume",
+                        existing.kind.attachment()
+                    ),
+                ));
+            }
             let cap = existing.capacity_bytes;
             let fits =
                 cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
@@ -119,19 +118,29 @@ impl Plugin {
             }
             cap
         } else {
-            let dir = self.volume_dir(id);
-            fs::create_dir_all(&dir)
-                .map_err(|e| internal("cannot create the volume directory", e))?;
-            let cap = if range.required_bytes > 0 {
-                range.required_bytes
-            } else {
-                range.limit_bytes
+            let cap = match kind {
+                VolumeKind::Directory => {
+                    let dir = self.volume_dir(id);
+                    fs::create_dir_all(&dir)
+                        .map_err(|e| internal("cannot create the volume directory", e))?;
+                    if range.required_bytes > 0 {
+                        range.required_bytes
+                    } else {
+                        range.limit_bytes
+                    }
+                }
+                VolumeKind::Block => {
+                    let size = block::capacity_for(&range)?;
+                    block::create_backing_file(&self.backing_file(id), size)?;
+                    size
+                }
             };
             state.volumes.insert(
                 id.to_string(),
                 VolumeRecord {
                     capacity_bytes: cap,
                     attached: None,
+                    kind,
                 },
             );
             state.save().map_err(|e| internal("cannot save state", e))?;
@@ -149,7 +158,7 @@ impl Plugin {
     fn delete_volume(&self, req: &pb::DeleteVolumeRequest) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let mut state = self.lock();
-        match state.volumes.get(id) {
+        let kind = match state.volumes.get(id) {
             None => return Ok(pb::DeleteVolumeResponse::new()),
             Some(VolumeRecord {
                 attached: Some((node, _)),
@@ -160,13 +169,28 @@ impl Plugin {
                     format!("volume {id} is attached to node {node}"),
                 ));
             }
-            Some(_) => {}
-        }
-        let dir = self.volume_dir(id);
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("cannot remove the volume directory", e)),
+            Some(record) => record.kind,
+        };
+        match kind {
+            VolumeKind::Directory => match fs::remove_dir_all(self.volume_dir(id)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal("cannot remove the volume directory", e)),
+            },
+            VolumeKind::Block => {
+                // A target bound to a detached device would show the next
+                // volume that gets its number.
+                if let Some(path) = state.in_use_on_node(id) {
+                    return Err(status(
+                        Code::FailedPrecondition,
+                        format!(
+                            "volume {id} is still staged or published at {}",
+                            path.display()
+                        ),
+                    ));
+                }
+                block::delete_backing_file(&self.backing_file(id))?;
+            }
         }
         state.volumes.remove(id);
         state.save().map_err(|e| internal("cannot save state", e))?;
@@ -254,14 +278,14 @@ impl Plugin {
     ) -> RpcResult<pb::ValidateVolumeCapabilitiesResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-        if !self.lock().volumes.contains_key(id) {
-            return Err(status(
-                Code::NotFound,
-                format!("volume {id} does not exist"),
-            ));
-        }
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
         let mut resp = pb::ValidateVolumeCapabilitiesResponse::new();
-        if let Err(message) = check_supported(&caps) {
+        if let Err(message) = kind.check_serves(id, &caps) {
             resp.message = message;
             return Ok(resp);
         }
@@ -349,7 +373,7 @@ impl Plugin {
     fn get_capacity(&self, req: &pb::GetCapacityRequest) -> RpcResult<pb::GetCapacityResponse> {
         if !req.volume_capabilities.is_empty() {
             let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-            if check_supported(&caps).is_err() {
+            if VolumeKind::for_capabilities(&caps).is_err() {
                 // The spec: capacity for unsupported capabilities is 0.
                 return Ok(pb::GetCapacityResponse::new());
             }
@@ -382,7 +406,14 @@ impl Plugin {
             ));
         }
         if range.required_bytes > volume.capacity_bytes {
-            volume.capacity_bytes = range.required_bytes;
+            volume.capacity_bytes = match volume.kind {
+                VolumeKind::Directory => range.required_bytes,
+                VolumeKind::Block => {
+                    let size = block::capacity_for(&range)?;
+                    block::grow_backing_file(&self.backing_file(id), size)?;
+                    size
+                }
+            };
         }
         let capacity_bytes = volume.capacity_bytes;
         state.save().map_err(|e| internal("cannot save state", e))?;

@@ -2,11 +2,13 @@
 //!
 //! A real CSI plugin (Identity, Controller, Node over gRPC on a unix socket)
 //! whose volumes are directories under a base dir, staged and published with
-//! bind mounts. It is the agent's `-dev` default, the fixture of our tests,
-//! and a reference for what a well-behaved plugin answers: idempotent
-//! repeats succeed, incompatible repeats are ALREADY_EXISTS, unknown volumes
-//! NOT_FOUND, missing fields INVALID_ARGUMENT, and out-of-order calls (stage
-//! before attach, unstage while published, detach while staged)
+//! bind mounts, or, for `block` capabilities, sparse files attached to loop
+//! devices whose device nodes are bound onto target files (`block.rs`). It
+//! is the agent's `-dev` default, the fixture of our tests, and a reference
+//! for what a well-behaved plugin answers: idempotent repeats succeed,
+//! incompatible repeats are ALREADY_EXISTS, unknown volumes NOT_FOUND,
+//! missing fields INVALID_ARGUMENT, and out-of-order calls (stage before
+//! attach, unstage while published, detach while staged)
 //! FAILED_PRECONDITION, so a CO that breaks the spec's ordering finds out.
 //!
 //! With `-strict` it also judges the CO: every request a CO that keeps the
@@ -26,8 +28,10 @@
 //! lock.
 //!
 //! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
-//! volume), `strict-violations` (strict mode's verdict).
+//! file-system volume), `block/<id>.img` (a block volume's backing file),
+//! `strict-violations` (strict mode's verdict).
 
+mod block;
 mod controller;
 pub mod faults;
 mod node;

@@ -4,7 +4,8 @@
 //!
 //! Whether a path already holds a volume is read from the kernel (a mount
 //! point whose inode is the volume directory's), not only from our records,
-//! so repeats are answered correctly even after a plugin restart.
+//! so repeats are answered correctly even after a plugin restart. Block
+//! volumes take their own paths in [`super::block`].
 
 use std::fs;
 use std::io;
@@ -14,14 +15,14 @@ use std::path::{Path, PathBuf};
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
-use super::state::Staged;
+use super::state::{Staged, VolumeKind};
 use super::strict::Call;
 use super::{
     internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
 };
 use crate::csi::convert::{self, from_hash_map};
 use crate::csi::error::Code;
-use crate::csi::model::{AttachmentMode, Capability};
+use crate::csi::model::Capability;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::{NodeCapability, Usage, UsageUnit};
@@ -47,7 +48,7 @@ fn holds(path: &Path, dir: &Path) -> RpcResult<bool> {
         .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e)))
 }
 
-fn is_mount_point(path: &Path) -> RpcResult<bool> {
+pub(super) fn is_mount_point(path: &Path) -> RpcResult<bool> {
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(internal("cannot stat the path", e)),
@@ -106,25 +107,27 @@ impl Plugin {
     }
 
     /// The checks NodeStage and NodePublish share: a valid volume ID, a
-    /// file-system capability, and the volume attached here with its publish
-    /// context passed back.
+    /// capability of the volume's kind, and the volume attached here with
+    /// its publish context passed back.
     fn check_mountable<'a>(
         &self,
         volume: &'a str,
         capability: &protobuf::MessageField<pb::VolumeCapability>,
         publish_context: &std::collections::HashMap<String, String>,
-    ) -> RpcResult<(&'a str, Capability)> {
+    ) -> RpcResult<(&'a str, Capability, VolumeKind)> {
         let id = volume_id("volume_id", volume)?;
         let cap = convert::capability_from_field(capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        if cap.attachment_mode == AttachmentMode::BlockDevice {
-            return Err(status(
-                Code::InvalidArgument,
-                "block-device is not supported",
-            ));
-        }
         self.check_attached(id, publish_context)?;
-        Ok((id, cap))
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .unwrap_or_default();
+        kind.check_serves(id, std::slice::from_ref(&cap))
+            .map_err(|m| status(Code::InvalidArgument, m))?;
+        Ok((id, cap, kind))
     }
 
     fn node_stage(
@@ -132,7 +135,7 @@ impl Plugin {
         req: &pb::NodeStageVolumeRequest,
     ) -> RpcResult<pb::NodeStageVolumeResponse> {
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let (id, cap) =
+        let (id, cap, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         if !staging.is_dir() {
             return Err(status(
@@ -146,6 +149,10 @@ impl Plugin {
         let dir = self.volume_dir(id);
         let key = capability_key(&cap);
         let mut state = self.lock();
+        if kind == VolumeKind::Block {
+            self.stage_block(&mut state, id, staging, key)?;
+            return Ok(pb::NodeStageVolumeResponse::new());
+        }
         if is_mount_point(staging)? {
             if !holds(staging, &dir)? {
                 return Err(status(
@@ -206,6 +213,13 @@ impl Plugin {
                 format!("volume {id} is still published at {}", target.display()),
             ));
         }
+        let block = state
+            .volumes
+            .get(id)
+            .is_some_and(|v| v.kind == VolumeKind::Block);
+        if block && !other_staging {
+            self.unstage_block(&state, id)?;
+        }
         if is_mount_point(staging)? {
             SysMounter
                 .unmount(staging, UnmountMode::Normal)
@@ -223,11 +237,15 @@ impl Plugin {
     ) -> RpcResult<pb::NodePublishVolumeResponse> {
         let target = Path::new(required("target_path", &req.target_path)?);
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let (id, _) =
+        let (id, _, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         let dir = self.volume_dir(id);
         let mut state = self.lock();
-        if !holds(staging, &dir)? {
+        let staged = match kind {
+            VolumeKind::Directory => holds(staging, &dir)?,
+            VolumeKind::Block => state.staged.get(staging).is_some_and(|s| s.volume_id == id),
+        };
+        if !staged {
             return Err(status(
                 Code::FailedPrecondition,
                 format!("volume {id} is not staged at {}", staging.display()),
@@ -244,6 +262,10 @@ impl Plugin {
                     ),
                 ))
             }
+        }
+        if kind == VolumeKind::Block {
+            self.publish_block(&mut state, id, target, req.readonly)?;
+            return Ok(pb::NodePublishVolumeResponse::new());
         }
         if is_mount_point(target)? {
             if !holds(target, &dir)? {
@@ -304,14 +326,28 @@ impl Plugin {
                 .unmount(target, UnmountMode::Normal)
                 .map_err(mount_error)?;
         }
-        match fs::remove_dir(target) {
+        // A directory for a file-system volume, a file for a block volume.
+        let removed = match fs::symlink_metadata(target) {
+            Ok(m) if m.is_dir() => fs::remove_dir(target),
+            Ok(_) => fs::remove_file(target),
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(internal("cannot remove target_path", e)),
         }
-        if state.published.get(target).is_some_and(|(v, _)| v == id) {
+        if let Some((_, read_only)) = state.published.get(target).filter(|(v, _)| v == id) {
+            let read_only = *read_only;
             state.published.remove(target);
             state.save().map_err(|e| internal("cannot save state", e))?;
+            let block = state
+                .volumes
+                .get(id)
+                .is_some_and(|v| v.kind == VolumeKind::Block);
+            if block && read_only {
+                self.unpublished_block(&state, id)?;
+            }
         }
         Ok(pb::NodeUnpublishVolumeResponse::new())
     }
@@ -322,11 +358,14 @@ impl Plugin {
     ) -> RpcResult<pb::NodeGetVolumeStatsResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let path = Path::new(required("volume_path", &req.volume_path)?);
-        if !self.lock().volumes.contains_key(id) {
-            return Err(status(
-                Code::NotFound,
-                format!("volume {id} does not exist"),
-            ));
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        if kind == VolumeKind::Block {
+            return self.block_stats(id, path);
         }
         let dir = self.volume_dir(id);
         let mut resp = pb::NodeGetVolumeStatsResponse::new();

@@ -202,6 +202,7 @@ mod tests {
             VolumeRecord {
                 capacity_bytes: 0,
                 attached: Some(("n1".into(), false)),
+                kind: Default::default(),
             },
         );
         state.staged.insert(

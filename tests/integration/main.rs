@@ -3,9 +3,10 @@
 //! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
-//! crashes; the plugin's strict mode.
+//! crashes; the plugin's strict mode and its block volumes.
 
 mod agent;
+mod block;
 mod cli;
 mod client;
 mod harness;

@@ -1,5 +1,6 @@
 //! The requests of a volume's lifecycle, for the tests that drive a plugin
-//! by hand as a CO would (strict mode): each builder takes the capability.
+//! by hand as a CO would (strict mode, block volumes): each builder takes
+//! the capability, so file-system and block volumes share them.
 
 use std::path::Path;
 
@@ -10,6 +11,10 @@ use crate::util::NODE;
 
 pub fn mount_cap() -> Capability {
     Capability::new(AccessMode::SingleNodeWriter, AttachmentMode::FileSystem)
+}
+
+pub fn block_cap() -> Capability {
+    Capability::new(AccessMode::SingleNodeWriter, AttachmentMode::BlockDevice)
 }
 
 pub fn create_req(name: &str, cap: &Capability, bytes: i64) -> CreateVolume {

@@ -1,6 +1,6 @@
 //! The test harness: a directory per test, a real hostpath plugin process on
-//! a real unix socket in it, and cleanup of every mount and process in
-//! `Drop`, even when an assertion fails. A plugin started strict
+//! a real unix socket in it, and cleanup of every mount, loop device and
+//! process in `Drop`, even when an assertion fails. A plugin started strict
 //! ([`Plugin::start_strict`]) gives its verdict on the CO with
 //! [`Plugin::violations`].
 
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::csi::{Client, Endpoint};
 use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
+use csi_agent::sys::loop_dev;
 
 pub const NODE: &str = "node1";
 
@@ -77,6 +78,10 @@ impl Drop for TestDir {
                 let _ = SysMounter.unmount(&p, UnmountMode::Detach);
             }
         }
+        // Then the loop devices of block volumes whose files are in here.
+        for device in loop_devices_under(&self.path) {
+            let _ = loop_dev::detach(&device);
+        }
         let _ = fs::remove_dir_all(&self.path);
     }
 }
@@ -87,6 +92,17 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .under(dir)
         .map(|m| m.mount_point.clone())
+        .collect()
+}
+
+/// The loop devices that show a file under `dir` now.
+pub fn loop_devices_under(dir: &Path) -> Vec<loop_dev::LoopDevice> {
+    let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    loop_dev::list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, backing)| backing.starts_with(&dir))
+        .map(|(device, _)| device)
         .collect()
 }
 
