@@ -21,10 +21,10 @@
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
-//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
-//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture, with test-only fault injection and call tracing |
+//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
@@ -42,9 +42,9 @@
 //!   flag parser live in [`cli`] so they are unit-testable.
 //! - `agent.rs` is a directory, [`agent`], because `-dev`'s supervised
 //!   hostpath child lives beside the main loop.
-//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`) live
-//!   in [`sys`], with the same one-small-function-per-call rule as
-//!   [`mount`].
+//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`, the
+//!   loop device ioctls) live in [`sys`], with the same
+//!   one-small-function-per-call rule as [`mount`].
 //! - A volume is staged once per node, at `csi/<plugin>/staging/<volume>`,
 //!   with its widest capability, as DESIGN.md and the CSI spec say; this is
 //!   a departure from Nomad, which stages once per usage. States of the

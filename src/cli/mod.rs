@@ -35,10 +35,13 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach]
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach] [-strict]
 
   -no-attach   behave like a plugin without attachments (no
-               PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)";
+               PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)
+  -strict      refuse (FAILED_PRECONDITION, \"strict: <rule>\") every request
+               a CO that keeps the CSI spec never sends, and append
+               \"<RPC> <volume>: <rule>\" to DIR/strict-violations";
 
 /// Every way a command can fail.
 #[derive(Debug)]
@@ -234,6 +237,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("test-faults"),
         value("test-trace"),
         switch("no-attach"),
+        switch("strict"),
     ];
     let args = args::parse(FLAGS, argv)?;
     args.at_most(0)?;
@@ -252,6 +256,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         faults: args.value("test-faults").map(PathBuf::from),
         trace: args.value("test-trace").map(PathBuf::from),
         no_attach: args.switch("no-attach"),
+        strict: args.switch("strict"),
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
 }

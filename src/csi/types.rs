@@ -83,6 +83,7 @@ capability_enum! {
         GetVolume = 12, "get-volume";
         SingleNodeMultiWriter = 13, "single-node-multi-writer";
         ModifyVolume = 14, "modify-volume";
+        GetSnapshot = 15, "get-snapshot";
     }
 }
 

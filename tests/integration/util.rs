@@ -1,6 +1,8 @@
 //! The test harness: a directory per test, a real hostpath plugin process on
-//! a real unix socket in it, and cleanup of every mount and process in
-//! `Drop`, even when an assertion fails.
+//! a real unix socket in it, and cleanup of every mount, loop device and
+//! process in `Drop`, even when an assertion fails. A plugin started strict
+//! ([`Plugin::start_strict`]) gives its verdict on the CO with
+//! [`Plugin::violations`].
 
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::csi::{Client, Endpoint};
 use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
+use csi_agent::sys::loop_dev;
 
 pub const NODE: &str = "node1";
 
@@ -75,6 +78,10 @@ impl Drop for TestDir {
                 let _ = SysMounter.unmount(&p, UnmountMode::Detach);
             }
         }
+        // Then the loop devices of block volumes whose files are in here.
+        for device in loop_devices_under(&self.path) {
+            let _ = loop_dev::detach(&device);
+        }
         let _ = fs::remove_dir_all(&self.path);
     }
 }
@@ -85,6 +92,17 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .under(dir)
         .map(|m| m.mount_point.clone())
+        .collect()
+}
+
+/// The loop devices that show a file under `dir` now.
+pub fn loop_devices_under(dir: &Path) -> Vec<loop_dev::LoopDevice> {
+    let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    loop_dev::list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, backing)| backing.starts_with(&dir))
+        .map(|(device, _)| device)
         .collect()
 }
 
@@ -112,6 +130,20 @@ impl Plugin {
 
     pub fn start_with_env(env: &[(&str, &str)]) -> Plugin {
         Plugin::start_with(env, &[])
+    }
+
+    /// Starts a plugin with `-strict`: it refuses what a CO that keeps the
+    /// spec never sends, and records it (see [`Plugin::violations`]).
+    pub fn start_strict() -> Plugin {
+        Plugin::start_strict_with(&[])
+    }
+
+    /// Starts a strict plugin with extra `hostpath` flags (e.g.
+    /// `-no-attach`).
+    pub fn start_strict_with(flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend_from_slice(flags);
+        Plugin::start_with(&[], &all)
     }
 
     /// Starts a plugin with `env` and extra `hostpath` flags (e.g.
@@ -208,6 +240,22 @@ impl Plugin {
             .iter()
             .map(|l| l.split(' ').next().unwrap_or("").to_string())
             .collect()
+    }
+
+    /// The strict plugin's verdict so far: one `<RPC> <volume>: <rule>`
+    /// line per request it refused, across restarts. A test that ends with
+    /// `assert_eq!(plugin.violations(), Vec::<String>::new())` saw a CO
+    /// that kept the spec. Panics if the plugin is not strict (it has no
+    /// verdict file), so that such an assertion cannot pass by mistake.
+    pub fn violations(&self) -> Vec<String> {
+        let path = self.dir.join("base/strict-violations");
+        match fs::read_to_string(&path) {
+            Ok(text) => text.lines().map(str::to_string).collect(),
+            Err(err) => panic!(
+                "no verdict at {} ({err}): was the plugin started strict?",
+                path.display()
+            ),
+        }
     }
 
     pub fn log(&self) -> String {
