@@ -321,10 +321,21 @@ impl Service {
                         .map_err(|v| status(Code::FailedPrecondition, v.to_string())),
                     None => Ok(None),
                 };
+                let fault = plugin.faults.take(method);
                 let result = match admitted {
                     Err(refusal) => Err(refusal),
                     Ok(in_flight) => {
-                        let result = run_work(&plugin, method, work);
+                        if fault == Some(Action::Hang) {
+                            // A call hung by an injected fault stands for
+                            // one the plugin lost: the CO may die waiting
+                            // and its successor send it again, which is no
+                            // second call in flight.
+                            drop(in_flight);
+                            loop {
+                                thread::park();
+                            }
+                        }
+                        let result = run_work(&plugin, method, fault, work);
                         if let (Ok(_), Some(mode)) = (&result, &plugin.strict) {
                             mode.completed(&call);
                         }
@@ -356,12 +367,17 @@ impl Service {
 }
 
 /// Runs `work` for `method` after applying any injected fault.
-fn run_work<Resp, F>(plugin: &Plugin, method: &str, work: F) -> RpcResult<Resp>
+fn run_work<Resp, F>(
+    plugin: &Plugin,
+    method: &str,
+    fault: Option<Action>,
+    work: F,
+) -> RpcResult<Resp>
 where
     Resp: Default,
     F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp>,
 {
-    match plugin.faults.take(method) {
+    match fault {
         Some(Action::Fail(code, message)) => {
             let message = if message.is_empty() {
                 format!("injected {code}")

@@ -76,7 +76,7 @@ job "plugin" {{
       driver = "exec"
       config {{
         command = "{bin}"
-        args    = ["hostpath", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
+        args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
       }}
       csi_plugin {{
         id             = "{PLUGIN_ID}"
@@ -252,6 +252,17 @@ impl Drop for Rig {
         for pid in task_processes_under(&self.agent.dir.path) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        }
+        // The plugin task runs `-strict`: the agent, as its CO, must have
+        // kept the spec.
+        let verdict = self.backing.join("strict-violations");
+        if !std::thread::panicking() {
+            if let Ok(text) = fs::read_to_string(&verdict) {
+                assert!(
+                    text.is_empty(),
+                    "the strict plugin saw the agent break the spec:\n{text}"
+                );
+            }
         }
     }
 }

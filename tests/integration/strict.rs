@@ -111,7 +111,7 @@ fn without_strict_a_second_staging_path_is_served_and_nothing_is_recorded() {
     if !require_root() {
         return;
     }
-    let plugin = Plugin::start();
+    let plugin = Plugin::start_lenient_with(&[], &[]);
     let client = plugin.client();
     let cap = mount_cap();
     create(&client, "v");
@@ -337,7 +337,7 @@ fn rpcs_of_capabilities_not_advertised_are_refused() {
 
 #[test]
 fn without_strict_an_unadvertised_rpc_is_unimplemented() {
-    let plugin = Plugin::start();
+    let plugin = Plugin::start_lenient_with(&[], &[]);
     let controller = csi_grpc::ControllerClient::new(channel(&plugin));
     let err = controller
         .create_snapshot_opt(&pb::CreateSnapshotRequest::new(), opt())

@@ -1,7 +1,10 @@
 //! The test harness: a directory per test, a real hostpath plugin process on
 //! a real unix socket in it, and cleanup of every mount, loop device and
-//! process in `Drop`, even when an assertion fails. A plugin started strict
-//! ([`Plugin::start_strict`]) gives its verdict on the CO with
+//! process in `Drop`, even when an assertion fails. Every plugin is started
+//! `-strict` (unless a test of the plugin itself asks for a lenient one
+//! with [`Plugin::start_lenient_with`]): it refuses what a conforming CO
+//! never sends, and when it is dropped at the end of a test its verdict
+//! must be "no violations", unless the test read it itself with
 //! [`Plugin::violations`].
 
 use std::fs;
@@ -121,6 +124,9 @@ pub struct Plugin {
     env: Vec<(String, String)>,
     flags: Vec<String>,
     child: Child,
+    /// Started `-strict`, and nobody has read its verdict yet: dropping it
+    /// checks there is none.
+    verdict_unread: std::cell::Cell<bool>,
 }
 
 impl Plugin {
@@ -146,18 +152,28 @@ impl Plugin {
         Plugin::start_with(&[], &all)
     }
 
-    /// Starts a plugin with `env` and extra `hostpath` flags (e.g.
+    /// Starts a strict plugin with `env` and extra `hostpath` flags (e.g.
     /// `-no-attach`), kept across restarts.
     pub fn start_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend(flags.iter().filter(|f| **f != "-strict"));
+        Plugin::start_lenient_with(env, &all)
+    }
+
+    /// Starts a plugin with exactly these flags: without `-strict`, for the
+    /// tests of the plugin's own answers to calls a conforming CO never
+    /// makes (out of order, a second staging path).
+    pub fn start_lenient_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let dir = TestDir::new();
         let socket = dir.join("csi.sock");
         Plugin::launch(dir, socket, env, flags)
     }
 
-    /// Starts a plugin serving on `socket` (whose directory must exist),
-    /// with its base dir, faults, trace and log in a test dir of its own.
+    /// Starts a strict plugin serving on `socket` (whose directory must
+    /// exist), with its base dir, faults, trace and log in a test dir of its
+    /// own.
     pub fn start_at(socket: &Path) -> Plugin {
-        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &[])
+        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &["-strict"])
     }
 
     fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
@@ -171,6 +187,7 @@ impl Plugin {
             dir,
             socket,
             env,
+            verdict_unread: std::cell::Cell::new(flags.iter().any(|f| f == "-strict")),
             flags,
             child,
         };
@@ -248,6 +265,7 @@ impl Plugin {
     /// that kept the spec. Panics if the plugin is not strict (it has no
     /// verdict file), so that such an assertion cannot pass by mistake.
     pub fn violations(&self) -> Vec<String> {
+        self.verdict_unread.set(false);
         let path = self.dir.join("base/strict-violations");
         match fs::read_to_string(&path) {
             Ok(text) => text.lines().map(str::to_string).collect(),
@@ -329,6 +347,15 @@ impl Drop for Plugin {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.verdict_unread.get() && !thread::panicking() {
+            let violations = self.violations();
+            assert!(
+                violations.is_empty(),
+                "the strict plugin saw the CO break the spec:\n{}\n--- plugin log ---\n{}",
+                violations.join("\n"),
+                self.log()
+            );
+        }
         if thread::panicking() {
             eprintln!(
                 "--- hostpath plugin log ---\n{}--- end of plugin log ---",

@@ -189,7 +189,9 @@ impl VolumeManager {
         let delay = RETRY.delay(attempt, self.jitter.unit());
         log::warn!(
             "Volume {id}: {message}; retrying in {}",
-            crate::units::format_duration(delay)
+            crate::units::format_duration(std::time::Duration::from_millis(
+                delay.as_millis() as u64
+            ))
         );
         entry.retry = Some(Retry {
             at: now + delay,
