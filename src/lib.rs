@@ -40,8 +40,9 @@
 //!   names such as `data[0]`; see [`id`].
 //! - `main.rs` only dispatches; the command implementations and the small
 //!   flag parser live in [`cli`] so they are unit-testable.
-//! - `agent.rs` is a directory, [`agent`], because `-dev`'s supervised
-//!   hostpath child lives beside the main loop.
+//! - `agent.rs` is a directory, [`agent`]: `-dev`'s supervised hostpath
+//!   child lives beside the main loop, and so do the loop's other concerns
+//!   (persisting a turn, plugins, plugin tasks, signals), a file each.
 //! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`) live
 //!   in [`sys`], with the same one-small-function-per-call rule as
 //!   [`mount`].
