@@ -44,7 +44,7 @@ use crossbeam_channel::{at, bounded, never, select, tick, unbounded, Receiver, S
 use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
-use crate::api::{self, Call, Request, Response};
+use crate::api::{self, Access, Call, Request, Response};
 use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
 use crate::plugin::{Health, Registry, RegistryEvent, Report, Source};
@@ -52,9 +52,10 @@ use crate::proto::agent as apipb;
 use crate::spec::AgentConfig;
 use crate::state::Store;
 use crate::task::Allocs;
-use crate::volume::manager::{Dispatch, VolumeManager};
+use crate::volume::manager::VolumeManager;
 use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
+use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use signals::SignalThread;
 
@@ -170,7 +171,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         volumes,
         allocs,
         candidates: BTreeMap::new(),
-        dispatches: Vec::new(),
+        gate: Gate::new(),
         demo_requested: false,
         registry,
         dev: None,
@@ -197,10 +198,14 @@ pub fn run(mut options: Options) -> Result<(), Error> {
 
     let ticker = tick(TICK);
     loop {
-        let wakeup = [agent.volumes.next_retry(), agent.allocs.next_wakeup()]
-            .into_iter()
-            .flatten()
-            .min();
+        let wakeup = [
+            agent.volumes.next_retry(),
+            agent.allocs.next_wakeup(),
+            agent.gate.next_retry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let retry = wakeup.map(at).unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
@@ -256,8 +261,9 @@ struct Agent {
     /// Plugin tasks being probed before they are registered, by
     /// (alloc, task).
     candidates: BTreeMap<(String, String), RunningInstance>,
-    /// Jobs planned this turn, submitted once the journal is durable.
-    dispatches: Vec<Dispatch>,
+    /// Replies and plugin jobs, held until the state they depend on is
+    /// durable; and whether it can be persisted at all.
+    gate: Gate<Effect>,
     /// `-dev`: the demo volume was asked for.
     demo_requested: bool,
     options: Options,
@@ -273,14 +279,24 @@ struct Agent {
 }
 
 impl Agent {
+    /// Answers a control API call. A change is refused while the state
+    /// cannot be persisted, and its answer (and any plugin job) waits for
+    /// the state it made to be durable; a read is answered at once, from
+    /// memory.
     fn answer(&mut self, call: Call) {
         let reply = call.reply;
+        if call.request.access() == Access::Change {
+            if let Some(failing) = self.gate.failing() {
+                let err = persist::refusal(&self.options.config.data_dir, &failing.cause);
+                // The caller may have given up; that is not the loop's problem.
+                let _ = reply.send(Err(err));
+                return;
+            }
+        }
         let registry = &self.registry;
         let dispatch = match call.request {
             Request::PluginStatus(req) => {
-                let result = self.plugin_status(&req).map(Response::PluginStatus);
-                // The caller may have given up; that is not the loop's problem.
-                let _ = reply.send(result);
+                let _ = reply.send(self.plugin_status(&req).map(Response::PluginStatus));
                 None
             }
             Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),
@@ -290,7 +306,13 @@ impl Agent {
                 None
             }
             Request::VolumeDelete(req) => self.volumes.delete(&req.id, reply, registry),
-            Request::VolumeStatus(req) => self.volumes.status(&req, reply, registry),
+            Request::VolumeStatus(req) => {
+                // NodeGetVolumeStats changes nothing: it goes out now.
+                if let Some(stats) = self.volumes.status(&req, reply, registry) {
+                    self.submit(stats);
+                }
+                None
+            }
             Request::VolumeClaim(req) => {
                 self.volumes.claim(&req, reply, registry, Instant::now());
                 None
@@ -300,11 +322,13 @@ impl Agent {
                 None
             }
             Request::JobRun(req) => {
-                let _ = reply.send(self.allocs.run_job(&req).map(Response::JobRun));
+                let result = self.allocs.run_job(&req).map(Response::JobRun);
+                self.gate.hold(Effect::Reply((reply, result)));
                 None
             }
             Request::JobStop(req) => {
-                let _ = reply.send(self.allocs.stop_job(&req).map(Response::JobStop));
+                let result = self.allocs.stop_job(&req).map(Response::JobStop);
+                self.gate.hold(Effect::Reply((reply, result)));
                 None
             }
             Request::JobStatus(req) => {
@@ -316,7 +340,9 @@ impl Agent {
                 None
             }
         };
-        self.dispatches.extend(dispatch);
+        if let Some(dispatch) = dispatch {
+            self.gate.hold(Effect::Submit(dispatch));
+        }
     }
 
     fn completed(&mut self, done: OpDone) {
@@ -361,8 +387,9 @@ impl Agent {
             hcl: dev::DEMO_VOLUME_HCL.into(),
             ..Default::default()
         };
-        let dispatch = self.volumes.create(&req, reply, &self.registry);
-        self.dispatches.extend(dispatch);
+        if let Some(dispatch) = self.volumes.create(&req, reply, &self.registry) {
+            self.gate.hold(Effect::Submit(dispatch));
+        }
         let spawned = thread::Builder::new()
             .name("dev-demo".into())
             .spawn(move || match answer.recv() {
@@ -466,8 +493,7 @@ impl Agent {
                 },
             );
         }
-        self.dirty = true;
-        self.persist();
+        self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
             if running.instance.is_finished() {
                 running.instance.join();

@@ -362,9 +362,11 @@ impl VolumeManager {
                 }
             }
             (PendingOp::Stats { reply }, OpResult::Stats(result)) => {
+                // A read: answered at once, like the status it completes.
                 let Some(entry) = self.entries.get(&done.volume_id) else {
                     let err = error(ErrorKind::NotFound, "the volume was deregistered");
-                    return self.outbox.push((reply, Err(err)));
+                    let _ = reply.send(Err(err));
+                    return;
                 };
                 let mut status = self.status_of_entry(entry, registry);
                 let stats = status.stats.mut_or_insert_default();
@@ -397,7 +399,7 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");

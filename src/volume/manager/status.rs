@@ -1,5 +1,9 @@
 //! `volume status`: the records as the control API shows them, without
 //! secrets or mount flags, with usage from NodeGetVolumeStats on request.
+//!
+//! A status is a read: it is answered at once, from memory, never held
+//! behind the journal like the answers to changes (it acknowledges
+//! nothing, and must keep working while the state cannot be persisted).
 
 use super::*;
 
@@ -20,13 +24,13 @@ impl VolumeManager {
                 volumes,
                 ..Default::default()
             };
-            self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+            let _ = reply.send(Ok(Response::VolumeStatus(resp)));
             return None;
         }
         let entry = match self.entry(&req.id) {
             Ok(entry) => entry,
             Err(err) => {
-                self.outbox.push((reply, Err(err)));
+                let _ = reply.send(Err(err));
                 return None;
             }
         };
@@ -67,7 +71,7 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
                 None
             }
         }
