@@ -192,7 +192,9 @@ impl Agent {
         if self.allocs.take_dirty() {
             self.dirty = true;
         }
-        for dispatch in self.volumes.plan(&self.registry, now) {
+        let planned = self.volumes.plan(&self.registry, now);
+        let creates = self.volumes.resume_creates(&self.registry, now);
+        for dispatch in planned.into_iter().chain(creates) {
             self.gate.hold(Effect::Submit(dispatch));
         }
         let records = self.volumes.take_journal();

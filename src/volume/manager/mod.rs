@@ -88,10 +88,21 @@ struct Entry {
 
 /// A request that waits for one plugin call other than a step.
 enum PendingOp {
-    Register { volume: Volume, reply: ReplyTo },
-    Create { volume: Volume, reply: ReplyTo },
-    Delete { reply: ReplyTo },
-    Stats { reply: ReplyTo },
+    Register {
+        volume: Box<Volume>,
+        reply: ReplyTo,
+    },
+    /// `reply` is `None` for a CreateVolume sent again with nobody waiting.
+    Create {
+        id: String,
+        reply: Option<ReplyTo>,
+    },
+    Delete {
+        reply: ReplyTo,
+    },
+    Stats {
+        reply: ReplyTo,
+    },
 }
 
 /// What the manager needs to know about a volume's plugin.
@@ -398,6 +409,9 @@ impl VolumeManager {
         let v = &entry.volume;
         if entry.deregistering {
             return Err(refused(format!("volume {:?} is being deregistered", v.id)));
+        }
+        if v.creating.is_some() {
+            return Err(refused(format!("volume {:?} is being created", v.id)));
         }
         if let Some(existing) = v.claims.get(&req.alloc_id) {
             if !existing.wanted {

@@ -119,11 +119,17 @@ impl VolumeManager {
             secret_keys: v.secrets.keys().map(str::to_string).collect(),
             parameters: v.parameters.clone().into_iter().collect(),
             context: v.context.clone().into_iter().collect(),
-            schedulable: view.as_ref().is_some_and(|p| p.healthy),
+            schedulable: view.as_ref().is_some_and(|p| p.healthy) && v.creating.is_none(),
             capacity_bytes: v.capacity_bytes,
             created: v.created,
+            creating: v.creating.is_some(),
             ..Default::default()
         };
+        if v.creating.is_some() {
+            if let Some(retry) = &entry.retry {
+                status.create_error = retry.error.clone();
+            }
+        }
         for claim in v.claims.values() {
             let mut c = api::Claim {
                 alloc_id: claim.alloc_id.clone(),
