@@ -8,6 +8,7 @@
 mod agent;
 mod cli;
 mod client;
+mod durable;
 mod harness;
 mod job;
 mod spec;
