@@ -5,6 +5,10 @@
 //! or the tick. Only the loop changes the registry; it never waits on a
 //! plugin (instance threads make every plugin call). After each message it
 //! persists what changed, before any reply or command that depends on it.
+//! When the state cannot be written (a full or failing data dir), replies
+//! and plugin jobs are held, calls that would change the state are refused
+//! at once, reads still answer, and the loop wakes up to write again with
+//! backoff until it can; `persist.rs` has the state machine.
 //!
 //! Shutdown (SIGTERM, SIGINT): stop the control API, ask every instance for
 //! its last report (each says unhealthy), wait for them for a bounded time,
@@ -18,10 +22,10 @@
 //!
 //! | module | does |
 //! |---|---|
-//! | [`persist`] | the end of a turn: plan, make the turn durable, then submit the plugin jobs and send the replies |
-//! | [`plugins`] | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
-//! | [`plugin_tasks`] | plugins run by jobs: candidates probed before they are registered, and their exits |
-//! | [`signals`] | the signal thread |
+//! | `persist.rs` | the end of a turn: plan, make the turn durable, then submit the plugin jobs and send the replies |
+//! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
+//! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
+//! | `signals.rs` | the signal thread |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 pub mod dev;
