@@ -160,7 +160,7 @@ pub struct VolumeManager {
     changed: BTreeSet<String>,
     outbox: Vec<Reply>,
     pending: HashMap<u64, PendingOp>,
-    /// IDs being registered or created.
+    /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
     jitter: SplitMix64,
 }
