@@ -15,7 +15,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
-//! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them; signals; `-dev` |
+//! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev` |
 //! | [`plugin`] | the registry with subscribers, the per-plugin instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
@@ -31,6 +31,25 @@
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, driver mounts with propagation, logs, restart policy), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
 //!
+//! # Durability
+//!
+//! Nothing is acknowledged, and no plugin call or mount is made, before
+//! the state it depends on is on disk: each loop turn's records are synced
+//! (one group commit) before the turn's replies and plugin jobs go out.
+//! When the data dir cannot be written (`ENOSPC`, `EDQUOT`, `EIO`), the
+//! agent *cannot persist*: it holds those replies and jobs, refuses every
+//! call that would change the state ([`api::Request::access`]) at once
+//! with `cannot persist the state in DATA_DIR: ERRNO; nothing was
+//! changed`, keeps answering reads from memory, and writes a whole
+//! snapshot again with backoff (100 ms doubling to 5 s) until one
+//! succeeds; then it sends what it held, by itself. A SIGKILL meanwhile
+//! loses only what was never acknowledged. `volume create` journals the
+//! volume as being created before CreateVolume is sent; after a crash the
+//! same request (its name makes it idempotent) is sent again and the
+//! volume registered, as Kubernetes' external-provisioner would, instead
+//! of leaving storage in the plugin that nobody knows of. The agent's
+//! module docs have the state machine.
+//!
 //! # Departures from DESIGN.md
 //!
 //! - DESIGN.md's module table has no home for the built-in plugin, which
@@ -40,8 +59,9 @@
 //!   names such as `data[0]`; see [`id`].
 //! - `main.rs` only dispatches; the command implementations and the small
 //!   flag parser live in [`cli`] so they are unit-testable.
-//! - `agent.rs` is a directory, [`agent`], because `-dev`'s supervised
-//!   hostpath child lives beside the main loop.
+//! - `agent.rs` is a directory, [`agent`]: `-dev`'s supervised hostpath
+//!   child lives beside the main loop, and so do the loop's other concerns
+//!   (persisting a turn, plugins, plugin tasks, signals), a file each.
 //! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`, the
 //!   loop device ioctls) live in [`sys`], with the same
 //!   one-small-function-per-call rule as [`mount`].

@@ -287,6 +287,11 @@ fn details(v: &api::VolumeStatus) -> String {
     } else {
         "<unknown>".to_string()
     };
+    let created = match (v.creating, v.create_error.is_empty()) {
+        (false, _) => v.created.to_string(),
+        (true, true) => "creating (waiting for CreateVolume)".to_string(),
+        (true, false) => format!("creating (retrying CreateVolume: {})", v.create_error),
+    };
     let fields: Vec<(&str, String)> = vec![
         ("ID", v.id.clone()),
         ("Name", v.name.clone()),
@@ -301,7 +306,7 @@ fn details(v: &api::VolumeStatus) -> String {
         ("Context", pairs(&v.context)),
         ("Capacity", capacity),
         ("Schedulable", v.schedulable.to_string()),
-        ("Created", v.created.to_string()),
+        ("Created", created),
     ];
     let mut out = key_values(&fields);
 
@@ -491,6 +496,29 @@ mod tests {
             ..volume()
         });
         assert!(none.contains("Mount Flags  = <none>\n"), "{none}");
+    }
+
+    #[test]
+    fn details_say_a_volume_is_being_created_and_why_it_is_retried() {
+        let text = details(&volume());
+        assert!(text.contains("Created      = false\n"), "{text}");
+        let creating = api::VolumeStatus {
+            creating: true,
+            ..volume()
+        };
+        let text = details(&creating);
+        assert!(
+            text.contains("Created      = creating (waiting for CreateVolume)\n"),
+            "{text}"
+        );
+        let text = details(&api::VolumeStatus {
+            create_error: "CreateVolume failed: UNAVAILABLE".into(),
+            ..creating
+        });
+        assert!(
+            text.contains("Created      = creating (retrying CreateVolume: CreateVolume failed: UNAVAILABLE)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod block;
 mod claim_errors;
 mod cli;
 mod client;
+mod durable;
 mod harness;
 mod job;
 mod migration;

@@ -93,10 +93,21 @@ struct Entry {
 
 /// A request that waits for one plugin call other than a step.
 enum PendingOp {
-    Register { volume: Volume, reply: ReplyTo },
-    Create { volume: Volume, reply: ReplyTo },
-    Delete { reply: ReplyTo },
-    Stats { reply: ReplyTo },
+    Register {
+        volume: Box<Volume>,
+        reply: ReplyTo,
+    },
+    /// `reply` is `None` for a CreateVolume sent again with nobody waiting.
+    Create {
+        id: String,
+        reply: Option<ReplyTo>,
+    },
+    Delete {
+        reply: ReplyTo,
+    },
+    Stats {
+        reply: ReplyTo,
+    },
 }
 
 /// What the manager needs to know about a volume's plugin.
@@ -154,7 +165,7 @@ pub struct VolumeManager {
     changed: BTreeSet<String>,
     outbox: Vec<Reply>,
     pending: HashMap<u64, PendingOp>,
-    /// IDs being registered or created.
+    /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
     jitter: SplitMix64,
     /// Events to record on plugins' health histories (a plugin that left

@@ -1,5 +1,9 @@
 //! `volume status`: the records as the control API shows them, without
 //! secrets or mount flags, with usage from NodeGetVolumeStats on request.
+//!
+//! A status is a read: it is answered at once, from memory, never held
+//! behind the journal like the answers to changes (it acknowledges
+//! nothing, and must keep working while the state cannot be persisted).
 
 use std::path::Path;
 
@@ -23,13 +27,13 @@ impl VolumeManager {
                 volumes,
                 ..Default::default()
             };
-            self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+            let _ = reply.send(Ok(Response::VolumeStatus(resp)));
             return None;
         }
         let entry = match self.entry(&req.id) {
             Ok(entry) => entry,
             Err(err) => {
-                self.outbox.push((reply, Err(err)));
+                let _ = reply.send(Err(err));
                 return None;
             }
         };
@@ -70,7 +74,7 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
                 None
             }
         }
@@ -118,11 +122,17 @@ impl VolumeManager {
             secret_keys: v.secrets.keys().map(str::to_string).collect(),
             parameters: v.parameters.clone().into_iter().collect(),
             context: v.context.clone().into_iter().collect(),
-            schedulable: view.as_ref().is_some_and(|p| p.healthy),
+            schedulable: view.as_ref().is_some_and(|p| p.healthy) && v.creating.is_none(),
             capacity_bytes: v.capacity_bytes,
             created: v.created,
+            creating: v.creating.is_some(),
             ..Default::default()
         };
+        if v.creating.is_some() {
+            if let Some(retry) = &entry.retry {
+                status.create_error = retry.error.clone();
+            }
+        }
         for (key, staging) in &v.stagings {
             status.stagings.push(api::Staging {
                 path: self.paths.staging(v, key).to_string_lossy().into_owned(),
