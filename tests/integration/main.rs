@@ -7,6 +7,7 @@
 
 mod agent;
 mod block;
+mod block_claims;
 mod claim_errors;
 mod cli;
 mod client;
