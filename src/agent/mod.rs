@@ -325,6 +325,24 @@ impl Agent {
                 self.volumes.release(&req.volume_id, &req.alloc_id, reply);
                 None
             }
+            Request::SnapshotCreate(req) => {
+                // Sent once the volume has no other call in flight.
+                self.volumes.snapshot_create(&req, reply, registry);
+                None
+            }
+            // These change nothing the agent keeps: they go out now.
+            Request::SnapshotDelete(req) => {
+                if let Some(job) = self.volumes.snapshot_delete(&req, reply, registry) {
+                    self.submit(job);
+                }
+                None
+            }
+            Request::SnapshotList(req) => {
+                if let Some(job) = self.volumes.snapshot_list(&req, reply, registry) {
+                    self.submit(job);
+                }
+                None
+            }
             Request::JobRun(req) => {
                 let result = self.allocs.run_job(&req).map(Response::JobRun);
                 self.gate.hold(Effect::Reply((reply, result)));

@@ -10,8 +10,10 @@ pub mod csi_cmd;
 pub mod job_cmd;
 pub mod json;
 pub mod plugin_cmd;
+pub mod snapshot_cmd;
 pub mod validate;
 pub mod volume_cmd;
+pub mod volume_init;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -147,7 +149,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             },
         ),
         "volume" => (
-            volume_cmd::USAGE,
+            if rest.first().map(String::as_str) == Some("snapshot") {
+                snapshot_cmd::USAGE
+            } else {
+                volume_cmd::USAGE
+            },
             if wants_help {
                 None
             } else {

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::csi::types::{CapacityRange, StringMap, TopologyRequirement};
+use crate::csi::types::{CapacityRange, ContentSource, StringMap, TopologyRequirement};
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::mount::Propagation;
 use crate::proto::state as pb;
@@ -123,6 +123,8 @@ impl Claim {
 pub struct CreateIntent {
     pub capacity: CapacityRange,
     pub accessibility: Option<TopologyRequirement>,
+    /// What the volume is made from (a snapshot, or a clone of a volume).
+    pub content_source: Option<ContentSource>,
 }
 
 /// A registered volume.
@@ -274,6 +276,14 @@ fn intent_to_proto(intent: &CreateIntent) -> pb::CreateIntent {
                 ..Default::default()
             })
             .into(),
+        snapshot_id: match &intent.content_source {
+            Some(ContentSource::Snapshot(id)) => id.clone(),
+            _ => String::new(),
+        },
+        clone_of: match &intent.content_source {
+            Some(ContentSource::Volume(id)) => id.clone(),
+            _ => String::new(),
+        },
         ..Default::default()
     }
 }
@@ -289,6 +299,13 @@ fn intent_from_proto(p: &pb::CreateIntent) -> CreateIntent {
             requisite: a.requisite.iter().map(segments).collect(),
             preferred: a.preferred.iter().map(segments).collect(),
         }),
+        content_source: if !p.snapshot_id.is_empty() {
+            Some(ContentSource::Snapshot(p.snapshot_id.clone()))
+        } else if !p.clone_of.is_empty() {
+            Some(ContentSource::Volume(p.clone_of.clone()))
+        } else {
+            None
+        },
     }
 }
 
@@ -532,10 +549,17 @@ mod tests {
                     requisite: vec![node.clone()],
                     preferred: vec![node],
                 }),
+                content_source: Some(ContentSource::Snapshot("snap-1".into())),
             },
             CreateIntent {
                 capacity: CapacityRange::default(),
                 accessibility: None,
+                content_source: Some(ContentSource::Volume("vol-1".into())),
+            },
+            CreateIntent {
+                capacity: CapacityRange::default(),
+                accessibility: None,
+                content_source: None,
             },
         ] {
             let v = volume(Some(intent));

@@ -42,6 +42,11 @@ impl VolumeManager {
         registry: &Registry,
         now: Instant,
     ) -> Option<Dispatch> {
+        if let Some(queued) = self.take_queued(id) {
+            // A request about the volume (snapshot, usage) waited for it
+            // to be idle; the protocol's next step waits for it in turn.
+            return Some(queued);
+        }
         loop {
             let entry = self.entries.get(id)?;
             if entry.busy.is_some() || entry.retry.as_ref().is_some_and(|r| r.at > now) {

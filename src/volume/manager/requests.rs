@@ -114,6 +114,7 @@ impl VolumeManager {
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
+        let reply = self.expand_instead(req, reply, registry)?;
         let result = Self::decode(req).and_then(|spec| {
             if spec.external_id.is_none() {
                 return Err(error(
@@ -165,18 +166,41 @@ impl VolumeManager {
         Some(Dispatch { plugin_id, job })
     }
 
+    /// A spec of a registered volume with a larger `capacity_min` expands
+    /// it (Nomad's behaviour): the expansion takes the reply. Otherwise
+    /// the reply comes back for the request to go on.
+    fn expand_instead(
+        &mut self,
+        req: &api::VolumeSpecRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<ReplyTo> {
+        match Self::decode(req) {
+            Ok(spec) if self.entries.contains_key(&spec.id) => {
+                self.try_expand(&spec, reply, registry).err()
+            }
+            _ => Some(reply),
+        }
+    }
+
     pub fn create(
         &mut self,
         req: &api::VolumeSpecRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
+        let reply = self.expand_instead(req, reply, registry)?;
         let result = Self::decode(req).and_then(|spec| {
             let capacity = crate::csi::types::CapacityRange {
                 required_bytes: spec.capacity_min.unwrap_or(0) as i64,
                 limit_bytes: spec.capacity_max.unwrap_or(0) as i64,
             };
             let requested = spec.topology_request.clone();
+            let content_source = match (&spec.snapshot_id, &spec.clone_id) {
+                (Some(id), _) => Some(crate::csi::types::ContentSource::Snapshot(id.clone())),
+                (None, Some(id)) => Some(crate::csi::types::ContentSource::Volume(id.clone())),
+                (None, None) => None,
+            };
             let volume = Self::from_spec(spec);
             let view = self.check_new(&volume, registry)?;
             if !view.create_delete {
@@ -187,6 +211,27 @@ impl VolumeManager {
                         volume.plugin_id
                     ),
                 ));
+            }
+            match &content_source {
+                Some(crate::csi::types::ContentSource::Snapshot(_)) if !view.snapshots => {
+                    return Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "plugin {:?} cannot create a volume from a snapshot (no CREATE_DELETE_SNAPSHOT)",
+                            volume.plugin_id
+                        ),
+                    ))
+                }
+                Some(crate::csi::types::ContentSource::Volume(_)) if !view.clone => {
+                    return Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "plugin {:?} cannot clone volumes (no CLONE_VOLUME)",
+                            volume.plugin_id
+                        ),
+                    ))
+                }
+                _ => {}
             }
             let accessibility = if !requested.is_empty() {
                 Some(crate::csi::types::TopologyRequirement {
@@ -211,6 +256,7 @@ impl VolumeManager {
                 creating: Some(CreateIntent {
                     capacity,
                     accessibility,
+                    content_source,
                 }),
                 ..volume
             })
@@ -241,7 +287,12 @@ impl VolumeManager {
         entry.busy = Some(token);
         let volume = &entry.volume;
         let intent = volume.creating.clone().expect("being created");
-        let request = ops::create_request(volume, intent.capacity, intent.accessibility);
+        let request = ops::create_request(
+            volume,
+            intent.capacity,
+            intent.accessibility,
+            intent.content_source,
+        );
         let plugin_id = volume.plugin_id.clone();
         let job = ops::job(id, token, self.done.clone(), move |client| {
             OpResult::Created(client.create_volume(&request))
@@ -489,6 +540,32 @@ impl VolumeManager {
     }
 
     pub(super) fn completed_request(&mut self, op: PendingOp, done: OpDone, registry: &Registry) {
+        if let Some(entry) = self.entries.get_mut(&done.volume_id) {
+            if entry.busy == Some(done.token) {
+                entry.busy = None;
+            }
+        }
+        if let PendingOp::Expand { reply } = op {
+            return match done.result {
+                OpResult::Expanded(result) => {
+                    self.completed_expand(&done.volume_id, reply, result, registry)
+                }
+                other => {
+                    log::error!("Mismatched operation result {other:?}");
+                    self.outbox
+                        .push((reply, Err(error(ErrorKind::Internal, "mismatched result"))));
+                }
+            };
+        }
+        if matches!(
+            op,
+            PendingOp::SnapshotCreate { .. }
+                | PendingOp::SnapshotDelete { .. }
+                | PendingOp::SnapshotList { .. }
+                | PendingOp::External { .. }
+        ) {
+            return self.completed_snapshot(op, done.result);
+        }
         match (op, done.result) {
             (PendingOp::Register { volume, reply }, OpResult::Validated(result)) => {
                 self.reserved.remove(&volume.id);
@@ -611,6 +688,11 @@ impl VolumeManager {
                         reply
                     }
                     PendingOp::Delete { reply } | PendingOp::Stats { reply } => Some(reply),
+                    PendingOp::Expand { reply } => Some(reply),
+                    PendingOp::SnapshotCreate { reply, .. }
+                    | PendingOp::SnapshotDelete { reply }
+                    | PendingOp::SnapshotList { reply, .. }
+                    | PendingOp::External { reply, .. } => Some(reply),
                 };
                 if let Some(reply) = reply {
                     self.outbox
