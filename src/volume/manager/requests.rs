@@ -540,8 +540,14 @@ impl VolumeManager {
     }
 
     pub(super) fn completed_request(&mut self, op: PendingOp, done: OpDone, registry: &Registry) {
+        // A request queued on its volume held the volume while in flight
+        // (CreateVolume's own completion checks and clears its mark).
+        let queued = matches!(
+            op,
+            PendingOp::Stats { .. } | PendingOp::SnapshotCreate { .. } | PendingOp::Expand { .. }
+        );
         if let Some(entry) = self.entries.get_mut(&done.volume_id) {
-            if entry.busy == Some(done.token) {
+            if queued && entry.busy == Some(done.token) {
                 entry.busy = None;
             }
         }
