@@ -22,4 +22,5 @@ mod targets;
 mod util;
 mod validate;
 mod volume;
+mod volume_commands;
 mod volume_util;

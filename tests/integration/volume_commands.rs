@@ -1,0 +1,156 @@
+//! Nomad's `volume` commands through the CLI, against a real agent and a
+//! real (strict) hostpath plugin: `detach`, `init`, `status -plugin` with
+//! the plugin's unregistered volumes, and the refusals of snapshot
+//! commands a plugin cannot serve. Snapshots, restores, clones and
+//! expansion themselves are in `snapshots_cli.rs`.
+
+use std::fs;
+
+use csi_agent::csi::types::CreateVolume;
+use csi_agent::csi::{AccessMode, AttachmentMode, Capability};
+
+use crate::harness::text;
+use crate::util::{bin, mount_state, require_root};
+use crate::volume_util::*;
+
+const MNMW: &str = "multi-node-multi-writer";
+
+#[test]
+fn detach_without_an_alloc_releases_every_claim_of_the_volume_and_waits() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    rig.create("vol", MNMW);
+    claimed(&rig.agent, &claim_req("vol", "a1"));
+    claimed(&rig.agent, &claim_req("vol", "a2"));
+    let out = rig.agent.cli(&["volume", "detach", "vol"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("the claim of alloc \"a1\" is released"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the claim of alloc \"a2\" is released"),
+        "{stdout}"
+    );
+    assert!(unclaimed(&volume(&rig.agent, "vol")));
+    assert_eq!(mount_state(&rig.staging_path("vol")), None);
+    // With -alloc, Nomad's detach of one claim; none left is not an error.
+    claimed(&rig.agent, &claim_req("vol", "a3"));
+    let out = rig.agent.cli(&["volume", "detach", "-alloc", "a3", "vol"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = rig.agent.cli(&["volume", "detach", "vol"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("has no claims"),
+        "{}",
+        text(&out)
+    );
+    rig.assert_spec_order();
+    rig.assert_nothing_left();
+}
+
+#[test]
+fn init_writes_a_spec_that_validates_and_never_overwrites() {
+    let dir = crate::util::TestDir::new();
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .args(args)
+            .current_dir(&dir.path)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["volume", "init"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let written = fs::read_to_string(dir.join("volume.hcl")).unwrap();
+    assert!(written.contains("capability {"));
+    let out = run(&["validate", "volume.hcl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    fs::write(dir.join("volume.hcl"), "mine\n").unwrap();
+    let out = run(&["volume", "init"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    assert_eq!(
+        fs::read_to_string(dir.join("volume.hcl")).unwrap(),
+        "mine\n"
+    );
+    let out = run(&["volume", "init", "other.hcl"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(dir.join("other.hcl").exists());
+}
+
+#[test]
+fn status_of_a_plugin_lists_its_volumes_that_are_not_registered() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let registered = rig.create("vol", MNMW).external_id;
+    let unregistered = rig
+        .plugin
+        .csi_client()
+        .create_volume(&CreateVolume {
+            name: "stray".into(),
+            capabilities: vec![Capability::new(
+                AccessMode::MultiNodeMultiWriter,
+                AttachmentMode::FileSystem,
+            )],
+            ..Default::default()
+        })
+        .unwrap()
+        .volume_id;
+    let resp = connect(&rig.agent).volume_status_of_plugin(PLUGIN).unwrap();
+    assert_eq!(resp.volumes.len(), 1);
+    let external: Vec<&str> = resp
+        .external
+        .iter()
+        .map(|v| v.external_id.as_str())
+        .collect();
+    assert_eq!(external, [unregistered.as_str()], "not {registered}");
+    let out = rig.agent.cli(&["volume", "status", "-plugin", PLUGIN]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("External Volumes") && stdout.contains(&unregistered),
+        "{stdout}"
+    );
+    // A plugin that is not registered says so.
+    let out = rig.agent.cli(&["volume", "status", "-plugin", "nope"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("plugin \"nope\" is not registered"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn snapshot_commands_are_refused_for_a_plugin_without_a_controller() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start_with(PluginType::Node, None);
+    let spec = spec("vol", &[MNMW], Some("ext-1"));
+    connect(&rig.agent)
+        .volume_register("vol.hcl", &spec)
+        .unwrap_or_else(|err| panic!("{err}"));
+    for args in [
+        &["volume", "snapshot", "create", "vol", "s1"][..],
+        &["volume", "snapshot", "list", "-plugin", PLUGIN],
+        &["volume", "snapshot", "delete", PLUGIN, "s1"],
+    ] {
+        let out = rig.agent.cli(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("has no controller"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    let out = rig.agent.cli(&["volume", "snapshot", "list"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "-plugin is required: {}",
+        text(&out)
+    );
+}
