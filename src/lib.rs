@@ -19,6 +19,7 @@
 //! | [`plugin`] | the registry with subscribers, the per-plugin instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
+//! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices |
@@ -136,6 +137,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod csi;
 pub mod hcl;
 pub mod hostpath;

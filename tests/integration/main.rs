@@ -12,6 +12,7 @@ mod claim_errors;
 mod cli;
 mod client;
 mod durable;
+mod etcd;
 mod harness;
 mod job;
 mod migration;
