@@ -19,6 +19,7 @@ const PROTOS: &[&str] = &[
     "proto/agent.proto",
     "proto/state.proto",
     "proto/etcd.proto",
+    "proto/cluster.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -2,16 +2,18 @@
 //! (DESIGN.md, "Many hosts"), an existing, proven engine that csi-agent
 //! speaks over gRPC with the grpcio stack it already has.
 //!
-//! This module owns that concern. Today it holds the client
-//! ([`etcd::Etcd`]): KV Range/Put/DeleteRange, transactions comparing a
-//! key's revision (how two agents admitting writers at once cannot both
-//! win), leases with keep-alives (how a node is alive while its key
-//! exists), and watches (how agents learn of changes without polling),
-//! with fail-over between the cluster's members and a clear error when no
-//! member can answer (a leaderless cluster is an error, not a hang).
+//! This module owns that concern:
 //!
-//! Volumes, claims, attachments and node records built on it follow in
-//! their own files of this module; an agent without a `cluster` block
-//! never reaches any of it.
+//! | file | owns |
+//! |---|---|
+//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang) |
+//! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
+//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
+//!
+//! Not wired into the agent yet: the `cluster` block of the agent config,
+//! the attachments and the controller election come next. An agent
+//! without a `cluster` block never reaches any of it.
 
+pub mod claims;
 pub mod etcd;
+pub mod node;

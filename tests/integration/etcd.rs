@@ -19,7 +19,7 @@ use csi_agent::cluster::etcd::{Error, Etcd, Event};
 use crate::util::TestDir;
 
 /// Whether etcd is installed; under CI its absence is a failure.
-fn require_etcd() -> bool {
+pub fn require_etcd() -> bool {
     let found = Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
@@ -43,14 +43,16 @@ fn free_port() -> u16 {
 }
 
 /// etcd members on loopback, in a test dir.
-struct Cluster {
+pub struct Cluster {
     dir: TestDir,
     members: Vec<Option<Child>>,
-    clients: Vec<String>,
+    /// Each member's command line, to start it again.
+    args: Vec<Vec<String>>,
+    pub clients: Vec<String>,
 }
 
 impl Cluster {
-    fn start(n: usize) -> Cluster {
+    pub fn start(n: usize) -> Cluster {
         let dir = TestDir::new();
         let peers: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let clients: Vec<u16> = (0..n).map(|_| free_port()).collect();
@@ -61,42 +63,42 @@ impl Cluster {
             .collect();
         let token = format!("csi-agent-test-{}", dir.path.display());
         let mut members = Vec::new();
+        let mut all_args = Vec::new();
         for i in 0..n {
-            let log = std::fs::File::create(dir.join(&format!("m{i}.log"))).unwrap();
-            let child = Command::new("etcd")
-                .args([
-                    "--name",
-                    &format!("m{i}"),
-                    "--data-dir",
-                    &dir.join(&format!("m{i}")).display().to_string(),
-                    "--listen-client-urls",
-                    &format!("http://127.0.0.1:{}", clients[i]),
-                    "--advertise-client-urls",
-                    &format!("http://127.0.0.1:{}", clients[i]),
-                    "--listen-peer-urls",
-                    &format!("http://127.0.0.1:{}", peers[i]),
-                    "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{}", peers[i]),
-                    "--initial-cluster",
-                    &initial.join(","),
-                    "--initial-cluster-state",
-                    "new",
-                    "--initial-cluster-token",
-                    &token,
-                    "--heartbeat-interval",
-                    "50",
-                    "--election-timeout",
-                    "500",
-                ])
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("start etcd");
-            members.push(Some(child));
+            let args: Vec<String> = [
+                "--name",
+                &format!("m{i}"),
+                "--data-dir",
+                &dir.join(&format!("m{i}")).display().to_string(),
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", clients[i]),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", clients[i]),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", peers[i]),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", peers[i]),
+                "--initial-cluster",
+                &initial.join(","),
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &token,
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            members.push(Some(spawn_member(&dir, i, &args)));
+            all_args.push(args);
         }
         let cluster = Cluster {
             dir,
             members,
+            args: all_args,
             clients: clients
                 .iter()
                 .map(|p| format!("http://127.0.0.1:{p}"))
@@ -106,14 +108,20 @@ impl Cluster {
         cluster
     }
 
-    fn client(&self) -> Etcd {
+    /// Starts member `i` again after [`Cluster::kill`], on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].is_none(), "member {i} is running");
+        self.members[i] = Some(spawn_member(&self.dir, i, &self.args[i]));
+    }
+
+    pub fn client(&self) -> Etcd {
         Etcd::new(&self.clients)
             .unwrap()
             .with_timeout(Duration::from_secs(2))
     }
 
     /// Waits until a write goes through (a leader is elected).
-    fn wait_ready(&self) {
+    pub fn wait_ready(&self) {
         let client = self.client();
         let start = Instant::now();
         while let Err(err) = client.put(b"/ready", b"", 0) {
@@ -126,7 +134,7 @@ impl Cluster {
         }
     }
 
-    fn kill(&mut self, i: usize) {
+    pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -141,6 +149,20 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+fn spawn_member(dir: &TestDir, i: usize, args: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(&format!("m{i}.log")))
+        .unwrap();
+    Command::new("etcd")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start etcd")
 }
 
 impl Drop for Cluster {

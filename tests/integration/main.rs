@@ -11,6 +11,7 @@ mod block_claims;
 mod claim_errors;
 mod cli;
 mod client;
+mod cluster;
 mod durable;
 mod etcd;
 mod harness;
