@@ -1,0 +1,251 @@
+//! Starting one task: the task dir, the environment, the driver mounts and
+//! the namespace plan, the spawn; for a plugin task, its socket dir, the
+//! shared `csi/` root, and the spec the agent registers. Also the checks
+//! `job run` makes on a task's `${VAR}`s and destinations.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use super::env::{interpolate, task_env, TaskContext};
+use super::exec::{self, Launch};
+use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::{Alloc, Allocs, UseState, VolumeSource};
+use crate::csi::Endpoint;
+use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
+use crate::plugin::{PluginSpec, Source};
+use crate::spec::{Group, Task};
+
+/// Checks, at `job run`, that every `${VAR}` of a task names a variable and
+/// that every destination stays inside the task dir.
+pub(super) fn check_interpolation(group: &Group, task: &Task, job: &str) -> Result<(), String> {
+    let alloc_dir = Path::new("/alloc/00000000");
+    let ctx = TaskContext {
+        alloc_id: "00000000",
+        alloc_index: 0,
+        job,
+        group: &group.name,
+        task: &task.name,
+        alloc_dir,
+    };
+    let mut base = ctx.base();
+    if task.csi_plugin.is_some() {
+        base.insert(
+            "CSI_ENDPOINT".into(),
+            "unix:///plugins/00000000/csi.sock".into(),
+        );
+    }
+    let env = task_env(&base, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    for arg in &task.config.args {
+        interpolate(arg, &env).map_err(|e| format!("config.args: {e}"))?;
+    }
+    for vm in &task.volume_mounts {
+        let dest = interpolate(&vm.destination, &env)
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+        resolve_destination(&ctx.task_dir(), &dest)
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+    }
+    Ok(())
+}
+
+impl Allocs {
+    /// Prepares the task dir, the environment and the mounts, and spawns
+    /// the task; for a plugin task, also the spec the agent registers.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn launch(
+        &mut self,
+        alloc: &Alloc,
+        i: usize,
+    ) -> Result<(std::process::Child, Option<(PluginSpec, Duration)>), String> {
+        let spec = &alloc.group.tasks[i];
+        let alloc_dir = self.alloc_dir(&alloc.id);
+        let ctx = TaskContext {
+            alloc_id: &alloc.id,
+            alloc_index: alloc.index,
+            job: &alloc.job,
+            group: &alloc.group.name,
+            task: &spec.name,
+            alloc_dir: &alloc_dir,
+        };
+        let task_dir = ctx.task_dir();
+        let user = match &spec.user {
+            Some(name) => Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?),
+            None => None,
+        };
+        make_dir(&alloc_dir, 0o711)?;
+        make_dir(&alloc_dir.join("alloc"), 0o755)?;
+        make_dir(&task_dir, 0o755)?;
+        for (dir, mode) in [
+            ("local", 0o755),
+            ("secrets", 0o700),
+            ("tmp", 0o1777),
+            ("logs", 0o755),
+        ] {
+            let path = task_dir.join(dir);
+            make_dir(&path, mode)?;
+            if let Some(user) = user {
+                chown(&path, user)?;
+            }
+        }
+        let socket_dir = self.plugin_socket_dir(&alloc.id);
+        let env = self.task_environment(alloc, i)?;
+        let args = spec
+            .config
+            .args
+            .iter()
+            .map(|a| interpolate(a, &env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("config.args: {e}"))?;
+        let mut mounts = Vec::new();
+        for vm in &spec.volume_mounts {
+            let used = alloc
+                .volumes
+                .iter()
+                .find(|v| v.alias == vm.volume)
+                .ok_or_else(|| format!("volume_mount {:?}: no such group volume", vm.volume))?;
+            let source = match (&used.source, &used.state) {
+                (VolumeSource::Host { path }, _) => path.clone(),
+                (VolumeSource::Csi, UseState::Claimed { publish_path }) => publish_path.clone(),
+                _ => return Err(format!("volume {:?} is not claimed", used.volume_id)),
+            };
+            let dest = interpolate(&vm.destination, &env)
+                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+            let target = resolve_destination(&task_dir, &dest).map_err(|e| e.to_string())?;
+            prepare_target(&task_dir, &dest, &target, source.is_dir())
+                .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
+            if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
+                make_shared(&source)?;
+            }
+            mounts.push(DriverMount {
+                source,
+                target,
+                read_only: vm.read_only || used.read_only,
+                propagation: vm.propagation,
+            });
+        }
+        let mut keep = Vec::new();
+        let plugin = plugin_spec(alloc, i, &env)?;
+        if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
+            let root = self.data_dir.join("csi");
+            ensure_shared_root(&root)?;
+            make_dir(&root.join(&p.id), 0o700)?;
+            keep.push(root);
+            make_dir(&socket_dir, 0o700)?;
+            if let Some(user) = user {
+                chown(&socket_dir, user)?;
+            }
+            let _ = fs::remove_file(registered.endpoint.path());
+        }
+        let host = MountInfo::read().map_err(|e| e.to_string())?;
+        let hide = vec![self.data_dir.join(crate::api::SOCKET_NAME)];
+        let launch = Launch {
+            command: spec.config.command.clone(),
+            args,
+            env,
+            cwd: task_dir.clone(),
+            stdout: task_dir.join("logs/stdout"),
+            stderr: task_dir.join("logs/stderr"),
+            pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
+            user,
+            namespace: NamespacePlan::new(&host, keep, mounts, hide),
+        };
+        let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
+        Ok((child, plugin))
+    }
+
+    /// The whole environment of task `i` of `alloc`: the agent's variables
+    /// (with a plugin task's `CSI_ENDPOINT`), then the task's `env` block.
+    pub(super) fn task_environment(
+        &self,
+        alloc: &Alloc,
+        i: usize,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let spec = &alloc.group.tasks[i];
+        let alloc_dir = self.alloc_dir(&alloc.id);
+        let ctx = TaskContext {
+            alloc_id: &alloc.id,
+            alloc_index: alloc.index,
+            job: &alloc.job,
+            group: &alloc.group.name,
+            task: &spec.name,
+            alloc_dir: &alloc_dir,
+        };
+        let mut base = ctx.base();
+        if spec.csi_plugin.is_some() {
+            let socket = self.plugin_socket_dir(&alloc.id).join("csi.sock");
+            base.insert(
+                "CSI_ENDPOINT".into(),
+                format!("unix://{}", socket.display()),
+            );
+        }
+        task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+    }
+}
+
+/// What the agent registers for task `i` of `alloc` if it is a plugin,
+/// with its health timeout; the socket is the task's `CSI_ENDPOINT`.
+pub(super) fn plugin_spec(
+    alloc: &Alloc,
+    i: usize,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<(PluginSpec, Duration)>, String> {
+    let spec = &alloc.group.tasks[i];
+    let Some(csi) = &spec.csi_plugin else {
+        return Ok(None);
+    };
+    let endpoint: Endpoint = env["CSI_ENDPOINT"]
+        .parse()
+        .map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
+    let registered = PluginSpec {
+        id: csi.id.clone(),
+        endpoint,
+        plugin_type: csi.plugin_type,
+        source: Source::Task {
+            alloc: alloc.id.clone(),
+            task: spec.name.clone(),
+        },
+    };
+    Ok(Some((registered, csi.health_timeout)))
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode)))
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))
+}
+
+fn chown(path: &Path, user: exec::User) -> Result<(), String> {
+    std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
+        .map_err(|e| format!("cannot give {} to uid {}: {e}", path.display(), user.uid))
+}
+
+/// Makes the host's mount at `path` shared, so a task's slave or shared
+/// bind of it receives (and for shared, sends) mount events.
+fn make_shared(path: &Path) -> Result<(), String> {
+    let info = MountInfo::read().map_err(|e| e.to_string())?;
+    match info.get(path) {
+        Some(m) if m.shared_peer_group().is_some() => Ok(()),
+        Some(_) => SysMounter
+            .set_propagation(path, Propagation::Bidirectional)
+            .map_err(|e| crate::error_chain(&e)),
+        None => Err(format!("{} is not a mount point", path.display())),
+    }
+}
+
+/// The agent's `csi/` root as a shared mount of its own, so mounts a
+/// plugin task makes under it (in its namespace) appear on the host.
+fn ensure_shared_root(root: &Path) -> Result<(), String> {
+    make_dir(root, 0o700)?;
+    let info = MountInfo::read().map_err(|e| e.to_string())?;
+    if info.get(root).is_none() {
+        SysMounter
+            .bind(root, root, false)
+            .map_err(|e| crate::error_chain(&e))?;
+    }
+    make_shared(root)
+}
