@@ -27,6 +27,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
         include_str!("../../fixtures/volume-create.hcl"),
     ),
     (
+        "volume-ebs.hcl",
+        include_str!("../../fixtures/volume-ebs.hcl"),
+    ),
+    (
         "job-per-alloc.hcl",
         include_str!("../../fixtures/job-per-alloc.hcl"),
     ),
