@@ -19,6 +19,10 @@ pub const FILE: &str = "test.hcl";
 pub const FIXTURES: &[(&str, &str)] = &[
     ("agent.hcl", include_str!("../../fixtures/agent.hcl")),
     (
+        "agent-chroot.hcl",
+        include_str!("../../fixtures/agent-chroot.hcl"),
+    ),
+    (
         "volume-register.hcl",
         include_str!("../../fixtures/volume-register.hcl"),
     ),
