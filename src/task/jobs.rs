@@ -138,7 +138,7 @@ impl Allocs {
                     exec::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
-                launch::check_interpolation(group, task, &spec.name)
+                launch::check_interpolation(group, task, &spec.name, &self.chroot_env)
                     .map_err(|e| invalid(format!("{what}: {e}")))?;
             }
         }

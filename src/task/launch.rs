@@ -1,7 +1,16 @@
-//! Starting one task: the task dir, the environment, the driver mounts and
-//! the namespace plan, the spawn; for a plugin task, its socket dir, the
-//! shared `csi/` root, and the spec the agent registers. Also the checks
-//! `job run` makes on a task's `${VAR}`s and destinations.
+//! Starting one task: the task dir, the environment, the driver mounts,
+//! the root of an `exec` task and the namespace plan, the spawn; for a
+//! plugin task, its socket dir, the shared `csi/` root, and the spec the
+//! agent registers. Also the checks `job run` makes on a task's `${VAR}`s
+//! and destinations.
+//!
+//! A plugin task in its own root gets its socket dir and the agent's
+//! `csi/` root bound at their host paths (the latter shared with the
+//! host), so that `CSI_ENDPOINT` and the staging and publish paths the
+//! agent sends in RPCs name the same places inside the root as outside.
+//! Nomad instead binds them at `mount_dir` and `stage_publish_base_dir`
+//! and translates the paths; that is not done yet, and those two keys are
+//! accepted and unused.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -12,15 +21,21 @@ use std::time::Duration;
 use super::env::{interpolate, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::root::{check_destination, RootPlan, SamePath};
 use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{Group, Task};
+use crate::spec::{ChrootEntry, Driver, Group, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable and
-/// that every destination stays inside the task dir.
-pub(super) fn check_interpolation(group: &Group, task: &Task, job: &str) -> Result<(), String> {
+/// that every destination has room in the task's root.
+pub(super) fn check_interpolation(
+    group: &Group,
+    task: &Task,
+    job: &str,
+    chroot_env: &[ChrootEntry],
+) -> Result<(), String> {
     let alloc_dir = Path::new("/alloc/00000000");
     let ctx = TaskContext {
         alloc_id: "00000000",
@@ -29,6 +44,7 @@ pub(super) fn check_interpolation(group: &Group, task: &Task, job: &str) -> Resu
         group: &group.name,
         task: &task.name,
         alloc_dir,
+        own_root: task.driver == Driver::Exec,
     };
     let mut base = ctx.base();
     if task.csi_plugin.is_some() {
@@ -45,6 +61,7 @@ pub(super) fn check_interpolation(group: &Group, task: &Task, job: &str) -> Resu
         let dest = interpolate(&vm.destination, &env)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
         resolve_destination(&ctx.task_dir(), &dest)
+            .and_then(|_| check_destination(&dest, chroot_env))
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
     }
     Ok(())
@@ -68,6 +85,7 @@ impl Allocs {
             group: &alloc.group.name,
             task: &spec.name,
             alloc_dir: &alloc_dir,
+            own_root: spec.driver == Driver::Exec,
         };
         let task_dir = ctx.task_dir();
         let user = match &spec.user {
@@ -112,7 +130,9 @@ impl Allocs {
             };
             let dest = interpolate(&vm.destination, &env)
                 .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
-            let target = resolve_destination(&task_dir, &dest).map_err(|e| e.to_string())?;
+            let target = resolve_destination(&task_dir, &dest)
+                .and_then(|target| check_destination(&dest, &self.chroot_env).map(|()| target))
+                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
             prepare_target(&task_dir, &dest, &target, source.is_dir())
                 .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
             if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
@@ -126,20 +146,44 @@ impl Allocs {
             });
         }
         let mut keep = Vec::new();
+        let mut same_paths = Vec::new();
         let plugin = plugin_spec(alloc, i, &env)?;
         if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;
             make_dir(&root.join(&p.id), 0o700)?;
-            keep.push(root);
+            keep.push(root.clone());
             make_dir(&socket_dir, 0o700)?;
             if let Some(user) = user {
                 chown(&socket_dir, user)?;
             }
             let _ = fs::remove_file(registered.endpoint.path());
+            same_paths.push(SamePath {
+                path: socket_dir.clone(),
+                propagation: Propagation::Private,
+            });
+            same_paths.push(SamePath {
+                path: root,
+                propagation: Propagation::Bidirectional,
+            });
         }
         let host = MountInfo::read().map_err(|e| e.to_string())?;
-        let hide = vec![self.data_dir.join(crate::api::SOCKET_NAME)];
+        let (root, hide) = match spec.driver {
+            Driver::Exec => {
+                let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
+                let root = RootPlan::new(
+                    &task_dir,
+                    &alloc_dir.join("alloc"),
+                    &self.chroot_env,
+                    owner,
+                    same_paths,
+                );
+                root.prepare().map_err(|e| crate::error_chain(&e))?;
+                (Some(root), Vec::new())
+            }
+            // The host's root holds the control socket: cover it.
+            Driver::RawExec => (None, vec![self.data_dir.join(crate::api::SOCKET_NAME)]),
+        };
         let launch = Launch {
             command: spec.config.command.clone(),
             args,
@@ -150,6 +194,7 @@ impl Allocs {
             pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
             user,
             namespace: NamespacePlan::new(&host, keep, mounts, hide),
+            root,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
         Ok((child, plugin))
@@ -171,6 +216,7 @@ impl Allocs {
             group: &alloc.group.name,
             task: &spec.name,
             alloc_dir: &alloc_dir,
+            own_root: spec.driver == Driver::Exec,
         };
         let mut base = ctx.base();
         if spec.csi_plugin.is_some() {

@@ -1,4 +1,5 @@
-//! Jobs and their allocations: the `exec` driver and the task hooks.
+//! Jobs and their allocations: the `exec` and `raw_exec` drivers and the
+//! task hooks.
 //!
 //! `job run` decodes a job file (Nomad's format) and creates one
 //! allocation per group instance; [`Allocs`], owned by the main loop, takes
@@ -9,9 +10,12 @@
 //!    `source[index]`) through the volume manager, retrying retryable
 //!    refusals with backoff (shown as task events) and failing the alloc
 //!    on a terminal one. `host` volumes come from the agent config.
-//! 2. **running**: every task is started by the exec driver ([`exec`]) in
-//!    its own mount namespace with its driver mounts ([`mounts`]); exits
-//!    go through the restart policy ([`restart`]). A task with a
+//! 2. **running**: every task is started ([`exec`]) in its own session and
+//!    mount namespace: an `exec` task in a root of its own, built as
+//!    Nomad's exec driver builds it ([`root`]), with each volume at its
+//!    destination ([`mounts`]); a `raw_exec` task on the host's root, with
+//!    no volumes. Exits go through the restart policy ([`restart`]). A
+//!    task with a
 //!    `csi_plugin` block is a plugin: the supervisor hook gives it a socket
 //!    dir `data_dir/plugins/<alloc>/` and `CSI_ENDPOINT`, keeps the
 //!    agent's `csi/` root a peer of the host in its namespace, and asks the
@@ -29,12 +33,14 @@
 //! through its restart policy, and none is started twice (see [`exec`]'s
 //! pid file).
 //!
-//! The plugin's view of paths: an exec task is not chrooted, so it sees
-//! the host's paths. `CSI_ENDPOINT` is `unix://<data_dir>/plugins/<alloc>/
-//! csi.sock` (unless the task's `env` sets it; the agent then watches that
-//! socket), and the staging and publish paths in its RPCs are the agent's
-//! `<data_dir>/csi/<plugin>/...`. `mount_dir` and `stage_publish_base_dir`
-//! are accepted for Nomad's files and not used.
+//! The plugin's view of paths: a plugin task's root holds its socket dir
+//! and the agent's `csi/` root at their host paths (the latter a
+//! bidirectional bind), so `CSI_ENDPOINT` is `unix://<data_dir>/plugins/
+//! <alloc>/csi.sock` (unless the task's `env` sets it; the agent then
+//! watches that socket), and the staging and publish paths in its RPCs are
+//! the agent's `<data_dir>/csi/<plugin>/...`, valid on both sides. Nomad
+//! binds them at `mount_dir` and `stage_publish_base_dir` instead and
+//! translates the paths; those two keys are accepted and not used yet.
 //!
 //! | file | owns |
 //! |---|---|
@@ -42,9 +48,10 @@
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
-//! | `launch.rs` | starting one task: task dir, environment, driver mounts, plugin socket dir |
+//! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
-//! | [`exec`] | the `exec` driver: fork, the child's namespace, exec |
+//! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
+//! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
@@ -56,6 +63,7 @@ mod launch;
 pub mod mounts;
 mod persist;
 pub mod restart;
+pub mod root;
 mod runner;
 mod volume_hook;
 
@@ -71,7 +79,7 @@ use crate::csi::backoff::SplitMix64;
 use crate::plugin::fingerprint::unix_ms;
 use crate::plugin::PluginSpec;
 use crate::proto::agent as api;
-use crate::spec::{Group, HostVolume, Job};
+use crate::spec::{ChrootEntry, Group, HostVolume, Job};
 use restart::Window;
 
 /// How many events each task keeps.
@@ -283,6 +291,8 @@ pub struct Allocs {
     host_volumes: Vec<HostVolume>,
     /// Plugin IDs the agent config provides; a job may not provide them.
     config_plugins: BTreeSet<String>,
+    /// What exec tasks' roots are built from.
+    chroot_env: Vec<ChrootEntry>,
     jobs: BTreeMap<String, JobEntry>,
     allocs: BTreeMap<String, Alloc>,
     effects: Vec<PluginEffect>,
@@ -300,6 +310,7 @@ impl Allocs {
             data_dir: data_dir.to_path_buf(),
             host_volumes: Vec::new(),
             config_plugins: BTreeSet::new(),
+            chroot_env: crate::spec::AgentConfig::default().chroot_env(),
             jobs: BTreeMap::new(),
             allocs: BTreeMap::new(),
             effects: Vec::new(),
@@ -308,10 +319,17 @@ impl Allocs {
         }
     }
 
-    /// What the agent config says about host volumes and plugins.
-    pub fn configure(&mut self, host_volumes: &[HostVolume], config_plugins: BTreeSet<String>) {
+    /// What the agent config says about host volumes, plugins and the
+    /// roots of exec tasks.
+    pub fn configure(
+        &mut self,
+        host_volumes: &[HostVolume],
+        config_plugins: BTreeSet<String>,
+        chroot_env: Vec<ChrootEntry>,
+    ) {
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
+        self.chroot_env = chroot_env;
     }
 
     /// Whether anything changed that the snapshot must keep.

@@ -1,0 +1,404 @@
+//! The root of an `exec` task, as Nomad's exec driver builds it: what the
+//! task sees at `/`, what a task running as `nobody` can reach, Nomad's
+//! `chroot_env`, a device node as a volume, and `raw_exec`, which keeps
+//! the host's root.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::mount::MountInfo;
+
+use super::{alloc_processes, consumer, task_mounts, Rig, USAGE_RO};
+use crate::harness::{text, WAIT};
+use crate::util::{mounts_under, require_root};
+
+/// A job of one exec task running `script` under `sh -c`; `task_extra`
+/// goes into the task block, `group_extra` into the group.
+fn shell_job(name: &str, script: &str, group_extra: &str, task_extra: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    {group_extra}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+      }}
+      {task_extra}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+/// Waits until the task's stdout holds `marker`; the whole log.
+#[track_caller]
+fn wait_for_log(rig: &Rig, alloc: &str, marker: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let log = rig.ok(&["alloc", "logs", alloc, "t"]);
+        if log.contains(marker) {
+            return log;
+        }
+        if start.elapsed() > WAIT {
+            let err = rig.ok(&["alloc", "logs", "-stderr", alloc, "t"]);
+            panic!("no {marker:?} in the task's log within {WAIT:?}:\n{log}\nstderr:\n{err}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_exec_task_runs_in_a_root_of_its_own() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let script = "\
+for p in /local /alloc /secrets /tmp /proc/self /dev/pts /dev/shm; do test -d $p || echo missing $p; done
+for d in null zero full random urandom tty; do test -c /dev/$d || echo missing /dev/$d; done
+head -c 4 /dev/zero | wc -c
+echo $NOMAD_TASK_DIR $NOMAD_SECRETS_DIR $NOMAD_ALLOC_DIR $TMPDIR
+touch /etc/x 2>/dev/null && echo etc-writable || echo etc-read-only
+touch /usr/bin/x 2>/dev/null && echo usr-writable || echo usr-read-only
+echo local > /local/f && echo alloc > /alloc/f && echo secret > /secrets/s
+stat -c %a /secrets
+echo ready
+exec sleep 600";
+    // A bare command name is found on the task's PATH, in its root.
+    let hcl = shell_job("root", script, "", "").replace("\"/bin/sh\"", "\"sh\"");
+    let allocs = rig.run_job("root.hcl", &hcl);
+    let alloc = &allocs[0];
+    let pid = rig.wait_running("root", alloc);
+    let log = wait_for_log(&rig, alloc, "ready");
+    assert_eq!(
+        log,
+        "4\n/local /secrets /alloc /tmp\netc-read-only\nusr-read-only\n700\nready\n"
+    );
+
+    // Its files: local/ and alloc/ are the task dir's and the alloc's on
+    // the host; secrets/ is a tmpfs of its own namespace.
+    let task_dir = rig.task_dir(alloc, "t");
+    let alloc_dir = rig.agent.data_dir.join("alloc").join(alloc);
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    assert_eq!(
+        fs::read_to_string(task_dir.join("local/f")).unwrap(),
+        "local\n"
+    );
+    assert_eq!(
+        fs::read_to_string(alloc_dir.join("alloc/f")).unwrap(),
+        "alloc\n"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("secrets/s")).unwrap(),
+        "secret\n"
+    );
+    assert!(!task_dir.join("secrets/s").exists());
+
+    // Its mount table: the root and what it is built from, nothing of
+    // the host's old root.
+    let mounts = task_mounts(pid);
+    let fs_type = |p: &str| mounts.get(Path::new(p)).map(|m| m.fs_type.clone());
+    assert_eq!(fs_type("/dev").as_deref(), Some("tmpfs"));
+    assert_eq!(fs_type("/dev/pts").as_deref(), Some("devpts"));
+    assert_eq!(fs_type("/dev/shm").as_deref(), Some("tmpfs"));
+    assert_eq!(fs_type("/proc").as_deref(), Some("proc"));
+    assert_eq!(fs_type("/secrets").as_deref(), Some("tmpfs"));
+    assert!(mounts.get(Path::new("/alloc")).is_some());
+    assert!(mounts.get(Path::new("/")).is_some());
+    for dir in ["/etc", "/usr"] {
+        let m = mounts.get(Path::new(dir)).expect("chroot_env is bound");
+        assert!(m.is_read_only(), "{dir} is read-only: {m:?}");
+    }
+    let agent_dir = &rig.agent.dir.path;
+    assert!(
+        mounts
+            .entries()
+            .iter()
+            .all(|m| !m.mount_point.starts_with(agent_dir)),
+        "the old root is detached: {:#?}",
+        mounts.entries()
+    );
+    // None of it on the host.
+    assert_eq!(
+        MountInfo::read().unwrap().under(&task_dir).count(),
+        0,
+        "the host's mount table shows nothing of the task"
+    );
+
+    rig.stop("root");
+    assert!(alloc_processes(alloc).is_empty());
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+    assert!(fs::read_dir(task_dir.join("secrets"))
+        .unwrap()
+        .next()
+        .is_none());
+}
+
+#[test]
+fn a_task_as_nobody_reads_its_read_only_volume_and_nothing_more() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let volume_dir = rig.backing.join("volumes/v1");
+    fs::set_permissions(&volume_dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(volume_dir.join("seed.txt"), "seed\n").unwrap();
+    fs::set_permissions(
+        volume_dir.join("seed.txt"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+
+    // Another task, as root, with a secret.
+    let keeper = rig.run_job(
+        "keeper.hcl",
+        &shell_job(
+            "keeper",
+            "echo top secret > /secrets/token && echo ready && exec sleep 600",
+            "",
+            "",
+        ),
+    );
+    let keeper_pid = rig.wait_running("keeper", &keeper[0]);
+    wait_for_log(&rig, &keeper[0], "ready");
+    assert_eq!(
+        fs::read_to_string(format!("/proc/{keeper_pid}/root/secrets/token")).unwrap(),
+        "top secret\n"
+    );
+
+    let socket = rig.agent.socket.display().to_string();
+    let script = format!(
+        "\
+id -u
+cat /data/seed.txt
+touch /data/x 2>&1 | grep -o 'Read-only file system' || echo wrote
+cat /proc/{keeper_pid}/root/secrets/token 2>&1 | grep -o 'Permission denied' || echo read-the-secret
+cat /proc/[0-9]*/root/secrets/token 2>/dev/null || echo no-secret
+ls /proc/[0-9]*/root{socket} 2>/dev/null || echo no-socket-through-proc
+test -e {socket} && echo socket || echo no-socket
+echo done
+exec sleep 600"
+    );
+    let hcl = consumer("reader", &script, "", true).replace(
+        "driver = \"exec\"",
+        "driver = \"exec\"\n      user   = \"nobody\"",
+    );
+    let reader = rig.run_job("reader.hcl", &hcl);
+    let alloc = &reader[0];
+    let pid = rig.wait_running("reader", alloc);
+    let log = {
+        let start = Instant::now();
+        loop {
+            let log = rig.ok(&["alloc", "logs", alloc, "main"]);
+            if log.contains("done") || start.elapsed() > WAIT {
+                break log;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert_eq!(
+        log,
+        "65534\nseed\nRead-only file system\nPermission denied\nno-secret\nno-socket-through-proc\nno-socket\ndone\n"
+    );
+    assert!(task_mounts(pid)
+        .get(Path::new("/data"))
+        .unwrap()
+        .is_read_only());
+    assert!(rig.publish_path(alloc, USAGE_RO).exists());
+    assert!(!volume_dir.join("x").exists());
+
+    rig.stop("reader");
+    rig.stop("keeper");
+    rig.wait_no_mounts_left();
+}
+
+#[test]
+fn chroot_env_in_the_agent_config_replaces_nomads_default() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare_with_config(
+        r#"
+chroot_env {
+  "/usr"   = "/usr"
+  "/bin"   = "/bin"
+  "/lib"   = "/lib"
+  "/lib64" = "/lib64"
+  "/etc"   = "/host-etc"
+}
+"#,
+    );
+    let script = "\
+test -e /etc/passwd && echo etc || echo no-etc
+test -f /host-etc/passwd && echo host-etc
+test -e /sbin && echo sbin || echo no-sbin
+echo done";
+    let allocs = rig.run_job("chroot.hcl", &shell_job("chroot", script, "", ""));
+    rig.wait_job("chroot", "the task to finish", |j| {
+        j.allocs[0].status == "complete"
+    });
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "no-etc\nhost-etc\nno-sbin\ndone\n"
+    );
+    // A volume cannot be placed inside what chroot_env binds read-only.
+    let hcl = shell_job(
+        "inside",
+        "true",
+        "volume \"v\" {\n      type   = \"host\"\n      source = \"scratch\"\n    }",
+        "volume_mount {\n        volume      = \"v\"\n        destination = \"/host-etc/app\"\n      }",
+    );
+    let scratch = rig.agent.dir.mkdir("scratch");
+    let mut config = crate::harness::config_text(&rig.agent.data_dir, &[]);
+    config.push_str(&format!(
+        "chroot_env {{\n  \"/etc\" = \"/host-etc\"\n}}\nhost_volume \"scratch\" {{\n  path = {:?}\n}}\n",
+        scratch.display().to_string()
+    ));
+    rig.agent.write_config(&config);
+    rig.agent.sighup();
+    let start = Instant::now();
+    let out = loop {
+        let out = rig.run_job_output("inside.hcl", &hcl);
+        if !text(&out).contains("no host_volume") || start.elapsed() > WAIT {
+            break out;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "volume_mount \"v\": destination \"/host-etc/app\" is inside /host-etc, which chroot_env binds read-only from the host's /etc"
+        ),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_device_node_is_bound_onto_a_file_at_its_destination() {
+    if !require_root() {
+        return;
+    }
+    // What a block volume's publish path is: a device node. The hostpath
+    // plugin has no block volumes, so a host volume stands in for it.
+    let rig = Rig::bare();
+    let node = rig.agent.dir.join("disk");
+    let status = Command::new("mknod")
+        .arg(&node)
+        .args(["b", "7", "250"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut config = crate::harness::config_text(&rig.agent.data_dir, &[]);
+    config.push_str(&format!(
+        "host_volume \"disk\" {{\n  path = {:?}\n}}\n",
+        node.display().to_string()
+    ));
+    rig.agent.write_config(&config);
+    rig.agent.sighup();
+    rig.agent.wait_for_log("SIGHUP: reloaded", WAIT);
+    let hcl = shell_job(
+        "block",
+        "test -b /srv/disk && echo block; stat -c %t:%T /srv/disk; echo done; exec sleep 600",
+        "volume \"disk\" {\n      type   = \"host\"\n      source = \"disk\"\n    }",
+        "volume_mount {\n        volume      = \"disk\"\n        destination = \"/srv/disk\"\n      }",
+    );
+    let allocs = rig.run_job("block.hcl", &hcl);
+    let pid = rig.wait_running("block", &allocs[0]);
+    let log = wait_for_log(&rig, &allocs[0], "done");
+    assert_eq!(log, "block\n7:fa\ndone\n");
+    assert!(task_mounts(pid).get(Path::new("/srv/disk")).is_some());
+    // The mount point in the task dir is a regular file, not a directory.
+    let target = rig.task_dir(&allocs[0], "t").join("srv/disk");
+    assert!(fs::symlink_metadata(&target).unwrap().is_file());
+    rig.stop("block");
+}
+
+#[test]
+fn raw_exec_runs_on_the_host_root_and_takes_no_volume_mounts() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let control = rig.agent.socket.display().to_string();
+    let agent_dir = rig.agent.dir.path.display().to_string();
+    let script = format!(
+        "pwd; echo $NOMAD_TASK_DIR; test -d {agent_dir} && echo host; test -S {control} && echo socket || echo no-socket"
+    );
+    let hcl = shell_job("raw", &script, "", "").replace("\"exec\"", "\"raw_exec\"");
+    let allocs = rig.run_job("raw.hcl", &hcl);
+    rig.wait_job("raw", "the task to finish", |j| {
+        j.allocs[0].status == "complete"
+    });
+    let task_dir = rig.task_dir(&allocs[0], "t");
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        format!(
+            "{}\n{}\nhost\nno-socket\n",
+            task_dir.display(),
+            task_dir.join("local").display()
+        )
+    );
+    // The control socket is still there for everyone else.
+    assert!(rig.agent.try_status().is_ok());
+
+    let hcl = shell_job(
+        "rawvol",
+        "true",
+        "volume \"v\" {\n      type   = \"host\"\n      source = \"scratch\"\n    }",
+        "volume_mount {\n        volume      = \"v\"\n        destination = \"/data\"\n      }",
+    )
+    .replace("\"exec\"", "\"raw_exec\"");
+    let out = rig.run_job_output("rawvol.hcl", &hcl);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("rawvol.hcl:18:7: volume_mount in task \"t\": task driver \"raw_exec\" does not support volume mounts"),
+        "{err}"
+    );
+    let jobs = rig.client().job_status("").unwrap().jobs;
+    assert_eq!(jobs.len(), 1, "the refused job leaves no trace: {jobs:?}");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn a_plugin_task_sees_its_socket_dir_and_the_csi_root_and_no_more() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let alloc = rig.job("plugin").allocs[0].id.clone();
+    let pid = rig.task("plugin", &alloc).pid;
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let data_dir = &rig.agent.data_dir;
+    let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap());
+    // At their host paths, so the paths in its RPCs mean the same.
+    assert!(inside(&data_dir.join("plugins").join(&alloc).join("csi.sock")).exists());
+    assert!(inside(&data_dir.join("csi/hp")).is_dir());
+    // The rest of the data dir is not there.
+    assert!(!inside(&rig.agent.socket).exists());
+    assert!(!inside(&data_dir.join("state.pb")).exists());
+    assert!(!inside(&data_dir.join("alloc")).exists());
+    // A volume the plugin stages in its root is a mount at the same path
+    // on the host.
+    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    rig.wait_running("app", &allocs[0]);
+    let staging = data_dir.join("csi/hp/staging/v1");
+    assert!(task_mounts(pid).get(&staging).is_some());
+    assert!(MountInfo::read().unwrap().get(&staging).is_some());
+    rig.stop("app");
+    rig.wait_no_mounts_left();
+    rig.stop("plugin");
+}
