@@ -15,21 +15,40 @@
 //! | module | owns |
 //! |---|---|
 //! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
-//! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them; signals; `-dev` |
+//! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev` |
 //! | [`plugin`] | the registry with subscribers, the per-plugin instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
-//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
-//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture, with test-only fault injection and call tracing |
+//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
+//!
+//! # Durability
+//!
+//! Nothing is acknowledged, and no plugin call or mount is made, before
+//! the state it depends on is on disk: each loop turn's records are synced
+//! (one group commit) before the turn's replies and plugin jobs go out.
+//! When the data dir cannot be written (`ENOSPC`, `EDQUOT`, `EIO`), the
+//! agent *cannot persist*: it holds those replies and jobs, refuses every
+//! call that would change the state ([`api::Request::access`]) at once
+//! with `cannot persist the state in DATA_DIR: ERRNO; nothing was
+//! changed`, keeps answering reads from memory, and writes a whole
+//! snapshot again with backoff (100 ms doubling to 5 s) until one
+//! succeeds; then it sends what it held, by itself. A SIGKILL meanwhile
+//! loses only what was never acknowledged. `volume create` journals the
+//! volume as being created before CreateVolume is sent; after a crash the
+//! same request (its name makes it idempotent) is sent again and the
+//! volume registered, as Kubernetes' external-provisioner would, instead
+//! of leaving storage in the plugin that nobody knows of. The agent's
+//! module docs have the state machine.
 //!
 //! # Departures from DESIGN.md
 //!
@@ -40,11 +59,12 @@
 //!   names such as `data[0]`; see [`id`].
 //! - `main.rs` only dispatches; the command implementations and the small
 //!   flag parser live in [`cli`] so they are unit-testable.
-//! - `agent.rs` is a directory, [`agent`], because `-dev`'s supervised
-//!   hostpath child lives beside the main loop.
-//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`) live
-//!   in [`sys`], with the same one-small-function-per-call rule as
-//!   [`mount`].
+//! - `agent.rs` is a directory, [`agent`]: `-dev`'s supervised hostpath
+//!   child lives beside the main loop, and so do the loop's other concerns
+//!   (persisting a turn, plugins, plugin tasks, signals), a file each.
+//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`, the
+//!   loop device ioctls) live in [`sys`], with the same
+//!   one-small-function-per-call rule as [`mount`].
 //! - A volume is staged once per node, at `csi/<plugin>/staging/<volume>`,
 //!   with its widest capability, as DESIGN.md and the CSI spec say; this is
 //!   a departure from Nomad, which stages once per usage. States of the

@@ -5,6 +5,10 @@
 //! or the tick. Only the loop changes the registry; it never waits on a
 //! plugin (instance threads make every plugin call). After each message it
 //! persists what changed, before any reply or command that depends on it.
+//! When the state cannot be written (a full or failing data dir), replies
+//! and plugin jobs are held, calls that would change the state are refused
+//! at once, reads still answer, and the loop wakes up to write again with
+//! backoff until it can; `persist.rs` has the state machine.
 //!
 //! Shutdown (SIGTERM, SIGINT): stop the control API, ask every instance for
 //! its last report (each says unhealthy), wait for them for a bounded time,
@@ -12,8 +16,23 @@
 //! state on disk is consistent at every moment. SIGHUP re-reads the config
 //! file and adds, changes or removes plugins; a config with errors is
 //! logged and ignored, and nothing changes.
+//!
+//! This file holds the loop and the answers to the control API; the rest
+//! of the agent is split by concern:
+//!
+//! | module | does |
+//! |---|---|
+//! | `persist.rs` | the end of a turn: plan, make the turn durable, then submit the plugin jobs and send the replies |
+//! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
+//! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
+//! | `signals.rs` | the signal thread |
+//! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 pub mod dev;
+mod persist;
+mod plugin_tasks;
+mod plugins;
+mod signals;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,28 +41,27 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{at, bounded, never, select, tick, unbounded, Receiver, Sender};
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::{Handle, Signals};
+use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
-use crate::api::{self, ApiError, Call, Request, Response};
-use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
+use crate::api::{self, Access, Call, Request, Response};
+use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
-use crate::plugin::{Health, PluginRecord, PluginSpec, Registry, RegistryEvent, Report, Source};
-use crate::proto::{agent as apipb, state as statepb};
-use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
+use crate::plugin::{Health, Registry, RegistryEvent, Report, Source};
+use crate::proto::agent as apipb;
+use crate::spec::AgentConfig;
 use crate::state::Store;
-use crate::task::{Allocs, PluginEffect};
-use crate::volume::manager::{Dispatch, VolumeManager};
+use crate::task::Allocs;
+use crate::volume::manager::VolumeManager;
 use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
-
-/// Fold the journal into a new snapshot once it is this large.
-const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
+use persist::{Effect, Gate};
+use plugins::{config_plugin_ids, restore_registry, RunningInstance};
+use signals::SignalThread;
 
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -158,7 +176,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         volumes,
         allocs,
         candidates: BTreeMap::new(),
-        dispatches: Vec::new(),
+        gate: Gate::new(),
         demo_requested: false,
         registry,
         dev: None,
@@ -185,10 +203,14 @@ pub fn run(mut options: Options) -> Result<(), Error> {
 
     let ticker = tick(TICK);
     loop {
-        let wakeup = [agent.volumes.next_retry(), agent.allocs.next_wakeup()]
-            .into_iter()
-            .flatten()
-            .min();
+        let wakeup = [
+            agent.volumes.next_retry(),
+            agent.allocs.next_wakeup(),
+            agent.gate.next_retry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let retry = wakeup.map(at).unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
@@ -244,8 +266,9 @@ struct Agent {
     /// Plugin tasks being probed before they are registered, by
     /// (alloc, task).
     candidates: BTreeMap<(String, String), RunningInstance>,
-    /// Jobs planned this turn, submitted once the journal is durable.
-    dispatches: Vec<Dispatch>,
+    /// Replies and plugin jobs, held until the state they depend on is
+    /// durable; and whether it can be persisted at all.
+    gate: Gate<Effect>,
     /// `-dev`: the demo volume was asked for.
     demo_requested: bool,
     options: Options,
@@ -260,148 +283,25 @@ struct Agent {
     dirty: bool,
 }
 
-struct RunningInstance {
-    instance: Instance,
-    spec: PluginSpec,
-    settings: InstanceSettings,
-}
-
 impl Agent {
-    /// The plugins the config and `-dev` ask for, with their settings.
-    fn wanted_plugins(&self) -> Vec<(PluginSpec, InstanceSettings)> {
-        let config = &self.options.config;
-        let mut wanted: Vec<_> = config
-            .plugins
-            .iter()
-            .map(|p| {
-                let spec = PluginSpec {
-                    id: p.id.clone(),
-                    endpoint: p.socket.clone(),
-                    plugin_type: p.plugin_type,
-                    source: Source::Config,
-                };
-                let settings = InstanceSettings {
-                    heartbeat: config.plugin_heartbeat,
-                    health_timeout: p.health_timeout,
-                    rpc_timeout: config.rpc_timeout,
-                };
-                (spec, settings)
-            })
-            .collect();
-        if let Some(dev) = &self.dev {
-            if wanted.iter().any(|(s, _)| s.id == dev::PLUGIN_ID) {
-                log::warn!(
-                    "The config's plugin {:?} replaces the dev plugin of the same ID",
-                    dev::PLUGIN_ID
-                );
-            } else {
-                let settings = InstanceSettings {
-                    heartbeat: config.plugin_heartbeat,
-                    health_timeout: DEFAULT_HEALTH_TIMEOUT,
-                    rpc_timeout: config.rpc_timeout,
-                };
-                wanted.push((dev.spec(), settings));
-            }
-        }
-        wanted
-    }
-
-    /// Makes the registry and the instance threads match the wanted
-    /// plugins: registers new ones, restarts changed ones, and deregisters
-    /// those that went away for good.
-    fn sync_plugins(&mut self) {
-        let wanted = self.wanted_plugins();
-        let allocs = &self.allocs;
-        let gone: Vec<String> = self
-            .registry
-            .list()
-            .filter(|r| !wanted.iter().any(|(s, _)| s.id == r.spec.id))
-            .filter(|r| match &r.spec.source {
-                Source::Task { alloc, task } => !allocs.provides(alloc, task),
-                _ => true,
-            })
-            .map(|r| r.spec.id.clone())
-            .collect();
-        for id in gone {
-            self.stop_instance(&id);
-            self.registry.deregister(&id);
-            self.dirty = true;
-        }
-        for (spec, settings) in wanted {
-            if self.registry.register(spec.clone()) {
-                self.dirty = true;
-            }
-            let current = self.instances.get(&spec.id);
-            let unchanged = current.is_some_and(|r| {
-                r.spec == spec
-                    && r.settings.heartbeat == settings.heartbeat
-                    && r.settings.health_timeout == settings.health_timeout
-                    && r.settings.rpc_timeout == settings.rpc_timeout
-            });
-            if !unchanged {
-                self.stop_instance(&spec.id);
-                self.start_instance(spec, settings);
-            }
-        }
-    }
-
-    fn start_instance(&mut self, spec: PluginSpec, settings: InstanceSettings) {
-        self.generation += 1;
-        let id = spec.id.clone();
-        match Instance::start(
-            spec.clone(),
-            self.generation,
-            settings,
-            &self.watcher,
-            self.reports_tx.clone(),
-        ) {
-            Ok(instance) => {
-                self.instances.insert(
-                    id,
-                    RunningInstance {
-                        instance,
-                        spec,
-                        settings,
-                    },
-                );
-            }
-            Err(err) => log::error!("Cannot start the thread of plugin {id}: {err}"),
-        }
-    }
-
-    /// Stops an instance thread; it ends after any call in flight, and its
-    /// late reports are ignored by generation.
-    fn stop_instance(&mut self, id: &str) {
-        if let Some(running) = self.instances.remove(id) {
-            running.instance.stop();
-            // Joining would wait for a call in flight; the thread ends by
-            // itself, and a detached thread holds nothing the loop needs.
-            drop(running);
-        }
-    }
-
-    fn apply(&mut self, report: InstanceReport) {
-        let current = self
-            .instances
-            .get(&report.id)
-            .is_some_and(|r| r.instance.generation() == report.generation);
-        if !current {
-            self.candidate_report(report);
-            return;
-        }
-        if self.registry.apply(&report.id, report.report).persistent() {
-            self.dirty = true;
-        }
-    }
-
+    /// Answers a control API call. A change is refused while the state
+    /// cannot be persisted, and its answer (and any plugin job) waits for
+    /// the state it made to be durable; a read is answered at once, from
+    /// memory.
     fn answer(&mut self, call: Call) {
         let reply = call.reply;
+        if call.request.access() == Access::Change {
+            if let Some(failing) = self.gate.failing() {
+                let err = persist::refusal(&self.options.config.data_dir, &failing.cause);
+                // The caller may have given up; that is not the loop's problem.
+                let _ = reply.send(Err(err));
+                return;
+            }
+        }
         let registry = &self.registry;
         let dispatch = match call.request {
             Request::PluginStatus(req) => {
-                let result = self.plugin_status(&req).map(Response::PluginStatus);
-                // The caller may have given up; that is not the loop's problem.
-                let _ = reply.send(result);
+                let _ = reply.send(self.plugin_status(&req).map(Response::PluginStatus));
                 None
             }
             Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),
@@ -411,7 +311,13 @@ impl Agent {
                 None
             }
             Request::VolumeDelete(req) => self.volumes.delete(&req.id, reply, registry),
-            Request::VolumeStatus(req) => self.volumes.status(&req, reply, registry),
+            Request::VolumeStatus(req) => {
+                // NodeGetVolumeStats changes nothing: it goes out now.
+                if let Some(stats) = self.volumes.status(&req, reply, registry) {
+                    self.submit(stats);
+                }
+                None
+            }
             Request::VolumeClaim(req) => {
                 self.volumes.claim(&req, reply, registry, Instant::now());
                 None
@@ -420,12 +326,32 @@ impl Agent {
                 self.volumes.release(&req.volume_id, &req.alloc_id, reply);
                 None
             }
+            Request::SnapshotCreate(req) => {
+                // Sent once the volume has no other call in flight.
+                self.volumes.snapshot_create(&req, reply, registry);
+                None
+            }
+            // These change nothing the agent keeps: they go out now.
+            Request::SnapshotDelete(req) => {
+                if let Some(job) = self.volumes.snapshot_delete(&req, reply, registry) {
+                    self.submit(job);
+                }
+                None
+            }
+            Request::SnapshotList(req) => {
+                if let Some(job) = self.volumes.snapshot_list(&req, reply, registry) {
+                    self.submit(job);
+                }
+                None
+            }
             Request::JobRun(req) => {
-                let _ = reply.send(self.allocs.run_job(&req).map(Response::JobRun));
+                let result = self.allocs.run_job(&req).map(Response::JobRun);
+                self.gate.hold(Effect::Reply((reply, result)));
                 None
             }
             Request::JobStop(req) => {
-                let _ = reply.send(self.allocs.stop_job(&req).map(Response::JobStop));
+                let result = self.allocs.stop_job(&req).map(Response::JobStop);
+                self.gate.hold(Effect::Reply((reply, result)));
                 None
             }
             Request::JobStatus(req) => {
@@ -437,7 +363,9 @@ impl Agent {
                 None
             }
         };
-        self.dispatches.extend(dispatch);
+        if let Some(dispatch) = dispatch {
+            self.gate.hold(Effect::Submit(dispatch));
+        }
     }
 
     fn completed(&mut self, done: OpDone) {
@@ -486,8 +414,9 @@ impl Agent {
             hcl: dev::DEMO_VOLUME_HCL.into(),
             ..Default::default()
         };
-        let dispatch = self.volumes.create(&req, reply, &self.registry);
-        self.dispatches.extend(dispatch);
+        if let Some(dispatch) = self.volumes.create(&req, reply, &self.registry) {
+            self.gate.hold(Effect::Submit(dispatch));
+        }
         let spawned = thread::Builder::new()
             .name("dev-demo".into())
             .spawn(move || match answer.recv() {
@@ -498,232 +427,6 @@ impl Agent {
         if let Err(err) = spawned {
             log::warn!("Cannot watch the dev volume's creation: {err}");
         }
-    }
-
-    /// The end of every loop turn: plan the volumes' next steps, make this
-    /// turn's changes durable (one journal sync, or a new snapshot), then
-    /// submit the planned jobs and send the replies.
-    fn end_turn(&mut self) {
-        // Tasks may claim or release volumes, which plans and journals
-        // again; each round makes progress, and a few always suffice.
-        for _ in 0..8 {
-            self.commit_turn();
-            let progressed = self
-                .allocs
-                .step(&mut self.volumes, &self.registry, Instant::now());
-            self.plugin_effects();
-            if self.allocs.take_dirty() {
-                self.dirty = true;
-            }
-            if !progressed && !self.dirty {
-                break;
-            }
-        }
-    }
-
-    fn commit_turn(&mut self) {
-        let now = Instant::now();
-        let planned = self.volumes.plan(&self.registry, now);
-        self.dispatches.extend(planned);
-        let records = self.volumes.take_journal();
-        if self.dirty || self.store.journal_bytes() > COMPACT_JOURNAL_BYTES {
-            self.dirty = true;
-            self.persist();
-        } else if !records.is_empty() {
-            if let Err(err) = self.store.append(&records) {
-                log::error!("Cannot journal the state: {}", crate::error_chain(&err));
-                // A snapshot next turn covers what the journal could not.
-                self.dirty = true;
-            }
-        }
-        for dispatch in std::mem::take(&mut self.dispatches) {
-            match self.instances.get_mut(&dispatch.plugin_id) {
-                Some(running) => running.instance.submit(dispatch.job),
-                None => log::error!(
-                    "No running plugin {} for a volume operation",
-                    dispatch.plugin_id
-                ),
-            }
-        }
-        for (reply, result) in self.volumes.take_outbox() {
-            let _ = reply.send(result);
-        }
-    }
-
-    /// Carries out what the plugin supervisor hook asked for.
-    fn plugin_effects(&mut self) {
-        for effect in self.allocs.take_effects() {
-            match effect {
-                PluginEffect::Start {
-                    alloc,
-                    task,
-                    spec,
-                    health_timeout,
-                } => {
-                    let key = (alloc, task);
-                    if let Some(old) = self.candidates.remove(&key) {
-                        old.instance.stop();
-                    }
-                    let settings = InstanceSettings {
-                        heartbeat: self.options.config.plugin_heartbeat,
-                        health_timeout,
-                        rpc_timeout: self.options.config.rpc_timeout,
-                    };
-                    self.generation += 1;
-                    match Instance::start(
-                        spec.clone(),
-                        self.generation,
-                        settings,
-                        &self.watcher,
-                        self.reports_tx.clone(),
-                    ) {
-                        Ok(instance) => {
-                            log::info!(
-                                "Plugin {} of alloc {} task {}: waiting for {}",
-                                spec.id,
-                                key.0,
-                                key.1,
-                                spec.endpoint
-                            );
-                            self.candidates.insert(
-                                key,
-                                RunningInstance {
-                                    instance,
-                                    spec,
-                                    settings,
-                                },
-                            );
-                        }
-                        Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.id),
-                    }
-                }
-                PluginEffect::Exited { alloc, task, id } => {
-                    self.plugin_task_gone(alloc, task, &id, false);
-                }
-                PluginEffect::Stop { alloc, task, id } => {
-                    self.plugin_task_gone(alloc, task, &id, true);
-                }
-            }
-        }
-    }
-
-    /// A plugin task's process ended (`deregister`: for good): stop
-    /// watching it, and mark its plugin unhealthy or deregister it, if the
-    /// task still provides it.
-    fn plugin_task_gone(&mut self, alloc: String, task: String, id: &str, deregister: bool) {
-        let key = (alloc, task);
-        if let Some(candidate) = self.candidates.remove(&key) {
-            candidate.instance.stop();
-        }
-        let provides = self.registry.get(id).is_some_and(|r| {
-            r.spec.source
-                == Source::Task {
-                    alloc: key.0.clone(),
-                    task: key.1.clone(),
-                }
-        });
-        if !provides {
-            return;
-        }
-        self.stop_instance(id);
-        if deregister {
-            log::info!("Plugin {id}: its task stopped; deregistering it");
-            self.registry.deregister(id);
-        } else {
-            self.registry.apply(
-                id,
-                Report::Status {
-                    health: Health::Unhealthy,
-                    reason: "the plugin task exited".to_string(),
-                    fingerprint: None,
-                    heartbeat: None,
-                },
-            );
-        }
-        self.dirty = true;
-        if deregister {
-            self.release_csi_root();
-        }
-    }
-
-    /// A report of a plugin task being probed: once healthy, it replaces
-    /// whatever provided the plugin ID before.
-    fn candidate_report(&mut self, report: InstanceReport) {
-        let key = self
-            .candidates
-            .iter()
-            .find(|(_, c)| c.instance.generation() == report.generation)
-            .map(|(k, _)| k.clone());
-        let Some(key) = key else { return };
-        let healthy = matches!(
-            &report.report,
-            Report::Status {
-                health: Health::Healthy,
-                fingerprint: Some(_),
-                ..
-            }
-        );
-        if !healthy {
-            return;
-        }
-        let candidate = self.candidates.remove(&key).expect("found");
-        let id = candidate.spec.id.clone();
-        log::info!(
-            "Plugin {id}: the task of alloc {} is healthy; registering it",
-            key.0
-        );
-        self.stop_instance(&id);
-        self.registry.register(candidate.spec.clone());
-        self.instances.insert(id.clone(), candidate);
-        self.registry.apply(&id, report.report);
-        self.allocs.plugin_healthy(&key.0, &key.1);
-        self.dirty = true;
-    }
-
-    /// Unmounts the shared bind of the `csi/` root once no plugin task
-    /// needs it and nothing is mounted below it.
-    fn release_csi_root(&self) {
-        if self.allocs.any_plugin_task() {
-            return;
-        }
-        let root = self.options.config.data_dir.join("csi");
-        let Ok(info) = crate::mount::MountInfo::read() else {
-            return;
-        };
-        if info.get(&root).is_none() || info.under(&root).any(|m| m.mount_point != root) {
-            return;
-        }
-        use crate::mount::Mounter;
-        if let Err(err) = crate::mount::SysMounter.unmount(&root, crate::mount::UnmountMode::Normal)
-        {
-            log::warn!("Cannot unmount {}: {err}", root.display());
-        }
-    }
-
-    fn plugin_status(
-        &self,
-        req: &apipb::PluginStatusRequest,
-    ) -> Result<apipb::PluginStatusResponse, ApiError> {
-        let plugins = if req.id.is_empty() {
-            self.registry.list().map(PluginRecord::to_proto).collect()
-        } else {
-            match self.registry.get(&req.id) {
-                Some(record) => vec![record.to_proto()],
-                None => {
-                    let known: Vec<&str> =
-                        self.registry.list().map(|r| r.spec.id.as_str()).collect();
-                    return Err(ApiError::not_found(if known.is_empty() {
-                        format!("no plugin {:?} (no plugins are registered)", req.id)
-                    } else {
-                        format!("no plugin {:?} (registered: {})", req.id, known.join(", "))
-                    }));
-                }
-            }
-        };
-        Ok(apipb::PluginStatusResponse {
-            plugins,
-            ..Default::default()
-        })
     }
 
     /// SIGHUP: re-read the config file and apply what changed.
@@ -767,28 +470,6 @@ impl Agent {
         self.volumes.tick(Instant::now());
     }
 
-    fn state(&self) -> statepb::State {
-        statepb::State {
-            plugins: self.registry.list().map(PluginRecord::to_proto).collect(),
-            volumes: self.volumes.to_proto(),
-            jobs: self.allocs.jobs_to_proto(),
-            allocs: self.allocs.allocs_to_proto(),
-            ..Default::default()
-        }
-    }
-
-    fn persist(&mut self) {
-        if !self.dirty {
-            return;
-        }
-        match self.store.save(&self.state()) {
-            Ok(()) => self.dirty = false,
-            // Kept dirty: the next turn tries again.
-            Err(err) => log::error!("Cannot persist the state: {}", crate::error_chain(&err)),
-        }
-    }
-
-    /// Every instance reports its plugin unhealthy and ends; then the
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].
     fn shutdown(&mut self, reports: &Receiver<InstanceReport>, signals: &Receiver<i32>) {
         for (_, candidate) in std::mem::take(&mut self.candidates) {
@@ -840,8 +521,7 @@ impl Agent {
                 },
             );
         }
-        self.dirty = true;
-        self.persist();
+        self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
             if running.instance.is_finished() {
                 running.instance.join();
@@ -853,28 +533,6 @@ impl Agent {
         self.release_csi_root();
         log::info!("Agent stopped");
     }
-}
-
-/// The registry a snapshot kept; unreadable records are logged and dropped
-/// (their plugins register again from the config).
-fn restore_registry(state: &statepb::State) -> Registry {
-    let records = state
-        .plugins
-        .iter()
-        .filter_map(|p| match PluginRecord::from_proto(p) {
-            Ok(record) => Some(record),
-            Err(err) => {
-                log::warn!("Dropping a plugin record of the snapshot: {err}");
-                None
-            }
-        })
-        .collect();
-    Registry::restore(records)
-}
-
-/// The plugin IDs the config provides; jobs may not provide them too.
-fn config_plugin_ids(config: &AgentConfig) -> std::collections::BTreeSet<String> {
-    config.plugins.iter().map(|p| p.id.clone()).collect()
 }
 
 /// Reads and validates an agent config file.
@@ -953,41 +611,5 @@ fn remove_temporary_data_dir(path: &Path) {
             path.display()
         ),
         Err(err) => log::warn!("Leaving the dev data dir {}: {err}", path.display()),
-    }
-}
-
-/// The thread that turns signals into messages for the main loop.
-struct SignalThread {
-    events: Receiver<i32>,
-    handle: Handle,
-    thread: JoinHandle<()>,
-}
-
-impl SignalThread {
-    fn start() -> Result<SignalThread, Error> {
-        let mut signals =
-            Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD]).map_err(Error::Signals)?;
-        let handle = signals.handle();
-        let (tx, events) = bounded(16);
-        let thread = thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || {
-                for signal in signals.forever() {
-                    if tx.send(signal).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(Error::Signals)?;
-        Ok(SignalThread {
-            events,
-            handle,
-            thread,
-        })
-    }
-
-    fn stop(self) {
-        self.handle.close();
-        let _ = self.thread.join();
     }
 }

@@ -278,6 +278,48 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// The volumes of plugin `plugin_id`, and the plugin's own volumes
+    /// that are not registered.
+    pub fn volume_status_of_plugin(
+        &self,
+        plugin_id: &str,
+    ) -> Result<api::VolumeStatusResponse, Error> {
+        let req = api::VolumeStatusRequest {
+            plugin_id: plugin_id.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .volume_status_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    pub fn snapshot_create(
+        &self,
+        req: &api::SnapshotCreateRequest,
+    ) -> Result<api::SnapshotCreateResponse, Error> {
+        self.client
+            .snapshot_create_opt(req, Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    pub fn snapshot_delete(
+        &self,
+        req: &api::SnapshotDeleteRequest,
+    ) -> Result<api::SnapshotDeleteResponse, Error> {
+        self.client
+            .snapshot_delete_opt(req, Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    pub fn snapshot_list(
+        &self,
+        req: &api::SnapshotListRequest,
+    ) -> Result<api::SnapshotListResponse, Error> {
+        self.client
+            .snapshot_list_opt(req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// Sends a job file to run.
     pub fn job_run(&self, file: &str, hcl: &str) -> Result<api::JobRunResponse, Error> {
         let req = api::JobRunRequest {

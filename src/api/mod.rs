@@ -30,10 +30,48 @@ pub enum Request {
     VolumeStatus(api::VolumeStatusRequest),
     VolumeClaim(api::VolumeClaimRequest),
     VolumeRelease(api::VolumeReleaseRequest),
+    SnapshotCreate(api::SnapshotCreateRequest),
+    SnapshotDelete(api::SnapshotDeleteRequest),
+    SnapshotList(api::SnapshotListRequest),
     JobRun(api::JobRunRequest),
     JobStop(api::JobStopRequest),
     JobStatus(api::JobStatusRequest),
     AllocLogs(api::AllocLogsRequest),
+}
+
+/// How a [`Request`] uses the agent's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Answered from the state as it is; changes nothing.
+    Read,
+    /// Changes the state (and may lead to plugin calls or mounts): refused
+    /// while the state cannot be persisted.
+    Change,
+}
+
+impl Request {
+    /// How the request uses the state. Every request is named here, with
+    /// no wildcard, so that a new one cannot be added unclassified.
+    pub fn access(&self) -> Access {
+        match self {
+            Request::PluginStatus(_) => Access::Read,
+            Request::VolumeStatus(_) => Access::Read,
+            Request::JobStatus(_) => Access::Read,
+            Request::AllocLogs(_) => Access::Read,
+            // Snapshots live in the plugin: the agent keeps nothing of them.
+            Request::SnapshotCreate(_) => Access::Read,
+            Request::SnapshotDelete(_) => Access::Read,
+            Request::SnapshotList(_) => Access::Read,
+            Request::VolumeRegister(_) => Access::Change,
+            Request::VolumeCreate(_) => Access::Change,
+            Request::VolumeDeregister(_) => Access::Change,
+            Request::VolumeDelete(_) => Access::Change,
+            Request::VolumeClaim(_) => Access::Change,
+            Request::VolumeRelease(_) => Access::Change,
+            Request::JobRun(_) => Access::Change,
+            Request::JobStop(_) => Access::Change,
+        }
+    }
 }
 
 /// The main loop's answer to a [`Request`] of the same name.
@@ -44,6 +82,9 @@ pub enum Response {
     VolumeDeregister(api::VolumeDeregisterResponse),
     VolumeClaim(api::VolumeClaimResponse),
     VolumeRelease(api::VolumeReleaseResponse),
+    SnapshotCreate(api::SnapshotCreateResponse),
+    SnapshotDelete(api::SnapshotDeleteResponse),
+    SnapshotList(api::SnapshotListResponse),
     JobRun(api::JobRunResponse),
     JobStop(api::JobStopResponse),
     JobStatus(api::JobStatusResponse),
@@ -101,3 +142,41 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_and_logs_are_reads() {
+        let reads = [
+            Request::PluginStatus(Default::default()),
+            Request::VolumeStatus(api::VolumeStatusRequest {
+                stats: true,
+                ..Default::default()
+            }),
+            Request::JobStatus(Default::default()),
+            Request::AllocLogs(Default::default()),
+        ];
+        for request in reads {
+            assert_eq!(request.access(), Access::Read, "{request:?}");
+        }
+    }
+
+    #[test]
+    fn every_call_that_registers_claims_or_runs_is_a_change() {
+        let changes = [
+            Request::VolumeRegister(Default::default()),
+            Request::VolumeCreate(Default::default()),
+            Request::VolumeDeregister(Default::default()),
+            Request::VolumeDelete(Default::default()),
+            Request::VolumeClaim(Default::default()),
+            Request::VolumeRelease(Default::default()),
+            Request::JobRun(Default::default()),
+            Request::JobStop(Default::default()),
+        ];
+        for request in changes {
+            assert_eq!(request.access(), Access::Change, "{request:?}");
+        }
+    }
+}

@@ -365,6 +365,57 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn snapshot_create(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::SnapshotCreateRequest,
+        sink: UnarySink<api::SnapshotCreateResponse>,
+    ) {
+        self.forward(
+            "SnapshotCreate",
+            Request::SnapshotCreate(req),
+            sink,
+            |resp| match resp {
+                Response::SnapshotCreate(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
+    fn snapshot_delete(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::SnapshotDeleteRequest,
+        sink: UnarySink<api::SnapshotDeleteResponse>,
+    ) {
+        self.forward(
+            "SnapshotDelete",
+            Request::SnapshotDelete(req),
+            sink,
+            |resp| match resp {
+                Response::SnapshotDelete(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
+    fn snapshot_list(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::SnapshotListRequest,
+        sink: UnarySink<api::SnapshotListResponse>,
+    ) {
+        self.forward(
+            "SnapshotList",
+            Request::SnapshotList(req),
+            sink,
+            |resp| match resp {
+                Response::SnapshotList(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
     fn job_run(
         &mut self,
         _ctx: RpcContext,

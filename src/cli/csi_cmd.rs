@@ -462,6 +462,7 @@ fn controller_create(client: &Client, args: &Args) -> Result<Output, CliError> {
             requisite: vec![topology.clone()],
             preferred: vec![topology],
         }),
+        content_source: None,
     })?;
     let mut text = format!("{}\t{}", volume.volume_id, volume.capacity_bytes);
     if !volume.volume_context.is_empty() {

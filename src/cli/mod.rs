@@ -10,8 +10,10 @@ pub mod csi_cmd;
 pub mod job_cmd;
 pub mod json;
 pub mod plugin_cmd;
+pub mod snapshot_cmd;
 pub mod validate;
 pub mod volume_cmd;
+pub mod volume_init;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -35,10 +37,13 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach]
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach] [-strict]
 
   -no-attach   behave like a plugin without attachments (no
-               PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)";
+               PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)
+  -strict      refuse (FAILED_PRECONDITION, \"strict: <rule>\") every request
+               a CO that keeps the CSI spec never sends, and append
+               \"<RPC> <volume>: <rule>\" to DIR/strict-violations";
 
 /// Every way a command can fail.
 #[derive(Debug)]
@@ -144,7 +149,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             },
         ),
         "volume" => (
-            volume_cmd::USAGE,
+            if rest.first().map(String::as_str) == Some("snapshot") {
+                snapshot_cmd::USAGE
+            } else {
+                volume_cmd::USAGE
+            },
             if wants_help {
                 None
             } else {
@@ -234,6 +243,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("test-faults"),
         value("test-trace"),
         switch("no-attach"),
+        switch("strict"),
     ];
     let args = args::parse(FLAGS, argv)?;
     args.at_most(0)?;
@@ -252,6 +262,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         faults: args.value("test-faults").map(PathBuf::from),
         trace: args.value("test-trace").map(PathBuf::from),
         no_attach: args.switch("no-attach"),
+        strict: args.switch("strict"),
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
 }

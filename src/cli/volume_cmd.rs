@@ -38,13 +38,25 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
                           host-to-task or bidirectional
   release -alloc ALLOC ID
                           release an alloc's claim and wait until it is gone
+  detach [-alloc ALLOC] ID
+                          Nomad's name for release: without -alloc, release
+                          every claim of the volume on this host, waiting
+  status -plugin PLUGIN [-json]
+                          the plugin's registered volumes, and the volumes
+                          it lists (ListVolumes) that are not registered
+  init [FILE]             write an example volume spec (default volume.hcl),
+                          every key explained in a comment
+  snapshot create|delete|list ...
+                          snapshots (see `csi-agent volume snapshot -help`)
 
   -address ADDR           the agent's control socket (default
                           $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
 
 const ADDRESS_FLAGS: &[Flag] = &[value("address")];
 const DEREGISTER_FLAGS: &[Flag] = &[switch("force"), value("address")];
-const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
+const STATUS_FLAGS: &[Flag] = &[switch("json"), value("plugin"), value("address")];
+const DETACH_FLAGS: &[Flag] = &[value("alloc"), value("address")];
+const INIT_FLAGS: &[Flag] = &[];
 const CLAIM_FLAGS: &[Flag] = &[
     value("alloc"),
     switch("read-only"),
@@ -54,7 +66,8 @@ const CLAIM_FLAGS: &[Flag] = &[
 ];
 const RELEASE_FLAGS: &[Flag] = &[value("alloc"), value("address")];
 
-const VERBS: &str = "register, create, deregister, delete, status, claim, release";
+const VERBS: &str =
+    "register, create, deregister, delete, status, claim, release, detach, init, snapshot";
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
@@ -68,6 +81,9 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         "status" => status(rest),
         "claim" => claim(rest),
         "release" => release(rest),
+        "detach" => detach(rest),
+        "init" => super::volume_init::run(rest, INIT_FLAGS),
+        "snapshot" => super::snapshot_cmd::run(rest),
         other => Err(UsageError::new(format!("unknown volume command {other:?}")).into()),
     }
 }
@@ -124,6 +140,21 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(STATUS_FLAGS, argv)?;
     args.at_most(1)?;
     let id = args.positional.first().map(String::as_str).unwrap_or("");
+    if let Some(plugin) = args.value("plugin") {
+        if !id.is_empty() {
+            return Err(
+                UsageError::new("-plugin lists a plugin's volumes: give no volume ID").into(),
+            );
+        }
+        let resp = connect(&args)?.volume_status_of_plugin(plugin)?;
+        if args.switch("json") {
+            println!("{}", Json::from_message(&resp).pretty());
+        } else {
+            print!("{}", table(&resp.volumes));
+            print!("{}", external_table(&resp));
+        }
+        return Ok(());
+    }
     let resp = connect(&args)?.volume_status(id, !id.is_empty())?;
     if id.is_empty() {
         if args.switch("json") {
@@ -221,6 +252,81 @@ fn release(argv: &[String]) -> Result<(), CliError> {
     })
 }
 
+/// `detach`: Nomad's name for releasing this host's claims of a volume,
+/// one alloc's with `-alloc`, else every claim, each waited for.
+fn detach(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(DETACH_FLAGS, argv)?;
+    args.at_most(1)?;
+    let volume_id = args.positional(0, "the volume ID")?;
+    let client = connect(&args)?;
+    let allocs: Vec<String> = match args.value("alloc") {
+        Some(alloc) => vec![alloc.to_string()],
+        None => {
+            let resp = client.volume_status(volume_id, false)?;
+            let volume = resp.volumes.first().ok_or_else(|| client::Error::Refused {
+                code: grpcio::RpcStatusCode::NOT_FOUND,
+                message: format!("volume {volume_id:?} not found"),
+            })?;
+            volume
+                .claims
+                .iter()
+                .chain(&volume.past_claims)
+                .map(|c| c.alloc_id.clone())
+                .collect()
+        }
+    };
+    if allocs.is_empty() {
+        println!("Volume {volume_id:?} has no claims on this host");
+        return Ok(());
+    }
+    let mut pending = Vec::new();
+    for alloc in &allocs {
+        let resp = client.volume_release(volume_id, alloc)?;
+        if resp.released {
+            println!("Volume {volume_id:?}: the claim of alloc {alloc:?} is released");
+        } else {
+            pending.push(format!("alloc {alloc}: {}", resp.message));
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::Io {
+        what: format!(
+            "volume {volume_id:?} is not detached yet; the agent keeps retrying (see `csi-agent volume status {volume_id}`)"
+        ),
+        err: std::io::Error::other(pending.join("; ")),
+    })
+}
+
+/// The plugin's volumes that are not registered, Nomad's "External
+/// Volumes".
+fn external_table(resp: &api::VolumeStatusResponse) -> String {
+    let mut out = String::from("\nExternal Volumes\n");
+    if !resp.external_error.is_empty() {
+        out.push_str(&format!("<not available: {}>\n", resp.external_error));
+        return out;
+    }
+    let rows = resp.external.iter().map(|v| {
+        vec![
+            v.external_id.clone(),
+            if v.capacity_bytes > 0 {
+                format_size(count(v.capacity_bytes))
+            } else {
+                "<unknown>".to_string()
+            },
+            list(&v.published_node_ids),
+            if v.abnormal {
+                format!("abnormal: {}", v.condition_message)
+            } else {
+                "ok".to_string()
+            },
+        ]
+    });
+    out.push_str(&rows_or(EXTERNAL_HEADER, rows.collect(), "<none>"));
+    out
+}
+
 fn or_none(text: &str) -> String {
     if text.is_empty() {
         "<none>".to_string()
@@ -241,6 +347,7 @@ fn pairs(map: &std::collections::HashMap<String, String>) -> String {
 }
 
 const STAGING_HEADER: &str = "Path, State, Capability";
+const EXTERNAL_HEADER: &str = "External ID, Capacity, Nodes, Condition";
 const VOLUME_HEADER: &str = "ID, Name, Plugin, Provider, Schedulable, Claims, Access";
 const CLAIM_HEADER: &str = "Alloc, Mode, State, Usage, Target, Publish Path";
 const PAST_CLAIM_HEADER: &str = "Alloc, Mode, State, Last Error, Next Retry";
@@ -287,6 +394,11 @@ fn details(v: &api::VolumeStatus) -> String {
     } else {
         "<unknown>".to_string()
     };
+    let created = match (v.creating, v.create_error.is_empty()) {
+        (false, _) => v.created.to_string(),
+        (true, true) => "creating (waiting for CreateVolume)".to_string(),
+        (true, false) => format!("creating (retrying CreateVolume: {})", v.create_error),
+    };
     let fields: Vec<(&str, String)> = vec![
         ("ID", v.id.clone()),
         ("Name", v.name.clone()),
@@ -301,7 +413,7 @@ fn details(v: &api::VolumeStatus) -> String {
         ("Context", pairs(&v.context)),
         ("Capacity", capacity),
         ("Schedulable", v.schedulable.to_string()),
-        ("Created", v.created.to_string()),
+        ("Created", created),
     ];
     let mut out = key_values(&fields);
 
@@ -491,6 +603,29 @@ mod tests {
             ..volume()
         });
         assert!(none.contains("Mount Flags  = <none>\n"), "{none}");
+    }
+
+    #[test]
+    fn details_say_a_volume_is_being_created_and_why_it_is_retried() {
+        let text = details(&volume());
+        assert!(text.contains("Created      = false\n"), "{text}");
+        let creating = api::VolumeStatus {
+            creating: true,
+            ..volume()
+        };
+        let text = details(&creating);
+        assert!(
+            text.contains("Created      = creating (waiting for CreateVolume)\n"),
+            "{text}"
+        );
+        let text = details(&api::VolumeStatus {
+            create_error: "CreateVolume failed: UNAVAILABLE".into(),
+            ..creating
+        });
+        assert!(
+            text.contains("Created      = creating (retrying CreateVolume: CreateVolume failed: UNAVAILABLE)\n"),
+            "{text}"
+        );
     }
 
     #[test]

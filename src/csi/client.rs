@@ -321,6 +321,9 @@ impl Client {
         if let Some(topology) = &req.accessibility {
             wire.accessibility_requirements = protobuf::MessageField::some(topology.into());
         }
+        if let Some(source) = &req.content_source {
+            wire.volume_content_source = protobuf::MessageField::some(source.into());
+        }
         let resp = call(rpc, self.controller.create_volume_opt(&wire, self.opt()))?;
         let volume = resp
             .volume
@@ -485,6 +488,85 @@ impl Client {
         Ok(Expanded {
             capacity_bytes: resp.capacity_bytes,
             node_expansion_required: resp.node_expansion_required,
+        })
+    }
+}
+
+impl Client {
+    /// ControllerGetVolume: the volume as the plugin sees it now, with the
+    /// nodes it is published to and its condition.
+    pub fn controller_get_volume(&self, volume_id: &str) -> Result<ListedVolume, Error> {
+        let rpc = Rpc::ControllerGetVolume;
+        let mut wire = pb::ControllerGetVolumeRequest::new();
+        wire.volume_id = volume_id.to_string();
+        let resp = call(
+            rpc,
+            self.controller.controller_get_volume_opt(&wire, self.opt()),
+        )?;
+        let volume = resp
+            .volume
+            .as_ref()
+            .ok_or_else(|| invalid(rpc, ConvertError::new("volume", "is required")))?;
+        let status = resp.status.as_ref();
+        Ok(ListedVolume {
+            volume: Volume::try_from(volume).map_err(|e| invalid(rpc, e))?,
+            published_node_ids: status
+                .map(|s| s.published_node_ids.clone())
+                .unwrap_or_default(),
+            condition: status
+                .and_then(|s| s.volume_condition.as_ref())
+                .map(VolumeCondition::from),
+        })
+    }
+
+    /// CreateSnapshot; the same name and source answers the same snapshot.
+    pub fn create_snapshot(&self, req: &CreateSnapshot) -> Result<Snapshot, Error> {
+        let rpc = Rpc::CreateSnapshot;
+        let mut wire = pb::CreateSnapshotRequest::new();
+        wire.name = req.name.clone();
+        wire.source_volume_id = req.source_volume_id.clone();
+        wire.parameters = convert::to_hash_map(&req.parameters);
+        wire.secrets = convert::secrets_to_proto(&req.secrets);
+        let resp = call(rpc, self.controller.create_snapshot_opt(&wire, self.opt()))?;
+        let snapshot = resp
+            .snapshot
+            .as_ref()
+            .ok_or_else(|| invalid(rpc, ConvertError::new("snapshot", "is required")))?;
+        Snapshot::try_from(snapshot).map_err(|e| invalid(rpc, e))
+    }
+
+    pub fn delete_snapshot(&self, snapshot_id: &str, secrets: &Secrets) -> Result<(), Error> {
+        let mut wire = pb::DeleteSnapshotRequest::new();
+        wire.snapshot_id = snapshot_id.to_string();
+        wire.secrets = convert::secrets_to_proto(secrets);
+        call(
+            Rpc::DeleteSnapshot,
+            self.controller.delete_snapshot_opt(&wire, self.opt()),
+        )
+        .map(drop)
+    }
+
+    /// One page of ListSnapshots; pass the answer's `next_token` for the
+    /// next.
+    pub fn list_snapshots(&self, req: &ListSnapshots) -> Result<SnapshotPage, Error> {
+        let rpc = Rpc::ListSnapshots;
+        let mut wire = pb::ListSnapshotsRequest::new();
+        wire.max_entries = req.max_entries;
+        wire.starting_token = req.starting_token.clone();
+        wire.source_volume_id = req.source_volume_id.clone();
+        wire.snapshot_id = req.snapshot_id.clone();
+        wire.secrets = convert::secrets_to_proto(&req.secrets);
+        let resp = call(rpc, self.controller.list_snapshots_opt(&wire, self.opt()))?;
+        let mut entries = Vec::with_capacity(resp.entries.len());
+        for entry in &resp.entries {
+            let snapshot = entry.snapshot.as_ref().ok_or_else(|| {
+                invalid(rpc, ConvertError::new("entries.snapshot", "is required"))
+            })?;
+            entries.push(Snapshot::try_from(snapshot).map_err(|e| invalid(rpc, e))?);
+        }
+        Ok(SnapshotPage {
+            entries,
+            next_token: resp.next_token,
         })
     }
 }

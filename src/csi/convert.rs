@@ -11,7 +11,7 @@ use protobuf::{EnumOrUnknown, MessageField};
 
 use super::model::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use super::proto::csi as pb;
-use super::types::{CapabilitySet, ControllerCapability};
+use super::types::{CapabilitySet, ContentSource, ControllerCapability, Snapshot};
 use super::types::{
     CapacityRange, NodeCapability, PluginCapability, StringMap, Topology, TopologyRequirement,
     Usage, UsageUnit, Volume, VolumeCondition,
@@ -212,6 +212,97 @@ impl TryFrom<&pb::Volume> for Volume {
                 .iter()
                 .map(topology_from_proto)
                 .collect(),
+        })
+    }
+}
+
+impl From<&ContentSource> for pb::VolumeContentSource {
+    fn from(source: &ContentSource) -> pb::VolumeContentSource {
+        use pb::volume_content_source::{SnapshotSource, Type, VolumeSource};
+        let mut out = pb::VolumeContentSource::new();
+        out.type_ = Some(match source {
+            ContentSource::Snapshot(id) => Type::Snapshot(SnapshotSource {
+                snapshot_id: id.clone(),
+                ..Default::default()
+            }),
+            ContentSource::Volume(id) => Type::Volume(VolumeSource {
+                volume_id: id.clone(),
+                ..Default::default()
+            }),
+        });
+        out
+    }
+}
+
+impl TryFrom<&pb::VolumeContentSource> for ContentSource {
+    type Error = ConvertError;
+
+    fn try_from(source: &pb::VolumeContentSource) -> Result<ContentSource, ConvertError> {
+        use pb::volume_content_source::Type;
+        match &source.type_ {
+            Some(Type::Snapshot(s)) if !s.snapshot_id.is_empty() => {
+                Ok(ContentSource::Snapshot(s.snapshot_id.clone()))
+            }
+            Some(Type::Volume(v)) if !v.volume_id.is_empty() => {
+                Ok(ContentSource::Volume(v.volume_id.clone()))
+            }
+            Some(Type::Snapshot(_)) => Err(ConvertError::new(
+                "volume_content_source.snapshot.snapshot_id",
+                "is required",
+            )),
+            Some(Type::Volume(_)) => Err(ConvertError::new(
+                "volume_content_source.volume.volume_id",
+                "is required",
+            )),
+            None => Err(ConvertError::new("volume_content_source", "has no source")),
+        }
+    }
+}
+
+impl From<&Snapshot> for pb::Snapshot {
+    fn from(snapshot: &Snapshot) -> pb::Snapshot {
+        let mut out = pb::Snapshot::new();
+        out.snapshot_id = snapshot.snapshot_id.clone();
+        out.source_volume_id = snapshot.source_volume_id.clone();
+        out.size_bytes = snapshot.size_bytes;
+        out.ready_to_use = snapshot.ready_to_use;
+        if let Some(time) = snapshot.creation_time {
+            let since = time
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let mut ts = protobuf::well_known_types::timestamp::Timestamp::new();
+            ts.seconds = since.as_secs() as i64;
+            ts.nanos = since.subsec_nanos() as i32;
+            out.creation_time = MessageField::some(ts);
+        }
+        out
+    }
+}
+
+impl TryFrom<&pb::Snapshot> for Snapshot {
+    type Error = ConvertError;
+
+    fn try_from(snapshot: &pb::Snapshot) -> Result<Snapshot, ConvertError> {
+        if snapshot.snapshot_id.is_empty() {
+            return Err(ConvertError::new("snapshot.snapshot_id", "is required"));
+        }
+        if snapshot.source_volume_id.is_empty() {
+            return Err(ConvertError::new(
+                "snapshot.source_volume_id",
+                "is required",
+            ));
+        }
+        let creation_time = snapshot.creation_time.as_ref().and_then(|ts| {
+            let seconds = u64::try_from(ts.seconds).ok()?;
+            let nanos = u32::try_from(ts.nanos).ok()?;
+            Some(std::time::UNIX_EPOCH + std::time::Duration::new(seconds, nanos))
+        });
+        Ok(Snapshot {
+            snapshot_id: snapshot.snapshot_id.clone(),
+            source_volume_id: snapshot.source_volume_id.clone(),
+            size_bytes: snapshot.size_bytes,
+            creation_time,
+            ready_to_use: snapshot.ready_to_use,
         })
     }
 }
@@ -526,5 +617,31 @@ mod tests {
             VolumeCondition::from(&pb::VolumeCondition::from(&condition)),
             condition
         );
+    }
+
+    #[test]
+    fn snapshots_and_content_sources_round_trip() {
+        let snapshot = Snapshot {
+            snapshot_id: "snap-1".into(),
+            source_volume_id: "vol-1".into(),
+            size_bytes: 4096,
+            creation_time: Some(std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5)),
+            ready_to_use: true,
+        };
+        assert_eq!(
+            Snapshot::try_from(&pb::Snapshot::from(&snapshot)).unwrap(),
+            snapshot
+        );
+        let mut wire = pb::Snapshot::from(&snapshot);
+        wire.source_volume_id.clear();
+        assert!(Snapshot::try_from(&wire).is_err());
+        for source in [
+            ContentSource::Snapshot("snap-1".into()),
+            ContentSource::Volume("vol-1".into()),
+        ] {
+            let wire = pb::VolumeContentSource::from(&source);
+            assert_eq!(ContentSource::try_from(&wire).unwrap(), source);
+        }
+        assert!(ContentSource::try_from(&pb::VolumeContentSource::new()).is_err());
     }
 }

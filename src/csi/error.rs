@@ -31,10 +31,14 @@ pub enum Rpc {
     ListVolumes,
     GetCapacity,
     ControllerExpandVolume,
+    ControllerGetVolume,
+    CreateSnapshot,
+    DeleteSnapshot,
+    ListSnapshots,
 }
 
 impl Rpc {
-    pub const ALL: [Rpc; 20] = [
+    pub const ALL: [Rpc; 24] = [
         Rpc::GetPluginInfo,
         Rpc::GetPluginCapabilities,
         Rpc::Probe,
@@ -55,6 +59,10 @@ impl Rpc {
         Rpc::ListVolumes,
         Rpc::GetCapacity,
         Rpc::ControllerExpandVolume,
+        Rpc::ControllerGetVolume,
+        Rpc::CreateSnapshot,
+        Rpc::DeleteSnapshot,
+        Rpc::ListSnapshots,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +87,10 @@ impl Rpc {
             Rpc::ListVolumes => "ListVolumes",
             Rpc::GetCapacity => "GetCapacity",
             Rpc::ControllerExpandVolume => "ControllerExpandVolume",
+            Rpc::ControllerGetVolume => "ControllerGetVolume",
+            Rpc::CreateSnapshot => "CreateSnapshot",
+            Rpc::DeleteSnapshot => "DeleteSnapshot",
+            Rpc::ListSnapshots => "ListSnapshots",
         }
     }
 
@@ -91,6 +103,7 @@ impl Rpc {
                 | Rpc::NodeUnstageVolume
                 | Rpc::ControllerUnpublishVolume
                 | Rpc::DeleteVolume
+                | Rpc::DeleteSnapshot
         )
     }
 
@@ -329,7 +342,8 @@ mod tests {
             Rpc::NodeUnpublishVolume
             | Rpc::NodeUnstageVolume
             | Rpc::ControllerUnpublishVolume
-            | Rpc::DeleteVolume => TEARDOWN,
+            | Rpc::DeleteVolume
+            | Rpc::DeleteSnapshot => TEARDOWN,
             Rpc::NodeExpandVolume => NODE_EXPAND,
             _ => ORDINARY,
         }

@@ -83,6 +83,7 @@ capability_enum! {
         GetVolume = 12, "get-volume";
         SingleNodeMultiWriter = 13, "single-node-multi-writer";
         ModifyVolume = 14, "modify-volume";
+        GetSnapshot = 15, "get-snapshot";
     }
 }
 
@@ -163,6 +164,52 @@ pub struct CreateVolume {
     pub parameters: StringMap,
     pub secrets: Secrets,
     pub accessibility: Option<TopologyRequirement>,
+    /// Pre-populate the new volume from a snapshot or another volume.
+    pub content_source: Option<ContentSource>,
+}
+
+/// What a new volume is made from (CreateVolume's `volume_content_source`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContentSource {
+    Snapshot(String),
+    Volume(String),
+}
+
+/// A snapshot, as CreateSnapshot and ListSnapshots answer it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub snapshot_id: String,
+    pub source_volume_id: String,
+    /// 0 when the plugin does not say.
+    pub size_bytes: i64,
+    pub creation_time: Option<std::time::SystemTime>,
+    pub ready_to_use: bool,
+}
+
+/// CreateSnapshot's request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateSnapshot {
+    pub name: String,
+    pub source_volume_id: String,
+    pub parameters: StringMap,
+    pub secrets: Secrets,
+}
+
+/// ListSnapshots' filters; empty strings filter nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListSnapshots {
+    pub max_entries: i32,
+    pub starting_token: String,
+    pub source_volume_id: String,
+    pub snapshot_id: String,
+    pub secrets: Secrets,
+}
+
+/// One page of ListSnapshots; `next_token` is empty on the last page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotPage {
+    pub entries: Vec<Snapshot>,
+    pub next_token: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

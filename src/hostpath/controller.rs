@@ -1,4 +1,5 @@
-//! The hostpath plugin's Controller service: volumes are directories, and
+//! The hostpath plugin's Controller service: volumes are directories or,
+//! for block capabilities, sparse files (see [`super::block`]), and
 //! "attaching" to a node is a record that NodeStage checks.
 
 use std::fs;
@@ -6,12 +7,16 @@ use std::fs;
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
+use super::block;
 use super::faults::Action;
-use super::state::VolumeRecord;
-use super::{internal, required, status, trace_fields, volume_id, Plugin, RpcResult, Service};
+use super::state::{VolumeKind, VolumeRecord};
+use super::strict::{Call, ContentSource};
+use super::{
+    internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
+};
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
-use crate::csi::model::{AccessMode, AttachmentMode, Capability};
+use crate::csi::model::{AccessMode, Capability};
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::ControllerCapability;
@@ -28,17 +33,18 @@ const CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::SingleNodeMultiWriter,
 ];
 
-/// Hostpath volumes are directories: file-system only.
-fn check_supported(caps: &[Capability]) -> Result<(), String> {
-    match caps
-        .iter()
-        .find(|c| c.attachment_mode == AttachmentMode::BlockDevice)
-    {
-        Some(_) => {
-            Err("hostpath volumes are directories: block-device is not supported".to_string())
-        }
-        None => Ok(()),
-    }
+/// The controller capabilities the plugin advertises: without attachments,
+/// none of ControllerPublishVolume's.
+pub(super) fn capabilities(no_attach: bool) -> impl Iterator<Item = ControllerCapability> {
+    CAPABILITIES.iter().copied().filter(move |c| {
+        !(no_attach
+            && matches!(
+                c,
+                ControllerCapability::PublishUnpublishVolume
+                    | ControllerCapability::PublishReadonly
+                    | ControllerCapability::ListVolumesPublishedNodes
+            ))
+    })
 }
 
 fn request_capabilities(field: &str, caps: &[pb::VolumeCapability]) -> RpcResult<Vec<Capability>> {
@@ -56,7 +62,8 @@ impl Plugin {
     fn create_volume(&self, req: &pb::CreateVolumeRequest) -> RpcResult<pb::CreateVolumeResponse> {
         let id = volume_id("name", &req.name)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-        check_supported(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
+        let kind =
+            VolumeKind::for_capabilities(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
         if req.volume_content_source.is_some() {
             return Err(status(
                 Code::InvalidArgument,
@@ -91,6 +98,15 @@ impl Plugin {
         }
         let mut state = self.lock();
         let capacity_bytes = if let Some(existing) = state.volumes.get(id) {
+            if existing.kind != kind {
+                return Err(status(
+                    Code::AlreadyExists,
+                    format!(
+                        "volume {id} exists as a {} volume",
+                        existing.kind.attachment()
+                    ),
+                ));
+            }
             let cap = existing.capacity_bytes;
             let fits =
                 cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
@@ -102,19 +118,29 @@ impl Plugin {
             }
             cap
         } else {
-            let dir = self.volume_dir(id);
-            fs::create_dir_all(&dir)
-                .map_err(|e| internal("cannot create the volume directory", e))?;
-            let cap = if range.required_bytes > 0 {
-                range.required_bytes
-            } else {
-                range.limit_bytes
+            let cap = match kind {
+                VolumeKind::Directory => {
+                    let dir = self.volume_dir(id);
+                    fs::create_dir_all(&dir)
+                        .map_err(|e| internal("cannot create the volume directory", e))?;
+                    if range.required_bytes > 0 {
+                        range.required_bytes
+                    } else {
+                        range.limit_bytes
+                    }
+                }
+                VolumeKind::Block => {
+                    let size = block::capacity_for(&range)?;
+                    block::create_backing_file(&self.backing_file(id), size)?;
+                    size
+                }
             };
             state.volumes.insert(
                 id.to_string(),
                 VolumeRecord {
                     capacity_bytes: cap,
                     attached: None,
+                    kind,
                 },
             );
             state.save().map_err(|e| internal("cannot save state", e))?;
@@ -132,7 +158,7 @@ impl Plugin {
     fn delete_volume(&self, req: &pb::DeleteVolumeRequest) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let mut state = self.lock();
-        match state.volumes.get(id) {
+        let kind = match state.volumes.get(id) {
             None => return Ok(pb::DeleteVolumeResponse::new()),
             Some(VolumeRecord {
                 attached: Some((node, _)),
@@ -143,13 +169,28 @@ impl Plugin {
                     format!("volume {id} is attached to node {node}"),
                 ));
             }
-            Some(_) => {}
-        }
-        let dir = self.volume_dir(id);
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal("cannot remove the volume directory", e)),
+            Some(record) => record.kind,
+        };
+        match kind {
+            VolumeKind::Directory => match fs::remove_dir_all(self.volume_dir(id)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal("cannot remove the volume directory", e)),
+            },
+            VolumeKind::Block => {
+                // A target bound to a detached device would show the next
+                // volume that gets its number.
+                if let Some(path) = state.in_use_on_node(id) {
+                    return Err(status(
+                        Code::FailedPrecondition,
+                        format!(
+                            "volume {id} is still staged or published at {}",
+                            path.display()
+                        ),
+                    ));
+                }
+                block::delete_backing_file(&self.backing_file(id))?;
+            }
         }
         state.volumes.remove(id);
         state.save().map_err(|e| internal("cannot save state", e))?;
@@ -195,8 +236,7 @@ impl Plugin {
             }
         }
         let mut resp = pb::ControllerPublishVolumeResponse::new();
-        resp.publish_context
-            .insert(super::PUBLISH_CONTEXT_KEY.to_string(), node.to_string());
+        resp.publish_context = convert::to_hash_map(&super::publish_context(node));
         Ok(resp)
     }
 
@@ -238,14 +278,14 @@ impl Plugin {
     ) -> RpcResult<pb::ValidateVolumeCapabilitiesResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-        if !self.lock().volumes.contains_key(id) {
-            return Err(status(
-                Code::NotFound,
-                format!("volume {id} does not exist"),
-            ));
-        }
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
         let mut resp = pb::ValidateVolumeCapabilitiesResponse::new();
-        if let Err(message) = check_supported(&caps) {
+        if let Err(message) = kind.check_serves(id, &caps) {
             resp.message = message;
             return Ok(resp);
         }
@@ -333,7 +373,7 @@ impl Plugin {
     fn get_capacity(&self, req: &pb::GetCapacityRequest) -> RpcResult<pb::GetCapacityResponse> {
         if !req.volume_capabilities.is_empty() {
             let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
-            if check_supported(&caps).is_err() {
+            if VolumeKind::for_capabilities(&caps).is_err() {
                 // The spec: capacity for unsupported capabilities is 0.
                 return Ok(pb::GetCapacityResponse::new());
             }
@@ -366,7 +406,14 @@ impl Plugin {
             ));
         }
         if range.required_bytes > volume.capacity_bytes {
-            volume.capacity_bytes = range.required_bytes;
+            volume.capacity_bytes = match volume.kind {
+                VolumeKind::Directory => range.required_bytes,
+                VolumeKind::Block => {
+                    let size = block::capacity_for(&range)?;
+                    block::grow_backing_file(&self.backing_file(id), size)?;
+                    size
+                }
+            };
         }
         let capacity_bytes = volume.capacity_bytes;
         state.save().map_err(|e| internal("cannot save state", e))?;
@@ -380,31 +427,45 @@ impl Plugin {
 impl csi_grpc::Controller for Service {
     fn create_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::CreateVolumeRequest,
         sink: UnarySink<pb::CreateVolumeResponse>,
     ) {
         let fields = trace_fields(&[("name", &req.name)]);
-        self.serve("CreateVolume", fields, sink, move |p, _| {
-            p.create_volume(&req)
+        let content_source = req.volume_content_source.as_ref().and_then(|s| {
+            if s.has_snapshot() {
+                Some(ContentSource::Snapshot)
+            } else if s.has_volume() {
+                Some(ContentSource::Volume)
+            } else {
+                None
+            }
         });
+        let call = Call::CreateVolume {
+            name: req.name.clone(),
+            content_source,
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.create_volume(&req));
     }
 
     fn delete_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::DeleteVolumeRequest,
         sink: UnarySink<pb::DeleteVolumeResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
-        self.serve("DeleteVolume", fields, sink, move |p, _| {
-            p.delete_volume(&req)
-        });
+        let call = Call::DeleteVolume {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.delete_volume(&req));
     }
 
     fn controller_publish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::ControllerPublishVolumeRequest,
         sink: UnarySink<pb::ControllerPublishVolumeResponse>,
     ) {
@@ -414,99 +475,185 @@ impl csi_grpc::Controller for Service {
             ("node", &req.node_id),
             ("readonly", ro),
         ]);
-        self.serve("ControllerPublishVolume", fields, sink, move |p, _| {
-            p.controller_publish(&req)
-        });
+        let call = Call::ControllerPublishVolume {
+            volume: req.volume_id.clone(),
+            node: req.node_id.clone(),
+            read_only: req.readonly,
+            answer: super::publish_context(&req.node_id),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.controller_publish(&req));
     }
 
     fn controller_unpublish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::ControllerUnpublishVolumeRequest,
         sink: UnarySink<pb::ControllerUnpublishVolumeResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("node", &req.node_id)]);
-        self.serve("ControllerUnpublishVolume", fields, sink, move |p, _| {
+        let call = Call::ControllerUnpublishVolume {
+            volume: req.volume_id.clone(),
+            node: req.node_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| {
             p.controller_unpublish(&req)
         });
     }
 
     fn validate_volume_capabilities(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::ValidateVolumeCapabilitiesRequest,
         sink: UnarySink<pb::ValidateVolumeCapabilitiesResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
-        self.serve(
-            "ValidateVolumeCapabilities",
-            fields,
-            sink,
-            move |p, fault| p.validate(&req, fault),
-        );
+        let call = Call::ValidateVolumeCapabilities {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, fault| {
+            p.validate(&req, fault)
+        });
     }
 
     fn list_volumes(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::ListVolumesRequest,
         sink: UnarySink<pb::ListVolumesResponse>,
     ) {
-        self.serve("ListVolumes", String::new(), sink, move |p, _| {
-            p.list_volumes(&req)
-        });
+        let received = Received::new(Call::ListVolumes, &req, String::new());
+        self.serve(&ctx, received, sink, move |p, _| p.list_volumes(&req));
     }
 
     fn get_capacity(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::GetCapacityRequest,
         sink: UnarySink<pb::GetCapacityResponse>,
     ) {
-        self.serve("GetCapacity", String::new(), sink, move |p, _| {
-            p.get_capacity(&req)
-        });
+        let received = Received::new(Call::GetCapacity, &req, String::new());
+        self.serve(&ctx, received, sink, move |p, _| p.get_capacity(&req));
     }
 
     fn controller_get_capabilities(
         &mut self,
-        _: RpcContext,
-        _req: pb::ControllerGetCapabilitiesRequest,
+        ctx: RpcContext,
+        req: pb::ControllerGetCapabilitiesRequest,
         sink: UnarySink<pb::ControllerGetCapabilitiesResponse>,
     ) {
-        self.serve(
-            "ControllerGetCapabilities",
-            String::new(),
-            sink,
-            |plugin, _| {
-                let mut resp = pb::ControllerGetCapabilitiesResponse::new();
-                resp.capabilities = CAPABILITIES
-                    .iter()
-                    .filter(|c| {
-                        !(plugin.config.no_attach
-                            && matches!(
-                                c,
-                                ControllerCapability::PublishUnpublishVolume
-                                    | ControllerCapability::PublishReadonly
-                                    | ControllerCapability::ListVolumesPublishedNodes
-                            ))
-                    })
-                    .map(|c| convert::controller_capability_to_proto(*c))
-                    .collect();
-                Ok(resp)
-            },
-        );
+        let received = Received::new(Call::ControllerGetCapabilities, &req, String::new());
+        self.serve(&ctx, received, sink, |plugin, _| {
+            let mut resp = pb::ControllerGetCapabilitiesResponse::new();
+            resp.capabilities = capabilities(plugin.config.no_attach)
+                .map(convert::controller_capability_to_proto)
+                .collect();
+            Ok(resp)
+        });
     }
 
     fn controller_expand_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::ControllerExpandVolumeRequest,
         sink: UnarySink<pb::ControllerExpandVolumeResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
-        self.serve("ControllerExpandVolume", fields, sink, move |p, _| {
-            p.controller_expand(&req)
+        let call = Call::ControllerExpandVolume {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.controller_expand(&req));
+    }
+
+    // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
+    // unless strict mode refuses them first as a CO's mistake.
+
+    fn create_snapshot(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::CreateSnapshotRequest,
+        sink: UnarySink<pb::CreateSnapshotResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.source_volume_id)]);
+        self.unimplemented(
+            &ctx,
+            Received::new(Call::CreateSnapshot, &req, fields),
+            sink,
+        );
+    }
+
+    fn delete_snapshot(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::DeleteSnapshotRequest,
+        sink: UnarySink<pb::DeleteSnapshotResponse>,
+    ) {
+        let received = Received::new(Call::DeleteSnapshot, &req, String::new());
+        self.unimplemented(&ctx, received, sink);
+    }
+
+    fn list_snapshots(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::ListSnapshotsRequest,
+        sink: UnarySink<pb::ListSnapshotsResponse>,
+    ) {
+        let received = Received::new(Call::ListSnapshots, &req, String::new());
+        self.unimplemented(&ctx, received, sink);
+    }
+
+    fn get_snapshot(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::GetSnapshotRequest,
+        sink: UnarySink<pb::GetSnapshotResponse>,
+    ) {
+        let received = Received::new(Call::GetSnapshot, &req, String::new());
+        self.unimplemented(&ctx, received, sink);
+    }
+
+    fn controller_get_volume(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::ControllerGetVolumeRequest,
+        sink: UnarySink<pb::ControllerGetVolumeResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.volume_id)]);
+        let volume = req.volume_id.clone();
+        let call = Call::ControllerGetVolume { volume };
+        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
+    }
+
+    fn controller_modify_volume(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::ControllerModifyVolumeRequest,
+        sink: UnarySink<pb::ControllerModifyVolumeResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.volume_id)]);
+        let volume = req.volume_id.clone();
+        let call = Call::ControllerModifyVolume { volume };
+        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
+    }
+}
+
+impl Service {
+    /// Serves an RPC the plugin does not implement.
+    fn unimplemented<Resp: Default + Send + 'static>(
+        &self,
+        ctx: &RpcContext,
+        received: Received,
+        sink: UnarySink<Resp>,
+    ) {
+        let rpc = received.rpc();
+        self.serve(ctx, received, sink, move |_, _| {
+            Err(status(
+                Code::Unimplemented,
+                format!("{rpc} is not implemented"),
+            ))
         });
     }
 }

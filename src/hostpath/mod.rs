@@ -2,21 +2,42 @@
 //!
 //! A real CSI plugin (Identity, Controller, Node over gRPC on a unix socket)
 //! whose volumes are directories under a base dir, staged and published with
-//! bind mounts. It is the agent's `-dev` default, the fixture of our tests,
-//! and a reference for what a well-behaved plugin answers: idempotent repeats
-//! succeed, incompatible repeats are ALREADY_EXISTS, unknown volumes
-//! NOT_FOUND, missing fields INVALID_ARGUMENT, and out-of-order calls
-//! (stage before attach, unstage while published, detach while staged)
+//! bind mounts, or, for `block` capabilities, sparse files attached to loop
+//! devices whose device nodes are bound onto target files (`block.rs`). It
+//! is the agent's `-dev` default, the fixture of our tests, and a reference
+//! for what a well-behaved plugin answers: idempotent repeats succeed,
+//! incompatible repeats are ALREADY_EXISTS, unknown volumes NOT_FOUND,
+//! missing fields INVALID_ARGUMENT, and out-of-order calls (stage before
+//! attach, unstage while published, detach while staged)
 //! FAILED_PRECONDITION, so a CO that breaks the spec's ordering finds out.
+//!
+//! With `-strict` it also judges the CO: every request a CO that keeps the
+//! spec never sends (a second staging path for a volume, a publish before
+//! the stage, a stage or publish without ControllerPublishVolume's publish
+//! context, an unstage while published, a detach while staged, two calls in
+//! flight for one volume, an RPC of a capability not advertised, secrets on
+//! an RPC that takes none) is refused with FAILED_PRECONDITION
+//! `strict: <rule>: ...` and recorded as `<RPC> <volume>: <rule>` in
+//! `<base-dir>/strict-violations`, created empty at start. The rules are
+//! [`strict`]'s, a pure checker; [`verdict`] runs it around each call. Off
+//! by default: without it the plugin serves such requests as it always has
+//! (a CO that stages per usage, as Nomad does, still works).
 //!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
 //! lock.
+//!
+//! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
+//! file-system volume), `block/<id>.img` (a block volume's backing file),
+//! `strict-violations` (strict mode's verdict).
 
+mod block;
 mod controller;
 pub mod faults;
 mod node;
 pub mod state;
+pub mod strict;
+pub mod verdict;
 
 use std::fmt;
 use std::fs;
@@ -33,9 +54,11 @@ use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
-use crate::csi::types::PluginCapability;
+use crate::csi::types::{PluginCapability, StringMap};
 use faults::{Action, Faults, Trace};
 use state::State;
+use strict::{Advertised, Call};
+use verdict::StrictMode;
 
 /// The name the plugin reports in GetPluginInfo.
 pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
@@ -60,12 +83,16 @@ pub struct Config {
     /// PUBLISH_UNPUBLISH_VOLUME, and NodeStage/NodePublish do not ask for
     /// ControllerPublishVolume first.
     pub no_attach: bool,
+    /// Refuse, and record in `<base-dir>/strict-violations`, every request
+    /// a CO that keeps the spec never sends (see [`strict`]).
+    pub strict: bool,
 }
 
 #[derive(Debug)]
 pub enum Error {
     BaseDir { path: PathBuf, err: io::Error },
     State { err: io::Error },
+    Verdict { err: io::Error },
     Trace { err: io::Error },
     Socket { path: PathBuf, err: io::Error },
     Grpc(grpcio::Error),
@@ -79,6 +106,7 @@ impl fmt::Display for Error {
                 write!(f, "cannot create the base dir {}", path.display())
             }
             Error::State { .. } => f.write_str("cannot load the plugin state"),
+            Error::Verdict { .. } => f.write_str("cannot open the strict mode's verdict file"),
             Error::Trace { .. } => f.write_str("cannot open the call trace"),
             Error::Socket { path, .. } => write!(f, "cannot replace the socket {}", path.display()),
             Error::Grpc(_) => f.write_str("cannot serve gRPC"),
@@ -92,6 +120,7 @@ impl std::error::Error for Error {
         match self {
             Error::BaseDir { err, .. }
             | Error::State { err }
+            | Error::Verdict { err }
             | Error::Trace { err }
             | Error::Socket { err, .. }
             | Error::Signals(err) => Some(err),
@@ -106,6 +135,7 @@ pub struct Plugin {
     state: Mutex<State>,
     faults: Faults,
     trace: Trace,
+    strict: Option<StrictMode>,
 }
 
 impl Plugin {
@@ -132,6 +162,17 @@ pub fn run(config: Config) -> Result<(), Error> {
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
     let state = State::load(&config.base_dir.join("state")).map_err(|err| Error::State { err })?;
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
+    let strict = if config.strict {
+        let advertised = Advertised {
+            controller: controller::capabilities(config.no_attach).collect(),
+            node: node::CAPABILITIES.iter().copied().collect(),
+        };
+        let mode = StrictMode::open(&config.base_dir, advertised, &config.node_id, &state);
+        Some(mode.map_err(|err| Error::Verdict { err })?)
+    } else {
+        verdict::remove_stale(&config.base_dir).map_err(|err| Error::Verdict { err })?;
+        None
+    };
     let socket = config.endpoint.path().to_path_buf();
     remove_stale_socket(&socket)?;
     let mut signals = signal_hook::iterator::Signals::new([
@@ -145,6 +186,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         config,
         state: Mutex::new(state),
         trace,
+        strict,
     }));
     let env = crate::csi::client::grpc_environment();
     let mut server = ServerBuilder::new(env)
@@ -229,43 +271,79 @@ pub struct Service(Arc<Plugin>);
 /// answers them.
 const RELEASES: &[&str] = &["NodeUnpublishVolume", "NodeUnstageVolume"];
 
+/// What [`Service::serve`] needs of a request besides its work: its facts
+/// for strict mode, and its fields for the call trace.
+pub(crate) struct Received {
+    call: Call,
+    /// The request carries fields its message does not define.
+    undeclared_fields: bool,
+    fields: String,
+}
+
+impl Received {
+    pub(crate) fn new(call: Call, req: &impl protobuf::Message, fields: String) -> Received {
+        Received {
+            call,
+            undeclared_fields: req.unknown_fields().iter().next().is_some(),
+            fields,
+        }
+    }
+
+    pub(crate) fn rpc(&self) -> &'static str {
+        self.call.rpc()
+    }
+}
+
 impl Service {
-    /// Records the call, then runs `work` on its own thread after applying
-    /// any injected fault, and answers through `sink`.
-    fn serve<Resp, F>(&self, method: &'static str, fields: String, sink: UnarySink<Resp>, work: F)
+    /// Records the call, then runs `work` on its own thread after strict
+    /// mode admitted it (if on) and any injected fault applied, and answers
+    /// through `sink`.
+    fn serve<Resp, F>(&self, ctx: &RpcContext, received: Received, sink: UnarySink<Resp>, work: F)
     where
         Resp: Default + Send + 'static,
         F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
     {
+        let Received {
+            call,
+            undeclared_fields,
+            fields,
+        } = received;
+        let method = call.rpc();
         self.0.trace.record(method, &fields);
         let plugin = self.0.clone();
+        let deadline = ctx.deadline();
         let spawned = thread::Builder::new()
             .name(format!("rpc-{method}"))
             .spawn(move || {
-                let result = match plugin.faults.take(method) {
-                    Some(Action::Fail(code, message)) => {
-                        let message = if message.is_empty() {
-                            format!("injected {code}")
-                        } else {
-                            message
-                        };
-                        Err(status(code, message))
+                let admitted = match &plugin.strict {
+                    Some(mode) => mode
+                        .admit(&call, undeclared_fields, move || !deadline.exceeded())
+                        .map_err(|v| status(Code::FailedPrecondition, v.to_string())),
+                    None => Ok(None),
+                };
+                let fault = plugin.faults.take(method);
+                let result = match admitted {
+                    Err(refusal) => Err(refusal),
+                    Ok(in_flight) => {
+                        if fault == Some(Action::Hang) {
+                            // A call hung by an injected fault stands for
+                            // one the plugin lost: the CO may die waiting
+                            // and its successor send it again, which is no
+                            // second call in flight.
+                            drop(in_flight);
+                            loop {
+                                thread::park();
+                            }
+                        }
+                        let result = run_work(&plugin, method, fault, work);
+                        if let (Ok(_), Some(mode)) = (&result, &plugin.strict) {
+                            mode.completed(&call);
+                        }
+                        // The call ends before its answer leaves: the CO
+                        // may send the next one as soon as it has it.
+                        drop(in_flight);
+                        result
                     }
-                    Some(Action::Sleep(delay)) => {
-                        thread::sleep(delay);
-                        work(&plugin, None)
-                    }
-                    Some(Action::Hang) => loop {
-                        thread::park();
-                    },
-                    Some(Action::Exit) => {
-                        log::warn!("exiting on an injected fault in {method}");
-                        std::process::exit(3)
-                    }
-                    // The node's release calls forget their record too
-                    // (see `node.rs`); any other call just answers.
-                    Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
-                    other => work(&plugin, other),
                 };
                 match &result {
                     Ok(_) => log::debug!("{method} {fields}: OK"),
@@ -288,14 +366,58 @@ impl Service {
     }
 }
 
+/// Runs `work` for `method` after applying any injected fault.
+fn run_work<Resp, F>(
+    plugin: &Plugin,
+    method: &str,
+    fault: Option<Action>,
+    work: F,
+) -> RpcResult<Resp>
+where
+    Resp: Default,
+    F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp>,
+{
+    match fault {
+        Some(Action::Fail(code, message)) => {
+            let message = if message.is_empty() {
+                format!("injected {code}")
+            } else {
+                message
+            };
+            Err(status(code, message))
+        }
+        Some(Action::Sleep(delay)) => {
+            thread::sleep(delay);
+            work(plugin, None)
+        }
+        Some(Action::Hang) => loop {
+            thread::park();
+        },
+        Some(Action::Exit) => {
+            log::warn!("exiting on an injected fault in {method}");
+            std::process::exit(3)
+        }
+        // The node's release calls forget their record too (see
+        // `node.rs`); any other call just answers.
+        Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
+        other => work(plugin, other),
+    }
+}
+
+/// The publish context ControllerPublishVolume answers for `node`.
+pub(crate) fn publish_context(node: &str) -> StringMap {
+    [(PUBLISH_CONTEXT_KEY.to_string(), node.to_string())].into()
+}
+
 impl csi_grpc::Identity for Service {
     fn get_plugin_info(
         &mut self,
-        _ctx: RpcContext,
-        _req: pb::GetPluginInfoRequest,
+        ctx: RpcContext,
+        req: pb::GetPluginInfoRequest,
         sink: UnarySink<pb::GetPluginInfoResponse>,
     ) {
-        self.serve("GetPluginInfo", String::new(), sink, |_, _| {
+        let received = Received::new(Call::GetPluginInfo, &req, String::new());
+        self.serve(&ctx, received, sink, |_, _| {
             let mut resp = pb::GetPluginInfoResponse::new();
             resp.name = PLUGIN_NAME.to_string();
             resp.vendor_version = env!("CARGO_PKG_VERSION").to_string();
@@ -305,11 +427,12 @@ impl csi_grpc::Identity for Service {
 
     fn get_plugin_capabilities(
         &mut self,
-        _ctx: RpcContext,
-        _req: pb::GetPluginCapabilitiesRequest,
+        ctx: RpcContext,
+        req: pb::GetPluginCapabilitiesRequest,
         sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
     ) {
-        self.serve("GetPluginCapabilities", String::new(), sink, |_, _| {
+        let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
+        self.serve(&ctx, received, sink, |_, _| {
             let mut resp = pb::GetPluginCapabilitiesResponse::new();
             resp.capabilities = [
                 PluginCapability::ControllerService,
@@ -325,11 +448,12 @@ impl csi_grpc::Identity for Service {
 
     fn probe(
         &mut self,
-        _ctx: RpcContext,
-        _req: pb::ProbeRequest,
+        ctx: RpcContext,
+        req: pb::ProbeRequest,
         sink: UnarySink<pb::ProbeResponse>,
     ) {
-        self.serve("Probe", String::new(), sink, |_, fault| {
+        let received = Received::new(Call::Probe, &req, String::new());
+        self.serve(&ctx, received, sink, |_, fault| {
             let mut resp = pb::ProbeResponse::new();
             resp.ready =
                 protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {

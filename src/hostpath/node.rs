@@ -4,28 +4,32 @@
 //!
 //! Whether a path already holds a volume is read from the kernel (a mount
 //! point whose inode is the volume directory's), not only from our records,
-//! so repeats are answered correctly even after a plugin restart.
+//! so repeats are answered correctly even after a plugin restart. Block
+//! volumes take their own paths in [`super::block`].
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
 use super::faults::Action;
-use super::state::Staged;
-use super::{internal, required, status, trace_fields, volume_id, Plugin, RpcResult, Service};
-use crate::csi::convert;
+use super::state::{Staged, VolumeKind};
+use super::strict::Call;
+use super::{
+    internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
+};
+use crate::csi::convert::{self, from_hash_map};
 use crate::csi::error::Code;
-use crate::csi::model::{AttachmentMode, Capability};
+use crate::csi::model::Capability;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::{NodeCapability, Usage, UsageUnit};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 
-const CAPABILITIES: &[NodeCapability] = &[
+pub(super) const CAPABILITIES: &[NodeCapability] = &[
     NodeCapability::StageUnstageVolume,
     NodeCapability::GetVolumeStats,
     NodeCapability::ExpandVolume,
@@ -45,7 +49,7 @@ fn holds(path: &Path, dir: &Path) -> RpcResult<bool> {
         .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e)))
 }
 
-fn is_mount_point(path: &Path) -> RpcResult<bool> {
+pub(super) fn is_mount_point(path: &Path) -> RpcResult<bool> {
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(internal("cannot stat the path", e)),
@@ -104,25 +108,27 @@ impl Plugin {
     }
 
     /// The checks NodeStage and NodePublish share: a valid volume ID, a
-    /// file-system capability, and the volume attached here with its publish
-    /// context passed back.
+    /// capability of the volume's kind, and the volume attached here with
+    /// its publish context passed back.
     fn check_mountable<'a>(
         &self,
         volume: &'a str,
         capability: &protobuf::MessageField<pb::VolumeCapability>,
         publish_context: &std::collections::HashMap<String, String>,
-    ) -> RpcResult<(&'a str, Capability)> {
+    ) -> RpcResult<(&'a str, Capability, VolumeKind)> {
         let id = volume_id("volume_id", volume)?;
         let cap = convert::capability_from_field(capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        if cap.attachment_mode == AttachmentMode::BlockDevice {
-            return Err(status(
-                Code::InvalidArgument,
-                "block-device is not supported",
-            ));
-        }
         self.check_attached(id, publish_context)?;
-        Ok((id, cap))
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .unwrap_or_default();
+        kind.check_serves(id, std::slice::from_ref(&cap))
+            .map_err(|m| status(Code::InvalidArgument, m))?;
+        Ok((id, cap, kind))
     }
 
     fn node_stage(
@@ -130,7 +136,7 @@ impl Plugin {
         req: &pb::NodeStageVolumeRequest,
     ) -> RpcResult<pb::NodeStageVolumeResponse> {
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let (id, cap) =
+        let (id, cap, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         if !staging.is_dir() {
             return Err(status(
@@ -144,6 +150,10 @@ impl Plugin {
         let dir = self.volume_dir(id);
         let key = capability_key(&cap);
         let mut state = self.lock();
+        if kind == VolumeKind::Block {
+            self.stage_block(&mut state, id, staging, key)?;
+            return Ok(pb::NodeStageVolumeResponse::new());
+        }
         if is_mount_point(staging)? {
             if !holds(staging, &dir)? {
                 return Err(status(
@@ -216,6 +226,13 @@ impl Plugin {
                 format!("volume {id} is still published at {}", target.display()),
             ));
         }
+        let block = state
+            .volumes
+            .get(id)
+            .is_some_and(|v| v.kind == VolumeKind::Block);
+        if block && !other_staging {
+            self.unstage_block(&state, id)?;
+        }
         if is_mount_point(staging)? {
             SysMounter
                 .unmount(staging, UnmountMode::Normal)
@@ -233,11 +250,15 @@ impl Plugin {
     ) -> RpcResult<pb::NodePublishVolumeResponse> {
         let target = Path::new(required("target_path", &req.target_path)?);
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let (id, _) =
+        let (id, _, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         let dir = self.volume_dir(id);
         let mut state = self.lock();
-        if !holds(staging, &dir)? {
+        let staged = match kind {
+            VolumeKind::Directory => holds(staging, &dir)?,
+            VolumeKind::Block => state.staged.get(staging).is_some_and(|s| s.volume_id == id),
+        };
+        if !staged {
             return Err(status(
                 Code::FailedPrecondition,
                 format!("volume {id} is not staged at {}", staging.display()),
@@ -254,6 +275,10 @@ impl Plugin {
                     ),
                 ))
             }
+        }
+        if kind == VolumeKind::Block {
+            self.publish_block(&mut state, id, target, req.readonly)?;
+            return Ok(pb::NodePublishVolumeResponse::new());
         }
         if is_mount_point(target)? {
             if !holds(target, &dir)? {
@@ -314,14 +339,28 @@ impl Plugin {
                 .unmount(target, UnmountMode::Normal)
                 .map_err(mount_error)?;
         }
-        match fs::remove_dir(target) {
+        // A directory for a file-system volume, a file for a block volume.
+        let removed = match fs::symlink_metadata(target) {
+            Ok(m) if m.is_dir() => fs::remove_dir(target),
+            Ok(_) => fs::remove_file(target),
+            Err(e) => Err(e),
+        };
+        match removed {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(internal("cannot remove target_path", e)),
         }
-        if state.published.get(target).is_some_and(|(v, _)| v == id) {
+        if let Some((_, read_only)) = state.published.get(target).filter(|(v, _)| v == id) {
+            let read_only = *read_only;
             state.published.remove(target);
             state.save().map_err(|e| internal("cannot save state", e))?;
+            let block = state
+                .volumes
+                .get(id)
+                .is_some_and(|v| v.kind == VolumeKind::Block);
+            if block && read_only {
+                self.unpublished_block(&state, id)?;
+            }
         }
         Ok(pb::NodeUnpublishVolumeResponse::new())
     }
@@ -332,11 +371,14 @@ impl Plugin {
     ) -> RpcResult<pb::NodeGetVolumeStatsResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let path = Path::new(required("volume_path", &req.volume_path)?);
-        if !self.lock().volumes.contains_key(id) {
-            return Err(status(
-                Code::NotFound,
-                format!("volume {id} does not exist"),
-            ));
+        let kind = self
+            .lock()
+            .volumes
+            .get(id)
+            .map(|v| v.kind)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        if kind == VolumeKind::Block {
+            return self.block_stats(id, path);
         }
         let dir = self.volume_dir(id);
         let mut resp = pb::NodeGetVolumeStatsResponse::new();
@@ -418,24 +460,33 @@ fn path_fields(volume: &str, staging: &str, target: &str, readonly: bool) -> Str
 impl csi_grpc::Node for Service {
     fn node_stage_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeStageVolumeRequest,
         sink: UnarySink<pb::NodeStageVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
-        self.serve("NodeStageVolume", fields, sink, move |p, _| {
-            p.node_stage(&req)
-        });
+        let call = Call::NodeStageVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+            publish_context: from_hash_map(&req.publish_context),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_stage(&req));
     }
 
     fn node_unstage_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeUnstageVolumeRequest,
         sink: UnarySink<pb::NodeUnstageVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
-        self.serve("NodeUnstageVolume", fields, sink, move |p, fault| {
+        let call = Call::NodeUnstageVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
                 return p.forget(|state| {
                     state.staged.remove(Path::new(&req.staging_target_path));
@@ -447,7 +498,7 @@ impl csi_grpc::Node for Service {
 
     fn node_publish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodePublishVolumeRequest,
         sink: UnarySink<pb::NodePublishVolumeResponse>,
     ) {
@@ -457,19 +508,29 @@ impl csi_grpc::Node for Service {
             &req.target_path,
             req.readonly,
         );
-        self.serve("NodePublishVolume", fields, sink, move |p, _| {
-            p.node_publish(&req)
-        });
+        let call = Call::NodePublishVolume {
+            volume: req.volume_id.clone(),
+            staging: PathBuf::from(&req.staging_target_path),
+            target: PathBuf::from(&req.target_path),
+            publish_context: from_hash_map(&req.publish_context),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_publish(&req));
     }
 
     fn node_unpublish_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeUnpublishVolumeRequest,
         sink: UnarySink<pb::NodeUnpublishVolumeResponse>,
     ) {
         let fields = path_fields(&req.volume_id, "", &req.target_path, false);
-        self.serve("NodeUnpublishVolume", fields, sink, move |p, fault| {
+        let call = Call::NodeUnpublishVolume {
+            volume: req.volume_id.clone(),
+            target: PathBuf::from(&req.target_path),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
                 return p.forget(|state| {
                     state.published.remove(Path::new(&req.target_path));
@@ -481,35 +542,40 @@ impl csi_grpc::Node for Service {
 
     fn node_get_volume_stats(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeGetVolumeStatsRequest,
         sink: UnarySink<pb::NodeGetVolumeStatsResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
-        self.serve("NodeGetVolumeStats", fields, sink, move |p, _| {
-            p.node_stats(&req)
-        });
+        let call = Call::NodeGetVolumeStats {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_stats(&req));
     }
 
     fn node_expand_volume(
         &mut self,
-        _: RpcContext,
+        ctx: RpcContext,
         req: pb::NodeExpandVolumeRequest,
         sink: UnarySink<pb::NodeExpandVolumeResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
-        self.serve("NodeExpandVolume", fields, sink, move |p, _| {
-            p.node_expand(&req)
-        });
+        let call = Call::NodeExpandVolume {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.node_expand(&req));
     }
 
     fn node_get_capabilities(
         &mut self,
-        _: RpcContext,
-        _req: pb::NodeGetCapabilitiesRequest,
+        ctx: RpcContext,
+        req: pb::NodeGetCapabilitiesRequest,
         sink: UnarySink<pb::NodeGetCapabilitiesResponse>,
     ) {
-        self.serve("NodeGetCapabilities", String::new(), sink, |_, _| {
+        let received = Received::new(Call::NodeGetCapabilities, &req, String::new());
+        self.serve(&ctx, received, sink, |_, _| {
             let mut resp = pb::NodeGetCapabilitiesResponse::new();
             resp.capabilities = CAPABILITIES
                 .iter()
@@ -521,10 +587,11 @@ impl csi_grpc::Node for Service {
 
     fn node_get_info(
         &mut self,
-        _: RpcContext,
-        _req: pb::NodeGetInfoRequest,
+        ctx: RpcContext,
+        req: pb::NodeGetInfoRequest,
         sink: UnarySink<pb::NodeGetInfoResponse>,
     ) {
-        self.serve("NodeGetInfo", String::new(), sink, |p, _| Ok(p.node_info()));
+        let received = Received::new(Call::NodeGetInfo, &req, String::new());
+        self.serve(&ctx, received, sink, |p, _| Ok(p.node_info()));
     }
 }

@@ -3,12 +3,79 @@
 //!
 //! Kept in one small text file under the base dir, rewritten atomically on
 //! every change, so a restarted plugin answers repeat calls idempotently.
-//! Volume data lives in `<base-dir>/volumes/<id>/`.
+//! A file-system volume's data lives in `<base-dir>/volumes/<id>/`, a block
+//! volume's in the file `<base-dir>/block/<id>.img`. Which loop devices show
+//! a block volume is not recorded: the kernel says (see
+//! [`crate::sys::loop_dev::find`]).
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use crate::csi::model::{AttachmentMode, Capability};
+
+/// What a volume is made of, chosen by CreateVolume's capabilities.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VolumeKind {
+    /// A directory, for `mount` capabilities.
+    #[default]
+    Directory,
+    /// A sparse file attached to loop devices, for `block` capabilities.
+    Block,
+}
+
+impl VolumeKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            VolumeKind::Directory => "dir",
+            VolumeKind::Block => "block",
+        }
+    }
+
+    /// The access type of the capabilities the volume serves.
+    pub fn attachment(self) -> &'static str {
+        match self {
+            VolumeKind::Directory => "file-system",
+            VolumeKind::Block => "block-device",
+        }
+    }
+
+    /// The kind of volume that serves capabilities of `mode`.
+    pub fn serving(mode: AttachmentMode) -> VolumeKind {
+        match mode {
+            AttachmentMode::FileSystem => VolumeKind::Directory,
+            AttachmentMode::BlockDevice => VolumeKind::Block,
+        }
+    }
+
+    /// The kind of volume that serves `caps`: a directory for file-system
+    /// capabilities, a block volume for block-device ones, never both.
+    pub fn for_capabilities(caps: &[Capability]) -> Result<VolumeKind, String> {
+        let mut kinds = caps.iter().map(|c| VolumeKind::serving(c.attachment_mode));
+        let first = kinds.next().unwrap_or_default();
+        if kinds.any(|k| k != first) {
+            return Err(
+                "a hostpath volume is a directory or a block device: file-system and \
+                        block-device capabilities cannot be mixed"
+                    .to_string(),
+            );
+        }
+        Ok(first)
+    }
+
+    /// Whether volume `id`, of this kind, serves `caps`; why not if not.
+    pub fn check_serves(self, id: &str, caps: &[Capability]) -> Result<(), String> {
+        match VolumeKind::for_capabilities(caps)? {
+            wanted if wanted == self => Ok(()),
+            wanted => Err(format!(
+                "volume {id} is a {} volume: {} is not supported for it",
+                self.attachment(),
+                wanted.attachment()
+            )),
+        }
+    }
+}
 
 /// A volume the plugin created.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +83,7 @@ pub struct VolumeRecord {
     pub capacity_bytes: i64,
     /// The node it is attached to by ControllerPublishVolume, and read-only.
     pub attached: Option<(String, bool)>,
+    pub kind: VolumeKind,
 }
 
 /// A staging the plugin did: which volume, and the capability it was staged
@@ -62,17 +130,24 @@ impl State {
         let (kind, rest) = line.split_once(' ')?;
         match kind {
             "volume" => {
-                let mut words = rest.splitn(4, ' ');
+                let mut words = rest.split(' ');
                 let id = words.next()?.to_string();
                 let capacity_bytes = words.next()?.parse().ok()?;
                 let node = words.next()?;
                 let ro = words.next()? == "1";
                 let attached = (node != "-").then(|| (node.to_string(), ro));
+                // Files written before block volumes have no kind.
+                let kind = match words.next() {
+                    None | Some("dir") => VolumeKind::Directory,
+                    Some("block") => VolumeKind::Block,
+                    Some(_) => return None,
+                };
                 self.volumes.insert(
                     id,
                     VolumeRecord {
                         capacity_bytes,
                         attached,
+                        kind,
                     },
                 );
             }
@@ -110,9 +185,10 @@ impl State {
                 None => ("-", false),
             };
             text.push_str(&format!(
-                "volume {id} {} {node} {}\n",
+                "volume {id} {} {node} {} {}\n",
                 v.capacity_bytes,
-                u8::from(ro)
+                u8::from(ro),
+                v.kind.as_str()
             ));
         }
         for (path, s) in &self.staged {
@@ -168,6 +244,7 @@ mod tests {
             VolumeRecord {
                 capacity_bytes: 42,
                 attached: Some(("n1".into(), true)),
+                kind: VolumeKind::Block,
             },
         );
         state.volumes.insert(
@@ -175,6 +252,7 @@ mod tests {
             VolumeRecord {
                 capacity_bytes: 0,
                 attached: None,
+                kind: VolumeKind::Directory,
             },
         );
         state.staged.insert(
@@ -197,6 +275,48 @@ mod tests {
             Some(dir.join("stage dir").as_path())
         );
         assert_eq!(loaded.in_use_on_node("v2"), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_volume_is_of_one_kind_for_all_its_capabilities() {
+        use crate::csi::model::AccessMode;
+        let mount = Capability::new(AccessMode::SingleNodeWriter, AttachmentMode::FileSystem);
+        let block = Capability::new(AccessMode::MultiNodeReaderOnly, AttachmentMode::BlockDevice);
+        assert_eq!(
+            VolumeKind::for_capabilities(&[block.clone(), block.clone()]),
+            Ok(VolumeKind::Block)
+        );
+        assert_eq!(
+            VolumeKind::for_capabilities(std::slice::from_ref(&mount)),
+            Ok(VolumeKind::Directory)
+        );
+        assert!(VolumeKind::for_capabilities(&[mount.clone(), block.clone()]).is_err());
+        assert_eq!(
+            VolumeKind::Block.check_serves("b", &[mount]),
+            Err("volume b is a block-device volume: file-system is not supported for it".into())
+        );
+        assert_eq!(VolumeKind::Block.check_serves("b", &[block]), Ok(()));
+    }
+
+    #[test]
+    fn a_state_written_before_block_volumes_loads_as_directories() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-hp-old-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state");
+        fs::write(&path, "volume v1 1048576 n1 0\nvolume v2 0 - 0\n").unwrap();
+        let loaded = State::load(&path).unwrap();
+        assert_eq!(loaded.volumes.len(), 2);
+        assert!(loaded
+            .volumes
+            .values()
+            .all(|v| v.kind == VolumeKind::Directory));
+        assert_eq!(
+            loaded.volumes["v1"].attached,
+            Some(("n1".to_string(), false))
+        );
+        fs::write(&path, "volume v1 0 - 0 tape\n").unwrap();
+        assert!(State::load(&path).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

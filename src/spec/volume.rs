@@ -24,9 +24,9 @@
 //! "us-east-1b"`, as Nomad reads it) or in an object
 //! (`parameters = { "csi.storage.k8s.io/fstype" = "ext4" }`).
 //!
-//! `snapshot_id` and `clone_id` are errors rather than warnings: csi-agent
-//! creates empty volumes, and a volume created empty where a restore was
-//! asked for would lose data silently.
+//! `snapshot_id` and `clone_id` (Nomad's keys, the plugin's IDs of a
+//! snapshot or of a volume) make `volume create` restore the snapshot or
+//! clone the volume; at most one may be given.
 
 use std::collections::BTreeMap;
 
@@ -65,6 +65,12 @@ pub struct VolumeSpec {
     pub capacity_min: Option<u64>,
     pub capacity_max: Option<u64>,
     pub topology_request: TopologyRequest,
+    /// `snapshot_id`: create the volume from this snapshot (the plugin's
+    /// ID).
+    pub snapshot_id: Option<String>,
+    /// `clone_id`: create the volume as a copy of this volume (the
+    /// plugin's ID).
+    pub clone_id: Option<String>,
     /// Nomad keys csi-agent does not act on, as written.
     pub ignored: Vec<Kept>,
 }
@@ -103,6 +109,8 @@ impl VolumeSpec {
         w.string("type", "csi");
         w.string("plugin_id", &self.plugin_id);
         w.opt_string("external_id", self.external_id.as_deref());
+        w.opt_string("snapshot_id", self.snapshot_id.as_deref());
+        w.opt_string("clone_id", self.clone_id.as_deref());
         for (key, value) in [
             ("capacity_min", self.capacity_min),
             ("capacity_max", self.capacity_max),
@@ -223,15 +231,25 @@ fn decode_volume(dec: &Decoder<'_>, body: &Body) -> VolumeSpec {
         .block("topology_request")
         .map(|block| decode_topology_request(&mut f.nested(block)))
         .unwrap_or_default();
-    for key in ["snapshot_id", "clone_id"] {
-        if let Some(attr) = body.attribute(key) {
-            f.error(
-                attr.key.span.start,
-                format!("{key:?} is not supported: csi-agent creates empty volumes"),
-            );
-        }
+    let mut source = |key: &'static str| {
+        f.string_at(key).and_then(|(value, pos)| {
+            if value.is_empty() {
+                f.error(pos, format!("{key:?} must not be empty"));
+                None
+            } else {
+                Some((value, pos))
+            }
+        })
+    };
+    let snapshot_id = source("snapshot_id");
+    let clone_id = source("clone_id");
+    if let (Some(_), Some((_, pos))) = (&snapshot_id, &clone_id) {
+        f.error(
+            *pos,
+            "\"snapshot_id\" and \"clone_id\" cannot both be set: a volume is made from one source",
+        );
     }
-    f.keep_silently(&["snapshot_id", "clone_id"]);
+    let (snapshot_id, clone_id) = (snapshot_id.map(|s| s.0), clone_id.map(|c| c.0));
     let ignored = f.ignore(IGNORED);
     f.finish();
     VolumeSpec {
@@ -247,6 +265,8 @@ fn decode_volume(dec: &Decoder<'_>, body: &Body) -> VolumeSpec {
         capacity_min,
         capacity_max,
         topology_request,
+        snapshot_id,
+        clone_id,
         ignored,
     }
 }

@@ -309,6 +309,11 @@ impl Journal {
         self.last_seq
     }
 
+    /// Whether an earlier write or sync failed; see [`Error::Poisoned`].
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
     /// The length of the journal file in bytes, to decide when to compact.
     pub fn len_bytes(&self) -> u64 {
         self.len

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod store;
 
 use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use protobuf::Message;
@@ -61,6 +62,21 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The system call's error underneath, if there is one: what an
+    /// operator has to fix (`ENOSPC`, `EDQUOT`, `EIO`, ...).
+    pub fn io_error(&self) -> Option<&io::Error> {
+        let mut source = std::error::Error::source(self);
+        while let Some(err) = source {
+            if let Some(io) = err.downcast_ref::<io::Error>() {
+                return Some(io);
+            }
+            source = err.source();
+        }
+        None
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -75,6 +91,7 @@ impl std::error::Error for Error {
 /// The agent's persisted state in `data_dir`.
 pub struct Store {
     snapshot: PathBuf,
+    journal_path: PathBuf,
     journal: Journal,
 }
 
@@ -106,19 +123,32 @@ impl Store {
                 found: state.version,
             });
         }
-        let (journal, replay) = Journal::open(&data_dir.join(JOURNAL_NAME), state.journal_seq)
-            .map_err(Error::Journal)?;
+        let journal_path = data_dir.join(JOURNAL_NAME);
+        let (journal, replay) =
+            Journal::open(&journal_path, state.journal_seq).map_err(Error::Journal)?;
         let loaded = Loaded {
             state,
             journal: replay.records.into_iter().map(|(_, r)| r).collect(),
             existed,
         };
-        Ok((Store { snapshot, journal }, loaded))
+        let store = Store {
+            snapshot,
+            journal_path,
+            journal,
+        };
+        Ok((store, loaded))
     }
 
     /// Writes `state` as the new snapshot, covering every journal record so
     /// far, and then empties the journal.
+    ///
+    /// This is also how the agent recovers from a failed write: after a
+    /// failed append the journal is read back first, so that the snapshot
+    /// covers every record that may have reached the disk.
     pub fn save(&mut self, state: &pb::State) -> Result<(), Error> {
+        if self.journal.is_poisoned() {
+            self.reopen_journal()?;
+        }
         let mut state = state.clone();
         state.version = VERSION;
         state.journal_seq = self.journal.last_seq();
@@ -138,8 +168,152 @@ impl Store {
             .map_err(Error::Journal)
     }
 
+    /// Opens the journal again after a failed write or sync: what it holds
+    /// is known again, and the records of the failed batch that reached
+    /// the disk get seqs the next snapshot covers. They are not applied:
+    /// the caller's state, which the snapshot will hold, already has them.
+    fn reopen_journal(&mut self) -> Result<(), Error> {
+        let (journal, replay) =
+            Journal::open(&self.journal_path, self.journal.last_seq()).map_err(Error::Journal)?;
+        if !replay.records.is_empty() {
+            log::info!(
+                "journal {}: {} records of a failed write reached the disk; the next snapshot covers them",
+                self.journal_path.display(),
+                replay.records.len()
+            );
+        }
+        self.journal = journal;
+        Ok(())
+    }
+
     /// The journal's size, to decide when to fold it into a snapshot.
     pub fn journal_bytes(&self) -> u64 {
         self.journal.len_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::io::Write;
+    use std::process::Command;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Tells whether a test that needs root can run. In CI, which runs as
+    /// root, a missing root is a failure rather than a silent skip.
+    fn require_root() -> bool {
+        if crate::sys::peercred::current_uid() == 0 {
+            return true;
+        }
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("this test needs root; CI runs as root");
+        }
+        eprintln!("skipping a test that needs root");
+        false
+    }
+
+    /// A 1 MiB tmpfs of one test's own, to fill up; unmounted and removed
+    /// on drop, even after a failed assertion.
+    struct SmallFs {
+        dir: PathBuf,
+    }
+
+    impl SmallFs {
+        fn mount() -> SmallFs {
+            static COUNTER: AtomicUsize = AtomicUsize::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "csi-agent-state-test-{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            fs::create_dir(&dir).unwrap();
+            let small = SmallFs { dir };
+            let status = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
+                .arg(&small.dir)
+                .status()
+                .unwrap();
+            assert!(status.success(), "mount -t tmpfs: {status}");
+            small
+        }
+
+        /// Fills the file system with a file until it is full.
+        fn fill(&self) -> PathBuf {
+            let path = self.dir.join("filler");
+            let mut file = fs::File::create(&path).unwrap();
+            let chunk = vec![0u8; 64 << 10];
+            loop {
+                match file.write(&chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(err) => panic!("filling {}: {err}", path.display()),
+                }
+            }
+            path
+        }
+    }
+
+    impl Drop for SmallFs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn state_with_plugin(id: &str) -> pb::State {
+        let mut state = pb::State::new();
+        state.plugins.push(crate::proto::agent::Plugin {
+            id: id.into(),
+            ..Default::default()
+        });
+        state
+    }
+
+    fn errno(err: &Error) -> Option<i32> {
+        err.io_error().and_then(io::Error::raw_os_error)
+    }
+
+    #[test]
+    fn a_store_on_a_full_file_system_writes_again_once_space_returns() {
+        if !require_root() {
+            return;
+        }
+        let small = SmallFs::mount();
+        let (mut store, _) = Store::open(&small.dir).unwrap();
+        store.save(&state_with_plugin("before")).unwrap();
+        let filler = small.fill();
+
+        // A record larger than a page needs a new page, whatever room the
+        // journal's last page has left.
+        let err = store.append(&[vec![7u8; 8192]]).unwrap_err();
+        assert_eq!(errno(&err), Some(libc::ENOSPC), "{err:?}");
+        let err = store.save(&state_with_plugin("after")).unwrap_err();
+        assert_eq!(errno(&err), Some(libc::ENOSPC), "{err:?}");
+
+        fs::remove_file(filler).unwrap();
+        // The journal was poisoned by the failed append: saving reads it
+        // back, drops the torn record, and writes.
+        store.save(&state_with_plugin("after")).unwrap();
+        store.append(&[b"next".to_vec()]).unwrap();
+        drop(store);
+
+        let (_, loaded) = Store::open(&small.dir).unwrap();
+        assert_eq!(loaded.state.plugins[0].id, "after");
+        assert_eq!(loaded.journal, vec![b"next".to_vec()]);
+    }
+
+    #[test]
+    fn the_io_error_under_a_state_error_is_found() {
+        let err = Error::Journal(journal::Error::Write {
+            path: "/x/journal".into(),
+            err: io::Error::from_raw_os_error(libc::EDQUOT),
+        });
+        assert_eq!(errno(&err), Some(libc::EDQUOT));
+        let err = Error::Journal(journal::Error::Poisoned {
+            path: "/x/journal".into(),
+        });
+        assert_eq!(errno(&err), None);
     }
 }

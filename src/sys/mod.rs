@@ -1,8 +1,10 @@
 //! Small safe wrappers over the system calls the agent needs besides
-//! mounts (those live in [`crate::mount`]): inotify, peer credentials and
-//! signals. Each libc call is one small function holding the only `unsafe`
-//! block for it.
+//! mounts (those live in [`crate::mount`]): inotify, peer credentials,
+//! signals, and the loop devices of the hostpath plugin's block volumes.
+//! Each libc call is one small function holding the only `unsafe` block
+//! for it.
 
 pub mod inotify;
+pub mod loop_dev;
 pub mod peercred;
 pub mod process;

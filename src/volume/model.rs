@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::csi::types::StringMap;
+use crate::csi::types::{CapacityRange, ContentSource, StringMap, TopologyRequirement};
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::mount::Propagation;
 use crate::proto::state as pb;
@@ -115,6 +115,18 @@ impl Claim {
     }
 }
 
+/// A CreateVolume sent, or about to be: recorded before it is sent, so
+/// that a crash before its answer is recorded sends the same request again
+/// (the volume's name makes it idempotent) instead of forgetting a volume
+/// the plugin may have made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateIntent {
+    pub capacity: CapacityRange,
+    pub accessibility: Option<TopologyRequirement>,
+    /// What the volume is made from (a snapshot, or a clone of a volume).
+    pub content_source: Option<ContentSource>,
+}
+
 /// A registered volume.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Volume {
@@ -139,6 +151,9 @@ pub struct Volume {
     pub stagings: BTreeMap<StagingKey, Staging>,
     /// By alloc ID.
     pub claims: BTreeMap<String, Claim>,
+    /// Being created: CreateVolume has not answered yet. No claim is
+    /// admitted until it has.
+    pub creating: Option<CreateIntent>,
 }
 
 impl Volume {
@@ -244,6 +259,56 @@ fn step_from_proto(step: protobuf::EnumOrUnknown<pb::Step>) -> Step {
     }
 }
 
+fn intent_to_proto(intent: &CreateIntent) -> pb::CreateIntent {
+    let segments = |t: &crate::csi::types::Topology| pb::TopologySegments {
+        segments: t.clone().into_iter().collect(),
+        ..Default::default()
+    };
+    pb::CreateIntent {
+        required_bytes: intent.capacity.required_bytes,
+        limit_bytes: intent.capacity.limit_bytes,
+        accessibility: intent
+            .accessibility
+            .as_ref()
+            .map(|a| pb::TopologyRequirement {
+                requisite: a.requisite.iter().map(segments).collect(),
+                preferred: a.preferred.iter().map(segments).collect(),
+                ..Default::default()
+            })
+            .into(),
+        snapshot_id: match &intent.content_source {
+            Some(ContentSource::Snapshot(id)) => id.clone(),
+            _ => String::new(),
+        },
+        clone_of: match &intent.content_source {
+            Some(ContentSource::Volume(id)) => id.clone(),
+            _ => String::new(),
+        },
+        ..Default::default()
+    }
+}
+
+fn intent_from_proto(p: &pb::CreateIntent) -> CreateIntent {
+    let segments = |t: &pb::TopologySegments| t.segments.clone().into_iter().collect();
+    CreateIntent {
+        capacity: CapacityRange {
+            required_bytes: p.required_bytes,
+            limit_bytes: p.limit_bytes,
+        },
+        accessibility: p.accessibility.as_ref().map(|a| TopologyRequirement {
+            requisite: a.requisite.iter().map(segments).collect(),
+            preferred: a.preferred.iter().map(segments).collect(),
+        }),
+        content_source: if !p.snapshot_id.is_empty() {
+            Some(ContentSource::Snapshot(p.snapshot_id.clone()))
+        } else if !p.clone_of.is_empty() {
+            Some(ContentSource::Volume(p.clone_of.clone()))
+        } else {
+            None
+        },
+    }
+}
+
 fn capability_to_proto(c: &Capability) -> pb::Capability {
     pb::Capability {
         access_mode: c.access_mode.number(),
@@ -323,6 +388,7 @@ impl Volume {
                 })
                 .collect(),
             staging_layout: STAGING_LAYOUT,
+            create_intent: self.creating.as_ref().map(intent_to_proto).into(),
             ..Default::default()
         }
     }
@@ -416,6 +482,7 @@ impl Volume {
             publish_context: p.publish_context.clone().into_iter().collect(),
             stagings,
             claims,
+            creating: p.create_intent.as_ref().map(intent_from_proto),
         };
         if per_usage {
             let allocs: Vec<String> = volume
@@ -437,5 +504,80 @@ impl Volume {
             }
         }
         Ok(volume)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protobuf::Message;
+
+    fn volume(creating: Option<CreateIntent>) -> Volume {
+        Volume {
+            id: "v".into(),
+            name: "v".into(),
+            plugin_id: "p".into(),
+            external_id: String::new(),
+            capabilities: vec![Capability::new(
+                AccessMode::SingleNodeWriter,
+                AttachmentMode::FileSystem,
+            )],
+            mount_options: MountOptions::default(),
+            secrets: Secrets::new(),
+            parameters: BTreeMap::new(),
+            context: BTreeMap::new(),
+            capacity_bytes: 0,
+            created: false,
+            attachment: Step::Absent,
+            publish_context: BTreeMap::new(),
+            stagings: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            creating,
+        }
+    }
+
+    #[test]
+    fn a_volume_being_created_keeps_its_request_through_the_state() {
+        let node: crate::csi::types::Topology = [("zone".to_string(), "a".to_string())].into();
+        for intent in [
+            CreateIntent {
+                capacity: CapacityRange {
+                    required_bytes: 1 << 20,
+                    limit_bytes: 1 << 30,
+                },
+                accessibility: Some(TopologyRequirement {
+                    requisite: vec![node.clone()],
+                    preferred: vec![node],
+                }),
+                content_source: Some(ContentSource::Snapshot("snap-1".into())),
+            },
+            CreateIntent {
+                capacity: CapacityRange::default(),
+                accessibility: None,
+                content_source: Some(ContentSource::Volume("vol-1".into())),
+            },
+            CreateIntent {
+                capacity: CapacityRange::default(),
+                accessibility: None,
+                content_source: None,
+            },
+        ] {
+            let v = volume(Some(intent));
+            let bytes = v.to_proto().write_to_bytes().unwrap();
+            let back = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap());
+            assert_eq!(back.unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn a_record_written_before_create_intents_loads_as_not_being_created() {
+        // A record as the previous release wrote it: no field 17.
+        let mut old = volume(None).to_proto();
+        old.create_intent = protobuf::MessageField::none();
+        old.created = true;
+        let bytes = old.write_to_bytes().unwrap();
+        let v = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap()).unwrap();
+        assert_eq!(v.creating, None);
+        assert!(v.created);
     }
 }

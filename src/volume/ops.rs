@@ -125,6 +125,13 @@ pub enum OpResult {
     Created(Result<crate::csi::types::Volume, crate::csi::Error>),
     Deleted(Result<(), crate::csi::Error>),
     Stats(Result<VolumeStats, crate::csi::Error>),
+    Snapshot(Result<crate::csi::types::Snapshot, crate::csi::Error>),
+    SnapshotDeleted(Result<(), crate::csi::Error>),
+    Snapshots(Result<Vec<crate::csi::types::Snapshot>, crate::csi::Error>),
+    /// ControllerExpandVolume and NodeExpandVolume: the new capacity.
+    Expanded(super::manager::Expansion),
+    /// ListVolumes, every page.
+    External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),
 }
 
 /// A job's report: which volume, which request, what happened.
@@ -534,6 +541,7 @@ pub fn create_request(
     v: &Volume,
     capacity: crate::csi::types::CapacityRange,
     accessibility: Option<crate::csi::types::TopologyRequirement>,
+    content_source: Option<crate::csi::types::ContentSource>,
 ) -> CreateVolume {
     CreateVolume {
         name: v.name.clone(),
@@ -546,5 +554,6 @@ pub fn create_request(
         parameters: v.parameters.clone(),
         secrets: v.secrets.clone(),
         accessibility,
+        content_source,
     }
 }

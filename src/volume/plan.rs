@@ -193,6 +193,7 @@ mod tests {
             publish_context: BTreeMap::new(),
             stagings: BTreeMap::new(),
             claims: BTreeMap::new(),
+            creating: None,
         }
     }
 

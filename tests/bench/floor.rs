@@ -63,6 +63,7 @@ pub fn create_volume(client: &Client, name: &str) -> String {
             parameters: StringMap::new(),
             secrets: Secrets::new(),
             accessibility: None,
+            content_source: None,
         })
         .expect("CreateVolume for the floor")
         .volume_id

@@ -349,7 +349,7 @@ fn repeated_calls_are_idempotent_and_incompatible_repeats_already_exist() {
 
 #[test]
 fn unknown_volumes_are_not_found_and_missing_fields_invalid() {
-    let plugin = Plugin::start();
+    let plugin = Plugin::start_lenient_with(&[], &[]);
     let client = plugin.client();
     let staging = plugin.dir.mkdir("staging/none");
     let ctx: StringMap = [(PUBLISH_CONTEXT_KEY.to_string(), NODE.to_string())].into();
@@ -406,7 +406,7 @@ fn out_of_order_calls_fail_precondition() {
     if !require_root() {
         return;
     }
-    let plugin = Plugin::start();
+    let plugin = Plugin::start_lenient_with(&[], &[]);
     let client = plugin.client();
     create(&client, "order");
     let staging = plugin.dir.mkdir("staging/order");

@@ -128,6 +128,18 @@ impl Agent {
         agent
     }
 
+    /// Like [`Agent::start`], with the data dir at `data_dir` (which may
+    /// exist, e.g. a small file system the test mounted) rather than in
+    /// the test dir.
+    pub fn start_in(data_dir: &Path, plugins: &[PluginBlock]) -> Agent {
+        let mut agent = Agent::new(|a| vec!["agent".into(), "-config".into(), a.config_arg()]);
+        agent.data_dir = data_dir.to_path_buf();
+        agent.socket = data_dir.join("control.sock");
+        agent.rewrite_config(plugins);
+        agent.launch();
+        agent
+    }
+
     /// Starts `csi-agent agent -dev -data-dir DIR`, and waits until its
     /// control socket accepts connections.
     pub fn start_dev() -> Agent {

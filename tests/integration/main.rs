@@ -3,16 +3,21 @@
 //! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
-//! crashes.
+//! crashes; the plugin's strict mode and its block volumes.
 
 mod agent;
+mod block;
+mod block_claims;
 mod claim_errors;
 mod cli;
 mod client;
+mod durable;
 mod harness;
 mod job;
 mod migration;
+mod requests;
 mod spec;
+mod strict;
 mod targets;
 mod util;
 mod validate;

@@ -1,6 +1,11 @@
 //! The test harness: a directory per test, a real hostpath plugin process on
-//! a real unix socket in it, and cleanup of every mount and process in
-//! `Drop`, even when an assertion fails.
+//! a real unix socket in it, and cleanup of every mount, loop device and
+//! process in `Drop`, even when an assertion fails. Every plugin is started
+//! `-strict` (unless a test of the plugin itself asks for a lenient one
+//! with [`Plugin::start_lenient_with`]): it refuses what a conforming CO
+//! never sends, and when it is dropped at the end of a test its verdict
+//! must be "no violations", unless the test read it itself with
+//! [`Plugin::violations`].
 
 use std::fs;
 use std::os::unix::net::UnixStream;
@@ -12,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::csi::{Client, Endpoint};
 use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
+use csi_agent::sys::loop_dev;
 
 pub const NODE: &str = "node1";
 
@@ -75,6 +81,10 @@ impl Drop for TestDir {
                 let _ = SysMounter.unmount(&p, UnmountMode::Detach);
             }
         }
+        // Then the loop devices of block volumes whose files are in here.
+        for device in loop_devices_under(&self.path) {
+            let _ = loop_dev::detach(&device);
+        }
         let _ = fs::remove_dir_all(&self.path);
     }
 }
@@ -85,6 +95,17 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .unwrap()
         .under(dir)
         .map(|m| m.mount_point.clone())
+        .collect()
+}
+
+/// The loop devices that show a file under `dir` now.
+pub fn loop_devices_under(dir: &Path) -> Vec<loop_dev::LoopDevice> {
+    let dir = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    loop_dev::list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, backing)| backing.starts_with(&dir))
+        .map(|(device, _)| device)
         .collect()
 }
 
@@ -103,6 +124,9 @@ pub struct Plugin {
     env: Vec<(String, String)>,
     flags: Vec<String>,
     child: Child,
+    /// Started `-strict`, and nobody has read its verdict yet: dropping it
+    /// checks there is none.
+    verdict_unread: std::cell::Cell<bool>,
 }
 
 impl Plugin {
@@ -114,18 +138,42 @@ impl Plugin {
         Plugin::start_with(env, &[])
     }
 
-    /// Starts a plugin with `env` and extra `hostpath` flags (e.g.
+    /// Starts a plugin with `-strict`: it refuses what a CO that keeps the
+    /// spec never sends, and records it (see [`Plugin::violations`]).
+    pub fn start_strict() -> Plugin {
+        Plugin::start_strict_with(&[])
+    }
+
+    /// Starts a strict plugin with extra `hostpath` flags (e.g.
+    /// `-no-attach`).
+    pub fn start_strict_with(flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend_from_slice(flags);
+        Plugin::start_with(&[], &all)
+    }
+
+    /// Starts a strict plugin with `env` and extra `hostpath` flags (e.g.
     /// `-no-attach`), kept across restarts.
     pub fn start_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend(flags.iter().filter(|f| **f != "-strict"));
+        Plugin::start_lenient_with(env, &all)
+    }
+
+    /// Starts a plugin with exactly these flags: without `-strict`, for the
+    /// tests of the plugin's own answers to calls a conforming CO never
+    /// makes (out of order, a second staging path).
+    pub fn start_lenient_with(env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let dir = TestDir::new();
         let socket = dir.join("csi.sock");
         Plugin::launch(dir, socket, env, flags)
     }
 
-    /// Starts a plugin serving on `socket` (whose directory must exist),
-    /// with its base dir, faults, trace and log in a test dir of its own.
+    /// Starts a strict plugin serving on `socket` (whose directory must
+    /// exist), with its base dir, faults, trace and log in a test dir of its
+    /// own.
     pub fn start_at(socket: &Path) -> Plugin {
-        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &[])
+        Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &["-strict"])
     }
 
     fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
@@ -139,6 +187,7 @@ impl Plugin {
             dir,
             socket,
             env,
+            verdict_unread: std::cell::Cell::new(flags.iter().any(|f| f == "-strict")),
             flags,
             child,
         };
@@ -208,6 +257,23 @@ impl Plugin {
             .iter()
             .map(|l| l.split(' ').next().unwrap_or("").to_string())
             .collect()
+    }
+
+    /// The strict plugin's verdict so far: one `<RPC> <volume>: <rule>`
+    /// line per request it refused, across restarts. A test that ends with
+    /// `assert_eq!(plugin.violations(), Vec::<String>::new())` saw a CO
+    /// that kept the spec. Panics if the plugin is not strict (it has no
+    /// verdict file), so that such an assertion cannot pass by mistake.
+    pub fn violations(&self) -> Vec<String> {
+        self.verdict_unread.set(false);
+        let path = self.dir.join("base/strict-violations");
+        match fs::read_to_string(&path) {
+            Ok(text) => text.lines().map(str::to_string).collect(),
+            Err(err) => panic!(
+                "no verdict at {} ({err}): was the plugin started strict?",
+                path.display()
+            ),
+        }
     }
 
     pub fn log(&self) -> String {
@@ -281,6 +347,15 @@ impl Drop for Plugin {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.verdict_unread.get() && !thread::panicking() {
+            let violations = self.violations();
+            assert!(
+                violations.is_empty(),
+                "the strict plugin saw the CO break the spec:\n{}\n--- plugin log ---\n{}",
+                violations.join("\n"),
+                self.log()
+            );
+        }
         if thread::panicking() {
             eprintln!(
                 "--- hostpath plugin log ---\n{}--- end of plugin log ---",

@@ -1164,7 +1164,8 @@ fn agent_dev_demo_volume_is_claimed_with_a_target_written_and_released() {
     }
     let agent = Agent::start_dev();
     agent.wait_for("hostpath", healthy, WAIT);
-    let v = wait_volume(&agent, "demo", "registered", |_| true, WAIT);
+    // Listed from the moment it is being created; claimable once created.
+    let v = wait_volume(&agent, "demo", "created", |v| v.created, WAIT);
     assert_eq!(v.capabilities, ["single-node-writer/file-system"]);
     assert!(v.schedulable);
 

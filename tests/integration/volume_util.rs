@@ -132,6 +132,11 @@ impl Rig {
         Rig::start_with(PluginType::Monolith, None)
     }
 
+    /// A monolith plugin, with the agent's data dir at `data_dir`.
+    pub fn start_in(data_dir: &Path) -> Rig {
+        Rig::around_in(data_dir, Plugin::start_with_env(&[PLUGIN_LOG]))
+    }
+
     /// A plugin of `plugin_type`, with an optional `rpc_timeout`.
     pub fn start_with(plugin_type: PluginType, rpc_timeout: Option<&str>) -> Rig {
         Rig::around(
@@ -161,7 +166,25 @@ impl<P: Hostpath> Rig<P> {
     /// is healthy. The harness writes monolith blocks only, so the agent
     /// starts with none and loads this rig's config on SIGHUP.
     pub fn around(plugin: P, plugin_type: PluginType, rpc_timeout: Option<&str>) -> Rig<P> {
-        let agent = Agent::start(&[]);
+        Rig::around_agent(Agent::start(&[]), plugin, plugin_type, rpc_timeout)
+    }
+
+    /// Like [`Rig::around`], with the agent's data dir at `data_dir`.
+    pub fn around_in(data_dir: &Path, plugin: P) -> Rig<P> {
+        Rig::around_agent(
+            Agent::start_in(data_dir, &[]),
+            plugin,
+            PluginType::Monolith,
+            None,
+        )
+    }
+
+    fn around_agent(
+        agent: Agent,
+        plugin: P,
+        plugin_type: PluginType,
+        rpc_timeout: Option<&str>,
+    ) -> Rig<P> {
         agent.write_config(&config_text(
             &agent.data_dir,
             plugin.socket(),

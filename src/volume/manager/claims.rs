@@ -69,6 +69,9 @@ impl VolumeManager {
         if entry.deregistering {
             return Err(refused(format!("volume {:?} is being deregistered", v.id)));
         }
+        if v.creating.is_some() {
+            return Err(refused(format!("volume {:?} is being created", v.id)));
+        }
         if let Some(existing) = v.claims.get(&req.alloc_id) {
             if !existing.wanted {
                 return Err(refused(format!(

@@ -15,10 +15,14 @@
 //! plugin that turns healthy gets its waiting retries at once.
 
 mod claims;
+mod expand;
 mod protocol;
 mod reconcile;
 mod requests;
+mod snapshots;
 mod status;
+
+pub use expand::Expansion;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
@@ -83,20 +87,76 @@ struct Waiters {
 
 struct Entry {
     volume: Volume,
-    /// The token of the step in flight.
+    /// The token of the step (or queued request) in flight.
     busy: Option<u64>,
+    /// Requests that call the plugin about this volume (a snapshot, usage,
+    /// an expansion), each sent when no other call for the volume is in
+    /// flight: the CO serialises calls per volume.
+    queued: std::collections::VecDeque<Queued>,
     retry: Option<Retry>,
     waiters: Waiters,
     /// Deregister once every claim is gone.
     deregistering: bool,
 }
 
+impl Entry {
+    fn new(volume: Volume) -> Entry {
+        Entry {
+            volume,
+            busy: None,
+            queued: Default::default(),
+            retry: None,
+            waiters: Waiters::default(),
+            deregistering: false,
+        }
+    }
+}
+
+/// A request waiting for its volume to be idle.
+struct Queued {
+    token: u64,
+    op: PendingOp,
+    job: Job,
+}
+
 /// A request that waits for one plugin call other than a step.
 enum PendingOp {
-    Register { volume: Volume, reply: ReplyTo },
-    Create { volume: Volume, reply: ReplyTo },
-    Delete { reply: ReplyTo },
-    Stats { reply: ReplyTo },
+    Register {
+        volume: Box<Volume>,
+        reply: ReplyTo,
+    },
+    /// `reply` is `None` for a CreateVolume sent again with nobody waiting.
+    Create {
+        id: String,
+        reply: Option<ReplyTo>,
+    },
+    Delete {
+        reply: ReplyTo,
+    },
+    Stats {
+        reply: ReplyTo,
+    },
+    SnapshotCreate {
+        plugin_id: String,
+        reply: ReplyTo,
+    },
+    SnapshotDelete {
+        reply: ReplyTo,
+    },
+    SnapshotList {
+        plugin_id: String,
+        reply: ReplyTo,
+    },
+    /// ControllerExpandVolume and NodeExpandVolume, queued on the volume.
+    Expand {
+        reply: ReplyTo,
+    },
+    /// `volume status -plugin`: the registered volumes' status, waiting
+    /// for the plugin's own list.
+    External {
+        response: api::VolumeStatusResponse,
+        reply: ReplyTo,
+    },
 }
 
 /// What the manager needs to know about a volume's plugin.
@@ -106,6 +166,13 @@ struct PluginView {
     node_id: String,
     has_controller: bool,
     create_delete: bool,
+    snapshots: bool,
+    list_snapshots: bool,
+    clone: bool,
+    list_volumes: bool,
+    controller_expand: bool,
+    node_expand: bool,
+    online_expansion: bool,
     stats: bool,
     accessibility: bool,
     topology: Option<BTreeMap<String, String>>,
@@ -133,6 +200,16 @@ fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
         has_controller: record.spec.plugin_type.has_controller()
             && fp.is_some_and(|f| f.has_controller()),
         create_delete: controller(ControllerCapability::CreateDeleteVolume),
+        snapshots: controller(ControllerCapability::CreateDeleteSnapshot),
+        list_snapshots: controller(ControllerCapability::ListSnapshots),
+        clone: controller(ControllerCapability::CloneVolume),
+        list_volumes: controller(ControllerCapability::ListVolumes),
+        controller_expand: controller(ControllerCapability::ExpandVolume),
+        node_expand: node(NodeCapability::ExpandVolume),
+        online_expansion: fp.is_some_and(|f| {
+            f.plugin_capabilities
+                .contains(&PluginCapability::OnlineExpansion)
+        }),
         stats: node(NodeCapability::GetVolumeStats),
         accessibility: fp.is_some_and(|f| {
             f.plugin_capabilities
@@ -154,7 +231,7 @@ pub struct VolumeManager {
     changed: BTreeSet<String>,
     outbox: Vec<Reply>,
     pending: HashMap<u64, PendingOp>,
-    /// IDs being registered or created.
+    /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
     jitter: SplitMix64,
     /// Events to record on plugins' health histories (a plugin that left
@@ -189,16 +266,7 @@ impl VolumeManager {
 
     fn insert(&mut self, volume: Volume) {
         let id = volume.id.clone();
-        self.entries.insert(
-            id.clone(),
-            Entry {
-                volume,
-                busy: None,
-                retry: None,
-                waiters: Waiters::default(),
-                deregistering: false,
-            },
-        );
+        self.entries.insert(id.clone(), Entry::new(volume));
         self.changed.insert(id);
     }
 

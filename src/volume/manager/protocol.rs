@@ -42,6 +42,11 @@ impl VolumeManager {
         registry: &Registry,
         now: Instant,
     ) -> Option<Dispatch> {
+        if let Some(queued) = self.take_queued(id) {
+            // A request about the volume (snapshot, usage) waited for it
+            // to be idle; the protocol's next step waits for it in turn.
+            return Some(queued);
+        }
         loop {
             let entry = self.entries.get(id)?;
             if entry.busy.is_some() || entry.retry.as_ref().is_some_and(|r| r.at > now) {
@@ -189,7 +194,9 @@ impl VolumeManager {
         let delay = RETRY.delay(attempt, self.jitter.unit());
         log::warn!(
             "Volume {id}: {message}; retrying in {}",
-            crate::units::format_duration(delay)
+            crate::units::format_duration(std::time::Duration::from_millis(
+                delay.as_millis() as u64
+            ))
         );
         entry.retry = Some(Retry {
             at: now + delay,

@@ -1,10 +1,38 @@
 //! The volume requests that wait for one plugin call besides the
 //! protocol's steps: register (ValidateVolumeCapabilities), create
 //! (CreateVolume), delete (DeleteVolume), and deregister.
+//!
+//! # Creating a volume durably
+//!
+//! A CreateVolume makes storage in the plugin that only the agent's record
+//! lets anyone delete. So the record comes first: `volume create` inserts
+//! the volume *being created* ([`Volume::creating`], with the request's
+//! capacity and topology), and the main loop journals it before the RPC
+//! goes out. The answer fills in the plugin's volume ID and clears the
+//! intent, and the caller hears of it once that is journalled too.
+//!
+//! What an unanswered CreateVolume leaves, whoever waits for it:
+//! - the plugin answered an error of class *terminal* or *retry*: it made
+//!   nothing; the record is dropped and the caller gets the error (after a
+//!   restart, with nobody waiting, only a terminal error drops it, and it
+//!   is logged: a retry-class one, such as ABORTED for a CreateVolume of
+//!   the same name still running, is retried);
+//! - no answer (a timeout, UNAVAILABLE, or the agent was killed): the
+//!   volume may exist. The record stays, `volume status` shows it as
+//!   `creating` (with the last error), and the agent sends the same
+//!   request again with [`RETRY`] backoff until the plugin answers, as
+//!   Kubernetes' external-provisioner does for a claim it provisions. The
+//!   volume is then registered as if the first answer had arrived: the
+//!   user who asked for it, and may ask again, finds it in `volume status`
+//!   rather than an orphan in the plugin. `volume deregister -force` gives
+//!   up on it.
 
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::csi::backoff::Jitter;
+use crate::csi::Class;
+use crate::volume::model::CreateIntent;
 
 impl VolumeManager {
     // ---- requests ----
@@ -33,6 +61,7 @@ impl VolumeManager {
             publish_context: BTreeMap::new(),
             stagings: BTreeMap::new(),
             claims: BTreeMap::new(),
+            creating: None,
         }
     }
 
@@ -42,6 +71,19 @@ impl VolumeManager {
         volume: &Volume,
         registry: &Registry,
     ) -> Result<PluginView, ApiError> {
+        if self
+            .entries
+            .get(&volume.id)
+            .is_some_and(|e| e.volume.creating.is_some())
+        {
+            return Err(error(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "volume {:?} is being created (see `volume status`)",
+                    volume.id
+                ),
+            ));
+        }
         if self.entries.contains_key(&volume.id) || self.reserved.contains(&volume.id) {
             return Err(error(
                 ErrorKind::FailedPrecondition,
@@ -72,6 +114,7 @@ impl VolumeManager {
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
+        let reply = self.expand_instead(req, reply, registry)?;
         let result = Self::decode(req).and_then(|spec| {
             if spec.external_id.is_none() {
                 return Err(error(
@@ -113,9 +156,31 @@ impl VolumeManager {
             OpResult::Validated(client.validate_volume(&request))
         });
         self.reserved.insert(volume.id.clone());
-        self.pending
-            .insert(token, PendingOp::Register { volume, reply });
+        self.pending.insert(
+            token,
+            PendingOp::Register {
+                volume: Box::new(volume),
+                reply,
+            },
+        );
         Some(Dispatch { plugin_id, job })
+    }
+
+    /// A spec of a registered volume with a larger `capacity_min` expands
+    /// it (Nomad's behaviour): the expansion takes the reply. Otherwise
+    /// the reply comes back for the request to go on.
+    fn expand_instead(
+        &mut self,
+        req: &api::VolumeSpecRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<ReplyTo> {
+        match Self::decode(req) {
+            Ok(spec) if self.entries.contains_key(&spec.id) => {
+                self.try_expand(&spec, reply, registry).err()
+            }
+            _ => Some(reply),
+        }
     }
 
     pub fn create(
@@ -124,12 +189,18 @@ impl VolumeManager {
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
+        let reply = self.expand_instead(req, reply, registry)?;
         let result = Self::decode(req).and_then(|spec| {
             let capacity = crate::csi::types::CapacityRange {
                 required_bytes: spec.capacity_min.unwrap_or(0) as i64,
                 limit_bytes: spec.capacity_max.unwrap_or(0) as i64,
             };
             let requested = spec.topology_request.clone();
+            let content_source = match (&spec.snapshot_id, &spec.clone_id) {
+                (Some(id), _) => Some(crate::csi::types::ContentSource::Snapshot(id.clone())),
+                (None, Some(id)) => Some(crate::csi::types::ContentSource::Volume(id.clone())),
+                (None, None) => None,
+            };
             let volume = Self::from_spec(spec);
             let view = self.check_new(&volume, registry)?;
             if !view.create_delete {
@@ -140,6 +211,27 @@ impl VolumeManager {
                         volume.plugin_id
                     ),
                 ));
+            }
+            match &content_source {
+                Some(crate::csi::types::ContentSource::Snapshot(_)) if !view.snapshots => {
+                    return Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "plugin {:?} cannot create a volume from a snapshot (no CREATE_DELETE_SNAPSHOT)",
+                            volume.plugin_id
+                        ),
+                    ))
+                }
+                Some(crate::csi::types::ContentSource::Volume(_)) if !view.clone => {
+                    return Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                            "plugin {:?} cannot clone volumes (no CLONE_VOLUME)",
+                            volume.plugin_id
+                        ),
+                    ))
+                }
+                _ => {}
             }
             let accessibility = if !requested.is_empty() {
                 Some(crate::csi::types::TopologyRequirement {
@@ -160,27 +252,179 @@ impl VolumeManager {
             } else {
                 None
             };
-            Ok((
-                ops::create_request(&volume, capacity, accessibility),
-                volume,
-            ))
+            Ok(Volume {
+                creating: Some(CreateIntent {
+                    capacity,
+                    accessibility,
+                    content_source,
+                }),
+                ..volume
+            })
         });
-        let (request, volume) = match result {
-            Ok(ok) => ok,
+        let volume = match result {
+            Ok(volume) => volume,
             Err(err) => {
                 self.outbox.push((reply, Err(err)));
                 return None;
             }
         };
+        log::info!(
+            "Volume {}: creating it on plugin {}",
+            volume.id,
+            volume.plugin_id
+        );
+        // Journalled this turn, before the main loop submits the job.
+        let id = volume.id.clone();
+        self.insert(volume);
+        Some(self.send_create(&id, Some(reply)))
+    }
+
+    /// The CreateVolume of volume `id`, which is being created, for its
+    /// plugin's workers; `reply` waits for it, if anyone does.
+    fn send_create(&mut self, id: &str, reply: Option<ReplyTo>) -> Dispatch {
         let token = self.token();
+        let entry = self.entries.get_mut(id).expect("being created");
+        entry.busy = Some(token);
+        let volume = &entry.volume;
+        let intent = volume.creating.clone().expect("being created");
+        let request = ops::create_request(
+            volume,
+            intent.capacity,
+            intent.accessibility,
+            intent.content_source,
+        );
         let plugin_id = volume.plugin_id.clone();
-        let job = ops::job(&volume.id, token, self.done.clone(), move |client| {
+        let job = ops::job(id, token, self.done.clone(), move |client| {
             OpResult::Created(client.create_volume(&request))
         });
-        self.reserved.insert(volume.id.clone());
-        self.pending
-            .insert(token, PendingOp::Create { volume, reply });
-        Some(Dispatch { plugin_id, job })
+        self.pending.insert(
+            token,
+            PendingOp::Create {
+                id: id.to_string(),
+                reply,
+            },
+        );
+        Dispatch { plugin_id, job }
+    }
+
+    /// Sends again the CreateVolume of every volume still being created
+    /// whose plugin is healthy and whose retry is due: after a restart,
+    /// or after a CreateVolume that did not answer. Nobody waits for them.
+    pub fn resume_creates(&mut self, registry: &Registry, now: Instant) -> Vec<Dispatch> {
+        let due: Vec<String> = self
+            .entries
+            .values()
+            .filter(|e| e.volume.creating.is_some() && e.busy.is_none())
+            .filter(|e| e.retry.as_ref().map_or(true, |r| r.at <= now))
+            .filter(|e| plugin_view(registry, &e.volume.plugin_id).is_some_and(|v| v.healthy))
+            .map(|e| e.volume.id.clone())
+            .collect();
+        due.into_iter()
+            .map(|id| {
+                log::info!("Volume {id}: sending its CreateVolume again");
+                self.send_create(&id, None)
+            })
+            .collect()
+    }
+
+    /// The answer to the CreateVolume of volume `id`.
+    fn created(
+        &mut self,
+        id: &str,
+        token: u64,
+        reply: Option<ReplyTo>,
+        result: Result<crate::csi::types::Volume, crate::csi::Error>,
+        registry: &Registry,
+    ) {
+        let Some(entry) = self
+            .entries
+            .get_mut(id)
+            .filter(|e| e.volume.creating.is_some() && e.busy == Some(token))
+        else {
+            // Given up with `deregister -force` while the call was out.
+            if let Ok(created) = &result {
+                log::warn!(
+                    "Volume {id}: CreateVolume answered after the volume was given up; the plugin's volume {:?} is not registered",
+                    created.volume_id
+                );
+            }
+            if let Some(reply) = reply {
+                let err = error(ErrorKind::Aborted, format!("volume {id:?} was given up"));
+                self.outbox.push((reply, Err(err)));
+            }
+            return;
+        };
+        entry.busy = None;
+        let err = match result {
+            Ok(created) => {
+                let volume = &mut entry.volume;
+                volume.external_id = created.volume_id;
+                volume.capacity_bytes = created.capacity_bytes;
+                volume.context.extend(created.volume_context);
+                volume.created = true;
+                volume.creating = None;
+                entry.retry = None;
+                log::info!(
+                    "Volume {id} created on plugin {} as {}",
+                    volume.plugin_id,
+                    volume.external_id
+                );
+                self.changed.insert(id.to_string());
+                if let Some(reply) = reply {
+                    let status = self.status_of_entry(&self.entries[id], registry);
+                    let resp = api::VolumeStatusResponse {
+                        volumes: vec![status],
+                        ..Default::default()
+                    };
+                    self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                }
+                return;
+            }
+            Err(err) => err,
+        };
+        // A definite answer says the plugin made nothing; no answer leaves
+        // it uncertain, and only the same request, answered, can tell.
+        let gone = match err.class {
+            Class::Terminal | Class::Ignorable => true,
+            Class::Retry => reply.is_some(),
+            Class::Uncertain => false,
+        };
+        if gone {
+            self.remove(id);
+            match reply {
+                Some(reply) => {
+                    let err = error(ErrorKind::FailedPrecondition, err.to_string());
+                    self.outbox.push((reply, Err(err)));
+                }
+                None => log::error!("Volume {id}: {err}; the volume is not created"),
+            }
+            return;
+        }
+        let attempt = entry.retry.as_ref().map_or(0, |r| r.attempt);
+        let delay = RETRY.delay(attempt, self.jitter.unit());
+        let now = Instant::now();
+        log::warn!(
+            "Volume {id}: {err}; sending CreateVolume again in {}",
+            crate::units::format_duration(delay)
+        );
+        entry.retry = Some(Retry {
+            at: now + delay,
+            attempt: attempt.saturating_add(1),
+            error: err.to_string(),
+            wall: SystemTime::now() + delay,
+            left_mount: 0,
+        });
+        if let Some(reply) = reply {
+            // Not UNAVAILABLE: the CLI reads that as the agent refusing the
+            // caller.
+            let err = error(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "{err}; the volume may have been created: the agent sends CreateVolume again until the plugin answers (see `volume status`; `volume deregister -force` gives up)"
+                ),
+            );
+            self.outbox.push((reply, Err(err)));
+        }
     }
 
     pub(super) fn entry(&self, id: &str) -> Result<&Entry, ApiError> {
@@ -197,6 +441,25 @@ impl VolumeManager {
             Ok(entry) => entry,
             Err(err) => return self.outbox.push((reply, Err(err))),
         };
+        if entry.volume.creating.is_some() {
+            if !force {
+                let err = error(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "volume {id:?} is being created: wait for it, or use -force to give up on it (the plugin may keep what it made)"
+                    ),
+                );
+                return self.outbox.push((reply, Err(err)));
+            }
+            log::warn!(
+                "Volume {id}: giving up on creating it; the plugin may keep a volume named {:?}",
+                entry.volume.name
+            );
+            self.remove(id);
+            self.outbox
+                .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
+            return;
+        }
         if entry.volume.claims.is_empty() {
             log::info!("Volume {id} deregistered");
             self.remove(id);
@@ -226,6 +489,12 @@ impl VolumeManager {
 
     pub fn delete(&mut self, id: &str, reply: ReplyTo, registry: &Registry) -> Option<Dispatch> {
         let check = self.entry(id).and_then(|entry| {
+            if entry.volume.creating.is_some() {
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!("volume {id:?} is being created; delete it once it is"),
+                ));
+            }
             if !entry.volume.claims.is_empty() {
                 return Err(error(
                     ErrorKind::FailedPrecondition,
@@ -271,6 +540,38 @@ impl VolumeManager {
     }
 
     pub(super) fn completed_request(&mut self, op: PendingOp, done: OpDone, registry: &Registry) {
+        // A request queued on its volume held the volume while in flight
+        // (CreateVolume's own completion checks and clears its mark).
+        let queued = matches!(
+            op,
+            PendingOp::Stats { .. } | PendingOp::SnapshotCreate { .. } | PendingOp::Expand { .. }
+        );
+        if let Some(entry) = self.entries.get_mut(&done.volume_id) {
+            if queued && entry.busy == Some(done.token) {
+                entry.busy = None;
+            }
+        }
+        if let PendingOp::Expand { reply } = op {
+            return match done.result {
+                OpResult::Expanded(result) => {
+                    self.completed_expand(&done.volume_id, reply, result, registry)
+                }
+                other => {
+                    log::error!("Mismatched operation result {other:?}");
+                    self.outbox
+                        .push((reply, Err(error(ErrorKind::Internal, "mismatched result"))));
+                }
+            };
+        }
+        if matches!(
+            op,
+            PendingOp::SnapshotCreate { .. }
+                | PendingOp::SnapshotDelete { .. }
+                | PendingOp::SnapshotList { .. }
+                | PendingOp::External { .. }
+        ) {
+            return self.completed_snapshot(op, done.result);
+        }
         match (op, done.result) {
             (PendingOp::Register { volume, reply }, OpResult::Validated(result)) => {
                 self.reserved.remove(&volume.id);
@@ -297,37 +598,15 @@ impl VolumeManager {
                             volume.plugin_id
                         );
                         let status = self.status_of(&volume, registry);
-                        self.insert(volume);
+                        self.insert(*volume);
                         self.outbox
                             .push((reply, Ok(Response::VolumeStatus(status))));
                     }
                     Err(err) => self.outbox.push((reply, Err(err))),
                 }
             }
-            (PendingOp::Create { mut volume, reply }, OpResult::Created(result)) => {
-                self.reserved.remove(&volume.id);
-                match result {
-                    Ok(created) => {
-                        volume.external_id = created.volume_id;
-                        volume.capacity_bytes = created.capacity_bytes;
-                        volume.context.extend(created.volume_context);
-                        volume.created = true;
-                        log::info!(
-                            "Volume {} created on plugin {} as {}",
-                            volume.id,
-                            volume.plugin_id,
-                            volume.external_id
-                        );
-                        let status = self.status_of(&volume, registry);
-                        self.insert(volume);
-                        self.outbox
-                            .push((reply, Ok(Response::VolumeStatus(status))));
-                    }
-                    Err(err) => self.outbox.push((
-                        reply,
-                        Err(error(ErrorKind::FailedPrecondition, err.to_string())),
-                    )),
-                }
+            (PendingOp::Create { id, reply }, OpResult::Created(result)) => {
+                self.created(&id, done.token, reply, result, registry);
             }
             (PendingOp::Delete { reply }, OpResult::Deleted(result)) => {
                 let id = done.volume_id;
@@ -362,9 +641,11 @@ impl VolumeManager {
                 }
             }
             (PendingOp::Stats { reply }, OpResult::Stats(result)) => {
+                // A read: answered at once, like the status it completes.
                 let Some(entry) = self.entries.get(&done.volume_id) else {
                     let err = error(ErrorKind::NotFound, "the volume was deregistered");
-                    return self.outbox.push((reply, Err(err)));
+                    let _ = reply.send(Err(err));
+                    return;
                 };
                 let mut status = self.status_of_entry(entry, registry);
                 let stats = status.stats.mut_or_insert_default();
@@ -397,19 +678,32 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");
                 let reply = match op {
-                    PendingOp::Register { reply, volume } | PendingOp::Create { reply, volume } => {
+                    PendingOp::Register { reply, volume } => {
                         self.reserved.remove(&volume.id);
+                        Some(reply)
+                    }
+                    PendingOp::Create { id, reply } => {
+                        if let Some(entry) = self.entries.get_mut(&id) {
+                            entry.busy = None;
+                        }
                         reply
                     }
-                    PendingOp::Delete { reply } | PendingOp::Stats { reply } => reply,
+                    PendingOp::Delete { reply } | PendingOp::Stats { reply } => Some(reply),
+                    PendingOp::Expand { reply } => Some(reply),
+                    PendingOp::SnapshotCreate { reply, .. }
+                    | PendingOp::SnapshotDelete { reply }
+                    | PendingOp::SnapshotList { reply, .. }
+                    | PendingOp::External { reply, .. } => Some(reply),
                 };
-                self.outbox
-                    .push((reply, Err(error(ErrorKind::Internal, "mismatched result"))));
+                if let Some(reply) = reply {
+                    self.outbox
+                        .push((reply, Err(error(ErrorKind::Internal, "mismatched result"))));
+                }
             }
         }
     }

@@ -1,5 +1,9 @@
 //! `volume status`: the records as the control API shows them, without
 //! secrets or mount flags, with usage from NodeGetVolumeStats on request.
+//!
+//! A status is a read: it is answered at once, from memory, never held
+//! behind the journal like the answers to changes (it acknowledges
+//! nothing, and must keep working while the state cannot be persisted).
 
 use std::path::Path;
 
@@ -17,19 +21,23 @@ impl VolumeManager {
             let volumes = self
                 .entries
                 .values()
+                .filter(|e| req.plugin_id.is_empty() || e.volume.plugin_id == req.plugin_id)
                 .map(|e| self.status_of_entry(e, registry))
                 .collect();
-            let resp = api::VolumeStatusResponse {
+            let response = api::VolumeStatusResponse {
                 volumes,
                 ..Default::default()
             };
-            self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+            if !req.plugin_id.is_empty() {
+                return self.external_volumes(&req.plugin_id, response, reply, registry);
+            }
+            let _ = reply.send(Ok(Response::VolumeStatus(response)));
             return None;
         }
         let entry = match self.entry(&req.id) {
             Ok(entry) => entry,
             Err(err) => {
-                self.outbox.push((reply, Err(err)));
+                let _ = reply.send(Err(err));
                 return None;
             }
         };
@@ -49,13 +57,15 @@ impl VolumeManager {
                     .is_some_and(|v| v.protocol.stage)
                     .then(|| self.paths.staging(v, &claim.staging));
                 let external = v.external_id.clone();
-                let (id, plugin_id) = (v.id.clone(), v.plugin_id.clone());
+                let id = v.id.clone();
                 let token = self.token();
                 let job = ops::job(&id, token, self.done.clone(), move |client| {
                     OpResult::Stats(client.node_volume_stats(&external, &path, staging.as_deref()))
                 });
-                self.pending.insert(token, PendingOp::Stats { reply });
-                Some(Dispatch { plugin_id, job })
+                // One call per volume in flight: sent now when the volume
+                // is idle, else once it is.
+                self.enqueue(&id, token, PendingOp::Stats { reply }, job);
+                self.take_queued(&id)
             }
             _ => {
                 let mut status = self.status_of_entry(entry, registry);
@@ -70,10 +80,60 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
                 None
             }
         }
+    }
+
+    /// `volume status -plugin ID`: the plugin's registered volumes, and
+    /// the volumes its controller lists (every page) that are not
+    /// registered, for `volume register`.
+    fn external_volumes(
+        &mut self,
+        plugin_id: &str,
+        response: api::VolumeStatusResponse,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<Dispatch> {
+        let view = plugin_view(registry, plugin_id);
+        let why_not = match &view {
+            None => Some(format!("plugin {plugin_id:?} is not registered")),
+            Some(v) if !v.healthy => Some(format!("plugin {plugin_id:?} is not healthy")),
+            Some(v) if !v.list_volumes => Some(format!(
+                "plugin {plugin_id:?} cannot list its volumes (no LIST_VOLUMES)"
+            )),
+            Some(_) => None,
+        };
+        if let Some(why) = why_not {
+            let mut response = response;
+            response.external_error = why;
+            let _ = reply.send(Ok(Response::VolumeStatus(response)));
+            return None;
+        }
+        let token = self.token();
+        let job = ops::job("", token, self.done.clone(), move |client| {
+            let mut all = Vec::new();
+            let mut next = String::new();
+            for _ in 0..super::snapshots::MAX_PAGES {
+                let page = match client.list_volumes(0, &next) {
+                    Ok(page) => page,
+                    Err(err) => return OpResult::External(Err(err)),
+                };
+                all.extend(page.entries);
+                if page.next_token.is_empty() {
+                    break;
+                }
+                next = page.next_token;
+            }
+            OpResult::External(Ok(all))
+        });
+        self.pending
+            .insert(token, PendingOp::External { response, reply });
+        Some(Dispatch {
+            plugin_id: plugin_id.to_string(),
+            job,
+        })
     }
 
     // ---- status ----
@@ -83,13 +143,7 @@ impl VolumeManager {
         volume: &Volume,
         registry: &Registry,
     ) -> api::VolumeStatusResponse {
-        let entry = Entry {
-            volume: volume.clone(),
-            busy: None,
-            retry: None,
-            waiters: Waiters::default(),
-            deregistering: false,
-        };
+        let entry = Entry::new(volume.clone());
         api::VolumeStatusResponse {
             volumes: vec![self.status_of_entry(&entry, registry)],
             ..Default::default()
@@ -118,11 +172,17 @@ impl VolumeManager {
             secret_keys: v.secrets.keys().map(str::to_string).collect(),
             parameters: v.parameters.clone().into_iter().collect(),
             context: v.context.clone().into_iter().collect(),
-            schedulable: view.as_ref().is_some_and(|p| p.healthy),
+            schedulable: view.as_ref().is_some_and(|p| p.healthy) && v.creating.is_none(),
             capacity_bytes: v.capacity_bytes,
             created: v.created,
+            creating: v.creating.is_some(),
             ..Default::default()
         };
+        if v.creating.is_some() {
+            if let Some(retry) = &entry.retry {
+                status.create_error = retry.error.clone();
+            }
+        }
         for (key, staging) in &v.stagings {
             status.stagings.push(api::Staging {
                 path: self.paths.staging(v, key).to_string_lossy().into_owned(),

@@ -108,7 +108,7 @@ job "plugin" {{
       driver = "exec"
       config {{
         command = "/opt/csi-agent/{name}"
-        args    = ["hostpath", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
+        args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
       }}
       volume_mount {{
         volume      = "bin"
@@ -291,6 +291,17 @@ impl Drop for Rig {
         for pid in task_processes_under(&self.agent.dir.path) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+        }
+        // The plugin task runs `-strict`: the agent, as its CO, must have
+        // kept the spec.
+        let verdict = self.backing.join("strict-violations");
+        if !std::thread::panicking() {
+            if let Ok(text) = fs::read_to_string(&verdict) {
+                assert!(
+                    text.is_empty(),
+                    "the strict plugin saw the agent break the spec:\n{text}"
+                );
+            }
         }
     }
 }

@@ -239,10 +239,15 @@ fn mount_options_need_a_file_system_capability() {
 }
 
 #[test]
-fn snapshots_and_clones_are_refused() {
+fn a_snapshot_or_a_clone_source_is_kept_but_not_both() {
+    let spec = ok(volume(&spec_with("snapshot_id = \"snap-1\"\n"))).spec;
+    assert_eq!(spec.snapshot_id.as_deref(), Some("snap-1"));
+    assert_eq!(spec.clone_id, None);
+    let spec = ok(volume(&spec_with("clone_id = \"vol-1\"\n"))).spec;
+    assert_eq!(spec.clone_id.as_deref(), Some("vol-1"));
     assert_one_error(
-        &spec_with("snapshot_id = \"snap-1\"\n"),
-        r#"test.hcl:8:1: "snapshot_id" is not supported: csi-agent creates empty volumes"#,
+        &spec_with("snapshot_id = \"snap-1\"\nclone_id = \"vol-1\"\n"),
+        r#"test.hcl:9:12: "snapshot_id" and "clone_id" cannot both be set: a volume is made from one source"#,
     );
 }
 

@@ -1,0 +1,394 @@
+//! Persisting each loop turn: plan, commit, then act; and what happens
+//! when the state cannot be written.
+//!
+//! Every loop turn ends in [`Agent::end_turn`]: the volumes' next steps are
+//! planned, the turn's changes are made durable (the changed volume records
+//! in one journal sync, or a whole new snapshot when something outside the
+//! journal changed or the journal has grown large), and only then are the
+//! planned plugin jobs submitted and the turn's replies sent.
+//!
+//! # When the state cannot be written
+//!
+//! A write can fail (`ENOSPC`, `EDQUOT`, `EIO`, ...). Nothing may then be
+//! acknowledged, nor any plugin job submitted, that depends on a state
+//! that is not on disk: a SIGKILL would lose it, and with it the records
+//! of volumes created in the plugin or of mounts made for claims. So the
+//! turn's [`Effect`]s stay in the [`Gate`], and the agent is in the
+//! *cannot persist* state:
+//!
+//! ```text
+//!            write fails                      retry fails (100 ms doubling to 5 s)
+//! persisted ─────────────► cannot persist ─────────────────┐
+//!     ▲                      │    ▲                         │
+//!     │   a write succeeds:  │    └─────────────────────────┘
+//!     └──────────────────────┘
+//!         held effects are carried out, in order
+//! ```
+//!
+//! While it cannot persist, the agent:
+//! - refuses every call that would change the state (see
+//!   [`crate::api::Access`]) at once, naming the data dir and the errno,
+//!   and changes nothing;
+//! - answers reads (`plugin status`, `volume status`, `job status`,
+//!   `alloc logs`) from memory, as always;
+//! - goes on applying what it already started (plugin results, health,
+//!   task exits), but holds every reply and plugin job that follows from
+//!   them;
+//! - writes a whole snapshot again when the [`PERSIST_RETRY`] backoff is
+//!   due, waking up for it by itself. The first write that succeeds makes
+//!   everything durable at once, and the held effects go out.
+//!
+//! A call held when its turn could not be written is answered once space
+//! returns, or, if the agent is killed before, never: then it did not
+//! happen, as far as the state on disk knows, and no plugin call or mount
+//! that depends on it was made.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::Agent;
+use crate::api::{ApiError, ErrorKind};
+use crate::csi::Backoff;
+use crate::plugin::PluginRecord;
+use crate::proto::state as statepb;
+use crate::volume::manager::{Dispatch, Reply};
+
+/// Fold the journal into a new snapshot once it is this large.
+const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
+
+/// How soon a failed write is tried again: 100 ms doubling to 5 s. The
+/// ceiling of each step, without jitter: there is one writer, and nobody
+/// to spread out from.
+pub const PERSIST_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+
+/// Something a turn does that depends on the turn's state being durable.
+pub(super) enum Effect {
+    /// A job for a plugin's workers.
+    Submit(Dispatch),
+    /// An answer to a control API call.
+    Reply(Reply),
+}
+
+/// Why the state cannot be persisted, and when to try again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Failing {
+    /// What the write ran into, as an operator reads it: the errno's text
+    /// when there is one, e.g. `No space left on device (os error 28)`.
+    pub(super) cause: String,
+    /// Failed writes so far.
+    pub(super) failures: u32,
+    /// When the next write is due.
+    pub(super) retry_at: Instant,
+}
+
+/// The effects of the turns whose state is not durable yet, in the order
+/// they were made, and whether the agent can persist at all.
+#[derive(Debug)]
+pub(super) struct Gate<E> {
+    held: Vec<E>,
+    failing: Option<Failing>,
+}
+
+impl<E> Gate<E> {
+    pub(super) fn new() -> Gate<E> {
+        Gate {
+            held: Vec::new(),
+            failing: None,
+        }
+    }
+
+    /// Holds an effect of this turn, behind those held before.
+    pub(super) fn hold(&mut self, effect: E) {
+        self.held.push(effect);
+    }
+
+    /// Whether the turn ending now should write: always while the agent
+    /// can persist; while it cannot, only once the retry is due, so that a
+    /// full disk is not hit at every turn.
+    pub(super) fn should_write(&self, now: Instant) -> bool {
+        self.failing.as_ref().map_or(true, |f| f.retry_at <= now)
+    }
+
+    /// Every turn so far is durable: the agent can persist again, and the
+    /// held effects are carried out, in order.
+    pub(super) fn persisted(&mut self) -> Vec<E> {
+        self.failing = None;
+        std::mem::take(&mut self.held)
+    }
+
+    /// A write failed with `cause`: everything stays held, and the next
+    /// write is due after the [`PERSIST_RETRY`] backoff.
+    pub(super) fn failed(&mut self, cause: String, now: Instant) {
+        let failures = self.failing.as_ref().map_or(0, |f| f.failures) + 1;
+        self.failing = Some(Failing {
+            cause,
+            failures,
+            retry_at: now + PERSIST_RETRY.ceiling(failures - 1),
+        });
+    }
+
+    /// Why the agent cannot persist, if it cannot.
+    pub(super) fn failing(&self) -> Option<&Failing> {
+        self.failing.as_ref()
+    }
+
+    /// When the loop must wake up to write again, if it cannot persist.
+    pub(super) fn next_retry(&self) -> Option<Instant> {
+        self.failing.as_ref().map(|f| f.retry_at)
+    }
+
+    pub(super) fn held(&self) -> usize {
+        self.held.len()
+    }
+}
+
+/// The answer to a call that would change the state while the state in
+/// `data_dir` cannot be persisted because of `cause`.
+pub(super) fn refusal(data_dir: &Path, cause: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::FailedPrecondition,
+        format!(
+            "cannot persist the state in {}: {cause}; nothing was changed",
+            data_dir.display()
+        ),
+    )
+}
+
+/// What an operator must fix: the errno underneath, else the whole chain.
+fn cause(err: &crate::state::Error) -> String {
+    match err.io_error() {
+        Some(io) => io.to_string(),
+        None => crate::error_chain(err),
+    }
+}
+
+impl Agent {
+    /// The end of every loop turn: plan the volumes' next steps, make this
+    /// turn's changes durable (one journal sync, or a new snapshot), then
+    /// submit the planned jobs and send the replies.
+    pub(super) fn end_turn(&mut self) {
+        // Tasks may claim or release volumes, which plans and journals
+        // again; each round makes progress, and a few always suffice.
+        for _ in 0..8 {
+            self.commit_turn();
+            let progressed = self
+                .allocs
+                .step(&mut self.volumes, &self.registry, Instant::now());
+            self.plugin_effects();
+            if self.allocs.take_dirty() {
+                self.dirty = true;
+            }
+            // While the state cannot be persisted it stays dirty; another
+            // round would not write it.
+            let to_write = self.dirty && self.gate.failing().is_none();
+            if !progressed && !to_write {
+                break;
+            }
+        }
+    }
+
+    pub(super) fn commit_turn(&mut self) {
+        let now = Instant::now();
+        if self.allocs.take_dirty() {
+            self.dirty = true;
+        }
+        let planned = self.volumes.plan(&self.registry, now);
+        let creates = self.volumes.resume_creates(&self.registry, now);
+        for dispatch in planned.into_iter().chain(creates) {
+            self.gate.hold(Effect::Submit(dispatch));
+        }
+        let records = self.volumes.take_journal();
+        for reply in self.volumes.take_outbox() {
+            self.gate.hold(Effect::Reply(reply));
+        }
+        if !self.gate.should_write(now) {
+            // The snapshot of the next write covers this turn's records.
+            return;
+        }
+        match self.write(&records) {
+            Ok(()) => {
+                if let Some(failing) = self.gate.failing() {
+                    log::info!(
+                        "The state is persisted again in {} (after {} failed writes); sending the {} held answers and plugin jobs",
+                        self.options.config.data_dir.display(),
+                        failing.failures,
+                        self.gate.held()
+                    );
+                }
+                for effect in self.gate.persisted() {
+                    self.carry_out(effect);
+                }
+            }
+            Err(err) => {
+                // A snapshot covers what the journal could not take.
+                self.dirty = true;
+                let cause = cause(&err);
+                let before = self.gate.failing().map(|f| f.cause.clone());
+                self.gate.failed(cause.clone(), now);
+                let delay = self.gate.next_retry().unwrap_or(now) - now;
+                let data_dir = self.options.config.data_dir.display();
+                if before.as_deref() == Some(cause.as_str()) {
+                    log::debug!(
+                        "Still cannot persist the state: {}; retrying in {}",
+                        crate::error_chain(&err),
+                        crate::units::format_duration(delay)
+                    );
+                } else {
+                    log::error!(
+                        "Cannot persist the state in {data_dir}: {}; refusing changes and holding {} answers and plugin jobs until a write succeeds (retrying in {})",
+                        crate::error_chain(&err),
+                        self.gate.held(),
+                        crate::units::format_duration(delay)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Makes the state durable: the turn's journal `records`, or a whole
+    /// snapshot when something outside the journal changed, the journal is
+    /// large, or an earlier write failed.
+    fn write(&mut self, records: &[Vec<u8>]) -> Result<(), crate::state::Error> {
+        if self.dirty || self.store.journal_bytes() > COMPACT_JOURNAL_BYTES {
+            self.store.save(&self.state())?;
+            self.dirty = false;
+        } else if !records.is_empty() {
+            self.store.append(records)?;
+        }
+        Ok(())
+    }
+
+    /// Submits a job or sends a reply whose state is durable.
+    fn carry_out(&mut self, effect: Effect) {
+        match effect {
+            Effect::Submit(dispatch) => self.submit(dispatch),
+            // The caller may have given up; that is not the loop's problem.
+            Effect::Reply((reply, result)) => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// Submits a job to its plugin's workers now.
+    pub(super) fn submit(&mut self, dispatch: Dispatch) {
+        match self.instances.get_mut(&dispatch.plugin_id) {
+            Some(running) => running.instance.submit(dispatch.job),
+            None => log::error!(
+                "No running plugin {} for a volume operation",
+                dispatch.plugin_id
+            ),
+        }
+    }
+
+    pub(super) fn state(&self) -> statepb::State {
+        statepb::State {
+            plugins: self.registry.list().map(PluginRecord::to_proto).collect(),
+            volumes: self.volumes.to_proto(),
+            jobs: self.allocs.jobs_to_proto(),
+            allocs: self.allocs.allocs_to_proto(),
+            ..Default::default()
+        }
+    }
+
+    /// Shutdown's last snapshot. The answers it made durable are sent;
+    /// held plugin jobs are not (the instances are stopping): their steps
+    /// are `Pending` in the state, and the next start sends them again.
+    pub(super) fn persist_at_shutdown(&mut self) {
+        match self.store.save(&self.state()) {
+            Ok(()) => {
+                self.dirty = false;
+                for effect in self.gate.persisted() {
+                    if let Effect::Reply((reply, result)) = effect {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+            Err(err) => log::error!(
+                "Cannot persist the state in {} at shutdown: {}; the next start has the state of the last write that succeeded, and {} answers were never sent",
+                self.options.config.data_dir.display(),
+                crate::error_chain(&err),
+                self.gate.held()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn effects_of_a_durable_turn_go_out_in_order() {
+        let mut gate = Gate::new();
+        let now = Instant::now();
+        assert!(gate.should_write(now));
+        gate.hold(1);
+        gate.hold(2);
+        assert_eq!(gate.persisted(), [1, 2]);
+        assert_eq!(gate.persisted(), Vec::<i32>::new());
+        assert_eq!(gate.failing(), None);
+    }
+
+    #[test]
+    fn effects_of_a_failed_write_are_held_until_a_write_succeeds() {
+        let mut gate = Gate::new();
+        let now = Instant::now();
+        gate.hold("create v1");
+        gate.failed("No space left on device (os error 28)".into(), now);
+        // Later turns' effects depend on the state that was not written:
+        // they wait behind the first.
+        gate.hold("claim v0");
+        assert_eq!(gate.held(), 2);
+        let failing = gate.failing().unwrap();
+        assert_eq!(failing.cause, "No space left on device (os error 28)");
+        assert_eq!(failing.failures, 1);
+        gate.failed("No space left on device (os error 28)".into(), now);
+        assert_eq!(gate.held(), 2);
+        assert_eq!(gate.persisted(), ["create v1", "claim v0"]);
+        assert_eq!(gate.failing(), None);
+        assert!(gate.should_write(now));
+    }
+
+    #[test]
+    fn a_failed_write_is_retried_with_backoff_from_100ms_to_5s() {
+        let mut gate: Gate<()> = Gate::new();
+        let now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..9 {
+            gate.failed("Input/output error (os error 5)".into(), now);
+            delays.push(gate.next_retry().unwrap() - now);
+        }
+        let expected = [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000].map(ms);
+        assert_eq!(delays, expected);
+        assert!(!gate.should_write(now));
+        assert!(!gate.should_write(now + ms(4999)));
+        assert!(gate.should_write(now + ms(5000)));
+    }
+
+    #[test]
+    fn a_gate_that_can_persist_needs_no_wake_up() {
+        let mut gate: Gate<()> = Gate::new();
+        assert_eq!(gate.next_retry(), None);
+        gate.failed("Disk quota exceeded (os error 122)".into(), Instant::now());
+        assert!(gate.next_retry().is_some());
+        gate.persisted();
+        assert_eq!(gate.next_retry(), None);
+    }
+
+    #[test]
+    fn a_refusal_names_the_data_dir_and_the_errno() {
+        let err = refusal(
+            Path::new("/var/lib/csi-agent"),
+            "No space left on device (os error 28)",
+        );
+        assert_eq!(err.kind, ErrorKind::FailedPrecondition);
+        assert_eq!(
+            err.message,
+            "cannot persist the state in /var/lib/csi-agent: No space left on device (os error 28); nothing was changed"
+        );
+    }
+}

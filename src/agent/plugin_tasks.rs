@@ -1,0 +1,172 @@
+//! Plugin tasks: plugins that jobs run, as the supervisor hook asks.
+//!
+//! A `csi_plugin` task's plugin is first a *candidate*: an instance thread
+//! probes its socket, and only once it is healthy does it replace whatever
+//! provided the plugin ID before (an older allocation, during an update).
+//! When the task exits the plugin turns unhealthy; when it is stopped for
+//! good the plugin is deregistered, and the shared bind of the `csi/` root
+//! goes once no plugin task needs it.
+
+use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
+use crate::plugin::{Health, Report, Source};
+use crate::task::PluginEffect;
+
+use super::{Agent, RunningInstance};
+
+impl Agent {
+    /// Carries out what the plugin supervisor hook asked for.
+    pub(super) fn plugin_effects(&mut self) {
+        for effect in self.allocs.take_effects() {
+            match effect {
+                PluginEffect::Start {
+                    alloc,
+                    task,
+                    spec,
+                    health_timeout,
+                } => {
+                    let key = (alloc, task);
+                    if let Some(old) = self.candidates.remove(&key) {
+                        old.instance.stop();
+                    }
+                    let settings = InstanceSettings {
+                        heartbeat: self.options.config.plugin_heartbeat,
+                        health_timeout,
+                        rpc_timeout: self.options.config.rpc_timeout,
+                    };
+                    self.generation += 1;
+                    match Instance::start(
+                        spec.clone(),
+                        self.generation,
+                        settings,
+                        &self.watcher,
+                        self.reports_tx.clone(),
+                    ) {
+                        Ok(instance) => {
+                            log::info!(
+                                "Plugin {} of alloc {} task {}: waiting for {}",
+                                spec.id,
+                                key.0,
+                                key.1,
+                                spec.endpoint
+                            );
+                            self.candidates.insert(
+                                key,
+                                RunningInstance {
+                                    instance,
+                                    spec,
+                                    settings,
+                                },
+                            );
+                        }
+                        Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.id),
+                    }
+                }
+                PluginEffect::Exited { alloc, task, id } => {
+                    self.plugin_task_gone(alloc, task, &id, false);
+                }
+                PluginEffect::Stop { alloc, task, id } => {
+                    self.plugin_task_gone(alloc, task, &id, true);
+                }
+            }
+        }
+    }
+
+    /// A plugin task's process ended (`deregister`: for good): stop
+    /// watching it, and mark its plugin unhealthy or deregister it, if the
+    /// task still provides it.
+    pub(super) fn plugin_task_gone(
+        &mut self,
+        alloc: String,
+        task: String,
+        id: &str,
+        deregister: bool,
+    ) {
+        let key = (alloc, task);
+        if let Some(candidate) = self.candidates.remove(&key) {
+            candidate.instance.stop();
+        }
+        let provides = self.registry.get(id).is_some_and(|r| {
+            r.spec.source
+                == Source::Task {
+                    alloc: key.0.clone(),
+                    task: key.1.clone(),
+                }
+        });
+        if !provides {
+            return;
+        }
+        self.stop_instance(id);
+        if deregister {
+            log::info!("Plugin {id}: its task stopped; deregistering it");
+            self.registry.deregister(id);
+        } else {
+            self.registry.apply(
+                id,
+                Report::Status {
+                    health: Health::Unhealthy,
+                    reason: "the plugin task exited".to_string(),
+                    fingerprint: None,
+                    heartbeat: None,
+                },
+            );
+        }
+        self.dirty = true;
+        if deregister {
+            self.release_csi_root();
+        }
+    }
+
+    /// A report of a plugin task being probed: once healthy, it replaces
+    /// whatever provided the plugin ID before.
+    pub(super) fn candidate_report(&mut self, report: InstanceReport) {
+        let key = self
+            .candidates
+            .iter()
+            .find(|(_, c)| c.instance.generation() == report.generation)
+            .map(|(k, _)| k.clone());
+        let Some(key) = key else { return };
+        let healthy = matches!(
+            &report.report,
+            Report::Status {
+                health: Health::Healthy,
+                fingerprint: Some(_),
+                ..
+            }
+        );
+        if !healthy {
+            return;
+        }
+        let candidate = self.candidates.remove(&key).expect("found");
+        let id = candidate.spec.id.clone();
+        log::info!(
+            "Plugin {id}: the task of alloc {} is healthy; registering it",
+            key.0
+        );
+        self.stop_instance(&id);
+        self.registry.register(candidate.spec.clone());
+        self.instances.insert(id.clone(), candidate);
+        self.registry.apply(&id, report.report);
+        self.allocs.plugin_healthy(&key.0, &key.1);
+        self.dirty = true;
+    }
+
+    /// Unmounts the shared bind of the `csi/` root once no plugin task
+    /// needs it and nothing is mounted below it.
+    pub(super) fn release_csi_root(&self) {
+        if self.allocs.any_plugin_task() {
+            return;
+        }
+        let root = self.options.config.data_dir.join("csi");
+        let Ok(info) = crate::mount::MountInfo::read() else {
+            return;
+        };
+        if info.get(&root).is_none() || info.under(&root).any(|m| m.mount_point != root) {
+            return;
+        }
+        use crate::mount::Mounter;
+        if let Err(err) = crate::mount::SysMounter.unmount(&root, crate::mount::UnmountMode::Normal)
+        {
+            log::warn!("Cannot unmount {}: {err}", root.display());
+        }
+    }
+}

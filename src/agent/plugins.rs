@@ -1,0 +1,199 @@
+//! The plugins of the config and `-dev`: the registry kept in step with
+//! them, one instance thread per plugin, and their reports.
+//!
+//! SIGHUP and start-up call [`Agent::sync_plugins`]: new plugins are
+//! registered and get a thread, changed ones get a new thread (late
+//! reports of the old one are told apart by generation), and plugins that
+//! went away are deregistered, unless a running task provides them.
+
+use crate::api::ApiError;
+use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
+use crate::plugin::{PluginRecord, PluginSpec, Registry, Source};
+use crate::proto::{agent as apipb, state as statepb};
+use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
+
+use super::{dev, Agent};
+
+/// An instance thread and what it was started with.
+pub(super) struct RunningInstance {
+    pub(super) instance: Instance,
+    pub(super) spec: PluginSpec,
+    pub(super) settings: InstanceSettings,
+}
+
+impl Agent {
+    /// The plugins the config and `-dev` ask for, with their settings.
+    fn wanted_plugins(&self) -> Vec<(PluginSpec, InstanceSettings)> {
+        let config = &self.options.config;
+        let mut wanted: Vec<_> = config
+            .plugins
+            .iter()
+            .map(|p| {
+                let spec = PluginSpec {
+                    id: p.id.clone(),
+                    endpoint: p.socket.clone(),
+                    plugin_type: p.plugin_type,
+                    source: Source::Config,
+                };
+                let settings = InstanceSettings {
+                    heartbeat: config.plugin_heartbeat,
+                    health_timeout: p.health_timeout,
+                    rpc_timeout: config.rpc_timeout,
+                };
+                (spec, settings)
+            })
+            .collect();
+        if let Some(dev) = &self.dev {
+            if wanted.iter().any(|(s, _)| s.id == dev::PLUGIN_ID) {
+                log::warn!(
+                    "The config's plugin {:?} replaces the dev plugin of the same ID",
+                    dev::PLUGIN_ID
+                );
+            } else {
+                let settings = InstanceSettings {
+                    heartbeat: config.plugin_heartbeat,
+                    health_timeout: DEFAULT_HEALTH_TIMEOUT,
+                    rpc_timeout: config.rpc_timeout,
+                };
+                wanted.push((dev.spec(), settings));
+            }
+        }
+        wanted
+    }
+
+    /// Makes the registry and the instance threads match the wanted
+    /// plugins: registers new ones, restarts changed ones, and deregisters
+    /// those that went away for good.
+    pub(super) fn sync_plugins(&mut self) {
+        let wanted = self.wanted_plugins();
+        let allocs = &self.allocs;
+        let gone: Vec<String> = self
+            .registry
+            .list()
+            .filter(|r| !wanted.iter().any(|(s, _)| s.id == r.spec.id))
+            .filter(|r| match &r.spec.source {
+                Source::Task { alloc, task } => !allocs.provides(alloc, task),
+                _ => true,
+            })
+            .map(|r| r.spec.id.clone())
+            .collect();
+        for id in gone {
+            self.stop_instance(&id);
+            self.registry.deregister(&id);
+            self.dirty = true;
+        }
+        for (spec, settings) in wanted {
+            if self.registry.register(spec.clone()) {
+                self.dirty = true;
+            }
+            let current = self.instances.get(&spec.id);
+            let unchanged = current.is_some_and(|r| {
+                r.spec == spec
+                    && r.settings.heartbeat == settings.heartbeat
+                    && r.settings.health_timeout == settings.health_timeout
+                    && r.settings.rpc_timeout == settings.rpc_timeout
+            });
+            if !unchanged {
+                self.stop_instance(&spec.id);
+                self.start_instance(spec, settings);
+            }
+        }
+    }
+
+    pub(super) fn start_instance(&mut self, spec: PluginSpec, settings: InstanceSettings) {
+        self.generation += 1;
+        let id = spec.id.clone();
+        match Instance::start(
+            spec.clone(),
+            self.generation,
+            settings,
+            &self.watcher,
+            self.reports_tx.clone(),
+        ) {
+            Ok(instance) => {
+                self.instances.insert(
+                    id,
+                    RunningInstance {
+                        instance,
+                        spec,
+                        settings,
+                    },
+                );
+            }
+            Err(err) => log::error!("Cannot start the thread of plugin {id}: {err}"),
+        }
+    }
+
+    /// Stops an instance thread; it ends after any call in flight, and its
+    /// late reports are ignored by generation.
+    pub(super) fn stop_instance(&mut self, id: &str) {
+        if let Some(running) = self.instances.remove(id) {
+            running.instance.stop();
+            // Joining would wait for a call in flight; the thread ends by
+            // itself, and a detached thread holds nothing the loop needs.
+            drop(running);
+        }
+    }
+
+    pub(super) fn apply(&mut self, report: InstanceReport) {
+        let current = self
+            .instances
+            .get(&report.id)
+            .is_some_and(|r| r.instance.generation() == report.generation);
+        if !current {
+            self.candidate_report(report);
+            return;
+        }
+        if self.registry.apply(&report.id, report.report).persistent() {
+            self.dirty = true;
+        }
+    }
+
+    pub(super) fn plugin_status(
+        &self,
+        req: &apipb::PluginStatusRequest,
+    ) -> Result<apipb::PluginStatusResponse, ApiError> {
+        let plugins = if req.id.is_empty() {
+            self.registry.list().map(PluginRecord::to_proto).collect()
+        } else {
+            match self.registry.get(&req.id) {
+                Some(record) => vec![record.to_proto()],
+                None => {
+                    let known: Vec<&str> =
+                        self.registry.list().map(|r| r.spec.id.as_str()).collect();
+                    return Err(ApiError::not_found(if known.is_empty() {
+                        format!("no plugin {:?} (no plugins are registered)", req.id)
+                    } else {
+                        format!("no plugin {:?} (registered: {})", req.id, known.join(", "))
+                    }));
+                }
+            }
+        };
+        Ok(apipb::PluginStatusResponse {
+            plugins,
+            ..Default::default()
+        })
+    }
+}
+
+/// The registry a snapshot kept; unreadable records are logged and dropped
+/// (their plugins register again from the config).
+pub(super) fn restore_registry(state: &statepb::State) -> Registry {
+    let records = state
+        .plugins
+        .iter()
+        .filter_map(|p| match PluginRecord::from_proto(p) {
+            Ok(record) => Some(record),
+            Err(err) => {
+                log::warn!("Dropping a plugin record of the snapshot: {err}");
+                None
+            }
+        })
+        .collect();
+    Registry::restore(records)
+}
+
+/// The plugin IDs the config provides; jobs may not provide them too.
+pub(super) fn config_plugin_ids(config: &AgentConfig) -> std::collections::BTreeSet<String> {
+    config.plugins.iter().map(|p| p.id.clone()).collect()
+}

@@ -1,0 +1,333 @@
+//! Snapshots (`volume snapshot create|delete|list`): CreateSnapshot of a
+//! registered volume on its plugin's controller, DeleteSnapshot and
+//! ListSnapshots (every page) of a plugin. The agent keeps no record of
+//! snapshots: they live in the plugin.
+//!
+//! CreateSnapshot names the volume, so it waits, like every call about a
+//! volume, until no other call for that volume is in flight (see
+//! [`VolumeManager::enqueue`]).
+
+use std::time::UNIX_EPOCH;
+
+use super::*;
+use crate::csi::types::{CreateSnapshot, ListSnapshots, Snapshot};
+use crate::csi::Secrets;
+
+/// At most this many pages of ListSnapshots (or ListVolumes) are read: a
+/// plugin whose `next_token` never ends is cut off rather than followed
+/// forever.
+pub(super) const MAX_PAGES: usize = 1000;
+
+fn secrets_of(map: &std::collections::HashMap<String, String>) -> Secrets {
+    let mut secrets = Secrets::new();
+    for (k, v) in map {
+        secrets.insert(k.clone(), v.clone());
+    }
+    secrets
+}
+
+impl VolumeManager {
+    /// Queues a request that calls the plugin about volume `id`: it is
+    /// sent once nothing else is in flight for the volume.
+    pub(super) fn enqueue(&mut self, id: &str, token: u64, op: PendingOp, job: Job) {
+        let entry = self.entries.get_mut(id).expect("queued for a known volume");
+        entry.queued.push_back(Queued { token, op, job });
+    }
+
+    /// The next queued request of an idle volume, marked in flight.
+    pub(super) fn take_queued(&mut self, id: &str) -> Option<Dispatch> {
+        let entry = self.entries.get_mut(id)?;
+        if entry.busy.is_some() {
+            return None;
+        }
+        let queued = entry.queued.pop_front()?;
+        entry.busy = Some(queued.token);
+        self.pending.insert(queued.token, queued.op);
+        Some(Dispatch {
+            plugin_id: entry.volume.plugin_id.clone(),
+            job: queued.job,
+        })
+    }
+
+    /// A plugin's healthy controller view, or why it cannot serve.
+    fn controller_of(&self, plugin_id: &str, registry: &Registry) -> Result<PluginView, ApiError> {
+        let view = plugin_view(registry, plugin_id).ok_or_else(|| {
+            error(
+                ErrorKind::NotFound,
+                format!("plugin {plugin_id:?} is not registered"),
+            )
+        })?;
+        if !view.healthy {
+            return Err(error(
+                ErrorKind::FailedPrecondition,
+                format!("plugin {plugin_id:?} is not healthy"),
+            ));
+        }
+        if !view.has_controller {
+            return Err(error(
+                ErrorKind::FailedPrecondition,
+                format!("plugin {plugin_id:?} has no controller"),
+            ));
+        }
+        Ok(view)
+    }
+
+    pub fn snapshot_create(
+        &mut self,
+        req: &api::SnapshotCreateRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) {
+        let check = self.entry(&req.volume_id).and_then(|entry| {
+            let v = &entry.volume;
+            if v.creating.is_some() {
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!("volume {:?} is being created", v.id),
+                ));
+            }
+            let view = self.controller_of(&v.plugin_id, registry)?;
+            if !view.snapshots {
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "plugin {:?} cannot take snapshots (its controller lacks CREATE_DELETE_SNAPSHOT)",
+                        v.plugin_id
+                    ),
+                ));
+            }
+            crate::id::validate("snapshot name", &req.name)
+                .map_err(|e| error(ErrorKind::InvalidArgument, e.to_string()))?;
+            let mut secrets = v.secrets.clone();
+            for (k, val) in secrets_of(&req.secrets).expose() {
+                secrets.insert(k.to_string(), val.to_string());
+            }
+            Ok(CreateSnapshot {
+                name: req.name.clone(),
+                source_volume_id: v.external_id.clone(),
+                parameters: req.parameters.clone().into_iter().collect(),
+                secrets,
+            })
+        });
+        let request = match check {
+            Ok(request) => request,
+            Err(err) => return self.outbox.push((reply, Err(err))),
+        };
+        let token = self.token();
+        let job = ops::job(&req.volume_id, token, self.done.clone(), move |client| {
+            OpResult::Snapshot(client.create_snapshot(&request))
+        });
+        log::info!(
+            "Volume {}: snapshot {:?} asked for",
+            req.volume_id,
+            req.name
+        );
+        let plugin_id = self.entries[&req.volume_id].volume.plugin_id.clone();
+        self.enqueue(
+            &req.volume_id,
+            token,
+            PendingOp::SnapshotCreate { plugin_id, reply },
+            job,
+        );
+    }
+
+    pub fn snapshot_delete(
+        &mut self,
+        req: &api::SnapshotDeleteRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<Dispatch> {
+        let check = self.controller_of(&req.plugin_id, registry).and_then(|view| {
+            if view.snapshots {
+                Ok(())
+            } else {
+                Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "plugin {:?} cannot delete snapshots (its controller lacks CREATE_DELETE_SNAPSHOT)",
+                        req.plugin_id
+                    ),
+                ))
+            }
+        });
+        if let Err(err) = check {
+            self.outbox.push((reply, Err(err)));
+            return None;
+        }
+        if req.snapshot_id.is_empty() {
+            let err = error(ErrorKind::InvalidArgument, "a snapshot ID is required");
+            self.outbox.push((reply, Err(err)));
+            return None;
+        }
+        let token = self.token();
+        let (id, secrets) = (req.snapshot_id.clone(), secrets_of(&req.secrets));
+        let job = ops::job("", token, self.done.clone(), move |client| {
+            OpResult::SnapshotDeleted(client.delete_snapshot(&id, &secrets))
+        });
+        self.pending
+            .insert(token, PendingOp::SnapshotDelete { reply });
+        Some(Dispatch {
+            plugin_id: req.plugin_id.clone(),
+            job,
+        })
+    }
+
+    pub fn snapshot_list(
+        &mut self,
+        req: &api::SnapshotListRequest,
+        reply: ReplyTo,
+        registry: &Registry,
+    ) -> Option<Dispatch> {
+        let check = self
+            .controller_of(&req.plugin_id, registry)
+            .and_then(|view| {
+                if view.list_snapshots {
+                    Ok(())
+                } else {
+                    Err(error(
+                        ErrorKind::FailedPrecondition,
+                        format!(
+                        "plugin {:?} cannot list snapshots (its controller lacks LIST_SNAPSHOTS)",
+                        req.plugin_id
+                    ),
+                    ))
+                }
+            });
+        if let Err(err) = check {
+            self.outbox.push((reply, Err(err)));
+            return None;
+        }
+        let token = self.token();
+        let secrets = secrets_of(&req.secrets);
+        let job = ops::job("", token, self.done.clone(), move |client| {
+            let mut all = Vec::new();
+            let mut token = String::new();
+            for _ in 0..MAX_PAGES {
+                let page = match client.list_snapshots(&ListSnapshots {
+                    starting_token: token.clone(),
+                    secrets: secrets.clone(),
+                    ..Default::default()
+                }) {
+                    Ok(page) => page,
+                    Err(err) => return OpResult::Snapshots(Err(err)),
+                };
+                all.extend(page.entries);
+                if page.next_token.is_empty() {
+                    break;
+                }
+                token = page.next_token;
+            }
+            OpResult::Snapshots(Ok(all))
+        });
+        let plugin_id = req.plugin_id.clone();
+        self.pending
+            .insert(token, PendingOp::SnapshotList { plugin_id, reply });
+        Some(Dispatch {
+            plugin_id: req.plugin_id.clone(),
+            job,
+        })
+    }
+
+    /// Answers a snapshot request whose plugin call came back.
+    pub(super) fn completed_snapshot(&mut self, op: PendingOp, result: OpResult) {
+        let refused =
+            |err: crate::csi::Error| error(ErrorKind::FailedPrecondition, err.to_string());
+        match (op, result) {
+            (PendingOp::SnapshotCreate { plugin_id, reply }, OpResult::Snapshot(result)) => {
+                let answer = result.map_err(refused).map(|s| {
+                    log::info!("Snapshot {} taken of {}", s.snapshot_id, s.source_volume_id);
+                    Response::SnapshotCreate(api::SnapshotCreateResponse {
+                        snapshot: Some(self.snapshot_to_api(&plugin_id, &s)).into(),
+                        ..Default::default()
+                    })
+                });
+                let _ = reply.send(answer);
+            }
+            (PendingOp::SnapshotDelete { reply }, OpResult::SnapshotDeleted(result)) => {
+                let answer = result
+                    .map_err(refused)
+                    .map(|()| Response::SnapshotDelete(Default::default()));
+                let _ = reply.send(answer);
+            }
+            (PendingOp::SnapshotList { plugin_id, reply }, OpResult::Snapshots(result)) => {
+                let answer = result.map_err(refused).map(|all| {
+                    Response::SnapshotList(api::SnapshotListResponse {
+                        snapshots: all
+                            .iter()
+                            .map(|s| self.snapshot_to_api(&plugin_id, s))
+                            .collect(),
+                        ..Default::default()
+                    })
+                });
+                let _ = reply.send(answer);
+            }
+            (
+                PendingOp::External {
+                    mut response,
+                    reply,
+                },
+                OpResult::External(result),
+            ) => {
+                match result {
+                    Ok(listed) => {
+                        let known: std::collections::BTreeSet<&str> = response
+                            .volumes
+                            .iter()
+                            .map(|v| v.external_id.as_str())
+                            .collect();
+                        response.external = listed
+                            .into_iter()
+                            .filter(|l| !known.contains(l.volume.volume_id.as_str()))
+                            .map(|l| api::ExternalVolume {
+                                external_id: l.volume.volume_id,
+                                capacity_bytes: l.volume.capacity_bytes,
+                                published_node_ids: l.published_node_ids,
+                                abnormal: l.condition.as_ref().is_some_and(|c| c.abnormal),
+                                condition_message: l
+                                    .condition
+                                    .map(|c| c.message)
+                                    .unwrap_or_default(),
+                                ..Default::default()
+                            })
+                            .collect();
+                    }
+                    Err(err) => response.external_error = err.to_string(),
+                }
+                let _ = reply.send(Ok(Response::VolumeStatus(response)));
+            }
+            (op, result) => {
+                log::error!("Mismatched operation result {result:?}");
+                if let PendingOp::SnapshotCreate { reply, .. }
+                | PendingOp::SnapshotDelete { reply }
+                | PendingOp::SnapshotList { reply, .. }
+                | PendingOp::External { reply, .. } = op
+                {
+                    let _ = reply.send(Err(error(ErrorKind::Internal, "mismatched result")));
+                }
+            }
+        }
+    }
+
+    /// A snapshot as the API shows it, with the registered volume it was
+    /// taken of when the agent knows it.
+    pub(super) fn snapshot_to_api(&self, plugin_id: &str, s: &Snapshot) -> api::Snapshot {
+        let volume_id = self
+            .entries
+            .values()
+            .find(|e| e.volume.plugin_id == plugin_id && e.volume.external_id == s.source_volume_id)
+            .map(|e| e.volume.id.clone())
+            .unwrap_or_default();
+        api::Snapshot {
+            id: s.snapshot_id.clone(),
+            source_volume_id: s.source_volume_id.clone(),
+            volume_id,
+            size_bytes: s.size_bytes,
+            created_unix_ms: s
+                .creation_time
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as i64),
+            ready: s.ready_to_use,
+            ..Default::default()
+        }
+    }
+}
