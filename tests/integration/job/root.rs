@@ -1,12 +1,11 @@
 //! The root of an `exec` task, as Nomad's exec driver builds it: what the
 //! task sees at `/`, what a task running as `nobody` can reach, Nomad's
-//! `chroot_env`, a device node as a volume, and `raw_exec`, which keeps
+//! `chroot_env`, a block volume's device node, and `raw_exec`, which keeps
 //! the host's root.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -287,43 +286,89 @@ echo done";
 }
 
 #[test]
-fn a_device_node_is_bound_onto_a_file_at_its_destination() {
+fn a_block_volume_is_a_device_file_at_its_destination() {
     if !require_root() {
         return;
     }
-    // What a block volume's publish path is: a device node. The hostpath
-    // plugin has no block volumes, so a host volume stands in for it.
-    let rig = Rig::bare();
-    let node = rig.agent.dir.join("disk");
-    let status = Command::new("mknod")
-        .arg(&node)
-        .args(["b", "7", "250"])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut config = crate::harness::config_text(&rig.agent.data_dir, &[]);
-    config.push_str(&format!(
-        "host_volume \"disk\" {{\n  path = {:?}\n}}\n",
-        node.display().to_string()
-    ));
-    rig.agent.write_config(&config);
-    rig.agent.sighup();
-    rig.agent.wait_for_log("SIGHUP: reloaded", WAIT);
+    // The hostpath plugin (strict) serves block volumes on loop devices;
+    // its publish path is a device node, bound onto a file in the root.
+    let rig = crate::volume_util::Rig::start();
+    let spec = format!(
+        "id        = \"blk\"\nname      = \"blk\"\ntype      = \"csi\"\nplugin_id = {:?}\n\
+         capacity_min = \"16MiB\"\n\
+         capability {{\n  access_mode     = \"single-node-writer\"\n  attachment_mode = \"block-device\"\n}}\n",
+        crate::volume_util::PLUGIN
+    );
+    crate::volume_util::connect(&rig.agent)
+        .volume_create("blk.hcl", &spec)
+        .unwrap_or_else(|err| panic!("volume create: {err}"));
     let hcl = shell_job(
         "block",
-        "test -b /srv/disk && echo block; stat -c %t:%T /srv/disk; echo done; exec sleep 600",
-        "volume \"disk\" {\n      type   = \"host\"\n      source = \"disk\"\n    }",
-        "volume_mount {\n        volume      = \"disk\"\n        destination = \"/srv/disk\"\n      }",
+        "test -b /srv/blk && echo block; printf csi-agent | dd of=/srv/blk bs=9 seek=100 conv=notrunc,fsync 2>/dev/null; dd if=/srv/blk bs=9 skip=100 count=1 2>/dev/null; echo; echo done; exec sleep 600",
+        "volume \"disk\" {\n      type            = \"csi\"\n      source          = \"blk\"\n      access_mode     = \"single-node-writer\"\n      attachment_mode = \"block-device\"\n    }",
+        "volume_mount {\n        volume      = \"disk\"\n        destination = \"/srv/blk\"\n      }",
     );
-    let allocs = rig.run_job("block.hcl", &hcl);
-    let pid = rig.wait_running("block", &allocs[0]);
-    let log = wait_for_log(&rig, &allocs[0], "done");
-    assert_eq!(log, "block\n7:fa\ndone\n");
-    assert!(task_mounts(pid).get(Path::new("/srv/disk")).is_some());
-    // The mount point in the task dir is a regular file, not a directory.
-    let target = rig.task_dir(&allocs[0], "t").join("srv/disk");
-    assert!(fs::symlink_metadata(&target).unwrap().is_file());
-    rig.stop("block");
+    let file = rig.agent.dir.join("block.hcl");
+    fs::write(&file, hcl).unwrap();
+    let out = rig.agent.cli(&["job", "run", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let client = crate::volume_util::connect(&rig.agent);
+    let (alloc, pid) = {
+        let start = Instant::now();
+        loop {
+            let job = client.job_status("block").unwrap().jobs.remove(0);
+            let a = &job.allocs[0];
+            if a.tasks[0].state == "running" {
+                break (a.id.clone(), a.tasks[0].pid);
+            }
+            assert!(start.elapsed() < WAIT, "the task did not start: {job:#?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let log = {
+        let start = Instant::now();
+        loop {
+            let out = rig.agent.cli(&["alloc", "logs", &alloc, "t"]);
+            let log = String::from_utf8_lossy(&out.stdout).into_owned();
+            if log.contains("done") || start.elapsed() > WAIT {
+                break log;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert_eq!(log, "block\ncsi-agent\ndone\n");
+    assert!(task_mounts(pid).get(Path::new("/srv/blk")).is_some());
+    // The mount point in the task dir is a regular file, not a directory,
+    // and the host's mount table does not show it.
+    let task_dir = rig.agent.data_dir.join("alloc").join(&alloc).join("t");
+    assert!(fs::symlink_metadata(task_dir.join("srv/blk"))
+        .unwrap()
+        .is_file());
+    assert_eq!(MountInfo::read().unwrap().under(&task_dir).count(), 0);
+
+    let out = rig.agent.cli(&["job", "stop", "block"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let start = Instant::now();
+    while crate::volume_util::volume(&rig.agent, "blk")
+        .claims
+        .iter()
+        .any(|c| c.alloc_id == alloc)
+        || !crate::volume_util::volume(&rig.agent, "blk")
+            .past_claims
+            .is_empty()
+    {
+        assert!(start.elapsed() < WAIT, "the claim was not released");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let start = Instant::now();
+    while !mounts_under(&rig.agent.data_dir).is_empty() {
+        assert!(
+            start.elapsed() < WAIT,
+            "mounts left: {:?}",
+            mounts_under(&rig.agent.data_dir)
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
