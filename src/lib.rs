@@ -104,10 +104,9 @@
 //!   namespaces (Nomad's `pid_mode` and `ipc_mode` default to private): a
 //!   task's `/proc` lists the host's processes, and a task can reach the
 //!   root of another task of the same user through `/proc/<pid>/root`.
-//! - A plugin task's root holds its socket dir and the agent's `csi/` root
-//!   at their host paths, so it gets host paths in its RPCs and in
-//!   `CSI_ENDPOINT`; `mount_dir` and `stage_publish_base_dir`, where Nomad
-//!   binds them and translates the paths, are accepted and unused.
+//! - A `raw_exec` plugin task, on the host's root, gets host paths in its
+//!   RPCs and in `CSI_ENDPOINT`, as external plugins do; `mount_dir` and
+//!   `stage_publish_base_dir` apply to `exec` plugin tasks only.
 //! - A `raw_exec` task keeps the host's root but still gets a mount
 //!   namespace of its own, in which the control socket is covered: tasks
 //!   never reach the agent's API (Nomad's `raw_exec` has no isolation).

@@ -148,10 +148,12 @@ pub struct VolumeMount {
 pub struct CsiPlugin {
     pub id: String,
     pub plugin_type: PluginType,
-    /// Where the task finds the directory of its socket.
+    /// Where an exec task finds the directory of its socket, in its root
+    /// (default `/csi`): `CSI_ENDPOINT` is `unix://<mount_dir>/csi.sock`.
     pub mount_dir: PathBuf,
-    /// Where the task finds the staging and publish directories; never
-    /// inside `mount_dir`.
+    /// Where an exec task finds the staging and publish directories, in its
+    /// root (default `/local/csi`), and the paths of its RPCs are; neither
+    /// inside `mount_dir` nor holding it.
     pub stage_publish_base_dir: PathBuf,
     /// How long the plugin has to become healthy after it starts.
     pub health_timeout: Duration,
@@ -359,7 +361,7 @@ fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
     let plugin_type = f.require("type", plugin_type);
     let mount_dir = plain_path(f, "mount_dir");
     let mount_dir_valid = mount_dir.is_some() || !f.has("mount_dir");
-    let mount_dir = mount_dir.map_or_else(|| PathBuf::from("/csi"), |(path, _)| path);
+    let (mount_dir, mount_dir_pos) = mount_dir.unwrap_or_else(|| (PathBuf::from("/csi"), f.pos()));
     let base = plain_path(f, "stage_publish_base_dir");
     let base_valid = base.is_some() || !f.has("stage_publish_base_dir");
     let (base, base_pos) = base.unwrap_or_else(|| (PathBuf::from("/local/csi"), f.pos()));
@@ -371,6 +373,16 @@ fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
                 base.display().to_string(),
                 f.what(),
                 mount_dir.display().to_string()
+            ),
+        );
+    } else if mount_dir_valid && base_valid && mount_dir.starts_with(&base) {
+        f.error(
+            mount_dir_pos,
+            format!(
+                "mount_dir {:?} in {} must not be inside stage_publish_base_dir {:?}: the volumes' directory would hide the plugin's socket directory",
+                mount_dir.display().to_string(),
+                f.what(),
+                base.display().to_string()
             ),
         );
     }

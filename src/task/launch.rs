@@ -4,13 +4,14 @@
 //! agent registers. Also the checks `job run` makes on a task's `${VAR}`s
 //! and destinations.
 //!
-//! A plugin task in its own root gets its socket dir and the agent's
-//! `csi/` root bound at their host paths (the latter shared with the
-//! host), so that `CSI_ENDPOINT` and the staging and publish paths the
-//! agent sends in RPCs name the same places inside the root as outside.
-//! Nomad instead binds them at `mount_dir` and `stage_publish_base_dir`
-//! and translates the paths; that is not done yet, and those two keys are
-//! accepted and unused.
+//! A plugin task in its own root gets Nomad's directory contract: its
+//! socket dir (`data_dir/plugins/<alloc>`) at `mount_dir`, with
+//! `CSI_ENDPOINT=unix://<mount_dir>/csi.sock`, and the agent's
+//! `csi/<plugin>` dir at `stage_publish_base_dir`, both bidirectional
+//! binds; the spec it is registered with records that base dir, so the
+//! volume manager names staging and publish paths in the plugin's view
+//! ([`crate::volume::ops::Paths::for_plugin`]). A `raw_exec` plugin task,
+//! on the host's root, gets host paths, as external plugins do.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,12 +22,12 @@ use std::time::Duration;
 use super::env::{interpolate, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
-use super::root::{check_destination, RootPlan, SamePath};
+use super::root::{check_destination, PluginDir, RootPlan};
 use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, Driver, Group, Task};
+use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable and
 /// that every destination has room in the task's root.
@@ -47,13 +48,23 @@ pub(super) fn check_interpolation(
         own_root: task.driver == Driver::Exec,
     };
     let mut base = ctx.base();
-    if task.csi_plugin.is_some() {
-        base.insert(
-            "CSI_ENDPOINT".into(),
-            "unix:///plugins/00000000/csi.sock".into(),
-        );
+    let socket_dir = Path::new("/plugins/00000000");
+    if let Some(csi) = &task.csi_plugin {
+        base.insert("CSI_ENDPOINT".into(), task_endpoint(task, csi, socket_dir));
+        if task.driver == Driver::Exec {
+            for (key, dir) in [
+                ("mount_dir", &csi.mount_dir),
+                ("stage_publish_base_dir", &csi.stage_publish_base_dir),
+            ] {
+                check_destination(&dir.to_string_lossy(), chroot_env)
+                    .map_err(|e| format!("csi_plugin {key}: {e}"))?;
+            }
+        }
     }
     let env = task_env(&base, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    if let Some(csi) = &task.csi_plugin {
+        host_endpoint(task, csi, &env["CSI_ENDPOINT"], socket_dir)?;
+    }
     for arg in &task.config.args {
         interpolate(arg, &env).map_err(|e| format!("config.args: {e}"))?;
     }
@@ -146,8 +157,8 @@ impl Allocs {
             });
         }
         let mut keep = Vec::new();
-        let mut same_paths = Vec::new();
-        let plugin = plugin_spec(alloc, i, &env)?;
+        let mut plugin_dirs = Vec::new();
+        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
         if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;
@@ -158,12 +169,17 @@ impl Allocs {
                 chown(&socket_dir, user)?;
             }
             let _ = fs::remove_file(registered.endpoint.path());
-            same_paths.push(SamePath {
-                path: socket_dir.clone(),
-                propagation: Propagation::Private,
+            // Nomad's contract: both bidirectional, so that what the
+            // plugin mounts under its base dir (a peer of the shared
+            // `csi/` root) is mounted on the host too.
+            plugin_dirs.push(PluginDir {
+                source: socket_dir.clone(),
+                destination: p.mount_dir.clone(),
+                propagation: Propagation::Bidirectional,
             });
-            same_paths.push(SamePath {
-                path: root,
+            plugin_dirs.push(PluginDir {
+                source: root.join(&p.id),
+                destination: p.stage_publish_base_dir.clone(),
                 propagation: Propagation::Bidirectional,
             });
         }
@@ -176,7 +192,7 @@ impl Allocs {
                     &alloc_dir.join("alloc"),
                     &self.chroot_env,
                     owner,
-                    same_paths,
+                    plugin_dirs,
                 );
                 root.prepare().map_err(|e| crate::error_chain(&e))?;
                 (Some(root), Vec::new())
@@ -219,31 +235,63 @@ impl Allocs {
             own_root: spec.driver == Driver::Exec,
         };
         let mut base = ctx.base();
-        if spec.csi_plugin.is_some() {
-            let socket = self.plugin_socket_dir(&alloc.id).join("csi.sock");
-            base.insert(
-                "CSI_ENDPOINT".into(),
-                format!("unix://{}", socket.display()),
-            );
+        if let Some(csi) = &spec.csi_plugin {
+            let socket_dir = self.plugin_socket_dir(&alloc.id);
+            base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
         }
         task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
     }
 }
 
+/// The `CSI_ENDPOINT` a plugin task gets, as it sees it: the socket in its
+/// `mount_dir` (an exec task), or in its socket dir `socket_dir` on the
+/// host (a raw_exec task).
+fn task_endpoint(task: &Task, csi: &CsiPlugin, socket_dir: &Path) -> String {
+    let dir = match task.driver {
+        Driver::Exec => &csi.mount_dir,
+        Driver::RawExec => socket_dir,
+    };
+    format!("unix://{}", dir.join("csi.sock").display())
+}
+
+/// The socket the agent watches for a plugin task whose `CSI_ENDPOINT` is
+/// `endpoint` (its own default, or its `env`'s): an exec task's socket must
+/// be in its `mount_dir`, which is `socket_dir` on the host.
+fn host_endpoint(
+    task: &Task,
+    csi: &CsiPlugin,
+    endpoint: &str,
+    socket_dir: &Path,
+) -> Result<Endpoint, String> {
+    let endpoint: Endpoint = endpoint.parse().map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
+    if task.driver == Driver::RawExec {
+        return Ok(endpoint);
+    }
+    let rest = endpoint.path().strip_prefix(&csi.mount_dir).map_err(|_| {
+        format!(
+            "CSI_ENDPOINT {} is not in mount_dir {}, where the agent finds the plugin's socket",
+            endpoint.path().display(),
+            csi.mount_dir.display()
+        )
+    })?;
+    Endpoint::from_path(socket_dir.join(rest)).map_err(|e| format!("CSI_ENDPOINT: {e}"))
+}
+
 /// What the agent registers for task `i` of `alloc` if it is a plugin,
-/// with its health timeout; the socket is the task's `CSI_ENDPOINT`.
+/// with its health timeout: the socket of the task's `CSI_ENDPOINT` on the
+/// host (its socket dir is `socket_dir`), and for an exec task the base dir
+/// of the paths in its RPCs.
 pub(super) fn plugin_spec(
     alloc: &Alloc,
     i: usize,
     env: &BTreeMap<String, String>,
+    socket_dir: &Path,
 ) -> Result<Option<(PluginSpec, Duration)>, String> {
     let spec = &alloc.group.tasks[i];
     let Some(csi) = &spec.csi_plugin else {
         return Ok(None);
     };
-    let endpoint: Endpoint = env["CSI_ENDPOINT"]
-        .parse()
-        .map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
+    let endpoint = host_endpoint(spec, csi, &env["CSI_ENDPOINT"], socket_dir)?;
     let registered = PluginSpec {
         id: csi.id.clone(),
         endpoint,
@@ -252,6 +300,8 @@ pub(super) fn plugin_spec(
             alloc: alloc.id.clone(),
             task: spec.name.clone(),
         },
+        stage_publish_base_dir: (spec.driver == Driver::Exec)
+            .then(|| csi.stage_publish_base_dir.clone()),
     };
     Ok(Some((registered, csi.health_timeout)))
 }

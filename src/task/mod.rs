@@ -33,14 +33,16 @@
 //! through its restart policy, and none is started twice (see [`exec`]'s
 //! pid file).
 //!
-//! The plugin's view of paths: a plugin task's root holds its socket dir
-//! and the agent's `csi/` root at their host paths (the latter a
-//! bidirectional bind), so `CSI_ENDPOINT` is `unix://<data_dir>/plugins/
-//! <alloc>/csi.sock` (unless the task's `env` sets it; the agent then
-//! watches that socket), and the staging and publish paths in its RPCs are
-//! the agent's `<data_dir>/csi/<plugin>/...`, valid on both sides. Nomad
-//! binds them at `mount_dir` and `stage_publish_base_dir` instead and
-//! translates the paths; those two keys are accepted and not used yet.
+//! The plugin's view of paths, Nomad's contract: an exec plugin task's
+//! root holds its socket dir `data_dir/plugins/<alloc>/` at `mount_dir`
+//! (default `/csi`), and `CSI_ENDPOINT` is `unix://<mount_dir>/csi.sock`
+//! (unless the task's `env` sets another socket in `mount_dir`; the agent
+//! then watches that one); and the agent's `csi/<plugin>` dir at
+//! `stage_publish_base_dir` (default `/local/csi`), both bidirectional
+//! binds. The plugin is registered with that base dir, and the staging and
+//! publish paths of its RPCs are given under it, in its own view; the agent
+//! itself works with the host's. A `raw_exec` plugin task, on the host's
+//! root, gets host paths.
 //!
 //! | file | owns |
 //! |---|---|

@@ -187,7 +187,7 @@ impl Allocs {
                     .join(format!("{}.pid", alloc.tasks[i].name));
                 let plugin_start = self
                     .task_environment(&alloc, i)
-                    .and_then(|env| plugin_spec(&alloc, i, &env));
+                    .and_then(|env| plugin_spec(&alloc, i, &env, &self.plugin_socket_dir(id)));
                 let task = &mut alloc.tasks[i];
                 let recorded = task.process.as_ref().map(|p| (p.pid, p.start_ticks));
                 let alive = match recorded {

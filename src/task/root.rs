@@ -15,8 +15,10 @@
 //! - a new `/proc`;
 //! - `/secrets`, a tmpfs of mode 0700 owned by the task's user, as Nomad's;
 //! - `/alloc`, the alloc dir every task of the group shares;
-//! - for a plugin task, its socket dir and the agent's `csi/` root at their
-//!   host paths (see [`SamePath`]);
+//! - for a plugin task, Nomad's directory contract ([`PluginDir`]): its
+//!   socket dir at `mount_dir` (default `/csi`) and the agent's
+//!   `csi/<plugin>` dir at `stage_publish_base_dir` (default `/local/csi`),
+//!   both bidirectional, so that the mounts it makes there reach the host;
 //!
 //! then every `volume_mount` at its destination, and `pivot_root`s into it,
 //! detaching the old root. All of it lives in the task's mount namespace:
@@ -48,12 +50,14 @@ pub struct RootBind {
     pub target: PathBuf,
 }
 
-/// A host directory bound at its own path inside the root, so that paths
-/// the agent hands to a plugin task (its socket, staging and publish
-/// paths) mean the same inside and outside.
+/// A host directory of the agent bound into a plugin task's root: its
+/// socket dir at `mount_dir`, the plugin's `csi/<plugin>` dir at
+/// `stage_publish_base_dir`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SamePath {
-    pub path: PathBuf,
+pub struct PluginDir {
+    pub source: PathBuf,
+    /// In the task's view.
+    pub destination: PathBuf,
     pub propagation: Propagation,
 }
 
@@ -71,7 +75,7 @@ pub struct RootPlan {
     pub alloc_dir: PathBuf,
     /// Who owns `/secrets`.
     pub owner: User,
-    pub same_paths: Vec<SamePath>,
+    pub plugin_dirs: Vec<PluginDir>,
 }
 
 /// Why a task's root cannot be prepared.
@@ -119,7 +123,7 @@ impl RootPlan {
         alloc_dir: &Path,
         chroot_env: &[ChrootEntry],
         owner: User,
-        same_paths: Vec<SamePath>,
+        plugin_dirs: Vec<PluginDir>,
     ) -> RootPlan {
         let mut entries: Vec<&ChrootEntry> =
             chroot_env.iter().filter(|e| e.source.exists()).collect();
@@ -141,7 +145,7 @@ impl RootPlan {
                 .collect(),
             alloc_dir: alloc_dir.to_path_buf(),
             owner,
-            same_paths,
+            plugin_dirs,
         }
     }
 
@@ -177,10 +181,10 @@ impl RootPlan {
         for (dir, what) in TASK_ROOT_DIRS {
             point(what.to_string(), &self.target(Path::new(dir)), true)?;
         }
-        for same in &self.same_paths {
+        for dir in &self.plugin_dirs {
             point(
-                same.path.display().to_string(),
-                &self.target(&same.path),
+                dir.destination.display().to_string(),
+                &self.target(&dir.destination),
                 true,
             )?;
         }

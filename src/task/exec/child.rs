@@ -14,7 +14,8 @@
 //! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
 //! 3. the task dir bound onto itself (private): the new root;
 //! 4. `chroot_env` (recursive binds, then read-only with all below them),
-//!    `/dev`, `/proc`, `/secrets`, `/alloc`, a plugin's same-path dirs;
+//!    `/dev`, `/proc`, `/secrets`, `/alloc`, a plugin task's `mount_dir`
+//!    and `stage_publish_base_dir`;
 //! 5. the volumes at their destinations;
 //! 6. the pid file (a host path, so before the pivot);
 //! 7. `pivot_root` into the task dir; the old root is made a slave
@@ -264,17 +265,17 @@ impl ChildSetup {
                 Propagation::Private.mount_flags(),
                 b"cannot make the alloc dir private at ",
             )?);
-            for same in &root.same_paths {
-                let target = root.target(&same.path);
+            for dir in &root.plugin_dirs {
+                let target = root.target(&dir.destination);
                 steps.push(bind(
-                    &same.path,
+                    &dir.source,
                     &target,
                     true,
                     b"cannot bind a plugin dir at ",
                 )?);
                 steps.push(propagation(
                     &target,
-                    same.propagation.mount_flags(),
+                    dir.propagation.mount_flags(),
                     b"cannot set the propagation of a plugin dir at ",
                 )?);
             }
@@ -561,7 +562,7 @@ mod tests {
 
     use super::*;
     use crate::task::mounts::{DriverMount, NamespacePlan};
-    use crate::task::root::{RootBind, RootPlan, SamePath};
+    use crate::task::root::{PluginDir, RootBind, RootPlan};
 
     /// The step in words, with its flags by name.
     fn describe(step: &Step) -> String {
@@ -652,8 +653,9 @@ mod tests {
                 devices: vec!["null"],
                 alloc_dir: PathBuf::from("/a/alloc"),
                 owner: nobody,
-                same_paths: vec![SamePath {
-                    path: PathBuf::from("/d/csi"),
+                plugin_dirs: vec![PluginDir {
+                    source: PathBuf::from("/d/csi/p"),
+                    destination: PathBuf::from("/local/csi"),
                     propagation: Propagation::Bidirectional,
                 }],
             }),
@@ -689,8 +691,8 @@ mod tests {
                 "mount nosuid|nodev tmpfs /t/secrets mode=0700,uid=65534,gid=65534,size=1m",
                 "mount bind|rec /a/alloc /t/alloc",
                 "mount rec|private /t/alloc",
-                "mount bind|rec /d/csi /t/d/csi",
-                "mount rec|shared /t/d/csi",
+                "mount bind|rec /d/csi/p /t/local/csi",
+                "mount rec|shared /t/local/csi",
                 "mount bind|rec /v /t/data",
                 "mount rec|slave /t/data",
                 "pid /a/t.pid",

@@ -106,6 +106,9 @@ job "plugin" {{
     }}
     task "hostpath" {{
       driver = "exec"
+      env {{
+        RUST_LOG = "csi_agent=debug"
+      }}
       config {{
         command = "/opt/csi-agent/{name}"
         args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]

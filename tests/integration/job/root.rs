@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::mount::MountInfo;
 
-use super::{alloc_processes, consumer, task_mounts, Rig, USAGE_RO};
+use super::{alloc_processes, consumer, task_mounts, Rig, USAGE, USAGE_RO};
 use crate::harness::{text, WAIT};
 use crate::util::{mounts_under, require_root};
 
@@ -419,7 +419,7 @@ fn raw_exec_runs_on_the_host_root_and_takes_no_volume_mounts() {
 }
 
 #[test]
-fn a_plugin_task_sees_its_socket_dir_and_the_csi_root_and_no_more() {
+fn a_plugin_task_gets_nomads_directory_contract() {
     if !require_root() {
         return;
     }
@@ -428,22 +428,165 @@ fn a_plugin_task_sees_its_socket_dir_and_the_csi_root_and_no_more() {
     let pid = rig.task("plugin", &alloc).pid;
     let root = PathBuf::from(format!("/proc/{pid}/root"));
     let data_dir = &rig.agent.data_dir;
-    let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap());
-    // At their host paths, so the paths in its RPCs mean the same.
-    assert!(inside(&data_dir.join("plugins").join(&alloc).join("csi.sock")).exists());
-    assert!(inside(&data_dir.join("csi/hp")).is_dir());
-    // The rest of the data dir is not there.
-    assert!(!inside(&rig.agent.socket).exists());
-    assert!(!inside(&data_dir.join("state.pb")).exists());
-    assert!(!inside(&data_dir.join("alloc")).exists());
-    // A volume the plugin stages in its root is a mount at the same path
-    // on the host.
+    // Its socket in mount_dir (/csi), as CSI_ENDPOINT says; the agent
+    // reaches it in the alloc's socket dir.
+    assert!(root.join("csi/csi.sock").exists());
+    assert!(data_dir
+        .join("plugins")
+        .join(&alloc)
+        .join("csi.sock")
+        .exists());
+    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|e| e == b"CSI_ENDPOINT=unix:///csi/csi.sock"),
+        "{}",
+        String::from_utf8_lossy(&environ)
+    );
+    // Nothing of the data dir at its host path.
+    assert!(!root.join(data_dir.strip_prefix("/").unwrap()).exists());
+    let status = rig.ok(&["plugin", "status", "hp"]);
+    assert!(status.contains("under /local/csi"), "{status}");
+    let mounts = task_mounts(pid);
+    for dir in ["/csi", "/local/csi"] {
+        let m = mounts.get(Path::new(dir)).expect("bound into the root");
+        assert!(
+            m.shared_peer_group().is_some(),
+            "{dir} is bidirectional: {m:?}"
+        );
+    }
+
+    // A volume: the plugin stages and publishes under /local/csi in its
+    // root, which are the agent's csi/hp/... on the host.
     let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
     rig.wait_running("app", &allocs[0]);
     let staging = data_dir.join("csi/hp/staging/v1");
-    assert!(task_mounts(pid).get(&staging).is_some());
-    assert!(MountInfo::read().unwrap().get(&staging).is_some());
+    let publish = rig.publish_path(&allocs[0], USAGE);
+    let in_plugin =
+        |p: &Path| Path::new("/local/csi").join(p.strip_prefix(data_dir.join("csi/hp")).unwrap());
+    let host = MountInfo::read().unwrap();
+    let mounts = task_mounts(pid);
+    for path in [&staging, &publish] {
+        assert!(host.get(path).is_some(), "{} on the host", path.display());
+        assert!(
+            mounts.get(&in_plugin(path)).is_some(),
+            "{} in the plugin",
+            in_plugin(path).display()
+        );
+    }
+    let calls = rig.ok(&["alloc", "logs", "-stderr", &alloc, "hostpath"]);
+    assert!(
+        calls.contains(&format!("{}", in_plugin(&staging).display())),
+        "{calls}"
+    );
+    assert!(!calls.contains(&data_dir.display().to_string()), "{calls}");
     rig.stop("app");
     rig.wait_no_mounts_left();
     rig.stop("plugin");
+}
+
+#[test]
+fn a_plugin_task_may_choose_its_mount_dir_and_base_dir() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let job = rig.plugin_job("3", "1s").replace(
+        "health_timeout = \"10s\"",
+        "health_timeout = \"10s\"\n        mount_dir              = \"/run/csi\"\n        stage_publish_base_dir = \"/var/lib/csi\"",
+    );
+    let new = rig.run_job("plugin.hcl", &job);
+    rig.wait_job("plugin", "the new plugin alloc to take over", |j| {
+        j.allocs.iter().filter(|a| a.status == "running").count() == 1
+            && j.allocs
+                .iter()
+                .any(|a| a.id == new[0] && a.status == "running")
+    });
+    rig.wait_plugin_healthy();
+    let pid = rig.task("plugin", &new[0]).pid;
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    assert!(root.join("run/csi/csi.sock").exists());
+    let allocs = rig.run_job(
+        "app.hcl",
+        &consumer(
+            "app",
+            "echo hello > /data/out.txt; exec sleep 600",
+            "",
+            false,
+        ),
+    );
+    rig.wait_running("app", &allocs[0]);
+    let out = rig.backing.join("volumes/v1/out.txt");
+    let start = Instant::now();
+    while !out.exists() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&out).unwrap(), "hello\n");
+    assert!(task_mounts(pid)
+        .get(Path::new("/var/lib/csi/staging/v1"))
+        .is_some());
+    rig.stop("app");
+    rig.wait_no_mounts_left();
+    rig.stop("plugin");
+}
+
+#[test]
+fn a_plugin_tasks_dirs_and_socket_are_checked_at_job_run() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let plugin = |extra: &str, env: &str| {
+        format!(
+            r#"
+job "p" {{
+  group "g" {{
+    task "t" {{
+      driver = "exec"
+      {env}
+      config {{
+        command = "/bin/sleep"
+        args    = ["600"]
+      }}
+      csi_plugin {{
+        id   = "p"
+        type = "node"
+        {extra}
+      }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let refused = |file: &str, hcl: &str, needle: &str| {
+        let out = rig.run_job_output(file, hcl);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            text(&out).contains(needle),
+            "no {needle:?} in {}",
+            text(&out)
+        );
+    };
+    refused(
+        "dev.hcl",
+        &plugin("mount_dir = \"/dev/csi\"", ""),
+        "csi_plugin mount_dir: destination \"/dev/csi\" is inside /dev, the task's private /dev",
+    );
+    refused(
+        "endpoint.hcl",
+        &plugin("", "env {\n        CSI_ENDPOINT = \"unix:///tmp/plugin.sock\"\n      }"),
+        "CSI_ENDPOINT /tmp/plugin.sock is not in mount_dir /csi, where the agent finds the plugin's socket",
+    );
+    // A socket of its own name in mount_dir is fine.
+    let out = rig.run_job_output(
+        "named.hcl",
+        &plugin(
+            "",
+            "env {\n        CSI_ENDPOINT = \"unix:///csi/p.sock\"\n      }",
+        ),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    rig.ok(&["job", "stop", "p"]);
 }
