@@ -105,19 +105,20 @@ impl Allocs {
         };
         make_dir(&alloc_dir, 0o711)?;
         make_dir(&alloc_dir.join("alloc"), 0o755)?;
+        // As Nomad's: where the group's tasks, whatever their users, share
+        // data.
+        make_dir(&alloc_dir.join("alloc/data"), 0o777)?;
+        make_dir(&alloc_dir.join("alloc/tmp"), 0o777)?;
         make_dir(&task_dir, 0o755)?;
-        for (dir, mode) in [
-            ("local", 0o755),
-            ("secrets", 0o700),
-            ("tmp", 0o1777),
-            ("logs", 0o755),
-        ] {
+        for (dir, mode) in [("local", 0o755), ("secrets", 0o700), ("tmp", 0o1777)] {
             let path = task_dir.join(dir);
             make_dir(&path, mode)?;
             if let Some(user) = user {
                 chown(&path, user)?;
             }
         }
+        // The logs stay the agent's: it opens them on the host.
+        make_dir(&task_dir.join("logs"), 0o755)?;
         let socket_dir = self.plugin_socket_dir(&alloc.id);
         let env = self.task_environment(alloc, i)?;
         let args = spec
@@ -306,13 +307,25 @@ pub(super) fn plugin_spec(
     Ok(Some((registered, csi.health_timeout)))
 }
 
+/// Creates `path` (and its parents) with `mode`. A symlink there is
+/// refused: a task may have left one in its dirs, and the agent must not
+/// change the mode or owner of what it points to.
 fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(path)
-        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode)))
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let meta =
+        fs::symlink_metadata(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "{} is not a directory (a symlink?)",
+            path.display()
+        ));
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
 }
 
 fn chown(path: &Path, user: exec::User) -> Result<(), String> {

@@ -21,6 +21,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -129,10 +130,12 @@ pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     })
 }
 
+/// Opens a log for appending; a symlink there (a task's doing) is refused.
 fn open_log(path: &Path) -> Result<File, Error> {
     OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|err| Error::Log {
             path: path.to_path_buf(),

@@ -590,3 +590,51 @@ job "p" {{
     assert!(out.status.success(), "{}", text(&out));
     rig.ok(&["job", "stop", "p"]);
 }
+
+/// Runs a root task that plants `plant` (shell) in its root and exits 1;
+/// its one restart must fail with `why`, leaving the host alone.
+fn planted_link_fails_the_restart(plant: &str, why: &str) {
+    let rig = Rig::bare();
+    let script = format!("{plant}; exit 1");
+    let hcl = shell_job("plant", &script, "", "").replace(
+        "attempts = 0\n      mode     = \"fail\"",
+        "attempts = 1\n      delay    = \"100ms\"\n      mode     = \"fail\"",
+    );
+    rig.run_job("plant.hcl", &hcl);
+    let job = rig.wait_job("plant", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let events: Vec<&str> = job.allocs[0].tasks[0]
+        .events
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(
+        events.iter().any(|e| e.contains(why)),
+        "no {why:?} in {events:#?}"
+    );
+}
+
+#[test]
+fn a_symlink_a_task_leaves_in_its_dirs_is_not_followed_by_the_agent() {
+    if !require_root() {
+        return;
+    }
+    let victims = crate::util::TestDir::new();
+    let dir = victims.mkdir("dir");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    planted_link_fails_the_restart(
+        &format!("rm -rf /local && ln -s {} /local", dir.display()),
+        "local is not a directory (a symlink?)",
+    );
+    let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700, "the agent did not chmod the link's target");
+
+    let file = victims.join("file");
+    fs::write(&file, "precious\n").unwrap();
+    planted_link_fails_the_restart(
+        &format!("ln -sf {} /logs/stdout", file.display()),
+        "cannot open the log",
+    );
+    assert_eq!(fs::read_to_string(&file).unwrap(), "precious\n");
+}
