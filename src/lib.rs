@@ -29,7 +29,7 @@
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
-//! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, driver mounts with propagation, logs, restart policy), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
+//! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
 //!
 //! # Durability
@@ -98,12 +98,19 @@
 //!   serve both services it needs (`monolith`, or `node` without a
 //!   controller). Nomad groups separate controller and node processes under
 //!   one plugin ID; on one host that is not supported yet.
-//! - Exec tasks get a mount namespace, not a chroot: they see the host's
-//!   paths, and `volume_mount` destinations are placed inside the task dir
-//!   (`/srv` is `<task dir>/srv`, as Nomad's chroot would show it). A
-//!   plugin task therefore gets host paths in its RPCs and a host path in
-//!   `CSI_ENDPOINT`; `mount_dir` and `stage_publish_base_dir` are accepted
-//!   and unused.
+//! - An exec task's root ([`task::root`]) is built entirely in the task's
+//!   mount namespace, `/secrets` included (Nomad mounts that tmpfs on the
+//!   host), so nothing of it shows in the host's mount table and a restart
+//!   starts with empty secrets. Tasks share the host's PID and IPC
+//!   namespaces (Nomad's `pid_mode` and `ipc_mode` default to private): a
+//!   task's `/proc` lists the host's processes, and a task can reach the
+//!   root of another task of the same user through `/proc/<pid>/root`.
+//! - A `raw_exec` plugin task, on the host's root, gets host paths in its
+//!   RPCs and in `CSI_ENDPOINT`, as external plugins do; `mount_dir` and
+//!   `stage_publish_base_dir` apply to `exec` plugin tasks only.
+//! - A `raw_exec` task keeps the host's root but still gets a mount
+//!   namespace of its own, in which the control socket is covered: tasks
+//!   never reach the agent's API (Nomad's `raw_exec` has no isolation).
 //! - While a plugin task runs, the agent's `csi/` root is a bind mount of
 //!   itself, made shared, so that the mounts the plugin makes in its own
 //!   namespace land on the host even when the host's `/` is private (it is

@@ -71,6 +71,7 @@ impl DevPlugin {
             endpoint: self.endpoint.clone(),
             plugin_type: PluginType::Monolith,
             source: Source::Dev,
+            stage_publish_base_dir: None,
         }
     }
 

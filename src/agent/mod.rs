@@ -167,6 +167,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     allocs.configure(
         &options.config.host_volumes,
         config_plugin_ids(&options.config),
+        options.config.chroot_env(),
     );
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);
@@ -455,6 +456,7 @@ impl Agent {
         self.allocs.configure(
             &self.options.config.host_volumes,
             config_plugin_ids(&self.options.config),
+            self.options.config.chroot_env(),
         );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();

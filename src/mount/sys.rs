@@ -138,6 +138,93 @@ pub(crate) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<
     Ok(())
 }
 
+/// Calls mount(2) to mount a new file system of type `fstype` (`tmpfs`,
+/// `proc`, `devpts`) with `data` as its options: what a task's root is
+/// built with.
+pub(crate) fn mount_fs(
+    source: &CStr,
+    target: &CStr,
+    fstype: &CStr,
+    flags: c_ulong,
+    data: Option<&CStr>,
+) -> io::Result<()> {
+    let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
+    // SAFETY: every pointer is a NUL-terminated string that outlives the
+    // call, or null for no data, which mount(2) accepts; the kernel only
+    // reads from them.
+    cvt(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data,
+        )
+    })?;
+    Ok(())
+}
+
+/// `struct mount_attr` of `<linux/mount.h>`, the argument of
+/// mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `MOUNT_ATTR_RDONLY` of `<linux/mount.h>`.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// Makes the mount at `target` read-only with mount_setattr(2) (Linux 5.12
+/// and later), and with `recursive` every mount below it too, which a bind
+/// remount cannot do. ENOSYS on an older kernel.
+pub(crate) fn mount_setattr_read_only(target: &CStr, recursive: bool) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: `target` is a NUL-terminated string and `attr` a live
+    // `mount_attr` of the size passed; the kernel only reads them. The raw
+    // system call, as libc has no wrapper.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Calls pivot_root(2): `new_root` becomes the root mount of the calling
+/// process's mount namespace, and the old one moves to `put_old`.
+pub(crate) fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
+    // SAFETY: both are NUL-terminated strings that outlive the call; the
+    // raw system call, as libc has no wrapper.
+    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Calls umount2(2) with `flags` as they are, for a child that detaches the
+/// old root of its mount namespace.
+pub(crate) fn umount_raw(target: &CStr, flags: c_int) -> io::Result<()> {
+    umount2(target, flags)
+}
+
 /// Calls umount2(2).
 fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
     // SAFETY: `target` is a NUL-terminated string that outlives the call.

@@ -177,6 +177,9 @@ struct PluginView {
     accessibility: bool,
     topology: Option<BTreeMap<String, String>>,
     provider: String,
+    /// Where the plugin sees the agent's `csi/<plugin>` dir, when not at
+    /// its host path (a plugin task in a root of its own).
+    base_dir: Option<std::path::PathBuf>,
 }
 
 fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
@@ -219,6 +222,7 @@ fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
             .and_then(|f| f.node.as_ref())
             .and_then(|n| n.accessible_topology.clone()),
         provider: fp.map(|f| f.info.name.clone()).unwrap_or_default(),
+        base_dir: record.spec.stage_publish_base_dir.clone(),
     })
 }
 
