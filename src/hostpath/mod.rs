@@ -33,6 +33,7 @@
 
 mod block;
 mod controller;
+mod controller_grpc;
 pub mod faults;
 mod node;
 pub mod state;
