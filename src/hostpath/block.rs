@@ -19,7 +19,7 @@
 //! from `volumes/` so that a block volume `a` and a directory volume
 //! `a.img` cannot meet.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -154,6 +154,18 @@ impl Plugin {
     /// The backing file of block volume `id`.
     pub(super) fn backing_file(&self, id: &str) -> PathBuf {
         self.config.base_dir.join("block").join(format!("{id}.img"))
+    }
+
+    /// Makes the backing file of block volume `id` hold everything written
+    /// through its loop devices: what sits in a device's page cache reaches
+    /// the file only when the device is synced.
+    pub(super) fn flush_devices(&self, id: &str) -> RpcResult<()> {
+        for device in devices(&self.backing_file(id))? {
+            File::open(device.path())
+                .and_then(|node| node.sync_all())
+                .map_err(|e| internal(&format!("cannot sync {device}"), e))?;
+        }
+        Ok(())
     }
 
     /// The device of volume `id` that is read-only or not, attached now if

@@ -10,12 +10,12 @@ use protobuf::MessageField;
 use super::block;
 use super::faults::Action;
 use super::state::{VolumeKind, VolumeRecord};
-use super::{internal, required, status, volume_id, Plugin, RpcResult};
+use super::{internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
 use crate::csi::model::{AccessMode, Capability};
 use crate::csi::proto::csi as pb;
-use crate::csi::types::ControllerCapability;
+use crate::csi::types::{CapacityRange, ContentSource, ControllerCapability};
 use crate::mount;
 
 const CAPABILITIES: &[ControllerCapability] = &[
@@ -23,6 +23,9 @@ const CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::PublishUnpublishVolume,
     ControllerCapability::ListVolumes,
     ControllerCapability::GetCapacity,
+    ControllerCapability::CreateDeleteSnapshot,
+    ControllerCapability::ListSnapshots,
+    ControllerCapability::CloneVolume,
     ControllerCapability::ExpandVolume,
     ControllerCapability::ListVolumesPublishedNodes,
     ControllerCapability::PublishReadonly,
@@ -41,6 +44,49 @@ pub(super) fn capabilities(no_attach: bool) -> impl Iterator<Item = ControllerCa
                     | ControllerCapability::ListVolumesPublishedNodes
             ))
     })
+}
+
+/// Checks that a CreateVolume of the existing volume `id` is a repeat:
+/// the same kind, a capacity in `range` and the same content source, or
+/// ALREADY_EXISTS.
+fn check_repeat(
+    id: &str,
+    existing: &VolumeRecord,
+    kind: VolumeKind,
+    range: &CapacityRange,
+    source: Option<&ContentSource>,
+) -> RpcResult<()> {
+    if existing.kind != kind {
+        return Err(status(
+            Code::AlreadyExists,
+            format!(
+                "volume {id} exists as a {} volume",
+                existing.kind.attachment()
+            ),
+        ));
+    }
+    let cap = existing.capacity_bytes;
+    let fits = cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
+    if !fits {
+        return Err(status(
+            Code::AlreadyExists,
+            format!(
+                "volume {id} exists with capacity {cap}, incompatible with the requested range"
+            ),
+        ));
+    }
+    if existing.content_source.as_ref() != source {
+        let made_from = match &existing.content_source {
+            None => "empty".to_string(),
+            Some(ContentSource::Snapshot(s)) => format!("from snapshot {s}"),
+            Some(ContentSource::Volume(v)) => format!("from volume {v}"),
+        };
+        return Err(status(
+            Code::AlreadyExists,
+            format!("volume {id} exists, made {made_from}"),
+        ));
+    }
+    Ok(())
 }
 
 fn request_capabilities(field: &str, caps: &[pb::VolumeCapability]) -> RpcResult<Vec<Capability>> {
@@ -63,16 +109,16 @@ impl Plugin {
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind =
             VolumeKind::for_capabilities(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
-        if req.volume_content_source.is_some() {
-            return Err(status(
-                Code::InvalidArgument,
-                "volume_content_source is not supported",
-            ));
-        }
+        let source = req
+            .volume_content_source
+            .as_ref()
+            .map(ContentSource::try_from)
+            .transpose()
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         let range = req
             .capacity_range
             .as_ref()
-            .map(crate::csi::types::CapacityRange::from)
+            .map(CapacityRange::from)
             .unwrap_or_default();
         if range.required_bytes < 0 || range.limit_bytes < 0 {
             return Err(status(
@@ -96,62 +142,65 @@ impl Plugin {
             }
         }
         let mut state = self.lock();
-        let capacity_bytes = if let Some(existing) = state.volumes.get(id) {
-            if existing.kind != kind {
-                return Err(status(
-                    Code::AlreadyExists,
-                    format!(
-                        "volume {id} exists as a {} volume",
-                        existing.kind.attachment()
-                    ),
-                ));
-            }
-            let cap = existing.capacity_bytes;
-            let fits =
-                cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
-            if !fits {
-                return Err(status(
-                    Code::AlreadyExists,
-                    format!("volume {id} exists with capacity {cap}, incompatible with the requested range"),
-                ));
-            }
-            cap
+        let record = if let Some(existing) = state.volumes.get(id) {
+            check_repeat(id, existing, kind, &range, source.as_ref())?;
+            existing.clone()
         } else {
-            let cap = match kind {
-                VolumeKind::Directory => {
-                    let dir = self.volume_dir(id);
-                    fs::create_dir_all(&dir)
-                        .map_err(|e| internal("cannot create the volume directory", e))?;
-                    if range.required_bytes > 0 {
-                        range.required_bytes
-                    } else {
-                        range.limit_bytes
-                    }
-                }
-                VolumeKind::Block => {
-                    let size = block::capacity_for(&range)?;
-                    block::create_backing_file(&self.backing_file(id), size)?;
-                    size
-                }
+            let record = match &source {
+                None => self.provision_empty(id, kind, &range)?,
+                Some(source) => self.provision_from(&state, id, kind, &range, source)?,
             };
-            state.volumes.insert(
-                id.to_string(),
-                VolumeRecord {
-                    capacity_bytes: cap,
-                    attached: None,
-                    kind,
-                },
-            );
+            state.volumes.insert(id.to_string(), record.clone());
             state.save().map_err(|e| internal("cannot save state", e))?;
-            cap
+            record
         };
+        let mut resp = pb::CreateVolumeResponse::new();
+        resp.volume = MessageField::some(self.volume_message(id, &record));
+        Ok(resp)
+    }
+
+    /// A new empty volume `id` of `kind` for `range`.
+    fn provision_empty(
+        &self,
+        id: &str,
+        kind: VolumeKind,
+        range: &CapacityRange,
+    ) -> RpcResult<VolumeRecord> {
+        let capacity_bytes = match kind {
+            VolumeKind::Directory => {
+                let dir = self.volume_dir(id);
+                fs::create_dir_all(&dir)
+                    .map_err(|e| internal("cannot create the volume directory", e))?;
+                if range.required_bytes > 0 {
+                    range.required_bytes
+                } else {
+                    range.limit_bytes
+                }
+            }
+            VolumeKind::Block => {
+                let size = block::capacity_for(range)?;
+                block::create_backing_file(&self.backing_file(id), size)?;
+                size
+            }
+        };
+        Ok(VolumeRecord {
+            capacity_bytes,
+            attached: None,
+            kind,
+            content_source: None,
+        })
+    }
+
+    /// The Volume message of volume `id`.
+    pub(super) fn volume_message(&self, id: &str, record: &VolumeRecord) -> pb::Volume {
         let mut volume = pb::Volume::new();
         volume.volume_id = id.to_string();
-        volume.capacity_bytes = capacity_bytes;
+        volume.capacity_bytes = record.capacity_bytes;
         volume.accessible_topology = vec![self.topology()];
-        let mut resp = pb::CreateVolumeResponse::new();
-        resp.volume = MessageField::some(volume);
-        Ok(resp)
+        if let Some(source) = &record.content_source {
+            volume.content_source = MessageField::some(source.into());
+        }
+        volume
     }
 
     pub(super) fn delete_volume(
@@ -327,51 +376,18 @@ impl Plugin {
         &self,
         req: &pb::ListVolumesRequest,
     ) -> RpcResult<pb::ListVolumesResponse> {
-        if req.max_entries < 0 {
-            return Err(status(
-                Code::InvalidArgument,
-                "max_entries must not be negative",
-            ));
-        }
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token.parse().map_err(|_| {
-                status(
-                    Code::Aborted,
-                    format!("invalid starting_token {:?}", req.starting_token),
-                )
-            })?
-        };
         let state = self.lock();
-        if start > state.volumes.len() {
-            return Err(status(
-                Code::Aborted,
-                format!("starting_token {start} is past the end"),
-            ));
-        }
-        let page = if req.max_entries == 0 {
-            usize::MAX
-        } else {
-            req.max_entries as usize
-        };
+        let (range, next_token) = page(state.volumes.len(), req.max_entries, &req.starting_token)?;
         let mut resp = pb::ListVolumesResponse::new();
-        for (id, record) in state.volumes.iter().skip(start).take(page) {
-            let mut volume = pb::Volume::new();
-            volume.volume_id = id.clone();
-            volume.capacity_bytes = record.capacity_bytes;
-            volume.accessible_topology = vec![self.topology()];
+        for (id, record) in state.volumes.iter().skip(range.start).take(range.len()) {
             let mut entry = pb::list_volumes_response::Entry::new();
-            entry.volume = MessageField::some(volume);
+            entry.volume = MessageField::some(self.volume_message(id, record));
             let mut status = pb::list_volumes_response::VolumeStatus::new();
             status.published_node_ids = record.attached.iter().map(|(n, _)| n.clone()).collect();
             entry.status = MessageField::some(status);
             resp.entries.push(entry);
         }
-        let next = start + resp.entries.len();
-        if next < state.volumes.len() {
-            resp.next_token = next.to_string();
-        }
+        resp.next_token = next_token;
         Ok(resp)
     }
 

@@ -157,9 +157,6 @@ impl csi_grpc::Controller for Service {
         self.serve(&ctx, received, sink, move |p, _| p.controller_expand(&req));
     }
 
-    // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
-    // unless strict mode refuses them first as a CO's mistake.
-
     fn create_snapshot(
         &mut self,
         ctx: RpcContext,
@@ -167,11 +164,11 @@ impl csi_grpc::Controller for Service {
         sink: UnarySink<pb::CreateSnapshotResponse>,
     ) {
         let fields = trace_fields(&[("volume", &req.source_volume_id)]);
-        self.unimplemented(
-            &ctx,
-            Received::new(Call::CreateSnapshot, &req, fields),
-            sink,
-        );
+        let call = Call::CreateSnapshot {
+            source_volume: req.source_volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.create_snapshot(&req));
     }
 
     fn delete_snapshot(
@@ -180,8 +177,9 @@ impl csi_grpc::Controller for Service {
         req: pb::DeleteSnapshotRequest,
         sink: UnarySink<pb::DeleteSnapshotResponse>,
     ) {
-        let received = Received::new(Call::DeleteSnapshot, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
+        let fields = trace_fields(&[("snapshot", &req.snapshot_id)]);
+        let received = Received::new(Call::DeleteSnapshot, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.delete_snapshot(&req));
     }
 
     fn list_snapshots(
@@ -190,9 +188,16 @@ impl csi_grpc::Controller for Service {
         req: pb::ListSnapshotsRequest,
         sink: UnarySink<pb::ListSnapshotsResponse>,
     ) {
-        let received = Received::new(Call::ListSnapshots, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
+        let fields = trace_fields(&[
+            ("snapshot", &req.snapshot_id),
+            ("volume", &req.source_volume_id),
+        ]);
+        let received = Received::new(Call::ListSnapshots, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| p.list_snapshots(&req));
     }
+
+    // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
+    // unless strict mode refuses them first as a CO's mistake.
 
     fn get_snapshot(
         &mut self,

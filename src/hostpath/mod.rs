@@ -32,10 +32,12 @@
 //! `strict-violations` (strict mode's verdict).
 
 mod block;
+mod content;
 mod controller;
 mod controller_grpc;
 pub mod faults;
 mod node;
+mod snapshots;
 pub mod state;
 pub mod strict;
 pub mod verdict;
@@ -66,6 +68,10 @@ pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
 
 /// The topology key of the node a hostpath volume lives on.
 pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/node";
+
+/// The directory in the base dir where copies are made before they are
+/// renamed into place; emptied when the plugin starts.
+const SCRATCH: &str = "tmp";
 
 /// The publish-context key ControllerPublishVolume answers with; NodeStage
 /// and NodePublish insist on getting it back.
@@ -161,6 +167,13 @@ impl Plugin {
 pub fn run(config: Config) -> Result<(), Error> {
     let volumes = config.base_dir.join("volumes");
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
+    // What is in the scratch space is a copy a crash interrupted.
+    let scratch = config.base_dir.join(SCRATCH);
+    match fs::remove_dir_all(&scratch) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+        _ => fs::create_dir_all(&scratch),
+    }
+    .map_err(|err| Error::BaseDir { path: scratch, err })?;
     let state = State::load(&config.base_dir.join("state")).map_err(|err| Error::State { err })?;
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
@@ -257,6 +270,46 @@ pub(crate) fn volume_id<'a>(field: &str, value: &'a str) -> RpcResult<&'a str> {
     crate::id::validate(field, value)
         .map_err(|err| status(Code::InvalidArgument, err.to_string()))?;
     Ok(value)
+}
+
+/// `[start, start + page)` of `len` entries, for a list call's
+/// `starting_token` and `max_entries`; the next token is the index after
+/// the page, empty on the last page. A token that is not such an index is
+/// ABORTED, as the spec says.
+pub(crate) fn page(
+    len: usize,
+    max_entries: i32,
+    starting_token: &str,
+) -> RpcResult<(std::ops::Range<usize>, String)> {
+    let page = usize::try_from(max_entries)
+        .map_err(|_| status(Code::InvalidArgument, "max_entries must not be negative"))?;
+    let start: usize = if starting_token.is_empty() {
+        0
+    } else {
+        starting_token.parse().map_err(|_| {
+            status(
+                Code::Aborted,
+                format!("invalid starting_token {starting_token:?}"),
+            )
+        })?
+    };
+    if start > len {
+        return Err(status(
+            Code::Aborted,
+            format!("starting_token {start} is past the end ({len} entries)"),
+        ));
+    }
+    let end = if page == 0 {
+        len
+    } else {
+        len.min(start.saturating_add(page))
+    };
+    let next = if end < len {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    Ok((start..end, next))
 }
 
 pub(crate) fn internal(what: &str, err: impl fmt::Display) -> RpcStatus {
@@ -474,4 +527,25 @@ pub(crate) fn trace_fields(fields: &[(&str, &str)]) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_cover_every_entry_once_and_bad_tokens_are_aborted() {
+        assert_eq!(page(5, 2, "").unwrap(), (0..2, "2".to_string()));
+        assert_eq!(page(5, 2, "2").unwrap(), (2..4, "4".to_string()));
+        assert_eq!(page(5, 2, "4").unwrap(), (4..5, String::new()));
+        assert_eq!(page(5, 0, "").unwrap(), (0..5, String::new()));
+        assert_eq!(page(0, 0, "").unwrap(), (0..0, String::new()));
+        assert_eq!(page(5, 0, "5").unwrap(), (5..5, String::new()));
+        for token in ["bogus", "-1", "6"] {
+            let err = page(5, 2, token).unwrap_err();
+            assert_eq!(err.code(), RpcStatusCode::ABORTED, "{token}");
+        }
+        let err = page(5, -1, "").unwrap_err();
+        assert_eq!(err.code(), RpcStatusCode::INVALID_ARGUMENT);
+    }
 }

@@ -16,6 +16,7 @@ mod harness;
 mod job;
 mod migration;
 mod requests;
+mod snapshots;
 mod spec;
 mod strict;
 mod targets;

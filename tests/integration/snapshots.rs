@@ -1,0 +1,680 @@
+//! Snapshots and clones of the hostpath plugin over real gRPC, against a
+//! strict plugin: what a snapshot holds (on disk, and in the volumes made
+//! from it, read through real mounts and loop devices), and the spec's
+//! idempotency and error codes of CreateSnapshot, DeleteSnapshot,
+//! ListSnapshots and CreateVolume with a content source, one rule a test.
+
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use csi_agent::csi::proto::csi as pb;
+use csi_agent::csi::types::*;
+use csi_agent::csi::{Client, Code, Secrets};
+
+use crate::block::{backing_file, read_direct, write_direct, BLOCK};
+use crate::requests::{block_cap, create_from, create_req, mount_cap, snapshot_req, use_volume};
+use crate::util::{call_opt, require_root, Plugin};
+
+const MIB: i64 = 1 << 20;
+
+fn snapshot(client: &Client, name: &str, source: &str) -> Snapshot {
+    client.create_snapshot(&snapshot_req(name, source)).unwrap()
+}
+
+/// The IDs ListSnapshots answers with these filters, over every page.
+fn listed(client: &Client, snapshot_id: &str, source_volume_id: &str) -> Vec<String> {
+    let page = client
+        .list_snapshots(&ListSnapshots {
+            snapshot_id: snapshot_id.into(),
+            source_volume_id: source_volume_id.into(),
+            ..ListSnapshots::default()
+        })
+        .unwrap();
+    assert_eq!(page.next_token, "", "one page without max_entries");
+    page.entries.into_iter().map(|s| s.snapshot_id).collect()
+}
+
+/// Whether every byte of `block` is `byte` (an assertion on it prints
+/// little when it fails).
+fn filled(block: &[u8], byte: u8) -> bool {
+    block.iter().all(|b| *b == byte)
+}
+
+fn snapshot_source(id: &str) -> ContentSource {
+    ContentSource::Snapshot(id.into())
+}
+
+fn volume_source(id: &str) -> ContentSource {
+    ContentSource::Volume(id.into())
+}
+
+#[test]
+fn a_snapshot_holds_the_volume_as_it_was_when_taken() {
+    if !require_root() {
+        return;
+    }
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("src", &mount_cap(), MIB))
+        .unwrap();
+    let target = use_volume(&client, &plugin.dir, "src", &mount_cap()).target;
+    fs::write(target.join("a.txt"), "before").unwrap();
+    fs::create_dir(target.join("dir")).unwrap();
+    fs::write(target.join("dir/b.txt"), "nested").unwrap();
+
+    let before = SystemTime::now();
+    let snap = snapshot(&client, "snap", "src");
+    let after = SystemTime::now();
+    assert_eq!(snap.snapshot_id, "snap");
+    assert_eq!(snap.source_volume_id, "src");
+    assert!(snap.ready_to_use);
+    assert_eq!(snap.size_bytes, MIB, "the source's capacity");
+    let taken = snap.creation_time.unwrap();
+    assert!(before <= taken && taken <= after, "{taken:?}");
+
+    fs::write(target.join("a.txt"), "after").unwrap();
+    fs::write(target.join("new.txt"), "new").unwrap();
+    let files = plugin.dir.join("base/snapshots/snap/files");
+    assert_eq!(fs::read_to_string(files.join("a.txt")).unwrap(), "before");
+    assert_eq!(
+        fs::read_to_string(files.join("dir/b.txt")).unwrap(),
+        "nested"
+    );
+    assert!(!files.join("new.txt").exists());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_volume_restored_from_a_snapshot_has_the_snapshots_contents() {
+    if !require_root() {
+        return;
+    }
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("src", &mount_cap(), MIB))
+        .unwrap();
+    let source = use_volume(&client, &plugin.dir, "src", &mount_cap()).target;
+    fs::write(source.join("data"), "v1").unwrap();
+    snapshot(&client, "snap", "src");
+    fs::write(source.join("data"), "v2").unwrap();
+
+    let restored = client
+        .create_volume(&create_from(
+            "restored",
+            &mount_cap(),
+            MIB,
+            snapshot_source("snap"),
+        ))
+        .unwrap();
+    assert_eq!(restored.capacity_bytes, MIB);
+    let target = use_volume(&client, &plugin.dir, "restored", &mount_cap()).target;
+    assert_eq!(fs::read_to_string(target.join("data")).unwrap(), "v1");
+    fs::write(target.join("data"), "v3").unwrap();
+    assert_eq!(fs::read_to_string(source.join("data")).unwrap(), "v2");
+    let kept = plugin.dir.join("base/snapshots/snap/files/data");
+    assert_eq!(
+        fs::read_to_string(kept).unwrap(),
+        "v1",
+        "the snapshot stays"
+    );
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_clone_has_its_source_volumes_contents() {
+    if !require_root() {
+        return;
+    }
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("src", &mount_cap(), MIB))
+        .unwrap();
+    let source = use_volume(&client, &plugin.dir, "src", &mount_cap()).target;
+    fs::write(source.join("data"), "original").unwrap();
+
+    let clone = client
+        .create_volume(&create_from(
+            "copy",
+            &mount_cap(),
+            MIB,
+            volume_source("src"),
+        ))
+        .unwrap();
+    assert_eq!(clone.capacity_bytes, MIB);
+    let target = use_volume(&client, &plugin.dir, "copy", &mount_cap()).target;
+    assert_eq!(fs::read_to_string(target.join("data")).unwrap(), "original");
+    fs::write(target.join("data"), "changed").unwrap();
+    assert_eq!(fs::read_to_string(source.join("data")).unwrap(), "original");
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_block_snapshot_holds_what_was_written_through_the_device() {
+    if !require_root() {
+        return;
+    }
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("b", &block_cap(), MIB))
+        .unwrap();
+    let device = use_volume(&client, &plugin.dir, "b", &block_cap()).target;
+    write_direct(&device, 0, 0xa1).unwrap();
+    // A buffered write, neither synced nor closed: it sits in the device's
+    // page cache until the plugin flushes the device for the snapshot.
+    let unsynced = OpenOptions::new().write(true).open(&device).unwrap();
+    unsynced.write_all_at(&[0xb2; BLOCK], BLOCK as u64).unwrap();
+
+    let snap = snapshot(&client, "bsnap", "b");
+    assert_eq!(snap.size_bytes, MIB);
+    drop(unsynced);
+    write_direct(&device, 0, 0xff).unwrap();
+
+    let image = plugin.dir.join("base/snapshots/bsnap/block.img");
+    let meta = fs::metadata(&image).unwrap();
+    assert_eq!(meta.len(), MIB as u64);
+    assert!(meta.blocks() * 512 < MIB as u64, "the copy is sparse");
+    let mut block = vec![0; BLOCK];
+    let image = fs::File::open(&image).unwrap();
+    image.read_exact_at(&mut block, 0).unwrap();
+    assert!(filled(&block, 0xa1), "the write after is not in it");
+    image.read_exact_at(&mut block, BLOCK as u64).unwrap();
+    assert!(filled(&block, 0xb2), "the buffered write is in it");
+
+    // A larger volume from it: the snapshot's data, then zeros.
+    let restored = client
+        .create_volume(&create_from(
+            "rb",
+            &block_cap(),
+            2 * MIB,
+            snapshot_source("bsnap"),
+        ))
+        .unwrap();
+    assert_eq!(restored.capacity_bytes, 2 * MIB);
+    let in_use = use_volume(&client, &plugin.dir, "rb", &block_cap());
+    let device = in_use.target;
+    assert!(filled(&read_direct(&device, 0), 0xa1));
+    assert!(filled(&read_direct(&device, BLOCK as u64), 0xb2));
+    assert!(filled(&read_direct(&device, MIB as u64), 0));
+    assert_eq!(
+        fs::metadata(backing_file(&plugin, "rb")).unwrap().len(),
+        2 << 20
+    );
+    let stats = client
+        .node_volume_stats("rb", &in_use.staging, None)
+        .unwrap();
+    assert_eq!(stats.usage[0].total, 2 * MIB);
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_block_clone_reads_as_its_source_through_its_own_device() {
+    if !require_root() {
+        return;
+    }
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("b", &block_cap(), MIB))
+        .unwrap();
+    let source = use_volume(&client, &plugin.dir, "b", &block_cap()).target;
+    write_direct(&source, 3 * BLOCK as u64, 0x3c).unwrap();
+
+    client
+        .create_volume(&create_from("bc", &block_cap(), 0, volume_source("b")))
+        .unwrap();
+    let clone = use_volume(&client, &plugin.dir, "bc", &block_cap()).target;
+    assert!(filled(&read_direct(&clone, 3 * BLOCK as u64), 0x3c));
+    write_direct(&clone, 3 * BLOCK as u64, 0x77).unwrap();
+    assert!(filled(&read_direct(&source, 3 * BLOCK as u64), 0x3c));
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_snapshot_with_the_same_name_and_source_answers_the_same_snapshot() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    let first = snapshot(&client, "s", "v");
+    fs::write(plugin.dir.join("base/volumes/v/later"), "x").unwrap();
+    assert_eq!(snapshot(&client, "s", "v"), first);
+    assert!(
+        !plugin.dir.join("base/snapshots/s/files/later").exists(),
+        "a repeat takes no new copy"
+    );
+    assert_eq!(listed(&client, "", ""), vec!["s"]);
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_snapshot_with_the_same_name_and_another_source_already_exists() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    for volume in ["v", "w"] {
+        client
+            .create_volume(&create_req(volume, &mount_cap(), MIB))
+            .unwrap();
+    }
+    snapshot(&client, "s", "v");
+    let err = client.create_snapshot(&snapshot_req("s", "w")).unwrap_err();
+    assert_eq!(err.code, Code::AlreadyExists, "{err}");
+    assert_eq!(listed(&client, "", "w"), Vec::<String>::new());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_snapshot_of_an_unknown_volume_is_not_found() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    let err = client
+        .create_snapshot(&snapshot_req("s", "ghost"))
+        .unwrap_err();
+    assert_eq!(err.code, Code::NotFound, "{err}");
+    assert_eq!(listed(&client, "", ""), Vec::<String>::new());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_snapshot_without_a_name_or_source_is_invalid() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    for (name, source) in [("", "v"), ("s", "")] {
+        let err = client
+            .create_snapshot(&snapshot_req(name, source))
+            .unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument, "{err}");
+    }
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn snapshot_ids_are_safe_path_components_derived_from_names() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    let snapshots = plugin.dir.join("base/snapshots");
+    for (name, id) in [
+        ("../../escape me", "..[2f]..[2f]escape[20]me"),
+        ("..", "[2e][2e]"),
+        ("snapshot-6f1e2", "snapshot-6f1e2"),
+    ] {
+        let snap = snapshot(&client, name, "v");
+        assert_eq!(snap.snapshot_id, id, "{name:?}");
+        assert!(snapshots.join(id).join("files").is_dir(), "{id}");
+        assert_eq!(snapshot(&client, name, "v").snapshot_id, id, "stable");
+    }
+    let long = "/".repeat(128);
+    let hashed = snapshot(&client, &long, "v").snapshot_id;
+    assert!(hashed.len() <= 128, "{hashed}");
+    assert!(snapshots.join(&hashed).is_dir());
+    let mut on_disk: Vec<String> = fs::read_dir(&snapshots)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    assert_eq!(
+        on_disk,
+        listed(&client, "", ""),
+        "all of them, and only there"
+    );
+    assert!(!plugin.dir.join("escape me").exists());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn delete_snapshot_removes_its_copy_and_an_unknown_id_is_fine() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    snapshot(&client, "s", "v");
+    let copy = plugin.dir.join("base/snapshots/s");
+    assert!(copy.is_dir());
+    for _ in 0..2 {
+        client.delete_snapshot("s", &Secrets::new()).unwrap();
+    }
+    assert!(!copy.exists());
+    assert_eq!(listed(&client, "", ""), Vec::<String>::new());
+    for unknown in ["never-was", "../volumes", "."] {
+        client.delete_snapshot(unknown, &Secrets::new()).unwrap();
+    }
+    assert!(plugin.dir.join("base/volumes/v").is_dir());
+    let err = client.delete_snapshot("", &Secrets::new()).unwrap_err();
+    assert_eq!(err.code, Code::InvalidArgument);
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn list_snapshots_filters_by_snapshot_and_by_source_volume() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    for volume in ["a", "b"] {
+        client
+            .create_volume(&create_req(volume, &mount_cap(), MIB))
+            .unwrap();
+    }
+    for (name, volume) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+        snapshot(&client, name, volume);
+    }
+    assert_eq!(listed(&client, "", ""), vec!["a1", "a2", "b1"]);
+    assert_eq!(listed(&client, "a2", ""), vec!["a2"]);
+    assert_eq!(listed(&client, "", "a"), vec!["a1", "a2"]);
+    assert_eq!(listed(&client, "b1", "b"), vec!["b1"]);
+    // Unknown IDs, or filters that exclude each other, list nothing.
+    assert_eq!(listed(&client, "nope", ""), Vec::<String>::new());
+    assert_eq!(listed(&client, "", "nope"), Vec::<String>::new());
+    assert_eq!(listed(&client, "b1", "a"), Vec::<String>::new());
+    assert_eq!(listed(&client, "../x", ""), Vec::<String>::new());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn list_snapshots_pages_in_a_stable_order() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    for name in ["s3", "s1", "s4", "s0", "s2"] {
+        snapshot(&client, name, "v");
+    }
+    let mut seen = Vec::new();
+    let mut tokens = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_snapshots(&ListSnapshots {
+                max_entries: 2,
+                starting_token: token.clone(),
+                ..ListSnapshots::default()
+            })
+            .unwrap();
+        assert!(page.entries.len() <= 2);
+        seen.extend(page.entries.into_iter().map(|s| s.snapshot_id));
+        if page.next_token.is_empty() {
+            break;
+        }
+        token = page.next_token;
+        tokens.push(token.clone());
+    }
+    assert_eq!(tokens.len(), 2, "three pages");
+    assert_eq!(seen, vec!["s0", "s1", "s2", "s3", "s4"]);
+    assert_eq!(seen, listed(&client, "", ""));
+    // A filtered list pages over what matches.
+    let page = client
+        .list_snapshots(&ListSnapshots {
+            max_entries: 4,
+            source_volume_id: "v".into(),
+            starting_token: "3".into(),
+            ..ListSnapshots::default()
+        })
+        .unwrap();
+    let ids: Vec<String> = page.entries.into_iter().map(|s| s.snapshot_id).collect();
+    assert_eq!(
+        (ids, page.next_token),
+        (vec!["s3".into(), "s4".into()], String::new())
+    );
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn list_snapshots_with_an_invalid_starting_token_is_aborted() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    snapshot(&client, "s", "v");
+    for token in ["bogus", "-1", "2"] {
+        let err = client
+            .list_snapshots(&ListSnapshots {
+                starting_token: token.into(),
+                ..ListSnapshots::default()
+            })
+            .unwrap_err();
+        assert_eq!(err.code, Code::Aborted, "{token}: {err}");
+    }
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn snapshots_outlive_their_source_volume_and_a_plugin_restart() {
+    let mut plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    fs::write(plugin.dir.join("base/volumes/v/data"), "kept").unwrap();
+    let taken = snapshot(&client, "s", "v");
+    client.delete_volume("v", &Secrets::new()).unwrap();
+    // A copy a crash interrupted is swept when the plugin starts.
+    let interrupted = plugin.dir.join("base/tmp/snapshot-x");
+    fs::create_dir_all(&interrupted).unwrap();
+
+    plugin.kill();
+    plugin.restart();
+    let client = plugin.client();
+    assert!(!interrupted.exists());
+    assert_eq!(
+        snapshot(&client, "s", "v"),
+        taken,
+        "the same, after a restart"
+    );
+    let listed = client.list_snapshots(&ListSnapshots::default()).unwrap();
+    assert_eq!(listed.entries, vec![taken]);
+    client
+        .create_volume(&create_from("r", &mount_cap(), 0, snapshot_source("s")))
+        .unwrap();
+    let data = plugin.dir.join("base/volumes/r/data");
+    assert_eq!(fs::read_to_string(data).unwrap(), "kept");
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_volume_from_a_missing_source_is_not_found() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    for source in [snapshot_source("nope"), volume_source("nope")] {
+        let err = client
+            .create_volume(&create_from("v", &mount_cap(), MIB, source.clone()))
+            .unwrap_err();
+        assert_eq!(err.code, Code::NotFound, "{source:?}: {err}");
+    }
+    assert!(!plugin.dir.join("base/volumes/v").exists());
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn create_volume_with_the_same_name_and_another_source_already_exists() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("src", &mount_cap(), MIB))
+        .unwrap();
+    snapshot(&client, "s1", "src");
+    snapshot(&client, "s2", "src");
+    let from_s1 = create_from("c", &mount_cap(), MIB, snapshot_source("s1"));
+    let made = client.create_volume(&from_s1).unwrap();
+    assert_eq!(client.create_volume(&from_s1).unwrap(), made, "a repeat");
+    for other in [
+        create_from("c", &mount_cap(), MIB, snapshot_source("s2")),
+        create_from("c", &mount_cap(), MIB, volume_source("src")),
+        create_req("c", &mount_cap(), MIB),
+        // An empty volume asked for again with a source.
+        create_from("src", &mount_cap(), MIB, snapshot_source("s1")),
+    ] {
+        let err = client.create_volume(&other).unwrap_err();
+        assert_eq!(err.code, Code::AlreadyExists, "{other:?}: {err}");
+    }
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_source_of_the_other_access_type_is_invalid() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("b", &block_cap(), MIB))
+        .unwrap();
+    client
+        .create_volume(&create_req("f", &mount_cap(), MIB))
+        .unwrap();
+    snapshot(&client, "bsnap", "b");
+    snapshot(&client, "fsnap", "f");
+    for (cap, source) in [
+        (mount_cap(), snapshot_source("bsnap")),
+        (mount_cap(), volume_source("b")),
+        (block_cap(), snapshot_source("fsnap")),
+        (block_cap(), volume_source("f")),
+    ] {
+        let err = client
+            .create_volume(&create_from("x", &cap, MIB, source.clone()))
+            .unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument, "{source:?}: {err}");
+    }
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_volume_smaller_than_its_source_is_out_of_range() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    for (volume, cap) in [("f", mount_cap()), ("b", block_cap())] {
+        client
+            .create_volume(&create_req(volume, &cap, 2 * MIB))
+            .unwrap();
+        let name = format!("{volume}-snap");
+        snapshot(&client, &name, volume);
+        for source in [snapshot_source(&name), volume_source(volume)] {
+            let mut smaller = create_from("small", &cap, 0, source.clone());
+            smaller.capacity.limit_bytes = MIB;
+            let err = client.create_volume(&smaller).unwrap_err();
+            assert_eq!(err.code, Code::OutOfRange, "{source:?}: {err}");
+            // Without a limit, the volume is as large as its source.
+            let name = format!("{volume}-{}", matches!(source, ContentSource::Volume(_)));
+            let made = client
+                .create_volume(&create_from(&name, &cap, MIB, source))
+                .unwrap();
+            assert_eq!(made.capacity_bytes, 2 * MIB);
+        }
+    }
+    assert_eq!(
+        fs::metadata(backing_file(&plugin, "b-true")).unwrap().len(),
+        2 << 20
+    );
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_volume_made_from_a_source_names_it_in_every_answer() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("src", &mount_cap(), MIB))
+        .unwrap();
+    snapshot(&client, "snap", "src");
+    let stub = plugin.controller_stub();
+    let create = |name: &str, source: &ContentSource| {
+        let mut req = pb::CreateVolumeRequest::new();
+        req.name = name.into();
+        req.volume_capabilities = vec![pb::VolumeCapability::from(&mount_cap())];
+        req.volume_content_source = protobuf::MessageField::some(source.into());
+        stub.create_volume_opt(&req, call_opt())
+            .unwrap()
+            .volume
+            .unwrap()
+    };
+    let from_snapshot = create("r", &snapshot_source("snap"));
+    let from_volume = create("c", &volume_source("src"));
+    let source_of = |volume: &pb::Volume| {
+        ContentSource::try_from(volume.content_source.as_ref().unwrap()).unwrap()
+    };
+    assert_eq!(source_of(&from_snapshot), snapshot_source("snap"));
+    assert_eq!(source_of(&from_volume), volume_source("src"));
+    assert_eq!(
+        source_of(&create("r", &snapshot_source("snap"))),
+        snapshot_source("snap"),
+        "a repeat answers it too"
+    );
+    let listed = stub
+        .list_volumes_opt(&pb::ListVolumesRequest::new(), call_opt())
+        .unwrap();
+    let sources: Vec<(String, Option<ContentSource>)> = listed
+        .entries
+        .iter()
+        .map(|e| {
+            let volume = e.volume.as_ref().unwrap();
+            let source = volume
+                .content_source
+                .as_ref()
+                .map(|s| s.try_into().unwrap());
+            (volume.volume_id.clone(), source)
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        vec![
+            ("c".to_string(), Some(volume_source("src"))),
+            ("r".to_string(), Some(snapshot_source("snap"))),
+            ("src".to_string(), None),
+        ]
+    );
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
+fn a_snapshot_is_a_call_in_flight_on_its_source_volume() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    plugin.set_faults("CreateSnapshot sleep=3s count=1\n");
+    let slow = {
+        let client = client.clone();
+        thread::spawn(move || client.create_snapshot(&snapshot_req("s", "v")))
+    };
+    // Wait until the slow call has arrived (it is traced before it runs).
+    let start = Instant::now();
+    while !plugin
+        .trace_methods()
+        .contains(&"CreateSnapshot".to_string())
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "never arrived");
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(300));
+    let err = client
+        .controller_expand(&ControllerExpand {
+            volume_id: "v".into(),
+            capacity: CapacityRange {
+                required_bytes: 2 * MIB,
+                limit_bytes: 0,
+            },
+            secrets: Secrets::new(),
+            capability: None,
+        })
+        .unwrap_err();
+    assert_eq!(err.code, Code::FailedPrecondition, "{err}");
+    assert!(err
+        .message
+        .starts_with("strict: at most one call in flight per volume: "));
+    slow.join().unwrap().unwrap();
+    assert_eq!(
+        plugin.violations(),
+        vec!["ControllerExpandVolume v: at most one call in flight per volume"]
+    );
+}
