@@ -10,7 +10,7 @@ use protobuf::MessageField;
 use super::block;
 use super::faults::Action;
 use super::state::{VolumeKind, VolumeRecord};
-use super::{internal, page, required, status, volume_id, Plugin, RpcResult};
+use super::{capacity_range, internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
 use crate::csi::model::{AccessMode, Capability};
@@ -115,23 +115,7 @@ impl Plugin {
             .map(ContentSource::try_from)
             .transpose()
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let range = req
-            .capacity_range
-            .as_ref()
-            .map(CapacityRange::from)
-            .unwrap_or_default();
-        if range.required_bytes < 0 || range.limit_bytes < 0 {
-            return Err(status(
-                Code::InvalidArgument,
-                "capacity_range must not be negative",
-            ));
-        }
-        if range.limit_bytes > 0 && range.required_bytes > range.limit_bytes {
-            return Err(status(
-                Code::OutOfRange,
-                "capacity_range: required_bytes exceeds limit_bytes",
-            ));
-        }
+        let range = capacity_range(req.capacity_range.as_ref())?;
         if let Some(req_topology) = req.accessibility_requirements.as_ref() {
             let ours = self.topology();
             if !req_topology.requisite.is_empty() && !req_topology.requisite.contains(&ours) {
@@ -408,27 +392,38 @@ impl Plugin {
         Ok(resp)
     }
 
+    /// ControllerExpandVolume: a directory's capacity is recorded, a block
+    /// volume's backing file grows. The devices a node shows it through
+    /// learn the new size in NodeExpandVolume, so that is required while
+    /// the volume has any. A volume never shrinks: a smaller size is a
+    /// repeat, a limit below its size OUT_OF_RANGE.
     pub(super) fn controller_expand(
         &self,
         req: &pb::ControllerExpandVolumeRequest,
     ) -> RpcResult<pb::ControllerExpandVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let range = req
-            .capacity_range
+        if req.capacity_range.is_none() {
+            return Err(status(Code::InvalidArgument, "capacity_range is required"));
+        }
+        let range = capacity_range(req.capacity_range.as_ref())?;
+        let capability = req
+            .volume_capability
             .as_ref()
-            .map(crate::csi::types::CapacityRange::from)
-            .ok_or_else(|| status(Code::InvalidArgument, "capacity_range is required"))?;
+            .map(Capability::try_from)
+            .transpose()
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         let mut state = self.lock();
         let volume = state
             .volumes
             .get_mut(id)
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
-        if range.limit_bytes > 0 && volume.capacity_bytes > range.limit_bytes {
-            return Err(status(
-                Code::OutOfRange,
-                "the volume is already larger than limit_bytes",
-            ));
+        if let Some(capability) = capability {
+            volume
+                .kind
+                .check_serves(id, &[capability])
+                .map_err(|m| status(Code::InvalidArgument, m))?;
         }
+        check_no_shrink(id, volume.capacity_bytes, &range)?;
         if range.required_bytes > volume.capacity_bytes {
             volume.capacity_bytes = match volume.kind {
                 VolumeKind::Directory => range.required_bytes,
@@ -438,12 +433,28 @@ impl Plugin {
                     size
                 }
             };
+            state.save().map_err(|e| internal("cannot save state", e))?;
         }
-        let capacity_bytes = volume.capacity_bytes;
-        state.save().map_err(|e| internal("cannot save state", e))?;
+        let volume = &state.volumes[id];
         let mut resp = pb::ControllerExpandVolumeResponse::new();
-        resp.capacity_bytes = capacity_bytes;
-        resp.node_expansion_required = false;
+        resp.capacity_bytes = volume.capacity_bytes;
+        resp.node_expansion_required =
+            volume.kind == VolumeKind::Block && self.shown_by_devices(id)?;
         Ok(resp)
     }
+}
+
+/// OUT_OF_RANGE if volume `id` of `capacity` bytes would have to shrink
+/// to fit `range`.
+pub(super) fn check_no_shrink(id: &str, capacity: i64, range: &CapacityRange) -> RpcResult<()> {
+    if range.limit_bytes > 0 && capacity > range.limit_bytes {
+        return Err(status(
+            Code::OutOfRange,
+            format!(
+                "volume {id} has {capacity} bytes, more than limit_bytes {}: volumes do not shrink",
+                range.limit_bytes
+            ),
+        ));
+    }
+    Ok(())
 }

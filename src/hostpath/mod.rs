@@ -57,7 +57,7 @@ use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
-use crate::csi::types::{PluginCapability, StringMap};
+use crate::csi::types::{CapacityRange, PluginCapability, StringMap};
 use faults::{Action, Faults, Trace};
 use state::State;
 use strict::{Advertised, Call};
@@ -270,6 +270,25 @@ pub(crate) fn volume_id<'a>(field: &str, value: &'a str) -> RpcResult<&'a str> {
     crate::id::validate(field, value)
         .map_err(|err| status(Code::InvalidArgument, err.to_string()))?;
     Ok(value)
+}
+
+/// The capacity range of a request (unset bounds are 0): negative bounds
+/// are INVALID_ARGUMENT, a required size above the limit OUT_OF_RANGE.
+pub(crate) fn capacity_range(range: Option<&pb::CapacityRange>) -> RpcResult<CapacityRange> {
+    let range = range.map(CapacityRange::from).unwrap_or_default();
+    if range.required_bytes < 0 || range.limit_bytes < 0 {
+        return Err(status(
+            Code::InvalidArgument,
+            "capacity_range must not be negative",
+        ));
+    }
+    if range.limit_bytes > 0 && range.required_bytes > range.limit_bytes {
+        return Err(status(
+            Code::OutOfRange,
+            "capacity_range: required_bytes exceeds limit_bytes",
+        ));
+    }
+    Ok(range)
 }
 
 /// `[start, start + page)` of `len` entries, for a list call's

@@ -182,6 +182,24 @@ fn block_volume_lifecycle_with_direct_io_through_the_target_file() {
         })
         .unwrap();
     assert_eq!(expanded.capacity_bytes, 2 << 20);
+    assert!(
+        expanded.node_expansion_required,
+        "the device shows the old size"
+    );
+    let grown = client
+        .node_expand(&NodeExpand {
+            volume_id: "b".into(),
+            volume_path: target.clone(),
+            capacity: CapacityRange {
+                required_bytes: 2 << 20,
+                limit_bytes: 0,
+            },
+            staging_target_path: Some(staging.clone()),
+            capability: Some(block_cap()),
+            secrets: Secrets::new(),
+        })
+        .unwrap();
+    assert_eq!(grown, 2 << 20);
     let sectors = fs::read_to_string(format!("/sys/block/{}/size", devices[0])).unwrap();
     assert_eq!(
         sectors.trim(),

@@ -12,6 +12,7 @@ mod claim_errors;
 mod cli;
 mod client;
 mod durable;
+mod expansion;
 mod harness;
 mod job;
 mod migration;

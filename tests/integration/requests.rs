@@ -101,6 +101,7 @@ pub fn publish_req(
 
 /// Where [`use_volume`] staged and published a volume.
 pub struct InUse {
+    pub publish_context: StringMap,
     pub staging: PathBuf,
     pub target: PathBuf,
 }
@@ -117,5 +118,9 @@ pub fn use_volume(client: &Client, dir: &TestDir, volume: &str, cap: &Capability
     client
         .node_publish(&publish_req(volume, &staging, &target, &ctx, cap, false))
         .unwrap();
-    InUse { staging, target }
+    InUse {
+        publish_context: ctx,
+        staging,
+        target,
+    }
 }
