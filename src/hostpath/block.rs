@@ -163,6 +163,24 @@ impl Plugin {
         Ok(!devices(&self.backing_file(id))?.is_empty())
     }
 
+    /// Why block volume `id` is abnormal on this node, if it is: staged,
+    /// but no read-write loop device shows it any more (detached behind
+    /// the plugin's back).
+    pub(super) fn lost_device(&self, state: &State, id: &str) -> RpcResult<Option<String>> {
+        let Some((staging, _)) = state.staged.iter().find(|(_, s)| s.volume_id == id) else {
+            return Ok(None);
+        };
+        let attached = devices(&self.backing_file(id))?
+            .iter()
+            .any(|d| !d.read_only);
+        Ok((!attached).then(|| {
+            format!(
+                "volume {id} is staged at {} but no loop device shows it",
+                staging.display()
+            )
+        }))
+    }
+
     /// True if `path` shows block volume `id`: its recorded staging path,
     /// or a target holding one of its devices.
     fn shows_block(&self, state: &State, id: &str, path: &Path) -> RpcResult<bool> {

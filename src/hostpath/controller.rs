@@ -9,13 +9,13 @@ use protobuf::MessageField;
 
 use super::block;
 use super::faults::Action;
-use super::state::{VolumeKind, VolumeRecord};
+use super::state::{State, VolumeKind, VolumeRecord};
 use super::{capacity_range, internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
 use crate::csi::model::{AccessMode, Capability};
 use crate::csi::proto::csi as pb;
-use crate::csi::types::{CapacityRange, ContentSource, ControllerCapability};
+use crate::csi::types::{CapacityRange, ContentSource, ControllerCapability, VolumeCondition};
 use crate::mount;
 
 const CAPABILITIES: &[ControllerCapability] = &[
@@ -28,6 +28,8 @@ const CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::CloneVolume,
     ControllerCapability::ExpandVolume,
     ControllerCapability::ListVolumesPublishedNodes,
+    ControllerCapability::VolumeCondition,
+    ControllerCapability::GetVolume,
     ControllerCapability::PublishReadonly,
     ControllerCapability::SingleNodeMultiWriter,
 ];
@@ -367,12 +369,59 @@ impl Plugin {
             let mut entry = pb::list_volumes_response::Entry::new();
             entry.volume = MessageField::some(self.volume_message(id, record));
             let mut status = pb::list_volumes_response::VolumeStatus::new();
-            status.published_node_ids = record.attached.iter().map(|(n, _)| n.clone()).collect();
+            status.published_node_ids = published_nodes(record);
+            status.volume_condition = MessageField::some(self.condition(&state, id, record)?);
             entry.status = MessageField::some(status);
             resp.entries.push(entry);
         }
         resp.next_token = next_token;
         Ok(resp)
+    }
+
+    pub(super) fn controller_get_volume(
+        &self,
+        req: &pb::ControllerGetVolumeRequest,
+    ) -> RpcResult<pb::ControllerGetVolumeResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        let state = self.lock();
+        let record = state
+            .volumes
+            .get(id)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        let mut status = pb::controller_get_volume_response::VolumeStatus::new();
+        status.published_node_ids = published_nodes(record);
+        status.volume_condition = MessageField::some(self.condition(&state, id, record)?);
+        let mut resp = pb::ControllerGetVolumeResponse::new();
+        resp.volume = MessageField::some(self.volume_message(id, record));
+        resp.status = MessageField::some(status);
+        Ok(resp)
+    }
+
+    /// The condition of volume `id`: abnormal when its directory or
+    /// backing file is gone, or when a staged block volume has lost its
+    /// loop device.
+    fn condition(
+        &self,
+        state: &State,
+        id: &str,
+        record: &VolumeRecord,
+    ) -> RpcResult<pb::VolumeCondition> {
+        let data = self.volume_data(id, record.kind);
+        let problem = match record.kind {
+            VolumeKind::Directory if !data.is_dir() => Some(format!(
+                "the volume directory {} is missing",
+                data.display()
+            )),
+            VolumeKind::Block if !data.is_file() => {
+                Some(format!("the backing file {} is missing", data.display()))
+            }
+            VolumeKind::Block => self.lost_device(state, id)?,
+            VolumeKind::Directory => None,
+        };
+        Ok(pb::VolumeCondition::from(&VolumeCondition {
+            abnormal: problem.is_some(),
+            message: problem.unwrap_or_else(|| "volume is healthy".to_string()),
+        }))
     }
 
     pub(super) fn get_capacity(
@@ -442,6 +491,11 @@ impl Plugin {
             volume.kind == VolumeKind::Block && self.shown_by_devices(id)?;
         Ok(resp)
     }
+}
+
+/// The nodes volume `record` is attached to.
+fn published_nodes(record: &VolumeRecord) -> Vec<String> {
+    record.attached.iter().map(|(n, _)| n.clone()).collect()
 }
 
 /// OUT_OF_RANGE if volume `id` of `capacity` bytes would have to shrink

@@ -196,6 +196,22 @@ impl csi_grpc::Controller for Service {
         self.serve(&ctx, received, sink, move |p, _| p.list_snapshots(&req));
     }
 
+    fn controller_get_volume(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::ControllerGetVolumeRequest,
+        sink: UnarySink<pb::ControllerGetVolumeResponse>,
+    ) {
+        let fields = trace_fields(&[("volume", &req.volume_id)]);
+        let call = Call::ControllerGetVolume {
+            volume: req.volume_id.clone(),
+        };
+        let received = Received::new(call, &req, fields);
+        self.serve(&ctx, received, sink, move |p, _| {
+            p.controller_get_volume(&req)
+        });
+    }
+
     // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
     // unless strict mode refuses them first as a CO's mistake.
 
@@ -207,18 +223,6 @@ impl csi_grpc::Controller for Service {
     ) {
         let received = Received::new(Call::GetSnapshot, &req, String::new());
         self.unimplemented(&ctx, received, sink);
-    }
-
-    fn controller_get_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerGetVolumeRequest,
-        sink: UnarySink<pb::ControllerGetVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let volume = req.volume_id.clone();
-        let call = Call::ControllerGetVolume { volume };
-        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
     }
 
     fn controller_modify_volume(

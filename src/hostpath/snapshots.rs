@@ -102,7 +102,7 @@ impl Plugin {
     }
 
     /// The data of a volume of `kind`: its directory or its backing file.
-    fn volume_data(&self, id: &str, kind: VolumeKind) -> PathBuf {
+    pub(super) fn volume_data(&self, id: &str, kind: VolumeKind) -> PathBuf {
         match kind {
             VolumeKind::Directory => self.volume_dir(id),
             VolumeKind::Block => self.backing_file(id),

@@ -990,6 +990,25 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_is_a_call_about_its_source_volume() {
+        let call = Call::CreateSnapshot {
+            source_volume: "v".into(),
+        };
+        assert_eq!(call.volume(), Some("v"));
+        assert!(call.takes_secrets());
+        assert_eq!(
+            call.needs(),
+            vec![Needed::Controller(
+                ControllerCapability::CreateDeleteSnapshot
+            )]
+        );
+        let call = Call::CreateSnapshot {
+            source_volume: String::new(),
+        };
+        assert_eq!(call.volume(), None);
+    }
+
+    #[test]
     fn undeclared_fields_on_an_rpc_without_secrets_are_refused() {
         let mut strict = strict();
         run(&mut strict, &[attach("v"), stage("v", "/s")]).unwrap();

@@ -24,4 +24,5 @@ mod targets;
 mod util;
 mod validate;
 mod volume;
+mod volume_status;
 mod volume_util;
