@@ -11,12 +11,36 @@
 //! attach, unstage while published, detach while staged)
 //! FAILED_PRECONDITION, so a CO that breaks the spec's ordering finds out.
 //!
+//! It advertises, and does for real:
+//!
+//! - plugin: CONTROLLER_SERVICE, VOLUME_ACCESSIBILITY_CONSTRAINTS (one
+//!   topology segment, the node), ONLINE volume expansion;
+//! - controller: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME and
+//!   PUBLISH_READONLY (attachments are records NodeStage checks; neither
+//!   with `-no-attach`), LIST_VOLUMES with LIST_VOLUMES_PUBLISHED_NODES
+//!   (not with `-no-attach`), GET_VOLUME and VOLUME_CONDITION (abnormal
+//!   when a volume's data is gone or a staged block volume lost its loop
+//!   device), GET_CAPACITY (the base dir's free space),
+//!   CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS, CLONE_VOLUME (snapshots
+//!   and volumes made from them or from a volume are synced copies, see
+//!   `snapshots.rs`), EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER;
+//! - node: STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and VOLUME_CONDITION,
+//!   EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER.
+//!
+//! Expansion is split as on real storage: ControllerExpandVolume records a
+//! directory's capacity or grows a block volume's backing file, and asks
+//! for NodeExpandVolume while loop devices show the volume; that one makes
+//! them show the new size. List calls page with index tokens; a token that
+//! is not one is ABORTED. Not implemented: GET_SNAPSHOT and MODIFY_VOLUME
+//! (UNIMPLEMENTED), the group controller and snapshot metadata services.
+//!
 //! With `-strict` it also judges the CO: every request a CO that keeps the
 //! spec never sends (a second staging path for a volume, a publish before
 //! the stage, a stage or publish without ControllerPublishVolume's publish
 //! context, an unstage while published, a detach while staged, two calls in
 //! flight for one volume, an RPC of a capability not advertised, secrets on
-//! an RPC that takes none) is refused with FAILED_PRECONDITION
+//! an RPC that takes none; CreateSnapshot counts as a call for its source
+//! volume) is refused with FAILED_PRECONDITION
 //! `strict: <rule>: ...` and recorded as `<RPC> <volume>: <rule>` in
 //! `<base-dir>/strict-violations`, created empty at start. The rules are
 //! [`strict`]'s, a pure checker; [`verdict`] runs it around each call. Off
@@ -25,11 +49,13 @@
 //!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
-//! lock.
+//! lock (copies for snapshots and clones are made under it too).
 //!
 //! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
 //! file-system volume), `block/<id>.img` (a block volume's backing file),
-//! `strict-violations` (strict mode's verdict).
+//! `snapshots/<id>/files/` or `snapshots/<id>/block.img` (a snapshot's
+//! copy of a file-system or block volume), `tmp/` (copies being made,
+//! emptied at start), `strict-violations` (strict mode's verdict).
 
 mod block;
 mod content;

@@ -6,7 +6,7 @@
 //! every change, so a restarted plugin answers repeat calls idempotently.
 //! A file-system volume's data lives in `<base-dir>/volumes/<id>/`, a block
 //! volume's in the file `<base-dir>/block/<id>.img`, a snapshot's in
-//! `<base-dir>/snapshots/<id>/` (see [`super::snapshots`]). Which loop
+//! `<base-dir>/snapshots/<id>/` (see `snapshots.rs`). Which loop
 //! devices show a block volume is not recorded: the kernel says (see
 //! [`crate::sys::loop_dev::find`]).
 //!
