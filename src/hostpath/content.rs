@@ -3,10 +3,11 @@
 //!
 //! A file-system volume is a directory: [`copy_tree`] copies its
 //! directories, regular files and symbolic links with their modes, owners
-//! and modification times, stays on the source's file system (a mount
-//! point inside the volume is not part of it), and skips what a copy
-//! cannot stand for (sockets, FIFOs, device nodes). Hard links become
-//! separate files. A block volume is one sparse file: [`copy_file`] copies
+//! and modification times, and skips what a copy cannot stand for
+//! (sockets, FIFOs, device nodes). What is mounted inside the volume (a
+//! mount point in the mount table, or another file system) is not part of
+//! it: a directory mount point is copied as an empty directory, as
+//! `cp -x` does. Hard links become separate files. A block volume is one sparse file: [`copy_file`] copies
 //! its data extents and keeps its holes.
 //!
 //! Every file and directory of a copy is fsynced before the copy counts,
@@ -15,6 +16,7 @@
 //! one. Making the *source* consistent (flushing what the loop devices of
 //! a block volume hold) is the caller's business.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -22,6 +24,7 @@ use std::os::unix::fs::{lchown, DirBuilderExt, FileExt, MetadataExt, OpenOptions
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
+use crate::mount::MountInfo;
 use crate::sys::sparse;
 
 /// The size of one read while copying data.
@@ -38,6 +41,8 @@ pub enum Error {
     Attributes { path: PathBuf, err: io::Error },
     /// A copied file or directory could not be synced.
     Sync { path: PathBuf, err: io::Error },
+    /// The mount table could not be read.
+    Mounts(crate::mount::Error),
     /// A leftover of an earlier attempt could not be removed.
     Remove { path: PathBuf, err: io::Error },
     /// The finished copy could not be renamed into place.
@@ -53,6 +58,7 @@ impl fmt::Display for Error {
                 write!(f, "cannot set the attributes of {}", path.display())
             }
             Error::Sync { path, .. } => write!(f, "cannot sync {}", path.display()),
+            Error::Mounts(_) => f.write_str("cannot read the mount table"),
             Error::Remove { path, .. } => write!(f, "cannot remove {}", path.display()),
             Error::Rename { to, .. } => write!(f, "cannot rename the copy to {}", to.display()),
         }
@@ -68,6 +74,7 @@ impl std::error::Error for Error {
             | Error::Sync { err, .. }
             | Error::Remove { err, .. }
             | Error::Rename { err, .. } => Some(err),
+            Error::Mounts(err) => Some(err),
         }
     }
 }
@@ -150,22 +157,46 @@ fn copy_attributes(copy: &File, path: &Path, meta: &fs::Metadata) -> Result<(), 
     copy.set_modified(modified).map_err(attributes(path))
 }
 
+/// What a tree copy leaves out: other file systems, and mount points.
+struct Boundary {
+    dev: u64,
+    mount_points: BTreeSet<PathBuf>,
+}
+
+impl Boundary {
+    fn excludes(&self, path: &Path, meta: &fs::Metadata) -> bool {
+        meta.dev() != self.dev || self.mount_points.contains(path)
+    }
+}
+
 /// Copies the directory tree `from` to `to`, which must not exist, and
 /// syncs every file and directory of the copy.
 pub fn copy_tree(from: &Path, to: &Path) -> Result<(), Error> {
-    let meta = fs::symlink_metadata(from).map_err(read(from))?;
+    let from = fs::canonicalize(from).map_err(read(from))?;
+    let meta = fs::symlink_metadata(&from).map_err(read(&from))?;
     if !meta.is_dir() {
         return Err(Error::Read {
-            path: from.to_path_buf(),
+            path: from,
             err: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
         });
     }
-    copy_dir(from, to, &meta, meta.dev())
+    // Mount points are read once: a copy is of one moment anyway.
+    let mount_points = MountInfo::read()
+        .map_err(Error::Mounts)?
+        .under(&from)
+        .map(|m| m.mount_point.clone())
+        .filter(|p| *p != from)
+        .collect();
+    let boundary = Boundary {
+        dev: meta.dev(),
+        mount_points,
+    };
+    copy_dir(&from, to, &meta, &boundary)
 }
 
-/// Copies the directory `from` (of `meta`) and what it holds on the
-/// device `dev`.
-fn copy_dir(from: &Path, to: &Path, meta: &fs::Metadata, dev: u64) -> Result<(), Error> {
+/// Copies the directory `from` (of `meta`) and what it holds within
+/// `boundary`.
+fn copy_dir(from: &Path, to: &Path, meta: &fs::Metadata, boundary: &Boundary) -> Result<(), Error> {
     make_dir(to)?;
     let mut entries = fs::read_dir(from)
         .map_err(read(from))?
@@ -179,13 +210,17 @@ fn copy_dir(from: &Path, to: &Path, meta: &fs::Metadata, dev: u64) -> Result<(),
         let copy = to.join(&name);
         let entry = fs::symlink_metadata(&source).map_err(read(&source))?;
         let kind = entry.file_type();
-        if entry.dev() != dev {
+        if boundary.excludes(&source, &entry) {
             log::warn!(
-                "not copying {}: another file system is mounted there",
+                "not copying {}: something is mounted there",
                 source.display()
             );
+            if kind.is_dir() {
+                make_dir(&copy)?;
+                copy_attributes(&File::open(&copy).map_err(read(&copy))?, &copy, &entry)?;
+            }
         } else if kind.is_dir() {
-            copy_dir(&source, &copy, &entry, dev)?;
+            copy_dir(&source, &copy, &entry, boundary)?;
         } else if kind.is_file() {
             copy_file(&source, &copy, None)?;
         } else if kind.is_symlink() {

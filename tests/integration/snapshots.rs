@@ -88,6 +88,35 @@ fn a_snapshot_holds_the_volume_as_it_was_when_taken() {
 }
 
 #[test]
+fn a_snapshot_leaves_out_what_is_mounted_inside_the_volume() {
+    if !require_root() {
+        return;
+    }
+    use csi_agent::mount::{Mounter, SysMounter};
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    let volume = plugin.dir.join("base/volumes/v");
+    fs::write(volume.join("own"), "mine").unwrap();
+    let foreign = plugin.dir.mkdir("foreign");
+    fs::write(foreign.join("theirs"), "not the volume's").unwrap();
+    fs::create_dir(volume.join("mnt")).unwrap();
+    // The same file system, bound: only the mount table tells.
+    SysMounter
+        .bind(&foreign, &volume.join("mnt"), false)
+        .unwrap();
+
+    snapshot(&client, "s", "v");
+    let files = plugin.dir.join("base/snapshots/s/files");
+    assert_eq!(fs::read_to_string(files.join("own")).unwrap(), "mine");
+    assert!(files.join("mnt").is_dir(), "the mount point stays");
+    assert_eq!(fs::read_dir(files.join("mnt")).unwrap().count(), 0);
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
 fn a_volume_restored_from_a_snapshot_has_the_snapshots_contents() {
     if !require_root() {
         return;
