@@ -77,8 +77,24 @@ fn copy(kind: VolumeKind, from: &Path, to: &Path, len: Option<u64>) -> Result<u6
     }
 }
 
-fn copy_error(err: content::Error) -> grpcio::RpcStatus {
-    internal("cannot copy", crate::error_chain(&err))
+/// The name of the copy in a snapshot's directory.
+fn data_name(kind: VolumeKind) -> &'static str {
+    match kind {
+        VolumeKind::Directory => FILES,
+        VolumeKind::Block => BLOCK_IMAGE,
+    }
+}
+
+/// Runs `make`, which builds a copy at `scratch` and puts it in place,
+/// on a fresh `scratch`; removes what a failed attempt left there.
+fn in_scratch<T>(scratch: &Path, make: impl FnOnce() -> Result<T, content::Error>) -> RpcResult<T> {
+    let made = content::remove(scratch).and_then(|()| make());
+    if made.is_err() {
+        if let Err(err) = content::remove(scratch) {
+            log::warn!("{}", crate::error_chain(&err));
+        }
+    }
+    made.map_err(|err| internal("cannot copy", crate::error_chain(&err)))
 }
 
 fn snapshot_message(id: &str, record: &SnapshotRecord) -> MessageField<pb::Snapshot> {
@@ -111,10 +127,7 @@ impl Plugin {
 
     /// The data of a snapshot of a volume of `kind`.
     fn snapshot_data(&self, id: &str, kind: VolumeKind) -> PathBuf {
-        self.snapshot_dir(id).join(match kind {
-            VolumeKind::Directory => FILES,
-            VolumeKind::Block => BLOCK_IMAGE,
-        })
+        self.snapshot_dir(id).join(data_name(kind))
     }
 
     pub(super) fn create_snapshot(
@@ -157,23 +170,15 @@ impl Plugin {
         // The snapshot's directory is made whole aside, with its copy
         // inside, and renamed into place.
         let scratch = self.scratch(&format!("snapshot-{id}"));
-        let copied = content::remove(&scratch)
-            .and_then(|()| content::make_dir(&scratch))
-            .and_then(|()| {
-                let data = self.snapshot_data(&id, kind);
-                let name = data.file_name().unwrap_or_default();
-                copy(
-                    kind,
-                    &self.volume_data(source, kind),
-                    &scratch.join(name),
-                    None,
-                )
-            })
-            .and_then(|copied| content::sync_dir(&scratch).map(|()| copied))
-            .and_then(|copied| {
-                content::put_in_place(&scratch, &self.snapshot_dir(&id)).map(|()| copied)
-            })
-            .map_err(copy_error)?;
+        let take = || -> Result<u64, content::Error> {
+            content::make_dir(&scratch)?;
+            let from = self.volume_data(source, kind);
+            let copied = copy(kind, &from, &scratch.join(data_name(kind)), None)?;
+            content::sync_dir(&scratch)?;
+            content::put_in_place(&scratch, &self.snapshot_dir(&id))?;
+            Ok(copied)
+        };
+        let copied = in_scratch(&scratch, take)?;
         let record = SnapshotRecord {
             name: name.to_string(),
             source_volume_id: source.to_string(),
@@ -199,7 +204,8 @@ impl Plugin {
         // An unknown ID names nothing on disk, whatever its bytes: only
         // recorded IDs become paths.
         if state.snapshots.contains_key(id) {
-            content::remove(&self.snapshot_dir(id)).map_err(copy_error)?;
+            content::remove(&self.snapshot_dir(id))
+                .map_err(|e| internal("cannot remove the snapshot", crate::error_chain(&e)))?;
             state.snapshots.remove(id);
             state.save().map_err(|e| internal("cannot save state", e))?;
         }
@@ -306,10 +312,10 @@ impl Plugin {
             self.flush_devices(volume)?;
         }
         let scratch = self.scratch(&format!("volume-{id}"));
-        content::remove(&scratch)
-            .and_then(|()| copy(kind, &from, &scratch, u64::try_from(capacity).ok()))
-            .and_then(|_| content::put_in_place(&scratch, &self.volume_data(id, kind)))
-            .map_err(copy_error)?;
+        in_scratch(&scratch, || {
+            copy(kind, &from, &scratch, u64::try_from(capacity).ok())?;
+            content::put_in_place(&scratch, &self.volume_data(id, kind))
+        })?;
         Ok(VolumeRecord {
             capacity_bytes: capacity,
             attached: None,

@@ -311,6 +311,28 @@ fn create_snapshot_of_an_unknown_volume_is_not_found() {
 }
 
 #[test]
+fn a_snapshot_that_cannot_be_copied_leaves_nothing_behind() {
+    let plugin = Plugin::start_strict();
+    let client = plugin.client();
+    client
+        .create_volume(&create_req("v", &mount_cap(), MIB))
+        .unwrap();
+    fs::remove_dir_all(plugin.dir.join("base/volumes/v")).unwrap();
+    let err = client.create_snapshot(&snapshot_req("s", "v")).unwrap_err();
+    assert_eq!(err.code, Code::Internal, "{err}");
+    assert!(err.message.starts_with("cannot copy: "), "{err}");
+    assert_eq!(listed(&client, "", ""), Vec::<String>::new());
+    let base = plugin.dir.join("base");
+    assert!(!base.join("snapshots/s").exists());
+    assert_eq!(
+        fs::read_dir(base.join("tmp")).unwrap().count(),
+        0,
+        "no scratch left"
+    );
+    assert_eq!(plugin.violations(), Vec::<String>::new());
+}
+
+#[test]
 fn create_snapshot_without_a_name_or_source_is_invalid() {
     let plugin = Plugin::start_strict();
     let client = plugin.client();
