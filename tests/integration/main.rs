@@ -24,5 +24,6 @@ mod targets;
 mod util;
 mod validate;
 mod volume;
+mod volume_sources;
 mod volume_status;
 mod volume_util;
