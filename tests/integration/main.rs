@@ -3,7 +3,8 @@
 //! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
-//! crashes; the plugin's strict mode and its block volumes.
+//! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
+//! expansion and volume conditions.
 
 mod agent;
 mod block;
