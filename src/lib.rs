@@ -22,10 +22,10 @@
 //! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
-//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices and sparse-file extents |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
-//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
+//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
