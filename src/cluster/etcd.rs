@@ -165,6 +165,11 @@ pub struct Etcd {
     timeout: Duration,
 }
 
+/// Checks that `endpoint` is one the client can use.
+pub fn check_endpoint(endpoint: &str) -> Result<(), Error> {
+    target(endpoint).map(drop)
+}
+
 /// `http://host:port` as a gRPC target.
 fn target(endpoint: &str) -> Result<String, Error> {
     let bad = |reason: &str| Error::Endpoint {

@@ -62,6 +62,9 @@ pub struct AgentConfig {
     pub plugins: Vec<PluginConfig>,
     /// Host directories that jobs mount with `type = "host"` volumes.
     pub host_volumes: Vec<HostVolume>,
+    /// `cluster { ... }`: the etcd cluster this agent shares volumes and
+    /// claims through; `None` for a self-contained agent.
+    pub cluster: Option<ClusterConfig>,
     /// What an exec task's root is built from; `None` is Nomad's default
     /// ([`DEFAULT_CHROOT_ENV`]).
     pub chroot_env: Option<Vec<ChrootEntry>>,
@@ -126,6 +129,7 @@ impl Default for AgentConfig {
             plugins: Vec::new(),
             host_volumes: Vec::new(),
             chroot_env: None,
+            cluster: None,
         }
     }
 }
@@ -157,6 +161,26 @@ pub struct HostVolume {
     pub name: String,
     pub path: PathBuf,
     pub read_only: bool,
+}
+
+/// The lease TTL of a node unless `lease_ttl` says otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// The key prefix of a cluster unless `prefix` says otherwise.
+pub const DEFAULT_CLUSTER_PREFIX: &str = "/csi-agent";
+
+/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `http://host:port` of each etcd member.
+    pub etcd: Vec<String>,
+    /// Every key of the cluster starts with it.
+    pub prefix: String,
+    /// How long the node lives without a keep-alive reaching etcd.
+    pub lease_ttl: Duration,
+    /// Nomad's `disconnect.stop_on_client_after`: how long a disconnected
+    /// agent keeps the tasks that hold single-writer claims.
+    pub stop_after_disconnect: Option<Duration>,
 }
 
 impl AgentConfig {
@@ -206,6 +230,16 @@ impl AgentConfig {
                 "chroot_env",
                 pairs.iter().map(|(s, d)| (s.as_str(), d.as_str())),
             );
+        }
+        if let Some(cluster) = &self.cluster {
+            w.open("cluster", None);
+            w.strings("etcd", &cluster.etcd);
+            w.string("prefix", &cluster.prefix);
+            w.duration("lease_ttl", cluster.lease_ttl);
+            if let Some(after) = cluster.stop_after_disconnect {
+                w.duration("stop_after_disconnect", after);
+            }
+            w.close();
         }
         w.finish()
     }
@@ -278,8 +312,62 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     if let Some(entries) = f.map_entries("chroot_env") {
         config.chroot_env = Some(decode_chroot_env(&f, entries));
     }
+    if let Some(block) = f.block("cluster") {
+        config.cluster = decode_cluster(&mut f.nested(block));
+    }
     f.finish();
     config
+}
+
+/// The `cluster` block: at least one etcd endpoint, each `http://host:port`
+/// (`https://` needs the TLS build, which this binary does not have).
+fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
+    let etcd = c.strings("etcd");
+    let etcd = c.require("etcd", etcd);
+    if let Some(endpoints) = &etcd {
+        if endpoints.is_empty() {
+            c.error(
+                c.pos(),
+                "\"etcd\" needs at least one endpoint (http://host:port)",
+            );
+        }
+        for endpoint in endpoints {
+            if let Err(err) = crate::cluster::etcd::check_endpoint(endpoint) {
+                c.error(c.pos(), err.to_string());
+            }
+        }
+    }
+    let prefix = match c.string_at("prefix") {
+        Some((prefix, pos)) if !prefix.starts_with('/') || prefix.len() < 2 => {
+            c.error(
+                pos,
+                format!("\"prefix\" {prefix:?} must start with / and name something"),
+            );
+            None
+        }
+        Some((prefix, _)) => Some(prefix.trim_end_matches('/').to_string()),
+        None => None,
+    };
+    let lease_ttl = c.duration("lease_ttl");
+    if let Some(ttl) = lease_ttl {
+        if ttl < Duration::from_secs(2) {
+            c.error(c.pos(), "\"lease_ttl\" must be at least 2s");
+        }
+    }
+    let stop_after_disconnect = c.duration("stop_after_disconnect");
+    if let Some(block) = c.block("tls") {
+        c.error(
+            block.kind.span.start,
+            "cluster TLS is not supported by this build yet: use http:// endpoints",
+        );
+    }
+    c.finish();
+    Some(ClusterConfig {
+        etcd: etcd?,
+        prefix: prefix.unwrap_or_else(|| DEFAULT_CLUSTER_PREFIX.to_string()),
+        lease_ttl: lease_ttl.unwrap_or(DEFAULT_LEASE_TTL),
+        stop_after_disconnect,
+    })
 }
 
 /// Checks each `"source" = "destination"` of `chroot_env`: absolute paths

@@ -50,8 +50,9 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos};
 
 pub use agent::{
-    AgentConfig, ChrootEntry, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_DATA_DIR,
-    DEFAULT_HEALTH_TIMEOUT, TASK_ROOT_DIRS,
+    AgentConfig, ChrootEntry, ClusterConfig, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV,
+    DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL,
+    TASK_ROOT_DIRS,
 };
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{

@@ -13,6 +13,7 @@ mod claim_errors;
 mod cli;
 mod client;
 mod cluster;
+mod cluster_agents;
 mod durable;
 mod etcd;
 mod expansion;

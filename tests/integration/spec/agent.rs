@@ -7,7 +7,7 @@ use csi_agent::csi::Endpoint;
 use csi_agent::spec::{AgentConfig, ChrootEntry, HostVolume, PluginConfig, PluginType};
 use log::LevelFilter;
 
-use super::{agent, assert_one_error, fixture, ok};
+use super::{agent, assert_one_error, errors, fixture, ok};
 
 #[test]
 fn an_empty_config_takes_every_default() {
@@ -44,6 +44,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
             },
         ],
         chroot_env: None,
+        cluster: None,
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),
@@ -223,5 +224,44 @@ fn host_volume_needs_an_absolute_path() {
     assert_one_error(
         "host_volume \"h\" {\n  path = \"srv\"\n}\n",
         r#"test.hcl:2:10: "path" in host_volume "h" must be an absolute path, found "srv""#,
+    );
+}
+
+#[test]
+fn the_cluster_fixture_decodes_its_etcd_members_with_defaults_filled() {
+    let decoded = ok(agent(fixture("agent-cluster.hcl")));
+    let cluster = decoded.spec.cluster.clone().expect("a cluster block");
+    assert_eq!(
+        cluster.etcd,
+        [
+            "http://10.1.0.1:2379",
+            "http://10.1.0.2:2379",
+            "http://10.1.0.3:2379"
+        ]
+    );
+    assert_eq!(cluster.prefix, "/csi-agent");
+    assert_eq!(cluster.lease_ttl, Duration::from_secs(10));
+    assert_eq!(cluster.stop_after_disconnect, Some(Duration::from_secs(60)));
+    // It writes back as it reads.
+    let again = ok(agent(&decoded.spec.to_hcl())).spec;
+    assert_eq!(again.cluster.unwrap().etcd.len(), 3);
+}
+
+#[test]
+fn a_cluster_block_needs_usable_etcd_endpoints() {
+    let errs = errors(agent(
+        "cluster {\n  etcd = [\"https://10.1.0.1:2379\"]\n  tls {\n    ca_file = \"/ca\"\n  }\n}\n",
+    ));
+    assert!(errs.iter().any(|e| e.contains("TLS build")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("cluster TLS is not supported")),
+        "{errs:?}"
+    );
+    let errs = errors(agent("cluster {\n  prefix = \"x\"\n}\n"));
+    assert!(errs.iter().any(|e| e.contains("\"etcd\"")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("must start with /")),
+        "{errs:?}"
     );
 }

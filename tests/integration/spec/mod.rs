@@ -44,6 +44,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
     ),
     ("job-web.hcl", include_str!("../../fixtures/job-web.hcl")),
     (
+        "agent-cluster.hcl",
+        include_str!("../../fixtures/agent-cluster.hcl"),
+    ),
+    (
         "nomad-docker-job.hcl",
         include_str!("../../fixtures/nomad-docker-job.hcl"),
     ),
