@@ -457,6 +457,15 @@ impl Drop for Agent {
         }
         if thread::panicking() {
             eprintln!("{}", self.log_dump());
+            return;
+        }
+        // `-dev`'s plugin runs strict: the agent must have kept the spec.
+        let verdict = self.data_dir.join("hostpath/strict-violations");
+        if let Ok(text) = fs::read_to_string(&verdict) {
+            assert!(
+                text.is_empty(),
+                "the dev plugin saw the agent break the spec:\n{text}"
+            );
         }
     }
 }
