@@ -149,6 +149,18 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// The comparison "`key` last changed at `mod_revision`" (0: it does not
+/// exist).
+fn last_changed_at(key: &[u8], mod_revision: i64) -> pb::Compare {
+    pb::Compare {
+        result: pb::compare::CompareResult::EQUAL.into(),
+        target: pb::compare::CompareTarget::MOD.into(),
+        key: key.to_vec(),
+        target_union: Some(pb::compare::Target_union::ModRevision(mod_revision)),
+        ..Default::default()
+    }
+}
+
 /// One member: its endpoint and the stubs on its channel.
 struct Member {
     endpoint: String,
@@ -356,13 +368,7 @@ impl Etcd {
         value: &[u8],
         lease: i64,
     ) -> Result<Option<i64>, Error> {
-        let compare = pb::Compare {
-            result: pb::compare::CompareResult::EQUAL.into(),
-            target: pb::compare::CompareTarget::MOD.into(),
-            key: key.to_vec(),
-            target_union: Some(pb::compare::Target_union::ModRevision(mod_revision)),
-            ..Default::default()
-        };
+        let compare = last_changed_at(key, mod_revision);
         let put = pb::RequestOp {
             request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
                 key: key.to_vec(),
@@ -386,13 +392,7 @@ impl Etcd {
     /// Deletes `key` only if its last change is `mod_revision`; answers
     /// whether it did.
     pub fn delete_if(&self, key: &[u8], mod_revision: i64) -> Result<bool, Error> {
-        let compare = pb::Compare {
-            result: pb::compare::CompareResult::EQUAL.into(),
-            target: pb::compare::CompareTarget::MOD.into(),
-            key: key.to_vec(),
-            target_union: Some(pb::compare::Target_union::ModRevision(mod_revision)),
-            ..Default::default()
-        };
+        let compare = last_changed_at(key, mod_revision);
         let delete = pb::RequestOp {
             request: Some(pb::request_op::Request::RequestDeleteRange(
                 pb::DeleteRangeRequest {

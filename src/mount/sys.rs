@@ -236,17 +236,25 @@ fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
 /// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8 and later); `None` when the kernel
 /// does not report that attribute. A final symlink is followed.
 pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
+    let st = statx(path, libc::AT_STATX_DONT_SYNC, 0)?;
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+}
+
+/// Calls statx(2) on `path` with `flags`, asking for `mask`. The raw
+/// system call, because musl before 1.2.5 has no statx wrapper to link
+/// against. Fields the kernel did not fill are zero.
+fn statx(path: &CStr, flags: libc::c_int, mask: libc::c_uint) -> io::Result<libc::statx> {
     let mut buf = MaybeUninit::<libc::statx>::zeroed();
     // SAFETY: `path` is a NUL-terminated string that outlives the call, and
-    // `buf` is valid for writing one `statx`. The raw system call is used
-    // because musl before 1.2.5 has no statx wrapper to link against.
+    // `buf` is valid for writing one `statx`.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_statx,
             libc::AT_FDCWD,
             path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            0 as libc::c_uint,
+            flags,
+            mask,
             buf.as_mut_ptr(),
         )
     };
@@ -255,9 +263,7 @@ pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
     }
     // SAFETY: statx succeeded, so it filled in `buf` (which was zeroed
     // before, so any field it left alone is zero too).
-    let st = unsafe { buf.assume_init() };
-    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
-    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+    Ok(unsafe { buf.assume_init() })
 }
 
 /// `STATX_MNT_ID` and `STATX_MNT_ID_UNIQUE` of `<linux/stat.h>`.
@@ -269,26 +275,13 @@ const STATX_MNT_ID_UNIQUE: libc::c_uint = 0x4000;
 /// else the reusable one mountinfo lists. A final symlink is not followed.
 /// `None` when the kernel reports neither (before 5.8).
 pub(super) fn statx_mount_id(path: &CStr) -> io::Result<Option<u64>> {
-    let mut buf = MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
-    // `buf` is valid for writing one `statx`. The raw system call, as in
-    // `statx_mount_root`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_statx,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
-            STATX_MNT_ID | STATX_MNT_ID_UNIQUE,
-            buf.as_mut_ptr(),
-        )
-    };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx succeeded, so it filled in `buf` (zeroed before).
-    let st = unsafe { buf.assume_init() };
-    Ok((st.stx_mask & (STATX_MNT_ID | STATX_MNT_ID_UNIQUE) != 0).then_some(st.stx_mnt_id))
+    let mask = STATX_MNT_ID | STATX_MNT_ID_UNIQUE;
+    let st = statx(
+        path,
+        libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
+        mask,
+    )?;
+    Ok((st.stx_mask & mask != 0).then_some(st.stx_mnt_id))
 }
 
 /// Calls statvfs(3) on `path`.
