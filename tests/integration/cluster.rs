@@ -330,3 +330,31 @@ fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_wat
     );
     leader.join().unwrap();
 }
+
+#[test]
+fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let sets = ClaimSets::new(&etcd, PREFIX);
+    let snw = AccessMode::SingleNodeWriter;
+    sets.admit("v1", &request("a", "w1", false, snw)).unwrap();
+    sets.admit("v2", &request("b", "w2", false, snw)).unwrap();
+    assert_eq!(sets.node_lost("a").unwrap(), ["v1"]);
+    let (set, _) = sets.read("v1").unwrap();
+    assert!(!set.claims[0].wanted);
+    assert_eq!(set.claims[0].reason, "node lost");
+    // Still in the way: a lost node may still write until it is fenced.
+    let err = sets
+        .admit("v1", &request("b", "w3", false, snw))
+        .unwrap_err();
+    assert!(err.to_string().contains("claimed on node a"), "{err}");
+    // Node b's claims are untouched; losing a node twice changes nothing.
+    assert!(sets.read("v2").unwrap().0.claims[0].wanted);
+    assert!(sets.node_lost("a").unwrap().is_empty());
+    // Fenced (the controller leader detached node a), then freed.
+    sets.free("v1", "a", "w1").unwrap();
+    sets.admit("v1", &request("b", "w3", false, snw)).unwrap();
+}
