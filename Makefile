@@ -69,13 +69,13 @@ demo: build
 e2e: install-test
 	BIN='$(BIN)' scripts/e2e.sh
 
-## fuzz: fuzz the HCL parser for FUZZ_TIME seconds (cargo-fuzz on nightly,
+## fuzz: fuzz the HCL parsers (native and JSON) for FUZZ_TIME seconds (cargo-fuzz on nightly,
 ## both installed when missing; not part of `test` or CI)
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	mkdir -p fuzz/corpus/hcl_parse
-	cp tests/fixtures/*.hcl fuzz/corpus/hcl_parse/
+	cp tests/fixtures/*.hcl tests/fixtures/*.json fuzz/corpus/hcl_parse/
 	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
 
 INSTALL_ENV = BIN='$(BIN)' PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' \

@@ -23,8 +23,8 @@
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices and sparse-file extents |
-//! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
-//! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
+//! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) and the parser of HCL's JSON syntax (`*.json`), both with line:col positions, into one syntax tree |
+//! | [`spec`] | typed, validated specs decoded from HCL (native or JSON syntax, by the file name) in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
@@ -91,8 +91,9 @@
 //! - The journal holds whole volume records (one per volume changed in a
 //!   loop turn), not per-transition deltas: replay is "last record wins",
 //!   and a turn that changes a volume five times writes it once.
-//! - Volume specs travel to the agent as HCL over the control socket and are
-//!   decoded there, so errors name the file's line and column and the spec
+//! - Volume specs travel to the agent as text with their file name over the
+//!   control socket and are decoded there (the name says whether it is HCL's
+//!   JSON syntax), so errors name the file's line and column and the spec
 //!   is validated by the same code as `csi-agent validate`.
 //! - A volume's controller and node RPCs go to one plugin ID, which must
 //!   serve both services it needs (`monolith`, or `node` without a

@@ -1,8 +1,9 @@
 //! `csi-agent job ...` and `csi-agent alloc logs`: run, stop and show jobs
 //! through the agent's control API.
 //!
-//! The job file travels to the agent as HCL and is decoded there, by the
-//! same code as `csi-agent validate`, so errors name the file's lines.
+//! The job file travels to the agent as text with its name and is decoded
+//! there, by the same code as `csi-agent validate` (in HCL's JSON syntax for
+//! a name ending in `.json`), so errors name the file's lines.
 
 use std::io::{self, Write};
 
@@ -19,7 +20,8 @@ pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
   run FILE                validate a job file and start its allocations
-                          (one per group instance); prints their IDs
+                          (one per group instance); prints their IDs; FILE
+                          is read as JSON when it ends in .json
   stop [-purge] NAME      stop every allocation of a job; -purge also forgets
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, its

@@ -1,7 +1,8 @@
 //! `csi-agent validate FILE...`: decodes agent configs, volume specs and
 //! job files, and prints what each holds or every error found in it.
 //!
-//! The kind of each file is told from its top level (see
+//! A file named `*.json` is read in HCL's JSON syntax, as Nomad does. The
+//! kind of each file is told from its top level (see
 //! [`FileKind::of`](crate::spec::FileKind::of)). A summary of each valid
 //! file goes to stdout; errors and warnings go to stderr as
 //! `file:line:col: ...`, the form editors jump to. The summary never shows
@@ -22,10 +23,11 @@ use crate::units::format_size;
 pub const USAGE: &str = "\
 usage: csi-agent validate FILE...
 
-Checks agent configs, volume specs and job files (\"-\" reads stdin). A file
-with a job block is a job, one with a top-level plugin_id a volume spec, any
-other an agent config. Prints a summary of each valid file, or every error
-found, as file:line:col; exits 1 if any file has an error.";
+Checks agent configs, volume specs and job files (\"-\" reads stdin); a
+file named *.json is read in HCL's JSON syntax. A file with a job block is
+a job, one with a top-level plugin_id a volume spec, any other an agent
+config. Prints a summary of each valid file, or every error found, as
+file:line:col; exits 1 if any file has an error.";
 
 /// Some files did not validate; their errors are already printed.
 #[derive(Debug)]

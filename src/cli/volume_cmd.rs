@@ -24,7 +24,8 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
 
   register FILE           register an existing volume from a volume spec
   create FILE             create the volume a spec describes (CreateVolume),
-                          then register it
+                          then register it; for both, a FILE named *.json
+                          is read in HCL's JSON syntax
   deregister [-force] ID  forget a volume; refused while it is claimed unless
                           -force, which releases every claim first
   delete ID               delete a volume the agent created (DeleteVolume),
@@ -44,8 +45,9 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
   status -plugin PLUGIN [-json]
                           the plugin's registered volumes, and the volumes
                           it lists (ListVolumes) that are not registered
-  init [FILE]             write an example volume spec (default volume.hcl),
-                          every key explained in a comment
+  init [-json] [FILE]     write an example volume spec (default volume.hcl),
+                          every key explained in a comment; -json writes it
+                          in HCL's JSON syntax (default volume.json)
   snapshot create|delete|list ...
                           snapshots (see `csi-agent volume snapshot -help`)
 
@@ -56,7 +58,7 @@ const ADDRESS_FLAGS: &[Flag] = &[value("address")];
 const DEREGISTER_FLAGS: &[Flag] = &[switch("force"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("plugin"), value("address")];
 const DETACH_FLAGS: &[Flag] = &[value("alloc"), value("address")];
-const INIT_FLAGS: &[Flag] = &[];
+const INIT_FLAGS: &[Flag] = &[switch("json")];
 const CLAIM_FLAGS: &[Flag] = &[
     value("alloc"),
     switch("read-only"),

@@ -1,16 +1,26 @@
-//! `csi-agent volume init [FILE]`: writes an example volume spec, every
-//! key explained, as `nomad volume init` does. The example is a valid spec
-//! (a unit test decodes it), so a user edits it rather than starts from a
-//! blank page. An existing file is never overwritten.
+//! `csi-agent volume init [-json] [FILE]`: writes an example volume spec,
+//! as `nomad volume init` does: in HCL with every key explained, or with
+//! `-json` in HCL's JSON syntax, which has no comments and so holds only the
+//! keys the HCL example sets. Both examples are valid specs and decode to
+//! the same spec (unit tests check it), so a user edits one rather than
+//! starts from a blank page. An existing file is never overwritten.
+//!
+//! csi-agent reads a spec as JSON when its name ends in `.json`, so `-json`
+//! refuses any other name, and the HCL example a `.json` one: the file
+//! written is always one csi-agent reads back.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 
-use super::args::{self, Flag};
+use super::args::{self, Flag, UsageError};
 use super::CliError;
+use crate::hcl::Syntax;
 
 /// The file written when none is named.
 pub const DEFAULT_FILE: &str = "volume.hcl";
+
+/// The file written with `-json` when none is named.
+pub const DEFAULT_JSON_FILE: &str = "volume.json";
 
 /// The example: Nomad's volume spec keys, with csi-agent's meaning.
 pub const EXAMPLE: &str = r#"# A CSI volume for csi-agent, in Nomad's volume spec format.
@@ -89,14 +99,60 @@ mount_options {
 # }
 "#;
 
+/// [`EXAMPLE`] in HCL's JSON syntax, without the keys it leaves commented.
+pub const EXAMPLE_JSON: &str = r#"{
+  "id": "database",
+  "name": "database",
+  "type": "csi",
+  "plugin_id": "hostpath",
+  "capacity_min": "1GiB",
+  "capacity_max": "2GiB",
+  "capability": [
+    {
+      "access_mode": "single-node-writer",
+      "attachment_mode": "file-system"
+    },
+    {
+      "access_mode": "single-node-reader-only",
+      "attachment_mode": "file-system"
+    }
+  ],
+  "mount_options": {
+    "fs_type": "ext4",
+    "mount_flags": ["noatime"]
+  }
+}
+"#;
+
 pub fn run(argv: &[String], flags: &[Flag]) -> Result<(), CliError> {
     let args = args::parse(flags, argv)?;
     args.at_most(1)?;
+    let json = args.switch("json");
+    let (default, example) = if json {
+        (DEFAULT_JSON_FILE, EXAMPLE_JSON)
+    } else {
+        (DEFAULT_FILE, EXAMPLE)
+    };
     let file = args
         .positional
         .first()
         .map(String::as_str)
-        .unwrap_or(DEFAULT_FILE);
+        .unwrap_or(default);
+    match (json, Syntax::of_file(file)) {
+        (true, Syntax::Native) => {
+            return Err(UsageError::new(format!(
+                "-json writes JSON, which csi-agent reads from files named *.json, not {file:?}"
+            ))
+            .into())
+        }
+        (false, Syntax::Json) => {
+            return Err(UsageError::new(format!(
+                "{file:?} would be read as JSON: give -json, or a name not ending in .json"
+            ))
+            .into())
+        }
+        _ => {}
+    }
     let mut out = match OpenOptions::new().write(true).create_new(true).open(file) {
         Ok(out) => out,
         Err(err) if err.kind() == ErrorKind::AlreadyExists => {
@@ -112,7 +168,7 @@ pub fn run(argv: &[String], flags: &[Flag]) -> Result<(), CliError> {
             })
         }
     };
-    out.write_all(EXAMPLE.as_bytes())
+    out.write_all(example.as_bytes())
         .and_then(|()| out.sync_all())
         .map_err(|err| CliError::Io {
             what: format!("failed to write {file}"),
@@ -136,6 +192,15 @@ mod tests {
         assert_eq!(spec.capabilities.len(), 2);
         assert_eq!(spec.capacity_min, Some(1 << 30));
         assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    }
+
+    #[test]
+    fn the_json_example_is_the_same_spec() {
+        let decoded =
+            VolumeSpec::decode(EXAMPLE_JSON, DEFAULT_JSON_FILE).unwrap_or_else(|e| panic!("{e}"));
+        assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+        let hcl = VolumeSpec::decode(EXAMPLE, DEFAULT_FILE).unwrap().spec;
+        assert_eq!(decoded.spec, hcl);
     }
 
     #[test]

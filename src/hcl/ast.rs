@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::json::{BlockViews, JsonBlocks};
+
 /// A position in the source text: a 1-based line and a 1-based column, where
 /// the column counts characters (not bytes) from the start of the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,12 +82,40 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The two syntaxes of HCL a file can be written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Syntax {
+    /// HCL's native syntax: `key = value` and `kind "label" { ... }`.
+    #[default]
+    Native,
+    /// HCL's JSON syntax: one JSON object, whose properties a decoder reads
+    /// as attributes or as blocks (see [`Attribute::json_blocks`]).
+    Json,
+}
+
+impl Syntax {
+    /// The syntax of a file told by its name, as Nomad does: JSON for a
+    /// name ending in `.json`, native for any other.
+    pub fn of_file(name: &str) -> Syntax {
+        if name.ends_with(".json") {
+            Syntax::Json
+        } else {
+            Syntax::Native
+        }
+    }
+}
+
 /// The contents of a file or of a block: attributes and nested blocks, in
 /// source order.
+///
+/// A body in the JSON syntax holds only attributes, one per property of its
+/// object: whether a property is a block is for the decoder to say.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Body {
     /// The items in the order they were written.
     pub items: Vec<Item>,
+    /// The syntax the items were written in.
+    pub syntax: Syntax,
 }
 
 impl Body {
@@ -145,16 +175,51 @@ pub struct Ident {
     pub span: Span,
 }
 
-/// A `key = value` attribute.
-#[derive(Debug, Clone, PartialEq)]
+/// A `key = value` attribute, or a property of a body in the JSON syntax.
+#[derive(Clone, PartialEq)]
 pub struct Attribute {
     /// The key on the left of `=`: an identifier, or a quoted string as
-    /// HCL1 allows.
+    /// HCL1 allows (always quoted in JSON).
     pub key: Key,
     /// The value on the right of `=`.
     pub value: Expr,
     /// From the key to the end of the value.
     pub span: Span,
+    /// The property read as blocks, built when first asked for.
+    pub(crate) views: BlockViews,
+}
+
+impl Attribute {
+    /// Builds an attribute.
+    pub(crate) fn new(key: Key, value: Expr, span: Span) -> Attribute {
+        Attribute {
+            key,
+            value,
+            span,
+            views: BlockViews::default(),
+        }
+    }
+
+    /// This property of a JSON body read as blocks of the kind its key
+    /// names, with one label each when `labeled`, by HCL's JSON rules: an
+    /// object is one block and a list of objects one block per object;
+    /// labels are the keys of an object around the bodies
+    /// (`{"plugin": {"hostpath": {...}}}`). Built on the first call and
+    /// kept, so the blocks borrow from the tree as native ones do.
+    pub fn json_blocks(&self, labeled: bool) -> &JsonBlocks {
+        self.views.get(&self.key, &self.value, labeled)
+    }
+}
+
+impl fmt::Debug for Attribute {
+    /// The attribute without the blocks read from it, which say nothing new.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Attribute")
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .field("span", &self.span)
+            .finish()
+    }
 }
 
 /// A block such as `task "web" { ... }`.

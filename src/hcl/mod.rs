@@ -18,25 +18,48 @@
 //! the identifier when they spell one, and commas between attributes, so
 //! that a block fits on one line (`segments { rack = "R1", zone = "z" }`).
 //!
-//! The parser is written by hand rather than taken from a crate for two
-//! reasons: the agent adds no dependency for it, and every error points at
+//! HCL's JSON syntax, which Nomad reads files named `*.json` in, is parsed
+//! by [`json::parse`] into the same tree: a JSON file is one object, each
+//! property an attribute of its body, and a property is read as blocks when
+//! the decoder asks for blocks of its name ([`Attribute::json_blocks`]: an
+//! object is one block, a list of objects one block each, and labels are the
+//! keys of an object around the bodies, as in `{"job": {"web": {...}}}`).
+//! [`parse_file`] picks the syntax by the file's name, as Nomad does.
+//!
+//! The parsers are written by hand rather than taken from a crate for two
+//! reasons: the agent adds no dependency for them, and every error points at
 //! an exact `file:line:col` and says in words what was expected and what was
 //! found. A single-pass lexer feeds a recursive-descent parser with one
-//! token of lookahead, so parsing takes time linear in the input; nesting is
-//! limited to [`MAX_NESTING`] levels, so no input can exhaust the stack.
+//! token of lookahead, and the JSON parser reads its input in one pass too,
+//! so parsing takes time linear in the input; nesting is limited to
+//! [`MAX_NESTING`] levels in both, so no input can exhaust the stack.
 
 mod ast;
+pub mod json;
 mod lexer;
 mod parser;
 
 #[cfg(test)]
 mod tests;
 
-pub use ast::{Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span};
+pub use ast::{
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span, Syntax,
+};
+pub use json::{JsonBlocks, Misshapen};
 pub use parser::MAX_NESTING;
 
-/// Parses `src`, the contents of the file named `file`, into its body. The
-/// file name is only used in error messages.
+/// Parses `src`, the contents of the file named `file`, in HCL's native
+/// syntax into its body. The file name is only used in error messages.
 pub fn parse(src: &str, file: &str) -> Result<Body, Error> {
     parser::Parser::new(src, file)?.parse_file()
+}
+
+/// Parses `src`, the contents of the file named `file`, in the syntax its
+/// name says ([`Syntax::of_file`]): HCL's JSON syntax for `*.json`, the
+/// native syntax for any other name.
+pub fn parse_file(src: &str, file: &str) -> Result<Body, Error> {
+    match Syntax::of_file(file) {
+        Syntax::Native => parse(src, file),
+        Syntax::Json => json::parse(src, file),
+    }
 }

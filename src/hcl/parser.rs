@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use super::ast::{Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span};
+use super::ast::{
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span, Syntax,
+};
 use super::lexer::{Lexer, Token, TokenKind};
 
 /// How deeply blocks, lists and objects may nest, all counted together.
@@ -102,7 +104,10 @@ impl<'a> Parser<'a> {
             self.skip_newlines()?;
             match (&self.tok.kind, enclosing) {
                 (TokenKind::Eof, None) | (TokenKind::RBrace, Some(_)) => {
-                    return Ok(Body { items });
+                    return Ok(Body {
+                        items,
+                        syntax: Syntax::Native,
+                    });
                 }
                 (TokenKind::Eof, Some((name, open))) => {
                     return Err(
@@ -179,11 +184,11 @@ impl<'a> Parser<'a> {
                 self.advance()?;
                 let value = self.parse_value(&format!("for '{name}'"))?;
                 let span = Span::new(span.start, value.span().end);
-                Ok(Item::Attribute(Attribute {
-                    key: Key { name, quoted, span },
+                Ok(Item::Attribute(Attribute::new(
+                    Key { name, quoted, span },
                     value,
                     span,
-                }))
+                )))
             }
             _ if quoted => Err(self.unexpected(&format!(
                 "'=' after the quoted attribute name \"{}\"",

@@ -8,6 +8,13 @@
 //! suggestion. Errors and warnings are collected in the [`Decoder`] rather
 //! than returned one by one, so that a file with five mistakes shows all
 //! five; a getter whose value is wrong returns `None` and decoding goes on.
+//!
+//! Files named `*.json` are parsed in HCL's JSON syntax, whose bodies hold
+//! only attributes (properties). The getters read them by HCL's JSON rules:
+//! a block getter reads the property of that name as blocks
+//! ([`Attribute::json_blocks`]), every other getter as an attribute, so the
+//! same decoders, with the same strictness and messages, serve both
+//! syntaxes.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -15,8 +22,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::hcl::{self, Attribute, Block, Body, Expr, Item, Pos, Span};
+use crate::hcl::{self, Attribute, Block, Body, Expr, Item, Pos, Span, Syntax};
 
+use super::encode::kept_text;
 use super::suggest::nearest;
 use super::{Decoded, Invalid, Kept, Warning};
 
@@ -30,14 +38,15 @@ pub(crate) struct Decoder<'a> {
 }
 
 impl<'a> Decoder<'a> {
-    /// Parses `src` and decodes its body with `decode`. A syntax error stops
-    /// there; decoding errors are all collected.
+    /// Parses `src` in the syntax its file name says and decodes its body
+    /// with `decode`. A syntax error stops there; decoding errors are all
+    /// collected.
     pub(crate) fn run<T>(
         src: &'a str,
         file: &'a str,
         decode: impl FnOnce(&Decoder<'_>, &Body) -> T,
     ) -> Result<Decoded<T>, Invalid> {
-        let body = hcl::parse(src, file).map_err(|err| Invalid {
+        let body = hcl::parse_file(src, file).map_err(|err| Invalid {
             errors: vec![err],
             warnings: Vec::new(),
         })?;
@@ -463,7 +472,11 @@ impl<'d> Fields<'d> {
                     true
                 }
                 None => {
-                    self.expected(attr, "an object or a block");
+                    let expected = match self.body.syntax {
+                        Syntax::Native => "an object or a block",
+                        Syntax::Json => "an object",
+                    };
+                    self.expected(attr, expected);
                     false
                 }
             },
@@ -504,13 +517,33 @@ impl<'d> Fields<'d> {
     }
 
     /// Every block of this kind, which take no labels. An attribute of that
-    /// name is an error.
+    /// name is an error (in JSON, the property of that name is read as
+    /// blocks).
     pub(crate) fn blocks(&mut self, kind: &'static str) -> Vec<&'d Block> {
         self.register_block(kind, "");
+        if self.body.syntax == Syntax::Json {
+            return self.json_blocks(kind, false);
+        }
         self.body
             .blocks_named(kind)
             .filter(|block| self.no_labels(block))
             .collect()
+    }
+
+    /// The property `kind` of a JSON body read as blocks, with one label
+    /// each when `labeled`; values without a block's shape are errors.
+    fn json_blocks(&self, kind: &str, labeled: bool) -> Vec<&'d Block> {
+        let Some(attr) = self.body.attribute(kind) else {
+            return Vec::new();
+        };
+        let read = attr.json_blocks(labeled);
+        for misshapen in &read.misshapen {
+            self.error(
+                misshapen.pos,
+                format!("{kind:?} in {} {}", self.what, misshapen.message),
+            );
+        }
+        read.blocks.iter().collect()
     }
 
     /// The block of this kind, which may be given at most once.
@@ -528,6 +561,10 @@ impl<'d> Fields<'d> {
     /// kind.
     fn register_block(&mut self, kind: &'static str, labels: &str) {
         self.known.push(kind);
+        if self.body.syntax == Syntax::Json {
+            // In JSON a block is written as a property: see `json_blocks`.
+            return;
+        }
         if let Some(attr) = self.body.attribute(kind) {
             self.error(
                 attr.key.span.start,
@@ -549,13 +586,17 @@ impl<'d> Fields<'d> {
         );
     }
 
-    /// Every block of this kind with its one label, the block's name. Names
-    /// must be unique.
+    /// Every block of this kind with its one label, the block's name (in
+    /// JSON, the keys of the property's object). Names must be unique.
     pub(crate) fn labeled_blocks(&mut self, kind: &'static str) -> Vec<(&'d Block, String)> {
         self.register_block(kind, " \"NAME\"");
         let mut seen: BTreeMap<String, Pos> = BTreeMap::new();
         let mut out = Vec::new();
-        for block in self.body.blocks_named(kind) {
+        let blocks: Vec<&'d Block> = match self.body.syntax {
+            Syntax::Native => self.body.blocks_named(kind).collect(),
+            Syntax::Json => self.json_blocks(kind, true),
+        };
+        for block in blocks {
             let [label] = block.labels.as_slice() else {
                 self.error(
                     block.kind.span.start,
@@ -621,9 +662,17 @@ impl<'d> Fields<'d> {
             let name = item_name(item);
             if keys.contains(&name) {
                 report(self, item, name);
+                // JSON is kept as the HCL it stands for, so that `to_hcl`
+                // writes one syntax.
+                let text = match item {
+                    Item::Attribute(attr) if self.body.syntax == Syntax::Json => {
+                        kept_text(&attr.key.name, &attr.value)
+                    }
+                    _ => self.dec.text(item.span()),
+                };
                 kept.push(Kept {
                     name: name.to_string(),
-                    text: self.dec.text(item.span()),
+                    text,
                 });
             }
         }
@@ -637,9 +686,10 @@ impl<'d> Fields<'d> {
             if self.known.contains(&name) {
                 continue;
             }
-            let what = match item {
-                Item::Attribute(_) => "attribute",
-                Item::Block(_) => "block",
+            let what = match (item, self.body.syntax) {
+                (_, Syntax::Json) => "key",
+                (Item::Attribute(_), Syntax::Native) => "attribute",
+                (Item::Block(_), Syntax::Native) => "block",
             };
             let hint = match nearest(name, &self.known) {
                 Some(known) => {

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::Kept;
+use crate::hcl::{Expr, Key};
 use crate::units::format_duration;
 
 /// Writes HCL text, two spaces per level of nesting.
@@ -117,6 +118,75 @@ impl Writer {
     }
 }
 
+/// A property of a JSON file as HCL on one line: how an ignored item of a
+/// JSON file is kept, so that `to_hcl` writes HCL whichever syntax the file
+/// was in. An object is written as a block (`update { max_parallel = 1 }`),
+/// since the keys csi-agent keeps with an object value are blocks in
+/// Nomad's files, and some (a sidecar task's `config`) must be; anything
+/// else as an attribute.
+pub(crate) fn kept_text(key: &str, value: &Expr) -> String {
+    let mut out = key_text(key);
+    match value {
+        Expr::Object { entries, .. } if is_identifier(key) => {
+            out.push(' ');
+            write_entries(&mut out, entries);
+        }
+        value => {
+            out.push_str(" = ");
+            write_expr(&mut out, value);
+        }
+    }
+    out
+}
+
+/// A key, bare when it is an identifier, quoted otherwise.
+fn key_text(key: &str) -> String {
+    if is_identifier(key) {
+        key.to_string()
+    } else {
+        quote(key)
+    }
+}
+
+/// Writes `value` as an HCL expression: lists as `[a, b]`, objects as
+/// `{ k = v, "k.2" = w }`.
+fn write_expr(out: &mut String, value: &Expr) {
+    match value {
+        Expr::String { value, .. } | Expr::Heredoc { value, .. } => out.push_str(&quote(value)),
+        Expr::Number { value, .. } => out.push_str(value.text()),
+        Expr::Bool { value, .. } => out.push_str(if *value { "true" } else { "false" }),
+        Expr::Null { .. } => out.push_str("null"),
+        Expr::List { items, .. } => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_expr(out, item);
+            }
+            out.push(']');
+        }
+        Expr::Object { entries, .. } => write_entries(out, entries),
+    }
+}
+
+/// Writes `{ k = v, "k.2" = w }`, or `{}`: an object, or a block's body on
+/// one line.
+fn write_entries(out: &mut String, entries: &[(Key, Expr)]) {
+    if entries.is_empty() {
+        out.push_str("{}");
+        return;
+    }
+    out.push('{');
+    for (i, (key, value)) in entries.iter().enumerate() {
+        out.push_str(if i > 0 { ", " } else { " " });
+        out.push_str(&key_text(&key.name));
+        out.push_str(" = ");
+        write_expr(out, value);
+    }
+    out.push_str(" }");
+}
+
 /// Whether `key` can be written bare as an attribute name.
 fn is_identifier(key: &str) -> bool {
     let mut chars = key.chars();
@@ -181,6 +251,55 @@ mod tests {
             let value = body.attribute("x").and_then(|a| a.value.as_str());
             assert_eq!(value, Some(text), "{src}");
         }
+    }
+
+    /// The kept text of the property `key` of the JSON `src`.
+    fn kept_json(src: &str, key: &str) -> String {
+        let body = crate::hcl::json::parse(src, "t.json").unwrap();
+        let attr = body.attribute(key).unwrap();
+        kept_text(&attr.key.name, &attr.value)
+    }
+
+    #[test]
+    fn json_objects_are_kept_as_blocks_and_other_values_as_attributes() {
+        let src = r#"{
+  "update": {"max_parallel": 1, "a.b": [true, null, "${x}"], "e": {}},
+  "meta": {},
+  "datacenters": ["dc1", 2.5],
+  "a.b": {"c": 1}
+}"#;
+        assert_eq!(
+            kept_json(src, "update"),
+            r#"update { max_parallel = 1, "a.b" = [true, null, "$${x}"], e = {} }"#
+        );
+        assert_eq!(kept_json(src, "meta"), "meta {}");
+        assert_eq!(
+            kept_json(src, "datacenters"),
+            r#"datacenters = ["dc1", 2.5]"#
+        );
+        assert_eq!(kept_json(src, "a.b"), r#""a.b" = { c = 1 }"#);
+    }
+
+    #[test]
+    fn kept_json_is_hcl_of_the_same_shape() {
+        use crate::hcl::Item;
+        let src = r#"{"update": {"max_parallel": 1, "s": {"x": ["y"]}}, "n": [{"a": 1}]}"#;
+        let update = crate::hcl::parse(&kept_json(src, "update"), "t.hcl").unwrap();
+        let Some(Item::Block(block)) = update.items.first() else {
+            panic!("not a block: {update:?}");
+        };
+        let keys: Vec<&str> = block
+            .body
+            .attributes()
+            .map(|a| a.key.name.as_str())
+            .collect();
+        assert_eq!(
+            (block.kind.name.as_str(), keys),
+            ("update", vec!["max_parallel", "s"])
+        );
+        let n = crate::hcl::parse(&kept_json(src, "n"), "t.hcl").unwrap();
+        let list = n.attribute("n").and_then(|a| a.value.as_list());
+        assert_eq!(list.map(<[_]>::len), Some(1));
     }
 
     #[test]

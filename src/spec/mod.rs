@@ -7,6 +7,12 @@
 //! every error of a file is reported, not only the first: `unknown attribute
 //! "acess_mode" in volume "data" (did you mean "access_mode"?)`.
 //!
+//! A file named `*.json` is read in HCL's JSON syntax, as Nomad reads it,
+//! by the same decoders with the same errors, at their `line:col` in the
+//! JSON (see `decode.rs`); any other file in the native syntax. Ignored
+//! items of a JSON file are kept as the HCL they stand for, so that
+//! `to_hcl` always writes HCL.
+//!
 //! Real Nomad files hold much that csi-agent does not do (scheduling,
 //! networking, updates, templates). Those keys parse, are kept as written in
 //! the spec's `ignored` lists, and produce one warning each ("ignored by
@@ -47,7 +53,7 @@ mod volume;
 
 use std::fmt;
 
-use crate::hcl::{self, Body, Pos};
+use crate::hcl::{self, Body, Pos, Syntax};
 
 pub use agent::{
     AgentConfig, ChrootEntry, ClusterConfig, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV,
@@ -128,11 +134,15 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    /// Tells the kind from the top level of a file: a `job` block makes a
-    /// job file, a `plugin_id` attribute a volume spec, anything else an
-    /// agent configuration.
+    /// Tells the kind from the top level of a file: a `job` block (in JSON,
+    /// a `job` property) makes a job file, a `plugin_id` attribute a volume
+    /// spec, anything else an agent configuration.
     pub fn of(body: &Body) -> FileKind {
-        if body.blocks_named("job").next().is_some() {
+        let job = match body.syntax {
+            Syntax::Native => body.blocks_named("job").next().is_some(),
+            Syntax::Json => body.attribute("job").is_some(),
+        };
+        if job {
             FileKind::Job
         } else if body.attribute("plugin_id").is_some() {
             FileKind::Volume
@@ -161,9 +171,10 @@ pub enum SpecFile {
 }
 
 impl SpecFile {
-    /// Decodes `src` as whichever kind of file [`FileKind::of`] says it is.
+    /// Decodes `src` as whichever kind of file [`FileKind::of`] says it is,
+    /// in the syntax its name says (JSON for `*.json`).
     pub fn decode(src: &str, file: &str) -> Result<Decoded<SpecFile>, Invalid> {
-        let kind = match hcl::parse(src, file) {
+        let kind = match hcl::parse_file(src, file) {
             Ok(body) => FileKind::of(&body),
             Err(err) => {
                 return Err(Invalid {

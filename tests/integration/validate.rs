@@ -107,6 +107,81 @@ fn validate_reports_every_error_with_its_position_and_exits_1() {
 }
 
 #[test]
+fn validate_reads_json_files_in_hcls_json_syntax_by_their_name() {
+    // Each JSON fixture has the summary of its HCL twin.
+    for (json, hcl) in [
+        ("agent.json", "agent.hcl"),
+        ("volume-register.json", "volume-register.hcl"),
+        ("volume-create.json", "volume-create.hcl"),
+        ("job-per-alloc.json", "job-per-alloc.hcl"),
+        ("job-web.json", "job-web.hcl"),
+    ] {
+        let (json, hcl) = (fixture(json), fixture(hcl));
+        let from_json = validate(&[&json]);
+        let from_hcl = validate(&[&hcl]);
+        assert_eq!(from_json.status.code(), Some(0), "{}", stderr(&from_json));
+        assert_eq!(
+            stdout(&from_json).replace(&json, "FILE"),
+            stdout(&from_hcl).replace(&hcl, "FILE")
+        );
+    }
+}
+
+#[test]
+fn validate_reports_json_errors_at_their_position() {
+    let dir = TestDir::new();
+    let path = dir.join("job.json");
+    std::fs::write(
+        &path,
+        r#"{
+  "job": {
+    "j": {
+      "group": {
+        "g": {
+          "cuont": 2,
+          "task": {
+            "t": {
+              "driver": "exec",
+              "kill_timeout": 30,
+              "config": {"comand": "/bin/true"}
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"#,
+    )
+    .unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let out = validate(&[&path]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{path}:6:11: unknown key \"cuont\" in group \"g\" (did you mean \"count\"?)\n\
+             {path}:10:31: \"kill_timeout\" in task \"t\" must be a string, found a number\n\
+             {path}:11:26: unknown key \"comand\" in config in task \"t\" (did you mean \"command\"?)\n\
+             error: 1 of 1 file did not validate\n"
+        )
+    );
+    // A JSON syntax error stops there, at its position.
+    std::fs::write(dir.join("bad.json"), "{\n  \"id\": \"x\",\n}\n").unwrap();
+    let bad = dir.join("bad.json").to_string_lossy().into_owned();
+    let out = validate(&[&bad]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{bad}:3:1: expected a key (a quoted string) after ',' (JSON has no trailing commas), found '}}'\n\
+             error: 1 of 1 file did not validate\n"
+        )
+    );
+}
+
+#[test]
 fn validate_checks_every_file_after_a_failure() {
     let docker = fixture("nomad-docker-job.hcl");
     let agent = fixture("agent.hcl");

@@ -1,5 +1,6 @@
 //! Nomad's `volume` commands through the CLI, against a real agent and a
-//! real (strict) hostpath plugin: `detach`, `init`, `status -plugin` with
+//! real (strict) hostpath plugin: `detach`, `init` (HCL and `-json`), specs
+//! in HCL's JSON syntax for `create` and `register`, `status -plugin` with
 //! the plugin's unregistered volumes, and the refusals of snapshot
 //! commands a plugin cannot serve. Snapshots, restores, clones and
 //! expansion themselves are in `snapshots_cli.rs`.
@@ -78,6 +79,120 @@ fn init_writes_a_spec_that_validates_and_never_overwrites() {
     let out = run(&["volume", "init", "other.hcl"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(dir.join("other.hcl").exists());
+}
+
+#[test]
+fn init_json_writes_a_json_spec_that_validates_and_never_overwrites() {
+    let dir = crate::util::TestDir::new();
+    let run = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .args(args)
+            .current_dir(&dir.path)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["volume", "init", "-json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Example volume specification written to volume.json\n"
+    );
+    let written = fs::read_to_string(dir.join("volume.json")).unwrap();
+    assert!(
+        written.starts_with("{\n  \"id\": \"database\","),
+        "{written}"
+    );
+    let out = run(&["validate", "volume.json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(
+            "volume.json: volume spec: csi volume \"database\" (\"database\") on plugin \"hostpath\"\n"
+        ),
+        "{}",
+        text(&out)
+    );
+    // The same spec as the HCL example's.
+    let out = run(&["volume", "init"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let hcl = run(&["validate", "volume.hcl"]);
+    let json = run(&["validate", "volume.json"]);
+    assert_eq!(
+        String::from_utf8_lossy(&json.stdout).replace("volume.json", "FILE"),
+        String::from_utf8_lossy(&hcl.stdout).replace("volume.hcl", "FILE")
+    );
+
+    fs::write(dir.join("volume.json"), "{}\n").unwrap();
+    let out = run(&["volume", "init", "-json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    assert_eq!(fs::read_to_string(dir.join("volume.json")).unwrap(), "{}\n");
+    let out = run(&["volume", "init", "-json", "other.json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(dir.join("other.json").exists());
+
+    // A name that csi-agent would read in the other syntax is refused.
+    for args in [
+        &["volume", "init", "-json", "spec.hcl"][..],
+        &["volume", "init", "spec.json"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(!dir.join(args[args.len() - 1]).exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_json_spec_is_created_and_registered_through_the_cli() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let dir = &rig.agent.dir;
+    let out = std::process::Command::new(bin())
+        .args(["volume", "init", "-json"])
+        .current_dir(&dir.path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let path = dir.join("volume.json");
+    let example = fs::read_to_string(&path).unwrap();
+    let spec = example
+        .replace("\"hostpath\"", &format!("{PLUGIN:?}"))
+        .replace("\"database\"", "\"db\"");
+    fs::write(&path, &spec).unwrap();
+    let file = path.display().to_string();
+    let out = rig.agent.cli(&["volume", "create", &file]);
+    assert!(out.status.success(), "{}", text(&out));
+    let created = volume(&rig.agent, "db");
+    assert_eq!(created.plugin_id, PLUGIN);
+    assert_eq!(created.capabilities.len(), 2);
+    assert_eq!(created.fs_type, "ext4");
+
+    // Registration reads JSON too; its errors point into the JSON file.
+    let external_id = created.external_id.clone();
+    let out = rig.agent.cli(&["volume", "deregister", "db"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let register = spec.replace(
+        "\"type\": \"csi\",",
+        &format!(
+            "\"type\": \"csi\",\n  \"external_id\": {external_id:?},\n  \"namespce\": \"default\","
+        ),
+    );
+    fs::write(&path, &register).unwrap();
+    let out = rig.agent.cli(&["volume", "register", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{file}:6:3: unknown key \"namespce\" in the volume spec (did you mean \"namespace\"?)"
+        )),
+        "{stderr}"
+    );
+    fs::write(&path, register.replace("namespce", "namespace")).unwrap();
+    let out = rig.agent.cli(&["volume", "register", &file]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(volume(&rig.agent, "db").external_id, external_id);
+    rig.assert_nothing_left();
 }
 
 #[test]

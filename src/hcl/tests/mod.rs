@@ -1,14 +1,20 @@
 //! Tests for the HCL parser, with helpers shared by the test files.
 
-use super::{parse, Body, Error, Expr, Item};
+use super::{json, parse, Body, Error, Expr, Item};
 
 mod errors;
 mod files;
+mod json_blocks;
+mod json_errors;
+mod json_values;
 mod literals;
 mod robustness;
 
 /// The file name every test passes to `parse`.
 const FILE: &str = "test.hcl";
+
+/// The file name every test passes to `json::parse`.
+const JSON_FILE: &str = "test.json";
 
 /// Parses `src`, failing the test with the error if it does not parse.
 fn parse_ok(src: &str) -> Body {
@@ -29,6 +35,42 @@ fn parse_err(src: &str) -> Error {
 /// The displayed error for `src`.
 fn error_text(src: &str) -> String {
     parse_err(src).to_string()
+}
+
+/// Parses `src` as JSON, failing the test with the error if it does not
+/// parse.
+fn json_ok(src: &str) -> Body {
+    match json::parse(src, JSON_FILE) {
+        Ok(body) => body,
+        Err(err) => panic!("expected {src:?} to parse, got {err}"),
+    }
+}
+
+/// The displayed error for the JSON `src`, failing the test if it parses.
+fn json_error_text(src: &str) -> String {
+    match json::parse(src, JSON_FILE) {
+        Ok(body) => panic!("expected {src:?} to fail, got {body:?}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+/// Parses `{"x": value}` and returns the value of `x`.
+fn json_value_of(value: &str) -> Expr {
+    let src = format!("{{\"x\": {value}}}");
+    let body = json_ok(&src);
+    match body.attribute("x") {
+        Some(attr) => attr.value.clone(),
+        None => panic!("no attribute 'x' in {body:?}"),
+    }
+}
+
+/// The text of the JSON string `value`, decoded.
+fn json_string_of(value: &str) -> String {
+    let value = json_value_of(value);
+    match value.as_str() {
+        Some(text) => text.to_string(),
+        None => panic!("'x' is a {}, not a string", value.kind_name()),
+    }
 }
 
 /// Parses `src` and returns the value of its attribute `x`.

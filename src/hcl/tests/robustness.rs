@@ -2,7 +2,7 @@
 
 use super::files::{AGENT_CONFIG, JOB};
 use super::{error_text, value_of, FILE};
-use crate::hcl::parse;
+use crate::hcl::{json, parse, Body};
 
 /// A file that uses every literal form, so that cutting it up reaches every
 /// lexer state.
@@ -163,4 +163,135 @@ fn huge_number_keeps_its_text_without_a_machine_value() {
     assert_eq!(number.map(|n| n.text().len()), Some(100_001));
     assert_eq!(number.and_then(|n| n.as_i64()), None);
     assert_eq!(number.and_then(|n| n.as_f64()), None);
+}
+
+/// A JSON file in HCL's syntax that uses every value form and escape, so
+/// that cutting it up reaches every state of the JSON parser.
+const JSON: &str = r#"{
+  "//": "every form",
+  "id": "esc \" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00 $${x} ${y}",
+  "n": [0, -0, 12, -1.5, 1e3, 2.5E-3, 1e+2, true, false, null],
+  "capability": [{"access_mode": "single-node-writer"}, {}],
+  "plugin": {"hostpath": {"socket": "/run/h.sock", "é": []}},
+  "job": [{"web": {"group": {"g": [{"count": 2}]}}}],
+  "empty": {}
+}
+"#;
+
+/// Checks that parsing the JSON `src` returns, that an error points inside
+/// it, and that reading every property as blocks returns too.
+fn check_json_returns(src: &str) {
+    match json::parse(src, FILE) {
+        Ok(body) => read_every_property(&body),
+        Err(err) => {
+            let lines = src.split('\n').count();
+            assert!(
+                err.pos.line >= 1 && err.pos.line <= lines && err.pos.col >= 1,
+                "error {err} points outside {src:?}"
+            );
+            assert!(!err.message.is_empty());
+        }
+    }
+}
+
+/// Reads every property of `body` as blocks both ways, and the bodies of
+/// those blocks in turn.
+fn read_every_property(body: &Body) {
+    for attr in body.attributes() {
+        for labeled in [false, true] {
+            for block in &attr.json_blocks(labeled).blocks {
+                read_every_property(&block.body);
+            }
+        }
+    }
+}
+
+#[test]
+fn json_sample_parses() {
+    if let Err(err) = json::parse(JSON, FILE) {
+        panic!("{err}");
+    }
+}
+
+#[test]
+fn every_json_prefix_parses_or_fails_cleanly() {
+    for (at, _) in JSON.char_indices() {
+        check_json_returns(&JSON[..at]);
+    }
+}
+
+#[test]
+fn every_single_character_deletion_of_json_parses_or_fails_cleanly() {
+    for (at, c) in JSON.char_indices() {
+        let mut cut = String::with_capacity(JSON.len());
+        cut.push_str(&JSON[..at]);
+        cut.push_str(&JSON[at + c.len_utf8()..]);
+        check_json_returns(&cut);
+    }
+}
+
+#[test]
+fn awkward_json_fragments_fail_cleanly() {
+    let fragments = [
+        "{",
+        "}",
+        "{\"",
+        "{\"\\",
+        "{\"\\u",
+        "{\"\\uD83D",
+        "{\"\\uD83D\\",
+        "{\"\\uD83D\\u",
+        "{\"\\uDE00\"",
+        "{\"a\"",
+        "{\"a\":",
+        "{\"a\":-",
+        "{\"a\":1e",
+        "{\"a\":1.",
+        "{\"a\":0",
+        "{\"a\":t",
+        "{\"a\":[",
+        "{\"a\":[1,",
+        "{\"a\":{",
+        "{\"a\":\"\u{0}\"}",
+        "{\"a\":\"\\\n\"}",
+        "\u{feff}",
+        "\u{feff}\u{feff}{}",
+        "\0",
+        "é",
+        "{}\0",
+        "{} x",
+        "[]",
+        "\"a\"",
+        "1",
+        "null",
+    ];
+    for src in fragments {
+        check_json_returns(src);
+    }
+    for src in ["", "[]", "{", "{\"\\uD83D\"}", "{}\0"] {
+        assert!(json::parse(src, FILE).is_err(), "{src:?}");
+    }
+}
+
+#[test]
+fn random_json_bytes_never_panic() {
+    // A xorshift generator: deterministic, so a failure reproduces.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let alphabet = b"{}[]:,\"\\/ \n-+.eE0123456789abfnrtuDdlsx";
+    for _ in 0..3000 {
+        let len = (next() % 64) as usize;
+        let mut src = String::from("{");
+        for _ in 0..len {
+            src.push(char::from(
+                alphabet[(next() % alphabet.len() as u64) as usize],
+            ));
+        }
+        check_json_returns(&src);
+    }
 }

@@ -1,11 +1,12 @@
 //! The spec decoders through the public API: each spec type decoded from
 //! our fixtures (Nomad's documented examples, rewritten), round trips
-//! through `to_hcl`, one test per validation rule, and a property test that
-//! no input makes decoding panic.
+//! through `to_hcl`, one test per validation rule, the same files in HCL's
+//! JSON syntax, and a property test that no input makes decoding panic.
 
 mod agent;
 mod decoding;
 mod job;
+mod json;
 mod robustness;
 mod rules;
 mod volume;
@@ -14,6 +15,9 @@ use csi_agent::spec::{AgentConfig, Decoded, Invalid, Job, SpecFile, VolumeSpec, 
 
 /// The file name every inline test source is decoded as.
 pub const FILE: &str = "test.hcl";
+
+/// The file name inline sources in HCL's JSON syntax are decoded as.
+pub const JSON_FILE: &str = "test.json";
 
 /// The fixtures under `tests/fixtures`, by file name.
 pub const FIXTURES: &[(&str, &str)] = &[
@@ -51,7 +55,43 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "nomad-docker-job.hcl",
         include_str!("../../fixtures/nomad-docker-job.hcl"),
     ),
+    ("agent.json", include_str!("../../fixtures/agent.json")),
+    (
+        "agent-chroot.json",
+        include_str!("../../fixtures/agent-chroot.json"),
+    ),
+    (
+        "volume-register.json",
+        include_str!("../../fixtures/volume-register.json"),
+    ),
+    (
+        "volume-create.json",
+        include_str!("../../fixtures/volume-create.json"),
+    ),
+    (
+        "volume-ebs.json",
+        include_str!("../../fixtures/volume-ebs.json"),
+    ),
+    (
+        "job-per-alloc.json",
+        include_str!("../../fixtures/job-per-alloc.json"),
+    ),
+    (
+        "job-plugin.json",
+        include_str!("../../fixtures/job-plugin.json"),
+    ),
+    ("job-web.json", include_str!("../../fixtures/job-web.json")),
 ];
+
+/// The file name a fixture is decoded as in tests that mutate it: its
+/// syntax's, as the decoders tell the syntax by the name.
+pub fn file_for(fixture: &str) -> &'static str {
+    if fixture.ends_with(".json") {
+        JSON_FILE
+    } else {
+        FILE
+    }
+}
 
 /// The text of a fixture.
 pub fn fixture(name: &str) -> &'static str {

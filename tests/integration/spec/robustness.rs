@@ -1,10 +1,11 @@
-//! No input may panic a decoder: random bytes, and our fixtures cut,
-//! spliced and mutated. Deterministic, so a failure reproduces; the
-//! `fuzz/` target explores further (`make fuzz`).
+//! No input may panic a decoder: random bytes, and our fixtures (HCL and
+//! JSON, each decoded in its own syntax) cut, spliced and mutated.
+//! Deterministic, so a failure reproduces; the `fuzz/` target explores the
+//! native syntax further (`make fuzz`).
 
 use csi_agent::spec::SpecFile;
 
-use super::{FILE, FIXTURES};
+use super::{file_for, FILE, FIXTURES, JSON_FILE};
 
 /// A xorshift generator: small, deterministic, and good enough to pick
 /// bytes and positions.
@@ -26,9 +27,10 @@ impl Rng {
 /// Bytes that matter to HCL, so that random input reaches past the lexer.
 const HCL_BYTES: &[u8] = b"{}[]=\"\n #/*$%<-.,:0123456789abcdefghijklmnopqrstuvwxyz_\\";
 
-/// Decodes `src` and checks that every error points inside it.
-fn check(src: &str) {
-    if let Err(invalid) = SpecFile::decode(src, FILE) {
+/// Decodes `src` as the file `file` and checks that every error points
+/// inside it.
+fn check(src: &str, file: &str) {
+    if let Err(invalid) = SpecFile::decode(src, file) {
         let lines = src.split('\n').count();
         for err in &invalid.errors {
             assert!(
@@ -54,14 +56,16 @@ fn random_bytes_never_panic() {
                 }
             })
             .collect();
-        check(&String::from_utf8_lossy(&bytes));
+        let text = String::from_utf8_lossy(&bytes);
+        check(&text, FILE);
+        check(&text, JSON_FILE);
     }
 }
 
 #[test]
 fn mutated_fixtures_never_panic() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for (_, fixture) in FIXTURES {
+    for (name, fixture) in FIXTURES {
         for _ in 0..400 {
             let mut bytes = fixture.as_bytes().to_vec();
             for _ in 0..1 + rng.below(4) {
@@ -80,7 +84,7 @@ fn mutated_fixtures_never_panic() {
                     }
                 }
             }
-            check(&String::from_utf8_lossy(&bytes));
+            check(&String::from_utf8_lossy(&bytes), file_for(name));
         }
     }
 }
@@ -88,7 +92,7 @@ fn mutated_fixtures_never_panic() {
 #[test]
 fn fixtures_with_lines_dropped_or_repeated_never_panic() {
     let mut rng = Rng(0xdead_beef_cafe_f00d);
-    for (_, fixture) in FIXTURES {
+    for (name, fixture) in FIXTURES {
         let lines: Vec<&str> = fixture.lines().collect();
         for _ in 0..200 {
             let mut mutated = lines.clone();
@@ -99,16 +103,16 @@ fn fixtures_with_lines_dropped_or_repeated_never_panic() {
                 let line = mutated[rng.below(mutated.len())];
                 mutated.insert(at, line);
             }
-            check(&mutated.join("\n"));
+            check(&mutated.join("\n"), file_for(name));
         }
     }
 }
 
 #[test]
 fn every_prefix_of_every_fixture_decodes_or_fails_cleanly() {
-    for (_, fixture) in FIXTURES {
+    for (name, fixture) in FIXTURES {
         for (at, _) in fixture.char_indices() {
-            check(&fixture[..at]);
+            check(&fixture[..at], file_for(name));
         }
     }
 }

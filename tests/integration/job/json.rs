@@ -1,0 +1,90 @@
+//! Job files in HCL's JSON syntax through `job run`: the agent decodes a
+//! file by its name, both when it is run and when it reads the job back
+//! from its state after a restart.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::Rig;
+use crate::harness::{text, WAIT};
+use crate::util::require_root;
+
+/// A raw_exec job that greets and sleeps, in HCL's JSON syntax.
+const JOB: &str = r#"{
+  "job": {
+    "hello": {
+      "datacenters": ["dc1"],
+      "group": {
+        "g": {
+          "restart": {"attempts": 0, "mode": "fail"},
+          "task": {
+            "t": {
+              "driver": "raw_exec",
+              "env": {"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
+              "config": {
+                "command": "/bin/sh",
+                "args": ["-c", "echo \"$GREETING\"; exec sleep 600"]
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_json_job_file_runs_and_is_read_again_after_a_restart() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let out = rig.run_job_output("hello.json", JOB);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("hello.json:4:7: warning: \"datacenters\" in job \"hello\" is ignored"),
+        "{}",
+        text(&out)
+    );
+    let alloc = rig.job("hello").allocs[0].id.clone();
+    let pid = rig.wait_running("hello", &alloc);
+    let start = Instant::now();
+    while rig.ok(&["alloc", "logs", &alloc, "t"]) != "hello from g\n" {
+        assert!(start.elapsed() < WAIT, "no greeting in the task's log");
+        thread::sleep(Duration::from_millis(20));
+    }
+
+    // The agent keeps the file's name with its text, and reads the job
+    // back as JSON: the task is adopted, not dropped.
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let job = rig.wait_job("hello", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    assert_eq!(job.allocs[0].tasks[0].pid, pid);
+    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
+    rig.stop("hello");
+}
+
+#[test]
+fn a_json_job_file_with_a_typo_is_refused_at_its_position() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.run_job_output("typo.json", &JOB.replace("\"command\"", "\"comand\""));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "typo.json:13:17: unknown key \"comand\" in config in task \"t\" (did you mean \"command\"?)"
+        ),
+        "{stderr}"
+    );
+    assert!(rig.client().job_status("").unwrap().jobs.is_empty());
+}
