@@ -96,7 +96,7 @@ impl Plugin {
                 ));
             }
         }
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let capacity_bytes = if let Some(existing) = state.volumes.get(id) {
             if existing.kind != kind {
                 return Err(status(
@@ -157,7 +157,7 @@ impl Plugin {
 
     fn delete_volume(&self, req: &pb::DeleteVolumeRequest) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let kind = match state.volumes.get(id) {
             None => return Ok(pb::DeleteVolumeResponse::new()),
             Some(VolumeRecord {
@@ -205,7 +205,7 @@ impl Plugin {
         let node = required("node_id", &req.node_id)?;
         convert::capability_from_field(&req.volume_capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let volume = state
             .volumes
             .get_mut(id)
@@ -245,7 +245,7 @@ impl Plugin {
         req: &pb::ControllerUnpublishVolumeRequest,
     ) -> RpcResult<pb::ControllerUnpublishVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         if let Some(path) = state.in_use_on_node(id) {
             return Err(status(
                 Code::FailedPrecondition,
@@ -279,7 +279,7 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind = self
-            .lock()
+            .lock()?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -338,7 +338,7 @@ impl Plugin {
                 )
             })?
         };
-        let state = self.lock();
+        let state = self.lock()?;
         if start > state.volumes.len() {
             return Err(status(
                 Code::Aborted,
@@ -394,7 +394,7 @@ impl Plugin {
             .as_ref()
             .map(crate::csi::types::CapacityRange::from)
             .ok_or_else(|| status(Code::InvalidArgument, "capacity_range is required"))?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let volume = state
             .volumes
             .get_mut(id)

@@ -25,7 +25,8 @@
 //!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
-//! lock.
+//! lock, which also keeps out the other processes of the base dir (see
+//! [`state`]).
 //!
 //! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
 //! file-system volume), `block/<id>.img` (a block volume's backing file),
@@ -43,7 +44,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
@@ -56,7 +57,7 @@ use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::{PluginCapability, StringMap};
 use faults::{Action, Faults, Trace};
-use state::State;
+use state::{SharedState, StateGuard};
 use strict::{Advertised, Call};
 use verdict::StrictMode;
 
@@ -132,7 +133,7 @@ impl std::error::Error for Error {
 /// The plugin: configuration, state and test hooks, shared by RPC threads.
 pub struct Plugin {
     config: Config,
-    state: Mutex<State>,
+    state: SharedState,
     faults: Faults,
     trace: Trace,
     strict: Option<StrictMode>,
@@ -143,8 +144,11 @@ impl Plugin {
         self.config.base_dir.join("volumes").join(id)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The state as the file has it, held until the guard is dropped.
+    fn lock(&self) -> RpcResult<StateGuard<'_>> {
+        self.state
+            .lock()
+            .map_err(|e| internal("cannot read the plugin state", e))
     }
 
     fn topology(&self) -> pb::Topology {
@@ -160,14 +164,16 @@ impl Plugin {
 pub fn run(config: Config) -> Result<(), Error> {
     let volumes = config.base_dir.join("volumes");
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
-    let state = State::load(&config.base_dir.join("state")).map_err(|err| Error::State { err })?;
+    let state = SharedState::open(&config.base_dir).map_err(|err| Error::State { err })?;
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
         let advertised = Advertised {
             controller: controller::capabilities(config.no_attach).collect(),
             node: node::CAPABILITIES.iter().copied().collect(),
         };
-        let mode = StrictMode::open(&config.base_dir, advertised, &config.node_id, &state);
+        let recorded = state.lock().map_err(|err| Error::State { err })?;
+        let mode = StrictMode::open(&config.base_dir, advertised, &config.node_id, &recorded);
+        drop(recorded);
         Some(mode.map_err(|err| Error::Verdict { err })?)
     } else {
         verdict::remove_stale(&config.base_dir).map_err(|err| Error::Verdict { err })?;
@@ -184,7 +190,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     let service = Service(Arc::new(Plugin {
         faults: Faults::new(config.faults.clone()),
         config,
-        state: Mutex::new(state),
+        state,
         trace,
         strict,
     }));

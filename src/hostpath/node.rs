@@ -78,7 +78,7 @@ impl Plugin {
         id: &str,
         publish_context: &std::collections::HashMap<String, String>,
     ) -> RpcResult<()> {
-        let state = self.lock();
+        let state = self.lock()?;
         let volume = state
             .volumes
             .get(id)
@@ -121,7 +121,7 @@ impl Plugin {
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         self.check_attached(id, publish_context)?;
         let kind = self
-            .lock()
+            .lock()?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -149,7 +149,7 @@ impl Plugin {
         }
         let dir = self.volume_dir(id);
         let key = capability_key(&cap);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         if kind == VolumeKind::Block {
             self.stage_block(&mut state, id, staging, key)?;
             return Ok(pb::NodeStageVolumeResponse::new());
@@ -199,7 +199,7 @@ impl Plugin {
         &self,
         change: impl FnOnce(&mut super::state::State),
     ) -> RpcResult<Resp> {
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         change(&mut state);
         state.save().map_err(|e| internal("cannot save state", e))?;
         Ok(Resp::default())
@@ -211,7 +211,7 @@ impl Plugin {
     ) -> RpcResult<pb::NodeUnstageVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         // A CO that stages once per usage (as Nomad does) has several
         // stagings of one volume: only the last one must outlive every
         // publish.
@@ -253,7 +253,7 @@ impl Plugin {
         let (id, _, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         let dir = self.volume_dir(id);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let staged = match kind {
             VolumeKind::Directory => holds(staging, &dir)?,
             VolumeKind::Block => state.staged.get(staging).is_some_and(|s| s.volume_id == id),
@@ -333,7 +333,7 @@ impl Plugin {
     ) -> RpcResult<pb::NodeUnpublishVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let target = Path::new(required("target_path", &req.target_path)?);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         if is_mount_point(target)? {
             SysMounter
                 .unmount(target, UnmountMode::Normal)
@@ -372,7 +372,7 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let path = Path::new(required("volume_path", &req.volume_path)?);
         let kind = self
-            .lock()
+            .lock()?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -428,7 +428,7 @@ impl Plugin {
     ) -> RpcResult<pb::NodeExpandVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         required("volume_path", &req.volume_path)?;
-        let state = self.lock();
+        let state = self.lock()?;
         let volume = state
             .volumes
             .get(id)
