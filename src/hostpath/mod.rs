@@ -35,6 +35,7 @@
 mod block;
 mod controller;
 pub mod faults;
+pub mod in_flight;
 mod node;
 pub mod state;
 pub mod strict;

@@ -12,8 +12,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::in_flight::{InFlight, InFlightGuard};
 use super::state::State;
-use super::strict::{Advertised, Call, InFlight, InFlightGuard, Strict, Violation};
+use super::strict::{Advertised, Call, Strict, Violation};
 
 /// The verdict file's name in the base dir.
 pub const VERDICT_FILE: &str = "strict-violations";
