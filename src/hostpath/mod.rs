@@ -23,14 +23,29 @@
 //! by default: without it the plugin serves such requests as it always has
 //! (a CO that stages per usage, as Nomad does, still works).
 //!
+//! With `-mode controller` or `-mode node` a process serves one half of the
+//! plugin, as real deployments split a CSI plugin into a controller and
+//! node plugins under one plugin ID: Identity and Controller, or Identity
+//! and Node (GetPluginCapabilities leaves CONTROLLER_SERVICE out), and the
+//! other service's RPCs are UNIMPLEMENTED. A controller process and a node
+//! process given one base dir and one node ID make one plugin: they share
+//! the state file (see [`state`]), so the node finds the controller's
+//! attachments and the controller the node's stagings. In strict mode each
+//! process judges what it sees, with the other side of its model taken
+//! from that shared state before each call, and a call for a volume the
+//! other process has a call in flight for is a second call in flight (see
+//! [`verdict`] and [`in_flight`]); a call of the service a process does not
+//! serve is refused as an RPC the plugin did not advertise.
+//!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
 //! lock, which also keeps out the other processes of the base dir (see
 //! [`state`]).
 //!
-//! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
-//! file-system volume), `block/<id>.img` (a block volume's backing file),
-//! `strict-violations` (strict mode's verdict).
+//! Files under the base dir: `state` and `state.lock` (see [`state`]),
+//! `volumes/<id>/` (a file-system volume), `block/<id>.img` (a block
+//! volume's backing file), `strict-violations` (strict mode's verdict),
+//! `in-flight/<id>` (a split plugin's locks of calls in flight).
 
 mod block;
 mod controller;
@@ -57,9 +72,10 @@ use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::{PluginCapability, StringMap};
+use crate::spec::PluginType;
 use faults::{Action, Faults, Trace};
 use state::{SharedState, StateGuard};
-use strict::{Advertised, Call};
+use strict::{Advertised, Call, Service as CsiService};
 use verdict::StrictMode;
 
 /// The name the plugin reports in GetPluginInfo.
@@ -88,6 +104,10 @@ pub struct Config {
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
     pub strict: bool,
+    /// Which services this process serves: both (`monolith`), or one, for
+    /// a plugin split into a controller process and a node process that
+    /// share the base dir.
+    pub mode: PluginType,
 }
 
 #[derive(Debug)]
@@ -152,6 +172,28 @@ impl Plugin {
             .map_err(|e| internal("cannot read the plugin state", e))
     }
 
+    /// What the shared state records, as the calls that made it, for a
+    /// strict process of a split plugin; `None` (logged) when the state
+    /// cannot be read: the call then meets its own error.
+    fn recorded(&self) -> Option<Vec<Call>> {
+        match self.state.lock() {
+            Ok(state) => Some(verdict::recorded_calls(&state)),
+            Err(err) => {
+                log::error!("strict: cannot read the shared state: {err}");
+                None
+            }
+        }
+    }
+
+    /// Whether this process serves `service`'s RPCs.
+    fn serves(&self, service: CsiService) -> bool {
+        match service {
+            CsiService::Identity => true,
+            CsiService::Controller => self.config.mode.has_controller(),
+            CsiService::Node => self.config.mode.has_node(),
+        }
+    }
+
     fn topology(&self) -> pb::Topology {
         let mut topology = pb::Topology::new();
         topology
@@ -173,7 +215,13 @@ pub fn run(config: Config) -> Result<(), Error> {
             node: node::CAPABILITIES.iter().copied().collect(),
         };
         let recorded = state.lock().map_err(|err| Error::State { err })?;
-        let mode = StrictMode::open(&config.base_dir, advertised, &config.node_id, &recorded);
+        let mode = StrictMode::open(
+            &config.base_dir,
+            advertised,
+            &config.node_id,
+            &recorded,
+            config.mode,
+        );
         drop(recorded);
         Some(mode.map_err(|err| Error::Verdict { err })?)
     } else {
@@ -181,6 +229,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         None
     };
     let socket = config.endpoint.path().to_path_buf();
+    let mode = config.mode;
     remove_stale_socket(&socket)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -216,7 +265,11 @@ pub fn run(config: Config) -> Result<(), Error> {
         path: socket.clone(),
         err,
     })?;
-    log::info!("hostpath plugin serving on {}", socket.display());
+    log::info!(
+        "hostpath plugin serving on {} ({} mode)",
+        socket.display(),
+        mode
+    );
 
     if let Some(signal) = signals.forever().next() {
         log::info!("hostpath plugin stopping on signal {signal}");
@@ -323,14 +376,32 @@ impl Service {
             .name(format!("rpc-{method}"))
             .spawn(move || {
                 let admitted = match &plugin.strict {
-                    Some(mode) => mode
-                        .admit(&call, undeclared_fields, move || !deadline.exceeded())
-                        .map_err(|v| status(Code::FailedPrecondition, v.to_string())),
+                    Some(mode) => {
+                        let recorded = mode.is_split().then(|| plugin.recorded()).flatten();
+                        mode.admit(
+                            &call,
+                            undeclared_fields,
+                            move || !deadline.exceeded(),
+                            recorded,
+                        )
+                        .map(Some)
+                        .map_err(|v| status(Code::FailedPrecondition, v.to_string()))
+                    }
                     None => Ok(None),
                 };
                 let fault = plugin.faults.take(method);
                 let result = match admitted {
                     Err(refusal) => Err(refusal),
+                    Ok(in_flight) if !plugin.serves(call.service()) => {
+                        drop(in_flight);
+                        Err(status(
+                            Code::Unimplemented,
+                            format!(
+                                "{method} is not served: this process of the plugin runs in {} mode",
+                                plugin.config.mode
+                            ),
+                        ))
+                    }
                     Ok(in_flight) => {
                         if fault == Some(Action::Hang) {
                             // A call hung by an injected fault stands for
@@ -439,16 +510,21 @@ impl csi_grpc::Identity for Service {
         sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
     ) {
         let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |_, _| {
+        self.serve(&ctx, received, sink, |plugin, _| {
             let mut resp = pb::GetPluginCapabilitiesResponse::new();
-            resp.capabilities = [
-                PluginCapability::ControllerService,
-                PluginCapability::VolumeAccessibilityConstraints,
-                PluginCapability::OnlineExpansion,
-            ]
-            .into_iter()
-            .map(convert::plugin_capability_to_proto)
-            .collect();
+            // A node process does not serve the controller service, and
+            // says so; the others are the whole plugin's.
+            let controller = plugin
+                .serves(CsiService::Controller)
+                .then_some(PluginCapability::ControllerService);
+            resp.capabilities = controller
+                .into_iter()
+                .chain([
+                    PluginCapability::VolumeAccessibilityConstraints,
+                    PluginCapability::OnlineExpansion,
+                ])
+                .map(convert::plugin_capability_to_proto)
+                .collect();
             Ok(resp)
         });
     }

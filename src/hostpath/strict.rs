@@ -21,6 +21,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::csi::types::{CapabilitySet, ControllerCapability, NodeCapability, StringMap};
+use crate::spec::PluginType;
 
 /// A rule of the CSI spec that binds the CO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,6 +203,14 @@ pub enum Call {
     NodeGetInfo,
 }
 
+/// The CSI service an RPC belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Identity,
+    Controller,
+    Node,
+}
+
 /// A capability an RPC needs the plugin to have advertised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needed {
@@ -248,6 +257,22 @@ impl Call {
             Call::NodeExpandVolume { .. } => "NodeExpandVolume",
             Call::NodeGetCapabilities => "NodeGetCapabilities",
             Call::NodeGetInfo => "NodeGetInfo",
+        }
+    }
+
+    /// The service whose RPC it is.
+    pub fn service(&self) -> Service {
+        match self {
+            Call::GetPluginInfo | Call::GetPluginCapabilities | Call::Probe => Service::Identity,
+            Call::NodeStageVolume { .. }
+            | Call::NodeUnstageVolume { .. }
+            | Call::NodePublishVolume { .. }
+            | Call::NodeUnpublishVolume { .. }
+            | Call::NodeGetVolumeStats { .. }
+            | Call::NodeExpandVolume { .. }
+            | Call::NodeGetCapabilities
+            | Call::NodeGetInfo => Service::Node,
+            _ => Service::Controller,
         }
     }
 
@@ -383,12 +408,15 @@ impl VolumeProtocol {
     }
 }
 
-/// The checker: the plugin's capabilities, its node, and the model of what
-/// the CO did.
+/// The checker: the plugin's capabilities, its node, the services this
+/// process serves, and the model of what the CO did.
 #[derive(Clone, Debug)]
 pub struct Strict {
     advertised: Advertised,
     node_id: String,
+    /// A split plugin's process serves one service (`-mode controller` or
+    /// `-mode node`); the capabilities stay the whole plugin's.
+    serves: PluginType,
     volumes: BTreeMap<String, VolumeProtocol>,
 }
 
@@ -397,7 +425,50 @@ impl Strict {
         Strict {
             advertised,
             node_id: node_id.into(),
+            serves: PluginType::Monolith,
             volumes: BTreeMap::new(),
+        }
+    }
+
+    /// The checker of a process that serves `serves` only.
+    pub fn serving(self, serves: PluginType) -> Strict {
+        Strict { serves, ..self }
+    }
+
+    fn serves(&self, service: Service) -> bool {
+        match service {
+            Service::Identity => true,
+            Service::Controller => self.serves.has_controller(),
+            Service::Node => self.serves.has_node(),
+        }
+    }
+
+    /// A process of a split plugin cannot see the other process's calls;
+    /// it takes that side of its model from what the other process
+    /// recorded in the shared state, given as the successful calls that
+    /// made it (`recorded`): a controller process learns the node's
+    /// stagings and publishes (for ControllerUnpublishVolume's rule), a
+    /// node process the controller's attachments (for the publish context
+    /// rule). A monolith sees both sides itself and changes nothing.
+    pub fn adopt_recorded(&mut self, recorded: &[Call]) {
+        let (controller, node) = (self.serves.has_controller(), self.serves.has_node());
+        if controller && node {
+            return;
+        }
+        for protocol in self.volumes.values_mut() {
+            if !controller {
+                protocol.attachments.clear();
+            }
+            if !node {
+                protocol.staged.clear();
+                protocol.published.clear();
+            }
+        }
+        self.volumes.retain(|_, p| !p.is_empty());
+        for call in recorded {
+            if !self.serves(call.service()) {
+                self.completed(call);
+            }
         }
     }
 
@@ -430,6 +501,21 @@ impl Strict {
                 format!(
                     "the {}Request carries fields it does not define (secrets?)",
                     call.rpc()
+                ),
+            ));
+        }
+        let service = call.service();
+        if !self.serves(service) {
+            let other = if service == Service::Node {
+                "node"
+            } else {
+                "controller"
+            };
+            return Err(violation(
+                Rule::AdvertisedCapability,
+                format!(
+                    "this process of the plugin runs in {} mode: it does not serve the {other} service",
+                    self.serves
                 ),
             ));
         }
@@ -864,6 +950,62 @@ mod tests {
         ] {
             assert_eq!(strict.admit(&call, false), Ok(()), "{call:?}");
         }
+    }
+
+    #[test]
+    fn a_split_process_refuses_the_other_service_s_rpcs() {
+        let node = strict().serving(PluginType::Node);
+        let err = node.admit(&attach("v"), false).unwrap_err();
+        assert_eq!(err.rule, Rule::AdvertisedCapability);
+        assert_eq!(
+            err.detail,
+            "this process of the plugin runs in node mode: it does not serve the controller service"
+        );
+        assert_eq!(node.admit(&Call::NodeGetInfo, false), Ok(()));
+        let controller = strict().serving(PluginType::Controller);
+        assert_eq!(
+            rule_of(controller.admit(&stage("v", "/s"), false)),
+            Some(Rule::AdvertisedCapability)
+        );
+        for call in [Call::Probe, Call::GetPluginInfo, attach("v")] {
+            assert_eq!(controller.admit(&call, false), Ok(()), "{call:?}");
+        }
+    }
+
+    #[test]
+    fn a_node_process_checks_the_publish_context_of_the_controller_s_recorded_attachment() {
+        let mut node = strict().serving(PluginType::Node);
+        assert_eq!(
+            rule_of(node.admit(&stage("v", "/s"), false)),
+            Some(Rule::PublishContext)
+        );
+        node.adopt_recorded(&[attach("v")]);
+        assert_eq!(node.admit(&stage("v", "/s"), false), Ok(()));
+        // The controller detached it meanwhile: the record says so.
+        node.adopt_recorded(&[]);
+        assert_eq!(
+            rule_of(node.admit(&stage("v", "/s"), false)),
+            Some(Rule::PublishContext)
+        );
+    }
+
+    #[test]
+    fn a_controller_process_refuses_a_detach_while_the_node_s_record_shows_a_staging() {
+        let mut controller = strict().serving(PluginType::Controller);
+        run(&mut controller, &[attach("v")]).unwrap();
+        controller.adopt_recorded(&[attach("v"), stage("v", "/s")]);
+        assert_eq!(
+            rule_of(controller.admit(&detach("v"), false)),
+            Some(Rule::UnstageBeforeDetach)
+        );
+        // Its own side stays its own: the attachment it saw is kept.
+        controller.adopt_recorded(&[]);
+        assert_eq!(controller.admit(&detach("v"), false), Ok(()));
+        run(&mut controller, &[detach("v")]).unwrap();
+        assert_eq!(
+            rule_of(controller.admit(&stage("v", "/s"), false)),
+            Some(Rule::AdvertisedCapability)
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod job;
 mod migration;
 mod requests;
 mod spec;
+mod split_hostpath;
 mod strict;
 mod targets;
 mod util;
