@@ -52,7 +52,7 @@ use crossbeam_channel::Receiver;
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
-use crate::plugin::PluginSpec;
+use crate::plugin::{InstanceKey, PluginSpec};
 use crate::proto::{agent as api, state as pb};
 use crate::spec::{Group, HostVolume, Job};
 use restart::Window;
@@ -74,14 +74,14 @@ pub enum PluginEffect {
     Exited {
         alloc: String,
         task: String,
-        id: String,
+        key: InstanceKey,
     },
     /// The task is gone for good: deregister the plugin if this task still
     /// provides it.
     Stop {
         alloc: String,
         task: String,
-        id: String,
+        key: InstanceKey,
     },
 }
 
@@ -157,7 +157,8 @@ struct Process {
 
 /// The plugin side of a task with a `csi_plugin` block.
 struct PluginRun {
-    id: String,
+    /// The instance it provides: its plugin ID and type.
+    key: InstanceKey,
     /// Registered: healthy at least once since it started.
     healthy: bool,
     /// Killed if not healthy by then.
@@ -247,6 +248,15 @@ impl Alloc {
             .tasks
             .iter()
             .filter_map(|t| t.csi_plugin.as_ref().map(|p| p.id.as_str()))
+    }
+
+    /// The plugin instances its tasks provide.
+    fn plugin_keys(&self) -> impl Iterator<Item = InstanceKey> + '_ {
+        self.group
+            .tasks
+            .iter()
+            .filter_map(|t| t.csi_plugin.as_ref())
+            .map(|p| InstanceKey::new(&p.id, p.plugin_type))
     }
 }
 
@@ -418,6 +428,8 @@ impl Allocs {
     /// Checks what the spec decoder cannot know: host volumes, plugin IDs
     /// of other jobs and the config, users, and `${VAR}` names.
     fn check_job(&self, spec: &Job, file: &str) -> Result<(), ApiError> {
+        // This job's plugin instances so far: (ID, type, task).
+        let mut provided: Vec<(&str, crate::spec::PluginType, &str)> = Vec::new();
         for group in &spec.groups {
             for v in &group.volumes {
                 if v.volume_type == crate::spec::VolumeType::Host
@@ -437,21 +449,36 @@ impl Allocs {
             for task in &group.tasks {
                 let what = format!("{file}: group {:?} task {:?}", group.name, task.name);
                 if let Some(plugin) = &task.csi_plugin {
+                    let twice = provided
+                        .iter()
+                        .find(|(id, t, _)| *id == plugin.id && t.conflicts(plugin.plugin_type));
+                    if let Some((_, _, first)) = twice {
+                        return Err(invalid(format!(
+                            "{what}: plugin {:?} ({}) is already provided by task {first:?}; one ID has at most one controller and one node",
+                            plugin.id, plugin.plugin_type
+                        )));
+                    }
+                    provided.push((&plugin.id, plugin.plugin_type, &task.name));
                     if self.config_plugins.contains(&plugin.id) {
                         return Err(invalid(format!(
                             "{what}: plugin {:?} is already provided by the agent config",
                             plugin.id
                         )));
                     }
+                    // Another job may run the other half of a split
+                    // plugin, not a second instance of a service.
                     let other = self.allocs.values().find(|a| {
                         a.job != spec.name
                             && !a.status.is_terminal()
-                            && a.plugin_ids().any(|id| id == plugin.id)
+                            && a.plugin_keys().any(|k| {
+                                k.plugin_id == plugin.id
+                                    && k.plugin_type.conflicts(plugin.plugin_type)
+                            })
                     });
                     if let Some(other) = other {
                         return Err(invalid(format!(
-                            "{what}: plugin {:?} is already provided by job {:?}",
-                            plugin.id, other.job
+                            "{what}: plugin {:?} ({}) is already provided by job {:?}",
+                            plugin.id, plugin.plugin_type, other.job
                         )));
                     }
                 }
@@ -508,7 +535,7 @@ impl Allocs {
                     window: None,
                     events: VecDeque::new(),
                     plugin: t.csi_plugin.as_ref().map(|p| PluginRun {
-                        id: p.id.clone(),
+                        key: InstanceKey::new(&p.id, p.plugin_type),
                         healthy: false,
                         deadline: None,
                     }),
@@ -811,7 +838,7 @@ impl Allocs {
                         .map(|t| t.events.iter().cloned().collect())
                         .unwrap_or_default(),
                     plugin: spec.csi_plugin.as_ref().map(|p| PluginRun {
-                        id: p.id.clone(),
+                        key: InstanceKey::new(&p.id, p.plugin_type),
                         healthy: false,
                         deadline: None,
                     }),
@@ -860,7 +887,11 @@ fn alloc_status(a: &Alloc) -> api::AllocStatus {
                 failed: t.failed,
                 restarts: t.restarts,
                 pid: t.process.as_ref().map_or(0, |p| p.pid),
-                plugin_id: t.plugin.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+                plugin_id: t
+                    .plugin
+                    .as_ref()
+                    .map(|p| p.key.plugin_id.clone())
+                    .unwrap_or_default(),
                 events: t.events.iter().cloned().collect(),
                 ..Default::default()
             })

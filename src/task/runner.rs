@@ -19,7 +19,7 @@ use crate::api::{ErrorKind, Response};
 use crate::csi::backoff::Jitter;
 use crate::csi::{Backoff, Endpoint};
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter, UnmountMode};
-use crate::plugin::{PluginSpec, Source};
+use crate::plugin::{InstanceKey, PluginSpec, Source};
 use crate::proto::agent as api;
 use crate::spec::{Group, Task};
 use crate::units::format_duration;
@@ -205,18 +205,21 @@ impl Allocs {
         if alloc.stop_wanted && !failing {
             // Claims on a plugin another alloc now provides do not hold
             // this one back (a replaced plugin alloc).
-            let provided_here = |plugin: &str| match registry.get(plugin).map(|r| &r.spec.source) {
+            let provided_here = |key: &InstanceKey| match registry.get(key).map(|r| &r.spec.source)
+            {
                 Some(Source::Task {
                     alloc: provider, ..
                 }) => *provider == alloc.id,
                 _ => true,
             };
             let held: Vec<String> = alloc
-                .plugin_ids()
-                .filter(|p| provided_here(p))
-                .flat_map(|p| claims.get(p).into_iter().flatten())
+                .plugin_keys()
+                .filter(|k| provided_here(k))
+                .flat_map(|k| claims.get(&k.plugin_id).into_iter().flatten())
                 .filter(|(_, a)| *a != alloc.id)
                 .map(|(v, a)| format!("{v} by {a}"))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
                 .collect();
             if !held.is_empty() {
                 let message = format!(
@@ -289,7 +292,7 @@ impl Allocs {
                 self.effects.push(PluginEffect::Stop {
                     alloc: alloc.id.clone(),
                     task: task.name.clone(),
-                    id: plugin.id.clone(),
+                    key: plugin.key.clone(),
                 });
             }
         }
@@ -446,7 +449,7 @@ impl Allocs {
                 plugin.deadline = None;
                 let message = format!(
                     "plugin {:?} did not become healthy within its health_timeout; killing the task",
-                    plugin.id
+                    plugin.key.plugin_id
                 );
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
                 let _ = exec::signal_group(p.pid, libc::SIGTERM);
@@ -644,7 +647,7 @@ impl Allocs {
             self.effects.push(PluginEffect::Exited {
                 alloc: alloc.id.clone(),
                 task: task.name.clone(),
-                id: plugin.id.clone(),
+                key: plugin.key.clone(),
             });
         }
         self.dirty = true;

@@ -65,7 +65,8 @@ impl VolumeManager {
         }
     }
 
-    /// Checks that a new volume may be registered under its ID.
+    /// Checks that a new volume may be registered under its ID, and that
+    /// its plugin is registered; the caller checks the instance it needs.
     pub(super) fn check_new(
         &self,
         volume: &Volume,
@@ -93,19 +94,12 @@ impl VolumeManager {
                 ),
             ));
         }
-        let view = plugin_view(registry, &volume.plugin_id).ok_or_else(|| {
+        plugin_view(registry, &volume.plugin_id).ok_or_else(|| {
             error(
                 ErrorKind::FailedPrecondition,
                 format!("plugin {:?} is not registered", volume.plugin_id),
             )
-        })?;
-        if !view.healthy {
-            return Err(error(
-                ErrorKind::FailedPrecondition,
-                format!("plugin {:?} is not healthy", volume.plugin_id),
-            ));
-        }
-        Ok(view)
+        })
     }
 
     pub fn register(
@@ -127,6 +121,16 @@ impl VolumeManager {
             }
             let volume = Self::from_spec(spec);
             let view = self.check_new(&volume, registry)?;
+            // The controller validates the volume; without one, the node
+            // tells the protocol.
+            let service = if view.has_controller() {
+                Service::Controller
+            } else {
+                Service::Node
+            };
+            if let Some(why) = view.unavailable(&volume.plugin_id, service) {
+                return Err(error(ErrorKind::FailedPrecondition, why));
+            }
             Ok((volume, view))
         });
         let (volume, view) = match result {
@@ -136,7 +140,7 @@ impl VolumeManager {
                 return None;
             }
         };
-        if !view.has_controller {
+        if !view.has_controller() {
             // Nothing to validate against: register as written.
             let status = self.status_of(&volume, registry);
             log::info!(
@@ -163,7 +167,11 @@ impl VolumeManager {
                 reply,
             },
         );
-        Some(Dispatch { plugin_id, job })
+        Some(Dispatch {
+            plugin_id,
+            service: Service::Controller,
+            job,
+        })
     }
 
     /// A spec of a registered volume with a larger `capacity_min` expands
@@ -203,6 +211,19 @@ impl VolumeManager {
             };
             let volume = Self::from_spec(spec);
             let view = self.check_new(&volume, registry)?;
+            if !view.has_controller() {
+                // Nomad's "plugin has no controller".
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "plugin {:?} has no controller: volume create needs one to create the volume; register an existing volume with `volume register`",
+                        volume.plugin_id
+                    ),
+                ));
+            }
+            if let Some(why) = view.unavailable(&volume.plugin_id, Service::Controller) {
+                return Err(error(ErrorKind::FailedPrecondition, why));
+            }
             if !view.create_delete {
                 return Err(error(
                     ErrorKind::FailedPrecondition,
@@ -304,11 +325,15 @@ impl VolumeManager {
                 reply,
             },
         );
-        Dispatch { plugin_id, job }
+        Dispatch {
+            plugin_id,
+            service: Service::Controller,
+            job,
+        }
     }
 
     /// Sends again the CreateVolume of every volume still being created
-    /// whose plugin is healthy and whose retry is due: after a restart,
+    /// whose plugin's controller is healthy and whose retry is due: after a restart,
     /// or after a CreateVolume that did not answer. Nobody waits for them.
     pub fn resume_creates(&mut self, registry: &Registry, now: Instant) -> Vec<Dispatch> {
         let due: Vec<String> = self
@@ -316,7 +341,12 @@ impl VolumeManager {
             .values()
             .filter(|e| e.volume.creating.is_some() && e.busy.is_none())
             .filter(|e| e.retry.as_ref().map_or(true, |r| r.at <= now))
-            .filter(|e| plugin_view(registry, &e.volume.plugin_id).is_some_and(|v| v.healthy))
+            .filter(|e| {
+                plugin_view(registry, &e.volume.plugin_id).is_some_and(|v| {
+                    v.unavailable(&e.volume.plugin_id, Service::Controller)
+                        .is_none()
+                })
+            })
             .map(|e| e.volume.id.clone())
             .collect();
         due.into_iter()
@@ -501,14 +531,22 @@ impl VolumeManager {
                     format!("volume {id:?} is claimed; release its claims first"),
                 ));
             }
-            let view = plugin_view(registry, &entry.volume.plugin_id)
-                .filter(|v| v.healthy)
-                .ok_or_else(|| {
-                    error(
-                        ErrorKind::FailedPrecondition,
-                        format!("plugin {:?} is not healthy", entry.volume.plugin_id),
-                    )
-                })?;
+            let plugin_id = &entry.volume.plugin_id;
+            let view = plugin_view(registry, plugin_id).ok_or_else(|| {
+                error(
+                    ErrorKind::FailedPrecondition,
+                    format!("plugin {plugin_id:?} is not registered"),
+                )
+            })?;
+            if !view.has_controller() {
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!("plugin {plugin_id:?} has no controller to delete volumes with; use deregister"),
+                ));
+            }
+            if let Some(why) = view.unavailable(plugin_id, Service::Controller) {
+                return Err(error(ErrorKind::FailedPrecondition, why));
+            }
             if !view.create_delete {
                 return Err(error(
                     ErrorKind::FailedPrecondition,
@@ -535,6 +573,7 @@ impl VolumeManager {
         self.pending.insert(token, PendingOp::Delete { reply });
         Some(Dispatch {
             plugin_id: volume.plugin_id,
+            service: Service::Controller,
             job,
         })
     }
@@ -551,8 +590,21 @@ impl VolumeManager {
                 entry.busy = None;
             }
         }
-        if let PendingOp::Expand { reply } = op {
+        if let PendingOp::Expand {
+            reply,
+            required,
+            node,
+        } = op
+        {
             return match done.result {
+                OpResult::ControllerExpanded(result) => self.completed_controller_expand(
+                    &done.volume_id,
+                    reply,
+                    required,
+                    node.map(|n| *n),
+                    result,
+                    registry,
+                ),
                 OpResult::Expanded(result) => {
                     self.completed_expand(&done.volume_id, reply, result, registry)
                 }
@@ -694,7 +746,7 @@ impl VolumeManager {
                         reply
                     }
                     PendingOp::Delete { reply } | PendingOp::Stats { reply } => Some(reply),
-                    PendingOp::Expand { reply } => Some(reply),
+                    PendingOp::Expand { reply, .. } => Some(reply),
                     PendingOp::SnapshotCreate { reply, .. }
                     | PendingOp::SnapshotDelete { reply }
                     | PendingOp::SnapshotList { reply, .. }
