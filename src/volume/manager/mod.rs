@@ -24,6 +24,7 @@
 //! main loop submits it to the instance serving that service.
 
 mod claims;
+mod create;
 mod expand;
 mod protocol;
 mod reconcile;
