@@ -565,7 +565,11 @@ impl csi_grpc::Controller for Service {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.controller_expand(&req));
+        self.serve(&ctx, received, sink, move |p, fault| {
+            let mut resp = p.controller_expand(&req)?;
+            resp.node_expansion_required = fault == Some(Action::NodeExpansionRequired);
+            Ok(resp)
+        });
     }
 
     // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
