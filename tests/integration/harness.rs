@@ -327,6 +327,33 @@ impl Agent {
         }
     }
 
+    /// Polls plugin `id`'s status (all its instances) until `predicate`
+    /// holds, and returns it; panics with the last status and the agent's
+    /// log after `timeout`.
+    #[track_caller]
+    pub fn wait_for_status(
+        &self,
+        id: &str,
+        predicate: impl Fn(&PluginStatus) -> bool,
+        timeout: Duration,
+    ) -> PluginStatus {
+        let start = Instant::now();
+        loop {
+            let last = match self.try_plugin_status(id) {
+                Ok(p) if predicate(&p) => return p,
+                Ok(p) => format!("{p:#?}"),
+                Err(err) => format!("error: {err}"),
+            };
+            if start.elapsed() > timeout {
+                panic!(
+                    "plugin {id} did not get there within {timeout:?}; last status:\n{last}\n{}",
+                    self.log_dump()
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+
     /// Polls the agent's log until it contains `needle`; panics with the
     /// log after `timeout`.
     #[track_caller]

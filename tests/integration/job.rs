@@ -1003,3 +1003,90 @@ fn an_updated_job_stops_the_old_alloc_before_the_new_one_claims() {
     rig.stop("plugin");
     assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
 }
+
+/// A job running one half of a split hostpath plugin (`mode` is
+/// `controller` or `node`) as instance `mode` of plugin [`PLUGIN_ID`], on
+/// the rig's base dir.
+fn split_plugin_job(rig: &Rig, name: &str, mode: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "plugin" {{
+    task "hostpath" {{
+      driver = "exec"
+      config {{
+        command = "{bin}"
+        args    = ["hostpath", "-strict", "-mode", "{mode}", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
+      }}
+      csi_plugin {{
+        id             = "{PLUGIN_ID}"
+        type           = "{mode}"
+        health_timeout = "10s"
+      }}
+    }}
+  }}
+}}
+"#,
+        bin = bin(),
+        backing = rig.backing.display(),
+    )
+}
+
+#[test]
+fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_through() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    rig.run_job(
+        "controller.hcl",
+        &split_plugin_job(&rig, "controller", "controller"),
+    );
+    rig.run_job("nodes.hcl", &split_plugin_job(&rig, "nodes", "node"));
+    let status = rig.agent.wait_for_status(
+        PLUGIN_ID,
+        |s| s.controllers_healthy == 1 && s.nodes_healthy == 1,
+        WAIT,
+    );
+    let sources: Vec<&str> = status.instances.iter().map(|i| i.source.as_str()).collect();
+    assert_eq!(sources.len(), 2, "{status:#?}");
+    assert!(
+        sources.iter().all(|s| s.starts_with("task ")),
+        "{sources:?}"
+    );
+    // A second node of the plugin is refused; it names the job that has it.
+    let out = rig.run_job_output("more.hcl", &split_plugin_job(&rig, "more", "node"));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "plugin \"{PLUGIN_ID}\" (node) is already provided by job \"nodes\""
+        )),
+        "{}",
+        text(&out)
+    );
+
+    let vol = rig.agent.dir.join("v1.hcl");
+    fs::write(&vol, VOLUME).unwrap();
+    rig.ok(&["volume", "create", &vol.display().to_string()]);
+    let script = "echo hello > $CSI_AGENT_TASK_DIR/data/hello && sleep 600";
+    let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
+    rig.wait_running("app", &allocs[0]);
+    let hello = rig.backing.join("volumes/v1/hello");
+    let start = Instant::now();
+    while !hello.exists() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&hello).unwrap(), "hello\n");
+    rig.stop("app");
+    rig.wait_no_mounts_left();
+
+    // Each half stops with its job; the other stays.
+    rig.stop("nodes");
+    let status = rig
+        .agent
+        .wait_for_status(PLUGIN_ID, |s| s.instances.len() == 1, WAIT);
+    assert_eq!(status.instances[0].type_, "controller");
+    rig.stop("controller");
+    assert!(rig.agent.try_plugin_status(PLUGIN_ID).is_err());
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}

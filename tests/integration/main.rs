@@ -17,6 +17,7 @@ mod job;
 mod migration;
 mod requests;
 mod spec;
+mod split;
 mod split_hostpath;
 mod strict;
 mod targets;

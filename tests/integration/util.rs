@@ -182,7 +182,8 @@ impl Plugin {
     /// Starts a strict plugin with `env` and `flags` (e.g. `-mode node`) on
     /// the base dir of `other`, as the second process of a split plugin;
     /// its socket, faults, trace and log are in a test dir of its own. Both
-    /// write one verdict, which each checks when dropped.
+    /// write one verdict, which each checks when dropped: drop this one
+    /// first, while `other` still keeps the base dir.
     pub fn start_sharing(other: &Plugin, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let mut all = vec!["-strict"];
         all.extend(flags.iter().filter(|f| **f != "-strict"));
