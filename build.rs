@@ -14,7 +14,13 @@ use std::path::{Path, PathBuf};
 use protobuf::Message as _;
 use protobuf2::Message as _;
 
-const PROTOS: &[&str] = &["proto/csi.proto", "proto/agent.proto", "proto/state.proto"];
+const PROTOS: &[&str] = &[
+    "proto/csi.proto",
+    "proto/agent.proto",
+    "proto/state.proto",
+    "proto/etcd.proto",
+    "proto/cluster.proto",
+];
 
 fn main() -> Result<(), Box<dyn Error>> {
     for proto in PROTOS {

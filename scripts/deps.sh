@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what building csi-agent needs on Debian, when it is missing:
-# cmake and g++ for gRPC's C++ core, clippy and rustfmt for `make lint`.
+# cmake and g++ for gRPC's C++ core, clippy and rustfmt for `make lint`,
+# etcd for the tests of the cluster module.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -8,6 +9,8 @@ missing=""
 command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
 command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 command -v make >/dev/null 2>&1 || missing="$missing make"
+# The cluster tests run real etcd members (Debian's etcd-server).
+command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq

@@ -245,7 +245,7 @@ job "e2e-app" {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "echo \"from alloc $NOMAD_ALLOC_ID\" > $CSI_AGENT_TASK_DIR/data/job.txt && echo done && exec sleep 600"]
+        args    = ["-c", "echo \"from alloc $NOMAD_ALLOC_ID\" > /data/job.txt && echo done && exec sleep 600"]
       }
       volume_mount {
         volume      = "data"

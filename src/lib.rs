@@ -19,16 +19,17 @@
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
+//! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
-//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) with line:col positions |
 //! | [`spec`] | typed, validated specs decoded from HCL in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
-//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, a monolith or a controller and a node process sharing one base dir (`-mode`), a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
+//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a monolith or a controller and a node process sharing one base dir (`-mode`), a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
-//! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, driver mounts with propagation, logs, restart policy), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
+//! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
 //!
 //! # Durability
@@ -93,12 +94,19 @@
 //! - Volume specs travel to the agent as HCL over the control socket and are
 //!   decoded there, so errors name the file's line and column and the spec
 //!   is validated by the same code as `csi-agent validate`.
-//! - Exec tasks get a mount namespace, not a chroot: they see the host's
-//!   paths, and `volume_mount` destinations are placed inside the task dir
-//!   (`/srv` is `<task dir>/srv`, as Nomad's chroot would show it). A
-//!   plugin task therefore gets host paths in its RPCs and a host path in
-//!   `CSI_ENDPOINT`; `mount_dir` and `stage_publish_base_dir` are accepted
-//!   and unused.
+//! - An exec task's root ([`task::root`]) is built entirely in the task's
+//!   mount namespace, `/secrets` included (Nomad mounts that tmpfs on the
+//!   host), so nothing of it shows in the host's mount table and a restart
+//!   starts with empty secrets. Tasks share the host's PID and IPC
+//!   namespaces (Nomad's `pid_mode` and `ipc_mode` default to private): a
+//!   task's `/proc` lists the host's processes, and a task can reach the
+//!   root of another task of the same user through `/proc/<pid>/root`.
+//! - A `raw_exec` plugin task, on the host's root, gets host paths in its
+//!   RPCs and in `CSI_ENDPOINT`, as external plugins do; `mount_dir` and
+//!   `stage_publish_base_dir` apply to `exec` plugin tasks only.
+//! - A `raw_exec` task keeps the host's root but still gets a mount
+//!   namespace of its own, in which the control socket is covered: tasks
+//!   never reach the agent's API (Nomad's `raw_exec` has no isolation).
 //! - While a plugin task runs, the agent's `csi/` root is a bind mount of
 //!   itself, made shared, so that the mounts the plugin makes in its own
 //!   namespace land on the host even when the host's `/` is private (it is
@@ -132,6 +140,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod csi;
 pub mod hcl;
 pub mod hostpath;

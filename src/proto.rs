@@ -1,6 +1,8 @@
 //! Every generated protobuf module, built by `build.rs` from `proto/`:
 //! `csi` and `csi_grpc` (CSI v1.12.0), `agent` and `agent_grpc` (the control
-//! API) and `state` (the persisted snapshot).
+//! API), `state` (the persisted snapshot), and `etcd` and `etcd_grpc` (the
+//! part of etcd v3's API that `cluster` speaks), and `cluster` (what agents
+//! keep in etcd).
 
 #![allow(
     clippy::all,

@@ -3,7 +3,9 @@
 //! newcomer can try csi-agent with nothing else installed.
 //!
 //! The child is restarted with backoff if it exits, and stopped with
-//! SIGTERM (then SIGKILL) when the agent stops.
+//! SIGTERM (then SIGKILL) when the agent stops. It runs `-strict`: what a
+//! conforming CO never sends is refused and listed in
+//! `data_dir/hostpath/strict-violations`, which stays empty.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -71,6 +73,7 @@ impl DevPlugin {
             endpoint: self.endpoint.clone(),
             plugin_type: PluginType::Monolith,
             source: Source::Dev,
+            stage_publish_base_dir: None,
         }
     }
 
@@ -84,6 +87,9 @@ impl DevPlugin {
             .arg(&self.base_dir)
             .arg("-node-id")
             .arg(&self.node_id)
+            // The agent is a conforming CO: the dev plugin refuses, and
+            // lists in its base dir, anything a conforming CO never sends.
+            .arg("-strict")
             .spawn()?;
         log::info!(
             "Started the dev hostpath plugin (pid {}) on {}",

@@ -28,6 +28,7 @@
 //! | `signals.rs` | the signal thread |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
+mod cluster;
 pub mod dev;
 mod persist;
 mod plugin_tasks;
@@ -87,13 +88,20 @@ pub struct Options {
 
 #[derive(Debug)]
 pub enum Error {
-    DataDir { path: PathBuf, err: io::Error },
-    AlreadyRunning { socket: PathBuf },
+    DataDir {
+        path: PathBuf,
+        err: io::Error,
+    },
+    AlreadyRunning {
+        socket: PathBuf,
+    },
     State(crate::state::Error),
     Api(api::server::Error),
     Watcher(io::Error),
     Signals(io::Error),
     DevPlugin(io::Error),
+    /// The cluster membership cannot start, or the node name is taken.
+    Cluster(String),
 }
 
 impl fmt::Display for Error {
@@ -112,6 +120,7 @@ impl fmt::Display for Error {
             Error::Watcher(_) => f.write_str("cannot watch plugin sockets"),
             Error::Signals(_) => f.write_str("cannot install signal handlers"),
             Error::DevPlugin(_) => f.write_str("cannot start the dev hostpath plugin"),
+            Error::Cluster(message) => write!(f, "cluster: {message}"),
         }
     }
 }
@@ -123,7 +132,7 @@ impl std::error::Error for Error {
             | Error::Watcher(err)
             | Error::Signals(err)
             | Error::DevPlugin(err) => Some(err),
-            Error::AlreadyRunning { .. } => None,
+            Error::AlreadyRunning { .. } | Error::Cluster(_) => None,
             Error::State(err) => Some(err),
             Error::Api(err) => Some(err),
         }
@@ -167,6 +176,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     allocs.configure(
         &options.config.host_volumes,
         config_plugin_ids(&options.config),
+        options.config.chroot_env(),
     );
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);
@@ -185,6 +195,8 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         reports_tx,
         store,
         dirty: !loaded.existed,
+        cluster: None,
+        fatal: None,
         options,
     };
     if agent.options.dev {
@@ -193,6 +205,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         agent.dev = Some(plugin);
     }
     agent.sync_plugins();
+    agent.start_cluster()?;
     agent.end_turn();
     log::info!(
         "Agent running with data dir {} ({} plugins)",
@@ -201,6 +214,12 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     );
 
     let ticker = tick(TICK);
+    let member_events = agent
+        .cluster
+        .as_ref()
+        .map(|c| c.member.events().clone())
+        .unwrap_or_else(never);
+    let mut failure = None;
     loop {
         let wakeup = [
             agent.volumes.next_retry(),
@@ -229,6 +248,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
                 Err(_) => break,
             },
             recv(ticker) -> _ => agent.tick(),
+            recv(member_events) -> event => if let Ok(event) = event { agent.cluster_event(event) },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -243,6 +263,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             }
         }
         agent.end_turn();
+        if let Some(message) = agent.fatal.take() {
+            failure = Some(Error::Cluster(message));
+            break;
+        }
     }
 
     control.stop();
@@ -256,7 +280,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     } else if agent.options.temporary_data_dir {
         remove_temporary_data_dir(&data_dir);
     }
-    Ok(())
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
 }
 
 struct Agent {
@@ -280,6 +307,10 @@ struct Agent {
     store: Store,
     /// Whether the state changed since it was last persisted.
     dirty: bool,
+    /// The `cluster` block's membership, when there is one.
+    cluster: Option<cluster::ClusterMember>,
+    /// Why the agent must stop (a node name another agent holds).
+    fatal: Option<String>,
 }
 
 impl Agent {
@@ -341,6 +372,10 @@ impl Agent {
                 if let Some(job) = self.volumes.snapshot_list(&req, reply, registry) {
                     self.submit(job);
                 }
+                None
+            }
+            Request::NodeStatus(_) => {
+                self.node_status(reply);
                 None
             }
             Request::JobRun(req) => {
@@ -466,6 +501,7 @@ impl Agent {
         self.allocs.configure(
             &self.options.config.host_volumes,
             config_plugin_ids(&self.options.config),
+            self.options.config.chroot_env(),
         );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
@@ -481,6 +517,9 @@ impl Agent {
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].
     fn shutdown(&mut self, reports: &Receiver<InstanceReport>, signals: &Receiver<i32>) {
+        // Leaving the cluster revokes the node's lease: the others see it
+        // gone at once, not after its TTL.
+        self.cluster = None;
         for (_, candidate) in std::mem::take(&mut self.candidates) {
             candidate.instance.stop();
         }

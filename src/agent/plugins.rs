@@ -36,6 +36,7 @@ impl Agent {
                     endpoint: p.socket.clone(),
                     plugin_type: p.plugin_type,
                     source: Source::Config,
+                    stage_publish_base_dir: None,
                 };
                 let settings = InstanceSettings {
                     heartbeat: config.plugin_heartbeat,

@@ -320,6 +320,13 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// The agents of this agent's cluster.
+    pub fn node_status(&self) -> Result<api::NodeStatusResponse, Error> {
+        self.client
+            .node_status_opt(&api::NodeStatusRequest::new(), Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// Sends a job file to run.
     pub fn job_run(&self, file: &str, hcl: &str) -> Result<api::JobRunResponse, Error> {
         let req = api::JobRunRequest {

@@ -416,6 +416,23 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn node_status(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::NodeStatusRequest,
+        sink: UnarySink<api::NodeStatusResponse>,
+    ) {
+        self.forward(
+            "NodeStatus",
+            Request::NodeStatus(req),
+            sink,
+            |resp| match resp {
+                Response::NodeStatus(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
     fn job_run(
         &mut self,
         _ctx: RpcContext,

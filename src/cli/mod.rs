@@ -9,6 +9,7 @@ pub mod args;
 pub mod csi_cmd;
 pub mod job_cmd;
 pub mod json;
+pub mod node_cmd;
 pub mod plugin_cmd;
 pub mod snapshot_cmd;
 pub mod validate;
@@ -28,6 +29,7 @@ commands:
   agent      run the agent (-config FILE, or -dev to try it out)
   plugin     show the plugins the agent supervises (plugin status)
   volume     register, create, claim, release and show volumes
+  node       show the agents of this agent's cluster (node status)
   job        run, stop and show jobs (exec tasks, CSI plugin tasks)
   alloc      show a task's logs (alloc logs)
   hostpath   run the built-in hostpath CSI plugin
@@ -163,6 +165,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || volume_cmd::run(rest)))
+            },
+        ),
+        "node" => (
+            node_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || node_cmd::run(rest)))
             },
         ),
         "job" => (

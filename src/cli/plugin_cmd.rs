@@ -188,6 +188,16 @@ fn instance_details(p: &api::Plugin, now: SystemTime) -> String {
         ("Source", p.source.clone()),
         ("Socket", p.socket.clone()),
         (
+            // Where a plugin task finds the agent's csi/<plugin> dir, and
+            // the staging and publish paths of its RPCs.
+            "Paths In Plugin",
+            if p.stage_publish_base_dir.is_empty() {
+                "host paths".to_string()
+            } else {
+                format!("under {}", p.stage_publish_base_dir)
+            },
+        ),
+        (
             "Health",
             format!("{} ({})", health(p.health), p.health_reason),
         ),

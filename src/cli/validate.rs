@@ -140,6 +140,27 @@ fn agent_summary(out: &mut String, name: &str, config: &AgentConfig) {
             volume.path.display()
         );
     }
+    if let Some(entries) = &config.chroot_env {
+        let paths: Vec<String> = entries
+            .iter()
+            .map(|e| {
+                if e.source == e.destination {
+                    e.source.display().to_string()
+                } else {
+                    format!("{} at {}", e.source.display(), e.destination.display())
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  chroot_env: {}",
+            if paths.is_empty() {
+                "nothing from the host".to_string()
+            } else {
+                paths.join(", ")
+            }
+        );
+    }
 }
 
 fn volume_summary(out: &mut String, name: &str, volume: &VolumeSpec) {
@@ -237,8 +258,10 @@ fn task_summary(out: &mut String, task: &Task) {
     };
     let _ = writeln!(
         out,
-        "    task {:?}: exec {}{args}",
-        task.name, task.config.command
+        "    task {:?}: {} {}{args}",
+        task.name,
+        task.driver.as_str(),
+        task.config.command
     );
     keys_line(out, "      env", task.env.keys().map(String::as_str));
     for mount in &task.volume_mounts {

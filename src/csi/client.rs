@@ -424,20 +424,14 @@ impl Client {
         let resp = call(rpc, self.controller.list_volumes_opt(&wire, self.opt()))?;
         let mut entries = Vec::with_capacity(resp.entries.len());
         for entry in &resp.entries {
-            let volume = entry
-                .volume
-                .as_ref()
-                .ok_or_else(|| invalid(rpc, ConvertError::new("entries.volume", "is required")))?;
             let status = entry.status.as_ref();
-            entries.push(ListedVolume {
-                volume: Volume::try_from(volume).map_err(|e| invalid(rpc, e))?,
-                published_node_ids: status
-                    .map(|s| s.published_node_ids.clone())
-                    .unwrap_or_default(),
-                condition: status
-                    .and_then(|s| s.volume_condition.as_ref())
-                    .map(VolumeCondition::from),
-            });
+            entries.push(listed_volume(
+                rpc,
+                "entries.volume",
+                entry.volume.as_ref(),
+                status.map(|s| s.published_node_ids.as_slice()),
+                status.and_then(|s| s.volume_condition.as_ref()),
+            )?);
         }
         Ok(VolumePage {
             entries,
@@ -503,20 +497,14 @@ impl Client {
             rpc,
             self.controller.controller_get_volume_opt(&wire, self.opt()),
         )?;
-        let volume = resp
-            .volume
-            .as_ref()
-            .ok_or_else(|| invalid(rpc, ConvertError::new("volume", "is required")))?;
         let status = resp.status.as_ref();
-        Ok(ListedVolume {
-            volume: Volume::try_from(volume).map_err(|e| invalid(rpc, e))?,
-            published_node_ids: status
-                .map(|s| s.published_node_ids.clone())
-                .unwrap_or_default(),
-            condition: status
-                .and_then(|s| s.volume_condition.as_ref())
-                .map(VolumeCondition::from),
-        })
+        listed_volume(
+            rpc,
+            "volume",
+            resp.volume.as_ref(),
+            status.map(|s| s.published_node_ids.as_slice()),
+            status.and_then(|s| s.volume_condition.as_ref()),
+        )
     }
 
     /// CreateSnapshot; the same name and source answers the same snapshot.
@@ -569,6 +557,23 @@ impl Client {
             next_token: resp.next_token,
         })
     }
+}
+
+/// A volume with its status, as ListVolumes and ControllerGetVolume
+/// answer it; `field` names the volume in an invalid reply.
+fn listed_volume(
+    rpc: Rpc,
+    field: &'static str,
+    volume: Option<&pb::Volume>,
+    published: Option<&[String]>,
+    condition: Option<&pb::VolumeCondition>,
+) -> Result<ListedVolume, Error> {
+    let volume = volume.ok_or_else(|| invalid(rpc, ConvertError::new(field, "is required")))?;
+    Ok(ListedVolume {
+        volume: Volume::try_from(volume).map_err(|e| invalid(rpc, e))?,
+        published_node_ids: published.map(<[String]>::to_vec).unwrap_or_default(),
+        condition: condition.map(VolumeCondition::from),
+    })
 }
 
 /// Maps a grpcio result to ours, logging the call (never its payload).

@@ -136,7 +136,7 @@ impl Item {
     }
 }
 
-/// An identifier with its span, used for attribute keys and block kinds.
+/// An identifier with its span: a block's kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ident {
     /// The identifier as written.
@@ -148,8 +148,9 @@ pub struct Ident {
 /// A `key = value` attribute.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attribute {
-    /// The key on the left of `=`.
-    pub key: Ident,
+    /// The key on the left of `=`: an identifier, or a quoted string as
+    /// HCL1 allows.
+    pub key: Key,
     /// The value on the right of `=`.
     pub value: Expr,
     /// From the key to the end of the value.
@@ -187,7 +188,8 @@ pub struct Label {
     pub span: Span,
 }
 
-/// An object key: an identifier or a quoted string (escapes decoded).
+/// An object or attribute key: an identifier or a quoted string (escapes
+/// decoded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     /// The key text.

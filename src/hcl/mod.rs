@@ -11,6 +11,13 @@
 //! literal `${` and `%{` as in HCL. Operators, function calls, references
 //! and `for` expressions are rejected with an error that says so.
 //!
+//! Two forms of HCL1, which Nomad still reads volume specs and parts of
+//! job files with, are accepted because Nomad's own documentation and
+//! inputs use them: quoted attribute names (`"topology.ebs.csi.aws.com/zone"
+//! = "us-east-1b"` inside `segments { }`), which are the same attribute as
+//! the identifier when they spell one, and commas between attributes, so
+//! that a block fits on one line (`segments { rack = "R1", zone = "z" }`).
+//!
 //! The parser is written by hand rather than taken from a crate for two
 //! reasons: the agent adds no dependency for it, and every error points at
 //! an exact `file:line:col` and says in words what was expected and what was

@@ -115,7 +115,7 @@ impl<'a> Parser<'a> {
                         "expected an attribute or block name, found '}' (there is no open block to close)",
                     ));
                 }
-                (TokenKind::Ident(_), _) => {}
+                (TokenKind::Ident(_) | TokenKind::Str { .. }, _) => {}
                 _ => return Err(self.unexpected("an attribute or block name")),
             }
             let item = self.parse_item()?;
@@ -130,46 +130,69 @@ impl<'a> Parser<'a> {
                 attributes_seen.insert(key.name.clone(), key.span.start);
             }
             // One item per line: a newline, the end of the file or the
-            // enclosing block's closing brace must come next.
-            if !matches!(
+            // enclosing block's closing brace must come next; after an
+            // attribute, a comma may too (HCL1's `{ rack = "R1", zone = "z" }`,
+            // which Nomad's documentation writes).
+            let comma = matches!(item, Item::Attribute(_)) && self.tok.kind == TokenKind::Comma;
+            if comma {
+                self.advance()?;
+            } else if !matches!(
                 self.tok.kind,
                 TokenKind::Newline | TokenKind::Eof | TokenKind::RBrace
             ) {
                 let after = match &item {
-                    Item::Attribute(attr) => format!("the value of '{}'", attr.key.name),
+                    Item::Attribute(attr) => {
+                        format!("a newline or ',' after the value of '{}'", attr.key.name)
+                    }
                     Item::Block(block) => {
-                        format!("the closing '}}' of block '{}'", block.kind.name)
+                        format!(
+                            "a newline after the closing '}}' of block '{}'",
+                            block.kind.name
+                        )
                     }
                 };
-                return Err(self.unexpected(&format!("a newline after {after}")));
+                return Err(self.unexpected(&after));
             }
             items.push(item);
         }
     }
 
-    /// Parses an attribute or a block; the current token is its name.
+    /// Parses an attribute or a block; the current token is its name, an
+    /// identifier, or for an attribute a quoted string (HCL1's
+    /// `"topology.ebs.csi.aws.com/zone" = "us-east-1b"`).
     fn parse_item(&mut self) -> Result<Item, Error> {
         let tok = self.advance()?;
         let span = Span::new(tok.start, tok.end);
-        let TokenKind::Ident(name) = tok.kind else {
-            return Err(self.error(tok.start, "expected an attribute or block name"));
+        let (name, quoted) = match tok.kind {
+            TokenKind::Ident(name) => (name, false),
+            TokenKind::Str { template: true, .. } => {
+                return Err(self.error(
+                    tok.start,
+                    "attribute names cannot contain '${' or '%{' sequences",
+                ));
+            }
+            TokenKind::Str { value, .. } => (value, true),
+            _ => return Err(self.error(tok.start, "expected an attribute or block name")),
         };
-        let name = Ident { name, span };
         match self.tok.kind {
             TokenKind::Equals => {
                 self.advance()?;
-                let value = self.parse_value(&format!("for '{}'", name.name))?;
-                let span = Span::new(name.span.start, value.span().end);
+                let value = self.parse_value(&format!("for '{name}'"))?;
+                let span = Span::new(span.start, value.span().end);
                 Ok(Item::Attribute(Attribute {
-                    key: name,
+                    key: Key { name, quoted, span },
                     value,
                     span,
                 }))
             }
+            _ if quoted => Err(self.unexpected(&format!(
+                "'=' after the quoted attribute name \"{}\"",
+                name.escape_debug()
+            ))),
             TokenKind::Str { .. } | TokenKind::Ident(_) | TokenKind::LBrace => {
-                self.parse_block(name).map(Item::Block)
+                self.parse_block(Ident { name, span }).map(Item::Block)
             }
-            _ => Err(self.unexpected(&format!("'=' or '{{' after '{}'", name.name))),
+            _ => Err(self.unexpected(&format!("'=' or '{{' after '{name}'"))),
         }
     }
 

@@ -3,7 +3,9 @@
 //!
 //! - CreateVolume makes the file (the capacity asked for, rounded up to
 //!   4 KiB; [`DEFAULT_BYTES`] when none is asked), DeleteVolume detaches its
-//!   devices and removes it, ControllerExpandVolume grows it.
+//!   devices and removes it, ControllerExpandVolume grows it, and
+//!   NodeExpandVolume makes its devices show the new size
+//!   (`LOOP_SET_CAPACITY`).
 //! - NodeStageVolume attaches it to a read-write loop device; the staging
 //!   path stays the directory the CO made. NodeUnstageVolume detaches it.
 //! - NodePublishVolume creates the target as an empty file and bind-mounts
@@ -19,7 +21,7 @@
 //! from `volumes/` so that a block volume `a` and a directory volume
 //! `a.img` cannot meet.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -111,7 +113,8 @@ pub fn delete_backing_file(path: &Path) -> RpcResult<()> {
     }
 }
 
-/// Grows the backing file at `path` to `size` bytes and tells its devices.
+/// Grows the backing file at `path` to `size` bytes. Its devices keep
+/// their size until [`Plugin::expand_block_on_node`] tells them.
 pub fn grow_backing_file(path: &Path, size: i64) -> RpcResult<()> {
     let file = OpenOptions::new()
         .write(true)
@@ -119,10 +122,8 @@ pub fn grow_backing_file(path: &Path, size: i64) -> RpcResult<()> {
         .map_err(|e| internal("cannot open the backing file", e))?;
     if file.metadata().map(|m| m.len()).unwrap_or(0) < size as u64 {
         file.set_len(size as u64)
+            .and_then(|()| file.sync_all())
             .map_err(|e| internal("cannot grow the backing file", e))?;
-    }
-    for device in devices(path)? {
-        loop_dev::refresh_capacity(&device).map_err(|e| loop_error("cannot grow", e))?;
     }
     Ok(())
 }
@@ -154,6 +155,97 @@ impl Plugin {
     /// The backing file of block volume `id`.
     pub(super) fn backing_file(&self, id: &str) -> PathBuf {
         self.config.base_dir.join("block").join(format!("{id}.img"))
+    }
+
+    /// True if loop devices show block volume `id` now (it is staged, or
+    /// published read-only, on this node).
+    pub(super) fn shown_by_devices(&self, id: &str) -> RpcResult<bool> {
+        Ok(!devices(&self.backing_file(id))?.is_empty())
+    }
+
+    /// Why block volume `id` is abnormal on this node, if it is: staged,
+    /// but no read-write loop device shows it any more (detached behind
+    /// the plugin's back).
+    pub(super) fn lost_device(&self, state: &State, id: &str) -> RpcResult<Option<String>> {
+        let Some((staging, _)) = state.staged.iter().find(|(_, s)| s.volume_id == id) else {
+            return Ok(None);
+        };
+        let attached = devices(&self.backing_file(id))?
+            .iter()
+            .any(|d| !d.read_only);
+        Ok((!attached).then(|| {
+            format!(
+                "volume {id} is staged at {} but no loop device shows it",
+                staging.display()
+            )
+        }))
+    }
+
+    /// True if `path` shows block volume `id`: its recorded staging path,
+    /// or a target holding one of its devices.
+    fn shows_block(&self, state: &State, id: &str, path: &Path) -> RpcResult<bool> {
+        if state.staged.get(path).is_some_and(|s| s.volume_id == id) {
+            return Ok(true);
+        }
+        for device in devices(&self.backing_file(id))? {
+            if holds_device(path, &device)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// NodeExpandVolume of block volume `id` at `path`: every device of
+    /// the volume learns its backing file's size (`LOOP_SET_CAPACITY`),
+    /// which is answered. The node cannot grow the file: a size above it
+    /// is OUT_OF_RANGE until ControllerExpandVolume.
+    pub(super) fn expand_block_on_node(
+        &self,
+        state: &State,
+        id: &str,
+        path: &Path,
+        range: &CapacityRange,
+    ) -> RpcResult<i64> {
+        if !self.shows_block(state, id, path)? {
+            return Err(status(
+                Code::NotFound,
+                format!(
+                    "volume {id} is not staged or published at {}",
+                    path.display()
+                ),
+            ));
+        }
+        let backing = self.backing_file(id);
+        let len = fs::metadata(&backing)
+            .map(|m| i64::try_from(m.len()).unwrap_or(i64::MAX))
+            .map_err(|e| internal("cannot stat the backing file", e))?;
+        if range.required_bytes > len {
+            return Err(status(
+                Code::OutOfRange,
+                format!(
+                    "volume {id} has {len} bytes; ControllerExpandVolume grows it to {}",
+                    range.required_bytes
+                ),
+            ));
+        }
+        super::controller::check_no_shrink(id, len, range)?;
+        for device in devices(&backing)? {
+            loop_dev::refresh_capacity(&device).map_err(|e| loop_error("cannot grow", e))?;
+            log::info!("{device} shows the {len} bytes of {}", backing.display());
+        }
+        Ok(len)
+    }
+
+    /// Makes the backing file of block volume `id` hold everything written
+    /// through its loop devices: what sits in a device's page cache reaches
+    /// the file only when the device is synced.
+    pub(super) fn flush_devices(&self, id: &str) -> RpcResult<()> {
+        for device in devices(&self.backing_file(id))? {
+            File::open(device.path())
+                .and_then(|node| node.sync_all())
+                .map_err(|e| internal(&format!("cannot sync {device}"), e))?;
+        }
+        Ok(())
     }
 
     /// The device of volume `id` that is read-only or not, attached now if
@@ -329,11 +421,7 @@ impl Plugin {
             );
             return Ok(resp);
         };
-        let mut shown = state.staged.get(path).is_some_and(|s| s.volume_id == id);
-        for device in devices(&backing)? {
-            shown = shown || holds_device(path, &device)?;
-        }
-        if !shown {
+        if !self.shows_block(&state, id, path)? {
             return Err(status(
                 Code::NotFound,
                 format!(

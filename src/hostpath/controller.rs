@@ -1,25 +1,21 @@
 //! The hostpath plugin's Controller service: volumes are directories or,
 //! for block capabilities, sparse files (see [`super::block`]), and
-//! "attaching" to a node is a record that NodeStage checks.
+//! "attaching" to a node is a record that NodeStage checks. The gRPC glue
+//! is [`super::controller_grpc`].
 
 use std::fs;
 
-use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
 use super::block;
 use super::faults::Action;
-use super::state::{VolumeKind, VolumeRecord};
-use super::strict::{Call, ContentSource};
-use super::{
-    internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
-};
+use super::state::{State, VolumeKind, VolumeRecord};
+use super::{capacity_range, internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
 use crate::csi::error::Code;
 use crate::csi::model::{AccessMode, Capability};
 use crate::csi::proto::csi as pb;
-use crate::csi::proto::csi_grpc;
-use crate::csi::types::ControllerCapability;
+use crate::csi::types::{CapacityRange, ContentSource, ControllerCapability, VolumeCondition};
 use crate::mount;
 
 const CAPABILITIES: &[ControllerCapability] = &[
@@ -27,8 +23,13 @@ const CAPABILITIES: &[ControllerCapability] = &[
     ControllerCapability::PublishUnpublishVolume,
     ControllerCapability::ListVolumes,
     ControllerCapability::GetCapacity,
+    ControllerCapability::CreateDeleteSnapshot,
+    ControllerCapability::ListSnapshots,
+    ControllerCapability::CloneVolume,
     ControllerCapability::ExpandVolume,
     ControllerCapability::ListVolumesPublishedNodes,
+    ControllerCapability::VolumeCondition,
+    ControllerCapability::GetVolume,
     ControllerCapability::PublishReadonly,
     ControllerCapability::SingleNodeMultiWriter,
 ];
@@ -47,6 +48,49 @@ pub(super) fn capabilities(no_attach: bool) -> impl Iterator<Item = ControllerCa
     })
 }
 
+/// Checks that a CreateVolume of the existing volume `id` is a repeat:
+/// the same kind, a capacity in `range` and the same content source, or
+/// ALREADY_EXISTS.
+fn check_repeat(
+    id: &str,
+    existing: &VolumeRecord,
+    kind: VolumeKind,
+    range: &CapacityRange,
+    source: Option<&ContentSource>,
+) -> RpcResult<()> {
+    if existing.kind != kind {
+        return Err(status(
+            Code::AlreadyExists,
+            format!(
+                "volume {id} exists as a {} volume",
+                existing.kind.attachment()
+            ),
+        ));
+    }
+    let cap = existing.capacity_bytes;
+    let fits = cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
+    if !fits {
+        return Err(status(
+            Code::AlreadyExists,
+            format!(
+                "volume {id} exists with capacity {cap}, incompatible with the requested range"
+            ),
+        ));
+    }
+    if existing.content_source.as_ref() != source {
+        let made_from = match &existing.content_source {
+            None => "empty".to_string(),
+            Some(ContentSource::Snapshot(s)) => format!("from snapshot {s}"),
+            Some(ContentSource::Volume(v)) => format!("from volume {v}"),
+        };
+        return Err(status(
+            Code::AlreadyExists,
+            format!("volume {id} exists, made {made_from}"),
+        ));
+    }
+    Ok(())
+}
+
 fn request_capabilities(field: &str, caps: &[pb::VolumeCapability]) -> RpcResult<Vec<Capability>> {
     if caps.is_empty() {
         return Err(status(
@@ -59,34 +103,21 @@ fn request_capabilities(field: &str, caps: &[pb::VolumeCapability]) -> RpcResult
 }
 
 impl Plugin {
-    fn create_volume(&self, req: &pb::CreateVolumeRequest) -> RpcResult<pb::CreateVolumeResponse> {
+    pub(super) fn create_volume(
+        &self,
+        req: &pb::CreateVolumeRequest,
+    ) -> RpcResult<pb::CreateVolumeResponse> {
         let id = volume_id("name", &req.name)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind =
             VolumeKind::for_capabilities(&caps).map_err(|m| status(Code::InvalidArgument, m))?;
-        if req.volume_content_source.is_some() {
-            return Err(status(
-                Code::InvalidArgument,
-                "volume_content_source is not supported",
-            ));
-        }
-        let range = req
-            .capacity_range
+        let source = req
+            .volume_content_source
             .as_ref()
-            .map(crate::csi::types::CapacityRange::from)
-            .unwrap_or_default();
-        if range.required_bytes < 0 || range.limit_bytes < 0 {
-            return Err(status(
-                Code::InvalidArgument,
-                "capacity_range must not be negative",
-            ));
-        }
-        if range.limit_bytes > 0 && range.required_bytes > range.limit_bytes {
-            return Err(status(
-                Code::OutOfRange,
-                "capacity_range: required_bytes exceeds limit_bytes",
-            ));
-        }
+            .map(ContentSource::try_from)
+            .transpose()
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
+        let range = capacity_range(req.capacity_range.as_ref())?;
         if let Some(req_topology) = req.accessibility_requirements.as_ref() {
             let ours = self.topology();
             if !req_topology.requisite.is_empty() && !req_topology.requisite.contains(&ours) {
@@ -97,65 +128,71 @@ impl Plugin {
             }
         }
         let mut state = self.lock()?;
-        let capacity_bytes = if let Some(existing) = state.volumes.get(id) {
-            if existing.kind != kind {
-                return Err(status(
-                    Code::AlreadyExists,
-                    format!(
-                        "volume {id} exists as a {} volume",
-                        existing.kind.attachment()
-                    ),
-                ));
-            }
-            let cap = existing.capacity_bytes;
-            let fits =
-                cap >= range.required_bytes && (range.limit_bytes == 0 || cap <= range.limit_bytes);
-            if !fits {
-                return Err(status(
-                    Code::AlreadyExists,
-                    format!("volume {id} exists with capacity {cap}, incompatible with the requested range"),
-                ));
-            }
-            cap
+        let record = if let Some(existing) = state.volumes.get(id) {
+            check_repeat(id, existing, kind, &range, source.as_ref())?;
+            existing.clone()
         } else {
-            let cap = match kind {
-                VolumeKind::Directory => {
-                    let dir = self.volume_dir(id);
-                    fs::create_dir_all(&dir)
-                        .map_err(|e| internal("cannot create the volume directory", e))?;
-                    if range.required_bytes > 0 {
-                        range.required_bytes
-                    } else {
-                        range.limit_bytes
-                    }
-                }
-                VolumeKind::Block => {
-                    let size = block::capacity_for(&range)?;
-                    block::create_backing_file(&self.backing_file(id), size)?;
-                    size
-                }
+            let record = match &source {
+                None => self.provision_empty(id, kind, &range)?,
+                Some(source) => self.provision_from(&state, id, kind, &range, source)?,
             };
-            state.volumes.insert(
-                id.to_string(),
-                VolumeRecord {
-                    capacity_bytes: cap,
-                    attached: None,
-                    kind,
-                },
-            );
+            state.volumes.insert(id.to_string(), record.clone());
             state.save().map_err(|e| internal("cannot save state", e))?;
-            cap
+            record
         };
-        let mut volume = pb::Volume::new();
-        volume.volume_id = id.to_string();
-        volume.capacity_bytes = capacity_bytes;
-        volume.accessible_topology = vec![self.topology()];
         let mut resp = pb::CreateVolumeResponse::new();
-        resp.volume = MessageField::some(volume);
+        resp.volume = MessageField::some(self.volume_message(id, &record));
         Ok(resp)
     }
 
-    fn delete_volume(&self, req: &pb::DeleteVolumeRequest) -> RpcResult<pb::DeleteVolumeResponse> {
+    /// A new empty volume `id` of `kind` for `range`.
+    fn provision_empty(
+        &self,
+        id: &str,
+        kind: VolumeKind,
+        range: &CapacityRange,
+    ) -> RpcResult<VolumeRecord> {
+        let capacity_bytes = match kind {
+            VolumeKind::Directory => {
+                let dir = self.volume_dir(id);
+                fs::create_dir_all(&dir)
+                    .map_err(|e| internal("cannot create the volume directory", e))?;
+                if range.required_bytes > 0 {
+                    range.required_bytes
+                } else {
+                    range.limit_bytes
+                }
+            }
+            VolumeKind::Block => {
+                let size = block::capacity_for(range)?;
+                block::create_backing_file(&self.backing_file(id), size)?;
+                size
+            }
+        };
+        Ok(VolumeRecord {
+            capacity_bytes,
+            attached: None,
+            kind,
+            content_source: None,
+        })
+    }
+
+    /// The Volume message of volume `id`.
+    pub(super) fn volume_message(&self, id: &str, record: &VolumeRecord) -> pb::Volume {
+        let mut volume = pb::Volume::new();
+        volume.volume_id = id.to_string();
+        volume.capacity_bytes = record.capacity_bytes;
+        volume.accessible_topology = vec![self.topology()];
+        if let Some(source) = &record.content_source {
+            volume.content_source = MessageField::some(source.into());
+        }
+        volume
+    }
+
+    pub(super) fn delete_volume(
+        &self,
+        req: &pb::DeleteVolumeRequest,
+    ) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let mut state = self.lock()?;
         let kind = match state.volumes.get(id) {
@@ -197,7 +234,7 @@ impl Plugin {
         Ok(pb::DeleteVolumeResponse::new())
     }
 
-    fn controller_publish(
+    pub(super) fn controller_publish(
         &self,
         req: &pb::ControllerPublishVolumeRequest,
     ) -> RpcResult<pb::ControllerPublishVolumeResponse> {
@@ -240,7 +277,7 @@ impl Plugin {
         Ok(resp)
     }
 
-    fn controller_unpublish(
+    pub(super) fn controller_unpublish(
         &self,
         req: &pb::ControllerUnpublishVolumeRequest,
     ) -> RpcResult<pb::ControllerUnpublishVolumeResponse> {
@@ -271,7 +308,7 @@ impl Plugin {
         Ok(pb::ControllerUnpublishVolumeResponse::new())
     }
 
-    fn validate(
+    pub(super) fn validate(
         &self,
         req: &pb::ValidateVolumeCapabilitiesRequest,
         fault: Option<Action>,
@@ -321,56 +358,76 @@ impl Plugin {
         Ok(resp)
     }
 
-    fn list_volumes(&self, req: &pb::ListVolumesRequest) -> RpcResult<pb::ListVolumesResponse> {
-        if req.max_entries < 0 {
-            return Err(status(
-                Code::InvalidArgument,
-                "max_entries must not be negative",
-            ));
-        }
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token.parse().map_err(|_| {
-                status(
-                    Code::Aborted,
-                    format!("invalid starting_token {:?}", req.starting_token),
-                )
-            })?
-        };
+    pub(super) fn list_volumes(
+        &self,
+        req: &pb::ListVolumesRequest,
+    ) -> RpcResult<pb::ListVolumesResponse> {
         let state = self.lock()?;
-        if start > state.volumes.len() {
-            return Err(status(
-                Code::Aborted,
-                format!("starting_token {start} is past the end"),
-            ));
-        }
-        let page = if req.max_entries == 0 {
-            usize::MAX
-        } else {
-            req.max_entries as usize
-        };
+        let (range, next_token) = page(state.volumes.len(), req.max_entries, &req.starting_token)?;
         let mut resp = pb::ListVolumesResponse::new();
-        for (id, record) in state.volumes.iter().skip(start).take(page) {
-            let mut volume = pb::Volume::new();
-            volume.volume_id = id.clone();
-            volume.capacity_bytes = record.capacity_bytes;
-            volume.accessible_topology = vec![self.topology()];
+        for (id, record) in state.volumes.iter().skip(range.start).take(range.len()) {
             let mut entry = pb::list_volumes_response::Entry::new();
-            entry.volume = MessageField::some(volume);
+            entry.volume = MessageField::some(self.volume_message(id, record));
             let mut status = pb::list_volumes_response::VolumeStatus::new();
-            status.published_node_ids = record.attached.iter().map(|(n, _)| n.clone()).collect();
+            status.published_node_ids = published_nodes(record);
+            status.volume_condition = MessageField::some(self.condition(&state, id, record)?);
             entry.status = MessageField::some(status);
             resp.entries.push(entry);
         }
-        let next = start + resp.entries.len();
-        if next < state.volumes.len() {
-            resp.next_token = next.to_string();
-        }
+        resp.next_token = next_token;
         Ok(resp)
     }
 
-    fn get_capacity(&self, req: &pb::GetCapacityRequest) -> RpcResult<pb::GetCapacityResponse> {
+    pub(super) fn controller_get_volume(
+        &self,
+        req: &pb::ControllerGetVolumeRequest,
+    ) -> RpcResult<pb::ControllerGetVolumeResponse> {
+        let id = required("volume_id", &req.volume_id)?;
+        let state = self.lock()?;
+        let record = state
+            .volumes
+            .get(id)
+            .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        let mut status = pb::controller_get_volume_response::VolumeStatus::new();
+        status.published_node_ids = published_nodes(record);
+        status.volume_condition = MessageField::some(self.condition(&state, id, record)?);
+        let mut resp = pb::ControllerGetVolumeResponse::new();
+        resp.volume = MessageField::some(self.volume_message(id, record));
+        resp.status = MessageField::some(status);
+        Ok(resp)
+    }
+
+    /// The condition of volume `id`: abnormal when its directory or
+    /// backing file is gone, or when a staged block volume has lost its
+    /// loop device.
+    fn condition(
+        &self,
+        state: &State,
+        id: &str,
+        record: &VolumeRecord,
+    ) -> RpcResult<pb::VolumeCondition> {
+        let data = self.volume_data(id, record.kind);
+        let problem = match record.kind {
+            VolumeKind::Directory if !data.is_dir() => Some(format!(
+                "the volume directory {} is missing",
+                data.display()
+            )),
+            VolumeKind::Block if !data.is_file() => {
+                Some(format!("the backing file {} is missing", data.display()))
+            }
+            VolumeKind::Block => self.lost_device(state, id)?,
+            VolumeKind::Directory => None,
+        };
+        Ok(pb::VolumeCondition::from(&VolumeCondition {
+            abnormal: problem.is_some(),
+            message: problem.unwrap_or_else(|| "volume is healthy".to_string()),
+        }))
+    }
+
+    pub(super) fn get_capacity(
+        &self,
+        req: &pb::GetCapacityRequest,
+    ) -> RpcResult<pb::GetCapacityResponse> {
         if !req.volume_capabilities.is_empty() {
             let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
             if VolumeKind::for_capabilities(&caps).is_err() {
@@ -384,27 +441,38 @@ impl Plugin {
         Ok(resp)
     }
 
-    fn controller_expand(
+    /// ControllerExpandVolume: a directory's capacity is recorded, a block
+    /// volume's backing file grows. The devices a node shows it through
+    /// learn the new size in NodeExpandVolume, so that is required while
+    /// the volume has any. A volume never shrinks: a smaller size is a
+    /// repeat, a limit below its size OUT_OF_RANGE.
+    pub(super) fn controller_expand(
         &self,
         req: &pb::ControllerExpandVolumeRequest,
     ) -> RpcResult<pb::ControllerExpandVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let range = req
-            .capacity_range
+        if req.capacity_range.is_none() {
+            return Err(status(Code::InvalidArgument, "capacity_range is required"));
+        }
+        let range = capacity_range(req.capacity_range.as_ref())?;
+        let capability = req
+            .volume_capability
             .as_ref()
-            .map(crate::csi::types::CapacityRange::from)
-            .ok_or_else(|| status(Code::InvalidArgument, "capacity_range is required"))?;
+            .map(Capability::try_from)
+            .transpose()
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         let mut state = self.lock()?;
         let volume = state
             .volumes
             .get_mut(id)
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
-        if range.limit_bytes > 0 && volume.capacity_bytes > range.limit_bytes {
-            return Err(status(
-                Code::OutOfRange,
-                "the volume is already larger than limit_bytes",
-            ));
+        if let Some(capability) = capability {
+            volume
+                .kind
+                .check_serves(id, &[capability])
+                .map_err(|m| status(Code::InvalidArgument, m))?;
         }
+        check_no_shrink(id, volume.capacity_bytes, &range)?;
         if range.required_bytes > volume.capacity_bytes {
             volume.capacity_bytes = match volume.kind {
                 VolumeKind::Directory => range.required_bytes,
@@ -414,250 +482,33 @@ impl Plugin {
                     size
                 }
             };
+            state.save().map_err(|e| internal("cannot save state", e))?;
         }
-        let capacity_bytes = volume.capacity_bytes;
-        state.save().map_err(|e| internal("cannot save state", e))?;
+        let volume = &state.volumes[id];
         let mut resp = pb::ControllerExpandVolumeResponse::new();
-        resp.capacity_bytes = capacity_bytes;
-        resp.node_expansion_required = false;
+        resp.capacity_bytes = volume.capacity_bytes;
+        resp.node_expansion_required =
+            volume.kind == VolumeKind::Block && self.shown_by_devices(id)?;
         Ok(resp)
     }
 }
 
-impl csi_grpc::Controller for Service {
-    fn create_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::CreateVolumeRequest,
-        sink: UnarySink<pb::CreateVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("name", &req.name)]);
-        let content_source = req.volume_content_source.as_ref().and_then(|s| {
-            if s.has_snapshot() {
-                Some(ContentSource::Snapshot)
-            } else if s.has_volume() {
-                Some(ContentSource::Volume)
-            } else {
-                None
-            }
-        });
-        let call = Call::CreateVolume {
-            name: req.name.clone(),
-            content_source,
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.create_volume(&req));
-    }
-
-    fn delete_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::DeleteVolumeRequest,
-        sink: UnarySink<pb::DeleteVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let call = Call::DeleteVolume {
-            volume: req.volume_id.clone(),
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.delete_volume(&req));
-    }
-
-    fn controller_publish_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerPublishVolumeRequest,
-        sink: UnarySink<pb::ControllerPublishVolumeResponse>,
-    ) {
-        let ro = if req.readonly { "true" } else { "" };
-        let fields = trace_fields(&[
-            ("volume", &req.volume_id),
-            ("node", &req.node_id),
-            ("readonly", ro),
-        ]);
-        let call = Call::ControllerPublishVolume {
-            volume: req.volume_id.clone(),
-            node: req.node_id.clone(),
-            read_only: req.readonly,
-            answer: super::publish_context(&req.node_id),
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.controller_publish(&req));
-    }
-
-    fn controller_unpublish_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerUnpublishVolumeRequest,
-        sink: UnarySink<pb::ControllerUnpublishVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id), ("node", &req.node_id)]);
-        let call = Call::ControllerUnpublishVolume {
-            volume: req.volume_id.clone(),
-            node: req.node_id.clone(),
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| {
-            p.controller_unpublish(&req)
-        });
-    }
-
-    fn validate_volume_capabilities(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ValidateVolumeCapabilitiesRequest,
-        sink: UnarySink<pb::ValidateVolumeCapabilitiesResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let call = Call::ValidateVolumeCapabilities {
-            volume: req.volume_id.clone(),
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
-            p.validate(&req, fault)
-        });
-    }
-
-    fn list_volumes(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ListVolumesRequest,
-        sink: UnarySink<pb::ListVolumesResponse>,
-    ) {
-        let received = Received::new(Call::ListVolumes, &req, String::new());
-        self.serve(&ctx, received, sink, move |p, _| p.list_volumes(&req));
-    }
-
-    fn get_capacity(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetCapacityRequest,
-        sink: UnarySink<pb::GetCapacityResponse>,
-    ) {
-        let received = Received::new(Call::GetCapacity, &req, String::new());
-        self.serve(&ctx, received, sink, move |p, _| p.get_capacity(&req));
-    }
-
-    fn controller_get_capabilities(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerGetCapabilitiesRequest,
-        sink: UnarySink<pb::ControllerGetCapabilitiesResponse>,
-    ) {
-        let received = Received::new(Call::ControllerGetCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |plugin, _| {
-            let mut resp = pb::ControllerGetCapabilitiesResponse::new();
-            resp.capabilities = capabilities(plugin.config.no_attach)
-                .map(convert::controller_capability_to_proto)
-                .collect();
-            Ok(resp)
-        });
-    }
-
-    fn controller_expand_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerExpandVolumeRequest,
-        sink: UnarySink<pb::ControllerExpandVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let call = Call::ControllerExpandVolume {
-            volume: req.volume_id.clone(),
-        };
-        let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
-            let mut resp = p.controller_expand(&req)?;
-            resp.node_expansion_required = fault == Some(Action::NodeExpansionRequired);
-            Ok(resp)
-        });
-    }
-
-    // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
-    // unless strict mode refuses them first as a CO's mistake.
-
-    fn create_snapshot(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::CreateSnapshotRequest,
-        sink: UnarySink<pb::CreateSnapshotResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.source_volume_id)]);
-        self.unimplemented(
-            &ctx,
-            Received::new(Call::CreateSnapshot, &req, fields),
-            sink,
-        );
-    }
-
-    fn delete_snapshot(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::DeleteSnapshotRequest,
-        sink: UnarySink<pb::DeleteSnapshotResponse>,
-    ) {
-        let received = Received::new(Call::DeleteSnapshot, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
-    }
-
-    fn list_snapshots(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ListSnapshotsRequest,
-        sink: UnarySink<pb::ListSnapshotsResponse>,
-    ) {
-        let received = Received::new(Call::ListSnapshots, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
-    }
-
-    fn get_snapshot(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetSnapshotRequest,
-        sink: UnarySink<pb::GetSnapshotResponse>,
-    ) {
-        let received = Received::new(Call::GetSnapshot, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
-    }
-
-    fn controller_get_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerGetVolumeRequest,
-        sink: UnarySink<pb::ControllerGetVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let volume = req.volume_id.clone();
-        let call = Call::ControllerGetVolume { volume };
-        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
-    }
-
-    fn controller_modify_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ControllerModifyVolumeRequest,
-        sink: UnarySink<pb::ControllerModifyVolumeResponse>,
-    ) {
-        let fields = trace_fields(&[("volume", &req.volume_id)]);
-        let volume = req.volume_id.clone();
-        let call = Call::ControllerModifyVolume { volume };
-        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
-    }
+/// The nodes volume `record` is attached to.
+fn published_nodes(record: &VolumeRecord) -> Vec<String> {
+    record.attached.iter().map(|(n, _)| n.clone()).collect()
 }
 
-impl Service {
-    /// Serves an RPC the plugin does not implement.
-    fn unimplemented<Resp: Default + Send + 'static>(
-        &self,
-        ctx: &RpcContext,
-        received: Received,
-        sink: UnarySink<Resp>,
-    ) {
-        let rpc = received.rpc();
-        self.serve(ctx, received, sink, move |_, _| {
-            Err(status(
-                Code::Unimplemented,
-                format!("{rpc} is not implemented"),
-            ))
-        });
+/// OUT_OF_RANGE if volume `id` of `capacity` bytes would have to shrink
+/// to fit `range`.
+pub(super) fn check_no_shrink(id: &str, capacity: i64, range: &CapacityRange) -> RpcResult<()> {
+    if range.limit_bytes > 0 && capacity > range.limit_bytes {
+        return Err(status(
+            Code::OutOfRange,
+            format!(
+                "volume {id} has {capacity} bytes, more than limit_bytes {}: volumes do not shrink",
+                range.limit_bytes
+            ),
+        ));
     }
+    Ok(())
 }

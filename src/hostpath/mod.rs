@@ -11,12 +11,46 @@
 //! attach, unstage while published, detach while staged)
 //! FAILED_PRECONDITION, so a CO that breaks the spec's ordering finds out.
 //!
+//! It advertises, and does for real:
+//!
+//! - plugin: CONTROLLER_SERVICE, VOLUME_ACCESSIBILITY_CONSTRAINTS (one
+//!   topology segment, the node), ONLINE volume expansion;
+//! - controller: CREATE_DELETE_VOLUME, PUBLISH_UNPUBLISH_VOLUME and
+//!   PUBLISH_READONLY (attachments are records NodeStage checks; neither
+//!   with `-no-attach`), LIST_VOLUMES with LIST_VOLUMES_PUBLISHED_NODES
+//!   (not with `-no-attach`), GET_VOLUME and VOLUME_CONDITION (abnormal
+//!   when a volume's data is gone or a staged block volume lost its loop
+//!   device), GET_CAPACITY (the base dir's free space),
+//!   CREATE_DELETE_SNAPSHOT and LIST_SNAPSHOTS, CLONE_VOLUME (snapshots
+//!   and volumes made from them or from a volume are synced copies, see
+//!   `snapshots.rs`), EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER;
+//! - node: STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and VOLUME_CONDITION,
+//!   EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER.
+//!
+//! That is the monolith's list (the default `-mode`). A `-mode controller`
+//! process advertises the plugin and controller capabilities and answers
+//! the Node service's RPCs UNIMPLEMENTED (NodeGetCapabilities included); a
+//! `-mode node` process leaves CONTROLLER_SERVICE out of its plugin
+//! capabilities and answers the Controller service's RPCs UNIMPLEMENTED
+//! (ControllerGetCapabilities, snapshots, ControllerGetVolume included). So
+//! snapshots, clones, ControllerGetVolume and the controller's half of an
+//! expansion are the controller process's; NodeExpandVolume and stats the
+//! node process's.
+//!
+//! Expansion is split as on real storage: ControllerExpandVolume records a
+//! directory's capacity or grows a block volume's backing file, and asks
+//! for NodeExpandVolume while loop devices show the volume; that one makes
+//! them show the new size. List calls page with index tokens; a token that
+//! is not one is ABORTED. Not implemented: GET_SNAPSHOT and MODIFY_VOLUME
+//! (UNIMPLEMENTED), the group controller and snapshot metadata services.
+//!
 //! With `-strict` it also judges the CO: every request a CO that keeps the
 //! spec never sends (a second staging path for a volume, a publish before
 //! the stage, a stage or publish without ControllerPublishVolume's publish
 //! context, an unstage while published, a detach while staged, two calls in
 //! flight for one volume, an RPC of a capability not advertised, secrets on
-//! an RPC that takes none) is refused with FAILED_PRECONDITION
+//! an RPC that takes none; CreateSnapshot counts as a call for its source
+//! volume) is refused with FAILED_PRECONDITION
 //! `strict: <rule>: ...` and recorded as `<RPC> <volume>: <rule>` in
 //! `<base-dir>/strict-violations`, created empty at start. The rules are
 //! [`strict`]'s, a pure checker; [`verdict`] runs it around each call. Off
@@ -40,18 +74,25 @@
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
 //! lock, which also keeps out the other processes of the base dir (see
-//! [`state`]).
+//! [`state`]); copies for snapshots and clones are made under it too.
 //!
 //! Files under the base dir: `state` and `state.lock` (see [`state`]),
 //! `volumes/<id>/` (a file-system volume), `block/<id>.img` (a block
-//! volume's backing file), `strict-violations` (strict mode's verdict),
+//! volume's backing file), `snapshots/<id>/files/` or
+//! `snapshots/<id>/block.img` (a snapshot's copy of a file-system or block
+//! volume), `tmp/` (copies being made, emptied at start under the state
+//! lock, so a process of a split plugin that starts never removes a copy
+//! the other one is making), `strict-violations` (strict mode's verdict),
 //! `in-flight/<id>` (a split plugin's locks of calls in flight).
 
 mod block;
+mod content;
 mod controller;
+mod controller_grpc;
 pub mod faults;
 pub mod in_flight;
 mod node;
+mod snapshots;
 pub mod state;
 pub mod strict;
 pub mod verdict;
@@ -71,7 +112,7 @@ use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
-use crate::csi::types::{PluginCapability, StringMap};
+use crate::csi::types::{CapacityRange, PluginCapability, StringMap};
 use crate::spec::PluginType;
 use faults::{Action, Faults, Trace};
 use state::{SharedState, StateGuard};
@@ -83,6 +124,10 @@ pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
 
 /// The topology key of the node a hostpath volume lives on.
 pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/node";
+
+/// The directory in the base dir where copies are made before they are
+/// renamed into place; emptied when the plugin starts.
+const SCRATCH: &str = "tmp";
 
 /// The publish-context key ControllerPublishVolume answers with; NodeStage
 /// and NodePublish insist on getting it back.
@@ -208,6 +253,17 @@ pub fn run(config: Config) -> Result<(), Error> {
     let volumes = config.base_dir.join("volumes");
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
     let state = SharedState::open(&config.base_dir).map_err(|err| Error::State { err })?;
+    // What is in the scratch space is a copy a crash interrupted: copies
+    // are made under the state lock, so none is being made while we hold
+    // it, by this process or the other one of a split plugin.
+    let scratch = config.base_dir.join(SCRATCH);
+    let held = state.lock().map_err(|err| Error::State { err })?;
+    match fs::remove_dir_all(&scratch) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+        _ => fs::create_dir_all(&scratch),
+    }
+    .map_err(|err| Error::BaseDir { path: scratch, err })?;
+    drop(held);
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
         let advertised = Advertised {
@@ -316,6 +372,65 @@ pub(crate) fn volume_id<'a>(field: &str, value: &'a str) -> RpcResult<&'a str> {
     crate::id::validate(field, value)
         .map_err(|err| status(Code::InvalidArgument, err.to_string()))?;
     Ok(value)
+}
+
+/// The capacity range of a request (unset bounds are 0): negative bounds
+/// are INVALID_ARGUMENT, a required size above the limit OUT_OF_RANGE.
+pub(crate) fn capacity_range(range: Option<&pb::CapacityRange>) -> RpcResult<CapacityRange> {
+    let range = range.map(CapacityRange::from).unwrap_or_default();
+    if range.required_bytes < 0 || range.limit_bytes < 0 {
+        return Err(status(
+            Code::InvalidArgument,
+            "capacity_range must not be negative",
+        ));
+    }
+    if range.limit_bytes > 0 && range.required_bytes > range.limit_bytes {
+        return Err(status(
+            Code::OutOfRange,
+            "capacity_range: required_bytes exceeds limit_bytes",
+        ));
+    }
+    Ok(range)
+}
+
+/// `[start, start + page)` of `len` entries, for a list call's
+/// `starting_token` and `max_entries`; the next token is the index after
+/// the page, empty on the last page. A token that is not such an index is
+/// ABORTED, as the spec says.
+pub(crate) fn page(
+    len: usize,
+    max_entries: i32,
+    starting_token: &str,
+) -> RpcResult<(std::ops::Range<usize>, String)> {
+    let page = usize::try_from(max_entries)
+        .map_err(|_| status(Code::InvalidArgument, "max_entries must not be negative"))?;
+    let start: usize = if starting_token.is_empty() {
+        0
+    } else {
+        starting_token.parse().map_err(|_| {
+            status(
+                Code::Aborted,
+                format!("invalid starting_token {starting_token:?}"),
+            )
+        })?
+    };
+    if start > len {
+        return Err(status(
+            Code::Aborted,
+            format!("starting_token {start} is past the end ({len} entries)"),
+        ));
+    }
+    let end = if page == 0 {
+        len
+    } else {
+        len.min(start.saturating_add(page))
+    };
+    let next = if end < len {
+        end.to_string()
+    } else {
+        String::new()
+    };
+    Ok((start..end, next))
 }
 
 pub(crate) fn internal(what: &str, err: impl fmt::Display) -> RpcStatus {
@@ -556,4 +671,25 @@ pub(crate) fn trace_fields(fields: &[(&str, &str)]) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_cover_every_entry_once_and_bad_tokens_are_aborted() {
+        assert_eq!(page(5, 2, "").unwrap(), (0..2, "2".to_string()));
+        assert_eq!(page(5, 2, "2").unwrap(), (2..4, "4".to_string()));
+        assert_eq!(page(5, 2, "4").unwrap(), (4..5, String::new()));
+        assert_eq!(page(5, 0, "").unwrap(), (0..5, String::new()));
+        assert_eq!(page(0, 0, "").unwrap(), (0..0, String::new()));
+        assert_eq!(page(5, 0, "5").unwrap(), (5..5, String::new()));
+        for token in ["bogus", "-1", "6"] {
+            let err = page(5, 2, token).unwrap_err();
+            assert_eq!(err.code(), RpcStatusCode::ABORTED, "{token}");
+        }
+        let err = page(5, -1, "").unwrap_err();
+        assert_eq!(err.code(), RpcStatusCode::INVALID_ARGUMENT);
+    }
 }

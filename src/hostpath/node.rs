@@ -15,11 +15,13 @@ use std::path::{Path, PathBuf};
 use grpcio::{RpcContext, UnarySink};
 use protobuf::MessageField;
 
+use super::controller::check_no_shrink;
 use super::faults::Action;
 use super::state::{Staged, VolumeKind};
 use super::strict::Call;
 use super::{
-    internal, required, status, trace_fields, volume_id, Plugin, Received, RpcResult, Service,
+    capacity_range, internal, required, status, trace_fields, volume_id, Plugin, Received,
+    RpcResult, Service,
 };
 use crate::csi::convert::{self, from_hash_map};
 use crate::csi::error::Code;
@@ -422,21 +424,52 @@ impl Plugin {
         Ok(resp)
     }
 
+    /// NodeExpandVolume at `volume_path` (a staging path or a target):
+    /// a block volume's devices learn its new size; a directory has no
+    /// size to grow, so a larger size asked for is recorded as its
+    /// capacity. Either way the capacity is answered.
     fn node_expand(
         &self,
         req: &pb::NodeExpandVolumeRequest,
     ) -> RpcResult<pb::NodeExpandVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        required("volume_path", &req.volume_path)?;
-        let state = self.lock()?;
+        let path = Path::new(required("volume_path", &req.volume_path)?);
+        let range = capacity_range(req.capacity_range.as_ref())?;
+        let capability = req
+            .volume_capability
+            .as_ref()
+            .map(Capability::try_from)
+            .transpose()
+            .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
+        let mut state = self.lock()?;
         let volume = state
             .volumes
             .get(id)
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
+        let (kind, capacity) = (volume.kind, volume.capacity_bytes);
+        if let Some(capability) = capability {
+            kind.check_serves(id, &[capability])
+                .map_err(|m| status(Code::InvalidArgument, m))?;
+        }
         let mut resp = pb::NodeExpandVolumeResponse::new();
-        // A directory needs no file system growth: report what the
-        // controller recorded.
-        resp.capacity_bytes = volume.capacity_bytes;
+        if kind == VolumeKind::Block {
+            resp.capacity_bytes = self.expand_block_on_node(&state, id, path, &range)?;
+            return Ok(resp);
+        }
+        if !holds(path, &self.volume_dir(id))? {
+            return Err(status(
+                Code::NotFound,
+                format!("volume {id} is not mounted at {}", path.display()),
+            ));
+        }
+        check_no_shrink(id, capacity, &range)?;
+        if range.required_bytes > capacity {
+            if let Some(volume) = state.volumes.get_mut(id) {
+                volume.capacity_bytes = range.required_bytes;
+            }
+            state.save().map_err(|e| internal("cannot save state", e))?;
+        }
+        resp.capacity_bytes = capacity.max(range.required_bytes);
         Ok(resp)
     }
 

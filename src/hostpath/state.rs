@@ -1,5 +1,6 @@
-//! What the hostpath plugin remembers: its volumes, which node each is
-//! attached to, and where it staged and published them.
+//! What the hostpath plugin remembers: its volumes (and what each was made
+//! from), which node each is attached to, where it staged and published
+//! them, and its snapshots.
 //!
 //! Kept in one small text file under the base dir, rewritten atomically on
 //! every change, so a restarted plugin answers repeat calls idempotently.
@@ -10,9 +11,17 @@
 //! `state.lock` and writes it before letting go ([`SharedState`]); neither
 //! process loses the other's changes.
 //! A file-system volume's data lives in `<base-dir>/volumes/<id>/`, a block
-//! volume's in the file `<base-dir>/block/<id>.img`. Which loop devices show
-//! a block volume is not recorded: the kernel says (see
+//! volume's in the file `<base-dir>/block/<id>.img`, a snapshot's in
+//! `<base-dir>/snapshots/<id>/` (see `snapshots.rs`). Which loop
+//! devices show a block volume is not recorded: the kernel says (see
 //! [`crate::sys::loop_dev::find`]).
+//!
+//! One line per record: `volume <id> <capacity> <node|-> <ro> <kind>
+//! [<source>]` (the source `snapshot:<id>` or `volume:<id>`),
+//! `staged <volume> <capability> <path>`, `published <volume> <ro> <path>`,
+//! `snapshot <id> <source volume> <size> <secs>.<nanos> <kind> <name>`
+//! with the CO's name %-escaped. Files of earlier versions, without kinds
+//! or sources, still load.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -20,10 +29,12 @@ use std::io::{self, Write};
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::sys::flock;
 
 use crate::csi::model::{AttachmentMode, Capability};
+use crate::csi::types::ContentSource;
 
 /// What a volume is made of, chosen by CreateVolume's capabilities.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +51,14 @@ impl VolumeKind {
         match self {
             VolumeKind::Directory => "dir",
             VolumeKind::Block => "block",
+        }
+    }
+
+    fn parse(word: &str) -> Option<VolumeKind> {
+        match word {
+            "dir" => Some(VolumeKind::Directory),
+            "block" => Some(VolumeKind::Block),
+            _ => None,
         }
     }
 
@@ -94,6 +113,22 @@ pub struct VolumeRecord {
     /// The node it is attached to by ControllerPublishVolume, and read-only.
     pub attached: Option<(String, bool)>,
     pub kind: VolumeKind,
+    /// The snapshot or volume its contents were copied from.
+    pub content_source: Option<ContentSource>,
+}
+
+/// A snapshot the plugin took: a copy of a volume at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotRecord {
+    /// The CO's name for it, from which its ID is derived.
+    pub name: String,
+    pub source_volume_id: String,
+    /// The source volume's capacity when the snapshot was taken: a volume
+    /// made from the snapshot is at least this large.
+    pub size_bytes: i64,
+    pub creation_time: SystemTime,
+    /// The kind of the source volume, and of volumes made from it.
+    pub kind: VolumeKind,
 }
 
 /// A staging the plugin did: which volume, and the capability it was staged
@@ -111,6 +146,64 @@ pub struct State {
     pub staged: BTreeMap<PathBuf, Staged>,
     /// Target path → (volume, read-only).
     pub published: BTreeMap<PathBuf, (String, bool)>,
+    /// Snapshot ID → snapshot.
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
+}
+
+fn source_word(source: &ContentSource) -> String {
+    match source {
+        ContentSource::Snapshot(id) => format!("snapshot:{id}"),
+        ContentSource::Volume(id) => format!("volume:{id}"),
+    }
+}
+
+fn parse_source(word: &str) -> Option<ContentSource> {
+    match word.split_once(':')? {
+        ("snapshot", id) if !id.is_empty() => Some(ContentSource::Snapshot(id.to_string())),
+        ("volume", id) if !id.is_empty() => Some(ContentSource::Volume(id.to_string())),
+        _ => None,
+    }
+}
+
+/// A CO's name as one word of the state file: printable ASCII but `%` as
+/// is, every other byte `%XX`.
+fn escape_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for byte in name.bytes() {
+        if byte.is_ascii_graphic() && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn unescape_name(word: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(word.len());
+    let mut rest = word.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(first);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+fn time_word(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", since.as_secs(), since.subsec_nanos())
+}
+
+fn parse_time(word: &str) -> Option<SystemTime> {
+    let (secs, nanos) = word.split_once('.')?;
+    let since = Duration::new(secs.parse().ok()?, nanos.parse().ok()?);
+    UNIX_EPOCH.checked_add(since)
 }
 
 impl State {
@@ -146,11 +239,15 @@ impl State {
                 let node = words.next()?;
                 let ro = words.next()? == "1";
                 let attached = (node != "-").then(|| (node.to_string(), ro));
-                // Files written before block volumes have no kind.
+                // Files written before block volumes have no kind, and
+                // those before clones no source.
                 let kind = match words.next() {
-                    None | Some("dir") => VolumeKind::Directory,
-                    Some("block") => VolumeKind::Block,
-                    Some(_) => return None,
+                    None => VolumeKind::Directory,
+                    Some(word) => VolumeKind::parse(word)?,
+                };
+                let content_source = match words.next() {
+                    None => None,
+                    Some(word) => Some(parse_source(word)?),
                 };
                 self.volumes.insert(
                     id,
@@ -158,8 +255,24 @@ impl State {
                         capacity_bytes,
                         attached,
                         kind,
+                        content_source,
                     },
                 );
+            }
+            "snapshot" => {
+                let mut words = rest.split(' ');
+                let id = words.next()?.to_string();
+                let record = SnapshotRecord {
+                    source_volume_id: words.next()?.to_string(),
+                    size_bytes: words.next()?.parse().ok()?,
+                    creation_time: parse_time(words.next()?)?,
+                    kind: VolumeKind::parse(words.next()?)?,
+                    name: unescape_name(words.next()?)?,
+                };
+                if words.next().is_some() {
+                    return None;
+                }
+                self.snapshots.insert(id, record);
             }
             "staged" => {
                 let mut words = rest.splitn(3, ' ');
@@ -195,11 +308,16 @@ impl State {
                 None => ("-", false),
             };
             text.push_str(&format!(
-                "volume {id} {} {node} {} {}\n",
+                "volume {id} {} {node} {} {}",
                 v.capacity_bytes,
                 u8::from(ro),
                 v.kind.as_str()
             ));
+            if let Some(source) = &v.content_source {
+                text.push(' ');
+                text.push_str(&source_word(source));
+            }
+            text.push('\n');
         }
         for (path, s) in &self.staged {
             text.push_str(&format!(
@@ -214,6 +332,16 @@ impl State {
                 "published {id} {} {}\n",
                 u8::from(*ro),
                 path.display()
+            ));
+        }
+        for (id, s) in &self.snapshots {
+            text.push_str(&format!(
+                "snapshot {id} {} {} {} {} {}\n",
+                s.source_volume_id,
+                s.size_bytes,
+                time_word(s.creation_time),
+                s.kind.as_str(),
+                escape_name(&s.name)
             ));
         }
         let tmp = self.path.with_extension("tmp");
@@ -336,6 +464,7 @@ mod tests {
                 capacity_bytes: 42,
                 attached: Some(("n1".into(), true)),
                 kind: VolumeKind::Block,
+                content_source: None,
             },
         );
         state.volumes.insert(
@@ -343,6 +472,26 @@ mod tests {
             VolumeRecord {
                 capacity_bytes: 0,
                 attached: None,
+                kind: VolumeKind::Directory,
+                content_source: Some(ContentSource::Snapshot("s[1]".into())),
+            },
+        );
+        state.volumes.insert(
+            "v3".into(),
+            VolumeRecord {
+                capacity_bytes: 7,
+                attached: None,
+                kind: VolumeKind::Block,
+                content_source: Some(ContentSource::Volume("v1".into())),
+            },
+        );
+        state.snapshots.insert(
+            "s[1]".into(),
+            SnapshotRecord {
+                name: "a name with spaces, 100% \n and ünïcode".into(),
+                source_volume_id: "v2".into(),
+                size_bytes: 1 << 20,
+                creation_time: UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789),
                 kind: VolumeKind::Directory,
             },
         );
@@ -361,6 +510,7 @@ mod tests {
         assert_eq!(loaded.volumes, state.volumes);
         assert_eq!(loaded.staged, state.staged);
         assert_eq!(loaded.published, state.published);
+        assert_eq!(loaded.snapshots, state.snapshots);
         assert_eq!(
             loaded.in_use_on_node("v1"),
             Some(dir.join("stage dir").as_path())
@@ -381,6 +531,7 @@ mod tests {
             capacity_bytes: 0,
             attached: Some(("n1".into(), false)),
             kind: VolumeKind::Directory,
+            content_source: None,
         };
         {
             let mut state = controller.lock().unwrap();
@@ -449,8 +600,17 @@ mod tests {
             loaded.volumes["v1"].attached,
             Some(("n1".to_string(), false))
         );
-        fs::write(&path, "volume v1 0 - 0 tape\n").unwrap();
-        assert!(State::load(&path).is_err());
+        assert!(loaded.volumes.values().all(|v| v.content_source.is_none()));
+        for bad in [
+            "volume v1 0 - 0 tape\n",
+            "volume v1 0 - 0 dir image:x\n",
+            "snapshot s v 0 12.5 dir\n",
+            "snapshot s v 0 12 dir n\n",
+            "snapshot s v 0 1.0 dir bad%zz\n",
+        ] {
+            fs::write(&path, bad).unwrap();
+            assert!(State::load(&path).is_err(), "{bad:?}");
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 }

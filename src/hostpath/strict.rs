@@ -160,7 +160,10 @@ pub enum Call {
     ListVolumes,
     GetCapacity,
     ControllerGetCapabilities,
-    CreateSnapshot,
+    CreateSnapshot {
+        /// The volume it copies, whose calls it must not overlap.
+        source_volume: String,
+    },
     DeleteSnapshot,
     ListSnapshots,
     GetSnapshot,
@@ -242,7 +245,7 @@ impl Call {
             Call::ListVolumes => "ListVolumes",
             Call::GetCapacity => "GetCapacity",
             Call::ControllerGetCapabilities => "ControllerGetCapabilities",
-            Call::CreateSnapshot => "CreateSnapshot",
+            Call::CreateSnapshot { .. } => "CreateSnapshot",
             Call::DeleteSnapshot => "DeleteSnapshot",
             Call::ListSnapshots => "ListSnapshots",
             Call::GetSnapshot => "GetSnapshot",
@@ -276,11 +279,12 @@ impl Call {
         }
     }
 
-    /// The volume the call is about (CreateVolume's is its name); empty
-    /// IDs count as none.
+    /// The volume the call is about (CreateVolume's is its name,
+    /// CreateSnapshot's its source); empty IDs count as none.
     pub fn volume(&self) -> Option<&str> {
         let volume = match self {
             Call::CreateVolume { name, .. } => name,
+            Call::CreateSnapshot { source_volume } => source_volume,
             Call::DeleteVolume { volume }
             | Call::ControllerPublishVolume { volume, .. }
             | Call::ControllerUnpublishVolume { volume, .. }
@@ -309,7 +313,7 @@ impl Call {
                 | Call::ControllerUnpublishVolume { .. }
                 | Call::ValidateVolumeCapabilities { .. }
                 | Call::ControllerModifyVolume { .. }
-                | Call::CreateSnapshot
+                | Call::CreateSnapshot { .. }
                 | Call::DeleteSnapshot
                 | Call::ListSnapshots
                 | Call::GetSnapshot
@@ -350,7 +354,7 @@ impl Call {
             }
             Call::ListVolumes => vec![Needed::Controller(C::ListVolumes)],
             Call::GetCapacity => vec![Needed::Controller(C::GetCapacity)],
-            Call::CreateSnapshot | Call::DeleteSnapshot => {
+            Call::CreateSnapshot { .. } | Call::DeleteSnapshot => {
                 vec![Needed::Controller(C::CreateDeleteSnapshot)]
             }
             Call::ListSnapshots => vec![Needed::Controller(C::ListSnapshots)],
@@ -925,7 +929,9 @@ mod tests {
         let strict = strict();
         for call in [
             Call::NodeExpandVolume { volume: "v".into() },
-            Call::CreateSnapshot,
+            Call::CreateSnapshot {
+                source_volume: "v".into(),
+            },
             Call::ControllerGetVolume { volume: "v".into() },
             Call::CreateVolume {
                 name: "v".into(),
@@ -1006,6 +1012,25 @@ mod tests {
             rule_of(controller.admit(&stage("v", "/s"), false)),
             Some(Rule::AdvertisedCapability)
         );
+    }
+
+    #[test]
+    fn a_snapshot_is_a_call_about_its_source_volume() {
+        let call = Call::CreateSnapshot {
+            source_volume: "v".into(),
+        };
+        assert_eq!(call.volume(), Some("v"));
+        assert!(call.takes_secrets());
+        assert_eq!(
+            call.needs(),
+            vec![Needed::Controller(
+                ControllerCapability::CreateDeleteSnapshot
+            )]
+        );
+        let call = Call::CreateSnapshot {
+            source_volume: String::new(),
+        };
+        assert_eq!(call.volume(), None);
     }
 
     #[test]

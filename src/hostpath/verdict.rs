@@ -254,6 +254,7 @@ mod tests {
                 capacity_bytes: 0,
                 attached: Some(("n1".into(), false)),
                 kind: Default::default(),
+                content_source: None,
             },
         );
         state.staged.insert(

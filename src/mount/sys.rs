@@ -138,6 +138,93 @@ pub(crate) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<
     Ok(())
 }
 
+/// Calls mount(2) to mount a new file system of type `fstype` (`tmpfs`,
+/// `proc`, `devpts`) with `data` as its options: what a task's root is
+/// built with.
+pub(crate) fn mount_fs(
+    source: &CStr,
+    target: &CStr,
+    fstype: &CStr,
+    flags: c_ulong,
+    data: Option<&CStr>,
+) -> io::Result<()> {
+    let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
+    // SAFETY: every pointer is a NUL-terminated string that outlives the
+    // call, or null for no data, which mount(2) accepts; the kernel only
+    // reads from them.
+    cvt(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data,
+        )
+    })?;
+    Ok(())
+}
+
+/// `struct mount_attr` of `<linux/mount.h>`, the argument of
+/// mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `MOUNT_ATTR_RDONLY` of `<linux/mount.h>`.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// Makes the mount at `target` read-only with mount_setattr(2) (Linux 5.12
+/// and later), and with `recursive` every mount below it too, which a bind
+/// remount cannot do. ENOSYS on an older kernel.
+pub(crate) fn mount_setattr_read_only(target: &CStr, recursive: bool) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: `target` is a NUL-terminated string and `attr` a live
+    // `mount_attr` of the size passed; the kernel only reads them. The raw
+    // system call, as libc has no wrapper.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            flags as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Calls pivot_root(2): `new_root` becomes the root mount of the calling
+/// process's mount namespace, and the old one moves to `put_old`.
+pub(crate) fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
+    // SAFETY: both are NUL-terminated strings that outlive the call; the
+    // raw system call, as libc has no wrapper.
+    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Calls umount2(2) with `flags` as they are, for a child that detaches the
+/// old root of its mount namespace.
+pub(crate) fn umount_raw(target: &CStr, flags: c_int) -> io::Result<()> {
+    umount2(target, flags)
+}
+
 /// Calls umount2(2).
 fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
     // SAFETY: `target` is a NUL-terminated string that outlives the call.
@@ -149,17 +236,25 @@ fn umount2(target: &CStr, flags: c_int) -> io::Result<()> {
 /// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8 and later); `None` when the kernel
 /// does not report that attribute. A final symlink is followed.
 pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
+    let st = statx(path, libc::AT_STATX_DONT_SYNC, 0)?;
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+}
+
+/// Calls statx(2) on `path` with `flags`, asking for `mask`. The raw
+/// system call, because musl before 1.2.5 has no statx wrapper to link
+/// against. Fields the kernel did not fill are zero.
+fn statx(path: &CStr, flags: libc::c_int, mask: libc::c_uint) -> io::Result<libc::statx> {
     let mut buf = MaybeUninit::<libc::statx>::zeroed();
     // SAFETY: `path` is a NUL-terminated string that outlives the call, and
-    // `buf` is valid for writing one `statx`. The raw system call is used
-    // because musl before 1.2.5 has no statx wrapper to link against.
+    // `buf` is valid for writing one `statx`.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_statx,
             libc::AT_FDCWD,
             path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            0 as libc::c_uint,
+            flags,
+            mask,
             buf.as_mut_ptr(),
         )
     };
@@ -168,9 +263,7 @@ pub(super) fn statx_mount_root(path: &CStr) -> io::Result<Option<bool>> {
     }
     // SAFETY: statx succeeded, so it filled in `buf` (which was zeroed
     // before, so any field it left alone is zero too).
-    let st = unsafe { buf.assume_init() };
-    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
-    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+    Ok(unsafe { buf.assume_init() })
 }
 
 /// `STATX_MNT_ID` and `STATX_MNT_ID_UNIQUE` of `<linux/stat.h>`.
@@ -182,26 +275,13 @@ const STATX_MNT_ID_UNIQUE: libc::c_uint = 0x4000;
 /// else the reusable one mountinfo lists. A final symlink is not followed.
 /// `None` when the kernel reports neither (before 5.8).
 pub(super) fn statx_mount_id(path: &CStr) -> io::Result<Option<u64>> {
-    let mut buf = MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: `path` is a NUL-terminated string that outlives the call, and
-    // `buf` is valid for writing one `statx`. The raw system call, as in
-    // `statx_mount_root`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_statx,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
-            STATX_MNT_ID | STATX_MNT_ID_UNIQUE,
-            buf.as_mut_ptr(),
-        )
-    };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx succeeded, so it filled in `buf` (zeroed before).
-    let st = unsafe { buf.assume_init() };
-    Ok((st.stx_mask & (STATX_MNT_ID | STATX_MNT_ID_UNIQUE) != 0).then_some(st.stx_mnt_id))
+    let mask = STATX_MNT_ID | STATX_MNT_ID_UNIQUE;
+    let st = statx(
+        path,
+        libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
+        mask,
+    )?;
+    Ok((st.stx_mask & mask != 0).then_some(st.stx_mnt_id))
 }
 
 /// Calls statvfs(3) on `path`.

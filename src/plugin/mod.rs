@@ -26,6 +26,7 @@ pub mod watch;
 pub mod workers;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::csi::Endpoint;
@@ -75,9 +76,15 @@ impl Source {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginSpec {
     pub id: String,
+    /// The socket, as the agent reaches it.
     pub endpoint: Endpoint,
     pub plugin_type: PluginType,
     pub source: Source,
+    /// For a plugin task in a root of its own: where it sees the agent's
+    /// `csi/<plugin>` dir, its `stage_publish_base_dir`. The staging and
+    /// publish paths of its RPCs are given under it; `None` means host
+    /// paths.
+    pub stage_publish_base_dir: Option<PathBuf>,
 }
 
 impl PluginSpec {

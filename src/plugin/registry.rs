@@ -11,6 +11,7 @@
 //! of releases that had one record per ID load as they are.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -124,6 +125,12 @@ impl PluginRecord {
                 })
                 .collect(),
             registered_unix_ms: unix_ms(self.registered),
+            stage_publish_base_dir: self
+                .spec
+                .stage_publish_base_dir
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             ..Default::default()
         }
     }
@@ -151,6 +158,8 @@ impl PluginRecord {
                 endpoint,
                 plugin_type,
                 source,
+                stage_publish_base_dir: (!p.stage_publish_base_dir.is_empty())
+                    .then(|| PathBuf::from(&p.stage_publish_base_dir)),
             },
             health: health(p.health),
             reason: p.health_reason.clone(),
@@ -456,6 +465,7 @@ mod tests {
             endpoint: format!("/run/csi/{id}.sock").parse().unwrap(),
             plugin_type: PluginType::Monolith,
             source: Source::Config,
+            stage_publish_base_dir: None,
         }
     }
 
@@ -584,11 +594,17 @@ mod tests {
                 alloc: "a1".into(),
                 task: "plugin".into(),
             },
+            // A plugin task's view of the paths survives an agent restart.
+            stage_publish_base_dir: Some(PathBuf::from("/local/csi")),
             ..spec("a")
         });
         registry.apply(&key("a"), status(Health::Unhealthy, "gone"));
         let record = registry.get(&key("a")).unwrap();
         let mut restored = PluginRecord::from_proto(&record.to_proto()).unwrap();
+        assert_eq!(
+            restored.spec.stage_publish_base_dir.as_deref(),
+            Some(std::path::Path::new("/local/csi"))
+        );
         // Times go through milliseconds.
         let ms = |t: SystemTime| unix_ms(t);
         assert_eq!(ms(restored.registered), ms(record.registered));

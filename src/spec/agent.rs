@@ -1,6 +1,8 @@
 //! The agent configuration, `agent.hcl`: where the agent keeps its state,
 //! its node name and log level, how often it checks plugins, the CSI
-//! plugins that run outside the agent, and host volumes.
+//! plugins that run outside the agent, host volumes, and the host
+//! directories every `exec` task's root is built from (`chroot_env`, Nomad's
+//! client option of that name, with Nomad's default).
 //!
 //! ```hcl
 //! data_dir         = "/var/lib/csi-agent"
@@ -28,9 +30,14 @@
 //!   path      = "/etc/ssl/certs"
 //!   read_only = true
 //! }
+//!
+//! chroot_env {
+//!   "/bin/busybox" = "/bin/busybox"
+//!   "/etc/ssl"     = "/etc/ssl"
+//! }
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use log::LevelFilter;
@@ -38,7 +45,7 @@ use log::LevelFilter;
 use crate::csi::Endpoint;
 use crate::hcl::{Body, Pos};
 
-use super::decode::{Decoder, Fields};
+use super::decode::{Decoder, Fields, MapEntry};
 use super::encode::Writer;
 use super::{Decoded, Invalid, PluginType};
 
@@ -67,6 +74,60 @@ pub struct AgentConfig {
     pub plugins: Vec<PluginConfig>,
     /// Host directories that jobs mount with `type = "host"` volumes.
     pub host_volumes: Vec<HostVolume>,
+    /// `cluster { ... }`: the etcd cluster this agent shares volumes and
+    /// claims through; `None` for a self-contained agent.
+    pub cluster: Option<ClusterConfig>,
+    /// What an exec task's root is built from; `None` is Nomad's default
+    /// ([`DEFAULT_CHROOT_ENV`]).
+    pub chroot_env: Option<Vec<ChrootEntry>>,
+}
+
+/// Nomad's default `chroot_env`: each of these host paths, if it exists,
+/// is bound read-only at the same path in an exec task's root.
+pub const DEFAULT_CHROOT_ENV: &[&str] = &[
+    "/bin",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/run/resolvconf",
+    "/sbin",
+    "/usr",
+];
+
+/// The paths of an exec task's root that the agent makes for every task,
+/// with what they are; no `chroot_env` entry or volume may be placed there.
+pub const TASK_ROOT_DIRS: &[(&str, &str)] = &[
+    ("/dev", "the task's private /dev"),
+    ("/proc", "the task's /proc"),
+    ("/alloc", "the alloc dir the group's tasks share"),
+    ("/local", "the task's local dir"),
+    ("/secrets", "the task's secrets dir"),
+    ("/tmp", "the task's tmp dir"),
+];
+
+/// One `chroot_env` entry: the host path `source`, bound read-only at
+/// `destination` in every exec task's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChrootEntry {
+    pub source: PathBuf,
+    pub destination: PathBuf,
+}
+
+impl AgentConfig {
+    /// The `chroot_env` in force: the config's, or Nomad's default.
+    pub fn chroot_env(&self) -> Vec<ChrootEntry> {
+        match &self.chroot_env {
+            Some(entries) => entries.clone(),
+            None => DEFAULT_CHROOT_ENV
+                .iter()
+                .map(|path| ChrootEntry {
+                    source: PathBuf::from(path),
+                    destination: PathBuf::from(path),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -79,6 +140,8 @@ impl Default for AgentConfig {
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             plugins: Vec::new(),
             host_volumes: Vec::new(),
+            chroot_env: None,
+            cluster: None,
         }
     }
 }
@@ -113,6 +176,26 @@ pub struct HostVolume {
     pub read_only: bool,
 }
 
+/// The lease TTL of a node unless `lease_ttl` says otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// The key prefix of a cluster unless `prefix` says otherwise.
+pub const DEFAULT_CLUSTER_PREFIX: &str = "/csi-agent";
+
+/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `http://host:port` of each etcd member.
+    pub etcd: Vec<String>,
+    /// Every key of the cluster starts with it.
+    pub prefix: String,
+    /// How long the node lives without a keep-alive reaching etcd.
+    pub lease_ttl: Duration,
+    /// Nomad's `disconnect.stop_on_client_after`: how long a disconnected
+    /// agent keeps the tasks that hold single-writer claims.
+    pub stop_after_disconnect: Option<Duration>,
+}
+
 impl AgentConfig {
     /// Decodes and validates an agent configuration; `file` names it in
     /// messages.
@@ -139,6 +222,36 @@ impl AgentConfig {
             w.open("host_volume", Some(&volume.name));
             w.string("path", &volume.path.to_string_lossy());
             w.plain("read_only", volume.read_only);
+            w.close();
+        }
+        if let Some(entries) = &self.chroot_env {
+            let pairs: Vec<(String, String)> = entries
+                .iter()
+                .map(|e| {
+                    (
+                        e.source.to_string_lossy().into_owned(),
+                        e.destination.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect();
+            if pairs.is_empty() {
+                // Nothing from the host at all: an empty block, not none.
+                w.open("chroot_env", None);
+                w.close();
+            }
+            w.pairs(
+                "chroot_env",
+                pairs.iter().map(|(s, d)| (s.as_str(), d.as_str())),
+            );
+        }
+        if let Some(cluster) = &self.cluster {
+            w.open("cluster", None);
+            w.strings("etcd", &cluster.etcd);
+            w.string("prefix", &cluster.prefix);
+            w.duration("lease_ttl", cluster.lease_ttl);
+            if let Some(after) = cluster.stop_after_disconnect {
+                w.duration("stop_after_disconnect", after);
+            }
             w.close();
         }
         w.finish()
@@ -239,8 +352,145 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
             read_only,
         });
     }
+    if let Some(entries) = f.map_entries("chroot_env") {
+        config.chroot_env = Some(decode_chroot_env(&f, entries));
+    }
+    if let Some(block) = f.block("cluster") {
+        config.cluster = decode_cluster(&mut f.nested(block));
+    }
     f.finish();
     config
+}
+
+/// The `cluster` block: at least one etcd endpoint, each `http://host:port`
+/// (`https://` needs the TLS build, which this binary does not have).
+fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
+    let etcd = c.strings("etcd");
+    let etcd = c.require("etcd", etcd);
+    if let Some(endpoints) = &etcd {
+        if endpoints.is_empty() {
+            c.error(
+                c.pos(),
+                "\"etcd\" needs at least one endpoint (http://host:port)",
+            );
+        }
+        for endpoint in endpoints {
+            if let Err(err) = crate::cluster::etcd::check_endpoint(endpoint) {
+                c.error(c.pos(), err.to_string());
+            }
+        }
+    }
+    let prefix = match c.string_at("prefix") {
+        Some((prefix, pos)) if !prefix.starts_with('/') || prefix.len() < 2 => {
+            c.error(
+                pos,
+                format!("\"prefix\" {prefix:?} must start with / and name something"),
+            );
+            None
+        }
+        Some((prefix, _)) => Some(prefix.trim_end_matches('/').to_string()),
+        None => None,
+    };
+    let lease_ttl = c.duration("lease_ttl");
+    if let Some(ttl) = lease_ttl {
+        if ttl < Duration::from_secs(2) {
+            c.error(c.pos(), "\"lease_ttl\" must be at least 2s");
+        }
+    }
+    let stop_after_disconnect = c.duration("stop_after_disconnect");
+    if let Some(block) = c.block("tls") {
+        c.error(
+            block.kind.span.start,
+            "cluster TLS is not supported by this build yet: use http:// endpoints",
+        );
+    }
+    c.finish();
+    Some(ClusterConfig {
+        etcd: etcd?,
+        prefix: prefix.unwrap_or_else(|| DEFAULT_CLUSTER_PREFIX.to_string()),
+        lease_ttl: lease_ttl.unwrap_or(DEFAULT_LEASE_TTL),
+        stop_after_disconnect,
+    })
+}
+
+/// Checks each `"source" = "destination"` of `chroot_env`: absolute paths
+/// without `..`, a destination that is not `/` nor one the agent makes,
+/// and no destination given twice.
+fn decode_chroot_env(f: &Fields<'_>, entries: Vec<MapEntry>) -> Vec<ChrootEntry> {
+    let mut out: Vec<ChrootEntry> = Vec::new();
+    let mut first_at: Vec<(PathBuf, Pos)> = Vec::new();
+    for entry in entries {
+        let source = chroot_path(f, "source", &entry.key, entry.key_pos);
+        let destination = chroot_path(f, "destination", &entry.value, entry.value_pos);
+        let (Some(source), Some(destination)) = (source, destination) else {
+            continue;
+        };
+        if destination == Path::new("/") {
+            f.error(
+                entry.value_pos,
+                format!(
+                    "chroot_env destination \"/\" of {:?} would replace the task's whole root; bind it at a path inside the root",
+                    entry.key
+                ),
+            );
+            continue;
+        }
+        if let Some((dir, what)) = TASK_ROOT_DIRS
+            .iter()
+            .find(|(dir, _)| destination.starts_with(dir))
+        {
+            f.error(
+                entry.value_pos,
+                format!(
+                    "chroot_env destination {:?} is inside {dir}, {what}, which the agent makes for every exec task; leave it out",
+                    entry.value
+                ),
+            );
+            continue;
+        }
+        if let Some((_, at)) = first_at.iter().find(|(d, _)| *d == destination) {
+            f.error(
+                entry.value_pos,
+                format!(
+                    "chroot_env destination {:?} is given twice (first at {at})",
+                    entry.value
+                ),
+            );
+            continue;
+        }
+        first_at.push((destination.clone(), entry.value_pos));
+        out.push(ChrootEntry {
+            source,
+            destination,
+        });
+    }
+    out
+}
+
+/// A `chroot_env` path: absolute, without `..`. A relative one suggests
+/// itself made absolute.
+fn chroot_path(f: &Fields<'_>, side: &str, text: &str, pos: Pos) -> Option<PathBuf> {
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        let hint = if text.is_empty() {
+            String::new()
+        } else {
+            format!(" (did you mean \"/{}\"?)", text.trim_start_matches("./"))
+        };
+        f.error(
+            pos,
+            format!("chroot_env {side} {text:?} must be an absolute path{hint}"),
+        );
+        return None;
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        f.error(
+            pos,
+            format!("chroot_env {side} {text:?} must not contain \"..\""),
+        );
+        return None;
+    }
+    Some(path.to_path_buf())
 }
 
 /// A string attribute that must be an absolute path, with its position.

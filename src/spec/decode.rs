@@ -133,6 +133,15 @@ fn byte_offset(src: &str, pos: Pos) -> usize {
         .map_or(src.len(), |(at, _)| line_start + at)
 }
 
+/// One `key = "value"` of a map, with where each side is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MapEntry {
+    pub(crate) key: String,
+    pub(crate) key_pos: Pos,
+    pub(crate) value: String,
+    pub(crate) value_pos: Pos,
+}
+
 /// The items of one block being decoded, and the keys asked for so far.
 pub(crate) struct Fields<'d> {
     dec: &'d Decoder<'d>,
@@ -401,6 +410,17 @@ impl<'d> Fields<'d> {
     /// for keys that are not identifiers. Numbers and booleans become their
     /// text, as in HCL's `map(string)`.
     pub(crate) fn map(&mut self, key: &'static str) -> Option<BTreeMap<String, String>> {
+        let entries = self.map_entries(key)?;
+        Some(
+            entries
+                .into_iter()
+                .map(|entry| (entry.key, entry.value))
+                .collect(),
+        )
+    }
+
+    /// Like [`Fields::map`], with each entry's positions, in source order.
+    pub(crate) fn map_entries(&mut self, key: &'static str) -> Option<Vec<MapEntry>> {
         self.known.push(key);
         let mut blocks = self.body.blocks_named(key);
         let attr = self.body.attribute(key).filter(|a| !a.value.is_null());
@@ -448,7 +468,7 @@ impl<'d> Fields<'d> {
                 }
             },
         };
-        let mut map = BTreeMap::new();
+        let mut map: Vec<MapEntry> = Vec::new();
         for (name, pos, value) in entries {
             let text = match value {
                 Expr::String { value, .. } | Expr::Heredoc { value, .. } => value.clone(),
@@ -466,12 +486,19 @@ impl<'d> Fields<'d> {
                     continue;
                 }
             };
-            if map.insert(name.to_string(), text).is_some() {
+            if map.iter().any(|entry| entry.key == name) {
                 self.error(
                     pos,
                     format!("{name:?} is set twice in {key} in {}", self.what),
                 );
+                continue;
             }
+            map.push(MapEntry {
+                key: name.to_string(),
+                key_pos: pos,
+                value: text,
+                value_pos: value.pos(),
+            });
         }
         found.then_some(map)
     }

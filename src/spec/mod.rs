@@ -13,8 +13,8 @@
 //! csi-agent") instead of drowning the user in errors. Services, checks and
 //! Consul Connect sidecars are decoded and validated like everything else
 //! and kept in the spec, but the agent does not run them. A task driver
-//! other than `exec` is one error, and its driver-specific `config` is not
-//! examined.
+//! other than `exec` and `raw_exec` is one error, and its driver-specific
+//! `config` is not examined.
 //!
 //! Validation happens during decoding, while positions are at hand: the
 //! specs themselves hold no positions, only values with defaults applied,
@@ -30,7 +30,7 @@
 //! | `decode.rs` | the strict decoder: typed getters, seen keys, collected errors and warnings |
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
-//! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks |
+//! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
@@ -49,12 +49,16 @@ use std::fmt;
 
 use crate::hcl::{self, Body, Pos};
 
-pub use agent::{AgentConfig, HostVolume, PluginConfig, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT};
+pub use agent::{
+    AgentConfig, ChrootEntry, ClusterConfig, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV,
+    DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL,
+    TASK_ROOT_DIRS,
+};
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
-pub use task::{CsiPlugin, ExecConfig, Resources, Task, VolumeMount};
+pub use task::{CsiPlugin, Driver, ExecConfig, Resources, Task, VolumeMount};
 pub use volume::{Topology, TopologyRequest, VolumeSpec};
 
 /// A spec decoded without errors, with the warnings found on the way.

@@ -1,8 +1,11 @@
 //! Tasks: `task "<name>" { driver = "exec" ... }`, their volume mounts and
 //! the `csi_plugin` block that makes a task a CSI plugin.
 //!
-//! csi-agent runs `exec` tasks only. Any other driver is one error, and its
-//! `config` block, whose keys belong to that driver, is not examined.
+//! csi-agent runs Nomad's `exec` tasks (in a root of their own) and
+//! `raw_exec` tasks (on the host's root). Any other driver is one error,
+//! and its `config` block, whose keys belong to that driver, is not
+//! examined. A `raw_exec` task with a `volume_mount` is an error, as Nomad
+//! refuses it: the driver has no root to mount a volume into.
 //! Volume mounts are checked against the group's volumes: the volume must
 //! be declared, and `bidirectional` propagation, which lets the task create
 //! mounts visible on the host, needs a read-write volume and mount (a task
@@ -50,6 +53,15 @@ const TASK_IGNORED: &[&str] = &[
 /// Keys of Nomad's exec driver `config` that csi-agent ignores.
 const EXEC_CONFIG_IGNORED: &[&str] = &["cap_add", "cap_drop", "ipc_mode", "pid_mode", "work_dir"];
 
+/// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
+const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
+    "cgroup_v1_override",
+    "cgroup_v2_override",
+    "denied_envvars",
+    "oom_score_adj",
+    "work_dir",
+];
+
 const RESOURCES_IGNORED: &[&str] = &["device", "disk", "iops", "network", "numa"];
 
 const VOLUME_MOUNT_IGNORED: &[&str] = &["selinux_label"];
@@ -57,10 +69,30 @@ const VOLUME_MOUNT_IGNORED: &[&str] = &["selinux_label"];
 /// How long a task has to exit after SIGTERM, as in Nomad.
 const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A task, run by the `exec` driver.
+/// The task drivers csi-agent has, as Nomad names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// The task runs in a root of its own built from `chroot_env`, with its
+    /// volumes at their destinations.
+    Exec,
+    /// The task runs on the host's root and takes no volume mounts.
+    RawExec,
+}
+
+impl Driver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Driver::Exec => "exec",
+            Driver::RawExec => "raw_exec",
+        }
+    }
+}
+
+/// A task, run by the `exec` or the `raw_exec` driver.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
     pub name: String,
+    pub driver: Driver,
     pub config: ExecConfig,
     pub env: BTreeMap<String, String>,
     /// The user to run as; the agent's own user when `None`.
@@ -77,7 +109,7 @@ pub struct Task {
     pub ignored: Vec<Kept>,
 }
 
-/// `config { command, args }` of an exec task.
+/// `config { command, args }` of an exec or raw_exec task.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecConfig {
     pub command: String,
@@ -116,10 +148,12 @@ pub struct VolumeMount {
 pub struct CsiPlugin {
     pub id: String,
     pub plugin_type: PluginType,
-    /// Where the task finds the directory of its socket.
+    /// Where an exec task finds the directory of its socket, in its root
+    /// (default `/csi`): `CSI_ENDPOINT` is `unix://<mount_dir>/csi.sock`.
     pub mount_dir: PathBuf,
-    /// Where the task finds the staging and publish directories; never
-    /// inside `mount_dir`.
+    /// Where an exec task finds the staging and publish directories, in its
+    /// root (default `/local/csi`), and the paths of its RPCs are; neither
+    /// inside `mount_dir` nor holding it.
     pub stage_publish_base_dir: PathBuf,
     /// How long the plugin has to become healthy after it starts.
     pub health_timeout: Duration,
@@ -133,21 +167,31 @@ pub(crate) fn decode_task(
     volumes: &[GroupVolume],
     group: &str,
 ) -> Task {
-    let driver = f.string_at("driver");
-    let driver = f.require("driver", driver);
-    let config = match driver {
-        Some((driver, _)) if driver == "exec" => {
-            let block = f.block("config");
-            let block = f.require_block("config", block);
-            block.map(|block| decode_exec_config(&mut f.nested(block)))
-        }
-        Some((driver, pos)) => {
+    let driver_at = f.string_at("driver");
+    let driver_at = f.require("driver", driver_at);
+    let driver = match driver_at.as_ref().map(|(d, pos)| (d.as_str(), *pos)) {
+        Some(("exec", _)) => Some(Driver::Exec),
+        Some(("raw_exec", _)) => Some(Driver::RawExec),
+        Some((other, pos)) => {
             f.error(
                 pos,
-                format!("driver {driver:?} is not supported: csi-agent runs \"exec\" tasks"),
+                format!(
+                    "driver {other:?} is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks"
+                ),
             );
-            f.keep_silently(&["config"]);
             None
+        }
+        None => None,
+    };
+    let config = match driver {
+        Some(driver) => {
+            let block = f.block("config");
+            let block = f.require_block("config", block);
+            let ignored = match driver {
+                Driver::Exec => EXEC_CONFIG_IGNORED,
+                Driver::RawExec => RAW_EXEC_CONFIG_IGNORED,
+            };
+            block.map(|block| decode_exec_config(&mut f.nested(block), ignored))
         }
         None => {
             f.keep_silently(&["config"]);
@@ -160,8 +204,20 @@ pub(crate) fn decode_task(
     let resources = f
         .block("resources")
         .map(|block| decode_resources(&mut f.nested(block)));
-    let volume_mounts = f
-        .blocks("volume_mount")
+    let mount_blocks = f.blocks("volume_mount");
+    if driver == Some(Driver::RawExec) {
+        // Nomad: `task driver "raw_exec" for "t" does not support host
+        // volumes` (or CSI), when the alloc starts; here at `job run`.
+        for block in &mount_blocks {
+            f.error(
+                block.kind.span.start,
+                format!(
+                    "volume_mount in task {name:?}: task driver \"raw_exec\" does not support volume mounts (it runs the task on the host's root); use driver \"exec\""
+                ),
+            );
+        }
+    }
+    let volume_mounts = mount_blocks
         .into_iter()
         .filter_map(|block| decode_volume_mount(&mut f.nested(block), volumes, group))
         .collect();
@@ -177,6 +233,7 @@ pub(crate) fn decode_task(
     f.finish();
     Task {
         name,
+        driver: driver.unwrap_or(Driver::Exec),
         config: config.unwrap_or_default(),
         env,
         user,
@@ -189,7 +246,7 @@ pub(crate) fn decode_task(
     }
 }
 
-fn decode_exec_config(f: &mut Fields<'_>) -> ExecConfig {
+fn decode_exec_config(f: &mut Fields<'_>, ignored: &[&'static str]) -> ExecConfig {
     let command = f.string_at("command");
     let command = f.require("command", command);
     if let Some((command, pos)) = &command {
@@ -203,7 +260,7 @@ fn decode_exec_config(f: &mut Fields<'_>) -> ExecConfig {
     let config = ExecConfig {
         command: command.map(|(command, _)| command).unwrap_or_default(),
         args: f.strings("args").unwrap_or_default(),
-        ignored: f.ignore(EXEC_CONFIG_IGNORED),
+        ignored: f.ignore(ignored),
     };
     f.finish();
     config
@@ -304,7 +361,7 @@ fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
     let plugin_type = f.require("type", plugin_type);
     let mount_dir = plain_path(f, "mount_dir");
     let mount_dir_valid = mount_dir.is_some() || !f.has("mount_dir");
-    let mount_dir = mount_dir.map_or_else(|| PathBuf::from("/csi"), |(path, _)| path);
+    let (mount_dir, mount_dir_pos) = mount_dir.unwrap_or_else(|| (PathBuf::from("/csi"), f.pos()));
     let base = plain_path(f, "stage_publish_base_dir");
     let base_valid = base.is_some() || !f.has("stage_publish_base_dir");
     let (base, base_pos) = base.unwrap_or_else(|| (PathBuf::from("/local/csi"), f.pos()));
@@ -316,6 +373,16 @@ fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
                 base.display().to_string(),
                 f.what(),
                 mount_dir.display().to_string()
+            ),
+        );
+    } else if mount_dir_valid && base_valid && mount_dir.starts_with(&base) {
+        f.error(
+            mount_dir_pos,
+            format!(
+                "mount_dir {:?} in {} must not be inside stage_publish_base_dir {:?}: the volumes' directory would hide the plugin's socket directory",
+                mount_dir.display().to_string(),
+                f.what(),
+                base.display().to_string()
             ),
         );
     }
@@ -347,7 +414,7 @@ fn plain_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
 
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
-    w.string("driver", "exec");
+    w.string("driver", task.driver.as_str());
     w.open("config", None);
     w.string("command", &task.config.command);
     w.strings("args", &task.config.args);

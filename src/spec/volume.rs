@@ -17,10 +17,12 @@
 //! secrets { password = "..." }
 //! ```
 //!
-//! Map blocks (`secrets`, `parameters`, `context`, `segments`) hold one
-//! `key = "value"` per line; keys that are not identifiers, such as
-//! `csi.storage.k8s.io/fstype`, are written as an object instead:
-//! `parameters = { "csi.storage.k8s.io/fstype" = "ext4" }`.
+//! Map blocks (`secrets`, `parameters`, `context`, `segments`) hold
+//! `key = "value"` lines, or several on one line separated by commas
+//! (`segments { rack = "R1", zone = "z" }`); keys that are not
+//! identifiers are quoted, in the block (`"topology.ebs.csi.aws.com/zone" =
+//! "us-east-1b"`, as Nomad reads it) or in an object
+//! (`parameters = { "csi.storage.k8s.io/fstype" = "ext4" }`).
 //!
 //! `snapshot_id` and `clone_id` (Nomad's keys, the plugin's IDs of a
 //! snapshot or of a volume) make `volume create` restore the snapshot or

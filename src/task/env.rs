@@ -1,8 +1,12 @@
 //! A task's environment and `${VAR}` interpolation.
 //!
 //! Every task gets Nomad's own variables, so a Nomad job file runs with
-//! only its driver changed, and csi-agent's (`CSI_AGENT_ALLOC_ID`,
-//! `CSI_AGENT_TASK_DIR`). The task's `env { }` block comes on top; its
+//! only its driver changed, and csi-agent's (`CSI_AGENT_ALLOC_ID`, and
+//! `CSI_AGENT_TASK_DIR`, the task dir on the host). As in Nomad, the
+//! directories are named as the task sees them: an `exec` task, in its own
+//! root, has `NOMAD_TASK_DIR=/local`, `NOMAD_SECRETS_DIR=/secrets`,
+//! `NOMAD_ALLOC_DIR=/alloc`; a `raw_exec` task, on the host's root, gets
+//! their host paths. The task's `env { }` block comes on top; its
 //! values, `config.args` and `volume_mount.destination` may name any of
 //! these as `${NAME}`. An unknown name is an error, found at `job run`:
 //! a silently empty path or argument is worse than a refused job.
@@ -21,6 +25,9 @@ pub struct TaskContext<'a> {
     pub task: &'a str,
     /// `data_dir/alloc/<alloc>`.
     pub alloc_dir: &'a Path,
+    /// Whether the task runs in its own root (`exec`), where its dirs are
+    /// `/local`, `/secrets`, `/tmp` and `/alloc`.
+    pub own_root: bool,
 }
 
 impl TaskContext<'_> {
@@ -33,14 +40,20 @@ impl TaskContext<'_> {
     pub fn base(&self) -> BTreeMap<String, String> {
         let task_dir = self.task_dir();
         let path = |p: PathBuf| p.to_string_lossy().into_owned();
+        // Where the task sees its dirs.
+        let (view, alloc) = if self.own_root {
+            (PathBuf::from("/"), PathBuf::from("/alloc"))
+        } else {
+            (task_dir.clone(), self.alloc_dir.join("alloc"))
+        };
         let mut env = BTreeMap::new();
         env.insert("CSI_AGENT_ALLOC_ID".into(), self.alloc_id.into());
         env.insert("CSI_AGENT_TASK_DIR".into(), path(task_dir.clone()));
         env.insert("NOMAD_ALLOC_ID".into(), self.alloc_id.into());
         env.insert("NOMAD_ALLOC_INDEX".into(), self.alloc_index.to_string());
-        env.insert("NOMAD_ALLOC_DIR".into(), path(self.alloc_dir.join("alloc")));
-        env.insert("NOMAD_TASK_DIR".into(), path(task_dir.join("local")));
-        env.insert("NOMAD_SECRETS_DIR".into(), path(task_dir.join("secrets")));
+        env.insert("NOMAD_ALLOC_DIR".into(), path(alloc));
+        env.insert("NOMAD_TASK_DIR".into(), path(view.join("local")));
+        env.insert("NOMAD_SECRETS_DIR".into(), path(view.join("secrets")));
         env.insert("NOMAD_JOB_NAME".into(), self.job.into());
         env.insert("NOMAD_GROUP_NAME".into(), self.group.into());
         env.insert("NOMAD_TASK_NAME".into(), self.task.into());
@@ -48,8 +61,8 @@ impl TaskContext<'_> {
             "PATH".into(),
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         );
-        env.insert("HOME".into(), path(task_dir.join("local")));
-        env.insert("TMPDIR".into(), path(task_dir.join("tmp")));
+        env.insert("HOME".into(), path(view.join("local")));
+        env.insert("TMPDIR".into(), path(view.join("tmp")));
         env
     }
 }
@@ -114,21 +127,39 @@ pub fn interpolate(text: &str, vars: &BTreeMap<String, String>) -> Result<String
 mod tests {
     use super::*;
 
-    fn vars() -> BTreeMap<String, String> {
-        let ctx = TaskContext {
+    fn context(own_root: bool) -> TaskContext<'static> {
+        TaskContext {
             alloc_id: "a1b2c3d4",
             alloc_index: 2,
             job: "web",
             group: "frontend",
             task: "server",
             alloc_dir: Path::new("/var/lib/csi-agent/alloc/a1b2c3d4"),
-        };
-        ctx.base()
+            own_root,
+        }
+    }
+
+    fn vars() -> BTreeMap<String, String> {
+        context(true).base()
+    }
+
+    #[test]
+    fn an_exec_task_sees_its_dirs_at_nomads_paths() {
+        let v = vars();
+        assert_eq!(v["NOMAD_TASK_DIR"], "/local");
+        assert_eq!(v["NOMAD_SECRETS_DIR"], "/secrets");
+        assert_eq!(v["NOMAD_ALLOC_DIR"], "/alloc");
+        assert_eq!(v["HOME"], "/local");
+        assert_eq!(v["TMPDIR"], "/tmp");
+        assert_eq!(
+            v["CSI_AGENT_TASK_DIR"],
+            "/var/lib/csi-agent/alloc/a1b2c3d4/server"
+        );
     }
 
     #[test]
     fn nomad_variables_name_the_task_dirs() {
-        let v = vars();
+        let v = context(false).base();
         assert_eq!(v["NOMAD_ALLOC_ID"], "a1b2c3d4");
         assert_eq!(v["NOMAD_ALLOC_INDEX"], "2");
         assert_eq!(v["NOMAD_JOB_NAME"], "web");
@@ -157,7 +188,7 @@ mod tests {
         let v = vars();
         assert_eq!(
             interpolate("${NOMAD_TASK_DIR}/data", &v).unwrap(),
-            "/var/lib/csi-agent/alloc/a1b2c3d4/server/local/data"
+            "/local/data"
         );
         assert_eq!(
             interpolate("-index=${NOMAD_ALLOC_INDEX}-${ NOMAD_JOB_NAME }", &v).unwrap(),
@@ -184,10 +215,7 @@ mod tests {
         env.insert("DATA".to_string(), "${NOMAD_TASK_DIR}/data".to_string());
         env.insert("PATH".to_string(), "/opt/bin".to_string());
         let all = task_env(&base, &env).unwrap();
-        assert_eq!(
-            all["DATA"],
-            "/var/lib/csi-agent/alloc/a1b2c3d4/server/local/data"
-        );
+        assert_eq!(all["DATA"], "/local/data");
         assert_eq!(all["PATH"], "/opt/bin");
         env.insert("BAD".to_string(), "${NOPE}".to_string());
         let (key, err) = task_env(&base, &env).unwrap_err();

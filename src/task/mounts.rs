@@ -1,11 +1,12 @@
 //! Driver mounts: where a task's volumes appear, and the plan of the
 //! mount calls its namespace gets before exec.
 //!
-//! Destinations live inside the task dir. An absolute destination already
-//! under it (as `${NOMAD_TASK_DIR}/data` is) stays; any other absolute
-//! destination is taken relative to it (`/srv` is `<task dir>/srv`, as in
-//! Nomad's chroot); `..` is refused, and so is a path whose existing part
-//! resolves, through a symlink, outside the task dir.
+//! A destination is a path of the task's view: the task dir is the task's
+//! root ([`super::root`]), so `/srv` is `<task dir>/srv` on the host, and
+//! `${NOMAD_TASK_DIR}/data` is `/local/data`, `<task dir>/local/data`. A
+//! relative destination is relative to the root. `..` is refused, and so is
+//! a path whose existing part resolves, through a symlink, outside the task
+//! dir, and one where the root has no room for it ([`super::root::check_destination`]).
 //!
 //! The namespace plan ([`NamespacePlan`]) is computed in the agent from the
 //! host's mount table and carried out in the child between `fork` and
@@ -24,8 +25,9 @@
 //!    `host-to-task` → rslave, `bidirectional` → rshared. A bidirectional
 //!    bind of a kept (shared) publish mount joins the host's peer group, so
 //!    mounts the task makes inside it appear on the host.
-//! 4. The control socket is covered with `/dev/null`: tasks never reach the
-//!    agent's API.
+//! 4. For a `raw_exec` task, which keeps the host's root, the control
+//!    socket is covered with `/dev/null`: tasks never reach the agent's
+//!    API (an `exec` task's root does not hold it).
 
 use std::fmt;
 use std::fs;
@@ -98,9 +100,23 @@ impl NamespacePlan {
 /// Why a destination cannot be used.
 #[derive(Debug)]
 pub enum DestinationError {
-    Escapes { destination: String },
-    Symlink { destination: String, path: PathBuf },
-    Create { path: PathBuf, err: io::Error },
+    Escapes {
+        destination: String,
+    },
+    /// Where the root has no room for a volume; `place` says why, as in
+    /// `is inside /dev, the task's private /dev`.
+    Reserved {
+        destination: String,
+        place: String,
+    },
+    Symlink {
+        destination: String,
+        path: PathBuf,
+    },
+    Create {
+        path: PathBuf,
+        err: io::Error,
+    },
 }
 
 impl fmt::Display for DestinationError {
@@ -108,8 +124,11 @@ impl fmt::Display for DestinationError {
         match self {
             DestinationError::Escapes { destination } => write!(
                 f,
-                "destination {destination:?} leaves the task dir (\"..\" is not allowed)"
+                "destination {destination:?} leaves the task's root (\"..\" is not allowed)"
             ),
+            DestinationError::Reserved { destination, place } => {
+                write!(f, "destination {destination:?} {place}")
+            }
             DestinationError::Symlink { destination, path } => write!(
                 f,
                 "destination {destination:?} resolves through {} to outside the task dir",
@@ -131,8 +150,9 @@ impl std::error::Error for DestinationError {
     }
 }
 
-/// Where `destination` (already interpolated) lives inside `task_dir`. Pure:
-/// it does not look at the file system.
+/// Where `destination` (already interpolated, in the task's view) lives
+/// inside `task_dir`, the task's root. Pure: it does not look at the file
+/// system.
 pub fn resolve_destination(
     task_dir: &Path,
     destination: &str,
@@ -143,14 +163,7 @@ pub fn resolve_destination(
             destination: destination.to_string(),
         });
     }
-    if path.starts_with(task_dir) {
-        return Ok(path.to_path_buf());
-    }
-    let relative: PathBuf = path
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .collect();
-    Ok(task_dir.join(relative))
+    Ok(super::root::in_root(task_dir, path))
 }
 
 /// Creates the mount point `target` inside `task_dir` (a directory, or an
@@ -217,7 +230,11 @@ mod tests {
         assert_eq!(at("/srv"), dir.join("srv"));
         assert_eq!(at("/data/x"), dir.join("data/x"));
         assert_eq!(at("local/data"), dir.join("local/data"));
-        assert_eq!(at("/data/alloc/a1/web/local/data"), dir.join("local/data"));
+        // A host path is a path of the task's view like any other.
+        assert_eq!(
+            at("/data/alloc/a1/web/local/data"),
+            dir.join("data/alloc/a1/web/local/data")
+        );
         assert_eq!(at("/"), dir.to_path_buf());
     }
 

@@ -59,6 +59,17 @@ impl Paths {
     pub fn csi_root(&self) -> PathBuf {
         self.data_dir.join("csi")
     }
+
+    /// `path`, one of the host paths of `plugin_id`'s volumes, as the plugin
+    /// names it: under `base_dir` (where a plugin task in a root of its own
+    /// sees `csi/<plugin>`, its `stage_publish_base_dir`), or as it is.
+    pub fn for_plugin(&self, plugin_id: &str, path: &Path, base_dir: Option<&Path>) -> PathBuf {
+        let dir = self.csi_root().join(plugin_id);
+        match (base_dir, path.strip_prefix(&dir)) {
+            (Some(base), Ok(rest)) => base.join(rest),
+            _ => path.to_path_buf(),
+        }
+    }
 }
 
 /// Why a step failed.
@@ -155,6 +166,30 @@ pub struct StepContext {
     /// The plugin kept leaving a mount behind after NodeUnpublish or
     /// NodeUnstage: if it does again, the agent unmounts its own path.
     pub contain: bool,
+    /// Where the plugin sees `csi/<plugin>`, if not at its host path; the
+    /// paths of its RPCs are given there (see [`Paths::for_plugin`]).
+    pub plugin_base_dir: Option<PathBuf>,
+}
+
+impl StepContext {
+    /// A host path of this volume as the plugin names it.
+    fn for_plugin(&self, path: &Path) -> PathBuf {
+        self.paths.for_plugin(
+            &self.volume.plugin_id,
+            path,
+            self.plugin_base_dir.as_deref(),
+        )
+    }
+
+    /// Up to where emptied dirs are removed: the `csi/` root, or the
+    /// plugin's own dir when a plugin task has it bound into its root (a
+    /// dir made again later would not be the one it sees).
+    fn removable_below(&self) -> PathBuf {
+        match self.plugin_base_dir {
+            Some(_) => self.paths.csi_root().join(&self.volume.plugin_id),
+            None => self.paths.csi_root(),
+        }
+    }
 }
 
 pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
@@ -236,7 +271,7 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
             rpc(client.node_stage(&NodeStage {
                 volume_id: v.external_id.clone(),
                 publish_context: v.publish_context.clone(),
-                staging_target_path: path,
+                staging_target_path: ctx.for_plugin(&path),
                 capability: v.with_mount_options(&staging.capability),
                 secrets: v.secrets.clone(),
                 volume_context: v.context.clone(),
@@ -255,8 +290,8 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
                 staging_target_path: ctx
                     .protocol
                     .stage
-                    .then(|| ctx.paths.staging(v, &claim.staging)),
-                target_path: target,
+                    .then(|| ctx.for_plugin(&ctx.paths.staging(v, &claim.staging))),
+                target_path: ctx.for_plugin(&target),
                 capability: v.with_mount_options(&claim.capability),
                 read_only: claim.read_only,
                 secrets: v.secrets.clone(),
@@ -281,18 +316,18 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
         Action::NodeUnpublish { alloc } => {
             let claim = &v.claims[alloc];
             let target = ctx.paths.publish(v, alloc, &claim.usage);
-            let result = client.node_unpublish(&v.external_id, &target);
+            let result = client.node_unpublish(&v.external_id, &ctx.for_plugin(&target));
             let done = released_path(result, "NodeUnpublishVolume", &target, ctx.contain)?;
             // The plugin removed the target; the agent made its parents.
-            remove_empty_dirs(&target, &ctx.paths.csi_root());
+            remove_empty_dirs(&target, &ctx.removable_below());
             Ok(done)
         }
         Action::NodeUnstage { staging } => {
             let path = ctx.paths.staging(v, staging);
-            let result = client.node_unstage(&v.external_id, &path);
+            let result = client.node_unstage(&v.external_id, &ctx.for_plugin(&path));
             let done = released_path(result, "NodeUnstageVolume", &path, ctx.contain)?;
             let _ = fs::remove_dir(&path);
-            remove_empty_dirs(&path, &ctx.paths.csi_root());
+            remove_empty_dirs(&path, &ctx.removable_below());
             Ok(done)
         }
         Action::ControllerUnpublish => {
@@ -557,5 +592,31 @@ pub fn create_request(
         secrets: v.secrets.clone(),
         accessibility,
         content_source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_task_is_given_its_paths_under_its_base_dir() {
+        let paths = Paths {
+            data_dir: PathBuf::from("/var/lib/csi-agent"),
+        };
+        let staging = Path::new("/var/lib/csi-agent/csi/hp/staging/v1");
+        let publish = Path::new("/var/lib/csi-agent/csi/hp/per-alloc/a1/v1/rw-file-system-x");
+        let base = Some(Path::new("/local/csi"));
+        assert_eq!(
+            paths.for_plugin("hp", staging, base),
+            Path::new("/local/csi/staging/v1")
+        );
+        assert_eq!(
+            paths.for_plugin("hp", publish, base),
+            Path::new("/local/csi/per-alloc/a1/v1/rw-file-system-x")
+        );
+        // Other plugins, and plugins that see host paths, get them as they are.
+        assert_eq!(paths.for_plugin("hp", staging, None), staging);
+        assert_eq!(paths.for_plugin("other", staging, base), staging);
     }
 }

@@ -14,11 +14,11 @@ use csi_agent::csi::{Client, Code, Secrets, Validation};
 use crate::requests::{attach, block_cap, create_req, detach, mount_cap, publish_req, stage_req};
 use crate::util::{mount_state, mounts_under, require_root, Plugin};
 
-const BLOCK: usize = 4096;
+pub(crate) const BLOCK: usize = 4096;
 
 /// The loop devices (`loopN`) whose `backing_file` in sysfs names `file`,
 /// read straight from sysfs.
-fn devices_showing(file: &Path) -> Vec<String> {
+pub(crate) fn devices_showing(file: &Path) -> Vec<String> {
     let file = fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
     let mut found = Vec::new();
     for entry in fs::read_dir("/sys/block").unwrap() {
@@ -45,7 +45,7 @@ fn device_read_only(name: &str) -> bool {
         == "1"
 }
 
-fn backing_file(plugin: &Plugin, volume: &str) -> PathBuf {
+pub(crate) fn backing_file(plugin: &Plugin, volume: &str) -> PathBuf {
     plugin.dir.join(&format!("base/block/{volume}.img"))
 }
 
@@ -67,7 +67,7 @@ fn open_direct(path: &Path, write: bool) -> std::io::Result<File> {
 }
 
 /// Writes a block of `byte` at `offset` through `path` with O_DIRECT.
-fn write_direct(path: &Path, offset: u64, byte: u8) -> std::io::Result<()> {
+pub(crate) fn write_direct(path: &Path, offset: u64, byte: u8) -> std::io::Result<()> {
     let mut storage = Vec::new();
     let buf = aligned(&mut storage, byte);
     let file = open_direct(path, true)?;
@@ -77,7 +77,7 @@ fn write_direct(path: &Path, offset: u64, byte: u8) -> std::io::Result<()> {
 }
 
 /// Reads the block at `offset` through `path` with O_DIRECT.
-fn read_direct(path: &Path, offset: u64) -> Vec<u8> {
+pub(crate) fn read_direct(path: &Path, offset: u64) -> Vec<u8> {
     let mut storage = Vec::new();
     let buf = aligned(&mut storage, 0);
     let file = open_direct(path, false).unwrap();
@@ -182,6 +182,24 @@ fn block_volume_lifecycle_with_direct_io_through_the_target_file() {
         })
         .unwrap();
     assert_eq!(expanded.capacity_bytes, 2 << 20);
+    assert!(
+        expanded.node_expansion_required,
+        "the device shows the old size"
+    );
+    let grown = client
+        .node_expand(&NodeExpand {
+            volume_id: "b".into(),
+            volume_path: target.clone(),
+            capacity: CapacityRange {
+                required_bytes: 2 << 20,
+                limit_bytes: 0,
+            },
+            staging_target_path: Some(staging.clone()),
+            capability: Some(block_cap()),
+            secrets: Secrets::new(),
+        })
+        .unwrap();
+    assert_eq!(grown, 2 << 20);
     let sectors = fs::read_to_string(format!("/sys/block/{}/size", devices[0])).unwrap();
     assert_eq!(
         sectors.trim(),

@@ -128,6 +128,17 @@ impl Agent {
         agent
     }
 
+    /// Starts an agent whose config is the harness's (no plugins) with
+    /// `extra` appended (e.g. a `cluster` block and a `node_name`).
+    pub fn start_with_config(extra: &str) -> Agent {
+        let mut agent = Agent::new(|a| vec!["agent".into(), "-config".into(), a.config_arg()]);
+        let mut text = config_text(&agent.data_dir, &[]);
+        text.push_str(extra);
+        agent.write_config(&text);
+        agent.launch();
+        agent
+    }
+
     /// Like [`Agent::start`], with the data dir at `data_dir` (which may
     /// exist, e.g. a small file system the test mounted) rather than in
     /// the test dir.
@@ -482,6 +493,15 @@ impl Drop for Agent {
         }
         if thread::panicking() {
             eprintln!("{}", self.log_dump());
+            return;
+        }
+        // `-dev`'s plugin runs strict: the agent must have kept the spec.
+        let verdict = self.data_dir.join("hostpath/strict-violations");
+        if let Ok(text) = fs::read_to_string(&verdict) {
+            assert!(
+                text.is_empty(),
+                "the dev plugin saw the agent break the spec:\n{text}"
+            );
         }
     }
 }

@@ -3,7 +3,8 @@
 //! decoders on our fixtures; `csi-agent validate` as a user runs it; and the
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
-//! crashes; the plugin's strict mode and its block volumes.
+//! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
+//! expansion and volume conditions.
 
 mod agent;
 mod block;
@@ -11,11 +12,17 @@ mod block_claims;
 mod claim_errors;
 mod cli;
 mod client;
+mod cluster;
+mod cluster_agents;
 mod durable;
+mod etcd;
+mod expansion;
 mod harness;
 mod job;
 mod migration;
 mod requests;
+mod snapshots;
+mod snapshots_cli;
 mod spec;
 mod split;
 mod split_hostpath;
@@ -25,4 +32,6 @@ mod util;
 mod validate;
 mod volume;
 mod volume_commands;
+mod volume_sources;
+mod volume_status;
 mod volume_util;

@@ -306,19 +306,17 @@ fn rpcs_of_capabilities_not_advertised_are_refused() {
         .map(drop);
     assert_refused(err, "only RPCs of capabilities the plugin advertised");
     let controller = csi_grpc::ControllerClient::new(channel(&plugin));
-    let mut snapshot = pb::CreateSnapshotRequest::new();
-    snapshot.source_volume_id = "v".into();
-    snapshot.name = "snap".into();
+    let mut modify = pb::ControllerModifyVolumeRequest::new();
+    modify.volume_id = "v".into();
     let err = controller
-        .create_snapshot_opt(&snapshot, opt())
+        .controller_modify_volume_opt(&modify, opt())
         .unwrap_err();
     match err {
         grpcio::Error::RpcFailure(status) => {
             assert_eq!(status.code(), RpcStatusCode::FAILED_PRECONDITION);
             assert!(
                 status.message().contains(
-                    "the plugin does not advertise the controller capability \
-                     create-delete-snapshot"
+                    "the plugin does not advertise the controller capability modify-volume"
                 ),
                 "{}",
                 status.message()
@@ -326,11 +324,19 @@ fn rpcs_of_capabilities_not_advertised_are_refused() {
         }
         other => panic!("{other:?}"),
     }
+    let err = controller
+        .get_snapshot_opt(&pb::GetSnapshotRequest::new(), opt())
+        .unwrap_err();
+    assert!(
+        matches!(&err, grpcio::Error::RpcFailure(s) if s.code() == RpcStatusCode::FAILED_PRECONDITION),
+        "{err:?}"
+    );
     assert_eq!(
         plugin.violations(),
         vec![
             "ControllerPublishVolume v: only RPCs of capabilities the plugin advertised",
-            "CreateSnapshot -: only RPCs of capabilities the plugin advertised",
+            "ControllerModifyVolume v: only RPCs of capabilities the plugin advertised",
+            "GetSnapshot -: only RPCs of capabilities the plugin advertised",
         ]
     );
 }
@@ -340,7 +346,7 @@ fn without_strict_an_unadvertised_rpc_is_unimplemented() {
     let plugin = Plugin::start_lenient_with(&[], &[]);
     let controller = csi_grpc::ControllerClient::new(channel(&plugin));
     let err = controller
-        .create_snapshot_opt(&pb::CreateSnapshotRequest::new(), opt())
+        .controller_modify_volume_opt(&pb::ControllerModifyVolumeRequest::new(), opt())
         .unwrap_err();
     assert!(
         matches!(&err, grpcio::Error::RpcFailure(s) if s.code() == RpcStatusCode::UNIMPLEMENTED),

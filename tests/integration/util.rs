@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use csi_agent::csi::proto::csi_grpc;
 use csi_agent::csi::{Client, Endpoint};
 use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
 use csi_agent::sys::loop_dev;
@@ -107,6 +108,12 @@ pub fn loop_devices_under(dir: &Path) -> Vec<loop_dev::LoopDevice> {
         .filter(|(_, backing)| backing.starts_with(&dir))
         .map(|(device, _)| device)
         .collect()
+}
+
+/// The options of a call on a generated stub: the deadline
+/// [`Plugin::client`] has.
+pub fn call_opt() -> grpcio::CallOption {
+    grpcio::CallOption::default().timeout(Duration::from_secs(10))
 }
 
 /// True if `path` is a mount point now; and whether it is read-only.
@@ -263,6 +270,14 @@ impl Plugin {
 
     pub fn client(&self) -> Client {
         Client::new(&self.endpoint()).with_timeout(Duration::from_secs(10))
+    }
+
+    /// The generated Controller stub on a channel of its own, for the
+    /// fields our client does not return (a volume's content source).
+    pub fn controller_stub(&self) -> csi_grpc::ControllerClient {
+        let channel = grpcio::ChannelBuilder::new(csi_agent::csi::client::grpc_environment())
+            .connect(&self.endpoint().grpc_target());
+        csi_grpc::ControllerClient::new(channel)
     }
 
     /// Replaces the fault-injection rules.

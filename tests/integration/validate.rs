@@ -116,7 +116,7 @@ fn validate_checks_every_file_after_a_failure() {
     let errors = stderr(&out);
     assert!(
         errors.contains(&format!(
-            "{docker}:24:16: driver \"docker\" is not supported: csi-agent runs \"exec\" tasks\n"
+            "{docker}:24:16: driver \"docker\" is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks\n"
         )),
         "{errors}"
     );

@@ -170,7 +170,7 @@ fn nesting_limit_counts_blocks_lists_and_objects_together() {
 fn two_attributes_on_one_line_are_an_error() {
     assert_eq!(
         error_text("a = 1 b = 2\n"),
-        "test.hcl:1:7: expected a newline after the value of 'a', found identifier 'b'"
+        "test.hcl:1:7: expected a newline or ',' after the value of 'a', found identifier 'b'"
     );
 }
 
@@ -202,7 +202,7 @@ fn duplicate_attribute_is_an_error() {
 fn operators_are_reported_as_unsupported_expressions() {
     assert_eq!(
         error_text("x = 1 + 2\n"),
-        "test.hcl:1:7: expected a newline after the value of 'x', found '+' (expressions are not supported)"
+        "test.hcl:1:7: expected a newline or ',' after the value of 'x', found '+' (expressions are not supported)"
     );
 }
 
@@ -307,5 +307,37 @@ fn nul_byte_is_described_escaped() {
     assert_eq!(
         error_text("x = \0\n"),
         "test.hcl:1:5: expected a value for 'x', found '\\0'"
+    );
+}
+
+#[test]
+fn a_comma_after_a_block_is_an_error() {
+    assert_eq!(
+        error_text("a {}, b = 1\n"),
+        "test.hcl:1:5: expected a newline after the closing '}' of block 'a', found ','"
+    );
+}
+
+#[test]
+fn two_commas_between_attributes_are_an_error() {
+    assert_eq!(
+        error_text("s { a = 1,, b = 2 }\n"),
+        "test.hcl:1:11: expected an attribute or block name, found ','"
+    );
+}
+
+#[test]
+fn a_quoted_name_names_an_attribute_not_a_block() {
+    assert_eq!(
+        error_text("\"segments\" {\n}\n"),
+        "test.hcl:1:12: expected '=' after the quoted attribute name \"segments\", found '{'"
+    );
+}
+
+#[test]
+fn a_quoted_attribute_name_cannot_interpolate() {
+    assert_eq!(
+        error_text("\"${x}\" = 1\n"),
+        "test.hcl:1:1: attribute names cannot contain '${' or '%{' sequences"
     );
 }

@@ -1,6 +1,6 @@
 //! Each literal form, comments, and the small structural forms.
 
-use super::{parse_ok, render, string_of, value_of};
+use super::{error_text, parse_ok, render, string_of, value_of};
 use crate::hcl::{Expr, Pos, Span};
 
 #[test]
@@ -248,6 +248,50 @@ fn blocks_accept_identifier_and_multiple_labels() {
 fn single_line_block_ends_at_its_closing_brace() {
     let body = parse_ok("env { FOO = \"bar\" }\nempty {}\n");
     assert_eq!(render(&body), "env {\n  FOO = \"bar\"\n}\nempty {\n}\n");
+}
+
+#[test]
+fn quoted_attribute_names_are_attributes() {
+    // As in Nomad's e2e inputs: HCL1 lets a block body quote its keys.
+    let body = parse_ok(
+        "segments {\n  \"topology.ebs.csi.aws.com/zone\" = \"us-east-1b\"\n  rack = \"R1\"\n}\n",
+    );
+    assert_eq!(
+        render(&body),
+        "segments {\n  \"topology.ebs.csi.aws.com/zone\" = \"us-east-1b\"\n  rack = \"R1\"\n}\n"
+    );
+    let block = body.blocks().next().unwrap();
+    let zone = block
+        .body
+        .attribute("topology.ebs.csi.aws.com/zone")
+        .unwrap();
+    assert!(zone.key.quoted);
+    assert_eq!(zone.key.span.start, Pos::new(2, 3));
+    assert!(!block.body.attribute("rack").unwrap().key.quoted);
+}
+
+#[test]
+fn a_quoted_name_and_an_identifier_are_the_same_attribute() {
+    assert_eq!(
+        error_text("s {\n  rack = \"R1\"\n  \"rack\" = \"R2\"\n}\n"),
+        "test.hcl:3:3: attribute 'rack' is already set at 2:3"
+    );
+}
+
+#[test]
+fn one_line_blocks_separate_attributes_with_commas() {
+    // As in Nomad's documentation: `segments { rack = "R1", zone = "z" }`.
+    let body = parse_ok("segments { rack = \"R1\", zone = \"z\" }\nnext = 1\n");
+    assert_eq!(
+        render(&body),
+        "segments {\n  rack = \"R1\"\n  zone = \"z\"\n}\nnext = 1\n"
+    );
+    // A trailing comma, a comma at the end of a line, and quoted keys.
+    let body = parse_ok("s {\n  a = 1,\n  \"b.c\" = [2], d = true,\n}\n");
+    assert_eq!(
+        render(&body),
+        "s {\n  a = 1\n  \"b.c\" = [2]\n  d = true\n}\n"
+    );
 }
 
 #[test]

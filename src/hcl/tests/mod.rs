@@ -62,7 +62,11 @@ fn render_body(body: &Body, indent: usize, out: &mut String) {
         out.push_str(&"  ".repeat(indent));
         match item {
             Item::Attribute(attr) => {
-                out.push_str(&format!("{} = ", attr.key.name));
+                if attr.key.quoted {
+                    out.push_str(&format!("{:?} = ", attr.key.name));
+                } else {
+                    out.push_str(&format!("{} = ", attr.key.name));
+                }
                 render_expr(&attr.value, out);
                 out.push('\n');
             }

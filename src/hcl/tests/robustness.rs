@@ -23,6 +23,7 @@ e = { k = "v", "q": [ // list
    comment */ f "label" ident {
   g = {}
 }
+h { "q.k/z" = 1, r = [2], s { t = "u", } }
 "#;
 
 /// Checks that parsing `src` returns, and that an error points inside it.

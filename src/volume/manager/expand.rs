@@ -112,16 +112,21 @@ impl VolumeManager {
             .iter()
             .find(|(_, s)| s.step == Step::Done)
             .map(|(k, _)| k.clone());
+        let in_view = |p: std::path::PathBuf| {
+            self.paths
+                .for_plugin(&v.plugin_id, &p, view.base_dir.as_deref())
+        };
         let node_paths = match (published, &staged) {
             (Some(c), _) => Some((
-                self.paths.publish(v, &c.alloc_id, &c.usage),
+                in_view(self.paths.publish(v, &c.alloc_id, &c.usage)),
                 view.protocol
                     .stage
-                    .then(|| self.paths.staging(v, &c.staging)),
+                    .then(|| in_view(self.paths.staging(v, &c.staging))),
             )),
-            (None, Some(key)) => {
-                Some((self.paths.staging(v, key), Some(self.paths.staging(v, key))))
-            }
+            (None, Some(key)) => Some((
+                in_view(self.paths.staging(v, key)),
+                Some(in_view(self.paths.staging(v, key))),
+            )),
             (None, None) => None,
         };
         let capacity = CapacityRange {

@@ -215,6 +215,9 @@ struct PluginView {
     accessibility: bool,
     topology: Option<BTreeMap<String, String>>,
     provider: String,
+    /// Where the plugin sees the agent's `csi/<plugin>` dir, when not at
+    /// its host path (a plugin task in a root of its own).
+    base_dir: Option<std::path::PathBuf>,
 }
 
 impl PluginView {
@@ -309,6 +312,8 @@ fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
             .and_then(|f| f.node.as_ref())
             .and_then(|n| n.accessible_topology.clone()),
         provider: cfp.or(nfp).map(|f| f.info.name.clone()).unwrap_or_default(),
+        // Paths go to the node's RPCs only: the node instance's view.
+        base_dir: node.and_then(|r| r.spec.stage_publish_base_dir.clone()),
     })
 }
 

@@ -115,6 +115,7 @@ impl VolumeManager {
                     .retry
                     .as_ref()
                     .is_some_and(|r| r.left_mount >= CONTAIN_AFTER),
+                plugin_base_dir: view.base_dir.clone(),
             };
             return Some(Dispatch {
                 plugin_id: entry.volume.plugin_id.clone(),

@@ -56,11 +56,13 @@ impl VolumeManager {
         match published {
             Some(claim) if stats_possible => {
                 let v = &entry.volume;
-                let path = self.paths.publish(v, &claim.alloc_id, &claim.usage);
+                let base = view.as_ref().and_then(|v| v.base_dir.as_deref());
+                let in_view = |p: std::path::PathBuf| self.paths.for_plugin(&v.plugin_id, &p, base);
+                let path = in_view(self.paths.publish(v, &claim.alloc_id, &claim.usage));
                 let staging = view
                     .as_ref()
                     .is_some_and(|v| v.protocol.stage)
-                    .then(|| self.paths.staging(v, &claim.staging));
+                    .then(|| in_view(self.paths.staging(v, &claim.staging)));
                 let external = v.external_id.clone();
                 let id = v.id.clone();
                 let token = self.token();

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use csi_agent::csi::Endpoint;
-use csi_agent::spec::{AgentConfig, HostVolume, PluginConfig, PluginType};
+use csi_agent::spec::{AgentConfig, ChrootEntry, HostVolume, PluginConfig, PluginType};
 use log::LevelFilter;
 
-use super::{agent, assert_one_error, fixture, ok};
+use super::{agent, assert_one_error, errors, fixture, ok};
 
 #[test]
 fn an_empty_config_takes_every_default() {
@@ -49,6 +49,8 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
                 health_timeout: Duration::from_secs(30),
             },
         ],
+        chroot_env: None,
+        cluster: None,
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),
@@ -67,11 +69,95 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
 
 #[test]
 fn the_agent_config_round_trips_through_hcl() {
-    let config = ok(agent(fixture("agent.hcl"))).spec;
-    let text = config.to_hcl();
-    let again = ok(agent(&text)).spec;
-    assert_eq!(again, config, "{text}");
-    assert_eq!(again.to_hcl(), text);
+    for name in ["agent.hcl", "agent-chroot.hcl"] {
+        let config = ok(agent(fixture(name))).spec;
+        let text = config.to_hcl();
+        let again = ok(agent(&text)).spec;
+        assert_eq!(again, config, "{text}");
+        assert_eq!(again.to_hcl(), text);
+    }
+    let empty = ok(agent("chroot_env {}\n")).spec;
+    assert_eq!(empty.chroot_env, Some(Vec::new()));
+    assert_eq!(ok(agent(&empty.to_hcl())).spec, empty);
+}
+
+#[test]
+fn chroot_env_defaults_to_nomads_and_the_example_replaces_it() {
+    let default = AgentConfig::default().chroot_env();
+    let destinations: Vec<&str> = default
+        .iter()
+        .map(|e| e.destination.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        destinations,
+        [
+            "/bin",
+            "/etc",
+            "/lib",
+            "/lib32",
+            "/lib64",
+            "/run/resolvconf",
+            "/sbin",
+            "/usr"
+        ]
+    );
+    assert!(default.iter().all(|e| e.source == e.destination));
+    let config = ok(agent(fixture("agent-chroot.hcl"))).spec;
+    let entries = config.chroot_env();
+    assert_eq!(entries.len(), 7);
+    assert_eq!(
+        entries[0],
+        ChrootEntry {
+            source: PathBuf::from("/bin/ls"),
+            destination: PathBuf::from("/bin/ls"),
+        }
+    );
+    // As an object, and with a destination of its own.
+    let config = ok(agent("chroot_env = { \"/opt/busybox/bin\" = \"/bin\" }\n")).spec;
+    assert_eq!(
+        config.chroot_env(),
+        [ChrootEntry {
+            source: PathBuf::from("/opt/busybox/bin"),
+            destination: PathBuf::from("/bin"),
+        }]
+    );
+}
+
+#[test]
+fn chroot_env_paths_are_absolute_and_stay_out_of_the_agents_dirs() {
+    assert_one_error(
+        "chroot_env {\n  \"bin\" = \"/bin\"\n}\n",
+        r#"test.hcl:2:3: chroot_env source "bin" must be an absolute path (did you mean "/bin"?)"#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/usr\" = \"usr/../..\"\n}\n",
+        r#"test.hcl:2:12: chroot_env destination "usr/../.." must be an absolute path (did you mean "/usr/../.."?)"#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/etc/../root\" = \"/etc\"\n}\n",
+        r#"test.hcl:2:3: chroot_env source "/etc/../root" must not contain "..""#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/srv/root\" = \"/\"\n}\n",
+        r#"test.hcl:2:17: chroot_env destination "/" of "/srv/root" would replace the task's whole root; bind it at a path inside the root"#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/dev\" = \"/dev\"\n}\n",
+        r#"test.hcl:2:12: chroot_env destination "/dev" is inside /dev, the task's private /dev, which the agent makes for every exec task; leave it out"#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/srv/x\" = \"/secrets/x\"\n}\n",
+        r#"test.hcl:2:14: chroot_env destination "/secrets/x" is inside /secrets, the task's secrets dir, which the agent makes for every exec task; leave it out"#,
+    );
+    assert_one_error(
+        "chroot_env {\n  \"/usr/bin\" = \"/bin\"\n  \"/bin\" = \"/bin\"\n}\n",
+        r#"test.hcl:3:12: chroot_env destination "/bin" is given twice (first at 2:16)"#,
+    );
+    // A typo of the block's name says what it meant.
+    assert_one_error(
+        "chroot_evn {\n  \"/bin\" = \"/bin\"\n}\n",
+        r#"test.hcl:1:1: unknown block "chroot_evn" in the agent config (did you mean "chroot_env"?)"#,
+    );
 }
 
 #[test]
@@ -176,5 +262,44 @@ fn host_volume_needs_an_absolute_path() {
     assert_one_error(
         "host_volume \"h\" {\n  path = \"srv\"\n}\n",
         r#"test.hcl:2:10: "path" in host_volume "h" must be an absolute path, found "srv""#,
+    );
+}
+
+#[test]
+fn the_cluster_fixture_decodes_its_etcd_members_with_defaults_filled() {
+    let decoded = ok(agent(fixture("agent-cluster.hcl")));
+    let cluster = decoded.spec.cluster.clone().expect("a cluster block");
+    assert_eq!(
+        cluster.etcd,
+        [
+            "http://10.1.0.1:2379",
+            "http://10.1.0.2:2379",
+            "http://10.1.0.3:2379"
+        ]
+    );
+    assert_eq!(cluster.prefix, "/csi-agent");
+    assert_eq!(cluster.lease_ttl, Duration::from_secs(10));
+    assert_eq!(cluster.stop_after_disconnect, Some(Duration::from_secs(60)));
+    // It writes back as it reads.
+    let again = ok(agent(&decoded.spec.to_hcl())).spec;
+    assert_eq!(again.cluster.unwrap().etcd.len(), 3);
+}
+
+#[test]
+fn a_cluster_block_needs_usable_etcd_endpoints() {
+    let errs = errors(agent(
+        "cluster {\n  etcd = [\"https://10.1.0.1:2379\"]\n  tls {\n    ca_file = \"/ca\"\n  }\n}\n",
+    ));
+    assert!(errs.iter().any(|e| e.contains("TLS build")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("cluster TLS is not supported")),
+        "{errs:?}"
+    );
+    let errs = errors(agent("cluster {\n  prefix = \"x\"\n}\n"));
+    assert!(errs.iter().any(|e| e.contains("\"etcd\"")), "{errs:?}");
+    assert!(
+        errs.iter().any(|e| e.contains("must start with /")),
+        "{errs:?}"
     );
 }

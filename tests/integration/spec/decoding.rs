@@ -161,7 +161,7 @@ fn null_counts_as_not_set() {
 fn syntax_errors_stop_decoding_with_their_position() {
     assert_one_error(
         "data_dir = \"/x\" log_level = \"info\"\n",
-        "test.hcl:1:17: expected a newline after the value of 'data_dir', found identifier 'log_level'",
+        "test.hcl:1:17: expected a newline or ',' after the value of 'data_dir', found identifier 'log_level'",
     );
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use csi_agent::csi::{AccessMode, AttachmentMode};
 use csi_agent::mount::Propagation;
-use csi_agent::spec::{CheckType, PluginType, RestartMode, VolumeType};
+use csi_agent::spec::{CheckType, Driver, PluginType, RestartMode, VolumeType};
 
 use super::{assert_one_error, errors, fixture, job, ok, warnings};
 
@@ -208,7 +208,9 @@ fn another_driver_is_one_error_and_its_config_is_not_examined() {
     let invalid = decoded.as_ref().unwrap_err();
     assert_eq!(
         errors(decoded.clone()),
-        [r#"test.hcl:24:16: driver "docker" is not supported: csi-agent runs "exec" tasks"#]
+        [
+            r#"test.hcl:24:16: driver "docker" is not supported: csi-agent runs "exec" and "raw_exec" tasks"#
+        ]
     );
     assert_eq!(
         warnings(&invalid.warnings),
@@ -297,4 +299,39 @@ fn hcl2_variables_at_the_top_level_warn() {
     );
     let again = ok(job(&decoded.spec.to_hcl())).spec;
     assert_eq!(again, decoded.spec);
+}
+
+#[test]
+fn raw_exec_tasks_decode_with_their_own_config_keys() {
+    let src = job_with(
+        "task \"r\" {\n      driver = \"raw_exec\"\n      config {\n        command       = \"/usr/bin/env\"\n        oom_score_adj = 10\n      }\n    }",
+    );
+    let decoded = ok(job(&src));
+    let task = &decoded.spec.groups[0].tasks[0];
+    assert_eq!(task.name, "r");
+    assert_eq!(task.driver, Driver::RawExec);
+    assert_eq!(task.config.command, "/usr/bin/env");
+    assert_eq!(
+        warnings(&decoded.warnings),
+        [r#"test.hcl:7:9: warning: "oom_score_adj" in config in task "r" is ignored by csi-agent"#]
+    );
+    let again = ok(job(&decoded.spec.to_hcl())).spec;
+    assert_eq!(again, decoded.spec);
+    // The exec driver's keys are not raw_exec's.
+    let src = src.replace("oom_score_adj", "pid_mode");
+    assert_one_error(
+        &src,
+        r#"test.hcl:7:9: unknown attribute "pid_mode" in config in task "r""#,
+    );
+}
+
+#[test]
+fn a_raw_exec_task_cannot_mount_volumes() {
+    let src = job_with(
+        "volume \"data\" {\n      type   = \"host\"\n      source = \"data\"\n    }\n    task \"r\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/true\"\n      }\n      volume_mount {\n        volume      = \"data\"\n        destination = \"/data\"\n      }\n    }",
+    );
+    assert_one_error(
+        &src,
+        r#"test.hcl:12:7: volume_mount in task "r": task driver "raw_exec" does not support volume mounts (it runs the task on the host's root); use driver "exec""#,
+    );
 }

@@ -19,12 +19,20 @@ pub const FILE: &str = "test.hcl";
 pub const FIXTURES: &[(&str, &str)] = &[
     ("agent.hcl", include_str!("../../fixtures/agent.hcl")),
     (
+        "agent-chroot.hcl",
+        include_str!("../../fixtures/agent-chroot.hcl"),
+    ),
+    (
         "volume-register.hcl",
         include_str!("../../fixtures/volume-register.hcl"),
     ),
     (
         "volume-create.hcl",
         include_str!("../../fixtures/volume-create.hcl"),
+    ),
+    (
+        "volume-ebs.hcl",
+        include_str!("../../fixtures/volume-ebs.hcl"),
     ),
     (
         "job-per-alloc.hcl",
@@ -35,6 +43,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
         include_str!("../../fixtures/job-plugin.hcl"),
     ),
     ("job-web.hcl", include_str!("../../fixtures/job-web.hcl")),
+    (
+        "agent-cluster.hcl",
+        include_str!("../../fixtures/agent-cluster.hcl"),
+    ),
     (
         "nomad-docker-job.hcl",
         include_str!("../../fixtures/nomad-docker-job.hcl"),

@@ -134,6 +134,17 @@ fn stage_publish_base_dir_must_not_be_mount_dir_itself() {
 }
 
 #[test]
+fn mount_dir_must_not_be_inside_stage_publish_base_dir() {
+    let body =
+        "        id = \"p\"\n        type = \"node\"\n        mount_dir = \"/local/csi/socket\"";
+    assert_rule(
+        &group(1, SHARED, &plugin(body)),
+        "mount_dir",
+        r#"mount_dir "/local/csi/socket" in csi_plugin in task "t" must not be inside stage_publish_base_dir "/local/csi": the volumes' directory would hide the plugin's socket directory"#,
+    );
+}
+
+#[test]
 fn a_sibling_of_mount_dir_is_not_inside_it() {
     let body = "        id = \"p\"\n        type = \"node\"\n        mount_dir = \"/csi\"\n        stage_publish_base_dir = \"/csi2\"";
     ok(job(&group(1, SHARED, &plugin(body))));

@@ -81,8 +81,42 @@ fn the_creation_example_decodes() {
 }
 
 #[test]
+fn the_ebs_example_with_a_quoted_topology_key_decodes() {
+    let decoded = ok(volume(fixture("volume-ebs.hcl")));
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let spec = decoded.spec;
+    assert_eq!(spec.id, "ebs-vol[0]");
+    assert_eq!(spec.plugin_id, "aws-ebs0");
+    assert_eq!(spec.capabilities.len(), 2);
+    assert_eq!(spec.parameters["type"], "gp2");
+    assert_eq!(
+        spec.topology_request.required,
+        [segments(&[("topology.ebs.csi.aws.com/zone", "us-east-1b")])]
+    );
+}
+
+#[test]
+fn one_line_blocks_and_quoted_keys_stay_strict() {
+    // Commas in a block that is not a map: the keys are still checked.
+    let spec = ok(volume(&spec_with(
+        "mount_options { fs_type = \"ext4\", mount_flags = [\"noatime\"] }\n",
+    )))
+    .spec;
+    assert_eq!(spec.mount_options.fs_type, "ext4");
+    // A quoted key is the same key as an identifier, typos included.
+    assert_one_error(
+        &spec_with("mount_options { \"fs_typ\" = \"ext4\" }\n"),
+        "test.hcl:8:17: unknown attribute \"fs_typ\" in mount_options in the volume spec (did you mean \"fs_type\"?)",
+    );
+    assert_one_error(
+        &spec_with("mount_options { fs_type = \"ext4\", mount_flag = [] }\n"),
+        "test.hcl:8:35: unknown attribute \"mount_flag\" in mount_options in the volume spec (did you mean \"mount_flags\"?)",
+    );
+}
+
+#[test]
 fn volume_specs_round_trip_through_hcl() {
-    for name in ["volume-register.hcl", "volume-create.hcl"] {
+    for name in ["volume-register.hcl", "volume-create.hcl", "volume-ebs.hcl"] {
         let spec = ok(volume(fixture(name))).spec;
         let text = spec.to_hcl();
         let again = ok(volume(&text)).spec;

@@ -1,8 +1,8 @@
 //! Jobs: the built-in hostpath plugin run as a `csi_plugin` task, and
 //! consumer tasks that mount its volumes, all real processes in real mount
-//! namespaces. Each test checks what a task sees from its own
-//! `/proc/<pid>/mountinfo`, and that nothing stays mounted once the jobs
-//! stop.
+//! namespaces and roots of their own. Each test checks what a task sees
+//! from its own `/proc/<pid>/mountinfo` (paths of its root) or through
+//! `/proc/<pid>/root`, and that nothing stays mounted once the jobs stop.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,8 @@ use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
 
 use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
+
+mod root;
 
 const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
@@ -43,16 +45,20 @@ impl Rig {
         }
     }
 
+    /// Like [`Rig::bare`], with `extra` appended to the agent config.
+    fn bare_with_config(extra: &str) -> Rig {
+        let rig = Rig::bare();
+        let mut config = config_text(&rig.agent.data_dir, &[]);
+        config.push_str(extra);
+        rig.agent.write_config(&config);
+        rig.agent.sighup();
+        rig.agent.wait_for_log("SIGHUP: reloaded", WAIT);
+        rig
+    }
+
     /// `extra` is appended to the agent config (host volumes).
     fn start_with_config(extra: &str) -> Rig {
-        let agent = Agent::start(&[]);
-        let mut config = config_text(&agent.data_dir, &[]);
-        config.push_str(extra);
-        agent.write_config(&config);
-        agent.sighup();
-        agent.wait_for_log("SIGHUP: reloaded", WAIT);
-        let backing = agent.dir.join("backing");
-        let rig = Rig { agent, backing };
+        let rig = Rig::with_plugin_volumes(extra);
         rig.run_job("plugin.hcl", &rig.plugin_job("3", "1s"));
         rig.wait_plugin_healthy();
         let vol = rig.agent.dir.join("v1.hcl");
@@ -61,6 +67,29 @@ impl Rig {
         rig
     }
 
+    /// An agent with no jobs and no volumes, whose config has the host
+    /// volumes a plugin task needs (see [`Rig::plugin_job`]), and `extra`.
+    fn with_plugin_volumes(extra: &str) -> Rig {
+        let agent = Agent::start(&[]);
+        let backing = agent.dir.mkdir("backing");
+        let mut config = config_text(&agent.data_dir, &[]);
+        // The plugin task runs in a root of its own: its binary and its
+        // base dir reach it as host volumes, as a Nomad user would give
+        // them.
+        config.push_str(&format!(
+            "host_volume \"csi-agent-bin\" {{\n  path      = {:?}\n  read_only = true\n}}\nhost_volume \"hostpath-backing\" {{\n  path = {:?}\n}}\n",
+            bin_dir().display().to_string(),
+            backing.display().to_string(),
+        ));
+        config.push_str(extra);
+        agent.write_config(&config);
+        agent.sighup();
+        agent.wait_for_log("SIGHUP: reloaded", WAIT);
+        Rig { agent, backing }
+    }
+
+    /// The hostpath plugin as an exec task: the test binary bound
+    /// read-only at `/opt/csi-agent`, its base dir at `/backing`.
     fn plugin_job(&self, attempts: &str, delay: &str) -> String {
         format!(
             r#"
@@ -72,11 +101,31 @@ job "plugin" {{
       delay    = "{delay}"
       mode     = "fail"
     }}
+    volume "bin" {{
+      type      = "host"
+      source    = "csi-agent-bin"
+      read_only = true
+    }}
+    volume "backing" {{
+      type   = "host"
+      source = "hostpath-backing"
+    }}
     task "hostpath" {{
       driver = "exec"
+      env {{
+        RUST_LOG = "csi_agent=debug"
+      }}
       config {{
-        command = "{bin}"
-        args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
+        command = "/opt/csi-agent/{name}"
+        args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
+      }}
+      volume_mount {{
+        volume      = "bin"
+        destination = "/opt/csi-agent"
+      }}
+      volume_mount {{
+        volume      = "backing"
+        destination = "/backing"
       }}
       csi_plugin {{
         id             = "{PLUGIN_ID}"
@@ -87,8 +136,7 @@ job "plugin" {{
   }}
 }}
 "#,
-            bin = bin(),
-            backing = self.backing.display(),
+            name = Path::new(bin()).file_name().unwrap().to_string_lossy(),
         )
     }
 
@@ -267,6 +315,12 @@ impl Drop for Rig {
     }
 }
 
+/// The directory of the binary under test, which plugin tasks get as a
+/// host volume.
+fn bin_dir() -> PathBuf {
+    Path::new(bin()).parent().unwrap().to_path_buf()
+}
+
 /// Processes whose `CSI_AGENT_TASK_DIR` is under `dir`.
 fn task_processes_under(dir: &Path) -> Vec<u32> {
     let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
@@ -346,6 +400,15 @@ job "{name}" {{
 }
 
 /// The task's mount table, as the task sees it.
+/// Waits until `path` exists (a task writes it).
+#[track_caller]
+fn wait_for_file(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn task_mounts(pid: u32) -> MountInfo {
     let text = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     MountInfo::parse(&text).unwrap()
@@ -357,23 +420,22 @@ fn a_task_writes_through_its_volume_mount_into_the_plugin_backing_dir() {
         return;
     }
     let rig = Rig::start();
-    let script = "echo hello > $CSI_AGENT_TASK_DIR/data/hello && echo written && sleep 600";
+    // What every Nomad example does: write to the destination as written.
+    let script = "echo hello > /data/out.txt && echo written && sleep 600";
     let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
     let alloc = &allocs[0];
-    rig.wait_running("app", alloc);
-    let hello = rig.backing.join("volumes/v1/hello");
-    let start = Instant::now();
-    while !hello.exists() && start.elapsed() < WAIT {
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(fs::read_to_string(&hello).unwrap(), "hello\n");
+    let pid = rig.wait_running("app", alloc);
+    let out = rig.backing.join("volumes/v1/out.txt");
+    wait_for_file(&out);
+    assert_eq!(fs::read_to_string(&out).unwrap(), "hello\n");
     assert_eq!(rig.ok(&["alloc", "logs", alloc, "main"]), "written\n");
-    // The task's view: the volume at <task dir>/data, nothing on the host.
+    // The task's view: the volume at /data of its root; nothing on the
+    // host, and no host directory of that name written.
+    let mounts = task_mounts(pid);
+    let data = mounts.get(Path::new("/data")).expect("/data in the task");
+    assert!(!data.is_read_only());
     let task_dir = rig.task_dir(alloc, "main");
-    assert!(MountInfo::read()
-        .unwrap()
-        .get(&task_dir.join("data"))
-        .is_none());
+    assert!(MountInfo::read().unwrap().under(&task_dir).next().is_none());
 
     rig.stop("app");
     let a = rig.alloc("app", alloc);
@@ -400,12 +462,12 @@ fn a_read_only_mount_refuses_writes() {
         return;
     }
     let rig = Rig::start();
-    let script = "if touch $CSI_AGENT_TASK_DIR/data/x 2>$NOMAD_TASK_DIR/err; then echo wrote; else cat $NOMAD_TASK_DIR/err; fi; sleep 600";
+    let script = "if touch /data/x 2>$NOMAD_TASK_DIR/err; then echo wrote; else cat $NOMAD_TASK_DIR/err; fi; sleep 600";
     let allocs = rig.run_job("ro.hcl", &consumer("ro", script, "read_only = true", false));
     let alloc = &allocs[0];
     let pid = rig.wait_running("ro", alloc);
     let mount = task_mounts(pid)
-        .get(&rig.task_dir(alloc, "main").join("data"))
+        .get(Path::new("/data"))
         .cloned()
         .expect("the volume is mounted in the task");
     assert!(mount.is_read_only());
@@ -423,9 +485,7 @@ fn a_read_only_mount_refuses_writes() {
     let allocs = rig.run_job("rov.hcl", &consumer("rov", "sleep 600", "", true));
     let pid = rig.wait_running("rov", &allocs[0]);
     let mounts = task_mounts(pid);
-    let mount = mounts
-        .get(&rig.task_dir(&allocs[0], "main").join("data"))
-        .unwrap();
+    let mount = mounts.get(Path::new("/data")).unwrap();
     assert!(mount.is_read_only());
     assert!(rig.publish_path(&allocs[0], USAGE_RO).exists());
     rig.stop("rov");
@@ -443,7 +503,8 @@ fn propagation(mode: &str) -> (bool, bool) {
     let alloc = &allocs[0];
     let pid = rig.wait_running("p", alloc);
     let publish = rig.publish_path(alloc, USAGE);
-    let task_data = rig.task_dir(alloc, "main").join("data");
+    // The task's view: nsenter enters its root along with its namespace.
+    let task_data = Path::new("/data");
 
     // Host → task.
     fs::create_dir_all(publish.join("from-host")).unwrap();
@@ -685,7 +746,7 @@ job "env" {{
         indexes.push(words[2].to_string());
         assert_eq!(words[3], alloc.as_str());
         assert_eq!(&words[4..], ["hi", "from", "g"]);
-        assert_eq!(lines[1], rig.task_dir(alloc, "t").display().to_string());
+        assert_eq!(lines[1], "/", "an exec task starts at its root");
         assert_eq!(lines[2], "no-socket");
     }
     indexes.sort();
@@ -828,7 +889,7 @@ job "host" {
       driver = "exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "cat srv/certs/ca.pem; echo data > srv/scratch/out; touch srv/certs/x 2>/dev/null || echo ro"]
+        args    = ["-c", "cat /srv/certs/ca.pem; echo data > /srv/scratch/out; touch /srv/certs/x 2>/dev/null || echo ro"]
       }
       volume_mount {
         volume      = "scratch"
@@ -910,7 +971,7 @@ fn per_alloc_volumes_give_each_instance_its_own() {
     }
     let hcl = consumer(
         "many",
-        "echo $NOMAD_ALLOC_INDEX > $CSI_AGENT_TASK_DIR/data/index; sleep 600",
+        "echo $NOMAD_ALLOC_INDEX > /data/index; sleep 600",
         "",
         false,
     )
@@ -1006,17 +1067,34 @@ fn an_updated_job_stops_the_old_alloc_before_the_new_one_claims() {
 
 /// A job running one half of a split hostpath plugin (`mode` is
 /// `controller` or `node`) as instance `mode` of plugin [`PLUGIN_ID`], on
-/// the rig's base dir.
-fn split_plugin_job(rig: &Rig, name: &str, mode: &str) -> String {
+/// the rig's base dir; in its own root, as [`Rig::plugin_job`]'s.
+fn split_plugin_job(name: &str, mode: &str) -> String {
     format!(
         r#"
 job "{name}" {{
   group "plugin" {{
+    volume "bin" {{
+      type      = "host"
+      source    = "csi-agent-bin"
+      read_only = true
+    }}
+    volume "backing" {{
+      type   = "host"
+      source = "hostpath-backing"
+    }}
     task "hostpath" {{
       driver = "exec"
       config {{
-        command = "{bin}"
-        args    = ["hostpath", "-strict", "-mode", "{mode}", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "{backing}", "-node-id", "{NODE}"]
+        command = "/opt/csi-agent/{bin}"
+        args    = ["hostpath", "-strict", "-mode", "{mode}", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
+      }}
+      volume_mount {{
+        volume      = "bin"
+        destination = "/opt/csi-agent"
+      }}
+      volume_mount {{
+        volume      = "backing"
+        destination = "/backing"
       }}
       csi_plugin {{
         id             = "{PLUGIN_ID}"
@@ -1027,8 +1105,7 @@ job "{name}" {{
   }}
 }}
 "#,
-        bin = bin(),
-        backing = rig.backing.display(),
+        bin = Path::new(bin()).file_name().unwrap().to_string_lossy(),
     )
 }
 
@@ -1037,12 +1114,12 @@ fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_thr
     if !require_root() {
         return;
     }
-    let rig = Rig::bare();
+    let rig = Rig::with_plugin_volumes("");
     rig.run_job(
         "controller.hcl",
-        &split_plugin_job(&rig, "controller", "controller"),
+        &split_plugin_job("controller", "controller"),
     );
-    rig.run_job("nodes.hcl", &split_plugin_job(&rig, "nodes", "node"));
+    rig.run_job("nodes.hcl", &split_plugin_job("nodes", "node"));
     let status = rig.agent.wait_for_status(
         PLUGIN_ID,
         |s| s.controllers_healthy == 1 && s.nodes_healthy == 1,
@@ -1055,7 +1132,7 @@ fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_thr
         "{sources:?}"
     );
     // A second node of the plugin is refused; it names the job that has it.
-    let out = rig.run_job_output("more.hcl", &split_plugin_job(&rig, "more", "node"));
+    let out = rig.run_job_output("more.hcl", &split_plugin_job("more", "node"));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(&format!(
@@ -1068,7 +1145,7 @@ fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_thr
     let vol = rig.agent.dir.join("v1.hcl");
     fs::write(&vol, VOLUME).unwrap();
     rig.ok(&["volume", "create", &vol.display().to_string()]);
-    let script = "echo hello > $CSI_AGENT_TASK_DIR/data/hello && sleep 600";
+    let script = "echo hello > /data/hello && sleep 600";
     let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
     rig.wait_running("app", &allocs[0]);
     let hello = rig.backing.join("volumes/v1/hello");

@@ -1,31 +1,35 @@
-//! The `exec` driver: a task is a child process in its own session and
-//! mount namespace.
+//! The `exec` and `raw_exec` drivers: a task is a child process in its own
+//! session and mount namespace; an `exec` task also in its own root
+//! ([`super::root`]), a `raw_exec` task on the host's.
 //!
 //! Everything the child needs is computed before `fork` (paths as C
 //! strings, mount flags, the user's ids): between `fork` and `exec` a child
 //! of a multi-threaded process may only make system calls, so the
-//! `pre_exec` hook (`ChildSetup::run`) allocates nothing, takes no lock
-//! and logs nothing. When a step fails it writes one line naming the step
-//! to the task's stderr log (already in place) and returns the error, which
+//! `pre_exec` hook (`child.rs`) allocates nothing, takes no lock and logs
+//! nothing. When a step fails it writes one line naming the step to the
+//! task's stderr log (already in place) and returns the error, which
 //! `spawn` reports; [`spawn`] adds that line to its error.
 //!
 //! The child writes its own pid to a file before exec, so an agent killed
 //! between `fork` and persisting the pid still finds the task on restart
 //! and never starts a second one.
 
+mod child;
+
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use libc::c_ulong;
-
 use super::mounts::NamespacePlan;
-use crate::mount::{self, Propagation};
+use super::root::RootPlan;
+use crate::mount;
+use child::ChildSetup;
 
 /// A user to run as, resolved before fork.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +50,8 @@ pub struct Launch {
     pub pid_file: PathBuf,
     pub user: Option<User>,
     pub namespace: NamespacePlan,
+    /// The root of an `exec` task; `None` keeps the host's (`raw_exec`).
+    pub root: Option<RootPlan>,
 }
 
 #[derive(Debug)]
@@ -124,10 +130,12 @@ pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     })
 }
 
+/// Opens a log for appending; a symlink there (a task's doing) is refused.
 fn open_log(path: &Path) -> Result<File, Error> {
     OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|err| Error::Log {
             path: path.to_path_buf(),
@@ -145,209 +153,6 @@ fn child_error_line(log: &Path, start: u64) -> Option<String> {
         .rev()
         .find_map(|l| l.strip_prefix(CHILD_ERROR))
         .map(str::to_string)
-}
-
-/// One mount call of the child, with the words that name it on failure.
-struct MountCall {
-    source: Option<CString>,
-    target: CString,
-    flags: c_ulong,
-    /// Ignore "not a mount point" and "no such path": the mount went away
-    /// after the plan was made.
-    tolerate_gone: bool,
-    what: &'static [u8],
-}
-
-/// The child's side, prepared in the parent.
-struct ChildSetup {
-    calls: Vec<MountCall>,
-    pid_file: CString,
-    user: Option<User>,
-}
-
-impl ChildSetup {
-    fn new(launch: &Launch) -> mount::Result<ChildSetup> {
-        let plan = &launch.namespace;
-        let c = |p: &Path| mount::c_path(p);
-        let mut calls = Vec::new();
-        if plan.slave_root {
-            calls.push(MountCall {
-                source: None,
-                target: c(Path::new("/"))?,
-                flags: libc::MS_REC | libc::MS_SLAVE,
-                tolerate_gone: false,
-                what: b"cannot make / a slave mount: ",
-            });
-        }
-        for path in &plan.slave {
-            calls.push(MountCall {
-                source: None,
-                target: c(path)?,
-                flags: libc::MS_SLAVE,
-                tolerate_gone: true,
-                what: b"cannot make a host mount a slave: ",
-            });
-        }
-        for m in &plan.mounts {
-            let target = c(&m.target)?;
-            calls.push(MountCall {
-                source: Some(c(&m.source)?),
-                target: target.clone(),
-                flags: libc::MS_BIND | libc::MS_REC,
-                tolerate_gone: false,
-                what: b"cannot bind-mount a volume at ",
-            });
-            if m.read_only {
-                calls.push(MountCall {
-                    source: None,
-                    target: target.clone(),
-                    flags: mount::read_only_remount_flags(&m.source)?,
-                    tolerate_gone: false,
-                    what: b"cannot make a volume read-only at ",
-                });
-            }
-            calls.push(MountCall {
-                source: None,
-                target,
-                flags: propagation_flags(m.propagation),
-                tolerate_gone: false,
-                what: b"cannot set the propagation of a volume at ",
-            });
-        }
-        for path in &plan.hide {
-            calls.push(MountCall {
-                source: Some(c(Path::new("/dev/null"))?),
-                target: c(path)?,
-                flags: libc::MS_BIND,
-                tolerate_gone: true,
-                what: b"cannot hide ",
-            });
-        }
-        Ok(ChildSetup {
-            calls,
-            pid_file: c(&launch.pid_file)?,
-            user: launch.user,
-        })
-    }
-
-    /// Runs in the child between fork and exec: system calls only.
-    fn run(&self) -> io::Result<()> {
-        child::setsid().map_err(|e| child::report(b"cannot start a session", b"", e))?;
-        child::unshare_mounts()
-            .map_err(|e| child::report(b"cannot create a mount namespace", b"", e))?;
-        for call in &self.calls {
-            let source = call.source.as_deref().unwrap_or(c"none");
-            if let Err(err) = mount::mount_raw(source, &call.target, call.flags) {
-                let gone = matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOENT));
-                if !(call.tolerate_gone && gone) {
-                    return Err(child::report(call.what, call.target.as_bytes(), err));
-                }
-            }
-        }
-        child::write_pid(&self.pid_file).map_err(|e| {
-            child::report(b"cannot write the pid file ", self.pid_file.as_bytes(), e)
-        })?;
-        if let Some(user) = self.user {
-            child::become_user(user).map_err(|e| child::report(b"cannot switch user", b"", e))?;
-        }
-        Ok(())
-    }
-}
-
-const fn propagation_flags(p: Propagation) -> c_ulong {
-    p.mount_flags()
-}
-
-/// The system calls of the child; nothing here allocates.
-mod child {
-    use std::ffi::CStr;
-    use std::io;
-
-    use super::User;
-
-    fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-        if ret == -1 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(ret)
-        }
-    }
-
-    pub fn setsid() -> io::Result<()> {
-        // SAFETY: setsid(2) takes no arguments.
-        cvt(unsafe { libc::setsid() }).map(drop)
-    }
-
-    pub fn unshare_mounts() -> io::Result<()> {
-        // SAFETY: unshare(2) takes a flag word; the child is single-threaded.
-        cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) }).map(drop)
-    }
-
-    fn write_all(fd: libc::c_int, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            // SAFETY: `bytes` is a live slice of the given length.
-            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-            if n <= 0 {
-                return;
-            }
-            bytes = &bytes[n as usize..];
-        }
-    }
-
-    /// Writes `csi-agent: <what><path>` to stderr (the task's log) and
-    /// gives back the error.
-    pub fn report(what: &[u8], path: &[u8], err: io::Error) -> io::Error {
-        write_all(2, super::CHILD_ERROR.as_bytes());
-        write_all(2, what);
-        write_all(2, path);
-        write_all(2, b"\n");
-        err
-    }
-
-    /// The decimal digits of `n` in `buf`, without allocating.
-    pub fn decimal(mut n: u32, buf: &mut [u8; 12]) -> &[u8] {
-        let mut at = buf.len();
-        loop {
-            at -= 1;
-            buf[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        &buf[at..]
-    }
-
-    pub fn write_pid(path: &CStr) -> io::Result<()> {
-        // SAFETY: `path` is NUL-terminated; the flags and mode are plain
-        // integers.
-        let fd = cvt(unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        })?;
-        // SAFETY: getpid(2) cannot fail.
-        let pid = unsafe { libc::getpid() } as u32;
-        let mut buf = [0u8; 12];
-        write_all(fd, decimal(pid, &mut buf));
-        write_all(fd, b"\n");
-        // SAFETY: `fd` was opened above and is closed once.
-        unsafe { libc::close(fd) };
-        Ok(())
-    }
-
-    pub fn become_user(user: User) -> io::Result<()> {
-        let groups = [user.gid];
-        // SAFETY: `groups` is a live array of one gid.
-        cvt(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
-        // SAFETY: plain integers.
-        cvt(unsafe { libc::setgid(user.gid) })?;
-        // SAFETY: plain integers; after this the child is the user.
-        cvt(unsafe { libc::setuid(user.uid) })?;
-        Ok(())
-    }
 }
 
 /// Looks up a user by name (or numeric uid) in the user database.
@@ -437,14 +242,6 @@ pub fn has_env(pid: u32, key: &str, value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decimal_digits_without_allocation() {
-        let mut buf = [0u8; 12];
-        assert_eq!(child::decimal(0, &mut buf), b"0");
-        assert_eq!(child::decimal(4_194_304, &mut buf), b"4194304");
-        assert_eq!(child::decimal(u32::MAX, &mut buf), b"4294967295");
-    }
 
     #[test]
     fn start_ticks_tell_this_process() {

@@ -1,0 +1,127 @@
+//! `csi-agent node status [-json]`: the agents of this agent's cluster
+//! (the nodes whose lease-attached key exists in etcd), when they
+//! registered, and their plugins; and whether this agent is connected.
+
+use std::time::SystemTime;
+
+use super::args::{self, switch, value, Flag, UsageError};
+use super::json::Json;
+use super::plugin_cmd::columns;
+use super::CliError;
+use crate::api::client::{resolve_address, AgentClient};
+use crate::plugin::fingerprint::from_unix_ms;
+use crate::proto::agent as api;
+use crate::units::{format_duration, format_timestamp};
+
+pub const USAGE: &str = "\
+usage: csi-agent node status [-json] [-address ADDR]
+
+  status                  the agents of this agent's cluster (etcd): each
+                          node, when it registered, its plugins; and whether
+                          this agent is connected";
+
+const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
+
+pub fn run(argv: &[String]) -> Result<(), CliError> {
+    match argv.split_first() {
+        Some((verb, rest)) if verb == "status" => status(rest),
+        Some((other, _)) => Err(UsageError::new(format!("unknown node command {other:?}")).into()),
+        None => Err(UsageError::new("missing the node command (status)").into()),
+    }
+}
+
+fn status(argv: &[String]) -> Result<(), CliError> {
+    let args = args::parse(STATUS_FLAGS, argv)?;
+    args.at_most(0)?;
+    let socket = resolve_address(args.value("address"))?;
+    let resp = AgentClient::connect(&socket)?.node_status()?;
+    if args.switch("json") {
+        println!("{}", Json::from_message(&resp).pretty());
+    } else {
+        print!("{}", text(&resp, SystemTime::now()));
+    }
+    Ok(())
+}
+
+/// The status as a table, ages counted from `now`.
+fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
+    let mut out = format!("This agent: node {} ({}", resp.this_node, resp.connection);
+    if !resp.reason.is_empty() {
+        out.push_str(&format!(": {}", resp.reason));
+    }
+    out.push_str(")\n\n");
+    if resp.nodes.is_empty() {
+        out.push_str("No live nodes\n");
+        return out;
+    }
+    let mut rows = vec![vec![
+        "Node".to_string(),
+        "Registered".to_string(),
+        "Age".to_string(),
+        "Plugins".to_string(),
+    ]];
+    for node in &resp.nodes {
+        let registered = from_unix_ms(node.registered_unix_ms);
+        let age = now
+            .duration_since(registered)
+            .map(|d| format_duration(std::time::Duration::from_secs(d.as_secs())))
+            .unwrap_or_else(|_| "0s".to_string());
+        let plugins: Vec<String> = node
+            .plugins
+            .iter()
+            .map(|p| {
+                let health = if p.healthy { "healthy" } else { "unhealthy" };
+                format!("{} ({health})", p.id)
+            })
+            .collect();
+        rows.push(vec![
+            node.name.clone(),
+            format_timestamp(registered),
+            age,
+            if plugins.is_empty() {
+                "<none>".to_string()
+            } else {
+                plugins.join(", ")
+            },
+        ]);
+    }
+    out.push_str(&columns(&rows));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn the_table_shows_each_node_its_age_and_plugins() {
+        let resp = api::NodeStatusResponse {
+            this_node: "a".into(),
+            connection: "disconnected".into(),
+            reason: "no keep-alive went through for 10s".into(),
+            nodes: vec![api::ClusterNode {
+                name: "a".into(),
+                registered_unix_ms: 1_700_000_000_000,
+                plugins: vec![api::ClusterNodePlugin {
+                    id: "hostpath".into(),
+                    healthy: true,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_090);
+        let text = text(&resp, now);
+        assert!(text.starts_with(
+            "This agent: node a (disconnected: no keep-alive went through for 10s)\n"
+        ));
+        let row = text.lines().last().unwrap();
+        assert!(
+            row.starts_with("a     2023-11-14T22:13:20.000Z  1m30s"),
+            "{row}"
+        );
+        assert!(row.ends_with("hostpath (healthy)"), "{row}");
+    }
+}

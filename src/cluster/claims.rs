@@ -1,0 +1,309 @@
+//! Claims shared by the agents of a cluster: one key per volume,
+//! `<prefix>/volumes/<id>/claims`, holding every claim on the volume from
+//! every node ([`pb::ClaimSet`]).
+//!
+//! A claim is admitted by reading the set, checking the access mode's
+//! rule against every other claim in it, and writing the set back only if
+//! nobody changed it since the read (a transaction comparing the key's
+//! `mod_revision`); when somebody did, the admission starts over from a
+//! fresh read. So of two agents admitting writers of a single-writer
+//! volume at the same moment, exactly one wins, whichever host it runs on.
+//!
+//! The set is not attached to any lease: a node that vanishes leaves its
+//! claims in place, to be fenced and freed deliberately, never silently.
+
+use std::fmt;
+
+use protobuf::Message;
+
+use super::etcd::{self, Etcd};
+use crate::csi::AccessMode;
+use crate::proto::cluster as pb;
+
+/// How many times an admission or release starts over because the set
+/// changed under it: many agents writing one volume's set at once still
+/// finish in a few rounds; this only bounds a pathological storm.
+const MAX_ROUNDS: usize = 64;
+
+/// Why a claim was not admitted, or the store failed.
+#[derive(Debug)]
+pub enum Error {
+    /// The access mode does not allow this claim next to another.
+    Refused(String),
+    /// The set was changed by others every time it was written.
+    Contended {
+        volume: String,
+    },
+    /// The stored set does not decode.
+    Corrupt {
+        volume: String,
+        reason: String,
+    },
+    Etcd(etcd::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Refused(reason) => f.write_str(reason),
+            Error::Contended { volume } => write!(
+                f,
+                "the claims of volume {volume:?} kept changing while this claim was admitted"
+            ),
+            Error::Corrupt { volume, reason } => {
+                write!(
+                    f,
+                    "the claims of volume {volume:?} in etcd are unreadable: {reason}"
+                )
+            }
+            Error::Etcd(_) => f.write_str("etcd failed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Etcd(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<etcd::Error> for Error {
+    fn from(err: etcd::Error) -> Error {
+        Error::Etcd(err)
+    }
+}
+
+/// A claim as a node asks for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRequest {
+    pub node: String,
+    pub alloc_id: String,
+    pub read_only: bool,
+    pub access_mode: AccessMode,
+}
+
+/// Whether `access_mode` admits `req` next to the claims already in `set`
+/// (wanted, or past but still attached somewhere): the reason if not.
+pub fn check(set: &pb::ClaimSet, req: &ClaimRequest) -> Result<(), String> {
+    let others = set
+        .claims
+        .iter()
+        .filter(|c| !(c.node == req.node && c.alloc_id == req.alloc_id));
+    let single_node = matches!(
+        req.access_mode,
+        AccessMode::SingleNodeWriter
+            | AccessMode::SingleNodeReaderOnly
+            | AccessMode::SingleNodeSingleWriter
+            | AccessMode::SingleNodeMultiWriter
+    );
+    let single_writer = matches!(
+        req.access_mode,
+        AccessMode::SingleNodeWriter
+            | AccessMode::SingleNodeSingleWriter
+            | AccessMode::MultiNodeSingleWriter
+    );
+    for other in others {
+        if single_node && other.node != req.node {
+            return Err(format!(
+                "the volume ({}) is claimed on node {} by alloc {}",
+                req.access_mode, other.node, other.alloc_id
+            ));
+        }
+        if single_writer && !req.read_only && !other.read_only {
+            return Err(format!(
+                "the volume ({}) already has a writer: alloc {} on node {}",
+                req.access_mode, other.alloc_id, other.node
+            ));
+        }
+    }
+    if req.access_mode.is_read_only() && !req.read_only {
+        return Err(format!(
+            "the volume ({}) is read-only: it refuses write claims",
+            req.access_mode
+        ));
+    }
+    Ok(())
+}
+
+/// The claim sets of a cluster, under `prefix`.
+pub struct ClaimSets<'a> {
+    etcd: &'a Etcd,
+    prefix: String,
+}
+
+impl<'a> ClaimSets<'a> {
+    pub fn new(etcd: &'a Etcd, prefix: &str) -> ClaimSets<'a> {
+        ClaimSets {
+            etcd,
+            prefix: prefix.trim_end_matches('/').to_string(),
+        }
+    }
+
+    fn key(&self, volume: &str) -> Vec<u8> {
+        format!("{}/volumes/{volume}/claims", self.prefix).into_bytes()
+    }
+
+    /// The volume's claims, and the revision to compare when writing them.
+    pub fn read(&self, volume: &str) -> Result<(pb::ClaimSet, i64), Error> {
+        match self.etcd.get(&self.key(volume))? {
+            None => Ok((pb::ClaimSet::new(), 0)),
+            Some(kv) => pb::ClaimSet::parse_from_bytes(&kv.value)
+                .map(|set| (set, kv.mod_revision))
+                .map_err(|err| Error::Corrupt {
+                    volume: volume.to_string(),
+                    reason: err.to_string(),
+                }),
+        }
+    }
+
+    /// Changes the volume's set with `change` (which may refuse), written
+    /// back only over the set it read; starts over when another agent
+    /// wrote first. Answers what `change` answered.
+    fn update<T>(
+        &self,
+        volume: &str,
+        mut change: impl FnMut(&mut pb::ClaimSet) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let key = self.key(volume);
+        for _ in 0..MAX_ROUNDS {
+            let (mut set, revision) = self.read(volume)?;
+            let answer = change(&mut set)?;
+            let bytes = set
+                .write_to_bytes()
+                .expect("encoding a claim set cannot fail");
+            let written = if set.claims.is_empty() && revision != 0 {
+                self.etcd.delete_if(&key, revision)?
+            } else {
+                self.etcd.put_if(&key, revision, &bytes, 0)?.is_some()
+            };
+            if written {
+                return Ok(answer);
+            }
+        }
+        Err(Error::Contended {
+            volume: volume.to_string(),
+        })
+    }
+
+    /// Admits a claim; a repeat of a wanted claim is admitted again.
+    pub fn admit(&self, volume: &str, req: &ClaimRequest) -> Result<(), Error> {
+        self.update(volume, |set| {
+            let existing = set
+                .claims
+                .iter()
+                .position(|c| c.node == req.node && c.alloc_id == req.alloc_id);
+            if let Some(i) = existing {
+                let c = &set.claims[i];
+                if c.wanted && c.read_only == req.read_only {
+                    return Ok(());
+                }
+                return Err(Error::Refused(format!(
+                    "alloc {} on node {} already has a claim on the volume (release it first)",
+                    req.alloc_id, req.node
+                )));
+            }
+            check(set, req).map_err(Error::Refused)?;
+            set.claims.push(pb::ClusterClaim {
+                node: req.node.clone(),
+                alloc_id: req.alloc_id.clone(),
+                read_only: req.read_only,
+                access_mode: req.access_mode.number(),
+                wanted: true,
+                ..Default::default()
+            });
+            Ok(())
+        })
+    }
+
+    /// Marks a claim past, with `reason`: it still counts against others
+    /// until [`ClaimSets::free`] once its node has detached it.
+    pub fn release(
+        &self,
+        volume: &str,
+        node: &str,
+        alloc: &str,
+        reason: &str,
+    ) -> Result<(), Error> {
+        self.update(volume, |set| {
+            for c in &mut set.claims {
+                if c.node == node && c.alloc_id == alloc {
+                    c.wanted = false;
+                    c.reason = reason.to_string();
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Forgets a claim whose node has detached the volume.
+    pub fn free(&self, volume: &str, node: &str, alloc: &str) -> Result<(), Error> {
+        self.update(volume, |set| {
+            set.claims
+                .retain(|c| !(c.node == node && c.alloc_id == alloc));
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(node: &str, alloc: &str, read_only: bool, mode: AccessMode) -> ClaimRequest {
+        ClaimRequest {
+            node: node.into(),
+            alloc_id: alloc.into(),
+            read_only,
+            access_mode: mode,
+        }
+    }
+
+    fn set_of(claims: &[ClaimRequest]) -> pb::ClaimSet {
+        pb::ClaimSet {
+            claims: claims
+                .iter()
+                .map(|r| pb::ClusterClaim {
+                    node: r.node.clone(),
+                    alloc_id: r.alloc_id.clone(),
+                    read_only: r.read_only,
+                    access_mode: r.access_mode.number(),
+                    wanted: true,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_single_writer_volume_has_one_writer_across_nodes() {
+        let mode = AccessMode::MultiNodeSingleWriter;
+        let set = set_of(&[req("a", "w1", false, mode)]);
+        let err = check(&set, &req("b", "w2", false, mode)).unwrap_err();
+        assert!(
+            err.contains("already has a writer: alloc w1 on node a"),
+            "{err}"
+        );
+        assert!(check(&set, &req("b", "r1", true, mode)).is_ok());
+    }
+
+    #[test]
+    fn a_single_node_volume_stays_on_its_node() {
+        let mode = AccessMode::SingleNodeMultiWriter;
+        let set = set_of(&[req("a", "w1", false, mode)]);
+        assert!(check(&set, &req("a", "w2", false, mode)).is_ok());
+        let err = check(&set, &req("b", "w3", false, mode)).unwrap_err();
+        assert!(err.contains("claimed on node a by alloc w1"), "{err}");
+    }
+
+    #[test]
+    fn readers_of_a_multi_node_reader_volume_all_fit_and_writers_do_not() {
+        let mode = AccessMode::MultiNodeReaderOnly;
+        let set = set_of(&[req("a", "r1", true, mode), req("b", "r2", true, mode)]);
+        assert!(check(&set, &req("c", "r3", true, mode)).is_ok());
+        assert!(check(&set, &req("c", "w1", false, mode)).is_err());
+    }
+}

@@ -1,0 +1,642 @@
+//! A blocking etcd v3 client over gRPC, for the agent's threads.
+//!
+//! Every call has a deadline and goes to the member that answered last;
+//! when that member cannot answer (it is down, cut off, or has no leader),
+//! the call is tried on the next member, and only when none answers does
+//! it fail, with every member's reason. A call the cluster refused (a
+//! compacted revision, a lease that does not exist) is not retried.
+//!
+//! Streams (Watch, LeaseKeepAlive) are driven with the futures traits
+//! grpcio implements; a watch's events arrive on a channel fed by a thread
+//! of its own, so the caller waits with a timeout like on any channel.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use futures_util::{SinkExt, StreamExt};
+use grpcio::{CallOption, ChannelBuilder, RpcStatusCode, WriteFlags};
+
+use crate::csi::client::{block_on, grpc_environment};
+use crate::proto::etcd as pb;
+use crate::proto::etcd_grpc::{KvClient, LeaseClient, WatchClient};
+
+/// How long one call may take on one member by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why an etcd call failed.
+#[derive(Debug)]
+pub enum Error {
+    /// An endpoint is not `http://host:port` (`https://` needs the TLS
+    /// build, which this binary does not have yet).
+    Endpoint { endpoint: String, reason: String },
+    /// No member answered `what`: each member's reason.
+    NoMember {
+        what: &'static str,
+        reasons: Vec<(String, String)>,
+    },
+    /// A member answered `what` with an error that another member would
+    /// answer too.
+    Refused {
+        what: &'static str,
+        endpoint: String,
+        code: RpcStatusCode,
+        message: String,
+    },
+    /// The watch ended: the stream broke, or etcd canceled it (a compacted
+    /// start revision: `compact_revision` is set, and the caller must read
+    /// the state again and watch from there).
+    WatchEnded {
+        reason: String,
+        compact_revision: i64,
+    },
+    /// The watch or keep-alive gave no answer in time.
+    Timeout,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Endpoint { endpoint, reason } => {
+                write!(f, "invalid etcd endpoint {endpoint:?}: {reason}")
+            }
+            Error::NoMember { what, reasons } => {
+                write!(f, "no etcd member answered {what}")?;
+                for (i, (endpoint, reason)) in reasons.iter().enumerate() {
+                    let sep = if i == 0 { ": " } else { "; " };
+                    write!(f, "{sep}{endpoint}: {reason}")?;
+                }
+                Ok(())
+            }
+            Error::Refused {
+                what,
+                endpoint,
+                code,
+                message,
+            } => write!(f, "etcd at {endpoint} refused {what}: {code:?} {message}"),
+            Error::WatchEnded {
+                reason,
+                compact_revision,
+            } if *compact_revision > 0 => write!(
+                f,
+                "the etcd watch ended: {reason} (revisions before {compact_revision} are compacted)"
+            ),
+            Error::WatchEnded { reason, .. } => write!(f, "the etcd watch ended: {reason}"),
+            Error::Timeout => f.write_str("etcd gave no answer in time"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A key with its value and revisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub create_revision: i64,
+    /// The revision of the key's last change: what [`Etcd::put_if`]
+    /// compares.
+    pub mod_revision: i64,
+    pub lease: i64,
+}
+
+impl From<pb::KeyValue> for Kv {
+    fn from(kv: pb::KeyValue) -> Kv {
+        Kv {
+            key: kv.key,
+            value: kv.value,
+            create_revision: kv.create_revision,
+            mod_revision: kv.mod_revision,
+            lease: kv.lease,
+        }
+    }
+}
+
+/// One change a watch saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Put(Kv),
+    /// The key, and the revision of its deletion.
+    Delete {
+        key: Vec<u8>,
+        revision: i64,
+    },
+}
+
+impl Event {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Event::Put(kv) => &kv.key,
+            Event::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// The end of the range of every key starting with `prefix`: the prefix
+/// with its last byte that is not 0xff incremented (etcd's convention);
+/// `\0` (every key) when there is none.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The comparison "`key` last changed at `mod_revision`" (0: it does not
+/// exist).
+fn last_changed_at(key: &[u8], mod_revision: i64) -> pb::Compare {
+    pb::Compare {
+        result: pb::compare::CompareResult::EQUAL.into(),
+        target: pb::compare::CompareTarget::MOD.into(),
+        key: key.to_vec(),
+        target_union: Some(pb::compare::Target_union::ModRevision(mod_revision)),
+        ..Default::default()
+    }
+}
+
+/// One member: its endpoint and the stubs on its channel.
+struct Member {
+    endpoint: String,
+    kv: KvClient,
+    lease: LeaseClient,
+    watch: WatchClient,
+}
+
+/// A client of an etcd cluster.
+pub struct Etcd {
+    members: Vec<Member>,
+    /// The member that answered last, tried first.
+    current: AtomicUsize,
+    timeout: Duration,
+}
+
+/// Checks that `endpoint` is one the client can use.
+pub fn check_endpoint(endpoint: &str) -> Result<(), Error> {
+    target(endpoint).map(drop)
+}
+
+/// `http://host:port` as a gRPC target.
+fn target(endpoint: &str) -> Result<String, Error> {
+    let bad = |reason: &str| Error::Endpoint {
+        endpoint: endpoint.to_string(),
+        reason: reason.to_string(),
+    };
+    if endpoint.starts_with("https://") {
+        return Err(bad(
+            "https needs csi-agent's TLS build, which this binary does not have",
+        ));
+    }
+    let rest = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("expected http://host:port"))?;
+    let rest = rest.trim_end_matches('/');
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(rest.to_string())
+        }
+        _ => Err(bad("expected http://host:port")),
+    }
+}
+
+/// Whether another member may answer where this one could not.
+fn fails_over(err: &grpcio::Error) -> bool {
+    match err {
+        grpcio::Error::RpcFailure(status) => matches!(
+            status.code(),
+            RpcStatusCode::UNAVAILABLE
+                | RpcStatusCode::DEADLINE_EXCEEDED
+                | RpcStatusCode::CANCELLED
+                | RpcStatusCode::UNKNOWN
+        ),
+        // The transport failed: the call never reached a member.
+        _ => true,
+    }
+}
+
+fn reason(err: &grpcio::Error) -> String {
+    match err {
+        grpcio::Error::RpcFailure(status) => {
+            format!("{:?} {}", status.code(), status.message())
+        }
+        other => other.to_string(),
+    }
+}
+
+impl Etcd {
+    /// A client of the cluster at `endpoints` (`http://host:port` each).
+    /// Connecting is lazy: an unreachable member shows up in a call.
+    pub fn new(endpoints: &[String]) -> Result<Etcd, Error> {
+        if endpoints.is_empty() {
+            return Err(Error::Endpoint {
+                endpoint: String::new(),
+                reason: "no endpoint given".into(),
+            });
+        }
+        let mut members = Vec::new();
+        for endpoint in endpoints {
+            let channel = ChannelBuilder::new(grpc_environment())
+                .initial_reconnect_backoff(Duration::from_millis(100))
+                .max_reconnect_backoff(Duration::from_secs(1))
+                .use_local_subchannel_pool(true)
+                .connect(&target(endpoint)?);
+            members.push(Member {
+                endpoint: endpoint.clone(),
+                kv: KvClient::new(channel.clone()),
+                lease: LeaseClient::new(channel.clone()),
+                watch: WatchClient::new(channel),
+            });
+        }
+        Ok(Etcd {
+            members,
+            current: AtomicUsize::new(0),
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// The same client with another deadline per call and member.
+    pub fn with_timeout(mut self, timeout: Duration) -> Etcd {
+        self.timeout = timeout;
+        self
+    }
+
+    fn opt(&self) -> CallOption {
+        CallOption::default().timeout(self.timeout)
+    }
+
+    /// Runs `call` on the member that answered last, then on each other
+    /// member while they cannot answer.
+    fn call<T>(
+        &self,
+        what: &'static str,
+        call: impl Fn(&Member, CallOption) -> grpcio::Result<T>,
+    ) -> Result<T, Error> {
+        let n = self.members.len();
+        let first = self.current.load(Ordering::Relaxed);
+        let mut reasons = Vec::new();
+        for i in 0..n {
+            let index = (first + i) % n;
+            let member = &self.members[index];
+            match call(member, self.opt()) {
+                Ok(answer) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok(answer);
+                }
+                Err(err) if fails_over(&err) => {
+                    log::debug!("etcd {what} at {}: {}", member.endpoint, reason(&err));
+                    reasons.push((member.endpoint.clone(), reason(&err)));
+                }
+                Err(err) => {
+                    let (code, message) = match &err {
+                        grpcio::Error::RpcFailure(s) => (s.code(), s.message().to_string()),
+                        other => (RpcStatusCode::UNKNOWN, other.to_string()),
+                    };
+                    return Err(Error::Refused {
+                        what,
+                        endpoint: member.endpoint.clone(),
+                        code,
+                        message,
+                    });
+                }
+            }
+        }
+        Err(Error::NoMember { what, reasons })
+    }
+
+    /// The key, if it exists.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
+        let req = pb::RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        let resp = self.call("Range", |m, opt| m.kv.range_opt(&req, opt))?;
+        Ok(resp.kvs.into_iter().next().map(Kv::from))
+    }
+
+    /// Every key starting with `prefix`, in key order, and the store's
+    /// revision they are read at (a watch from the next revision misses
+    /// nothing).
+    pub fn get_prefix(&self, prefix: &[u8]) -> Result<(Vec<Kv>, i64), Error> {
+        let req = pb::RangeRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            ..Default::default()
+        };
+        let resp = self.call("Range", |m, opt| m.kv.range_opt(&req, opt))?;
+        let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+        Ok((resp.kvs.into_iter().map(Kv::from).collect(), revision))
+    }
+
+    /// Puts `key`; with a `lease` (not 0) it goes when the lease does.
+    /// Answers the store's revision after the put.
+    pub fn put(&self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, Error> {
+        let req = pb::PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            lease,
+            ..Default::default()
+        };
+        let resp = self.call("Put", |m, opt| m.kv.put_opt(&req, opt))?;
+        Ok(resp.header.as_ref().map_or(0, |h| h.revision))
+    }
+
+    /// Deletes `key`; answers whether it existed.
+    pub fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        let req = pb::DeleteRangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        let resp = self.call("DeleteRange", |m, opt| m.kv.delete_range_opt(&req, opt))?;
+        Ok(resp.deleted > 0)
+    }
+
+    /// Puts `key` only if its last change is `mod_revision` (0: only if it
+    /// does not exist), atomically: of two agents that read the same
+    /// revision and both write, exactly one succeeds. `Ok(None)` when the
+    /// key changed meanwhile (read it again); `Ok(Some(revision))` once
+    /// written.
+    pub fn put_if(
+        &self,
+        key: &[u8],
+        mod_revision: i64,
+        value: &[u8],
+        lease: i64,
+    ) -> Result<Option<i64>, Error> {
+        let compare = last_changed_at(key, mod_revision);
+        let put = pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                lease,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let req = pb::TxnRequest {
+            compare: vec![compare],
+            success: vec![put],
+            ..Default::default()
+        };
+        let resp = self.call("Txn", |m, opt| m.kv.txn_opt(&req, opt))?;
+        Ok(resp
+            .succeeded
+            .then(|| resp.header.as_ref().map_or(0, |h| h.revision)))
+    }
+
+    /// Deletes `key` only if its last change is `mod_revision`; answers
+    /// whether it did.
+    pub fn delete_if(&self, key: &[u8], mod_revision: i64) -> Result<bool, Error> {
+        let compare = last_changed_at(key, mod_revision);
+        let delete = pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestDeleteRange(
+                pb::DeleteRangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        let req = pb::TxnRequest {
+            compare: vec![compare],
+            success: vec![delete],
+            ..Default::default()
+        };
+        Ok(self
+            .call("Txn", |m, opt| m.kv.txn_opt(&req, opt))?
+            .succeeded)
+    }
+
+    /// A lease of `ttl` (etcd may round it up): its ID and TTL in seconds.
+    pub fn grant(&self, ttl: Duration) -> Result<(i64, i64), Error> {
+        let req = pb::LeaseGrantRequest {
+            TTL: ttl.as_secs().max(1) as i64,
+            ..Default::default()
+        };
+        let resp = self.call("LeaseGrant", |m, opt| m.lease.lease_grant_opt(&req, opt))?;
+        if !resp.error.is_empty() {
+            return Err(Error::Refused {
+                what: "LeaseGrant",
+                endpoint: self.members[self.current.load(Ordering::Relaxed)]
+                    .endpoint
+                    .clone(),
+                code: RpcStatusCode::UNKNOWN,
+                message: resp.error,
+            });
+        }
+        Ok((resp.ID, resp.TTL))
+    }
+
+    /// Revokes a lease: every key attached to it is deleted.
+    pub fn revoke(&self, lease: i64) -> Result<(), Error> {
+        let req = pb::LeaseRevokeRequest {
+            ID: lease,
+            ..Default::default()
+        };
+        self.call("LeaseRevoke", |m, opt| m.lease.lease_revoke_opt(&req, opt))
+            .map(drop)
+    }
+
+    /// Keeps a lease alive once (one exchange on the LeaseKeepAlive
+    /// stream): its remaining TTL in seconds, or 0 when it has expired.
+    pub fn keep_alive(&self, lease: i64) -> Result<i64, Error> {
+        let resp = self.call("LeaseKeepAlive", |m, opt| {
+            let (mut sink, mut answers) = m.lease.lease_keep_alive_opt(opt)?;
+            let req = pb::LeaseKeepAliveRequest {
+                ID: lease,
+                ..Default::default()
+            };
+            block_on(sink.send((req, WriteFlags::default())))?;
+            let answer = block_on(answers.next());
+            let _ = block_on(sink.close());
+            match answer {
+                Some(answer) => answer,
+                None => Err(grpcio::Error::RemoteStopped),
+            }
+        })?;
+        Ok(resp.TTL.max(0))
+    }
+
+    /// Watches every key starting with `prefix` from `start_revision`
+    /// (inclusive; 0: from now).
+    pub fn watch_prefix(&self, prefix: &[u8], start_revision: i64) -> Result<Watch, Error> {
+        let create = pb::WatchRequest {
+            request_union: Some(pb::watch_request::Request_union::CreateRequest(
+                pb::WatchCreateRequest {
+                    key: prefix.to_vec(),
+                    range_end: prefix_end(prefix),
+                    start_revision,
+                    progress_notify: true,
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        };
+        // A watch lives on: no deadline, only the member's own end.
+        let (sink, answers) = self.call("Watch", |m, _| {
+            let (mut sink, mut answers) = m.watch.watch_opt(CallOption::default())?;
+            block_on(sink.send((create.clone(), WriteFlags::default())))?;
+            // The first answer confirms the watch (or says why not).
+            match block_on(answers.next()) {
+                Some(Ok(first)) if first.created && !first.canceled => Ok((sink, answers)),
+                Some(Ok(first)) => Err(grpcio::Error::RpcFailure(grpcio::RpcStatus::with_message(
+                    RpcStatusCode::FAILED_PRECONDITION,
+                    format!(
+                        "watch not created: {} (compacted before {})",
+                        first.cancel_reason, first.compact_revision
+                    ),
+                ))),
+                Some(Err(err)) => Err(err),
+                None => Err(grpcio::Error::RemoteStopped),
+            }
+        })?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let spawned = thread::Builder::new()
+            .name("etcd-watch".into())
+            .spawn(move || {
+                let mut answers = answers;
+                loop {
+                    let item = match block_on(answers.next()) {
+                        None => Err(Error::WatchEnded {
+                            reason: "the stream ended".into(),
+                            compact_revision: 0,
+                        }),
+                        Some(Err(err)) => Err(Error::WatchEnded {
+                            reason: reason(&err),
+                            compact_revision: 0,
+                        }),
+                        Some(Ok(resp)) if resp.canceled || resp.compact_revision > 0 => {
+                            Err(Error::WatchEnded {
+                                reason: if resp.cancel_reason.is_empty() {
+                                    "canceled by etcd".into()
+                                } else {
+                                    resp.cancel_reason
+                                },
+                                compact_revision: resp.compact_revision,
+                            })
+                        }
+                        Some(Ok(resp)) => Ok(batch(resp)),
+                    };
+                    let end = item.is_err();
+                    if tx.send(item).is_err() || end {
+                        return;
+                    }
+                }
+            });
+        if let Err(err) = spawned {
+            return Err(Error::WatchEnded {
+                reason: format!("cannot start its thread: {err}"),
+                compact_revision: 0,
+            });
+        }
+        Ok(Watch { events: rx, sink })
+    }
+}
+
+/// The events of one watch answer, and the revision it reached.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    pub events: Vec<Event>,
+    /// Every change up to this revision has been reported.
+    pub revision: i64,
+}
+
+fn batch(resp: pb::WatchResponse) -> Batch {
+    let revision = resp.header.as_ref().map_or(0, |h| h.revision);
+    let events = resp
+        .events
+        .into_iter()
+        .filter_map(|e| {
+            let kv = e.kv.into_option()?;
+            Some(match e.type_.enum_value_or_default() {
+                pb::event::EventType::PUT => Event::Put(Kv::from(kv)),
+                pb::event::EventType::DELETE => Event::Delete {
+                    key: kv.key,
+                    revision: kv.mod_revision,
+                },
+            })
+        })
+        .collect();
+    Batch { events, revision }
+}
+
+/// A watch: its batches of events, in revision order, with nothing
+/// missed, until it ends with an error (then read the state again and
+/// watch from the revision read).
+pub struct Watch {
+    events: Receiver<Result<Batch, Error>>,
+    sink: grpcio::ClientDuplexSender<pb::WatchRequest>,
+}
+
+impl Watch {
+    /// The next batch (progress notifications come as empty batches).
+    pub fn next(&self, timeout: Duration) -> Result<Batch, Error> {
+        match self.events.recv_timeout(timeout) {
+            Ok(item) => item,
+            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout),
+            Err(RecvTimeoutError::Disconnected) => Err(Error::WatchEnded {
+                reason: "its thread ended".into(),
+                compact_revision: 0,
+            }),
+        }
+    }
+
+    /// The receiver itself, for a `select!` with other channels.
+    pub fn receiver(&self) -> &Receiver<Result<Batch, Error>> {
+        &self.events
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // Ends the call, and with it the thread reading it.
+        self.sink.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_where_its_last_byte_below_ff_is_incremented() {
+        assert_eq!(prefix_end(b"/csi/volumes/"), b"/csi/volumes0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
+        assert_eq!(prefix_end(b""), b"\0");
+    }
+
+    #[test]
+    fn endpoints_are_http_host_port() {
+        assert_eq!(target("http://10.1.0.1:2379").unwrap(), "10.1.0.1:2379");
+        assert_eq!(target("http://etcd-1:2379/").unwrap(), "etcd-1:2379");
+        for bad in ["10.1.0.1:2379", "http://host", "http://:2379", "ftp://h:1"] {
+            assert!(target(bad).is_err(), "{bad}");
+        }
+        let err = target("https://h:2379").unwrap_err();
+        assert!(err.to_string().contains("TLS"), "{err}");
+    }
+
+    #[test]
+    fn no_member_names_every_member_s_reason() {
+        let err = Error::NoMember {
+            what: "Put",
+            reasons: vec![
+                ("http://a:1".into(), "UNAVAILABLE down".into()),
+                (
+                    "http://b:1".into(),
+                    "UNAVAILABLE etcdserver: no leader".into(),
+                ),
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "no etcd member answered Put: http://a:1: UNAVAILABLE down; http://b:1: UNAVAILABLE etcdserver: no leader"
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The agent as a member of a cluster: a thread that registers the node
+//! (retrying with backoff while etcd cannot be reached), keeps it alive
+//! through [`Registration`], and tells the main loop where it stands.
+//!
+//! The main loop never waits on etcd: it hears [`MemberEvent`]s on a
+//! channel, and answers `node status` from a thread of its own.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+
+use super::etcd::Etcd;
+use super::node::{self, NodeEvent, Registration};
+use crate::csi::Backoff;
+use crate::proto::cluster as pb;
+use crate::spec::ClusterConfig;
+
+/// How long an etcd call of the member thread may take per member.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Backoff between registration attempts while etcd cannot be reached.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+
+/// What the member thread reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberEvent {
+    /// Registered (first, or again after a disconnection).
+    Connected,
+    /// Not registered, or cut off for longer than the lease's TTL.
+    Disconnected { reason: String },
+    /// Another live agent holds this node's name: the agent must not run
+    /// as a member of the cluster.
+    NameTaken { node: String },
+}
+
+/// The member thread; dropping it stops the thread, which revokes the
+/// node's lease (a clean stop leaves the cluster at once).
+pub struct Member {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    events: Receiver<MemberEvent>,
+    etcd: Arc<Etcd>,
+    prefix: String,
+}
+
+/// The node's record: its name, when it started, its plugins.
+pub fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
+    pb::NodeRecord {
+        node: node.to_string(),
+        registered_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        plugins,
+        ..Default::default()
+    }
+}
+
+impl Member {
+    /// Starts registering `record` in the cluster `config` names.
+    pub fn start(
+        config: &ClusterConfig,
+        record: pb::NodeRecord,
+    ) -> Result<Member, super::etcd::Error> {
+        let etcd = Arc::new(Etcd::new(&config.etcd)?.with_timeout(CALL_TIMEOUT));
+        let (stop_tx, stop_rx) = bounded::<()>(1);
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (thread_etcd, prefix, ttl) = (etcd.clone(), config.prefix.clone(), config.lease_ttl);
+        let thread = thread::Builder::new()
+            .name("cluster-member".into())
+            .spawn(move || run(thread_etcd, &prefix, record, ttl, &stop_rx, &events_tx))
+            .map_err(|err| super::etcd::Error::WatchEnded {
+                reason: format!("cannot start the member thread: {err}"),
+                compact_revision: 0,
+            })?;
+        Ok(Member {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            events: events_rx,
+            etcd,
+            prefix: config.prefix.clone(),
+        })
+    }
+
+    pub fn events(&self) -> &Receiver<MemberEvent> {
+        &self.events
+    }
+
+    /// The client, for reads answered off the main loop.
+    pub fn etcd(&self) -> Arc<Etcd> {
+        self.etcd.clone()
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(
+    etcd: Arc<Etcd>,
+    prefix: &str,
+    record: pb::NodeRecord,
+    ttl: Duration,
+    stop: &Receiver<()>,
+    events: &Sender<MemberEvent>,
+) {
+    let mut attempt = 0;
+    let registration = loop {
+        match Registration::start(etcd.clone(), prefix, record.clone(), ttl) {
+            Ok(registration) => break registration,
+            Err(node::Error::NameTaken { node }) => {
+                let _ = events.send(MemberEvent::NameTaken { node });
+                return;
+            }
+            Err(err) => {
+                let _ = events.send(MemberEvent::Disconnected {
+                    reason: crate::error_chain(&err),
+                });
+                let delay = RETRY.delay(attempt, 1.0);
+                attempt = attempt.saturating_add(1);
+                match stop.recv_timeout(delay) {
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    _ => return,
+                }
+            }
+        }
+    };
+    let _ = events.send(MemberEvent::Connected);
+    loop {
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return, // dropping `registration` revokes the lease
+            recv(registration.events()) -> event => match event {
+                Ok(NodeEvent::Disconnected { reason }) => {
+                    let _ = events.send(MemberEvent::Disconnected { reason });
+                }
+                Ok(NodeEvent::Reconnected { .. }) => {
+                    let _ = events.send(MemberEvent::Connected);
+                }
+                Err(_) => return,
+            },
+        }
+    }
+}

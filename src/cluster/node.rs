@@ -1,0 +1,221 @@
+//! A node's presence in the cluster: `<prefix>/nodes/<node>` holds the
+//! node's record, attached to the agent's lease, which a thread of its own
+//! keeps alive. The node is alive while the key exists; when the agent
+//! stops keeping it alive (it died, or it is cut off), etcd deletes the key
+//! after the lease's TTL.
+//!
+//! The thread reports what the agent must act on: once keep-alives have
+//! failed for longer than the TTL the agent is *disconnected* (the cluster
+//! considers it lost), and when it gets through again it registers anew
+//! and is *reconnected*. Node names are unique: a name whose key is held by
+//! another live lease is refused.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use protobuf::Message;
+
+use super::etcd::{self, Etcd};
+use crate::proto::cluster as pb;
+
+/// What the registration thread reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// Keep-alives failed for longer than the lease's TTL: the cluster
+    /// counts this node as lost.
+    Disconnected { reason: String },
+    /// Registered again after a disconnection, under a new lease.
+    Reconnected { lease: i64 },
+}
+
+/// Why a node could not register.
+#[derive(Debug)]
+pub enum Error {
+    /// Another live agent holds the node name.
+    NameTaken {
+        node: String,
+    },
+    Etcd(etcd::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NameTaken { node } => write!(
+                f,
+                "node name {node:?} is held by another live agent of the cluster; node names must be unique"
+            ),
+            Error::Etcd(_) => f.write_str("cannot register the node in etcd"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Etcd(err) => Some(err),
+            Error::NameTaken { .. } => None,
+        }
+    }
+}
+
+impl From<etcd::Error> for Error {
+    fn from(err: etcd::Error) -> Error {
+        Error::Etcd(err)
+    }
+}
+
+/// The key of `node` under `prefix`.
+pub fn node_key(prefix: &str, node: &str) -> Vec<u8> {
+    format!("{}/nodes/{node}", prefix.trim_end_matches('/')).into_bytes()
+}
+
+/// Every live node's record.
+pub fn list(etcd: &Etcd, prefix: &str) -> Result<Vec<pb::NodeRecord>, etcd::Error> {
+    let nodes = format!("{}/nodes/", prefix.trim_end_matches('/'));
+    let (kvs, _) = etcd.get_prefix(nodes.as_bytes())?;
+    Ok(kvs
+        .iter()
+        .filter_map(|kv| pb::NodeRecord::parse_from_bytes(&kv.value).ok())
+        .collect())
+}
+
+/// Puts the node's key under a new lease, if no other lease holds it:
+/// the lease's ID.
+fn register_once(etcd: &Etcd, key: &[u8], record: &[u8], ttl: Duration) -> Result<i64, Error> {
+    let (lease, _) = etcd.grant(ttl)?;
+    match etcd.put_if(key, 0, record, lease)? {
+        Some(_) => Ok(lease),
+        None => {
+            let _ = etcd.revoke(lease);
+            Err(Error::NameTaken {
+                node: String::from_utf8_lossy(key).into_owned(),
+            })
+        }
+    }
+}
+
+/// A node registered in the cluster, kept alive until dropped (which
+/// revokes the lease: a clean stop removes the node at once).
+pub struct Registration {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    events: Receiver<NodeEvent>,
+}
+
+impl Registration {
+    /// Registers `record` as node `record.node`, with a lease of `ttl`.
+    /// A name held by another live lease is retried until that lease could
+    /// have expired (an agent restarted after a crash finds its own old
+    /// key), then refused.
+    pub fn start(
+        etcd: Arc<Etcd>,
+        prefix: &str,
+        record: pb::NodeRecord,
+        ttl: Duration,
+    ) -> Result<Registration, Error> {
+        let key = node_key(prefix, &record.node);
+        let bytes = record
+            .write_to_bytes()
+            .expect("encoding a node record cannot fail");
+        let deadline = Instant::now() + ttl + Duration::from_secs(2);
+        let lease = loop {
+            match register_once(&etcd, &key, &bytes, ttl) {
+                Ok(lease) => break lease,
+                Err(Error::NameTaken { .. }) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(250));
+                }
+                Err(Error::NameTaken { .. }) => return Err(Error::NameTaken { node: record.node }),
+                Err(err) => return Err(err),
+            }
+        };
+        let (stop_tx, stop_rx) = bounded(1);
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let thread = thread::Builder::new()
+            .name("etcd-lease".into())
+            .spawn(move || keep_alive(&etcd, &key, &bytes, ttl, lease, &stop_rx, &events_tx))
+            .map_err(|err| {
+                Error::Etcd(etcd::Error::WatchEnded {
+                    reason: format!("cannot start the keep-alive thread: {err}"),
+                    compact_revision: 0,
+                })
+            })?;
+        Ok(Registration {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            events: events_rx,
+        })
+    }
+
+    /// Disconnections and reconnections, as they happen.
+    pub fn events(&self) -> &Receiver<NodeEvent> {
+        &self.events
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The keep-alive loop: every third of the TTL; reports a disconnection
+/// once the last good keep-alive is a TTL old, and registers again when
+/// etcd answers.
+fn keep_alive(
+    etcd: &Etcd,
+    key: &[u8],
+    record: &[u8],
+    ttl: Duration,
+    mut lease: i64,
+    stop: &Receiver<()>,
+    events: &Sender<NodeEvent>,
+) {
+    let period = ttl / 3;
+    let mut last_ok = Instant::now();
+    let mut connected = true;
+    loop {
+        match stop.recv_timeout(period) {
+            Err(RecvTimeoutError::Timeout) => {}
+            // Stopped: the node leaves at once.
+            _ => {
+                if connected {
+                    let _ = etcd.revoke(lease);
+                }
+                return;
+            }
+        }
+        let alive = if connected {
+            matches!(etcd.keep_alive(lease), Ok(ttl) if ttl > 0)
+        } else {
+            match register_once(etcd, key, record, ttl) {
+                Ok(new) => {
+                    lease = new;
+                    connected = true;
+                    let _ = events.send(NodeEvent::Reconnected { lease });
+                    true
+                }
+                Err(err) => {
+                    log::debug!("etcd: registering the node again failed: {err}");
+                    false
+                }
+            }
+        };
+        if alive {
+            last_ok = Instant::now();
+        } else if connected && last_ok.elapsed() >= ttl {
+            connected = false;
+            let _ = events.send(NodeEvent::Disconnected {
+                reason: format!(
+                    "no keep-alive went through for {}",
+                    crate::units::format_duration(Duration::from_secs(last_ok.elapsed().as_secs()))
+                ),
+            });
+        }
+    }
+}

@@ -1,0 +1,747 @@
+//! The child's side of a start: what it does between `fork` and `exec`.
+//!
+//! [`ChildSetup::new`] turns the launch's plans (the namespace plan, and
+//! for an `exec` task the root plan) into a list of [`Step`]s with every
+//! path already a C string; [`ChildSetup::run`], in the child, performs
+//! them in order with nothing but system calls: it allocates nothing,
+//! takes no lock and logs nothing, which is all a child of a
+//! multi-threaded process may do. A failing step writes one line naming
+//! it to the task's stderr log and returns its error.
+//!
+//! The order, for an `exec` task:
+//!
+//! 1. a session and a mount namespace of its own;
+//! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
+//! 3. the task dir bound onto itself (private): the new root;
+//! 4. `chroot_env` (recursive binds, then read-only with all below them),
+//!    `/dev`, `/proc`, `/secrets`, `/alloc`, a plugin task's `mount_dir`
+//!    and `stage_publish_base_dir`;
+//! 5. the volumes at their destinations;
+//! 6. the pid file (a host path, so before the pivot);
+//! 7. `pivot_root` into the task dir; the old root is made a slave
+//!    recursively, so that detaching it unmounts nothing on the host (as
+//!    runc does), and detached; the cwd becomes `/`;
+//! 8. the task's user.
+//!
+//! A `raw_exec` task skips 3, 4 and 7, and gets the control socket covered
+//! instead.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::path::Path;
+
+use libc::c_ulong;
+
+use super::{Launch, User};
+use crate::mount::{self, Propagation};
+
+/// One thing the child does, prepared in the parent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Step {
+    /// A mount(2) call: a bind, a propagation change, or a new file system
+    /// when `fstype` is set.
+    Mount {
+        source: Option<CString>,
+        target: CString,
+        fstype: Option<CString>,
+        flags: c_ulong,
+        data: Option<CString>,
+        /// Ignore "not a mount point" and "no such path": the mount went
+        /// away after the plan was made.
+        tolerate_gone: bool,
+        what: &'static [u8],
+    },
+    /// Makes the mount at `target` read-only: with `recursive`, it and every
+    /// mount below (mount_setattr; a bind remount of the top one only on a
+    /// kernel without it), else the top one with a bind remount.
+    ReadOnly {
+        target: CString,
+        recursive: bool,
+        remount_flags: c_ulong,
+        what: &'static [u8],
+    },
+    Mkdir {
+        path: CString,
+    },
+    /// An empty file to bind a device node onto.
+    CreateFile {
+        path: CString,
+    },
+    Symlink {
+        target: &'static CStr,
+        link: CString,
+    },
+    WritePid {
+        path: CString,
+    },
+    PivotRoot {
+        root: CString,
+    },
+    BecomeUser(User),
+}
+
+/// The child's side, prepared in the parent.
+pub(super) struct ChildSetup {
+    pub(super) steps: Vec<Step>,
+}
+
+fn c(path: &Path) -> mount::Result<CString> {
+    mount::c_path(path)
+}
+
+fn bind(source: &Path, target: &Path, recursive: bool, what: &'static [u8]) -> mount::Result<Step> {
+    let mut flags = libc::MS_BIND;
+    if recursive {
+        flags |= libc::MS_REC;
+    }
+    Ok(Step::Mount {
+        source: Some(c(source)?),
+        target: c(target)?,
+        fstype: None,
+        flags,
+        data: None,
+        tolerate_gone: false,
+        what,
+    })
+}
+
+fn propagation(target: &Path, flags: c_ulong, what: &'static [u8]) -> mount::Result<Step> {
+    Ok(Step::Mount {
+        source: None,
+        target: c(target)?,
+        fstype: None,
+        flags,
+        data: None,
+        tolerate_gone: false,
+        what,
+    })
+}
+
+fn new_fs(
+    fstype: &'static CStr,
+    target: &Path,
+    flags: c_ulong,
+    data: Option<String>,
+    what: &'static [u8],
+) -> mount::Result<Step> {
+    Ok(Step::Mount {
+        source: Some(fstype.to_owned()),
+        target: c(target)?,
+        fstype: Some(fstype.to_owned()),
+        flags,
+        data: data.map(|d| CString::new(d).expect("mount options hold no NUL")),
+        tolerate_gone: false,
+        what,
+    })
+}
+
+impl ChildSetup {
+    pub(super) fn new(launch: &Launch) -> mount::Result<ChildSetup> {
+        let plan = &launch.namespace;
+        let mut steps = Vec::new();
+        if plan.slave_root {
+            steps.push(propagation(
+                Path::new("/"),
+                libc::MS_REC | libc::MS_SLAVE,
+                b"cannot make / a slave mount: ",
+            )?);
+        }
+        for path in &plan.slave {
+            steps.push(Step::Mount {
+                source: None,
+                target: c(path)?,
+                fstype: None,
+                flags: libc::MS_SLAVE,
+                data: None,
+                tolerate_gone: true,
+                what: b"cannot make a host mount a slave: ",
+            });
+        }
+        if let Some(root) = &launch.root {
+            steps.push(bind(
+                &root.dir,
+                &root.dir,
+                false,
+                b"cannot bind the task dir onto itself: ",
+            )?);
+            steps.push(propagation(
+                &root.dir,
+                libc::MS_PRIVATE,
+                b"cannot make the task root private: ",
+            )?);
+            for b in &root.binds {
+                steps.push(bind(
+                    &b.source,
+                    &b.target,
+                    true,
+                    b"cannot bind chroot_env at ",
+                )?);
+                steps.push(propagation(
+                    &b.target,
+                    libc::MS_REC | libc::MS_SLAVE,
+                    b"cannot make chroot_env a slave at ",
+                )?);
+                steps.push(Step::ReadOnly {
+                    target: c(&b.target)?,
+                    recursive: true,
+                    remount_flags: mount::read_only_remount_flags(&b.source)?,
+                    what: b"cannot make chroot_env read-only at ",
+                });
+            }
+            let dev = root.target(Path::new("/dev"));
+            steps.push(new_fs(
+                c"tmpfs",
+                &dev,
+                libc::MS_NOSUID | libc::MS_STRICTATIME,
+                Some("mode=755,size=65536k".to_string()),
+                b"cannot mount a tmpfs at ",
+            )?);
+            for name in &root.devices {
+                let node = dev.join(name);
+                steps.push(Step::CreateFile { path: c(&node)? });
+                steps.push(bind(
+                    &Path::new("/dev").join(name),
+                    &node,
+                    false,
+                    b"cannot bind a device at ",
+                )?);
+            }
+            let shm = dev.join("shm");
+            steps.push(Step::Mkdir { path: c(&shm)? });
+            steps.push(new_fs(
+                c"tmpfs",
+                &shm,
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("mode=1777,size=65536k".to_string()),
+                b"cannot mount a tmpfs at ",
+            )?);
+            let pts = dev.join("pts");
+            steps.push(Step::Mkdir { path: c(&pts)? });
+            steps.push(new_fs(
+                c"devpts",
+                &pts,
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                Some("newinstance,ptmxmode=0666,mode=0620".to_string()),
+                b"cannot mount devpts at ",
+            )?);
+            for (target, link) in [
+                (c"pts/ptmx", "ptmx"),
+                (c"/proc/self/fd", "fd"),
+                (c"/proc/self/fd/0", "stdin"),
+                (c"/proc/self/fd/1", "stdout"),
+                (c"/proc/self/fd/2", "stderr"),
+            ] {
+                steps.push(Step::Symlink {
+                    target,
+                    link: c(&dev.join(link))?,
+                });
+            }
+            steps.push(new_fs(
+                c"proc",
+                &root.target(Path::new("/proc")),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                None,
+                b"cannot mount proc at ",
+            )?);
+            steps.push(new_fs(
+                c"tmpfs",
+                &root.target(Path::new("/secrets")),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(format!(
+                    "mode=0700,uid={},gid={},size=1m",
+                    root.owner.uid, root.owner.gid
+                )),
+                b"cannot mount a tmpfs at ",
+            )?);
+            let alloc = root.target(Path::new("/alloc"));
+            steps.push(bind(
+                &root.alloc_dir,
+                &alloc,
+                true,
+                b"cannot bind the alloc dir at ",
+            )?);
+            steps.push(propagation(
+                &alloc,
+                Propagation::Private.mount_flags(),
+                b"cannot make the alloc dir private at ",
+            )?);
+            for dir in &root.plugin_dirs {
+                let target = root.target(&dir.destination);
+                steps.push(bind(
+                    &dir.source,
+                    &target,
+                    true,
+                    b"cannot bind a plugin dir at ",
+                )?);
+                steps.push(propagation(
+                    &target,
+                    dir.propagation.mount_flags(),
+                    b"cannot set the propagation of a plugin dir at ",
+                )?);
+            }
+        }
+        for m in &plan.mounts {
+            steps.push(bind(
+                &m.source,
+                &m.target,
+                true,
+                b"cannot bind-mount a volume at ",
+            )?);
+            if m.read_only {
+                steps.push(Step::ReadOnly {
+                    target: c(&m.target)?,
+                    recursive: false,
+                    remount_flags: mount::read_only_remount_flags(&m.source)?,
+                    what: b"cannot make a volume read-only at ",
+                });
+            }
+            steps.push(propagation(
+                &m.target,
+                m.propagation.mount_flags(),
+                b"cannot set the propagation of a volume at ",
+            )?);
+        }
+        for path in &plan.hide {
+            steps.push(Step::Mount {
+                source: Some(c(Path::new("/dev/null"))?),
+                target: c(path)?,
+                fstype: None,
+                flags: libc::MS_BIND,
+                data: None,
+                tolerate_gone: true,
+                what: b"cannot hide ",
+            });
+        }
+        steps.push(Step::WritePid {
+            path: c(&launch.pid_file)?,
+        });
+        if let Some(root) = &launch.root {
+            steps.push(Step::PivotRoot {
+                root: c(&root.dir)?,
+            });
+        }
+        if let Some(user) = launch.user {
+            steps.push(Step::BecomeUser(user));
+        }
+        Ok(ChildSetup { steps })
+    }
+
+    /// Runs in the child between fork and exec: system calls only.
+    pub(super) fn run(&self) -> io::Result<()> {
+        sys::setsid().map_err(|e| sys::report(b"cannot start a session", b"", e))?;
+        sys::unshare_mounts()
+            .map_err(|e| sys::report(b"cannot create a mount namespace", b"", e))?;
+        for step in &self.steps {
+            step.run()?;
+        }
+        Ok(())
+    }
+}
+
+impl Step {
+    /// Performs the step; system calls only.
+    fn run(&self) -> io::Result<()> {
+        match self {
+            Step::Mount {
+                source,
+                target,
+                fstype,
+                flags,
+                data,
+                tolerate_gone,
+                what,
+            } => {
+                let source = source.as_deref().unwrap_or(c"none");
+                let result = match fstype {
+                    Some(fstype) => {
+                        mount::mount_fs(source, target, fstype, *flags, data.as_deref())
+                    }
+                    None => mount::mount_raw(source, target, *flags),
+                };
+                if let Err(err) = result {
+                    let gone = matches!(err.raw_os_error(), Some(libc::EINVAL | libc::ENOENT));
+                    if !(*tolerate_gone && gone) {
+                        return Err(sys::report(what, target.as_bytes(), err));
+                    }
+                }
+                Ok(())
+            }
+            Step::ReadOnly {
+                target,
+                recursive,
+                remount_flags,
+                what,
+            } => {
+                let done = if *recursive {
+                    match mount::mount_setattr_read_only(target, true) {
+                        Ok(()) => true,
+                        Err(err) if err.raw_os_error() == Some(libc::ENOSYS) => false,
+                        Err(err) => return Err(sys::report(what, target.as_bytes(), err)),
+                    }
+                } else {
+                    false
+                };
+                if !done {
+                    mount::mount_raw(c"none", target, *remount_flags)
+                        .map_err(|e| sys::report(what, target.as_bytes(), e))?;
+                }
+                Ok(())
+            }
+            Step::Mkdir { path } => sys::mkdir(path)
+                .map_err(|e| sys::report(b"cannot create the directory ", path.as_bytes(), e)),
+            Step::CreateFile { path } => sys::create_file(path)
+                .map_err(|e| sys::report(b"cannot create the file ", path.as_bytes(), e)),
+            Step::Symlink { target, link } => sys::symlink(target, link)
+                .map_err(|e| sys::report(b"cannot create the symlink ", link.as_bytes(), e)),
+            Step::WritePid { path } => sys::write_pid(path)
+                .map_err(|e| sys::report(b"cannot write the pid file ", path.as_bytes(), e)),
+            Step::PivotRoot { root } => sys::enter_root(root)
+                .map_err(|e| sys::report(b"cannot pivot_root into ", root.as_bytes(), e)),
+            Step::BecomeUser(user) => {
+                sys::become_user(*user).map_err(|e| sys::report(b"cannot switch user", b"", e))
+            }
+        }
+    }
+}
+
+/// The system calls of the child; nothing here allocates.
+pub(super) mod sys {
+    use std::ffi::CStr;
+    use std::io;
+
+    use super::super::{User, CHILD_ERROR};
+    use crate::mount;
+
+    fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+        if ret == -1 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(ret)
+        }
+    }
+
+    pub fn setsid() -> io::Result<()> {
+        // SAFETY: setsid(2) takes no arguments.
+        cvt(unsafe { libc::setsid() }).map(drop)
+    }
+
+    pub fn unshare_mounts() -> io::Result<()> {
+        // SAFETY: unshare(2) takes a flag word; the child is single-threaded.
+        cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) }).map(drop)
+    }
+
+    fn write_all(fd: libc::c_int, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            // SAFETY: `bytes` is a live slice of the given length.
+            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            if n <= 0 {
+                return;
+            }
+            bytes = &bytes[n as usize..];
+        }
+    }
+
+    /// Writes `csi-agent: <what><path>` to stderr (the task's log) and
+    /// gives back the error.
+    pub fn report(what: &[u8], path: &[u8], err: io::Error) -> io::Error {
+        write_all(2, CHILD_ERROR.as_bytes());
+        write_all(2, what);
+        write_all(2, path);
+        write_all(2, b"\n");
+        err
+    }
+
+    /// The decimal digits of `n` in `buf`, without allocating.
+    pub fn decimal(mut n: u32, buf: &mut [u8; 12]) -> &[u8] {
+        let mut at = buf.len();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        &buf[at..]
+    }
+
+    fn open(path: &CStr, flags: libc::c_int, mode: libc::c_uint) -> io::Result<libc::c_int> {
+        // SAFETY: `path` is NUL-terminated; the flags and mode are plain
+        // integers.
+        cvt(unsafe { libc::open(path.as_ptr(), flags, mode) })
+    }
+
+    fn close(fd: libc::c_int) {
+        // SAFETY: `fd` was opened by this module and is closed once.
+        unsafe { libc::close(fd) };
+    }
+
+    pub fn write_pid(path: &CStr) -> io::Result<()> {
+        let fd = open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o600,
+        )?;
+        // SAFETY: getpid(2) cannot fail.
+        let pid = unsafe { libc::getpid() } as u32;
+        let mut buf = [0u8; 12];
+        write_all(fd, decimal(pid, &mut buf));
+        write_all(fd, b"\n");
+        close(fd);
+        Ok(())
+    }
+
+    pub fn mkdir(path: &CStr) -> io::Result<()> {
+        // SAFETY: `path` is NUL-terminated; the mode is a plain integer.
+        cvt(unsafe { libc::mkdir(path.as_ptr(), 0o755) }).map(drop)
+    }
+
+    pub fn create_file(path: &CStr) -> io::Result<()> {
+        let fd = open(
+            path,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+            0o644,
+        )?;
+        close(fd);
+        Ok(())
+    }
+
+    pub fn symlink(target: &CStr, link: &CStr) -> io::Result<()> {
+        // SAFETY: both are NUL-terminated strings that outlive the call.
+        cvt(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) }).map(drop)
+    }
+
+    fn chdir(path: &CStr) -> io::Result<()> {
+        // SAFETY: `path` is NUL-terminated.
+        cvt(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+    }
+
+    fn fchdir(fd: libc::c_int) -> io::Result<()> {
+        // SAFETY: a plain integer; a bad descriptor is an error, not UB.
+        cvt(unsafe { libc::fchdir(fd) }).map(drop)
+    }
+
+    /// Makes `root` the root of the mount namespace, as runc does: pivot
+    /// with the old root stacked on the new one, go back to the old root to
+    /// make it (and all below it) a slave, so that detaching it propagates
+    /// no unmount to the host, detach it, and settle at `/`.
+    pub fn enter_root(root: &CStr) -> io::Result<()> {
+        let old = open(
+            c"/",
+            libc::O_DIRECTORY | libc::O_RDONLY | libc::O_CLOEXEC,
+            0,
+        )?;
+        let result = (|| {
+            chdir(root)?;
+            mount::pivot_root(c".", c".")?;
+            fchdir(old)?;
+            mount::mount_raw(c"none", c".", libc::MS_SLAVE | libc::MS_REC)?;
+            mount::umount_raw(c".", libc::MNT_DETACH)
+        })();
+        close(old);
+        result?;
+        chdir(c"/")
+    }
+
+    pub fn become_user(user: User) -> io::Result<()> {
+        let groups = [user.gid];
+        // SAFETY: `groups` is a live array of one gid.
+        cvt(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
+        // SAFETY: plain integers.
+        cvt(unsafe { libc::setgid(user.gid) })?;
+        // SAFETY: plain integers; after this the child is the user.
+        cvt(unsafe { libc::setuid(user.uid) })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::task::mounts::{DriverMount, NamespacePlan};
+    use crate::task::root::{PluginDir, RootBind, RootPlan};
+
+    /// The step in words, with its flags by name.
+    fn describe(step: &Step) -> String {
+        let text = |c: &CStr| c.to_string_lossy().into_owned();
+        match step {
+            Step::Mount {
+                source,
+                target,
+                fstype,
+                flags,
+                data,
+                ..
+            } => {
+                let names: Vec<&str> = [
+                    (libc::MS_BIND, "bind"),
+                    (libc::MS_REC, "rec"),
+                    (libc::MS_PRIVATE, "private"),
+                    (libc::MS_SLAVE, "slave"),
+                    (libc::MS_SHARED, "shared"),
+                    (libc::MS_NOSUID, "nosuid"),
+                    (libc::MS_NODEV, "nodev"),
+                    (libc::MS_NOEXEC, "noexec"),
+                ]
+                .into_iter()
+                .filter(|(flag, _)| flags & flag != 0)
+                .map(|(_, name)| name)
+                .collect();
+                let mut out = format!("mount {}", names.join("|"));
+                if let Some(fstype) = fstype {
+                    out.push_str(&format!(" {}", text(fstype)));
+                } else if let Some(source) = source {
+                    out.push_str(&format!(" {}", text(source)));
+                }
+                out.push_str(&format!(" {}", text(target)));
+                if let Some(data) = data {
+                    out.push_str(&format!(" {}", text(data)));
+                }
+                out
+            }
+            Step::ReadOnly {
+                target, recursive, ..
+            } => format!(
+                "read-only{} {}",
+                if *recursive { " rec" } else { "" },
+                text(target)
+            ),
+            Step::Mkdir { path } => format!("mkdir {}", text(path)),
+            Step::CreateFile { path } => format!("file {}", text(path)),
+            Step::Symlink { target, link } => format!("symlink {} {}", text(link), text(target)),
+            Step::WritePid { path } => format!("pid {}", text(path)),
+            Step::PivotRoot { root } => format!("pivot {}", text(root)),
+            Step::BecomeUser(user) => format!("user {}", user.uid),
+        }
+    }
+
+    #[test]
+    fn an_exec_task_builds_its_root_then_pivots_then_becomes_its_user() {
+        let nobody = User {
+            uid: 65534,
+            gid: 65534,
+        };
+        let launch = Launch {
+            command: "/bin/sh".into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: PathBuf::from("/t"),
+            stdout: PathBuf::from("/t/logs/stdout"),
+            stderr: PathBuf::from("/t/logs/stderr"),
+            pid_file: PathBuf::from("/a/t.pid"),
+            user: Some(nobody),
+            namespace: NamespacePlan {
+                slave_root: true,
+                slave: Vec::new(),
+                mounts: vec![DriverMount {
+                    source: PathBuf::from("/v"),
+                    target: PathBuf::from("/t/data"),
+                    read_only: false,
+                    propagation: Propagation::HostToTask,
+                }],
+                hide: Vec::new(),
+            },
+            root: Some(RootPlan {
+                dir: PathBuf::from("/t"),
+                binds: vec![RootBind {
+                    source: PathBuf::from("/usr"),
+                    target: PathBuf::from("/t/usr"),
+                }],
+                devices: vec!["null"],
+                alloc_dir: PathBuf::from("/a/alloc"),
+                owner: nobody,
+                plugin_dirs: vec![PluginDir {
+                    source: PathBuf::from("/d/csi/p"),
+                    destination: PathBuf::from("/local/csi"),
+                    propagation: Propagation::Bidirectional,
+                }],
+            }),
+        };
+        let steps: Vec<String> = ChildSetup::new(&launch)
+            .unwrap()
+            .steps
+            .iter()
+            .map(describe)
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "mount rec|slave /",
+                "mount bind /t /t",
+                "mount private /t",
+                "mount bind|rec /usr /t/usr",
+                "mount rec|slave /t/usr",
+                "read-only rec /t/usr",
+                "mount nosuid tmpfs /t/dev mode=755,size=65536k",
+                "file /t/dev/null",
+                "mount bind /dev/null /t/dev/null",
+                "mkdir /t/dev/shm",
+                "mount nosuid|nodev|noexec tmpfs /t/dev/shm mode=1777,size=65536k",
+                "mkdir /t/dev/pts",
+                "mount nosuid|noexec devpts /t/dev/pts newinstance,ptmxmode=0666,mode=0620",
+                "symlink /t/dev/ptmx pts/ptmx",
+                "symlink /t/dev/fd /proc/self/fd",
+                "symlink /t/dev/stdin /proc/self/fd/0",
+                "symlink /t/dev/stdout /proc/self/fd/1",
+                "symlink /t/dev/stderr /proc/self/fd/2",
+                "mount nosuid|nodev|noexec proc /t/proc",
+                "mount nosuid|nodev tmpfs /t/secrets mode=0700,uid=65534,gid=65534,size=1m",
+                "mount bind|rec /a/alloc /t/alloc",
+                "mount rec|private /t/alloc",
+                "mount bind|rec /d/csi/p /t/local/csi",
+                "mount rec|shared /t/local/csi",
+                "mount bind|rec /v /t/data",
+                "mount rec|slave /t/data",
+                "pid /a/t.pid",
+                "pivot /t",
+                "user 65534",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_raw_exec_task_keeps_the_host_root_without_the_control_socket() {
+        let launch = Launch {
+            command: "/bin/sh".into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: PathBuf::from("/t"),
+            stdout: PathBuf::from("/t/logs/stdout"),
+            stderr: PathBuf::from("/t/logs/stderr"),
+            pid_file: PathBuf::from("/a/t.pid"),
+            user: None,
+            namespace: NamespacePlan {
+                slave_root: true,
+                slave: Vec::new(),
+                mounts: Vec::new(),
+                hide: vec![PathBuf::from("/d/control.sock")],
+            },
+            root: None,
+        };
+        let steps: Vec<String> = ChildSetup::new(&launch)
+            .unwrap()
+            .steps
+            .iter()
+            .map(describe)
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "mount rec|slave /",
+                "mount bind /dev/null /d/control.sock",
+                "pid /a/t.pid",
+            ]
+        );
+    }
+
+    #[test]
+    fn decimal_digits_without_allocation() {
+        let mut buf = [0u8; 12];
+        assert_eq!(sys::decimal(0, &mut buf), b"0");
+        assert_eq!(sys::decimal(4_194_304, &mut buf), b"4194304");
+        assert_eq!(sys::decimal(u32::MAX, &mut buf), b"4294967295");
+    }
+}

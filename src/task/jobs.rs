@@ -1,0 +1,434 @@
+//! The job API of the agent: `job run` (checks, one alloc per group
+//! instance, replacing a job's live allocs), `job stop`, `job status` and
+//! `alloc logs`.
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use super::{
+    exec, invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState,
+    UseState, VolumeSource, VolumeUse,
+};
+use crate::api::ApiError;
+use crate::plugin::fingerprint::unix_ms;
+use crate::plugin::InstanceKey;
+use crate::proto::agent as api;
+use crate::spec::{Group, Job};
+
+impl Allocs {
+    pub fn run_job(&mut self, req: &api::JobRunRequest) -> Result<api::JobRunResponse, ApiError> {
+        let decoded =
+            Job::decode(&req.hcl, &req.file).map_err(|e| invalid(e.to_string().trim_end()))?;
+        let spec = decoded.spec;
+        self.check_job(&spec, &req.file)?;
+        let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
+        let live: Vec<String> = self
+            .allocs
+            .values()
+            .filter(|a| a.job == spec.name && !a.status.is_terminal() && !a.stop_wanted)
+            .map(|a| a.id.clone())
+            .collect();
+        if let Some(job) = self.jobs.get(&spec.name) {
+            if job.spec == spec && !job.stop_wanted && !live.is_empty() {
+                return Ok(api::JobRunResponse {
+                    job: spec.name.clone(),
+                    alloc_ids: live,
+                    unchanged: true,
+                    warnings,
+                    ..Default::default()
+                });
+            }
+        }
+        let now = SystemTime::now();
+        let mut created = Vec::new();
+        for group in &spec.groups {
+            for index in 0..group.count {
+                let old = self
+                    .allocs
+                    .values()
+                    .find(|a| {
+                        live.contains(&a.id) && a.group.name == group.name && a.index == index
+                    })
+                    .map(|a| a.id.clone());
+                let id = self.new_alloc_id();
+                let alloc = self.new_alloc(&id, &spec, group, index, req, now, old);
+                log::info!(
+                    "Job {}: alloc {id} for group {} [{index}]",
+                    spec.name,
+                    group.name
+                );
+                self.allocs.insert(id.clone(), alloc);
+                created.push(id);
+            }
+        }
+        // Old allocations stop now, and their replacements wait for them
+        // (a single-writer volume has room for one); a plugin's old alloc
+        // stops only once its replacement's plugins are healthy.
+        for id in &live {
+            let replaced_by_plugin = self
+                .allocs
+                .values()
+                .any(|a| a.replaces.as_deref() == Some(id) && a.plugin_ids().next().is_some());
+            if !replaced_by_plugin {
+                self.stop_alloc(id, "the job was updated");
+            }
+        }
+        self.jobs.insert(
+            spec.name.clone(),
+            JobEntry {
+                name: spec.name.clone(),
+                file: req.file.clone(),
+                hcl: req.hcl.clone(),
+                spec: spec.clone(),
+                submitted: now,
+                stop_wanted: false,
+                purge: false,
+            },
+        );
+        self.dirty = true;
+        Ok(api::JobRunResponse {
+            job: spec.name,
+            alloc_ids: created,
+            unchanged: false,
+            warnings,
+            ..Default::default()
+        })
+    }
+
+    /// Checks what the spec decoder cannot know: host volumes, plugin IDs
+    /// of other jobs and the config, users, and `${VAR}` names.
+    fn check_job(&self, spec: &Job, file: &str) -> Result<(), ApiError> {
+        // This job's plugin instances so far: (ID, type, task).
+        let mut provided: Vec<(&str, crate::spec::PluginType, &str)> = Vec::new();
+        for group in &spec.groups {
+            for v in &group.volumes {
+                if v.volume_type == crate::spec::VolumeType::Host
+                    && !self.host_volumes.iter().any(|h| h.name == v.source)
+                {
+                    let known: Vec<&str> =
+                        self.host_volumes.iter().map(|h| h.name.as_str()).collect();
+                    return Err(invalid(format!(
+                        "{file}: group {:?} volume {:?}: no host_volume {:?} in the agent config (it has: {})",
+                        group.name,
+                        v.alias,
+                        v.source,
+                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    )));
+                }
+            }
+            for task in &group.tasks {
+                let what = format!("{file}: group {:?} task {:?}", group.name, task.name);
+                if let Some(plugin) = &task.csi_plugin {
+                    let twice = provided
+                        .iter()
+                        .find(|(id, t, _)| *id == plugin.id && t.conflicts(plugin.plugin_type));
+                    if let Some((_, _, first)) = twice {
+                        return Err(invalid(format!(
+                            "{what}: plugin {:?} ({}) is already provided by task {first:?}; one ID has at most one controller and one node",
+                            plugin.id, plugin.plugin_type
+                        )));
+                    }
+                    provided.push((&plugin.id, plugin.plugin_type, &task.name));
+                    if self.config_plugins.contains(&plugin.id) {
+                        return Err(invalid(format!(
+                            "{what}: plugin {:?} is already provided by the agent config",
+                            plugin.id
+                        )));
+                    }
+                    // Another job may run the other half of a split
+                    // plugin, not a second instance of a service.
+                    let other = self.allocs.values().find(|a| {
+                        a.job != spec.name
+                            && !a.status.is_terminal()
+                            && a.plugin_keys().any(|k| {
+                                k.plugin_id == plugin.id
+                                    && k.plugin_type.conflicts(plugin.plugin_type)
+                            })
+                    });
+                    if let Some(other) = other {
+                        return Err(invalid(format!(
+                            "{what}: plugin {:?} ({}) is already provided by job {:?}",
+                            plugin.id, plugin.plugin_type, other.job
+                        )));
+                    }
+                }
+                if let Some(user) = &task.user {
+                    exec::lookup_user(user)
+                        .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
+                }
+                launch::check_interpolation(group, task, &spec.name, &self.chroot_env)
+                    .map_err(|e| invalid(format!("{what}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn new_alloc_id(&mut self) -> String {
+        loop {
+            let id = format!("{:08x}", self.jitter.next_u64() as u32);
+            if !self.allocs.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_alloc(
+        &self,
+        id: &str,
+        spec: &Job,
+        group: &Group,
+        index: u64,
+        req: &api::JobRunRequest,
+        now: SystemTime,
+        replaces: Option<String>,
+    ) -> Alloc {
+        let mut alloc = Alloc {
+            id: id.to_string(),
+            job: spec.name.clone(),
+            index,
+            group: group.clone(),
+            job_hcl: req.hcl.clone(),
+            job_file: req.file.clone(),
+            status: AllocStatus::Pending,
+            stop_wanted: false,
+            message: String::new(),
+            tasks: group
+                .tasks
+                .iter()
+                .map(|t| TaskRun {
+                    name: t.name.clone(),
+                    state: TaskState::Pending,
+                    failed: false,
+                    process: None,
+                    restarts: 0,
+                    window: None,
+                    events: VecDeque::new(),
+                    plugin: t.csi_plugin.as_ref().map(|p| PluginRun {
+                        key: InstanceKey::new(&p.id, p.plugin_type),
+                        healthy: false,
+                        deadline: None,
+                    }),
+                })
+                .collect(),
+            volumes: Vec::new(),
+            created: now,
+            replaces,
+        };
+        alloc.volumes = self.volume_uses(group, index);
+        for task in &mut alloc.tasks {
+            task.event("received", "task received by the agent");
+        }
+        alloc
+    }
+
+    pub(super) fn volume_uses(&self, group: &Group, index: u64) -> Vec<VolumeUse> {
+        group
+            .volumes
+            .iter()
+            .map(|v| {
+                let (volume_id, source) = match v.volume_type {
+                    crate::spec::VolumeType::Csi => {
+                        let id = if v.per_alloc {
+                            format!("{}[{index}]", v.source)
+                        } else {
+                            v.source.clone()
+                        };
+                        (id, VolumeSource::Csi)
+                    }
+                    crate::spec::VolumeType::Host => {
+                        let host = self.host_volumes.iter().find(|h| h.name == v.source);
+                        (
+                            v.source.clone(),
+                            VolumeSource::Host {
+                                path: host.map(|h| h.path.clone()).unwrap_or_default(),
+                            },
+                        )
+                    }
+                };
+                let host_read_only = self
+                    .host_volumes
+                    .iter()
+                    .any(|h| h.name == v.source && h.read_only && source != VolumeSource::Csi);
+                VolumeUse {
+                    alias: v.alias.clone(),
+                    volume_id,
+                    read_only: v.read_only || host_read_only,
+                    state: UseState::Unclaimed,
+                    source,
+                    answer: None,
+                    retry_at: None,
+                    failures: 0,
+                    message: String::new(),
+                }
+            })
+            .collect()
+    }
+
+    pub fn stop_job(
+        &mut self,
+        req: &api::JobStopRequest,
+    ) -> Result<api::JobStopResponse, ApiError> {
+        let Some(job) = self.jobs.get_mut(&req.name) else {
+            return Err(self.no_job(&req.name));
+        };
+        job.stop_wanted = true;
+        job.purge |= req.purge;
+        let ids: Vec<String> = self
+            .allocs
+            .values()
+            .filter(|a| a.job == req.name && !a.status.is_terminal())
+            .map(|a| a.id.clone())
+            .collect();
+        for id in &ids {
+            self.stop_alloc(id, "the job was stopped");
+        }
+        self.dirty = true;
+        Ok(api::JobStopResponse {
+            alloc_ids: ids,
+            ..Default::default()
+        })
+    }
+
+    pub(super) fn stop_alloc(&mut self, id: &str, why: &str) {
+        if let Some(alloc) = self.allocs.get_mut(id) {
+            if !alloc.stop_wanted && !alloc.status.is_terminal() {
+                log::info!("Alloc {id}: stopping ({why})");
+                alloc.stop_wanted = true;
+                alloc.message = why.to_string();
+                self.dirty = true;
+            }
+        }
+    }
+
+    fn no_job(&self, name: &str) -> ApiError {
+        let known: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
+        ApiError::not_found(if known.is_empty() {
+            format!("no job {name:?} (no jobs are known)")
+        } else {
+            format!("no job {name:?} (known: {})", known.join(", "))
+        })
+    }
+
+    pub fn status(&self, req: &api::JobStatusRequest) -> Result<api::JobStatusResponse, ApiError> {
+        let jobs: Vec<&JobEntry> = if req.name.is_empty() {
+            self.jobs.values().collect()
+        } else {
+            vec![self
+                .jobs
+                .get(&req.name)
+                .ok_or_else(|| self.no_job(&req.name))?]
+        };
+        Ok(api::JobStatusResponse {
+            jobs: jobs.into_iter().map(|j| self.job_status(j)).collect(),
+            ..Default::default()
+        })
+    }
+
+    fn job_status(&self, job: &JobEntry) -> api::JobStatus {
+        let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
+        let live = allocs.iter().any(|a| !a.status.is_terminal());
+        let status = match (live, job.stop_wanted) {
+            (false, _) => "dead",
+            (true, true) => "stopping",
+            (true, false) => "running",
+        };
+        let mut allocs: Vec<api::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
+        allocs.sort_by_key(|a| a.created_unix_ms);
+        api::JobStatus {
+            name: job.name.clone(),
+            status: status.to_string(),
+            file: job.file.clone(),
+            submitted_unix_ms: unix_ms(job.submitted),
+            stop_wanted: job.stop_wanted,
+            allocs,
+            ..Default::default()
+        }
+    }
+
+    pub fn logs(&self, req: &api::AllocLogsRequest) -> Result<api::AllocLogsResponse, ApiError> {
+        let matches: Vec<&Alloc> = self
+            .allocs
+            .values()
+            .filter(|a| !req.alloc_id.is_empty() && a.id.starts_with(&req.alloc_id))
+            .collect();
+        let alloc = match matches.as_slice() {
+            [one] => *one,
+            [] => return Err(ApiError::not_found(format!("no alloc {:?}", req.alloc_id))),
+            _ => {
+                return Err(invalid(format!(
+                    "alloc ID prefix {:?} is ambiguous ({} allocs)",
+                    req.alloc_id,
+                    matches.len()
+                )))
+            }
+        };
+        if !alloc.tasks.iter().any(|t| t.name == req.task) {
+            let names: Vec<&str> = alloc.tasks.iter().map(|t| t.name.as_str()).collect();
+            return Err(ApiError::not_found(format!(
+                "alloc {} has no task {:?} (tasks: {})",
+                alloc.id,
+                req.task,
+                names.join(", ")
+            )));
+        }
+        let file = if req.stderr { "stderr" } else { "stdout" };
+        let path = self
+            .alloc_dir(&alloc.id)
+            .join(&req.task)
+            .join("logs")
+            .join(file);
+        Ok(api::AllocLogsResponse {
+            path: path.to_string_lossy().into_owned(),
+            ..Default::default()
+        })
+    }
+}
+
+fn alloc_status(a: &Alloc) -> api::AllocStatus {
+    api::AllocStatus {
+        id: a.id.clone(),
+        group: a.group.name.clone(),
+        index: a.index,
+        status: a.status.as_str().to_string(),
+        message: a.message.clone(),
+        tasks: a
+            .tasks
+            .iter()
+            .map(|t| api::TaskStatus {
+                name: t.name.clone(),
+                state: t.state.as_str().to_string(),
+                failed: t.failed,
+                restarts: t.restarts,
+                pid: t.process.as_ref().map_or(0, |p| p.pid),
+                plugin_id: t
+                    .plugin
+                    .as_ref()
+                    .map(|p| p.key.plugin_id.clone())
+                    .unwrap_or_default(),
+                events: t.events.iter().cloned().collect(),
+                ..Default::default()
+            })
+            .collect(),
+        volumes: a
+            .volumes
+            .iter()
+            .map(|v| api::AllocVolume {
+                alias: v.alias.clone(),
+                volume_id: v.volume_id.clone(),
+                read_only: v.read_only,
+                state: match (&v.source, &v.state) {
+                    (VolumeSource::Host { .. }, _) => "host",
+                    (_, UseState::Unclaimed | UseState::Claiming) => "claiming",
+                    (_, UseState::Claimed { .. }) => "claimed",
+                    (_, UseState::Released) => "released",
+                }
+                .to_string(),
+                message: v.message.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        created_unix_ms: unix_ms(a.created),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,360 @@
+//! Starting one task: the task dir, the environment, the driver mounts,
+//! the root of an `exec` task and the namespace plan, the spawn; for a
+//! plugin task, its socket dir, the shared `csi/` root, and the spec the
+//! agent registers. Also the checks `job run` makes on a task's `${VAR}`s
+//! and destinations.
+//!
+//! A plugin task in its own root gets Nomad's directory contract: its
+//! socket dir (`data_dir/plugins/<alloc>`) at `mount_dir`, with
+//! `CSI_ENDPOINT=unix://<mount_dir>/csi.sock`, and the agent's
+//! `csi/<plugin>` dir at `stage_publish_base_dir`, both bidirectional
+//! binds; the spec it is registered with records that base dir, so the
+//! volume manager names staging and publish paths in the plugin's view
+//! ([`crate::volume::ops::Paths::for_plugin`]). A `raw_exec` plugin task,
+//! on the host's root, gets host paths, as external plugins do.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use super::env::{interpolate, task_env, TaskContext};
+use super::exec::{self, Launch};
+use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::root::{check_destination, PluginDir, RootPlan};
+use super::{Alloc, Allocs, UseState, VolumeSource};
+use crate::csi::Endpoint;
+use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
+use crate::plugin::{PluginSpec, Source};
+use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, Task};
+
+/// Checks, at `job run`, that every `${VAR}` of a task names a variable and
+/// that every destination has room in the task's root.
+pub(super) fn check_interpolation(
+    group: &Group,
+    task: &Task,
+    job: &str,
+    chroot_env: &[ChrootEntry],
+) -> Result<(), String> {
+    let alloc_dir = Path::new("/alloc/00000000");
+    let ctx = TaskContext {
+        alloc_id: "00000000",
+        alloc_index: 0,
+        job,
+        group: &group.name,
+        task: &task.name,
+        alloc_dir,
+        own_root: task.driver == Driver::Exec,
+    };
+    let mut base = ctx.base();
+    let socket_dir = Path::new("/plugins/00000000");
+    if let Some(csi) = &task.csi_plugin {
+        base.insert("CSI_ENDPOINT".into(), task_endpoint(task, csi, socket_dir));
+        if task.driver == Driver::Exec {
+            for (key, dir) in [
+                ("mount_dir", &csi.mount_dir),
+                ("stage_publish_base_dir", &csi.stage_publish_base_dir),
+            ] {
+                check_destination(&dir.to_string_lossy(), chroot_env)
+                    .map_err(|e| format!("csi_plugin {key}: {e}"))?;
+            }
+        }
+    }
+    let env = task_env(&base, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    if let Some(csi) = &task.csi_plugin {
+        host_endpoint(task, csi, &env["CSI_ENDPOINT"], socket_dir)?;
+    }
+    for arg in &task.config.args {
+        interpolate(arg, &env).map_err(|e| format!("config.args: {e}"))?;
+    }
+    for vm in &task.volume_mounts {
+        let dest = interpolate(&vm.destination, &env)
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+        resolve_destination(&ctx.task_dir(), &dest)
+            .and_then(|_| check_destination(&dest, chroot_env))
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+    }
+    Ok(())
+}
+
+impl Allocs {
+    /// Prepares the task dir, the environment and the mounts, and spawns
+    /// the task; for a plugin task, also the spec the agent registers.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn launch(
+        &mut self,
+        alloc: &Alloc,
+        i: usize,
+    ) -> Result<(std::process::Child, Option<(PluginSpec, Duration)>), String> {
+        let spec = &alloc.group.tasks[i];
+        let alloc_dir = self.alloc_dir(&alloc.id);
+        let ctx = TaskContext {
+            alloc_id: &alloc.id,
+            alloc_index: alloc.index,
+            job: &alloc.job,
+            group: &alloc.group.name,
+            task: &spec.name,
+            alloc_dir: &alloc_dir,
+            own_root: spec.driver == Driver::Exec,
+        };
+        let task_dir = ctx.task_dir();
+        let user = match &spec.user {
+            Some(name) => Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?),
+            None => None,
+        };
+        make_dir(&alloc_dir, 0o711)?;
+        make_dir(&alloc_dir.join("alloc"), 0o755)?;
+        // As Nomad's: where the group's tasks, whatever their users, share
+        // data.
+        make_dir(&alloc_dir.join("alloc/data"), 0o777)?;
+        make_dir(&alloc_dir.join("alloc/tmp"), 0o777)?;
+        make_dir(&task_dir, 0o755)?;
+        for (dir, mode) in [("local", 0o755), ("secrets", 0o700), ("tmp", 0o1777)] {
+            let path = task_dir.join(dir);
+            make_dir(&path, mode)?;
+            if let Some(user) = user {
+                chown(&path, user)?;
+            }
+        }
+        // The logs stay the agent's: it opens them on the host.
+        make_dir(&task_dir.join("logs"), 0o755)?;
+        let socket_dir = self.plugin_socket_dir(&alloc.id);
+        let env = self.task_environment(alloc, i)?;
+        let args = spec
+            .config
+            .args
+            .iter()
+            .map(|a| interpolate(a, &env))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("config.args: {e}"))?;
+        let mut mounts = Vec::new();
+        for vm in &spec.volume_mounts {
+            let used = alloc
+                .volumes
+                .iter()
+                .find(|v| v.alias == vm.volume)
+                .ok_or_else(|| format!("volume_mount {:?}: no such group volume", vm.volume))?;
+            let source = match (&used.source, &used.state) {
+                (VolumeSource::Host { path }, _) => path.clone(),
+                (VolumeSource::Csi, UseState::Claimed { publish_path }) => publish_path.clone(),
+                _ => return Err(format!("volume {:?} is not claimed", used.volume_id)),
+            };
+            let dest = interpolate(&vm.destination, &env)
+                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+            let target = resolve_destination(&task_dir, &dest)
+                .and_then(|target| check_destination(&dest, &self.chroot_env).map(|()| target))
+                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+            prepare_target(&task_dir, &dest, &target, source.is_dir())
+                .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
+            if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
+                make_shared(&source)?;
+            }
+            mounts.push(DriverMount {
+                source,
+                target,
+                read_only: vm.read_only || used.read_only,
+                propagation: vm.propagation,
+            });
+        }
+        let mut keep = Vec::new();
+        let mut plugin_dirs = Vec::new();
+        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
+        if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
+            let root = self.data_dir.join("csi");
+            ensure_shared_root(&root)?;
+            make_dir(&root.join(&p.id), 0o700)?;
+            keep.push(root.clone());
+            make_dir(&socket_dir, 0o700)?;
+            if let Some(user) = user {
+                chown(&socket_dir, user)?;
+            }
+            let _ = fs::remove_file(registered.endpoint.path());
+            // Nomad's contract: both bidirectional, so that what the
+            // plugin mounts under its base dir (a peer of the shared
+            // `csi/` root) is mounted on the host too.
+            plugin_dirs.push(PluginDir {
+                source: socket_dir.clone(),
+                destination: p.mount_dir.clone(),
+                propagation: Propagation::Bidirectional,
+            });
+            plugin_dirs.push(PluginDir {
+                source: root.join(&p.id),
+                destination: p.stage_publish_base_dir.clone(),
+                propagation: Propagation::Bidirectional,
+            });
+        }
+        let host = MountInfo::read().map_err(|e| e.to_string())?;
+        let (root, hide) = match spec.driver {
+            Driver::Exec => {
+                let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
+                let root = RootPlan::new(
+                    &task_dir,
+                    &alloc_dir.join("alloc"),
+                    &self.chroot_env,
+                    owner,
+                    plugin_dirs,
+                );
+                root.prepare().map_err(|e| crate::error_chain(&e))?;
+                (Some(root), Vec::new())
+            }
+            // The host's root holds the control socket: cover it.
+            Driver::RawExec => (None, vec![self.data_dir.join(crate::api::SOCKET_NAME)]),
+        };
+        let launch = Launch {
+            command: spec.config.command.clone(),
+            args,
+            env,
+            cwd: task_dir.clone(),
+            stdout: task_dir.join("logs/stdout"),
+            stderr: task_dir.join("logs/stderr"),
+            pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
+            user,
+            namespace: NamespacePlan::new(&host, keep, mounts, hide),
+            root,
+        };
+        let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
+        Ok((child, plugin))
+    }
+
+    /// The whole environment of task `i` of `alloc`: the agent's variables
+    /// (with a plugin task's `CSI_ENDPOINT`), then the task's `env` block.
+    pub(super) fn task_environment(
+        &self,
+        alloc: &Alloc,
+        i: usize,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let spec = &alloc.group.tasks[i];
+        let alloc_dir = self.alloc_dir(&alloc.id);
+        let ctx = TaskContext {
+            alloc_id: &alloc.id,
+            alloc_index: alloc.index,
+            job: &alloc.job,
+            group: &alloc.group.name,
+            task: &spec.name,
+            alloc_dir: &alloc_dir,
+            own_root: spec.driver == Driver::Exec,
+        };
+        let mut base = ctx.base();
+        if let Some(csi) = &spec.csi_plugin {
+            let socket_dir = self.plugin_socket_dir(&alloc.id);
+            base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
+        }
+        task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+    }
+}
+
+/// The `CSI_ENDPOINT` a plugin task gets, as it sees it: the socket in its
+/// `mount_dir` (an exec task), or in its socket dir `socket_dir` on the
+/// host (a raw_exec task).
+fn task_endpoint(task: &Task, csi: &CsiPlugin, socket_dir: &Path) -> String {
+    let dir = match task.driver {
+        Driver::Exec => &csi.mount_dir,
+        Driver::RawExec => socket_dir,
+    };
+    format!("unix://{}", dir.join("csi.sock").display())
+}
+
+/// The socket the agent watches for a plugin task whose `CSI_ENDPOINT` is
+/// `endpoint` (its own default, or its `env`'s): an exec task's socket must
+/// be in its `mount_dir`, which is `socket_dir` on the host.
+fn host_endpoint(
+    task: &Task,
+    csi: &CsiPlugin,
+    endpoint: &str,
+    socket_dir: &Path,
+) -> Result<Endpoint, String> {
+    let endpoint: Endpoint = endpoint.parse().map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
+    if task.driver == Driver::RawExec {
+        return Ok(endpoint);
+    }
+    let rest = endpoint.path().strip_prefix(&csi.mount_dir).map_err(|_| {
+        format!(
+            "CSI_ENDPOINT {} is not in mount_dir {}, where the agent finds the plugin's socket",
+            endpoint.path().display(),
+            csi.mount_dir.display()
+        )
+    })?;
+    Endpoint::from_path(socket_dir.join(rest)).map_err(|e| format!("CSI_ENDPOINT: {e}"))
+}
+
+/// What the agent registers for task `i` of `alloc` if it is a plugin,
+/// with its health timeout: the socket of the task's `CSI_ENDPOINT` on the
+/// host (its socket dir is `socket_dir`), and for an exec task the base dir
+/// of the paths in its RPCs.
+pub(super) fn plugin_spec(
+    alloc: &Alloc,
+    i: usize,
+    env: &BTreeMap<String, String>,
+    socket_dir: &Path,
+) -> Result<Option<(PluginSpec, Duration)>, String> {
+    let spec = &alloc.group.tasks[i];
+    let Some(csi) = &spec.csi_plugin else {
+        return Ok(None);
+    };
+    let endpoint = host_endpoint(spec, csi, &env["CSI_ENDPOINT"], socket_dir)?;
+    let registered = PluginSpec {
+        id: csi.id.clone(),
+        endpoint,
+        plugin_type: csi.plugin_type,
+        source: Source::Task {
+            alloc: alloc.id.clone(),
+            task: spec.name.clone(),
+        },
+        stage_publish_base_dir: (spec.driver == Driver::Exec)
+            .then(|| csi.stage_publish_base_dir.clone()),
+    };
+    Ok(Some((registered, csi.health_timeout)))
+}
+
+/// Creates `path` (and its parents) with `mode`. A symlink there is
+/// refused: a task may have left one in its dirs, and the agent must not
+/// change the mode or owner of what it points to.
+fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let meta =
+        fs::symlink_metadata(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "{} is not a directory (a symlink?)",
+            path.display()
+        ));
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+}
+
+fn chown(path: &Path, user: exec::User) -> Result<(), String> {
+    std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
+        .map_err(|e| format!("cannot give {} to uid {}: {e}", path.display(), user.uid))
+}
+
+/// Makes the host's mount at `path` shared, so a task's slave or shared
+/// bind of it receives (and for shared, sends) mount events.
+fn make_shared(path: &Path) -> Result<(), String> {
+    let info = MountInfo::read().map_err(|e| e.to_string())?;
+    match info.get(path) {
+        Some(m) if m.shared_peer_group().is_some() => Ok(()),
+        Some(_) => SysMounter
+            .set_propagation(path, Propagation::Bidirectional)
+            .map_err(|e| crate::error_chain(&e)),
+        None => Err(format!("{} is not a mount point", path.display())),
+    }
+}
+
+/// The agent's `csi/` root as a shared mount of its own, so mounts a
+/// plugin task makes under it (in its namespace) appear on the host.
+fn ensure_shared_root(root: &Path) -> Result<(), String> {
+    make_dir(root, 0o700)?;
+    let info = MountInfo::read().map_err(|e| e.to_string())?;
+    if info.get(root).is_none() {
+        SysMounter
+            .bind(root, root, false)
+            .map_err(|e| crate::error_chain(&e))?;
+    }
+    make_shared(root)
+}

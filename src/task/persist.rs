@@ -1,0 +1,247 @@
+//! What the snapshot keeps of jobs and allocs, loading it back, and
+//! re-adopting the tasks that kept running while the agent was away.
+
+use std::time::Instant;
+
+use super::exec;
+use super::launch::plugin_spec;
+use super::restart::Window;
+use super::runner::Exit;
+use super::{
+    Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,
+    UseState,
+};
+use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
+use crate::plugin::InstanceKey;
+use crate::proto::state as pb;
+use crate::spec::Job;
+
+impl Allocs {
+    pub fn jobs_to_proto(&self) -> Vec<pb::Job> {
+        self.jobs
+            .values()
+            .map(|j| pb::Job {
+                name: j.name.clone(),
+                file: j.file.clone(),
+                hcl: j.hcl.clone(),
+                submitted_unix_ms: unix_ms(j.submitted),
+                stop_wanted: j.stop_wanted,
+                purge: j.purge,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    pub fn allocs_to_proto(&self) -> Vec<pb::Alloc> {
+        self.allocs
+            .values()
+            .map(|a| pb::Alloc {
+                id: a.id.clone(),
+                job: a.job.clone(),
+                group: a.group.name.clone(),
+                index: a.index,
+                stop_wanted: a.stop_wanted,
+                status: a.status.as_str().to_string(),
+                message: a.message.clone(),
+                tasks: a
+                    .tasks
+                    .iter()
+                    .map(|t| pb::Task {
+                        name: t.name.clone(),
+                        state: t.state.as_str().to_string(),
+                        failed: t.failed,
+                        pid: t.process.as_ref().map_or(0, |p| p.pid),
+                        start_ticks: t.process.as_ref().map_or(0, |p| p.start_ticks),
+                        restarts: t.restarts,
+                        restart_window_unix_ms: t.window.map_or(0, |w| unix_ms(w.started)),
+                        restart_window_count: t.window.map_or(0, |w| w.restarts),
+                        events: t.events.iter().cloned().collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                created_unix_ms: unix_ms(a.created),
+                job_hcl: a.job_hcl.clone(),
+                job_file: a.job_file.clone(),
+                replaces: a.replaces.clone().unwrap_or_default(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Loads what a snapshot kept. Records that no longer decode are
+    /// logged and dropped.
+    pub fn restore(&mut self, jobs: &[pb::Job], allocs: &[pb::Alloc]) {
+        for j in jobs {
+            match Job::decode(&j.hcl, &j.file) {
+                Ok(decoded) => {
+                    self.jobs.insert(
+                        j.name.clone(),
+                        JobEntry {
+                            name: j.name.clone(),
+                            file: j.file.clone(),
+                            hcl: j.hcl.clone(),
+                            spec: decoded.spec,
+                            submitted: from_unix_ms(j.submitted_unix_ms),
+                            stop_wanted: j.stop_wanted,
+                            purge: j.purge,
+                        },
+                    );
+                }
+                Err(err) => log::error!("Dropping job {:?} of the snapshot: {err}", j.name),
+            }
+        }
+        for a in allocs {
+            let group = Job::decode(&a.job_hcl, &a.job_file)
+                .ok()
+                .and_then(|d| d.spec.groups.into_iter().find(|g| g.name == a.group));
+            let Some(group) = group else {
+                log::error!(
+                    "Dropping alloc {} of the snapshot: its job no longer decodes",
+                    a.id
+                );
+                continue;
+            };
+            let mut alloc = Alloc {
+                id: a.id.clone(),
+                job: a.job.clone(),
+                index: a.index,
+                job_hcl: a.job_hcl.clone(),
+                job_file: a.job_file.clone(),
+                status: AllocStatus::parse(&a.status),
+                stop_wanted: a.stop_wanted,
+                message: a.message.clone(),
+                tasks: Vec::new(),
+                volumes: self.volume_uses(&group, a.index),
+                created: from_unix_ms(a.created_unix_ms),
+                replaces: (!a.replaces.is_empty()).then(|| a.replaces.clone()),
+                group,
+            };
+            if alloc.status.is_terminal() {
+                for v in &mut alloc.volumes {
+                    v.state = UseState::Released;
+                }
+            }
+            for spec in &alloc.group.tasks {
+                let saved = a.tasks.iter().find(|t| t.name == spec.name);
+                let mut task = TaskRun {
+                    name: spec.name.clone(),
+                    state: TaskState::Pending,
+                    failed: saved.is_some_and(|t| t.failed),
+                    process: None,
+                    restarts: saved.map_or(0, |t| t.restarts),
+                    window: saved
+                        .filter(|t| t.restart_window_unix_ms != 0)
+                        .map(|t| Window {
+                            started: from_unix_ms(t.restart_window_unix_ms),
+                            restarts: t.restart_window_count,
+                        }),
+                    events: saved
+                        .map(|t| t.events.iter().cloned().collect())
+                        .unwrap_or_default(),
+                    plugin: spec.csi_plugin.as_ref().map(|p| PluginRun {
+                        key: InstanceKey::new(&p.id, p.plugin_type),
+                        healthy: false,
+                        deadline: None,
+                    }),
+                };
+                if let Some(saved) = saved {
+                    task.state = match saved.state.as_str() {
+                        "dead" => TaskState::Dead,
+                        "running" => TaskState::Running,
+                        "restarting" => TaskState::Restarting { at: Instant::now() },
+                        _ => TaskState::Pending,
+                    };
+                    if task.state == TaskState::Running {
+                        task.process = Some(Process {
+                            pid: saved.pid,
+                            start_ticks: saved.start_ticks,
+                            child: None,
+                            kill_at: None,
+                            killed: false,
+                        });
+                    }
+                }
+                alloc.tasks.push(task);
+            }
+            self.allocs.insert(alloc.id.clone(), alloc);
+        }
+        let ids: Vec<String> = self.allocs.keys().cloned().collect();
+        for id in ids {
+            self.readopt(&id);
+        }
+    }
+
+    /// After a restart: adopt the processes that still run, and send the
+    /// others through their restart policy.
+    pub(super) fn readopt(&mut self, id: &str) {
+        let Some(mut alloc) = self.allocs.remove(id) else {
+            return;
+        };
+        let now = Instant::now();
+        if !alloc.status.is_terminal() {
+            for i in 0..alloc.tasks.len() {
+                if alloc.tasks[i].state == TaskState::Dead {
+                    continue;
+                }
+                let pid_file = self
+                    .alloc_dir(id)
+                    .join(format!("{}.pid", alloc.tasks[i].name));
+                let plugin_start = self
+                    .task_environment(&alloc, i)
+                    .and_then(|env| plugin_spec(&alloc, i, &env, &self.plugin_socket_dir(id)));
+                let task = &mut alloc.tasks[i];
+                let recorded = task.process.as_ref().map(|p| (p.pid, p.start_ticks));
+                let alive = match recorded {
+                    Some((pid, ticks)) if pid != 0 && ticks != 0 => {
+                        (exec::start_ticks(pid) == Some(ticks)).then_some((pid, ticks))
+                    }
+                    _ => exec::read_pid_file(&pid_file)
+                        .filter(|pid| {
+                            exec::has_env(*pid, "CSI_AGENT_ALLOC_ID", id)
+                                && exec::has_env(*pid, "NOMAD_TASK_NAME", &task.name)
+                        })
+                        .and_then(|pid| exec::start_ticks(pid).map(|t| (pid, t))),
+                };
+                match alive {
+                    Some((pid, start_ticks)) => {
+                        task.process = Some(Process {
+                            pid,
+                            start_ticks,
+                            child: None,
+                            kill_at: None,
+                            killed: false,
+                        });
+                        task.state = TaskState::Running;
+                        task.event(
+                            "adopted",
+                            format!("re-adopted pid {pid} after an agent restart"),
+                        );
+                        log::info!("Alloc {id}: re-adopted task {} (pid {pid})", task.name);
+                        match (&mut task.plugin, plugin_start) {
+                            (Some(plugin), Ok(Some((spec, health_timeout)))) => {
+                                plugin.healthy = false;
+                                plugin.deadline = Some(now + health_timeout);
+                                self.effects.push(PluginEffect::Start {
+                                    alloc: id.to_string(),
+                                    task: task.name.clone(),
+                                    spec,
+                                    health_timeout,
+                                });
+                            }
+                            (Some(_), Err(err)) => log::error!(
+                                "Alloc {id}: cannot watch the plugin of task {}: {err}",
+                                task.name
+                            ),
+                            _ => {}
+                        }
+                    }
+                    None if task.state == TaskState::Running => {
+                        self.exited(&mut alloc, i, Exit::Vanished, now);
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.allocs.insert(id.to_string(), alloc);
+    }
+}

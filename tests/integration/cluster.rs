@@ -1,0 +1,200 @@
+//! The cluster's shared claims and node registrations, against real etcd:
+//! a single-writer volume claimed from three hosts at once has exactly one
+//! winner every round, readers of a reader-only volume all win, a released
+//! claim still counts until freed, a node lives by its lease, its name is
+//! unique, and a node cut off from etcd is told so and registers again
+//! when etcd returns.
+//!
+//! "Hosts" here are threads with clients of their own; the agents in
+//! network namespaces come with the agent's `cluster` block.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::cluster::claims::{ClaimRequest, ClaimSets, Error};
+use csi_agent::cluster::node::{self, NodeEvent, Registration};
+use csi_agent::csi::AccessMode;
+use csi_agent::proto::cluster as pb;
+
+use crate::etcd::{require_etcd, Cluster};
+
+const PREFIX: &str = "/csi-agent";
+
+fn request(node: &str, alloc: &str, read_only: bool, mode: AccessMode) -> ClaimRequest {
+    ClaimRequest {
+        node: node.into(),
+        alloc_id: alloc.into(),
+        read_only,
+        access_mode: mode,
+    }
+}
+
+/// Three hosts claim volume `v<round>` at the same moment, `rounds` times:
+/// which hosts won each round.
+fn race(cluster: &Cluster, rounds: usize, read_only: bool, mode: AccessMode) -> Vec<Vec<String>> {
+    let barrier = Arc::new(Barrier::new(3));
+    let hosts: Vec<_> = ["host-a", "host-b", "host-c"]
+        .into_iter()
+        .map(|host| {
+            let etcd = cluster.client();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let sets = ClaimSets::new(&etcd, PREFIX);
+                let mut won = Vec::new();
+                for round in 0..rounds {
+                    barrier.wait();
+                    let req = request(host, &format!("alloc-{host}"), read_only, mode);
+                    match sets.admit(&format!("v{round}"), &req) {
+                        Ok(()) => won.push(round),
+                        Err(Error::Refused(_)) => {}
+                        Err(err) => panic!("{host} round {round}: {err}"),
+                    }
+                }
+                (host, won)
+            })
+        })
+        .collect();
+    let mut winners = vec![Vec::new(); rounds];
+    for handle in hosts {
+        let (host, won) = handle.join().unwrap();
+        for round in won {
+            winners[round].push(host.to_string());
+        }
+    }
+    winners
+}
+
+#[test]
+fn a_single_writer_volume_claimed_from_three_hosts_at_once_has_one_winner_every_round() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let winners = race(&cluster, 100, false, AccessMode::SingleNodeWriter);
+    for (round, won) in winners.iter().enumerate() {
+        assert_eq!(won.len(), 1, "round {round}: {won:?}");
+    }
+    // The set in etcd says the same: one claim, the winner's.
+    let etcd = cluster.client();
+    let sets = ClaimSets::new(&etcd, PREFIX);
+    for (round, won) in winners.iter().enumerate() {
+        let (set, _) = sets.read(&format!("v{round}")).unwrap();
+        assert_eq!(set.claims.len(), 1);
+        assert_eq!(set.claims[0].node, won[0]);
+    }
+}
+
+#[test]
+fn readers_of_a_multi_node_reader_volume_claimed_at_once_all_win() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let winners = race(&cluster, 30, true, AccessMode::MultiNodeReaderOnly);
+    for (round, won) in winners.iter().enumerate() {
+        assert_eq!(won.len(), 3, "round {round}: {won:?}");
+    }
+}
+
+#[test]
+fn a_released_claim_counts_until_freed_then_another_host_may_claim() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let sets = ClaimSets::new(&etcd, PREFIX);
+    let mode = AccessMode::SingleNodeWriter;
+    sets.admit("v", &request("a", "w1", false, mode)).unwrap();
+    // A repeat is the same claim.
+    sets.admit("v", &request("a", "w1", false, mode)).unwrap();
+    let b = request("b", "w2", false, mode);
+    let err = sets.admit("v", &b).unwrap_err();
+    assert!(
+        err.to_string().contains("claimed on node a by alloc w1"),
+        "{err}"
+    );
+    // Released but not yet detached on node a: still in the way.
+    sets.release("v", "a", "w1", "released").unwrap();
+    let (set, _) = sets.read("v").unwrap();
+    assert!(!set.claims[0].wanted);
+    assert_eq!(set.claims[0].reason, "released");
+    assert!(sets.admit("v", &b).is_err());
+    sets.free("v", "a", "w1").unwrap();
+    assert_eq!(
+        etcd.get(format!("{PREFIX}/volumes/v/claims").as_bytes())
+            .unwrap(),
+        None
+    );
+    sets.admit("v", &b).unwrap();
+}
+
+fn record(node: &str) -> pb::NodeRecord {
+    pb::NodeRecord {
+        node: node.into(),
+        registered_unix_ms: 1,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_node_lives_by_its_lease_and_its_name_is_unique() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = Arc::new(cluster.client());
+    let ttl = Duration::from_secs(2);
+    let a = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl).unwrap();
+    // Kept alive well past its TTL.
+    thread::sleep(ttl * 2);
+    let nodes: Vec<String> = node::list(&etcd, PREFIX)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.node)
+        .collect();
+    assert_eq!(nodes, ["node-a"]);
+    // The name is taken while node-a lives.
+    let err = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl)
+        .err()
+        .expect("a second node-a");
+    assert!(err.to_string().contains("must be unique"), "{err}");
+    // A clean stop leaves at once.
+    drop(a);
+    assert!(node::list(&etcd, PREFIX).unwrap().is_empty());
+}
+
+#[test]
+fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
+    if !require_etcd() {
+        return;
+    }
+    let mut cluster = Cluster::start(1);
+    let etcd = Arc::new(cluster.client().with_timeout(Duration::from_millis(500)));
+    let ttl = Duration::from_secs(2);
+    let registration = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl).unwrap();
+    cluster.kill(0);
+    let start = Instant::now();
+    match registration.events().recv_timeout(Duration::from_secs(20)) {
+        Ok(NodeEvent::Disconnected { reason }) => {
+            assert!(reason.contains("no keep-alive went through"), "{reason}");
+            // Not at the first failed keep-alive: only once the last good
+            // one (up to a third of the TTL before the kill) is a TTL old.
+            assert!(
+                start.elapsed() >= ttl / 2,
+                "disconnected too early: {:?}",
+                start.elapsed()
+            );
+        }
+        other => panic!("expected a disconnection: {other:?}"),
+    }
+    cluster.restart(0);
+    match registration.events().recv_timeout(Duration::from_secs(30)) {
+        Ok(NodeEvent::Reconnected { lease }) => assert!(lease != 0),
+        other => panic!("expected a reconnection: {other:?}"),
+    }
+    let nodes = node::list(&etcd, PREFIX).unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].node, "node-a");
+}

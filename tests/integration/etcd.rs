@@ -1,0 +1,360 @@
+//! The etcd client against real etcd processes (Debian's `etcd-server`,
+//! which `make deps` installs): one member, or three on loopback ports of
+//! the test's own, each in its test dir, killed in `Drop`.
+//!
+//! What the cluster module builds on is checked here: keys and prefixes,
+//! the revision-compared transaction that lets exactly one of two racing
+//! writers win, leases that take their keys with them, watches that miss
+//! nothing from a revision on, fail-over when a member dies, and a clear
+//! error (not a hang) when a majority is gone.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::cluster::etcd::{Error, Etcd, Event};
+
+use crate::util::TestDir;
+
+/// Whether etcd is installed; under CI its absence is a failure.
+pub fn require_etcd() -> bool {
+    let found = Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("etcd is not installed; `make deps` installs etcd-server");
+        }
+        eprintln!("skipping: etcd is not installed (`make deps` installs etcd-server)");
+    }
+    found
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// etcd members on loopback, in a test dir.
+pub struct Cluster {
+    dir: TestDir,
+    members: Vec<Option<Child>>,
+    /// Each member's command line, to start it again.
+    args: Vec<Vec<String>>,
+    pub clients: Vec<String>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        let dir = TestDir::new();
+        let peers: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let clients: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let initial: Vec<String> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let token = format!("csi-agent-test-{}", dir.path.display());
+        let mut members = Vec::new();
+        let mut all_args = Vec::new();
+        for i in 0..n {
+            let args: Vec<String> = [
+                "--name",
+                &format!("m{i}"),
+                "--data-dir",
+                &dir.join(&format!("m{i}")).display().to_string(),
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{}", clients[i]),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{}", clients[i]),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{}", peers[i]),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{}", peers[i]),
+                "--initial-cluster",
+                &initial.join(","),
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &token,
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            members.push(Some(spawn_member(&dir, i, &args)));
+            all_args.push(args);
+        }
+        let cluster = Cluster {
+            dir,
+            members,
+            args: all_args,
+            clients: clients
+                .iter()
+                .map(|p| format!("http://127.0.0.1:{p}"))
+                .collect(),
+        };
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// Starts member `i` again after [`Cluster::kill`], on its data dir.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].is_none(), "member {i} is running");
+        self.members[i] = Some(spawn_member(&self.dir, i, &self.args[i]));
+    }
+
+    pub fn client(&self) -> Etcd {
+        Etcd::new(&self.clients)
+            .unwrap()
+            .with_timeout(Duration::from_secs(2))
+    }
+
+    /// Waits until a write goes through (a leader is elected).
+    pub fn wait_ready(&self) {
+        let client = self.client();
+        let start = Instant::now();
+        while let Err(err) = client.put(b"/ready", b"", 0) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "etcd never became ready: {err}\n{}",
+                self.logs()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        (0..self.members.len())
+            .map(|i| {
+                std::fs::read_to_string(self.dir.join(&format!("m{i}.log"))).unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn spawn_member(dir: &TestDir, i: usize, args: &[String]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(&format!("m{i}.log")))
+        .unwrap();
+    Command::new("etcd")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start etcd")
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+#[test]
+fn keys_prefixes_and_deletes_round_trip() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    assert_eq!(etcd.get(b"/csi/volumes/a").unwrap(), None);
+    etcd.put(b"/csi/volumes/a", b"one", 0).unwrap();
+    etcd.put(b"/csi/volumes/b", b"two", 0).unwrap();
+    etcd.put(b"/csi/volumes0", b"outside", 0).unwrap();
+    let a = etcd.get(b"/csi/volumes/a").unwrap().unwrap();
+    assert_eq!(a.value, b"one");
+    let (all, revision) = etcd.get_prefix(b"/csi/volumes/").unwrap();
+    let keys: Vec<&[u8]> = all.iter().map(|kv| kv.key.as_slice()).collect();
+    assert_eq!(keys, [&b"/csi/volumes/a"[..], b"/csi/volumes/b"]);
+    assert!(revision >= a.mod_revision);
+    assert!(etcd.delete(b"/csi/volumes/a").unwrap());
+    assert!(!etcd.delete(b"/csi/volumes/a").unwrap());
+}
+
+#[test]
+fn of_two_writers_comparing_the_same_revision_exactly_one_wins_every_round() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let rounds = 100;
+    let barrier = Arc::new(Barrier::new(2));
+    let racers: Vec<_> = ["host-a", "host-b"]
+        .into_iter()
+        .map(|host| {
+            let etcd = cluster.client();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let mut wins = Vec::new();
+                for round in 0..rounds {
+                    let key = format!("/csi/volumes/v{round}/claims");
+                    // Both read "no claim" (revision 0), then both write.
+                    barrier.wait();
+                    if etcd
+                        .put_if(key.as_bytes(), 0, host.as_bytes(), 0)
+                        .unwrap()
+                        .is_some()
+                    {
+                        wins.push(round);
+                    }
+                }
+                wins
+            })
+        })
+        .collect();
+    let wins: Vec<Vec<usize>> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(wins[0].len() + wins[1].len(), rounds, "{wins:?}");
+    assert!(wins[0].iter().all(|r| !wins[1].contains(r)));
+    // A writer comparing a stale revision loses; the current one wins.
+    let etcd = cluster.client();
+    let current = etcd.get(b"/csi/volumes/v0/claims").unwrap().unwrap();
+    assert_eq!(
+        etcd.put_if(b"/csi/volumes/v0/claims", current.mod_revision - 1, b"x", 0)
+            .unwrap(),
+        None
+    );
+    assert!(etcd
+        .put_if(b"/csi/volumes/v0/claims", current.mod_revision, b"x", 0)
+        .unwrap()
+        .is_some());
+    assert!(!etcd
+        .delete_if(b"/csi/volumes/v0/claims", current.mod_revision)
+        .unwrap());
+}
+
+#[test]
+fn a_lease_keeps_its_key_while_kept_alive_and_takes_it_when_it_ends() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let (lease, ttl) = etcd.grant(Duration::from_secs(2)).unwrap();
+    assert!(ttl >= 2);
+    etcd.put(b"/csi/nodes/n1", b"alive", lease).unwrap();
+    // Kept alive past its TTL, the key stays.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(ttl as u64 + 1) {
+        assert!(etcd.keep_alive(lease).unwrap() > 0);
+        thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(etcd.get(b"/csi/nodes/n1").unwrap().unwrap().lease, lease);
+    // Left alone, the lease expires and takes the key.
+    let start = Instant::now();
+    while etcd.get(b"/csi/nodes/n1").unwrap().is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the lease never expired"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(etcd.keep_alive(lease).unwrap(), 0, "an expired lease");
+    // Revoking takes a key at once.
+    let (lease, _) = etcd.grant(Duration::from_secs(60)).unwrap();
+    etcd.put(b"/csi/nodes/n2", b"alive", lease).unwrap();
+    etcd.revoke(lease).unwrap();
+    assert_eq!(etcd.get(b"/csi/nodes/n2").unwrap(), None);
+}
+
+#[test]
+fn a_watch_from_a_revision_sees_every_change_after_it_in_order() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    etcd.put(b"/csi/attachments/v1/n1", b"before", 0).unwrap();
+    let (_, revision) = etcd.get_prefix(b"/csi/attachments/").unwrap();
+    // Changes between the read and the watch are not missed.
+    etcd.put(b"/csi/attachments/v1/n1", b"intent", 0).unwrap();
+    let watch = etcd
+        .watch_prefix(b"/csi/attachments/", revision + 1)
+        .unwrap();
+    etcd.put(b"/csi/attachments/v1/n2", b"intent", 0).unwrap();
+    etcd.put(b"/csi/elsewhere", b"not watched", 0).unwrap();
+    etcd.delete(b"/csi/attachments/v1/n1").unwrap();
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while seen.len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(10), "{seen:?}");
+        match watch.next(Duration::from_secs(5)) {
+            Ok(batch) => seen.extend(batch.events),
+            Err(Error::Timeout) => {}
+            Err(err) => panic!("{err}"),
+        }
+    }
+    match &seen[..] {
+        [Event::Put(a), Event::Put(b), Event::Delete { key, .. }] => {
+            assert_eq!(
+                (a.key.as_slice(), a.value.as_slice()),
+                (&b"/csi/attachments/v1/n1"[..], &b"intent"[..])
+            );
+            assert_eq!(b.key, b"/csi/attachments/v1/n2");
+            assert_eq!(key, b"/csi/attachments/v1/n1");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_dead_member_is_failed_over_and_a_lost_majority_is_a_clear_error() {
+    if !require_etcd() {
+        return;
+    }
+    let mut cluster = Cluster::start(3);
+    let etcd = cluster.client();
+    etcd.put(b"/csi/k", b"1", 0).unwrap();
+    // Whichever member the client used, one down leaves a quorum.
+    cluster.kill(0);
+    let start = Instant::now();
+    loop {
+        match etcd.put(b"/csi/k", b"2", 0) {
+            Ok(_) => break,
+            // A new leader may take an election.
+            Err(err) if start.elapsed() < Duration::from_secs(20) => {
+                eprintln!("waiting for a leader: {err}");
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(err) => panic!("{err}\n{}", cluster.logs()),
+        }
+    }
+    assert_eq!(etcd.get(b"/csi/k").unwrap().unwrap().value, b"2");
+    // Two of three down: no quorum. The call fails within its deadlines,
+    // naming every member, instead of hanging.
+    cluster.kill(1);
+    let start = Instant::now();
+    let err = etcd.put(b"/csi/k", b"3", 0).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    let text = err.to_string();
+    assert!(text.starts_with("no etcd member answered Put"), "{text}");
+    for endpoint in &cluster.clients {
+        assert!(text.contains(endpoint.as_str()), "{text}");
+    }
+}
