@@ -238,6 +238,50 @@ impl<'a> ClaimSets<'a> {
         })
     }
 
+    /// Every volume that has claims, with its set and revision.
+    pub fn all(&self) -> Result<Vec<(String, pb::ClaimSet)>, Error> {
+        let volumes = format!("{}/volumes/", self.prefix);
+        let (kvs, _) = self.etcd.get_prefix(volumes.as_bytes())?;
+        let mut out = Vec::new();
+        for kv in kvs {
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
+            let Some(volume) = key
+                .strip_prefix(&volumes)
+                .and_then(|rest| rest.strip_suffix("/claims"))
+            else {
+                continue;
+            };
+            let set = pb::ClaimSet::parse_from_bytes(&kv.value).map_err(|err| Error::Corrupt {
+                volume: volume.to_string(),
+                reason: err.to_string(),
+            })?;
+            out.push((volume.to_string(), set));
+        }
+        Ok(out)
+    }
+
+    /// A node is lost (its key expired): each of its wanted claims becomes
+    /// a past claim with reason "node lost", on every volume. Nothing is
+    /// freed: a lost node's claims go only once fenced, or by an operator.
+    /// Answers the volumes whose claims changed.
+    pub fn node_lost(&self, node: &str) -> Result<Vec<String>, Error> {
+        let mut changed = Vec::new();
+        for (volume, set) in self.all()? {
+            if !set.claims.iter().any(|c| c.node == node && c.wanted) {
+                continue;
+            }
+            self.update(&volume, |set| {
+                for c in set.claims.iter_mut().filter(|c| c.node == node) {
+                    c.wanted = false;
+                    c.reason = "node lost".to_string();
+                }
+                Ok(())
+            })?;
+            changed.push(volume);
+        }
+        Ok(changed)
+    }
+
     /// Forgets a claim whose node has detached the volume.
     pub fn free(&self, volume: &str, node: &str, alloc: &str) -> Result<(), Error> {
         self.update(volume, |set| {

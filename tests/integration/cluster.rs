@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::cluster::claims::{ClaimRequest, ClaimSets, Error};
+use csi_agent::cluster::etcd::Event;
 use csi_agent::cluster::node::{self, NodeEvent, Registration};
 use csi_agent::csi::AccessMode;
 use csi_agent::proto::cluster as pb;
@@ -197,4 +198,163 @@ fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
     let nodes = node::list(&etcd, PREFIX).unwrap();
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].node, "node-a");
+}
+
+#[test]
+fn one_candidate_leads_a_plugin_s_controller_and_another_takes_over_when_its_node_goes() {
+    use csi_agent::cluster::election::{self, Leadership};
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let (lease_a, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    let (lease_b, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", lease_a).unwrap(),
+        Leadership::Leader
+    );
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-b", lease_b).unwrap(),
+        Leadership::Follower {
+            leader: "node-a".into()
+        }
+    );
+    // Campaigning again changes nothing; another plugin has its own.
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", lease_a).unwrap(),
+        Leadership::Leader
+    );
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "nfs", "node-b", lease_b).unwrap(),
+        Leadership::Leader
+    );
+    // node-a's lease ends (its node is lost): node-b sees it and takes over.
+    let (_, revision) = etcd
+        .get_prefix(&election::election_key(PREFIX, "ebs"))
+        .unwrap();
+    let watch = etcd
+        .watch_prefix(&election::election_key(PREFIX, "ebs"), revision + 1)
+        .unwrap();
+    etcd.revoke(lease_a).unwrap();
+    let batch = watch.next(Duration::from_secs(10)).unwrap();
+    assert!(election::leader_left(&batch.events), "{batch:?}");
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-b", lease_b).unwrap(),
+        Leadership::Leader
+    );
+    assert_eq!(
+        election::leader(&etcd, PREFIX, "ebs").unwrap().as_deref(),
+        Some("node-b")
+    );
+}
+
+#[test]
+fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_watch() {
+    use csi_agent::cluster::attachments::{self, Outcome};
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    // The leader: serves every intent it sees, from a read then a watch,
+    // with a stand-in for ControllerPublish/Unpublish that fails node-c.
+    let leader_etcd = cluster.client();
+    let leader = std::thread::spawn(move || {
+        let prefix = attachments::attachments_prefix(PREFIX);
+        let (kvs, revision) = leader_etcd.get_prefix(prefix.as_bytes()).unwrap();
+        let serve = |kvs: &[csi_agent::cluster::etcd::Kv]| {
+            let mut served = 0;
+            for intent in attachments::pending(PREFIX, kvs) {
+                let outcome = match (intent.attach, intent.node.as_str()) {
+                    (true, "node-c") => Outcome::Failed("node-c has no free slot".into()),
+                    (true, _) => Outcome::Attached(
+                        [(
+                            "device".to_string(),
+                            format!("/dev/for-{}", intent.plugin_node_id),
+                        )]
+                        .into(),
+                    ),
+                    (false, _) => Outcome::Detached,
+                };
+                if attachments::answer(&leader_etcd, PREFIX, "node-leader", &intent, &outcome)
+                    .unwrap()
+                {
+                    served += 1;
+                }
+            }
+            served
+        };
+        let mut served = serve(&kvs);
+        let watch = leader_etcd
+            .watch_prefix(prefix.as_bytes(), revision + 1)
+            .unwrap();
+        while served < 4 {
+            let batch = watch.next(Duration::from_secs(20)).unwrap();
+            let puts: Vec<_> = batch
+                .events
+                .into_iter()
+                .filter_map(|e| match e {
+                    Event::Put(kv) => Some(kv),
+                    _ => None,
+                })
+                .collect();
+            served += serve(&puts);
+        }
+    });
+    let etcd = cluster.client();
+    let wait = |volume: &str, node: &str, node_id: &str, attach: bool| {
+        let revision =
+            attachments::request(&etcd, PREFIX, volume, node, node_id, false, attach).unwrap();
+        attachments::wait(
+            &etcd,
+            PREFIX,
+            volume,
+            node,
+            revision,
+            Duration::from_secs(20),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        wait("vol", "node-a", "i-aaa", true),
+        Outcome::Attached([("device".to_string(), "/dev/for-i-aaa".to_string())].into())
+    );
+    assert_eq!(wait("vol", "node-a", "i-aaa", false), Outcome::Detached);
+    assert_eq!(
+        wait("vol", "node-c", "i-ccc", true),
+        Outcome::Failed("node-c has no free slot".into())
+    );
+    assert_eq!(
+        wait("vol", "node-b", "i-bbb", true),
+        Outcome::Attached([("device".to_string(), "/dev/for-i-bbb".to_string())].into())
+    );
+    leader.join().unwrap();
+}
+
+#[test]
+fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let sets = ClaimSets::new(&etcd, PREFIX);
+    let snw = AccessMode::SingleNodeWriter;
+    sets.admit("v1", &request("a", "w1", false, snw)).unwrap();
+    sets.admit("v2", &request("b", "w2", false, snw)).unwrap();
+    assert_eq!(sets.node_lost("a").unwrap(), ["v1"]);
+    let (set, _) = sets.read("v1").unwrap();
+    assert!(!set.claims[0].wanted);
+    assert_eq!(set.claims[0].reason, "node lost");
+    // Still in the way: a lost node may still write until it is fenced.
+    let err = sets
+        .admit("v1", &request("b", "w3", false, snw))
+        .unwrap_err();
+    assert!(err.to_string().contains("claimed on node a"), "{err}");
+    // Node b's claims are untouched; losing a node twice changes nothing.
+    assert!(sets.read("v2").unwrap().0.claims[0].wanted);
+    assert!(sets.node_lost("a").unwrap().is_empty());
+    // Fenced (the controller leader detached node a), then freed.
+    sets.free("v1", "a", "w1").unwrap();
+    sets.admit("v1", &request("b", "w3", false, snw)).unwrap();
 }
