@@ -161,7 +161,7 @@ step "plugin status: hostpath healthy"
 healthy() { cli plugin status -json hostpath | grep -q '"health": "HEALTHY"'; }
 wait_until 30 healthy || fail "plugin hostpath is not healthy after 30 s: $(cli plugin status hostpath 2>&1)"
 cli plugin status
-expect_in "Nodes Healthy           = 1/1" cli plugin status hostpath
+expect_in "Nodes Healthy        = 1" cli plugin status hostpath
 
 step "volume create"
 cat >"$dir/data.hcl" <<'EOF'

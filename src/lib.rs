@@ -16,16 +16,16 @@
 //! |---|---|
 //! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
 //! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev` |
-//! | [`plugin`] | the registry with subscribers, the per-plugin instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
+//! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
-//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, the hostpath plugin's loop devices and sparse-file extents |
+//! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) and the parser of HCL's JSON syntax (`*.json`), both with line:col positions, into one syntax tree |
 //! | [`spec`] | typed, validated specs decoded from HCL (native or JSON syntax, by the file name) in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
-//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
+//! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a monolith or a controller and a node process sharing one base dir (`-mode`), a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
@@ -63,8 +63,8 @@
 //! - `agent.rs` is a directory, [`agent`]: `-dev`'s supervised hostpath
 //!   child lives beside the main loop, and so do the loop's other concerns
 //!   (persisting a turn, plugins, plugin tasks, signals), a file each.
-//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`, the
-//!   loop device ioctls) live in [`sys`], with the same
+//! - libc calls that are not mounts (inotify, `SO_PEERCRED`, `kill`,
+//!   `flock`, the loop device ioctls) live in [`sys`], with the same
 //!   one-small-function-per-call rule as [`mount`].
 //! - A volume is staged once per node, at `csi/<plugin>/staging/<volume>`,
 //!   with its widest capability, as DESIGN.md and the CSI spec say; this is
@@ -95,10 +95,6 @@
 //!   control socket and are decoded there (the name says whether it is HCL's
 //!   JSON syntax), so errors name the file's line and column and the spec
 //!   is validated by the same code as `csi-agent validate`.
-//! - A volume's controller and node RPCs go to one plugin ID, which must
-//!   serve both services it needs (`monolith`, or `node` without a
-//!   controller). Nomad groups separate controller and node processes under
-//!   one plugin ID; on one host that is not supported yet.
 //! - An exec task's root ([`task::root`]) is built entirely in the task's
 //!   mount namespace, `/secrets` included (Nomad mounts that tmpfs on the
 //!   host), so nothing of it shows in the host's mount table and a restart

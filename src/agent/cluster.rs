@@ -10,6 +10,7 @@ use std::thread;
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::node;
+use crate::plugin::{Health, Registry, Service};
 use crate::proto::agent as api;
 use crate::proto::cluster as pb;
 use crate::volume::manager::ReplyTo;
@@ -37,21 +38,7 @@ impl Agent {
             return Ok(());
         };
         let node = super::node_name(&self.options.config);
-        let plugins = self
-            .registry
-            .list()
-            .map(|record| pb::NodePlugin {
-                id: record.spec.id.clone(),
-                node_id: record
-                    .fingerprint
-                    .as_ref()
-                    .and_then(|f| f.node.as_ref())
-                    .map(|n| n.node_id.clone())
-                    .unwrap_or_default(),
-                healthy: record.health == crate::plugin::Health::Healthy,
-                ..Default::default()
-            })
-            .collect();
+        let plugins = node_plugins(&self.registry);
         let member = Member::start(&config, member::record(&node, plugins))
             .map_err(|err| super::Error::Cluster(crate::error_chain(&err)))?;
         log::info!(
@@ -131,6 +118,28 @@ impl Agent {
     }
 }
 
+/// The plugins this node registers with: one per plugin ID, as a split
+/// plugin's controller and node instances are one plugin. Its node ID is
+/// the node instance's (NodeGetInfo); it is healthy when every instance
+/// of it is.
+fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
+    registry
+        .ids()
+        .into_iter()
+        .map(|id| pb::NodePlugin {
+            id: id.to_string(),
+            node_id: registry
+                .serving(id, Service::Node)
+                .and_then(|r| r.fingerprint.as_ref())
+                .and_then(|f| f.node.as_ref())
+                .map(|n| n.node_id.clone())
+                .unwrap_or_default(),
+            healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
+            ..Default::default()
+        })
+        .collect()
+}
+
 fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
     api::ClusterNode {
         name: record.node,
@@ -146,5 +155,76 @@ fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::types::{NodeInfo, PluginInfo};
+    use crate::plugin::fingerprint::Fingerprint;
+    use crate::plugin::{InstanceKey, PluginSpec, Report, Source};
+    use crate::spec::PluginType;
+
+    fn register(registry: &mut Registry, id: &str, plugin_type: PluginType, node: Option<&str>) {
+        registry.register(PluginSpec {
+            id: id.to_string(),
+            endpoint: format!("/run/csi/{id}-{plugin_type}.sock").parse().unwrap(),
+            plugin_type,
+            source: Source::Config,
+            stage_publish_base_dir: None,
+        });
+        let fingerprint = Fingerprint {
+            info: PluginInfo {
+                name: "hostpath.csi-agent".into(),
+                vendor_version: "0.1.0".into(),
+                manifest: Default::default(),
+            },
+            plugin_capabilities: Default::default(),
+            controller_capabilities: Default::default(),
+            node_capabilities: Default::default(),
+            node: node.map(|n| NodeInfo {
+                node_id: n.into(),
+                max_volumes_per_node: 0,
+                accessible_topology: None,
+            }),
+            taken: std::time::SystemTime::now(),
+        };
+        registry.apply(
+            &InstanceKey::new(id, plugin_type),
+            Report::Status {
+                health: Health::Healthy,
+                reason: String::new(),
+                fingerprint: Some(fingerprint),
+                heartbeat: None,
+            },
+        );
+    }
+
+    #[test]
+    fn a_split_plugin_is_one_plugin_of_the_node_with_its_node_instance_s_node_id() {
+        let mut registry = Registry::new();
+        register(&mut registry, "hp", PluginType::Controller, None);
+        register(&mut registry, "hp", PluginType::Node, Some("n1"));
+        register(&mut registry, "mono", PluginType::Monolith, Some("n2"));
+        let plugins = node_plugins(&registry);
+        let seen: Vec<(&str, &str, bool)> = plugins
+            .iter()
+            .map(|p| (p.id.as_str(), p.node_id.as_str(), p.healthy))
+            .collect();
+        assert_eq!(seen, [("hp", "n1", true), ("mono", "n2", true)]);
+        // One instance down: the plugin is not healthy on this node.
+        registry.apply(
+            &InstanceKey::new("hp", PluginType::Controller),
+            Report::Status {
+                health: Health::Unhealthy,
+                reason: "gone".into(),
+                fingerprint: None,
+                heartbeat: None,
+            },
+        );
+        let plugins = node_plugins(&registry);
+        assert!(!plugins[0].healthy);
+        assert!(plugins[1].healthy);
     }
 }

@@ -52,7 +52,7 @@ use crate::api::server::ControlServer;
 use crate::api::{self, Access, Call, Request, Response};
 use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
-use crate::plugin::{Health, Registry, RegistryEvent, Report, Source};
+use crate::plugin::{Health, InstanceKey, Registry, RegistryEvent, Report, Service, Source};
 use crate::proto::agent as apipb;
 use crate::spec::AgentConfig;
 use crate::state::Store;
@@ -300,7 +300,7 @@ struct Agent {
     options: Options,
     registry: Registry,
     dev: Option<DevPlugin>,
-    instances: BTreeMap<String, RunningInstance>,
+    instances: BTreeMap<InstanceKey, RunningInstance>,
     generation: u64,
     watcher: SocketWatcher,
     reports_tx: Sender<InstanceReport>,
@@ -405,17 +405,26 @@ impl Agent {
     fn completed(&mut self, done: OpDone) {
         self.volumes.completed(done, &self.registry, Instant::now());
         for (plugin, note) in self.volumes.take_plugin_notes() {
+            // Notes are about mounts: the node's doing.
+            let Some(key) = self
+                .registry
+                .serving(&plugin, Service::Node)
+                .map(|r| r.key())
+            else {
+                continue;
+            };
             // The registry is in the snapshot: its history changed.
-            self.dirty |= self.registry.note(&plugin, note);
+            self.dirty |= self.registry.note(&key, note);
         }
     }
 
     fn registry_event(&mut self, event: RegistryEvent) {
-        if let RegistryEvent::HealthChanged { id, new, .. } = &event {
-            let record = self.registry.get(id);
+        if let RegistryEvent::HealthChanged { key, new, .. } = &event {
+            let record = self.registry.get(key);
             let source = record.map(|r| r.spec.source.clone());
             let reason = record.map(|r| r.reason.clone()).unwrap_or_default();
             if let Some(Source::Task { alloc, task }) = source {
+                let id = &key.plugin_id;
                 let message = match new {
                     Health::Healthy => format!("plugin {id:?} became healthy"),
                     other => format!("plugin {id:?} became {}: {reason}", other.as_str()),
@@ -424,13 +433,15 @@ impl Agent {
             }
         }
         if let RegistryEvent::HealthChanged {
-            id,
+            key,
             new: Health::Healthy,
             ..
         } = event
         {
-            self.volumes.plugin_healthy(&id, Instant::now());
-            if self.dev.is_some() && id == dev::PLUGIN_ID {
+            // Whichever instance it is, the volumes that wait for the
+            // plugin may go on.
+            self.volumes.plugin_healthy(&key.plugin_id, Instant::now());
+            if self.dev.is_some() && key.plugin_id == dev::PLUGIN_ID {
                 self.create_demo_volume();
             }
         }
@@ -541,15 +552,15 @@ impl Agent {
             }
         }
         // Whatever did not answer is not being watched any more either.
-        let silent: Vec<String> = self
+        let silent: Vec<InstanceKey> = self
             .registry
             .list()
             .filter(|r| r.health != crate::plugin::Health::Unhealthy)
-            .map(|r| r.spec.id.clone())
+            .map(|r| r.key())
             .collect();
-        for id in silent {
+        for key in silent {
             self.registry.apply(
-                &id,
+                &key,
                 Report::Status {
                     health: crate::plugin::Health::Unhealthy,
                     reason: "the agent stopped".to_string(),

@@ -269,12 +269,18 @@ impl Agent {
         }
     }
 
-    /// Submits a job to its plugin's workers now.
+    /// Submits a job now to the workers of the instance of its plugin that
+    /// serves its service: a split plugin's controller or node.
     pub(super) fn submit(&mut self, dispatch: Dispatch) {
-        match self.instances.get_mut(&dispatch.plugin_id) {
+        let key = self
+            .registry
+            .serving(&dispatch.plugin_id, dispatch.service)
+            .map(|r| r.key());
+        match key.and_then(|key| self.instances.get_mut(&key)) {
             Some(running) => running.instance.submit(dispatch.job),
             None => log::error!(
-                "No running plugin {} for a volume operation",
+                "No running {} of plugin {} for a volume operation",
+                dispatch.service,
                 dispatch.plugin_id
             ),
         }

@@ -2,13 +2,15 @@
 //!
 //! A `csi_plugin` task's plugin is first a *candidate*: an instance thread
 //! probes its socket, and only once it is healthy does it replace whatever
-//! provided the plugin ID before (an older allocation, during an update).
+//! provided that instance of the plugin ID before (an older allocation,
+//! during an update), and any instance of the ID that serves a service it
+//! serves too (a monolith replaced by a split plugin's node, say).
 //! When the task exits the plugin turns unhealthy; when it is stopped for
 //! good the plugin is deregistered, and the shared bind of the `csi/` root
 //! goes once no plugin task needs it.
 
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
-use crate::plugin::{Health, Report, Source};
+use crate::plugin::{Health, InstanceKey, Report, Source};
 use crate::task::PluginEffect;
 
 use super::{Agent, RunningInstance};
@@ -44,7 +46,7 @@ impl Agent {
                         Ok(instance) => {
                             log::info!(
                                 "Plugin {} of alloc {} task {}: waiting for {}",
-                                spec.id,
+                                spec.key(),
                                 key.0,
                                 key.1,
                                 spec.endpoint
@@ -58,14 +60,14 @@ impl Agent {
                                 },
                             );
                         }
-                        Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.id),
+                        Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.key()),
                     }
                 }
-                PluginEffect::Exited { alloc, task, id } => {
-                    self.plugin_task_gone(alloc, task, &id, false);
+                PluginEffect::Exited { alloc, task, key } => {
+                    self.plugin_task_gone(alloc, task, &key, false);
                 }
-                PluginEffect::Stop { alloc, task, id } => {
-                    self.plugin_task_gone(alloc, task, &id, true);
+                PluginEffect::Stop { alloc, task, key } => {
+                    self.plugin_task_gone(alloc, task, &key, true);
                 }
             }
         }
@@ -78,30 +80,28 @@ impl Agent {
         &mut self,
         alloc: String,
         task: String,
-        id: &str,
+        key: &InstanceKey,
         deregister: bool,
     ) {
-        let key = (alloc, task);
-        if let Some(candidate) = self.candidates.remove(&key) {
+        let candidate_key = (alloc, task);
+        if let Some(candidate) = self.candidates.remove(&candidate_key) {
             candidate.instance.stop();
         }
-        let provides = self.registry.get(id).is_some_and(|r| {
-            r.spec.source
-                == Source::Task {
-                    alloc: key.0.clone(),
-                    task: key.1.clone(),
-                }
-        });
+        let (alloc, task) = candidate_key;
+        let provides = self
+            .registry
+            .get(key)
+            .is_some_and(|r| r.spec.source == Source::Task { alloc, task });
         if !provides {
             return;
         }
-        self.stop_instance(id);
+        self.stop_instance(key);
         if deregister {
-            log::info!("Plugin {id}: its task stopped; deregistering it");
-            self.registry.deregister(id);
+            log::info!("Plugin {key}: its task stopped; deregistering it");
+            self.registry.deregister(key);
         } else {
             self.registry.apply(
-                id,
+                key,
                 Report::Status {
                     health: Health::Unhealthy,
                     reason: "the plugin task exited".to_string(),
@@ -137,15 +137,20 @@ impl Agent {
             return;
         }
         let candidate = self.candidates.remove(&key).expect("found");
-        let id = candidate.spec.id.clone();
+        let instance = candidate.spec.key();
         log::info!(
-            "Plugin {id}: the task of alloc {} is healthy; registering it",
+            "Plugin {instance}: the task of alloc {} is healthy; registering it",
             key.0
         );
-        self.stop_instance(&id);
+        for other in self.registry.conflicting(&candidate.spec) {
+            log::info!("Plugin {other} is replaced by {instance}");
+            self.stop_instance(&other);
+            self.registry.deregister(&other);
+        }
+        self.stop_instance(&instance);
         self.registry.register(candidate.spec.clone());
-        self.instances.insert(id.clone(), candidate);
-        self.registry.apply(&id, report.report);
+        self.instances.insert(instance.clone(), candidate);
+        self.registry.apply(&instance, report.report);
         self.allocs.plugin_healthy(&key.0, &key.1);
         self.dirty = true;
     }

@@ -1,14 +1,16 @@
 //! The plugins of the config and `-dev`: the registry kept in step with
-//! them, one instance thread per plugin, and their reports.
+//! them, one instance thread per plugin instance (a split plugin's
+//! controller and node each have theirs), their reports, and `plugin
+//! status` per plugin ID.
 //!
-//! SIGHUP and start-up call [`Agent::sync_plugins`]: new plugins are
+//! SIGHUP and start-up call [`Agent::sync_plugins`]: new instances are
 //! registered and get a thread, changed ones get a new thread (late
-//! reports of the old one are told apart by generation), and plugins that
-//! went away are deregistered, unless a running task provides them.
+//! reports of the old one are told apart by generation), and instances
+//! that went away are deregistered, unless a running task provides them.
 
 use crate::api::ApiError;
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
-use crate::plugin::{PluginRecord, PluginSpec, Registry, Source};
+use crate::plugin::{InstanceKey, PluginRecord, PluginSpec, Registry, Source};
 use crate::proto::{agent as apipb, state as statepb};
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 
@@ -63,31 +65,38 @@ impl Agent {
     }
 
     /// Makes the registry and the instance threads match the wanted
-    /// plugins: registers new ones, restarts changed ones, and deregisters
-    /// those that went away for good.
+    /// plugins: registers new instances, restarts changed ones, and
+    /// deregisters those that went away for good.
     pub(super) fn sync_plugins(&mut self) {
         let wanted = self.wanted_plugins();
         let allocs = &self.allocs;
-        let gone: Vec<String> = self
+        let gone: Vec<InstanceKey> = self
             .registry
             .list()
-            .filter(|r| !wanted.iter().any(|(s, _)| s.id == r.spec.id))
+            .filter(|r| !wanted.iter().any(|(s, _)| s.key() == r.key()))
             .filter(|r| match &r.spec.source {
                 Source::Task { alloc, task } => !allocs.provides(alloc, task),
                 _ => true,
             })
-            .map(|r| r.spec.id.clone())
+            .map(PluginRecord::key)
             .collect();
-        for id in gone {
-            self.stop_instance(&id);
-            self.registry.deregister(&id);
+        for key in gone {
+            self.stop_instance(&key);
+            self.registry.deregister(&key);
             self.dirty = true;
         }
         for (spec, settings) in wanted {
+            // A plugin task's instance of the same service gives way.
+            for key in self.registry.conflicting(&spec) {
+                log::info!("Plugin {key} is replaced by {}", spec.key());
+                self.stop_instance(&key);
+                self.registry.deregister(&key);
+                self.dirty = true;
+            }
             if self.registry.register(spec.clone()) {
                 self.dirty = true;
             }
-            let current = self.instances.get(&spec.id);
+            let current = self.instances.get(&spec.key());
             let unchanged = current.is_some_and(|r| {
                 r.spec == spec
                     && r.settings.heartbeat == settings.heartbeat
@@ -95,7 +104,7 @@ impl Agent {
                     && r.settings.rpc_timeout == settings.rpc_timeout
             });
             if !unchanged {
-                self.stop_instance(&spec.id);
+                self.stop_instance(&spec.key());
                 self.start_instance(spec, settings);
             }
         }
@@ -103,7 +112,7 @@ impl Agent {
 
     pub(super) fn start_instance(&mut self, spec: PluginSpec, settings: InstanceSettings) {
         self.generation += 1;
-        let id = spec.id.clone();
+        let key = spec.key();
         match Instance::start(
             spec.clone(),
             self.generation,
@@ -113,7 +122,7 @@ impl Agent {
         ) {
             Ok(instance) => {
                 self.instances.insert(
-                    id,
+                    key,
                     RunningInstance {
                         instance,
                         spec,
@@ -121,14 +130,14 @@ impl Agent {
                     },
                 );
             }
-            Err(err) => log::error!("Cannot start the thread of plugin {id}: {err}"),
+            Err(err) => log::error!("Cannot start the thread of plugin {key}: {err}"),
         }
     }
 
     /// Stops an instance thread; it ends after any call in flight, and its
     /// late reports are ignored by generation.
-    pub(super) fn stop_instance(&mut self, id: &str) {
-        if let Some(running) = self.instances.remove(id) {
+    pub(super) fn stop_instance(&mut self, key: &InstanceKey) {
+        if let Some(running) = self.instances.remove(key) {
             running.instance.stop();
             // Joining would wait for a call in flight; the thread ends by
             // itself, and a detached thread holds nothing the loop needs.
@@ -139,29 +148,33 @@ impl Agent {
     pub(super) fn apply(&mut self, report: InstanceReport) {
         let current = self
             .instances
-            .get(&report.id)
+            .get(&report.key)
             .is_some_and(|r| r.instance.generation() == report.generation);
         if !current {
             self.candidate_report(report);
             return;
         }
-        if self.registry.apply(&report.id, report.report).persistent() {
+        if self.registry.apply(&report.key, report.report).persistent() {
             self.dirty = true;
         }
     }
 
+    /// `plugin status`: every plugin ID, or one, with its instances.
     pub(super) fn plugin_status(
         &self,
         req: &apipb::PluginStatusRequest,
     ) -> Result<apipb::PluginStatusResponse, ApiError> {
         let plugins = if req.id.is_empty() {
-            self.registry.list().map(PluginRecord::to_proto).collect()
+            self.registry
+                .ids()
+                .into_iter()
+                .filter_map(|id| self.registry.status(id))
+                .collect()
         } else {
-            match self.registry.get(&req.id) {
-                Some(record) => vec![record.to_proto()],
+            match self.registry.status(&req.id) {
+                Some(status) => vec![status],
                 None => {
-                    let known: Vec<&str> =
-                        self.registry.list().map(|r| r.spec.id.as_str()).collect();
+                    let known = self.registry.ids();
                     return Err(ApiError::not_found(if known.is_empty() {
                         format!("no plugin {:?} (no plugins are registered)", req.id)
                     } else {

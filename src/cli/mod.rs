@@ -39,7 +39,12 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-no-attach] [-strict]
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-mode MODE] [-no-attach] [-strict]
+
+  -mode MODE   monolith (the default: Identity, Controller and Node), or
+               controller or node for one half of a split plugin: run a
+               controller process and a node process on one DIR (and one
+               node ID) and configure both under one plugin ID
 
   -no-attach   behave like a plugin without attachments (no
                PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)
@@ -252,6 +257,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("node-id"),
         value("test-faults"),
         value("test-trace"),
+        value("mode"),
         switch("no-attach"),
         switch("strict"),
     ];
@@ -261,6 +267,12 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         .required("endpoint")?
         .parse()
         .map_err(|e: crate::csi::endpoint::EndpointError| UsageError::new(e.to_string()))?;
+    let mode = match args.value("mode") {
+        Some(mode) => mode
+            .parse()
+            .map_err(|e: crate::csi::model::ParseError| UsageError::new(e.to_string()))?,
+        None => crate::spec::PluginType::Monolith,
+    };
     let node_id = match args.value("node-id") {
         Some(id) => id.to_string(),
         None => crate::agent::host_name(),
@@ -273,6 +285,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         trace: args.value("test-trace").map(PathBuf::from),
         no_attach: args.switch("no-attach"),
         strict: args.switch("strict"),
+        mode,
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
 }

@@ -1,4 +1,7 @@
-//! `csi-agent plugin status`: the plugin registry, from the agent.
+//! `csi-agent plugin status`: the plugin registry, from the agent, per
+//! plugin ID as Nomad shows plugins: controllers and nodes counted
+//! (healthy/expected), and every instance (a monolith, or a controller and
+//! a node run apart) with its socket, health, fingerprint and events.
 
 use std::time::SystemTime;
 
@@ -6,17 +9,16 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::json::Json;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
-use crate::csi::types::PluginCapability;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
-use crate::spec::PluginType;
 use crate::units::{format_duration, format_timestamp};
 
 pub const USAGE: &str = "\
 usage: csi-agent plugin status [-json] [-address ADDR] [ID]
 
-Without ID, a table of every plugin; with ID, everything the agent knows
-about that plugin, with its recent health events.
+Without ID, a table of every plugin ID with its controllers and nodes
+(healthy/expected); with ID, everything the agent knows about that plugin,
+instance by instance, with their recent health events.
 
   -json           print the answer as JSON
   -address ADDR   the agent's control socket (default $CSI_AGENT_ADDR, else
@@ -61,27 +63,13 @@ fn health(h: protobuf::EnumOrUnknown<api::Health>) -> &'static str {
     }
 }
 
-/// The plugin's type; `None` for a type this binary does not know.
-fn plugin_type(p: &api::Plugin) -> Option<PluginType> {
-    p.type_.parse().ok()
+/// The types of a plugin's instances: `monolith`, or `controller+node`.
+fn types(p: &api::PluginStatus) -> String {
+    let types: Vec<&str> = p.instances.iter().map(|i| i.type_.as_str()).collect();
+    types.join("+")
 }
 
-/// "healthy/expected" controllers: a plugin of controller type is one
-/// expected controller, healthy when it is and serves the service.
-fn controllers(p: &api::Plugin) -> String {
-    let expected = u8::from(plugin_type(p).is_some_and(PluginType::has_controller));
-    let service = PluginCapability::ControllerService.as_str();
-    let serves = p
-        .fingerprint
-        .as_ref()
-        .is_some_and(|f| f.plugin_capabilities.iter().any(|c| c == service));
-    let healthy = u8::from(expected == 1 && serves && health(p.health) == "healthy");
-    format!("{healthy}/{expected}")
-}
-
-fn nodes(p: &api::Plugin) -> String {
-    let expected = u8::from(plugin_type(p).is_some_and(PluginType::has_node));
-    let healthy = u8::from(expected == 1 && health(p.health) == "healthy");
+fn healthy_of(healthy: u32, expected: u32) -> String {
     format!("{healthy}/{expected}")
 }
 
@@ -103,7 +91,7 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-fn table(plugins: &[api::Plugin]) -> String {
+fn table(plugins: &[api::PluginStatus]) -> String {
     if plugins.is_empty() {
         return "No plugins registered\n".to_string();
     }
@@ -118,15 +106,21 @@ fn table(plugins: &[api::Plugin]) -> String {
     ]
     .map(String::from)
     .to_vec()];
+    let or_none = |s: &str| {
+        if s.is_empty() {
+            "<none>".to_string()
+        } else {
+            s.to_string()
+        }
+    };
     for p in plugins {
-        let fp = p.fingerprint.as_ref();
         rows.push(vec![
             p.id.clone(),
-            fp.map_or("<none>".into(), |f| f.provider.clone()),
-            fp.map_or("<none>".into(), |f| f.version.clone()),
-            p.type_.clone(),
-            controllers(p),
-            nodes(p),
+            or_none(&p.provider),
+            or_none(&p.version),
+            types(p),
+            healthy_of(p.controllers_healthy, p.controllers_expected),
+            healthy_of(p.nodes_healthy, p.nodes_expected),
             health(p.health).to_string(),
         ]);
     }
@@ -155,9 +149,41 @@ fn list(items: &[String]) -> String {
     }
 }
 
-fn details(p: &api::Plugin, now: SystemTime) -> String {
-    let mut fields: Vec<(&str, String)> = vec![
+/// `key = value` lines, the keys padded to one width.
+fn fields(fields: &[(&str, String)]) -> String {
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (key, value) in fields {
+        out.push_str(&format!("{key:<width$} = {value}\n"));
+    }
+    out
+}
+
+fn details(p: &api::PluginStatus, now: SystemTime) -> String {
+    let mut out = fields(&[
         ("ID", p.id.clone()),
+        ("Provider", p.provider.clone()),
+        ("Version", p.version.clone()),
+        ("Controllers Healthy", p.controllers_healthy.to_string()),
+        ("Controllers Expected", p.controllers_expected.to_string()),
+        ("Nodes Healthy", p.nodes_healthy.to_string()),
+        ("Nodes Expected", p.nodes_expected.to_string()),
+        ("Health", health(p.health).to_string()),
+    ]);
+    for instance in &p.instances {
+        let mut title = instance.type_.clone();
+        if let Some(first) = title.get_mut(..1) {
+            first.make_ascii_uppercase();
+        }
+        out.push_str(&format!("\n{title} Instance\n"));
+        out.push_str(&instance_details(instance, now));
+    }
+    out
+}
+
+/// One instance: its process, health and fingerprint, then its events.
+fn instance_details(p: &api::Plugin, now: SystemTime) -> String {
+    let mut lines: Vec<(&str, String)> = vec![
         ("Type", p.type_.clone()),
         ("Source", p.source.clone()),
         ("Socket", p.socket.clone()),
@@ -175,13 +201,11 @@ fn details(p: &api::Plugin, now: SystemTime) -> String {
             "Health",
             format!("{} ({})", health(p.health), p.health_reason),
         ),
-        ("Controllers Healthy", controllers(p)),
-        ("Nodes Healthy", nodes(p)),
         ("Last Heartbeat", ago(p.last_heartbeat_unix_ms, now)),
         ("Registered", ago(p.registered_unix_ms, now)),
     ];
     match p.fingerprint.as_ref() {
-        None => fields.push(("Fingerprint", "<none yet>".to_string())),
+        None => lines.push(("Fingerprint", "<none yet>".to_string())),
         Some(f) => {
             let topology: Vec<String> = {
                 let mut pairs: Vec<_> = f.topology.iter().collect();
@@ -193,7 +217,7 @@ fn details(p: &api::Plugin, now: SystemTime) -> String {
                 pairs.sort();
                 pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
             };
-            fields.extend([
+            lines.extend([
                 ("Provider", f.provider.clone()),
                 ("Version", f.version.clone()),
                 ("Manifest", list(&manifest)),
@@ -221,11 +245,7 @@ fn details(p: &api::Plugin, now: SystemTime) -> String {
             ]);
         }
     }
-    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (key, value) in &fields {
-        out.push_str(&format!("{key:<width$} = {value}\n"));
-    }
+    let mut out = fields(&lines);
     out.push_str("\nRecent Health Events\n");
     if p.events.is_empty() {
         out.push_str("<none>\n");
@@ -248,11 +268,10 @@ fn details(p: &api::Plugin, now: SystemTime) -> String {
 mod tests {
     use super::*;
 
-    fn plugin(type_: &str, health: api::Health, caps: &[&str]) -> api::Plugin {
+    fn instance(type_: &str, health: api::Health) -> api::Plugin {
         let fingerprint = api::Fingerprint {
             provider: "hostpath.csi-agent".into(),
             version: "0.1.0".into(),
-            plugin_capabilities: caps.iter().map(|c| c.to_string()).collect(),
             node_id: "n1".into(),
             ..Default::default()
         };
@@ -265,27 +284,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_healthy_monolith_counts_as_one_controller_and_one_node() {
-        let p = plugin("monolith", api::Health::HEALTHY, &["controller-service"]);
-        assert_eq!((controllers(&p), nodes(&p)), ("1/1".into(), "1/1".into()));
-    }
-
-    #[test]
-    fn a_monolith_without_the_controller_service_is_no_healthy_controller() {
-        let p = plugin("monolith", api::Health::HEALTHY, &[]);
-        assert_eq!((controllers(&p), nodes(&p)), ("0/1".into(), "1/1".into()));
-    }
-
-    #[test]
-    fn an_unhealthy_node_plugin_expects_no_controller() {
-        let p = plugin("node", api::Health::UNHEALTHY, &[]);
-        assert_eq!((controllers(&p), nodes(&p)), ("0/0".into(), "0/1".into()));
+    fn plugin(instances: Vec<api::Plugin>, counts: [u32; 4]) -> api::PluginStatus {
+        api::PluginStatus {
+            id: "hp".into(),
+            provider: "hostpath.csi-agent".into(),
+            version: "0.1.0".into(),
+            controllers_healthy: counts[0],
+            controllers_expected: counts[1],
+            nodes_healthy: counts[2],
+            nodes_expected: counts[3],
+            health: api::Health::HEALTHY.into(),
+            instances,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn the_table_aligns_columns() {
-        let p = plugin("monolith", api::Health::HEALTHY, &["controller-service"]);
+        let p = plugin(
+            vec![instance("monolith", api::Health::HEALTHY)],
+            [1, 1, 1, 1],
+        );
         let text = table(&[p]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
@@ -295,17 +314,47 @@ mod tests {
     }
 
     #[test]
-    fn details_show_unlimited_volumes_and_no_events() {
-        let p = plugin("node", api::Health::PENDING, &[]);
+    fn a_split_plugin_is_one_row_counting_its_controller_and_node_apart() {
+        let p = plugin(
+            vec![
+                instance("controller", api::Health::UNHEALTHY),
+                instance("node", api::Health::HEALTHY),
+            ],
+            [0, 1, 1, 1],
+        );
+        let text = table(&[p]);
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(row[3..6], ["controller+node", "0/1", "1/1"], "{text}");
+    }
+
+    #[test]
+    fn details_show_the_counts_then_each_instance_with_its_events() {
+        let p = plugin(
+            vec![
+                instance("controller", api::Health::HEALTHY),
+                instance("node", api::Health::PENDING),
+            ],
+            [1, 1, 0, 1],
+        );
         let text = details(&p, SystemTime::now());
+        assert!(text.starts_with("ID                   = hp\n"), "{text}");
+        assert!(text.contains("Controllers Expected = 1\n"), "{text}");
+        assert!(text.contains("Nodes Healthy        = 0\n"), "{text}");
+        let controller = text.find("\nController Instance\nType").unwrap();
+        let node = text.find("\nNode Instance\nType").unwrap();
+        assert!(controller < node, "{text}");
         assert!(
-            text.contains("Max Volumes             = unlimited\n"),
+            text[node..].contains("Max Volumes             = unlimited\n"),
             "{text}"
         );
         assert!(
-            text.contains("Health                  = pending ()\n"),
+            text[node..].contains("Health                  = pending ()\n"),
             "{text}"
         );
-        assert!(text.ends_with("Recent Health Events\n<none>\n"), "{text}");
+        assert_eq!(
+            text.matches("Recent Health Events\n<none>\n").count(),
+            2,
+            "{text}"
+        );
     }
 }

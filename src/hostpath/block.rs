@@ -411,7 +411,7 @@ impl Plugin {
         id: &str,
         path: &Path,
     ) -> RpcResult<pb::NodeGetVolumeStatsResponse> {
-        let state = self.lock();
+        let state = self.lock()?;
         let backing = self.backing_file(id);
         let mut resp = pb::NodeGetVolumeStatsResponse::new();
         let Ok(meta) = fs::metadata(&backing) else {

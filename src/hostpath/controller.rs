@@ -127,7 +127,7 @@ impl Plugin {
                 ));
             }
         }
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let record = if let Some(existing) = state.volumes.get(id) {
             check_repeat(id, existing, kind, &range, source.as_ref())?;
             existing.clone()
@@ -194,7 +194,7 @@ impl Plugin {
         req: &pb::DeleteVolumeRequest,
     ) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let kind = match state.volumes.get(id) {
             None => return Ok(pb::DeleteVolumeResponse::new()),
             Some(VolumeRecord {
@@ -242,7 +242,7 @@ impl Plugin {
         let node = required("node_id", &req.node_id)?;
         convert::capability_from_field(&req.volume_capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let volume = state
             .volumes
             .get_mut(id)
@@ -282,7 +282,7 @@ impl Plugin {
         req: &pb::ControllerUnpublishVolumeRequest,
     ) -> RpcResult<pb::ControllerUnpublishVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         if let Some(path) = state.in_use_on_node(id) {
             return Err(status(
                 Code::FailedPrecondition,
@@ -316,7 +316,7 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind = self
-            .lock()
+            .lock()?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -362,7 +362,7 @@ impl Plugin {
         &self,
         req: &pb::ListVolumesRequest,
     ) -> RpcResult<pb::ListVolumesResponse> {
-        let state = self.lock();
+        let state = self.lock()?;
         let (range, next_token) = page(state.volumes.len(), req.max_entries, &req.starting_token)?;
         let mut resp = pb::ListVolumesResponse::new();
         for (id, record) in state.volumes.iter().skip(range.start).take(range.len()) {
@@ -383,7 +383,7 @@ impl Plugin {
         req: &pb::ControllerGetVolumeRequest,
     ) -> RpcResult<pb::ControllerGetVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let state = self.lock();
+        let state = self.lock()?;
         let record = state
             .volumes
             .get(id)
@@ -461,7 +461,7 @@ impl Plugin {
             .map(Capability::try_from)
             .transpose()
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let volume = state
             .volumes
             .get_mut(id)

@@ -6,6 +6,7 @@
 use grpcio::{RpcContext, UnarySink};
 
 use super::controller::capabilities;
+use super::faults::Action;
 use super::strict::{Call, ContentSource};
 use super::{status, trace_fields, Received, Service};
 use crate::csi::convert;
@@ -154,7 +155,13 @@ impl csi_grpc::Controller for Service {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.controller_expand(&req));
+        self.serve(&ctx, received, sink, move |p, fault| {
+            let mut resp = p.controller_expand(&req)?;
+            // A plugin whose file systems grow on the node asks for its
+            // expansion every time; the fault makes this one do so too.
+            resp.node_expansion_required |= fault == Some(Action::NodeExpansionRequired);
+            Ok(resp)
+        });
     }
 
     fn create_snapshot(

@@ -14,6 +14,7 @@
 //! NodeUnpublishVolume skip
 //! ValidateVolumeCapabilities omit-confirmed
 //! ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs
+//! ControllerExpandVolume node-expansion-required
 //! * code=INTERNAL count=1
 //! ```
 //!
@@ -53,6 +54,9 @@ pub enum Action {
         access_mode: String,
         fs_type: String,
     },
+    /// ControllerExpandVolume: answer `node_expansion_required`, as a
+    /// plugin whose file systems grow on the node does.
+    NodeExpansionRequired,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +108,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
                 "not-ready" => action = Some(Action::NotReady),
                 "skip" => action = Some(Action::Skip),
                 "omit-confirmed" => action = Some(Action::OmitConfirmed),
+                "node-expansion-required" => action = Some(Action::NodeExpansionRequired),
                 "confirm" => {
                     let (mode, fs) = value.split_once(',').unwrap_or((value, ""));
                     action = Some(Action::Confirm {
@@ -211,10 +216,11 @@ mod tests {
             "# comment\nNodeStageVolume code=UNAVAILABLE count=2 message=disk is busy\n\
              Probe sleep=250ms\nCreateVolume hang\nNodePublishVolume exit count=1\n\
              ValidateVolumeCapabilities omit-confirmed\n\
-             ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs\n* code=internal\n",
+             ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs\n* code=internal\n\
+             ControllerExpandVolume node-expansion-required\n",
         )
         .unwrap();
-        assert_eq!(rules.len(), 7);
+        assert_eq!(rules.len(), 8);
         assert_eq!(
             rules[0],
             Rule {
@@ -235,6 +241,7 @@ mod tests {
             }
         );
         assert_eq!(rules[6].action, Action::Fail(Code::Internal, String::new()));
+        assert_eq!(rules[7].action, Action::NodeExpansionRequired);
     }
 
     #[test]

@@ -27,6 +27,16 @@
 //! - node: STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and VOLUME_CONDITION,
 //!   EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER.
 //!
+//! That is the monolith's list (the default `-mode`). A `-mode controller`
+//! process advertises the plugin and controller capabilities and answers
+//! the Node service's RPCs UNIMPLEMENTED (NodeGetCapabilities included); a
+//! `-mode node` process leaves CONTROLLER_SERVICE out of its plugin
+//! capabilities and answers the Controller service's RPCs UNIMPLEMENTED
+//! (ControllerGetCapabilities, snapshots, ControllerGetVolume included). So
+//! snapshots, clones, ControllerGetVolume and the controller's half of an
+//! expansion are the controller process's; NodeExpandVolume and stats the
+//! node process's.
+//!
 //! Expansion is split as on real storage: ControllerExpandVolume records a
 //! directory's capacity or grows a block volume's backing file, and asks
 //! for NodeExpandVolume while loop devices show the volume; that one makes
@@ -47,21 +57,40 @@
 //! by default: without it the plugin serves such requests as it always has
 //! (a CO that stages per usage, as Nomad does, still works).
 //!
+//! With `-mode controller` or `-mode node` a process serves one half of the
+//! plugin, as real deployments split a CSI plugin into a controller and
+//! node plugins under one plugin ID: Identity and Controller, or Identity
+//! and Node (GetPluginCapabilities leaves CONTROLLER_SERVICE out), and the
+//! other service's RPCs are UNIMPLEMENTED. A controller process and a node
+//! process given one base dir and one node ID make one plugin: they share
+//! the state file (see [`state`]), so the node finds the controller's
+//! attachments and the controller the node's stagings. In strict mode each
+//! process judges what it sees, with the other side of its model taken
+//! from that shared state before each call, and a call for a volume the
+//! other process has a call in flight for is a second call in flight (see
+//! [`verdict`] and [`in_flight`]); a call of the service a process does not
+//! serve is refused as an RPC the plugin did not advertise.
+//!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
 //! [`faults`]) delays only that call; state changes are serialised by one
-//! lock (copies for snapshots and clones are made under it too).
+//! lock, which also keeps out the other processes of the base dir (see
+//! [`state`]); copies for snapshots and clones are made under it too.
 //!
-//! Files under the base dir: `state` (see [`state`]), `volumes/<id>/` (a
-//! file-system volume), `block/<id>.img` (a block volume's backing file),
-//! `snapshots/<id>/files/` or `snapshots/<id>/block.img` (a snapshot's
-//! copy of a file-system or block volume), `tmp/` (copies being made,
-//! emptied at start), `strict-violations` (strict mode's verdict).
+//! Files under the base dir: `state` and `state.lock` (see [`state`]),
+//! `volumes/<id>/` (a file-system volume), `block/<id>.img` (a block
+//! volume's backing file), `snapshots/<id>/files/` or
+//! `snapshots/<id>/block.img` (a snapshot's copy of a file-system or block
+//! volume), `tmp/` (copies being made, emptied at start under the state
+//! lock, so a process of a split plugin that starts never removes a copy
+//! the other one is making), `strict-violations` (strict mode's verdict),
+//! `in-flight/<id>` (a split plugin's locks of calls in flight).
 
 mod block;
 mod content;
 mod controller;
 mod controller_grpc;
 pub mod faults;
+pub mod in_flight;
 mod node;
 mod snapshots;
 pub mod state;
@@ -72,7 +101,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
@@ -84,9 +113,10 @@ use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
 use crate::csi::types::{CapacityRange, PluginCapability, StringMap};
+use crate::spec::PluginType;
 use faults::{Action, Faults, Trace};
-use state::State;
-use strict::{Advertised, Call};
+use state::{SharedState, StateGuard};
+use strict::{Advertised, Call, Service as CsiService};
 use verdict::StrictMode;
 
 /// The name the plugin reports in GetPluginInfo.
@@ -119,6 +149,10 @@ pub struct Config {
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
     pub strict: bool,
+    /// Which services this process serves: both (`monolith`), or one, for
+    /// a plugin split into a controller process and a node process that
+    /// share the base dir.
+    pub mode: PluginType,
 }
 
 #[derive(Debug)]
@@ -165,7 +199,7 @@ impl std::error::Error for Error {
 /// The plugin: configuration, state and test hooks, shared by RPC threads.
 pub struct Plugin {
     config: Config,
-    state: Mutex<State>,
+    state: SharedState,
     faults: Faults,
     trace: Trace,
     strict: Option<StrictMode>,
@@ -176,8 +210,33 @@ impl Plugin {
         self.config.base_dir.join("volumes").join(id)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The state as the file has it, held until the guard is dropped.
+    fn lock(&self) -> RpcResult<StateGuard<'_>> {
+        self.state
+            .lock()
+            .map_err(|e| internal("cannot read the plugin state", e))
+    }
+
+    /// What the shared state records, as the calls that made it, for a
+    /// strict process of a split plugin; `None` (logged) when the state
+    /// cannot be read: the call then meets its own error.
+    fn recorded(&self) -> Option<Vec<Call>> {
+        match self.state.lock() {
+            Ok(state) => Some(verdict::recorded_calls(&state)),
+            Err(err) => {
+                log::error!("strict: cannot read the shared state: {err}");
+                None
+            }
+        }
+    }
+
+    /// Whether this process serves `service`'s RPCs.
+    fn serves(&self, service: CsiService) -> bool {
+        match service {
+            CsiService::Identity => true,
+            CsiService::Controller => self.config.mode.has_controller(),
+            CsiService::Node => self.config.mode.has_node(),
+        }
     }
 
     fn topology(&self) -> pb::Topology {
@@ -193,27 +252,40 @@ impl Plugin {
 pub fn run(config: Config) -> Result<(), Error> {
     let volumes = config.base_dir.join("volumes");
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
-    // What is in the scratch space is a copy a crash interrupted.
+    let state = SharedState::open(&config.base_dir).map_err(|err| Error::State { err })?;
+    // What is in the scratch space is a copy a crash interrupted: copies
+    // are made under the state lock, so none is being made while we hold
+    // it, by this process or the other one of a split plugin.
     let scratch = config.base_dir.join(SCRATCH);
+    let held = state.lock().map_err(|err| Error::State { err })?;
     match fs::remove_dir_all(&scratch) {
         Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
         _ => fs::create_dir_all(&scratch),
     }
     .map_err(|err| Error::BaseDir { path: scratch, err })?;
-    let state = State::load(&config.base_dir.join("state")).map_err(|err| Error::State { err })?;
+    drop(held);
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
         let advertised = Advertised {
             controller: controller::capabilities(config.no_attach).collect(),
             node: node::CAPABILITIES.iter().copied().collect(),
         };
-        let mode = StrictMode::open(&config.base_dir, advertised, &config.node_id, &state);
+        let recorded = state.lock().map_err(|err| Error::State { err })?;
+        let mode = StrictMode::open(
+            &config.base_dir,
+            advertised,
+            &config.node_id,
+            &recorded,
+            config.mode,
+        );
+        drop(recorded);
         Some(mode.map_err(|err| Error::Verdict { err })?)
     } else {
         verdict::remove_stale(&config.base_dir).map_err(|err| Error::Verdict { err })?;
         None
     };
     let socket = config.endpoint.path().to_path_buf();
+    let mode = config.mode;
     remove_stale_socket(&socket)?;
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -224,7 +296,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     let service = Service(Arc::new(Plugin {
         faults: Faults::new(config.faults.clone()),
         config,
-        state: Mutex::new(state),
+        state,
         trace,
         strict,
     }));
@@ -249,7 +321,11 @@ pub fn run(config: Config) -> Result<(), Error> {
         path: socket.clone(),
         err,
     })?;
-    log::info!("hostpath plugin serving on {}", socket.display());
+    log::info!(
+        "hostpath plugin serving on {} ({} mode)",
+        socket.display(),
+        mode
+    );
 
     if let Some(signal) = signals.forever().next() {
         log::info!("hostpath plugin stopping on signal {signal}");
@@ -415,14 +491,32 @@ impl Service {
             .name(format!("rpc-{method}"))
             .spawn(move || {
                 let admitted = match &plugin.strict {
-                    Some(mode) => mode
-                        .admit(&call, undeclared_fields, move || !deadline.exceeded())
-                        .map_err(|v| status(Code::FailedPrecondition, v.to_string())),
+                    Some(mode) => {
+                        let recorded = mode.is_split().then(|| plugin.recorded()).flatten();
+                        mode.admit(
+                            &call,
+                            undeclared_fields,
+                            move || !deadline.exceeded(),
+                            recorded,
+                        )
+                        .map(Some)
+                        .map_err(|v| status(Code::FailedPrecondition, v.to_string()))
+                    }
                     None => Ok(None),
                 };
                 let fault = plugin.faults.take(method);
                 let result = match admitted {
                     Err(refusal) => Err(refusal),
+                    Ok(in_flight) if !plugin.serves(call.service()) => {
+                        drop(in_flight);
+                        Err(status(
+                            Code::Unimplemented,
+                            format!(
+                                "{method} is not served: this process of the plugin runs in {} mode",
+                                plugin.config.mode
+                            ),
+                        ))
+                    }
                     Ok(in_flight) => {
                         if fault == Some(Action::Hang) {
                             // A call hung by an injected fault stands for
@@ -531,16 +625,21 @@ impl csi_grpc::Identity for Service {
         sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
     ) {
         let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |_, _| {
+        self.serve(&ctx, received, sink, |plugin, _| {
             let mut resp = pb::GetPluginCapabilitiesResponse::new();
-            resp.capabilities = [
-                PluginCapability::ControllerService,
-                PluginCapability::VolumeAccessibilityConstraints,
-                PluginCapability::OnlineExpansion,
-            ]
-            .into_iter()
-            .map(convert::plugin_capability_to_proto)
-            .collect();
+            // A node process does not serve the controller service, and
+            // says so; the others are the whole plugin's.
+            let controller = plugin
+                .serves(CsiService::Controller)
+                .then_some(PluginCapability::ControllerService);
+            resp.capabilities = controller
+                .into_iter()
+                .chain([
+                    PluginCapability::VolumeAccessibilityConstraints,
+                    PluginCapability::OnlineExpansion,
+                ])
+                .map(convert::plugin_capability_to_proto)
+                .collect();
             Ok(resp)
         });
     }

@@ -137,7 +137,7 @@ impl Plugin {
         let name = required("name", &req.name)?;
         let source = required("source_volume_id", &req.source_volume_id)?;
         let id = snapshot_id(name);
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         let mut resp = pb::CreateSnapshotResponse::new();
         if let Some(existing) = state.snapshots.get(&id) {
             if existing.name != name {
@@ -200,7 +200,7 @@ impl Plugin {
         req: &pb::DeleteSnapshotRequest,
     ) -> RpcResult<pb::DeleteSnapshotResponse> {
         let id = required("snapshot_id", &req.snapshot_id)?;
-        let mut state = self.lock();
+        let mut state = self.lock()?;
         // An unknown ID names nothing on disk, whatever its bytes: only
         // recorded IDs become paths.
         if state.snapshots.contains_key(id) {
@@ -216,7 +216,7 @@ impl Plugin {
         &self,
         req: &pb::ListSnapshotsRequest,
     ) -> RpcResult<pb::ListSnapshotsResponse> {
-        let state = self.lock();
+        let state = self.lock()?;
         let matching: Vec<(&String, &SnapshotRecord)> = state
             .snapshots
             .iter()

@@ -4,6 +4,12 @@
 //!
 //! Kept in one small text file under the base dir, rewritten atomically on
 //! every change, so a restarted plugin answers repeat calls idempotently.
+//! The file is the truth, not a copy in memory: a controller process and a
+//! node process (`-mode controller`, `-mode node`) of one base dir share it
+//! (the node checks the controller's attachments, the controller the node's
+//! stagings), so every use reads it again under an exclusive `flock` of
+//! `state.lock` and writes it before letting go ([`SharedState`]); neither
+//! process loses the other's changes.
 //! A file-system volume's data lives in `<base-dir>/volumes/<id>/`, a block
 //! volume's in the file `<base-dir>/block/<id>.img`, a snapshot's in
 //! `<base-dir>/snapshots/<id>/` (see `snapshots.rs`). Which loop
@@ -18,10 +24,14 @@
 //! or sources, still load.
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sys::flock;
 
 use crate::csi::model::{AttachmentMode, Capability};
 use crate::csi::types::ContentSource;
@@ -356,6 +366,87 @@ impl State {
     }
 }
 
+/// The state file, shared by the threads of this process and by the other
+/// processes of the base dir.
+pub struct SharedState {
+    path: PathBuf,
+    /// `state.lock`, open for the life of the process: its `flock` keeps
+    /// the other processes out.
+    lock: File,
+    /// Keeps the other threads of this process out: they would share the
+    /// open file's lock.
+    threads: Mutex<()>,
+}
+
+/// The state, read under the locks and held until dropped; changes are
+/// written with [`State::save`] before it is.
+pub struct StateGuard<'a> {
+    state: State,
+    // Fields drop in order: the other processes' lock goes before the
+    // threads' one.
+    _file: FileLock<'a>,
+    _threads: MutexGuard<'a, ()>,
+}
+
+/// The `flock` of `state.lock`, released when dropped.
+struct FileLock<'a>(&'a File);
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        if let Err(err) = flock::unlock(self.0) {
+            // Closing the file at exit releases it anyway.
+            log::error!("cannot unlock the state: {err}");
+        }
+    }
+}
+
+impl SharedState {
+    /// Opens the state of `base_dir` (`state`, locked through
+    /// `state.lock`), checking that it can be read.
+    pub fn open(base_dir: &Path) -> io::Result<SharedState> {
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(base_dir.join("state.lock"))?;
+        let shared = SharedState {
+            path: base_dir.join("state"),
+            lock,
+            threads: Mutex::new(()),
+        };
+        drop(shared.lock()?);
+        Ok(shared)
+    }
+
+    /// The state as the file has it now, with every other user of it kept
+    /// out until the guard is dropped.
+    pub fn lock(&self) -> io::Result<StateGuard<'_>> {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        flock::lock_exclusive(&self.lock)?;
+        // A failed load releases the lock as the guard drops.
+        let file = FileLock(&self.lock);
+        Ok(StateGuard {
+            state: State::load(&self.path)?,
+            _file: file,
+            _threads: threads,
+        })
+    }
+}
+
+impl Deref for StateGuard<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,6 +516,50 @@ mod tests {
             Some(dir.join("stage dir").as_path())
         );
         assert_eq!(loaded.in_use_on_node("v2"), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn processes_sharing_a_base_dir_see_each_other_s_changes_under_one_lock() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-hp-shared-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        // Two opens stand for two processes: each has its own lock holder.
+        let controller = SharedState::open(&dir).unwrap();
+        let node = SharedState::open(&dir).unwrap();
+        let record = VolumeRecord {
+            capacity_bytes: 0,
+            attached: Some(("n1".into(), false)),
+            kind: VolumeKind::Directory,
+            content_source: None,
+        };
+        {
+            let mut state = controller.lock().unwrap();
+            state.volumes.insert("v1".into(), record.clone());
+            state.save().unwrap();
+            // While one holds the state, nobody else can take its lock.
+            let other = File::open(dir.join("state.lock")).unwrap();
+            assert!(!flock::try_lock_exclusive(&other).unwrap());
+        }
+        {
+            let mut state = node.lock().unwrap();
+            assert_eq!(state.volumes.get("v1"), Some(&record));
+            state.staged.insert(
+                dir.join("staging"),
+                Staged {
+                    volume_id: "v1".into(),
+                    capability: String::new(),
+                },
+            );
+            state.save().unwrap();
+        }
+        let state = controller.lock().unwrap();
+        assert_eq!(
+            state.in_use_on_node("v1"),
+            Some(dir.join("staging").as_path())
+        );
+        assert_eq!(state.volumes.len(), 1);
+        drop(state);
         fs::remove_dir_all(&dir).unwrap();
     }
 

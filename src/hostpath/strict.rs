@@ -12,16 +12,16 @@
 //! [`Strict`] is pure: it is told each call's facts ([`Call`]) before the
 //! plugin serves it ([`Strict::admit`]) and each success after
 //! ([`Strict::completed`]), and keeps its own model of what the CO has done
-//! to each volume on this node. [`InFlight`] tracks the volumes that have a
-//! call in flight, with a guard per call. Writing the verdict file and
+//! to each volume on this node. [`super::in_flight`] tracks the volumes
+//! that have a call in flight, with a guard per call. Writing the verdict file and
 //! answering gRPC is the plugin's business.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use crate::csi::types::{CapabilitySet, ControllerCapability, NodeCapability, StringMap};
+use crate::spec::PluginType;
 
 /// A rule of the CSI spec that binds the CO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +206,14 @@ pub enum Call {
     NodeGetInfo,
 }
 
+/// The CSI service an RPC belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    Identity,
+    Controller,
+    Node,
+}
+
 /// A capability an RPC needs the plugin to have advertised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needed {
@@ -252,6 +260,22 @@ impl Call {
             Call::NodeExpandVolume { .. } => "NodeExpandVolume",
             Call::NodeGetCapabilities => "NodeGetCapabilities",
             Call::NodeGetInfo => "NodeGetInfo",
+        }
+    }
+
+    /// The service whose RPC it is.
+    pub fn service(&self) -> Service {
+        match self {
+            Call::GetPluginInfo | Call::GetPluginCapabilities | Call::Probe => Service::Identity,
+            Call::NodeStageVolume { .. }
+            | Call::NodeUnstageVolume { .. }
+            | Call::NodePublishVolume { .. }
+            | Call::NodeUnpublishVolume { .. }
+            | Call::NodeGetVolumeStats { .. }
+            | Call::NodeExpandVolume { .. }
+            | Call::NodeGetCapabilities
+            | Call::NodeGetInfo => Service::Node,
+            _ => Service::Controller,
         }
     }
 
@@ -388,12 +412,15 @@ impl VolumeProtocol {
     }
 }
 
-/// The checker: the plugin's capabilities, its node, and the model of what
-/// the CO did.
+/// The checker: the plugin's capabilities, its node, the services this
+/// process serves, and the model of what the CO did.
 #[derive(Clone, Debug)]
 pub struct Strict {
     advertised: Advertised,
     node_id: String,
+    /// A split plugin's process serves one service (`-mode controller` or
+    /// `-mode node`); the capabilities stay the whole plugin's.
+    serves: PluginType,
     volumes: BTreeMap<String, VolumeProtocol>,
 }
 
@@ -402,7 +429,50 @@ impl Strict {
         Strict {
             advertised,
             node_id: node_id.into(),
+            serves: PluginType::Monolith,
             volumes: BTreeMap::new(),
+        }
+    }
+
+    /// The checker of a process that serves `serves` only.
+    pub fn serving(self, serves: PluginType) -> Strict {
+        Strict { serves, ..self }
+    }
+
+    fn serves(&self, service: Service) -> bool {
+        match service {
+            Service::Identity => true,
+            Service::Controller => self.serves.has_controller(),
+            Service::Node => self.serves.has_node(),
+        }
+    }
+
+    /// A process of a split plugin cannot see the other process's calls;
+    /// it takes that side of its model from what the other process
+    /// recorded in the shared state, given as the successful calls that
+    /// made it (`recorded`): a controller process learns the node's
+    /// stagings and publishes (for ControllerUnpublishVolume's rule), a
+    /// node process the controller's attachments (for the publish context
+    /// rule). A monolith sees both sides itself and changes nothing.
+    pub fn adopt_recorded(&mut self, recorded: &[Call]) {
+        let (controller, node) = (self.serves.has_controller(), self.serves.has_node());
+        if controller && node {
+            return;
+        }
+        for protocol in self.volumes.values_mut() {
+            if !controller {
+                protocol.attachments.clear();
+            }
+            if !node {
+                protocol.staged.clear();
+                protocol.published.clear();
+            }
+        }
+        self.volumes.retain(|_, p| !p.is_empty());
+        for call in recorded {
+            if !self.serves(call.service()) {
+                self.completed(call);
+            }
         }
     }
 
@@ -435,6 +505,21 @@ impl Strict {
                 format!(
                     "the {}Request carries fields it does not define (secrets?)",
                     call.rpc()
+                ),
+            ));
+        }
+        let service = call.service();
+        if !self.serves(service) {
+            let other = if service == Service::Node {
+                "node"
+            } else {
+                "controller"
+            };
+            return Err(violation(
+                Rule::AdvertisedCapability,
+                format!(
+                    "this process of the plugin runs in {} mode: it does not serve the {other} service",
+                    self.serves
                 ),
             ));
         }
@@ -573,86 +658,8 @@ impl Strict {
     }
 }
 
-/// One call in flight for a volume.
-struct Running {
-    rpc: &'static str,
-    serial: u64,
-    /// Whether its caller still waits for the answer: false once the
-    /// call's deadline has passed, when the CO has given up on it.
-    awaited: Box<dyn Fn() -> bool + Send>,
-}
-
-/// The volumes with a call in flight.
-#[derive(Default)]
-pub struct InFlight {
-    running: Mutex<(u64, BTreeMap<String, Running>)>,
-}
-
-/// A call's place in [`InFlight`]; dropping it ends the call.
-pub struct InFlightGuard<'a> {
-    in_flight: &'a InFlight,
-    volume: String,
-    serial: u64,
-}
-
-impl InFlight {
-    /// Enters a call of `rpc` for `volume`, refused while another call for
-    /// it is in flight and still awaited. A call whose deadline has passed
-    /// is not: the CO saw it fail (uncertain) and may send it again.
-    pub fn enter(
-        &self,
-        rpc: &'static str,
-        volume: &str,
-        awaited: impl Fn() -> bool + Send + 'static,
-    ) -> Result<InFlightGuard<'_>, Violation> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(other) = running.1.get(volume) {
-            if (other.awaited)() {
-                return Err(Violation {
-                    rpc,
-                    volume: Some(volume.to_string()),
-                    rule: Rule::OneCallPerVolume,
-                    detail: format!("{} of volume {volume} is still in flight", other.rpc),
-                });
-            }
-        }
-        running.0 += 1;
-        let serial = running.0;
-        running.1.insert(
-            volume.to_string(),
-            Running {
-                rpc,
-                serial,
-                awaited: Box::new(awaited),
-            },
-        );
-        Ok(InFlightGuard {
-            in_flight: self,
-            volume: volume.to_string(),
-            serial,
-        })
-    }
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        let mut running = self
-            .in_flight
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        // A later call may have taken the place of one the CO gave up on.
-        if running.1.get(&self.volume).map(|r| r.serial) == Some(self.serial) {
-            running.1.remove(&self.volume);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
     use super::*;
 
     const NODE: &str = "n1";
@@ -907,44 +914,6 @@ mod tests {
     }
 
     #[test]
-    fn two_calls_in_flight_for_one_volume_are_refused() {
-        let in_flight = InFlight::default();
-        let first = in_flight.enter("NodeStageVolume", "v", || true).unwrap();
-        let err = in_flight
-            .enter("NodeStageVolume", "v", || true)
-            .err()
-            .unwrap();
-        assert_eq!(err.rule, Rule::OneCallPerVolume);
-        assert_eq!(
-            err.verdict_line(),
-            "NodeStageVolume v: at most one call in flight per volume"
-        );
-        // Other volumes are independent.
-        let other = in_flight.enter("NodeStageVolume", "w", || true).unwrap();
-        drop(first);
-        let again = in_flight.enter("NodePublishVolume", "v", || true).unwrap();
-        drop((again, other));
-    }
-
-    #[test]
-    fn a_call_past_its_deadline_is_no_longer_in_flight() {
-        let in_flight = InFlight::default();
-        let awaited = Arc::new(AtomicBool::new(true));
-        let flag = awaited.clone();
-        let abandoned = in_flight
-            .enter("NodeStageVolume", "v", move || flag.load(Ordering::SeqCst))
-            .unwrap();
-        assert!(in_flight.enter("NodeStageVolume", "v", || true).is_err());
-        awaited.store(false, Ordering::SeqCst);
-        let retry = in_flight.enter("NodeStageVolume", "v", || true).unwrap();
-        // The abandoned call ending does not end the retry.
-        drop(abandoned);
-        assert!(in_flight.enter("NodeStageVolume", "v", || true).is_err());
-        drop(retry);
-        assert!(in_flight.enter("NodeStageVolume", "v", || true).is_ok());
-    }
-
-    #[test]
     fn rpcs_of_unadvertised_capabilities_are_refused() {
         let no_attach = Strict::new(advertised(false), NODE);
         let err = no_attach.admit(&attach("v"), false).unwrap_err();
@@ -987,6 +956,62 @@ mod tests {
         ] {
             assert_eq!(strict.admit(&call, false), Ok(()), "{call:?}");
         }
+    }
+
+    #[test]
+    fn a_split_process_refuses_the_other_service_s_rpcs() {
+        let node = strict().serving(PluginType::Node);
+        let err = node.admit(&attach("v"), false).unwrap_err();
+        assert_eq!(err.rule, Rule::AdvertisedCapability);
+        assert_eq!(
+            err.detail,
+            "this process of the plugin runs in node mode: it does not serve the controller service"
+        );
+        assert_eq!(node.admit(&Call::NodeGetInfo, false), Ok(()));
+        let controller = strict().serving(PluginType::Controller);
+        assert_eq!(
+            rule_of(controller.admit(&stage("v", "/s"), false)),
+            Some(Rule::AdvertisedCapability)
+        );
+        for call in [Call::Probe, Call::GetPluginInfo, attach("v")] {
+            assert_eq!(controller.admit(&call, false), Ok(()), "{call:?}");
+        }
+    }
+
+    #[test]
+    fn a_node_process_checks_the_publish_context_of_the_controller_s_recorded_attachment() {
+        let mut node = strict().serving(PluginType::Node);
+        assert_eq!(
+            rule_of(node.admit(&stage("v", "/s"), false)),
+            Some(Rule::PublishContext)
+        );
+        node.adopt_recorded(&[attach("v")]);
+        assert_eq!(node.admit(&stage("v", "/s"), false), Ok(()));
+        // The controller detached it meanwhile: the record says so.
+        node.adopt_recorded(&[]);
+        assert_eq!(
+            rule_of(node.admit(&stage("v", "/s"), false)),
+            Some(Rule::PublishContext)
+        );
+    }
+
+    #[test]
+    fn a_controller_process_refuses_a_detach_while_the_node_s_record_shows_a_staging() {
+        let mut controller = strict().serving(PluginType::Controller);
+        run(&mut controller, &[attach("v")]).unwrap();
+        controller.adopt_recorded(&[attach("v"), stage("v", "/s")]);
+        assert_eq!(
+            rule_of(controller.admit(&detach("v"), false)),
+            Some(Rule::UnstageBeforeDetach)
+        );
+        // Its own side stays its own: the attachment it saw is kept.
+        controller.adopt_recorded(&[]);
+        assert_eq!(controller.admit(&detach("v"), false), Ok(()));
+        run(&mut controller, &[detach("v")]).unwrap();
+        assert_eq!(
+            rule_of(controller.admit(&stage("v", "/s"), false)),
+            Some(Rule::AdvertisedCapability)
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The instance manager: one thread per plugin that owns its connection.
+//! The instance manager: one thread per plugin instance that owns its
+//! connection (a split plugin's controller and node each have their own).
 //!
 //! The thread waits for the socket (inotify through [`SocketWatcher`], so a
 //! plugin is probed the moment its socket appears), probes it quickly at
@@ -22,7 +23,7 @@ use crossbeam_channel::{never, select, unbounded, Receiver, Sender};
 
 use super::watch::{SocketEvent, SocketWatcher, Watch};
 use super::workers::{Job, Workers};
-use super::{Fingerprint, Health, PluginSpec, Report};
+use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report};
 use crate::csi::{Backoff, Client};
 
 /// The slowest probing gets while a plugin is not healthy.
@@ -51,7 +52,7 @@ pub struct InstanceSettings {
 /// reports of a plugin that was removed and added again apart.
 #[derive(Clone, Debug)]
 pub struct InstanceReport {
-    pub id: String,
+    pub key: InstanceKey,
     pub generation: u64,
     pub report: Report,
 }
@@ -88,7 +89,7 @@ impl Instance {
                 // Probing still finds the socket, only later.
                 log::warn!(
                     "Plugin {}: cannot watch {} ({err}); polling instead",
-                    spec.id,
+                    spec.key(),
                     spec.endpoint.path().display()
                 );
                 None
@@ -97,7 +98,7 @@ impl Instance {
         let client = new_client(&spec);
         let connection = Arc::new(AtomicU64::new(0));
         let workers = Workers::new(
-            &spec.id,
+            &spec.key(),
             &spec.endpoint,
             settings.rpc_timeout,
             connection.clone(),
@@ -115,7 +116,7 @@ impl Instance {
             health: Health::Pending,
         };
         let thread = thread::Builder::new()
-            .name(format!("plugin-{}", runner.spec.id))
+            .name(runner.spec.key().thread_name())
             .spawn(move || runner.run())?;
         Ok(Instance {
             generation,
@@ -190,7 +191,7 @@ impl Runner {
     fn run(mut self) {
         log::debug!(
             "Plugin {}: watching {}",
-            self.spec.id,
+            self.spec.key(),
             self.spec.endpoint.path().display()
         );
         // When the current effort to get the plugin healthy began.
@@ -202,7 +203,7 @@ impl Runner {
             select! {
                 recv(self.commands) -> command => match command {
                     Ok(Command::Stop) | Err(_) => {
-                        log::debug!("Plugin {}: no longer watched", self.spec.id);
+                        log::debug!("Plugin {}: no longer watched", self.spec.key());
                         self.send(Report::Stopped);
                         return;
                     }
@@ -217,7 +218,7 @@ impl Runner {
                 },
                 recv(self.socket_events) -> event => match event {
                     Ok(SocketEvent::Appeared) => {
-                        log::debug!("Plugin {}: socket appeared", self.spec.id);
+                        log::debug!("Plugin {}: socket appeared", self.spec.key());
                         // A new process is behind it: a new connection, at once.
                         self.client = new_client(&self.spec);
                         self.connection.fetch_add(1, Ordering::SeqCst);
@@ -225,7 +226,7 @@ impl Runner {
                         next_check = Instant::now();
                     }
                     Ok(SocketEvent::Disappeared) => {
-                        log::debug!("Plugin {}: socket removed", self.spec.id);
+                        log::debug!("Plugin {}: socket removed", self.spec.key());
                         if self.health == Health::Healthy {
                             waiting_since = Instant::now();
                             self.set_health(Health::Unhealthy, "the socket was removed".into(), None, None);
@@ -292,7 +293,7 @@ impl Runner {
                 self.set_health(Health::Unhealthy, reason, None, heartbeat)
             }
             Health::Pending | Health::Unhealthy => {
-                log::trace!("Plugin {}: {reason}", self.spec.id);
+                log::trace!("Plugin {}: {reason}", self.spec.key());
                 if heartbeat.is_some() {
                     let health = self.health;
                     self.set_health(health, reason, None, heartbeat);
@@ -320,7 +321,7 @@ impl Runner {
     fn send(&self, report: Report) {
         // The main loop is gone only when the agent is exiting.
         let _ = self.reports.send(InstanceReport {
-            id: self.spec.id.clone(),
+            key: self.spec.key(),
             generation: self.generation,
             report,
         });

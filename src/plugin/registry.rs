@@ -1,11 +1,14 @@
-//! The plugin registry: every plugin the agent supervises, its last
-//! fingerprint, health, and recent health events.
+//! The plugin registry: every plugin instance the agent supervises, by
+//! [`InstanceKey`], with its last fingerprint, health, and recent health
+//! events; and the status of a plugin ID, its instances taken together as
+//! Nomad counts them (controllers and nodes, healthy and expected).
 //!
 //! Owned by the main loop and changed only there. Subscribers (the volume
 //! manager is one) get every registration, deregistration and health change
 //! over a channel, so nothing polls. The registry is kept in the state
 //! snapshot, so a restarted agent knows its plugins before it has probed
-//! them.
+//! them. A record names its instance by its ID and type, so the snapshots
+//! of releases that had one record per ID load as they are.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -14,7 +17,8 @@ use std::time::SystemTime;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::fingerprint::{from_unix_ms, unix_ms};
-use super::{Fingerprint, Health, PluginSpec, Report, Source};
+use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report, Service, Source};
+use crate::csi::types::PluginCapability;
 use crate::proto::agent as api;
 
 /// How many health events each plugin keeps.
@@ -32,16 +36,16 @@ pub struct HealthEvent {
 /// What subscribers hear.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegistryEvent {
-    Registered(String),
-    Deregistered(String),
+    Registered(InstanceKey),
+    Deregistered(InstanceKey),
     HealthChanged {
-        id: String,
+        key: InstanceKey,
         old: Health,
         new: Health,
     },
 }
 
-/// A plugin in the registry.
+/// A plugin instance in the registry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PluginRecord {
     pub spec: PluginSpec,
@@ -68,6 +72,20 @@ impl PluginRecord {
         }
     }
 
+    pub fn key(&self) -> InstanceKey {
+        self.spec.key()
+    }
+
+    /// Whether it is meant to serve the controller service: a controller,
+    /// or a monolith whose fingerprint (if any yet) says it does.
+    pub fn is_controller(&self) -> bool {
+        self.spec.plugin_type.has_controller()
+            && self
+                .fingerprint
+                .as_ref()
+                .map_or(true, Fingerprint::has_controller)
+    }
+
     /// Healthy and serving the controller service.
     pub fn controller_healthy(&self) -> bool {
         self.health == Health::Healthy
@@ -80,7 +98,9 @@ impl PluginRecord {
 
     /// Healthy and serving the node service.
     pub fn node_healthy(&self) -> bool {
-        self.health == Health::Healthy && self.spec.plugin_type.has_node()
+        self.health == Health::Healthy
+            && self.spec.plugin_type.has_node()
+            && self.fingerprint.is_some()
     }
 
     pub fn to_proto(&self) -> api::Plugin {
@@ -185,7 +205,7 @@ impl Changed {
 
 #[derive(Default)]
 pub struct Registry {
-    plugins: BTreeMap<String, PluginRecord>,
+    plugins: BTreeMap<InstanceKey, PluginRecord>,
     subscribers: Vec<Sender<RegistryEvent>>,
 }
 
@@ -198,10 +218,7 @@ impl Registry {
     /// instances report the current health soon.
     pub fn restore(records: Vec<PluginRecord>) -> Registry {
         Registry {
-            plugins: records
-                .into_iter()
-                .map(|r| (r.spec.id.clone(), r))
-                .collect(),
+            plugins: records.into_iter().map(|r| (r.key(), r)).collect(),
             subscribers: Vec::new(),
         }
     }
@@ -217,28 +234,27 @@ impl Registry {
         self.subscribers.retain(|s| s.send(event.clone()).is_ok());
     }
 
-    /// Registers `spec`, or updates the spec of a plugin with its ID (a new
-    /// socket or type starts it over as pending). Returns whether anything
-    /// changed.
+    /// Registers `spec`, or updates the spec of its instance (a new socket
+    /// or source starts it over as pending). Returns whether anything
+    /// changed. The caller deregisters the instances it
+    /// [conflicts](Registry::conflicting) with first.
     pub fn register(&mut self, spec: PluginSpec) -> bool {
-        match self.plugins.get_mut(&spec.id) {
+        let key = spec.key();
+        match self.plugins.get_mut(&key) {
             Some(record) if record.spec == spec => false,
             Some(record) => {
                 log::info!(
-                    "Plugin {} changed: {}, {} at {}",
-                    spec.id,
+                    "Plugin {key} changed: {} at {}",
                     spec.source.as_string(),
-                    spec.plugin_type,
                     spec.endpoint.path().display()
                 );
-                let id = spec.id.clone();
                 record.spec = spec;
                 record.fingerprint = None;
                 record.last_heartbeat = None;
-                // The new socket or type starts over as pending, as an
-                // event like any other health change.
+                // The new socket starts over as pending, as an event like
+                // any other health change.
                 self.apply(
-                    &id,
+                    &key,
                     Report::Status {
                         health: Health::Pending,
                         reason: "its socket or type changed".to_string(),
@@ -250,50 +266,109 @@ impl Registry {
             }
             None => {
                 log::info!(
-                    "Plugin {} registered ({}, {} at {})",
-                    spec.id,
+                    "Plugin {key} registered ({}, {} at {})",
                     spec.source.as_string(),
                     spec.plugin_type,
                     spec.endpoint.path().display()
                 );
-                let id = spec.id.clone();
-                self.plugins.insert(id.clone(), PluginRecord::new(spec));
-                self.publish(RegistryEvent::Registered(id));
+                self.plugins.insert(key.clone(), PluginRecord::new(spec));
+                self.publish(RegistryEvent::Registered(key));
                 true
             }
         }
     }
 
-    pub fn deregister(&mut self, id: &str) -> Option<PluginRecord> {
-        let record = self.plugins.remove(id)?;
-        log::info!("Plugin {id} deregistered");
-        self.publish(RegistryEvent::Deregistered(id.to_string()));
+    /// The other instances of `spec`'s plugin ID that serve a service it
+    /// serves too: registering it must replace them.
+    pub fn conflicting(&self, spec: &PluginSpec) -> Vec<InstanceKey> {
+        let key = spec.key();
+        self.instances(&spec.id)
+            .map(PluginRecord::key)
+            .filter(|k| *k != key && k.plugin_type.conflicts(key.plugin_type))
+            .collect()
+    }
+
+    pub fn deregister(&mut self, key: &InstanceKey) -> Option<PluginRecord> {
+        let record = self.plugins.remove(key)?;
+        log::info!("Plugin {key} deregistered");
+        self.publish(RegistryEvent::Deregistered(key.clone()));
         Some(record)
     }
 
-    pub fn get(&self, id: &str) -> Option<&PluginRecord> {
-        self.plugins.get(id)
+    pub fn get(&self, key: &InstanceKey) -> Option<&PluginRecord> {
+        self.plugins.get(key)
     }
 
-    /// Every plugin, by ID.
+    /// Every instance, by ID, then type.
     pub fn list(&self) -> impl Iterator<Item = &PluginRecord> {
         self.plugins.values()
     }
 
-    /// Plugins that serve the controller service (by type).
-    pub fn controllers(&self) -> impl Iterator<Item = &PluginRecord> {
-        self.list().filter(|r| r.spec.plugin_type.has_controller())
+    /// The instances of plugin `id`.
+    pub fn instances<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a PluginRecord> + 'a {
+        self.plugins.values().filter(move |r| r.spec.id == id)
     }
 
-    /// Plugins that serve the node service (by type).
-    pub fn nodes(&self) -> impl Iterator<Item = &PluginRecord> {
-        self.list().filter(|r| r.spec.plugin_type.has_node())
+    /// The instance of plugin `id` whose type serves `service`, if one is
+    /// registered (there is at most one).
+    pub fn serving(&self, id: &str, service: Service) -> Option<&PluginRecord> {
+        self.plugins
+            .values()
+            .find(|r| r.spec.id == id && service.served_by(r.spec.plugin_type))
+    }
+
+    /// Every plugin ID, sorted.
+    pub fn ids(&self) -> Vec<&str> {
+        let mut ids: Vec<&str> = self.plugins.keys().map(|k| k.plugin_id.as_str()).collect();
+        ids.dedup();
+        ids
+    }
+
+    /// Plugin `id` as `plugin status` shows it: its instances, and its
+    /// controllers and nodes counted as Nomad counts them; `None` when it
+    /// has no instance.
+    pub fn status(&self, id: &str) -> Option<api::PluginStatus> {
+        let instances: Vec<&PluginRecord> = self.instances(id).collect();
+        if instances.is_empty() {
+            return None;
+        }
+        let count =
+            |f: &dyn Fn(&PluginRecord) -> bool| instances.iter().filter(|r| f(r)).count() as u32;
+        // The controller's fingerprint names the plugin, else the node's.
+        let fingerprint = instances
+            .iter()
+            .filter_map(|r| r.fingerprint.as_ref())
+            .max_by_key(|f| {
+                f.plugin_capabilities
+                    .contains(&PluginCapability::ControllerService)
+            });
+        let health = if instances.iter().all(|r| r.health == Health::Healthy) {
+            Health::Healthy
+        } else if instances.iter().any(|r| r.health == Health::Unhealthy) {
+            Health::Unhealthy
+        } else {
+            Health::Pending
+        };
+        Some(api::PluginStatus {
+            id: id.to_string(),
+            provider: fingerprint.map(|f| f.info.name.clone()).unwrap_or_default(),
+            version: fingerprint
+                .map(|f| f.info.vendor_version.clone())
+                .unwrap_or_default(),
+            controllers_healthy: count(&PluginRecord::controller_healthy),
+            controllers_expected: count(&|r| r.spec.plugin_type.has_controller()),
+            nodes_healthy: count(&PluginRecord::node_healthy),
+            nodes_expected: count(&|r| r.spec.plugin_type.has_node()),
+            health: health_to_proto(health).into(),
+            instances: instances.iter().map(|r| r.to_proto()).collect(),
+            ..Default::default()
+        })
     }
 
     /// Applies an instance's report. A health change is logged, kept as an
     /// event and published; a report that repeats the health changes
     /// nothing but the heartbeat and reason.
-    pub fn apply(&mut self, id: &str, report: Report) -> Changed {
+    pub fn apply(&mut self, key: &InstanceKey, report: Report) -> Changed {
         let Report::Status {
             health,
             reason,
@@ -303,7 +378,7 @@ impl Registry {
         else {
             return Changed::default();
         };
-        let Some(record) = self.plugins.get_mut(id) else {
+        let Some(record) = self.plugins.get_mut(key) else {
             return Changed::default();
         };
         let mut changed = Changed::default();
@@ -314,7 +389,7 @@ impl Registry {
                 .is_some_and(|f| f.same_as(&fingerprint));
             if changed.fingerprint {
                 log::info!(
-                    "Plugin {id} fingerprinted: {} {}, node {:?}",
+                    "Plugin {key} fingerprinted: {} {}, node {:?}",
                     fingerprint.info.name,
                     fingerprint.info.vendor_version,
                     fingerprint
@@ -334,7 +409,7 @@ impl Registry {
         if old != health {
             changed.health = true;
             record.health = health;
-            let line = format!("Plugin {id} is {health} (was {old}): {reason}");
+            let line = format!("Plugin {key} is {health} (was {old}): {reason}");
             if health == Health::Healthy {
                 log::info!("{line}");
             } else {
@@ -350,7 +425,7 @@ impl Registry {
                 reason,
             });
             self.publish(RegistryEvent::HealthChanged {
-                id: id.to_string(),
+                key: key.clone(),
                 old,
                 new: health,
             });
@@ -358,12 +433,12 @@ impl Registry {
         changed
     }
 
-    /// Records `reason` in plugin `id`'s event history without changing
+    /// Records `reason` in instance `key`'s event history without changing
     /// its health: something the agent found the plugin doing (such as
     /// leaving a mount behind after saying it removed it). False when no
-    /// such plugin is registered.
-    pub fn note(&mut self, id: &str, reason: String) -> bool {
-        let Some(record) = self.plugins.get_mut(id) else {
+    /// such instance is registered.
+    pub fn note(&mut self, key: &InstanceKey, reason: String) -> bool {
+        let Some(record) = self.plugins.get_mut(key) else {
             return false;
         };
         if record.events.len() == EVENTS_KEPT {
@@ -394,6 +469,10 @@ mod tests {
         }
     }
 
+    fn key(id: &str) -> InstanceKey {
+        InstanceKey::new(id, PluginType::Monolith)
+    }
+
     fn status(health: Health, reason: &str) -> Report {
         Report::Status {
             health,
@@ -408,19 +487,19 @@ mod tests {
         let mut registry = Registry::new();
         let events = registry.subscribe();
         assert!(registry.register(spec("a")));
-        registry.apply("a", status(Health::Healthy, "ok"));
-        registry.deregister("a");
+        registry.apply(&key("a"), status(Health::Healthy, "ok"));
+        registry.deregister(&key("a"));
         let heard: Vec<_> = events.try_iter().collect();
         assert_eq!(
             heard,
             [
-                RegistryEvent::Registered("a".into()),
+                RegistryEvent::Registered(key("a")),
                 RegistryEvent::HealthChanged {
-                    id: "a".into(),
+                    key: key("a"),
                     old: Health::Pending,
                     new: Health::Healthy
                 },
-                RegistryEvent::Deregistered("a".into()),
+                RegistryEvent::Deregistered(key("a")),
             ]
         );
     }
@@ -430,10 +509,18 @@ mod tests {
         let mut registry = Registry::new();
         registry.register(spec("a"));
         let events = registry.subscribe();
-        assert!(registry.apply("a", status(Health::Unhealthy, "x")).health);
-        assert!(!registry.apply("a", status(Health::Unhealthy, "y")).health);
+        assert!(
+            registry
+                .apply(&key("a"), status(Health::Unhealthy, "x"))
+                .health
+        );
+        assert!(
+            !registry
+                .apply(&key("a"), status(Health::Unhealthy, "y"))
+                .health
+        );
         assert_eq!(events.try_iter().count(), 1);
-        let record = registry.get("a").unwrap();
+        let record = registry.get(&key("a")).unwrap();
         assert_eq!(record.events.len(), 1);
         assert_eq!(record.reason, "y");
     }
@@ -448,9 +535,9 @@ mod tests {
             } else {
                 Health::Unhealthy
             };
-            registry.apply("a", status(health, &format!("r{i}")));
+            registry.apply(&key("a"), status(health, &format!("r{i}")));
         }
-        let events = &registry.get("a").unwrap().events;
+        let events = &registry.get(&key("a")).unwrap().events;
         assert_eq!(events.len(), EVENTS_KEPT);
         assert_eq!(
             events.back().unwrap().reason,
@@ -462,20 +549,20 @@ mod tests {
     fn a_changed_socket_is_a_health_change_to_pending() {
         let mut registry = Registry::new();
         registry.register(spec("a"));
-        registry.apply("a", status(Health::Healthy, "ok"));
+        registry.apply(&key("a"), status(Health::Healthy, "ok"));
         let events = registry.subscribe();
         assert!(registry.register(PluginSpec {
             endpoint: "/run/csi/other.sock".parse().unwrap(),
             ..spec("a")
         }));
-        let record = registry.get("a").unwrap();
+        let record = registry.get(&key("a")).unwrap();
         assert_eq!(record.health, Health::Pending);
         assert!(record.fingerprint.is_none());
         assert_eq!(record.events.len(), 2);
         assert_eq!(
             events.try_iter().collect::<Vec<_>>(),
             [RegistryEvent::HealthChanged {
-                id: "a".into(),
+                key: key("a"),
                 old: Health::Healthy,
                 new: Health::Pending
             }]
@@ -511,8 +598,8 @@ mod tests {
             stage_publish_base_dir: Some(PathBuf::from("/local/csi")),
             ..spec("a")
         });
-        registry.apply("a", status(Health::Unhealthy, "gone"));
-        let record = registry.get("a").unwrap();
+        registry.apply(&key("a"), status(Health::Unhealthy, "gone"));
+        let record = registry.get(&key("a")).unwrap();
         let mut restored = PluginRecord::from_proto(&record.to_proto()).unwrap();
         assert_eq!(
             restored.spec.stage_publish_base_dir.as_deref(),
@@ -529,18 +616,159 @@ mod tests {
         assert_eq!(&restored, record);
     }
 
+    fn fingerprint(controller_service: bool, provider: &str) -> Fingerprint {
+        use crate::csi::types::{NodeInfo, PluginInfo};
+        Fingerprint {
+            info: PluginInfo {
+                name: provider.into(),
+                vendor_version: "1".into(),
+                manifest: Default::default(),
+            },
+            plugin_capabilities: if controller_service {
+                [PluginCapability::ControllerService].into()
+            } else {
+                Default::default()
+            },
+            controller_capabilities: Default::default(),
+            node_capabilities: Default::default(),
+            node: Some(NodeInfo {
+                node_id: "n1".into(),
+                max_volumes_per_node: 0,
+                accessible_topology: None,
+            }),
+            taken: SystemTime::now(),
+        }
+    }
+
+    fn healthy(registry: &mut Registry, key: &InstanceKey, controller_service: bool) {
+        registry.apply(
+            key,
+            Report::Status {
+                health: Health::Healthy,
+                reason: "ok".into(),
+                fingerprint: Some(fingerprint(controller_service, key.plugin_type.as_str())),
+                heartbeat: None,
+            },
+        );
+    }
+
+    fn split(id: &str) -> (PluginSpec, PluginSpec) {
+        let controller = PluginSpec {
+            plugin_type: PluginType::Controller,
+            ..spec(id)
+        };
+        let node = PluginSpec {
+            plugin_type: PluginType::Node,
+            endpoint: format!("/run/csi/{id}-node.sock").parse().unwrap(),
+            ..spec(id)
+        };
+        (controller, node)
+    }
+
     #[test]
-    fn only_monoliths_and_controllers_count_as_controllers() {
+    fn a_plugin_id_has_a_controller_instance_and_a_node_instance() {
         let mut registry = Registry::new();
-        registry.register(spec("mono"));
+        let (controller, node) = split("ebs");
+        assert!(registry.register(controller.clone()));
+        assert!(registry.register(node.clone()));
+        registry.register(spec("other"));
+        let keys: Vec<String> = registry.list().map(|r| r.key().to_string()).collect();
+        assert_eq!(keys, ["ebs (controller)", "ebs (node)", "other"]);
+        assert_eq!(registry.ids(), ["ebs", "other"]);
+        let serving = |service| registry.serving("ebs", service).map(|r| r.key());
+        assert_eq!(serving(Service::Controller), Some(controller.key()));
+        assert_eq!(serving(Service::Node), Some(node.key()));
+        assert_eq!(
+            registry
+                .serving("other", Service::Controller)
+                .map(|r| r.key()),
+            Some(key("other"))
+        );
+        // A monolith of the ID would serve both: it conflicts with both.
+        assert_eq!(
+            registry.conflicting(&spec("ebs")),
+            [controller.key(), node.key()]
+        );
+        assert_eq!(registry.conflicting(&node), Vec::<InstanceKey>::new());
+    }
+
+    #[test]
+    fn a_split_plugin_s_status_counts_its_controllers_and_nodes_apart() {
+        let mut registry = Registry::new();
+        let (controller, node) = split("ebs");
+        registry.register(controller.clone());
+        registry.register(node.clone());
+        let counts = |r: &Registry| {
+            let s = r.status("ebs").unwrap();
+            [
+                s.controllers_healthy,
+                s.controllers_expected,
+                s.nodes_healthy,
+                s.nodes_expected,
+            ]
+        };
+        assert_eq!(counts(&registry), [0, 1, 0, 1]);
+        healthy(&mut registry, &node.key(), false);
+        healthy(&mut registry, &controller.key(), true);
+        assert_eq!(counts(&registry), [1, 1, 1, 1]);
+        let status = registry.status("ebs").unwrap();
+        assert_eq!(
+            status.provider, "controller",
+            "the controller's fingerprint names it"
+        );
+        assert_eq!(status.health.enum_value(), Ok(api::Health::HEALTHY));
+        let types: Vec<&str> = status.instances.iter().map(|i| i.type_.as_str()).collect();
+        assert_eq!(types, ["controller", "node"]);
+        registry.apply(&controller.key(), status_report(Health::Unhealthy));
+        assert_eq!(counts(&registry), [0, 1, 1, 1]);
+        let status = registry.status("ebs").unwrap();
+        assert_eq!(status.health.enum_value(), Ok(api::Health::UNHEALTHY));
+        assert!(registry.status("nope").is_none());
+    }
+
+    fn status_report(health: Health) -> Report {
+        status(health, "x")
+    }
+
+    #[test]
+    fn a_monolith_counts_as_a_controller_only_when_it_serves_the_service() {
+        let mut registry = Registry::new();
+        registry.register(spec("a"));
+        registry.register(spec("b"));
+        healthy(&mut registry, &key("a"), true);
+        healthy(&mut registry, &key("b"), false);
+        let counts = |id| {
+            let s = registry.status(id).unwrap();
+            [
+                s.controllers_healthy,
+                s.controllers_expected,
+                s.nodes_healthy,
+                s.nodes_expected,
+            ]
+        };
+        assert_eq!(counts("a"), [1, 1, 1, 1]);
+        assert_eq!(counts("b"), [0, 1, 1, 1]);
+        assert!(registry.get(&key("a")).unwrap().is_controller());
+        assert!(!registry.get(&key("b")).unwrap().is_controller());
+    }
+
+    #[test]
+    fn a_snapshot_record_of_one_plugin_per_id_is_the_instance_of_its_type() {
+        let mut registry = Registry::new();
         registry.register(PluginSpec {
             plugin_type: PluginType::Node,
-            ..spec("node")
+            ..spec("a")
         });
-        let ids = |it: &mut dyn Iterator<Item = &PluginRecord>| {
-            it.map(|r| r.spec.id.clone()).collect::<Vec<_>>()
-        };
-        assert_eq!(ids(&mut registry.controllers()), ["mono"]);
-        assert_eq!(ids(&mut registry.nodes()), ["mono", "node"]);
+        // A record as the releases before split plugins wrote it: no
+        // field names the instance, the type does.
+        let record = registry.list().next().unwrap().to_proto();
+        let restored = Registry::restore(vec![PluginRecord::from_proto(&record).unwrap()]);
+        let key = InstanceKey::new("a", PluginType::Node);
+        assert!(restored.get(&key).is_some());
+        assert_eq!(
+            restored.serving("a", Service::Node).map(|r| r.key()),
+            Some(key)
+        );
+        assert!(restored.serving("a", Service::Controller).is_none());
     }
 }

@@ -1,4 +1,6 @@
-//! A plugin's bounded worker pool for volume operations.
+//! A plugin instance's bounded worker pool for volume operations: a split
+//! plugin's controller and node each have their own, and the manager
+//! submits each job to the instance that serves its RPC's service.
 //!
 //! The main loop never calls a plugin: it submits a job, which runs on one
 //! of at most [`WORKERS`] threads of that plugin and sends its result back
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
+use super::InstanceKey;
 use crate::csi::{Client, Endpoint};
 
 /// Workers per plugin.
@@ -32,13 +35,15 @@ pub struct Workers {
     receiver: Receiver<Job>,
     endpoint: Endpoint,
     timeout: Duration,
-    id: String,
+    /// Names the threads: `<thread name of the instance>-w<n>`.
+    name: String,
+    key: InstanceKey,
     connection: Arc<AtomicU64>,
 }
 
 impl Workers {
     pub fn new(
-        id: &str,
+        key: &InstanceKey,
         endpoint: &Endpoint,
         timeout: Duration,
         connection: Arc<AtomicU64>,
@@ -50,7 +55,8 @@ impl Workers {
             receiver,
             endpoint: endpoint.clone(),
             timeout,
-            id: id.to_string(),
+            name: key.thread_name(),
+            key: key.clone(),
             connection,
         }
     }
@@ -63,12 +69,12 @@ impl Workers {
             let connection = self.connection.clone();
             let timeout = self.timeout;
             let spawned = thread::Builder::new()
-                .name(format!("{}-w{}", self.id, self.spawned))
+                .name(format!("{}-w{}", self.name, self.spawned))
                 .spawn(move || work(&receiver, &endpoint, timeout, &connection));
             match spawned {
                 Ok(_) => self.spawned += 1,
                 Err(err) => {
-                    log::error!("Cannot start a worker for plugin {}: {err}", self.id);
+                    log::error!("Cannot start a worker for plugin {}: {err}", self.key);
                     break;
                 }
             }

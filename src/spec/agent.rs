@@ -15,6 +15,17 @@
 //!   health_timeout = "30s"
 //! }
 //!
+//! # A plugin split into a controller and a node process: one ID, two
+//! # blocks (at most one of each type; a monolith stands alone).
+//! plugin "ebs" {
+//!   socket = "/run/csi/ebs-controller.sock"
+//!   type   = "controller"
+//! }
+//! plugin "ebs" {
+//!   socket = "/run/csi/ebs-node.sock"
+//!   type   = "node"
+//! }
+//!
 //! host_volume "certs" {
 //!   path      = "/etc/ssl/certs"
 //!   read_only = true
@@ -58,7 +69,8 @@ pub struct AgentConfig {
     /// The deadline of each volume RPC (stage, publish, ...): a call that
     /// takes longer is uncertain and retried.
     pub rpc_timeout: Duration,
-    /// Plugins that run outside the agent, in file order.
+    /// Plugins that run outside the agent, in file order; an ID appears
+    /// at most twice, as a controller and a node.
     pub plugins: Vec<PluginConfig>,
     /// Host directories that jobs mount with `type = "host"` volumes.
     pub host_volumes: Vec<HostVolume>,
@@ -143,7 +155,8 @@ pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `plugin "<id>" { socket, type, health_timeout }`: a CSI plugin the agent
-/// connects to but does not start.
+/// connects to but does not start; one process of it, when a controller
+/// block and a node block share the ID.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginConfig {
     pub id: String,
@@ -278,15 +291,45 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     if let Some(timeout) = f.duration("rpc_timeout") {
         config.rpc_timeout = timeout;
     }
-    for (block, id) in f.labeled_blocks("plugin") {
+    // Each ID's blocks so far: their types and where they are.
+    let mut seen: Vec<(String, PluginType, Pos)> = Vec::new();
+    for (block, id) in f.repeated_labeled_blocks("plugin") {
         let mut p = f.labeled(block, &id);
-        dec.check_id(block.labels[0].span.start, "plugin ID", &id);
+        let at = block.labels[0].span.start;
+        dec.check_id(at, "plugin ID", &id);
         let plugin_type = p.parsed("type");
         let plugin_type = p.require("type", plugin_type);
         let socket = p.parsed::<Endpoint>("socket");
         let socket = p.require("socket", socket);
         let health_timeout = p.duration("health_timeout");
         p.finish();
+        if let Some(plugin_type) = plugin_type {
+            let earlier = seen
+                .iter()
+                .find(|(other, t, _)| *other == id && t.conflicts(plugin_type));
+            if let Some((_, first, first_at)) = earlier {
+                let clash = if *first == plugin_type {
+                    format!(
+                        "plugin {id:?} of type {:?} is declared twice (first at {first_at})",
+                        plugin_type.as_str()
+                    )
+                } else {
+                    format!(
+                        "plugin {id:?} of type {:?} overlaps its {:?} block at {first_at}",
+                        plugin_type.as_str(),
+                        first.as_str()
+                    )
+                };
+                p.error(
+                    at,
+                    format!(
+                        "{clash}: one ID has at most one controller and one node, as blocks of type \"controller\" and \"node\" or a single \"monolith\""
+                    ),
+                );
+                continue;
+            }
+            seen.push((id.clone(), plugin_type, at));
+        }
         if let (Some(socket), Some(plugin_type)) = (socket, plugin_type) {
             config.plugins.push(PluginConfig {
                 id,

@@ -589,6 +589,20 @@ impl<'d> Fields<'d> {
     /// Every block of this kind with its one label, the block's name (in
     /// JSON, the keys of the property's object). Names must be unique.
     pub(crate) fn labeled_blocks(&mut self, kind: &'static str) -> Vec<(&'d Block, String)> {
+        self.named_blocks(kind, true)
+    }
+
+    /// Every block of this kind with its one label, for blocks whose names
+    /// may repeat (several `plugin` blocks of one ID): the caller judges
+    /// which repeats are allowed.
+    pub(crate) fn repeated_labeled_blocks(
+        &mut self,
+        kind: &'static str,
+    ) -> Vec<(&'d Block, String)> {
+        self.named_blocks(kind, false)
+    }
+
+    fn named_blocks(&mut self, kind: &'static str, unique: bool) -> Vec<(&'d Block, String)> {
         self.register_block(kind, " \"NAME\"");
         let mut seen: BTreeMap<String, Pos> = BTreeMap::new();
         let mut out = Vec::new();
@@ -607,7 +621,7 @@ impl<'d> Fields<'d> {
                 );
                 continue;
             };
-            if let Some(first) = seen.get(&label.value) {
+            if let Some(first) = seen.get(&label.value).filter(|_| unique) {
                 self.error(
                     label.span.start,
                     format!(

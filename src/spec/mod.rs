@@ -282,4 +282,11 @@ impl PluginType {
     pub fn has_controller(self) -> bool {
         matches!(self, PluginType::Controller | PluginType::Monolith)
     }
+
+    /// Whether two instances of one plugin ID would serve a service twice:
+    /// an ID has at most one controller and one node on a host, so two of
+    /// one type, or a monolith and anything, conflict.
+    pub fn conflicts(self, other: PluginType) -> bool {
+        (self.has_controller() && other.has_controller()) || (self.has_node() && other.has_node())
+    }
 }

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::api::ApiError;
 use crate::plugin::fingerprint::unix_ms;
+use crate::plugin::InstanceKey;
 use crate::proto::agent as api;
 use crate::spec::{Group, Job};
 
@@ -97,6 +98,8 @@ impl Allocs {
     /// Checks what the spec decoder cannot know: host volumes, plugin IDs
     /// of other jobs and the config, users, and `${VAR}` names.
     fn check_job(&self, spec: &Job, file: &str) -> Result<(), ApiError> {
+        // This job's plugin instances so far: (ID, type, task).
+        let mut provided: Vec<(&str, crate::spec::PluginType, &str)> = Vec::new();
         for group in &spec.groups {
             for v in &group.volumes {
                 if v.volume_type == crate::spec::VolumeType::Host
@@ -116,21 +119,36 @@ impl Allocs {
             for task in &group.tasks {
                 let what = format!("{file}: group {:?} task {:?}", group.name, task.name);
                 if let Some(plugin) = &task.csi_plugin {
+                    let twice = provided
+                        .iter()
+                        .find(|(id, t, _)| *id == plugin.id && t.conflicts(plugin.plugin_type));
+                    if let Some((_, _, first)) = twice {
+                        return Err(invalid(format!(
+                            "{what}: plugin {:?} ({}) is already provided by task {first:?}; one ID has at most one controller and one node",
+                            plugin.id, plugin.plugin_type
+                        )));
+                    }
+                    provided.push((&plugin.id, plugin.plugin_type, &task.name));
                     if self.config_plugins.contains(&plugin.id) {
                         return Err(invalid(format!(
                             "{what}: plugin {:?} is already provided by the agent config",
                             plugin.id
                         )));
                     }
+                    // Another job may run the other half of a split
+                    // plugin, not a second instance of a service.
                     let other = self.allocs.values().find(|a| {
                         a.job != spec.name
                             && !a.status.is_terminal()
-                            && a.plugin_ids().any(|id| id == plugin.id)
+                            && a.plugin_keys().any(|k| {
+                                k.plugin_id == plugin.id
+                                    && k.plugin_type.conflicts(plugin.plugin_type)
+                            })
                     });
                     if let Some(other) = other {
                         return Err(invalid(format!(
-                            "{what}: plugin {:?} is already provided by job {:?}",
-                            plugin.id, other.job
+                            "{what}: plugin {:?} ({}) is already provided by job {:?}",
+                            plugin.id, plugin.plugin_type, other.job
                         )));
                     }
                 }
@@ -187,7 +205,7 @@ impl Allocs {
                     window: None,
                     events: VecDeque::new(),
                     plugin: t.csi_plugin.as_ref().map(|p| PluginRun {
-                        id: p.id.clone(),
+                        key: InstanceKey::new(&p.id, p.plugin_type),
                         healthy: false,
                         deadline: None,
                     }),
@@ -383,7 +401,11 @@ fn alloc_status(a: &Alloc) -> api::AllocStatus {
                 failed: t.failed,
                 restarts: t.restarts,
                 pid: t.process.as_ref().map_or(0, |p| p.pid),
-                plugin_id: t.plugin.as_ref().map(|p| p.id.clone()).unwrap_or_default(),
+                plugin_id: t
+                    .plugin
+                    .as_ref()
+                    .map(|p| p.key.plugin_id.clone())
+                    .unwrap_or_default(),
                 events: t.events.iter().cloned().collect(),
                 ..Default::default()
             })

@@ -79,7 +79,7 @@ use crossbeam_channel::Receiver;
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::fingerprint::unix_ms;
-use crate::plugin::PluginSpec;
+use crate::plugin::{InstanceKey, PluginSpec};
 use crate::proto::agent as api;
 use crate::spec::{ChrootEntry, Group, HostVolume, Job};
 use restart::Window;
@@ -101,14 +101,14 @@ pub enum PluginEffect {
     Exited {
         alloc: String,
         task: String,
-        id: String,
+        key: InstanceKey,
     },
     /// The task is gone for good: deregister the plugin if this task still
     /// provides it.
     Stop {
         alloc: String,
         task: String,
-        id: String,
+        key: InstanceKey,
     },
 }
 
@@ -184,7 +184,8 @@ struct Process {
 
 /// The plugin side of a task with a `csi_plugin` block.
 struct PluginRun {
-    id: String,
+    /// The instance it provides: its plugin ID and type.
+    key: InstanceKey,
     /// Registered: healthy at least once since it started.
     healthy: bool,
     /// Killed if not healthy by then.
@@ -274,6 +275,15 @@ impl Alloc {
             .tasks
             .iter()
             .filter_map(|t| t.csi_plugin.as_ref().map(|p| p.id.as_str()))
+    }
+
+    /// The plugin instances its tasks provide.
+    fn plugin_keys(&self) -> impl Iterator<Item = InstanceKey> + '_ {
+        self.group
+            .tasks
+            .iter()
+            .filter_map(|t| t.csi_plugin.as_ref())
+            .map(|p| InstanceKey::new(&p.id, p.plugin_type))
     }
 }
 

@@ -12,6 +12,7 @@ use super::{
     UseState,
 };
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
+use crate::plugin::InstanceKey;
 use crate::proto::state as pb;
 use crate::spec::Job;
 
@@ -138,7 +139,7 @@ impl Allocs {
                         .map(|t| t.events.iter().cloned().collect())
                         .unwrap_or_default(),
                     plugin: spec.csi_plugin.as_ref().map(|p| PluginRun {
-                        id: p.id.clone(),
+                        key: InstanceKey::new(&p.id, p.plugin_type),
                         healthy: false,
                         deadline: None,
                     }),

@@ -13,7 +13,7 @@ use super::restart::{self, Decision};
 use super::volume_hook::unmount_below;
 use super::{Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskState, UseState, VolumeSource};
 use crate::mount::MountInfo;
-use crate::plugin::Source;
+use crate::plugin::{InstanceKey, Source};
 use crate::units::format_duration;
 use crate::volume::manager::VolumeManager;
 
@@ -162,18 +162,21 @@ impl Allocs {
         if alloc.stop_wanted && !failing {
             // Claims on a plugin another alloc now provides do not hold
             // this one back (a replaced plugin alloc).
-            let provided_here = |plugin: &str| match registry.get(plugin).map(|r| &r.spec.source) {
+            let provided_here = |key: &InstanceKey| match registry.get(key).map(|r| &r.spec.source)
+            {
                 Some(Source::Task {
                     alloc: provider, ..
                 }) => *provider == alloc.id,
                 _ => true,
             };
             let held: Vec<String> = alloc
-                .plugin_ids()
-                .filter(|p| provided_here(p))
-                .flat_map(|p| claims.get(p).into_iter().flatten())
+                .plugin_keys()
+                .filter(|k| provided_here(k))
+                .flat_map(|k| claims.get(&k.plugin_id).into_iter().flatten())
                 .filter(|(_, a)| *a != alloc.id)
                 .map(|(v, a)| format!("{v} by {a}"))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
                 .collect();
             if !held.is_empty() {
                 let message = format!(
@@ -246,7 +249,7 @@ impl Allocs {
                 self.effects.push(PluginEffect::Stop {
                     alloc: alloc.id.clone(),
                     task: task.name.clone(),
-                    id: plugin.id.clone(),
+                    key: plugin.key.clone(),
                 });
             }
         }
@@ -292,7 +295,7 @@ impl Allocs {
                 plugin.deadline = None;
                 let message = format!(
                     "plugin {:?} did not become healthy within its health_timeout; killing the task",
-                    plugin.id
+                    plugin.key.plugin_id
                 );
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
                 let _ = exec::signal_group(p.pid, libc::SIGTERM);
@@ -358,7 +361,7 @@ impl Allocs {
             self.effects.push(PluginEffect::Exited {
                 alloc: alloc.id.clone(),
                 task: task.name.clone(),
-                id: plugin.id.clone(),
+                key: plugin.key.clone(),
             });
         }
         self.dirty = true;

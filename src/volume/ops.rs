@@ -139,7 +139,9 @@ pub enum OpResult {
     Snapshot(Result<crate::csi::types::Snapshot, crate::csi::Error>),
     SnapshotDeleted(Result<(), crate::csi::Error>),
     Snapshots(Result<Vec<crate::csi::types::Snapshot>, crate::csi::Error>),
-    /// ControllerExpandVolume and NodeExpandVolume: the new capacity.
+    /// ControllerExpandVolume's answer.
+    ControllerExpanded(super::manager::ControllerExpansion),
+    /// NodeExpandVolume: the new capacity.
     Expanded(super::manager::Expansion),
     /// ListVolumes, every page.
     External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),

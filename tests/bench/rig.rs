@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use csi_agent::api::client::AgentClient;
 use csi_agent::csi::{Client, Endpoint};
 use csi_agent::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
-use csi_agent::proto::agent::{Health, Plugin as PluginStatus};
+use csi_agent::proto::agent::{Health, PluginStatus};
 
 /// The node ID every plugin reports.
 pub const NODE: &str = "node1";
@@ -280,7 +280,7 @@ impl Agent {
         AgentClient::connect(&self.socket).expect("connect to the agent")
     }
 
-    /// Every registered plugin.
+    /// Every registered plugin ID, with its instances.
     pub fn plugins(&self) -> Vec<PluginStatus> {
         self.client()
             .plugin_status("")

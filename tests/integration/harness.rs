@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::api::client::{self, AgentClient};
-use csi_agent::proto::agent::{Health, Plugin};
+use csi_agent::proto::agent::{Health, Plugin, PluginStatus};
 
 use crate::util::{bin, TestDir};
 
@@ -275,17 +275,26 @@ impl Agent {
         Ok(self.client.get_or_init(|| client))
     }
 
-    /// Every registered plugin, or the client's error.
+    /// Every registered plugin instance, or the client's error.
     pub fn try_status(&self) -> Result<Vec<Plugin>, client::Error> {
-        Ok(self.client()?.plugin_status("")?.plugins)
+        let plugins = self.client()?.plugin_status("")?.plugins;
+        Ok(plugins.into_iter().flat_map(|p| p.instances).collect())
     }
 
-    /// One plugin, or the client's error (`Refused` with `NOT_FOUND` for an
-    /// unknown ID).
-    pub fn try_plugin(&self, id: &str) -> Result<Plugin, client::Error> {
+    /// Plugin `id` with its instances, or the client's error (`Refused`
+    /// with `NOT_FOUND` for an unknown ID).
+    pub fn try_plugin_status(&self, id: &str) -> Result<PluginStatus, client::Error> {
         let mut plugins = self.client()?.plugin_status(id)?.plugins;
         assert_eq!(plugins.len(), 1, "a status for {id:?} names one plugin");
         Ok(plugins.remove(0))
+    }
+
+    /// The one instance of plugin `id` (a monolith, or a plugin with one
+    /// instance), or the client's error.
+    pub fn try_plugin(&self, id: &str) -> Result<Plugin, client::Error> {
+        let mut instances = self.try_plugin_status(id)?.instances;
+        assert_eq!(instances.len(), 1, "plugin {id:?} has one instance");
+        Ok(instances.remove(0))
     }
 
     /// Every registered plugin.
@@ -315,6 +324,33 @@ impl Agent {
         let start = Instant::now();
         loop {
             let last = match self.try_plugin(id) {
+                Ok(p) if predicate(&p) => return p,
+                Ok(p) => format!("{p:#?}"),
+                Err(err) => format!("error: {err}"),
+            };
+            if start.elapsed() > timeout {
+                panic!(
+                    "plugin {id} did not get there within {timeout:?}; last status:\n{last}\n{}",
+                    self.log_dump()
+                );
+            }
+            thread::sleep(POLL);
+        }
+    }
+
+    /// Polls plugin `id`'s status (all its instances) until `predicate`
+    /// holds, and returns it; panics with the last status and the agent's
+    /// log after `timeout`.
+    #[track_caller]
+    pub fn wait_for_status(
+        &self,
+        id: &str,
+        predicate: impl Fn(&PluginStatus) -> bool,
+        timeout: Duration,
+    ) -> PluginStatus {
+        let start = Instant::now();
+        loop {
+            let last = match self.try_plugin_status(id) {
                 Ok(p) if predicate(&p) => return p,
                 Ok(p) => format!("{p:#?}"),
                 Err(err) => format!("error: {err}"),

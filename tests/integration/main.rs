@@ -24,6 +24,8 @@ mod requests;
 mod snapshots;
 mod snapshots_cli;
 mod spec;
+mod split;
+mod split_hostpath;
 mod strict;
 mod targets;
 mod util;

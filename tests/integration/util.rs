@@ -128,6 +128,9 @@ pub fn mount_state(path: &Path) -> Option<bool> {
 pub struct Plugin {
     pub dir: TestDir,
     pub socket: PathBuf,
+    /// Its base dir: `dir/base`, or another plugin's for the second process
+    /// of a split plugin ([`Plugin::start_sharing`]).
+    pub base: PathBuf,
     env: Vec<(String, String)>,
     flags: Vec<String>,
     child: Child,
@@ -183,16 +186,41 @@ impl Plugin {
         Plugin::launch(TestDir::new(), socket.to_path_buf(), &[], &["-strict"])
     }
 
+    /// Starts a strict plugin with `env` and `flags` (e.g. `-mode node`) on
+    /// the base dir of `other`, as the second process of a split plugin;
+    /// its socket, faults, trace and log are in a test dir of its own. Both
+    /// write one verdict, which each checks when dropped: drop this one
+    /// first, while `other` still keeps the base dir.
+    pub fn start_sharing(other: &Plugin, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend(flags.iter().filter(|f| **f != "-strict"));
+        let dir = TestDir::new();
+        let socket = dir.join("csi.sock");
+        Plugin::launch_on(dir, other.base.clone(), socket, env, &all)
+    }
+
     fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
+        let base = dir.join("base");
+        Plugin::launch_on(dir, base, socket, env, flags)
+    }
+
+    fn launch_on(
+        dir: TestDir,
+        base: PathBuf,
+        socket: PathBuf,
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Plugin {
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
-        let child = spawn_plugin(&dir, &socket, &env, &flags);
+        let child = spawn_plugin(&dir, &base, &socket, &env, &flags);
         let plugin = Plugin {
             dir,
             socket,
+            base,
             env,
             verdict_unread: std::cell::Cell::new(flags.iter().any(|f| f == "-strict")),
             flags,
@@ -217,7 +245,7 @@ impl Plugin {
             self.child.try_wait().unwrap().is_some(),
             "restart() needs the plugin to have exited"
         );
-        self.child = spawn_plugin(&self.dir, &self.socket, &self.env, &self.flags);
+        self.child = spawn_plugin(&self.dir, &self.base, &self.socket, &self.env, &self.flags);
         self.wait_for_socket();
     }
 
@@ -281,7 +309,7 @@ impl Plugin {
     /// verdict file), so that such an assertion cannot pass by mistake.
     pub fn violations(&self) -> Vec<String> {
         self.verdict_unread.set(false);
-        let path = self.dir.join("base/strict-violations");
+        let path = self.base.join("strict-violations");
         match fs::read_to_string(&path) {
             Ok(text) => text.lines().map(str::to_string).collect(),
             Err(err) => panic!(
@@ -328,10 +356,16 @@ impl Plugin {
     }
 }
 
-/// Starts `csi-agent hostpath` serving on `socket`, with its base dir,
-/// faults, trace and log in `dir` and any extra `flags`; the log is
-/// appended to across restarts.
-fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)], flags: &[String]) -> Child {
+/// Starts `csi-agent hostpath` serving on `socket`, with its base dir
+/// `base`, its faults, trace and log in `dir` and any extra `flags`; the
+/// log is appended to across restarts.
+fn spawn_plugin(
+    dir: &TestDir,
+    base: &Path,
+    socket: &Path,
+    env: &[(String, String)],
+    flags: &[String],
+) -> Child {
     let log = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -342,7 +376,7 @@ fn spawn_plugin(dir: &TestDir, socket: &Path, env: &[(String, String)], flags: &
         .arg("-endpoint")
         .arg(format!("unix://{}", socket.display()))
         .arg("-base-dir")
-        .arg(dir.join("base"))
+        .arg(base)
         .arg("-node-id")
         .arg(NODE)
         .arg("-test-faults")

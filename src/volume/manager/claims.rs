@@ -108,10 +108,10 @@ impl VolumeManager {
         };
         let view = plugin_view(registry, &v.plugin_id)
             .ok_or_else(|| refused(format!("plugin {:?} is not registered", v.plugin_id)))?;
-        if !view.healthy {
+        if let Some(why) = view.unschedulable(v) {
             return Err(refused(format!(
-                "volume {:?} is not schedulable: plugin {:?} is not healthy",
-                v.id, v.plugin_id
+                "volume {:?} is not schedulable: {why}",
+                v.id
             )));
         }
         let capability = v.capability_for(req.read_only).ok_or_else(|| {
@@ -303,10 +303,11 @@ impl VolumeManager {
         for (id, entry) in &self.entries {
             for waiter in &entry.waiters.claims {
                 if waiter.deadline <= now {
-                    let reason = entry
-                        .retry
-                        .as_ref()
-                        .map_or("it took too long".to_string(), |r| r.error.clone());
+                    let reason = match (&entry.retry, &entry.waiting) {
+                        (Some(retry), _) => retry.error.clone(),
+                        (None, Some(waiting)) => waiting.clone(),
+                        (None, None) => "it took too long".to_string(),
+                    };
                     expired.push((id.clone(), waiter.alloc.clone(), reason));
                 }
             }

@@ -7,14 +7,31 @@
 //! request is refused naming the claims. Shrinking is refused. The new
 //! capacity is journalled and shown by `volume status`.
 //!
-//! The calls run as one job queued on the volume, so they never overlap
-//! another call for it.
+//! The calls are two jobs queued on the volume in turn, so they never
+//! overlap another call for it: ControllerExpandVolume on the instance that
+//! serves the controller, then, when the controller says the node must
+//! expand too (or there is no controller expansion), NodeExpandVolume on
+//! the instance that serves the node. The capacity the controller answered
+//! is recorded before the node's call goes out.
 
 use super::*;
-use crate::csi::types::{CapacityRange, ControllerExpand, NodeExpand};
+use crate::csi::types::{CapacityRange, ControllerExpand, Expanded, NodeExpand};
 
-/// What the expansion job found: the new capacity, or the failed call.
+/// What the node's expansion found: the new capacity, or the failed call.
 pub type Expansion = Result<i64, crate::csi::Error>;
+
+/// What ControllerExpandVolume answered.
+pub type ControllerExpansion = Result<Expanded, crate::csi::Error>;
+
+/// NodeExpandVolume's request, kept while the controller's call is out.
+pub struct NodeExpansion {
+    external: String,
+    volume_path: std::path::PathBuf,
+    staging: Option<std::path::PathBuf>,
+    capacity: CapacityRange,
+    capability: Option<crate::csi::Capability>,
+    secrets: crate::csi::Secrets,
+}
 
 impl VolumeManager {
     /// Expands the registered volume `spec` names when it asks for more
@@ -57,8 +74,7 @@ impl VolumeManager {
                 ));
             }
             let view = plugin_view(registry, &v.plugin_id)
-                .filter(|p| p.healthy)
-                .ok_or_else(|| refuse(format!("plugin {:?} is not healthy", v.plugin_id)))?;
+                .ok_or_else(|| refuse(format!("plugin {:?} is not registered", v.plugin_id)))?;
             if !view.controller_expand && !view.node_expand {
                 return Err(refuse(format!(
                     "plugin {:?} cannot expand volumes (no EXPAND_VOLUME)",
@@ -117,11 +133,30 @@ impl VolumeManager {
             required_bytes: wanted,
             limit_bytes: spec.capacity_max.unwrap_or(0) as i64,
         };
-        let external = v.external_id.clone();
-        let secrets = v.secrets.clone();
         let capability = v.node_capability().map(|c| v.with_mount_options(c));
-        let controller = view.controller_expand;
-        let node = view.node_expand;
+        let node = node_paths
+            .filter(|_| view.node_expand)
+            .map(|(volume_path, staging)| NodeExpansion {
+                external: v.external_id.clone(),
+                volume_path,
+                staging,
+                capacity,
+                capability: capability.clone(),
+                secrets: v.secrets.clone(),
+            });
+        // Each call needs its instance healthy now.
+        let needed = [
+            view.controller_expand.then_some(Service::Controller),
+            node.as_ref().map(|_| Service::Node),
+        ];
+        let unavailable = needed
+            .into_iter()
+            .flatten()
+            .find_map(|service| view.unavailable(&v.plugin_id, service));
+        if let Some(why) = unavailable {
+            self.outbox.push((reply, Err(refuse(why))));
+            return Ok(());
+        }
         log::info!(
             "Volume {}: expanding from {} to {} bytes",
             v.id,
@@ -129,20 +164,86 @@ impl VolumeManager {
             wanted
         );
         let id = v.id.clone();
-        let token = self.token();
-        let job = ops::job(&id, token, self.done.clone(), move |client| {
-            OpResult::Expanded(expand(
-                client,
-                &external,
-                capacity,
-                &secrets,
-                capability,
-                controller,
-                node.then_some(node_paths).flatten(),
-            ))
+        let request = view.controller_expand.then(|| ControllerExpand {
+            volume_id: v.external_id.clone(),
+            capacity,
+            secrets: v.secrets.clone(),
+            capability,
         });
-        self.enqueue(&id, token, PendingOp::Expand { reply }, job);
+        let token = self.token();
+        if let Some(request) = request {
+            let job = ops::job(&id, token, self.done.clone(), move |client| {
+                OpResult::ControllerExpanded(client.controller_expand(&request))
+            });
+            let op = PendingOp::Expand {
+                reply,
+                required: wanted,
+                node: node.map(Box::new),
+            };
+            self.enqueue(&id, token, op, Service::Controller, job);
+        } else if let Some(node) = node {
+            self.enqueue_node_expansion(&id, token, reply, node, wanted);
+        } else {
+            // Not staged here: the node expands at its next stage.
+            self.completed_expand(&id, reply, Ok(wanted), registry);
+        }
         Ok(())
+    }
+
+    /// Queues NodeExpandVolume; `bytes` is the capacity known so far.
+    fn enqueue_node_expansion(
+        &mut self,
+        id: &str,
+        token: u64,
+        reply: ReplyTo,
+        node: NodeExpansion,
+        bytes: i64,
+    ) {
+        let job = ops::job(id, token, self.done.clone(), move |client| {
+            OpResult::Expanded(node_expand(client, node, bytes))
+        });
+        let op = PendingOp::Expand {
+            reply,
+            required: bytes,
+            node: None,
+        };
+        self.enqueue(id, token, op, Service::Node, job);
+    }
+
+    /// ControllerExpandVolume answered: the capacity is recorded, and the
+    /// node's call follows when the controller says it must, before any
+    /// other call for the volume.
+    pub(super) fn completed_controller_expand(
+        &mut self,
+        id: &str,
+        reply: ReplyTo,
+        required: i64,
+        node: Option<NodeExpansion>,
+        result: ControllerExpansion,
+        registry: &Registry,
+    ) {
+        let expanded = match result {
+            Ok(expanded) => expanded,
+            Err(err) => return self.completed_expand(id, reply, Err(err), registry),
+        };
+        let bytes = expanded.capacity_bytes.max(required);
+        let Some(node) = node.filter(|_| expanded.node_expansion_required) else {
+            return self.completed_expand(id, reply, Ok(bytes), registry);
+        };
+        let Some(entry) = self.entries.get_mut(id) else {
+            return self.completed_expand(id, reply, Ok(bytes), registry);
+        };
+        log::info!(
+            "Volume {id}: the controller expanded it to {bytes} bytes; the node expands it next"
+        );
+        entry.volume.capacity_bytes = bytes;
+        self.changed.insert(id.to_string());
+        let token = self.token();
+        self.enqueue_node_expansion(id, token, reply, node, bytes);
+        // First in line: the node's half of this expansion.
+        let entry = self.entries.get_mut(id).expect("present");
+        let queued = entry.queued.pop_back().expect("just queued");
+        entry.queued.push_front(queued);
     }
 
     /// Records an expansion's result and answers its caller.
@@ -177,41 +278,16 @@ impl VolumeManager {
     }
 }
 
-/// The expansion job: ControllerExpandVolume, then NodeExpandVolume on
-/// `node_paths` (volume path, staging path) when the node expands.
-fn expand(
-    client: &crate::csi::Client,
-    external: &str,
-    capacity: CapacityRange,
-    secrets: &crate::csi::Secrets,
-    capability: Option<crate::csi::Capability>,
-    controller: bool,
-    node_paths: Option<(std::path::PathBuf, Option<std::path::PathBuf>)>,
-) -> Expansion {
-    let mut bytes = capacity.required_bytes;
-    let mut node_needed = true;
-    if controller {
-        let expanded = client.controller_expand(&ControllerExpand {
-            volume_id: external.to_string(),
-            capacity,
-            secrets: secrets.clone(),
-            capability: capability.clone(),
-        })?;
-        bytes = expanded.capacity_bytes.max(bytes);
-        node_needed = expanded.node_expansion_required;
-    }
-    if let (true, Some((volume_path, staging))) = (node_needed, node_paths) {
-        let answered = client.node_expand(&NodeExpand {
-            volume_id: external.to_string(),
-            volume_path,
-            capacity,
-            staging_target_path: staging,
-            capability,
-            secrets: secrets.clone(),
-        })?;
-        if answered > 0 {
-            bytes = answered;
-        }
-    }
-    Ok(bytes)
+/// The node's expansion job: NodeExpandVolume, and the capacity it
+/// answered (or `bytes`, the capacity known before, when it answers none).
+fn node_expand(client: &crate::csi::Client, node: NodeExpansion, bytes: i64) -> Expansion {
+    let answered = client.node_expand(&NodeExpand {
+        volume_id: node.external,
+        volume_path: node.volume_path,
+        capacity: node.capacity,
+        staging_target_path: node.staging,
+        capability: node.capability,
+        secrets: node.secrets,
+    })?;
+    Ok(if answered > 0 { answered } else { bytes })
 }

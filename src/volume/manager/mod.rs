@@ -9,12 +9,22 @@
 //! jobs and sends the replies this turn produced, so no RPC is sent on a
 //! state that is not durable. Results come back as [`OpDone`]s.
 //!
-//! At most one job per volume is in flight. A failed step stays `Pending`
-//! and is retried with [`RETRY`] backoff (the watcher); a terminal error
-//! on the claim path fails the claims it concerns and releases them. A
-//! plugin that turns healthy gets its waiting retries at once.
+//! At most one job per volume is in flight, whichever of its plugin's
+//! instances runs it: a split plugin's controller and node have their own
+//! worker pools, and the volume's `busy` mark serialises them. A failed
+//! step stays `Pending` and is retried with [`RETRY`] backoff (the
+//! watcher); a terminal error on the claim path fails the claims it
+//! concerns and releases them. A step whose instance is not healthy waits
+//! for it, and a plugin that turns healthy gets its waiting retries at
+//! once.
+//!
+//! A volume's plugin is seen through `PluginView`: its instances taken
+//! together, the controller's features from the controller's fingerprint
+//! and the node's from the node's. Each job names its [`Service`], and the
+//! main loop submits it to the instance serving that service.
 
 mod claims;
+mod create;
 mod expand;
 mod protocol;
 mod reconcile;
@@ -22,7 +32,7 @@ mod requests;
 mod snapshots;
 mod status;
 
-pub use expand::Expansion;
+pub use expand::{ControllerExpansion, Expansion};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
@@ -38,8 +48,9 @@ use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::Backoff;
 use crate::plugin::workers::Job;
-use crate::plugin::{Health, Registry};
+use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::{agent as api, state as pb};
+use crate::spec::PluginType;
 use crate::spec::VolumeSpec;
 
 /// The watcher's retry policy for failed steps: 1 s doubling to 1 min,
@@ -55,9 +66,11 @@ pub type ReplyTo = Sender<Result<Response, ApiError>>;
 /// A reply to send once this turn's journal is durable.
 pub type Reply = (ReplyTo, Result<Response, ApiError>);
 
-/// A job for one plugin's workers.
+/// A job for the workers of the instance of plugin `plugin_id` that serves
+/// `service`.
 pub struct Dispatch {
     pub plugin_id: String,
+    pub service: Service,
     pub job: Job,
 }
 
@@ -94,6 +107,9 @@ struct Entry {
     /// flight: the CO serialises calls per volume.
     queued: std::collections::VecDeque<Queued>,
     retry: Option<Retry>,
+    /// Why the next step waits for its plugin (an instance that is not
+    /// healthy), for `volume status` and a claim that gives up.
+    waiting: Option<String>,
     waiters: Waiters,
     /// Deregister once every claim is gone.
     deregistering: bool,
@@ -106,6 +122,7 @@ impl Entry {
             busy: None,
             queued: Default::default(),
             retry: None,
+            waiting: None,
             waiters: Waiters::default(),
             deregistering: false,
         }
@@ -116,6 +133,7 @@ impl Entry {
 struct Queued {
     token: u64,
     op: PendingOp,
+    service: Service,
     job: Job,
 }
 
@@ -147,9 +165,13 @@ enum PendingOp {
         plugin_id: String,
         reply: ReplyTo,
     },
-    /// ControllerExpandVolume and NodeExpandVolume, queued on the volume.
+    /// ControllerExpandVolume, then NodeExpandVolume, each queued on the
+    /// volume in turn: `node` is what the node's call needs, while the
+    /// controller's is in flight.
     Expand {
         reply: ReplyTo,
+        required: i64,
+        node: Option<Box<expand::NodeExpansion>>,
     },
     /// `volume status -plugin`: the registered volumes' status, waiting
     /// for the plugin's own list.
@@ -159,12 +181,28 @@ enum PendingOp {
     },
 }
 
-/// What the manager needs to know about a volume's plugin.
-struct PluginView {
+/// One instance of a volume's plugin, as the manager sees it.
+struct Side {
+    plugin_type: PluginType,
     healthy: bool,
+}
+
+/// What the manager needs to know about a volume's plugin: its instances
+/// taken together. The controller's features come from the instance that
+/// serves the controller service, the node's (node ID, topology, staging)
+/// from the one that serves the node service; for a monolith they are one.
+/// A feature is read from the last fingerprint even while its instance is
+/// not healthy, so that the protocol a volume needs does not change when
+/// an instance dies: a claim that needs ControllerPublishVolume waits for
+/// the controller rather than skip it.
+struct PluginView {
+    /// The instance serving the controller service, unless none is
+    /// registered or the monolith's fingerprint says it has none.
+    controller: Option<Side>,
+    /// The instance serving the node service.
+    node: Option<Side>,
     protocol: Protocol,
     node_id: String,
-    has_controller: bool,
     create_delete: bool,
     snapshots: bool,
     list_snapshots: bool,
@@ -182,47 +220,100 @@ struct PluginView {
     base_dir: Option<std::path::PathBuf>,
 }
 
+impl PluginView {
+    /// Whether the plugin has a controller at all: without one, volumes
+    /// are registered as written and never attached.
+    fn has_controller(&self) -> bool {
+        self.controller.is_some()
+    }
+
+    /// Why an RPC of `service` of plugin `id` cannot go out now, if it
+    /// cannot: its instance is missing or not healthy.
+    fn unavailable(&self, id: &str, service: Service) -> Option<String> {
+        let side = match service {
+            Service::Controller => &self.controller,
+            Service::Node => &self.node,
+        };
+        match side {
+            Some(side) if side.healthy => None,
+            // One instance serves both: it is the plugin.
+            Some(side) if side.plugin_type == PluginType::Monolith => {
+                Some(format!("plugin {id:?} is not healthy"))
+            }
+            Some(_) => Some(format!("plugin {id:?} has no healthy {service}")),
+            None if service == Service::Controller => {
+                Some(format!("plugin {id:?} has no controller"))
+            }
+            None => Some(format!("plugin {id:?} has no node on this host")),
+        }
+    }
+
+    /// Why volume `v` cannot be claimed now, if it cannot: its plugin's
+    /// node is not healthy, or the volume needs attaching and the
+    /// controller that attaches is not.
+    fn unschedulable(&self, v: &Volume) -> Option<String> {
+        let id = &v.plugin_id;
+        if let Some(why) = self.unavailable(id, Service::Node) {
+            return Some(why);
+        }
+        if self.protocol.controller_publish && v.attachment != Step::Done {
+            return self
+                .unavailable(id, Service::Controller)
+                .map(|why| format!("{why}, which attaches its volumes (ControllerPublishVolume)"));
+        }
+        None
+    }
+}
+
 fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
-    let record = registry.get(plugin_id)?;
-    let fp = record.fingerprint.as_ref();
-    let controller = |c| {
-        record.spec.plugin_type.has_controller()
-            && fp.is_some_and(|f| f.has_controller() && f.controller_capabilities.contains(&c))
+    let controller = registry
+        .serving(plugin_id, Service::Controller)
+        .filter(|r| r.is_controller());
+    let node = registry.serving(plugin_id, Service::Node);
+    if controller.is_none() && node.is_none() {
+        return None;
+    }
+    let cfp = controller.and_then(|r| r.fingerprint.as_ref());
+    let nfp = node.and_then(|r| r.fingerprint.as_ref());
+    let controller_has = |c| cfp.is_some_and(|f| f.controller_capabilities.contains(&c));
+    let node_has = |c| nfp.is_some_and(|f| f.node_capabilities.contains(&c));
+    // Plugin capabilities are the plugin's: either fingerprint says them.
+    let plugin_has = |c| {
+        cfp.into_iter()
+            .chain(nfp)
+            .any(|f| f.plugin_capabilities.contains(&c))
     };
-    let node = |c| fp.is_some_and(|f| f.node_capabilities.contains(&c));
+    let side = |r: &PluginRecord, healthy: bool| Side {
+        plugin_type: r.spec.plugin_type,
+        healthy: r.health == Health::Healthy && healthy,
+    };
     Some(PluginView {
-        healthy: record.health == Health::Healthy && fp.is_some(),
+        controller: controller.map(|r| side(r, r.controller_healthy())),
+        node: node.map(|r| side(r, r.node_healthy())),
         protocol: Protocol {
-            controller_publish: controller(ControllerCapability::PublishUnpublishVolume),
-            stage: node(NodeCapability::StageUnstageVolume),
+            controller_publish: controller_has(ControllerCapability::PublishUnpublishVolume),
+            stage: node_has(NodeCapability::StageUnstageVolume),
         },
-        node_id: fp
+        node_id: nfp
             .and_then(|f| f.node.as_ref())
             .map(|n| n.node_id.clone())
             .unwrap_or_default(),
-        has_controller: record.spec.plugin_type.has_controller()
-            && fp.is_some_and(|f| f.has_controller()),
-        create_delete: controller(ControllerCapability::CreateDeleteVolume),
-        snapshots: controller(ControllerCapability::CreateDeleteSnapshot),
-        list_snapshots: controller(ControllerCapability::ListSnapshots),
-        clone: controller(ControllerCapability::CloneVolume),
-        list_volumes: controller(ControllerCapability::ListVolumes),
-        controller_expand: controller(ControllerCapability::ExpandVolume),
-        node_expand: node(NodeCapability::ExpandVolume),
-        online_expansion: fp.is_some_and(|f| {
-            f.plugin_capabilities
-                .contains(&PluginCapability::OnlineExpansion)
-        }),
-        stats: node(NodeCapability::GetVolumeStats),
-        accessibility: fp.is_some_and(|f| {
-            f.plugin_capabilities
-                .contains(&PluginCapability::VolumeAccessibilityConstraints)
-        }),
-        topology: fp
+        create_delete: controller_has(ControllerCapability::CreateDeleteVolume),
+        snapshots: controller_has(ControllerCapability::CreateDeleteSnapshot),
+        list_snapshots: controller_has(ControllerCapability::ListSnapshots),
+        clone: controller_has(ControllerCapability::CloneVolume),
+        list_volumes: controller_has(ControllerCapability::ListVolumes),
+        controller_expand: controller_has(ControllerCapability::ExpandVolume),
+        node_expand: node_has(NodeCapability::ExpandVolume),
+        online_expansion: plugin_has(PluginCapability::OnlineExpansion),
+        stats: node_has(NodeCapability::GetVolumeStats),
+        accessibility: plugin_has(PluginCapability::VolumeAccessibilityConstraints),
+        topology: nfp
             .and_then(|f| f.node.as_ref())
             .and_then(|n| n.accessible_topology.clone()),
-        provider: fp.map(|f| f.info.name.clone()).unwrap_or_default(),
-        base_dir: record.spec.stage_publish_base_dir.clone(),
+        provider: cfp.or(nfp).map(|f| f.info.name.clone()).unwrap_or_default(),
+        // Paths go to the node's RPCs only: the node instance's view.
+        base_dir: node.and_then(|r| r.spec.stage_publish_base_dir.clone()),
     })
 }
 

@@ -10,6 +10,7 @@ use crate::csi::backoff::Jitter;
 
 use super::claims::released;
 use super::{plugin_view, Dispatch, Retry, VolumeManager, RETRY};
+use crate::plugin::Service;
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
 /// success and leave the mount behind before the agent unmounts its own
@@ -58,6 +59,7 @@ impl VolumeManager {
                 stage: false,
             });
             let Some(action) = plan::next(&entry.volume, protocol) else {
+                self.entries.get_mut(id).expect("present").waiting = None;
                 self.finish_deregister(id);
                 return None;
             };
@@ -65,12 +67,38 @@ impl VolumeManager {
                 self.free(id, alloc);
                 continue;
             }
-            let Some(view) = view.filter(|v| v.healthy) else {
-                // Resumed when the plugin turns healthy.
-                return None;
+            let service = service_of(&action);
+            let plugin_id = &entry.volume.plugin_id;
+            let why_not = match &view {
+                None => Some(format!("plugin {plugin_id:?} is not registered")),
+                Some(view) => view.unavailable(plugin_id, service).or_else(|| {
+                    // ControllerPublishVolume names the node it attaches to.
+                    (action == Action::ControllerPublish && view.node_id.is_empty())
+                        .then(|| format!("plugin {plugin_id:?} has no node ID yet"))
+                }),
             };
+            if let Some(why) = why_not {
+                // Resumed when an instance of the plugin turns healthy.
+                let entry = self.entries.get_mut(id).expect("present");
+                let why = format!("{} waits: {why}", action.name());
+                if entry.waiting.as_deref() != Some(why.as_str()) {
+                    log::info!("Volume {id}: {why}");
+                    entry.waiting = Some(why.clone());
+                }
+                if action.is_release() {
+                    // Nobody should wait for an instance that may never
+                    // come back: they hear why, and the release goes on.
+                    for (_, reply) in std::mem::take(&mut entry.waiters.releases) {
+                        let text = format!("{why} (the agent goes on once it is healthy)");
+                        self.outbox.push((reply, Ok(released(false, text))));
+                    }
+                }
+                return None;
+            }
+            let view = view.expect("checked above");
             let token = self.token();
             let entry = self.entries.get_mut(id).expect("present");
+            entry.waiting = None;
             mark_pending(&mut entry.volume, &action);
             if !action.is_release() {
                 self.changed.insert(id.to_string());
@@ -91,6 +119,7 @@ impl VolumeManager {
             };
             return Some(Dispatch {
                 plugin_id: entry.volume.plugin_id.clone(),
+                service,
                 job: ops::step_job(ctx, token, self.done.clone()),
             });
         }
@@ -300,6 +329,15 @@ impl VolumeManager {
                 }
             }
         }
+    }
+}
+
+/// Which instance of the plugin runs a step: the controller's RPCs go to
+/// the controller, the node's and the agent's host binds to the node.
+fn service_of(action: &Action) -> Service {
+    match action {
+        Action::ControllerPublish | Action::ControllerUnpublish => Service::Controller,
+        _ => Service::Node,
     }
 }
 

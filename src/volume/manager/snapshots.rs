@@ -29,9 +29,22 @@ fn secrets_of(map: &std::collections::HashMap<String, String>) -> Secrets {
 impl VolumeManager {
     /// Queues a request that calls the plugin about volume `id`: it is
     /// sent once nothing else is in flight for the volume.
-    pub(super) fn enqueue(&mut self, id: &str, token: u64, op: PendingOp, job: Job) {
+    /// `service` names the instance of the volume's plugin that runs it.
+    pub(super) fn enqueue(
+        &mut self,
+        id: &str,
+        token: u64,
+        op: PendingOp,
+        service: Service,
+        job: Job,
+    ) {
         let entry = self.entries.get_mut(id).expect("queued for a known volume");
-        entry.queued.push_back(Queued { token, op, job });
+        entry.queued.push_back(Queued {
+            token,
+            op,
+            service,
+            job,
+        });
     }
 
     /// The next queued request of an idle volume, marked in flight.
@@ -45,6 +58,7 @@ impl VolumeManager {
         self.pending.insert(queued.token, queued.op);
         Some(Dispatch {
             plugin_id: entry.volume.plugin_id.clone(),
+            service: queued.service,
             job: queued.job,
         })
     }
@@ -57,17 +71,8 @@ impl VolumeManager {
                 format!("plugin {plugin_id:?} is not registered"),
             )
         })?;
-        if !view.healthy {
-            return Err(error(
-                ErrorKind::FailedPrecondition,
-                format!("plugin {plugin_id:?} is not healthy"),
-            ));
-        }
-        if !view.has_controller {
-            return Err(error(
-                ErrorKind::FailedPrecondition,
-                format!("plugin {plugin_id:?} has no controller"),
-            ));
+        if let Some(why) = view.unavailable(plugin_id, Service::Controller) {
+            return Err(error(ErrorKind::FailedPrecondition, why));
         }
         Ok(view)
     }
@@ -127,6 +132,7 @@ impl VolumeManager {
             &req.volume_id,
             token,
             PendingOp::SnapshotCreate { plugin_id, reply },
+            Service::Controller,
             job,
         );
     }
@@ -168,6 +174,7 @@ impl VolumeManager {
             .insert(token, PendingOp::SnapshotDelete { reply });
         Some(Dispatch {
             plugin_id: req.plugin_id.clone(),
+            service: Service::Controller,
             job,
         })
     }
@@ -224,6 +231,7 @@ impl VolumeManager {
             .insert(token, PendingOp::SnapshotList { plugin_id, reply });
         Some(Dispatch {
             plugin_id: req.plugin_id.clone(),
+            service: Service::Controller,
             job,
         })
     }

@@ -47,7 +47,12 @@ impl VolumeManager {
             .claims
             .values()
             .find(|c| c.published == Step::Done);
-        let stats_possible = req.stats && view.as_ref().is_some_and(|v| v.healthy && v.stats);
+        let stats_possible = req.stats
+            && view.as_ref().is_some_and(|v| {
+                v.unavailable(&entry.volume.plugin_id, Service::Node)
+                    .is_none()
+                    && v.stats
+            });
         match published {
             Some(claim) if stats_possible => {
                 let v = &entry.volume;
@@ -66,7 +71,7 @@ impl VolumeManager {
                 });
                 // One call per volume in flight: sent now when the volume
                 // is idle, else once it is.
-                self.enqueue(&id, token, PendingOp::Stats { reply }, job);
+                self.enqueue(&id, token, PendingOp::Stats { reply }, Service::Node, job);
                 self.take_queued(&id)
             }
             _ => {
@@ -101,7 +106,9 @@ impl VolumeManager {
         let view = plugin_view(registry, plugin_id);
         let why_not = match &view {
             None => Some(format!("plugin {plugin_id:?} is not registered")),
-            Some(v) if !v.healthy => Some(format!("plugin {plugin_id:?} is not healthy")),
+            Some(v) if v.unavailable(plugin_id, Service::Controller).is_some() => {
+                v.unavailable(plugin_id, Service::Controller)
+            }
             Some(v) if !v.list_volumes => Some(format!(
                 "plugin {plugin_id:?} cannot list its volumes (no LIST_VOLUMES)"
             )),
@@ -134,6 +141,7 @@ impl VolumeManager {
             .insert(token, PendingOp::External { response, reply });
         Some(Dispatch {
             plugin_id: plugin_id.to_string(),
+            service: Service::Controller,
             job,
         })
     }
@@ -174,7 +182,8 @@ impl VolumeManager {
             secret_keys: v.secrets.keys().map(str::to_string).collect(),
             parameters: v.parameters.clone().into_iter().collect(),
             context: v.context.clone().into_iter().collect(),
-            schedulable: view.as_ref().is_some_and(|p| p.healthy) && v.creating.is_none(),
+            schedulable: view.as_ref().is_some_and(|p| p.unschedulable(v).is_none())
+                && v.creating.is_none(),
             capacity_bytes: v.capacity_bytes,
             created: v.created,
             creating: v.creating.is_some(),
@@ -224,6 +233,8 @@ impl VolumeManager {
                 c.last_error = retry.error.clone();
                 c.next_retry_unix_ms = crate::plugin::fingerprint::unix_ms(retry.wall);
                 c.attempts = retry.attempt;
+            } else if let Some(waiting) = &entry.waiting {
+                c.last_error = waiting.clone();
             }
             if let Some(failure) = &claim.failure {
                 c.failure = failure.clone();

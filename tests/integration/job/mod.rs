@@ -59,6 +59,18 @@ impl Rig {
 
     /// `extra` is appended to the agent config (host volumes).
     fn start_with_config(extra: &str) -> Rig {
+        let rig = Rig::with_plugin_volumes(extra);
+        rig.run_job("plugin.hcl", &rig.plugin_job("3", "1s"));
+        rig.wait_plugin_healthy();
+        let vol = rig.agent.dir.join("v1.hcl");
+        fs::write(&vol, VOLUME).unwrap();
+        rig.ok(&["volume", "create", &vol.display().to_string()]);
+        rig
+    }
+
+    /// An agent with no jobs and no volumes, whose config has the host
+    /// volumes a plugin task needs (see [`Rig::plugin_job`]), and `extra`.
+    fn with_plugin_volumes(extra: &str) -> Rig {
         let agent = Agent::start(&[]);
         let backing = agent.dir.mkdir("backing");
         let mut config = config_text(&agent.data_dir, &[]);
@@ -74,13 +86,7 @@ impl Rig {
         agent.write_config(&config);
         agent.sighup();
         agent.wait_for_log("SIGHUP: reloaded", WAIT);
-        let rig = Rig { agent, backing };
-        rig.run_job("plugin.hcl", &rig.plugin_job("3", "1s"));
-        rig.wait_plugin_healthy();
-        let vol = rig.agent.dir.join("v1.hcl");
-        fs::write(&vol, VOLUME).unwrap();
-        rig.ok(&["volume", "create", &vol.display().to_string()]);
-        rig
+        Rig { agent, backing }
     }
 
     /// The hostpath plugin as an exec task: the test binary bound
@@ -1057,5 +1063,108 @@ fn an_updated_job_stops_the_old_alloc_before_the_new_one_claims() {
     assert!(alloc_processes(&old[0]).is_empty());
     rig.stop("app");
     rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+/// A job running one half of a split hostpath plugin (`mode` is
+/// `controller` or `node`) as instance `mode` of plugin [`PLUGIN_ID`], on
+/// the rig's base dir; in its own root, as [`Rig::plugin_job`]'s.
+fn split_plugin_job(name: &str, mode: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "plugin" {{
+    volume "bin" {{
+      type      = "host"
+      source    = "csi-agent-bin"
+      read_only = true
+    }}
+    volume "backing" {{
+      type   = "host"
+      source = "hostpath-backing"
+    }}
+    task "hostpath" {{
+      driver = "exec"
+      config {{
+        command = "/opt/csi-agent/{bin}"
+        args    = ["hostpath", "-strict", "-mode", "{mode}", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
+      }}
+      volume_mount {{
+        volume      = "bin"
+        destination = "/opt/csi-agent"
+      }}
+      volume_mount {{
+        volume      = "backing"
+        destination = "/backing"
+      }}
+      csi_plugin {{
+        id             = "{PLUGIN_ID}"
+        type           = "{mode}"
+        health_timeout = "10s"
+      }}
+    }}
+  }}
+}}
+"#,
+        bin = Path::new(bin()).file_name().unwrap().to_string_lossy(),
+    )
+}
+
+#[test]
+fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_through() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::with_plugin_volumes("");
+    rig.run_job(
+        "controller.hcl",
+        &split_plugin_job("controller", "controller"),
+    );
+    rig.run_job("nodes.hcl", &split_plugin_job("nodes", "node"));
+    let status = rig.agent.wait_for_status(
+        PLUGIN_ID,
+        |s| s.controllers_healthy == 1 && s.nodes_healthy == 1,
+        WAIT,
+    );
+    let sources: Vec<&str> = status.instances.iter().map(|i| i.source.as_str()).collect();
+    assert_eq!(sources.len(), 2, "{status:#?}");
+    assert!(
+        sources.iter().all(|s| s.starts_with("task ")),
+        "{sources:?}"
+    );
+    // A second node of the plugin is refused; it names the job that has it.
+    let out = rig.run_job_output("more.hcl", &split_plugin_job("more", "node"));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "plugin \"{PLUGIN_ID}\" (node) is already provided by job \"nodes\""
+        )),
+        "{}",
+        text(&out)
+    );
+
+    let vol = rig.agent.dir.join("v1.hcl");
+    fs::write(&vol, VOLUME).unwrap();
+    rig.ok(&["volume", "create", &vol.display().to_string()]);
+    let script = "echo hello > /data/hello && sleep 600";
+    let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
+    rig.wait_running("app", &allocs[0]);
+    let hello = rig.backing.join("volumes/v1/hello");
+    let start = Instant::now();
+    while !hello.exists() && start.elapsed() < WAIT {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs::read_to_string(&hello).unwrap(), "hello\n");
+    rig.stop("app");
+    rig.wait_no_mounts_left();
+
+    // Each half stops with its job; the other stays.
+    rig.stop("nodes");
+    let status = rig
+        .agent
+        .wait_for_status(PLUGIN_ID, |s| s.instances.len() == 1, WAIT);
+    assert_eq!(status.instances[0].type_, "controller");
+    rig.stop("controller");
+    assert!(rig.agent.try_plugin_status(PLUGIN_ID).is_err());
     assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
 }

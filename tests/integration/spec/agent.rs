@@ -37,9 +37,15 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
                 health_timeout: Duration::from_secs(30),
             },
             PluginConfig {
-                id: "ebs-controller".to_string(),
+                id: "ebs".to_string(),
                 socket: Endpoint::from_path("/run/csi/ebs-controller.sock").unwrap(),
                 plugin_type: PluginType::Controller,
+                health_timeout: Duration::from_secs(30),
+            },
+            PluginConfig {
+                id: "ebs".to_string(),
+                socket: Endpoint::from_path("/run/csi/ebs-node.sock").unwrap(),
+                plugin_type: PluginType::Node,
                 health_timeout: Duration::from_secs(30),
             },
         ],
@@ -151,6 +157,38 @@ fn chroot_env_paths_are_absolute_and_stay_out_of_the_agents_dirs() {
     assert_one_error(
         "chroot_evn {\n  \"/bin\" = \"/bin\"\n}\n",
         r#"test.hcl:1:1: unknown block "chroot_evn" in the agent config (did you mean "chroot_env"?)"#,
+    );
+}
+
+#[test]
+fn one_plugin_id_takes_a_controller_block_and_a_node_block() {
+    let src = "plugin \"p\" {\n  socket = \"/run/c.sock\"\n  type = \"controller\"\n}\nplugin \"p\" {\n  socket = \"/run/n.sock\"\n  type = \"node\"\n}\n";
+    let plugins = ok(agent(src)).spec.plugins;
+    let types: Vec<_> = plugins
+        .iter()
+        .map(|p| (p.id.as_str(), p.plugin_type))
+        .collect();
+    assert_eq!(
+        types,
+        [("p", PluginType::Controller), ("p", PluginType::Node)]
+    );
+}
+
+#[test]
+fn one_plugin_id_with_one_type_twice_is_refused_naming_both_lines() {
+    let src = "plugin \"p\" {\n  socket = \"/run/a.sock\"\n  type = \"node\"\n}\nplugin \"p\" {\n  socket = \"/run/b.sock\"\n  type = \"node\"\n}\n";
+    assert_one_error(
+        src,
+        r#"test.hcl:5:8: plugin "p" of type "node" is declared twice (first at 1:8): one ID has at most one controller and one node, as blocks of type "controller" and "node" or a single "monolith""#,
+    );
+}
+
+#[test]
+fn a_monolith_block_stands_alone_under_its_id() {
+    let src = "plugin \"p\" {\n  socket = \"/run/a.sock\"\n  type = \"monolith\"\n}\nplugin \"q\" {\n  socket = \"/run/q.sock\"\n  type = \"node\"\n}\nplugin \"p\" {\n  socket = \"/run/b.sock\"\n  type = \"controller\"\n}\n";
+    assert_one_error(
+        src,
+        r#"test.hcl:9:8: plugin "p" of type "controller" overlaps its "monolith" block at 1:8: one ID has at most one controller and one node, as blocks of type "controller" and "node" or a single "monolith""#,
     );
 }
 

@@ -127,10 +127,10 @@ fn a_single_block_given_twice_is_an_error() {
 
 #[test]
 fn a_name_declared_twice_is_an_error() {
-    let src = "plugin \"p\" {\n  socket = \"/a.sock\"\n  type = \"node\"\n}\nplugin \"p\" {\n  socket = \"/b.sock\"\n  type = \"node\"\n}\n";
+    let src = "host_volume \"h\" {\n  path = \"/a\"\n}\nhost_volume \"h\" {\n  path = \"/b\"\n}\n";
     assert_one_error(
         src,
-        r#"test.hcl:5:8: plugin "p" is declared twice in the agent config (first at 1:8)"#,
+        r#"test.hcl:4:13: host_volume "h" is declared twice in the agent config (first at 1:13)"#,
     );
 }
 
