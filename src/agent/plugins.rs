@@ -164,7 +164,7 @@ impl Agent {
         &self,
         req: &apipb::PluginStatusRequest,
     ) -> Result<apipb::PluginStatusResponse, ApiError> {
-        let plugins = if req.id.is_empty() {
+        let mut plugins: Vec<apipb::PluginStatus> = if req.id.is_empty() {
             self.registry
                 .ids()
                 .into_iter()
@@ -183,6 +183,14 @@ impl Agent {
                 }
             }
         };
+        for plugin in &mut plugins {
+            plugin.volumes = self
+                .volumes
+                .volumes()
+                .filter(|v| v.plugin_id == plugin.id)
+                .map(|v| v.id.clone())
+                .collect();
+        }
         Ok(apipb::PluginStatusResponse {
             plugins,
             ..Default::default()

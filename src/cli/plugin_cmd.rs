@@ -169,6 +169,14 @@ fn details(p: &api::PluginStatus, now: SystemTime) -> String {
         ("Nodes Healthy", p.nodes_healthy.to_string()),
         ("Nodes Expected", p.nodes_expected.to_string()),
         ("Health", health(p.health).to_string()),
+        (
+            "Volumes",
+            if p.volumes.is_empty() {
+                "<none>".to_string()
+            } else {
+                p.volumes.join(", ")
+            },
+        ),
     ]);
     for instance in &p.instances {
         let mut title = instance.type_.clone();

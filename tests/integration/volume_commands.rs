@@ -269,3 +269,26 @@ fn snapshot_commands_are_refused_for_a_plugin_without_a_controller() {
         text(&out)
     );
 }
+
+#[test]
+fn plugin_status_of_one_plugin_lists_the_volumes_registered_on_it() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    rig.create("vol-b", MNMW);
+    rig.create("vol-a", MNMW);
+    let out = rig.agent.cli(&["plugin", "status", PLUGIN]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("Volumes"))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(line.ends_with("= vol-a, vol-b"), "{line}");
+    let out = rig.agent.cli(&["plugin", "status", "-json", PLUGIN]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"vol-a\""),
+        "{}",
+        text(&out)
+    );
+}
