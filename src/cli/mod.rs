@@ -257,6 +257,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("node-id"),
         value("test-faults"),
         value("test-trace"),
+        value("test-without"),
         value("mode"),
         switch("no-attach"),
         switch("strict"),
@@ -284,6 +285,10 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         faults: args.value("test-faults").map(PathBuf::from),
         trace: args.value("test-trace").map(PathBuf::from),
         no_attach: args.switch("no-attach"),
+        without: args
+            .value("test-without")
+            .map(|list| list.split(',').map(str::to_string).collect())
+            .unwrap_or_default(),
         strict: args.switch("strict"),
         mode,
     };

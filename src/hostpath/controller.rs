@@ -35,16 +35,20 @@ const CAPABILITIES: &[ControllerCapability] = &[
 ];
 
 /// The controller capabilities the plugin advertises: without attachments,
-/// none of ControllerPublishVolume's.
-pub(super) fn capabilities(no_attach: bool) -> impl Iterator<Item = ControllerCapability> {
+/// none of ControllerPublishVolume's; never those `config.without` names
+/// (test only).
+pub(super) fn capabilities(
+    config: &super::Config,
+) -> impl Iterator<Item = ControllerCapability> + '_ {
     CAPABILITIES.iter().copied().filter(move |c| {
-        !(no_attach
-            && matches!(
-                c,
-                ControllerCapability::PublishUnpublishVolume
-                    | ControllerCapability::PublishReadonly
-                    | ControllerCapability::ListVolumesPublishedNodes
-            ))
+        let attach = matches!(
+            c,
+            ControllerCapability::PublishUnpublishVolume
+                | ControllerCapability::PublishReadonly
+                | ControllerCapability::ListVolumesPublishedNodes
+        );
+        let left_out = config.without.iter().any(|w| *w == c.to_string());
+        !(left_out || config.no_attach && attach)
     })
 }
 

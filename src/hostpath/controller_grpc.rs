@@ -137,7 +137,7 @@ impl csi_grpc::Controller for Service {
         let received = Received::new(Call::ControllerGetCapabilities, &req, String::new());
         self.serve(&ctx, received, sink, |plugin, _| {
             let mut resp = pb::ControllerGetCapabilitiesResponse::new();
-            resp.capabilities = capabilities(plugin.config.no_attach)
+            resp.capabilities = capabilities(&plugin.config)
                 .map(convert::controller_capability_to_proto)
                 .collect();
             Ok(resp)

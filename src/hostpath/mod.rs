@@ -149,6 +149,10 @@ pub struct Config {
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
     pub strict: bool,
+    /// Test only (`-test-without`): capabilities not to advertise, by name
+    /// (`create-delete-snapshot`, `online-expansion`, ...), to play a
+    /// plugin that lacks them.
+    pub without: Vec<String>,
     /// Which services this process serves: both (`monolith`), or one, for
     /// a plugin split into a controller process and a node process that
     /// share the base dir.
@@ -267,7 +271,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
         let advertised = Advertised {
-            controller: controller::capabilities(config.no_attach).collect(),
+            controller: controller::capabilities(&config).collect(),
             node: node::CAPABILITIES.iter().copied().collect(),
         };
         let recorded = state.lock().map_err(|err| Error::State { err })?;
@@ -638,6 +642,7 @@ impl csi_grpc::Identity for Service {
                     PluginCapability::VolumeAccessibilityConstraints,
                     PluginCapability::OnlineExpansion,
                 ])
+                .filter(|c| !plugin.config.without.iter().any(|w| *w == c.to_string()))
                 .map(convert::plugin_capability_to_proto)
                 .collect();
             Ok(resp)

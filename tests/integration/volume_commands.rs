@@ -292,3 +292,74 @@ fn plugin_status_of_one_plugin_lists_the_volumes_registered_on_it() {
         text(&out)
     );
 }
+
+#[test]
+fn what_a_plugin_cannot_do_is_refused_naming_the_capability_it_lacks() {
+    if !require_root() {
+        return;
+    }
+    let plugin = crate::util::Plugin::start_with(
+        &[("RUST_LOG", "csi_agent=debug")],
+        &[
+            "-test-without",
+            "create-delete-snapshot,list-snapshots,clone-volume,online-expansion",
+        ],
+    );
+    let rig = Rig::around(plugin, PluginType::Monolith, None);
+    let sized = |min: &str, extra: &str| {
+        format!(
+            "{}capacity_min = {min:?}\n{extra}",
+            spec("vol", &[MNMW], None)
+        )
+    };
+    connect(&rig.agent)
+        .volume_create("vol.hcl", &sized("16MiB", ""))
+        .unwrap_or_else(|err| panic!("{err}"));
+    let refused = |args: &[&str], needle: &str| {
+        let out = rig.agent.cli(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}: {}",
+            text(&out)
+        );
+    };
+    refused(
+        &["volume", "snapshot", "create", "vol", "s1"],
+        "lacks CREATE_DELETE_SNAPSHOT",
+    );
+    refused(
+        &["volume", "snapshot", "list", "-plugin", PLUGIN],
+        "lacks LIST_SNAPSHOTS",
+    );
+    let external = volume(&rig.agent, "vol").external_id;
+    let clone = format!("{}clone_id = {external:?}\n", spec("copy", &[MNMW], None));
+    let err = connect(&rig.agent)
+        .volume_create("copy.hcl", &clone)
+        .unwrap_err();
+    assert!(err.to_string().contains("(no CLONE_VOLUME)"), "{err}");
+    let restore = format!("{}snapshot_id = \"s1\"\n", spec("copy", &[MNMW], None));
+    let err = connect(&rig.agent)
+        .volume_create("copy.hcl", &restore)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("(no CREATE_DELETE_SNAPSHOT)"),
+        "{err}"
+    );
+    // Offline expansion only: refused while claimed, naming the claim;
+    // done once released.
+    claimed(&rig.agent, &claim_req("vol", "a1"));
+    let err = connect(&rig.agent)
+        .volume_create("vol.hcl", &sized("32MiB", ""))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("claimed by alloc a1") && err.to_string().contains("no ONLINE"),
+        "{err}"
+    );
+    released(&rig.agent, "vol", "a1");
+    let resp = connect(&rig.agent)
+        .volume_create("vol.hcl", &sized("32MiB", ""))
+        .unwrap_or_else(|err| panic!("offline expansion: {err}"));
+    assert_eq!(resp.volumes[0].capacity_bytes, 32 << 20);
+    rig.assert_nothing_left();
+}
