@@ -29,7 +29,7 @@ BENCH_ARGS ?=
 
 all: build
 
-## deps: install what the build needs on Debian (cmake, g++; clippy, rustfmt)
+## deps: install what the build and tests need on Debian (cmake, g++, etcd; clippy, rustfmt)
 deps:
 	@scripts/deps.sh
 
