@@ -78,6 +78,13 @@
 //!   provably the agent's bind. A release step that cannot succeed leaves
 //!   its claim as a `failed` past claim until released again, instead of a
 //!   retry loop.
+//! - DESIGN.md's "one thread per plugin" is one thread (and worker pool)
+//!   per plugin *instance*: a plugin ID may be a controller process and a
+//!   node process, and each RPC goes to the instance serving its service
+//!   ([`plugin`]); the one-call-per-volume rule holds across both.
+//! - Calls about a volume that are not protocol steps (CreateSnapshot,
+//!   NodeGetVolumeStats, an expansion) wait in a per-volume queue until no
+//!   other call for the volume is in flight.
 //! - There is no separate usage tracker: whether a staging or the
 //!   attachment is still in use is computed from the claims each time
 //!   ([`volume::model`]), so it cannot drift and needs no rebuilding.
