@@ -22,6 +22,9 @@ impl VolumeManager {
         registry: &Registry,
         now: Instant,
     ) {
+        if self.entries.contains_key(&req.volume_id) {
+            self.touch(&req.volume_id);
+        }
         match self.admit(req, registry) {
             Ok(None) => {}
             Ok(Some(claim)) => {
@@ -202,6 +205,9 @@ impl VolumeManager {
     }
 
     pub fn release(&mut self, volume_id: &str, alloc: &str, reply: ReplyTo) {
+        if self.entries.contains_key(volume_id) {
+            self.touch(volume_id);
+        }
         let Some(entry) = self.entries.get_mut(volume_id) else {
             let err = error(
                 ErrorKind::NotFound,

@@ -287,6 +287,8 @@ impl VolumeManager {
             wall: SystemTime::now() + delay,
             left_mount: 0,
         });
+        self.retries
+            .push(std::cmp::Reverse((now + delay, id.to_string())));
         if let Some(reply) = reply {
             // Not UNAVAILABLE: the CLI reads that as the agent refusing the
             // caller.

@@ -329,6 +329,13 @@ pub struct VolumeManager {
     /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
     jitter: SplitMix64,
+    /// Volumes to plan this turn besides those whose record changed (see
+    /// [`VolumeManager::plan`]): a call came back, a request touched one,
+    /// its plugin turned healthy.
+    to_plan: BTreeSet<String>,
+    /// When retries fall due, earliest first; entries whose retry has
+    /// since been cleared or replaced are stale and cost one empty plan.
+    retries: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Events to record on plugins' health histories (a plugin that left
     /// a mount behind), for the main loop to apply to the registry.
     plugin_notes: Vec<(String, String)>,
@@ -351,6 +358,8 @@ impl VolumeManager {
             reserved: BTreeSet::new(),
             jitter: SplitMix64::from_entropy(),
             plugin_notes: Vec::new(),
+            to_plan: BTreeSet::new(),
+            retries: Default::default(),
         }
     }
 
@@ -363,6 +372,11 @@ impl VolumeManager {
         let id = volume.id.clone();
         self.entries.insert(id.clone(), Entry::new(volume));
         self.changed.insert(id);
+    }
+
+    /// Volume `id` is to be planned this turn.
+    pub(super) fn touch(&mut self, id: &str) {
+        self.to_plan.insert(id.to_string());
     }
 
     fn remove(&mut self, id: &str) {
@@ -396,8 +410,9 @@ impl VolumeManager {
                 Err(err) => log::error!("Dropping a volume record of the state: {err}"),
             }
         }
-        // Loading is not a change.
+        // Loading is not a change; every volume is planned once.
         self.changed.clear();
+        self.to_plan = self.entries.keys().cloned().collect();
     }
 
     /// The records of every volume changed this turn, for the journal.

@@ -174,6 +174,9 @@ impl VolumeManager {
     }
 
     pub fn deregister(&mut self, id: &str, force: bool, reply: ReplyTo) {
+        if self.entries.contains_key(id) {
+            self.touch(id);
+        }
         let entry = match self.entry(id) {
             Ok(entry) => entry,
             Err(err) => return self.outbox.push((reply, Err(err))),

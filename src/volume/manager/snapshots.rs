@@ -45,6 +45,7 @@ impl VolumeManager {
             service,
             job,
         });
+        self.touch(id);
     }
 
     /// The next queued request of an idle volume, marked in flight.
