@@ -12,12 +12,12 @@ use crossbeam_channel::Sender;
 
 use super::model::{Claim, StagingKey, Volume};
 use super::plan::{Action, Protocol};
-use super::target;
+use super::target::{self, Owner};
 use crate::csi::types::{
     ControllerPublish, CreateVolume, NodePublish, NodeStage, StringMap, ValidateVolume, VolumeStats,
 };
 use crate::csi::{Client, Validation};
-use crate::mount::{self, is_mount_point, MountInfo, Mounter, SysMounter, UnmountMode};
+use crate::mount::{self, is_mount_point, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
 
 /// Where a volume's stagings and publishes live under `data_dir`.
@@ -416,7 +416,7 @@ fn remove_empty_dirs(path: &Path, root: &Path) {
 /// file-system volume's target is a directory, a block volume's a file
 /// (0600), made when missing. A target that is already a mount point is
 /// taken as this step's earlier, unconfirmed success only when it provably
-/// is (see [`target::is_ours`]); anything else there is refused for good.
+/// is (see [`target::owner`]); anything else there is refused for good.
 /// Answers the mount ID of the bind, to be recorded.
 pub fn bind_target(source: &Path, claim: &Claim) -> Result<Option<u64>, StepError> {
     let target = claim
@@ -425,21 +425,19 @@ pub fn bind_target(source: &Path, claim: &Claim) -> Result<Option<u64>, StepErro
         .ok_or_else(|| terminal("the claim has no target".into()))?;
     let block = claim.capability.attachment_mode == crate::csi::AttachmentMode::BlockDevice;
     make_target(target, block)?;
-    let info = MountInfo::read().map_err(|e| local("read the mount table for", target, e))?;
     let mounter = SysMounter;
-    match target::is_ours(&info, target, claim.target_mount_id, source)
+    match target::owner(target, claim.target_mount_id, source)
         .map_err(|e| local("check the target", target, e))?
     {
-        Some(false) => {
+        Owner::Other(what) => {
             return Err(terminal(format!(
-                "the target {} is a mount point of {} that csi-agent did not make; it is \
+                "the target {} is a mount point of {what} that csi-agent did not make; it is \
                  left alone",
                 target.display(),
-                mount::describe(&info, target)
             )))
         }
-        Some(true) => {}
-        None => mounter
+        Owner::Agent => {}
+        Owner::Nobody => mounter
             .bind(source, target, true)
             .map_err(|e| local("bind-mount the target", target, e))?,
     }
@@ -503,7 +501,7 @@ fn make_target(target: &Path, block: bool) -> Result<(), StepError> {
 }
 
 /// Unmounts a claim's host target if the mount there is the one the agent
-/// made (see [`target::is_ours`]); one that is not mounted is done. A mount
+/// made (see [`target::owner`]); one that is not mounted is done. A mount
 /// that is not the agent's is left alone and the step fails for good. A
 /// target the agent created is removed once empty.
 pub fn unbind_target(source: &Path, claim: &Claim) -> Result<(), StepError> {
@@ -514,19 +512,17 @@ pub fn unbind_target(source: &Path, claim: &Claim) -> Result<(), StepError> {
         // Gone already.
         return Ok(());
     }
-    let info = MountInfo::read().map_err(|e| local("read the mount table for", target, e))?;
-    match target::is_ours(&info, target, claim.target_mount_id, source)
+    match target::owner(target, claim.target_mount_id, source)
         .map_err(|e| local("check the target", target, e))?
     {
-        None => {}
-        Some(false) => {
+        Owner::Nobody => {}
+        Owner::Other(what) => {
             return Err(terminal(format!(
-                "the mount at {} ({}) is not the bind csi-agent made; it is left alone",
+                "the mount at {} ({what}) is not the bind csi-agent made; it is left alone",
                 target.display(),
-                mount::describe(&info, target)
             )))
         }
-        Some(true) => SysMounter
+        Owner::Agent => SysMounter
             .unmount(target, UnmountMode::Normal)
             .map_err(|e| match &e {
                 mount::Error::Unmount { err, .. } if err.raw_os_error() == Some(libc::EBUSY) => {

@@ -7,7 +7,7 @@
 //! data dir, inside it or one of its ancestors, not inside `/proc`, `/sys`
 //! or `/dev`, and not already a mount point. The bind step and the release
 //! then act on a mount at the target only when it is provably the agent's
-//! ([`is_ours`]): its mount ID is the one recorded when the agent made it,
+//! ([`owner`]): its mount ID is the one recorded when the agent made it,
 //! or it shows the same tree as the claim's publish path.
 
 use std::fmt;
@@ -137,26 +137,36 @@ fn resolve(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// Whether the top mount at `target` is the one the agent made for a
-/// claim: its mount ID is `recorded`, or it shows the same tree as
-/// `publish_path` (the claim's NodePublish target, which the agent bound
-/// there). `None` when `target` is no mount point at all.
-pub fn is_ours(
-    info: &MountInfo,
-    target: &Path,
-    recorded: Option<u64>,
-    publish_path: &Path,
-) -> mount::Result<Option<bool>> {
-    if info.get(target).is_none() || !mount::is_mount_point(target)? {
-        return Ok(None);
+/// Who made the top mount at a claim's target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Nothing is mounted there.
+    Nobody,
+    /// The bind the agent made for the claim.
+    Agent,
+    /// Someone else's mount, described for an error (`tmpfs (tmpfs, mount
+    /// 123)`).
+    Other(String),
+}
+
+/// Who made the top mount at `target`: the agent when its mount ID is
+/// `recorded`, or when it shows the same tree as `publish_path` (the
+/// claim's NodePublish target, which the agent bound there). Two statx
+/// calls answer the usual cases (nothing mounted; the agent's own bind);
+/// the mount table is read only when the ID does not tell.
+pub fn owner(target: &Path, recorded: Option<u64>, publish_path: &Path) -> mount::Result<Owner> {
+    if !mount::is_mount_point(target)? {
+        return Ok(Owner::Nobody);
     }
-    let id_matches = match recorded {
-        Some(id) => mount::mount_id(target)? == Some(id),
-        None => false,
-    };
-    Ok(Some(
-        id_matches || mount::same_source(info, target, publish_path),
-    ))
+    if recorded.is_some() && mount::mount_id(target)? == recorded {
+        return Ok(Owner::Agent);
+    }
+    let info = MountInfo::read()?;
+    Ok(if mount::same_source(&info, target, publish_path) {
+        Owner::Agent
+    } else {
+        Owner::Other(mount::describe(&info, target))
+    })
 }
 
 #[cfg(test)]
