@@ -90,55 +90,14 @@ impl Rig {
     }
 
     /// The hostpath plugin as an exec task: the test binary bound
-    /// read-only at `/opt/csi-agent`, its base dir at `/backing`.
+    /// read-only at `/opt/csi-agent`, its base dir at `/backing`, logging
+    /// at debug, restarted `attempts` times with `delay`.
     fn plugin_job(&self, attempts: &str, delay: &str) -> String {
-        format!(
-            r#"
-job "plugin" {{
-  group "nodes" {{
-    restart {{
-      attempts = {attempts}
-      interval = "5m"
-      delay    = "{delay}"
-      mode     = "fail"
-    }}
-    volume "bin" {{
-      type      = "host"
-      source    = "csi-agent-bin"
-      read_only = true
-    }}
-    volume "backing" {{
-      type   = "host"
-      source = "hostpath-backing"
-    }}
-    task "hostpath" {{
-      driver = "exec"
-      env {{
-        RUST_LOG = "csi_agent=debug"
-      }}
-      config {{
-        command = "/opt/csi-agent/{name}"
-        args    = ["hostpath", "-strict", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
-      }}
-      volume_mount {{
-        volume      = "bin"
-        destination = "/opt/csi-agent"
-      }}
-      volume_mount {{
-        volume      = "backing"
-        destination = "/backing"
-      }}
-      csi_plugin {{
-        id             = "{PLUGIN_ID}"
-        type           = "monolith"
-        health_timeout = "10s"
-      }}
-    }}
-  }}
-}}
-"#,
-            name = Path::new(bin()).file_name().unwrap().to_string_lossy(),
-        )
+        let restart = format!(
+            "    restart {{\n      attempts = {attempts}\n      interval = \"5m\"\n      delay    = \"{delay}\"\n      mode     = \"fail\"\n    }}\n"
+        );
+        let env = "      env {\n        RUST_LOG = \"csi_agent=debug\"\n      }\n";
+        hostpath_job("plugin", "nodes", "monolith", &restart, env)
     }
 
     fn client(&self) -> AgentClient {
@@ -1070,11 +1029,26 @@ fn an_updated_job_stops_the_old_alloc_before_the_new_one_claims() {
 /// `controller` or `node`) as instance `mode` of plugin [`PLUGIN_ID`], on
 /// the rig's base dir; in its own root, as [`Rig::plugin_job`]'s.
 fn split_plugin_job(name: &str, mode: &str) -> String {
+    hostpath_job(name, "plugin", mode, "", "")
+}
+
+/// Job `name` whose group `group` runs the hostpath plugin as an exec task
+/// in `mode` (`monolith`, `controller` or `node`), as instance `mode` of
+/// plugin [`PLUGIN_ID`]: the test binary bound read-only at
+/// `/opt/csi-agent`, the rig's base dir at `/backing`. `group_extra` and
+/// `task_extra` are inserted as written (a restart block, an env block).
+fn hostpath_job(
+    name: &str,
+    group: &str,
+    mode: &str,
+    group_extra: &str,
+    task_extra: &str,
+) -> String {
     format!(
         r#"
 job "{name}" {{
-  group "plugin" {{
-    volume "bin" {{
+  group "{group}" {{
+{group_extra}    volume "bin" {{
       type      = "host"
       source    = "csi-agent-bin"
       read_only = true
@@ -1085,7 +1059,7 @@ job "{name}" {{
     }}
     task "hostpath" {{
       driver = "exec"
-      config {{
+{task_extra}      config {{
         command = "/opt/csi-agent/{bin}"
         args    = ["hostpath", "-strict", "-mode", "{mode}", "-endpoint", "${{CSI_ENDPOINT}}", "-base-dir", "/backing", "-node-id", "{NODE}"]
       }}
