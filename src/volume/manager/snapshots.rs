@@ -19,11 +19,7 @@ use crate::csi::Secrets;
 pub(super) const MAX_PAGES: usize = 1000;
 
 fn secrets_of(map: &std::collections::HashMap<String, String>) -> Secrets {
-    let mut secrets = Secrets::new();
-    for (k, v) in map {
-        secrets.insert(k.clone(), v.clone());
-    }
-    secrets
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 impl VolumeManager {
