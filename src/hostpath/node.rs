@@ -52,12 +52,12 @@ fn holds(path: &Path, dir: &Path) -> RpcResult<bool> {
 }
 
 pub(super) fn is_mount_point(path: &Path) -> RpcResult<bool> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(internal("cannot stat the path", e)),
-        Ok(_) => mount::is_mount_point(path)
-            .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e))),
-    }
+    mount::is_mount_point_if_present(path).map_err(|e| {
+        internal(
+            "cannot tell whether the path is a mount point",
+            crate::error_chain(&e),
+        )
+    })
 }
 
 /// The capability as recorded for staging idempotency (no flags).

@@ -322,6 +322,16 @@ pub fn is_mount_point(path: &Path) -> Result<bool> {
     is_listed_mount_point(&canonical)
 }
 
+/// Like [`is_mount_point`], but a path that does not exist (or dangles) is
+/// no mount point rather than an error: what a caller asks after an
+/// unmount that may also have removed the path.
+pub fn is_mount_point_if_present(path: &Path) -> Result<bool> {
+    match is_mount_point(path) {
+        Err(Error::Canonicalize { err, .. }) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        other => other,
+    }
+}
+
 /// Whether mountinfo lists the canonical path `canonical` as a mount point.
 fn is_listed_mount_point(canonical: &Path) -> Result<bool> {
     Ok(MountInfo::read()?.get(canonical).is_some())
@@ -547,6 +557,13 @@ mod tests {
             };
             assert_eq!(root, is_listed_mount_point(&canonical).unwrap(), "{path}");
         }
+    }
+
+    #[test]
+    fn a_missing_path_is_present_as_no_mount_point() {
+        let path = Path::new("/nonexistent/csi-agent/mount/test");
+        assert!(!is_mount_point_if_present(path).unwrap());
+        assert!(is_mount_point_if_present(Path::new("/proc")).unwrap());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::csi::types::{
     ControllerPublish, CreateVolume, NodePublish, NodeStage, StringMap, ValidateVolume, VolumeStats,
 };
 use crate::csi::{Client, Validation};
-use crate::mount::{self, is_mount_point, Mounter, SysMounter, UnmountMode};
+use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
 
 /// Where a volume's stagings and publishes live under `data_dir`.
@@ -383,11 +383,7 @@ fn released_path(
 
 /// Whether `path` is a mount point; a path that does not exist is not.
 fn still_mounted(path: &Path) -> Result<bool, StepError> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(local("check", path, e)),
-        Ok(_) => is_mount_point(path).map_err(|e| local("check", path, e)),
-    }
+    mount::is_mount_point_if_present(path).map_err(|e| local("check", path, e))
 }
 
 /// Creates `path` and its parents, `path` itself mode 0700.
