@@ -8,8 +8,18 @@
 use std::thread;
 
 use crate::api::{ApiError, ErrorKind, Response};
+use std::collections::BTreeMap;
+
+use crossbeam_channel::{unbounded, Receiver};
+
+use crate::cluster::attachments::Attacher;
+use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::node;
+use crate::cluster::ops::{Answer, Ops};
+use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
+use crate::csi::types::ControllerCapability;
+use crate::csi::Endpoint;
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::agent as api;
 use crate::proto::cluster as pb;
@@ -29,6 +39,17 @@ pub(super) struct ClusterMember {
     pub member: Member,
     pub connection: Connection,
     pub node: String,
+    /// Carries out the volume manager's ops for etcd.
+    pub ops: Ops,
+    pub answers: Receiver<Answer>,
+    /// Watches the cluster's volumes and claim sets.
+    _watch: VolumeWatch,
+    pub volume_events: Receiver<VolumeEvent>,
+    /// This node's candidacies for plugins' controller elections: one per
+    /// plugin with a healthy controller that attaches, by plugin ID.
+    candidates: BTreeMap<String, (Endpoint, Candidate)>,
+    prefix: String,
+    lease_ttl: std::time::Duration,
 }
 
 impl Agent {
@@ -45,12 +66,79 @@ impl Agent {
             "Cluster: registering node {node} in etcd at {}",
             config.etcd.join(", ")
         );
+        let cannot = |what: &str, err: std::io::Error| {
+            super::Error::Cluster(format!("cannot start the {what} thread: {err}"))
+        };
+        let (answers_tx, answers) = unbounded();
+        let ops = Ops::start(member.etcd(), &config.prefix, &node, answers_tx)
+            .map_err(|err| cannot("cluster ops", err))?;
+        let (events_tx, volume_events) = unbounded();
+        let watch = VolumeWatch::start(member.etcd(), &config.prefix, events_tx)
+            .map_err(|err| cannot("volume watch", err))?;
+        self.volumes
+            .join_cluster(&node, Attacher::new(member.etcd(), &config.prefix, &node));
         self.cluster = Some(ClusterMember {
             member,
             connection: Connection::Connecting,
             node,
+            ops,
+            answers,
+            _watch: watch,
+            volume_events,
+            candidates: BTreeMap::new(),
+            prefix: config.prefix.clone(),
+            lease_ttl: config.lease_ttl,
         });
+        self.sync_candidates();
         Ok(())
+    }
+
+    /// Campaigns for the controller election of every plugin whose
+    /// controller runs here, is healthy and attaches volumes; gives up the
+    /// others.
+    pub(super) fn sync_candidates(&mut self) {
+        let Some(cluster) = &mut self.cluster else {
+            return;
+        };
+        let wanted: BTreeMap<String, Endpoint> = self
+            .registry
+            .ids()
+            .into_iter()
+            .filter_map(|id| {
+                let r = self
+                    .registry
+                    .serving(id, Service::Controller)
+                    .filter(|r| r.is_controller() && r.health == Health::Healthy)?;
+                let attaches = r.fingerprint.as_ref().is_some_and(|f| {
+                    f.controller_capabilities
+                        .contains(&ControllerCapability::PublishUnpublishVolume)
+                });
+                attaches.then(|| (id.to_string(), r.spec.endpoint.clone()))
+            })
+            .collect();
+        cluster
+            .candidates
+            .retain(|id, (endpoint, _)| wanted.get(id) == Some(endpoint));
+        for (id, endpoint) in wanted {
+            if cluster.candidates.contains_key(&id) {
+                continue;
+            }
+            match Candidate::start(
+                cluster.member.etcd(),
+                &cluster.prefix,
+                &cluster.node,
+                &id,
+                &endpoint,
+                cluster.lease_ttl,
+            ) {
+                Ok(candidate) => {
+                    cluster.candidates.insert(id, (endpoint, candidate));
+                }
+                Err(err) => log::error!(
+                    "Cluster: cannot start the controller election thread of plugin {id}: {err}"
+                ),
+            }
+        }
     }
 
     /// A report of the member thread.

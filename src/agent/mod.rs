@@ -219,6 +219,16 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .as_ref()
         .map(|c| c.member.events().clone())
         .unwrap_or_else(never);
+    let cluster_answers = agent
+        .cluster
+        .as_ref()
+        .map(|c| c.answers.clone())
+        .unwrap_or_else(never);
+    let volume_events = agent
+        .cluster
+        .as_ref()
+        .map(|c| c.volume_events.clone())
+        .unwrap_or_else(never);
     let mut failure = None;
     loop {
         let wakeup = [
@@ -249,6 +259,8 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             },
             recv(ticker) -> _ => agent.tick(),
             recv(member_events) -> event => if let Ok(event) = event { agent.cluster_event(event) },
+            recv(cluster_answers) -> answer => if let Ok(answer) = answer { agent.volumes.cluster_answer(answer) },
+            recv(volume_events) -> event => if let Ok(event) = event { agent.volumes.volume_event(event) },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -445,6 +457,7 @@ impl Agent {
                 self.create_demo_volume();
             }
         }
+        self.sync_candidates();
     }
 
     /// `-dev`: creates the volume `demo` on the built-in plugin, once.

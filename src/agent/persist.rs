@@ -67,6 +67,8 @@ pub(super) enum Effect {
     Submit(Dispatch),
     /// An answer to a control API call.
     Reply(Reply),
+    /// An op for the cluster's etcd (see `volume::manager::cluster`).
+    Cluster(Box<crate::cluster::ops::Op>),
 }
 
 /// Why the state cannot be persisted, and when to try again.
@@ -201,6 +203,9 @@ impl Agent {
         for reply in self.volumes.take_outbox() {
             self.gate.hold(Effect::Reply(reply));
         }
+        for op in self.volumes.take_cluster_ops() {
+            self.gate.hold(Effect::Cluster(Box::new(op)));
+        }
         if !self.gate.should_write(now) {
             // The snapshot of the next write covers this turn's records.
             return;
@@ -265,6 +270,11 @@ impl Agent {
             // The caller may have given up; that is not the loop's problem.
             Effect::Reply((reply, result)) => {
                 let _ = reply.send(result);
+            }
+            Effect::Cluster(op) => {
+                if let Some(cluster) = &self.cluster {
+                    cluster.ops.submit(*op);
+                }
             }
         }
     }

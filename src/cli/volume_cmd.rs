@@ -428,18 +428,40 @@ fn details(v: &api::VolumeStatus) -> String {
         out.push_str(&rows_or(STAGING_HEADER, stagings.collect(), "<none>"));
     }
 
+    // In a cluster, each claim's node comes first.
+    let clustered = v
+        .claims
+        .iter()
+        .chain(&v.past_claims)
+        .any(|c| !c.node.is_empty());
+    let with_node = |c: &api::Claim, mut row: Vec<String>| {
+        if clustered {
+            row.insert(0, or_none(&c.node));
+        }
+        row
+    };
+    let header = |h: &str| {
+        if clustered {
+            format!("Node, {h}")
+        } else {
+            h.to_string()
+        }
+    };
     let claims = v.claims.iter().map(|c| {
-        vec![
-            c.alloc_id.clone(),
-            c.mode.clone(),
-            c.state.clone(),
-            or_none(&c.usage),
-            or_none(&c.target),
-            or_none(&c.publish_path),
-        ]
+        with_node(
+            c,
+            vec![
+                c.alloc_id.clone(),
+                c.mode.clone(),
+                c.state.clone(),
+                or_none(&c.usage),
+                or_none(&c.target),
+                or_none(&c.publish_path),
+            ],
+        )
     });
     out.push_str("\nClaims\n");
-    out.push_str(&rows_or(CLAIM_HEADER, claims.collect(), "<none>"));
+    out.push_str(&rows_or(&header(CLAIM_HEADER), claims.collect(), "<none>"));
     for c in &v.claims {
         if !c.device.is_empty() {
             out.push_str(&format!("alloc {}: device {}\n", c.alloc_id, c.device));
@@ -473,16 +495,23 @@ fn details(v: &api::VolumeStatus) -> String {
         } else {
             c.failure.clone()
         };
-        vec![
-            c.alloc_id.clone(),
-            c.mode.clone(),
-            c.state.clone(),
-            error,
-            next_retry,
-        ]
+        with_node(
+            c,
+            vec![
+                c.alloc_id.clone(),
+                c.mode.clone(),
+                c.state.clone(),
+                error,
+                next_retry,
+            ],
+        )
     });
     out.push_str("\nPast Claims\n");
-    out.push_str(&rows_or(PAST_CLAIM_HEADER, past_claims.collect(), "<none>"));
+    out.push_str(&rows_or(
+        &header(PAST_CLAIM_HEADER),
+        past_claims.collect(),
+        "<none>",
+    ));
 
     out.push_str("\nUsage\n");
     out.push_str(&usage(v.stats.as_ref()));

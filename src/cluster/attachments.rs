@@ -201,3 +201,91 @@ pub fn answer(
         )?
         .is_some())
 }
+
+/// How long a node waits for the controller leader's answer before the
+/// step is retried.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A node's side of attachments: the ControllerPublish and Unpublish steps
+/// of its claims, asked of the plugin's controller leader.
+pub struct Attacher {
+    etcd: std::sync::Arc<Etcd>,
+    prefix: String,
+    node: String,
+}
+
+impl Attacher {
+    pub fn new(etcd: std::sync::Arc<Etcd>, prefix: &str, node: &str) -> Attacher {
+        Attacher {
+            etcd,
+            prefix: prefix.to_string(),
+            node: node.to_string(),
+        }
+    }
+
+    /// Asks for `volume` to be attached to this node (the plugin knows it
+    /// as `plugin_node_id`): the publish context, or why not.
+    pub fn attach(
+        &self,
+        volume: &str,
+        plugin_node_id: &str,
+        read_only: bool,
+    ) -> Result<std::collections::HashMap<String, String>, String> {
+        match self.ask(volume, plugin_node_id, read_only, true)? {
+            Outcome::Attached(context) => Ok(context),
+            Outcome::Failed(error) => Err(format!("the controller leader failed: {error}")),
+            Outcome::Detached => Err("the controller leader detached the volume instead".into()),
+        }
+    }
+
+    /// Asks for `volume` to be detached from this node; once it is, the
+    /// record goes.
+    pub fn detach(&self, volume: &str, plugin_node_id: &str) -> Result<(), String> {
+        match self.ask(volume, plugin_node_id, false, false)? {
+            Outcome::Detached => {
+                let key = attachment_key(&self.prefix, volume, &self.node);
+                // A record left behind only costs a key: the next intent
+                // replaces it.
+                let _ = self.etcd.delete(&key);
+                Ok(())
+            }
+            Outcome::Failed(error) => Err(format!("the controller leader failed: {error}")),
+            Outcome::Attached(_) => Err("the controller leader attached the volume instead".into()),
+        }
+    }
+
+    fn ask(
+        &self,
+        volume: &str,
+        plugin_node_id: &str,
+        read_only: bool,
+        attach: bool,
+    ) -> Result<Outcome, String> {
+        let etcd_error = |err: etcd::Error| format!("etcd: {}", crate::error_chain(&err));
+        let revision = request(
+            &self.etcd,
+            &self.prefix,
+            volume,
+            &self.node,
+            plugin_node_id,
+            read_only,
+            attach,
+        )
+        .map_err(etcd_error)?;
+        match wait(
+            &self.etcd,
+            &self.prefix,
+            volume,
+            &self.node,
+            revision,
+            ANSWER_TIMEOUT,
+        ) {
+            Ok(outcome) => Ok(outcome),
+            Err(etcd::Error::Timeout) => Err(format!(
+                "no controller leader answered within {}s (is a healthy controller of the volume's plugin running on some agent?)",
+                ANSWER_TIMEOUT.as_secs()
+            )),
+            Err(err) => Err(etcd_error(err)),
+        }
+    }
+}

@@ -7,21 +7,36 @@
 //! | file | owns |
 //! |---|---|
 //! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang) |
-//! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch |
+//! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
+//! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
+//! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
+//! | [`volumes`] | `volumes/<id>`: each volume's record as true on every host, written by the agent that registered or changed it; the watch every agent learns them (and the claim sets) from |
 //! | [`election`] | `controllers/<plugin>`: the plugin's controller election on the leader's node lease, at most one leader per plugin |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
 //! | [`member`] | the agent as a member: the thread that registers the node (retrying while etcd is out of reach) and reports connected, disconnected, or a name another agent holds |
 //! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
 //!
-//! The agent's `cluster` block starts [`member`] (`agent/cluster.rs`), and
-//! `node status` lists the cluster's nodes. Claims, attachments and the
-//! controller election are built and tested against etcd here, but the
-//! agent's claims do not go through them yet. An agent without a
-//! `cluster` block never reaches any of it.
+//! The agent's `cluster` block starts [`member`], [`ops`], the
+//! [`volumes`] watch and a [`leader`] candidate per attaching controller
+//! (`agent/cluster.rs`); the volume manager's side (claims journalled
+//! before etcd is asked, volumes adopted from the watch) is
+//! `volume/manager/cluster.rs`, and in a cluster its ControllerPublish
+//! and Unpublish steps go to the leader. An agent without a `cluster`
+//! block never reaches any of it.
+//!
+//! Not yet: fencing a lost node's claims (the controller leader's
+//! ControllerUnpublish, then free) and `volume detach -force -node`;
+//! `stop_after_disconnect`; a node without a local controller of a plugin
+//! does not learn the plugin's controller features from the cluster (run
+//! a controller instance on every host that claims, as a controller
+//! deployment with replicas does; one leads).
 
 pub mod attachments;
 pub mod claims;
 pub mod election;
 pub mod etcd;
+pub mod leader;
 pub mod member;
 pub mod node;
+pub mod ops;
+pub mod volumes;

@@ -251,7 +251,7 @@ impl Plugin {
             .volumes
             .get_mut(id)
             .ok_or_else(|| status(Code::NotFound, format!("volume {id} does not exist")))?;
-        if node != self.config.node_id {
+        if !self.knows_node(node) {
             return Err(status(
                 Code::NotFound,
                 format!("node {node} does not exist"),

@@ -129,6 +129,34 @@ pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/node";
 /// renamed into place; emptied when the plugin starts.
 const SCRATCH: &str = "tmp";
 
+/// `<base-dir>/nodes/<node-id>`: a file for each node process that served
+/// on the base dir (one storage system seen from several hosts); the
+/// controller attaches volumes to these nodes.
+const NODES: &str = "nodes";
+
+impl Plugin {
+    /// Whether `node` is a node of this base dir: this process's own, or
+    /// one another process announced.
+    fn knows_node(&self, node: &str) -> bool {
+        node == self.config.node_id
+            || (!node.contains('/')
+                && node != "."
+                && node != ".."
+                && self.config.base_dir.join(NODES).join(node).is_file())
+    }
+
+    /// Whether node processes of other nodes serve on this base dir (hosts
+    /// of a cluster sharing one storage system): their attachments are made
+    /// by another process, the controller leader's.
+    fn shares_base(&self) -> bool {
+        fs::read_dir(self.config.base_dir.join(NODES)).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name() != self.config.node_id.as_str())
+        })
+    }
+}
+
 /// The publish-context key ControllerPublishVolume answers with; NodeStage
 /// and NodePublish insist on getting it back.
 pub const PUBLISH_CONTEXT_KEY: &str = "hostpath.csi-agent/attached-node";
@@ -257,6 +285,13 @@ pub fn run(config: Config) -> Result<(), Error> {
     let volumes = config.base_dir.join("volumes");
     fs::create_dir_all(&volumes).map_err(|err| Error::BaseDir { path: volumes, err })?;
     let state = SharedState::open(&config.base_dir).map_err(|err| Error::State { err })?;
+    if config.mode != PluginType::Controller {
+        // The controller attaches volumes to the nodes of its base dir.
+        let nodes = config.base_dir.join(NODES);
+        fs::create_dir_all(&nodes)
+            .and_then(|()| fs::write(nodes.join(&config.node_id), b""))
+            .map_err(|err| Error::BaseDir { path: nodes, err })?;
+    }
     // What is in the scratch space is a copy a crash interrupted: copies
     // are made under the state lock, so none is being made while we hold
     // it, by this process or the other one of a split plugin.
@@ -496,7 +531,8 @@ impl Service {
             .spawn(move || {
                 let admitted = match &plugin.strict {
                     Some(mode) => {
-                        let recorded = mode.is_split().then(|| plugin.recorded()).flatten();
+                        let shared = mode.is_split() || plugin.shares_base();
+                        let recorded = shared.then(|| plugin.recorded()).flatten();
                         mode.admit(
                             &call,
                             undeclared_fields,

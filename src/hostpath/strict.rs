@@ -453,10 +453,21 @@ impl Strict {
     /// made it (`recorded`): a controller process learns the node's
     /// stagings and publishes (for ControllerUnpublishVolume's rule), a
     /// node process the controller's attachments (for the publish context
-    /// rule). A monolith sees both sides itself and changes nothing.
+    /// rule). A monolith sees both sides itself, except on a base dir shared
+    /// with the monoliths of other hosts, where another process (the
+    /// cluster's controller leader) may have made its node's attachments:
+    /// it takes the attachments from the record.
     pub fn adopt_recorded(&mut self, recorded: &[Call]) {
         let (controller, node) = (self.serves.has_controller(), self.serves.has_node());
         if controller && node {
+            for protocol in self.volumes.values_mut() {
+                protocol.attachments.clear();
+            }
+            for call in recorded {
+                if matches!(call, Call::ControllerPublishVolume { .. }) {
+                    self.completed(call);
+                }
+            }
             return;
         }
         for protocol in self.volumes.values_mut() {

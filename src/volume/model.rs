@@ -33,6 +33,49 @@ pub enum Step {
     Done,
 }
 
+/// Where a claim stands with the cluster's claim set
+/// (`volumes/<id>/claims` in etcd; see `cluster::claims`). The local
+/// record leads: a claim is journalled [`Admission::Admitting`] before etcd
+/// is asked, and [`Admission::Freeing`] before etcd is told it is gone, so
+/// that after a crash the agent asks again and etcd never keeps a claim
+/// that this node has forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Admission {
+    /// An agent without a cluster: the claim is this node's alone.
+    #[default]
+    Local,
+    /// Journalled; etcd is being asked. The planner leaves the claim alone
+    /// until etcd has answered.
+    Admitting,
+    /// In the cluster's claim set.
+    Admitted,
+    /// Released on this node; etcd is being told to forget it. The claim
+    /// still counts against others until etcd has.
+    Freeing,
+}
+
+impl Admission {
+    fn to_proto(self) -> pb::ClusterAdmission {
+        match self {
+            Admission::Local => pb::ClusterAdmission::LOCAL,
+            Admission::Admitting => pb::ClusterAdmission::ADMITTING,
+            Admission::Admitted => pb::ClusterAdmission::ADMITTED,
+            Admission::Freeing => pb::ClusterAdmission::FREEING,
+        }
+    }
+
+    fn from_proto(p: protobuf::EnumOrUnknown<pb::ClusterAdmission>) -> Admission {
+        match p.enum_value() {
+            Ok(pb::ClusterAdmission::LOCAL) => Admission::Local,
+            Ok(pb::ClusterAdmission::ADMITTED) => Admission::Admitted,
+            Ok(pb::ClusterAdmission::FREEING) => Admission::Freeing,
+            // Unknown is uncertain: etcd is asked (again), which is
+            // idempotent.
+            _ => Admission::Admitting,
+        }
+    }
+}
+
 /// Which staging of a volume: its one staging, or one of the per-usage
 /// layout of the first releases, kept until no publish uses it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -106,6 +149,8 @@ pub struct Claim {
     /// Why a step of this claim failed for good; the planner leaves the
     /// claim as it is until it is released again.
     pub failure: Option<String>,
+    /// Its admission by the cluster, for an agent in one.
+    pub admission: Admission,
 }
 
 impl Claim {
@@ -384,6 +429,7 @@ impl Volume {
                     target_mount_id: c.target_mount_id.unwrap_or(0),
                     target_created: c.target_created,
                     failure: c.failure.clone().unwrap_or_default(),
+                    cluster: c.admission.to_proto().into(),
                     ..Default::default()
                 })
                 .collect(),
@@ -460,6 +506,7 @@ impl Volume {
                     target_created: c.target_created,
                     staging,
                     failure: (!c.failure.is_empty()).then(|| c.failure.clone()),
+                    admission: Admission::from_proto(c.cluster),
                 },
             );
         }

@@ -203,6 +203,48 @@ pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
     })
 }
 
+/// A ControllerPublish or ControllerUnpublish step in a cluster: asked of
+/// the plugin's controller leader through `attacher`, not of the local
+/// controller (the job runs on its workers all the same).
+pub fn cluster_step_job(
+    ctx: StepContext,
+    token: u64,
+    done: Sender<OpDone>,
+    attacher: std::sync::Arc<crate::cluster::attachments::Attacher>,
+) -> Job {
+    Box::new(move |_: &Client| {
+        let v = &ctx.volume;
+        let result = match &ctx.action {
+            Action::ControllerPublish => {
+                let read_only = v
+                    .node_capability()
+                    .is_some_and(|c| c.access_mode.is_read_only());
+                attacher
+                    .attach(&v.id, &ctx.node_id, read_only)
+                    .map(|context| StepDone {
+                        publish_context: Some(context.into_iter().collect()),
+                        ..StepDone::default()
+                    })
+            }
+            Action::ControllerUnpublish => attacher
+                .detach(&v.id, &ctx.node_id)
+                .map(|()| StepDone::default()),
+            other => Err(format!("{} is not a controller step", other.name())),
+        };
+        let _ = done.send(OpDone {
+            volume_id: v.id.clone(),
+            token,
+            result: OpResult::Step(
+                ctx.action.clone(),
+                result.map_err(|message| StepError::Local {
+                    message,
+                    terminal: false,
+                }),
+            ),
+        });
+    })
+}
+
 /// A job that runs `op` and reports its result.
 pub fn job<F>(volume_id: &str, token: u64, done: Sender<OpDone>, op: F) -> Job
 where

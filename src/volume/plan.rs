@@ -16,7 +16,7 @@
 //! can never succeed) is left alone, and so is everything it still needs,
 //! until it is released again.
 
-use super::model::{StagingKey, Step, Volume};
+use super::model::{Admission, Claim, StagingKey, Step, Volume};
 
 /// What the plugin advertises that changes the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,15 +93,22 @@ impl Action {
     }
 }
 
+impl Volume {
+    /// The released claims the planner acts on: not failed for good, and
+    /// not waiting for the cluster's answer to their admission (a claim
+    /// released before etcd answered is freed once it has).
+    fn released_claims(&self) -> impl Iterator<Item = &Claim> {
+        self.claims
+            .values()
+            .filter(|c| !c.wanted && c.failure.is_none() && c.admission != Admission::Admitting)
+    }
+}
+
 /// The next step for `volume`, or `None` when it is where its claims want
 /// it.
 pub fn next(volume: &Volume, protocol: Protocol) -> Option<Action> {
     // Release: each released claim's node side first.
-    for claim in volume
-        .claims
-        .values()
-        .filter(|c| !c.wanted && c.failure.is_none())
-    {
+    for claim in volume.released_claims() {
         let alloc = claim.alloc_id.clone();
         if claim.target_mounted != Step::Absent {
             return Some(Action::UnbindTarget { alloc });
@@ -121,16 +128,18 @@ pub fn next(volume: &Volume, protocol: Protocol) -> Option<Action> {
         return Some(Action::ControllerUnpublish);
     }
     if let Some(claim) = volume
-        .claims
-        .values()
-        .find(|c| !c.wanted && c.failure.is_none())
+        .released_claims()
+        .find(|c| c.admission != Admission::Freeing)
     {
         return Some(Action::Free {
             alloc: claim.alloc_id.clone(),
         });
     }
     // Claim: in alloc order, each wanted claim to the end.
-    for claim in volume.wanted_claims().filter(|c| c.failure.is_none()) {
+    for claim in volume
+        .wanted_claims()
+        .filter(|c| c.failure.is_none() && c.admission != Admission::Admitting)
+    {
         if protocol.controller_publish && volume.attachment != Step::Done {
             return Some(Action::ControllerPublish);
         }
@@ -212,6 +221,7 @@ mod tests {
             target_created: false,
             staging: StagingKey::Volume,
             failure: None,
+            admission: Admission::Local,
         }
     }
 
@@ -495,6 +505,35 @@ mod tests {
             assert!(v.stagings.is_empty());
             assert_eq!(v.attachment, Step::Absent);
         }
+    }
+
+    #[test]
+    fn a_claim_waits_for_the_cluster_s_admission_in_either_direction() {
+        let mut v = volume();
+        let mut c = claim("a1", "rw", false);
+        c.admission = Admission::Admitting;
+        v.claims.insert("a1".into(), c);
+        assert_eq!(next(&v, FULL), None);
+        // Released before etcd answered: it is freed once it has.
+        v.claims.get_mut("a1").unwrap().wanted = false;
+        assert_eq!(next(&v, FULL), None);
+        v.claims.get_mut("a1").unwrap().admission = Admission::Admitted;
+        assert_eq!(next(&v, FULL), Some(Action::Free { alloc: "a1".into() }));
+    }
+
+    #[test]
+    fn a_claim_the_cluster_is_forgetting_is_not_freed_again() {
+        let mut v = volume();
+        let mut c = claim("a1", "rw", false);
+        c.wanted = false;
+        c.admission = Admission::Freeing;
+        v.claims.insert("a1".into(), c);
+        assert_eq!(next(&v, FULL), None);
+        // An admitted claim next to it goes ahead.
+        let mut c = claim("a2", "rw", false);
+        c.admission = Admission::Admitted;
+        v.claims.insert("a2".into(), c);
+        assert_eq!(next(&v, FULL), Some(Action::ControllerPublish));
     }
 
     fn check_rules(v: &Volume, action: &Action) {

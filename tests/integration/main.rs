@@ -14,6 +14,7 @@ mod cli;
 mod client;
 mod cluster;
 mod cluster_agents;
+mod cluster_claims;
 mod durable;
 mod etcd;
 mod expansion;

@@ -377,8 +377,13 @@ fn spawn_plugin(
         .arg(format!("unix://{}", socket.display()))
         .arg("-base-dir")
         .arg(base)
-        .arg("-node-id")
-        .arg(NODE)
+        .args(
+            // A plugin of a host of its own says its node ID in `flags`.
+            (!flags.iter().any(|f| f == "-node-id"))
+                .then_some(["-node-id", NODE])
+                .into_iter()
+                .flatten(),
+        )
         .arg("-test-faults")
         .arg(dir.join("faults"))
         .arg("-test-trace")

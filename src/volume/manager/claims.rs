@@ -11,7 +11,7 @@ use crate::csi::AccessMode;
 use crate::mount::Propagation;
 use crate::plugin::Registry;
 use crate::proto::agent as api;
-use crate::volume::model::{Claim, Step};
+use crate::volume::model::{Admission, Claim, Step};
 use crate::volume::target;
 
 impl VolumeManager {
@@ -37,6 +37,7 @@ impl VolumeManager {
                 let entry = self.entries.get_mut(&req.volume_id).expect("admitted");
                 entry.volume.claims.insert(claim.alloc_id.clone(), claim);
                 self.changed.insert(req.volume_id.clone());
+                self.admit_in_cluster(&req.volume_id, &req.alloc_id);
             }
             Err(err) => return self.outbox.push((reply, Err(err))),
         }
@@ -170,6 +171,7 @@ impl VolumeManager {
             target_mount_id: None,
             staging,
             failure: None,
+            admission: Admission::Local,
         }))
     }
 

@@ -249,7 +249,7 @@ impl VolumeManager {
                         volumes: vec![status],
                         ..Default::default()
                     };
-                    self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                    self.answer_registered(id, reply, Response::VolumeStatus(resp));
                 }
                 return;
             }

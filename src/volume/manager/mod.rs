@@ -24,6 +24,7 @@
 //! main loop submits it to the instance serving that service.
 
 mod claims;
+mod cluster;
 mod create;
 mod expand;
 mod protocol;
@@ -339,6 +340,8 @@ pub struct VolumeManager {
     /// Events to record on plugins' health histories (a plugin that left
     /// a mount behind), for the main loop to apply to the registry.
     plugin_notes: Vec<(String, String)>,
+    /// Claims and volumes shared through etcd, for an agent in a cluster.
+    cluster: Option<cluster::ClusterSide>,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> ApiError {
@@ -360,6 +363,7 @@ impl VolumeManager {
             plugin_notes: Vec::new(),
             to_plan: BTreeSet::new(),
             retries: Default::default(),
+            cluster: None,
         }
     }
 
@@ -417,6 +421,10 @@ impl VolumeManager {
 
     /// The records of every volume changed this turn, for the journal.
     pub fn take_journal(&mut self) -> Vec<Vec<u8>> {
+        let changed: Vec<String> = self.changed.iter().cloned().collect();
+        for id in &changed {
+            self.share_change(id);
+        }
         std::mem::take(&mut self.changed)
             .into_iter()
             .map(|id| {

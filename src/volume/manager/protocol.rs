@@ -132,15 +132,35 @@ impl VolumeManager {
                     .is_some_and(|r| r.left_mount >= CONTAIN_AFTER),
                 plugin_base_dir: view.base_dir.clone(),
             };
+            let plugin_id = entry.volume.plugin_id.clone();
+            let job = match self.attacher() {
+                Some(attacher)
+                    if matches!(
+                        ctx.action,
+                        Action::ControllerPublish | Action::ControllerUnpublish
+                    ) =>
+                {
+                    ops::cluster_step_job(ctx, token, self.done.clone(), attacher)
+                }
+                _ => ops::step_job(ctx, token, self.done.clone()),
+            };
             return Some(Dispatch {
-                plugin_id: entry.volume.plugin_id.clone(),
+                plugin_id,
                 service,
-                job: ops::step_job(ctx, token, self.done.clone()),
+                job,
             });
         }
     }
 
+    /// A released claim with nothing left on this node: forgotten, once
+    /// the cluster (if any) has dropped it.
     pub(super) fn free(&mut self, id: &str, alloc: &str) {
+        if !self.free_in_cluster(id, alloc) {
+            self.forget_claim(id, alloc);
+        }
+    }
+
+    pub(super) fn forget_claim(&mut self, id: &str, alloc: &str) {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };

@@ -121,9 +121,9 @@ impl VolumeManager {
                 volume.id,
                 volume.plugin_id
             );
+            let id = volume.id.clone();
             self.insert(volume);
-            self.outbox
-                .push((reply, Ok(Response::VolumeStatus(status))));
+            self.answer_registered(&id, reply, Response::VolumeStatus(status));
             return None;
         }
         let token = self.token();
@@ -200,6 +200,10 @@ impl VolumeManager {
                 .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
             return;
         }
+        if let Some(err) = self.claimed_elsewhere(id) {
+            return self.outbox.push((reply, Err(err)));
+        }
+        let entry = self.entry(id).expect("checked above");
         if entry.volume.claims.is_empty() {
             log::info!("Volume {id} deregistered");
             self.remove(id);
@@ -360,9 +364,9 @@ impl VolumeManager {
                             volume.plugin_id
                         );
                         let status = self.status_of(&volume, registry);
+                        let id = volume.id.clone();
                         self.insert(*volume);
-                        self.outbox
-                            .push((reply, Ok(Response::VolumeStatus(status))));
+                        self.answer_registered(&id, reply, Response::VolumeStatus(status));
                     }
                     Err(err) => self.outbox.push((reply, Err(err))),
                 }

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::volume::model::{Claim, Step};
+use crate::volume::model::{Admission, Claim, Step};
 
 impl VolumeManager {
     pub fn status(
@@ -227,6 +227,7 @@ impl VolumeManager {
                     .to_string_lossy()
                     .into_owned(),
                 usage: claim.usage.clone(),
+                node: self.cluster_node().unwrap_or_default().to_string(),
                 ..Default::default()
             };
             if let Some(retry) = &entry.retry {
@@ -245,6 +246,25 @@ impl VolumeManager {
                 c.device = device_of(Path::new(&c.publish_path));
             }
             if claim.wanted {
+                status.claims.push(c);
+            } else {
+                status.past_claims.push(c);
+            }
+        }
+        // Other nodes' claims, as the cluster's watch last saw them.
+        for other in self.claims_elsewhere(&v.id) {
+            let c = api::Claim {
+                alloc_id: other.alloc_id,
+                mode: if other.read_only { "read" } else { "write" }.to_string(),
+                state: if other.wanted {
+                    "held".to_string()
+                } else {
+                    format!("past ({})", other.reason)
+                },
+                node: other.node,
+                ..Default::default()
+            };
+            if other.wanted {
                 status.claims.push(c);
             } else {
                 status.past_claims.push(c);
@@ -281,6 +301,15 @@ fn device_of(path: &Path) -> String {
 fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
     if claim.failure.is_some() {
         return "failed";
+    }
+    match claim.admission {
+        Admission::Admitting => return "admitting",
+        Admission::Freeing
+            if claim.published == Step::Absent && claim.target_mounted == Step::Absent =>
+        {
+            return "freeing"
+        }
+        _ => {}
     }
     if claim.wanted {
         if claim.is_taken(claim.target.is_some()) {

@@ -1,0 +1,333 @@
+//! The controller leader of a plugin: every agent that runs a healthy
+//! controller of a plugin with PUBLISH_UNPUBLISH_VOLUME is a candidate in
+//! its election ([`super::election`]); the one that leads serves every
+//! node's attach and detach intents ([`super::attachments`]) with its
+//! controller, so a plugin's volumes are attached by one controller for
+//! the whole cluster, as an external-attacher does in Kubernetes.
+//!
+//! The election key lives on a lease of the leader thread's own, kept
+//! alive by it: when the agent dies or is cut off, the key goes after the
+//! lease's TTL and a follower takes over; a leader that cannot keep its
+//! lease alive stops serving at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
+use protobuf::Message;
+
+use super::attachments::{self, Intent, Outcome};
+use super::election::{self, Leadership};
+use super::etcd::{self, Etcd, Event};
+use super::volumes;
+use crate::csi::types::ControllerPublish;
+use crate::csi::{Backoff, Client, Endpoint};
+use crate::proto::state as statepb;
+use crate::volume::model::Volume;
+
+const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+
+/// A candidate (then maybe the leader) for one plugin's controller; dropping
+/// it stops the thread, which gives up the leadership at once.
+pub struct Candidate {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Who the candidate is, and what it serves with.
+struct Campaign {
+    etcd: Arc<Etcd>,
+    prefix: String,
+    node: String,
+    plugin: String,
+    client: Client,
+    ttl: Duration,
+}
+
+impl Candidate {
+    /// Starts campaigning for `plugin`'s controller, serving with the
+    /// controller at `endpoint` while leading.
+    pub fn start(
+        etcd: Arc<Etcd>,
+        prefix: &str,
+        node: &str,
+        plugin: &str,
+        endpoint: &Endpoint,
+        ttl: Duration,
+    ) -> std::io::Result<Candidate> {
+        let (stop_tx, stop_rx) = bounded(1);
+        let campaign = Campaign {
+            etcd,
+            prefix: prefix.to_string(),
+            node: node.to_string(),
+            plugin: plugin.to_string(),
+            client: Client::new(endpoint),
+            ttl,
+        };
+        let thread = thread::Builder::new()
+            .name(format!("leader-{plugin}"))
+            .spawn(move || campaign.run(&stop_rx))?;
+        Ok(Candidate {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Candidate {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Why serving ended.
+enum Ended {
+    Stopped,
+    /// Leadership lost or etcd failed: campaign again.
+    Again(String),
+}
+
+impl Campaign {
+    fn run(&self, stop: &Receiver<()>) {
+        let mut attempt = 0;
+        loop {
+            let ended = match self.etcd.grant(self.ttl) {
+                Ok((lease, _)) => {
+                    let ended = self.campaign(lease, stop);
+                    let _ = self.etcd.revoke(lease);
+                    ended
+                }
+                Err(err) => Ended::Again(crate::error_chain(&err)),
+            };
+            match ended {
+                Ended::Stopped => return,
+                Ended::Again(why) => {
+                    log::debug!("Cluster: controller election of {}: {why}", self.plugin);
+                    let delay = RETRY.delay(attempt, 1.0);
+                    attempt = attempt.saturating_add(1).min(16);
+                    match stop.recv_timeout(delay) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Campaigns on `lease`: leads until the lease is lost, or follows
+    /// until the leader leaves.
+    fn campaign(&self, lease: i64, stop: &Receiver<()>) -> Ended {
+        let again = |err: etcd::Error| Ended::Again(crate::error_chain(&err));
+        match election::campaign(&self.etcd, &self.prefix, &self.plugin, &self.node, lease) {
+            Ok(Leadership::Leader) => {
+                log::info!(
+                    "Cluster: this node leads plugin {}'s controller",
+                    self.plugin
+                );
+                let ended = self.serve(lease, stop);
+                log::info!(
+                    "Cluster: this node no longer leads plugin {}'s controller",
+                    self.plugin
+                );
+                ended
+            }
+            Ok(Leadership::Follower { leader }) => {
+                log::debug!(
+                    "Cluster: node {leader} leads plugin {}'s controller",
+                    self.plugin
+                );
+                self.follow(lease, stop).unwrap_or_else(again)
+            }
+            Err(err) => again(err),
+        }
+    }
+
+    /// Waits until the leader leaves (its key is deleted), keeping the
+    /// candidate's lease alive meanwhile.
+    fn follow(&self, lease: i64, stop: &Receiver<()>) -> Result<Ended, etcd::Error> {
+        let key = election::election_key(&self.prefix, &self.plugin);
+        let Some(kv) = self.etcd.get(&key)? else {
+            return Ok(Ended::Again("the leader left".into()));
+        };
+        let watch = self.etcd.watch_prefix(&key, kv.mod_revision + 1)?;
+        let keep_alive = crossbeam_channel::tick(self.ttl / 3);
+        loop {
+            select! {
+                recv(stop) -> _ => return Ok(Ended::Stopped),
+                recv(keep_alive) -> _ => {
+                    if self.etcd.keep_alive(lease)? <= 0 {
+                        return Ok(Ended::Again("the candidate's lease expired".into()));
+                    }
+                }
+                recv(watch.receiver()) -> batch => {
+                    let batch = batch.map_err(|_| etcd::Error::Timeout)??;
+                    let left = batch.events.iter().any(|e| e.key() == key.as_slice())
+                        && election::leader_left(&batch.events);
+                    if left {
+                        return Ok(Ended::Again("the leader left".into()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves every pending intent, then each new one, while the lease
+    /// lives.
+    fn serve(&self, lease: i64, stop: &Receiver<()>) -> Ended {
+        let prefix = attachments::attachments_prefix(&self.prefix);
+        let (kvs, revision) = match self.etcd.get_prefix(prefix.as_bytes()) {
+            Ok(read) => read,
+            Err(err) => return Ended::Again(crate::error_chain(&err)),
+        };
+        for intent in attachments::pending(&self.prefix, &kvs) {
+            self.serve_one(&intent);
+        }
+        let watch = match self.etcd.watch_prefix(prefix.as_bytes(), revision + 1) {
+            Ok(watch) => watch,
+            Err(err) => return Ended::Again(crate::error_chain(&err)),
+        };
+        let keep_alive = crossbeam_channel::tick(self.ttl / 3);
+        let mut last_alive = Instant::now();
+        loop {
+            select! {
+                recv(stop) -> _ => return Ended::Stopped,
+                recv(keep_alive) -> _ => match self.etcd.keep_alive(lease) {
+                    Ok(ttl) if ttl > 0 => last_alive = Instant::now(),
+                    Ok(_) => return Ended::Again("the leader's lease expired".into()),
+                    // Another follower takes over once the lease is gone:
+                    // stop serving before that can happen.
+                    Err(_) if last_alive.elapsed() >= self.ttl / 2 => {
+                        return Ended::Again("the leader's lease could not be kept alive".into());
+                    }
+                    Err(_) => {}
+                },
+                recv(watch.receiver()) -> batch => {
+                    let batch = match batch {
+                        Ok(Ok(batch)) => batch,
+                        Ok(Err(err)) => return Ended::Again(crate::error_chain(&err)),
+                        Err(_) => return Ended::Again("the watch ended".into()),
+                    };
+                    let puts: Vec<_> = batch
+                        .events
+                        .into_iter()
+                        .filter_map(|e| match e {
+                            Event::Put(kv) => Some(kv),
+                            Event::Delete { .. } => None,
+                        })
+                        .collect();
+                    for intent in attachments::pending(&self.prefix, &puts) {
+                        self.serve_one(&intent);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls the controller for `intent`, if its volume is of this plugin,
+    /// and writes the outcome back.
+    fn serve_one(&self, intent: &Intent) {
+        let record = match self
+            .etcd
+            .get(&volumes::volume_key(&self.prefix, &intent.volume))
+        {
+            Ok(Some(kv)) => match statepb::Volume::parse_from_bytes(&kv.value) {
+                Ok(record) => record,
+                Err(err) => {
+                    self.answer(
+                        intent,
+                        Outcome::Failed(format!("the volume record is unreadable: {err}")),
+                    );
+                    return;
+                }
+            },
+            Ok(None) => {
+                self.answer(
+                    intent,
+                    Outcome::Failed(format!(
+                        "volume {:?} is not registered in the cluster",
+                        intent.volume
+                    )),
+                );
+                return;
+            }
+            Err(err) => {
+                log::warn!(
+                    "Cluster: cannot read volume {} for its attachment: {}",
+                    intent.volume,
+                    crate::error_chain(&err)
+                );
+                return;
+            }
+        };
+        if record.plugin_id != self.plugin {
+            return;
+        }
+        let outcome = match Volume::from_proto(&record) {
+            Ok(volume) => self.call(&volume, intent),
+            Err(err) => Outcome::Failed(err),
+        };
+        self.answer(intent, outcome);
+    }
+
+    fn call(&self, v: &Volume, intent: &Intent) -> Outcome {
+        let failed = |err: crate::csi::Error| Outcome::Failed(crate::error_chain(&err));
+        if !intent.attach {
+            log::info!(
+                "Cluster: detaching volume {} from node {} (ControllerUnpublishVolume)",
+                v.id,
+                intent.node
+            );
+            return match self.client.controller_unpublish(
+                &v.external_id,
+                &intent.plugin_node_id,
+                &v.secrets,
+            ) {
+                Ok(()) => Outcome::Detached,
+                Err(err) if err.class == crate::csi::Class::Ignorable => Outcome::Detached,
+                Err(err) => failed(err),
+            };
+        }
+        let Some(capability) = v.node_capability().cloned() else {
+            return Outcome::Failed("the volume has no capability".into());
+        };
+        log::info!(
+            "Cluster: attaching volume {} to node {} (ControllerPublishVolume)",
+            v.id,
+            intent.node
+        );
+        let req = ControllerPublish {
+            volume_id: v.external_id.clone(),
+            node_id: intent.plugin_node_id.clone(),
+            read_only: capability.access_mode.is_read_only(),
+            capability: v.with_mount_options(&capability),
+            secrets: v.secrets.clone(),
+            volume_context: v.context.clone(),
+        };
+        match self.client.controller_publish(&req) {
+            Ok(context) => Outcome::Attached(context.into_iter().collect::<HashMap<_, _>>()),
+            Err(err) => failed(err),
+        }
+    }
+
+    fn answer(&self, intent: &Intent, outcome: Outcome) {
+        match attachments::answer(&self.etcd, &self.prefix, &self.node, intent, &outcome) {
+            Ok(true) => {}
+            Ok(false) => log::debug!(
+                "Cluster: the intent for volume {} on node {} changed while it was served",
+                intent.volume,
+                intent.node
+            ),
+            Err(err) => log::warn!(
+                "Cluster: cannot write the attachment of volume {} on node {}: {}",
+                intent.volume,
+                intent.node,
+                crate::error_chain(&err)
+            ),
+        }
+    }
+}

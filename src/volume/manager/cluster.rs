@@ -1,0 +1,502 @@
+//! The manager in a cluster (an agent with a `cluster` block): claims
+//! admitted by the cluster's claim sets, volumes shared with every agent.
+//!
+//! - A new claim is journalled [`Admission::Admitting`] and etcd is asked
+//!   ([`Op::Admit`]) once that record is durable; the planner leaves it
+//!   alone until etcd answers. Admitted, it goes ahead as any claim;
+//!   refused (another node's claim is in the way), it is dropped and its
+//!   waiters hear why; when etcd did not answer for sure, it is given up
+//!   and freed in etcd, which it may have reached.
+//! - A released claim, once nothing of it is left on this node, is
+//!   journalled [`Admission::Freeing`] and etcd is told ([`Op::Free`]);
+//!   it is forgotten (and its release answered) when etcd has dropped it.
+//!   So etcd never holds a claim that this node has forgotten, crash or
+//!   not: after a restart, what the records say is in flight is asked
+//!   again.
+//! - Each volume's record, as true on every host (spec, capabilities,
+//!   secrets, external ID, capacity), is written to etcd when it changes
+//!   here ([`Op::Share`]); a registration is answered once etcd has it.
+//!   Records other agents write are adopted from the watch
+//!   ([`VolumeEvent`]), and a record removed from etcd is forgotten here
+//!   unless this node still has claims on it. What only this host knows
+//!   (stagings, publishes, binds) never leaves the local journal.
+//! - When the watch (re)starts it reports every record: etcd's wins, and a
+//!   local volume etcd does not have (registered before the agent joined,
+//!   or while etcd was out of reach) is written to it. So a volume
+//!   deregistered while one of its agents was away comes back with that
+//!   agent: deregister volumes with every agent up.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{error, Reply, ReplyTo, VolumeManager};
+use crate::api::{ApiError, ErrorKind, Response};
+use crate::cluster::attachments::Attacher;
+use crate::cluster::claims::ClaimRequest;
+use crate::cluster::ops::{Answer, Op};
+use crate::cluster::volumes::VolumeEvent;
+use crate::proto::cluster as pb;
+use crate::proto::state as statepb;
+use crate::volume::model::{Admission, Step, Volume};
+
+/// What the manager keeps about its cluster.
+pub(super) struct ClusterSide {
+    /// This agent's node name.
+    node: String,
+    /// Ops for etcd, handed out once this turn is durable.
+    ops: Vec<Op>,
+    /// Each volume's record as etcd has it: written from here, or seen in
+    /// the watch.
+    shared: BTreeMap<String, statepb::Volume>,
+    /// Registration answers waiting for the volume's record to be in etcd.
+    sharing: BTreeMap<String, Vec<Reply>>,
+    /// Every volume's claim set, as the watch last saw it.
+    claim_sets: BTreeMap<String, pb::ClaimSet>,
+    /// Whether the watch has reported the records once.
+    synced: bool,
+    /// Asks the controller leader to attach and detach.
+    attacher: Arc<Attacher>,
+}
+
+/// A volume's record as every host sees it: without what only this host
+/// knows.
+pub(super) fn shared_record(v: &Volume) -> statepb::Volume {
+    let mut record = v.to_proto();
+    record.attachment = Default::default();
+    record.publish_context.clear();
+    record.stagings.clear();
+    record.claims.clear();
+    record.create_intent = Default::default();
+    record
+}
+
+/// `shared` with this host's state of the volume from `local`.
+fn with_host_state(mut shared: Volume, local: &Volume) -> Volume {
+    shared.attachment = local.attachment;
+    shared.publish_context = local.publish_context.clone();
+    shared.stagings = local.stagings.clone();
+    shared.claims = local.claims.clone();
+    shared.creating = local.creating.clone();
+    shared
+}
+
+impl VolumeManager {
+    /// Joins the cluster as node `node`: from now on claims go through its
+    /// claim sets and volumes are shared. What the records say is in
+    /// flight with etcd is asked again; claims made before the agent
+    /// joined a cluster are admitted like new ones.
+    pub fn join_cluster(&mut self, node: &str, attacher: Attacher) {
+        let mut side = ClusterSide {
+            attacher: Arc::new(attacher),
+            node: node.to_string(),
+            ops: Vec::new(),
+            shared: BTreeMap::new(),
+            sharing: BTreeMap::new(),
+            claim_sets: BTreeMap::new(),
+            synced: false,
+        };
+        for entry in self.entries.values_mut() {
+            let v = &mut entry.volume;
+            for claim in v.claims.values_mut() {
+                match claim.admission {
+                    Admission::Local if claim.wanted => {
+                        claim.admission = Admission::Admitting;
+                        self.changed.insert(v.id.clone());
+                    }
+                    // A released claim goes without the cluster.
+                    Admission::Local | Admission::Admitted => continue,
+                    Admission::Admitting | Admission::Freeing => {}
+                }
+                side.ops.push(match claim.admission {
+                    Admission::Freeing => Op::Free {
+                        volume: v.id.clone(),
+                        alloc: claim.alloc_id.clone(),
+                    },
+                    _ => Op::Admit {
+                        volume: v.id.clone(),
+                        request: request(node, claim),
+                    },
+                });
+            }
+        }
+        self.cluster = Some(side);
+    }
+
+    /// In a cluster, the ControllerPublish and Unpublish steps go to the
+    /// controller leader through this.
+    pub(super) fn attacher(&self) -> Option<Arc<Attacher>> {
+        self.cluster.as_ref().map(|c| c.attacher.clone())
+    }
+
+    /// The node name this agent has in its cluster, if it is in one.
+    pub fn cluster_node(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.node.as_str())
+    }
+
+    /// Ops for etcd; to be carried out once this turn is durable.
+    pub fn take_cluster_ops(&mut self) -> Vec<Op> {
+        self.cluster
+            .as_mut()
+            .map(|c| std::mem::take(&mut c.ops))
+            .unwrap_or_default()
+    }
+
+    /// A new claim, in a cluster: it waits for etcd's admission.
+    pub(super) fn admit_in_cluster(&mut self, volume: &str, alloc: &str) {
+        let Some(side) = &mut self.cluster else {
+            return;
+        };
+        let Some(claim) = self
+            .entries
+            .get_mut(volume)
+            .and_then(|e| e.volume.claims.get_mut(alloc))
+        else {
+            return;
+        };
+        claim.admission = Admission::Admitting;
+        side.ops.push(Op::Admit {
+            volume: volume.to_string(),
+            request: request(&side.node, claim),
+        });
+    }
+
+    /// A released claim with nothing left on this node: whether etcd must
+    /// drop it first (then it is journalled `Freeing` and etcd is told).
+    pub(super) fn free_in_cluster(&mut self, volume: &str, alloc: &str) -> bool {
+        let Some(side) = &mut self.cluster else {
+            return false;
+        };
+        let Some(claim) = self
+            .entries
+            .get_mut(volume)
+            .and_then(|e| e.volume.claims.get_mut(alloc))
+        else {
+            return false;
+        };
+        if claim.admission != Admission::Admitted {
+            return false;
+        }
+        claim.admission = Admission::Freeing;
+        self.changed.insert(volume.to_string());
+        side.ops.push(Op::Free {
+            volume: volume.to_string(),
+            alloc: alloc.to_string(),
+        });
+        true
+    }
+
+    /// A registration's answer: in a cluster, once etcd has the volume.
+    pub(super) fn answer_registered(&mut self, id: &str, reply: ReplyTo, answer: Response) {
+        match &mut self.cluster {
+            Some(side) => side
+                .sharing
+                .entry(id.to_string())
+                .or_default()
+                .push((reply, Ok(answer))),
+            None => self.outbox.push((reply, Ok(answer))),
+        }
+    }
+
+    /// Why volume `id` may not be deregistered because of claims on other
+    /// nodes, if it may not.
+    pub(super) fn claimed_elsewhere(&self, id: &str) -> Option<ApiError> {
+        let side = self.cluster.as_ref()?;
+        let set = side.claim_sets.get(id)?;
+        let others: Vec<String> = set
+            .claims
+            .iter()
+            .filter(|c| c.node != side.node)
+            .map(|c| format!("alloc {} on node {}", c.alloc_id, c.node))
+            .collect();
+        (!others.is_empty()).then(|| {
+            error(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "volume {id:?} is claimed on other nodes of the cluster: {} (release them there first)",
+                    others.join(", ")
+                ),
+            )
+        })
+    }
+
+    /// The claims of other nodes on volume `id`, as the watch last saw
+    /// them.
+    pub(super) fn claims_elsewhere(&self, id: &str) -> Vec<pb::ClusterClaim> {
+        let Some(side) = &self.cluster else {
+            return Vec::new();
+        };
+        side.claim_sets
+            .get(id)
+            .map(|set| {
+                set.claims
+                    .iter()
+                    .filter(|c| c.node != side.node)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A changed volume, at the end of the turn: its record goes to etcd
+    /// when what every host sees of it changed here.
+    pub(super) fn share_change(&mut self, id: &str) {
+        let Some(side) = &mut self.cluster else {
+            return;
+        };
+        if !side.synced {
+            // The first read of etcd decides (see `volume_event`).
+            return;
+        }
+        match self.entries.get(id) {
+            Some(entry) if entry.volume.creating.is_none() => {
+                let record = shared_record(&entry.volume);
+                if side.shared.get(id) != Some(&record) {
+                    side.shared.insert(id.to_string(), record.clone());
+                    side.ops.push(Op::Share {
+                        volume: id.to_string(),
+                        record: Box::new(record),
+                    });
+                }
+            }
+            Some(_) => {}
+            None => {
+                if side.shared.remove(id).is_some() {
+                    side.ops.push(Op::Unshare {
+                        volume: id.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// etcd's answer to an op.
+    pub fn cluster_answer(&mut self, answer: Answer) {
+        match answer {
+            Answer::Admitted { volume, alloc } => {
+                self.touch(&volume);
+                let node_side_empty = match self
+                    .entries
+                    .get_mut(&volume)
+                    .and_then(|e| e.volume.claims.get_mut(&alloc))
+                {
+                    Some(claim) if claim.admission == Admission::Admitting => {
+                        claim.admission = Admission::Admitted;
+                        false
+                    }
+                    Some(_) => return,
+                    None => true,
+                };
+                if node_side_empty {
+                    // Forgotten meanwhile: etcd must forget it too.
+                    if let Some(side) = &mut self.cluster {
+                        side.ops.push(Op::Free { volume, alloc });
+                    }
+                    return;
+                }
+                log::info!("Volume {volume}: the cluster admitted alloc {alloc}'s claim");
+                self.changed.insert(volume);
+            }
+            Answer::Refused {
+                volume,
+                alloc,
+                reason,
+            } => {
+                log::info!("Volume {volume}: the cluster refused alloc {alloc}'s claim: {reason}");
+                self.give_up_claim(&volume, &alloc, Admission::Local);
+                self.fail_claim_waiters(&volume, &alloc, ErrorKind::FailedPrecondition, &reason);
+            }
+            Answer::Unknown {
+                volume,
+                alloc,
+                error,
+            } => {
+                log::warn!(
+                    "Volume {volume}: etcd did not admit alloc {alloc}'s claim for sure: {error}"
+                );
+                if self.give_up_claim(&volume, &alloc, Admission::Freeing) {
+                    if let Some(side) = &mut self.cluster {
+                        side.ops.push(Op::Free {
+                            volume: volume.clone(),
+                            alloc: alloc.clone(),
+                        });
+                    }
+                }
+                let reason = format!("the cluster's etcd did not answer: {error}");
+                self.fail_claim_waiters(&volume, &alloc, ErrorKind::Unavailable, &reason);
+            }
+            Answer::Freed { volume, alloc } => {
+                self.touch(&volume);
+                let Some(claim) = self
+                    .entries
+                    .get_mut(&volume)
+                    .and_then(|e| e.volume.claims.get_mut(&alloc))
+                else {
+                    return;
+                };
+                if claim.admission != Admission::Freeing {
+                    return;
+                }
+                if claim.published == Step::Absent && claim.target_mounted == Step::Absent {
+                    self.forget_claim(&volume, &alloc);
+                } else {
+                    // The node side is still being released: it goes on
+                    // without the cluster.
+                    claim.admission = Admission::Local;
+                    self.changed.insert(volume);
+                }
+            }
+            Answer::Shared { volume } => {
+                if let Some(side) = &mut self.cluster {
+                    for reply in side.sharing.remove(&volume).unwrap_or_default() {
+                        self.outbox.push(reply);
+                    }
+                }
+            }
+            Answer::NotShared { volume, error: why } => {
+                if let Some(side) = &mut self.cluster {
+                    for (reply, _) in side.sharing.remove(&volume).unwrap_or_default() {
+                        let err = error(
+                            ErrorKind::Unavailable,
+                            format!(
+                                "volume {volume:?} is registered on this host, but the cluster's etcd has not taken it yet (the agent keeps trying): {why}"
+                            ),
+                        );
+                        self.outbox.push((reply, Err(err)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A claim the cluster did not admit: dropped when nothing of it is on
+    /// this node, else released. `admission` is what it is left with:
+    /// `Freeing` when etcd may hold it. Whether the claim was there.
+    fn give_up_claim(&mut self, volume: &str, alloc: &str, admission: Admission) -> bool {
+        self.touch(volume);
+        let Some(entry) = self.entries.get_mut(volume) else {
+            return false;
+        };
+        let Some(claim) = entry.volume.claims.get_mut(alloc) else {
+            return false;
+        };
+        if claim.admission != Admission::Admitting {
+            return false;
+        }
+        self.changed.insert(volume.to_string());
+        let nothing_here = claim.published == Step::Absent && claim.target_mounted == Step::Absent;
+        if nothing_here && admission == Admission::Local {
+            entry.volume.claims.remove(alloc);
+            return true;
+        }
+        // Mounted here (a claim from before the agent joined the cluster),
+        // or maybe in etcd: released, then freed.
+        claim.wanted = false;
+        claim.admission = admission;
+        true
+    }
+
+    /// What the watch of the cluster's volumes saw.
+    pub fn volume_event(&mut self, event: VolumeEvent) {
+        let Some(side) = &mut self.cluster else {
+            return;
+        };
+        match event {
+            VolumeEvent::Sync { records, claims } => {
+                side.claim_sets = claims.into_iter().collect();
+                side.synced = true;
+                let in_etcd: std::collections::BTreeSet<String> =
+                    records.iter().map(|r| r.id.clone()).collect();
+                for record in records {
+                    self.adopt(record);
+                }
+                // Local volumes etcd does not have are shared now.
+                let local: Vec<String> = self
+                    .entries
+                    .keys()
+                    .filter(|id| !in_etcd.contains(*id))
+                    .cloned()
+                    .collect();
+                for id in local {
+                    self.share_change(&id);
+                }
+            }
+            VolumeEvent::Put(record) => self.adopt(*record),
+            VolumeEvent::Removed(id) => self.forget_shared(&id),
+            VolumeEvent::Claims { volume, set } => {
+                if set.claims.is_empty() {
+                    side.claim_sets.remove(&volume);
+                } else {
+                    side.claim_sets.insert(volume, set);
+                }
+            }
+        }
+    }
+
+    /// A volume's record from etcd: added here, or this host's copy
+    /// brought up to date.
+    fn adopt(&mut self, record: statepb::Volume) {
+        let Some(side) = &mut self.cluster else {
+            return;
+        };
+        let id = record.id.clone();
+        side.shared.insert(id.clone(), record.clone());
+        let shared = match Volume::from_proto(&record) {
+            Ok(v) => v,
+            Err(err) => {
+                log::error!("Cluster: ignoring the volume record of {id:?} in etcd: {err}");
+                return;
+            }
+        };
+        match self.entries.get_mut(&id) {
+            None => {
+                log::info!(
+                    "Volume {id} (plugin {}) registered by the cluster",
+                    shared.plugin_id
+                );
+                self.insert(shared);
+                self.touch(&id);
+            }
+            // Being created here: its record goes out once it is.
+            Some(entry) if entry.volume.creating.is_some() => {}
+            Some(entry) => {
+                if shared_record(&entry.volume) != record {
+                    entry.volume = with_host_state(shared, &entry.volume);
+                    self.changed.insert(id.clone());
+                    self.touch(&id);
+                }
+            }
+        }
+    }
+
+    /// A volume removed from etcd: forgotten here, unless this node still
+    /// has claims on it (it stays until they are released).
+    fn forget_shared(&mut self, id: &str) {
+        if let Some(side) = &mut self.cluster {
+            side.shared.remove(id);
+        }
+        let Some(entry) = self.entries.get(id) else {
+            return;
+        };
+        if !entry.volume.claims.is_empty() || entry.busy.is_some() {
+            log::warn!(
+                "Volume {id} was removed from the cluster while this node has claims on it; it stays here until they are released"
+            );
+            return;
+        }
+        if entry.volume.creating.is_some() {
+            return;
+        }
+        log::info!("Volume {id} deregistered by the cluster");
+        self.remove(id);
+    }
+}
+
+/// The claim set's view of `claim`.
+fn request(node: &str, claim: &crate::volume::model::Claim) -> ClaimRequest {
+    ClaimRequest {
+        node: node.to_string(),
+        alloc_id: claim.alloc_id.clone(),
+        read_only: claim.read_only,
+        access_mode: claim.capability.access_mode,
+    }
+}
