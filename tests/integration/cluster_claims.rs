@@ -305,3 +305,80 @@ fn one_controller_leader_attaches_for_every_host_and_detaches_a_before_attaching
         ]
     );
 }
+
+#[test]
+fn an_agent_killed_mid_claim_keeps_its_one_claim_in_the_cluster_after_a_restart() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let mut hosts = hosts(&cluster, 2, &[]);
+    connect(&hosts[0].agent)
+        .volume_create("k.hcl", &spec("k", &["single-node-writer"], None))
+        .unwrap();
+    known_everywhere(&hosts, "k");
+    hosts[0]
+        .plugin
+        .set_faults("NodeStageVolume sleep=3s count=1\n");
+    let socket = hosts[0].agent.socket.clone();
+    let claiming = thread::spawn(move || {
+        AgentClient::connect(&socket).and_then(|c| c.volume_claim(&claim_req("k", "k1")))
+    });
+    // Admitted by the cluster, and NodeStage on its way: kill the agent.
+    wait_volume(
+        &hosts[1].agent,
+        "k",
+        "host-0's claim",
+        |v| v.claims.iter().any(|c| c.node == "host-0"),
+        WAIT,
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while !hosts[0]
+        .plugin
+        .trace_methods()
+        .iter()
+        .any(|m| m == "NodeStageVolume")
+    {
+        assert!(std::time::Instant::now() < deadline, "no NodeStageVolume");
+        thread::sleep(Duration::from_millis(20));
+    }
+    hosts[0].agent.sigkill();
+    assert!(claiming.join().unwrap().is_err());
+    // The plugin finishes the call the dead agent made before the new one
+    // may ask again (one call in flight per volume).
+    thread::sleep(Duration::from_millis(3500));
+    hosts[0].agent.restart();
+    // The claim goes on from its record, and the cluster holds it once.
+    wait_volume(
+        &hosts[0].agent,
+        "k",
+        "the claim taken",
+        |v| {
+            v.claims
+                .iter()
+                .any(|c| c.alloc_id == "k1" && c.state == "taken")
+        },
+        crate::volume_util::LONG,
+    );
+    let seen = wait_volume(
+        &hosts[1].agent,
+        "k",
+        "host-0's claim",
+        |v| !v.claims.is_empty(),
+        WAIT,
+    );
+    assert_eq!(
+        claims_of(&seen),
+        vec![("host-0".into(), "k1".into(), "held".into())]
+    );
+    let err = crate::volume_util::claim(&hosts[1].agent, &claim_req("k", "k2")).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("claimed on node host-0 by alloc k1"),
+        "{err}"
+    );
+    // Released, the cluster forgets it, and the other host may claim.
+    released(&hosts[0].agent, "k", "k1");
+    crate::volume_util::claimed(&hosts[1].agent, &claim_req("k", "k2"));
+    released(&hosts[1].agent, "k", "k2");
+}
