@@ -20,6 +20,7 @@ mod expansion;
 mod harness;
 mod job;
 mod migration;
+mod netns;
 mod requests;
 mod snapshots;
 mod snapshots_cli;
