@@ -4,7 +4,8 @@
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
 //! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
-//! expansion and volume conditions.
+//! expansion and volume conditions; and agents of a cluster against real
+//! etcd, on hosts of their own (network namespaces made by the test).
 
 mod agent;
 mod block;
@@ -14,6 +15,7 @@ mod cli;
 mod client;
 mod cluster;
 mod cluster_agents;
+mod cluster_netns;
 mod durable;
 mod etcd;
 mod expansion;
