@@ -25,11 +25,12 @@ FUZZ_TIME ?= 300
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps build static test lint bench demo e2e fuzz install uninstall install-test clean
+.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz install uninstall install-test clean
 
 all: build
 
-## deps: install what the build and tests need on Debian (cmake, g++, etcd; clippy, rustfmt)
+## deps: install what the build and tests need on Debian (cmake, g++, etcd, ip,
+## nsenter; clippy, rustfmt)
 deps:
 	@scripts/deps.sh
 
@@ -63,6 +64,13 @@ bench:
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build
 	scripts/demo.sh $(DEBUG_BIN)
+
+## cluster-demo: as root, three hosts on one machine (network namespaces on a
+## bridge), a 3-member etcd and an agent with a hostpath plugin on each: node
+## status from every host, then one single-writer volume claimed from all three
+## at once, which one must win (scripts/cluster-demo.sh; everything is removed)
+cluster-demo: build
+	scripts/cluster-demo.sh $(DEBUG_BIN)
 
 ## e2e: as root, the install test, then the agent, the hostpath plugin and the
 ## CLI end to end with real mounts (scripts/e2e.sh), against $(BIN)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs what building csi-agent needs on Debian, when it is missing:
 # cmake and g++ for gRPC's C++ core, clippy and rustfmt for `make lint`,
-# etcd for the tests of the cluster module.
+# etcd, ip and nsenter for the cluster tests and `make cluster-demo`.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -11,6 +11,10 @@ command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 command -v make >/dev/null 2>&1 || missing="$missing make"
 # The cluster tests run real etcd members (Debian's etcd-server).
 command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
+# Their hosts are network namespaces: ip makes them, nsenter runs the
+# demo's processes in them.
+command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
+command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq

@@ -186,6 +186,15 @@ impl Agent {
             reason,
             ..Default::default()
         };
+        // Cut off from etcd, the agent still knows where it stands, and
+        // the error says so.
+        let this_agent = match &base.reason[..] {
+            "" => format!("this agent: node {} ({connection})", base.this_node),
+            reason => format!(
+                "this agent: node {} ({connection}: {reason})",
+                base.this_node
+            ),
+        };
         let (etcd, prefix) = (cluster.member.etcd(), cluster.member.prefix().to_string());
         let spawned = thread::Builder::new()
             .name("node-status".into())
@@ -197,7 +206,12 @@ impl Agent {
                         resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
                         Response::NodeStatus(resp)
                     })
-                    .map_err(|err| ApiError::new(ErrorKind::Unavailable, crate::error_chain(&err)));
+                    .map_err(|err| {
+                        let chain = crate::error_chain(&err);
+                        let message =
+                            format!("{this_agent}; cannot list the cluster's nodes: {chain}");
+                        ApiError::new(ErrorKind::Unavailable, message)
+                    });
                 let _ = reply.send(answer);
             });
         if let Err(err) = spawned {

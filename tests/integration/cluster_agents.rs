@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::etcd::{require_etcd, Cluster};
 use crate::harness::{text, Agent, WAIT};
 
-fn cluster_block(cluster: &Cluster, node: &str) -> String {
+/// The config of an agent named `node` in `cluster`, with a 2 s lease.
+pub fn cluster_block(cluster: &Cluster, node: &str) -> String {
     let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
     format!(
         "\nnode_name = {node:?}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n}}\n",
@@ -20,7 +21,7 @@ fn cluster_block(cluster: &Cluster, node: &str) -> String {
 
 /// `node status` through `agent`'s CLI, polled until `done` holds.
 #[track_caller]
-fn node_status_until(agent: &Agent, what: &str, done: impl Fn(&str) -> bool) -> String {
+pub fn node_status_until(agent: &Agent, what: &str, done: impl Fn(&str) -> bool) -> String {
     let start = Instant::now();
     loop {
         let out = agent.cli(&["node", "status"]);
@@ -39,7 +40,8 @@ fn node_status_until(agent: &Agent, what: &str, done: impl Fn(&str) -> bool) -> 
     }
 }
 
-fn lists(stdout: &str, node: &str) -> bool {
+/// True if the node table of a `node status` lists `node`.
+pub fn lists(stdout: &str, node: &str) -> bool {
     stdout
         .lines()
         .skip_while(|l| !l.starts_with("Node"))

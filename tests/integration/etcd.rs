@@ -1,6 +1,9 @@
 //! The etcd client against real etcd processes (Debian's `etcd-server`,
 //! which `make deps` installs): one member, or three on loopback ports of
-//! the test's own, each in its test dir, killed in `Drop`.
+//! the test's own, each in its test dir, killed in `Drop`. A cluster may
+//! listen on another address of the root namespace instead
+//! ([`Cluster::start_on`]): a [`crate::netns::Net`]'s bridge, for agents
+//! in its namespaces.
 //!
 //! What the cluster module builds on is checked here: keys and prefixes,
 //! the revision-compared transaction that lets exactly one of two racing
@@ -8,7 +11,7 @@
 //! nothing from a revision on, fail-over when a member dies, and a clear
 //! error (not a hang) when a majority is gone.
 
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -34,15 +37,17 @@ pub fn require_etcd() -> bool {
     found
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+/// A port of `addr` that nobody listens on now.
+fn free_port(addr: IpAddr) -> u16 {
+    TcpListener::bind((addr, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
 }
 
-/// etcd members on loopback, in a test dir.
+/// etcd members on one address (loopback unless [`Cluster::start_on`]),
+/// in a test dir.
 pub struct Cluster {
     dir: TestDir,
     members: Vec<Option<Child>>,
@@ -52,14 +57,23 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Starts `n` members on loopback and waits for a leader.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_on(n, Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// Starts `n` members listening (for clients and peers) on `addr`, an
+    /// address of the root namespace, e.g. [`crate::netns::Net::bridge_addr`],
+    /// and waits for a leader.
+    pub fn start_on(n: usize, addr: IpAddr) -> Cluster {
         let dir = TestDir::new();
-        let peers: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let clients: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let peers: Vec<u16> = (0..n).map(|_| free_port(addr)).collect();
+        let clients: Vec<u16> = (0..n).map(|_| free_port(addr)).collect();
+        let url = |port: u16| format!("http://{}", SocketAddr::new(addr, port));
         let initial: Vec<String> = peers
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("m{i}=http://127.0.0.1:{p}"))
+            .map(|(i, &p)| format!("m{i}={}", url(p)))
             .collect();
         let token = format!("csi-agent-test-{}", dir.path.display());
         let mut members = Vec::new();
@@ -71,13 +85,13 @@ impl Cluster {
                 "--data-dir",
                 &dir.join(&format!("m{i}")).display().to_string(),
                 "--listen-client-urls",
-                &format!("http://127.0.0.1:{}", clients[i]),
+                &url(clients[i]),
                 "--advertise-client-urls",
-                &format!("http://127.0.0.1:{}", clients[i]),
+                &url(clients[i]),
                 "--listen-peer-urls",
-                &format!("http://127.0.0.1:{}", peers[i]),
+                &url(peers[i]),
                 "--initial-advertise-peer-urls",
-                &format!("http://127.0.0.1:{}", peers[i]),
+                &url(peers[i]),
                 "--initial-cluster",
                 &initial.join(","),
                 "--initial-cluster-state",
@@ -99,10 +113,7 @@ impl Cluster {
             dir,
             members,
             args: all_args,
-            clients: clients
-                .iter()
-                .map(|p| format!("http://127.0.0.1:{p}"))
-                .collect(),
+            clients: clients.iter().map(|&p| url(p)).collect(),
         };
         cluster.wait_ready();
         cluster

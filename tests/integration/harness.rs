@@ -2,7 +2,10 @@
 //! dir and log in a test dir, reached through the real control API client,
 //! and driven with real signals. The agent runs in a process group of its
 //! own, so that `Drop` kills it together with any child it started (the
-//! hostpath plugin of `-dev`), even when an assertion failed.
+//! hostpath plugin of `-dev`), even when an assertion failed. An agent
+//! may run in a host of a [`crate::netns::Net`] ([`Agent::start_in_netns`]):
+//! in its network namespace only, so its control socket and mounts are
+//! the test's.
 //!
 //! Also the checks the agent tests share: health predicates, the events of
 //! a status, a command's one-line failure, a command run with a time limit,
@@ -111,6 +114,8 @@ pub struct Agent {
     /// `-dev` without `-data-dir`: the agent picks the data dir, under
     /// `$TMPDIR` (the test dir) and named for its pid.
     temporary: bool,
+    /// The network namespace every start joins, if not the test's.
+    netns: Option<PathBuf>,
     child: Option<Child>,
     /// The process group of every start: each holds an agent and the
     /// children it started.
@@ -131,8 +136,20 @@ impl Agent {
     /// Starts an agent whose config is the harness's (no plugins) with
     /// `extra` appended (e.g. a `cluster` block and a `node_name`).
     pub fn start_with_config(extra: &str) -> Agent {
+        Agent::start_configured(None, &[], extra)
+    }
+
+    /// Starts an agent with `plugins` and `extra` (as
+    /// [`Agent::start_with_config`]) in the network namespace at `netns`
+    /// ([`crate::netns::Net::netns_path`]), and so again at every restart.
+    pub fn start_in_netns(netns: &Path, plugins: &[PluginBlock], extra: &str) -> Agent {
+        Agent::start_configured(Some(netns), plugins, extra)
+    }
+
+    fn start_configured(netns: Option<&Path>, plugins: &[PluginBlock], extra: &str) -> Agent {
         let mut agent = Agent::new(|a| vec!["agent".into(), "-config".into(), a.config_arg()]);
-        let mut text = config_text(&agent.data_dir, &[]);
+        agent.netns = netns.map(Path::to_path_buf);
+        let mut text = config_text(&agent.data_dir, plugins);
         text.push_str(extra);
         agent.write_config(&text);
         agent.launch();
@@ -187,6 +204,7 @@ impl Agent {
             dir,
             args: Vec::new(),
             temporary: false,
+            netns: None,
             child: None,
             groups: Vec::new(),
             client: OnceCell::new(),
@@ -213,7 +231,11 @@ impl Agent {
             .append(true)
             .open(&self.log_path)
             .unwrap();
-        let child = Command::new(bin())
+        let mut cmd = Command::new(bin());
+        if let Some(netns) = &self.netns {
+            crate::netns::enter(&mut cmd, netns);
+        }
+        let child = cmd
             .args(&self.args)
             .env("RUST_LOG", "debug")
             .env("TMPDIR", &self.dir.path)

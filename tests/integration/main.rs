@@ -4,7 +4,8 @@
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
 //! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
-//! expansion and volume conditions.
+//! expansion and volume conditions; and agents of a cluster against real
+//! etcd, on hosts of their own (network namespaces made by the test).
 
 mod agent;
 mod block;
@@ -15,12 +16,14 @@ mod client;
 mod cluster;
 mod cluster_agents;
 mod cluster_claims;
+mod cluster_netns;
 mod durable;
 mod etcd;
 mod expansion;
 mod harness;
 mod job;
 mod migration;
+mod netns;
 mod requests;
 mod snapshots;
 mod snapshots_cli;
