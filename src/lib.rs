@@ -123,9 +123,10 @@
 //! - Tasks outlive the agent: stopping the agent leaves them running, and
 //!   the next agent adopts them (pid and start time, or the pid file the
 //!   child writes before exec). Only `job stop` stops tasks.
-//! - Exits are noticed per task (`waitpid` on that pid, on SIGCHLD and on
-//!   the tick; start time for adopted processes), never with `waitpid(-1)`,
-//!   which would steal the exit of `-dev`'s plugin child.
+//! - Exits are noticed per task (`waitpid` on that pid on SIGCHLD; the
+//!   start time of an adopted process, looked at every 500 ms while there
+//!   is one), never with `waitpid(-1)`, which would steal the exit of
+//!   `-dev`'s plugin child.
 //! - Jobs and allocations are kept in the snapshot, not the journal: task
 //!   transitions are rare, and a crash between fork and the snapshot is
 //!   covered by the pid file.

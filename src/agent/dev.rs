@@ -100,7 +100,13 @@ impl DevPlugin {
         Ok(())
     }
 
-    /// Restarts the child if it exited; call it on every tick.
+    /// When the child, which exited, is to be started again.
+    pub fn restart_at(&self) -> Option<Instant> {
+        self.restart_at
+    }
+
+    /// Restarts the child if it exited and its restart is due; call it on
+    /// SIGCHLD and at [`DevPlugin::restart_at`].
     pub fn supervise(&mut self) {
         if let Some(child) = &mut self.child {
             match child.try_wait() {

@@ -2,7 +2,8 @@
 //!
 //! Everything that happens reaches the loop as a message on a channel: a
 //! control API [`Call`], an instance thread's [`InstanceReport`], a signal,
-//! or the tick. Only the loop changes the registry; it never waits on a
+//! or a deadline (`wakeup.rs`); with none of them due, the loop sleeps.
+//! Only the loop changes the registry; it never waits on a
 //! plugin (instance threads make every plugin call). After each message it
 //! persists what changed, before any reply or command that depends on it.
 //! When the state cannot be written (a full or failing data dir), replies
@@ -26,6 +27,7 @@
 //! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `signals.rs` | the signal thread |
+//! | `wakeup.rs` | when the loop must wake up without a message |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 mod cluster;
@@ -34,6 +36,7 @@ mod persist;
 mod plugin_tasks;
 mod plugins;
 mod signals;
+mod wakeup;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{at, bounded, never, select, tick, unbounded, Receiver, Sender};
+use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
 use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
@@ -63,15 +66,13 @@ use dev::DevPlugin;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use signals::SignalThread;
+use wakeup::Deadlines;
 
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most messages one loop turn takes before it persists and answers.
 const TURN_BATCH: usize = 64;
-
-/// How often the loop wakes up without a message (dev plugin supervision).
-const TICK: Duration = Duration::from_millis(500);
 
 /// How the agent was asked to run.
 #[derive(Debug, Clone)]
@@ -213,7 +214,6 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         agent.registry.list().count()
     );
 
-    let ticker = tick(TICK);
     let member_events = agent
         .cluster
         .as_ref()
@@ -231,33 +231,26 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .unwrap_or_else(never);
     let mut failure = None;
     loop {
-        let wakeup = [
-            agent.volumes.next_retry(),
-            agent.allocs.next_wakeup(),
-            agent.gate.next_retry(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let retry = wakeup.map(at).unwrap_or_else(never);
+        let deadline = agent
+            .deadlines()
+            .next(Instant::now())
+            .map(at)
+            .unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
             recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
             recv(done) -> done => if let Ok(done) = done { agent.completed(done) },
             recv(registry_events) -> event => if let Ok(event) = event { agent.registry_event(event) },
-            recv(retry) -> _ => {},
+            recv(deadline) -> _ => agent.deadline_passed(),
             recv(signals.events) -> signal => match signal {
                 Ok(SIGHUP) => agent.reload(),
-                Ok(SIGCHLD) => {
-                    agent.allocs.reap(Instant::now());
-                }
+                Ok(SIGCHLD) => agent.child_exited(),
                 Ok(signal) => {
                     log::info!("Stopping on signal {signal}");
                     break;
                 }
                 Err(_) => break,
             },
-            recv(ticker) -> _ => agent.tick(),
             recv(member_events) -> event => if let Ok(event) = event { agent.cluster_event(event) },
             recv(cluster_answers) -> answer => if let Ok(answer) = answer { agent.volumes.cluster_answer(answer) },
             recv(volume_events) -> event => if let Ok(event) = event { agent.volumes.volume_event(event) },
@@ -520,12 +513,35 @@ impl Agent {
         self.sync_plugins();
     }
 
-    fn tick(&mut self) {
+    /// What the loop waits for besides messages.
+    fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            volumes: self.volumes.next_wakeup(),
+            tasks: self.allocs.next_wakeup(),
+            state_write: self.gate.next_retry(),
+            dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
+            adopted_tasks: self.allocs.watches_adopted(),
+        }
+    }
+
+    /// SIGCHLD: a task or `-dev`'s plugin may have exited.
+    fn child_exited(&mut self) {
+        self.allocs.reap(Instant::now());
         if let Some(dev) = &mut self.dev {
             dev.supervise();
         }
-        self.allocs.reap(Instant::now());
-        self.volumes.tick(Instant::now());
+    }
+
+    /// The earliest of [`Agent::deadlines`] passed: do what is due. Retries
+    /// and task timers are taken up by the end of the turn.
+    fn deadline_passed(&mut self) {
+        let now = Instant::now();
+        if let Some(dev) = &mut self.dev {
+            dev.supervise();
+        }
+        // Adopted tasks' exits are noticed here.
+        self.allocs.reap(now);
+        self.volumes.expire_claims(now);
     }
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].

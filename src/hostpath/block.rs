@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use protobuf::MessageField;
 
+use super::records::StateGuard;
 use super::state::{Staged, State};
 use super::{internal, status, Plugin, RpcResult};
 use crate::csi::error::Code;
@@ -287,12 +288,18 @@ impl Plugin {
     /// directory.
     pub(super) fn stage_block(
         &self,
-        state: &mut State,
+        state: &mut StateGuard<'_>,
         id: &str,
         staging: &Path,
         key: String,
     ) -> RpcResult<()> {
-        match state.staged.get(staging) {
+        // A block staging is only a record: another volume's at this path
+        // is in that volume's record (rare enough to read them all).
+        let recorded = match state.staged.get(staging) {
+            Some(s) => Some(s.clone()),
+            None => self.read_all()?.staged.remove(staging),
+        };
+        match recorded {
             Some(s) if s.volume_id != id || s.capability != key => Err(status(
                 Code::AlreadyExists,
                 format!(
@@ -331,7 +338,7 @@ impl Plugin {
     /// NodePublishVolume of a block volume staged at `staging`.
     pub(super) fn publish_block(
         &self,
-        state: &mut State,
+        state: &mut StateGuard<'_>,
         id: &str,
         target: &Path,
         read_only: bool,
@@ -411,7 +418,7 @@ impl Plugin {
         id: &str,
         path: &Path,
     ) -> RpcResult<pb::NodeGetVolumeStatsResponse> {
-        let state = self.lock()?;
+        let state = self.lock(id)?;
         let backing = self.backing_file(id);
         let mut resp = pb::NodeGetVolumeStatsResponse::new();
         let Ok(meta) = fs::metadata(&backing) else {

@@ -9,6 +9,7 @@ use protobuf::MessageField;
 
 use super::block;
 use super::faults::Action;
+use super::records::Key;
 use super::state::{State, VolumeKind, VolumeRecord};
 use super::{capacity_range, internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
@@ -131,7 +132,14 @@ impl Plugin {
                 ));
             }
         }
-        let mut state = self.lock()?;
+        // The source's record is read under its lock too: it stays while it
+        // is copied.
+        let mut keys = vec![Key::Volume(id.to_string())];
+        keys.extend(source.as_ref().map(|source| match source {
+            ContentSource::Snapshot(snapshot) => Key::Snapshot(snapshot.clone()),
+            ContentSource::Volume(volume) => Key::Volume(volume.clone()),
+        }));
+        let mut state = self.lock_records(&keys)?;
         let record = if let Some(existing) = state.volumes.get(id) {
             check_repeat(id, existing, kind, &range, source.as_ref())?;
             existing.clone()
@@ -198,7 +206,7 @@ impl Plugin {
         req: &pb::DeleteVolumeRequest,
     ) -> RpcResult<pb::DeleteVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         let kind = match state.volumes.get(id) {
             None => return Ok(pb::DeleteVolumeResponse::new()),
             Some(VolumeRecord {
@@ -246,7 +254,7 @@ impl Plugin {
         let node = required("node_id", &req.node_id)?;
         convert::capability_from_field(&req.volume_capability)
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         let volume = state
             .volumes
             .get_mut(id)
@@ -286,7 +294,7 @@ impl Plugin {
         req: &pb::ControllerUnpublishVolumeRequest,
     ) -> RpcResult<pb::ControllerUnpublishVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         if let Some(path) = state.in_use_on_node(id) {
             return Err(status(
                 Code::FailedPrecondition,
@@ -320,7 +328,7 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind = self
-            .lock()?
+            .lock(id)?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -366,7 +374,7 @@ impl Plugin {
         &self,
         req: &pb::ListVolumesRequest,
     ) -> RpcResult<pb::ListVolumesResponse> {
-        let state = self.lock()?;
+        let state = self.read_all()?;
         let (range, next_token) = page(state.volumes.len(), req.max_entries, &req.starting_token)?;
         let mut resp = pb::ListVolumesResponse::new();
         for (id, record) in state.volumes.iter().skip(range.start).take(range.len()) {
@@ -387,7 +395,7 @@ impl Plugin {
         req: &pb::ControllerGetVolumeRequest,
     ) -> RpcResult<pb::ControllerGetVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
-        let state = self.lock()?;
+        let state = self.lock(id)?;
         let record = state
             .volumes
             .get(id)
@@ -465,7 +473,7 @@ impl Plugin {
             .map(Capability::try_from)
             .transpose()
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         let volume = state
             .volumes
             .get_mut(id)

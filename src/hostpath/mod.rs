@@ -63,7 +63,7 @@
 //! and Node (GetPluginCapabilities leaves CONTROLLER_SERVICE out), and the
 //! other service's RPCs are UNIMPLEMENTED. A controller process and a node
 //! process given one base dir and one node ID make one plugin: they share
-//! the state file (see [`state`]), so the node finds the controller's
+//! the state's records (see [`records`]), so the node finds the controller's
 //! attachments and the controller the node's stagings. In strict mode each
 //! process judges what it sees, with the other side of its model taken
 //! from that shared state before each call, and a call for a volume the
@@ -72,17 +72,18 @@
 //! serve is refused as an RPC the plugin did not advertise.
 //!
 //! Each RPC runs on its own thread, so an injected sleep or hang (see
-//! [`faults`]) delays only that call; state changes are serialised by one
-//! lock, which also keeps out the other processes of the base dir (see
-//! [`state`]); copies for snapshots and clones are made under it too.
+//! [`faults`]) delays only that call; changes to a volume or a snapshot are
+//! serialised by its record's lock, which also keeps out the other
+//! processes of the base dir (see [`records`]); copies for snapshots and
+//! clones are made under the locks of the records they read and make.
 //!
-//! Files under the base dir: `state` and `state.lock` (see [`state`]),
-//! `volumes/<id>/` (a file-system volume), `block/<id>.img` (a block
-//! volume's backing file), `snapshots/<id>/files/` or
+//! Files under the base dir: `records/`, `locks/` and `state.lock` (see
+//! [`records`]), `volumes/<id>/` (a file-system volume), `block/<id>.img`
+//! (a block volume's backing file), `snapshots/<id>/files/` or
 //! `snapshots/<id>/block.img` (a snapshot's copy of a file-system or block
-//! volume), `tmp/` (copies being made, emptied at start under the state
-//! lock, so a process of a split plugin that starts never removes a copy
-//! the other one is making), `strict-violations` (strict mode's verdict),
+//! volume), `tmp/` (copies being made, emptied at start while holding
+//! `state.lock` alone, so a process of a split plugin that starts never
+//! removes a copy the other one is making), `strict-violations` (strict mode's verdict),
 //! `in-flight/<id>` (a split plugin's locks of calls in flight).
 
 mod block;
@@ -92,6 +93,7 @@ mod controller_grpc;
 pub mod faults;
 pub mod in_flight;
 mod node;
+pub mod records;
 mod snapshots;
 pub mod state;
 pub mod strict;
@@ -115,7 +117,8 @@ use crate::csi::proto::csi_grpc;
 use crate::csi::types::{CapacityRange, PluginCapability, StringMap};
 use crate::spec::PluginType;
 use faults::{Action, Faults, Trace};
-use state::{SharedState, StateGuard};
+use records::{Hold, Key, SharedState, StateGuard};
+use state::State;
 use strict::{Advertised, Call, Service as CsiService};
 use verdict::StrictMode;
 
@@ -242,10 +245,23 @@ impl Plugin {
         self.config.base_dir.join("volumes").join(id)
     }
 
-    /// The state as the file has it, held until the guard is dropped.
-    fn lock(&self) -> RpcResult<StateGuard<'_>> {
+    /// The record of volume `id` as its file has it, held until the guard
+    /// is dropped.
+    fn lock(&self, id: &str) -> RpcResult<StateGuard<'_>> {
+        self.lock_records(&[Key::Volume(id.to_string())])
+    }
+
+    /// The records of `keys`, held until the guard is dropped.
+    fn lock_records(&self, keys: &[Key]) -> RpcResult<StateGuard<'_>> {
         self.state
-            .lock()
+            .lock(keys)
+            .map_err(|e| internal("cannot read the plugin state", e))
+    }
+
+    /// Every record, read without locks: for listing.
+    fn read_all(&self) -> RpcResult<State> {
+        self.state
+            .read_all()
             .map_err(|e| internal("cannot read the plugin state", e))
     }
 
@@ -253,7 +269,7 @@ impl Plugin {
     /// strict process of a split plugin; `None` (logged) when the state
     /// cannot be read: the call then meets its own error.
     fn recorded(&self) -> Option<Vec<Call>> {
-        match self.state.lock() {
+        match self.state.read_all() {
             Ok(state) => Some(verdict::recorded_calls(&state)),
             Err(err) => {
                 log::error!("strict: cannot read the shared state: {err}");
@@ -293,10 +309,13 @@ pub fn run(config: Config) -> Result<(), Error> {
             .map_err(|err| Error::BaseDir { path: nodes, err })?;
     }
     // What is in the scratch space is a copy a crash interrupted: copies
-    // are made under the state lock, so none is being made while we hold
-    // it, by this process or the other one of a split plugin.
+    // are made under a shared hold of the base dir, so none is being made
+    // while we hold it alone, by this process or the other one of a split
+    // plugin.
     let scratch = config.base_dir.join(SCRATCH);
-    let held = state.lock().map_err(|err| Error::State { err })?;
+    let held = state
+        .hold(Hold::Exclusive)
+        .map_err(|err| Error::State { err })?;
     match fs::remove_dir_all(&scratch) {
         Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
         _ => fs::create_dir_all(&scratch),
@@ -309,7 +328,7 @@ pub fn run(config: Config) -> Result<(), Error> {
             controller: controller::capabilities(&config).collect(),
             node: node::CAPABILITIES.iter().copied().collect(),
         };
-        let recorded = state.lock().map_err(|err| Error::State { err })?;
+        let recorded = state.read_all().map_err(|err| Error::State { err })?;
         let mode = StrictMode::open(
             &config.base_dir,
             advertised,
@@ -317,7 +336,6 @@ pub fn run(config: Config) -> Result<(), Error> {
             &recorded,
             config.mode,
         );
-        drop(recorded);
         Some(mode.map_err(|err| Error::Verdict { err })?)
     } else {
         verdict::remove_stale(&config.base_dir).map_err(|err| Error::Verdict { err })?;

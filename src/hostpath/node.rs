@@ -80,7 +80,7 @@ impl Plugin {
         id: &str,
         publish_context: &std::collections::HashMap<String, String>,
     ) -> RpcResult<()> {
-        let state = self.lock()?;
+        let state = self.lock(id)?;
         let volume = state
             .volumes
             .get(id)
@@ -123,7 +123,7 @@ impl Plugin {
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
         self.check_attached(id, publish_context)?;
         let kind = self
-            .lock()?
+            .lock(id)?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -151,7 +151,7 @@ impl Plugin {
         }
         let dir = self.volume_dir(id);
         let key = capability_key(&cap);
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         if kind == VolumeKind::Block {
             self.stage_block(&mut state, id, staging, key)?;
             return Ok(pb::NodeStageVolumeResponse::new());
@@ -199,9 +199,10 @@ impl Plugin {
     /// answer success.
     fn forget<Resp: Default>(
         &self,
+        id: &str,
         change: impl FnOnce(&mut super::state::State),
     ) -> RpcResult<Resp> {
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         change(&mut state);
         state.save().map_err(|e| internal("cannot save state", e))?;
         Ok(Resp::default())
@@ -213,7 +214,7 @@ impl Plugin {
     ) -> RpcResult<pb::NodeUnstageVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         // A CO that stages once per usage (as Nomad does) has several
         // stagings of one volume: only the last one must outlive every
         // publish.
@@ -255,7 +256,7 @@ impl Plugin {
         let (id, _, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
         let dir = self.volume_dir(id);
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         let staged = match kind {
             VolumeKind::Directory => holds(staging, &dir)?,
             VolumeKind::Block => state.staged.get(staging).is_some_and(|s| s.volume_id == id),
@@ -335,7 +336,7 @@ impl Plugin {
     ) -> RpcResult<pb::NodeUnpublishVolumeResponse> {
         let id = required("volume_id", &req.volume_id)?;
         let target = Path::new(required("target_path", &req.target_path)?);
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         if is_mount_point(target)? {
             SysMounter
                 .unmount(target, UnmountMode::Normal)
@@ -374,7 +375,7 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let path = Path::new(required("volume_path", &req.volume_path)?);
         let kind = self
-            .lock()?
+            .lock(id)?
             .volumes
             .get(id)
             .map(|v| v.kind)
@@ -441,7 +442,7 @@ impl Plugin {
             .map(Capability::try_from)
             .transpose()
             .map_err(|e| status(Code::InvalidArgument, e.to_string()))?;
-        let mut state = self.lock()?;
+        let mut state = self.lock(id)?;
         let volume = state
             .volumes
             .get(id)
@@ -521,7 +522,7 @@ impl csi_grpc::Node for Service {
         let received = Received::new(call, &req, fields);
         self.serve(&ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
-                return p.forget(|state| {
+                return p.forget(&req.volume_id, |state| {
                     state.staged.remove(Path::new(&req.staging_target_path));
                 });
             }
@@ -565,7 +566,7 @@ impl csi_grpc::Node for Service {
         let received = Received::new(call, &req, fields);
         self.serve(&ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
-                return p.forget(|state| {
+                return p.forget(&req.volume_id, |state| {
                     state.published.remove(Path::new(&req.target_path));
                 });
             }

@@ -13,8 +13,11 @@
 //!
 //! A snapshot's ID is derived from the CO's name ([`snapshot_id`]), so the
 //! name is the idempotency key and the ID is always a safe path component.
-//! Copies are made while holding the plugin's state lock: other calls wait
-//! for them, which suits the small volumes of a test and dev plugin.
+//! Copies are made while holding the records of the snapshot or volume
+//! being made and of its source: other calls for them wait, which suits
+//! the small volumes of a test and dev plugin. A copy also holds the base
+//! dir shared (see [`super::records`]), so that a process of a split
+//! plugin that starts does not empty the scratch space under it.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -22,6 +25,7 @@ use std::time::SystemTime;
 use protobuf::MessageField;
 
 use super::content;
+use super::records::{BaseDirHold, Hold, Key};
 use super::state::{SnapshotRecord, State, VolumeKind, VolumeRecord};
 use super::{internal, page, required, status, Plugin, RpcResult};
 use crate::csi::error::Code;
@@ -112,6 +116,13 @@ impl Plugin {
         self.config.base_dir.join(SNAPSHOTS).join(id)
     }
 
+    /// A hold of the base dir while a copy is made in the scratch space.
+    fn copying(&self) -> RpcResult<BaseDirHold> {
+        self.state
+            .hold(Hold::Shared)
+            .map_err(|e| internal("cannot hold the base dir", e))
+    }
+
     /// Where a copy named `name` is made before it is put in place.
     fn scratch(&self, name: &str) -> PathBuf {
         self.config.base_dir.join(super::SCRATCH).join(name)
@@ -137,7 +148,8 @@ impl Plugin {
         let name = required("name", &req.name)?;
         let source = required("source_volume_id", &req.source_volume_id)?;
         let id = snapshot_id(name);
-        let mut state = self.lock()?;
+        let keys = [Key::Snapshot(id.clone()), Key::Volume(source.to_string())];
+        let mut state = self.lock_records(&keys)?;
         let mut resp = pb::CreateSnapshotResponse::new();
         if let Some(existing) = state.snapshots.get(&id) {
             if existing.name != name {
@@ -178,7 +190,9 @@ impl Plugin {
             content::put_in_place(&scratch, &self.snapshot_dir(&id))?;
             Ok(copied)
         };
+        let copying = self.copying()?;
         let copied = in_scratch(&scratch, take)?;
+        drop(copying);
         let record = SnapshotRecord {
             name: name.to_string(),
             source_volume_id: source.to_string(),
@@ -200,7 +214,7 @@ impl Plugin {
         req: &pb::DeleteSnapshotRequest,
     ) -> RpcResult<pb::DeleteSnapshotResponse> {
         let id = required("snapshot_id", &req.snapshot_id)?;
-        let mut state = self.lock()?;
+        let mut state = self.lock_records(&[Key::Snapshot(id.to_string())])?;
         // An unknown ID names nothing on disk, whatever its bytes: only
         // recorded IDs become paths.
         if state.snapshots.contains_key(id) {
@@ -216,7 +230,7 @@ impl Plugin {
         &self,
         req: &pb::ListSnapshotsRequest,
     ) -> RpcResult<pb::ListSnapshotsResponse> {
-        let state = self.lock()?;
+        let state = self.read_all()?;
         let matching: Vec<(&String, &SnapshotRecord)> = state
             .snapshots
             .iter()
@@ -312,10 +326,12 @@ impl Plugin {
             self.flush_devices(volume)?;
         }
         let scratch = self.scratch(&format!("volume-{id}"));
+        let copying = self.copying()?;
         in_scratch(&scratch, || {
             copy(kind, &from, &scratch, u64::try_from(capacity).ok())?;
             content::put_in_place(&scratch, &self.volume_data(id, kind))
         })?;
+        drop(copying);
         Ok(VolumeRecord {
             capacity_bytes: capacity,
             attached: None,

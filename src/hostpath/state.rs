@@ -2,14 +2,11 @@
 //! from), which node each is attached to, where it staged and published
 //! them, and its snapshots.
 //!
-//! Kept in one small text file under the base dir, rewritten atomically on
-//! every change, so a restarted plugin answers repeat calls idempotently.
-//! The file is the truth, not a copy in memory: a controller process and a
-//! node process (`-mode controller`, `-mode node`) of one base dir share it
-//! (the node checks the controller's attachments, the controller the node's
-//! stagings), so every use reads it again under an exclusive `flock` of
-//! `state.lock` and writes it before letting go ([`SharedState`]); neither
-//! process loses the other's changes.
+//! [`State`] is a view of some or all of it, as lines of text: where the
+//! lines are kept (one small record file per volume and per snapshot) and
+//! how the processes of a base dir take turns with them is
+//! [`super::records`]'s. A restarted plugin reads them back and answers
+//! repeat calls idempotently.
 //! A file-system volume's data lives in `<base-dir>/volumes/<id>/`, a block
 //! volume's in the file `<base-dir>/block/<id>.img`, a snapshot's in
 //! `<base-dir>/snapshots/<id>/` (see `snapshots.rs`). Which loop
@@ -20,19 +17,17 @@
 //! [<source>]` (the source `snapshot:<id>` or `volume:<id>`),
 //! `staged <volume> <capability> <path>`, `published <volume> <ro> <path>`,
 //! `snapshot <id> <source volume> <size> <secs>.<nanos> <kind> <name>`
-//! with the CO's name %-escaped. Files of earlier versions, without kinds
-//! or sources, still load.
+//! with the CO's name %-escaped. Lines of earlier versions, without kinds
+//! or sources, still load; so does the single `state` file of earlier
+//! versions, which [`super::records`] moves into records.
 
-use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::ops::{Deref, DerefMut};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::sys::flock;
-
+use super::records::Key;
 use crate::csi::model::{AttachmentMode, Capability};
 use crate::csi::types::ContentSource;
 
@@ -141,7 +136,6 @@ pub struct Staged {
 
 #[derive(Debug, Default)]
 pub struct State {
-    path: PathBuf,
     pub volumes: BTreeMap<String, VolumeRecord>,
     pub staged: BTreeMap<PathBuf, Staged>,
     /// Target path → (volume, read-only).
@@ -207,26 +201,29 @@ fn parse_time(word: &str) -> Option<SystemTime> {
 }
 
 impl State {
-    /// Loads `path`, or starts empty if it does not exist.
+    /// Loads the state file `path` of earlier versions, or an empty state
+    /// if it does not exist.
     pub fn load(path: &Path) -> io::Result<State> {
-        let mut state = State {
-            path: path.to_path_buf(),
-            ..State::default()
-        };
-        let text = match fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(state),
+        let mut state = State::default();
+        match fs::read_to_string(path) {
+            Ok(text) => state.parse(&text, path)?,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => return Err(err),
-        };
+        }
+        Ok(state)
+    }
+
+    /// Adds the lines of `text`, read from `origin` (named in errors).
+    pub(super) fn parse(&mut self, text: &str, origin: &Path) -> io::Result<()> {
         for (n, line) in text.lines().enumerate() {
-            state.parse_line(line).ok_or_else(|| {
+            self.parse_line(line).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("{}:{}: bad line", path.display(), n + 1),
+                    format!("{}:{}: bad line", origin.display(), n + 1),
                 )
             })?;
         }
-        Ok(state)
+        Ok(())
     }
 
     fn parse_line(&mut self, line: &str) -> Option<()> {
@@ -298,57 +295,73 @@ impl State {
         Some(())
     }
 
-    /// Writes the state to a temporary file, fsyncs and renames it over the
-    /// old one.
-    pub fn save(&self) -> io::Result<()> {
+    /// The lines of `key`'s record: a volume's own line and those of its
+    /// stagings and publishes, or a snapshot's line; empty when nothing is
+    /// recorded.
+    pub(super) fn record_text(&self, key: &Key) -> String {
         let mut text = String::new();
-        for (id, v) in &self.volumes {
-            let (node, ro) = match &v.attached {
-                Some((node, ro)) => (node.as_str(), *ro),
-                None => ("-", false),
-            };
-            text.push_str(&format!(
-                "volume {id} {} {node} {} {}",
-                v.capacity_bytes,
-                u8::from(ro),
-                v.kind.as_str()
-            ));
-            if let Some(source) = &v.content_source {
-                text.push(' ');
-                text.push_str(&source_word(source));
+        match key {
+            Key::Volume(id) => {
+                if let Some(v) = self.volumes.get(id) {
+                    let (node, ro) = match &v.attached {
+                        Some((node, ro)) => (node.as_str(), *ro),
+                        None => ("-", false),
+                    };
+                    text.push_str(&format!(
+                        "volume {id} {} {node} {} {}",
+                        v.capacity_bytes,
+                        u8::from(ro),
+                        v.kind.as_str()
+                    ));
+                    if let Some(source) = &v.content_source {
+                        text.push(' ');
+                        text.push_str(&source_word(source));
+                    }
+                    text.push('\n');
+                }
+                for (path, s) in self.staged.iter().filter(|(_, s)| s.volume_id == *id) {
+                    text.push_str(&format!(
+                        "staged {id} {} {}\n",
+                        s.capability,
+                        path.display()
+                    ));
+                }
+                for (path, (_, ro)) in self.published.iter().filter(|(_, (v, _))| v == id) {
+                    text.push_str(&format!(
+                        "published {id} {} {}\n",
+                        u8::from(*ro),
+                        path.display()
+                    ));
+                }
             }
-            text.push('\n');
+            Key::Snapshot(id) => {
+                if let Some(s) = self.snapshots.get(id) {
+                    text.push_str(&format!(
+                        "snapshot {id} {} {} {} {} {}\n",
+                        s.source_volume_id,
+                        s.size_bytes,
+                        time_word(s.creation_time),
+                        s.kind.as_str(),
+                        escape_name(&s.name)
+                    ));
+                }
+            }
         }
-        for (path, s) in &self.staged {
-            text.push_str(&format!(
-                "staged {} {} {}\n",
-                s.volume_id,
-                s.capability,
-                path.display()
-            ));
-        }
-        for (path, (id, ro)) in &self.published {
-            text.push_str(&format!(
-                "published {id} {} {}\n",
-                u8::from(*ro),
-                path.display()
-            ));
-        }
-        for (id, s) in &self.snapshots {
-            text.push_str(&format!(
-                "snapshot {id} {} {} {} {} {}\n",
-                s.source_volume_id,
-                s.size_bytes,
-                time_word(s.creation_time),
-                s.kind.as_str(),
-                escape_name(&s.name)
-            ));
-        }
-        let tmp = self.path.with_extension("tmp");
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&tmp, &self.path)
+        text
+    }
+
+    /// The key of every record this state has lines for.
+    pub(super) fn keys(&self) -> BTreeSet<Key> {
+        let volumes = self.volumes.keys().cloned();
+        let staged = self.staged.values().map(|s| s.volume_id.clone());
+        let published = self.published.values().map(|(v, _)| v.clone());
+        let snapshots = self.snapshots.keys().cloned().map(Key::Snapshot);
+        volumes
+            .chain(staged)
+            .chain(published)
+            .map(Key::Volume)
+            .chain(snapshots)
+            .collect()
     }
 
     /// True if a staging or publish of `volume_id` is still recorded.
@@ -366,97 +379,14 @@ impl State {
     }
 }
 
-/// The state file, shared by the threads of this process and by the other
-/// processes of the base dir.
-pub struct SharedState {
-    path: PathBuf,
-    /// `state.lock`, open for the life of the process: its `flock` keeps
-    /// the other processes out.
-    lock: File,
-    /// Keeps the other threads of this process out: they would share the
-    /// open file's lock.
-    threads: Mutex<()>,
-}
-
-/// The state, read under the locks and held until dropped; changes are
-/// written with [`State::save`] before it is.
-pub struct StateGuard<'a> {
-    state: State,
-    // Fields drop in order: the other processes' lock goes before the
-    // threads' one.
-    _file: FileLock<'a>,
-    _threads: MutexGuard<'a, ()>,
-}
-
-/// The `flock` of `state.lock`, released when dropped.
-struct FileLock<'a>(&'a File);
-
-impl Drop for FileLock<'_> {
-    fn drop(&mut self) {
-        if let Err(err) = flock::unlock(self.0) {
-            // Closing the file at exit releases it anyway.
-            log::error!("cannot unlock the state: {err}");
-        }
-    }
-}
-
-impl SharedState {
-    /// Opens the state of `base_dir` (`state`, locked through
-    /// `state.lock`), checking that it can be read.
-    pub fn open(base_dir: &Path) -> io::Result<SharedState> {
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(base_dir.join("state.lock"))?;
-        let shared = SharedState {
-            path: base_dir.join("state"),
-            lock,
-            threads: Mutex::new(()),
-        };
-        drop(shared.lock()?);
-        Ok(shared)
-    }
-
-    /// The state as the file has it now, with every other user of it kept
-    /// out until the guard is dropped.
-    pub fn lock(&self) -> io::Result<StateGuard<'_>> {
-        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        flock::lock_exclusive(&self.lock)?;
-        // A failed load releases the lock as the guard drops.
-        let file = FileLock(&self.lock);
-        Ok(StateGuard {
-            state: State::load(&self.path)?,
-            _file: file,
-            _threads: threads,
-        })
-    }
-}
-
-impl Deref for StateGuard<'_> {
-    type Target = State;
-
-    fn deref(&self) -> &State {
-        &self.state
-    }
-}
-
-impl DerefMut for StateGuard<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        &mut self.state
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn state_round_trips_through_its_file_with_spaces_in_paths() {
+    fn state_round_trips_through_its_records_with_spaces_in_paths() {
         let dir = std::env::temp_dir().join(format!("csi-agent-hp-state-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("state");
-        let mut state = State::load(&path).unwrap();
+        let mut state = State::load(&dir.join("state")).unwrap();
         assert!(state.volumes.is_empty());
         state.volumes.insert(
             "v1".into(),
@@ -505,8 +435,12 @@ mod tests {
         state
             .published
             .insert(dir.join("tar get"), ("v1".into(), true));
-        state.save().unwrap();
-        let loaded = State::load(&path).unwrap();
+        let mut loaded = State::default();
+        for key in state.keys() {
+            let text = state.record_text(&key);
+            assert!(!text.is_empty(), "{key:?}");
+            loaded.parse(&text, Path::new("record")).unwrap();
+        }
         assert_eq!(loaded.volumes, state.volumes);
         assert_eq!(loaded.staged, state.staged);
         assert_eq!(loaded.published, state.published);
@@ -516,51 +450,21 @@ mod tests {
             Some(dir.join("stage dir").as_path())
         );
         assert_eq!(loaded.in_use_on_node("v2"), None);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn processes_sharing_a_base_dir_see_each_other_s_changes_under_one_lock() {
-        let dir = std::env::temp_dir().join(format!("csi-agent-hp-shared-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        // Two opens stand for two processes: each has its own lock holder.
-        let controller = SharedState::open(&dir).unwrap();
-        let node = SharedState::open(&dir).unwrap();
-        let record = VolumeRecord {
-            capacity_bytes: 0,
-            attached: Some(("n1".into(), false)),
-            kind: VolumeKind::Directory,
-            content_source: None,
-        };
-        {
-            let mut state = controller.lock().unwrap();
-            state.volumes.insert("v1".into(), record.clone());
-            state.save().unwrap();
-            // While one holds the state, nobody else can take its lock.
-            let other = File::open(dir.join("state.lock")).unwrap();
-            assert!(!flock::try_lock_exclusive(&other).unwrap());
-        }
-        {
-            let mut state = node.lock().unwrap();
-            assert_eq!(state.volumes.get("v1"), Some(&record));
-            state.staged.insert(
-                dir.join("staging"),
-                Staged {
-                    volume_id: "v1".into(),
-                    capability: String::new(),
-                },
-            );
-            state.save().unwrap();
-        }
-        let state = controller.lock().unwrap();
+    fn a_volume_s_record_holds_its_stagings_and_publishes_only() {
+        let mut state = State::default();
+        let text = "volume v1 0 n1 0 dir\nvolume v2 0 - 0 dir\n\
+                    staged v1 cap /s1\nstaged v2 cap /s2\n\
+                    published v1 1 /t1\npublished v2 0 /t2\n";
+        state.parse(text, Path::new("state")).unwrap();
         assert_eq!(
-            state.in_use_on_node("v1"),
-            Some(dir.join("staging").as_path())
+            state.record_text(&Key::Volume("v1".into())),
+            "volume v1 0 n1 0 dir\nstaged v1 cap /s1\npublished v1 1 /t1\n"
         );
-        assert_eq!(state.volumes.len(), 1);
-        drop(state);
-        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(state.record_text(&Key::Volume("v3".into())), "");
+        assert_eq!(state.record_text(&Key::Snapshot("v1".into())), "");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! A process of a split plugin (`-mode controller` or `-mode node`) checks
 //! every rule it can judge with what it sees and what the other process
 //! recorded in the shared state: before each call its model takes the other
-//! side from the state file (the controller's attachments, the node's
+//! side from the state's records (the controller's attachments, the node's
 //! stagings and publishes), and the calls in flight are counted across the
 //! processes ([`AcrossProcesses`]). The verdict file is the base dir's, so
 //! both processes write to it.
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn violations_are_appended_as_lines_and_survive_a_restart() {
         let dir = dir("lines");
-        let state = State::load(&dir.join("state")).unwrap();
+        let state = State::default();
         let mode =
             StrictMode::open(&dir, advertised(), "n1", &state, PluginType::Monolith).unwrap();
         assert_eq!(fs::read_to_string(dir.join(VERDICT_FILE)).unwrap(), "");
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn the_model_starts_from_the_recorded_state() {
         let dir = dir("seed");
-        let mut state = State::load(&dir.join("state")).unwrap();
+        let mut state = State::default();
         state.volumes.insert(
             "v".into(),
             VolumeRecord {

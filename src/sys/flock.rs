@@ -1,6 +1,7 @@
 //! Advisory whole-file locks (`flock(2)`), for the hostpath plugin's
 //! processes that share one base dir: a controller process and a node
-//! process change one state file, each under an exclusive lock.
+//! process change the records of one state, each under an exclusive lock
+//! of the record's lock file.
 //!
 //! A lock belongs to the open file description: it is released when the
 //! file is closed (or its process dies), so a crashed process never leaves
@@ -14,6 +15,18 @@ use std::os::fd::AsRawFd;
 pub fn lock_exclusive(file: &File) -> io::Result<()> {
     loop {
         match flock(file, libc::LOCK_EX) {
+            // A signal interrupted the wait: wait again.
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Waits for a shared lock on `file`: any number of holders of a shared
+/// lock, or one of an exclusive lock.
+pub fn lock_shared(file: &File) -> io::Result<()> {
+    loop {
+        match flock(file, libc::LOCK_SH) {
             // A signal interrupted the wait: wait again.
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             other => return other,

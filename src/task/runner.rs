@@ -465,6 +465,17 @@ impl Allocs {
         next
     }
 
+    /// Whether a running task was adopted after an agent restart: it is
+    /// not the agent's child, so no SIGCHLD tells of its exit, and the
+    /// loop must look at its start time now and then.
+    pub fn watches_adopted(&self) -> bool {
+        self.allocs
+            .values()
+            .filter(|a| !a.status.is_terminal())
+            .flat_map(|a| &a.tasks)
+            .any(|t| t.process.as_ref().is_some_and(|p| p.child.is_none()))
+    }
+
     /// The agent registered a task's plugin: it is healthy. An alloc that
     /// replaces another stops the old one once all its plugins are.
     pub fn plugin_healthy(&mut self, alloc_id: &str, task: &str) {

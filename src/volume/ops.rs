@@ -2,6 +2,12 @@
 //! spec wants: capabilities with mount options, contexts and secrets in
 //! every RPC that takes them) or the local bind mount, run on the plugin's
 //! worker pool. Each job reports one [`OpDone`] to the main loop.
+//!
+//! The directories of a plugin's stagings and publishes
+//! (`csi/<plugin>/staging` and `csi/<plugin>/per-alloc`, the skeleton) are
+//! made private (0700) the first time a step needs them and kept; a step
+//! makes and removes only the dirs of its volume and alloc below them, so
+//! a claim does not build the tree again each time.
 
 use std::fs;
 use std::io;
@@ -31,12 +37,7 @@ impl Paths {
     /// volume; `.../<volume>/<usage>` for a staging of the per-usage
     /// layout of the first releases.
     pub fn staging(&self, volume: &Volume, key: &StagingKey) -> PathBuf {
-        let path = self
-            .data_dir
-            .join("csi")
-            .join(&volume.plugin_id)
-            .join("staging")
-            .join(&volume.id);
+        let path = self.staging_root(&volume.plugin_id).join(&volume.id);
         match key {
             StagingKey::Volume => path,
             StagingKey::Usage(usage) => path.join(usage),
@@ -46,13 +47,20 @@ impl Paths {
     /// `csi/<plugin>/per-alloc/<alloc>/<volume>/<usage>`: the NodePublish
     /// target.
     pub fn publish(&self, volume: &Volume, alloc: &str, usage: &str) -> PathBuf {
-        self.data_dir
-            .join("csi")
-            .join(&volume.plugin_id)
-            .join("per-alloc")
+        self.publish_root(&volume.plugin_id)
             .join(alloc)
             .join(&volume.id)
             .join(usage)
+    }
+
+    /// `csi/<plugin>/staging`, of the skeleton: made once and kept.
+    pub fn staging_root(&self, plugin_id: &str) -> PathBuf {
+        self.csi_root().join(plugin_id).join("staging")
+    }
+
+    /// `csi/<plugin>/per-alloc`, of the skeleton: made once and kept.
+    pub fn publish_root(&self, plugin_id: &str) -> PathBuf {
+        self.csi_root().join(plugin_id).join("per-alloc")
     }
 
     /// Everything the agent mounts lives under here.
@@ -180,16 +188,6 @@ impl StepContext {
             self.plugin_base_dir.as_deref(),
         )
     }
-
-    /// Up to where emptied dirs are removed: the `csi/` root, or the
-    /// plugin's own dir when a plugin task has it bound into its root (a
-    /// dir made again later would not be the one it sees).
-    fn removable_below(&self) -> PathBuf {
-        match self.plugin_base_dir {
-            Some(_) => self.paths.csi_root().join(&self.volume.plugin_id),
-            None => self.paths.csi_root(),
-        }
-    }
 }
 
 pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
@@ -309,7 +307,10 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
                 .get(key)
                 .ok_or_else(|| terminal(format!("no record of {key}")))?;
             let path = ctx.paths.staging(v, key);
-            private_dir(&path).map_err(|e| local("create the staging dir", &path, e))?;
+            let skeleton = ctx.paths.staging_root(&v.plugin_id);
+            make_below(&skeleton, &path, 0o700)
+                .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o700)))
+                .map_err(|e| local("create the staging dir", &path, e))?;
             rpc(client.node_stage(&NodeStage {
                 volume_id: v.external_id.clone(),
                 publish_context: v.publish_context.clone(),
@@ -323,7 +324,8 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
             let claim = &v.claims[alloc];
             let target = ctx.paths.publish(v, alloc, &claim.usage);
             if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent)
+                let skeleton = ctx.paths.publish_root(&v.plugin_id);
+                make_below(&skeleton, parent, 0o777)
                     .map_err(|e| local("create the publish dir", parent, e))?;
             }
             rpc(client.node_publish(&NodePublish {
@@ -361,7 +363,7 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
             let result = client.node_unpublish(&v.external_id, &ctx.for_plugin(&target));
             let done = released_path(result, "NodeUnpublishVolume", &target, ctx.contain)?;
             // The plugin removed the target; the agent made its parents.
-            remove_empty_dirs(&target, &ctx.removable_below());
+            remove_empty_dirs(&target, &ctx.paths.publish_root(&v.plugin_id));
             Ok(done)
         }
         Action::NodeUnstage { staging } => {
@@ -369,7 +371,7 @@ fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
             let result = client.node_unstage(&v.external_id, &ctx.for_plugin(&path));
             let done = released_path(result, "NodeUnstageVolume", &path, ctx.contain)?;
             let _ = fs::remove_dir(&path);
-            remove_empty_dirs(&path, &ctx.removable_below());
+            remove_empty_dirs(&path, &ctx.paths.staging_root(&v.plugin_id));
             Ok(done)
         }
         Action::ControllerUnpublish => {
@@ -428,17 +430,26 @@ fn still_mounted(path: &Path) -> Result<bool, StepError> {
     mount::is_mount_point_if_present(path).map_err(|e| local("check", path, e))
 }
 
-/// Creates `path` and its parents, `path` itself mode 0700.
-fn private_dir(path: &Path) -> io::Result<()> {
+/// Makes `path`, a volume's or an alloc's dir below `skeleton` (the
+/// plugin's `staging` or `per-alloc`), and the dirs between them with
+/// `mode` (less the umask). The skeleton is made, with its parents, only
+/// when missing, and private (0700).
+fn make_below(skeleton: &Path, path: &Path, mode: u32) -> io::Result<()> {
+    if !skeleton.is_dir() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(skeleton)?;
+        fs::set_permissions(skeleton, fs::Permissions::from_mode(0o700))?;
+    }
     fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
-        .create(path)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+        .mode(mode)
+        .create(path)
 }
 
 /// Removes `path`'s parents while they are empty, up to (not including)
-/// `root`.
+/// `root`: the skeleton stays.
 fn remove_empty_dirs(path: &Path, root: &Path) {
     let mut dir = path.parent();
     while let Some(d) = dir {
@@ -632,6 +643,55 @@ pub fn create_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("csi-agent-ops-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_skeleton_is_made_private_once_and_kept_when_a_claim_goes() {
+        let dir = temp_dir("skeleton");
+        let paths = Paths {
+            data_dir: dir.clone(),
+        };
+        let skeleton = paths.publish_root("hp");
+        let parent = skeleton.join("a1").join("v1");
+        make_below(&skeleton, &parent, 0o777).unwrap();
+        assert_eq!(mode(&paths.csi_root()), 0o700);
+        assert_eq!(mode(&paths.csi_root().join("hp")), 0o700);
+        assert_eq!(mode(&skeleton), 0o700);
+        assert!(parent.is_dir());
+
+        remove_empty_dirs(&parent.join("rw-file-system-x"), &skeleton);
+        assert!(!skeleton.join("a1").exists(), "the alloc's dirs go");
+        assert!(skeleton.is_dir(), "the skeleton stays");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dir_still_in_use_is_kept() {
+        let dir = temp_dir("in-use");
+        let paths = Paths {
+            data_dir: dir.clone(),
+        };
+        let skeleton = paths.publish_root("hp");
+        make_below(&skeleton, &skeleton.join("a1").join("v1"), 0o777).unwrap();
+        make_below(&skeleton, &skeleton.join("a1").join("v2"), 0o777).unwrap();
+        remove_empty_dirs(&skeleton.join("a1").join("v1").join("usage"), &skeleton);
+        assert!(!skeleton.join("a1").join("v1").exists());
+        assert!(
+            skeleton.join("a1").join("v2").is_dir(),
+            "another volume's dir"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_plugin_task_is_given_its_paths_under_its_base_dir() {

@@ -8,10 +8,15 @@
 //! Between runs the plugin is stopped with SIGTERM (it removes its
 //! socket) and the benchmark waits for the agent to stop calling it
 //! healthy.
+//!
+//! Meanwhile `--discovery-plugins` other plugins are registered and
+//! healthy, as on a host with many: the measured plugin's way through the
+//! agent is shared with theirs. Only the measured plugin's status is
+//! polled.
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use csi_agent::sys::inotify::{poll_readable, Inotify};
@@ -28,18 +33,42 @@ pub fn run(opts: &Options, root: &Path) -> Samples {
     let dir = BenchDir::new(root, "p6", opts.keep);
     let socket = dir.join("p.sock");
     let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &socket, Delay::None);
-    let blocks = [("hp".to_string(), socket.clone())];
+    let mut others: Vec<Plugin> = (0..opts.discovery_plugins)
+        .map(|p| {
+            Plugin::new(
+                &opts.bin,
+                &dir.join(&format!("other{p}")),
+                &dir.join(&format!("o{p}.sock")),
+                Delay::None,
+            )
+        })
+        .collect();
+    for other in &mut others {
+        other.start();
+    }
+    let mut blocks: Vec<(String, PathBuf)> = others
+        .iter()
+        .enumerate()
+        .map(|(p, other)| (format!("o{p}"), other.socket.clone()))
+        .collect();
+    blocks.push(("hp".to_string(), socket.clone()));
     let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &blocks)
     });
     agent.start();
+    agent.wait_healthy(others.len());
 
     let inotify = Inotify::new().expect("inotify");
     inotify
         .add_watch(&dir.path, libc::IN_CREATE | libc::IN_MOVED_TO)
         .expect("watch the socket dir");
     let name: OsString = socket.file_name().expect("a socket name").to_owned();
-    let healthy = || agent.plugins().first().is_some_and(is_healthy);
+    let client = agent.client();
+    let healthy = || {
+        client
+            .plugin_status("hp")
+            .is_ok_and(|r| r.plugins.first().is_some_and(is_healthy))
+    };
 
     let mut samples = Samples::default();
     for run in 0..WARMUP + opts.discovery_runs {

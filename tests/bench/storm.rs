@@ -16,6 +16,12 @@
 //! - *fully serial*: every RPC one after another, delay only.
 //!
 //! The rig stays up afterwards with every claim taken, for P4.
+//!
+//! P2L, the storm at scale: the same storm, without the bare client, at
+//! `--scale` claims and `--scale-delay` per RPC, and at a tenth of that
+//! with the same delay; the wall times' ratio says how the agent grows
+//! with the number of claims (linear growth is 10x). The agent's resident
+//! memory once every claim is answered is reported too. Its rig is P4L's.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -29,6 +35,7 @@ use csi_agent::proto::agent::{VolumeClaimRequest, VolumeSpecRequest, VolumeStatu
 use crate::calls::{self, join_all};
 use crate::claim::volume_spec;
 use crate::floor::{self, ClaimPaths, Floor};
+use crate::idle::ProcStatus;
 use crate::rig::{agent_config, mounts_under, Agent, BenchDir, Plugin};
 use crate::stats::Samples;
 use crate::Options;
@@ -36,6 +43,13 @@ use crate::Options;
 /// RPCs per claim with the hostpath plugin: ControllerPublish, NodeStage,
 /// NodePublish.
 pub const RPCS_PER_CLAIM: u32 = 3;
+
+/// How big a storm is and how slow its plugins.
+#[derive(Clone, Copy, Debug)]
+pub struct StormSize {
+    pub claims: usize,
+    pub delay: Duration,
+}
 
 pub struct StormResult {
     pub claims: usize,
@@ -47,6 +61,8 @@ pub struct StormResult {
     pub bare_wall: Option<Duration>,
     pub ideal: Duration,
     pub serial: Duration,
+    /// The agent's VmRSS once every claim was answered, bytes.
+    pub agent_rss: u64,
 }
 
 /// The storm's processes, left with every claim taken.
@@ -71,16 +87,33 @@ pub fn ideal(claims: usize, plugins: usize, delay: Duration) -> Duration {
     delay * RPCS_PER_CLAIM * rounds
 }
 
+/// P2's storm, of `--storm` claims at `--storm-delay`.
 pub fn run(opts: &Options, root: &Path, bare: bool) -> (StormResult, StormRig) {
-    let dir = BenchDir::new(root, "p2", opts.keep);
-    let n = opts.storm_claims;
+    let size = StormSize {
+        claims: opts.storm_claims,
+        delay: opts.storm_delay,
+    };
+    run_sized(opts, root, "p2", size, bare)
+}
+
+/// A storm of `size` in the directory `name`, with the bare client's
+/// storm first when `bare`.
+pub fn run_sized(
+    opts: &Options,
+    root: &Path,
+    name: &str,
+    size: StormSize,
+    bare: bool,
+) -> (StormResult, StormRig) {
+    let dir = BenchDir::new(root, name, opts.keep);
+    let n = size.claims;
     let mut plugins: Vec<Plugin> = (0..opts.storm_plugins)
         .map(|p| {
             Plugin::new(
                 &opts.bin,
                 &dir.join(&format!("plugin{p}")),
                 &dir.join(&format!("p{p}.sock")),
-                opts.delay(opts.storm_delay),
+                opts.delay(size.delay),
             )
         })
         .collect();
@@ -126,6 +159,7 @@ pub fn run(opts: &Options, root: &Path, bare: bool) -> (StormResult, StormRig) {
         last = last.max(at);
     }
     let agent_wall = last - start;
+    let agent_rss = ProcStatus::read(agent.pid()).rss;
     let taken = count_taken(&agent);
     assert_eq!(
         taken, n,
@@ -137,12 +171,13 @@ pub fn run(opts: &Options, root: &Path, bare: bool) -> (StormResult, StormRig) {
     let result = StormResult {
         claims: n,
         plugins: plugins.len(),
-        delay: opts.storm_delay,
+        delay: size.delay,
         agent_wall,
         agent_latency: latency,
         bare_wall,
-        ideal: ideal(n, plugins.len(), opts.storm_delay),
-        serial: opts.storm_delay * RPCS_PER_CLAIM * n as u32,
+        ideal: ideal(n, plugins.len(), size.delay),
+        serial: size.delay * RPCS_PER_CLAIM * n as u32,
+        agent_rss,
     };
     let rig = StormRig {
         agent,

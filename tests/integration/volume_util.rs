@@ -606,14 +606,36 @@ pub fn assert_nothing_mounted(dir: &Path) {
     );
 }
 
-/// `dir` is gone or empty: the agent removed the directories it made.
+/// The agent removed the directories it made for volumes and allocs
+/// under `csi` (its `data_dir/csi`): what is left, if anything, is the
+/// plugins' skeleton it keeps, `<plugin>/staging` and `<plugin>/per-alloc`,
+/// each empty.
 #[track_caller]
-pub fn assert_no_dirs_left(dir: &Path) {
-    let left: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
-        Err(_) => Vec::new(),
+pub fn assert_no_dirs_left(csi: &Path) {
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        match fs::read_dir(dir) {
+            Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+            Err(_) => Vec::new(),
+        }
     };
-    assert!(left.is_empty(), "left under {}: {left:?}", dir.display());
+    let mut left = Vec::new();
+    for plugin in entries(csi) {
+        if !plugin.is_dir() {
+            left.push(plugin);
+            continue;
+        }
+        for dir in entries(&plugin) {
+            let skeleton = ["staging", "per-alloc"]
+                .iter()
+                .any(|name| dir.file_name() == Some(name.as_ref()));
+            if skeleton && dir.is_dir() {
+                left.extend(entries(&dir));
+            } else {
+                left.push(dir);
+            }
+        }
+    }
+    assert!(left.is_empty(), "left under {}: {left:?}", csi.display());
 }
 
 #[cfg(test)]

@@ -47,6 +47,8 @@ impl VolumeManager {
             reply,
             deadline: now + CLAIM_DEADLINE,
         });
+        self.claim_deadlines
+            .push(std::cmp::Reverse(now + CLAIM_DEADLINE));
         // An idempotent repeat of a taken claim is answered at once.
         self.answer_claims(&req.volume_id);
     }

@@ -337,6 +337,10 @@ pub struct VolumeManager {
     /// When retries fall due, earliest first; entries whose retry has
     /// since been cleared or replaced are stale and cost one empty plan.
     retries: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    /// When claim waiters' deadlines pass, earliest first; a waiter
+    /// answered since leaves its deadline behind, which costs one look at
+    /// the waiters when it passes.
+    claim_deadlines: std::collections::BinaryHeap<std::cmp::Reverse<Instant>>,
     /// Events to record on plugins' health histories (a plugin that left
     /// a mount behind), for the main loop to apply to the registry.
     plugin_notes: Vec<(String, String)>,
@@ -364,6 +368,7 @@ impl VolumeManager {
             to_plan: BTreeSet::new(),
             retries: Default::default(),
             cluster: None,
+            claim_deadlines: Default::default(),
         }
     }
 

@@ -352,9 +352,30 @@ impl VolumeManager {
         true
     }
 
-    /// The next time a retry is due, so the loop can wake up for it.
-    pub fn next_retry(&self) -> Option<Instant> {
-        self.retries.peek().map(|std::cmp::Reverse((at, _))| *at)
+    /// The next time the loop must wake up for the volumes: a retry falls
+    /// due or a claim waiter's deadline passes.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let retry = self.retries.peek().map(|std::cmp::Reverse((at, _))| *at);
+        let deadline = self.claim_deadlines.peek().map(|std::cmp::Reverse(at)| *at);
+        retry.into_iter().chain(deadline).min()
+    }
+
+    /// Gives up the claims whose deadline passed (see
+    /// [`VolumeManager::tick`]); looks at the waiters only when a deadline
+    /// did pass.
+    pub fn expire_claims(&mut self, now: Instant) {
+        let mut passed = false;
+        while self
+            .claim_deadlines
+            .peek()
+            .is_some_and(|std::cmp::Reverse(at)| *at <= now)
+        {
+            self.claim_deadlines.pop();
+            passed = true;
+        }
+        if passed {
+            self.tick(now);
+        }
     }
 
     /// A plugin turned healthy: its volumes' waiting retries are due now.
