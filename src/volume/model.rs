@@ -154,6 +154,12 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Whether anything of this claim may be on the node: its publish or
+    /// its target bind (done, or maybe done).
+    pub fn is_on_node(&self) -> bool {
+        self.published != Step::Absent || self.target_mounted != Step::Absent
+    }
+
     /// Everything on the node for this claim is done.
     pub fn is_taken(&self, needs_target: bool) -> bool {
         self.published == Step::Done && (!needs_target || self.target_mounted == Step::Done)

@@ -32,29 +32,11 @@ struct Host {
 /// `n` hosts in `cluster`, their plugins started with `flags`. The last
 /// host's plugin owns the shared base dir: it is dropped last.
 fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
-    let node = |i: usize| format!("host-{i}");
-    let with_node = |i: usize| {
-        let mut all = flags.to_vec();
-        all.push("-node-id");
-        all.into_iter()
-            .map(str::to_string)
-            .chain([node(i)])
-            .collect::<Vec<String>>()
-    };
-    let owner_flags = with_node(n - 1);
-    let owner = Plugin::start_with(
-        &[],
-        &owner_flags.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let nodes: Vec<String> = (0..n).map(|i| format!("host-{i}")).collect();
+    let with_node = |i: usize| [flags, &["-node-id", nodes[i].as_str()]].concat();
+    let owner = Plugin::start_with(&[], &with_node(n - 1));
     let mut plugins: Vec<Plugin> = (0..n - 1)
-        .map(|i| {
-            let f = with_node(i);
-            Plugin::start_sharing(
-                &owner,
-                &[],
-                &f.iter().map(String::as_str).collect::<Vec<_>>(),
-            )
-        })
+        .map(|i| Plugin::start_sharing(&owner, &[], &with_node(i)))
         .collect();
     plugins.push(owner);
     let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
@@ -64,7 +46,7 @@ fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
         .map(|(i, plugin)| {
             let config = format!(
                 "\nnode_name = {:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
-                node(i),
+                nodes[i],
                 plugin.socket.display().to_string(),
                 endpoints.join(", ")
             );
@@ -73,7 +55,7 @@ fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
             Host {
                 agent,
                 plugin,
-                node: node(i),
+                node: nodes[i].clone(),
             }
         })
         .collect()

@@ -37,7 +37,7 @@ use crate::cluster::ops::{Answer, Op};
 use crate::cluster::volumes::VolumeEvent;
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
-use crate::volume::model::{Admission, Step, Volume};
+use crate::volume::model::{Admission, Volume};
 
 /// What the manager keeps about its cluster.
 pub(super) struct ClusterSide {
@@ -98,25 +98,22 @@ impl VolumeManager {
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
             for claim in v.claims.values_mut() {
-                match claim.admission {
-                    Admission::Local if claim.wanted => {
-                        claim.admission = Admission::Admitting;
-                        self.changed.insert(v.id.clone());
-                    }
-                    // A released claim goes without the cluster.
-                    Admission::Local | Admission::Admitted => continue,
-                    Admission::Admitting | Admission::Freeing => {}
+                if claim.admission == Admission::Local && claim.wanted {
+                    claim.admission = Admission::Admitting;
+                    self.changed.insert(v.id.clone());
                 }
-                side.ops.push(match claim.admission {
-                    Admission::Freeing => Op::Free {
-                        volume: v.id.clone(),
-                        alloc: claim.alloc_id.clone(),
-                    },
-                    _ => Op::Admit {
+                // A released local claim goes without the cluster.
+                match claim.admission {
+                    Admission::Admitting => side.ops.push(Op::Admit {
                         volume: v.id.clone(),
                         request: request(node, claim),
-                    },
-                });
+                    }),
+                    Admission::Freeing => side.ops.push(Op::Free {
+                        volume: v.id.clone(),
+                        alloc: claim.alloc_id.clone(),
+                    }),
+                    Admission::Local | Admission::Admitted => {}
+                }
             }
         }
         self.cluster = Some(side);
@@ -336,7 +333,7 @@ impl VolumeManager {
                 if claim.admission != Admission::Freeing {
                     return;
                 }
-                if claim.published == Step::Absent && claim.target_mounted == Step::Absent {
+                if !claim.is_on_node() {
                     self.forget_claim(&volume, &alloc);
                 } else {
                     // The node side is still being released: it goes on
@@ -383,7 +380,7 @@ impl VolumeManager {
             return false;
         }
         self.changed.insert(volume.to_string());
-        let nothing_here = claim.published == Step::Absent && claim.target_mounted == Step::Absent;
+        let nothing_here = !claim.is_on_node();
         if nothing_here && admission == Admission::Local {
             entry.volume.claims.remove(alloc);
             return true;

@@ -304,11 +304,7 @@ fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
     }
     match claim.admission {
         Admission::Admitting => return "admitting",
-        Admission::Freeing
-            if claim.published == Step::Absent && claim.target_mounted == Step::Absent =>
-        {
-            return "freeing"
-        }
+        Admission::Freeing if !claim.is_on_node() => return "freeing",
         _ => {}
     }
     if claim.wanted {
@@ -317,7 +313,7 @@ fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
         } else {
             "claiming"
         }
-    } else if claim.published != Step::Absent || claim.target_mounted != Step::Absent {
+    } else if claim.is_on_node() {
         "unpublishing"
     } else if v
         .stagings
