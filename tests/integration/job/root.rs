@@ -519,7 +519,8 @@ fn a_plugin_task_may_choose_its_mount_dir_and_base_dir() {
     rig.wait_running("app", &allocs[0]);
     let out = rig.backing.join("volumes/v1/out.txt");
     let start = Instant::now();
-    while !out.exists() && start.elapsed() < WAIT {
+    // The shell creates the file before it writes: wait for the line.
+    while fs::read_to_string(&out).ok().as_deref() != Some("hello\n") && start.elapsed() < WAIT {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(fs::read_to_string(&out).unwrap(), "hello\n");
