@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what building csi-agent needs on Debian, when it is missing:
-# cmake and g++ for gRPC's C++ core, clippy and rustfmt for `make lint`,
-# etcd, ip and nsenter for the cluster tests and `make cluster-demo`.
+# cmake and g++ for gRPC's C++ core (and the BoringSSL it links), clippy
+# and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
+# and `make cluster-demo`, openssl for the certificates of the TLS tests.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -15,6 +16,9 @@ command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 # demo's processes in them.
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
+# The TLS cluster tests make a CA and certificates with the openssl CLI,
+# which a minimal Debian lacks.
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq

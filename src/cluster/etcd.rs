@@ -9,15 +9,26 @@
 //! Streams (Watch, LeaseKeepAlive) are driven with the futures traits
 //! grpcio implements; a watch's events arrive on a channel fed by a thread
 //! of its own, so the caller waits with a timeout like on any channel.
+//!
+//! Members are spoken to in plain text (`http://`) or, given [`Tls`],
+//! over TLS (`https://`, every member alike): the member's certificate
+//! must chain to the given CA, and a client certificate, when given, is
+//! presented to members that ask for one (etcd's `--client-cert-auth`).
+//! TLS is BoringSSL inside gRPC's core, linked into the binary.
 
 use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use futures_util::{SinkExt, StreamExt};
-use grpcio::{CallOption, ChannelBuilder, RpcStatusCode, WriteFlags};
+use grpcio::{
+    CallOption, ChannelBuilder, ChannelCredentials, ChannelCredentialsBuilder, RpcStatusCode,
+    WriteFlags,
+};
 
 use crate::csi::client::{block_on, grpc_environment};
 use crate::proto::etcd as pb;
@@ -29,9 +40,21 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why an etcd call failed.
 #[derive(Debug)]
 pub enum Error {
-    /// An endpoint is not `http://host:port` (`https://` needs the TLS
-    /// build, which this binary does not have yet).
+    /// An endpoint is not `http://host:port`, or not `https://host:port`
+    /// when the client has [`Tls`] settings.
     Endpoint { endpoint: String, reason: String },
+    /// A TLS file (`field` of the cluster's `tls` block) cannot be read.
+    ReadTlsFile {
+        field: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// A TLS file holds no PEM block of the kind `field` needs.
+    NotPem {
+        field: &'static str,
+        path: PathBuf,
+        expected: &'static str,
+    },
     /// No member answered `what`: each member's reason.
     NoMember {
         what: &'static str,
@@ -62,6 +85,18 @@ impl fmt::Display for Error {
             Error::Endpoint { endpoint, reason } => {
                 write!(f, "invalid etcd endpoint {endpoint:?}: {reason}")
             }
+            Error::ReadTlsFile { field, path, .. } => {
+                write!(f, "cannot read the tls {field} {}", path.display())
+            }
+            Error::NotPem {
+                field,
+                path,
+                expected,
+            } => write!(
+                f,
+                "the tls {field} {} holds no PEM {expected} (a \"-----BEGIN ...\" block)",
+                path.display()
+            ),
             Error::NoMember { what, reasons } => {
                 write!(f, "no etcd member answered {what}")?;
                 for (i, (endpoint, reason)) in reasons.iter().enumerate() {
@@ -89,7 +124,91 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::ReadTlsFile { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// What the client checks and proves over TLS: the CA certificates a
+/// member's certificate must chain to, and optionally the client's own
+/// certificate and private key, all PEM. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct Tls {
+    ca: Vec<u8>,
+    /// The certificate (chain) and its key.
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca_bytes", &self.ca.len())
+            .field("client_certificate", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl Tls {
+    /// Reads the PEM files: `ca_file`, and `client` (`cert_file`,
+    /// `key_file`) when the members ask for a client certificate. Each
+    /// must hold a PEM block of its kind; whether they belong together is
+    /// found out by the TLS handshake.
+    pub fn load(ca_file: &Path, client: Option<(&Path, &Path)>) -> Result<Tls, Error> {
+        let ca = read_pem("ca_file", ca_file, "CERTIFICATE", "certificate")?;
+        let client = match client {
+            Some((cert_file, key_file)) => Some((
+                read_pem("cert_file", cert_file, "CERTIFICATE", "certificate")?,
+                read_pem("key_file", key_file, "PRIVATE KEY", "private key")?,
+            )),
+            None => None,
+        };
+        Ok(Tls { ca, client })
+    }
+
+    /// The credentials of one channel (gRPC takes them over).
+    fn credentials(&self) -> ChannelCredentials {
+        let builder = ChannelCredentialsBuilder::new().root_cert(self.ca.clone());
+        match &self.client {
+            Some((cert, key)) => builder.cert(cert.clone(), key.clone()).build(),
+            None => builder.build(),
+        }
+    }
+}
+
+/// The contents of `path`, which must hold a PEM block whose label ends
+/// with `label` ("CERTIFICATE"; "PRIVATE KEY" also takes "RSA PRIVATE
+/// KEY" and "EC PRIVATE KEY"). A DER file is refused here rather than by
+/// gRPC, which cannot take a NUL byte.
+fn read_pem(
+    field: &'static str,
+    path: &Path,
+    label: &str,
+    expected: &'static str,
+) -> Result<Vec<u8>, Error> {
+    let bytes = std::fs::read(path).map_err(|source| Error::ReadTlsFile {
+        field,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).unwrap_or("");
+    let has_block = text.lines().any(|line| {
+        line.strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.strip_suffix("-----"))
+            .is_some_and(|name| name.ends_with(label))
+    });
+    if !has_block || bytes.contains(&0) {
+        return Err(Error::NotPem {
+            field,
+            path: path.to_path_buf(),
+            expected,
+        });
+    }
+    Ok(bytes)
+}
 
 /// A key with its value and revisions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,33 +294,53 @@ pub struct Etcd {
     /// The member that answered last, tried first.
     current: AtomicUsize,
     timeout: Duration,
+    /// Over TLS without a client certificate: a member that wants one
+    /// ends the connection after the handshake, which gRPC reports only
+    /// as a failed read, so the reason says what it likely means.
+    without_client_cert: bool,
 }
 
-/// Checks that `endpoint` is one the client can use.
-pub fn check_endpoint(endpoint: &str) -> Result<(), Error> {
-    target(endpoint).map(drop)
+/// Checks that `endpoint` is one the client can use: `https://host:port`
+/// when it has TLS settings (`tls`), `http://host:port` otherwise. Every
+/// member is spoken to alike, so a cluster's endpoints cannot mix the two.
+pub fn check_endpoint(endpoint: &str, tls: bool) -> Result<(), Error> {
+    target(endpoint, tls).map(drop)
 }
 
-/// `http://host:port` as a gRPC target.
-fn target(endpoint: &str) -> Result<String, Error> {
+/// `http://host:port` (`https://` with `tls`) as a gRPC target.
+fn target(endpoint: &str, tls: bool) -> Result<String, Error> {
     let bad = |reason: &str| Error::Endpoint {
         endpoint: endpoint.to_string(),
         reason: reason.to_string(),
     };
-    if endpoint.starts_with("https://") {
-        return Err(bad(
-            "https needs csi-agent's TLS build, which this binary does not have",
-        ));
-    }
-    let rest = endpoint
-        .strip_prefix("http://")
-        .ok_or_else(|| bad("expected http://host:port"))?;
+    let expected = if tls {
+        "expected https://host:port"
+    } else {
+        "expected http://host:port"
+    };
+    let rest = if let Some(rest) = endpoint.strip_prefix("https://") {
+        if !tls {
+            return Err(bad(
+                "https needs the cluster's tls block, with at least ca_file",
+            ));
+        }
+        rest
+    } else if let Some(rest) = endpoint.strip_prefix("http://") {
+        if tls {
+            return Err(bad(
+                "plain http, but the cluster has a tls block: every endpoint must be https://",
+            ));
+        }
+        rest
+    } else {
+        return Err(bad(expected));
+    };
     let rest = rest.trim_end_matches('/');
     match rest.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
             Ok(rest.to_string())
         }
-        _ => Err(bad("expected http://host:port")),
+        _ => Err(bad(expected)),
     }
 }
 
@@ -230,9 +369,11 @@ fn reason(err: &grpcio::Error) -> String {
 }
 
 impl Etcd {
-    /// A client of the cluster at `endpoints` (`http://host:port` each).
-    /// Connecting is lazy: an unreachable member shows up in a call.
-    pub fn new(endpoints: &[String]) -> Result<Etcd, Error> {
+    /// A client of the cluster at `endpoints`: `http://host:port` each,
+    /// or with `tls`, `https://host:port` each. Connecting is lazy: an
+    /// unreachable member, or a TLS handshake a member refuses, shows up
+    /// in a call.
+    pub fn new(endpoints: &[String], tls: Option<&Tls>) -> Result<Etcd, Error> {
         if endpoints.is_empty() {
             return Err(Error::Endpoint {
                 endpoint: String::new(),
@@ -241,11 +382,15 @@ impl Etcd {
         }
         let mut members = Vec::new();
         for endpoint in endpoints {
-            let channel = ChannelBuilder::new(grpc_environment())
+            let target = target(endpoint, tls.is_some())?;
+            let builder = ChannelBuilder::new(grpc_environment())
                 .initial_reconnect_backoff(Duration::from_millis(100))
                 .max_reconnect_backoff(Duration::from_secs(1))
-                .use_local_subchannel_pool(true)
-                .connect(&target(endpoint)?);
+                .use_local_subchannel_pool(true);
+            let channel = match tls {
+                Some(tls) => builder.set_credentials(tls.credentials()).connect(&target),
+                None => builder.connect(&target),
+            };
             members.push(Member {
                 endpoint: endpoint.clone(),
                 kv: KvClient::new(channel.clone()),
@@ -257,6 +402,7 @@ impl Etcd {
             members,
             current: AtomicUsize::new(0),
             timeout: DEFAULT_TIMEOUT,
+            without_client_cert: tls.is_some_and(|tls| tls.client.is_none()),
         })
     }
 
@@ -264,6 +410,18 @@ impl Etcd {
     pub fn with_timeout(mut self, timeout: Duration) -> Etcd {
         self.timeout = timeout;
         self
+    }
+
+    /// A member's `reason` for not answering, with a hint when this client
+    /// has TLS but no certificate and the member ended the connection.
+    fn explain(&self, reason: String) -> String {
+        if self.without_client_cert && reason.contains("Endpoint read failed") {
+            format!(
+                "{reason} (it ended the TLS connection, as etcd does when it asks for a client certificate and gets none: give the tls block cert_file and key_file)"
+            )
+        } else {
+            reason
+        }
     }
 
     fn opt(&self) -> CallOption {
@@ -290,7 +448,7 @@ impl Etcd {
                 }
                 Err(err) if fails_over(&err) => {
                     log::debug!("etcd {what} at {}: {}", member.endpoint, reason(&err));
-                    reasons.push((member.endpoint.clone(), reason(&err)));
+                    reasons.push((member.endpoint.clone(), self.explain(reason(&err))));
                 }
                 Err(err) => {
                     let (code, message) = match &err {
@@ -613,13 +771,76 @@ mod tests {
 
     #[test]
     fn endpoints_are_http_host_port() {
-        assert_eq!(target("http://10.1.0.1:2379").unwrap(), "10.1.0.1:2379");
-        assert_eq!(target("http://etcd-1:2379/").unwrap(), "etcd-1:2379");
+        assert_eq!(
+            target("http://10.1.0.1:2379", false).unwrap(),
+            "10.1.0.1:2379"
+        );
+        assert_eq!(target("http://etcd-1:2379/", false).unwrap(), "etcd-1:2379");
         for bad in ["10.1.0.1:2379", "http://host", "http://:2379", "ftp://h:1"] {
-            assert!(target(bad).is_err(), "{bad}");
+            assert!(target(bad, false).is_err(), "{bad}");
         }
-        let err = target("https://h:2379").unwrap_err();
-        assert!(err.to_string().contains("TLS"), "{err}");
+    }
+
+    #[test]
+    fn with_tls_endpoints_are_https_host_port_and_only_then() {
+        assert_eq!(target("https://etcd-1:2379", true).unwrap(), "etcd-1:2379");
+        assert!(target("https://h", true).is_err());
+        let err = target("https://h:2379", false).unwrap_err();
+        assert!(
+            err.to_string().contains("needs the cluster's tls block"),
+            "{err}"
+        );
+        let err = target("http://h:2379", true).unwrap_err();
+        assert!(err.to_string().contains("must be https://"), "{err}");
+    }
+
+    fn write(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    #[test]
+    fn tls_files_must_exist_and_hold_pem_of_their_kind() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let key = b"-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n";
+        let ca = write(&dir, "ca.pem", cert);
+        let crt = write(&dir, "client.pem", cert);
+        let k = write(&dir, "client.key", key);
+        let tls = Tls::load(&ca, Some((&crt, &k))).unwrap();
+        // The key is never shown.
+        let shown = format!("{tls:?}");
+        assert!(!shown.contains("MHc"), "{shown}");
+
+        let missing = dir.join("missing.pem");
+        let err = Tls::load(&missing, None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("cannot read the tls ca_file {}", missing.display())
+        );
+        assert!(std::error::Error::source(&err).is_some());
+
+        // A key where the certificate belongs, and the other way round.
+        let err = Tls::load(&ca, Some((&k, &k))).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "the tls cert_file {} holds no PEM certificate",
+                k.display()
+            )),
+            "{err}"
+        );
+        let err = Tls::load(&ca, Some((&crt, &crt))).unwrap_err();
+        assert!(err.to_string().contains("key_file"), "{err}");
+        // DER (binary, with NUL bytes) is not PEM.
+        let der = write(&dir, "ca.der", b"\x30\x82\x01\x00\x00");
+        let err = Tls::load(&der, None).unwrap_err();
+        assert!(
+            err.to_string().contains("holds no PEM certificate"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
-use super::etcd::Etcd;
+use super::etcd::{Etcd, Tls};
 use super::node::{self, NodeEvent, Registration};
 use crate::csi::Backoff;
 use crate::proto::cluster as pb;
@@ -58,12 +58,22 @@ pub fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
 }
 
 impl Member {
-    /// Starts registering `record` in the cluster `config` names.
+    /// Starts registering `record` in the cluster `config` names. Its TLS
+    /// files, if any, are read here: a missing one fails the start.
     pub fn start(
         config: &ClusterConfig,
         record: pb::NodeRecord,
     ) -> Result<Member, super::etcd::Error> {
-        let etcd = Arc::new(Etcd::new(&config.etcd)?.with_timeout(CALL_TIMEOUT));
+        let tls = match &config.tls {
+            Some(tls) => Some(Tls::load(
+                &tls.ca_file,
+                tls.client_cert
+                    .as_ref()
+                    .map(|c| (c.cert_file.as_path(), c.key_file.as_path())),
+            )?),
+            None => None,
+        };
+        let etcd = Arc::new(Etcd::new(&config.etcd, tls.as_ref())?.with_timeout(CALL_TIMEOUT));
         let (stop_tx, stop_rx) = bounded::<()>(1);
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
         let (thread_etcd, prefix, ttl) = (etcd.clone(), config.prefix.clone(), config.lease_ttl);

@@ -182,10 +182,10 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// The key prefix of a cluster unless `prefix` says otherwise.
 pub const DEFAULT_CLUSTER_PREFIX: &str = "/csi-agent";
 
-/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect }`.
+/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect, tls }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
-    /// `http://host:port` of each etcd member.
+    /// `http://host:port` of each etcd member (`https://` with `tls`).
     pub etcd: Vec<String>,
     /// Every key of the cluster starts with it.
     pub prefix: String,
@@ -194,6 +194,26 @@ pub struct ClusterConfig {
     /// Nomad's `disconnect.stop_on_client_after`: how long a disconnected
     /// agent keeps the tasks that hold single-writer claims.
     pub stop_after_disconnect: Option<Duration>,
+    /// `tls { ca_file, cert_file, key_file }`: etcd over TLS.
+    pub tls: Option<ClusterTls>,
+}
+
+/// The PEM files of a cluster's `tls` block, read when the agent
+/// connects (so a renewed certificate is taken at the next start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTls {
+    /// The CA certificates the etcd members' certificates chain to.
+    pub ca_file: PathBuf,
+    /// The agent's certificate and private key, for members that ask for
+    /// one (etcd's `--client-cert-auth`).
+    pub client_cert: Option<ClientCert>,
+}
+
+/// `cert_file` and `key_file`, given together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 impl AgentConfig {
@@ -251,6 +271,15 @@ impl AgentConfig {
             w.duration("lease_ttl", cluster.lease_ttl);
             if let Some(after) = cluster.stop_after_disconnect {
                 w.duration("stop_after_disconnect", after);
+            }
+            if let Some(tls) = &cluster.tls {
+                w.open("tls", None);
+                w.string("ca_file", &tls.ca_file.to_string_lossy());
+                if let Some(client) = &tls.client_cert {
+                    w.string("cert_file", &client.cert_file.to_string_lossy());
+                    w.string("key_file", &client.key_file.to_string_lossy());
+                }
+                w.close();
             }
             w.close();
         }
@@ -362,9 +391,13 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     config
 }
 
-/// The `cluster` block: at least one etcd endpoint, each `http://host:port`
-/// (`https://` needs the TLS build, which this binary does not have).
+/// The `cluster` block: at least one etcd endpoint, each `http://host:port`,
+/// or with a `tls` block each `https://host:port`.
 fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
+    // Whether TLS is wanted is known from the block's presence, even when
+    // its fields are wrong: the endpoints are checked against it.
+    let tls_block = c.block("tls");
+    let tls = tls_block.and_then(|block| decode_cluster_tls(&mut c.nested(block)));
     let etcd = c.strings("etcd");
     let etcd = c.require("etcd", etcd);
     if let Some(endpoints) = &etcd {
@@ -375,7 +408,7 @@ fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
             );
         }
         for endpoint in endpoints {
-            if let Err(err) = crate::cluster::etcd::check_endpoint(endpoint) {
+            if let Err(err) = crate::cluster::etcd::check_endpoint(endpoint, tls_block.is_some()) {
                 c.error(c.pos(), err.to_string());
             }
         }
@@ -398,18 +431,57 @@ fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
         }
     }
     let stop_after_disconnect = c.duration("stop_after_disconnect");
-    if let Some(block) = c.block("tls") {
-        c.error(
-            block.kind.span.start,
-            "cluster TLS is not supported by this build yet: use http:// endpoints",
-        );
-    }
     c.finish();
     Some(ClusterConfig {
         etcd: etcd?,
         prefix: prefix.unwrap_or_else(|| DEFAULT_CLUSTER_PREFIX.to_string()),
         lease_ttl: lease_ttl.unwrap_or(DEFAULT_LEASE_TTL),
         stop_after_disconnect,
+        tls,
+    })
+}
+
+/// The cluster's `tls` block: `ca_file`, and `cert_file` with `key_file`
+/// or neither, absolute paths. The files are read when the agent
+/// connects, on the host it runs on.
+fn decode_cluster_tls(t: &mut Fields<'_>) -> Option<ClusterTls> {
+    let ca_file = absolute_path(t, "ca_file").map(|(path, _)| path);
+    let ca_file = if t.has("ca_file") {
+        ca_file
+    } else {
+        t.error(
+            t.pos(),
+            "missing required attribute \"ca_file\" in the cluster's tls block: the CA that etcd's certificates are checked against",
+        );
+        None
+    };
+    let cert = absolute_path(t, "cert_file");
+    let key = absolute_path(t, "key_file");
+    let client_cert = match (cert, key, t.has("cert_file"), t.has("key_file")) {
+        (Some((cert_file, _)), Some((key_file, _)), _, _) => Some(ClientCert {
+            cert_file,
+            key_file,
+        }),
+        (_, _, true, false) => {
+            t.error(
+                t.pos(),
+                "\"cert_file\" in the cluster's tls block needs \"key_file\", its private key",
+            );
+            None
+        }
+        (_, _, false, true) => {
+            t.error(
+                t.pos(),
+                "\"key_file\" in the cluster's tls block needs \"cert_file\", the certificate it belongs to",
+            );
+            None
+        }
+        _ => None,
+    };
+    t.finish();
+    Some(ClusterTls {
+        ca_file: ca_file?,
+        client_cert,
     })
 }
 

@@ -56,9 +56,9 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos, Syntax};
 
 pub use agent::{
-    AgentConfig, ChrootEntry, ClusterConfig, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV,
-    DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL,
-    TASK_ROOT_DIRS,
+    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
+    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_LEASE_TTL, TASK_ROOT_DIRS,
 };
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{
@@ -165,7 +165,7 @@ impl fmt::Display for FileKind {
 /// A spec of any of the three kinds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SpecFile {
-    Agent(AgentConfig),
+    Agent(Box<AgentConfig>),
     Volume(Box<VolumeSpec>),
     Job(Job),
 }
@@ -193,7 +193,9 @@ impl SpecFile {
             })
         }
         match kind {
-            FileKind::Agent => wrap(AgentConfig::decode(src, file), SpecFile::Agent),
+            FileKind::Agent => wrap(AgentConfig::decode(src, file), |c| {
+                SpecFile::Agent(Box::new(c))
+            }),
             FileKind::Volume => wrap(VolumeSpec::decode(src, file), |v| {
                 SpecFile::Volume(Box::new(v))
             }),

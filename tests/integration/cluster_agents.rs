@@ -3,18 +3,29 @@
 //! a live agent makes a second agent with it stop with the reason, a
 //! stopped agent leaves the list at once, and an agent whose etcd is gone
 //! reports itself disconnected. An agent without a `cluster` block says
-//! it is in none.
+//! it is in none. With a `tls` block the agent speaks TLS to etcd and
+//! presents its client certificate; a TLS file it cannot read stops it,
+//! naming the file.
 
+use std::fs;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::etcd::{require_etcd, Cluster};
-use crate::harness::{text, Agent, WAIT};
+use crate::etcd::{require_etcd, require_openssl, Cluster};
+use crate::harness::{config_text, output_within, text, Agent, WAIT};
+use crate::util::{bin, TestDir};
 
-/// The config of an agent named `node` in `cluster`, with a 2 s lease.
+/// The config of an agent named `node` in `cluster`, with a 2 s lease
+/// (and, when the cluster speaks TLS, its CA and the client certificate).
 pub fn cluster_block(cluster: &Cluster, node: &str) -> String {
     let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
+    let tls = cluster
+        .certs
+        .as_ref()
+        .map(|c| c.tls_block())
+        .unwrap_or_default();
     format!(
-        "\nnode_name = {node:?}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n}}\n",
+        "\nnode_name = {node:?}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n{tls}}}\n",
         endpoints.join(", ")
     )
 }
@@ -132,6 +143,57 @@ fn an_agent_without_a_cluster_block_is_in_none() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not in a cluster"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn agents_with_a_tls_block_register_over_tls_and_see_each_other() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let a = Agent::start_with_config(&cluster_block(&cluster, "node-a"));
+    let _b = Agent::start_with_config(&cluster_block(&cluster, "node-b"));
+    // node status reads etcd through the agent, over the agent's TLS.
+    let seen = node_status_until(&a, "both nodes", |s| {
+        lists(s, "node-a") && lists(s, "node-b")
+    });
+    assert!(
+        seen.starts_with("This agent: node node-a (connected)"),
+        "{seen}"
+    );
+    // The key was never logged, even at debug level.
+    let key = fs::read_to_string(&cluster.certs.as_ref().unwrap().client_key).unwrap();
+    let body = key.lines().nth(1).unwrap();
+    assert!(!a.log().contains(body), "{}", a.log());
+}
+
+#[test]
+fn an_agent_whose_tls_key_file_cannot_be_read_stops_naming_it() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let dir = TestDir::new();
+    let certs = cluster.certs.as_ref().unwrap();
+    let missing = dir.join("missing.key");
+    let block = cluster_block(&cluster, "node-a")
+        .replace(&format!("{:?}", certs.client_key), &format!("{missing:?}"));
+    let config = dir.join("agent.hcl");
+    fs::write(&config, config_text(&dir.join("data"), &[]) + &block).unwrap();
+    let out = output_within(
+        Command::new(bin()).args(["agent", "-config", &config.display().to_string()]),
+        WAIT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cluster: cannot read the tls key_file {}: No such file or directory",
+            missing.display()
+        )),
         "{}",
         text(&out)
     );

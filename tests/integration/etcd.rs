@@ -3,21 +3,26 @@
 //! the test's own, each in its test dir, killed in `Drop`. A cluster may
 //! listen on another address of the root namespace instead
 //! ([`Cluster::start_on`]): a [`crate::netns::Net`]'s bridge, for agents
-//! in its namespaces.
+//! in its namespaces. A cluster may speak TLS to its clients and ask them
+//! for a certificate ([`Cluster::start_tls`]), with a CA and certificates
+//! the test makes with the `openssl` CLI ([`Certs`]).
 //!
 //! What the cluster module builds on is checked here: keys and prefixes,
 //! the revision-compared transaction that lets exactly one of two racing
 //! writers win, leases that take their keys with them, watches that miss
-//! nothing from a revision on, fail-over when a member dies, and a clear
-//! error (not a hang) when a majority is gone.
+//! nothing from a revision on, fail-over when a member dies, a clear
+//! error (not a hang) when a majority is gone, and TLS with client
+//! certificates: the right CA and certificate work, no certificate or
+//! another CA is refused.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use csi_agent::cluster::etcd::{Error, Etcd, Event};
+use csi_agent::cluster::etcd::{Error, Etcd, Event, Tls};
 
 use crate::util::TestDir;
 
@@ -37,6 +42,112 @@ pub fn require_etcd() -> bool {
     found
 }
 
+/// Whether the `openssl` CLI is installed; under CI its absence is a
+/// failure.
+pub fn require_openssl() -> bool {
+    let found = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("openssl is not installed; `make deps` installs it");
+        }
+        eprintln!("skipping: openssl is not installed (`make deps` installs it)");
+    }
+    found
+}
+
+/// A test CA, the certificates it signed for etcd's members and for a
+/// client, and a CA that signed nothing of them; PEM files with P-256
+/// keys, valid for two days.
+pub struct Certs {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub other_ca: PathBuf,
+}
+
+impl Certs {
+    /// Makes them in `dir`; the members' certificate names `addr` (and
+    /// 127.0.0.1), which is what a client checks it against.
+    pub fn make(dir: &Path, addr: IpAddr) -> Certs {
+        let path = |name: &str| dir.join(name).display().to_string();
+        let new_key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+        for ca in ["ca", "other-ca"] {
+            openssl(&format!(
+                "req -x509 {new_key} -days 2 -subj /CN={ca} \
+                 -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+                 -keyout {} -out {}",
+                path(&format!("{ca}.key")),
+                path(&format!("{ca}.pem")),
+            ));
+        }
+        // etcd also presents its certificate as a client, to itself (its
+        // gRPC gateway), so the members' certificate is for both.
+        let server_ext = format!(
+            "subjectAltName=IP:127.0.0.1,IP:{addr}\nextendedKeyUsage=serverAuth,clientAuth\n"
+        );
+        for (name, extensions) in [
+            ("server", server_ext.as_str()),
+            ("client", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            std::fs::write(path(&format!("{name}.ext")), extensions).unwrap();
+            openssl(&format!(
+                "req -new {new_key} -subj /CN={name} -keyout {} -out {}",
+                path(&format!("{name}.key")),
+                path(&format!("{name}.csr")),
+            ));
+            openssl(&format!(
+                "x509 -req -in {} -CA {} -CAkey {} -set_serial 2 -days 2 -extfile {} -out {}",
+                path(&format!("{name}.csr")),
+                path("ca.pem"),
+                path("ca.key"),
+                path(&format!("{name}.ext")),
+                path(&format!("{name}.pem")),
+            ));
+        }
+        Certs {
+            ca: dir.join("ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
+            other_ca: dir.join("other-ca.pem"),
+        }
+    }
+
+    /// The CA and the client's certificate: what etcd accepts.
+    pub fn client_tls(&self) -> Tls {
+        Tls::load(&self.ca, Some((&self.client_cert, &self.client_key))).unwrap()
+    }
+
+    /// `tls { ... }` of a cluster block, with the client's certificate.
+    pub fn tls_block(&self) -> String {
+        format!(
+            "  tls {{\n    ca_file   = {:?}\n    cert_file = {:?}\n    key_file  = {:?}\n  }}\n",
+            self.ca, self.client_cert, self.client_key
+        )
+    }
+}
+
+/// Runs `openssl` with `args`, split at whitespace (the test's paths
+/// have none).
+fn openssl(args: &str) {
+    let out = Command::new("openssl")
+        .args(args.split_whitespace())
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A port of `addr` that nobody listens on now.
 fn free_port(addr: IpAddr) -> u16 {
     TcpListener::bind((addr, 0))
@@ -54,6 +165,8 @@ pub struct Cluster {
     /// Each member's command line, to start it again.
     args: Vec<Vec<String>>,
     pub clients: Vec<String>,
+    /// With TLS: the certificates, which the members ask clients for.
+    pub certs: Option<Certs>,
 }
 
 impl Cluster {
@@ -66,10 +179,26 @@ impl Cluster {
     /// address of the root namespace, e.g. [`crate::netns::Net::bridge_addr`],
     /// and waits for a leader.
     pub fn start_on(n: usize, addr: IpAddr) -> Cluster {
+        Cluster::start_with(n, addr, false)
+    }
+
+    /// Starts `n` members on loopback that speak TLS to clients (peers
+    /// stay plain) and ask each client for a certificate signed by the
+    /// test's CA (etcd's `--client-cert-auth`); waits for a leader.
+    pub fn start_tls(n: usize) -> Cluster {
+        Cluster::start_with(n, Ipv4Addr::LOCALHOST.into(), true)
+    }
+
+    fn start_with(n: usize, addr: IpAddr, tls: bool) -> Cluster {
         let dir = TestDir::new();
+        let certs = tls.then(|| Certs::make(&dir.path, addr));
         let peers: Vec<u16> = (0..n).map(|_| free_port(addr)).collect();
         let clients: Vec<u16> = (0..n).map(|_| free_port(addr)).collect();
         let url = |port: u16| format!("http://{}", SocketAddr::new(addr, port));
+        let client_url = |port: u16| match tls {
+            true => format!("https://{}", SocketAddr::new(addr, port)),
+            false => url(port),
+        };
         let initial: Vec<String> = peers
             .iter()
             .enumerate()
@@ -79,15 +208,15 @@ impl Cluster {
         let mut members = Vec::new();
         let mut all_args = Vec::new();
         for i in 0..n {
-            let args: Vec<String> = [
+            let mut args: Vec<String> = [
                 "--name",
                 &format!("m{i}"),
                 "--data-dir",
                 &dir.join(&format!("m{i}")).display().to_string(),
                 "--listen-client-urls",
-                &url(clients[i]),
+                &client_url(clients[i]),
                 "--advertise-client-urls",
-                &url(clients[i]),
+                &client_url(clients[i]),
                 "--listen-peer-urls",
                 &url(peers[i]),
                 "--initial-advertise-peer-urls",
@@ -106,6 +235,16 @@ impl Cluster {
             .iter()
             .map(|a| a.to_string())
             .collect();
+            if let Some(certs) = &certs {
+                for (flag, path) in [
+                    ("--cert-file", &certs.server_cert),
+                    ("--key-file", &certs.server_key),
+                    ("--trusted-ca-file", &certs.ca),
+                ] {
+                    args.extend([flag.to_string(), path.display().to_string()]);
+                }
+                args.push("--client-cert-auth".into());
+            }
             members.push(Some(spawn_member(&dir, i, &args)));
             all_args.push(args);
         }
@@ -113,7 +252,8 @@ impl Cluster {
             dir,
             members,
             args: all_args,
-            clients: clients.iter().map(|&p| url(p)).collect(),
+            clients: clients.iter().map(|&p| client_url(p)).collect(),
+            certs,
         };
         cluster.wait_ready();
         cluster
@@ -125,8 +265,16 @@ impl Cluster {
         self.members[i] = Some(spawn_member(&self.dir, i, &self.args[i]));
     }
 
+    /// A client of the cluster; with TLS, one with the test CA and the
+    /// client's certificate.
     pub fn client(&self) -> Etcd {
-        Etcd::new(&self.clients)
+        let tls = self.certs.as_ref().map(Certs::client_tls);
+        self.client_with(tls.as_ref())
+    }
+
+    /// A client with these TLS settings.
+    pub fn client_with(&self, tls: Option<&Tls>) -> Etcd {
+        Etcd::new(&self.clients, tls)
             .unwrap()
             .with_timeout(Duration::from_secs(2))
     }
@@ -368,4 +516,105 @@ fn a_dead_member_is_failed_over_and_a_lost_majority_is_a_clear_error() {
     for endpoint in &cluster.clients {
         assert!(text.contains(endpoint.as_str()), "{text}");
     }
+}
+
+#[test]
+fn over_tls_a_client_with_the_ca_and_a_certificate_reads_writes_and_watches() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    assert!(cluster.clients[0].starts_with("https://"));
+    let etcd = cluster.client();
+    let revision = etcd.put(b"/csi/tls/a", b"one", 0).unwrap();
+    let watch = etcd.watch_prefix(b"/csi/tls/", revision + 1).unwrap();
+    etcd.put(b"/csi/tls/b", b"two", 0).unwrap();
+    assert_eq!(etcd.get(b"/csi/tls/a").unwrap().unwrap().value, b"one");
+    let (all, _) = etcd.get_prefix(b"/csi/tls/").unwrap();
+    assert_eq!(all.len(), 2);
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(10), "no watch event");
+        match watch.next(Duration::from_secs(5)) {
+            Ok(batch) if batch.events.is_empty() => {}
+            Ok(batch) => {
+                assert_eq!(batch.events[0].key(), b"/csi/tls/b");
+                break;
+            }
+            Err(Error::Timeout) => {}
+            Err(err) => panic!("{err}"),
+        }
+    }
+    // A lease too: the keep-alive is a stream of its own.
+    let (lease, _) = etcd.grant(Duration::from_secs(5)).unwrap();
+    assert!(etcd.keep_alive(lease).unwrap() > 0);
+}
+
+/// The text of a refused Range: every member's reason.
+fn refused(etcd: &Etcd) -> String {
+    let err = etcd.get(b"/csi/tls/a").unwrap_err();
+    assert!(matches!(err, Error::NoMember { .. }), "{err:?}");
+    err.to_string()
+}
+
+#[test]
+fn over_tls_a_client_without_a_certificate_is_refused() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let certs = cluster.certs.as_ref().unwrap();
+    let tls = Tls::load(&certs.ca, None).unwrap();
+    let text = refused(&cluster.client_with(Some(&tls)));
+    assert!(
+        text.starts_with(&format!(
+            "no etcd member answered Range: {}: 14-UNAVAILABLE",
+            cluster.clients[0]
+        )),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("(it ended the TLS connection, as etcd does when it asks for a client certificate and gets none: give the tls block cert_file and key_file)"),
+        "{text}"
+    );
+    // The client with a certificate is let in by the same member.
+    cluster.client().get(b"/csi/tls/a").unwrap();
+}
+
+#[test]
+fn over_tls_a_client_trusting_another_ca_refuses_the_member() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let certs = cluster.certs.as_ref().unwrap();
+    let tls = Tls::load(
+        &certs.other_ca,
+        Some((&certs.client_cert, &certs.client_key)),
+    )
+    .unwrap();
+    let text = refused(&cluster.client_with(Some(&tls)));
+    assert!(
+        text.starts_with(&format!(
+            "no etcd member answered Range: {}: 14-UNAVAILABLE",
+            cluster.clients[0]
+        )),
+        "{text}"
+    );
+    // BoringSSL's reason, as gRPC passes it on.
+    assert!(text.contains("CERTIFICATE_VERIFY_FAILED"), "{text}");
+}
+
+#[test]
+fn a_plain_client_of_a_tls_member_is_refused_by_its_endpoints() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let err = Etcd::new(&cluster.clients, None).err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("https needs the cluster's tls block"),
+        "{err}"
+    );
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use csi_agent::csi::Endpoint;
-use csi_agent::spec::{AgentConfig, ChrootEntry, HostVolume, PluginConfig, PluginType};
+use csi_agent::spec::{
+    AgentConfig, ChrootEntry, ClientCert, ClusterTls, HostVolume, PluginConfig, PluginType,
+};
 use log::LevelFilter;
 
 use super::{agent, assert_one_error, errors, fixture, ok};
@@ -287,19 +289,129 @@ fn the_cluster_fixture_decodes_its_etcd_members_with_defaults_filled() {
 
 #[test]
 fn a_cluster_block_needs_usable_etcd_endpoints() {
-    let errs = errors(agent(
-        "cluster {\n  etcd = [\"https://10.1.0.1:2379\"]\n  tls {\n    ca_file = \"/ca\"\n  }\n}\n",
-    ));
-    assert!(errs.iter().any(|e| e.contains("TLS build")), "{errs:?}");
-    assert!(
-        errs.iter()
-            .any(|e| e.contains("cluster TLS is not supported")),
-        "{errs:?}"
-    );
     let errs = errors(agent("cluster {\n  prefix = \"x\"\n}\n"));
     assert!(errs.iter().any(|e| e.contains("\"etcd\"")), "{errs:?}");
     assert!(
         errs.iter().any(|e| e.contains("must start with /")),
         "{errs:?}"
     );
+}
+
+/// A cluster block with `etcd` and `tls` bodies as given.
+fn tls_cluster(etcd: &str, tls: &str) -> String {
+    format!("cluster {{\n  etcd = [{etcd}]\n  tls {{\n{tls}  }}\n}}\n")
+}
+
+const CLIENT_CERT: &str = "    ca_file   = \"/etc/csi-agent/etcd-ca.pem\"\n    cert_file = \"/etc/csi-agent/etcd-client.pem\"\n    key_file  = \"/etc/csi-agent/etcd-client.key\"\n";
+
+#[test]
+fn a_tls_block_decodes_its_files_and_writes_back_as_it_reads() {
+    let decoded = ok(agent(&tls_cluster(
+        "\"https://10.1.0.1:2379\", \"https://10.1.0.2:2379\"",
+        CLIENT_CERT,
+    )));
+    let cluster = decoded.spec.cluster.clone().unwrap();
+    assert_eq!(
+        cluster.tls,
+        Some(ClusterTls {
+            ca_file: PathBuf::from("/etc/csi-agent/etcd-ca.pem"),
+            client_cert: Some(ClientCert {
+                cert_file: PathBuf::from("/etc/csi-agent/etcd-client.pem"),
+                key_file: PathBuf::from("/etc/csi-agent/etcd-client.key"),
+            }),
+        })
+    );
+    assert_eq!(ok(agent(&decoded.spec.to_hcl())).spec, decoded.spec);
+}
+
+#[test]
+fn a_tls_block_with_only_a_ca_presents_no_client_certificate() {
+    let decoded = ok(agent(&tls_cluster(
+        "\"https://etcd:2379\"",
+        "    ca_file = \"/ca.pem\"\n",
+    )));
+    let tls = decoded.spec.cluster.clone().unwrap().tls.unwrap();
+    assert_eq!(tls.ca_file, PathBuf::from("/ca.pem"));
+    assert_eq!(tls.client_cert, None);
+    assert_eq!(ok(agent(&decoded.spec.to_hcl())).spec, decoded.spec);
+}
+
+#[test]
+fn https_endpoints_need_a_tls_block() {
+    let errs = errors(agent(
+        "cluster {\n  etcd = [\"https://10.1.0.1:2379\"]\n}\n",
+    ));
+    assert_eq!(
+        errs,
+        ["test.hcl:1:1: invalid etcd endpoint \"https://10.1.0.1:2379\": https needs the cluster's tls block, with at least ca_file"]
+    );
+}
+
+#[test]
+fn a_tls_block_refuses_each_http_endpoint_naming_it() {
+    let errs = errors(agent(&tls_cluster(
+        "\"https://10.1.0.1:2379\", \"http://10.1.0.2:2379\"",
+        CLIENT_CERT,
+    )));
+    assert_eq!(
+        errs,
+        ["test.hcl:1:1: invalid etcd endpoint \"http://10.1.0.2:2379\": plain http, but the cluster has a tls block: every endpoint must be https://"]
+    );
+}
+
+#[test]
+fn without_a_tls_block_http_and_https_do_not_mix() {
+    let errs = errors(agent(
+        "cluster {\n  etcd = [\"http://10.1.0.1:2379\", \"https://10.1.0.2:2379\"]\n}\n",
+    ));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].contains("\"https://10.1.0.2:2379\""), "{errs:?}");
+}
+
+#[test]
+fn a_tls_block_needs_a_ca_file() {
+    let errs = errors(agent(&tls_cluster(
+        "\"https://etcd:2379\"",
+        "    cert_file = \"/c.pem\"\n    key_file = \"/c.key\"\n",
+    )));
+    assert_eq!(
+        errs,
+        ["test.hcl:3:3: missing required attribute \"ca_file\" in the cluster's tls block: the CA that etcd's certificates are checked against"]
+    );
+}
+
+#[test]
+fn a_client_certificate_needs_its_key_and_a_key_its_certificate() {
+    let errs = errors(agent(&tls_cluster(
+        "\"https://etcd:2379\"",
+        "    ca_file = \"/ca.pem\"\n    cert_file = \"/c.pem\"\n",
+    )));
+    assert_eq!(
+        errs,
+        ["test.hcl:3:3: \"cert_file\" in the cluster's tls block needs \"key_file\", its private key"]
+    );
+    let errs = errors(agent(&tls_cluster(
+        "\"https://etcd:2379\"",
+        "    ca_file = \"/ca.pem\"\n    key_file = \"/c.key\"\n",
+    )));
+    assert_eq!(
+        errs,
+        ["test.hcl:3:3: \"key_file\" in the cluster's tls block needs \"cert_file\", the certificate it belongs to"]
+    );
+}
+
+#[test]
+fn tls_files_are_absolute_paths_and_the_block_knows_no_other_field() {
+    let errs = errors(agent(&tls_cluster(
+        "\"https://etcd:2379\"",
+        "    ca_file = \"ca.pem\"\n    insecure = true\n",
+    )));
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].contains(
+            "\"ca_file\" in tls in the agent config must be an absolute path, found \"ca.pem\""
+        ),
+        "{errs:?}"
+    );
+    assert!(errs[1].contains("insecure"), "{errs:?}");
 }
