@@ -198,3 +198,24 @@ fn an_agent_whose_tls_key_file_cannot_be_read_stops_naming_it() {
         text(&out)
     );
 }
+
+#[test]
+fn an_agent_trusting_another_ca_is_not_connected_and_node_status_says_why() {
+    if !require_etcd() || !require_openssl() {
+        return;
+    }
+    let cluster = Cluster::start_tls(1);
+    let certs = cluster.certs.as_ref().unwrap();
+    let block = cluster_block(&cluster, "node-a")
+        .replace(&format!("{:?}", certs.ca), &format!("{:?}", certs.other_ca));
+    let a = Agent::start_with_config(&block);
+    let out = a.cli(&["node", "status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot list the cluster's nodes: no etcd member answered Range")
+            && stderr.contains("CERTIFICATE_VERIFY_FAILED"),
+        "{}",
+        text(&out)
+    );
+}
