@@ -2,7 +2,7 @@
 #
 # Everything but `make static` and `make bench` uses cargo's dev profile,
 # whose dependencies are compiled optimised (see Cargo.toml): gRPC's C++ core
-# is built once (10-20 minutes on two cores) and shared by build, test, lint,
+# is built once, with BoringSSL (15-25 minutes on two cores), and shared by build, test, lint,
 # demo and e2e. `make static` is a release build for musl, and `make bench`
 # the optimised bench profile; each compiles it once more.
 
