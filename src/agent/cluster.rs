@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use crossbeam_channel::{unbounded, Receiver};
 
 use crate::cluster::attachments::Attacher;
+use crate::cluster::fence::Fencer;
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::node;
@@ -44,6 +45,8 @@ pub(super) struct ClusterMember {
     pub answers: Receiver<Answer>,
     /// Watches the cluster's volumes and claim sets.
     _watch: VolumeWatch,
+    /// This node's candidacy to fence lost nodes.
+    _fencer: Fencer,
     pub volume_events: Receiver<VolumeEvent>,
     /// This node's candidacies for plugins' controller elections: one per
     /// plugin with a healthy controller that attaches, by plugin ID.
@@ -75,6 +78,8 @@ impl Agent {
         let (events_tx, volume_events) = unbounded();
         let watch = VolumeWatch::start(member.etcd(), &config.prefix, events_tx)
             .map_err(|err| cannot("volume watch", err))?;
+        let fencer = Fencer::start(member.etcd(), &config.prefix, &node, config.lease_ttl)
+            .map_err(|err| cannot("fencer", err))?;
         self.volumes
             .join_cluster(&node, Attacher::new(member.etcd(), &config.prefix, &node));
         self.cluster = Some(ClusterMember {
@@ -84,6 +89,7 @@ impl Agent {
             ops,
             answers,
             _watch: watch,
+            _fencer: fencer,
             volume_events,
             candidates: BTreeMap::new(),
             prefix: config.prefix.clone(),

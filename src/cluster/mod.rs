@@ -11,7 +11,8 @@
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
 //! | [`volumes`] | `volumes/<id>`: each volume's record as true on every host, written by the agent that registered or changed it; the watch every agent learns them (and the claim sets) from |
-//! | [`election`] | `controllers/<plugin>`: the plugin's controller election on the leader's node lease, at most one leader per plugin |
+//! | [`election`] | `controllers/<plugin>` and `fencer`: elections on the leader's lease, at most one leader each; a candidate's life (campaign, follow, lead, start over) |
+//! | [`fence`] | lost nodes: the fencer marks their claims past, has the controller leader detach them, frees them; `volume detach -force -node` |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
 //! | [`member`] | the agent as a member: the thread that registers the node (retrying while etcd is out of reach) and reports connected, disconnected, or a name another agent holds |
 //! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
@@ -35,6 +36,7 @@ pub mod attachments;
 pub mod claims;
 pub mod election;
 pub mod etcd;
+pub mod fence;
 pub mod leader;
 pub mod member;
 pub mod node;

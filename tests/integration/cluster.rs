@@ -342,7 +342,7 @@ fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
     let snw = AccessMode::SingleNodeWriter;
     sets.admit("v1", &request("a", "w1", false, snw)).unwrap();
     sets.admit("v2", &request("b", "w2", false, snw)).unwrap();
-    assert_eq!(sets.node_lost("a").unwrap(), ["v1"]);
+    assert!(sets.mark_lost("v1", "a", "node lost").unwrap());
     let (set, _) = sets.read("v1").unwrap();
     assert!(!set.claims[0].wanted);
     assert_eq!(set.claims[0].reason, "node lost");
@@ -353,7 +353,8 @@ fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
     assert!(err.to_string().contains("claimed on node a"), "{err}");
     // Node b's claims are untouched; losing a node twice changes nothing.
     assert!(sets.read("v2").unwrap().0.claims[0].wanted);
-    assert!(sets.node_lost("a").unwrap().is_empty());
+    assert!(!sets.mark_lost("v1", "a", "node lost").unwrap());
+    assert!(!sets.mark_lost("v2", "a", "node lost").unwrap());
     // Fenced (the controller leader detached node a), then freed.
     sets.free("v1", "a", "w1").unwrap();
     sets.admit("v1", &request("b", "w3", false, snw)).unwrap();

@@ -16,6 +16,7 @@ mod client;
 mod cluster;
 mod cluster_agents;
 mod cluster_claims;
+mod cluster_fence;
 mod cluster_netns;
 mod durable;
 mod etcd;
