@@ -177,6 +177,11 @@ pub struct Config {
     /// PUBLISH_UNPUBLISH_VOLUME, and NodeStage/NodePublish do not ask for
     /// ControllerPublishVolume first.
     pub no_attach: bool,
+    /// ControllerUnpublishVolume detaches even while the volume is staged
+    /// or published (the node's mounts stay until it unstages), as a
+    /// storage system fencing a lost node does; without it, such a detach
+    /// is refused with FAILED_PRECONDITION.
+    pub fence: bool,
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
     pub strict: bool,
