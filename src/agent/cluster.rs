@@ -6,6 +6,7 @@
 //! etcd. An agent without a `cluster` block has none of it.
 
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::api::{ApiError, ErrorKind, Response};
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use crossbeam_channel::{unbounded, Receiver};
 
 use crate::cluster::attachments::Attacher;
-use crate::cluster::fence::Fencer;
+use crate::cluster::fence::{self, DetachError, Fenced, Fencer};
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::node;
@@ -53,6 +54,11 @@ pub(super) struct ClusterMember {
     candidates: BTreeMap<String, (Endpoint, Candidate)>,
     prefix: String,
     lease_ttl: std::time::Duration,
+    /// Since when this node has been cut off from etcd, and whether the
+    /// tasks `stop_after_disconnect` stops were stopped.
+    disconnected_since: Option<Instant>,
+    stopped_for_disconnect: bool,
+    stop_after_disconnect: Option<Duration>,
 }
 
 impl Agent {
@@ -94,6 +100,9 @@ impl Agent {
             candidates: BTreeMap::new(),
             prefix: config.prefix.clone(),
             lease_ttl: config.lease_ttl,
+            disconnected_since: None,
+            stopped_for_disconnect: false,
+            stop_after_disconnect: config.stop_after_disconnect,
         });
         self.sync_candidates();
         Ok(())
@@ -156,10 +165,13 @@ impl Agent {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
                 cluster.connection = Connection::Connected;
+                cluster.disconnected_since = None;
+                cluster.stopped_for_disconnect = false;
             }
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
                 cluster.connection = Connection::Disconnected { reason };
+                cluster.disconnected_since.get_or_insert_with(Instant::now);
             }
             MemberEvent::NameTaken { node } => {
                 let message = format!(
@@ -222,6 +234,115 @@ impl Agent {
             });
         if let Err(err) = spawned {
             log::error!("Cannot start a thread for node status: {err}");
+        }
+    }
+}
+
+impl Agent {
+    /// When `stop_after_disconnect` is due, if this node is cut off.
+    pub(super) fn disconnect_deadline(&self) -> Option<Instant> {
+        let cluster = self.cluster.as_ref()?;
+        if cluster.stopped_for_disconnect {
+            return None;
+        }
+        Some(cluster.disconnected_since? + cluster.stop_after_disconnect?)
+    }
+
+    /// `stop_after_disconnect` passed while cut off: the allocs holding
+    /// write claims other nodes may be given once this one is fenced stop.
+    pub(super) fn stop_if_disconnected(&mut self, now: Instant) {
+        if !self.disconnect_deadline().is_some_and(|at| at <= now) {
+            return;
+        }
+        let Some(cluster) = &mut self.cluster else {
+            return;
+        };
+        cluster.stopped_for_disconnect = true;
+        let after =
+            crate::units::format_duration(cluster.stop_after_disconnect.unwrap_or_default());
+        let why = format!(
+            "node {} was cut off from the cluster for {after} (stop_after_disconnect)",
+            cluster.node
+        );
+        log::warn!("Cluster: {why}: stopping the allocs that hold write claims");
+        for (volume, alloc) in self.volumes.exclusive_writers() {
+            if !self.allocs.stop_alloc_for(&alloc, &why) {
+                log::warn!(
+                    "Cluster: volume {volume}'s claim of alloc {alloc} has no task to stop; it is given up when the cluster says so"
+                );
+            }
+        }
+    }
+
+    /// Gives up the claims the cluster took away: their allocs stop (and
+    /// release them once their tasks are gone); a claim without an alloc
+    /// here is released.
+    pub(super) fn give_up_lost_claims(&mut self) {
+        for lost in self.volumes.take_lost_claims() {
+            let why = format!(
+                "the cluster took volume {}'s claim away: {}",
+                lost.volume, lost.reason
+            );
+            if !self.allocs.stop_alloc_for(&lost.alloc, &why) {
+                self.volumes.release_lost(&lost.volume, &lost.alloc);
+            }
+        }
+    }
+
+    /// `volume detach -force -node`: on a thread of its own, since the
+    /// controller leader's detach may take a while.
+    pub(super) fn force_detach(&self, req: api::VolumeForceDetachRequest, reply: ReplyTo) {
+        let refuse = |kind, message: String| {
+            let _ = reply.send(Err(ApiError::new(kind, message)));
+        };
+        let Some(cluster) = &self.cluster else {
+            return refuse(
+                ErrorKind::FailedPrecondition,
+                "detaching another node's claims needs a cluster: this agent's config has no cluster block".into(),
+            );
+        };
+        if req.volume_id.is_empty() || req.node.is_empty() {
+            return refuse(
+                ErrorKind::InvalidArgument,
+                "volume_id and node are required".into(),
+            );
+        }
+        if req.node == cluster.node {
+            return refuse(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "node {} is this agent: release its claims with `csi-agent volume detach {}`",
+                    req.node, req.volume_id
+                ),
+            );
+        }
+        let (etcd, prefix) = (cluster.member.etcd(), cluster.prefix.clone());
+        let spawned = thread::Builder::new()
+            .name("force-detach".into())
+            .spawn(move || {
+                let (volume, node) = (&req.volume_id, &req.node);
+                let answer = match fence::detach(&etcd, &prefix, volume, node) {
+                    Ok(Fenced::Freed | Fenced::Operator) => {
+                        log::info!("Cluster: an operator freed lost node {node}'s claims on volume {volume}");
+                        Ok(Response::VolumeForceDetach(Default::default()))
+                    }
+                    Ok(Fenced::Waiting(why)) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        format!("node {node}'s claims on volume {volume} are not freed: {why}"),
+                    )),
+                    Err(err @ DetachError::NodeAlive { .. }) => Err(ApiError::new(
+                        ErrorKind::FailedPrecondition,
+                        err.to_string(),
+                    )),
+                    Err(err) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        crate::error_chain(&err),
+                    )),
+                };
+                let _ = reply.send(answer);
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for volume detach: {err}");
         }
     }
 }

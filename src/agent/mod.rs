@@ -383,6 +383,10 @@ impl Agent {
                 self.node_status(reply);
                 None
             }
+            Request::VolumeForceDetach(req) => {
+                self.force_detach(req, reply);
+                None
+            }
             Request::JobRun(req) => {
                 let result = self.allocs.run_job(&req).map(Response::JobRun);
                 self.gate.hold(Effect::Reply((reply, result)));
@@ -521,6 +525,7 @@ impl Agent {
             state_write: self.gate.next_retry(),
             dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
             adopted_tasks: self.allocs.watches_adopted(),
+            cluster: self.disconnect_deadline(),
         }
     }
 
@@ -542,6 +547,7 @@ impl Agent {
         // Adopted tasks' exits are noticed here.
         self.allocs.reap(now);
         self.volumes.expire_claims(now);
+        self.stop_if_disconnected(now);
     }
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].

@@ -172,6 +172,7 @@ impl Agent {
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.
         for _ in 0..8 {
+            self.give_up_lost_claims();
             self.commit_turn();
             let progressed = self
                 .allocs

@@ -327,6 +327,22 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// Frees lost node `node`'s claims on `volume_id`.
+    pub fn volume_force_detach(
+        &self,
+        volume_id: &str,
+        node: &str,
+    ) -> Result<api::VolumeForceDetachResponse, Error> {
+        let req = api::VolumeForceDetachRequest {
+            volume_id: volume_id.to_string(),
+            node: node.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .volume_force_detach_opt(&req, Self::opt(CLAIM_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// Sends a job file to run.
     pub fn job_run(&self, file: &str, hcl: &str) -> Result<api::JobRunResponse, Error> {
         let req = api::JobRunRequest {

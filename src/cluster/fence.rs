@@ -330,18 +330,52 @@ pub fn fence(
     }
 }
 
+/// Why an operator's detach was refused or failed.
+#[derive(Debug)]
+pub enum DetachError {
+    /// The node's key is there: it is not lost.
+    NodeAlive {
+        node: String,
+    },
+    Claims(claims::Error),
+}
+
+impl std::fmt::Display for DetachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DetachError::NodeAlive { node } => write!(
+                f,
+                "node {node} is alive in the cluster: release its claims there (stop the job that holds them)"
+            ),
+            DetachError::Claims(_) => f.write_str("cannot free the node's claims in etcd"),
+        }
+    }
+}
+
+impl std::error::Error for DetachError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DetachError::Claims(err) => Some(err),
+            DetachError::NodeAlive { .. } => None,
+        }
+    }
+}
+
+impl<E: Into<claims::Error>> From<E> for DetachError {
+    fn from(err: E) -> DetachError {
+        DetachError::Claims(err.into())
+    }
+}
+
 /// An operator's `volume detach -force -node NODE VOLUME`: refused while
 /// the node is alive; otherwise the node's claims on the volume are
 /// fenced, every one of them, waiting for the controller leader's detach
 /// where a controller attached it.
-pub fn detach(etcd: &Etcd, prefix: &str, volume: &str, node: &str) -> Result<Fenced, String> {
-    let alive = etcd
-        .get(&super::node::node_key(prefix, node))
-        .map_err(|err| crate::error_chain(&err))?;
-    if alive.is_some() {
-        return Err(format!(
-            "node {node} is alive in the cluster: release its claims there (stop the job that holds them)"
-        ));
+pub fn detach(etcd: &Etcd, prefix: &str, volume: &str, node: &str) -> Result<Fenced, DetachError> {
+    if etcd.get(&super::node::node_key(prefix, node))?.is_some() {
+        return Err(DetachError::NodeAlive {
+            node: node.to_string(),
+        });
     }
-    fence(etcd, prefix, volume, node, DETACH_TIMEOUT, true).map_err(|err| crate::error_chain(&err))
+    Ok(fence(etcd, prefix, volume, node, DETACH_TIMEOUT, true)?)
 }

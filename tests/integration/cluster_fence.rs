@@ -176,7 +176,10 @@ fn claims_no_controller_attached_are_freed_when_harmless_and_writers_wait_for_an
     let (lease, _) = etcd.grant(Duration::from_secs(30)).unwrap();
     etcd.put(&node_key(PREFIX, "a"), b"{}", lease).unwrap();
     let err = fence::detach(&etcd, PREFIX, "single", "a").unwrap_err();
-    assert!(err.contains("node a is alive in the cluster"), "{err}");
+    assert!(
+        err.to_string().contains("node a is alive in the cluster"),
+        "{err}"
+    );
     // ...and frees the claim once it is gone.
     etcd.revoke(lease).unwrap();
     assert_eq!(

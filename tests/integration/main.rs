@@ -17,6 +17,7 @@ mod cluster;
 mod cluster_agents;
 mod cluster_claims;
 mod cluster_fence;
+mod cluster_fencing;
 mod cluster_netns;
 mod durable;
 mod etcd;

@@ -29,6 +29,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::lost::LostClaims;
 use super::{error, Reply, ReplyTo, VolumeManager};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::attachments::Attacher;
@@ -42,7 +43,7 @@ use crate::volume::model::{Admission, Volume};
 /// What the manager keeps about its cluster.
 pub(super) struct ClusterSide {
     /// This agent's node name.
-    node: String,
+    pub(super) node: String,
     /// Ops for etcd, handed out once this turn is durable.
     ops: Vec<Op>,
     /// Each volume's record as etcd has it: written from here, or seen in
@@ -56,6 +57,15 @@ pub(super) struct ClusterSide {
     synced: bool,
     /// Asks the controller leader to attach and detach.
     attacher: Arc<Attacher>,
+    /// Claims the cluster took away.
+    pub(super) lost: LostClaims,
+}
+
+impl ClusterSide {
+    /// Hands `op` out once this turn is durable.
+    pub(super) fn push_op(&mut self, op: Op) {
+        self.ops.push(op);
+    }
 }
 
 /// A volume's record as every host sees it: without what only this host
@@ -94,6 +104,7 @@ impl VolumeManager {
             sharing: BTreeMap::new(),
             claim_sets: BTreeMap::new(),
             synced: false,
+            lost: LostClaims::default(),
         };
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
@@ -342,6 +353,12 @@ impl VolumeManager {
                     self.changed.insert(volume);
                 }
             }
+            Answer::Held { volume, alloc } => self.claim_held(&volume, &alloc),
+            Answer::Lost {
+                volume,
+                alloc,
+                reason,
+            } => self.claim_lost(&volume, &alloc, reason),
             Answer::Shared { volume } => {
                 if let Some(side) = &mut self.cluster {
                     for reply in side.sharing.remove(&volume).unwrap_or_default() {
@@ -416,10 +433,22 @@ impl VolumeManager {
                 for id in local {
                     self.share_change(&id);
                 }
+                let ids: Vec<String> = self.entries.keys().cloned().collect();
+                for id in ids {
+                    let set = self
+                        .cluster
+                        .as_ref()
+                        .and_then(|c| c.claim_sets.get(&id).cloned());
+                    self.check_claims_held(&id, set.as_ref());
+                }
             }
             VolumeEvent::Put(record) => self.adopt(*record),
             VolumeEvent::Removed(id) => self.forget_shared(&id),
             VolumeEvent::Claims { volume, set } => {
+                self.check_claims_held(&volume, Some(&set));
+                let Some(side) = &mut self.cluster else {
+                    return;
+                };
                 if set.claims.is_empty() {
                     side.claim_sets.remove(&volume);
                 } else {

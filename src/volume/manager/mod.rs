@@ -27,6 +27,7 @@ mod claims;
 mod cluster;
 mod create;
 mod expand;
+mod lost;
 mod protocol;
 mod reconcile;
 mod requests;
@@ -34,6 +35,7 @@ mod snapshots;
 mod status;
 
 pub use expand::{ControllerExpansion, Expansion};
+pub use lost::LostClaim;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};

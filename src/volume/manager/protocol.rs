@@ -161,6 +161,7 @@ impl VolumeManager {
     }
 
     pub(super) fn forget_claim(&mut self, id: &str, alloc: &str) {
+        self.forget_lost(id, alloc);
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
