@@ -14,7 +14,7 @@
 //! | [`election`] | `controllers/<plugin>`: the plugin's controller election on the leader's node lease, at most one leader per plugin |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
 //! | [`member`] | the agent as a member: the thread that registers the node (retrying while etcd is out of reach) and reports connected, disconnected, or a name another agent holds |
-//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
+//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection, and rewrites the record when the node's plugins or their health change; unique node names |
 //!
 //! The agent's `cluster` block starts [`member`], [`ops`], the
 //! [`volumes`] watch and a [`leader`] candidate per attaching controller
