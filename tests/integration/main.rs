@@ -17,6 +17,7 @@ mod cluster;
 mod cluster_agents;
 mod cluster_claims;
 mod cluster_netns;
+mod cluster_quorum;
 mod durable;
 mod etcd;
 mod expansion;
