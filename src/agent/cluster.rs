@@ -156,6 +156,14 @@ impl Agent {
         }
     }
 
+    /// Hands this node's plugins to the member thread, which rewrites the
+    /// node's record in etcd when they (or their health) changed.
+    pub(super) fn sync_node_record(&mut self) {
+        if let Some(cluster) = &mut self.cluster {
+            cluster.member.set_plugins(node_plugins(&self.registry));
+        }
+    }
+
     /// A report of the member thread.
     pub(super) fn cluster_event(&mut self, event: MemberEvent) {
         let Some(cluster) = &mut self.cluster else {

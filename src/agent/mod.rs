@@ -455,6 +455,7 @@ impl Agent {
             }
         }
         self.sync_candidates();
+        self.sync_node_record();
     }
 
     /// `-dev`: creates the volume `demo` on the built-in plugin, once.

@@ -41,9 +41,10 @@ pub enum Error {
     PermissionDenied {
         socket: PathBuf,
     },
-    /// The agent accepted the connection but no call went through: it
-    /// is stopping, or (`foreign_user`: this user is neither root nor the
-    /// socket's owner) it refused this user.
+    /// The agent accepted the connection but could not carry out the
+    /// call: it is stopping, what the call needs is out of reach (the
+    /// cluster's etcd), or (`foreign_user`: this user is neither root nor
+    /// the socket's owner) it refused this user.
     Unavailable {
         socket: PathBuf,
         message: String,
@@ -88,7 +89,7 @@ impl fmt::Display for Error {
                 foreign_user: false,
             } => write!(
                 f,
-                "the agent at {} did not serve the call: {message}",
+                "the agent at {} could not carry out the call: {message}",
                 socket.display()
             ),
             Error::Refused { message, .. } => f.write_str(message),

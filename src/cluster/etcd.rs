@@ -32,10 +32,13 @@ pub enum Error {
     /// An endpoint is not `http://host:port` (`https://` needs the TLS
     /// build, which this binary does not have yet).
     Endpoint { endpoint: String, reason: String },
-    /// No member answered `what`: each member's reason.
+    /// No member answered `what`: each member's reason. `no_quorum`: a
+    /// member was reached but gave no answer (it timed out, or said it has
+    /// no leader), as members do while a majority of the cluster is gone.
     NoMember {
         what: &'static str,
         reasons: Vec<(String, String)>,
+        no_quorum: bool,
     },
     /// A member answered `what` with an error that another member would
     /// answer too.
@@ -62,8 +65,17 @@ impl fmt::Display for Error {
             Error::Endpoint { endpoint, reason } => {
                 write!(f, "invalid etcd endpoint {endpoint:?}: {reason}")
             }
-            Error::NoMember { what, reasons } => {
+            Error::NoMember {
+                what,
+                reasons,
+                no_quorum,
+            } => {
                 write!(f, "no etcd member answered {what}")?;
+                if *no_quorum {
+                    f.write_str(
+                        ", likely for want of a quorum (a majority of the members down or cut off)",
+                    )?;
+                }
                 for (i, (endpoint, reason)) in reasons.iter().enumerate() {
                     let sep = if i == 0 { ": " } else { "; " };
                     write!(f, "{sep}{endpoint}: {reason}")?;
@@ -220,6 +232,20 @@ fn fails_over(err: &grpcio::Error) -> bool {
     }
 }
 
+/// Whether a member took the call but did not carry it out: it timed out
+/// (a member without a leader holds requests until they expire) or etcd
+/// itself refused (`etcdserver: no leader`, `request timed out`); not a
+/// member that could not be reached at all.
+fn reached_without_quorum(err: &grpcio::Error) -> bool {
+    match err {
+        grpcio::Error::RpcFailure(status) => {
+            status.code() == RpcStatusCode::DEADLINE_EXCEEDED
+                || status.message().starts_with("etcdserver:")
+        }
+        _ => false,
+    }
+}
+
 fn reason(err: &grpcio::Error) -> String {
     match err {
         grpcio::Error::RpcFailure(status) => {
@@ -280,6 +306,7 @@ impl Etcd {
         let n = self.members.len();
         let first = self.current.load(Ordering::Relaxed);
         let mut reasons = Vec::new();
+        let mut no_quorum = false;
         for i in 0..n {
             let index = (first + i) % n;
             let member = &self.members[index];
@@ -291,6 +318,7 @@ impl Etcd {
                 Err(err) if fails_over(&err) => {
                     log::debug!("etcd {what} at {}: {}", member.endpoint, reason(&err));
                     reasons.push((member.endpoint.clone(), reason(&err)));
+                    no_quorum |= reached_without_quorum(&err);
                 }
                 Err(err) => {
                     let (code, message) = match &err {
@@ -306,7 +334,11 @@ impl Etcd {
                 }
             }
         }
-        Err(Error::NoMember { what, reasons })
+        Err(Error::NoMember {
+            what,
+            reasons,
+            no_quorum,
+        })
     }
 
     /// The key, if it exists.
@@ -633,10 +665,11 @@ mod tests {
                     "UNAVAILABLE etcdserver: no leader".into(),
                 ),
             ],
+            no_quorum: true,
         };
         assert_eq!(
             err.to_string(),
-            "no etcd member answered Put: http://a:1: UNAVAILABLE down; http://b:1: UNAVAILABLE etcdserver: no leader"
+            "no etcd member answered Put, likely for want of a quorum (a majority of the members down or cut off): http://a:1: UNAVAILABLE down; http://b:1: UNAVAILABLE etcdserver: no leader"
         );
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang) |
+//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost) |
 //! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
@@ -15,7 +15,7 @@
 //! | [`fence`] | lost nodes: the fencer marks their claims past, has the controller leader detach them, frees them; `volume detach -force -node` |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
 //! | [`member`] | the agent as a member: the thread that registers the node (retrying while etcd is out of reach) and reports connected, disconnected, or a name another agent holds |
-//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
+//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection, and rewrites the record when the node's plugins or their health change; unique node names |
 //!
 //! The agent's `cluster` block starts [`member`], [`ops`], the
 //! [`volumes`] watch and a [`leader`] candidate per attaching controller

@@ -22,16 +22,16 @@ use crate::util::Plugin;
 use crate::volume_util::{claim_req, connect, released, spec, try_volume, wait_volume, PLUGIN};
 
 /// One host of the cluster: its agent (dropped first) and its plugin.
-struct Host {
-    agent: Agent,
+pub struct Host {
+    pub agent: Agent,
     #[allow(dead_code)] // kept running; its verdict is checked on drop
-    plugin: Plugin,
-    node: String,
+    pub plugin: Plugin,
+    pub node: String,
 }
 
 /// `n` hosts in `cluster`, their plugins started with `flags`. The last
 /// host's plugin owns the shared base dir: it is dropped last.
-fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
+pub fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
     let nodes: Vec<String> = (0..n).map(|i| format!("host-{i}")).collect();
     let with_node = |i: usize| [flags, &["-node-id", nodes[i].as_str()]].concat();
     let owner = Plugin::start_with(&[], &with_node(n - 1));
@@ -62,7 +62,7 @@ fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
 }
 
 /// Waits until every host knows volume `id`.
-fn known_everywhere(hosts: &[Host], id: &str) {
+pub fn known_everywhere(hosts: &[Host], id: &str) {
     for host in hosts {
         wait_volume(&host.agent, id, "registered", |_| true, WAIT);
     }
@@ -102,7 +102,7 @@ fn claim_at_once(
     calls.into_iter().map(|c| c.join().unwrap()).collect()
 }
 
-fn claims_of(v: &VolumeStatus) -> Vec<(String, String, String)> {
+pub fn claims_of(v: &VolumeStatus) -> Vec<(String, String, String)> {
     let mut claims: Vec<_> = v
         .claims
         .iter()

@@ -19,6 +19,7 @@ mod cluster_claims;
 mod cluster_fence;
 mod cluster_fencing;
 mod cluster_netns;
+mod cluster_quorum;
 mod durable;
 mod etcd;
 mod expansion;
