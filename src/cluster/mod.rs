@@ -25,12 +25,15 @@
 //! and Unpublish steps go to the leader. An agent without a `cluster`
 //! block never reaches any of it.
 //!
-//! Not yet: fencing a lost node's claims (the controller leader's
-//! ControllerUnpublish, then free) and `volume detach -force -node`;
-//! `stop_after_disconnect`; a node without a local controller of a plugin
-//! does not learn the plugin's controller features from the cluster (run
-//! a controller instance on every host that claims, as a controller
-//! deployment with replicas does; one leads).
+//! A lost node's claims are fenced by the agent elected [`fence`]r; the
+//! node's own agent gives up what etcd took away when it is back
+//! (`volume/manager/lost.rs`) and, with `stop_after_disconnect`, stops
+//! its writers while cut off (`agent/cluster.rs`).
+//!
+//! Not yet: a node without a local controller of a plugin does not learn
+//! the plugin's controller features from the cluster (run a controller
+//! instance on every host that claims, as a controller deployment with
+//! replicas does; one leads).
 
 pub mod attachments;
 pub mod claims;
