@@ -30,10 +30,11 @@
 //! (`volume/manager/lost.rs`) and, with `stop_after_disconnect`, stops
 //! its writers while cut off (`agent/cluster.rs`).
 //!
-//! Not yet: a node without a local controller of a plugin does not learn
-//! the plugin's controller features from the cluster (run a controller
-//! instance on every host that claims, as a controller deployment with
-//! replicas does; one leads).
+//! A host with only a plugin's node learns from the controller elections
+//! (seen by the [`volumes`] watch) that the plugin attaches; the leader
+//! attaches its claims. Not yet: the other controller calls (create,
+//! delete, snapshot, expand) are made only by an agent with the plugin's
+//! controller.
 
 pub mod attachments;
 pub mod claims;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::{error, plugin_view, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
+use super::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::AccessMode;
 use crate::mount::Propagation;
@@ -112,7 +112,8 @@ impl VolumeManager {
             self.check_target_unused(&checked.path)?;
             Some(checked)
         };
-        let view = plugin_view(registry, &v.plugin_id)
+        let view = self
+            .plugin_view(registry, &v.plugin_id)
             .ok_or_else(|| refused(format!("plugin {:?} is not registered", v.plugin_id)))?;
         if let Some(why) = view.unschedulable(v) {
             return Err(refused(format!(

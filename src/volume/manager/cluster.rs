@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::lost::LostClaims;
-use super::{error, Reply, ReplyTo, VolumeManager};
+use super::{error, plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::ClaimRequest;
@@ -59,6 +59,11 @@ pub(super) struct ClusterSide {
     attacher: Arc<Attacher>,
     /// Claims the cluster took away.
     pub(super) lost: LostClaims,
+    /// Plugins a controller attaches for somewhere in the cluster (one led
+    /// its election since this agent started): on a host without a
+    /// controller of its own, the plugin's volumes are still attached,
+    /// by the leader.
+    attaching: std::collections::BTreeSet<String>,
 }
 
 impl ClusterSide {
@@ -105,6 +110,7 @@ impl VolumeManager {
             claim_sets: BTreeMap::new(),
             synced: false,
             lost: LostClaims::default(),
+            attaching: Default::default(),
         };
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
@@ -134,6 +140,24 @@ impl VolumeManager {
     /// controller leader through this.
     pub(super) fn attacher(&self) -> Option<Arc<Attacher>> {
         self.cluster.as_ref().map(|c| c.attacher.clone())
+    }
+
+    /// Plugin `id` as this host sees it, in its cluster: a plugin without a
+    /// controller here whose controller leads elsewhere attaches, through
+    /// the leader.
+    pub(super) fn plugin_view(
+        &self,
+        registry: &crate::plugin::Registry,
+        id: &str,
+    ) -> Option<PluginView> {
+        let mut view = plugin_view(registry, id)?;
+        if let Some(side) = &self.cluster {
+            if view.controller.is_none() && side.attaching.contains(id) {
+                view.protocol.controller_publish = true;
+                view.remote_controller = true;
+            }
+        }
+        Some(view)
     }
 
     /// The node name this agent has in its cluster, if it is in one.
@@ -443,6 +467,22 @@ impl VolumeManager {
                 }
             }
             VolumeEvent::Put(record) => self.adopt(*record),
+            VolumeEvent::Attaching { plugin } => {
+                if side.attaching.insert(plugin.clone()) {
+                    log::info!(
+                        "Cluster: plugin {plugin}'s volumes are attached by its controller leader"
+                    );
+                    let ids: Vec<String> = self
+                        .entries
+                        .values()
+                        .filter(|e| e.volume.plugin_id == plugin)
+                        .map(|e| e.volume.id.clone())
+                        .collect();
+                    for id in ids {
+                        self.touch(&id);
+                    }
+                }
+            }
             VolumeEvent::Removed(id) => self.forget_shared(&id),
             VolumeEvent::Claims { volume, set } => {
                 self.check_claims_held(&volume, Some(&set));

@@ -221,6 +221,10 @@ struct PluginView {
     /// Where the plugin sees the agent's `csi/<plugin>` dir, when not at
     /// its host path (a plugin task in a root of its own).
     base_dir: Option<std::path::PathBuf>,
+    /// In a cluster, the plugin's controller runs on another host only,
+    /// and its leader attaches: the controller steps need no instance
+    /// here (they run on the node's workers).
+    remote_controller: bool,
 }
 
 impl PluginView {
@@ -234,6 +238,7 @@ impl PluginView {
     /// cannot: its instance is missing or not healthy.
     fn unavailable(&self, id: &str, service: Service) -> Option<String> {
         let side = match service {
+            Service::Controller if self.remote_controller => return None,
             Service::Controller => &self.controller,
             Service::Node => &self.node,
         };
@@ -317,6 +322,7 @@ fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
         provider: cfp.or(nfp).map(|f| f.info.name.clone()).unwrap_or_default(),
         // Paths go to the node's RPCs only: the node instance's view.
         base_dir: node.and_then(|r| r.spec.stage_publish_base_dir.clone()),
+        remote_controller: false,
     })
 }
 

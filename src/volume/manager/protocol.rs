@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 use crate::csi::backoff::Jitter;
 
 use super::claims::released;
-use super::{plugin_view, Dispatch, Retry, VolumeManager, RETRY};
+use super::{Dispatch, Retry, VolumeManager, RETRY};
 use crate::plugin::Service;
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
@@ -68,7 +68,7 @@ impl VolumeManager {
             if entry.busy.is_some() || entry.retry.as_ref().is_some_and(|r| r.at > now) {
                 return None;
             }
-            let view = plugin_view(registry, &entry.volume.plugin_id);
+            let view = self.plugin_view(registry, &entry.volume.plugin_id);
             let protocol = view.as_ref().map(|v| v.protocol).unwrap_or(Protocol {
                 controller_publish: false,
                 stage: false,
@@ -133,6 +133,13 @@ impl VolumeManager {
                 plugin_base_dir: view.base_dir.clone(),
             };
             let plugin_id = entry.volume.plugin_id.clone();
+            // The leader's controller attaches: this host's node workers
+            // carry the intent when no controller of the plugin runs here.
+            let service = if view.remote_controller {
+                Service::Node
+            } else {
+                service
+            };
             let job = match self.attacher() {
                 Some(attacher)
                     if matches!(
