@@ -20,8 +20,9 @@ use crate::api::{ErrorKind, Response};
 use crate::csi::Class;
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
-use crate::volume::ops::{self, OpDone, OpResult, StepContext, StepDone, StepError};
+use crate::volume::ops::{OpDone, OpResult, StepDone, StepError};
 use crate::volume::plan::{self, Action, Protocol};
+use crate::volume::steps::{self, StepContext};
 
 impl VolumeManager {
     /// Plans the next step of every idle volume and returns the jobs to
@@ -140,9 +141,9 @@ impl VolumeManager {
                         Action::ControllerPublish | Action::ControllerUnpublish
                     ) =>
                 {
-                    ops::cluster_step_job(ctx, token, self.done.clone(), attacher)
+                    steps::cluster_step_job(ctx, token, self.done.clone(), attacher)
                 }
-                _ => ops::step_job(ctx, token, self.done.clone()),
+                _ => steps::step_job(ctx, token, self.done.clone()),
             };
             return Some(Dispatch {
                 plugin_id,
