@@ -126,8 +126,8 @@ pub struct StepDone {
 /// What a job found.
 #[derive(Debug)]
 pub enum OpResult {
-    /// A protocol step.
-    Step(Action, Result<StepDone, StepError>),
+    /// A protocol step, one of its job's.
+    Step(StepReport),
     Validated(Result<Validation, crate::csi::Error>),
     Created(Result<crate::csi::types::Volume, crate::csi::Error>),
     Deleted(Result<(), crate::csi::Error>),
@@ -141,6 +141,16 @@ pub enum OpResult {
     Expanded(super::manager::Expansion),
     /// ListVolumes, every page.
     External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),
+}
+
+/// One step of a job of protocol steps (see [`super::steps`]).
+#[derive(Debug)]
+pub struct StepReport {
+    pub action: Action,
+    pub result: Result<StepDone, StepError>,
+    /// The job waits before its next RPC until this step's outcome is
+    /// durable: the loop sends `()` once it is.
+    pub resume: Option<Sender<()>>,
 }
 
 /// A job's report: which volume, which request, what happened.

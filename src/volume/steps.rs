@@ -1,7 +1,17 @@
-//! The work behind each planned step: the plugin RPC (with the request the
+//! The work behind the planned steps: the plugin RPC (with the request the
 //! spec wants: capabilities with mount options, contexts and secrets in
 //! every RPC that takes them) or the local bind mount, run on the plugin's
-//! worker pool. Each job reports one [`OpDone`] to the main loop.
+//! worker pool.
+//!
+//! A job runs a run of steps back to back: a claim's ControllerPublish,
+//! NodeStage, NodePublish and host bind, or a release's unbind,
+//! NodeUnpublish, NodeUnstage and ControllerUnpublish, as far as the
+//! planner sees them following each other on one plugin instance (see
+//! `VolumeManager::plan`). One job per volume, so one RPC in flight per
+//! volume still. The job reports each step to the main loop as it ends,
+//! stops at the first that fails, and before each RPC waits until the
+//! outcomes of the RPCs before it are durable ([`run_steps`]): the loop
+//! is no longer a hand-off between steps, only the journal's sync is.
 //!
 //! The directories of a plugin's stagings and publishes
 //! (`csi/<plugin>/staging` and `csi/<plugin>/per-alloc`, the skeleton) are
@@ -13,22 +23,27 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{bounded, Sender};
 
 use super::model::{Claim, Volume};
-use super::ops::{OpDone, OpResult, Paths, StepDone, StepError};
+use super::ops::{OpDone, OpResult, Paths, StepDone, StepError, StepReport};
 use super::plan::{Action, Protocol};
 use super::target::{self, Owner};
+use crate::cluster::attachments::Attacher;
 use crate::csi::types::{ControllerPublish, NodePublish, NodeStage};
-use crate::csi::Client;
+use crate::csi::{Class, Client};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
 
-/// Everything a step needs, copied out of the main loop's state.
+/// Everything a job's steps need, copied out of the main loop's state.
 pub struct StepContext {
+    /// The volume's record with every forward step of the job marked
+    /// `Pending`.
     pub volume: Volume,
-    pub action: Action,
+    /// The steps, run in order (see the module docs).
+    pub actions: Vec<Action>,
     pub node_id: String,
     pub protocol: Protocol,
     pub paths: Paths,
@@ -38,6 +53,10 @@ pub struct StepContext {
     /// Where the plugin sees `csi/<plugin>`, if not at its host path; the
     /// paths of its RPCs are given there (see [`Paths::for_plugin`]).
     pub plugin_base_dir: Option<PathBuf>,
+    /// In a cluster: ControllerPublish and ControllerUnpublish are asked
+    /// of the plugin's controller leader through it, not of the local
+    /// controller.
+    pub attacher: Option<Arc<Attacher>>,
 }
 
 impl StepContext {
@@ -51,56 +70,113 @@ impl StepContext {
     }
 }
 
-pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
-    Box::new(move |client: &Client| {
-        let result = run_step(client, &ctx);
-        let _ = done.send(OpDone {
-            volume_id: ctx.volume.id.clone(),
-            token,
-            result: OpResult::Step(ctx.action, result),
-        });
-    })
+/// A job that runs `ctx`'s steps back to back and reports each one.
+pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
+    Box::new(move |client: &Client| run_steps(client, ctx, token, &done))
 }
 
-/// A ControllerPublish or ControllerUnpublish step in a cluster: asked of
-/// the plugin's controller leader through `attacher`, not of the local
-/// controller (the job runs on its workers all the same).
-pub fn cluster_step_job(
-    ctx: StepContext,
-    token: u64,
-    done: Sender<OpDone>,
-    attacher: std::sync::Arc<crate::cluster::attachments::Attacher>,
-) -> Job {
-    Box::new(move |_: &Client| {
-        let v = &ctx.volume;
-        let result = match &ctx.action {
-            Action::ControllerPublish => {
-                let read_only = v
-                    .node_capability()
-                    .is_some_and(|c| c.access_mode.is_read_only());
-                attacher
-                    .attach(&v.id, &ctx.node_id, read_only)
-                    .map(|context| StepDone {
-                        publish_context: Some(context.into_iter().collect()),
-                        ..StepDone::default()
-                    })
+/// Runs the steps in order, reporting each as a [`StepReport`], and stops
+/// at the first that fails. Before an RPC, the outcome of every RPC before
+/// it must be durable, so that a crash re-sends only the RPC in flight:
+/// the report of the step before it carries a `resume` sender, and the
+/// job waits until the loop has synced the record and answers on it. A
+/// local step (a host bind or unbind) waits for nothing, nor does an RPC
+/// after one: its record was already durable when the job was handed out.
+/// The job ends without sending anything more when the loop drops its
+/// `resume` (it stopped, or no longer expects the job).
+fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<OpDone>) {
+    let actions = std::mem::take(&mut ctx.actions);
+    // An RPC succeeded whose outcome is not known to be durable yet.
+    let mut unconfirmed = false;
+    for (i, action) in actions.iter().enumerate() {
+        let result = run_one(client, &ctx, action);
+        let ok = result.is_ok();
+        if let Ok(StepDone {
+            publish_context: Some(context),
+            ..
+        }) = &result
+        {
+            // NodeStage and NodePublish carry ControllerPublish's answer.
+            ctx.volume.publish_context = context.clone();
+        }
+        unconfirmed |= ok && action.is_rpc();
+        let wait = ok && unconfirmed && actions.get(i + 1).is_some_and(Action::is_rpc);
+        let (resume, resumed) = match wait {
+            true => {
+                let (tx, rx) = bounded(1);
+                (Some(tx), Some(rx))
             }
-            Action::ControllerUnpublish => attacher
-                .detach(&v.id, &ctx.node_id)
-                .map(|()| StepDone::default()),
-            other => Err(format!("{} is not a controller step", other.name())),
+            false => (None, None),
         };
-        let _ = done.send(OpDone {
-            volume_id: v.id.clone(),
+        let report = StepReport {
+            action: action.clone(),
+            result,
+            resume,
+        };
+        let sent = done.send(OpDone {
+            volume_id: ctx.volume.id.clone(),
             token,
-            result: OpResult::Step(
-                ctx.action.clone(),
-                result.map_err(|message| StepError::Local {
-                    message,
-                    terminal: false,
-                }),
-            ),
+            result: OpResult::Step(report),
         });
+        if !ok || sent.is_err() {
+            return;
+        }
+        if let Some(resumed) = resumed {
+            if resumed.recv().is_err() {
+                return;
+            }
+            unconfirmed = false;
+        }
+    }
+}
+
+/// One step: the local controller's or node's RPC, a host bind, or in a
+/// cluster the controller leader's attach or detach. A release step the
+/// plugin answers NOT_FOUND ("nothing to do") is done.
+fn run_one(client: &Client, ctx: &StepContext, action: &Action) -> Result<StepDone, StepError> {
+    let result = match (&ctx.attacher, action) {
+        (Some(attacher), Action::ControllerPublish | Action::ControllerUnpublish) => {
+            leader_step(attacher, ctx, action)
+        }
+        _ => run_step(client, ctx, action),
+    };
+    match result {
+        Err(StepError::Rpc(err)) if action.is_release() && err.class == Class::Ignorable => {
+            log::debug!("Volume {}: {err}: already done", ctx.volume.id);
+            Ok(StepDone::default())
+        }
+        other => other,
+    }
+}
+
+/// ControllerPublish or ControllerUnpublish in a cluster, through the
+/// controller leader.
+fn leader_step(
+    attacher: &Attacher,
+    ctx: &StepContext,
+    action: &Action,
+) -> Result<StepDone, StepError> {
+    let v = &ctx.volume;
+    let result = match action {
+        Action::ControllerPublish => {
+            let read_only = v
+                .node_capability()
+                .is_some_and(|c| c.access_mode.is_read_only());
+            attacher
+                .attach(&v.id, &ctx.node_id, read_only)
+                .map(|context| StepDone {
+                    publish_context: Some(context.into_iter().collect()),
+                    ..StepDone::default()
+                })
+        }
+        Action::ControllerUnpublish => attacher
+            .detach(&v.id, &ctx.node_id)
+            .map(|()| StepDone::default()),
+        other => Err(format!("{} is not a controller step", other.name())),
+    };
+    result.map_err(|message| StepError::Local {
+        message,
+        terminal: false,
     })
 }
 
@@ -120,11 +196,11 @@ fn terminal(message: String) -> StepError {
     }
 }
 
-fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
+fn run_step(client: &Client, ctx: &StepContext, action: &Action) -> Result<StepDone, StepError> {
     let v = &ctx.volume;
     let rpc =
         |r: Result<(), crate::csi::Error>| r.map(|()| StepDone::default()).map_err(StepError::Rpc);
-    match &ctx.action {
+    match action {
         Action::ControllerPublish => {
             // One attachment serves every claim on the node: attach with
             // the volume's widest capability (see `Volume::node_capability`).

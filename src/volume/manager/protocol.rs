@@ -1,8 +1,10 @@
-//! Driving the claim and release protocol: each idle volume's next step
-//! from the planner, marked `Pending` before its job is handed out, and
-//! the job's result applied when it comes back: done, retried with
+//! Driving the claim and release protocol: each idle volume's next steps
+//! from the planner, as one job (see [`crate::volume::steps`]), its
+//! forward steps marked `Pending` together before it is handed out, and
+//! each step's result applied as it comes back: done, retried with
 //! [`RETRY`](super::RETRY) backoff, or, for a terminal error on the claim
-//! path, the claims it concerns failed and released.
+//! path, the claims it concerns failed and released. The steps a job did
+//! not get to, after one failed, get back the records they had.
 
 use std::time::{Instant, SystemTime};
 
@@ -17,7 +19,6 @@ use crate::plugin::Service;
 /// path itself: a few, in case the plugin's unmount is merely slow.
 pub const CONTAIN_AFTER: u32 = 3;
 use crate::api::{ErrorKind, Response};
-use crate::csi::Class;
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
 use crate::volume::ops::{OpDone, OpResult, StepDone, StepError};
@@ -112,18 +113,26 @@ impl VolumeManager {
                 return None;
             }
             let view = view.expect("checked above");
+            let actions = self.run_of_steps(id, action, &view, registry, protocol);
             let token = self.token();
+            let attacher = self.attacher();
             let entry = self.entries.get_mut(id).expect("present");
             entry.waiting = None;
-            mark_pending(&mut entry.volume, &action);
-            if !action.is_release() {
+            // One record makes every forward step of the job `Pending`
+            // before the first RPC.
+            for action in &actions {
+                let before = mark_pending(&mut entry.volume, action);
+                entry.chain.push_back((action.clone(), before));
+            }
+            if actions.iter().any(|a| !a.is_release()) {
                 self.changed.insert(id.to_string());
             }
             entry.busy = Some(token);
-            log::debug!("Volume {id}: {}", action.name());
+            let names: Vec<&str> = actions.iter().map(Action::name).collect();
+            log::debug!("Volume {id}: {}", names.join(", "));
             let ctx = StepContext {
                 volume: entry.volume.clone(),
-                action,
+                actions,
                 node_id: view.node_id.clone(),
                 protocol,
                 paths: self.paths.clone(),
@@ -132,25 +141,68 @@ impl VolumeManager {
                     .as_ref()
                     .is_some_and(|r| r.left_mount >= CONTAIN_AFTER),
                 plugin_base_dir: view.base_dir.clone(),
-            };
-            let plugin_id = entry.volume.plugin_id.clone();
-            let job = match self.attacher() {
-                Some(attacher)
-                    if matches!(
-                        ctx.action,
-                        Action::ControllerPublish | Action::ControllerUnpublish
-                    ) =>
-                {
-                    steps::cluster_step_job(ctx, token, self.done.clone(), attacher)
-                }
-                _ => steps::step_job(ctx, token, self.done.clone()),
+                attacher,
             };
             return Some(Dispatch {
-                plugin_id,
+                plugin_id: entry.volume.plugin_id.clone(),
                 service,
-                job,
+                job: steps::steps_job(ctx, token, self.done.clone()),
             });
         }
+    }
+
+    /// The steps one job runs from `first` on: those the planner would
+    /// plan next if each one before succeeded, in the same direction, on
+    /// the same plugin instance (a split plugin's ControllerPublish is a
+    /// job of its own) and available now; a claim's end with the step
+    /// that makes it taken, so that its answer does not wait for another
+    /// claim's steps.
+    fn run_of_steps(
+        &self,
+        id: &str,
+        first: Action,
+        view: &super::PluginView,
+        registry: &Registry,
+        protocol: Protocol,
+    ) -> Vec<Action> {
+        let entry = &self.entries[id];
+        let plugin_id = &entry.volume.plugin_id;
+        let instance = |action: &Action| {
+            registry
+                .serving(plugin_id, service_of(action))
+                .map(|r| r.key())
+        };
+        let (release, first_instance) = (first.is_release(), instance(&first));
+        let joins = |action: &Action| {
+            action.is_release() == release
+                && !matches!(action, Action::Free { .. })
+                && instance(action) == first_instance
+                && view.unavailable(plugin_id, service_of(action)).is_none()
+                && (*action != Action::ControllerPublish || !view.node_id.is_empty())
+        };
+        let mut volume = entry.volume.clone();
+        let mut actions = vec![first];
+        // Bounded: each step changes the record, but a planner that asked
+        // for one again must not make a job of it.
+        while actions.len() < 8 {
+            let last = actions.last().expect("one at least");
+            mark_pending(&mut volume, last);
+            mark_done(&mut volume, last, StepDone::default());
+            let taken = match last {
+                Action::NodePublish { alloc } | Action::BindTarget { alloc } => volume
+                    .claims
+                    .get(alloc)
+                    .is_some_and(|c| c.is_taken(c.target.is_some())),
+                _ => false,
+            };
+            match plan::next(&volume, protocol) {
+                Some(next) if !taken && joins(&next) && !actions.contains(&next) => {
+                    actions.push(next)
+                }
+                _ => break,
+            }
+        }
+        actions
     }
 
     /// A released claim with nothing left on this node: forgotten, once
@@ -201,7 +253,7 @@ impl VolumeManager {
         if let Some(op) = self.pending.remove(&done.token) {
             return self.completed_request(op, done, registry);
         }
-        let OpResult::Step(action, result) = done.result else {
+        let OpResult::Step(report) = done.result else {
             return;
         };
         let id = done.volume_id;
@@ -209,19 +261,27 @@ impl VolumeManager {
             return;
         };
         if entry.busy != Some(done.token) {
+            // Not the job in flight: dropping its `resume` ends it.
             return;
         }
-        entry.busy = None;
-        let outcome = match result {
-            Err(StepError::Rpc(err)) if action.is_release() && err.class == Class::Ignorable => {
-                // Only reached for steps without a mount to check (the
-                // node steps check theirs in the job).
-                log::debug!("Volume {id}: {err}: already done");
-                Ok(StepDone::default())
+        if entry
+            .chain
+            .front()
+            .is_some_and(|(a, _)| *a == report.action)
+        {
+            entry.chain.pop_front();
+        }
+        let last = report.result.is_err() || entry.chain.is_empty();
+        if last {
+            entry.busy = None;
+            // The job stopped before these: they were never sent, and
+            // their records are what they were before it.
+            for (action, before) in std::mem::take(&mut entry.chain).into_iter().rev() {
+                restore(&mut entry.volume, &action, before);
             }
-            other => other,
-        };
-        match outcome {
+        }
+        let action = report.action;
+        match report.result {
             Ok(done) => {
                 entry.retry = None;
                 if let Some(note) = &done.contained {
@@ -230,8 +290,16 @@ impl VolumeManager {
                         .push((entry.volume.plugin_id.clone(), note.clone()));
                 }
                 mark_done(&mut entry.volume, &action, done);
-                self.changed.insert(id.clone());
-                self.answer_claims(&id);
+                // A step in the middle of its job is journalled with the
+                // next sync, unless the job waits for it before its next
+                // RPC; the job's last step now.
+                if last || report.resume.is_some() {
+                    self.changed.insert(id.clone());
+                }
+                self.resumes.extend(report.resume);
+                if self.answer_claims(&id) {
+                    self.changed.insert(id.clone());
+                }
             }
             Err(err) => self.step_failed(&id, &action, err, now),
         }
@@ -401,10 +469,22 @@ fn service_of(action: &Action) -> Service {
     }
 }
 
+/// What a forward step's record was before it was marked `Pending`.
+pub(super) enum Before {
+    Attachment(Step),
+    Staging(Option<Staging>),
+    Published(Step),
+    TargetMounted(Step),
+    /// A release step: no mark.
+    Nothing,
+}
+
 /// Before a forward step's RPC: its effect becomes uncertain.
-fn mark_pending(v: &mut Volume, action: &Action) {
+fn mark_pending(v: &mut Volume, action: &Action) -> Before {
     match action {
-        Action::ControllerPublish => v.attachment = Step::Pending,
+        Action::ControllerPublish => {
+            Before::Attachment(std::mem::replace(&mut v.attachment, Step::Pending))
+        }
         Action::NodeStage { staging: key } => {
             // A staging of the per-usage layout staged again (after a
             // restart found it gone) keeps its capability; the volume's
@@ -420,20 +500,46 @@ fn mark_pending(v: &mut Volume, action: &Action) {
                 step: Step::Pending,
                 capability,
             };
-            v.stagings.insert(key.clone(), staging);
+            Before::Staging(v.stagings.insert(key.clone(), staging))
         }
-        Action::NodePublish { alloc } => {
-            if let Some(c) = v.claims.get_mut(alloc) {
-                c.published = Step::Pending;
+        Action::NodePublish { alloc } => match v.claims.get_mut(alloc) {
+            Some(c) => Before::Published(std::mem::replace(&mut c.published, Step::Pending)),
+            None => Before::Nothing,
+        },
+        Action::BindTarget { alloc } => match v.claims.get_mut(alloc) {
+            Some(c) => {
+                Before::TargetMounted(std::mem::replace(&mut c.target_mounted, Step::Pending))
             }
-        }
-        Action::BindTarget { alloc } => {
-            if let Some(c) = v.claims.get_mut(alloc) {
-                c.target_mounted = Step::Pending;
-            }
-        }
+            None => Before::Nothing,
+        },
         // A release step needs no mark: a step not yet absent is re-sent
         // anyway.
+        _ => Before::Nothing,
+    }
+}
+
+/// A step marked `Pending` that was never sent gets its record back.
+fn restore(v: &mut Volume, action: &Action, before: Before) {
+    match (action, before) {
+        (Action::ControllerPublish, Before::Attachment(step)) => v.attachment = step,
+        (Action::NodeStage { staging: key }, Before::Staging(staging)) => match staging {
+            Some(staging) => {
+                v.stagings.insert(key.clone(), staging);
+            }
+            None => {
+                v.stagings.remove(key);
+            }
+        },
+        (Action::NodePublish { alloc }, Before::Published(step)) => {
+            if let Some(c) = v.claims.get_mut(alloc) {
+                c.published = step;
+            }
+        }
+        (Action::BindTarget { alloc }, Before::TargetMounted(step)) => {
+            if let Some(c) = v.claims.get_mut(alloc) {
+                c.target_mounted = step;
+            }
+        }
         _ => {}
     }
 }
