@@ -10,8 +10,10 @@
 //! `VolumeManager::plan`). One job per volume, so one RPC in flight per
 //! volume still. The job reports each step to the main loop as it ends,
 //! stops at the first that fails, and before each RPC waits until the
-//! outcomes of the RPCs before it are durable ([`run_steps`]): the loop
-//! is no longer a hand-off between steps, only the journal's sync is.
+//! outcomes of the RPCs before it are durable ([`run_steps`]), so that a
+//! crash re-sends only the RPC in flight: between RPCs, the loop's sync
+//! is still a hand-off, but there is no new job to plan and queue, and a
+//! host bind or unbind follows its neighbour RPC at once.
 //!
 //! The directories of a plugin's stagings and publishes
 //! (`csi/<plugin>/staging` and `csi/<plugin>/per-alloc`, the skeleton) are
@@ -83,7 +85,10 @@ pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
 /// local step (a host bind or unbind) waits for nothing, nor does an RPC
 /// after one: its record was already durable when the job was handed out.
 /// The job ends without sending anything more when the loop drops its
-/// `resume` (it stopped, or no longer expects the job).
+/// `resume`: the loop stopped, or the record changed under the job so that
+/// the planner's next step is no longer the job's (a release came, or
+/// another claim), or that step's instance is not healthy; the planner
+/// takes over from there.
 fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<OpDone>) {
     let actions = std::mem::take(&mut ctx.actions);
     // An RPC succeeded whose outcome is not known to be durable yet.

@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 use crate::csi::backoff::Jitter;
 
 use super::claims::released;
-use super::{plugin_view, Dispatch, Retry, VolumeManager, RETRY};
+use super::{plugin_view, Dispatch, Entry, Retry, VolumeManager, RETRY};
 use crate::plugin::Service;
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
@@ -180,29 +180,7 @@ impl VolumeManager {
                 && view.unavailable(plugin_id, service_of(action)).is_none()
                 && (*action != Action::ControllerPublish || !view.node_id.is_empty())
         };
-        let mut volume = entry.volume.clone();
-        let mut actions = vec![first];
-        // Bounded: each step changes the record, but a planner that asked
-        // for one again must not make a job of it.
-        while actions.len() < 8 {
-            let last = actions.last().expect("one at least");
-            mark_pending(&mut volume, last);
-            mark_done(&mut volume, last, StepDone::default());
-            let taken = match last {
-                Action::NodePublish { alloc } | Action::BindTarget { alloc } => volume
-                    .claims
-                    .get(alloc)
-                    .is_some_and(|c| c.is_taken(c.target.is_some())),
-                _ => false,
-            };
-            match plan::next(&volume, protocol) {
-                Some(next) if !taken && joins(&next) && !actions.contains(&next) => {
-                    actions.push(next)
-                }
-                _ => break,
-            }
-        }
-        actions
+        run_from(&entry.volume, first, protocol, joins)
     }
 
     /// A released claim with nothing left on this node: forgotten, once
@@ -271,37 +249,54 @@ impl VolumeManager {
         {
             entry.chain.pop_front();
         }
-        let last = report.result.is_err() || entry.chain.is_empty();
-        if last {
-            entry.busy = None;
-            // The job stopped before these: they were never sent, and
-            // their records are what they were before it.
-            for (action, before) in std::mem::take(&mut entry.chain).into_iter().rev() {
-                restore(&mut entry.volume, &action, before);
+        let action = report.action;
+        let done = match report.result {
+            Ok(done) => done,
+            Err(err) => {
+                end_job(entry);
+                return self.step_failed(&id, &action, err, now);
+            }
+        };
+        entry.retry = None;
+        if let Some(note) = &done.contained {
+            log::warn!("Plugin {}: {note}", entry.volume.plugin_id);
+            self.plugin_notes
+                .push((entry.volume.plugin_id.clone(), note.clone()));
+        }
+        mark_done(&mut entry.volume, &action, done);
+        let waits = report.resume.is_some();
+        let mut resume = report.resume;
+        if waits {
+            // The job asks before each RPC whether to go on: the record
+            // may have changed under it (a release, a new claim), and
+            // then the planner's next step is no longer the job's; or the
+            // instance of that step is no longer healthy.
+            let plugin_id = &entry.volume.plugin_id;
+            let next = plugin_view(registry, plugin_id).and_then(|view| {
+                plan::next(&entry.volume, view.protocol)
+                    .filter(|a| view.unavailable(plugin_id, service_of(a)).is_none())
+            });
+            if next.is_none() || next.as_ref() != entry.chain.front().map(|(a, _)| a) {
+                log::debug!(
+                    "Volume {id}: the steps planned after {} changed",
+                    action.name()
+                );
+                resume = None;
             }
         }
-        let action = report.action;
-        match report.result {
-            Ok(done) => {
-                entry.retry = None;
-                if let Some(note) = &done.contained {
-                    log::warn!("Plugin {}: {note}", entry.volume.plugin_id);
-                    self.plugin_notes
-                        .push((entry.volume.plugin_id.clone(), note.clone()));
-                }
-                mark_done(&mut entry.volume, &action, done);
-                // A step in the middle of its job is journalled with the
-                // next sync, unless the job waits for it before its next
-                // RPC; the job's last step now.
-                if last || report.resume.is_some() {
-                    self.changed.insert(id.clone());
-                }
-                self.resumes.extend(report.resume);
-                if self.answer_claims(&id) {
-                    self.changed.insert(id.clone());
-                }
-            }
-            Err(err) => self.step_failed(&id, &action, err, now),
+        let last = entry.chain.is_empty() || (waits && resume.is_none());
+        if last {
+            end_job(entry);
+        }
+        // A step in the middle of its job is journalled with the next
+        // sync, unless the job waits for it before its next RPC; the job's
+        // last step now.
+        if last || resume.is_some() {
+            self.changed.insert(id.clone());
+        }
+        self.resumes.extend(resume);
+        if self.answer_claims(&id) {
+            self.changed.insert(id.clone());
         }
     }
 
@@ -469,6 +464,47 @@ fn service_of(action: &Action) -> Service {
     }
 }
 
+/// The steps the planner would plan for `volume` from `first` on, if each
+/// one before succeeded, while `joins` admits them; a forward run ends
+/// with the step that makes a claim taken.
+fn run_from(
+    volume: &Volume,
+    first: Action,
+    protocol: Protocol,
+    joins: impl Fn(&Action) -> bool,
+) -> Vec<Action> {
+    let mut volume = volume.clone();
+    let mut actions = vec![first];
+    // Bounded: each step changes the record, but a planner that asked for
+    // one again must not make a job of it.
+    while actions.len() < 8 {
+        let last = actions.last().expect("one at least");
+        mark_pending(&mut volume, last);
+        mark_done(&mut volume, last, StepDone::default());
+        let taken = match last {
+            Action::NodePublish { alloc } | Action::BindTarget { alloc } => volume
+                .claims
+                .get(alloc)
+                .is_some_and(|c| c.is_taken(c.target.is_some())),
+            _ => false,
+        };
+        match plan::next(&volume, protocol) {
+            Some(next) if !taken && joins(&next) && !actions.contains(&next) => actions.push(next),
+            _ => break,
+        }
+    }
+    actions
+}
+
+/// The job in flight ended: the steps it did not get to were never sent,
+/// and their records are what they were before it.
+fn end_job(entry: &mut Entry) {
+    entry.busy = None;
+    for (action, before) in std::mem::take(&mut entry.chain).into_iter().rev() {
+        restore(&mut entry.volume, &action, before);
+    }
+}
+
 /// What a forward step's record was before it was marked `Pending`.
 pub(super) enum Before {
     Attachment(Step),
@@ -586,5 +622,172 @@ fn mark_done(v: &mut Volume, action: &Action, done: StepDone) {
             v.publish_context.clear();
         }
         Action::Free { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::csi::{AccessMode, AttachmentMode, Capability};
+    use crate::mount::Propagation;
+    use crate::volume::model::{Admission, Claim, StagingKey};
+
+    const FULL: Protocol = Protocol {
+        controller_publish: true,
+        stage: true,
+    };
+
+    fn capability() -> Capability {
+        Capability::new(AccessMode::MultiNodeMultiWriter, AttachmentMode::FileSystem)
+    }
+
+    fn volume(claims: &[&str]) -> Volume {
+        Volume {
+            id: "v".into(),
+            name: "v".into(),
+            plugin_id: "p".into(),
+            external_id: "x".into(),
+            capabilities: vec![capability()],
+            mount_options: Default::default(),
+            secrets: Default::default(),
+            parameters: BTreeMap::new(),
+            context: BTreeMap::new(),
+            capacity_bytes: 0,
+            created: false,
+            attachment: Step::Absent,
+            publish_context: BTreeMap::new(),
+            stagings: BTreeMap::new(),
+            claims: claims
+                .iter()
+                .map(|alloc| (alloc.to_string(), claim(alloc)))
+                .collect(),
+            creating: None,
+        }
+    }
+
+    fn claim(alloc: &str) -> Claim {
+        Claim {
+            alloc_id: alloc.into(),
+            read_only: false,
+            wanted: true,
+            usage: "rw".into(),
+            capability: capability(),
+            published: Step::Absent,
+            target: Some(format!("/mnt/{alloc}").into()),
+            propagation: Propagation::Private,
+            target_mounted: Step::Absent,
+            target_mount_id: None,
+            target_created: false,
+            staging: StagingKey::Volume,
+            failure: None,
+            admission: Admission::Local,
+        }
+    }
+
+    fn publish(alloc: &str) -> Action {
+        Action::NodePublish {
+            alloc: alloc.into(),
+        }
+    }
+
+    fn bind(alloc: &str) -> Action {
+        Action::BindTarget {
+            alloc: alloc.into(),
+        }
+    }
+
+    fn stage() -> Action {
+        Action::NodeStage {
+            staging: StagingKey::Volume,
+        }
+    }
+
+    /// Runs the planner to the end, each step succeeding.
+    fn taken(v: &mut Volume) {
+        while let Some(action) = plan::next(v, FULL) {
+            mark_pending(v, &action);
+            mark_done(v, &action, StepDone::default());
+        }
+    }
+
+    #[test]
+    fn a_claim_runs_from_controller_publish_to_its_bind_and_stops_there() {
+        let v = volume(&["a1", "a2"]);
+        let first = plan::next(&v, FULL).unwrap();
+        assert_eq!(
+            run_from(&v, first, FULL, |_| true),
+            [
+                Action::ControllerPublish,
+                stage(),
+                publish("a1"),
+                bind("a1")
+            ],
+            "a2's steps are a job of their own"
+        );
+    }
+
+    #[test]
+    fn a_claim_on_an_attached_and_staged_volume_runs_its_publish_and_bind() {
+        let mut v = volume(&["a1"]);
+        taken(&mut v);
+        v.claims.insert("a2".into(), claim("a2"));
+        let first = plan::next(&v, FULL).unwrap();
+        assert_eq!(
+            run_from(&v, first, FULL, |_| true),
+            [publish("a2"), bind("a2")]
+        );
+    }
+
+    #[test]
+    fn a_release_runs_to_controller_unpublish_and_leaves_freeing_to_the_loop() {
+        let mut v = volume(&["a1"]);
+        taken(&mut v);
+        v.claims.get_mut("a1").unwrap().wanted = false;
+        let first = plan::next(&v, FULL).unwrap();
+        let joins = |a: &Action| !matches!(a, Action::Free { .. });
+        assert_eq!(
+            run_from(&v, first, FULL, joins),
+            [
+                Action::UnbindTarget { alloc: "a1".into() },
+                Action::NodeUnpublish { alloc: "a1".into() },
+                Action::NodeUnstage {
+                    staging: StagingKey::Volume
+                },
+                Action::ControllerUnpublish,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_that_does_not_join_ends_the_run() {
+        // A split plugin: the controller's step is a job of its own.
+        let v = volume(&["a1"]);
+        let controller = |a: &Action| service_of(a) == Service::Controller;
+        assert_eq!(
+            run_from(&v, Action::ControllerPublish, FULL, controller),
+            [Action::ControllerPublish]
+        );
+    }
+
+    #[test]
+    fn steps_never_sent_get_their_records_back() {
+        let mut v = volume(&["a1"]);
+        v.claims.get_mut("a1").unwrap().published = Step::Pending;
+        let before = v.clone();
+        let marked: Vec<(Action, Before)> = [Action::ControllerPublish, stage(), publish("a1")]
+            .into_iter()
+            .map(|a| {
+                let b = mark_pending(&mut v, &a);
+                (a, b)
+            })
+            .collect();
+        assert_eq!(v.attachment, Step::Pending);
+        assert_eq!(v.stagings[&StagingKey::Volume].step, Step::Pending);
+        for (action, b) in marked.into_iter().rev() {
+            restore(&mut v, &action, b);
+        }
+        assert_eq!(v, before, "a publish pending from before stays pending");
     }
 }
