@@ -11,7 +11,7 @@
 //! volume still. The job reports each step to the main loop as it ends,
 //! stops at the first that fails, and before each RPC waits until the
 //! outcomes of the RPCs before it are durable ([`run_steps`]), so that a
-//! crash re-sends only the RPC in flight: between RPCs, the loop's sync
+//! crash re-sends at most the last RPC sent: between RPCs, the loop's sync
 //! is still a hand-off, but there is no new job to plan and queue, and a
 //! host bind or unbind follows its neighbour RPC at once.
 //!
@@ -79,11 +79,12 @@ pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
 
 /// Runs the steps in order, reporting each as a [`StepReport`], and stops
 /// at the first that fails. Before an RPC, the outcome of every RPC before
-/// it must be durable, so that a crash re-sends only the RPC in flight:
+/// it must be durable, so that a crash re-sends at most the last RPC sent:
 /// the report of the step before it carries a `resume` sender, and the
 /// job waits until the loop has synced the record and answers on it. A
-/// local step (a host bind or unbind) waits for nothing, nor does an RPC
-/// after one: its record was already durable when the job was handed out.
+/// local step's outcome (a host bind or unbind) is not waited for: doing
+/// it again after a crash is harmless, and a bind's `Pending` mark was
+/// durable before the job was handed out.
 /// The job ends without sending anything more when the loop drops its
 /// `resume`: the loop stopped, or the record changed under the job so that
 /// the planner's next step is no longer the job's (a release came, or
