@@ -10,7 +10,7 @@
 //! `VolumeManager::plan`). One job per volume, so one RPC in flight per
 //! volume still. The job reports each step to the main loop as it ends,
 //! stops at the first that fails, and before each RPC waits until the
-//! outcomes of the RPCs before it are durable ([`run_steps`]), so that a
+//! outcomes of the RPCs before it are durable (`run_steps`), so that a
 //! crash re-sends at most the last RPC sent: between RPCs, the loop's sync
 //! is still a hand-off, but there is no new job to plan and queue, and a
 //! host bind or unbind follows its neighbour RPC at once.
