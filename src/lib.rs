@@ -36,7 +36,8 @@
 //!
 //! Nothing is acknowledged, and no plugin call or mount is made, before
 //! the state it depends on is on disk: each loop turn's records are synced
-//! (one group commit) before the turn's replies and plugin jobs go out.
+//! (one group commit) before the turn's replies and plugin jobs go out,
+//! and before a job of steps waiting between two RPCs is resumed.
 //! When the data dir cannot be written (`ENOSPC`, `EDQUOT`, `EIO`), the
 //! agent *cannot persist*: it holds those replies and jobs, refuses every
 //! call that would change the state ([`api::Request::access`]) at once
@@ -93,8 +94,17 @@
 //!   as one state per claim; the planner ([`volume::plan`]) derives the next
 //!   RPC from them, and `volume status` shows them with DESIGN.md's names
 //!   (`taken`, `unpublishing`, `node-detached`, `ready-to-free`). Only
-//!   forward steps are journalled before their RPC: a release step's
-//!   "not yet absent" already makes it be re-sent after a crash.
+//!   forward steps are marked before their RPC: a release step's "not yet
+//!   absent" already makes it be re-sent after a crash.
+//! - DESIGN.md persists every transition before the next RPC, one step
+//!   per job. A claim's steps (or a release's) run back to back as one job
+//!   on the plugin's worker ([`volume::steps`]), and the journal gets
+//!   fewer records: one marks all of a claim's forward steps `Pending`
+//!   before the first RPC; each RPC's outcome is made durable before the
+//!   next RPC (the job waits for that sync), so that a crash re-sends at
+//!   most the last RPC sent; a host bind or unbind rides on its
+//!   neighbour's record. A claim through ControllerPublish, NodeStage,
+//!   NodePublish and a host bind is 4 syncs instead of 5, its release 4.
 //! - The journal holds whole volume records (one per volume changed in a
 //!   loop turn), not per-transition deltas: replay is "last record wins",
 //!   and a turn that changes a volume five times writes it once.

@@ -248,11 +248,12 @@ impl VolumeManager {
             }
         }
     }
-    /// Answers the claim waiters whose claims are now taken.
-    pub(super) fn answer_claims(&mut self, id: &str) {
+    /// Answers the claim waiters whose claims are now taken; whether it
+    /// answered any.
+    pub(super) fn answer_claims(&mut self, id: &str) -> bool {
         let paths = self.paths.clone();
         let Some(entry) = self.entries.get_mut(id) else {
-            return;
+            return false;
         };
         let v = &entry.volume;
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.claims)
@@ -263,6 +264,7 @@ impl VolumeManager {
                     .is_some_and(|c| c.wanted && c.is_taken(c.target.is_some()))
             });
         entry.waiters.claims = waiting;
+        let answered = !ready.is_empty();
         for waiter in ready {
             let claim = &v.claims[&waiter.alloc];
             let resp = api::VolumeClaimResponse {
@@ -280,6 +282,7 @@ impl VolumeManager {
             self.outbox
                 .push((waiter.reply, Ok(Response::VolumeClaim(resp))));
         }
+        answered
     }
 
     /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`
