@@ -1,31 +1,29 @@
 //! The agent's side of a `cluster` block: it starts the member thread
 //! ([`crate::cluster::member`]) that registers this node in etcd and keeps
-//! it alive, follows its reports (connected, disconnected, a node name
-//! another live agent holds, which stops the agent), and answers
-//! `node status` from a thread of its own, so the loop never waits on
-//! etcd. An agent without a `cluster` block has none of it.
+//! it alive, the cluster ops, the volume watch, the fencer and a
+//! controller candidate per attaching plugin; follows the member's reports
+//! (connected, disconnected, a node name another live agent holds, which
+//! stops the agent); stops writers after `stop_after_disconnect`; and
+//! gives up the claims the cluster took away. The calls answered from
+//! etcd are `cluster_calls.rs`. An agent without a `cluster` block has
+//! none of it.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::api::{ApiError, ErrorKind, Response};
 use std::collections::BTreeMap;
 
 use crossbeam_channel::{unbounded, Receiver};
 
 use crate::cluster::attachments::Attacher;
-use crate::cluster::fence::{self, DetachError, Fenced, Fencer};
+use crate::cluster::fence::Fencer;
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
-use crate::cluster::node;
 use crate::cluster::ops::{Answer, Ops};
 use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
 use crate::csi::types::ControllerCapability;
 use crate::csi::Endpoint;
 use crate::plugin::{Health, Registry, Service};
-use crate::proto::agent as api;
 use crate::proto::cluster as pb;
-use crate::volume::manager::ReplyTo;
 
 use super::Agent;
 
@@ -52,7 +50,7 @@ pub(super) struct ClusterMember {
     /// This node's candidacies for plugins' controller elections: one per
     /// plugin with a healthy controller that attaches, by plugin ID.
     candidates: BTreeMap<String, (Endpoint, Candidate)>,
-    prefix: String,
+    pub prefix: String,
     lease_ttl: std::time::Duration,
     /// Since when this node has been cut off from etcd, and whether the
     /// tasks `stop_after_disconnect` stops were stopped.
@@ -190,60 +188,6 @@ impl Agent {
             }
         }
     }
-
-    /// `node status`: read from etcd on a thread of its own.
-    pub(super) fn node_status(&self, reply: ReplyTo) {
-        let Some(cluster) = &self.cluster else {
-            let err = ApiError::new(
-                ErrorKind::FailedPrecondition,
-                "this agent is not in a cluster (its config has no cluster block)",
-            );
-            let _ = reply.send(Err(err));
-            return;
-        };
-        let (connection, reason) = match &cluster.connection {
-            Connection::Connecting => ("connecting", String::new()),
-            Connection::Connected => ("connected", String::new()),
-            Connection::Disconnected { reason } => ("disconnected", reason.clone()),
-        };
-        let base = api::NodeStatusResponse {
-            this_node: cluster.node.clone(),
-            connection: connection.to_string(),
-            reason,
-            ..Default::default()
-        };
-        // Cut off from etcd, the agent still knows where it stands, and
-        // the error says so.
-        let this_agent = match &base.reason[..] {
-            "" => format!("this agent: node {} ({connection})", base.this_node),
-            reason => format!(
-                "this agent: node {} ({connection}: {reason})",
-                base.this_node
-            ),
-        };
-        let (etcd, prefix) = (cluster.member.etcd(), cluster.member.prefix().to_string());
-        let spawned = thread::Builder::new()
-            .name("node-status".into())
-            .spawn(move || {
-                let answer = node::list(&etcd, &prefix)
-                    .map(|records| {
-                        let mut resp = base;
-                        resp.nodes = records.into_iter().map(node_to_api).collect();
-                        resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
-                        Response::NodeStatus(resp)
-                    })
-                    .map_err(|err| {
-                        let chain = crate::error_chain(&err);
-                        let message =
-                            format!("{this_agent}; cannot list the cluster's nodes: {chain}");
-                        ApiError::new(ErrorKind::Unavailable, message)
-                    });
-                let _ = reply.send(answer);
-            });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for node status: {err}");
-        }
-    }
 }
 
 impl Agent {
@@ -296,63 +240,6 @@ impl Agent {
             }
         }
     }
-
-    /// `volume detach -force -node`: on a thread of its own, since the
-    /// controller leader's detach may take a while.
-    pub(super) fn force_detach(&self, req: api::VolumeForceDetachRequest, reply: ReplyTo) {
-        let refuse = |kind, message: String| {
-            let _ = reply.send(Err(ApiError::new(kind, message)));
-        };
-        let Some(cluster) = &self.cluster else {
-            return refuse(
-                ErrorKind::FailedPrecondition,
-                "detaching another node's claims needs a cluster: this agent's config has no cluster block".into(),
-            );
-        };
-        if req.volume_id.is_empty() || req.node.is_empty() {
-            return refuse(
-                ErrorKind::InvalidArgument,
-                "volume_id and node are required".into(),
-            );
-        }
-        if req.node == cluster.node {
-            return refuse(
-                ErrorKind::FailedPrecondition,
-                format!(
-                    "node {} is this agent: release its claims with `csi-agent volume detach {}`",
-                    req.node, req.volume_id
-                ),
-            );
-        }
-        let (etcd, prefix) = (cluster.member.etcd(), cluster.prefix.clone());
-        let spawned = thread::Builder::new()
-            .name("force-detach".into())
-            .spawn(move || {
-                let (volume, node) = (&req.volume_id, &req.node);
-                let answer = match fence::detach(&etcd, &prefix, volume, node) {
-                    Ok(Fenced::Freed | Fenced::Operator) => {
-                        log::info!("Cluster: an operator freed lost node {node}'s claims on volume {volume}");
-                        Ok(Response::VolumeForceDetach(Default::default()))
-                    }
-                    Ok(Fenced::Waiting(why)) => Err(ApiError::new(
-                        ErrorKind::Unavailable,
-                        format!("node {node}'s claims on volume {volume} are not freed: {why}"),
-                    )),
-                    Err(err @ DetachError::NodeAlive { .. }) => Err(ApiError::new(
-                        ErrorKind::FailedPrecondition,
-                        err.to_string(),
-                    )),
-                    Err(err) => Err(ApiError::new(
-                        ErrorKind::Unavailable,
-                        crate::error_chain(&err),
-                    )),
-                };
-                let _ = reply.send(answer);
-            });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for volume detach: {err}");
-        }
-    }
 }
 
 /// The plugins this node registers with: one per plugin ID, as a split
@@ -375,24 +262,6 @@ fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
             ..Default::default()
         })
         .collect()
-}
-
-fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
-    api::ClusterNode {
-        name: record.node,
-        registered_unix_ms: record.registered_unix_ms,
-        plugins: record
-            .plugins
-            .into_iter()
-            .map(|p| api::ClusterNodePlugin {
-                id: p.id,
-                node_id: p.node_id,
-                healthy: p.healthy,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 mod cluster;
+mod cluster_calls;
 pub mod dev;
 mod persist;
 mod plugin_tasks;
