@@ -250,16 +250,23 @@ fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
     registry
         .ids()
         .into_iter()
-        .map(|id| pb::NodePlugin {
-            id: id.to_string(),
-            node_id: registry
-                .serving(id, Service::Node)
-                .and_then(|r| r.fingerprint.as_ref())
-                .and_then(|f| f.node.as_ref())
-                .map(|n| n.node_id.clone())
-                .unwrap_or_default(),
-            healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
-            ..Default::default()
+        .map(|id| {
+            let status = registry.status(id);
+            pb::NodePlugin {
+                id: id.to_string(),
+                node_id: registry
+                    .serving(id, Service::Node)
+                    .and_then(|r| r.fingerprint.as_ref())
+                    .and_then(|f| f.node.as_ref())
+                    .map(|n| n.node_id.clone())
+                    .unwrap_or_default(),
+                healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
+                controllers_healthy: status.as_ref().map_or(0, |s| s.controllers_healthy),
+                controllers_expected: status.as_ref().map_or(0, |s| s.controllers_expected),
+                nodes_healthy: status.as_ref().map_or(0, |s| s.nodes_healthy),
+                nodes_expected: status.as_ref().map_or(0, |s| s.nodes_expected),
+                ..Default::default()
+            }
         })
         .collect()
 }

@@ -16,6 +16,44 @@ use super::cluster::Connection;
 use super::Agent;
 
 impl Agent {
+    /// `plugin status` in a cluster: this host's answer (`local`), with
+    /// controllers and nodes counted over every node's record, read on a
+    /// thread of its own.
+    pub(super) fn cluster_plugin_status(
+        &self,
+        req: api::PluginStatusRequest,
+        local: Result<api::PluginStatusResponse, ApiError>,
+        reply: ReplyTo,
+    ) {
+        let Some(cluster) = &self.cluster else {
+            let _ = reply.send(local.map(Response::PluginStatus));
+            return;
+        };
+        let (etcd, prefix, me) = (
+            cluster.member.etcd(),
+            cluster.prefix.clone(),
+            cluster.node.clone(),
+        );
+        let spawned = thread::Builder::new()
+            .name("plugin-status".into())
+            .spawn(move || {
+                let answer = match node::list(&etcd, &prefix) {
+                    Ok(records) => counted_over(&req.id, local, &records, &me),
+                    Err(err) => local.map(|mut resp| {
+                        resp.cluster_note = format!(
+                            "counts of this host only: cannot read the cluster's nodes: {}",
+                            crate::error_chain(&err)
+                        );
+                        resp
+                    }),
+                };
+                let _ = reply.send(answer.map(Response::PluginStatus));
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for plugin status: {err}");
+        }
+    }
+
     /// `node status`: read from etcd on a thread of its own.
     pub(super) fn node_status(&self, reply: ReplyTo) {
         let Some(cluster) = &self.cluster else {
@@ -128,6 +166,59 @@ impl Agent {
     }
 }
 
+/// This host's plugin status (`local`, for plugin `id` or every one when
+/// empty) with the other nodes' instances counted in; a plugin only other
+/// nodes run is listed with its counts.
+fn counted_over(
+    id: &str,
+    local: Result<api::PluginStatusResponse, ApiError>,
+    records: &[pb::NodeRecord],
+    me: &str,
+) -> Result<api::PluginStatusResponse, ApiError> {
+    let others: Vec<&pb::NodePlugin> = records
+        .iter()
+        .filter(|r| r.node != me)
+        .flat_map(|r| &r.plugins)
+        .filter(|p| id.is_empty() || p.id == id)
+        .collect();
+    let mut resp = match local {
+        Ok(resp) => resp,
+        // Not here, but elsewhere in the cluster.
+        Err(_) if !others.is_empty() => api::PluginStatusResponse::default(),
+        Err(err) => return Err(err),
+    };
+    for p in others {
+        let i = match resp.plugins.iter().position(|s| s.id == p.id) {
+            Some(i) => i,
+            None => {
+                resp.plugins.push(api::PluginStatus {
+                    id: p.id.clone(),
+                    ..Default::default()
+                });
+                resp.plugins.len() - 1
+            }
+        };
+        let s = &mut resp.plugins[i];
+        s.controllers_healthy += p.controllers_healthy;
+        s.controllers_expected += p.controllers_expected;
+        s.nodes_healthy += p.nodes_healthy;
+        s.nodes_expected += p.nodes_expected;
+    }
+    for s in resp.plugins.iter_mut().filter(|s| s.instances.is_empty()) {
+        // Only other nodes run it: its health is their counts'.
+        let all =
+            s.controllers_healthy == s.controllers_expected && s.nodes_healthy == s.nodes_expected;
+        s.health = if all {
+            api::Health::HEALTHY
+        } else {
+            api::Health::UNHEALTHY
+        }
+        .into();
+    }
+    resp.plugins.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(resp)
+}
+
 fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
     api::ClusterNode {
         name: record.node,
@@ -143,5 +234,79 @@ fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(id: &str, c: (u32, u32), n: (u32, u32)) -> pb::NodePlugin {
+        pb::NodePlugin {
+            id: id.into(),
+            controllers_healthy: c.0,
+            controllers_expected: c.1,
+            nodes_healthy: n.0,
+            nodes_expected: n.1,
+            ..Default::default()
+        }
+    }
+
+    fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
+        pb::NodeRecord {
+            node: node.into(),
+            plugins,
+            ..Default::default()
+        }
+    }
+
+    fn row(s: &api::PluginStatus) -> (&str, u32, u32, u32, u32) {
+        (
+            s.id.as_str(),
+            s.controllers_healthy,
+            s.controllers_expected,
+            s.nodes_healthy,
+            s.nodes_expected,
+        )
+    }
+
+    #[test]
+    fn plugins_are_counted_over_every_node_and_this_one_from_its_own_answer() {
+        let local = api::PluginStatusResponse {
+            plugins: vec![api::PluginStatus {
+                id: "ebs".into(),
+                nodes_healthy: 1,
+                nodes_expected: 1,
+                instances: vec![Default::default()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let records = [
+            // This node's record may lag: its own answer counts.
+            record("a", vec![counts("ebs", (0, 0), (0, 1))]),
+            record("b", vec![counts("ebs", (1, 1), (1, 1))]),
+            record(
+                "c",
+                vec![counts("ebs", (0, 0), (0, 1)), counts("nfs", (0, 0), (1, 1))],
+            ),
+        ];
+        let resp = counted_over("", Ok(local.clone()), &records, "a").unwrap();
+        let rows: Vec<_> = resp.plugins.iter().map(row).collect();
+        assert_eq!(rows, [("ebs", 1, 1, 2, 3), ("nfs", 0, 0, 1, 1)]);
+        // Only elsewhere: counted, with health from the counts.
+        assert_eq!(
+            resp.plugins[1].health.enum_value(),
+            Ok(api::Health::HEALTHY)
+        );
+
+        let unknown = ApiError::not_found("no plugin \"nfs\"");
+        let resp = counted_over("nfs", Err(unknown), &records, "a").unwrap();
+        assert_eq!(
+            resp.plugins.iter().map(row).collect::<Vec<_>>(),
+            [("nfs", 0, 0, 1, 1)]
+        );
+        let unknown = ApiError::not_found("no plugin \"zfs\"");
+        assert!(counted_over("zfs", Err(unknown), &records, "a").is_err());
     }
 }

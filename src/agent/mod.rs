@@ -337,7 +337,8 @@ impl Agent {
         let registry = &self.registry;
         let dispatch = match call.request {
             Request::PluginStatus(req) => {
-                let _ = reply.send(self.plugin_status(&req).map(Response::PluginStatus));
+                let local = self.plugin_status(&req);
+                self.cluster_plugin_status(req, local, reply);
                 None
             }
             Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),

@@ -396,6 +396,38 @@ fn a_host_with_only_the_plugin_s_node_has_its_claims_attached_by_the_controller_
         WAIT,
     );
 
+    // plugin status counts the cluster's instances: one controller (host
+    // 0's monolith) and two nodes, from either host.
+    for agent in [&full, &node] {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let status = AgentClient::connect(&agent.socket)
+                .unwrap()
+                .plugin_status(PLUGIN)
+                .unwrap();
+            let p = &status.plugins[0];
+            let counts = (
+                p.controllers_healthy,
+                p.controllers_expected,
+                p.nodes_healthy,
+                p.nodes_expected,
+            );
+            if counts == (1, 1, 2, 2) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{status:#?}");
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let out = node.cli(&["plugin", "status"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(PLUGIN) && l.contains("1/1") && l.contains("2/2")),
+        "{table}"
+    );
+
     crate::volume_util::claimed(&node, &claim_req("n", "n1"));
     released(&node, "n", "n1");
     // The leader's controller attached the volume to host 1, then
