@@ -365,6 +365,18 @@ impl Etcd {
         Ok((resp.kvs.into_iter().map(Kv::from).collect(), revision))
     }
 
+    /// The ID of the etcd cluster the members belong to (a new etcd
+    /// cluster has a new one).
+    pub fn cluster_id(&self) -> Result<u64, Error> {
+        let req = pb::RangeRequest {
+            key: b"\0".to_vec(),
+            count_only: true,
+            ..Default::default()
+        };
+        let resp = self.call("Range", |m, opt| m.kv.range_opt(&req, opt))?;
+        Ok(resp.header.as_ref().map_or(0, |h| h.cluster_id))
+    }
+
     /// Puts `key`; with a `lease` (not 0) it goes when the lease does.
     /// Answers the store's revision after the put.
     pub fn put(&self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, Error> {

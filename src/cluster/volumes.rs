@@ -50,10 +50,12 @@ pub fn delete(etcd: &Etcd, prefix: &str, id: &str) -> Result<(), etcd::Error> {
 /// What the watch of the volumes saw.
 #[derive(Clone, Debug, PartialEq)]
 pub enum VolumeEvent {
-    /// Every record and claim set, as read when the watch (re)started.
+    /// Every record and claim set, as read when the watch (re)started
+    /// from the etcd cluster whose ID is `cluster_id`.
     Sync {
         records: Vec<statepb::Volume>,
         claims: Vec<(String, pb::ClaimSet)>,
+        cluster_id: u64,
     },
     /// A volume's record was written.
     Put(Box<statepb::Volume>),
@@ -123,6 +125,7 @@ fn event_of(volumes: &str, event: &Event) -> Option<VolumeEvent> {
 
 /// The state of the range as one event, and the revision it was read at.
 fn sync(etcd: &Etcd, volumes: &str) -> Result<(VolumeEvent, i64), etcd::Error> {
+    let cluster_id = etcd.cluster_id()?;
     let (kvs, revision) = etcd.get_prefix(volumes.as_bytes())?;
     let mut records = Vec::new();
     let mut claims = Vec::new();
@@ -133,7 +136,14 @@ fn sync(etcd: &Etcd, volumes: &str) -> Result<(VolumeEvent, i64), etcd::Error> {
             _ => {}
         }
     }
-    Ok((VolumeEvent::Sync { records, claims }, revision))
+    Ok((
+        VolumeEvent::Sync {
+            records,
+            claims,
+            cluster_id,
+        },
+        revision,
+    ))
 }
 
 /// The thread watching the volumes; dropping it stops the thread.

@@ -205,6 +205,9 @@ pub struct Volume {
     /// Being created: CreateVolume has not answered yet. No claim is
     /// admitted until it has.
     pub creating: Option<CreateIntent>,
+    /// In a cluster: the ID of the etcd cluster that has held its record,
+    /// 0 if none (see `in_cluster` in state.proto).
+    pub in_cluster: u64,
 }
 
 impl Volume {
@@ -441,6 +444,7 @@ impl Volume {
                 .collect(),
             staging_layout: STAGING_LAYOUT,
             create_intent: self.creating.as_ref().map(intent_to_proto).into(),
+            in_cluster: self.in_cluster,
             ..Default::default()
         }
     }
@@ -536,6 +540,7 @@ impl Volume {
             stagings,
             claims,
             creating: p.create_intent.as_ref().map(intent_from_proto),
+            in_cluster: p.in_cluster,
         };
         if per_usage {
             let allocs: Vec<String> = volume
@@ -586,6 +591,7 @@ mod tests {
             stagings: BTreeMap::new(),
             claims: BTreeMap::new(),
             creating,
+            in_cluster: 0,
         }
     }
 

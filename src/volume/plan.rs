@@ -203,6 +203,7 @@ mod tests {
             stagings: BTreeMap::new(),
             claims: BTreeMap::new(),
             creating: None,
+            in_cluster: 0,
         }
     }
 

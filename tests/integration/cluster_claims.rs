@@ -449,3 +449,31 @@ fn a_host_with_only_the_plugin_s_node_has_its_claims_attached_by_the_controller_
     drop((full, node));
     drop(node_only);
 }
+
+#[test]
+fn a_volume_deregistered_while_a_host_was_away_stays_deregistered_when_it_returns() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let mut hosts = hosts(&cluster, 2, &[]);
+    connect(&hosts[0].agent)
+        .volume_create("gone.hcl", &spec("gone", &["single-node-writer"], None))
+        .unwrap();
+    known_everywhere(&hosts, "gone");
+    assert_eq!(hosts[1].agent.sigterm(), 0);
+    connect(&hosts[0].agent)
+        .volume_deregister("gone", false)
+        .unwrap();
+    // Back, host 1 learns the deregistration instead of undoing it.
+    hosts[1].agent.restart();
+    hosts[1].agent.wait_for(PLUGIN, healthy, WAIT);
+    hosts[1].agent.wait_for_log(
+        "Volume gone was deregistered in the cluster while this agent was away",
+        WAIT,
+    );
+    assert!(try_volume(&hosts[1].agent, "gone").unwrap().is_none());
+    let record = cluster.client().get(b"/csi-agent/volumes/gone").unwrap();
+    assert!(record.is_none(), "{record:?}");
+    assert!(try_volume(&hosts[0].agent, "gone").unwrap().is_none());
+}

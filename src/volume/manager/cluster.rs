@@ -20,11 +20,13 @@
 //!   ([`VolumeEvent`]), and a record removed from etcd is forgotten here
 //!   unless this node still has claims on it. What only this host knows
 //!   (stagings, publishes, binds) never leaves the local journal.
-//! - When the watch (re)starts it reports every record: etcd's wins, and a
-//!   local volume etcd does not have (registered before the agent joined,
-//!   or while etcd was out of reach) is written to it. So a volume
-//!   deregistered while one of its agents was away comes back with that
-//!   agent: deregister volumes with every agent up.
+//! - When the watch (re)starts it reports every record: etcd's wins. A
+//!   local volume etcd does not have was deregistered by another host
+//!   while this one was away if this etcd cluster held it before (each
+//!   volume remembers the ID of the etcd cluster that held its record), and
+//!   is forgotten here; otherwise (registered before the agent joined,
+//!   while etcd was out of reach, or etcd is a new cluster) it is written
+//!   to etcd.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,6 +57,8 @@ pub(super) struct ClusterSide {
     claim_sets: BTreeMap<String, pb::ClaimSet>,
     /// Whether the watch has reported the records once.
     synced: bool,
+    /// The ID of the etcd cluster, once the watch has read it.
+    cluster_id: u64,
     /// Asks the controller leader to attach and detach.
     attacher: Arc<Attacher>,
     /// Claims the cluster took away.
@@ -82,6 +86,7 @@ pub(super) fn shared_record(v: &Volume) -> statepb::Volume {
     record.stagings.clear();
     record.claims.clear();
     record.create_intent = Default::default();
+    record.in_cluster = 0;
     record
 }
 
@@ -92,6 +97,7 @@ fn with_host_state(mut shared: Volume, local: &Volume) -> Volume {
     shared.stagings = local.stagings.clone();
     shared.claims = local.claims.clone();
     shared.creating = local.creating.clone();
+    shared.in_cluster = local.in_cluster;
     shared
 }
 
@@ -109,6 +115,7 @@ impl VolumeManager {
             sharing: BTreeMap::new(),
             claim_sets: BTreeMap::new(),
             synced: false,
+            cluster_id: 0,
             lost: LostClaims::default(),
             attaching: Default::default(),
         };
@@ -384,6 +391,7 @@ impl VolumeManager {
                 reason,
             } => self.claim_lost(&volume, &alloc, reason),
             Answer::Shared { volume } => {
+                self.held_by_etcd(&volume);
                 if let Some(side) = &mut self.cluster {
                     for reply in side.sharing.remove(&volume).unwrap_or_default() {
                         self.outbox.push(reply);
@@ -439,23 +447,38 @@ impl VolumeManager {
             return;
         };
         match event {
-            VolumeEvent::Sync { records, claims } => {
+            VolumeEvent::Sync {
+                records,
+                claims,
+                cluster_id,
+            } => {
                 side.claim_sets = claims.into_iter().collect();
                 side.synced = true;
+                side.cluster_id = cluster_id;
                 let in_etcd: std::collections::BTreeSet<String> =
                     records.iter().map(|r| r.id.clone()).collect();
                 for record in records {
                     self.adopt(record);
                 }
-                // Local volumes etcd does not have are shared now.
-                let local: Vec<String> = self
+                // Local volumes etcd does not have: deregistered by another
+                // host while this one was away if this etcd held them,
+                // else (registered before etcd took them, or a new etcd)
+                // shared now.
+                let local: Vec<(String, u64)> = self
                     .entries
-                    .keys()
-                    .filter(|id| !in_etcd.contains(*id))
-                    .cloned()
+                    .values()
+                    .filter(|e| !in_etcd.contains(&e.volume.id))
+                    .map(|e| (e.volume.id.clone(), e.volume.in_cluster))
                     .collect();
-                for id in local {
-                    self.share_change(&id);
+                for (id, held_by) in local {
+                    if held_by != 0 && held_by == cluster_id {
+                        log::info!(
+                            "Volume {id} was deregistered in the cluster while this agent was away"
+                        );
+                        self.forget_shared(&id);
+                    } else {
+                        self.share_change(&id);
+                    }
                 }
                 let ids: Vec<String> = self.entries.keys().cloned().collect();
                 for id in ids {
@@ -498,6 +521,20 @@ impl VolumeManager {
         }
     }
 
+    /// etcd holds volume `id`'s record: remembered with the volume, so
+    /// that its absence from this etcd later means a deregistration.
+    fn held_by_etcd(&mut self, id: &str) {
+        let Some(cluster_id) = self.cluster.as_ref().map(|c| c.cluster_id) else {
+            return;
+        };
+        if let Some(entry) = self.entries.get_mut(id) {
+            if cluster_id != 0 && entry.volume.in_cluster != cluster_id {
+                entry.volume.in_cluster = cluster_id;
+                self.changed.insert(id.to_string());
+            }
+        }
+    }
+
     /// A volume's record from etcd: added here, or this host's copy
     /// brought up to date.
     fn adopt(&mut self, record: statepb::Volume) {
@@ -523,7 +560,7 @@ impl VolumeManager {
                 self.touch(&id);
             }
             // Being created here: its record goes out once it is.
-            Some(entry) if entry.volume.creating.is_some() => {}
+            Some(entry) if entry.volume.creating.is_some() => return,
             Some(entry) => {
                 if shared_record(&entry.volume) != record {
                     entry.volume = with_host_state(shared, &entry.volume);
@@ -532,6 +569,7 @@ impl VolumeManager {
                 }
             }
         }
+        self.held_by_etcd(&id);
     }
 
     /// A volume removed from etcd: forgotten here, unless this node still

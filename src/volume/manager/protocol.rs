@@ -669,6 +669,7 @@ mod tests {
                 .map(|alloc| (alloc.to_string(), claim(alloc)))
                 .collect(),
             creating: None,
+            in_cluster: 0,
         }
     }
 
