@@ -248,7 +248,12 @@ impl Worker {
                 Err(err) => Answer::Unknown {
                     volume: volume.clone(),
                     alloc: request.alloc_id.clone(),
-                    error: crate::error_chain(&err),
+                    // The answer says etcd did not answer: the etcd error
+                    // itself, without "etcd failed" before it.
+                    error: match &err {
+                        claims::Error::Etcd(etcd) => crate::error_chain(etcd),
+                        other => crate::error_chain(other),
+                    },
                 },
             },
             Op::Free { volume, alloc } => match sets.free(volume, &self.node, alloc) {
