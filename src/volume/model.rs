@@ -565,6 +565,31 @@ impl Volume {
     }
 }
 
+/// Volume `v` of plugin `p` with one capability and nothing done: the
+/// volume the unit tests of the model, planner and protocol start from.
+#[cfg(test)]
+pub(crate) fn test_volume(capability: Capability) -> Volume {
+    Volume {
+        id: "v".into(),
+        name: "v".into(),
+        plugin_id: "p".into(),
+        external_id: "x".into(),
+        capabilities: vec![capability],
+        mount_options: MountOptions::default(),
+        secrets: Secrets::new(),
+        parameters: BTreeMap::new(),
+        context: BTreeMap::new(),
+        capacity_bytes: 0,
+        created: false,
+        attachment: Step::Absent,
+        publish_context: BTreeMap::new(),
+        stagings: BTreeMap::new(),
+        claims: BTreeMap::new(),
+        creating: None,
+        in_cluster: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,26 +597,11 @@ mod tests {
 
     fn volume(creating: Option<CreateIntent>) -> Volume {
         Volume {
-            id: "v".into(),
-            name: "v".into(),
-            plugin_id: "p".into(),
-            external_id: String::new(),
-            capabilities: vec![Capability::new(
+            creating,
+            ..test_volume(Capability::new(
                 AccessMode::SingleNodeWriter,
                 AttachmentMode::FileSystem,
-            )],
-            mount_options: MountOptions::default(),
-            secrets: Secrets::new(),
-            parameters: BTreeMap::new(),
-            context: BTreeMap::new(),
-            capacity_bytes: 0,
-            created: false,
-            attachment: Step::Absent,
-            publish_context: BTreeMap::new(),
-            stagings: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            creating,
-            in_cluster: 0,
+            ))
         }
     }
 

@@ -632,7 +632,6 @@ fn mark_done(v: &mut Volume, action: &Action, done: StepDone) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::csi::{AccessMode, AttachmentMode, Capability};
@@ -650,26 +649,11 @@ mod tests {
 
     fn volume(claims: &[&str]) -> Volume {
         Volume {
-            id: "v".into(),
-            name: "v".into(),
-            plugin_id: "p".into(),
-            external_id: "x".into(),
-            capabilities: vec![capability()],
-            mount_options: Default::default(),
-            secrets: Default::default(),
-            parameters: BTreeMap::new(),
-            context: BTreeMap::new(),
-            capacity_bytes: 0,
-            created: false,
-            attachment: Step::Absent,
-            publish_context: BTreeMap::new(),
-            stagings: BTreeMap::new(),
             claims: claims
                 .iter()
                 .map(|alloc| (alloc.to_string(), claim(alloc)))
                 .collect(),
-            creating: None,
-            in_cluster: 0,
+            ..crate::volume::model::test_volume(capability())
         }
     }
 
