@@ -590,6 +590,19 @@ pub struct Batch {
     pub revision: i64,
 }
 
+impl Batch {
+    /// The keys the batch put, as they are now.
+    pub fn puts(self) -> Vec<Kv> {
+        self.events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Put(kv) => Some(kv),
+                Event::Delete { .. } => None,
+            })
+            .collect()
+    }
+}
+
 fn batch(resp: pb::WatchResponse) -> Batch {
     let revision = resp.header.as_ref().map_or(0, |h| h.revision);
     let events = resp

@@ -20,9 +20,8 @@ use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
 use super::election::{self, Candidacy, Ended, Held};
-use super::etcd::{Etcd, Event};
+use super::etcd::Etcd;
 use super::volumes;
-use crate::csi::types::ControllerPublish;
 use crate::csi::{Client, Endpoint};
 use crate::proto::state as statepb;
 use crate::volume::model::Volume;
@@ -123,14 +122,7 @@ impl Campaign {
                         Ok(Err(err)) => return err.into(),
                         Err(_) => return Ended::Again("the watch ended".into()),
                     };
-                    let puts: Vec<_> = batch
-                        .events
-                        .into_iter()
-                        .filter_map(|e| match e {
-                            Event::Put(kv) => Some(kv),
-                            Event::Delete { .. } => None,
-                        })
-                        .collect();
+                    let puts = batch.puts();
                     for intent in attachments::pending(&self.prefix, &puts) {
                         self.serve_one(&intent);
                     }
@@ -203,7 +195,7 @@ impl Campaign {
                 Err(err) => failed(err),
             };
         }
-        let Some(capability) = v.node_capability().cloned() else {
+        let Some(req) = v.controller_publish(&intent.plugin_node_id) else {
             return Outcome::Failed("the volume has no capability".into());
         };
         log::info!(
@@ -211,14 +203,6 @@ impl Campaign {
             v.id,
             intent.node
         );
-        let req = ControllerPublish {
-            volume_id: v.external_id.clone(),
-            node_id: intent.plugin_node_id.clone(),
-            read_only: capability.access_mode.is_read_only(),
-            capability: v.with_mount_options(&capability),
-            secrets: v.secrets.clone(),
-            volume_context: v.context.clone(),
-        };
         match self.client.controller_publish(&req) {
             Ok(context) => Outcome::Attached(context.into_iter().collect::<HashMap<_, _>>()),
             Err(err) => failed(err),

@@ -17,7 +17,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::csi::types::{CapacityRange, ContentSource, StringMap, TopologyRequirement};
+use crate::csi::types::{
+    CapacityRange, ContentSource, ControllerPublish, StringMap, TopologyRequirement,
+};
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::mount::Propagation;
 use crate::proto::state as pb;
@@ -281,6 +283,22 @@ impl Volume {
                 .iter()
                 .find(|c| !c.access_mode.is_read_only())
         }
+    }
+
+    /// ControllerPublishVolume of this volume to the node the plugin knows
+    /// as `node_id`: one attachment serves every claim on the node, so it
+    /// carries the volume's widest capability ([`Volume::node_capability`]).
+    /// `None` for a volume without capabilities.
+    pub fn controller_publish(&self, node_id: &str) -> Option<ControllerPublish> {
+        let capability = self.node_capability()?;
+        Some(ControllerPublish {
+            volume_id: self.external_id.clone(),
+            node_id: node_id.to_string(),
+            read_only: capability.access_mode.is_read_only(),
+            capability: self.with_mount_options(capability),
+            secrets: self.secrets.clone(),
+            volume_context: self.context.clone(),
+        })
     }
 
     /// The capability with the volume's mount options, as RPCs carry it.

@@ -34,7 +34,7 @@ use super::ops::{OpDone, OpResult, Paths, StepDone, StepError, StepReport};
 use super::plan::{Action, Protocol};
 use super::target::{self, Owner};
 use crate::cluster::attachments::Attacher;
-use crate::csi::types::{ControllerPublish, NodePublish, NodeStage};
+use crate::csi::types::{NodePublish, NodeStage};
 use crate::csi::{Class, Client};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
@@ -208,20 +208,9 @@ fn run_step(client: &Client, ctx: &StepContext, action: &Action) -> Result<StepD
         |r: Result<(), crate::csi::Error>| r.map(|()| StepDone::default()).map_err(StepError::Rpc);
     match action {
         Action::ControllerPublish => {
-            // One attachment serves every claim on the node: attach with
-            // the volume's widest capability (see `Volume::node_capability`).
-            let capability = v
-                .node_capability()
-                .cloned()
+            let req = v
+                .controller_publish(&ctx.node_id)
                 .ok_or_else(|| terminal("the volume has no capability".into()))?;
-            let req = ControllerPublish {
-                volume_id: v.external_id.clone(),
-                node_id: ctx.node_id.clone(),
-                read_only: capability.access_mode.is_read_only(),
-                capability: v.with_mount_options(&capability),
-                secrets: v.secrets.clone(),
-                volume_context: v.context.clone(),
-            };
             let context = client.controller_publish(&req).map_err(StepError::Rpc)?;
             Ok(StepDone {
                 publish_context: Some(context),

@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::cluster::claims::{ClaimRequest, ClaimSets, Error};
-use csi_agent::cluster::etcd::Event;
 use csi_agent::cluster::node::{self, NodeEvent, Registration};
 use csi_agent::csi::AccessMode;
 use csi_agent::proto::cluster as pb;
@@ -290,14 +289,7 @@ fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_wat
             .unwrap();
         while served < 4 {
             let batch = watch.next(Duration::from_secs(20)).unwrap();
-            let puts: Vec<_> = batch
-                .events
-                .into_iter()
-                .filter_map(|e| match e {
-                    Event::Put(kv) => Some(kv),
-                    _ => None,
-                })
-                .collect();
+            let puts = batch.puts();
             served += serve(&puts);
         }
     });

@@ -65,14 +65,7 @@ fn leader(etcd: Etcd, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<String>> 
             let Ok(batch) = watch.next(Duration::from_millis(200)) else {
                 continue;
             };
-            let puts: Vec<_> = batch
-                .events
-                .into_iter()
-                .filter_map(|e| match e {
-                    Event::Put(kv) => Some(kv),
-                    _ => None,
-                })
-                .collect();
+            let puts = batch.puts();
             for intent in attachments::pending(PREFIX, &puts) {
                 if intent.attach {
                     continue;
