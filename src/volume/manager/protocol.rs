@@ -632,7 +632,6 @@ fn mark_done(v: &mut Volume, action: &Action, done: StepDone) {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::csi::{AccessMode, AttachmentMode, Capability};
     use crate::mount::Propagation;
