@@ -19,7 +19,7 @@
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
-//! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
+//! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over), node records on leases, claim sets, shared volume records, attachments served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents |
@@ -146,6 +146,20 @@
 //!   `Backoff`'s ceiling, without jitter).
 //! - Allocation IDs are 8 hex digits, not UUIDs: they are path components
 //!   of plugin sockets, and `sun_path` holds 107 bytes.
+//! - Many hosts: DESIGN.md has the controller leader fence a lost node.
+//!   Here one agent of the cluster, the holder of a `fencer` election (a
+//!   key DESIGN.md does not list), decides that a node is lost (its key
+//!   gone for a lease TTL, so a restarted agent is spared), marks its
+//!   claims past and has the plugin's controller leader detach them
+//!   before it frees them ([`cluster::fence`]): lost nodes holding claims
+//!   of a plugin with no controller leader at that moment are fenced all
+//!   the same once one comes. Reader and multi-writer claims no controller
+//!   attached are freed without a fence, as the issue asks; a writer's
+//!   waits for an operator.
+//! - A volume's local record remembers the etcd cluster (its ID) that held
+//!   it, a field DESIGN.md does not have: an agent that comes back tells a
+//!   deregistration made while it was away (missing from the same etcd)
+//!   from a volume etcd never had (shared to it).
 
 //! # Conventions
 //!
