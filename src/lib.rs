@@ -19,7 +19,7 @@
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
-//! | [`cluster`] | many hosts: the etcd v3 client (KV, revision-compared transactions, leases, watches, member fail-over); the cluster's volumes and claims on it come next |
+//! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over), node records on leases, claim sets, shared volume records, attachments served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents |
@@ -36,7 +36,8 @@
 //!
 //! Nothing is acknowledged, and no plugin call or mount is made, before
 //! the state it depends on is on disk: each loop turn's records are synced
-//! (one group commit) before the turn's replies and plugin jobs go out.
+//! (one group commit) before the turn's replies and plugin jobs go out,
+//! and before a job of steps waiting between two RPCs is resumed.
 //! When the data dir cannot be written (`ENOSPC`, `EDQUOT`, `EIO`), the
 //! agent *cannot persist*: it holds those replies and jobs, refuses every
 //! call that would change the state ([`api::Request::access`]) at once
@@ -93,8 +94,17 @@
 //!   as one state per claim; the planner ([`volume::plan`]) derives the next
 //!   RPC from them, and `volume status` shows them with DESIGN.md's names
 //!   (`taken`, `unpublishing`, `node-detached`, `ready-to-free`). Only
-//!   forward steps are journalled before their RPC: a release step's
-//!   "not yet absent" already makes it be re-sent after a crash.
+//!   forward steps are marked before their RPC: a release step's "not yet
+//!   absent" already makes it be re-sent after a crash.
+//! - DESIGN.md persists every transition before the next RPC, one step
+//!   per job. A claim's steps (or a release's) run back to back as one job
+//!   on the plugin's worker ([`volume::steps`]), and the journal gets
+//!   fewer records: one marks all of a claim's forward steps `Pending`
+//!   before the first RPC; each RPC's outcome is made durable before the
+//!   next RPC (the job waits for that sync), so that a crash re-sends at
+//!   most the last RPC sent; a host bind or unbind rides on its
+//!   neighbour's record. A claim through ControllerPublish, NodeStage,
+//!   NodePublish and a host bind is 4 syncs instead of 5, its release 4.
 //! - The journal holds whole volume records (one per volume changed in a
 //!   loop turn), not per-transition deltas: replay is "last record wins",
 //!   and a turn that changes a volume five times writes it once.
@@ -136,6 +146,20 @@
 //!   `Backoff`'s ceiling, without jitter).
 //! - Allocation IDs are 8 hex digits, not UUIDs: they are path components
 //!   of plugin sockets, and `sun_path` holds 107 bytes.
+//! - Many hosts: DESIGN.md has the controller leader fence a lost node.
+//!   Here one agent of the cluster, the holder of a `fencer` election (a
+//!   key DESIGN.md does not list), decides that a node is lost (its key
+//!   gone for a lease TTL, so a restarted agent is spared), marks its
+//!   claims past and has the plugin's controller leader detach them
+//!   before it frees them ([`cluster::fence`]): lost nodes holding claims
+//!   of a plugin with no controller leader at that moment are fenced all
+//!   the same once one comes. Reader and multi-writer claims no controller
+//!   attached are freed without a fence, as the issue asks; a writer's
+//!   waits for an operator.
+//! - A volume's local record remembers the etcd cluster (its ID) that held
+//!   it, a field DESIGN.md does not have: an agent that comes back tells a
+//!   deregistration made while it was away (missing from the same etcd)
+//!   from a volume etcd never had (shared to it).
 
 //! # Conventions
 //!

@@ -1,29 +1,29 @@
 //! The agent's side of a `cluster` block: it starts the member thread
 //! ([`crate::cluster::member`]) that registers this node in etcd and keeps
-//! it alive, follows its reports (connected, disconnected, a node name
-//! another live agent holds, which stops the agent), and answers
-//! `node status` from a thread of its own, so the loop never waits on
-//! etcd. An agent without a `cluster` block has none of it.
+//! it alive, the cluster ops, the volume watch, the fencer and a
+//! controller candidate per attaching plugin; follows the member's reports
+//! (connected, disconnected, a node name another live agent holds, which
+//! stops the agent); stops writers after `stop_after_disconnect`; and
+//! gives up the claims the cluster took away. The calls answered from
+//! etcd are `cluster_calls.rs`. An agent without a `cluster` block has
+//! none of it.
 
-use std::thread;
+use std::time::{Duration, Instant};
 
-use crate::api::{ApiError, ErrorKind, Response};
 use std::collections::BTreeMap;
 
 use crossbeam_channel::{unbounded, Receiver};
 
 use crate::cluster::attachments::Attacher;
+use crate::cluster::fence::Fencer;
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
-use crate::cluster::node;
 use crate::cluster::ops::{Answer, Ops};
 use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
 use crate::csi::types::ControllerCapability;
 use crate::csi::Endpoint;
 use crate::plugin::{Health, Registry, Service};
-use crate::proto::agent as api;
 use crate::proto::cluster as pb;
-use crate::volume::manager::ReplyTo;
 
 use super::Agent;
 
@@ -44,12 +44,19 @@ pub(super) struct ClusterMember {
     pub answers: Receiver<Answer>,
     /// Watches the cluster's volumes and claim sets.
     _watch: VolumeWatch,
+    /// This node's candidacy to fence lost nodes.
+    _fencer: Fencer,
     pub volume_events: Receiver<VolumeEvent>,
     /// This node's candidacies for plugins' controller elections: one per
     /// plugin with a healthy controller that attaches, by plugin ID.
     candidates: BTreeMap<String, (Endpoint, Candidate)>,
-    prefix: String,
+    pub prefix: String,
     lease_ttl: std::time::Duration,
+    /// Since when this node has been cut off from etcd, and whether the
+    /// tasks `stop_after_disconnect` stops were stopped.
+    disconnected_since: Option<Instant>,
+    stopped_for_disconnect: bool,
+    stop_after_disconnect: Option<Duration>,
 }
 
 impl Agent {
@@ -75,6 +82,8 @@ impl Agent {
         let (events_tx, volume_events) = unbounded();
         let watch = VolumeWatch::start(member.etcd(), &config.prefix, events_tx)
             .map_err(|err| cannot("volume watch", err))?;
+        let fencer = Fencer::start(member.etcd(), &config.prefix, &node, config.lease_ttl)
+            .map_err(|err| cannot("fencer", err))?;
         self.volumes
             .join_cluster(&node, Attacher::new(member.etcd(), &config.prefix, &node));
         self.cluster = Some(ClusterMember {
@@ -84,10 +93,14 @@ impl Agent {
             ops,
             answers,
             _watch: watch,
+            _fencer: fencer,
             volume_events,
             candidates: BTreeMap::new(),
             prefix: config.prefix.clone(),
             lease_ttl: config.lease_ttl,
+            disconnected_since: None,
+            stopped_for_disconnect: false,
+            stop_after_disconnect: config.stop_after_disconnect,
         });
         self.sync_candidates();
         Ok(())
@@ -141,6 +154,14 @@ impl Agent {
         }
     }
 
+    /// Hands this node's plugins to the member thread, which rewrites the
+    /// node's record in etcd when they (or their health) changed.
+    pub(super) fn sync_node_record(&mut self) {
+        if let Some(cluster) = &mut self.cluster {
+            cluster.member.set_plugins(node_plugins(&self.registry));
+        }
+    }
+
     /// A report of the member thread.
     pub(super) fn cluster_event(&mut self, event: MemberEvent) {
         let Some(cluster) = &mut self.cluster else {
@@ -150,10 +171,13 @@ impl Agent {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
                 cluster.connection = Connection::Connected;
+                cluster.disconnected_since = None;
+                cluster.stopped_for_disconnect = false;
             }
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
                 cluster.connection = Connection::Disconnected { reason };
+                cluster.disconnected_since.get_or_insert_with(Instant::now);
             }
             MemberEvent::NameTaken { node } => {
                 let message = format!(
@@ -164,58 +188,56 @@ impl Agent {
             }
         }
     }
+}
 
-    /// `node status`: read from etcd on a thread of its own.
-    pub(super) fn node_status(&self, reply: ReplyTo) {
-        let Some(cluster) = &self.cluster else {
-            let err = ApiError::new(
-                ErrorKind::FailedPrecondition,
-                "this agent is not in a cluster (its config has no cluster block)",
-            );
-            let _ = reply.send(Err(err));
+impl Agent {
+    /// When `stop_after_disconnect` is due, if this node is cut off.
+    pub(super) fn disconnect_deadline(&self) -> Option<Instant> {
+        let cluster = self.cluster.as_ref()?;
+        if cluster.stopped_for_disconnect {
+            return None;
+        }
+        Some(cluster.disconnected_since? + cluster.stop_after_disconnect?)
+    }
+
+    /// `stop_after_disconnect` passed while cut off: the allocs holding
+    /// write claims other nodes may be given once this one is fenced stop.
+    pub(super) fn stop_if_disconnected(&mut self, now: Instant) {
+        if !self.disconnect_deadline().is_some_and(|at| at <= now) {
+            return;
+        }
+        let Some(cluster) = &mut self.cluster else {
             return;
         };
-        let (connection, reason) = match &cluster.connection {
-            Connection::Connecting => ("connecting", String::new()),
-            Connection::Connected => ("connected", String::new()),
-            Connection::Disconnected { reason } => ("disconnected", reason.clone()),
-        };
-        let base = api::NodeStatusResponse {
-            this_node: cluster.node.clone(),
-            connection: connection.to_string(),
-            reason,
-            ..Default::default()
-        };
-        // Cut off from etcd, the agent still knows where it stands, and
-        // the error says so.
-        let this_agent = match &base.reason[..] {
-            "" => format!("this agent: node {} ({connection})", base.this_node),
-            reason => format!(
-                "this agent: node {} ({connection}: {reason})",
-                base.this_node
-            ),
-        };
-        let (etcd, prefix) = (cluster.member.etcd(), cluster.member.prefix().to_string());
-        let spawned = thread::Builder::new()
-            .name("node-status".into())
-            .spawn(move || {
-                let answer = node::list(&etcd, &prefix)
-                    .map(|records| {
-                        let mut resp = base;
-                        resp.nodes = records.into_iter().map(node_to_api).collect();
-                        resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
-                        Response::NodeStatus(resp)
-                    })
-                    .map_err(|err| {
-                        let chain = crate::error_chain(&err);
-                        let message =
-                            format!("{this_agent}; cannot list the cluster's nodes: {chain}");
-                        ApiError::new(ErrorKind::Unavailable, message)
-                    });
-                let _ = reply.send(answer);
-            });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for node status: {err}");
+        cluster.stopped_for_disconnect = true;
+        let after =
+            crate::units::format_duration(cluster.stop_after_disconnect.unwrap_or_default());
+        let why = format!(
+            "node {} was cut off from the cluster for {after} (stop_after_disconnect)",
+            cluster.node
+        );
+        log::warn!("Cluster: {why}: stopping the allocs that hold write claims");
+        for (volume, alloc) in self.volumes.exclusive_writers() {
+            if !self.allocs.stop_alloc_for(&alloc, &why) {
+                log::warn!(
+                    "Cluster: volume {volume}'s claim of alloc {alloc} has no task to stop; it is given up when the cluster says so"
+                );
+            }
+        }
+    }
+
+    /// Gives up the claims the cluster took away: their allocs stop (and
+    /// release them once their tasks are gone); a claim without an alloc
+    /// here is released.
+    pub(super) fn give_up_lost_claims(&mut self) {
+        for lost in self.volumes.take_lost_claims() {
+            let why = format!(
+                "the cluster took volume {}'s claim away: {}",
+                lost.volume, lost.reason
+            );
+            if !self.allocs.stop_alloc_for(&lost.alloc, &why) {
+                self.volumes.release_lost(&lost.volume, &lost.alloc);
+            }
         }
     }
 }
@@ -228,36 +250,25 @@ fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
     registry
         .ids()
         .into_iter()
-        .map(|id| pb::NodePlugin {
-            id: id.to_string(),
-            node_id: registry
-                .serving(id, Service::Node)
-                .and_then(|r| r.fingerprint.as_ref())
-                .and_then(|f| f.node.as_ref())
-                .map(|n| n.node_id.clone())
-                .unwrap_or_default(),
-            healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
-            ..Default::default()
+        .map(|id| {
+            let status = registry.status(id);
+            pb::NodePlugin {
+                id: id.to_string(),
+                node_id: registry
+                    .serving(id, Service::Node)
+                    .and_then(|r| r.fingerprint.as_ref())
+                    .and_then(|f| f.node.as_ref())
+                    .map(|n| n.node_id.clone())
+                    .unwrap_or_default(),
+                healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
+                controllers_healthy: status.as_ref().map_or(0, |s| s.controllers_healthy),
+                controllers_expected: status.as_ref().map_or(0, |s| s.controllers_expected),
+                nodes_healthy: status.as_ref().map_or(0, |s| s.nodes_healthy),
+                nodes_expected: status.as_ref().map_or(0, |s| s.nodes_expected),
+                ..Default::default()
+            }
         })
         .collect()
-}
-
-fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
-    api::ClusterNode {
-        name: record.node,
-        registered_unix_ms: record.registered_unix_ms,
-        plugins: record
-            .plugins
-            .into_iter()
-            .map(|p| api::ClusterNodePlugin {
-                id: p.id,
-                node_id: p.node_id,
-                healthy: p.healthy,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 mod cluster;
+mod cluster_calls;
 pub mod dev;
 mod persist;
 mod plugin_tasks;
@@ -336,7 +337,8 @@ impl Agent {
         let registry = &self.registry;
         let dispatch = match call.request {
             Request::PluginStatus(req) => {
-                let _ = reply.send(self.plugin_status(&req).map(Response::PluginStatus));
+                let local = self.plugin_status(&req);
+                self.cluster_plugin_status(req, local, reply);
                 None
             }
             Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),
@@ -381,6 +383,10 @@ impl Agent {
             }
             Request::NodeStatus(_) => {
                 self.node_status(reply);
+                None
+            }
+            Request::VolumeForceDetach(req) => {
+                self.force_detach(req, reply);
                 None
             }
             Request::JobRun(req) => {
@@ -451,6 +457,7 @@ impl Agent {
             }
         }
         self.sync_candidates();
+        self.sync_node_record();
     }
 
     /// `-dev`: creates the volume `demo` on the built-in plugin, once.
@@ -521,6 +528,7 @@ impl Agent {
             state_write: self.gate.next_retry(),
             dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
             adopted_tasks: self.allocs.watches_adopted(),
+            cluster: self.disconnect_deadline(),
         }
     }
 
@@ -542,6 +550,7 @@ impl Agent {
         // Adopted tasks' exits are noticed here.
         self.allocs.reap(now);
         self.volumes.expire_claims(now);
+        self.stop_if_disconnected(now);
     }
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].

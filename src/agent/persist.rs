@@ -5,7 +5,8 @@
 //! planned, the turn's changes are made durable (the changed volume records
 //! in one journal sync, or a whole new snapshot when something outside the
 //! journal changed or the journal has grown large), and only then are the
-//! planned plugin jobs submitted and the turn's replies sent.
+//! planned plugin jobs submitted, the jobs waiting for a step's outcome to
+//! be durable resumed, and the turn's replies sent.
 //!
 //! # When the state cannot be written
 //!
@@ -69,6 +70,9 @@ pub(super) enum Effect {
     Reply(Reply),
     /// An op for the cluster's etcd (see `volume::manager::cluster`).
     Cluster(Box<crate::cluster::ops::Op>),
+    /// A job of protocol steps waiting for a step's outcome to be durable
+    /// before its next RPC (see `volume::steps`).
+    Resume(crossbeam_channel::Sender<()>),
 }
 
 /// Why the state cannot be persisted, and when to try again.
@@ -172,6 +176,7 @@ impl Agent {
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.
         for _ in 0..8 {
+            self.give_up_lost_claims();
             self.commit_turn();
             let progressed = self
                 .allocs
@@ -202,6 +207,9 @@ impl Agent {
         let records = self.volumes.take_journal();
         for reply in self.volumes.take_outbox() {
             self.gate.hold(Effect::Reply(reply));
+        }
+        for resume in self.volumes.take_resumes() {
+            self.gate.hold(Effect::Resume(resume));
         }
         for op in self.volumes.take_cluster_ops() {
             self.gate.hold(Effect::Cluster(Box::new(op)));
@@ -276,6 +284,10 @@ impl Agent {
                     cluster.ops.submit(*op);
                 }
             }
+            // A job that gave up waiting is not the loop's problem either.
+            Effect::Resume(resume) => {
+                let _ = resume.send(());
+            }
         }
     }
 
@@ -307,8 +319,9 @@ impl Agent {
     }
 
     /// Shutdown's last snapshot. The answers it made durable are sent;
-    /// held plugin jobs are not (the instances are stopping): their steps
-    /// are `Pending` in the state, and the next start sends them again.
+    /// held plugin jobs are not, nor resumed (the instances are stopping):
+    /// their steps are `Pending` in the state, and the next start sends
+    /// them again.
     pub(super) fn persist_at_shutdown(&mut self) {
         match self.store.save(&self.state()) {
             Ok(()) => {

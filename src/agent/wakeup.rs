@@ -5,7 +5,8 @@
 //! The deadlines are a volume step's retry and a claim waiter's deadline
 //! (the volume manager keeps both in heaps), a task's restart, kill or
 //! plugin health timer, the next try to write a state that could not be
-//! persisted, and the restart of `-dev`'s plugin. The exit of a child
+//! persisted, the restart of `-dev`'s plugin, and `stop_after_disconnect`
+//! while the node is cut off from its cluster. The exit of a child
 //! (a task, `-dev`'s plugin) comes as SIGCHLD. Only the exit of a task
 //! adopted after an agent restart has neither a deadline nor a message (it
 //! is not the agent's child): while there is one, the loop looks every
@@ -29,6 +30,9 @@ pub(super) struct Deadlines {
     pub dev_restart: Option<Instant>,
     /// A running task was adopted after an agent restart.
     pub adopted_tasks: bool,
+    /// `stop_after_disconnect`, while this node is cut off from its
+    /// cluster.
+    pub cluster: Option<Instant>,
 }
 
 impl Deadlines {
@@ -40,6 +44,7 @@ impl Deadlines {
             self.tasks,
             self.state_write,
             self.dev_restart,
+            self.cluster,
             adopted,
         ]
         .into_iter()
@@ -66,6 +71,7 @@ mod tests {
             state_write: Some(now + Duration::from_secs(5)),
             dev_restart: Some(now + Duration::from_secs(4)),
             adopted_tasks: false,
+            cluster: None,
         };
         assert_eq!(deadlines.next(now), Some(now + Duration::from_secs(2)));
     }
@@ -89,6 +95,10 @@ mod tests {
             },
             Deadlines {
                 dev_restart: Some(at),
+                ..Default::default()
+            },
+            Deadlines {
+                cluster: Some(at),
                 ..Default::default()
             },
         ];

@@ -41,9 +41,10 @@ pub enum Error {
     PermissionDenied {
         socket: PathBuf,
     },
-    /// The agent accepted the connection but no call went through: it
-    /// is stopping, or (`foreign_user`: this user is neither root nor the
-    /// socket's owner) it refused this user.
+    /// The agent accepted the connection but could not carry out the
+    /// call: it is stopping, what the call needs is out of reach (the
+    /// cluster's etcd), or (`foreign_user`: this user is neither root nor
+    /// the socket's owner) it refused this user.
     Unavailable {
         socket: PathBuf,
         message: String,
@@ -88,7 +89,7 @@ impl fmt::Display for Error {
                 foreign_user: false,
             } => write!(
                 f,
-                "the agent at {} did not serve the call: {message}",
+                "the agent at {} could not carry out the call: {message}",
                 socket.display()
             ),
             Error::Refused { message, .. } => f.write_str(message),
@@ -324,6 +325,22 @@ impl AgentClient {
     pub fn node_status(&self) -> Result<api::NodeStatusResponse, Error> {
         self.client
             .node_status_opt(&api::NodeStatusRequest::new(), Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Frees lost node `node`'s claims on `volume_id`.
+    pub fn volume_force_detach(
+        &self,
+        volume_id: &str,
+        node: &str,
+    ) -> Result<api::VolumeForceDetachResponse, Error> {
+        let req = api::VolumeForceDetachRequest {
+            volume_id: volume_id.to_string(),
+            node: node.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .volume_force_detach_opt(&req, Self::opt(CLAIM_TIMEOUT))
             .map_err(|e| self.error(e))
     }
 

@@ -34,6 +34,7 @@ pub enum Request {
     SnapshotDelete(api::SnapshotDeleteRequest),
     SnapshotList(api::SnapshotListRequest),
     NodeStatus(api::NodeStatusRequest),
+    VolumeForceDetach(api::VolumeForceDetachRequest),
     JobRun(api::JobRunRequest),
     JobStop(api::JobStopRequest),
     JobStatus(api::JobStatusRequest),
@@ -64,6 +65,9 @@ impl Request {
             Request::SnapshotDelete(_) => Access::Read,
             Request::SnapshotList(_) => Access::Read,
             Request::NodeStatus(_) => Access::Read,
+            // It changes etcd's claims of another node: this agent's state
+            // is untouched.
+            Request::VolumeForceDetach(_) => Access::Read,
             Request::VolumeRegister(_) => Access::Change,
             Request::VolumeCreate(_) => Access::Change,
             Request::VolumeDeregister(_) => Access::Change,
@@ -88,6 +92,7 @@ pub enum Response {
     SnapshotDelete(api::SnapshotDeleteResponse),
     SnapshotList(api::SnapshotListResponse),
     NodeStatus(api::NodeStatusResponse),
+    VolumeForceDetach(api::VolumeForceDetachResponse),
     JobRun(api::JobRunResponse),
     JobStop(api::JobStopResponse),
     JobStatus(api::JobStatusResponse),

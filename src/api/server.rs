@@ -416,6 +416,23 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn volume_force_detach(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::VolumeForceDetachRequest,
+        sink: UnarySink<api::VolumeForceDetachResponse>,
+    ) {
+        self.forward(
+            "VolumeForceDetach",
+            Request::VolumeForceDetach(req),
+            sink,
+            |resp| match resp {
+                Response::VolumeForceDetach(resp) => Some(resp),
+                _ => None,
+            },
+        );
+    }
+
     fn node_status(
         &mut self,
         _ctx: RpcContext,

@@ -39,7 +39,7 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-mode MODE] [-no-attach] [-strict]
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-mode MODE] [-no-attach] [-fence] [-strict]
 
   -mode MODE   monolith (the default: Identity, Controller and Node), or
                controller or node for one half of a split plugin: run a
@@ -48,6 +48,9 @@ const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/c
 
   -no-attach   behave like a plugin without attachments (no
                PUBLISH_UNPUBLISH_VOLUME; nodes do not wait for one)
+  -fence       ControllerUnpublishVolume detaches a volume from a node that
+               still has it staged or published, as a storage system
+               fencing a lost node does (by default it is refused)
   -strict      refuse (FAILED_PRECONDITION, \"strict: <rule>\") every request
                a CO that keeps the CSI spec never sends, and append
                \"<RPC> <volume>: <rule>\" to DIR/strict-violations";
@@ -260,6 +263,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("test-without"),
         value("mode"),
         switch("no-attach"),
+        switch("fence"),
         switch("strict"),
     ];
     let args = args::parse(FLAGS, argv)?;
@@ -285,6 +289,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         faults: args.value("test-faults").map(PathBuf::from),
         trace: args.value("test-trace").map(PathBuf::from),
         no_attach: args.switch("no-attach"),
+        fence: args.switch("fence"),
         without: args
             .value("test-without")
             .map(|list| list.split(',').map(str::to_string).collect())

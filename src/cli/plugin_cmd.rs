@@ -39,6 +39,9 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
     let socket = resolve_address(args.value("address"))?;
     let client = AgentClient::connect(&socket)?;
     let resp = client.plugin_status(id)?;
+    if !resp.cluster_note.is_empty() {
+        eprintln!("note: {}", resp.cluster_note);
+    }
     if args.switch("json") {
         let json = if id.is_empty() {
             Json::from_message(&resp)
@@ -66,6 +69,10 @@ fn health(h: protobuf::EnumOrUnknown<api::Health>) -> &'static str {
 /// The types of a plugin's instances: `monolith`, or `controller+node`.
 fn types(p: &api::PluginStatus) -> String {
     let types: Vec<&str> = p.instances.iter().map(|i| i.type_.as_str()).collect();
+    if types.is_empty() {
+        // Counted from the cluster's other nodes only.
+        return "elsewhere".to_string();
+    }
     types.join("+")
 }
 

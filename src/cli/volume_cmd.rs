@@ -42,6 +42,12 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
   detach [-alloc ALLOC] ID
                           Nomad's name for release: without -alloc, release
                           every claim of the volume on this host, waiting
+  detach -force -node NODE ID
+                          in a cluster: free the claims of NODE, a lost node
+                          (its agent is gone), after the controller leader
+                          detached the volume from it where a controller had
+                          attached it; for a write claim no controller can
+                          fence, only once you know NODE no longer writes
   status -plugin PLUGIN [-json]
                           the plugin's registered volumes, and the volumes
                           it lists (ListVolumes) that are not registered
@@ -57,7 +63,12 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
 const ADDRESS_FLAGS: &[Flag] = &[value("address")];
 const DEREGISTER_FLAGS: &[Flag] = &[switch("force"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("plugin"), value("address")];
-const DETACH_FLAGS: &[Flag] = &[value("alloc"), value("address")];
+const DETACH_FLAGS: &[Flag] = &[
+    value("alloc"),
+    switch("force"),
+    value("node"),
+    value("address"),
+];
 const INIT_FLAGS: &[Flag] = &[switch("json")];
 const CLAIM_FLAGS: &[Flag] = &[
     value("alloc"),
@@ -260,6 +271,29 @@ fn detach(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(DETACH_FLAGS, argv)?;
     args.at_most(1)?;
     let volume_id = args.positional(0, "the volume ID")?;
+    match (args.value("node"), args.switch("force")) {
+        (Some(node), true) => {
+            if args.value("alloc").is_some() {
+                return Err(UsageError::new(
+                    "-node frees every claim of the node on the volume: drop -alloc",
+                )
+                .into());
+            }
+            connect(&args)?.volume_force_detach(volume_id, node)?;
+            println!("Volume {volume_id:?}: the claims of lost node {node} are freed");
+            return Ok(());
+        }
+        (Some(node), false) => {
+            return Err(UsageError::new(format!(
+                "detaching node {node}'s claims needs -force: it asserts that {node} no longer uses the volume"
+            ))
+            .into())
+        }
+        (None, true) => {
+            return Err(UsageError::new("-force goes with -node NODE (a lost node)").into())
+        }
+        (None, false) => {}
+    }
     let client = connect(&args)?;
     let allocs: Vec<String> = match args.value("alloc") {
         Some(alloc) => vec![alloc.to_string()],

@@ -160,8 +160,8 @@ impl<'a> ClaimSets<'a> {
     }
 
     /// Changes the volume's set with `change` (which may refuse), written
-    /// back only over the set it read; starts over when another agent
-    /// wrote first. Answers what `change` answered.
+    /// back (when it changed) only over the set it read; starts over when
+    /// another agent wrote first. Answers what `change` answered.
     fn update<T>(
         &self,
         volume: &str,
@@ -170,7 +170,11 @@ impl<'a> ClaimSets<'a> {
         let key = self.key(volume);
         for _ in 0..MAX_ROUNDS {
             let (mut set, revision) = self.read(volume)?;
+            let before = set.clone();
             let answer = change(&mut set)?;
+            if set == before {
+                return Ok(answer);
+            }
             let bytes = set
                 .write_to_bytes()
                 .expect("encoding a claim set cannot fail");
@@ -260,26 +264,37 @@ impl<'a> ClaimSets<'a> {
         Ok(out)
     }
 
-    /// A node is lost (its key expired): each of its wanted claims becomes
-    /// a past claim with reason "node lost", on every volume. Nothing is
-    /// freed: a lost node's claims go only once fenced, or by an operator.
-    /// Answers the volumes whose claims changed.
-    pub fn node_lost(&self, node: &str) -> Result<Vec<String>, Error> {
-        let mut changed = Vec::new();
-        for (volume, set) in self.all()? {
-            if !set.claims.iter().any(|c| c.node == node && c.wanted) {
-                continue;
-            }
-            self.update(&volume, |set| {
-                for c in set.claims.iter_mut().filter(|c| c.node == node) {
+    /// A node is lost (its key expired): each of its claims on `volume`
+    /// becomes a past claim with `reason` ("node lost", and what its
+    /// fencing waits for). Nothing is freed: a lost node's claims go only
+    /// once fenced, or by an operator. Whether anything changed.
+    pub fn mark_lost(&self, volume: &str, node: &str, reason: &str) -> Result<bool, Error> {
+        self.update(volume, |set| {
+            let mut changed = false;
+            for c in set.claims.iter_mut().filter(|c| c.node == node) {
+                if c.wanted || c.reason != reason {
                     c.wanted = false;
-                    c.reason = "node lost".to_string();
+                    c.reason = reason.to_string();
+                    changed = true;
                 }
-                Ok(())
-            })?;
-            changed.push(volume);
-        }
-        Ok(changed)
+            }
+            Ok(changed)
+        })
+    }
+
+    /// Forgets the claims of `node` on `volume` that `fenced` picks: the
+    /// node can no longer reach the volume through them. Answers how many
+    /// are left.
+    pub fn free_fenced(
+        &self,
+        volume: &str,
+        node: &str,
+        fenced: impl Fn(&pb::ClusterClaim) -> bool,
+    ) -> Result<usize, Error> {
+        self.update(volume, |set| {
+            set.claims.retain(|c| !(c.node == node && fenced(c)));
+            Ok(set.claims.iter().filter(|c| c.node == node).count())
+        })
     }
 
     /// Forgets a claim whose node has detached the volume.

@@ -55,10 +55,13 @@ pub enum Error {
         path: PathBuf,
         expected: &'static str,
     },
-    /// No member answered `what`: each member's reason.
+    /// No member answered `what`: each member's reason. `no_quorum`: a
+    /// member was reached but gave no answer (it timed out, or said it has
+    /// no leader), as members do while a majority of the cluster is gone.
     NoMember {
         what: &'static str,
         reasons: Vec<(String, String)>,
+        no_quorum: bool,
     },
     /// A member answered `what` with an error that another member would
     /// answer too.
@@ -97,8 +100,17 @@ impl fmt::Display for Error {
                 "the tls {field} {} holds no PEM {expected} (a \"-----BEGIN ...\" block)",
                 path.display()
             ),
-            Error::NoMember { what, reasons } => {
+            Error::NoMember {
+                what,
+                reasons,
+                no_quorum,
+            } => {
                 write!(f, "no etcd member answered {what}")?;
+                if *no_quorum {
+                    f.write_str(
+                        ", likely for want of a quorum (a majority of the members down or cut off)",
+                    )?;
+                }
                 for (i, (endpoint, reason)) in reasons.iter().enumerate() {
                     let sep = if i == 0 { ": " } else { "; " };
                     write!(f, "{sep}{endpoint}: {reason}")?;
@@ -359,6 +371,20 @@ fn fails_over(err: &grpcio::Error) -> bool {
     }
 }
 
+/// Whether a member took the call but did not carry it out: it timed out
+/// (a member without a leader holds requests until they expire) or etcd
+/// itself refused (`etcdserver: no leader`, `request timed out`); not a
+/// member that could not be reached at all.
+fn reached_without_quorum(err: &grpcio::Error) -> bool {
+    match err {
+        grpcio::Error::RpcFailure(status) => {
+            status.code() == RpcStatusCode::DEADLINE_EXCEEDED
+                || status.message().starts_with("etcdserver:")
+        }
+        _ => false,
+    }
+}
+
 fn reason(err: &grpcio::Error) -> String {
     match err {
         grpcio::Error::RpcFailure(status) => {
@@ -438,6 +464,7 @@ impl Etcd {
         let n = self.members.len();
         let first = self.current.load(Ordering::Relaxed);
         let mut reasons = Vec::new();
+        let mut no_quorum = false;
         for i in 0..n {
             let index = (first + i) % n;
             let member = &self.members[index];
@@ -449,6 +476,7 @@ impl Etcd {
                 Err(err) if fails_over(&err) => {
                     log::debug!("etcd {what} at {}: {}", member.endpoint, reason(&err));
                     reasons.push((member.endpoint.clone(), self.explain(reason(&err))));
+                    no_quorum |= reached_without_quorum(&err);
                 }
                 Err(err) => {
                     let (code, message) = match &err {
@@ -464,7 +492,11 @@ impl Etcd {
                 }
             }
         }
-        Err(Error::NoMember { what, reasons })
+        Err(Error::NoMember {
+            what,
+            reasons,
+            no_quorum,
+        })
     }
 
     /// The key, if it exists.
@@ -489,6 +521,18 @@ impl Etcd {
         let resp = self.call("Range", |m, opt| m.kv.range_opt(&req, opt))?;
         let revision = resp.header.as_ref().map_or(0, |h| h.revision);
         Ok((resp.kvs.into_iter().map(Kv::from).collect(), revision))
+    }
+
+    /// The ID of the etcd cluster the members belong to (a new etcd
+    /// cluster has a new one).
+    pub fn cluster_id(&self) -> Result<u64, Error> {
+        let req = pb::RangeRequest {
+            key: b"\0".to_vec(),
+            count_only: true,
+            ..Default::default()
+        };
+        let resp = self.call("Range", |m, opt| m.kv.range_opt(&req, opt))?;
+        Ok(resp.header.as_ref().map_or(0, |h| h.cluster_id))
     }
 
     /// Puts `key`; with a `lease` (not 0) it goes when the lease does.
@@ -704,6 +748,19 @@ pub struct Batch {
     pub revision: i64,
 }
 
+impl Batch {
+    /// The keys the batch put, as they are now.
+    pub fn puts(self) -> Vec<Kv> {
+        self.events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Put(kv) => Some(kv),
+                Event::Delete { .. } => None,
+            })
+            .collect()
+    }
+}
+
 fn batch(resp: pb::WatchResponse) -> Batch {
     let revision = resp.header.as_ref().map_or(0, |h| h.revision);
     let events = resp
@@ -854,10 +911,11 @@ mod tests {
                     "UNAVAILABLE etcdserver: no leader".into(),
                 ),
             ],
+            no_quorum: true,
         };
         assert_eq!(
             err.to_string(),
-            "no etcd member answered Put: http://a:1: UNAVAILABLE down; http://b:1: UNAVAILABLE etcdserver: no leader"
+            "no etcd member answered Put, likely for want of a quorum (a majority of the members down or cut off): http://a:1: UNAVAILABLE down; http://b:1: UNAVAILABLE etcdserver: no leader"
         );
     }
 }

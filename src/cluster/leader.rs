@@ -13,21 +13,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, select, Receiver, Sender};
 use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
-use super::election::{self, Leadership};
-use super::etcd::{self, Etcd, Event};
+use super::election::{self, Candidacy, Ended, Held};
+use super::etcd::Etcd;
 use super::volumes;
-use crate::csi::types::ControllerPublish;
-use crate::csi::{Backoff, Client, Endpoint};
+use crate::csi::{Client, Endpoint};
 use crate::proto::state as statepb;
 use crate::volume::model::Volume;
-
-const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
 
 /// A candidate (then maybe the leader) for one plugin's controller; dropping
 /// it stops the thread, which gives up the leadership at once.
@@ -85,141 +82,47 @@ impl Drop for Candidate {
     }
 }
 
-/// Why serving ended.
-enum Ended {
-    Stopped,
-    /// Leadership lost or etcd failed: campaign again.
-    Again(String),
-}
-
 impl Campaign {
     fn run(&self, stop: &Receiver<()>) {
-        let mut attempt = 0;
-        loop {
-            let ended = match self.etcd.grant(self.ttl) {
-                Ok((lease, _)) => {
-                    let ended = self.campaign(lease, stop);
-                    let _ = self.etcd.revoke(lease);
-                    ended
-                }
-                Err(err) => Ended::Again(crate::error_chain(&err)),
-            };
-            match ended {
-                Ended::Stopped => return,
-                Ended::Again(why) => {
-                    log::debug!("Cluster: controller election of {}: {why}", self.plugin);
-                    let delay = RETRY.delay(attempt, 1.0);
-                    attempt = attempt.saturating_add(1).min(16);
-                    match stop.recv_timeout(delay) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Campaigns on `lease`: leads until the lease is lost, or follows
-    /// until the leader leaves.
-    fn campaign(&self, lease: i64, stop: &Receiver<()>) -> Ended {
-        let again = |err: etcd::Error| Ended::Again(crate::error_chain(&err));
-        match election::campaign(&self.etcd, &self.prefix, &self.plugin, &self.node, lease) {
-            Ok(Leadership::Leader) => {
-                log::info!(
-                    "Cluster: this node leads plugin {}'s controller",
-                    self.plugin
-                );
-                let ended = self.serve(lease, stop);
-                log::info!(
-                    "Cluster: this node no longer leads plugin {}'s controller",
-                    self.plugin
-                );
-                ended
-            }
-            Ok(Leadership::Follower { leader }) => {
-                log::debug!(
-                    "Cluster: node {leader} leads plugin {}'s controller",
-                    self.plugin
-                );
-                self.follow(lease, stop).unwrap_or_else(again)
-            }
-            Err(err) => again(err),
-        }
-    }
-
-    /// Waits until the leader leaves (its key is deleted), keeping the
-    /// candidate's lease alive meanwhile.
-    fn follow(&self, lease: i64, stop: &Receiver<()>) -> Result<Ended, etcd::Error> {
-        let key = election::election_key(&self.prefix, &self.plugin);
-        let Some(kv) = self.etcd.get(&key)? else {
-            return Ok(Ended::Again("the leader left".into()));
+        let candidacy = Candidacy {
+            etcd: &self.etcd,
+            key: election::election_key(&self.prefix, &self.plugin),
+            node: &self.node,
+            ttl: self.ttl,
+            what: &format!("controller of plugin {}", self.plugin),
         };
-        let watch = self.etcd.watch_prefix(&key, kv.mod_revision + 1)?;
-        let keep_alive = crossbeam_channel::tick(self.ttl / 3);
-        loop {
-            select! {
-                recv(stop) -> _ => return Ok(Ended::Stopped),
-                recv(keep_alive) -> _ => {
-                    if self.etcd.keep_alive(lease)? <= 0 {
-                        return Ok(Ended::Again("the candidate's lease expired".into()));
-                    }
-                }
-                recv(watch.receiver()) -> batch => {
-                    let batch = batch.map_err(|_| etcd::Error::Timeout)??;
-                    let left = batch.events.iter().any(|e| e.key() == key.as_slice())
-                        && election::leader_left(&batch.events);
-                    if left {
-                        return Ok(Ended::Again("the leader left".into()));
-                    }
-                }
-            }
-        }
+        candidacy.run(stop, |held| self.serve(held, stop));
     }
 
     /// Serves every pending intent, then each new one, while the lease
     /// lives.
-    fn serve(&self, lease: i64, stop: &Receiver<()>) -> Ended {
+    fn serve(&self, held: &mut Held, stop: &Receiver<()>) -> Ended {
         let prefix = attachments::attachments_prefix(&self.prefix);
         let (kvs, revision) = match self.etcd.get_prefix(prefix.as_bytes()) {
             Ok(read) => read,
-            Err(err) => return Ended::Again(crate::error_chain(&err)),
+            Err(err) => return err.into(),
         };
         for intent in attachments::pending(&self.prefix, &kvs) {
             self.serve_one(&intent);
         }
         let watch = match self.etcd.watch_prefix(prefix.as_bytes(), revision + 1) {
             Ok(watch) => watch,
-            Err(err) => return Ended::Again(crate::error_chain(&err)),
+            Err(err) => return err.into(),
         };
-        let keep_alive = crossbeam_channel::tick(self.ttl / 3);
-        let mut last_alive = Instant::now();
+        let keep_alive = crossbeam_channel::tick(held.period());
         loop {
             select! {
                 recv(stop) -> _ => return Ended::Stopped,
-                recv(keep_alive) -> _ => match self.etcd.keep_alive(lease) {
-                    Ok(ttl) if ttl > 0 => last_alive = Instant::now(),
-                    Ok(_) => return Ended::Again("the leader's lease expired".into()),
-                    // Another follower takes over once the lease is gone:
-                    // stop serving before that can happen.
-                    Err(_) if last_alive.elapsed() >= self.ttl / 2 => {
-                        return Ended::Again("the leader's lease could not be kept alive".into());
-                    }
-                    Err(_) => {}
+                recv(keep_alive) -> _ => if let Err(ended) = held.renew(&self.etcd) {
+                    return ended;
                 },
                 recv(watch.receiver()) -> batch => {
                     let batch = match batch {
                         Ok(Ok(batch)) => batch,
-                        Ok(Err(err)) => return Ended::Again(crate::error_chain(&err)),
+                        Ok(Err(err)) => return err.into(),
                         Err(_) => return Ended::Again("the watch ended".into()),
                     };
-                    let puts: Vec<_> = batch
-                        .events
-                        .into_iter()
-                        .filter_map(|e| match e {
-                            Event::Put(kv) => Some(kv),
-                            Event::Delete { .. } => None,
-                        })
-                        .collect();
+                    let puts = batch.puts();
                     for intent in attachments::pending(&self.prefix, &puts) {
                         self.serve_one(&intent);
                     }
@@ -292,7 +195,7 @@ impl Campaign {
                 Err(err) => failed(err),
             };
         }
-        let Some(capability) = v.node_capability().cloned() else {
+        let Some(req) = v.controller_publish(&intent.plugin_node_id) else {
             return Outcome::Failed("the volume has no capability".into());
         };
         log::info!(
@@ -300,14 +203,6 @@ impl Campaign {
             v.id,
             intent.node
         );
-        let req = ControllerPublish {
-            volume_id: v.external_id.clone(),
-            node_id: intent.plugin_node_id.clone(),
-            read_only: capability.access_mode.is_read_only(),
-            capability: v.with_mount_options(&capability),
-            secrets: v.secrets.clone(),
-            volume_context: v.context.clone(),
-        };
         match self.client.controller_publish(&req) {
             Ok(context) => Outcome::Attached(context.into_iter().collect::<HashMap<_, _>>()),
             Err(err) => failed(err),

@@ -3,7 +3,9 @@
 //! through [`Registration`], and tells the main loop where it stands.
 //!
 //! The main loop never waits on etcd: it hears [`MemberEvent`]s on a
-//! channel, and answers `node status` from a thread of its own.
+//! channel, answers `node status` from a thread of its own, and hands the
+//! node's plugins to the thread when they change ([`Member::set_plugins`]),
+//! so that `nodes/<node>` follows the agent's registry.
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -41,6 +43,9 @@ pub struct Member {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
     events: Receiver<MemberEvent>,
+    /// The node's plugins as last handed to the thread.
+    plugins: Vec<pb::NodePlugin>,
+    plugin_updates: Sender<Vec<pb::NodePlugin>>,
     etcd: Arc<Etcd>,
     prefix: String,
 }
@@ -76,10 +81,17 @@ impl Member {
         let etcd = Arc::new(Etcd::new(&config.etcd, tls.as_ref())?.with_timeout(CALL_TIMEOUT));
         let (stop_tx, stop_rx) = bounded::<()>(1);
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (updates_tx, updates_rx) = crossbeam_channel::unbounded();
         let (thread_etcd, prefix, ttl) = (etcd.clone(), config.prefix.clone(), config.lease_ttl);
+        let plugins = record.plugins.clone();
+        let channels = Channels {
+            stop: stop_rx,
+            plugins: updates_rx,
+            events: events_tx,
+        };
         let thread = thread::Builder::new()
             .name("cluster-member".into())
-            .spawn(move || run(thread_etcd, &prefix, record, ttl, &stop_rx, &events_tx))
+            .spawn(move || run(thread_etcd, &prefix, record, ttl, &channels))
             .map_err(|err| super::etcd::Error::WatchEnded {
                 reason: format!("cannot start the member thread: {err}"),
                 compact_revision: 0,
@@ -88,9 +100,20 @@ impl Member {
             stop: Some(stop_tx),
             thread: Some(thread),
             events: events_rx,
+            plugins,
+            plugin_updates: updates_tx,
             etcd,
             prefix: config.prefix.clone(),
         })
+    }
+
+    /// The node's plugins now (their IDs, node IDs and health): when they
+    /// differ from the last ones, the thread rewrites the node's record.
+    pub fn set_plugins(&mut self, plugins: Vec<pb::NodePlugin>) {
+        if plugins != self.plugins {
+            self.plugins = plugins.clone();
+            let _ = self.plugin_updates.send(plugins);
+        }
     }
 
     pub fn events(&self) -> &Receiver<MemberEvent> {
@@ -116,16 +139,43 @@ impl Drop for Member {
     }
 }
 
+/// The member thread's channels.
+struct Channels {
+    /// Closed when the thread must stop.
+    stop: Receiver<()>,
+    /// The node's plugins, when they change.
+    plugins: Receiver<Vec<pb::NodePlugin>>,
+    events: Sender<MemberEvent>,
+}
+
+/// Takes the latest plugins waiting in `updates` into `record`; whether
+/// there were any.
+fn take_plugins(record: &mut pb::NodeRecord, updates: &Receiver<Vec<pb::NodePlugin>>) -> bool {
+    match updates.try_iter().last() {
+        Some(plugins) => {
+            record.plugins = plugins;
+            true
+        }
+        None => false,
+    }
+}
+
 fn run(
     etcd: Arc<Etcd>,
     prefix: &str,
-    record: pb::NodeRecord,
+    mut record: pb::NodeRecord,
     ttl: Duration,
-    stop: &Receiver<()>,
-    events: &Sender<MemberEvent>,
+    channels: &Channels,
 ) {
+    let Channels {
+        stop,
+        plugins,
+        events,
+    } = channels;
     let mut attempt = 0;
     let registration = loop {
+        // Registered with the plugins as they are by now.
+        take_plugins(&mut record, plugins);
         match Registration::start(etcd.clone(), prefix, record.clone(), ttl) {
             Ok(registration) => break registration,
             Err(node::Error::NameTaken { node }) => {
@@ -146,9 +196,18 @@ fn run(
         }
     };
     let _ = events.send(MemberEvent::Connected);
+    // Plugins that changed while registering.
+    if take_plugins(&mut record, plugins) {
+        registration.update(record.clone());
+    }
     loop {
         crossbeam_channel::select! {
             recv(stop) -> _ => return, // dropping `registration` revokes the lease
+            recv(plugins) -> update => if let Ok(update) = update {
+                record.plugins = update;
+                take_plugins(&mut record, plugins);
+                registration.update(record.clone());
+            },
             recv(registration.events()) -> event => match event {
                 Ok(NodeEvent::Disconnected { reason }) => {
                     let _ = events.send(MemberEvent::Disconnected { reason });

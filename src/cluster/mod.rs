@@ -6,15 +6,16 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
+//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
 //! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
 //! | [`volumes`] | `volumes/<id>`: each volume's record as true on every host, written by the agent that registered or changed it; the watch every agent learns them (and the claim sets) from |
-//! | [`election`] | `controllers/<plugin>`: the plugin's controller election on the leader's node lease, at most one leader per plugin |
+//! | [`election`] | `controllers/<plugin>` and `fencer`: elections on the leader's lease, at most one leader each; a candidate's life (campaign, follow, lead, start over) |
+//! | [`fence`] | lost nodes: the fencer marks their claims past, has the controller leader detach them, frees them; `volume detach -force -node` |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
 //! | [`member`] | the agent as a member: the thread that registers the node (retrying while etcd is out of reach) and reports connected, disconnected, or a name another agent holds |
-//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection; unique node names |
+//! | [`node`] | `nodes/<node>`: the node's record on its lease, kept alive by a thread that reports disconnection and reconnection, and rewrites the record when the node's plugins or their health change; unique node names |
 //!
 //! The agent's `cluster` block starts [`member`], [`ops`], the
 //! [`volumes`] watch and a [`leader`] candidate per attaching controller
@@ -24,17 +25,22 @@
 //! and Unpublish steps go to the leader. An agent without a `cluster`
 //! block never reaches any of it.
 //!
-//! Not yet: fencing a lost node's claims (the controller leader's
-//! ControllerUnpublish, then free) and `volume detach -force -node`;
-//! `stop_after_disconnect`; a node without a local controller of a plugin
-//! does not learn the plugin's controller features from the cluster (run
-//! a controller instance on every host that claims, as a controller
-//! deployment with replicas does; one leads).
+//! A lost node's claims are fenced by the agent elected [`fence`]r; the
+//! node's own agent gives up what etcd took away when it is back
+//! (`volume/manager/lost.rs`) and, with `stop_after_disconnect`, stops
+//! its writers while cut off (`agent/cluster.rs`).
+//!
+//! A host with only a plugin's node learns from the controller elections
+//! (seen by the [`volumes`] watch) that the plugin attaches; the leader
+//! attaches its claims. Not yet: the other controller calls (create,
+//! delete, snapshot, expand) are made only by an agent with the plugin's
+//! controller.
 
 pub mod attachments;
 pub mod claims;
 pub mod election;
 pub mod etcd;
+pub mod fence;
 pub mod leader;
 pub mod member;
 pub mod node;

@@ -9,12 +9,17 @@
 //! considers it lost), and when it gets through again it registers anew
 //! and is *reconnected*. Node names are unique: a name whose key is held by
 //! another live lease is refused.
+//!
+//! The record follows the node: a new one ([`Registration::update`]) goes
+//! to the same thread, which puts it on the lease it holds (the latest of
+//! a burst, once), retries it at each keep-alive while etcd refuses, and
+//! registers with it when it reconnects.
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{at, bounded, select, Receiver, Sender};
 use protobuf::Message;
 
 use super::etcd::{self, Etcd};
@@ -101,6 +106,7 @@ fn register_once(etcd: &Etcd, key: &[u8], record: &[u8], ttl: Duration) -> Resul
 /// revokes the lease: a clean stop removes the node at once).
 pub struct Registration {
     stop: Option<Sender<()>>,
+    records: Sender<pb::NodeRecord>,
     thread: Option<JoinHandle<()>>,
     events: Receiver<NodeEvent>,
 }
@@ -132,10 +138,18 @@ impl Registration {
             }
         };
         let (stop_tx, stop_rx) = bounded(1);
+        let (records_tx, records_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let lease = Lease {
+            etcd,
+            key,
+            record: bytes,
+            ttl,
+            id: lease,
+        };
         let thread = thread::Builder::new()
             .name("etcd-lease".into())
-            .spawn(move || keep_alive(&etcd, &key, &bytes, ttl, lease, &stop_rx, &events_tx))
+            .spawn(move || keep_alive(lease, &stop_rx, &records_rx, &events_tx))
             .map_err(|err| {
                 Error::Etcd(etcd::Error::WatchEnded {
                     reason: format!("cannot start the keep-alive thread: {err}"),
@@ -144,6 +158,7 @@ impl Registration {
             })?;
         Ok(Registration {
             stop: Some(stop_tx),
+            records: records_tx,
             thread: Some(thread),
             events: events_rx,
         })
@@ -152,6 +167,13 @@ impl Registration {
     /// Disconnections and reconnections, as they happen.
     pub fn events(&self) -> &Receiver<NodeEvent> {
         &self.events
+    }
+
+    /// Replaces the node's record in etcd with `record` (same node name),
+    /// on the node's lease, without waiting: the keep-alive thread writes
+    /// it, or registers with it when it reconnects.
+    pub fn update(&self, record: pb::NodeRecord) {
+        let _ = self.records.send(record);
     }
 }
 
@@ -164,58 +186,93 @@ impl Drop for Registration {
     }
 }
 
+/// The node's key on its lease, as the keep-alive thread holds them.
+struct Lease {
+    etcd: Arc<Etcd>,
+    key: Vec<u8>,
+    /// The latest record, encoded: what is (or is to be) at the key.
+    record: Vec<u8>,
+    ttl: Duration,
+    id: i64,
+}
+
 /// The keep-alive loop: every third of the TTL; reports a disconnection
 /// once the last good keep-alive is a TTL old, and registers again when
-/// etcd answers.
+/// etcd answers. A new record is put on the lease when it comes, and
+/// again at each keep-alive until etcd takes it.
 fn keep_alive(
-    etcd: &Etcd,
-    key: &[u8],
-    record: &[u8],
-    ttl: Duration,
-    mut lease: i64,
+    mut lease: Lease,
     stop: &Receiver<()>,
+    records: &Receiver<pb::NodeRecord>,
     events: &Sender<NodeEvent>,
 ) {
+    let (etcd, ttl) = (lease.etcd.clone(), lease.ttl);
     let period = ttl / 3;
     let mut last_ok = Instant::now();
+    let mut next_keep_alive = last_ok + period;
     let mut connected = true;
+    // A record etcd does not have yet.
+    let mut unwritten = false;
     loop {
-        match stop.recv_timeout(period) {
-            Err(RecvTimeoutError::Timeout) => {}
+        select! {
             // Stopped: the node leaves at once.
-            _ => {
+            recv(stop) -> _ => {
                 if connected {
-                    let _ = etcd.revoke(lease);
+                    let _ = etcd.revoke(lease.id);
                 }
                 return;
             }
-        }
-        let alive = if connected {
-            matches!(etcd.keep_alive(lease), Ok(ttl) if ttl > 0)
-        } else {
-            match register_once(etcd, key, record, ttl) {
-                Ok(new) => {
-                    lease = new;
-                    connected = true;
-                    let _ = events.send(NodeEvent::Reconnected { lease });
-                    true
-                }
-                Err(err) => {
-                    log::debug!("etcd: registering the node again failed: {err}");
-                    false
+            recv(records) -> record => {
+                // A burst of changes is one write: the latest record.
+                let Some(record) = record.ok().into_iter().chain(records.try_iter()).last() else {
+                    continue;
+                };
+                lease.record = record
+                    .write_to_bytes()
+                    .expect("encoding a node record cannot fail");
+                unwritten = true;
+            }
+            recv(at(next_keep_alive)) -> _ => {
+                next_keep_alive = Instant::now() + period;
+                let alive = if connected {
+                    matches!(etcd.keep_alive(lease.id), Ok(ttl) if ttl > 0)
+                } else {
+                    match register_once(&etcd, &lease.key, &lease.record, ttl) {
+                        Ok(new) => {
+                            lease.id = new;
+                            connected = true;
+                            unwritten = false;
+                            let _ = events.send(NodeEvent::Reconnected { lease: new });
+                            true
+                        }
+                        Err(err) => {
+                            log::debug!("etcd: registering the node again failed: {err}");
+                            false
+                        }
+                    }
+                };
+                if alive {
+                    last_ok = Instant::now();
+                } else if connected && last_ok.elapsed() >= ttl {
+                    connected = false;
+                    let _ = events.send(NodeEvent::Disconnected {
+                        reason: format!(
+                            "no keep-alive went through for {}",
+                            crate::units::format_duration(Duration::from_secs(
+                                last_ok.elapsed().as_secs()
+                            ))
+                        ),
+                    });
                 }
             }
-        };
-        if alive {
-            last_ok = Instant::now();
-        } else if connected && last_ok.elapsed() >= ttl {
-            connected = false;
-            let _ = events.send(NodeEvent::Disconnected {
-                reason: format!(
-                    "no keep-alive went through for {}",
-                    crate::units::format_duration(Duration::from_secs(last_ok.elapsed().as_secs()))
-                ),
-            });
+        }
+        if unwritten && connected {
+            // The key is this lease's (registration made sure): a plain
+            // put replaces the record and keeps the lease.
+            match etcd.put(&lease.key, &lease.record, lease.id) {
+                Ok(_) => unwritten = false,
+                Err(err) => log::debug!("etcd: rewriting the node record failed: {err}"),
+            }
         }
     }
 }

@@ -48,6 +48,9 @@ pub enum Op {
     },
     /// Remove the volume's record (it was deregistered or deleted here).
     Unshare { volume: String },
+    /// Read whether this node's claim of `alloc` is still wanted in the
+    /// claim set (the watch showed a set without it).
+    Check { volume: String, alloc: String },
 }
 
 impl Op {
@@ -56,7 +59,8 @@ impl Op {
             Op::Admit { volume, .. }
             | Op::Free { volume, .. }
             | Op::Share { volume, .. }
-            | Op::Unshare { volume } => volume,
+            | Op::Unshare { volume }
+            | Op::Check { volume, .. } => volume,
         }
     }
 }
@@ -87,6 +91,15 @@ pub enum Answer {
     /// etcd has not taken the volume's record yet (it is retried): what
     /// went wrong.
     NotShared { volume: String, error: String },
+    /// The claim is still wanted in the set.
+    Held { volume: String, alloc: String },
+    /// The claim is no longer wanted in the set: the cluster fenced it
+    /// (its node was lost) or an operator freed it. `reason` says which.
+    Lost {
+        volume: String,
+        alloc: String,
+        reason: String,
+    },
 }
 
 /// The threads. Dropping it ends them once they have carried out what was
@@ -235,7 +248,12 @@ impl Worker {
                 Err(err) => Answer::Unknown {
                     volume: volume.clone(),
                     alloc: request.alloc_id.clone(),
-                    error: crate::error_chain(&err),
+                    // The answer says etcd did not answer: the etcd error
+                    // itself, without "etcd failed" before it.
+                    error: match &err {
+                        claims::Error::Etcd(etcd) => crate::error_chain(etcd),
+                        other => crate::error_chain(other),
+                    },
                 },
             },
             Op::Free { volume, alloc } => match sets.free(volume, &self.node, alloc) {
@@ -265,6 +283,37 @@ impl Worker {
                             error,
                         });
                     }
+                    return Err(op);
+                }
+            },
+            Op::Check { volume, alloc } => match sets.read(volume) {
+                Ok((set, _)) => {
+                    let mine = set
+                        .claims
+                        .iter()
+                        .find(|c| c.node == self.node && c.alloc_id == *alloc);
+                    match mine {
+                        Some(c) if c.wanted => Answer::Held {
+                            volume: volume.clone(),
+                            alloc: alloc.clone(),
+                        },
+                        Some(c) => Answer::Lost {
+                            volume: volume.clone(),
+                            alloc: alloc.clone(),
+                            reason: format!("the cluster made it a past claim: {}", c.reason),
+                        },
+                        None => Answer::Lost {
+                            volume: volume.clone(),
+                            alloc: alloc.clone(),
+                            reason: "the cluster freed it (this node was lost and fenced, or an operator detached it)".into(),
+                        },
+                    }
+                }
+                Err(err) => {
+                    log::debug!(
+                        "Cluster: cannot read volume {volume}'s claims: {}",
+                        crate::error_chain(&err)
+                    );
                     return Err(op);
                 }
             },

@@ -50,10 +50,12 @@ pub fn delete(etcd: &Etcd, prefix: &str, id: &str) -> Result<(), etcd::Error> {
 /// What the watch of the volumes saw.
 #[derive(Clone, Debug, PartialEq)]
 pub enum VolumeEvent {
-    /// Every record and claim set, as read when the watch (re)started.
+    /// Every record and claim set, as read when the watch (re)started
+    /// from the etcd cluster whose ID is `cluster_id`.
     Sync {
         records: Vec<statepb::Volume>,
         claims: Vec<(String, pb::ClaimSet)>,
+        cluster_id: u64,
     },
     /// A volume's record was written.
     Put(Box<statepb::Volume>),
@@ -61,6 +63,10 @@ pub enum VolumeEvent {
     Removed(String),
     /// A volume's claim set changed (empty once removed).
     Claims { volume: String, set: pb::ClaimSet },
+    /// A controller of `plugin` that attaches leads somewhere in the
+    /// cluster (its `controllers/<plugin>` election is held): the plugin's
+    /// volumes are attached before they are staged, on every host.
+    Attaching { plugin: String },
 }
 
 /// What a key under `volumes/` is.
@@ -119,6 +125,7 @@ fn event_of(volumes: &str, event: &Event) -> Option<VolumeEvent> {
 
 /// The state of the range as one event, and the revision it was read at.
 fn sync(etcd: &Etcd, volumes: &str) -> Result<(VolumeEvent, i64), etcd::Error> {
+    let cluster_id = etcd.cluster_id()?;
     let (kvs, revision) = etcd.get_prefix(volumes.as_bytes())?;
     let mut records = Vec::new();
     let mut claims = Vec::new();
@@ -129,7 +136,14 @@ fn sync(etcd: &Etcd, volumes: &str) -> Result<(VolumeEvent, i64), etcd::Error> {
             _ => {}
         }
     }
-    Ok((VolumeEvent::Sync { records, claims }, revision))
+    Ok((
+        VolumeEvent::Sync {
+            records,
+            claims,
+            cluster_id,
+        },
+        revision,
+    ))
 }
 
 /// The thread watching the volumes; dropping it stops the thread.
@@ -187,30 +201,68 @@ fn run(etcd: &Etcd, volumes: &str, events: &Sender<VolumeEvent>, stop: &Receiver
     }
 }
 
+/// A watch's batch as received from its channel.
+fn received(
+    batch: Result<Result<etcd::Batch, etcd::Error>, crossbeam_channel::RecvError>,
+) -> Result<etcd::Batch, etcd::Error> {
+    batch.unwrap_or_else(|_| {
+        Err(etcd::Error::WatchEnded {
+            reason: "its thread ended".into(),
+            compact_revision: 0,
+        })
+    })
+}
+
+/// The plugin whose controller election `key` (under `controllers`) is.
+fn attaching(controllers: &str, key: &[u8]) -> Option<VolumeEvent> {
+    let plugin = std::str::from_utf8(key.strip_prefix(controllers.as_bytes())?).ok()?;
+    Some(VolumeEvent::Attaching {
+        plugin: plugin.to_string(),
+    })
+}
+
 /// Reads the range and watches it until the watch breaks (`Err`) or the
-/// thread is stopped (`Ok`).
+/// thread is stopped (`Ok`). The controller elections are watched too: a
+/// host without a controller of a plugin learns from them that the
+/// plugin attaches.
 fn watch_once(
     etcd: &Etcd,
     volumes: &str,
     events: &Sender<VolumeEvent>,
     stop: &Receiver<()>,
 ) -> Result<(), etcd::Error> {
+    let controllers = format!(
+        "{}controllers/",
+        volumes.strip_suffix("volumes/").unwrap_or(volumes)
+    );
+    let (leaders, leaders_revision) = etcd.get_prefix(controllers.as_bytes())?;
+    let leader_watch = etcd.watch_prefix(controllers.as_bytes(), leaders_revision + 1)?;
     let (state, revision) = sync(etcd, volumes)?;
     let watch = etcd.watch_prefix(volumes.as_bytes(), revision + 1)?;
-    if events.send(state).is_err() {
-        return Ok(());
+    let known = leaders
+        .iter()
+        .filter_map(|kv| attaching(&controllers, &kv.key));
+    for event in std::iter::once(state).chain(known) {
+        if events.send(event).is_err() {
+            return Ok(());
+        }
     }
     loop {
         select! {
             recv(stop) -> _ => return Ok(()),
+            recv(leader_watch.receiver()) -> batch => {
+                let batch = received(batch)?;
+                for event in &batch.events {
+                    let Event::Put(kv) = event else { continue };
+                    if let Some(event) = attaching(&controllers, &kv.key) {
+                        if events.send(event).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
             recv(watch.receiver()) -> batch => {
-                let batch = match batch {
-                    Ok(batch) => batch?,
-                    Err(_) => return Err(etcd::Error::WatchEnded {
-                        reason: "its thread ended".into(),
-                        compact_revision: 0,
-                    }),
-                };
+                let batch = received(batch)?;
                 for event in &batch.events {
                     if let Some(event) = event_of(volumes, event) {
                         if events.send(event).is_err() {

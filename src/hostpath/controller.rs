@@ -296,13 +296,20 @@ impl Plugin {
         let id = required("volume_id", &req.volume_id)?;
         let mut state = self.lock(id)?;
         if let Some(path) = state.in_use_on_node(id) {
-            return Err(status(
-                Code::FailedPrecondition,
-                format!(
-                    "volume {id} is still staged or published at {}",
-                    path.display()
-                ),
-            ));
+            if !self.config.fence {
+                return Err(status(
+                    Code::FailedPrecondition,
+                    format!(
+                        "volume {id} is still staged or published at {}",
+                        path.display()
+                    ),
+                ));
+            }
+            log::warn!(
+                "ControllerUnpublishVolume: fencing node {:?} off volume {id}, still staged or published at {}",
+                req.node_id,
+                path.display()
+            );
         }
         let detach = match state.volumes.get_mut(id) {
             Some(volume) => match &volume.attached {

@@ -71,7 +71,7 @@
 //! [`verdict`] and [`in_flight`]); a call of the service a process does not
 //! serve is refused as an RPC the plugin did not advertise.
 //!
-//! Each RPC runs on its own thread, so an injected sleep or hang (see
+//! Each RPC runs on its own thread (`service.rs`), so an injected sleep or hang (see
 //! [`faults`]) delays only that call; changes to a volume or a snapshot are
 //! serialised by its record's lock, which also keeps out the other
 //! processes of the base dir (see [`records`]); copies for snapshots and
@@ -94,6 +94,7 @@ pub mod faults;
 pub mod in_flight;
 mod node;
 pub mod records;
+mod service;
 mod snapshots;
 pub mod state;
 pub mod strict;
@@ -104,23 +105,23 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread;
 
-use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials, UnarySink};
+use grpcio::{RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials};
 
-use crate::csi::client::block_on;
-use crate::csi::convert;
 use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
-use crate::csi::types::{CapacityRange, PluginCapability, StringMap};
+use crate::csi::types::CapacityRange;
 use crate::spec::PluginType;
-use faults::{Action, Faults, Trace};
+use faults::{Faults, Trace};
 use records::{Hold, Key, SharedState, StateGuard};
 use state::State;
 use strict::{Advertised, Call, Service as CsiService};
 use verdict::StrictMode;
+
+pub use service::Service;
+pub(crate) use service::{publish_context, trace_fields, Received};
 
 /// The name the plugin reports in GetPluginInfo.
 pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
@@ -177,6 +178,11 @@ pub struct Config {
     /// PUBLISH_UNPUBLISH_VOLUME, and NodeStage/NodePublish do not ask for
     /// ControllerPublishVolume first.
     pub no_attach: bool,
+    /// ControllerUnpublishVolume detaches even while the volume is staged
+    /// or published (the node's mounts stay until it unstages), as a
+    /// storage system fencing a lost node does; without it, such a detach
+    /// is refused with FAILED_PRECONDITION.
+    pub fence: bool,
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
     pub strict: bool,
@@ -492,244 +498,6 @@ pub(crate) fn page(
 
 pub(crate) fn internal(what: &str, err: impl fmt::Display) -> RpcStatus {
     status(Code::Internal, format!("{what}: {err}"))
-}
-
-/// The plugin as a grpcio service: cheap to clone, one per service.
-#[derive(Clone)]
-pub struct Service(Arc<Plugin>);
-
-/// The calls whose `skip` fault forgets the plugin's record of the mount
-/// and leaves the mount, as a plugin that lost its records in a restart
-/// answers them.
-const RELEASES: &[&str] = &["NodeUnpublishVolume", "NodeUnstageVolume"];
-
-/// What [`Service::serve`] needs of a request besides its work: its facts
-/// for strict mode, and its fields for the call trace.
-pub(crate) struct Received {
-    call: Call,
-    /// The request carries fields its message does not define.
-    undeclared_fields: bool,
-    fields: String,
-}
-
-impl Received {
-    pub(crate) fn new(call: Call, req: &impl protobuf::Message, fields: String) -> Received {
-        Received {
-            call,
-            undeclared_fields: req.unknown_fields().iter().next().is_some(),
-            fields,
-        }
-    }
-
-    pub(crate) fn rpc(&self) -> &'static str {
-        self.call.rpc()
-    }
-}
-
-impl Service {
-    /// Records the call, then runs `work` on its own thread after strict
-    /// mode admitted it (if on) and any injected fault applied, and answers
-    /// through `sink`.
-    fn serve<Resp, F>(&self, ctx: &RpcContext, received: Received, sink: UnarySink<Resp>, work: F)
-    where
-        Resp: Default + Send + 'static,
-        F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
-    {
-        let Received {
-            call,
-            undeclared_fields,
-            fields,
-        } = received;
-        let method = call.rpc();
-        self.0.trace.record(method, &fields);
-        let plugin = self.0.clone();
-        let deadline = ctx.deadline();
-        let spawned = thread::Builder::new()
-            .name(format!("rpc-{method}"))
-            .spawn(move || {
-                let admitted = match &plugin.strict {
-                    Some(mode) => {
-                        let shared = mode.is_split() || plugin.shares_base();
-                        let recorded = shared.then(|| plugin.recorded()).flatten();
-                        mode.admit(
-                            &call,
-                            undeclared_fields,
-                            move || !deadline.exceeded(),
-                            recorded,
-                        )
-                        .map(Some)
-                        .map_err(|v| status(Code::FailedPrecondition, v.to_string()))
-                    }
-                    None => Ok(None),
-                };
-                let fault = plugin.faults.take(method);
-                let result = match admitted {
-                    Err(refusal) => Err(refusal),
-                    Ok(in_flight) if !plugin.serves(call.service()) => {
-                        drop(in_flight);
-                        Err(status(
-                            Code::Unimplemented,
-                            format!(
-                                "{method} is not served: this process of the plugin runs in {} mode",
-                                plugin.config.mode
-                            ),
-                        ))
-                    }
-                    Ok(in_flight) => {
-                        if fault == Some(Action::Hang) {
-                            // A call hung by an injected fault stands for
-                            // one the plugin lost: the CO may die waiting
-                            // and its successor send it again, which is no
-                            // second call in flight.
-                            drop(in_flight);
-                            loop {
-                                thread::park();
-                            }
-                        }
-                        let result = run_work(&plugin, method, fault, work);
-                        if let (Ok(_), Some(mode)) = (&result, &plugin.strict) {
-                            mode.completed(&call);
-                        }
-                        // The call ends before its answer leaves: the CO
-                        // may send the next one as soon as it has it.
-                        drop(in_flight);
-                        result
-                    }
-                };
-                match &result {
-                    Ok(_) => log::debug!("{method} {fields}: OK"),
-                    Err(s) => log::debug!("{method} {fields}: {:?} {}", s.code(), s.message()),
-                }
-                // Wait until the answer is sent: dropping the last reference
-                // to a call whose final batch is still in flight makes gRPC
-                // core cancel it, and the client would see CANCELLED.
-                let sent = match result {
-                    Ok(resp) => block_on(sink.success(resp)),
-                    Err(s) => block_on(sink.fail(s)),
-                };
-                if let Err(err) = sent {
-                    log::debug!("{method}: the answer was not delivered: {err}");
-                }
-            });
-        if let Err(err) = spawned {
-            log::error!("cannot start a thread for {method}: {err}");
-        }
-    }
-}
-
-/// Runs `work` for `method` after applying any injected fault.
-fn run_work<Resp, F>(
-    plugin: &Plugin,
-    method: &str,
-    fault: Option<Action>,
-    work: F,
-) -> RpcResult<Resp>
-where
-    Resp: Default,
-    F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp>,
-{
-    match fault {
-        Some(Action::Fail(code, message)) => {
-            let message = if message.is_empty() {
-                format!("injected {code}")
-            } else {
-                message
-            };
-            Err(status(code, message))
-        }
-        Some(Action::Sleep(delay)) => {
-            thread::sleep(delay);
-            work(plugin, None)
-        }
-        Some(Action::Hang) => loop {
-            thread::park();
-        },
-        Some(Action::Exit) => {
-            log::warn!("exiting on an injected fault in {method}");
-            std::process::exit(3)
-        }
-        // The node's release calls forget their record too (see
-        // `node.rs`); any other call just answers.
-        Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
-        other => work(plugin, other),
-    }
-}
-
-/// The publish context ControllerPublishVolume answers for `node`.
-pub(crate) fn publish_context(node: &str) -> StringMap {
-    [(PUBLISH_CONTEXT_KEY.to_string(), node.to_string())].into()
-}
-
-impl csi_grpc::Identity for Service {
-    fn get_plugin_info(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetPluginInfoRequest,
-        sink: UnarySink<pb::GetPluginInfoResponse>,
-    ) {
-        let received = Received::new(Call::GetPluginInfo, &req, String::new());
-        self.serve(&ctx, received, sink, |_, _| {
-            let mut resp = pb::GetPluginInfoResponse::new();
-            resp.name = PLUGIN_NAME.to_string();
-            resp.vendor_version = env!("CARGO_PKG_VERSION").to_string();
-            Ok(resp)
-        });
-    }
-
-    fn get_plugin_capabilities(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetPluginCapabilitiesRequest,
-        sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
-    ) {
-        let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |plugin, _| {
-            let mut resp = pb::GetPluginCapabilitiesResponse::new();
-            // A node process does not serve the controller service, and
-            // says so; the others are the whole plugin's.
-            let controller = plugin
-                .serves(CsiService::Controller)
-                .then_some(PluginCapability::ControllerService);
-            resp.capabilities = controller
-                .into_iter()
-                .chain([
-                    PluginCapability::VolumeAccessibilityConstraints,
-                    PluginCapability::OnlineExpansion,
-                ])
-                .filter(|c| !plugin.config.without.iter().any(|w| *w == c.to_string()))
-                .map(convert::plugin_capability_to_proto)
-                .collect();
-            Ok(resp)
-        });
-    }
-
-    fn probe(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ProbeRequest,
-        sink: UnarySink<pb::ProbeResponse>,
-    ) {
-        let received = Received::new(Call::Probe, &req, String::new());
-        self.serve(&ctx, received, sink, |_, fault| {
-            let mut resp = pb::ProbeResponse::new();
-            resp.ready =
-                protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {
-                    value: fault != Some(Action::NotReady),
-                    ..Default::default()
-                });
-            Ok(resp)
-        });
-    }
-}
-
-/// `key=value` fields for the call trace; empty values are left out.
-pub(crate) fn trace_fields(fields: &[(&str, &str)]) -> String {
-    fields
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

@@ -290,6 +290,17 @@ impl Allocs {
         })
     }
 
+    /// Stops alloc `id` for a reason outside its job (the cluster took
+    /// its volume away, or cut this node off): whether this agent runs
+    /// such an alloc.
+    pub fn stop_alloc_for(&mut self, id: &str, why: &str) -> bool {
+        if !self.allocs.contains_key(id) {
+            return false;
+        }
+        self.stop_alloc(id, why);
+        true
+    }
+
     pub(super) fn stop_alloc(&mut self, id: &str, why: &str) {
         if let Some(alloc) = self.allocs.get_mut(id) {
             if !alloc.stop_wanted && !alloc.status.is_terminal() {

@@ -263,7 +263,10 @@ impl Allocs {
             }
             AllocStatus::Failed
         } else {
-            alloc.message.clear();
+            // A stopped alloc keeps saying why it was stopped.
+            if !alloc.stop_wanted {
+                alloc.message.clear();
+            }
             AllocStatus::Complete
         };
         log::info!("Alloc {}: {}", alloc.id, alloc.status.as_str());

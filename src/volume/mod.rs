@@ -5,4 +5,5 @@ pub mod manager;
 pub mod model;
 pub mod ops;
 pub mod plan;
+pub mod steps;
 pub mod target;

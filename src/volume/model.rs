@@ -17,7 +17,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::csi::types::{CapacityRange, ContentSource, StringMap, TopologyRequirement};
+use crate::csi::types::{
+    CapacityRange, ContentSource, ControllerPublish, StringMap, TopologyRequirement,
+};
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::mount::Propagation;
 use crate::proto::state as pb;
@@ -205,6 +207,9 @@ pub struct Volume {
     /// Being created: CreateVolume has not answered yet. No claim is
     /// admitted until it has.
     pub creating: Option<CreateIntent>,
+    /// In a cluster: the ID of the etcd cluster that has held its record,
+    /// 0 if none (see `in_cluster` in state.proto).
+    pub in_cluster: u64,
 }
 
 impl Volume {
@@ -278,6 +283,22 @@ impl Volume {
                 .iter()
                 .find(|c| !c.access_mode.is_read_only())
         }
+    }
+
+    /// ControllerPublishVolume of this volume to the node the plugin knows
+    /// as `node_id`: one attachment serves every claim on the node, so it
+    /// carries the volume's widest capability ([`Volume::node_capability`]).
+    /// `None` for a volume without capabilities.
+    pub fn controller_publish(&self, node_id: &str) -> Option<ControllerPublish> {
+        let capability = self.node_capability()?;
+        Some(ControllerPublish {
+            volume_id: self.external_id.clone(),
+            node_id: node_id.to_string(),
+            read_only: capability.access_mode.is_read_only(),
+            capability: self.with_mount_options(capability),
+            secrets: self.secrets.clone(),
+            volume_context: self.context.clone(),
+        })
     }
 
     /// The capability with the volume's mount options, as RPCs carry it.
@@ -441,6 +462,7 @@ impl Volume {
                 .collect(),
             staging_layout: STAGING_LAYOUT,
             create_intent: self.creating.as_ref().map(intent_to_proto).into(),
+            in_cluster: self.in_cluster,
             ..Default::default()
         }
     }
@@ -536,6 +558,7 @@ impl Volume {
             stagings,
             claims,
             creating: p.create_intent.as_ref().map(intent_from_proto),
+            in_cluster: p.in_cluster,
         };
         if per_usage {
             let allocs: Vec<String> = volume
@@ -560,6 +583,31 @@ impl Volume {
     }
 }
 
+/// Volume `v` of plugin `p` with one capability and nothing done: the
+/// volume the unit tests of the model, planner and protocol start from.
+#[cfg(test)]
+pub(crate) fn test_volume(capability: Capability) -> Volume {
+    Volume {
+        id: "v".into(),
+        name: "v".into(),
+        plugin_id: "p".into(),
+        external_id: "x".into(),
+        capabilities: vec![capability],
+        mount_options: MountOptions::default(),
+        secrets: Secrets::new(),
+        parameters: BTreeMap::new(),
+        context: BTreeMap::new(),
+        capacity_bytes: 0,
+        created: false,
+        attachment: Step::Absent,
+        publish_context: BTreeMap::new(),
+        stagings: BTreeMap::new(),
+        claims: BTreeMap::new(),
+        creating: None,
+        in_cluster: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,25 +615,11 @@ mod tests {
 
     fn volume(creating: Option<CreateIntent>) -> Volume {
         Volume {
-            id: "v".into(),
-            name: "v".into(),
-            plugin_id: "p".into(),
-            external_id: String::new(),
-            capabilities: vec![Capability::new(
+            creating,
+            ..test_volume(Capability::new(
                 AccessMode::SingleNodeWriter,
                 AttachmentMode::FileSystem,
-            )],
-            mount_options: MountOptions::default(),
-            secrets: Secrets::new(),
-            parameters: BTreeMap::new(),
-            context: BTreeMap::new(),
-            capacity_bytes: 0,
-            created: false,
-            attachment: Step::Absent,
-            publish_context: BTreeMap::new(),
-            stagings: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            creating,
+            ))
         }
     }
 

@@ -1,29 +1,17 @@
-//! The work behind each planned step: the plugin RPC (with the request the
-//! spec wants: capabilities with mount options, contexts and secrets in
-//! every RPC that takes them) or the local bind mount, run on the plugin's
-//! worker pool. Each job reports one [`OpDone`] to the main loop.
-//!
-//! The directories of a plugin's stagings and publishes
-//! (`csi/<plugin>/staging` and `csi/<plugin>/per-alloc`, the skeleton) are
-//! made private (0700) the first time a step needs them and kept; a step
-//! makes and removes only the dirs of its volume and alloc below them, so
-//! a claim does not build the tree again each time.
+//! What the main loop and the plugins' workers exchange about volumes:
+//! where a volume's stagings and publishes live ([`Paths`]), what a job
+//! reports ([`OpDone`]), a job for one plugin call about a volume, and the
+//! requests of register, create and status. The protocol's steps
+//! themselves run in [`super::steps`].
 
-use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::Sender;
 
-use super::model::{Claim, StagingKey, Volume};
-use super::plan::{Action, Protocol};
-use super::target::{self, Owner};
-use crate::csi::types::{
-    ControllerPublish, CreateVolume, NodePublish, NodeStage, StringMap, ValidateVolume, VolumeStats,
-};
+use super::model::{StagingKey, Volume};
+use super::plan::Action;
+use crate::csi::types::{CreateVolume, StringMap, ValidateVolume, VolumeStats};
 use crate::csi::{Client, Validation};
-use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 use crate::plugin::workers::Job;
 
 /// Where a volume's stagings and publishes live under `data_dir`.
@@ -138,8 +126,8 @@ pub struct StepDone {
 /// What a job found.
 #[derive(Debug)]
 pub enum OpResult {
-    /// A protocol step.
-    Step(Action, Result<StepDone, StepError>),
+    /// A protocol step, one of its job's.
+    Step(StepReport),
     Validated(Result<Validation, crate::csi::Error>),
     Created(Result<crate::csi::types::Volume, crate::csi::Error>),
     Deleted(Result<(), crate::csi::Error>),
@@ -155,6 +143,16 @@ pub enum OpResult {
     External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),
 }
 
+/// One step of a job of protocol steps (see [`super::steps`]).
+#[derive(Debug)]
+pub struct StepReport {
+    pub action: Action,
+    pub result: Result<StepDone, StepError>,
+    /// The job waits before its next RPC until this step's outcome is
+    /// durable: the loop sends `()` once it is.
+    pub resume: Option<Sender<()>>,
+}
+
 /// A job's report: which volume, which request, what happened.
 #[derive(Debug)]
 pub struct OpDone {
@@ -162,85 +160,6 @@ pub struct OpDone {
     /// Ties the answer to the request that asked for it.
     pub token: u64,
     pub result: OpResult,
-}
-
-/// Everything a step needs, copied out of the main loop's state.
-pub struct StepContext {
-    pub volume: Volume,
-    pub action: Action,
-    pub node_id: String,
-    pub protocol: Protocol,
-    pub paths: Paths,
-    /// The plugin kept leaving a mount behind after NodeUnpublish or
-    /// NodeUnstage: if it does again, the agent unmounts its own path.
-    pub contain: bool,
-    /// Where the plugin sees `csi/<plugin>`, if not at its host path; the
-    /// paths of its RPCs are given there (see [`Paths::for_plugin`]).
-    pub plugin_base_dir: Option<PathBuf>,
-}
-
-impl StepContext {
-    /// A host path of this volume as the plugin names it.
-    fn for_plugin(&self, path: &Path) -> PathBuf {
-        self.paths.for_plugin(
-            &self.volume.plugin_id,
-            path,
-            self.plugin_base_dir.as_deref(),
-        )
-    }
-}
-
-pub fn step_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
-    Box::new(move |client: &Client| {
-        let result = run_step(client, &ctx);
-        let _ = done.send(OpDone {
-            volume_id: ctx.volume.id.clone(),
-            token,
-            result: OpResult::Step(ctx.action, result),
-        });
-    })
-}
-
-/// A ControllerPublish or ControllerUnpublish step in a cluster: asked of
-/// the plugin's controller leader through `attacher`, not of the local
-/// controller (the job runs on its workers all the same).
-pub fn cluster_step_job(
-    ctx: StepContext,
-    token: u64,
-    done: Sender<OpDone>,
-    attacher: std::sync::Arc<crate::cluster::attachments::Attacher>,
-) -> Job {
-    Box::new(move |_: &Client| {
-        let v = &ctx.volume;
-        let result = match &ctx.action {
-            Action::ControllerPublish => {
-                let read_only = v
-                    .node_capability()
-                    .is_some_and(|c| c.access_mode.is_read_only());
-                attacher
-                    .attach(&v.id, &ctx.node_id, read_only)
-                    .map(|context| StepDone {
-                        publish_context: Some(context.into_iter().collect()),
-                        ..StepDone::default()
-                    })
-            }
-            Action::ControllerUnpublish => attacher
-                .detach(&v.id, &ctx.node_id)
-                .map(|()| StepDone::default()),
-            other => Err(format!("{} is not a controller step", other.name())),
-        };
-        let _ = done.send(OpDone {
-            volume_id: v.id.clone(),
-            token,
-            result: OpResult::Step(
-                ctx.action.clone(),
-                result.map_err(|message| StepError::Local {
-                    message,
-                    terminal: false,
-                }),
-            ),
-        });
-    })
 }
 
 /// A job that runs `op` and reports its result.
@@ -257,351 +176,6 @@ where
             result,
         });
     })
-}
-
-/// A local step's failure, which a retry may mend.
-fn local(what: &str, path: &Path, err: impl std::fmt::Display) -> StepError {
-    StepError::Local {
-        message: format!("cannot {what} {}: {err}", path.display()),
-        terminal: false,
-    }
-}
-
-/// A local step's failure that no retry can mend.
-fn terminal(message: String) -> StepError {
-    StepError::Local {
-        message,
-        terminal: true,
-    }
-}
-
-fn run_step(client: &Client, ctx: &StepContext) -> Result<StepDone, StepError> {
-    let v = &ctx.volume;
-    let rpc =
-        |r: Result<(), crate::csi::Error>| r.map(|()| StepDone::default()).map_err(StepError::Rpc);
-    match &ctx.action {
-        Action::ControllerPublish => {
-            // One attachment serves every claim on the node: attach with
-            // the volume's widest capability (see `Volume::node_capability`).
-            let capability = v
-                .node_capability()
-                .cloned()
-                .ok_or_else(|| terminal("the volume has no capability".into()))?;
-            let req = ControllerPublish {
-                volume_id: v.external_id.clone(),
-                node_id: ctx.node_id.clone(),
-                read_only: capability.access_mode.is_read_only(),
-                capability: v.with_mount_options(&capability),
-                secrets: v.secrets.clone(),
-                volume_context: v.context.clone(),
-            };
-            let context = client.controller_publish(&req).map_err(StepError::Rpc)?;
-            Ok(StepDone {
-                publish_context: Some(context),
-                ..StepDone::default()
-            })
-        }
-        Action::NodeStage { staging: key } => {
-            let staging = v
-                .stagings
-                .get(key)
-                .ok_or_else(|| terminal(format!("no record of {key}")))?;
-            let path = ctx.paths.staging(v, key);
-            let skeleton = ctx.paths.staging_root(&v.plugin_id);
-            make_below(&skeleton, &path, 0o700)
-                .and_then(|()| fs::set_permissions(&path, fs::Permissions::from_mode(0o700)))
-                .map_err(|e| local("create the staging dir", &path, e))?;
-            rpc(client.node_stage(&NodeStage {
-                volume_id: v.external_id.clone(),
-                publish_context: v.publish_context.clone(),
-                staging_target_path: ctx.for_plugin(&path),
-                capability: v.with_mount_options(&staging.capability),
-                secrets: v.secrets.clone(),
-                volume_context: v.context.clone(),
-            }))
-        }
-        Action::NodePublish { alloc } => {
-            let claim = &v.claims[alloc];
-            let target = ctx.paths.publish(v, alloc, &claim.usage);
-            if let Some(parent) = target.parent() {
-                let skeleton = ctx.paths.publish_root(&v.plugin_id);
-                make_below(&skeleton, parent, 0o777)
-                    .map_err(|e| local("create the publish dir", parent, e))?;
-            }
-            rpc(client.node_publish(&NodePublish {
-                volume_id: v.external_id.clone(),
-                publish_context: v.publish_context.clone(),
-                staging_target_path: ctx
-                    .protocol
-                    .stage
-                    .then(|| ctx.for_plugin(&ctx.paths.staging(v, &claim.staging))),
-                target_path: ctx.for_plugin(&target),
-                capability: v.with_mount_options(&claim.capability),
-                read_only: claim.read_only,
-                secrets: v.secrets.clone(),
-                volume_context: v.context.clone(),
-            }))
-        }
-        Action::BindTarget { alloc } => {
-            let claim = &v.claims[alloc];
-            let source = ctx.paths.publish(v, alloc, &claim.usage);
-            let mount_id = bind_target(&source, claim)?;
-            Ok(StepDone {
-                mount_id,
-                ..StepDone::default()
-            })
-        }
-        Action::UnbindTarget { alloc } => {
-            let claim = &v.claims[alloc];
-            let source = ctx.paths.publish(v, alloc, &claim.usage);
-            unbind_target(&source, claim)?;
-            Ok(StepDone::default())
-        }
-        Action::NodeUnpublish { alloc } => {
-            let claim = &v.claims[alloc];
-            let target = ctx.paths.publish(v, alloc, &claim.usage);
-            let result = client.node_unpublish(&v.external_id, &ctx.for_plugin(&target));
-            let done = released_path(result, "NodeUnpublishVolume", &target, ctx.contain)?;
-            // The plugin removed the target; the agent made its parents.
-            remove_empty_dirs(&target, &ctx.paths.publish_root(&v.plugin_id));
-            Ok(done)
-        }
-        Action::NodeUnstage { staging } => {
-            let path = ctx.paths.staging(v, staging);
-            let result = client.node_unstage(&v.external_id, &ctx.for_plugin(&path));
-            let done = released_path(result, "NodeUnstageVolume", &path, ctx.contain)?;
-            let _ = fs::remove_dir(&path);
-            remove_empty_dirs(&path, &ctx.paths.staging_root(&v.plugin_id));
-            Ok(done)
-        }
-        Action::ControllerUnpublish => {
-            rpc(client.controller_unpublish(&v.external_id, &ctx.node_id, &v.secrets))
-        }
-        Action::Free { .. } => Ok(StepDone::default()),
-    }
-}
-
-/// After NodeUnpublish or NodeUnstage: a plugin that answers success (or
-/// NOT_FOUND, "nothing to do") has released `path`, so it must no longer
-/// be a mount point. Some plugins answer so after a restart without
-/// looking: the path is checked, and a mount left there is an error the
-/// caller retries; with `contain` (it kept happening), the agent unmounts
-/// its own path itself and says so.
-fn released_path(
-    result: Result<(), crate::csi::Error>,
-    rpc: &'static str,
-    path: &Path,
-    contain: bool,
-) -> Result<StepDone, StepError> {
-    match result {
-        Ok(()) => {}
-        Err(err) if err.class == crate::csi::Class::Ignorable => {}
-        Err(err) => return Err(StepError::Rpc(err)),
-    }
-    if !still_mounted(path)? {
-        return Ok(StepDone::default());
-    }
-    if !contain {
-        return Err(StepError::LeftMount {
-            rpc,
-            path: path.to_path_buf(),
-        });
-    }
-    // The path is the agent's own (under its `csi/` dir) and the plugin
-    // declared it released: whatever is stacked there comes off.
-    while still_mounted(path)? {
-        SysMounter
-            .unmount(path, UnmountMode::Normal)
-            .map_err(|e| local("unmount what the plugin left at", path, e))?;
-    }
-    // The plugin should have removed a publish target too.
-    let _ = fs::remove_dir(path);
-    Ok(StepDone {
-        contained: Some(format!(
-            "left a mount at {} after {rpc}; unmounted by the agent",
-            path.display()
-        )),
-        ..StepDone::default()
-    })
-}
-
-/// Whether `path` is a mount point; a path that does not exist is not.
-fn still_mounted(path: &Path) -> Result<bool, StepError> {
-    mount::is_mount_point_if_present(path).map_err(|e| local("check", path, e))
-}
-
-/// Makes `path`, a volume's or an alloc's dir below `skeleton` (the
-/// plugin's `staging` or `per-alloc`), and the dirs between them with
-/// `mode` (less the umask). The skeleton is made, with its parents, only
-/// when missing, and private (0700).
-fn make_below(skeleton: &Path, path: &Path, mode: u32) -> io::Result<()> {
-    if !skeleton.is_dir() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(skeleton)?;
-        fs::set_permissions(skeleton, fs::Permissions::from_mode(0o700))?;
-    }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(path)
-}
-
-/// Removes `path`'s parents while they are empty, up to (not including)
-/// `root`: the skeleton stays.
-fn remove_empty_dirs(path: &Path, root: &Path) {
-    let mut dir = path.parent();
-    while let Some(d) = dir {
-        if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
-            break;
-        }
-        dir = d.parent();
-    }
-}
-
-/// Bind-mounts the published volume (`source`) at the claim's host target
-/// with its propagation; read-only claims are remounted read-only. A
-/// file-system volume's target is a directory, a block volume's a file
-/// (0600), made when missing. A target that is already a mount point is
-/// taken as this step's earlier, unconfirmed success only when it provably
-/// is (see [`target::owner`]); anything else there is refused for good.
-/// Answers the mount ID of the bind, to be recorded.
-pub fn bind_target(source: &Path, claim: &Claim) -> Result<Option<u64>, StepError> {
-    let target = claim
-        .target
-        .as_deref()
-        .ok_or_else(|| terminal("the claim has no target".into()))?;
-    let block = claim.capability.attachment_mode == crate::csi::AttachmentMode::BlockDevice;
-    make_target(target, block)?;
-    let mounter = SysMounter;
-    match target::owner(target, claim.target_mount_id, source)
-        .map_err(|e| local("check the target", target, e))?
-    {
-        Owner::Other(what) => {
-            return Err(terminal(format!(
-                "the target {} is a mount point of {what} that csi-agent did not make; it is \
-                 left alone",
-                target.display(),
-            )))
-        }
-        Owner::Agent => {}
-        Owner::Nobody => mounter
-            .bind(source, target, true)
-            .map_err(|e| local("bind-mount the target", target, e))?,
-    }
-    if claim.read_only {
-        mounter
-            .remount_read_only(target)
-            .map_err(|e| local("make read-only the target", target, e))?;
-    }
-    mounter
-        .set_propagation(target, claim.propagation)
-        .map_err(|e| local("set the propagation of the target", target, e))?;
-    mount::mount_id(target).map_err(|e| local("read the mount ID of the target", target, e))
-}
-
-/// Creates a missing target: a directory, or for a block volume an empty
-/// regular file (0600) to bind the device node onto. An existing target of
-/// the other kind is refused for good.
-fn make_target(target: &Path, block: bool) -> Result<(), StepError> {
-    match fs::symlink_metadata(target) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(terminal(format!(
-            "the target {} is a symlink",
-            target.display()
-        ))),
-        Ok(meta) if block && meta.is_dir() => Err(terminal(format!(
-            "the target {} of a block volume is a directory; it must be a file or not exist",
-            target.display()
-        ))),
-        Ok(meta) if !block && !meta.is_dir() => Err(terminal(format!(
-            "the target {} is not a directory",
-            target.display()
-        ))),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent)
-                    .map_err(|e| local("create the target's parent", parent, e))?;
-            }
-            if block {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(target)
-                    .map(drop)
-                    .or_else(|e| match e.kind() {
-                        io::ErrorKind::AlreadyExists => Ok(()),
-                        _ => Err(e),
-                    })
-                    .map_err(|e| local("create the target", target, e))
-            } else {
-                fs::create_dir(target)
-                    .or_else(|e| match e.kind() {
-                        io::ErrorKind::AlreadyExists => Ok(()),
-                        _ => Err(e),
-                    })
-                    .map_err(|e| local("create the target", target, e))
-            }
-        }
-        Err(e) => Err(local("check the target", target, e)),
-    }
-}
-
-/// Unmounts a claim's host target if the mount there is the one the agent
-/// made (see [`target::owner`]); one that is not mounted is done. A mount
-/// that is not the agent's is left alone and the step fails for good. A
-/// target the agent created is removed once empty.
-pub fn unbind_target(source: &Path, claim: &Claim) -> Result<(), StepError> {
-    let Some(target) = claim.target.as_deref() else {
-        return Ok(());
-    };
-    if fs::symlink_metadata(target).is_err() {
-        // Gone already.
-        return Ok(());
-    }
-    match target::owner(target, claim.target_mount_id, source)
-        .map_err(|e| local("check the target", target, e))?
-    {
-        Owner::Nobody => {}
-        Owner::Other(what) => {
-            return Err(terminal(format!(
-                "the mount at {} ({what}) is not the bind csi-agent made; it is left alone",
-                target.display(),
-            )))
-        }
-        Owner::Agent => SysMounter
-            .unmount(target, UnmountMode::Normal)
-            .map_err(|e| match &e {
-                mount::Error::Unmount { err, .. } if err.raw_os_error() == Some(libc::EBUSY) => {
-                    local("unmount the target", target, crate::error_chain(&e))
-                }
-                _ => terminal(format!(
-                    "cannot unmount the target {}: {}",
-                    target.display(),
-                    crate::error_chain(&e)
-                )),
-            })?,
-    }
-    if claim.target_created && !still_mounted(target)? {
-        remove_made_target(target);
-    }
-    Ok(())
-}
-
-/// Removes a target the agent created: an empty directory, or an empty
-/// regular file.
-fn remove_made_target(target: &Path) {
-    match fs::symlink_metadata(target) {
-        Ok(meta) if meta.is_dir() => {
-            let _ = fs::remove_dir(target);
-        }
-        Ok(meta) if meta.is_file() && meta.len() == 0 => {
-            let _ = fs::remove_file(target);
-        }
-        _ => {}
-    }
 }
 
 /// The requests of register, create and status.
@@ -643,55 +217,6 @@ pub fn create_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("csi-agent-ops-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn mode(path: &Path) -> u32 {
-        fs::metadata(path).unwrap().permissions().mode() & 0o777
-    }
-
-    #[test]
-    fn the_skeleton_is_made_private_once_and_kept_when_a_claim_goes() {
-        let dir = temp_dir("skeleton");
-        let paths = Paths {
-            data_dir: dir.clone(),
-        };
-        let skeleton = paths.publish_root("hp");
-        let parent = skeleton.join("a1").join("v1");
-        make_below(&skeleton, &parent, 0o777).unwrap();
-        assert_eq!(mode(&paths.csi_root()), 0o700);
-        assert_eq!(mode(&paths.csi_root().join("hp")), 0o700);
-        assert_eq!(mode(&skeleton), 0o700);
-        assert!(parent.is_dir());
-
-        remove_empty_dirs(&parent.join("rw-file-system-x"), &skeleton);
-        assert!(!skeleton.join("a1").exists(), "the alloc's dirs go");
-        assert!(skeleton.is_dir(), "the skeleton stays");
-        fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_dir_still_in_use_is_kept() {
-        let dir = temp_dir("in-use");
-        let paths = Paths {
-            data_dir: dir.clone(),
-        };
-        let skeleton = paths.publish_root("hp");
-        make_below(&skeleton, &skeleton.join("a1").join("v1"), 0o777).unwrap();
-        make_below(&skeleton, &skeleton.join("a1").join("v2"), 0o777).unwrap();
-        remove_empty_dirs(&skeleton.join("a1").join("v1").join("usage"), &skeleton);
-        assert!(!skeleton.join("a1").join("v1").exists());
-        assert!(
-            skeleton.join("a1").join("v2").is_dir(),
-            "another volume's dir"
-        );
-        fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn a_plugin_task_is_given_its_paths_under_its_base_dir() {

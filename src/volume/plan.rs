@@ -174,7 +174,6 @@ mod tests {
     use crate::csi::{AccessMode, AttachmentMode, Capability};
     use crate::mount::Propagation;
     use crate::volume::model::{Claim, Staging, StagingKey};
-    use std::collections::BTreeMap;
 
     const FULL: Protocol = Protocol {
         controller_publish: true,
@@ -186,24 +185,7 @@ mod tests {
     }
 
     fn volume() -> Volume {
-        Volume {
-            id: "v".into(),
-            name: "v".into(),
-            plugin_id: "p".into(),
-            external_id: "x".into(),
-            capabilities: vec![capability()],
-            mount_options: Default::default(),
-            secrets: Default::default(),
-            parameters: BTreeMap::new(),
-            context: BTreeMap::new(),
-            capacity_bytes: 0,
-            created: false,
-            attachment: Step::Absent,
-            publish_context: BTreeMap::new(),
-            stagings: BTreeMap::new(),
-            claims: BTreeMap::new(),
-            creating: None,
-        }
+        crate::volume::model::test_volume(capability())
     }
 
     fn claim(alloc: &str, usage: &str, target: bool) -> Claim {

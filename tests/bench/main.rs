@@ -6,8 +6,9 @@
 //! Rows: C (what the building blocks cost here), P1 claim and release
 //! latency next to a bare client's floor, P2 boot storm (P2L at scale),
 //! P3 idle footprint, P4 recovery after SIGKILL (P4L after the storm at
-//! scale), P5 static binary size, P6 plugin discovery. Each module's docs
-//! define its measurement.
+//! scale), P5 static binary size, P6 plugin discovery, P7 claims across
+//! three hosts of a cluster (etcd). Each module's docs define its
+//! measurement.
 //!
 //! Needs root (the agent and the hostpath plugin mount). Run it through
 //! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
@@ -16,6 +17,7 @@
 mod calibrate;
 mod calls;
 mod claim;
+mod cluster;
 mod discovery;
 mod floor;
 mod idle;
@@ -41,8 +43,8 @@ const USAGE: &str = "\
 usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
 
   --only ROWS          comma-separated rows to run, of C,P1,P2,P2L,P3,P4,P4L,
-                       P5,P6 (default: all; P4 runs the storm of P2 to set
-                       up, P4L the large storm of P2L)
+                       P5,P6,P7 (default: all; P4 runs the storm of P2 to set
+                       up, P4L the large storm of P2L; P7 needs etcd)
   --runs N             P1: claims and releases measured (default 200)
   --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
   --storm N            P2/P4: claims (default 1000)
@@ -56,6 +58,9 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
   --discovery N        P6: runs (default 50)
   --discovery-plugins N  P6: other plugins registered and healthy meanwhile
                        (default 50)
+  --cluster-claims N   P7: claims made across the 3 hosts (default 300)
+  --cluster-runs N     P7: claims measured one at a time, with etcd and
+                       without (default 100)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -87,6 +92,8 @@ pub struct Options {
     pub discovery_plugins: usize,
     pub scale_claims: usize,
     pub scale_delay: Duration,
+    pub cluster_claims: usize,
+    pub cluster_runs: usize,
     pub heartbeat: Duration,
     pub keep: bool,
     pub dir: PathBuf,
@@ -109,6 +116,8 @@ impl Options {
             discovery_plugins: 50,
             scale_claims: 10_000,
             scale_delay: Duration::from_millis(1),
+            cluster_claims: 300,
+            cluster_runs: 100,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
@@ -156,6 +165,8 @@ impl Options {
                 }
                 "--scale" => opts.scale_claims = number(value()?)?,
                 "--scale-delay" => opts.scale_delay = duration(value()?)?,
+                "--cluster-claims" => opts.cluster_claims = number(value()?)?,
+                "--cluster-runs" => opts.cluster_runs = number(value()?)?,
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
@@ -182,7 +193,7 @@ impl Options {
     }
 }
 
-const ROWS: [&str; 9] = ["C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6"];
+const ROWS: [&str; 10] = ["C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -346,6 +357,9 @@ fn run(opts: &Options, root: &Path) -> Table {
             met: Some(p50 <= Duration::from_millis(10)),
         });
     }
+    if opts.wants("P7") {
+        cluster_rows(&mut table, opts, root);
+    }
     table
 }
 
@@ -494,6 +508,53 @@ fn scale_row(table: &mut Table, small: &storm::StormResult, large: &storm::Storm
         ratio: format!("{growth:.2}x for {times:.0}x the claims"),
         target: "≤ 11x for 10x",
         met: Some(growth <= times * 1.1),
+    });
+}
+
+/// P7: claims per second across the hosts of a cluster, and one claim's
+/// latency with etcd and without.
+fn cluster_rows(table: &mut Table, opts: &Options, root: &Path) {
+    if !cluster::etcd_installed() {
+        table.push(Row {
+            id: "P7",
+            what: "claims across 3 hosts (etcd)".into(),
+            agent: "etcd not installed (make deps)".into(),
+            reference: "-".into(),
+            ratio: "-".into(),
+            target: "-",
+            met: None,
+        });
+        return;
+    }
+    let r = cluster::run(opts, root);
+    let per_second = r.claims as f64 / r.wall.as_secs_f64();
+    table.push(Row {
+        id: "P7",
+        what: format!(
+            "{} claims + releases across {} hosts, {} at once on each, 3 etcd members (claim p50 {}, p99 {})",
+            r.claims,
+            cluster::HOSTS,
+            r.at_once,
+            ms(r.under_load.p50()),
+            ms(r.under_load.p99())
+        ),
+        agent: format!("{per_second:.1} claims/s"),
+        reference: format!("{} wall", ms(r.wall)),
+        ratio: "-".into(),
+        target: "-",
+        met: None,
+    });
+    table.push(Row {
+        id: "P7",
+        what: format!(
+            "claim, one at a time, etcd vs local journal, p50 / p99 ({} runs)",
+            r.etcd_claim.len()
+        ),
+        agent: p50_p99(&r.etcd_claim),
+        reference: format!("{} (no cluster block)", p50_p99(&r.local_claim)),
+        ratio: format!("{:.2}x", ratio(r.etcd_claim.p50(), r.local_claim.p50())),
+        target: "-",
+        met: None,
     });
 }
 

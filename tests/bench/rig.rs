@@ -103,6 +103,8 @@ pub enum Delay {
 pub struct Plugin {
     pub socket: PathBuf,
     pub base_dir: PathBuf,
+    /// The node ID it reports: [`NODE`] unless [`Plugin::on_host`].
+    node_id: String,
     log: PathBuf,
     faults: PathBuf,
     delay: Delay,
@@ -118,12 +120,22 @@ impl Plugin {
         Plugin {
             socket: socket.to_path_buf(),
             base_dir: dir.join("base"),
+            node_id: NODE.to_string(),
             log: dir.join("plugin.log"),
             faults: dir.join("faults"),
             delay,
             bin: bin.to_path_buf(),
             child: None,
         }
+    }
+
+    /// The same plugin as a host of a cluster sees it: reporting
+    /// `node_id`, on `base_dir` shared with the other hosts' plugins (one
+    /// storage system).
+    pub fn on_host(mut self, base_dir: &Path, node_id: &str) -> Plugin {
+        self.base_dir = base_dir.to_path_buf();
+        self.node_id = node_id.to_string();
+        self
     }
 
     /// Starts the plugin and waits until its socket is there.
@@ -150,7 +162,7 @@ impl Plugin {
             .arg("-base-dir")
             .arg(&self.base_dir)
             .arg("-node-id")
-            .arg(NODE)
+            .arg(&self.node_id)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

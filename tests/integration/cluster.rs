@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::cluster::claims::{ClaimRequest, ClaimSets, Error};
-use csi_agent::cluster::etcd::Event;
 use csi_agent::cluster::node::{self, NodeEvent, Registration};
 use csi_agent::csi::AccessMode;
 use csi_agent::proto::cluster as pb;
@@ -290,14 +289,7 @@ fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_wat
             .unwrap();
         while served < 4 {
             let batch = watch.next(Duration::from_secs(20)).unwrap();
-            let puts: Vec<_> = batch
-                .events
-                .into_iter()
-                .filter_map(|e| match e {
-                    Event::Put(kv) => Some(kv),
-                    _ => None,
-                })
-                .collect();
+            let puts = batch.puts();
             served += serve(&puts);
         }
     });
@@ -342,7 +334,7 @@ fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
     let snw = AccessMode::SingleNodeWriter;
     sets.admit("v1", &request("a", "w1", false, snw)).unwrap();
     sets.admit("v2", &request("b", "w2", false, snw)).unwrap();
-    assert_eq!(sets.node_lost("a").unwrap(), ["v1"]);
+    assert!(sets.mark_lost("v1", "a", "node lost").unwrap());
     let (set, _) = sets.read("v1").unwrap();
     assert!(!set.claims[0].wanted);
     assert_eq!(set.claims[0].reason, "node lost");
@@ -353,7 +345,8 @@ fn a_lost_node_s_claims_become_past_claims_and_stay_until_freed() {
     assert!(err.to_string().contains("claimed on node a"), "{err}");
     // Node b's claims are untouched; losing a node twice changes nothing.
     assert!(sets.read("v2").unwrap().0.claims[0].wanted);
-    assert!(sets.node_lost("a").unwrap().is_empty());
+    assert!(!sets.mark_lost("v1", "a", "node lost").unwrap());
+    assert!(!sets.mark_lost("v2", "a", "node lost").unwrap());
     // Fenced (the controller leader detached node a), then freed.
     sets.free("v1", "a", "w1").unwrap();
     sets.admit("v1", &request("b", "w3", false, snw)).unwrap();

@@ -2,18 +2,19 @@
 //! node, `node status` on any of them lists them all, a node name held by
 //! a live agent makes a second agent with it stop with the reason, a
 //! stopped agent leaves the list at once, and an agent whose etcd is gone
-//! reports itself disconnected. An agent without a `cluster` block says
-//! it is in none. With a `tls` block the agent speaks TLS to etcd and
-//! presents its client certificate; a TLS file it cannot read stops it,
-//! naming the file.
+//! reports itself disconnected. A node's record follows its plugins'
+//! health as it changes. An agent without a `cluster` block says it is in
+//! none. With a `tls` block the agent speaks TLS to etcd and presents its
+//! client certificate; a TLS file it cannot read stops it, naming the
+//! file.
 
 use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::etcd::{require_etcd, require_openssl, Cluster};
-use crate::harness::{config_text, output_within, text, Agent, WAIT};
-use crate::util::{bin, TestDir};
+use crate::harness::{config_text, healthy, output_within, text, unhealthy, Agent, WAIT};
+use crate::util::{bin, Plugin, TestDir};
 
 /// The config of an agent named `node` in `cluster`, with a 2 s lease
 /// (and, when the cluster speaks TLS, its CA and the client certificate).
@@ -134,6 +135,72 @@ fn an_agent_whose_etcd_is_gone_reports_itself_disconnected() {
     node_status_until(&a, "node-a back", |s| {
         s.starts_with("This agent: node node-a (connected)") && lists(s, "node-a")
     });
+}
+
+/// Whether plugin `id` of the only node in `node status -json` is
+/// healthy; `None` if the node has no such plugin.
+fn plugin_healthy(json: &str, id: &str) -> Option<bool> {
+    let plugin = &json[json.find(&format!("\"id\": {id:?}"))?..];
+    let health = &plugin[plugin.find("\"healthy\": ")? + "\"healthy\": ".len()..];
+    Some(health.starts_with("true"))
+}
+
+/// Polls `node status -json` until plugin `id` shows `healthy`; panics
+/// with the last answer after [`WAIT`].
+#[track_caller]
+fn node_record_says(agent: &Agent, id: &str, healthy: bool) {
+    let start = Instant::now();
+    loop {
+        let out = agent.cli(&["node", "status", "-json"]);
+        let json = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && plugin_healthy(&json, id) == Some(healthy) {
+            return;
+        }
+        if start.elapsed() > WAIT {
+            panic!(
+                "node status never showed plugin {id} with healthy = {healthy}:\n{}\n{}",
+                text(&out),
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_node_record_follows_its_plugin_s_health_as_it_changes() {
+    if !require_etcd() {
+        return;
+    }
+    let mut cluster = Cluster::start(1);
+    // The plugin is down when the agent registers the node.
+    let mut plugin = Plugin::start();
+    plugin.kill();
+    let config = format!(
+        "\nplugin \"hp\" {{\n  socket = {:?}\n  type   = \"monolith\"\n  health_timeout = \"1s\"\n}}\n{}",
+        plugin.socket.display().to_string(),
+        cluster_block(&cluster, "node-a")
+    );
+    let agent = Agent::start_with_config(&config);
+    agent.wait_for("hp", unhealthy, WAIT);
+    node_record_says(&agent, "hp", false);
+    // Up, down and up again: the record follows each time.
+    plugin.restart();
+    agent.wait_for("hp", healthy, WAIT);
+    node_record_says(&agent, "hp", true);
+    plugin.kill();
+    agent.wait_for("hp", unhealthy, WAIT);
+    node_record_says(&agent, "hp", false);
+    plugin.restart();
+    agent.wait_for("hp", healthy, WAIT);
+    node_record_says(&agent, "hp", true);
+    // A change made while etcd is gone is in the record once it is back.
+    cluster.kill(0);
+    plugin.kill();
+    agent.wait_for("hp", unhealthy, WAIT);
+    agent.wait_for_log("Cluster: node node-a is disconnected", WAIT);
+    cluster.restart(0);
+    node_record_says(&agent, "hp", false);
 }
 
 #[test]

@@ -22,16 +22,16 @@ use crate::util::Plugin;
 use crate::volume_util::{claim_req, connect, released, spec, try_volume, wait_volume, PLUGIN};
 
 /// One host of the cluster: its agent (dropped first) and its plugin.
-struct Host {
-    agent: Agent,
+pub struct Host {
+    pub agent: Agent,
     #[allow(dead_code)] // kept running; its verdict is checked on drop
-    plugin: Plugin,
-    node: String,
+    pub plugin: Plugin,
+    pub node: String,
 }
 
 /// `n` hosts in `cluster`, their plugins started with `flags`. The last
 /// host's plugin owns the shared base dir: it is dropped last.
-fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
+pub fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
     let nodes: Vec<String> = (0..n).map(|i| format!("host-{i}")).collect();
     let with_node = |i: usize| [flags, &["-node-id", nodes[i].as_str()]].concat();
     let owner = Plugin::start_with(&[], &with_node(n - 1));
@@ -62,7 +62,7 @@ fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
 }
 
 /// Waits until every host knows volume `id`.
-fn known_everywhere(hosts: &[Host], id: &str) {
+pub fn known_everywhere(hosts: &[Host], id: &str) {
     for host in hosts {
         wait_volume(&host.agent, id, "registered", |_| true, WAIT);
     }
@@ -102,7 +102,7 @@ fn claim_at_once(
     calls.into_iter().map(|c| c.join().unwrap()).collect()
 }
 
-fn claims_of(v: &VolumeStatus) -> Vec<(String, String, String)> {
+pub fn claims_of(v: &VolumeStatus) -> Vec<(String, String, String)> {
     let mut claims: Vec<_> = v
         .claims
         .iter()
@@ -363,4 +363,117 @@ fn an_agent_killed_mid_claim_keeps_its_one_claim_in_the_cluster_after_a_restart(
     released(&hosts[0].agent, "k", "k1");
     crate::volume_util::claimed(&hosts[1].agent, &claim_req("k", "k2"));
     released(&hosts[1].agent, "k", "k2");
+}
+
+#[test]
+fn a_host_with_only_the_plugin_s_node_has_its_claims_attached_by_the_controller_leader_elsewhere() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    // Host 0 runs the whole plugin (its controller leads); host 1 only
+    // the plugin's node, as a node-only Nomad client does.
+    let owner = Plugin::start_with(&[], &["-node-id", "host-0"]);
+    let node_only = Plugin::start_sharing(&owner, &[], &["-mode", "node", "-node-id", "host-1"]);
+    let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
+    let config = |node: &str, plugin: &Plugin, kind: &str| {
+        format!(
+            "\nnode_name = {node:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = {kind:?}\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
+            plugin.socket.display().to_string(),
+            endpoints.join(", ")
+        )
+    };
+    let full = Agent::start_with_config(&config("host-0", &owner, "monolith"));
+    let node = Agent::start_with_config(&config("host-1", &node_only, "node"));
+    full.wait_for(PLUGIN, healthy, WAIT);
+    node.wait_for(PLUGIN, healthy, WAIT);
+    connect(&full)
+        .volume_create("n.hcl", &spec("n", &["single-node-writer"], None))
+        .unwrap();
+    wait_volume(&node, "n", "registered", |_| true, WAIT);
+    node.wait_for_log(
+        "plugin hp's volumes are attached by its controller leader",
+        WAIT,
+    );
+
+    // plugin status counts the cluster's instances: one controller (host
+    // 0's monolith) and two nodes, from either host.
+    for agent in [&full, &node] {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let status = AgentClient::connect(&agent.socket)
+                .unwrap()
+                .plugin_status(PLUGIN)
+                .unwrap();
+            let p = &status.plugins[0];
+            let counts = (
+                p.controllers_healthy,
+                p.controllers_expected,
+                p.nodes_healthy,
+                p.nodes_expected,
+            );
+            if counts == (1, 1, 2, 2) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{status:#?}");
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let out = node.cli(&["plugin", "status"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(PLUGIN) && l.contains("1/1") && l.contains("2/2")),
+        "{table}"
+    );
+
+    crate::volume_util::claimed(&node, &claim_req("n", "n1"));
+    released(&node, "n", "n1");
+    // The leader's controller attached the volume to host 1, then
+    // detached it; the node plugin staged it in between.
+    let pair = |rpc: &str, node: &str| (rpc.to_string(), node.to_string());
+    assert_eq!(
+        attach_calls(&owner),
+        [
+            pair("ControllerPublishVolume", "host-1"),
+            pair("ControllerUnpublishVolume", "host-1")
+        ]
+    );
+    let methods = node_only.trace_methods();
+    assert!(
+        methods.iter().any(|m| m == "NodeStageVolume")
+            && methods.iter().any(|m| m == "NodeUnstageVolume"),
+        "{methods:?}"
+    );
+    drop((full, node));
+    drop(node_only);
+}
+
+#[test]
+fn a_volume_deregistered_while_a_host_was_away_stays_deregistered_when_it_returns() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let mut hosts = hosts(&cluster, 2, &[]);
+    connect(&hosts[0].agent)
+        .volume_create("gone.hcl", &spec("gone", &["single-node-writer"], None))
+        .unwrap();
+    known_everywhere(&hosts, "gone");
+    assert_eq!(hosts[1].agent.sigterm(), 0);
+    connect(&hosts[0].agent)
+        .volume_deregister("gone", false)
+        .unwrap();
+    // Back, host 1 learns the deregistration instead of undoing it.
+    hosts[1].agent.restart();
+    hosts[1].agent.wait_for(PLUGIN, healthy, WAIT);
+    hosts[1].agent.wait_for_log(
+        "Volume gone was deregistered in the cluster while this agent was away",
+        WAIT,
+    );
+    assert!(try_volume(&hosts[1].agent, "gone").unwrap().is_none());
+    let record = cluster.client().get(b"/csi-agent/volumes/gone").unwrap();
+    assert!(record.is_none(), "{record:?}");
+    assert!(try_volume(&hosts[0].agent, "gone").unwrap().is_none());
 }

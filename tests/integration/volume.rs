@@ -1032,6 +1032,38 @@ fn an_agent_killed_during_controller_unpublish_finishes_the_release_after_restar
     agent_killed_during_release_step("ControllerUnpublishVolume");
 }
 
+/// A claim's steps run as one job, which asks before each RPC whether to
+/// go on: a release that comes meanwhile stops it there, as it stopped the
+/// step-by-step protocol, instead of waiting for the claim to finish.
+#[test]
+fn a_release_during_a_claim_stops_its_steps_before_the_next_rpc() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    rig.create("vol", SNW);
+    let target = rig.agent.dir.join("mnt/vol");
+    rig.plugin.set_faults("NodeStageVolume sleep=1s count=1\n");
+
+    let socket = rig.agent.socket.clone();
+    let req = claim_at("vol", "a1", &target);
+    let answer = spawn_call(move || AgentClient::connect(&socket)?.volume_claim(&req));
+    wait_for_calls(&rig.plugin, "NodeStageVolume", 1);
+    released(&rig.agent, "vol", "a1");
+    let claim = answer.recv_timeout(WAIT).expect("the claim is answered");
+    assert!(claim.is_err(), "{claim:?}");
+
+    assert_eq!(
+        count(&rig.plugin, "NodePublishVolume"),
+        0,
+        "trace:\n{}",
+        rig.plugin.trace().join("\n")
+    );
+    assert_eq!(mount_state(&target), None);
+    rig.assert_spec_order();
+    rig.assert_nothing_left();
+}
+
 // ---- reconciliation ----
 
 #[test]

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::{error, plugin_view, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
+use super::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::AccessMode;
 use crate::mount::Propagation;
@@ -112,7 +112,8 @@ impl VolumeManager {
             self.check_target_unused(&checked.path)?;
             Some(checked)
         };
-        let view = plugin_view(registry, &v.plugin_id)
+        let view = self
+            .plugin_view(registry, &v.plugin_id)
             .ok_or_else(|| refused(format!("plugin {:?} is not registered", v.plugin_id)))?;
         if let Some(why) = view.unschedulable(v) {
             return Err(refused(format!(
@@ -247,11 +248,12 @@ impl VolumeManager {
             }
         }
     }
-    /// Answers the claim waiters whose claims are now taken.
-    pub(super) fn answer_claims(&mut self, id: &str) {
+    /// Answers the claim waiters whose claims are now taken; whether it
+    /// answered any.
+    pub(super) fn answer_claims(&mut self, id: &str) -> bool {
         let paths = self.paths.clone();
         let Some(entry) = self.entries.get_mut(id) else {
-            return;
+            return false;
         };
         let v = &entry.volume;
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.claims)
@@ -262,6 +264,7 @@ impl VolumeManager {
                     .is_some_and(|c| c.wanted && c.is_taken(c.target.is_some()))
             });
         entry.waiters.claims = waiting;
+        let answered = !ready.is_empty();
         for waiter in ready {
             let claim = &v.claims[&waiter.alloc];
             let resp = api::VolumeClaimResponse {
@@ -279,6 +282,7 @@ impl VolumeManager {
             self.outbox
                 .push((waiter.reply, Ok(Response::VolumeClaim(resp))));
         }
+        answered
     }
 
     /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`

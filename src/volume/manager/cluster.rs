@@ -20,16 +20,19 @@
 //!   ([`VolumeEvent`]), and a record removed from etcd is forgotten here
 //!   unless this node still has claims on it. What only this host knows
 //!   (stagings, publishes, binds) never leaves the local journal.
-//! - When the watch (re)starts it reports every record: etcd's wins, and a
-//!   local volume etcd does not have (registered before the agent joined,
-//!   or while etcd was out of reach) is written to it. So a volume
-//!   deregistered while one of its agents was away comes back with that
-//!   agent: deregister volumes with every agent up.
+//! - When the watch (re)starts it reports every record: etcd's wins. A
+//!   local volume etcd does not have was deregistered by another host
+//!   while this one was away if this etcd cluster held it before (each
+//!   volume remembers the ID of the etcd cluster that held its record), and
+//!   is forgotten here; otherwise (registered before the agent joined,
+//!   while etcd was out of reach, or etcd is a new cluster) it is written
+//!   to etcd.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{error, Reply, ReplyTo, VolumeManager};
+use super::lost::LostClaims;
+use super::{error, plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::ClaimRequest;
@@ -42,7 +45,7 @@ use crate::volume::model::{Admission, Volume};
 /// What the manager keeps about its cluster.
 pub(super) struct ClusterSide {
     /// This agent's node name.
-    node: String,
+    pub(super) node: String,
     /// Ops for etcd, handed out once this turn is durable.
     ops: Vec<Op>,
     /// Each volume's record as etcd has it: written from here, or seen in
@@ -54,8 +57,24 @@ pub(super) struct ClusterSide {
     claim_sets: BTreeMap<String, pb::ClaimSet>,
     /// Whether the watch has reported the records once.
     synced: bool,
+    /// The ID of the etcd cluster, once the watch has read it.
+    cluster_id: u64,
     /// Asks the controller leader to attach and detach.
     attacher: Arc<Attacher>,
+    /// Claims the cluster took away.
+    pub(super) lost: LostClaims,
+    /// Plugins a controller attaches for somewhere in the cluster (one led
+    /// its election since this agent started): on a host without a
+    /// controller of its own, the plugin's volumes are still attached,
+    /// by the leader.
+    attaching: std::collections::BTreeSet<String>,
+}
+
+impl ClusterSide {
+    /// Hands `op` out once this turn is durable.
+    pub(super) fn push_op(&mut self, op: Op) {
+        self.ops.push(op);
+    }
 }
 
 /// A volume's record as every host sees it: without what only this host
@@ -67,6 +86,7 @@ pub(super) fn shared_record(v: &Volume) -> statepb::Volume {
     record.stagings.clear();
     record.claims.clear();
     record.create_intent = Default::default();
+    record.in_cluster = 0;
     record
 }
 
@@ -77,6 +97,7 @@ fn with_host_state(mut shared: Volume, local: &Volume) -> Volume {
     shared.stagings = local.stagings.clone();
     shared.claims = local.claims.clone();
     shared.creating = local.creating.clone();
+    shared.in_cluster = local.in_cluster;
     shared
 }
 
@@ -94,6 +115,9 @@ impl VolumeManager {
             sharing: BTreeMap::new(),
             claim_sets: BTreeMap::new(),
             synced: false,
+            cluster_id: 0,
+            lost: LostClaims::default(),
+            attaching: Default::default(),
         };
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
@@ -123,6 +147,24 @@ impl VolumeManager {
     /// controller leader through this.
     pub(super) fn attacher(&self) -> Option<Arc<Attacher>> {
         self.cluster.as_ref().map(|c| c.attacher.clone())
+    }
+
+    /// Plugin `id` as this host sees it, in its cluster: a plugin without a
+    /// controller here whose controller leads elsewhere attaches, through
+    /// the leader.
+    pub(super) fn plugin_view(
+        &self,
+        registry: &crate::plugin::Registry,
+        id: &str,
+    ) -> Option<PluginView> {
+        let mut view = plugin_view(registry, id)?;
+        if let Some(side) = &self.cluster {
+            if view.controller.is_none() && side.attaching.contains(id) {
+                view.protocol.controller_publish = true;
+                view.remote_controller = true;
+            }
+        }
+        Some(view)
     }
 
     /// The node name this agent has in its cluster, if it is in one.
@@ -342,7 +384,14 @@ impl VolumeManager {
                     self.changed.insert(volume);
                 }
             }
+            Answer::Held { volume, alloc } => self.claim_held(&volume, &alloc),
+            Answer::Lost {
+                volume,
+                alloc,
+                reason,
+            } => self.claim_lost(&volume, &alloc, reason),
             Answer::Shared { volume } => {
+                self.held_by_etcd(&volume);
                 if let Some(side) = &mut self.cluster {
                     for reply in side.sharing.remove(&volume).unwrap_or_default() {
                         self.outbox.push(reply);
@@ -398,33 +447,90 @@ impl VolumeManager {
             return;
         };
         match event {
-            VolumeEvent::Sync { records, claims } => {
+            VolumeEvent::Sync {
+                records,
+                claims,
+                cluster_id,
+            } => {
                 side.claim_sets = claims.into_iter().collect();
                 side.synced = true;
+                side.cluster_id = cluster_id;
                 let in_etcd: std::collections::BTreeSet<String> =
                     records.iter().map(|r| r.id.clone()).collect();
                 for record in records {
                     self.adopt(record);
                 }
-                // Local volumes etcd does not have are shared now.
-                let local: Vec<String> = self
+                // Local volumes etcd does not have: deregistered by another
+                // host while this one was away if this etcd held them,
+                // else (registered before etcd took them, or a new etcd)
+                // shared now.
+                let local: Vec<(String, u64)> = self
                     .entries
-                    .keys()
-                    .filter(|id| !in_etcd.contains(*id))
-                    .cloned()
+                    .values()
+                    .filter(|e| !in_etcd.contains(&e.volume.id))
+                    .map(|e| (e.volume.id.clone(), e.volume.in_cluster))
                     .collect();
-                for id in local {
-                    self.share_change(&id);
+                for (id, held_by) in local {
+                    if held_by != 0 && held_by == cluster_id {
+                        log::info!(
+                            "Volume {id} was deregistered in the cluster while this agent was away"
+                        );
+                        self.forget_shared(&id);
+                    } else {
+                        self.share_change(&id);
+                    }
+                }
+                let ids: Vec<String> = self.entries.keys().cloned().collect();
+                for id in ids {
+                    let set = self
+                        .cluster
+                        .as_ref()
+                        .and_then(|c| c.claim_sets.get(&id).cloned());
+                    self.check_claims_held(&id, set.as_ref());
                 }
             }
             VolumeEvent::Put(record) => self.adopt(*record),
+            VolumeEvent::Attaching { plugin } => {
+                if side.attaching.insert(plugin.clone()) {
+                    log::info!(
+                        "Cluster: plugin {plugin}'s volumes are attached by its controller leader"
+                    );
+                    let ids: Vec<String> = self
+                        .entries
+                        .values()
+                        .filter(|e| e.volume.plugin_id == plugin)
+                        .map(|e| e.volume.id.clone())
+                        .collect();
+                    for id in ids {
+                        self.touch(&id);
+                    }
+                }
+            }
             VolumeEvent::Removed(id) => self.forget_shared(&id),
             VolumeEvent::Claims { volume, set } => {
+                self.check_claims_held(&volume, Some(&set));
+                let Some(side) = &mut self.cluster else {
+                    return;
+                };
                 if set.claims.is_empty() {
                     side.claim_sets.remove(&volume);
                 } else {
                     side.claim_sets.insert(volume, set);
                 }
+            }
+        }
+    }
+
+    /// etcd holds volume `id`'s record: remembered with the volume, so
+    /// that its absence from this etcd later means a deregistration.
+    fn held_by_etcd(&mut self, id: &str) {
+        let Some(cluster_id) = self.cluster.as_ref().map(|c| c.cluster_id) else {
+            return;
+        };
+        if let Some(entry) = self.entries.get_mut(id) {
+            if cluster_id != 0 && entry.volume.in_cluster != cluster_id {
+                entry.volume.in_cluster = cluster_id;
+                self.changed.insert(id.to_string());
             }
         }
     }
@@ -454,7 +560,7 @@ impl VolumeManager {
                 self.touch(&id);
             }
             // Being created here: its record goes out once it is.
-            Some(entry) if entry.volume.creating.is_some() => {}
+            Some(entry) if entry.volume.creating.is_some() => return,
             Some(entry) => {
                 if shared_record(&entry.volume) != record {
                     entry.volume = with_host_state(shared, &entry.volume);
@@ -463,6 +569,7 @@ impl VolumeManager {
                 }
             }
         }
+        self.held_by_etcd(&id);
     }
 
     /// A volume removed from etcd: forgotten here, unless this node still

@@ -3,11 +3,16 @@
 //!
 //! Requests (register, claim, release, ...) change the records; then
 //! [`VolumeManager::plan`] asks the [planner](super::plan) for each idle
-//! volume's next step, marks a forward step `Pending`, and hands back jobs
+//! volume's next steps, as many as follow each other on one plugin
+//! instance (a claim's ControllerPublish to its host bind, or a release),
+//! marks every forward one `Pending`, and hands back one job of steps
 //! for the plugins' worker pools. The main loop commits the journal (every
 //! volume record changed this turn, one sync) *before* it submits those
 //! jobs and sends the replies this turn produced, so no RPC is sent on a
-//! state that is not durable. Results come back as [`OpDone`]s.
+//! state that is not durable. Each step comes back as an [`OpDone`]; a
+//! step's outcome is journalled with the next sync, which the job waits
+//! for before its next RPC, and the last step's before the claim's or
+//! release's answer.
 //!
 //! At most one job per volume is in flight, whichever of its plugin's
 //! instances runs it: a split plugin's controller and node have their own
@@ -27,6 +32,7 @@ mod claims;
 mod cluster;
 mod create;
 mod expand;
+mod lost;
 mod protocol;
 mod reconcile;
 mod requests;
@@ -34,6 +40,7 @@ mod snapshots;
 mod status;
 
 pub use expand::{ControllerExpansion, Expansion};
+pub use lost::LostClaim;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
@@ -101,8 +108,11 @@ struct Waiters {
 
 struct Entry {
     volume: Volume,
-    /// The token of the step (or queued request) in flight.
+    /// The token of the job of steps (or queued request) in flight.
     busy: Option<u64>,
+    /// The steps of the job in flight not reported yet, with what each
+    /// one's record was before the job marked it `Pending`.
+    chain: std::collections::VecDeque<(super::plan::Action, protocol::Before)>,
     /// Requests that call the plugin about this volume (a snapshot, usage,
     /// an expansion), each sent when no other call for the volume is in
     /// flight: the CO serialises calls per volume.
@@ -121,6 +131,7 @@ impl Entry {
         Entry {
             volume,
             busy: None,
+            chain: Default::default(),
             queued: Default::default(),
             retry: None,
             waiting: None,
@@ -219,6 +230,10 @@ struct PluginView {
     /// Where the plugin sees the agent's `csi/<plugin>` dir, when not at
     /// its host path (a plugin task in a root of its own).
     base_dir: Option<std::path::PathBuf>,
+    /// In a cluster, the plugin's controller runs on another host only,
+    /// and its leader attaches: the controller steps need no instance
+    /// here (they run on the node's workers).
+    remote_controller: bool,
 }
 
 impl PluginView {
@@ -228,10 +243,21 @@ impl PluginView {
         self.controller.is_some()
     }
 
+    /// The service whose instance runs the jobs of `service`: in a
+    /// cluster, the node's workers carry the controller steps that the
+    /// leader elsewhere makes.
+    fn service_for(&self, service: Service) -> Service {
+        match service {
+            Service::Controller if self.remote_controller => Service::Node,
+            other => other,
+        }
+    }
+
     /// Why an RPC of `service` of plugin `id` cannot go out now, if it
     /// cannot: its instance is missing or not healthy.
     fn unavailable(&self, id: &str, service: Service) -> Option<String> {
         let side = match service {
+            Service::Controller if self.remote_controller => return None,
             Service::Controller => &self.controller,
             Service::Node => &self.node,
         };
@@ -315,6 +341,7 @@ fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
         provider: cfp.or(nfp).map(|f| f.info.name.clone()).unwrap_or_default(),
         // Paths go to the node's RPCs only: the node instance's view.
         base_dir: node.and_then(|r| r.spec.stage_publish_base_dir.clone()),
+        remote_controller: false,
     })
 }
 
@@ -326,6 +353,9 @@ pub struct VolumeManager {
     /// Volumes whose record changed this turn (`None` value: removed).
     changed: BTreeSet<String>,
     outbox: Vec<Reply>,
+    /// Jobs of steps waiting for this turn's records to be durable before
+    /// their next RPC (see [`crate::volume::steps`]).
+    resumes: Vec<Sender<()>>,
     pending: HashMap<u64, PendingOp>,
     /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
@@ -361,6 +391,7 @@ impl VolumeManager {
             next_token: 0,
             changed: BTreeSet::new(),
             outbox: Vec::new(),
+            resumes: Vec::new(),
             pending: HashMap::new(),
             reserved: BTreeSet::new(),
             jitter: SplitMix64::from_entropy(),
@@ -445,6 +476,11 @@ impl VolumeManager {
                 .expect("encoding a journal record cannot fail")
             })
             .collect()
+    }
+
+    /// The jobs to resume once the journal is durable.
+    pub fn take_resumes(&mut self) -> Vec<Sender<()>> {
+        std::mem::take(&mut self.resumes)
     }
 
     /// Notes for plugins' event histories, see [`Registry::note`].

@@ -1,15 +1,17 @@
-//! Driving the claim and release protocol: each idle volume's next step
-//! from the planner, marked `Pending` before its job is handed out, and
-//! the job's result applied when it comes back: done, retried with
+//! Driving the claim and release protocol: each idle volume's next steps
+//! from the planner, as one job (see [`crate::volume::steps`]), its
+//! forward steps marked `Pending` together before it is handed out, and
+//! each step's result applied as it comes back: done, retried with
 //! [`RETRY`](super::RETRY) backoff, or, for a terminal error on the claim
-//! path, the claims it concerns failed and released.
+//! path, the claims it concerns failed and released. The steps a job did
+//! not get to, after one failed, get back the records they had.
 
 use std::time::{Instant, SystemTime};
 
 use crate::csi::backoff::Jitter;
 
 use super::claims::released;
-use super::{plugin_view, Dispatch, Retry, VolumeManager, RETRY};
+use super::{Dispatch, Entry, Retry, VolumeManager, RETRY};
 use crate::plugin::Service;
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
@@ -17,11 +19,11 @@ use crate::plugin::Service;
 /// path itself: a few, in case the plugin's unmount is merely slow.
 pub const CONTAIN_AFTER: u32 = 3;
 use crate::api::{ErrorKind, Response};
-use crate::csi::Class;
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
-use crate::volume::ops::{self, OpDone, OpResult, StepContext, StepDone, StepError};
+use crate::volume::ops::{OpDone, OpResult, StepDone, StepError};
 use crate::volume::plan::{self, Action, Protocol};
+use crate::volume::steps::{self, StepContext};
 
 impl VolumeManager {
     /// Plans the next step of every idle volume and returns the jobs to
@@ -68,7 +70,7 @@ impl VolumeManager {
             if entry.busy.is_some() || entry.retry.as_ref().is_some_and(|r| r.at > now) {
                 return None;
             }
-            let view = plugin_view(registry, &entry.volume.plugin_id);
+            let view = self.plugin_view(registry, &entry.volume.plugin_id);
             let protocol = view.as_ref().map(|v| v.protocol).unwrap_or(Protocol {
                 controller_publish: false,
                 stage: false,
@@ -111,18 +113,26 @@ impl VolumeManager {
                 return None;
             }
             let view = view.expect("checked above");
+            let actions = self.run_of_steps(id, action, &view, registry, protocol);
             let token = self.token();
+            let attacher = self.attacher();
             let entry = self.entries.get_mut(id).expect("present");
             entry.waiting = None;
-            mark_pending(&mut entry.volume, &action);
-            if !action.is_release() {
+            // One record makes every forward step of the job `Pending`
+            // before the first RPC.
+            for action in &actions {
+                let before = mark_pending(&mut entry.volume, action);
+                entry.chain.push_back((action.clone(), before));
+            }
+            if actions.iter().any(|a| !a.is_release()) {
                 self.changed.insert(id.to_string());
             }
             entry.busy = Some(token);
-            log::debug!("Volume {id}: {}", action.name());
+            let names: Vec<&str> = actions.iter().map(Action::name).collect();
+            log::debug!("Volume {id}: {}", names.join(", "));
             let ctx = StepContext {
                 volume: entry.volume.clone(),
-                action,
+                actions,
                 node_id: view.node_id.clone(),
                 protocol,
                 paths: self.paths.clone(),
@@ -131,25 +141,46 @@ impl VolumeManager {
                     .as_ref()
                     .is_some_and(|r| r.left_mount >= CONTAIN_AFTER),
                 plugin_base_dir: view.base_dir.clone(),
-            };
-            let plugin_id = entry.volume.plugin_id.clone();
-            let job = match self.attacher() {
-                Some(attacher)
-                    if matches!(
-                        ctx.action,
-                        Action::ControllerPublish | Action::ControllerUnpublish
-                    ) =>
-                {
-                    ops::cluster_step_job(ctx, token, self.done.clone(), attacher)
-                }
-                _ => ops::step_job(ctx, token, self.done.clone()),
+                attacher,
             };
             return Some(Dispatch {
-                plugin_id,
-                service,
-                job,
+                plugin_id: entry.volume.plugin_id.clone(),
+                service: view.service_for(service),
+                job: steps::steps_job(ctx, token, self.done.clone()),
             });
         }
+    }
+
+    /// The steps one job runs from `first` on: those the planner would
+    /// plan next if each one before succeeded, in the same direction, on
+    /// the same plugin instance (a split plugin's ControllerPublish is a
+    /// job of its own) and available now; a claim's end with the step
+    /// that makes it taken, so that its answer does not wait for another
+    /// claim's steps.
+    fn run_of_steps(
+        &self,
+        id: &str,
+        first: Action,
+        view: &super::PluginView,
+        registry: &Registry,
+        protocol: Protocol,
+    ) -> Vec<Action> {
+        let entry = &self.entries[id];
+        let plugin_id = &entry.volume.plugin_id;
+        let instance = |action: &Action| {
+            registry
+                .serving(plugin_id, view.service_for(service_of(action)))
+                .map(|r| r.key())
+        };
+        let (release, first_instance) = (first.is_release(), instance(&first));
+        let joins = |action: &Action| {
+            action.is_release() == release
+                && !matches!(action, Action::Free { .. })
+                && instance(action) == first_instance
+                && view.unavailable(plugin_id, service_of(action)).is_none()
+                && (*action != Action::ControllerPublish || !view.node_id.is_empty())
+        };
+        run_from(&entry.volume, first, protocol, joins)
     }
 
     /// A released claim with nothing left on this node: forgotten, once
@@ -161,6 +192,7 @@ impl VolumeManager {
     }
 
     pub(super) fn forget_claim(&mut self, id: &str, alloc: &str) {
+        self.forget_lost(id, alloc);
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
@@ -200,39 +232,76 @@ impl VolumeManager {
         if let Some(op) = self.pending.remove(&done.token) {
             return self.completed_request(op, done, registry);
         }
-        let OpResult::Step(action, result) = done.result else {
+        let OpResult::Step(report) = done.result else {
             return;
         };
         let id = done.volume_id;
+        let view = match self.entries.get(&id) {
+            Some(entry) => self.plugin_view(registry, &entry.volume.plugin_id),
+            None => return,
+        };
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
         if entry.busy != Some(done.token) {
+            // Not the job in flight: dropping its `resume` ends it.
             return;
         }
-        entry.busy = None;
-        let outcome = match result {
-            Err(StepError::Rpc(err)) if action.is_release() && err.class == Class::Ignorable => {
-                // Only reached for steps without a mount to check (the
-                // node steps check theirs in the job).
-                log::debug!("Volume {id}: {err}: already done");
-                Ok(StepDone::default())
+        if entry
+            .chain
+            .front()
+            .is_some_and(|(a, _)| *a == report.action)
+        {
+            entry.chain.pop_front();
+        }
+        let action = report.action;
+        let done = match report.result {
+            Ok(done) => done,
+            Err(err) => {
+                end_job(entry);
+                return self.step_failed(&id, &action, err, now);
             }
-            other => other,
         };
-        match outcome {
-            Ok(done) => {
-                entry.retry = None;
-                if let Some(note) = &done.contained {
-                    log::warn!("Plugin {}: {note}", entry.volume.plugin_id);
-                    self.plugin_notes
-                        .push((entry.volume.plugin_id.clone(), note.clone()));
-                }
-                mark_done(&mut entry.volume, &action, done);
-                self.changed.insert(id.clone());
-                self.answer_claims(&id);
+        entry.retry = None;
+        if let Some(note) = &done.contained {
+            log::warn!("Plugin {}: {note}", entry.volume.plugin_id);
+            self.plugin_notes
+                .push((entry.volume.plugin_id.clone(), note.clone()));
+        }
+        mark_done(&mut entry.volume, &action, done);
+        let waits = report.resume.is_some();
+        let mut resume = report.resume;
+        if waits {
+            // The job asks before each RPC whether to go on: the record
+            // may have changed under it (a release, a new claim), and
+            // then the planner's next step is no longer the job's; or the
+            // instance of that step is no longer healthy.
+            let plugin_id = &entry.volume.plugin_id;
+            let next = view.and_then(|view| {
+                plan::next(&entry.volume, view.protocol)
+                    .filter(|a| view.unavailable(plugin_id, service_of(a)).is_none())
+            });
+            if next.is_none() || next.as_ref() != entry.chain.front().map(|(a, _)| a) {
+                log::debug!(
+                    "Volume {id}: the steps planned after {} changed",
+                    action.name()
+                );
+                resume = None;
             }
-            Err(err) => self.step_failed(&id, &action, err, now),
+        }
+        let last = entry.chain.is_empty() || (waits && resume.is_none());
+        if last {
+            end_job(entry);
+        }
+        // A step in the middle of its job is journalled with the next
+        // sync, unless the job waits for it before its next RPC; the job's
+        // last step now.
+        if last || resume.is_some() {
+            self.changed.insert(id.clone());
+        }
+        self.resumes.extend(resume);
+        if self.answer_claims(&id) {
+            self.changed.insert(id.clone());
         }
     }
 
@@ -400,10 +469,63 @@ fn service_of(action: &Action) -> Service {
     }
 }
 
+/// The steps the planner would plan for `volume` from `first` on, if each
+/// one before succeeded, while `joins` admits them; a forward run ends
+/// with the step that makes a claim taken.
+fn run_from(
+    volume: &Volume,
+    first: Action,
+    protocol: Protocol,
+    joins: impl Fn(&Action) -> bool,
+) -> Vec<Action> {
+    let mut volume = volume.clone();
+    let mut actions = vec![first];
+    // Bounded: each step changes the record, but a planner that asked for
+    // one again must not make a job of it.
+    while actions.len() < 8 {
+        let last = actions.last().expect("one at least");
+        mark_pending(&mut volume, last);
+        mark_done(&mut volume, last, StepDone::default());
+        let taken = match last {
+            Action::NodePublish { alloc } | Action::BindTarget { alloc } => volume
+                .claims
+                .get(alloc)
+                .is_some_and(|c| c.is_taken(c.target.is_some())),
+            _ => false,
+        };
+        match plan::next(&volume, protocol) {
+            Some(next) if !taken && joins(&next) && !actions.contains(&next) => actions.push(next),
+            _ => break,
+        }
+    }
+    actions
+}
+
+/// The job in flight ended: the steps it did not get to were never sent,
+/// and their records are what they were before it.
+fn end_job(entry: &mut Entry) {
+    entry.busy = None;
+    for (action, before) in std::mem::take(&mut entry.chain).into_iter().rev() {
+        restore(&mut entry.volume, &action, before);
+    }
+}
+
+/// What a forward step's record was before it was marked `Pending`.
+pub(super) enum Before {
+    Attachment(Step),
+    Staging(Option<Staging>),
+    Published(Step),
+    TargetMounted(Step),
+    /// A release step: no mark.
+    Nothing,
+}
+
 /// Before a forward step's RPC: its effect becomes uncertain.
-fn mark_pending(v: &mut Volume, action: &Action) {
+fn mark_pending(v: &mut Volume, action: &Action) -> Before {
     match action {
-        Action::ControllerPublish => v.attachment = Step::Pending,
+        Action::ControllerPublish => {
+            Before::Attachment(std::mem::replace(&mut v.attachment, Step::Pending))
+        }
         Action::NodeStage { staging: key } => {
             // A staging of the per-usage layout staged again (after a
             // restart found it gone) keeps its capability; the volume's
@@ -419,20 +541,46 @@ fn mark_pending(v: &mut Volume, action: &Action) {
                 step: Step::Pending,
                 capability,
             };
-            v.stagings.insert(key.clone(), staging);
+            Before::Staging(v.stagings.insert(key.clone(), staging))
         }
-        Action::NodePublish { alloc } => {
-            if let Some(c) = v.claims.get_mut(alloc) {
-                c.published = Step::Pending;
+        Action::NodePublish { alloc } => match v.claims.get_mut(alloc) {
+            Some(c) => Before::Published(std::mem::replace(&mut c.published, Step::Pending)),
+            None => Before::Nothing,
+        },
+        Action::BindTarget { alloc } => match v.claims.get_mut(alloc) {
+            Some(c) => {
+                Before::TargetMounted(std::mem::replace(&mut c.target_mounted, Step::Pending))
             }
-        }
-        Action::BindTarget { alloc } => {
-            if let Some(c) = v.claims.get_mut(alloc) {
-                c.target_mounted = Step::Pending;
-            }
-        }
+            None => Before::Nothing,
+        },
         // A release step needs no mark: a step not yet absent is re-sent
         // anyway.
+        _ => Before::Nothing,
+    }
+}
+
+/// A step marked `Pending` that was never sent gets its record back.
+fn restore(v: &mut Volume, action: &Action, before: Before) {
+    match (action, before) {
+        (Action::ControllerPublish, Before::Attachment(step)) => v.attachment = step,
+        (Action::NodeStage { staging: key }, Before::Staging(staging)) => match staging {
+            Some(staging) => {
+                v.stagings.insert(key.clone(), staging);
+            }
+            None => {
+                v.stagings.remove(key);
+            }
+        },
+        (Action::NodePublish { alloc }, Before::Published(step)) => {
+            if let Some(c) = v.claims.get_mut(alloc) {
+                c.published = step;
+            }
+        }
+        (Action::BindTarget { alloc }, Before::TargetMounted(step)) => {
+            if let Some(c) = v.claims.get_mut(alloc) {
+                c.target_mounted = step;
+            }
+        }
         _ => {}
     }
 }
@@ -479,5 +627,156 @@ fn mark_done(v: &mut Volume, action: &Action, done: StepDone) {
             v.publish_context.clear();
         }
         Action::Free { .. } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::{AccessMode, AttachmentMode, Capability};
+    use crate::mount::Propagation;
+    use crate::volume::model::{Admission, Claim, StagingKey};
+
+    const FULL: Protocol = Protocol {
+        controller_publish: true,
+        stage: true,
+    };
+
+    fn capability() -> Capability {
+        Capability::new(AccessMode::MultiNodeMultiWriter, AttachmentMode::FileSystem)
+    }
+
+    fn volume(claims: &[&str]) -> Volume {
+        Volume {
+            claims: claims
+                .iter()
+                .map(|alloc| (alloc.to_string(), claim(alloc)))
+                .collect(),
+            ..crate::volume::model::test_volume(capability())
+        }
+    }
+
+    fn claim(alloc: &str) -> Claim {
+        Claim {
+            alloc_id: alloc.into(),
+            read_only: false,
+            wanted: true,
+            usage: "rw".into(),
+            capability: capability(),
+            published: Step::Absent,
+            target: Some(format!("/mnt/{alloc}").into()),
+            propagation: Propagation::Private,
+            target_mounted: Step::Absent,
+            target_mount_id: None,
+            target_created: false,
+            staging: StagingKey::Volume,
+            failure: None,
+            admission: Admission::Local,
+        }
+    }
+
+    fn publish(alloc: &str) -> Action {
+        Action::NodePublish {
+            alloc: alloc.into(),
+        }
+    }
+
+    fn bind(alloc: &str) -> Action {
+        Action::BindTarget {
+            alloc: alloc.into(),
+        }
+    }
+
+    fn stage() -> Action {
+        Action::NodeStage {
+            staging: StagingKey::Volume,
+        }
+    }
+
+    /// Runs the planner to the end, each step succeeding.
+    fn taken(v: &mut Volume) {
+        while let Some(action) = plan::next(v, FULL) {
+            mark_pending(v, &action);
+            mark_done(v, &action, StepDone::default());
+        }
+    }
+
+    #[test]
+    fn a_claim_runs_from_controller_publish_to_its_bind_and_stops_there() {
+        let v = volume(&["a1", "a2"]);
+        let first = plan::next(&v, FULL).unwrap();
+        assert_eq!(
+            run_from(&v, first, FULL, |_| true),
+            [
+                Action::ControllerPublish,
+                stage(),
+                publish("a1"),
+                bind("a1")
+            ],
+            "a2's steps are a job of their own"
+        );
+    }
+
+    #[test]
+    fn a_claim_on_an_attached_and_staged_volume_runs_its_publish_and_bind() {
+        let mut v = volume(&["a1"]);
+        taken(&mut v);
+        v.claims.insert("a2".into(), claim("a2"));
+        let first = plan::next(&v, FULL).unwrap();
+        assert_eq!(
+            run_from(&v, first, FULL, |_| true),
+            [publish("a2"), bind("a2")]
+        );
+    }
+
+    #[test]
+    fn a_release_runs_to_controller_unpublish_and_leaves_freeing_to_the_loop() {
+        let mut v = volume(&["a1"]);
+        taken(&mut v);
+        v.claims.get_mut("a1").unwrap().wanted = false;
+        let first = plan::next(&v, FULL).unwrap();
+        let joins = |a: &Action| !matches!(a, Action::Free { .. });
+        assert_eq!(
+            run_from(&v, first, FULL, joins),
+            [
+                Action::UnbindTarget { alloc: "a1".into() },
+                Action::NodeUnpublish { alloc: "a1".into() },
+                Action::NodeUnstage {
+                    staging: StagingKey::Volume
+                },
+                Action::ControllerUnpublish,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_step_that_does_not_join_ends_the_run() {
+        // A split plugin: the controller's step is a job of its own.
+        let v = volume(&["a1"]);
+        let controller = |a: &Action| service_of(a) == Service::Controller;
+        assert_eq!(
+            run_from(&v, Action::ControllerPublish, FULL, controller),
+            [Action::ControllerPublish]
+        );
+    }
+
+    #[test]
+    fn steps_never_sent_get_their_records_back() {
+        let mut v = volume(&["a1"]);
+        v.claims.get_mut("a1").unwrap().published = Step::Pending;
+        let before = v.clone();
+        let marked: Vec<(Action, Before)> = [Action::ControllerPublish, stage(), publish("a1")]
+            .into_iter()
+            .map(|a| {
+                let b = mark_pending(&mut v, &a);
+                (a, b)
+            })
+            .collect();
+        assert_eq!(v.attachment, Step::Pending);
+        assert_eq!(v.stagings[&StagingKey::Volume].step, Step::Pending);
+        for (action, b) in marked.into_iter().rev() {
+            restore(&mut v, &action, b);
+        }
+        assert_eq!(v, before, "a publish pending from before stays pending");
     }
 }

@@ -35,6 +35,7 @@ impl VolumeManager {
             stagings: BTreeMap::new(),
             claims: BTreeMap::new(),
             creating: None,
+            in_cluster: 0,
         }
     }
 

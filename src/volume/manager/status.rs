@@ -230,6 +230,9 @@ impl VolumeManager {
                 node: self.cluster_node().unwrap_or_default().to_string(),
                 ..Default::default()
             };
+            if let Some(reason) = self.lost_reason(&v.id, &claim.alloc_id) {
+                c.state = format!("{} (lost: {reason})", c.state);
+            }
             if let Some(retry) = &entry.retry {
                 c.last_error = retry.error.clone();
                 c.next_retry_unix_ms = crate::plugin::fingerprint::unix_ms(retry.wall);

@@ -1,0 +1,312 @@
+//! The API calls a clustered agent answers from etcd, each on a thread of
+//! its own so that the loop never waits on etcd: `node status`, `plugin
+//! status` counted across the cluster, and an operator's `volume detach
+//! -force -node`.
+
+use std::thread;
+
+use crate::api::{ApiError, ErrorKind, Response};
+use crate::cluster::fence::{self, DetachError, Fenced};
+use crate::cluster::node;
+use crate::proto::agent as api;
+use crate::proto::cluster as pb;
+use crate::volume::manager::ReplyTo;
+
+use super::cluster::Connection;
+use super::Agent;
+
+impl Agent {
+    /// `plugin status` in a cluster: this host's answer (`local`), with
+    /// controllers and nodes counted over every node's record, read on a
+    /// thread of its own.
+    pub(super) fn cluster_plugin_status(
+        &self,
+        req: api::PluginStatusRequest,
+        local: Result<api::PluginStatusResponse, ApiError>,
+        reply: ReplyTo,
+    ) {
+        let Some(cluster) = &self.cluster else {
+            let _ = reply.send(local.map(Response::PluginStatus));
+            return;
+        };
+        let (etcd, prefix, me) = (
+            cluster.member.etcd(),
+            cluster.prefix.clone(),
+            cluster.node.clone(),
+        );
+        let spawned = thread::Builder::new()
+            .name("plugin-status".into())
+            .spawn(move || {
+                let answer = match node::list(&etcd, &prefix) {
+                    Ok(records) => counted_over(&req.id, local, &records, &me),
+                    Err(err) => local.map(|mut resp| {
+                        resp.cluster_note = format!(
+                            "counts of this host only: cannot read the cluster's nodes: {}",
+                            crate::error_chain(&err)
+                        );
+                        resp
+                    }),
+                };
+                let _ = reply.send(answer.map(Response::PluginStatus));
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for plugin status: {err}");
+        }
+    }
+
+    /// `node status`: read from etcd on a thread of its own.
+    pub(super) fn node_status(&self, reply: ReplyTo) {
+        let Some(cluster) = &self.cluster else {
+            let err = ApiError::new(
+                ErrorKind::FailedPrecondition,
+                "this agent is not in a cluster (its config has no cluster block)",
+            );
+            let _ = reply.send(Err(err));
+            return;
+        };
+        let (connection, reason) = match &cluster.connection {
+            Connection::Connecting => ("connecting", String::new()),
+            Connection::Connected => ("connected", String::new()),
+            Connection::Disconnected { reason } => ("disconnected", reason.clone()),
+        };
+        let base = api::NodeStatusResponse {
+            this_node: cluster.node.clone(),
+            connection: connection.to_string(),
+            reason,
+            ..Default::default()
+        };
+        // Cut off from etcd, the agent still knows where it stands, and
+        // the error says so.
+        let this_agent = match &base.reason[..] {
+            "" => format!("this agent: node {} ({connection})", base.this_node),
+            reason => format!(
+                "this agent: node {} ({connection}: {reason})",
+                base.this_node
+            ),
+        };
+        let (etcd, prefix) = (cluster.member.etcd(), cluster.member.prefix().to_string());
+        let spawned = thread::Builder::new()
+            .name("node-status".into())
+            .spawn(move || {
+                let answer = node::list(&etcd, &prefix)
+                    .map(|records| {
+                        let mut resp = base;
+                        resp.nodes = records.into_iter().map(node_to_api).collect();
+                        resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+                        Response::NodeStatus(resp)
+                    })
+                    .map_err(|err| {
+                        let chain = crate::error_chain(&err);
+                        let message =
+                            format!("{this_agent}; cannot list the cluster's nodes: {chain}");
+                        ApiError::new(ErrorKind::Unavailable, message)
+                    });
+                let _ = reply.send(answer);
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for node status: {err}");
+        }
+    }
+
+    /// `volume detach -force -node`: on a thread of its own, since the
+    /// controller leader's detach may take a while.
+    pub(super) fn force_detach(&self, req: api::VolumeForceDetachRequest, reply: ReplyTo) {
+        let refuse = |kind, message: String| {
+            let _ = reply.send(Err(ApiError::new(kind, message)));
+        };
+        let Some(cluster) = &self.cluster else {
+            return refuse(
+                ErrorKind::FailedPrecondition,
+                "detaching another node's claims needs a cluster: this agent's config has no cluster block".into(),
+            );
+        };
+        if req.volume_id.is_empty() || req.node.is_empty() {
+            return refuse(
+                ErrorKind::InvalidArgument,
+                "volume_id and node are required".into(),
+            );
+        }
+        if req.node == cluster.node {
+            return refuse(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "node {} is this agent: release its claims with `csi-agent volume detach {}`",
+                    req.node, req.volume_id
+                ),
+            );
+        }
+        let (etcd, prefix) = (cluster.member.etcd(), cluster.prefix.clone());
+        let spawned = thread::Builder::new()
+            .name("force-detach".into())
+            .spawn(move || {
+                let (volume, node) = (&req.volume_id, &req.node);
+                let answer = match fence::detach(&etcd, &prefix, volume, node) {
+                    Ok(Fenced::Freed | Fenced::Operator) => {
+                        log::info!("Cluster: an operator freed lost node {node}'s claims on volume {volume}");
+                        Ok(Response::VolumeForceDetach(Default::default()))
+                    }
+                    Ok(Fenced::Waiting(why)) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        format!("node {node}'s claims on volume {volume} are not freed: {why}"),
+                    )),
+                    Err(err @ DetachError::NodeAlive { .. }) => Err(ApiError::new(
+                        ErrorKind::FailedPrecondition,
+                        err.to_string(),
+                    )),
+                    Err(err) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        crate::error_chain(&err),
+                    )),
+                };
+                let _ = reply.send(answer);
+            });
+        if let Err(err) = spawned {
+            log::error!("Cannot start a thread for volume detach: {err}");
+        }
+    }
+}
+
+/// This host's plugin status (`local`, for plugin `id` or every one when
+/// empty) with the other nodes' instances counted in; a plugin only other
+/// nodes run is listed with its counts.
+fn counted_over(
+    id: &str,
+    local: Result<api::PluginStatusResponse, ApiError>,
+    records: &[pb::NodeRecord],
+    me: &str,
+) -> Result<api::PluginStatusResponse, ApiError> {
+    let others: Vec<&pb::NodePlugin> = records
+        .iter()
+        .filter(|r| r.node != me)
+        .flat_map(|r| &r.plugins)
+        .filter(|p| id.is_empty() || p.id == id)
+        .collect();
+    let mut resp = match local {
+        Ok(resp) => resp,
+        // Not here, but elsewhere in the cluster.
+        Err(_) if !others.is_empty() => api::PluginStatusResponse::default(),
+        Err(err) => return Err(err),
+    };
+    for p in others {
+        let i = match resp.plugins.iter().position(|s| s.id == p.id) {
+            Some(i) => i,
+            None => {
+                resp.plugins.push(api::PluginStatus {
+                    id: p.id.clone(),
+                    ..Default::default()
+                });
+                resp.plugins.len() - 1
+            }
+        };
+        let s = &mut resp.plugins[i];
+        s.controllers_healthy += p.controllers_healthy;
+        s.controllers_expected += p.controllers_expected;
+        s.nodes_healthy += p.nodes_healthy;
+        s.nodes_expected += p.nodes_expected;
+    }
+    for s in resp.plugins.iter_mut().filter(|s| s.instances.is_empty()) {
+        // Only other nodes run it: its health is their counts'.
+        let all =
+            s.controllers_healthy == s.controllers_expected && s.nodes_healthy == s.nodes_expected;
+        s.health = if all {
+            api::Health::HEALTHY
+        } else {
+            api::Health::UNHEALTHY
+        }
+        .into();
+    }
+    resp.plugins.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(resp)
+}
+
+fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
+    api::ClusterNode {
+        name: record.node,
+        registered_unix_ms: record.registered_unix_ms,
+        plugins: record
+            .plugins
+            .into_iter()
+            .map(|p| api::ClusterNodePlugin {
+                id: p.id,
+                node_id: p.node_id,
+                healthy: p.healthy,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(id: &str, c: (u32, u32), n: (u32, u32)) -> pb::NodePlugin {
+        pb::NodePlugin {
+            id: id.into(),
+            controllers_healthy: c.0,
+            controllers_expected: c.1,
+            nodes_healthy: n.0,
+            nodes_expected: n.1,
+            ..Default::default()
+        }
+    }
+
+    fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
+        pb::NodeRecord {
+            node: node.into(),
+            plugins,
+            ..Default::default()
+        }
+    }
+
+    fn row(s: &api::PluginStatus) -> (&str, u32, u32, u32, u32) {
+        (
+            s.id.as_str(),
+            s.controllers_healthy,
+            s.controllers_expected,
+            s.nodes_healthy,
+            s.nodes_expected,
+        )
+    }
+
+    #[test]
+    fn plugins_are_counted_over_every_node_and_this_one_from_its_own_answer() {
+        let local = api::PluginStatusResponse {
+            plugins: vec![api::PluginStatus {
+                id: "ebs".into(),
+                nodes_healthy: 1,
+                nodes_expected: 1,
+                instances: vec![Default::default()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let records = [
+            // This node's record may lag: its own answer counts.
+            record("a", vec![counts("ebs", (0, 0), (0, 1))]),
+            record("b", vec![counts("ebs", (1, 1), (1, 1))]),
+            record(
+                "c",
+                vec![counts("ebs", (0, 0), (0, 1)), counts("nfs", (0, 0), (1, 1))],
+            ),
+        ];
+        let resp = counted_over("", Ok(local.clone()), &records, "a").unwrap();
+        let rows: Vec<_> = resp.plugins.iter().map(row).collect();
+        assert_eq!(rows, [("ebs", 1, 1, 2, 3), ("nfs", 0, 0, 1, 1)]);
+        // Only elsewhere: counted, with health from the counts.
+        assert_eq!(
+            resp.plugins[1].health.enum_value(),
+            Ok(api::Health::HEALTHY)
+        );
+
+        let unknown = ApiError::not_found("no plugin \"nfs\"");
+        let resp = counted_over("nfs", Err(unknown), &records, "a").unwrap();
+        assert_eq!(
+            resp.plugins.iter().map(row).collect::<Vec<_>>(),
+            [("nfs", 0, 0, 1, 1)]
+        );
+        let unknown = ApiError::not_found("no plugin \"zfs\"");
+        assert!(counted_over("zfs", Err(unknown), &records, "a").is_err());
+    }
+}

@@ -1,0 +1,261 @@
+//! The plugin as a grpcio service: each RPC is recorded in the call
+//! trace, judged by strict mode (when on), given its injected fault, then
+//! run on a thread of its own; and the Identity service.
+
+use std::sync::Arc;
+use std::thread;
+
+use grpcio::{RpcContext, UnarySink};
+
+use super::faults::Action;
+use super::strict::{Call, Service as CsiService};
+use super::{status, Plugin, RpcResult, PLUGIN_NAME, PUBLISH_CONTEXT_KEY};
+use crate::csi::client::block_on;
+use crate::csi::convert;
+use crate::csi::error::Code;
+use crate::csi::proto::csi as pb;
+use crate::csi::proto::csi_grpc;
+use crate::csi::types::{PluginCapability, StringMap};
+
+/// The plugin as a grpcio service: cheap to clone, one per service.
+#[derive(Clone)]
+pub struct Service(pub(super) Arc<Plugin>);
+
+/// The calls whose `skip` fault forgets the plugin's record of the mount
+/// and leaves the mount, as a plugin that lost its records in a restart
+/// answers them.
+const RELEASES: &[&str] = &["NodeUnpublishVolume", "NodeUnstageVolume"];
+
+/// What [`Service::serve`] needs of a request besides its work: its facts
+/// for strict mode, and its fields for the call trace.
+pub(crate) struct Received {
+    call: Call,
+    /// The request carries fields its message does not define.
+    undeclared_fields: bool,
+    fields: String,
+}
+
+impl Received {
+    pub(crate) fn new(call: Call, req: &impl protobuf::Message, fields: String) -> Received {
+        Received {
+            call,
+            undeclared_fields: req.unknown_fields().iter().next().is_some(),
+            fields,
+        }
+    }
+
+    pub(crate) fn rpc(&self) -> &'static str {
+        self.call.rpc()
+    }
+}
+
+impl Service {
+    /// Records the call, then runs `work` on its own thread after strict
+    /// mode admitted it (if on) and any injected fault applied, and answers
+    /// through `sink`.
+    pub(super) fn serve<Resp, F>(
+        &self,
+        ctx: &RpcContext,
+        received: Received,
+        sink: UnarySink<Resp>,
+        work: F,
+    ) where
+        Resp: Default + Send + 'static,
+        F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
+    {
+        let Received {
+            call,
+            undeclared_fields,
+            fields,
+        } = received;
+        let method = call.rpc();
+        self.0.trace.record(method, &fields);
+        let plugin = self.0.clone();
+        let deadline = ctx.deadline();
+        let spawned = thread::Builder::new()
+            .name(format!("rpc-{method}"))
+            .spawn(move || {
+                let admitted = match &plugin.strict {
+                    Some(mode) => {
+                        let shared = mode.is_split() || plugin.shares_base();
+                        let recorded = shared.then(|| plugin.recorded()).flatten();
+                        mode.admit(
+                            &call,
+                            undeclared_fields,
+                            move || !deadline.exceeded(),
+                            recorded,
+                        )
+                        .map(Some)
+                        .map_err(|v| status(Code::FailedPrecondition, v.to_string()))
+                    }
+                    None => Ok(None),
+                };
+                let fault = plugin.faults.take(method);
+                let result = match admitted {
+                    Err(refusal) => Err(refusal),
+                    Ok(in_flight) if !plugin.serves(call.service()) => {
+                        drop(in_flight);
+                        Err(status(
+                            Code::Unimplemented,
+                            format!(
+                                "{method} is not served: this process of the plugin runs in {} mode",
+                                plugin.config.mode
+                            ),
+                        ))
+                    }
+                    Ok(in_flight) => {
+                        if fault == Some(Action::Hang) {
+                            // A call hung by an injected fault stands for
+                            // one the plugin lost: the CO may die waiting
+                            // and its successor send it again, which is no
+                            // second call in flight.
+                            drop(in_flight);
+                            loop {
+                                thread::park();
+                            }
+                        }
+                        let result = run_work(&plugin, method, fault, work);
+                        if let (Ok(_), Some(mode)) = (&result, &plugin.strict) {
+                            mode.completed(&call);
+                        }
+                        // The call ends before its answer leaves: the CO
+                        // may send the next one as soon as it has it.
+                        drop(in_flight);
+                        result
+                    }
+                };
+                match &result {
+                    Ok(_) => log::debug!("{method} {fields}: OK"),
+                    Err(s) => log::debug!("{method} {fields}: {:?} {}", s.code(), s.message()),
+                }
+                // Wait until the answer is sent: dropping the last reference
+                // to a call whose final batch is still in flight makes gRPC
+                // core cancel it, and the client would see CANCELLED.
+                let sent = match result {
+                    Ok(resp) => block_on(sink.success(resp)),
+                    Err(s) => block_on(sink.fail(s)),
+                };
+                if let Err(err) = sent {
+                    log::debug!("{method}: the answer was not delivered: {err}");
+                }
+            });
+        if let Err(err) = spawned {
+            log::error!("cannot start a thread for {method}: {err}");
+        }
+    }
+}
+
+/// Runs `work` for `method` after applying any injected fault.
+fn run_work<Resp, F>(
+    plugin: &Plugin,
+    method: &str,
+    fault: Option<Action>,
+    work: F,
+) -> RpcResult<Resp>
+where
+    Resp: Default,
+    F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp>,
+{
+    match fault {
+        Some(Action::Fail(code, message)) => {
+            let message = if message.is_empty() {
+                format!("injected {code}")
+            } else {
+                message
+            };
+            Err(status(code, message))
+        }
+        Some(Action::Sleep(delay)) => {
+            thread::sleep(delay);
+            work(plugin, None)
+        }
+        Some(Action::Hang) => loop {
+            thread::park();
+        },
+        Some(Action::Exit) => {
+            log::warn!("exiting on an injected fault in {method}");
+            std::process::exit(3)
+        }
+        // The node's release calls forget their record too (see
+        // `node.rs`); any other call just answers.
+        Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
+        other => work(plugin, other),
+    }
+}
+
+/// The publish context ControllerPublishVolume answers for `node`.
+pub(crate) fn publish_context(node: &str) -> StringMap {
+    [(PUBLISH_CONTEXT_KEY.to_string(), node.to_string())].into()
+}
+
+impl csi_grpc::Identity for Service {
+    fn get_plugin_info(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::GetPluginInfoRequest,
+        sink: UnarySink<pb::GetPluginInfoResponse>,
+    ) {
+        let received = Received::new(Call::GetPluginInfo, &req, String::new());
+        self.serve(&ctx, received, sink, |_, _| {
+            let mut resp = pb::GetPluginInfoResponse::new();
+            resp.name = PLUGIN_NAME.to_string();
+            resp.vendor_version = env!("CARGO_PKG_VERSION").to_string();
+            Ok(resp)
+        });
+    }
+
+    fn get_plugin_capabilities(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::GetPluginCapabilitiesRequest,
+        sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
+    ) {
+        let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
+        self.serve(&ctx, received, sink, |plugin, _| {
+            let mut resp = pb::GetPluginCapabilitiesResponse::new();
+            // A node process does not serve the controller service, and
+            // says so; the others are the whole plugin's.
+            let controller = plugin
+                .serves(CsiService::Controller)
+                .then_some(PluginCapability::ControllerService);
+            resp.capabilities = controller
+                .into_iter()
+                .chain([
+                    PluginCapability::VolumeAccessibilityConstraints,
+                    PluginCapability::OnlineExpansion,
+                ])
+                .filter(|c| !plugin.config.without.iter().any(|w| *w == c.to_string()))
+                .map(convert::plugin_capability_to_proto)
+                .collect();
+            Ok(resp)
+        });
+    }
+
+    fn probe(
+        &mut self,
+        ctx: RpcContext,
+        req: pb::ProbeRequest,
+        sink: UnarySink<pb::ProbeResponse>,
+    ) {
+        let received = Received::new(Call::Probe, &req, String::new());
+        self.serve(&ctx, received, sink, |_, fault| {
+            let mut resp = pb::ProbeResponse::new();
+            resp.ready =
+                protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {
+                    value: fault != Some(Action::NotReady),
+                    ..Default::default()
+                });
+            Ok(resp)
+        });
+    }
+}
+
+/// `key=value` fields for the call trace; empty values are left out.
+pub(crate) fn trace_fields(fields: &[(&str, &str)]) -> String {
+    fields
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

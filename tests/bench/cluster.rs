@@ -1,0 +1,296 @@
+//! P7, claims across hosts: three agents on this machine, each a host of
+//! one cluster on a 3-member etcd (Debian's `etcd-server`, started here on
+//! loopback ports), each with a hostpath plugin of its own node ID, all
+//! plugins on one base dir (one storage system seen from three hosts), as
+//! the cluster tests run them.
+//!
+//! - Throughput: every host claims and releases volumes of its own, several
+//!   at once, until `--cluster-claims` claims are done: claims per second
+//!   over the wall time, and each claim's latency meanwhile. Every claim
+//!   goes through etcd (a transaction on the volume's claim set) and the
+//!   controller leader (one of the agents) for ControllerPublish.
+//! - Latency: one claim at a time on one host of the cluster, next to the
+//!   same claim on an agent without a `cluster` block (local journal only),
+//!   alternating, so that noise falls on both alike.
+//!
+//! Without etcd installed the row says so and measures nothing.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::api::client::AgentClient;
+use csi_agent::proto::agent::VolumeClaimRequest;
+
+use crate::claim::volume_spec;
+use crate::rig::{agent_config, wait_until, Agent, BenchDir, Plugin};
+use crate::stats::Samples;
+use crate::Options;
+
+/// Hosts (agents) of the cluster, and etcd members.
+pub const HOSTS: usize = 3;
+
+/// Claims and releases each latency side makes before measuring.
+const WARMUP: usize = 5;
+
+pub struct ClusterResult {
+    pub claims: usize,
+    /// Claims in flight at once on each host.
+    pub at_once: usize,
+    pub wall: Duration,
+    /// Each claim's latency during the throughput run.
+    pub under_load: Samples,
+    /// One claim at a time: on a host of the cluster, and on an agent
+    /// without one.
+    pub etcd_claim: Samples,
+    pub local_claim: Samples,
+}
+
+/// Whether `etcd` can be run here.
+pub fn etcd_installed() -> bool {
+    Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn run(opts: &Options, root: &Path) -> ClusterResult {
+    let dir = BenchDir::new(root, "p7", opts.keep);
+    let etcd = EtcdMembers::start(&dir, HOSTS);
+    let base = dir.mkdir("base");
+    let hosts: Vec<(Plugin, Agent)> = (0..HOSTS)
+        .map(|i| {
+            let node = format!("host-{i}");
+            let host_dir = dir.join(&node);
+            let mut plugin = Plugin::new(
+                &opts.bin,
+                &host_dir.join("plugin"),
+                &host_dir.join("p.sock"),
+                opts.delay(Duration::ZERO),
+            )
+            .on_host(&base, &node);
+            plugin.start();
+            let plugins = [("hp".to_string(), plugin.socket.clone())];
+            let mut agent = Agent::new(&opts.agent_bin, &host_dir.join("agent"), |data| {
+                agent_config(data, opts.heartbeat, &plugins) + &cluster_block(&node, &etcd.clients)
+            });
+            agent.start();
+            agent.wait_healthy(1);
+            (plugin, agent)
+        })
+        .collect();
+    let agents: Vec<&Agent> = hosts.iter().map(|(_, agent)| agent).collect();
+
+    let at_once = 4;
+    let volumes: Vec<Vec<String>> = (0..HOSTS)
+        .map(|h| (0..at_once).map(|j| format!("h{h}-{j}")).collect())
+        .collect();
+    for id in volumes.iter().flatten().chain([&"lat".to_string()]) {
+        create_everywhere(&agents, id);
+    }
+    let (wall, under_load, claims) = throughput(&agents, &volumes, opts.cluster_claims);
+
+    // The same claim without a cluster: an agent with a plugin of its own.
+    let mut solo_plugin = Plugin::new(
+        &opts.bin,
+        &dir.join("solo/plugin"),
+        &dir.join("solo/p.sock"),
+        opts.delay(Duration::ZERO),
+    );
+    solo_plugin.start();
+    let plugins = [("hp".to_string(), solo_plugin.socket.clone())];
+    let mut solo = Agent::new(&opts.agent_bin, &dir.join("solo/agent"), |data| {
+        agent_config(data, opts.heartbeat, &plugins)
+    });
+    solo.start();
+    solo.wait_healthy(1);
+    create_everywhere(&[&solo], "lat");
+
+    let (in_cluster, alone) = (agents[0].client(), solo.client());
+    let mut etcd_claim = Samples::default();
+    let mut local_claim = Samples::default();
+    for i in 0..WARMUP + opts.cluster_runs {
+        let alloc = format!("l{i}");
+        let cluster_took = claim_and_release(&in_cluster, "lat", &alloc);
+        let local_took = claim_and_release(&alone, "lat", &alloc);
+        if i >= WARMUP {
+            etcd_claim.push(cluster_took);
+            local_claim.push(local_took);
+        }
+    }
+    drop(hosts);
+    ClusterResult {
+        claims,
+        at_once,
+        wall,
+        under_load,
+        etcd_claim,
+        local_claim,
+    }
+}
+
+/// Every host claims and releases its own volumes, one thread per volume,
+/// until `total` claims are made: the wall time, each claim's latency, and
+/// the claims made (`total` rounded up to whole rounds).
+fn throughput(
+    agents: &[&Agent],
+    volumes: &[Vec<String>],
+    total: usize,
+) -> (Duration, Samples, usize) {
+    let threads = volumes.iter().map(Vec::len).sum::<usize>();
+    let rounds = total.div_ceil(threads);
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = agents
+        .iter()
+        .zip(volumes)
+        .flat_map(|(agent, ids)| {
+            let socket = agent.socket.clone();
+            let barrier = barrier.clone();
+            ids.iter()
+                .map(move |id| (socket.clone(), id.clone(), barrier.clone()))
+                .collect::<Vec<_>>()
+        })
+        .map(|(socket, id, barrier)| {
+            thread::spawn(move || {
+                let client = AgentClient::connect(&socket).expect("connect to the agent");
+                barrier.wait();
+                (0..rounds)
+                    .map(|r| claim_and_release(&client, &id, &format!("t{r}")))
+                    .collect::<Vec<Duration>>()
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    let mut samples = Samples::default();
+    for worker in workers {
+        for took in worker.join().expect("a claiming thread panicked") {
+            samples.push(took);
+        }
+    }
+    (start.elapsed(), samples, rounds * threads)
+}
+
+/// Claims `volume` for `alloc` (no target: the agent's publish path) and
+/// releases it: how long the claim took to answer.
+fn claim_and_release(client: &AgentClient, volume: &str, alloc: &str) -> Duration {
+    let req = VolumeClaimRequest {
+        volume_id: volume.into(),
+        alloc_id: alloc.into(),
+        ..Default::default()
+    };
+    let start = Instant::now();
+    client
+        .volume_claim(&req)
+        .unwrap_or_else(|err| panic!("claim of {volume} by {alloc}: {err}"));
+    let took = start.elapsed();
+    let released = client
+        .volume_release(volume, alloc)
+        .unwrap_or_else(|err| panic!("release of {volume} by {alloc}: {err}"));
+    assert!(released.released, "release: {}", released.message);
+    took
+}
+
+/// Creates single-node-writer volume `id` on the first agent and waits
+/// until every agent knows it.
+fn create_everywhere(agents: &[&Agent], id: &str) {
+    agents[0]
+        .client()
+        .volume_create(&format!("{id}.hcl"), &volume_spec(id, "hp"))
+        .unwrap_or_else(|err| panic!("create volume {id}: {err}"));
+    for agent in agents {
+        let client = agent.client();
+        wait_until(
+            &format!("volume {id} on every host"),
+            Duration::from_millis(5),
+            || client.volume_status(id, false).is_ok(),
+        );
+    }
+}
+
+/// The `cluster` block of host `node` on `endpoints`.
+fn cluster_block(node: &str, endpoints: &[String]) -> String {
+    let endpoints: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
+    format!(
+        "\nnode_name = {node:?}\n\ncluster {{\n  etcd = [{}]\n}}\n",
+        endpoints.join(", ")
+    )
+}
+
+/// etcd members on loopback, each in a directory of the row, killed on
+/// drop.
+struct EtcdMembers {
+    members: Vec<Child>,
+    clients: Vec<String>,
+}
+
+impl EtcdMembers {
+    fn start(dir: &BenchDir, n: usize) -> EtcdMembers {
+        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (peer, _))| format!("m{i}={}", url(*peer)))
+            .collect();
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(peer, client))| {
+                let data = dir.join(&format!("etcd/m{i}"));
+                let log = std::fs::File::create(dir.join(&format!("etcd-m{i}.log")))
+                    .expect("create an etcd log");
+                Command::new("etcd")
+                    .arg("--name")
+                    .arg(format!("m{i}"))
+                    .arg("--data-dir")
+                    .arg(&data)
+                    .args(["--listen-client-urls", &url(client)])
+                    .args(["--advertise-client-urls", &url(client)])
+                    .args(["--listen-peer-urls", &url(peer)])
+                    .args(["--initial-advertise-peer-urls", &url(peer)])
+                    .args(["--initial-cluster", &cluster.join(",")])
+                    .args(["--initial-cluster-state", "new"])
+                    .args(["--initial-cluster-token", "csi-agent-bench"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("start etcd")
+            })
+            .collect();
+        let etcd = EtcdMembers {
+            members,
+            clients: ports.iter().map(|&(_, client)| url(client)).collect(),
+        };
+        let client = csi_agent::cluster::etcd::Etcd::new(&etcd.clients, None)
+            .expect("etcd endpoints")
+            .with_timeout(Duration::from_secs(1));
+        wait_until("an etcd leader", Duration::from_millis(50), || {
+            client.put(b"/ready", b"", 0).is_ok()
+        });
+        etcd
+    }
+}
+
+impl Drop for EtcdMembers {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            let _ = member.kill();
+            let _ = member.wait();
+        }
+    }
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
