@@ -13,23 +13,19 @@
 //! Members are spoken to in plain text (`http://`) or, given [`Tls`],
 //! over TLS (`https://`, every member alike): the member's certificate
 //! must chain to the given CA, and a client certificate, when given, is
-//! presented to members that ask for one (etcd's `--client-cert-auth`).
-//! TLS is BoringSSL inside gRPC's core, linked into the binary.
+//! presented to members that ask for one (etcd's `--client-cert-auth`);
+//! [`super::tls`] reads the files.
 
 use std::fmt;
-use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use futures_util::{SinkExt, StreamExt};
-use grpcio::{
-    CallOption, ChannelBuilder, ChannelCredentials, ChannelCredentialsBuilder, RpcStatusCode,
-    WriteFlags,
-};
+use grpcio::{CallOption, ChannelBuilder, RpcStatusCode, WriteFlags};
 
+use super::tls::{self, Tls};
 use crate::csi::client::{block_on, grpc_environment};
 use crate::proto::etcd as pb;
 use crate::proto::etcd_grpc::{KvClient, LeaseClient, WatchClient};
@@ -43,18 +39,8 @@ pub enum Error {
     /// An endpoint is not `http://host:port`, or not `https://host:port`
     /// when the client has [`Tls`] settings.
     Endpoint { endpoint: String, reason: String },
-    /// A TLS file (`field` of the cluster's `tls` block) cannot be read.
-    ReadTlsFile {
-        field: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-    /// A TLS file holds no PEM block of the kind `field` needs.
-    NotPem {
-        field: &'static str,
-        path: PathBuf,
-        expected: &'static str,
-    },
+    /// The cluster's TLS files cannot be used.
+    Tls(tls::Error),
     /// No member answered `what`: each member's reason. `no_quorum`: a
     /// member was reached but gave no answer (it timed out, or said it has
     /// no leader), as members do while a majority of the cluster is gone.
@@ -88,18 +74,7 @@ impl fmt::Display for Error {
             Error::Endpoint { endpoint, reason } => {
                 write!(f, "invalid etcd endpoint {endpoint:?}: {reason}")
             }
-            Error::ReadTlsFile { field, path, .. } => {
-                write!(f, "cannot read the tls {field} {}", path.display())
-            }
-            Error::NotPem {
-                field,
-                path,
-                expected,
-            } => write!(
-                f,
-                "the tls {field} {} holds no PEM {expected} (a \"-----BEGIN ...\" block)",
-                path.display()
-            ),
+            Error::Tls(_) => f.write_str("cannot use the cluster's tls block"),
             Error::NoMember {
                 what,
                 reasons,
@@ -139,87 +114,10 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::ReadTlsFile { source, .. } => Some(source),
+            Error::Tls(source) => Some(source),
             _ => None,
         }
     }
-}
-
-/// What the client checks and proves over TLS: the CA certificates a
-/// member's certificate must chain to, and optionally the client's own
-/// certificate and private key, all PEM. Its `Debug` never shows the key.
-#[derive(Clone)]
-pub struct Tls {
-    ca: Vec<u8>,
-    /// The certificate (chain) and its key.
-    client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl fmt::Debug for Tls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tls")
-            .field("ca_bytes", &self.ca.len())
-            .field("client_certificate", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl Tls {
-    /// Reads the PEM files: `ca_file`, and `client` (`cert_file`,
-    /// `key_file`) when the members ask for a client certificate. Each
-    /// must hold a PEM block of its kind; whether they belong together is
-    /// found out by the TLS handshake.
-    pub fn load(ca_file: &Path, client: Option<(&Path, &Path)>) -> Result<Tls, Error> {
-        let ca = read_pem("ca_file", ca_file, "CERTIFICATE", "certificate")?;
-        let client = match client {
-            Some((cert_file, key_file)) => Some((
-                read_pem("cert_file", cert_file, "CERTIFICATE", "certificate")?,
-                read_pem("key_file", key_file, "PRIVATE KEY", "private key")?,
-            )),
-            None => None,
-        };
-        Ok(Tls { ca, client })
-    }
-
-    /// The credentials of one channel (gRPC takes them over).
-    fn credentials(&self) -> ChannelCredentials {
-        let builder = ChannelCredentialsBuilder::new().root_cert(self.ca.clone());
-        match &self.client {
-            Some((cert, key)) => builder.cert(cert.clone(), key.clone()).build(),
-            None => builder.build(),
-        }
-    }
-}
-
-/// The contents of `path`, which must hold a PEM block whose label ends
-/// with `label` ("CERTIFICATE"; "PRIVATE KEY" also takes "RSA PRIVATE
-/// KEY" and "EC PRIVATE KEY"). A DER file is refused here rather than by
-/// gRPC, which cannot take a NUL byte.
-fn read_pem(
-    field: &'static str,
-    path: &Path,
-    label: &str,
-    expected: &'static str,
-) -> Result<Vec<u8>, Error> {
-    let bytes = std::fs::read(path).map_err(|source| Error::ReadTlsFile {
-        field,
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let text = std::str::from_utf8(&bytes).unwrap_or("");
-    let has_block = text.lines().any(|line| {
-        line.strip_prefix("-----BEGIN ")
-            .and_then(|rest| rest.strip_suffix("-----"))
-            .is_some_and(|name| name.ends_with(label))
-    });
-    if !has_block || bytes.contains(&0) {
-        return Err(Error::NotPem {
-            field,
-            path: path.to_path_buf(),
-            expected,
-        });
-    }
-    Ok(bytes)
 }
 
 /// A key with its value and revisions.
@@ -428,7 +326,7 @@ impl Etcd {
             members,
             current: AtomicUsize::new(0),
             timeout: DEFAULT_TIMEOUT,
-            without_client_cert: tls.is_some_and(|tls| tls.client.is_none()),
+            without_client_cert: tls.is_some_and(|tls| !tls.has_client_cert()),
         })
     }
 
@@ -849,55 +747,6 @@ mod tests {
         );
         let err = target("http://h:2379", true).unwrap_err();
         assert!(err.to_string().contains("must be https://"), "{err}");
-    }
-
-    fn write(dir: &Path, name: &str, contents: &[u8]) -> PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-
-    #[test]
-    fn tls_files_must_exist_and_hold_pem_of_their_kind() {
-        let dir = std::env::temp_dir().join(format!("csi-agent-tls-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cert = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-        let key = b"-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n";
-        let ca = write(&dir, "ca.pem", cert);
-        let crt = write(&dir, "client.pem", cert);
-        let k = write(&dir, "client.key", key);
-        let tls = Tls::load(&ca, Some((&crt, &k))).unwrap();
-        // The key is never shown.
-        let shown = format!("{tls:?}");
-        assert!(!shown.contains("MHc"), "{shown}");
-
-        let missing = dir.join("missing.pem");
-        let err = Tls::load(&missing, None).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            format!("cannot read the tls ca_file {}", missing.display())
-        );
-        assert!(std::error::Error::source(&err).is_some());
-
-        // A key where the certificate belongs, and the other way round.
-        let err = Tls::load(&ca, Some((&k, &k))).unwrap_err();
-        assert!(
-            err.to_string().starts_with(&format!(
-                "the tls cert_file {} holds no PEM certificate",
-                k.display()
-            )),
-            "{err}"
-        );
-        let err = Tls::load(&ca, Some((&crt, &crt))).unwrap_err();
-        assert!(err.to_string().contains("key_file"), "{err}");
-        // DER (binary, with NUL bytes) is not PEM.
-        let der = write(&dir, "ca.der", b"\x30\x82\x01\x00\x00");
-        let err = Tls::load(&der, None).unwrap_err();
-        assert!(
-            err.to_string().contains("holds no PEM certificate"),
-            "{err}"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

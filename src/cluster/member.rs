@@ -13,8 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
-use super::etcd::{Etcd, Tls};
+use super::etcd::Etcd;
 use super::node::{self, NodeEvent, Registration};
+use super::tls::Tls;
 use crate::csi::Backoff;
 use crate::proto::cluster as pb;
 use crate::spec::ClusterConfig;
@@ -70,12 +71,15 @@ impl Member {
         record: pb::NodeRecord,
     ) -> Result<Member, super::etcd::Error> {
         let tls = match &config.tls {
-            Some(tls) => Some(Tls::load(
-                &tls.ca_file,
-                tls.client_cert
-                    .as_ref()
-                    .map(|c| (c.cert_file.as_path(), c.key_file.as_path())),
-            )?),
+            Some(tls) => Some(
+                Tls::load(
+                    &tls.ca_file,
+                    tls.client_cert
+                        .as_ref()
+                        .map(|c| (c.cert_file.as_path(), c.key_file.as_path())),
+                )
+                .map_err(super::etcd::Error::Tls)?,
+            ),
             None => None,
         };
         let etcd = Arc::new(Etcd::new(&config.etcd, tls.as_ref())?.with_timeout(CALL_TIMEOUT));

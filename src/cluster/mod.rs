@@ -7,6 +7,7 @@
 //! | file | owns |
 //! |---|---|
 //! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
+//! | [`tls`] | the PEM files of `cluster { tls }` (CA, client certificate and key), read and checked at start, made into each member's gRPC credentials; the key is never shown |
 //! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
@@ -45,4 +46,5 @@ pub mod leader;
 pub mod member;
 pub mod node;
 pub mod ops;
+pub mod tls;
 pub mod volumes;

@@ -258,7 +258,7 @@ fn an_agent_whose_tls_key_file_cannot_be_read_stops_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
-            "cluster: cannot read the tls key_file {}: No such file or directory",
+            "cluster: cannot use the cluster's tls block: cannot read key_file {}: No such file or directory",
             missing.display()
         )),
         "{}",

@@ -22,7 +22,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use csi_agent::cluster::etcd::{Error, Etcd, Event, Tls};
+use csi_agent::cluster::etcd::{Error, Etcd, Event};
+use csi_agent::cluster::tls::Tls;
 
 use crate::util::TestDir;
 
