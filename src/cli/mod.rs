@@ -246,9 +246,19 @@ fn print_error(err: &dyn std::error::Error) {
 
 /// Logs to stderr at `RUST_LOG`, or `default` when unset.
 fn with_logging<T>(default: &str, f: impl FnOnce() -> T) -> T {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
-        .format_timestamp_millis()
-        .try_init();
+    let installed =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+            .format_timestamp_millis()
+            .try_init();
+    if installed.is_ok() {
+        // gRPC's C core logs its errors (a failed TLS handshake, say)
+        // through ours, in its format, instead of writing raw lines to
+        // stderr; only errors: its debug output floods a debug log.
+        let level = log::max_level();
+        log::set_max_level(log::LevelFilter::Error);
+        grpcio::redirect_log();
+        log::set_max_level(level);
+    }
     f()
 }
 

@@ -285,4 +285,6 @@ fn an_agent_trusting_another_ca_is_not_connected_and_node_status_says_why() {
         "{}",
         text(&out)
     );
+    // gRPC's own report of the handshake is a line of the agent's log.
+    a.wait_for_log("ERROR] Handshake failed", WAIT);
 }
