@@ -29,33 +29,28 @@ use crate::util::TestDir;
 
 /// Whether etcd is installed; under CI its absence is a failure.
 pub fn require_etcd() -> bool {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("etcd is not installed; `make deps` installs etcd-server");
-        }
-        eprintln!("skipping: etcd is not installed (`make deps` installs etcd-server)");
-    }
-    found
+    require_command("etcd", "--version", "etcd", "etcd-server")
 }
 
 /// Whether the `openssl` CLI is installed; under CI its absence is a
 /// failure.
 pub fn require_openssl() -> bool {
-    let found = Command::new("openssl")
-        .arg("version")
+    require_command("openssl", "version", "openssl", "it")
+}
+
+/// Whether `command arg` runs; else a skip, or under CI a failure saying
+/// that `make deps` installs `package`.
+fn require_command(command: &str, arg: &str, what: &str, package: &str) -> bool {
+    let found = Command::new(command)
+        .arg(arg)
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !found {
         if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("openssl is not installed; `make deps` installs it");
+            panic!("{what} is not installed; `make deps` installs {package}");
         }
-        eprintln!("skipping: openssl is not installed (`make deps` installs it)");
+        eprintln!("skipping: {what} is not installed (`make deps` installs {package})");
     }
     found
 }
