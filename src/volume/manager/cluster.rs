@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::lost::LostClaims;
-use super::{error, plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
+use super::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::ClaimRequest;
@@ -149,15 +149,15 @@ impl VolumeManager {
         self.cluster.as_ref().map(|c| c.attacher.clone())
     }
 
-    /// Plugin `id` as this host sees it, in its cluster: a plugin without a
-    /// controller here whose controller leads elsewhere attaches, through
-    /// the leader.
+    /// Plugin `id` as this host's claims see it: [`local_plugin_view`],
+    /// and in a cluster, a plugin without a controller here whose
+    /// controller leads elsewhere attaches, through the leader.
     pub(super) fn plugin_view(
         &self,
         registry: &crate::plugin::Registry,
         id: &str,
     ) -> Option<PluginView> {
-        let mut view = plugin_view(registry, id)?;
+        let mut view = local_plugin_view(registry, id)?;
         if let Some(side) = &self.cluster {
             if view.controller.is_none() && side.attaching.contains(id) {
                 view.protocol.controller_publish = true;

@@ -292,7 +292,11 @@ impl PluginView {
     }
 }
 
-fn plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
+/// Plugin `plugin_id` from this host's instances alone. The claim
+/// protocol asks [`VolumeManager::plugin_view`] instead, which in a cluster
+/// adds the controller leader elsewhere; the controller calls made here
+/// (create, expand, snapshots, listing) need an instance on this host.
+fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
     let controller = registry
         .serving(plugin_id, Service::Controller)
         .filter(|r| r.is_controller());

@@ -68,7 +68,7 @@ impl VolumeManager {
                 ),
             ));
         }
-        plugin_view(registry, &volume.plugin_id).ok_or_else(|| {
+        local_plugin_view(registry, &volume.plugin_id).ok_or_else(|| {
             error(
                 ErrorKind::FailedPrecondition,
                 format!("plugin {:?} is not registered", volume.plugin_id),
@@ -247,7 +247,7 @@ impl VolumeManager {
                 ));
             }
             let plugin_id = &entry.volume.plugin_id;
-            let view = plugin_view(registry, plugin_id).ok_or_else(|| {
+            let view = local_plugin_view(registry, plugin_id).ok_or_else(|| {
                 error(
                     ErrorKind::FailedPrecondition,
                     format!("plugin {plugin_id:?} is not registered"),

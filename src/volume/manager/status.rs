@@ -41,7 +41,7 @@ impl VolumeManager {
                 return None;
             }
         };
-        let view = plugin_view(registry, &entry.volume.plugin_id);
+        let view = local_plugin_view(registry, &entry.volume.plugin_id);
         let published = entry
             .volume
             .claims
@@ -103,7 +103,7 @@ impl VolumeManager {
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
-        let view = plugin_view(registry, plugin_id);
+        let view = local_plugin_view(registry, plugin_id);
         let why_not = match &view {
             None => Some(format!("plugin {plugin_id:?} is not registered")),
             Some(v) if v.unavailable(plugin_id, Service::Controller).is_some() => {
@@ -162,7 +162,8 @@ impl VolumeManager {
 
     pub(super) fn status_of_entry(&self, entry: &Entry, registry: &Registry) -> api::VolumeStatus {
         let v = &entry.volume;
-        let view = plugin_view(registry, &v.plugin_id);
+        // The view claims are admitted by: schedulable means the same.
+        let view = self.plugin_view(registry, &v.plugin_id);
         let mut status = api::VolumeStatus {
             id: v.id.clone(),
             name: v.name.clone(),
