@@ -251,7 +251,7 @@ fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
         .ids()
         .into_iter()
         .map(|id| {
-            let status = registry.status(id);
+            let counts = registry.counts(id);
             pb::NodePlugin {
                 id: id.to_string(),
                 node_id: registry
@@ -261,10 +261,10 @@ fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
                     .map(|n| n.node_id.clone())
                     .unwrap_or_default(),
                 healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
-                controllers_healthy: status.as_ref().map_or(0, |s| s.controllers_healthy),
-                controllers_expected: status.as_ref().map_or(0, |s| s.controllers_expected),
-                nodes_healthy: status.as_ref().map_or(0, |s| s.nodes_healthy),
-                nodes_expected: status.as_ref().map_or(0, |s| s.nodes_expected),
+                controllers_healthy: counts.controllers_healthy,
+                controllers_expected: counts.controllers_expected,
+                nodes_healthy: counts.nodes_healthy,
+                nodes_expected: counts.nodes_expected,
                 ..Default::default()
             }
         })

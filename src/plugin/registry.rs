@@ -45,6 +45,15 @@ pub enum RegistryEvent {
     },
 }
 
+/// A plugin's instances counted by service ([`Registry::counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub controllers_healthy: u32,
+    pub controllers_expected: u32,
+    pub nodes_healthy: u32,
+    pub nodes_expected: u32,
+}
+
 /// A plugin instance in the registry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PluginRecord {
@@ -324,6 +333,20 @@ impl Registry {
         ids
     }
 
+    /// Plugin `id`'s instances that serve its controller and its node
+    /// service (a monolith counts in both), healthy ones and all, as Nomad
+    /// counts them.
+    pub fn counts(&self, id: &str) -> Counts {
+        let count =
+            |f: &dyn Fn(&PluginRecord) -> bool| self.instances(id).filter(|r| f(r)).count() as u32;
+        Counts {
+            controllers_healthy: count(&PluginRecord::controller_healthy),
+            controllers_expected: count(&|r| r.spec.plugin_type.has_controller()),
+            nodes_healthy: count(&PluginRecord::node_healthy),
+            nodes_expected: count(&|r| r.spec.plugin_type.has_node()),
+        }
+    }
+
     /// Plugin `id` as `plugin status` shows it: its instances, and its
     /// controllers and nodes counted as Nomad counts them; `None` when it
     /// has no instance.
@@ -332,8 +355,6 @@ impl Registry {
         if instances.is_empty() {
             return None;
         }
-        let count =
-            |f: &dyn Fn(&PluginRecord) -> bool| instances.iter().filter(|r| f(r)).count() as u32;
         // The controller's fingerprint names the plugin, else the node's.
         let fingerprint = instances
             .iter()
@@ -349,16 +370,17 @@ impl Registry {
         } else {
             Health::Pending
         };
+        let counts = self.counts(id);
         Some(api::PluginStatus {
             id: id.to_string(),
             provider: fingerprint.map(|f| f.info.name.clone()).unwrap_or_default(),
             version: fingerprint
                 .map(|f| f.info.vendor_version.clone())
                 .unwrap_or_default(),
-            controllers_healthy: count(&PluginRecord::controller_healthy),
-            controllers_expected: count(&|r| r.spec.plugin_type.has_controller()),
-            nodes_healthy: count(&PluginRecord::node_healthy),
-            nodes_expected: count(&|r| r.spec.plugin_type.has_node()),
+            controllers_healthy: counts.controllers_healthy,
+            controllers_expected: counts.controllers_expected,
+            nodes_healthy: counts.nodes_healthy,
+            nodes_expected: counts.nodes_expected,
             health: health_to_proto(health).into(),
             instances: instances.iter().map(|r| r.to_proto()).collect(),
             ..Default::default()
