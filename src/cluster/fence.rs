@@ -270,8 +270,8 @@ pub fn fence(
             .map(|a| (a, kv))
     });
     let Some((record, kv)) = attachment else {
-        // No controller attached the volume to the node.
-        mark(NODE_LOST)?;
+        // No controller attached the volume to the node: what cannot
+        // write goes, the rest is marked past for an operator.
         let left = sets.free_fenced(volume, node, |c| force || harmless(c))?;
         if left == 0 {
             return Ok(Fenced::Freed);
