@@ -9,12 +9,11 @@
 //! file.
 
 use std::fs;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::etcd::{require_etcd, require_openssl, Cluster};
-use crate::harness::{config_text, healthy, output_within, text, unhealthy, Agent, WAIT};
-use crate::util::{bin, Plugin, TestDir};
+use crate::harness::{agent_refusing, config_text, healthy, text, unhealthy, Agent, WAIT};
+use crate::util::{Plugin, TestDir};
 
 /// The config of an agent named `node` in `cluster`, with a 2 s lease
 /// (and, when the cluster speaks TLS, its CA and the client certificate).
@@ -250,11 +249,7 @@ fn an_agent_whose_tls_key_file_cannot_be_read_stops_naming_it() {
         .replace(&format!("{:?}", certs.client_key), &format!("{missing:?}"));
     let config = dir.join("agent.hcl");
     fs::write(&config, config_text(&dir.join("data"), &[]) + &block).unwrap();
-    let out = output_within(
-        Command::new(bin()).args(["agent", "-config", &config.display().to_string()]),
-        WAIT,
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = agent_refusing(&config);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(

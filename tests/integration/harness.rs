@@ -562,6 +562,18 @@ pub fn one_line_failure(out: &Output) -> String {
     lines[0].to_string()
 }
 
+/// Runs `csi-agent agent -config CONFIG`, which must refuse to start:
+/// it exits 1 within [`WAIT`]. Its output, for the reason.
+#[track_caller]
+pub fn agent_refusing(config: &Path) -> Output {
+    let out = output_within(
+        Command::new(bin()).args(["agent", "-config", &config.display().to_string()]),
+        WAIT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    out
+}
+
 /// Runs `cmd` to completion, like `Command::output`, but kills it if it
 /// takes longer than `limit`: a command that should fail at once must not
 /// hang the suite.

@@ -7,12 +7,11 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use csi_agent::proto::agent::PluginStatus;
 
-use crate::harness::{one_line_failure, output_within, text, Agent, HEARTBEAT, WAIT};
-use crate::util::{bin, mounts_under, require_root, Plugin, TestDir};
+use crate::harness::{agent_refusing, one_line_failure, text, Agent, HEARTBEAT, WAIT};
+use crate::util::{mounts_under, require_root, Plugin, TestDir};
 use crate::volume_util::{
     assert_no_dirs_left, assert_nothing_mounted, assert_spec_order, claim_req, claimed, connect,
     count, protocol_methods, release, spec, unclaimed, volume, wait_for_calls, wait_volume, LONG,
@@ -325,11 +324,7 @@ fn a_config_with_one_plugin_id_and_type_twice_is_refused_naming_the_line() {
         ),
     )
     .unwrap();
-    let out = output_within(
-        Command::new(bin()).args(["agent", "-config", &config.display().to_string()]),
-        WAIT,
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = agent_refusing(&config);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
