@@ -54,7 +54,7 @@ pub(super) struct ClusterSide {
     /// Registration answers waiting for the volume's record to be in etcd.
     sharing: BTreeMap<String, Vec<Reply>>,
     /// Every volume's claim set, as the watch last saw it.
-    claim_sets: BTreeMap<String, pb::ClaimSet>,
+    pub(super) claim_sets: BTreeMap<String, pb::ClaimSet>,
     /// Whether the watch has reported the records once.
     synced: bool,
     /// The ID of the etcd cluster, once the watch has read it.
@@ -482,11 +482,7 @@ impl VolumeManager {
                 }
                 let ids: Vec<String> = self.entries.keys().cloned().collect();
                 for id in ids {
-                    let set = self
-                        .cluster
-                        .as_ref()
-                        .and_then(|c| c.claim_sets.get(&id).cloned());
-                    self.check_claims_held(&id, set.as_ref());
+                    self.check_claims_held(&id);
                 }
             }
             VolumeEvent::Put(record) => self.adopt(*record),
@@ -508,15 +504,12 @@ impl VolumeManager {
             }
             VolumeEvent::Removed(id) => self.forget_shared(&id),
             VolumeEvent::Claims { volume, set } => {
-                self.check_claims_held(&volume, Some(&set));
-                let Some(side) = &mut self.cluster else {
-                    return;
-                };
                 if set.claims.is_empty() {
                     side.claim_sets.remove(&volume);
                 } else {
-                    side.claim_sets.insert(volume, set);
+                    side.claim_sets.insert(volume.clone(), set);
                 }
+                self.check_claims_held(&volume);
             }
         }
     }

@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::VolumeManager;
 use crate::cluster::ops::Op;
-use crate::proto::cluster as pb;
 use crate::volume::model::Admission;
 
 /// A claim the cluster took away, for the agent to give up.
@@ -42,32 +41,39 @@ fn key(volume: &str, alloc: &str) -> (String, String) {
 }
 
 impl VolumeManager {
-    /// The watch saw volume `id`'s claim set (`None`: it has none): each
-    /// admitted claim of this node that it lacks is read again.
-    pub(super) fn check_claims_held(&mut self, id: &str, set: Option<&pb::ClaimSet>) {
+    /// The watch saw volume `id`'s claim set (kept in the cluster side;
+    /// none when the volume has no claims): each admitted claim of this
+    /// node that it lacks is read again.
+    pub(super) fn check_claims_held(&mut self, id: &str) {
         let Some(side) = &mut self.cluster else {
             return;
         };
         let Some(entry) = self.entries.get(id) else {
             return;
         };
-        let node = side.node.clone();
-        for claim in entry.volume.claims.values() {
-            if claim.admission != Admission::Admitted || !claim.wanted {
-                continue;
-            }
-            let held = set.is_some_and(|set| {
+        let set = side.claim_sets.get(id);
+        let held = |alloc: &str| {
+            set.is_some_and(|set| {
                 set.claims
                     .iter()
-                    .any(|c| c.node == node && c.alloc_id == claim.alloc_id && c.wanted)
-            });
-            let k = key(id, &claim.alloc_id);
-            if held || side.lost.reasons.contains_key(&k) || !side.lost.checking.insert(k) {
+                    .any(|c| c.node == side.node && c.alloc_id == alloc && c.wanted)
+            })
+        };
+        let unheld: Vec<String> = entry
+            .volume
+            .claims
+            .values()
+            .filter(|c| c.admission == Admission::Admitted && c.wanted && !held(&c.alloc_id))
+            .map(|c| c.alloc_id.clone())
+            .collect();
+        for alloc in unheld {
+            let k = key(id, &alloc);
+            if side.lost.reasons.contains_key(&k) || !side.lost.checking.insert(k) {
                 continue;
             }
             side.push_op(Op::Check {
                 volume: id.to_string(),
-                alloc: claim.alloc_id.clone(),
+                alloc,
             });
         }
     }
