@@ -19,7 +19,7 @@
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
-//! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments served by each plugin's controller leader, the fencing of lost nodes |
+//! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents |

@@ -1,9 +1,9 @@
 //! The agent's side of a `cluster` block: it starts the member thread
 //! ([`crate::cluster::member`]) that registers this node in etcd and keeps
 //! it alive, the cluster ops, the volume watch, the fencer and a
-//! controller candidate per attaching plugin; follows the member's reports
-//! (connected, disconnected, a node name another live agent holds, which
-//! stops the agent); stops writers after `stop_after_disconnect`; and
+//! controller candidate per plugin whose controller runs here; follows
+//! the member's reports (connected, disconnected, a node name another
+//! live agent holds, which stops the agent); stops writers after `stop_after_disconnect`; and
 //! gives up the claims the cluster took away. The calls answered from
 //! etcd are `cluster_calls.rs`. An agent without a `cluster` block has
 //! none of it.
@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver};
 
@@ -19,13 +20,24 @@ use crate::cluster::fence::Fencer;
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::ops::{Answer, Ops};
+use crate::cluster::relay::EtcdRelay;
 use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
-use crate::csi::types::ControllerCapability;
+use crate::csi::relay::Relay;
+use crate::csi::Client;
 use crate::csi::Endpoint;
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
+use crate::volume::manager::Dispatch;
 
 use super::Agent;
+
+/// What a controller candidate campaigns with: a new endpoint or new
+/// capabilities (a plugin restarted as another version) start it over.
+#[derive(PartialEq, Eq)]
+pub(super) struct Campaigning {
+    endpoint: Endpoint,
+    capabilities: Vec<i32>,
+}
 
 /// Where this agent stands in its cluster.
 pub(super) enum Connection {
@@ -48,8 +60,8 @@ pub(super) struct ClusterMember {
     _fencer: Fencer,
     pub volume_events: Receiver<VolumeEvent>,
     /// This node's candidacies for plugins' controller elections: one per
-    /// plugin with a healthy controller that attaches, by plugin ID.
-    candidates: BTreeMap<String, (Endpoint, Candidate)>,
+    /// plugin with a healthy controller here, by plugin ID.
+    candidates: BTreeMap<String, (Campaigning, Candidate)>,
     pub prefix: String,
     lease_ttl: std::time::Duration,
     /// Since when this node has been cut off from etcd, and whether the
@@ -107,13 +119,13 @@ impl Agent {
     }
 
     /// Campaigns for the controller election of every plugin whose
-    /// controller runs here, is healthy and attaches volumes; gives up the
-    /// others.
+    /// controller runs here and is healthy, with the controller's
+    /// capabilities in the election record; gives up the others.
     pub(super) fn sync_candidates(&mut self) {
         let Some(cluster) = &mut self.cluster else {
             return;
         };
-        let wanted: BTreeMap<String, Endpoint> = self
+        let wanted: BTreeMap<String, Campaigning> = self
             .registry
             .ids()
             .into_iter()
@@ -122,17 +134,28 @@ impl Agent {
                     .registry
                     .serving(id, Service::Controller)
                     .filter(|r| r.is_controller() && r.health == Health::Healthy)?;
-                let attaches = r.fingerprint.as_ref().is_some_and(|f| {
-                    f.controller_capabilities
-                        .contains(&ControllerCapability::PublishUnpublishVolume)
-                });
-                attaches.then(|| (id.to_string(), r.spec.endpoint.clone()))
+                let mut capabilities: Vec<i32> = r
+                    .fingerprint
+                    .as_ref()
+                    .map(|f| {
+                        f.controller_capabilities
+                            .iter()
+                            .map(|c| c.number())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                capabilities.sort_unstable();
+                let campaigning = Campaigning {
+                    endpoint: r.spec.endpoint.clone(),
+                    capabilities,
+                };
+                Some((id.to_string(), campaigning))
             })
             .collect();
         cluster
             .candidates
-            .retain(|id, (endpoint, _)| wanted.get(id) == Some(endpoint));
-        for (id, endpoint) in wanted {
+            .retain(|id, (campaigning, _)| wanted.get(id) == Some(campaigning));
+        for (id, campaigning) in wanted {
             if cluster.candidates.contains_key(&id) {
                 continue;
             }
@@ -141,16 +164,45 @@ impl Agent {
                 &cluster.prefix,
                 &cluster.node,
                 &id,
-                &endpoint,
+                &campaigning.endpoint,
+                campaigning.capabilities.clone(),
                 cluster.lease_ttl,
             ) {
                 Ok(candidate) => {
-                    cluster.candidates.insert(id, (endpoint, candidate));
+                    cluster.candidates.insert(id, (campaigning, candidate));
                 }
                 Err(err) => log::error!(
                     "Cluster: cannot start the controller election thread of plugin {id}: {err}"
                 ),
             }
+        }
+    }
+
+    /// A controller call of a plugin without a controller here, in a
+    /// cluster: made by the plugin's controller leader, relayed through
+    /// etcd from the node's workers (`csi/relay.rs`). Anything else is
+    /// `dispatch` as it is.
+    pub(super) fn relayed(&self, dispatch: Dispatch) -> Dispatch {
+        let Some(cluster) = &self.cluster else {
+            return dispatch;
+        };
+        let plugin = &dispatch.plugin_id;
+        if dispatch.service != Service::Controller
+            || self.registry.serving(plugin, Service::Controller).is_some()
+        {
+            return dispatch;
+        }
+        let relay: Arc<dyn Relay> = Arc::new(EtcdRelay::new(
+            cluster.member.etcd(),
+            &cluster.prefix,
+            &cluster.node,
+            plugin,
+        ));
+        let job = dispatch.job;
+        Dispatch {
+            service: Service::Node,
+            job: Box::new(move |client: &Client| job(&client.relayed(relay))),
+            ..dispatch
         }
     }
 

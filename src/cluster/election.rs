@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, RecvTimeoutError};
 
+use protobuf::Message;
+
 use super::etcd::{self, Etcd, Event};
 use crate::csi::Backoff;
+use crate::proto::cluster as pb;
 
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
 
@@ -47,34 +50,48 @@ pub fn campaign(
     candidate: &str,
     lease: i64,
 ) -> Result<Leadership, etcd::Error> {
-    campaign_for(etcd, &election_key(prefix, plugin), candidate, lease)
+    let record = pb::Leader {
+        node: candidate.to_string(),
+        ..Default::default()
+    };
+    campaign_for(etcd, &election_key(prefix, plugin), &record, lease)
 }
 
-/// Tries to take the election whose key is `key`.
+/// Tries to take the election whose key is `key`, writing `record`.
 fn campaign_for(
     etcd: &Etcd,
     key: &[u8],
-    candidate: &str,
+    record: &pb::Leader,
     lease: i64,
 ) -> Result<Leadership, etcd::Error> {
-    if etcd.put_if(key, 0, candidate.as_bytes(), lease)?.is_some() {
+    let value = record
+        .write_to_bytes()
+        .expect("encoding a leader record cannot fail");
+    if etcd.put_if(key, 0, &value, lease)?.is_some() {
         return Ok(Leadership::Leader);
     }
     match etcd.get(key)? {
-        Some(kv) if kv.value == candidate.as_bytes() => Ok(Leadership::Leader),
-        Some(kv) => Ok(Leadership::Follower {
-            leader: String::from_utf8_lossy(&kv.value).into_owned(),
-        }),
+        Some(kv) => match leader_of(&kv.value) {
+            leader if leader.node == record.node => Ok(Leadership::Leader),
+            leader => Ok(Leadership::Follower {
+                leader: leader.node,
+            }),
+        },
         // The leader left between the two calls: try again.
-        None => campaign_for(etcd, key, candidate, lease),
+        None => campaign_for(etcd, key, record, lease),
     }
+}
+
+/// The record an election key holds. An unreadable one names nobody.
+pub fn leader_of(value: &[u8]) -> pb::Leader {
+    pb::Leader::parse_from_bytes(value).unwrap_or_default()
 }
 
 /// The node that leads `plugin`'s controller, if any.
 pub fn leader(etcd: &Etcd, prefix: &str, plugin: &str) -> Result<Option<String>, etcd::Error> {
     Ok(etcd
         .get(&election_key(prefix, plugin))?
-        .map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+        .map(|kv| leader_of(&kv.value).node))
 }
 
 /// Whether a watch batch of the election key says the leader left.
@@ -126,12 +143,13 @@ impl Held {
     }
 }
 
-/// A candidate in the election of `key`, as node `node`, on leases of
-/// `ttl`. `what` names the election in the log.
+/// A candidate in the election of `key`, writing `record` (its node name,
+/// and what others learn of it), on leases of `ttl`. `what` names the
+/// election in the log.
 pub struct Candidacy<'a> {
     pub etcd: &'a Etcd,
     pub key: Vec<u8>,
-    pub node: &'a str,
+    pub record: pb::Leader,
     pub ttl: Duration,
     pub what: &'a str,
 }
@@ -176,7 +194,7 @@ impl Candidacy<'_> {
         stop: &Receiver<()>,
         lead: &mut impl FnMut(&mut Held) -> Ended,
     ) -> Ended {
-        match campaign_for(self.etcd, &self.key, self.node, held.lease) {
+        match campaign_for(self.etcd, &self.key, &self.record, held.lease) {
             Ok(Leadership::Leader) => {
                 log::info!("Cluster: this node leads the {}", self.what);
                 let ended = lead(held);

@@ -73,7 +73,10 @@ impl Fencer {
                 let candidacy = Candidacy {
                     etcd: &etcd,
                     key: election::fencer_key(&prefix),
-                    node: &node,
+                    record: pb::Leader {
+                        node: node.clone(),
+                        ..Default::default()
+                    },
                     ttl,
                     what: "fencer of lost nodes",
                 };

@@ -1,9 +1,15 @@
 //! The controller leader of a plugin: every agent that runs a healthy
-//! controller of a plugin with PUBLISH_UNPUBLISH_VOLUME is a candidate in
-//! its election ([`super::election`]); the one that leads serves every
-//! node's attach and detach intents ([`super::attachments`]) with its
-//! controller, so a plugin's volumes are attached by one controller for
-//! the whole cluster, as an external-attacher does in Kubernetes.
+//! controller of a plugin is a candidate in its election
+//! ([`super::election`]), whose record carries the controller's
+//! capabilities. The one that leads serves, with its controller:
+//! - every node's attach and detach intents ([`super::attachments`]), if
+//!   the plugin attaches: a plugin's volumes are attached by one
+//!   controller for the whole cluster, as an external-attacher does in
+//!   Kubernetes;
+//! - the controller calls that hosts without a controller of the plugin
+//!   relay to it ([`super::relay`]): create, delete, snapshot, expand,
+//!   validate, list. Each is made on a thread of its own, so a slow
+//!   CreateVolume does not hold up the attachments.
 //!
 //! The election key lives on a lease of the leader thread's own, kept
 //! alive by it: when the agent dies or is cut off, the key goes after the
@@ -20,9 +26,11 @@ use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
 use super::election::{self, Candidacy, Ended, Held};
-use super::etcd::Etcd;
+use super::etcd::{Etcd, Kv, Watch};
+use super::relay;
 use super::volumes;
 use crate::csi::{Client, Endpoint};
+use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
 use crate::volume::model::Volume;
 
@@ -41,6 +49,11 @@ struct Campaign {
     plugin: String,
     client: Client,
     ttl: Duration,
+    /// The controller's capabilities, for the election record.
+    capabilities: Vec<i32>,
+    /// The relayed calls being made (their keys): a call is made once
+    /// even when a new watch reports it again.
+    calls: relay::InFlight,
 }
 
 impl Candidate {
@@ -52,6 +65,7 @@ impl Candidate {
         node: &str,
         plugin: &str,
         endpoint: &Endpoint,
+        capabilities: Vec<i32>,
         ttl: Duration,
     ) -> std::io::Result<Candidate> {
         let (stop_tx, stop_rx) = bounded(1);
@@ -62,6 +76,8 @@ impl Candidate {
             plugin: plugin.to_string(),
             client: Client::new(endpoint),
             ttl,
+            capabilities,
+            calls: Default::default(),
         };
         let thread = thread::Builder::new()
             .name(format!("leader-{plugin}"))
@@ -87,46 +103,62 @@ impl Campaign {
         let candidacy = Candidacy {
             etcd: &self.etcd,
             key: election::election_key(&self.prefix, &self.plugin),
-            node: &self.node,
+            record: pb::Leader {
+                node: self.node.clone(),
+                controller_capabilities: self.capabilities.clone(),
+                ..Default::default()
+            },
             ttl: self.ttl,
             what: &format!("controller of plugin {}", self.plugin),
         };
         candidacy.run(stop, |held| self.serve(held, stop));
     }
 
-    /// Serves every pending intent, then each new one, while the lease
-    /// lives.
+    /// Serves every pending intent and relayed call, then each new one,
+    /// while the lease lives.
     fn serve(&self, held: &mut Held, stop: &Receiver<()>) -> Ended {
-        let prefix = attachments::attachments_prefix(&self.prefix);
-        let (kvs, revision) = match self.etcd.get_prefix(prefix.as_bytes()) {
-            Ok(read) => read,
-            Err(err) => return err.into(),
+        let intents = attachments::attachments_prefix(&self.prefix);
+        let calls = relay::calls_prefix(&self.prefix, &self.plugin);
+        let watch = |prefix: &str| -> Result<Watch, Ended> {
+            let (kvs, revision) = self.etcd.get_prefix(prefix.as_bytes())?;
+            self.serve_kvs(prefix == calls, kvs);
+            Ok(self.etcd.watch_prefix(prefix.as_bytes(), revision + 1)?)
         };
-        for intent in attachments::pending(&self.prefix, &kvs) {
-            self.serve_one(&intent);
-        }
-        let watch = match self.etcd.watch_prefix(prefix.as_bytes(), revision + 1) {
-            Ok(watch) => watch,
-            Err(err) => return err.into(),
+        let (intent_watch, call_watch) = match (watch(&intents), watch(&calls)) {
+            (Ok(i), Ok(c)) => (i, c),
+            (Err(ended), _) | (_, Err(ended)) => return ended,
         };
         let keep_alive = crossbeam_channel::tick(held.period());
         loop {
-            select! {
+            let (batch, relayed) = select! {
                 recv(stop) -> _ => return Ended::Stopped,
-                recv(keep_alive) -> _ => if let Err(ended) = held.renew(&self.etcd) {
-                    return ended;
-                },
-                recv(watch.receiver()) -> batch => {
-                    let batch = match batch {
-                        Ok(Ok(batch)) => batch,
-                        Ok(Err(err)) => return err.into(),
-                        Err(_) => return Ended::Again("the watch ended".into()),
-                    };
-                    let puts = batch.puts();
-                    for intent in attachments::pending(&self.prefix, &puts) {
-                        self.serve_one(&intent);
+                recv(keep_alive) -> _ => {
+                    if let Err(ended) = held.renew(&self.etcd) {
+                        return ended;
                     }
-                }
+                    continue;
+                },
+                recv(intent_watch.receiver()) -> batch => (batch, false),
+                recv(call_watch.receiver()) -> batch => (batch, true),
+            };
+            match batch {
+                Ok(Ok(batch)) => self.serve_kvs(relayed, batch.puts()),
+                Ok(Err(err)) => return err.into(),
+                Err(_) => return Ended::Again("the watch ended".into()),
+            }
+        }
+    }
+
+    /// Serves what `kvs` (a read or a watch's puts) ask for: relayed
+    /// calls, or attach intents.
+    fn serve_kvs(&self, relayed: bool, kvs: Vec<Kv>) {
+        if relayed {
+            for call in relay::pending(kvs) {
+                relay::serve(&self.etcd, &self.node, &self.client, call, &self.calls);
+            }
+        } else {
+            for intent in attachments::pending(&self.prefix, &kvs) {
+                self.serve_one(&intent);
             }
         }
     }

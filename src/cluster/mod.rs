@@ -9,9 +9,10 @@
 //! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
 //! | [`tls`] | the PEM files of `cluster { tls }` (CA, client certificate and key), read and checked at start, made into each member's gRPC credentials; the key is never shown |
 //! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
-//! | [`leader`] | the candidate thread of each plugin whose controller runs here and attaches: campaigns, and while leading serves every node's intents with its controller |
+//! | [`leader`] | the candidate thread of each plugin whose controller runs here: campaigns (the election record carries the controller's capabilities), and while leading serves every node's attach intents and relayed calls with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
 //! | [`volumes`] | `volumes/<id>`: each volume's record as true on every host, written by the agent that registered or changed it; the watch every agent learns them (and the claim sets) from |
+//! | [`relay`] | `calls/<plugin>/<node>/<id>`: a controller call of a host without the plugin's controller, encoded as on the wire, on a lease of its own; the leader makes it and writes the answer back ([`crate::csi::relay`] is the client's side) |
 //! | [`election`] | `controllers/<plugin>` and `fencer`: elections on the leader's lease, at most one leader each; a candidate's life (campaign, follow, lead, start over) |
 //! | [`fence`] | lost nodes: the fencer marks their claims past, has the controller leader detach them, frees them; `volume detach -force -node` |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |
@@ -32,10 +33,10 @@
 //! its writers while cut off (`agent/cluster.rs`).
 //!
 //! A host with only a plugin's node learns from the controller elections
-//! (seen by the [`volumes`] watch) that the plugin attaches; the leader
-//! attaches its claims. Not yet: the other controller calls (create,
-//! delete, snapshot, expand) are made only by an agent with the plugin's
-//! controller.
+//! (seen by the [`volumes`] watch) what the plugin's controller does: the
+//! leader attaches its claims, and makes its other controller calls
+//! (create, delete, snapshot, expand, validate, list), which the agent
+//! relays ([`relay`]; `agent/cluster.rs` routes them).
 
 pub mod attachments;
 pub mod claims;
@@ -46,5 +47,6 @@ pub mod leader;
 pub mod member;
 pub mod node;
 pub mod ops;
+pub mod relay;
 pub mod tls;
 pub mod volumes;

@@ -16,7 +16,9 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
 use protobuf::Message;
 
+use super::election;
 use super::etcd::{self, Etcd, Event, Kv};
+use crate::csi::types::{CapabilitySet, ControllerCapability};
 use crate::csi::Backoff;
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
@@ -63,10 +65,15 @@ pub enum VolumeEvent {
     Removed(String),
     /// A volume's claim set changed (empty once removed).
     Claims { volume: String, set: pb::ClaimSet },
-    /// A controller of `plugin` that attaches leads somewhere in the
-    /// cluster (its `controllers/<plugin>` election is held): the plugin's
-    /// volumes are attached before they are staged, on every host.
-    Attaching { plugin: String },
+    /// A controller of `plugin` leads somewhere in the cluster (its
+    /// `controllers/<plugin>` election is held) with `capabilities`: a
+    /// host without a controller of the plugin relays its controller calls
+    /// there, and, if it attaches, has its volumes attached before they
+    /// are staged.
+    Controller {
+        plugin: String,
+        capabilities: CapabilitySet<ControllerCapability>,
+    },
 }
 
 /// What a key under `volumes/` is.
@@ -213,18 +220,24 @@ fn received(
     })
 }
 
-/// The plugin whose controller election `key` (under `controllers`) is.
-fn attaching(controllers: &str, key: &[u8]) -> Option<VolumeEvent> {
-    let plugin = std::str::from_utf8(key.strip_prefix(controllers.as_bytes())?).ok()?;
-    Some(VolumeEvent::Attaching {
+/// The leader of the controller election `kv` (under `controllers`).
+fn controller(controllers: &str, kv: &Kv) -> Option<VolumeEvent> {
+    let plugin = std::str::from_utf8(kv.key.strip_prefix(controllers.as_bytes())?).ok()?;
+    let capabilities = election::leader_of(&kv.value)
+        .controller_capabilities
+        .into_iter()
+        .filter_map(ControllerCapability::from_number)
+        .collect();
+    Some(VolumeEvent::Controller {
         plugin: plugin.to_string(),
+        capabilities,
     })
 }
 
 /// Reads the range and watches it until the watch breaks (`Err`) or the
 /// thread is stopped (`Ok`). The controller elections are watched too: a
-/// host without a controller of a plugin learns from them that the
-/// plugin attaches.
+/// host without a controller of a plugin learns from them what the
+/// plugin's controller does.
 fn watch_once(
     etcd: &Etcd,
     volumes: &str,
@@ -239,9 +252,7 @@ fn watch_once(
     let leader_watch = etcd.watch_prefix(controllers.as_bytes(), leaders_revision + 1)?;
     let (state, revision) = sync(etcd, volumes)?;
     let watch = etcd.watch_prefix(volumes.as_bytes(), revision + 1)?;
-    let known = leaders
-        .iter()
-        .filter_map(|kv| attaching(&controllers, &kv.key));
+    let known = leaders.iter().filter_map(|kv| controller(&controllers, kv));
     for event in std::iter::once(state).chain(known) {
         if events.send(event).is_err() {
             return Ok(());
@@ -254,7 +265,7 @@ fn watch_once(
                 let batch = received(batch)?;
                 for event in &batch.events {
                     let Event::Put(kv) = event else { continue };
-                    if let Some(event) = attaching(&controllers, &kv.key) {
+                    if let Some(event) = controller(&controllers, kv) {
                         if events.send(event).is_err() {
                             return Ok(());
                         }

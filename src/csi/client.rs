@@ -24,6 +24,7 @@ use super::error::{Code, Error, Rpc};
 use super::model::{Capability, Secrets};
 use super::proto::csi as pb;
 use super::proto::csi_grpc::{ControllerClient, IdentityClient, NodeClient};
+use super::relay::Relay;
 use super::types::*;
 
 /// The deadline of an ordinary RPC when the caller sets none (Nomad's and
@@ -69,7 +70,10 @@ pub struct Client {
     probe_timeout: Duration,
     identity: IdentityClient,
     node: NodeClient,
-    controller: ControllerClient,
+    pub(super) controller: ControllerClient,
+    /// Where the controller RPCs go instead of `controller`, when another
+    /// host makes them ([`super::relay`]).
+    relay: Option<Arc<dyn Relay>>,
 }
 
 impl Client {
@@ -93,6 +97,16 @@ impl Client {
             identity: IdentityClient::new(channel.clone()),
             node: NodeClient::new(channel.clone()),
             controller: ControllerClient::new(channel),
+            relay: None,
+        }
+    }
+
+    /// The same client with its controller RPCs made by a controller
+    /// elsewhere, through `relay`.
+    pub fn relayed(&self, relay: Arc<dyn Relay>) -> Client {
+        Client {
+            relay: Some(relay),
+            ..self.clone()
         }
     }
 
@@ -112,8 +126,23 @@ impl Client {
         self.timeout
     }
 
-    fn opt(&self) -> CallOption {
+    pub(super) fn opt(&self) -> CallOption {
         CallOption::default().timeout(self.timeout)
+    }
+
+    /// Controller RPC `rpc` with `wire`: through the relay if this client
+    /// has one, else `direct` on the plugin's own controller.
+    fn controller_call<Req: protobuf::Message, Resp: protobuf::Message>(
+        &self,
+        rpc: Rpc,
+        wire: &Req,
+        direct: impl FnOnce(&ControllerClient, &Req, CallOption) -> grpcio::Result<Resp>,
+    ) -> Result<Resp, Error> {
+        let result = match &self.relay {
+            Some(relay) => super::relay::call(relay.as_ref(), rpc, wire, self.timeout),
+            None => direct(&self.controller, wire, self.opt()),
+        };
+        call(rpc, result)
     }
 
     // ---- Identity ----
@@ -296,11 +325,9 @@ impl Client {
 
     pub fn controller_capabilities(&self) -> Result<CapabilitySet<ControllerCapability>, Error> {
         let req = pb::ControllerGetCapabilitiesRequest::new();
-        let resp = call(
-            Rpc::ControllerGetCapabilities,
-            self.controller
-                .controller_get_capabilities_opt(&req, self.opt()),
-        )?;
+        let resp = self.controller_call(Rpc::ControllerGetCapabilities, &req, |c, w, o| {
+            c.controller_get_capabilities_opt(w, o)
+        })?;
         Ok(convert::controller_capabilities_from_proto(
             &resp.capabilities,
         ))
@@ -324,7 +351,7 @@ impl Client {
         if let Some(source) = &req.content_source {
             wire.volume_content_source = protobuf::MessageField::some(source.into());
         }
-        let resp = call(rpc, self.controller.create_volume_opt(&wire, self.opt()))?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| c.create_volume_opt(w, o))?;
         let volume = resp
             .volume
             .as_ref()
@@ -336,10 +363,9 @@ impl Client {
         let mut wire = pb::DeleteVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        call(
-            Rpc::DeleteVolume,
-            self.controller.delete_volume_opt(&wire, self.opt()),
-        )
+        self.controller_call(Rpc::DeleteVolume, &wire, |c, w, o| {
+            c.delete_volume_opt(w, o)
+        })
         .map(drop)
     }
 
@@ -353,11 +379,9 @@ impl Client {
         wire.readonly = req.read_only;
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
-        let resp = call(
-            Rpc::ControllerPublishVolume,
-            self.controller
-                .controller_publish_volume_opt(&wire, self.opt()),
-        )?;
+        let resp = self.controller_call(Rpc::ControllerPublishVolume, &wire, |c, w, o| {
+            c.controller_publish_volume_opt(w, o)
+        })?;
         Ok(convert::from_hash_map(&resp.publish_context))
     }
 
@@ -371,11 +395,9 @@ impl Client {
         wire.volume_id = volume_id.to_string();
         wire.node_id = node_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        call(
-            Rpc::ControllerUnpublishVolume,
-            self.controller
-                .controller_unpublish_volume_opt(&wire, self.opt()),
-        )
+        self.controller_call(Rpc::ControllerUnpublishVolume, &wire, |c, w, o| {
+            c.controller_unpublish_volume_opt(w, o)
+        })
         .map(drop)
     }
 
@@ -393,11 +415,9 @@ impl Client {
             .collect();
         wire.parameters = convert::to_hash_map(&req.parameters);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = call(
-            rpc,
-            self.controller
-                .validate_volume_capabilities_opt(&wire, self.opt()),
-        )?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| {
+            c.validate_volume_capabilities_opt(w, o)
+        })?;
         match resp.confirmed.as_ref() {
             None => {
                 log::debug!("{rpc}: plugin did not confirm: {}", resp.message);
@@ -421,7 +441,7 @@ impl Client {
         let mut wire = pb::ListVolumesRequest::new();
         wire.max_entries = max_entries;
         wire.starting_token = starting_token.to_string();
-        let resp = call(rpc, self.controller.list_volumes_opt(&wire, self.opt()))?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| c.list_volumes_opt(w, o))?;
         let mut entries = Vec::with_capacity(resp.entries.len());
         for entry in &resp.entries {
             let status = entry.status.as_ref();
@@ -455,10 +475,8 @@ impl Client {
             wire.accessible_topology =
                 protobuf::MessageField::some(convert::topology_to_proto(topology));
         }
-        let resp = call(
-            Rpc::GetCapacity,
-            self.controller.get_capacity_opt(&wire, self.opt()),
-        )?;
+        let resp =
+            self.controller_call(Rpc::GetCapacity, &wire, |c, w, o| c.get_capacity_opt(w, o))?;
         Ok(Capacity {
             available_capacity: resp.available_capacity,
             maximum_volume_size: resp.maximum_volume_size.as_ref().map(|v| v.value),
@@ -474,11 +492,9 @@ impl Client {
         if let Some(cap) = &req.capability {
             wire.volume_capability = convert::capability_to_field(cap);
         }
-        let resp = call(
-            Rpc::ControllerExpandVolume,
-            self.controller
-                .controller_expand_volume_opt(&wire, self.opt()),
-        )?;
+        let resp = self.controller_call(Rpc::ControllerExpandVolume, &wire, |c, w, o| {
+            c.controller_expand_volume_opt(w, o)
+        })?;
         Ok(Expanded {
             capacity_bytes: resp.capacity_bytes,
             node_expansion_required: resp.node_expansion_required,
@@ -493,10 +509,7 @@ impl Client {
         let rpc = Rpc::ControllerGetVolume;
         let mut wire = pb::ControllerGetVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
-        let resp = call(
-            rpc,
-            self.controller.controller_get_volume_opt(&wire, self.opt()),
-        )?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| c.controller_get_volume_opt(w, o))?;
         let status = resp.status.as_ref();
         listed_volume(
             rpc,
@@ -515,7 +528,7 @@ impl Client {
         wire.source_volume_id = req.source_volume_id.clone();
         wire.parameters = convert::to_hash_map(&req.parameters);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = call(rpc, self.controller.create_snapshot_opt(&wire, self.opt()))?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| c.create_snapshot_opt(w, o))?;
         let snapshot = resp
             .snapshot
             .as_ref()
@@ -527,10 +540,9 @@ impl Client {
         let mut wire = pb::DeleteSnapshotRequest::new();
         wire.snapshot_id = snapshot_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        call(
-            Rpc::DeleteSnapshot,
-            self.controller.delete_snapshot_opt(&wire, self.opt()),
-        )
+        self.controller_call(Rpc::DeleteSnapshot, &wire, |c, w, o| {
+            c.delete_snapshot_opt(w, o)
+        })
         .map(drop)
     }
 
@@ -544,7 +556,7 @@ impl Client {
         wire.source_volume_id = req.source_volume_id.clone();
         wire.snapshot_id = req.snapshot_id.clone();
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = call(rpc, self.controller.list_snapshots_opt(&wire, self.opt()))?;
+        let resp = self.controller_call(rpc, &wire, |c, w, o| c.list_snapshots_opt(w, o))?;
         let mut entries = Vec::with_capacity(resp.entries.len());
         for entry in &resp.entries {
             let snapshot = entry.snapshot.as_ref().ok_or_else(|| {

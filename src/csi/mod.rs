@@ -5,6 +5,9 @@
 //!   redacting `Debug`/`Display`.
 //! - [`types`]: our request and answer types for each RPC.
 //! - [`client`]: a blocking client with a deadline on every call.
+//! - [`relay`]: controller calls made by a controller elsewhere (in a
+//!   cluster, the plugin's controller leader), requests and answers
+//!   encoded as on the wire.
 //! - [`compare`]: checking a `ValidateVolumeCapabilities` answer.
 //! - [`error`]: one error type, classified by the spec's error tables.
 //! - [`backoff`]: the one retry policy of the agent.
@@ -20,6 +23,7 @@ pub mod endpoint;
 pub mod error;
 pub mod model;
 pub mod proto;
+pub mod relay;
 pub mod types;
 
 pub use backoff::Backoff;

@@ -365,36 +365,58 @@ fn an_agent_killed_mid_claim_keeps_its_one_claim_in_the_cluster_after_a_restart(
     released(&hosts[1].agent, "k", "k2");
 }
 
+/// Two hosts: host 0 runs the whole plugin (its controller leads), host 1
+/// only the plugin's node, as a node-only Nomad client does.
+pub struct NodeOnly {
+    pub full: Agent,
+    pub node: Agent,
+    pub owner: Plugin,
+    pub node_only: Plugin,
+}
+
+impl NodeOnly {
+    pub fn start(cluster: &Cluster) -> NodeOnly {
+        let owner = Plugin::start_with(&[], &["-node-id", "host-0"]);
+        let node_only =
+            Plugin::start_sharing(&owner, &[], &["-mode", "node", "-node-id", "host-1"]);
+        let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
+        let config = |node: &str, plugin: &Plugin, kind: &str| {
+            format!(
+                "\nnode_name = {node:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = {kind:?}\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
+                plugin.socket.display().to_string(),
+                endpoints.join(", ")
+            )
+        };
+        let full = Agent::start_with_config(&config("host-0", &owner, "monolith"));
+        let node = Agent::start_with_config(&config("host-1", &node_only, "node"));
+        full.wait_for(PLUGIN, healthy, WAIT);
+        node.wait_for(PLUGIN, healthy, WAIT);
+        NodeOnly {
+            full,
+            node,
+            owner,
+            node_only,
+        }
+    }
+}
+
 #[test]
 fn a_host_with_only_the_plugin_s_node_has_its_claims_attached_by_the_controller_leader_elsewhere() {
     if !require_etcd() {
         return;
     }
     let cluster = Cluster::start(3);
-    // Host 0 runs the whole plugin (its controller leads); host 1 only
-    // the plugin's node, as a node-only Nomad client does.
-    let owner = Plugin::start_with(&[], &["-node-id", "host-0"]);
-    let node_only = Plugin::start_sharing(&owner, &[], &["-mode", "node", "-node-id", "host-1"]);
-    let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
-    let config = |node: &str, plugin: &Plugin, kind: &str| {
-        format!(
-            "\nnode_name = {node:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = {kind:?}\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
-            plugin.socket.display().to_string(),
-            endpoints.join(", ")
-        )
-    };
-    let full = Agent::start_with_config(&config("host-0", &owner, "monolith"));
-    let node = Agent::start_with_config(&config("host-1", &node_only, "node"));
-    full.wait_for(PLUGIN, healthy, WAIT);
-    node.wait_for(PLUGIN, healthy, WAIT);
+    let NodeOnly {
+        full,
+        node,
+        owner,
+        node_only,
+    } = NodeOnly::start(&cluster);
     connect(&full)
         .volume_create("n.hcl", &spec("n", &["single-node-writer"], None))
         .unwrap();
     wait_volume(&node, "n", "registered", |_| true, WAIT);
-    node.wait_for_log(
-        "plugin hp's volumes are attached by its controller leader",
-        WAIT,
-    );
+    node.wait_for_log("plugin hp's controller leads in the cluster", WAIT);
 
     // plugin status counts the cluster's instances: one controller (host
     // 0's monolith) and two nodes, from either host.

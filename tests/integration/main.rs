@@ -20,6 +20,7 @@ mod cluster_fence;
 mod cluster_fencing;
 mod cluster_netns;
 mod cluster_quorum;
+mod cluster_relay;
 mod durable;
 mod etcd;
 mod expansion;

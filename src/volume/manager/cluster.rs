@@ -38,6 +38,7 @@ use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::ClaimRequest;
 use crate::cluster::ops::{Answer, Op};
 use crate::cluster::volumes::VolumeEvent;
+use crate::csi::types::{CapabilitySet, ControllerCapability};
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
 use crate::volume::model::{Admission, Volume};
@@ -63,11 +64,11 @@ pub(super) struct ClusterSide {
     attacher: Arc<Attacher>,
     /// Claims the cluster took away.
     pub(super) lost: LostClaims,
-    /// Plugins a controller attaches for somewhere in the cluster (one led
-    /// its election since this agent started): on a host without a
-    /// controller of its own, the plugin's volumes are still attached,
-    /// by the leader.
-    attaching: std::collections::BTreeSet<String>,
+    /// The capabilities of each plugin's controller leader, as its
+    /// election last said (one led since this agent started): on a host
+    /// without a controller of the plugin, the leader attaches its volumes
+    /// (if it can) and makes its other controller calls, relayed.
+    controllers: BTreeMap<String, CapabilitySet<ControllerCapability>>,
 }
 
 impl ClusterSide {
@@ -117,7 +118,7 @@ impl VolumeManager {
             synced: false,
             cluster_id: 0,
             lost: LostClaims::default(),
-            attaching: Default::default(),
+            controllers: BTreeMap::new(),
         };
         for entry in self.entries.values_mut() {
             let v = &mut entry.volume;
@@ -149,9 +150,9 @@ impl VolumeManager {
         self.cluster.as_ref().map(|c| c.attacher.clone())
     }
 
-    /// Plugin `id` as this host's claims see it: [`local_plugin_view`],
-    /// and in a cluster, a plugin without a controller here whose
-    /// controller leads elsewhere attaches, through the leader.
+    /// Plugin `id` as this host sees it: [`local_plugin_view`], and in a
+    /// cluster, a plugin without a controller here whose controller leads
+    /// elsewhere has that controller, reached through the leader.
     pub(super) fn plugin_view(
         &self,
         registry: &crate::plugin::Registry,
@@ -159,9 +160,12 @@ impl VolumeManager {
     ) -> Option<PluginView> {
         let mut view = local_plugin_view(registry, id)?;
         if let Some(side) = &self.cluster {
-            if view.controller.is_none() && side.attaching.contains(id) {
-                view.protocol.controller_publish = true;
-                view.remote_controller = true;
+            match side.controllers.get(id) {
+                Some(capabilities) if view.controller.is_none() => {
+                    view.remote_controller = true;
+                    view.set_controller_features(|c| capabilities.contains(&c));
+                }
+                _ => {}
             }
         }
         Some(view)
@@ -486,11 +490,17 @@ impl VolumeManager {
                 }
             }
             VolumeEvent::Put(record) => self.adopt(*record),
-            VolumeEvent::Attaching { plugin } => {
-                if side.attaching.insert(plugin.clone()) {
+            VolumeEvent::Controller {
+                plugin,
+                capabilities,
+            } => {
+                if side.controllers.get(&plugin) != Some(&capabilities) {
+                    let names: Vec<&str> = capabilities.iter().map(|c| c.as_str()).collect();
                     log::info!(
-                        "Cluster: plugin {plugin}'s volumes are attached by its controller leader"
+                        "Cluster: plugin {plugin}'s controller leads in the cluster ({})",
+                        names.join(", ")
                     );
+                    side.controllers.insert(plugin.clone(), capabilities);
                     let ids: Vec<String> = self
                         .entries
                         .values()

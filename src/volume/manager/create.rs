@@ -185,10 +185,11 @@ impl VolumeManager {
             .filter(|e| e.volume.creating.is_some() && e.busy.is_none())
             .filter(|e| e.retry.as_ref().map_or(true, |r| r.at <= now))
             .filter(|e| {
-                local_plugin_view(registry, &e.volume.plugin_id).is_some_and(|v| {
-                    v.unavailable(&e.volume.plugin_id, Service::Controller)
-                        .is_none()
-                })
+                self.plugin_view(registry, &e.volume.plugin_id)
+                    .is_some_and(|v| {
+                        v.unavailable(&e.volume.plugin_id, Service::Controller)
+                            .is_none()
+                    })
             })
             .map(|e| e.volume.id.clone())
             .collect();

@@ -73,7 +73,8 @@ impl VolumeManager {
                     ),
                 ));
             }
-            let view = local_plugin_view(registry, &v.plugin_id)
+            let view = self
+                .plugin_view(registry, &v.plugin_id)
                 .ok_or_else(|| refuse(format!("plugin {:?} is not registered", v.plugin_id)))?;
             if !view.controller_expand && !view.node_expand {
                 return Err(refuse(format!(

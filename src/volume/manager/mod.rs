@@ -230,9 +230,10 @@ struct PluginView {
     /// Where the plugin sees the agent's `csi/<plugin>` dir, when not at
     /// its host path (a plugin task in a root of its own).
     base_dir: Option<std::path::PathBuf>,
-    /// In a cluster, the plugin's controller runs on another host only,
-    /// and its leader attaches: the controller steps need no instance
-    /// here (they run on the node's workers).
+    /// In a cluster, the plugin's controller runs on other hosts only, and
+    /// its leader makes the controller calls (attachments through their
+    /// intents, the rest relayed): they need no instance here, and run on
+    /// the node's workers.
     remote_controller: bool,
 }
 
@@ -240,7 +241,18 @@ impl PluginView {
     /// Whether the plugin has a controller at all: without one, volumes
     /// are registered as written and never attached.
     fn has_controller(&self) -> bool {
-        self.controller.is_some()
+        self.controller.is_some() || self.remote_controller
+    }
+
+    /// What the plugin's controller does, from its capabilities (`has`).
+    fn set_controller_features(&mut self, has: impl Fn(ControllerCapability) -> bool) {
+        self.protocol.controller_publish = has(ControllerCapability::PublishUnpublishVolume);
+        self.create_delete = has(ControllerCapability::CreateDeleteVolume);
+        self.snapshots = has(ControllerCapability::CreateDeleteSnapshot);
+        self.list_snapshots = has(ControllerCapability::ListSnapshots);
+        self.clone = has(ControllerCapability::CloneVolume);
+        self.list_volumes = has(ControllerCapability::ListVolumes);
+        self.controller_expand = has(ControllerCapability::ExpandVolume);
     }
 
     /// The service whose instance runs the jobs of `service`: in a
@@ -292,10 +304,9 @@ impl PluginView {
     }
 }
 
-/// Plugin `plugin_id` from this host's instances alone. The claim
-/// protocol asks [`VolumeManager::plugin_view`] instead, which in a cluster
-/// adds the controller leader elsewhere; the controller calls made here
-/// (create, expand, snapshots, listing) need an instance on this host.
+/// Plugin `plugin_id` from this host's instances alone; everything else
+/// asks [`VolumeManager::plugin_view`], which in a cluster adds the
+/// controller leader elsewhere.
 fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView> {
     let controller = registry
         .serving(plugin_id, Service::Controller)
@@ -318,23 +329,23 @@ fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView>
         plugin_type: r.spec.plugin_type,
         healthy: r.health == Health::Healthy && healthy,
     };
-    Some(PluginView {
+    let mut view = PluginView {
         controller: controller.map(|r| side(r, r.controller_healthy())),
         node: node.map(|r| side(r, r.node_healthy())),
         protocol: Protocol {
-            controller_publish: controller_has(ControllerCapability::PublishUnpublishVolume),
+            controller_publish: false,
             stage: node_has(NodeCapability::StageUnstageVolume),
         },
         node_id: nfp
             .and_then(|f| f.node.as_ref())
             .map(|n| n.node_id.clone())
             .unwrap_or_default(),
-        create_delete: controller_has(ControllerCapability::CreateDeleteVolume),
-        snapshots: controller_has(ControllerCapability::CreateDeleteSnapshot),
-        list_snapshots: controller_has(ControllerCapability::ListSnapshots),
-        clone: controller_has(ControllerCapability::CloneVolume),
-        list_volumes: controller_has(ControllerCapability::ListVolumes),
-        controller_expand: controller_has(ControllerCapability::ExpandVolume),
+        create_delete: false,
+        snapshots: false,
+        list_snapshots: false,
+        clone: false,
+        list_volumes: false,
+        controller_expand: false,
         node_expand: node_has(NodeCapability::ExpandVolume),
         online_expansion: plugin_has(PluginCapability::OnlineExpansion),
         stats: node_has(NodeCapability::GetVolumeStats),
@@ -346,7 +357,9 @@ fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView>
         // Paths go to the node's RPCs only: the node instance's view.
         base_dir: node.and_then(|r| r.spec.stage_publish_base_dir.clone()),
         remote_controller: false,
-    })
+    };
+    view.set_controller_features(controller_has);
+    Some(view)
 }
 
 pub struct VolumeManager {

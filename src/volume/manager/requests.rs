@@ -68,12 +68,13 @@ impl VolumeManager {
                 ),
             ));
         }
-        local_plugin_view(registry, &volume.plugin_id).ok_or_else(|| {
-            error(
-                ErrorKind::FailedPrecondition,
-                format!("plugin {:?} is not registered", volume.plugin_id),
-            )
-        })
+        self.plugin_view(registry, &volume.plugin_id)
+            .ok_or_else(|| {
+                error(
+                    ErrorKind::FailedPrecondition,
+                    format!("plugin {:?} is not registered", volume.plugin_id),
+                )
+            })
     }
 
     pub fn register(
@@ -247,7 +248,7 @@ impl VolumeManager {
                 ));
             }
             let plugin_id = &entry.volume.plugin_id;
-            let view = local_plugin_view(registry, plugin_id).ok_or_else(|| {
+            let view = self.plugin_view(registry, plugin_id).ok_or_else(|| {
                 error(
                     ErrorKind::FailedPrecondition,
                     format!("plugin {plugin_id:?} is not registered"),

@@ -62,7 +62,7 @@ impl VolumeManager {
 
     /// A plugin's healthy controller view, or why it cannot serve.
     fn controller_of(&self, plugin_id: &str, registry: &Registry) -> Result<PluginView, ApiError> {
-        let view = local_plugin_view(registry, plugin_id).ok_or_else(|| {
+        let view = self.plugin_view(registry, plugin_id).ok_or_else(|| {
             error(
                 ErrorKind::NotFound,
                 format!("plugin {plugin_id:?} is not registered"),

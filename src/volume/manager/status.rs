@@ -41,7 +41,7 @@ impl VolumeManager {
                 return None;
             }
         };
-        let view = local_plugin_view(registry, &entry.volume.plugin_id);
+        let view = self.plugin_view(registry, &entry.volume.plugin_id);
         let published = entry
             .volume
             .claims
@@ -103,7 +103,7 @@ impl VolumeManager {
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
-        let view = local_plugin_view(registry, plugin_id);
+        let view = self.plugin_view(registry, plugin_id);
         let why_not = match &view {
             None => Some(format!("plugin {plugin_id:?} is not registered")),
             Some(v) if v.unavailable(plugin_id, Service::Controller).is_some() => {

@@ -1,0 +1,325 @@
+//! Controller calls relayed through etcd (`crate::csi::relay`): a host
+//! without a controller of a plugin writes the call, encoded, to
+//! `<prefix>/calls/<plugin>/<node>/<id>` ([`pb::RelayedCall`]); the
+//! plugin's controller leader ([`super::leader`]) watches the plugin's
+//! calls, makes each with its controller and writes the answer into the
+//! same record; the caller waits for it with a watch and removes the
+//! record.
+//!
+//! - The record lives on a lease of the call's own, granted for the call's
+//!   deadline and a margin, and revoked when the caller has its answer:
+//!   a caller that dies waiting leaves nothing behind.
+//! - The leader's answer compares the record's revision, so it never
+//!   writes a record the caller has given up (and removed) back.
+//! - Without a leader (or etcd) nothing is sent, and the caller hears
+//!   FAILED_PRECONDITION: the controller made nothing, and the call may be
+//!   tried again later. Once the record may have been written, an answer
+//!   that does not come leaves the outcome unknown (DEADLINE_EXCEEDED), as
+//!   a controller that does not answer would: the volume manager then does
+//!   what the CSI error table says, as for its own controller (a
+//!   CreateVolume is sent again, with the same name).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::select;
+use grpcio::{RpcStatus, RpcStatusCode};
+use protobuf::Message;
+
+use super::election;
+use super::etcd::{self, Etcd, Event, Kv};
+use crate::csi::relay::{relayable_named, Relay};
+use crate::csi::{Client, Rpc};
+use crate::proto::cluster as pb;
+
+/// What etcd may take besides the controller's own time: the record's
+/// writes and the watch that brings the answer.
+const MARGIN: Duration = Duration::from_secs(5);
+
+/// The prefix of `plugin`'s relayed calls.
+pub fn calls_prefix(prefix: &str, plugin: &str) -> String {
+    format!("{}/calls/{plugin}/", prefix.trim_end_matches('/'))
+}
+
+/// A relay of one plugin's controller calls to its leader, for node
+/// `node`.
+pub struct EtcdRelay {
+    etcd: Arc<Etcd>,
+    prefix: String,
+    node: String,
+    plugin: String,
+}
+
+impl EtcdRelay {
+    pub fn new(etcd: Arc<Etcd>, prefix: &str, node: &str, plugin: &str) -> EtcdRelay {
+        EtcdRelay {
+            etcd,
+            prefix: prefix.to_string(),
+            node: node.to_string(),
+            plugin: plugin.to_string(),
+        }
+    }
+
+    /// A key no other call of this node has had, in this run or before.
+    fn new_key(&self) -> Vec<u8> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let id = format!(
+            "{:020}-{:06}",
+            since_epoch.as_nanos(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        format!(
+            "{}{}/{id}",
+            calls_prefix(&self.prefix, &self.plugin),
+            self.node
+        )
+        .into_bytes()
+    }
+
+    /// Writes the call on `lease` and waits for its answer.
+    fn send(
+        &self,
+        leader: &str,
+        rpc: Rpc,
+        request: Vec<u8>,
+        timeout: Duration,
+        lease: i64,
+    ) -> Result<Vec<u8>, RpcStatus> {
+        let record = pb::RelayedCall {
+            rpc: rpc.name().to_string(),
+            request,
+            timeout_ms: timeout.as_millis() as u64,
+            ..Default::default()
+        };
+        let key = self.new_key();
+        let value = record
+            .write_to_bytes()
+            .expect("encoding a call cannot fail");
+        // From here on the leader may be making the call: no answer means
+        // an unknown outcome.
+        let unknown = |why: String| {
+            RpcStatus::with_message(
+                RpcStatusCode::DEADLINE_EXCEEDED,
+                format!(
+                    "the controller leader of plugin {:?} (node {leader}) did not answer {rpc}: {why}",
+                    self.plugin
+                ),
+            )
+        };
+        let revision = self
+            .etcd
+            .put(&key, &value, lease)
+            .map_err(|err| unknown(format!("writing the call to etcd failed: {}", chain(&err))))?;
+        let watch = |key: &[u8]| {
+            self.etcd
+                .watch_prefix(key, revision + 1)
+                .map_err(|err| unknown(chain(&err)))
+        };
+        let election = election::election_key(&self.prefix, &self.plugin);
+        let (answers, leaders) = (watch(&key)?, watch(&election)?);
+        let deadline = Instant::now() + timeout + MARGIN;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let batch = select! {
+                recv(answers.receiver()) -> batch => batch,
+                recv(leaders.receiver()) -> batch => batch,
+                default(left) => {
+                    return Err(unknown(format!("no answer within {:?}", timeout + MARGIN)));
+                }
+            };
+            let batch = match batch {
+                Ok(Ok(batch)) => batch,
+                Ok(Err(err)) => return Err(unknown(chain(&err))),
+                Err(_) => return Err(unknown("the watch ended".into())),
+            };
+            for event in batch.events {
+                match event {
+                    Event::Put(kv) if kv.key == key => {
+                        let Ok(call) = pb::RelayedCall::parse_from_bytes(&kv.value) else {
+                            return Err(unknown("its record is unreadable".into()));
+                        };
+                        if call.answered {
+                            return answer_of(call);
+                        }
+                    }
+                    Event::Delete { key: gone, .. } if gone == key => {
+                        return Err(unknown("the call's record expired".into()));
+                    }
+                    // A leader that leaves may or may not have made the
+                    // call; its successor would serve the record again,
+                    // but none may come: the caller's backoff decides.
+                    Event::Delete { key: gone, .. } if gone == election => {
+                        return Err(unknown("the leader left before it answered".into()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+impl Relay for EtcdRelay {
+    fn relay(&self, rpc: Rpc, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, RpcStatus> {
+        let leader = election::leader(&self.etcd, &self.prefix, &self.plugin)
+            .map_err(|err| {
+                not_sent(format!(
+                    "cannot read the controller election from etcd: {}",
+                    chain(&err)
+                ))
+            })?
+            .ok_or_else(|| {
+                not_sent(format!(
+                    "no controller of plugin {:?} runs in the cluster: none leads its election",
+                    self.plugin
+                ))
+            })?;
+        let (lease, _) = self.etcd.grant(timeout + 2 * MARGIN).map_err(|err| {
+            not_sent(format!(
+                "cannot grant the call a lease in etcd: {}",
+                chain(&err)
+            ))
+        })?;
+        log::debug!(
+            "Cluster: relaying {rpc} of plugin {} to its controller leader, node {leader}",
+            self.plugin
+        );
+        let answer = self.send(&leader, rpc, request, timeout, lease);
+        // Removes the record; its lease's TTL does, if etcd is out of reach.
+        if let Err(err) = self.etcd.revoke(lease) {
+            log::debug!(
+                "Cluster: cannot revoke a relayed call's lease: {}",
+                chain(&err)
+            );
+        }
+        answer
+    }
+}
+
+/// A call that was not sent: the controller made nothing.
+fn not_sent(message: String) -> RpcStatus {
+    RpcStatus::with_message(RpcStatusCode::FAILED_PRECONDITION, message)
+}
+
+fn chain(err: &etcd::Error) -> String {
+    crate::error_chain(err)
+}
+
+/// The leader's answer in `call`.
+fn answer_of(call: pb::RelayedCall) -> Result<Vec<u8>, RpcStatus> {
+    if call.code == 0 {
+        Ok(call.response)
+    } else {
+        Err(RpcStatus::with_message(call.code, call.message))
+    }
+}
+
+/// The keys of the calls the leader is making.
+pub type InFlight = Arc<Mutex<HashSet<Vec<u8>>>>;
+
+/// One call waiting for the leader.
+pub struct Pending {
+    kv: Kv,
+    call: pb::RelayedCall,
+}
+
+/// The calls in `kvs` (a read or a watch's puts) not answered yet.
+pub fn pending(kvs: Vec<Kv>) -> Vec<Pending> {
+    kvs.into_iter()
+        .filter_map(|kv| {
+            let call = pb::RelayedCall::parse_from_bytes(&kv.value).ok()?;
+            (!call.answered).then_some(Pending { kv, call })
+        })
+        .collect()
+}
+
+/// The leader's side: makes `pending` with `client` on a thread of its
+/// own and writes the answer into its record, unless the caller gave it
+/// up meanwhile. A call already being made is left to its thread.
+pub fn serve(
+    etcd: &Arc<Etcd>,
+    leader: &str,
+    client: &Client,
+    pending: Pending,
+    in_flight: &InFlight,
+) {
+    let Pending { kv, call } = pending;
+    if !in_flight.lock().unwrap().insert(kv.key.clone()) {
+        return;
+    }
+    let (etcd, leader, in_flight) = (etcd.clone(), leader.to_string(), in_flight.clone());
+    let timeout = Duration::from_millis(call.timeout_ms).max(Duration::from_secs(1));
+    let client = client.clone().with_timeout(timeout);
+    let spawned = thread::Builder::new()
+        .name("relayed-call".into())
+        .spawn(move || {
+            let answer = make(&client, &call);
+            write_answer(&etcd, &leader, &kv, call, answer);
+            in_flight.lock().unwrap().remove(&kv.key);
+        });
+    if let Err(err) = spawned {
+        log::error!("Cluster: cannot start a thread for a relayed call: {err}");
+    }
+}
+
+/// Makes `call` with the leader's controller.
+fn make(client: &Client, call: &pb::RelayedCall) -> Result<Vec<u8>, RpcStatus> {
+    let Some(rpc) = relayable_named(&call.rpc) else {
+        return Err(RpcStatus::with_message(
+            RpcStatusCode::INVALID_ARGUMENT,
+            format!(
+                "{:?} is not a call a controller leader makes for others",
+                call.rpc
+            ),
+        ));
+    };
+    log::info!("Cluster: making {rpc} for another host (relayed)");
+    client.serve_relayed(rpc, &call.request)
+}
+
+fn write_answer(
+    etcd: &Etcd,
+    leader: &str,
+    kv: &Kv,
+    call: pb::RelayedCall,
+    answer: Result<Vec<u8>, RpcStatus>,
+) {
+    let (response, code, message) = match answer {
+        Ok(response) => (response, 0, String::new()),
+        Err(status) => (
+            Vec::new(),
+            i32::from(status.code()),
+            status.message().to_string(),
+        ),
+    };
+    let record = pb::RelayedCall {
+        answered: true,
+        response,
+        code,
+        message,
+        served_by: leader.to_string(),
+        // The request may hold secrets: the answer does not repeat them.
+        request: Vec::new(),
+        ..call
+    };
+    let value = record
+        .write_to_bytes()
+        .expect("encoding a call cannot fail");
+    match etcd.put_if(&kv.key, kv.mod_revision, &value, kv.lease) {
+        Ok(Some(_)) => {}
+        Ok(None) => log::debug!(
+            "Cluster: the caller of a relayed {} gave it up before the answer",
+            record.rpc
+        ),
+        Err(err) => log::warn!(
+            "Cluster: cannot write the answer of a relayed {}: {}",
+            record.rpc,
+            chain(&err)
+        ),
+    }
+}

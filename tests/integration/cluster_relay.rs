@@ -1,0 +1,155 @@
+//! Controller calls from a host without the plugin's controller: the
+//! node-only host's agent relays them through etcd to the controller
+//! leader on another host, whose controller makes them. Every command
+//! works from the node-only host as from the controller's: create, expand,
+//! snapshot (create, list, delete), delete; with no controller leading in
+//! the cluster, a create fails at once, clearly, and leaves nothing.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use csi_agent::cluster::election;
+use csi_agent::proto::agent::{SnapshotCreateRequest, SnapshotDeleteRequest, SnapshotListRequest};
+
+use csi_agent::spec::DEFAULT_CLUSTER_PREFIX;
+
+use crate::cluster_claims::NodeOnly;
+use crate::etcd::{require_etcd, Cluster};
+use crate::harness::WAIT;
+use crate::volume_util::{connect, spec, try_volume, wait_volume, PLUGIN};
+
+/// How many times `plugin`'s trace has `rpc`.
+fn calls(plugin: &crate::util::Plugin, rpc: &str) -> usize {
+    plugin.trace_methods().iter().filter(|m| *m == rpc).count()
+}
+
+#[test]
+fn a_node_only_host_creates_expands_snapshots_and_deletes_through_the_controller_leader() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let NodeOnly {
+        full,
+        node,
+        owner,
+        node_only,
+    } = NodeOnly::start(&cluster);
+    node.wait_for_log("plugin hp's controller leads in the cluster", WAIT);
+    // hostpath volumes live on one node: a volume is created where the
+    // spec's topology says, or by default where it is asked for.
+    let on = |id: &str, min: &str, node: Option<&str>| {
+        let mut hcl = format!(
+            "{}capacity_min = {min:?}\n",
+            spec(id, &["single-node-writer"], None)
+        );
+        if let Some(node) = node {
+            hcl.push_str(&format!(
+                "topology_request {{\n  required {{\n    topology {{\n      segments = {{ \"topology.hostpath.csi-agent/node\" = {node:?} }}\n    }}\n  }}\n}}\n"
+            ));
+        }
+        hcl
+    };
+    let sized = |min: &str| on("r", min, Some("host-0"));
+
+    // The leader's controller's refusal comes back as it was made: host
+    // 0's controller cannot make a volume on host 1; nothing is left.
+    let err = connect(&node)
+        .volume_create("q.hcl", &on("q", "1MiB", None))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "CreateVolume failed: RESOURCE_EXHAUSTED: no requisite topology includes this node"
+        ),
+        "{err}"
+    );
+    assert_eq!(try_volume(&node, "q").unwrap(), None);
+
+    // Created from the node-only host, by the leader's controller.
+    let created = connect(&node)
+        .volume_create("r.hcl", &sized("1MiB"))
+        .unwrap();
+    let status = &created.volumes[0];
+    assert!(!status.external_id.is_empty(), "{status:?}");
+    assert_eq!(calls(&owner, "CreateVolume"), 2);
+    assert_eq!(calls(&node_only, "CreateVolume"), 0);
+    wait_volume(&full, "r", "registered", |_| true, WAIT);
+    full.wait_for_log("making CreateVolume for another host (relayed)", WAIT);
+
+    // Expanded from there too: ControllerExpandVolume on the leader.
+    connect(&node)
+        .volume_create("r.hcl", &sized("4MiB"))
+        .unwrap();
+    assert_eq!(calls(&owner, "ControllerExpandVolume"), 1);
+    let v = try_volume(&node, "r").unwrap().unwrap();
+    assert!(v.capacity_bytes >= 4 << 20, "{v:?}");
+
+    // A snapshot, listed and deleted from the node-only host.
+    let client = connect(&node);
+    let snapshot = client
+        .snapshot_create(&SnapshotCreateRequest {
+            volume_id: "r".into(),
+            name: "r-snap".into(),
+            ..Default::default()
+        })
+        .unwrap()
+        .snapshot
+        .unwrap();
+    assert_eq!(snapshot.volume_id, "r");
+    let listed = client
+        .snapshot_list(&SnapshotListRequest {
+            plugin_id: PLUGIN.into(),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        listed.snapshots.iter().any(|s| s.id == snapshot.id),
+        "{listed:?}"
+    );
+    client
+        .snapshot_delete(&SnapshotDeleteRequest {
+            plugin_id: PLUGIN.into(),
+            snapshot_id: snapshot.id.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    for rpc in ["CreateSnapshot", "ListSnapshots", "DeleteSnapshot"] {
+        assert_eq!(calls(&owner, rpc), 1, "{rpc}: {:?}", owner.trace_methods());
+    }
+
+    // Deleted from the node-only host: gone from the plugin and the cluster.
+    client.volume_delete("r").unwrap();
+    assert_eq!(calls(&owner, "DeleteVolume"), 1);
+    assert_eq!(try_volume(&node, "r").unwrap(), None);
+    let deadline = Instant::now() + WAIT;
+    while try_volume(&full, "r").unwrap().is_some() {
+        assert!(Instant::now() < deadline, "host 0 still has volume r");
+        thread::sleep(Duration::from_millis(50));
+    }
+
+    // No controller leads once host 0's agent is gone (killed: its
+    // election key goes with its lease): a create from the node-only host
+    // fails at once, says why, and leaves no volume behind.
+    drop(full);
+    let etcd = cluster.client();
+    let deadline = Instant::now() + WAIT;
+    while election::leader(&etcd, DEFAULT_CLUSTER_PREFIX, PLUGIN)
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "host 0 still leads");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let err = connect(&node)
+        .volume_create("s.hcl", &on("s", "1MiB", Some("host-0")))
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no controller of plugin \"hp\" runs in the cluster"),
+        "{err}"
+    );
+    assert_eq!(try_volume(&node, "s").unwrap(), None);
+    assert_eq!(calls(&owner, "CreateVolume"), 2);
+    drop(node);
+    drop(node_only);
+}
