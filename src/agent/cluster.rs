@@ -180,17 +180,20 @@ impl Agent {
 
     /// A controller call of a plugin without a controller here, in a
     /// cluster: made by the plugin's controller leader, relayed through
-    /// etcd from the node's workers (`csi/relay.rs`). Anything else is
-    /// `dispatch` as it is.
-    pub(super) fn relayed(&self, dispatch: Dispatch) -> Dispatch {
+    /// etcd (`csi/relay.rs`) from the node's workers, or, on a host without
+    /// any instance of the plugin, from a thread of its own (such calls
+    /// are few: create, delete, snapshot, expand, validate, list). Answers
+    /// the dispatch to submit: `dispatch` itself if it is not relayed,
+    /// `None` if it is under way already.
+    pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {
         let Some(cluster) = &self.cluster else {
-            return dispatch;
+            return Some(dispatch);
         };
         let plugin = &dispatch.plugin_id;
         if dispatch.service != Service::Controller
             || self.registry.serving(plugin, Service::Controller).is_some()
         {
-            return dispatch;
+            return Some(dispatch);
         }
         let relay: Arc<dyn Relay> = Arc::new(EtcdRelay::new(
             cluster.member.etcd(),
@@ -199,11 +202,22 @@ impl Agent {
             plugin,
         ));
         let job = dispatch.job;
-        Dispatch {
-            service: Service::Node,
-            job: Box::new(move |client: &Client| job(&client.relayed(relay))),
-            ..dispatch
+        if self.registry.serving(plugin, Service::Node).is_some() {
+            return Some(Dispatch {
+                service: Service::Node,
+                job: Box::new(move |client: &Client| job(&client.relayed(relay))),
+                ..dispatch
+            });
         }
+        let spawned = std::thread::Builder::new()
+            .name(format!("relay-{plugin}"))
+            .spawn(move || job(&Client::relay_only(relay)));
+        if let Err(err) = spawned {
+            // The job is dropped, and with it its result channel: the
+            // manager hears the call failed.
+            log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}");
+        }
+        None
     }
 
     /// Hands this node's plugins to the member thread, which rewrites the

@@ -294,7 +294,9 @@ impl Agent {
     /// Submits a job now to the workers of the instance of its plugin that
     /// serves its service: a split plugin's controller or node.
     pub(super) fn submit(&mut self, dispatch: Dispatch) {
-        let dispatch = self.relayed(dispatch);
+        let Some(dispatch) = self.relayed(dispatch) else {
+            return;
+        };
         let key = self
             .registry
             .serving(&dispatch.plugin_id, dispatch.service)

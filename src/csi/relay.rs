@@ -14,12 +14,14 @@
 //! is a record of its own (`cluster/attachments.rs`), which the fencer of
 //! lost nodes reads too.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use grpcio::{RpcStatus, RpcStatusCode};
 use protobuf::Message;
 
 use super::client::Client;
+use super::endpoint::Endpoint;
 use super::error::Rpc;
 use super::proto::csi as pb;
 
@@ -102,6 +104,15 @@ fn status_of(err: grpcio::Error) -> RpcStatus {
 }
 
 impl Client {
+    /// A client for a host without any instance of the plugin: its
+    /// controller calls go through `relay`; it has no plugin socket (its
+    /// endpoint is `/dev/null`, where nothing listens), so a node or
+    /// identity call fails with UNAVAILABLE.
+    pub fn relay_only(relay: Arc<dyn Relay>) -> Client {
+        let nowhere = Endpoint::from_path("/dev/null").expect("an absolute, short path");
+        Client::new(&nowhere).relayed(relay)
+    }
+
     /// Makes a relayed call with this client's controller: `request` is
     /// the encoded request of `rpc`; answers the encoded response.
     pub fn serve_relayed(&self, rpc: Rpc, request: &[u8]) -> Result<Vec<u8>, RpcStatus> {

@@ -19,7 +19,7 @@
 use super::model::{Admission, Claim, StagingKey, Step, Volume};
 
 /// What the plugin advertises that changes the protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Protocol {
     /// The controller has PUBLISH_UNPUBLISH_VOLUME.
     pub controller_publish: bool,

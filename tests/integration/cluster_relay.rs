@@ -2,7 +2,8 @@
 //! node-only host's agent relays them through etcd to the controller
 //! leader on another host, whose controller makes them. Every command
 //! works from the node-only host as from the controller's: create, expand,
-//! snapshot (create, list, delete), delete; with no controller leading in
+//! snapshot (create, list, delete), delete; and so does a host without any
+//! instance of the plugin; with no controller leading in
 //! the cluster, a create fails at once, clearly, and leaves nothing.
 
 use std::thread;
@@ -15,7 +16,7 @@ use csi_agent::spec::DEFAULT_CLUSTER_PREFIX;
 
 use crate::cluster_claims::NodeOnly;
 use crate::etcd::{require_etcd, Cluster};
-use crate::harness::WAIT;
+use crate::harness::{Agent, WAIT};
 use crate::volume_util::{connect, spec, try_volume, wait_volume, PLUGIN};
 
 /// How many times `plugin`'s trace has `rpc`.
@@ -127,6 +128,30 @@ fn a_node_only_host_creates_expands_snapshots_and_deletes_through_the_controller
         thread::sleep(Duration::from_millis(50));
     }
 
+    // A host without any instance of the plugin does the same.
+    let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
+    let bare = Agent::start_with_config(&format!(
+        "\nnode_name = \"host-2\"\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
+        endpoints.join(", ")
+    ));
+    bare.wait_for_log("plugin hp's controller leads in the cluster", WAIT);
+    connect(&bare)
+        .volume_create("t.hcl", &on("t", "1MiB", Some("host-0")))
+        .unwrap();
+    assert_eq!(calls(&owner, "CreateVolume"), 3);
+    wait_volume(&node, "t", "registered", |_| true, WAIT);
+    // It cannot claim (no node here), and says so.
+    let err = connect(&bare)
+        .volume_claim(&crate::volume_util::claim_req("t", "t1"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("has no node on this host"),
+        "{err}"
+    );
+    connect(&bare).volume_delete("t").unwrap();
+    assert_eq!(calls(&owner, "DeleteVolume"), 2);
+    drop(bare);
+
     // No controller leads once host 0's agent is gone (killed: its
     // election key goes with its lease): a create from the node-only host
     // fails at once, says why, and leaves no volume behind.
@@ -149,7 +174,7 @@ fn a_node_only_host_creates_expands_snapshots_and_deletes_through_the_controller
         "{err}"
     );
     assert_eq!(try_volume(&node, "s").unwrap(), None);
-    assert_eq!(calls(&owner, "CreateVolume"), 2);
+    assert_eq!(calls(&owner, "CreateVolume"), 3);
     drop(node);
     drop(node_only);
 }

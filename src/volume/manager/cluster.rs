@@ -151,23 +151,25 @@ impl VolumeManager {
     }
 
     /// Plugin `id` as this host sees it: [`local_plugin_view`], and in a
-    /// cluster, a plugin without a controller here whose controller leads
-    /// elsewhere has that controller, reached through the leader.
+    /// cluster, a plugin without a controller here (or without any
+    /// instance here) whose controller leads elsewhere has that controller,
+    /// reached through the leader.
     pub(super) fn plugin_view(
         &self,
         registry: &crate::plugin::Registry,
         id: &str,
     ) -> Option<PluginView> {
-        let mut view = local_plugin_view(registry, id)?;
-        if let Some(side) = &self.cluster {
-            match side.controllers.get(id) {
-                Some(capabilities) if view.controller.is_none() => {
-                    view.remote_controller = true;
-                    view.set_controller_features(|c| capabilities.contains(&c));
-                }
-                _ => {}
-            }
-        }
+        let local = local_plugin_view(registry, id);
+        let Some(capabilities) = self.cluster.as_ref().and_then(|c| c.controllers.get(id)) else {
+            return local;
+        };
+        let mut view = match local {
+            Some(view) if view.controller.is_some() => return Some(view),
+            Some(view) => view,
+            None => PluginView::default(),
+        };
+        view.remote_controller = true;
+        view.set_controller_features(|c| capabilities.contains(&c));
         Some(view)
     }
 

@@ -207,6 +207,7 @@ struct Side {
 /// not healthy, so that the protocol a volume needs does not change when
 /// an instance dies: a claim that needs ControllerPublishVolume waits for
 /// the controller rather than skip it.
+#[derive(Default)]
 struct PluginView {
     /// The instance serving the controller service, unless none is
     /// registered or the monolith's fingerprint says it has none.
