@@ -178,3 +178,90 @@ fn a_node_only_host_creates_expands_snapshots_and_deletes_through_the_controller
     drop(node);
     drop(node_only);
 }
+
+/// The relay's own protocol against etcd, with the test as the leader.
+mod protocol {
+    use std::sync::Arc;
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use csi_agent::cluster::election;
+    use csi_agent::cluster::relay::{calls_prefix, EtcdRelay};
+    use csi_agent::csi::relay::Relay;
+    use csi_agent::csi::Rpc;
+    use grpcio::RpcStatusCode;
+
+    use crate::etcd::{require_etcd, Cluster};
+
+    const PREFIX: &str = "/relay-test";
+
+    #[test]
+    fn without_a_leader_nothing_is_sent_and_the_call_fails_at_once() {
+        if !require_etcd() {
+            return;
+        }
+        let cluster = Cluster::start(1);
+        let etcd = Arc::new(cluster.client());
+        let relay = EtcdRelay::new(etcd.clone(), PREFIX, "node-b", "ebs");
+        let start = Instant::now();
+        let err = relay
+            .relay(Rpc::CreateVolume, vec![], Duration::from_secs(30))
+            .unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert_eq!(err.code(), RpcStatusCode::FAILED_PRECONDITION);
+        assert!(
+            err.message()
+                .contains("no controller of plugin \"ebs\" runs in the cluster"),
+            "{err:?}"
+        );
+        let (calls, _) = etcd
+            .get_prefix(calls_prefix(PREFIX, "ebs").as_bytes())
+            .unwrap();
+        assert!(calls.is_empty(), "{calls:?}");
+    }
+
+    #[test]
+    fn a_leader_that_leaves_before_answering_leaves_the_outcome_unknown_and_no_record() {
+        if !require_etcd() {
+            return;
+        }
+        let cluster = Cluster::start(1);
+        let etcd = Arc::new(cluster.client());
+        let (lease, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", lease).unwrap();
+        // The "leader" sees the call, then its lease is revoked (as when
+        // its agent stops) without an answer.
+        let leader = {
+            let etcd = etcd.clone();
+            thread::spawn(move || {
+                let prefix = calls_prefix(PREFIX, "ebs");
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let (calls, _) = etcd.get_prefix(prefix.as_bytes()).unwrap();
+                    if let Some(call) = calls.first() {
+                        let key = String::from_utf8_lossy(&call.key).into_owned();
+                        etcd.revoke(lease).unwrap();
+                        return key;
+                    }
+                    assert!(Instant::now() < deadline, "no call was written");
+                    thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let relay = EtcdRelay::new(etcd.clone(), PREFIX, "node-b", "ebs");
+        let start = Instant::now();
+        let err = relay
+            .relay(Rpc::DeleteVolume, vec![1, 2, 3], Duration::from_secs(60))
+            .unwrap_err();
+        let key = leader.join().unwrap();
+        assert!(key.starts_with("/relay-test/calls/ebs/node-b/"), "{key}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert_eq!(err.code(), RpcStatusCode::DEADLINE_EXCEEDED);
+        assert!(
+            err.message().contains("the leader left before it answered"),
+            "{err:?}"
+        );
+        // The caller's lease took the record with it.
+        assert_eq!(etcd.get(key.as_bytes()).unwrap(), None);
+    }
+}
