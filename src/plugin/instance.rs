@@ -4,9 +4,16 @@
 //! The thread waits for the socket (inotify through [`SocketWatcher`], so a
 //! plugin is probed the moment its socket appears), probes it quickly at
 //! first and then less often, up to every [`PROBE_CEILING`], fingerprints
-//! it once Probe says ready, and then heartbeats (Probe and a fresh
-//! fingerprint) every `heartbeat`. It reports each outcome to the main loop
-//! and never touches the registry itself.
+//! it once Probe says ready, and then heartbeats (Probe) every
+//! `heartbeat`. It reports each outcome to the main loop and never touches
+//! the registry itself.
+//!
+//! The fingerprint (plugin info, capabilities, node info: five RPCs) is
+//! taken again on every new connection (a new socket is a new process),
+//! after any heartbeat that did not find the plugin healthy, and otherwise
+//! every [`REFINGERPRINT_EVERY`] heartbeats, to notice a plugin changed
+//! behind a socket that stayed; a heartbeat in between is one Probe, so an
+//! idle agent with many plugins costs little.
 //!
 //! Health as the thread sees it: `Pending` until the first good fingerprint
 //! (or until `health_timeout` passes, then `Unhealthy`); `Healthy` while
@@ -38,6 +45,9 @@ pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// The deadline of each fingerprint RPC: they are cheap, and a plugin that
 /// cannot answer them in this time is not healthy.
 const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Heartbeats that trust the last fingerprint before one takes it again.
+const REFINGERPRINT_EVERY: u32 = 10;
 
 /// How an instance watches its plugin.
 #[derive(Clone, Copy, Debug)]
@@ -114,6 +124,7 @@ impl Instance {
             socket_events,
             _watch: watch,
             health: Health::Pending,
+            trusted: 0,
         };
         let thread = thread::Builder::new()
             .name(runner.spec.key().thread_name())
@@ -166,7 +177,8 @@ fn new_client(spec: &PluginSpec) -> Client {
 
 /// The outcome of one check of the plugin.
 enum Check {
-    Healthy(Fingerprint),
+    /// With a fingerprint, if one was taken.
+    Healthy(Option<Fingerprint>),
     /// Probe answered `ready = false`.
     NotReady,
     Failed(String),
@@ -185,6 +197,9 @@ struct Runner {
     _watch: Option<Watch>,
     /// The health last reported.
     health: Health,
+    /// Heartbeats left that trust the last fingerprint: zero on a new
+    /// connection and after a check that did not find the plugin healthy.
+    trusted: u32,
 }
 
 impl Runner {
@@ -221,6 +236,7 @@ impl Runner {
                         log::debug!("Plugin {}: socket appeared", self.spec.key());
                         // A new process is behind it: a new connection, at once.
                         self.client = new_client(&self.spec);
+                        self.trusted = 0;
                         self.connection.fetch_add(1, Ordering::SeqCst);
                         attempt = 0;
                         next_check = Instant::now();
@@ -238,7 +254,7 @@ impl Runner {
                     match self.check() {
                         Check::Healthy(fingerprint) => {
                             attempt = 0;
-                            self.set_health(Health::Healthy, "probe ready".into(), Some(fingerprint), Some(SystemTime::now()));
+                            self.set_health(Health::Healthy, "probe ready".into(), fingerprint, Some(SystemTime::now()));
                             next_check = Instant::now() + self.settings.heartbeat;
                             continue;
                         }
@@ -263,15 +279,27 @@ impl Runner {
         }
     }
 
-    /// Probe, and fingerprint when ready.
-    fn check(&self) -> Check {
+    /// Probe, and fingerprint when ready and the last fingerprint is no
+    /// longer trusted.
+    fn check(&mut self) -> Check {
+        let check = self.probe();
+        self.trusted = match &check {
+            Check::Healthy(Some(_)) => REFINGERPRINT_EVERY,
+            Check::Healthy(None) => self.trusted - 1,
+            Check::NotReady | Check::Failed(_) => 0,
+        };
+        check
+    }
+
+    fn probe(&self) -> Check {
         let socket = self.spec.endpoint.path();
         if !socket.exists() {
             return Check::Failed(format!("no socket at {}", socket.display()));
         }
         match self.client.probe() {
+            Ok(true) if self.trusted > 0 => Check::Healthy(None),
             Ok(true) => match Fingerprint::take(&self.client, self.spec.plugin_type) {
-                Ok(fingerprint) => Check::Healthy(fingerprint),
+                Ok(fingerprint) => Check::Healthy(Some(fingerprint)),
                 Err(err) => Check::Failed(format!("fingerprint: {err}")),
             },
             Ok(false) => Check::NotReady,

@@ -107,6 +107,54 @@ fn a_configured_plugin_turns_healthy_with_its_fingerprint() {
     assert_eq!(changes(&p), [(Health::PENDING, Health::HEALTHY)]);
 }
 
+/// How many of `plugin`'s calls so far were `rpc`.
+fn count(plugin: &Plugin, rpc: &str) -> usize {
+    plugin.trace_methods().iter().filter(|m| *m == rpc).count()
+}
+
+#[test]
+fn a_heartbeat_is_a_probe_and_the_fingerprint_is_taken_again_after_a_failure_or_every_tenth() {
+    let plugin = Plugin::start();
+    let agent = Agent::start(&[block("hp", &plugin.socket)]);
+    agent.wait_for("hp", healthy, WAIT);
+    // 25 heartbeats (200 ms each): the first fingerprint, and one every
+    // tenth heartbeat after it.
+    let start = std::time::Instant::now();
+    while count(&plugin, "Probe") < 25 {
+        assert!(start.elapsed() < WAIT, "{:?}", plugin.trace_methods());
+        thread::sleep(Duration::from_millis(50));
+    }
+    let probes = count(&plugin, "Probe");
+    let fingerprints = count(&plugin, "GetPluginInfo");
+    assert!(
+        (2..=1 + probes / 10).contains(&fingerprints),
+        "{fingerprints} fingerprints in {probes} probes"
+    );
+    // A heartbeat that finds the plugin not ready: the next one that finds
+    // it ready fingerprints it again, at once.
+    let seen = plugin.trace_methods().len();
+    plugin.set_faults("Probe not-ready count=1\n");
+    let start = std::time::Instant::now();
+    loop {
+        let after: Vec<String> = plugin.trace_methods().split_off(seen);
+        if after.len() >= 3 {
+            assert_eq!(after[..3], ["Probe", "Probe", "GetPluginInfo"], "{after:?}");
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "{after:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let p = agent.wait_for("hp", healthy, WAIT);
+    assert_eq!(
+        changes(&p),
+        [
+            (Health::PENDING, Health::HEALTHY),
+            (Health::HEALTHY, Health::UNHEALTHY),
+            (Health::UNHEALTHY, Health::HEALTHY)
+        ]
+    );
+}
+
 #[test]
 fn a_killed_plugin_turns_unhealthy_once_and_healthy_again_once_restarted() {
     let mut plugin = Plugin::start();
