@@ -156,6 +156,17 @@
 //!   the same once one comes. Reader and multi-writer claims no controller
 //!   attached are freed without a fence, as the issue asks; a writer's
 //!   waits for an operator.
+//! - Many hosts: DESIGN.md has only the controller leader make controller
+//!   RPCs. Here the leader makes every attach and detach (the calls that
+//!   change what other hosts may do, and that fencing depends on), and
+//!   the calls of hosts without a controller of the plugin (relayed,
+//!   [`cluster::relay`]); a host with a controller of its own creates,
+//!   deletes, snapshots and expands with it. A controller on every host is
+//!   what node-local storage deploys (Kubernetes runs its provisioner per
+//!   node for it), and such a controller can make volumes only where it
+//!   runs: the leader could not make one for another host. Calls a user
+//!   makes on one host are made once, so no leader is needed to keep two
+//!   agents from making the same one.
 //! - A volume's local record remembers the etcd cluster (its ID) that held
 //!   it, a field DESIGN.md does not have: an agent that comes back tells a
 //!   deregistration made while it was away (missing from the same etcd)

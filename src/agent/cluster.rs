@@ -178,13 +178,15 @@ impl Agent {
         }
     }
 
-    /// A controller call of a plugin without a controller here, in a
-    /// cluster: made by the plugin's controller leader, relayed through
-    /// etcd (`csi/relay.rs`) from the node's workers, or, on a host without
-    /// any instance of the plugin, from a thread of its own (such calls
-    /// are few: create, delete, snapshot, expand, validate, list). Answers
-    /// the dispatch to submit: `dispatch` itself if it is not relayed,
-    /// `None` if it is under way already.
+    /// A controller call in a cluster, on a host without a controller of
+    /// the plugin: made by the plugin's controller leader, relayed through
+    /// etcd (`csi/relay.rs`) from the node's workers here, or, on a host
+    /// without any instance of the plugin, from a thread of its own (such
+    /// calls are few: create, delete, snapshot, expand, validate, list).
+    /// A host with a controller of its own makes its calls with it (see
+    /// the crate docs: a departure from DESIGN.md). Answers the dispatch
+    /// to submit: `dispatch` itself if it is not relayed, `None` if it is
+    /// under way already.
     pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {
         let Some(cluster) = &self.cluster else {
             return Some(dispatch);

@@ -39,6 +39,9 @@ use crate::proto::cluster as pb;
 /// writes and the watch that brings the answer.
 const MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a call waits for a leader when the election has none.
+const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
+
 /// The prefix of `plugin`'s relayed calls.
 pub fn calls_prefix(prefix: &str, plugin: &str) -> String {
     format!("{}/calls/{plugin}/", prefix.trim_end_matches('/'))
@@ -166,19 +169,7 @@ impl EtcdRelay {
 
 impl Relay for EtcdRelay {
     fn relay(&self, rpc: Rpc, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, RpcStatus> {
-        let leader = election::leader(&self.etcd, &self.prefix, &self.plugin)
-            .map_err(|err| {
-                not_sent(format!(
-                    "cannot read the controller election from etcd: {}",
-                    chain(&err)
-                ))
-            })?
-            .ok_or_else(|| {
-                not_sent(format!(
-                    "no controller of plugin {:?} runs in the cluster: none leads its election",
-                    self.plugin
-                ))
-            })?;
+        let leader = self.leader()?;
         let (lease, _) = self.etcd.grant(timeout + 2 * MARGIN).map_err(|err| {
             not_sent(format!(
                 "cannot grant the call a lease in etcd: {}",
@@ -198,6 +189,44 @@ impl Relay for EtcdRelay {
             );
         }
         answer
+    }
+}
+
+impl EtcdRelay {
+    /// The node leading the plugin's controller: the one the election
+    /// names, or the first to win it within [`WAIT_FOR_LEADER`] (a
+    /// controller that has just turned healthy is about to campaign).
+    fn leader(&self) -> Result<String, RpcStatus> {
+        let cannot = |err: etcd::Error| {
+            not_sent(format!(
+                "cannot read the controller election from etcd: {}",
+                chain(&err)
+            ))
+        };
+        let key = election::election_key(&self.prefix, &self.plugin);
+        let (kvs, revision) = self.etcd.get_prefix(&key).map_err(cannot)?;
+        let named = |kv: &Kv| (kv.key == key).then(|| election::leader_of(&kv.value).node);
+        if let Some(leader) = kvs.iter().find_map(named) {
+            return Ok(leader);
+        }
+        let watch = self.etcd.watch_prefix(&key, revision + 1).map_err(cannot)?;
+        let deadline = Instant::now() + WAIT_FOR_LEADER;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let batch = match watch.next(left) {
+                Ok(batch) => batch,
+                Err(etcd::Error::Timeout) => {
+                    return Err(not_sent(format!(
+                        "no controller of plugin {:?} runs in the cluster: none led its election within {WAIT_FOR_LEADER:?}",
+                        self.plugin
+                    )))
+                }
+                Err(err) => return Err(cannot(err)),
+            };
+            if let Some(leader) = batch.puts().iter().find_map(named) {
+                return Ok(leader);
+            }
+        }
     }
 }
 
