@@ -4,8 +4,11 @@
 //! agent process is watched for `--idle` seconds: CPU time from
 //! `/proc/PID/stat` (user + system, reaped threads included) over the
 //! window, resident memory (`VmRSS`, sampled every second, the largest
-//! kept) and the thread count from `/proc/PID/status`. The plugins'
-//! processes are not counted: they are not the agent.
+//! kept, with its anonymous and file-backed parts: the file-backed part
+//! is clean pages of the binary and its libraries, which the kernel may
+//! drop and read again, while the anonymous part is the agent's own) and
+//! the thread count from `/proc/PID/status`. The plugins' processes are
+//! not counted: they are not the agent.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,8 +26,11 @@ pub struct IdleResult {
     pub plugins: usize,
     pub window: Duration,
     pub heartbeat: Duration,
-    /// The largest VmRSS seen, bytes.
+    /// The largest VmRSS seen, bytes, and its anonymous and file-backed
+    /// parts then.
     pub rss: u64,
+    pub rss_anon: u64,
+    pub rss_file: u64,
     pub threads: u64,
     /// Percent of one core.
     pub cpu_percent: f64,
@@ -60,14 +66,16 @@ pub fn run(opts: &Options, root: &Path) -> IdleResult {
     let pid = agent.pid();
     let cpu_start = cpu_ticks(pid);
     let start = Instant::now();
-    let mut rss = 0;
+    let mut largest = ProcStatus::default();
     let mut threads = 0;
     while start.elapsed() < opts.idle_window {
         let left = opts.idle_window.saturating_sub(start.elapsed());
         thread::sleep(left.min(Duration::from_secs(1)));
         let status = ProcStatus::read(pid);
-        rss = rss.max(status.rss);
         threads = threads.max(status.threads);
+        if status.rss > largest.rss {
+            largest = status;
+        }
     }
     let window = start.elapsed();
     let cpu = cpu_ticks(pid) - cpu_start;
@@ -81,7 +89,9 @@ pub fn run(opts: &Options, root: &Path) -> IdleResult {
         plugins: plugins.len(),
         window,
         heartbeat: opts.heartbeat,
-        rss,
+        rss: largest.rss,
+        rss_anon: largest.rss_anon,
+        rss_file: largest.rss_file,
         threads,
         cpu_percent: cpu as f64 / clock_ticks_per_second() / window.as_secs_f64() * 100.0,
     }
@@ -106,9 +116,12 @@ fn clock_ticks_per_second() -> f64 {
 }
 
 /// The fields of `/proc/PID/status` the footprint needs.
+#[derive(Default)]
 pub struct ProcStatus {
-    /// VmRSS, bytes.
+    /// VmRSS, bytes, and its parts: RssAnon, and RssFile with RssShmem.
     pub rss: u64,
+    pub rss_anon: u64,
+    pub rss_file: u64,
     pub threads: u64,
 }
 
@@ -125,6 +138,8 @@ impl ProcStatus {
         };
         ProcStatus {
             rss: field("VmRSS:") * 1024,
+            rss_anon: field("RssAnon:") * 1024,
+            rss_file: (field("RssFile:") + field("RssShmem:")) * 1024,
             threads: field("Threads:"),
         }
     }

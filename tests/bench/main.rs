@@ -585,8 +585,11 @@ fn idle_row(table: &mut Table, r: &idle::IdleResult) {
             format_duration(Duration::from_secs(r.window.as_secs_f64().round() as u64))
         ),
         agent: format!(
-            "RSS {mib:.1} MiB, {} threads, CPU {:.3}%",
-            r.threads, r.cpu_percent
+            "RSS {mib:.1} MiB (anon {:.1}, file {:.1}), {} threads, CPU {:.3}%",
+            r.rss_anon as f64 / (1 << 20) as f64,
+            r.rss_file as f64 / (1 << 20) as f64,
+            r.threads,
+            r.cpu_percent
         ),
         reference: "of one core; the agent process only".into(),
         ratio: "-".into(),
