@@ -282,6 +282,12 @@ fn a_call_the_co_gave_up_on_is_no_longer_in_flight() {
         .create_volume(&create_req("v", &mount_cap(), 1 << 20))
         .unwrap_err();
     assert_eq!(err.code, Code::DeadlineExceeded);
+    // The plugin's deadline for the call runs from when it received it, a
+    // moment after the client sent it: under load, a retry sent the
+    // instant the client gave up can reach the plugin before its own
+    // deadline passes. The agent's retries come after a backoff; so does
+    // this one.
+    thread::sleep(Duration::from_millis(200));
     // The plugin still works on the first call: the retry overlaps it, as
     // the spec allows once the CO has seen the call time out.
     create(&plugin.client(), "v");
