@@ -15,7 +15,8 @@
 //! them through that. Their sync is the next one, at the latest the one
 //! before the claim's or release's answer. Whatever else a turn does (an
 //! answer, a job submitted, an op for etcd, or nothing but records) waits
-//! for a sync, as before.
+//! for a sync, as before; a turn with neither effects nor records syncs
+//! nothing.
 //!
 //! # When the state cannot be written
 //!
@@ -233,8 +234,13 @@ impl Agent {
             return;
         }
         // Resumed jobs need their steps' outcomes written, not synced
-        // (see the module docs); anything else needs them durable.
-        let sync = !self.gate.holds_only(|e| matches!(e, Effect::Resume(_)));
+        // (see the module docs); anything else needs them durable. A turn
+        // with neither effects nor records (a step reported in the middle
+        // of a job that does not wait for it) leaves the unsynced records
+        // to the sync of the turn that needs them.
+        let resumes_only = self.gate.holds_only(|e| matches!(e, Effect::Resume(_)));
+        let idle = self.gate.held() == 0 && records.is_empty();
+        let sync = !resumes_only && !idle;
         match self.write(&records, sync) {
             Ok(()) => {
                 if let Some(failing) = self.gate.failing() {
