@@ -283,18 +283,18 @@ impl Journal {
     /// with [`Error::Poisoned`] until the journal is reopened; an oversized
     /// payload is the exception, rejected before anything is written.
     pub fn append_batch<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
-        let seqs = self.append_unsynced(payloads)?;
-        if !self.unsynced {
-            return Ok(seqs);
-        }
-        if let Err(err) = self.file.sync_data() {
-            self.poisoned = true;
-            return Err(Error::Sync {
-                path: self.path.clone(),
-                err,
-            });
+        let (seqs, written) = self.write_frames(payloads)?;
+        if self.unsynced || written > 0 {
+            if let Err(err) = self.file.sync_data() {
+                self.poisoned = true;
+                return Err(Error::Sync {
+                    path: self.path.clone(),
+                    err,
+                });
+            }
         }
         self.unsynced = false;
+        self.advance(&seqs, written);
         Ok(seqs)
     }
 
@@ -304,9 +304,23 @@ impl Journal {
     /// when that is enough). Returns the seqs assigned, in order; an empty
     /// batch writes nothing. Errors as [`Journal::append_batch`].
     pub fn append_unsynced<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
+        let (seqs, written) = self.write_frames(payloads)?;
+        if written > 0 {
+            self.unsynced = true;
+        }
+        self.advance(&seqs, written);
+        Ok(seqs)
+    }
+
+    /// Writes the frames of `payloads` after the last good one, with one
+    /// write, and answers their seqs and size. The journal's length and
+    /// last seq stay behind them until the caller has what it needs (a
+    /// sync, for [`Journal::append_batch`]): after a failure, reopening
+    /// reads back whatever of them reached the disk.
+    fn write_frames<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<(Vec<u64>, u64), Error> {
         self.check_usable()?;
         if payloads.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let mut size = 0;
         for payload in payloads {
@@ -336,10 +350,13 @@ impl Journal {
                 err,
             });
         }
-        self.unsynced = true;
-        self.len += frames.len() as u64;
+        Ok((seqs, frames.len() as u64))
+    }
+
+    /// Counts the frames [`Journal::write_frames`] wrote as appended.
+    fn advance(&mut self, seqs: &[u64], written: u64) {
+        self.len += written;
         self.last_seq += seqs.len() as u64;
-        Ok(seqs)
     }
 
     /// Whether bytes were written since the last sync: records of
