@@ -100,11 +100,14 @@
 //!   per job. A claim's steps (or a release's) run back to back as one job
 //!   on the plugin's worker ([`volume::steps`]), and the journal gets
 //!   fewer records: one marks all of a claim's forward steps `Pending`
-//!   before the first RPC; each RPC's outcome is made durable before the
-//!   next RPC (the job waits for that sync), so that a crash re-sends at
-//!   most the last RPC sent; a host bind or unbind rides on its
-//!   neighbour's record. A claim through ControllerPublish, NodeStage,
-//!   NodePublish and a host bind is 4 syncs instead of 5, its release 4.
+//!   before the first RPC, synced; each RPC's outcome is written before the
+//!   next RPC (the job waits for that write, not for a sync), so that a
+//!   killed agent re-sends at most the last RPC sent, and a power cut at
+//!   most the RPCs since the last sync, which are idempotent; a host bind
+//!   or unbind rides on its neighbour's record. A claim through
+//!   ControllerPublish, NodeStage, NodePublish and a host bind is 2 syncs
+//!   instead of 5 (the `Pending` record and the one before the answer),
+//!   its release 2.
 //! - The journal holds whole volume records (one per volume changed in a
 //!   loop turn), not per-transition deltas: replay is "last record wins",
 //!   and a turn that changes a volume five times writes it once.

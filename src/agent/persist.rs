@@ -6,7 +6,17 @@
 //! in one journal sync, or a whole new snapshot when something outside the
 //! journal changed or the journal has grown large), and only then are the
 //! planned plugin jobs submitted, the jobs waiting for a step's outcome to
-//! be durable resumed, and the turn's replies sent.
+//! be recorded resumed, and the turn's replies sent.
+//!
+//! A turn whose only effects are such resumes writes its records without
+//! a sync ([`crate::state::Store::append_unsynced`]): a resumed job needs
+//! the outcomes of its RPCs so far to survive the agent being killed, so
+//! that the next agent does not send them again, and the page cache keeps
+//! them through that. Their sync is the next one, at the latest the one
+//! before the claim's or release's answer. Whatever else a turn does (an
+//! answer, a job submitted, an op for etcd, or nothing but records) waits
+//! for a sync, as before; a turn with neither effects nor records syncs
+//! nothing.
 //!
 //! # When the state cannot be written
 //!
@@ -106,6 +116,11 @@ impl<E> Gate<E> {
     /// Holds an effect of this turn, behind those held before.
     pub(super) fn hold(&mut self, effect: E) {
         self.held.push(effect);
+    }
+
+    /// Whether some effect is held, and every one held is `only`'s.
+    pub(super) fn holds_only(&self, only: impl Fn(&E) -> bool) -> bool {
+        !self.held.is_empty() && self.held.iter().all(only)
     }
 
     /// Whether the turn ending now should write: always while the agent
@@ -218,7 +233,15 @@ impl Agent {
             // The snapshot of the next write covers this turn's records.
             return;
         }
-        match self.write(&records) {
+        // Resumed jobs need their steps' outcomes written, not synced
+        // (see the module docs); anything else needs them durable. A turn
+        // with neither effects nor records (a step reported in the middle
+        // of a job that does not wait for it) leaves the unsynced records
+        // to the sync of the turn that needs them.
+        let resumes_only = self.gate.holds_only(|e| matches!(e, Effect::Resume(_)));
+        let idle = self.gate.held() == 0 && records.is_empty();
+        let sync = !resumes_only && !idle;
+        match self.write(&records, sync) {
             Ok(()) => {
                 if let Some(failing) = self.gate.failing() {
                     log::info!(
@@ -260,13 +283,18 @@ impl Agent {
 
     /// Makes the state durable: the turn's journal `records`, or a whole
     /// snapshot when something outside the journal changed, the journal is
-    /// large, or an earlier write failed.
-    fn write(&mut self, records: &[Vec<u8>]) -> Result<(), crate::state::Error> {
+    /// large, or an earlier write failed. Without `sync`, the records are
+    /// only written, and durable with the next sync; with it, the records
+    /// earlier turns wrote without one are made durable too, also in a turn
+    /// with no records of its own.
+    fn write(&mut self, records: &[Vec<u8>], sync: bool) -> Result<(), crate::state::Error> {
         if self.dirty || self.store.journal_bytes() > COMPACT_JOURNAL_BYTES {
             self.store.save(&self.state())?;
             self.dirty = false;
-        } else if !records.is_empty() {
+        } else if sync {
             self.store.append(records)?;
+        } else {
+            self.store.append_unsynced(records)?;
         }
         Ok(())
     }
@@ -383,6 +411,16 @@ mod tests {
         assert_eq!(gate.persisted(), ["create v1", "claim v0"]);
         assert_eq!(gate.failing(), None);
         assert!(gate.should_write(now));
+    }
+
+    #[test]
+    fn a_turn_holding_only_resumes_is_told_apart() {
+        let mut gate = Gate::new();
+        assert!(!gate.holds_only(|_: &&str| true), "no effect: no exception");
+        gate.hold("resume");
+        assert!(gate.holds_only(|e| *e == "resume"));
+        gate.hold("reply");
+        assert!(!gate.holds_only(|e| *e == "resume"));
     }
 
     #[test]

@@ -23,10 +23,11 @@
 //! an absurd length or a `seq` that does not increase, drops everything from
 //! there (reported in [`Replay::dropped_bytes`] and logged), and truncates
 //! the file to the last good frame so that later appends are not hidden
-//! behind the damage. Since a batch is written only after the previous one
-//! was synced, a crash can tear only the last batch, which was never
-//! acknowledged. Damage in the middle of the file (a bad disk) loses the
-//! records after it too; the warning says how many bytes.
+//! behind the damage. Only the batches written since the last sync can be
+//! torn (a sync covers every byte written before it), and none of them was
+//! acknowledged: a crash tears the tail, never a synced record. Damage in
+//! the middle of the file (a bad disk) loses the records after it too; the
+//! warning says how many bytes.
 //!
 //! # Group commit
 //!
@@ -34,7 +35,24 @@
 //! write and makes them durable with one `fdatasync(2)`. The main loop
 //! collects every transition of one loop turn and commits them together
 //! before it sends the RPCs that depend on them, so one sync pays for the
-//! whole turn. A failed append leaves its records possibly on disk, possibly
+//! whole turn.
+//!
+//! # Written now, durable with the next sync
+//!
+//! [`Journal::append_unsynced`] writes a batch without syncing it. What
+//! `write(2)` handed to the kernel survives the agent being killed (the
+//! page cache outlives the process; a restarted agent reads it back), and
+//! is lost only with the kernel: a power cut or a panic. The next sync,
+//! whichever batch it is for, makes it durable too. This is for a record
+//! whose loss is harmless: the `Done` mark of a step in the middle of a
+//! claim's or a release's job, written before the job's next RPC so that a
+//! killed agent re-sends only the RPC in flight. Should a power cut take
+//! the mark, the step is `Pending` (or not yet absent) again and is sent
+//! once more on recovery, which CSI allows: its calls are idempotent. What
+//! must not be lost (a step marked `Pending` before its first RPC, an
+//! outcome that is answered) goes through [`Journal::append_batch`].
+//!
+//! A failed append leaves its records possibly on disk, possibly
 //! not, and the journal refuses further appends ([`Error::Poisoned`]): after
 //! a failed sync the kernel may have dropped the dirty pages and will not
 //! report it again, so a retry could claim durability for data that is gone.
@@ -167,6 +185,8 @@ pub struct Journal {
     last_seq: u64,
     /// Set when a write or sync failed; see [`Error::Poisoned`].
     poisoned: bool,
+    /// Bytes were written since the last sync ([`Journal::append_unsynced`]).
+    unsynced: bool,
 }
 
 impl Journal {
@@ -242,6 +262,8 @@ impl Journal {
             len: scan.good_len as u64,
             last_seq: scan.last_seq.max(after_seq),
             poisoned: false,
+            // What the file holds may be a killed agent's unsynced batches.
+            unsynced: true,
         };
         let replay = Replay {
             records,
@@ -251,17 +273,54 @@ impl Journal {
     }
 
     /// Appends `payloads` as one batch: one write and one `fdatasync(2)` for
-    /// all of them. Returns the seqs assigned, in order. An empty batch
-    /// writes and syncs nothing.
+    /// all of them, which covers the batches [`Journal::append_unsynced`]
+    /// wrote before too. Returns the seqs assigned, in order. An empty batch
+    /// writes nothing, and syncs only when something written is not synced
+    /// yet.
     ///
-    /// The records are durable when this returns `Ok`. After an `Err` they
-    /// may or may not be, and every later append fails with
-    /// [`Error::Poisoned`] until the journal is reopened; an oversized
+    /// Every record appended so far is durable when this returns `Ok`.
+    /// After an `Err` they may or may not be, and every later append fails
+    /// with [`Error::Poisoned`] until the journal is reopened; an oversized
     /// payload is the exception, rejected before anything is written.
     pub fn append_batch<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
+        let (seqs, written) = self.write_frames(payloads)?;
+        if self.unsynced || written > 0 {
+            if let Err(err) = self.file.sync_data() {
+                self.poisoned = true;
+                return Err(Error::Sync {
+                    path: self.path.clone(),
+                    err,
+                });
+            }
+        }
+        self.unsynced = false;
+        self.advance(&seqs, written);
+        Ok(seqs)
+    }
+
+    /// Appends `payloads` as one batch with one write and no sync: the
+    /// records are read back after the agent is killed, and durable once a
+    /// later [`Journal::append_batch`] returns (see the module docs for
+    /// when that is enough). Returns the seqs assigned, in order; an empty
+    /// batch writes nothing. Errors as [`Journal::append_batch`].
+    pub fn append_unsynced<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
+        let (seqs, written) = self.write_frames(payloads)?;
+        if written > 0 {
+            self.unsynced = true;
+        }
+        self.advance(&seqs, written);
+        Ok(seqs)
+    }
+
+    /// Writes the frames of `payloads` after the last good one, with one
+    /// write, and answers their seqs and size. The journal's length and
+    /// last seq stay behind them until the caller has what it needs (a
+    /// sync, for [`Journal::append_batch`]): after a failure, reopening
+    /// reads back whatever of them reached the disk.
+    fn write_frames<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<(Vec<u64>, u64), Error> {
         self.check_usable()?;
         if payloads.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let mut size = 0;
         for payload in payloads {
@@ -291,16 +350,19 @@ impl Journal {
                 err,
             });
         }
-        if let Err(err) = self.file.sync_data() {
-            self.poisoned = true;
-            return Err(Error::Sync {
-                path: self.path.clone(),
-                err,
-            });
-        }
-        self.len += frames.len() as u64;
+        Ok((seqs, frames.len() as u64))
+    }
+
+    /// Counts the frames [`Journal::write_frames`] wrote as appended.
+    fn advance(&mut self, seqs: &[u64], written: u64) {
+        self.len += written;
         self.last_seq += seqs.len() as u64;
-        Ok(seqs)
+    }
+
+    /// Whether bytes were written since the last sync: records of
+    /// [`Journal::append_unsynced`] that a power cut could still take.
+    pub fn has_unsynced(&self) -> bool {
+        self.unsynced
     }
 
     /// The seq of the last record appended, or the snapshot's `after_seq`
@@ -335,6 +397,7 @@ impl Journal {
                 err,
             });
         }
+        self.unsynced = false;
         Ok(())
     }
 
@@ -600,6 +663,42 @@ mod tests {
         assert_eq!(replay.dropped_bytes, 0);
         assert_eq!(journal.last_seq(), 6);
         assert_eq!(journal.len_bytes(), scratch.file_len());
+    }
+
+    #[test]
+    fn unsynced_records_are_read_back_and_the_next_sync_covers_them() {
+        let scratch = Scratch::new();
+        let (mut journal, _) = scratch.open(0);
+        journal.append_batch(&["a"]).unwrap();
+        assert!(!journal.has_unsynced());
+        assert_eq!(journal.append_unsynced(&["b", "c"]).unwrap(), [2, 3]);
+        assert!(journal.has_unsynced());
+        assert_eq!(journal.len_bytes(), scratch.file_len());
+
+        // A killed agent's unsynced records: the next agent reads them from
+        // the page cache, and must sync before it acts on them.
+        let (mut next, replay) = scratch.open(0);
+        assert_eq!(replay.records, records(&[(1, "a"), (2, "b"), (3, "c")]));
+        assert!(next.has_unsynced());
+        let nothing: &[&[u8]] = &[];
+        assert_eq!(next.append_batch(nothing).unwrap(), Vec::<u64>::new());
+        assert!(!next.has_unsynced());
+        drop(next);
+
+        // Seqs go on from the unsynced ones, and the next batch's sync
+        // covers them.
+        assert_eq!(journal.append_batch(&["d"]).unwrap(), [4]);
+        assert!(!journal.has_unsynced());
+        assert_eq!(journal.append_unsynced(&["e"]).unwrap(), [5]);
+        assert_eq!(journal.append_batch(nothing).unwrap(), Vec::<u64>::new());
+        assert!(
+            !journal.has_unsynced(),
+            "an empty batch syncs what is unsynced"
+        );
+        drop(journal);
+        let (_, replay) = scratch.open(0);
+        let expected = records(&[(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")]);
+        assert_eq!(replay.records, expected);
     }
 
     #[test]

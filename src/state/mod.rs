@@ -160,10 +160,22 @@ impl Store {
         Ok(())
     }
 
-    /// Appends records to the journal with one sync.
+    /// Appends records to the journal with one sync, which makes the
+    /// records [`Store::append_unsynced`] wrote before durable too; with no
+    /// records, syncs those alone, if any.
     pub fn append(&mut self, records: &[Vec<u8>]) -> Result<(), Error> {
         self.journal
             .append_batch(records)
+            .map(|_| ())
+            .map_err(Error::Journal)
+    }
+
+    /// Writes records to the journal without a sync: a killed agent reads
+    /// them back, a power cut may take them until the next [`Store::append`]
+    /// or [`Store::save`] (see [`Journal::append_unsynced`]).
+    pub fn append_unsynced(&mut self, records: &[Vec<u8>]) -> Result<(), Error> {
+        self.journal
+            .append_unsynced(records)
             .map(|_| ())
             .map_err(Error::Journal)
     }

@@ -10,10 +10,22 @@
 //! `VolumeManager::plan`). One job per volume, so one RPC in flight per
 //! volume still. The job reports each step to the main loop as it ends,
 //! stops at the first that fails, and before each RPC waits until the
-//! outcomes of the RPCs before it are durable (`run_steps`), so that a
-//! crash re-sends at most the last RPC sent: between RPCs, the loop's sync
-//! is still a hand-off, but there is no new job to plan and queue, and a
-//! host bind or unbind follows its neighbour RPC at once.
+//! outcomes of the RPCs before it are written to the journal
+//! (`run_steps`), so that a killed agent re-sends at most the last RPC
+//! sent: between RPCs there is still a hand-off to the loop, but no new
+//! job to plan and queue, and a host bind or unbind follows its neighbour
+//! RPC at once.
+//!
+//! Written, not synced: those outcomes survive the agent being killed,
+//! not a power cut or a kernel crash, until the next sync, at the latest
+//! the one before the claim's or release's answer (see
+//! [`crate::state::journal`]). A power cut before it loses the `Done`
+//! marks, and the recovering agent sends those steps again: the CSI spec
+//! requires each of these calls to be idempotent, and the host bind and
+//! unbind are too (`bind_target` takes its own bind for done,
+//! `unbind_target` a target already gone). What
+//! must stay synced before the first RPC, the record that marks every
+//! forward step `Pending`, is: a power cut may not forget an attach.
 //!
 //! The directories of a plugin's stagings and publishes
 //! (`csi/<plugin>/staging` and `csi/<plugin>/per-alloc`, the skeleton) are
@@ -79,9 +91,10 @@ pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
 
 /// Runs the steps in order, reporting each as a [`StepReport`], and stops
 /// at the first that fails. Before an RPC, the outcome of every RPC before
-/// it must be durable, so that a crash re-sends at most the last RPC sent:
-/// the report of the step before it carries a `resume` sender, and the
-/// job waits until the loop has synced the record and answers on it. A
+/// it must be in the journal, so that a killed agent re-sends at most the
+/// last RPC sent: the report of the step before it carries a `resume`
+/// sender, and the job waits until the loop has written the record (a
+/// sync is not waited for; see the module docs) and answers on it. A
 /// local step's outcome (a host bind or unbind) is not waited for: doing
 /// it again after a crash is harmless, and a bind's `Pending` mark was
 /// durable before the job was handed out.

@@ -294,8 +294,9 @@ impl VolumeManager {
             end_job(entry);
         }
         // A step in the middle of its job is journalled with the next
-        // sync, unless the job waits for it before its next RPC; the job's
-        // last step now.
+        // record, unless the job waits for it before its next RPC (then it
+        // is written now, and synced with the next sync); the job's last
+        // step now, synced before the answer.
         if last || resume.is_some() {
             self.changed.insert(id.clone());
         }
