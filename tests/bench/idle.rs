@@ -36,8 +36,10 @@ pub struct IdleResult {
     pub cpu_percent: f64,
 }
 
-pub fn run(opts: &Options, root: &Path) -> IdleResult {
-    let dir = BenchDir::new(root, "p3", opts.keep);
+/// The footprint of the agent binary `agent_bin`; `name` names its
+/// bench dir.
+pub fn run(opts: &Options, root: &Path, agent_bin: &Path, name: &str) -> IdleResult {
+    let dir = BenchDir::new(root, name, opts.keep);
     let mut plugins: Vec<Plugin> = (0..opts.idle_plugins)
         .map(|p| {
             Plugin::new(
@@ -56,7 +58,7 @@ pub fn run(opts: &Options, root: &Path) -> IdleResult {
         .enumerate()
         .map(|(p, plugin)| (format!("p{p}"), plugin.socket.clone()))
         .collect();
-    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
+    let mut agent = Agent::new(agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &blocks)
     });
     agent.start();
