@@ -202,6 +202,20 @@ mod tests {
         }
     }
 
+    /// The status of a relayed CreateVolume that must fail.
+    fn failed_create(relay: &Fake) -> RpcStatus {
+        let result: grpcio::Result<pb::CreateVolumeResponse> = call(
+            relay,
+            Rpc::CreateVolume,
+            &create("v1"),
+            Duration::from_secs(1),
+        );
+        match result {
+            Err(grpcio::Error::RpcFailure(status)) => status,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn a_relayed_call_sends_the_wire_request_and_reads_the_wire_answer() {
         let relay = fake(|request| {
@@ -235,37 +249,17 @@ mod tests {
                 "no room".into(),
             ))
         });
-        let result: grpcio::Result<pb::CreateVolumeResponse> = call(
-            &relay,
-            Rpc::CreateVolume,
-            &create("v1"),
-            Duration::from_secs(1),
-        );
-        match result {
-            Err(grpcio::Error::RpcFailure(status)) => {
-                assert_eq!(status.code(), RpcStatusCode::RESOURCE_EXHAUSTED);
-                assert_eq!(status.message(), "no room");
-            }
-            other => panic!("{other:?}"),
-        }
+        let status = failed_create(&relay);
+        assert_eq!(status.code(), RpcStatusCode::RESOURCE_EXHAUSTED);
+        assert_eq!(status.message(), "no room");
     }
 
     #[test]
     fn an_unreadable_answer_is_an_internal_error_naming_the_leader() {
         let relay = fake(|_| Ok(vec![0xff, 0xff, 0xff]));
-        let result: grpcio::Result<pb::CreateVolumeResponse> = call(
-            &relay,
-            Rpc::CreateVolume,
-            &create("v1"),
-            Duration::from_secs(1),
-        );
-        match result {
-            Err(grpcio::Error::RpcFailure(status)) => {
-                assert_eq!(status.code(), RpcStatusCode::INTERNAL);
-                assert!(status.message().contains("controller leader"), "{status:?}");
-            }
-            other => panic!("{other:?}"),
-        }
+        let status = failed_create(&relay);
+        assert_eq!(status.code(), RpcStatusCode::INTERNAL);
+        assert!(status.message().contains("controller leader"), "{status:?}");
     }
 
     #[test]
