@@ -107,6 +107,14 @@ fn a_configured_plugin_turns_healthy_with_its_fingerprint() {
     assert_eq!(changes(&p), [(Health::PENDING, Health::HEALTHY)]);
 }
 
+/// The health changes of a plugin that turned healthy, then unhealthy,
+/// then healthy again.
+const DOWN_AND_UP: [(Health, Health); 3] = [
+    (Health::PENDING, Health::HEALTHY),
+    (Health::HEALTHY, Health::UNHEALTHY),
+    (Health::UNHEALTHY, Health::HEALTHY),
+];
+
 /// How many of `plugin`'s calls so far were `rpc`.
 fn count(plugin: &Plugin, rpc: &str) -> usize {
     plugin.trace_methods().iter().filter(|m| *m == rpc).count()
@@ -145,14 +153,7 @@ fn a_heartbeat_is_a_probe_and_the_fingerprint_is_taken_again_after_a_failure_or_
         thread::sleep(Duration::from_millis(20));
     }
     let p = agent.wait_for("hp", healthy, WAIT);
-    assert_eq!(
-        changes(&p),
-        [
-            (Health::PENDING, Health::HEALTHY),
-            (Health::HEALTHY, Health::UNHEALTHY),
-            (Health::UNHEALTHY, Health::HEALTHY)
-        ]
-    );
+    assert_eq!(changes(&p), DOWN_AND_UP);
 }
 
 #[test]
@@ -178,14 +179,7 @@ fn a_killed_plugin_turns_unhealthy_once_and_healthy_again_once_restarted() {
 
     plugin.restart();
     let p = agent.wait_for("hp", healthy, WAIT);
-    assert_eq!(
-        changes(&p),
-        [
-            (Health::PENDING, Health::HEALTHY),
-            (Health::HEALTHY, Health::UNHEALTHY),
-            (Health::UNHEALTHY, Health::HEALTHY)
-        ]
-    );
+    assert_eq!(changes(&p), DOWN_AND_UP);
     // Two more heartbeats of the healthy plugin add no event either.
     let mut last = p.last_heartbeat_unix_ms;
     for _ in 0..2 {
@@ -216,14 +210,7 @@ fn a_stopped_plugin_turns_unhealthy_and_healthy_again_when_its_socket_returns() 
 
     plugin.restart();
     let p = agent.wait_for("hp", healthy, WAIT);
-    assert_eq!(
-        changes(&p),
-        [
-            (Health::PENDING, Health::HEALTHY),
-            (Health::HEALTHY, Health::UNHEALTHY),
-            (Health::UNHEALTHY, Health::HEALTHY)
-        ]
-    );
+    assert_eq!(changes(&p), DOWN_AND_UP);
 }
 
 #[test]
@@ -472,14 +459,7 @@ fn a_restarted_agent_reattaches_to_its_plugins_from_the_snapshot() {
     assert_eq!(changes(p)[..saved_changes.len()], saved_changes[..]);
 
     let p = agent.wait_for("hp", healthy, WAIT);
-    assert_eq!(
-        changes(&p),
-        [
-            (Health::PENDING, Health::HEALTHY),
-            (Health::HEALTHY, Health::UNHEALTHY),
-            (Health::UNHEALTHY, Health::HEALTHY)
-        ]
-    );
+    assert_eq!(changes(&p), DOWN_AND_UP);
 }
 
 #[test]
@@ -764,14 +744,7 @@ fn agent_dev_restarts_its_plugin_when_it_dies() {
     // a second later. The new one replaces the stale socket: the agent sees
     // it go (unhealthy, only for a moment) and come back (healthy).
     let p = agent.wait_for("hostpath", |p| healthy(p) && p.events.len() >= 3, WAIT);
-    assert_eq!(
-        changes(&p),
-        [
-            (Health::PENDING, Health::HEALTHY),
-            (Health::HEALTHY, Health::UNHEALTHY),
-            (Health::UNHEALTHY, Health::HEALTHY)
-        ]
-    );
+    assert_eq!(changes(&p), DOWN_AND_UP);
     let now = hostpath_processes_under(&agent.data_dir);
     assert_eq!(now.len(), 1);
     assert_ne!(now, pids, "a new process");
