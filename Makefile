@@ -14,7 +14,7 @@ SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 CARGO      ?= cargo
 DEBUG_BIN  := target/debug/csi-agent
-STATIC_BIN := target/x86_64-unknown-linux-musl/release/csi-agent
+STATIC_BIN := target/x86_64-unknown-linux-musl/static/csi-agent
 # The binary install, install-test and e2e use: the debug build, which they
 # build first, unless BIN names another (BIN=$(STATIC_BIN) after `make static`).
 BIN        ?= $(DEBUG_BIN)

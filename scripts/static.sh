@@ -59,7 +59,8 @@ esac
 
 cd "$(dirname "$0")/.."
 tools=$PWD/target/static-tools
-bin=target/$target/release/csi-agent
+# The `static` profile of Cargo.toml (size-optimised, fat LTO).
+bin=${CARGO_TARGET_DIR:-target}/$target/static/csi-agent
 
 # Debian packages the build needs: cmake for gRPC, python3 with venv for
 # the PyPI tools, file and binutils (strip) for the checks below.
@@ -114,19 +115,35 @@ chmod 0755 "$tools/bin/musl-c++"
 
 # musl >= 1.2.4 declares off64_t only with _LARGEFILE64_SOURCE, and abseil
 # uses it. Newer clang makes a diagnostic in gRPC's basic_seq.h an error.
-flags="-D_LARGEFILE64_SOURCE"
+#
+# The rest keeps the binary under 8 MiB (issue 15, row P5 of BENCHMARKS.md)
+# without leaving out anything the agent uses:
+# - OPENSSL_SMALL: BoringSSL's smaller, slower P-256 and X25519 code,
+#   without their large precomputed tables.
+# - No unwind tables and, for C++, no exceptions and no RTTI. gRPC's core,
+#   abseil and upb never throw, catch, dynamic_cast or typeid (abseil then
+#   aborts where it would throw; BoringSSL builds its C++ this way
+#   already). Nothing unwinds through C or C++ frames: a Rust panic stops
+#   at the extern "C" callbacks grpcio gives gRPC (Rust aborts rather
+#   than unwind out of one), and our own panics unwind Rust frames only.
+# - GRPC_NO_XDS: gRPC's TLS library (the boringssl feature) registers the
+#   xDS resolver, load-balancing policies and RBAC filter at start, which
+#   keeps them, their Envoy protos and re2 in the binary. csi-agent dials
+#   etcd members by host:port and never uses xDS; without the registration
+#   the linker leaves them out. GRPC_NO_RLS does the same for the
+#   route-lookup balancer.
+# - GRPC_ARES=0: host names resolve with getaddrinfo (musl's, reading
+#   /etc/hosts and /etc/resolv.conf) on gRPC's executor instead of with
+#   c-ares. Only etcd endpoints are host names; plugins and the control
+#   API are unix sockets.
+flags="-D_LARGEFILE64_SOURCE -DOPENSSL_SMALL -fno-unwind-tables -fno-asynchronous-unwind-tables"
 export CFLAGS_x86_64_unknown_linux_musl="$flags"
-# GRPC_NO_XDS: gRPC's TLS library (the boringssl feature) registers the
-# xDS resolver, load-balancing policies and RBAC filter at start, which
-# keeps them, their Envoy protos and re2 in the binary. csi-agent dials
-# etcd members by host:port and never uses xDS; without the registration
-# the linker leaves them out.
-export CXXFLAGS_x86_64_unknown_linux_musl="$flags -DGRPC_NO_XDS -Wno-error=missing-template-arg-list-after-template-kw"
+export CXXFLAGS_x86_64_unknown_linux_musl="$flags -DGRPC_NO_XDS -DGRPC_NO_RLS -DGRPC_ARES=0 -fno-exceptions -fno-rtti -Wno-error=missing-template-arg-list-after-template-kw"
 export CXX="$tools/bin/musl-c++"
 export PATH="$tools/venv/bin:$PATH"
 
 start=$(date +%s)
-cargo zigbuild --locked --release --target "$target"
+cargo zigbuild --locked --profile static --target "$target"
 echo "built in $(($(date +%s) - start))s"
 
 strip "$bin"

@@ -71,7 +71,7 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
 
 environment:
   CSI_AGENT_STATIC_BIN the static binary P5 measures (default
-                       target/x86_64-unknown-linux-musl/release/csi-agent)";
+                       target/x86_64-unknown-linux-musl/static/csi-agent)";
 
 /// What to measure and how much.
 pub struct Options {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 pub const ENV: &str = "CSI_AGENT_STATIC_BIN";
 
 /// Where `make static` puts the binary.
-const MUSL_BIN: &str = "x86_64-unknown-linux-musl/release/csi-agent";
+const MUSL_BIN: &str = "x86_64-unknown-linux-musl/static/csi-agent";
 
 pub enum SizeResult {
     NotBuilt(PathBuf),
