@@ -3,10 +3,11 @@
 //! it alive, the cluster ops, the volume watch, the fencer and a
 //! controller candidate per plugin whose controller runs here; follows
 //! the member's reports (connected, disconnected, a node name another
-//! live agent holds, which stops the agent); stops writers after `stop_after_disconnect`; and
-//! gives up the claims the cluster took away. The calls answered from
-//! etcd are `cluster_calls.rs`. An agent without a `cluster` block has
-//! none of it.
+//! live agent holds, which stops the agent); stops writers after
+//! `stop_after_disconnect`; relays the controller calls of plugins
+//! without a controller here; and gives up the claims the cluster took
+//! away. The calls answered from etcd are `cluster_calls.rs`. An agent
+//! without a `cluster` block has none of it.
 
 use std::time::{Duration, Instant};
 
@@ -134,7 +135,8 @@ impl Agent {
                     .registry
                     .serving(id, Service::Controller)
                     .filter(|r| r.is_controller() && r.health == Health::Healthy)?;
-                let mut capabilities: Vec<i32> = r
+                // In the set's order: the same capabilities, the same list.
+                let capabilities: Vec<i32> = r
                     .fingerprint
                     .as_ref()
                     .map(|f| {
@@ -144,7 +146,6 @@ impl Agent {
                             .collect()
                     })
                     .unwrap_or_default();
-                capabilities.sort_unstable();
                 let campaigning = Campaigning {
                     endpoint: r.spec.endpoint.clone(),
                     capabilities,

@@ -66,6 +66,42 @@ impl EtcdRelay {
         }
     }
 
+    /// The node leading the plugin's controller: the one the election
+    /// names, or the first to win it within [`WAIT_FOR_LEADER`] (a
+    /// controller that has just turned healthy is about to campaign).
+    fn leader(&self) -> Result<String, RpcStatus> {
+        let cannot = |err: etcd::Error| {
+            not_sent(format!(
+                "cannot read the controller election from etcd: {}",
+                chain(&err)
+            ))
+        };
+        let key = election::election_key(&self.prefix, &self.plugin);
+        let (kvs, revision) = self.etcd.get_prefix(&key).map_err(cannot)?;
+        let named = |kv: &Kv| (kv.key == key).then(|| election::leader_of(&kv.value).node);
+        if let Some(leader) = kvs.iter().find_map(named) {
+            return Ok(leader);
+        }
+        let watch = self.etcd.watch_prefix(&key, revision + 1).map_err(cannot)?;
+        let deadline = Instant::now() + WAIT_FOR_LEADER;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let batch = match watch.next(left) {
+                Ok(batch) => batch,
+                Err(etcd::Error::Timeout) => {
+                    return Err(not_sent(format!(
+                        "no controller of plugin {:?} runs in the cluster: none led its election within {WAIT_FOR_LEADER:?}",
+                        self.plugin
+                    )))
+                }
+                Err(err) => return Err(cannot(err)),
+            };
+            if let Some(leader) = batch.puts().iter().find_map(named) {
+                return Ok(leader);
+            }
+        }
+    }
+
     /// A key no other call of this node has had, in this run or before.
     fn new_key(&self) -> Vec<u8> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -192,44 +228,6 @@ impl Relay for EtcdRelay {
     }
 }
 
-impl EtcdRelay {
-    /// The node leading the plugin's controller: the one the election
-    /// names, or the first to win it within [`WAIT_FOR_LEADER`] (a
-    /// controller that has just turned healthy is about to campaign).
-    fn leader(&self) -> Result<String, RpcStatus> {
-        let cannot = |err: etcd::Error| {
-            not_sent(format!(
-                "cannot read the controller election from etcd: {}",
-                chain(&err)
-            ))
-        };
-        let key = election::election_key(&self.prefix, &self.plugin);
-        let (kvs, revision) = self.etcd.get_prefix(&key).map_err(cannot)?;
-        let named = |kv: &Kv| (kv.key == key).then(|| election::leader_of(&kv.value).node);
-        if let Some(leader) = kvs.iter().find_map(named) {
-            return Ok(leader);
-        }
-        let watch = self.etcd.watch_prefix(&key, revision + 1).map_err(cannot)?;
-        let deadline = Instant::now() + WAIT_FOR_LEADER;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let batch = match watch.next(left) {
-                Ok(batch) => batch,
-                Err(etcd::Error::Timeout) => {
-                    return Err(not_sent(format!(
-                        "no controller of plugin {:?} runs in the cluster: none led its election within {WAIT_FOR_LEADER:?}",
-                        self.plugin
-                    )))
-                }
-                Err(err) => return Err(cannot(err)),
-            };
-            if let Some(leader) = batch.puts().iter().find_map(named) {
-                return Ok(leader);
-            }
-        }
-    }
-}
-
 /// A call that was not sent: the controller made nothing.
 fn not_sent(message: String) -> RpcStatus {
     RpcStatus::with_message(RpcStatusCode::FAILED_PRECONDITION, message)
@@ -278,10 +276,11 @@ pub fn serve(
     in_flight: &InFlight,
 ) {
     let Pending { kv, call } = pending;
-    if !in_flight.lock().unwrap().insert(kv.key.clone()) {
+    let key = kv.key.clone();
+    if !in_flight.lock().unwrap().insert(key.clone()) {
         return;
     }
-    let (etcd, leader, in_flight) = (etcd.clone(), leader.to_string(), in_flight.clone());
+    let (etcd, leader, calls) = (etcd.clone(), leader.to_string(), in_flight.clone());
     let timeout = Duration::from_millis(call.timeout_ms).max(Duration::from_secs(1));
     let client = client.clone().with_timeout(timeout);
     let spawned = thread::Builder::new()
@@ -289,10 +288,12 @@ pub fn serve(
         .spawn(move || {
             let answer = make(&client, &call);
             write_answer(&etcd, &leader, &kv, call, answer);
-            in_flight.lock().unwrap().remove(&kv.key);
+            calls.lock().unwrap().remove(&kv.key);
         });
     if let Err(err) = spawned {
         log::error!("Cluster: cannot start a thread for a relayed call: {err}");
+        // Served again from the next watch or read.
+        in_flight.lock().unwrap().remove(&key);
     }
 }
 
