@@ -187,6 +187,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         volumes,
         allocs,
         candidates: BTreeMap::new(),
+        adopted_looked: Instant::now(),
         gate: Gate::new(),
         demo_requested: false,
         registry,
@@ -232,11 +233,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .unwrap_or_else(never);
     let mut failure = None;
     loop {
-        let deadline = agent
-            .deadlines()
-            .next(Instant::now())
-            .map(at)
-            .unwrap_or_else(never);
+        let deadline = agent.deadlines().next().map(at).unwrap_or_else(never);
         select! {
             recv(calls) -> call => if let Ok(call) = call { agent.answer(call) },
             recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
@@ -317,6 +314,10 @@ struct Agent {
     cluster: Option<cluster::ClusterMember>,
     /// Why the agent must stop (a node name another agent holds).
     fatal: Option<String>,
+    /// When the loop last looked whether adopted tasks still run: the
+    /// next look is due [`wakeup::ADOPTED_POLL`] after it, however many
+    /// messages come meanwhile.
+    adopted_looked: Instant,
 }
 
 impl Agent {
@@ -527,14 +528,18 @@ impl Agent {
             tasks: self.allocs.next_wakeup(),
             state_write: self.gate.next_retry(),
             dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
-            adopted_tasks: self.allocs.watches_adopted(),
+            adopted_tasks: self
+                .allocs
+                .watches_adopted()
+                .then(|| self.adopted_looked + wakeup::ADOPTED_POLL),
             cluster: self.disconnect_deadline(),
         }
     }
 
     /// SIGCHLD: a task or `-dev`'s plugin may have exited.
     fn child_exited(&mut self) {
-        self.allocs.reap(Instant::now());
+        self.adopted_looked = Instant::now();
+        self.allocs.reap(self.adopted_looked);
         if let Some(dev) = &mut self.dev {
             dev.supervise();
         }
@@ -548,6 +553,7 @@ impl Agent {
             dev.supervise();
         }
         // Adopted tasks' exits are noticed here.
+        self.adopted_looked = now;
         self.allocs.reap(now);
         self.volumes.expire_claims(now);
         self.stop_if_disconnected(now);

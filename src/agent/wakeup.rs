@@ -10,7 +10,9 @@
 //! (a task, `-dev`'s plugin) comes as SIGCHLD. Only the exit of a task
 //! adopted after an agent restart has neither a deadline nor a message (it
 //! is not the agent's child): while there is one, the loop looks every
-//! [`ADOPTED_POLL`].
+//! [`ADOPTED_POLL`]. That deadline counts from the last look, not from the
+//! turn: a turn comes with every message, and a client asking for status
+//! every few milliseconds must not put the look off for ever.
 
 use std::time::{Duration, Instant};
 
@@ -28,8 +30,9 @@ pub(super) struct Deadlines {
     pub state_write: Option<Instant>,
     /// The restart of `-dev`'s plugin after it exited.
     pub dev_restart: Option<Instant>,
-    /// A running task was adopted after an agent restart.
-    pub adopted_tasks: bool,
+    /// The next look at tasks adopted after an agent restart, while one
+    /// runs.
+    pub adopted_tasks: Option<Instant>,
     /// `stop_after_disconnect`, while this node is cut off from its
     /// cluster.
     pub cluster: Option<Instant>,
@@ -37,15 +40,14 @@ pub(super) struct Deadlines {
 
 impl Deadlines {
     /// When the loop must wake up, `None` when only a message can wake it.
-    pub(super) fn next(&self, now: Instant) -> Option<Instant> {
-        let adopted = self.adopted_tasks.then(|| now + ADOPTED_POLL);
+    pub(super) fn next(&self) -> Option<Instant> {
         [
             self.volumes,
             self.tasks,
             self.state_write,
             self.dev_restart,
             self.cluster,
-            adopted,
+            self.adopted_tasks,
         ]
         .into_iter()
         .flatten()
@@ -59,7 +61,7 @@ mod tests {
 
     #[test]
     fn an_idle_agent_has_no_deadline() {
-        assert_eq!(Deadlines::default().next(Instant::now()), None);
+        assert_eq!(Deadlines::default().next(), None);
     }
 
     #[test]
@@ -70,10 +72,10 @@ mod tests {
             tasks: Some(now + Duration::from_secs(2)),
             state_write: Some(now + Duration::from_secs(5)),
             dev_restart: Some(now + Duration::from_secs(4)),
-            adopted_tasks: false,
+            adopted_tasks: None,
             cluster: None,
         };
-        assert_eq!(deadlines.next(now), Some(now + Duration::from_secs(2)));
+        assert_eq!(deadlines.next(), Some(now + Duration::from_secs(2)));
     }
 
     #[test]
@@ -101,9 +103,13 @@ mod tests {
                 cluster: Some(at),
                 ..Default::default()
             },
+            Deadlines {
+                adopted_tasks: Some(at),
+                ..Default::default()
+            },
         ];
         for deadlines in alone {
-            assert_eq!(deadlines.next(now), Some(at), "{deadlines:?}");
+            assert_eq!(deadlines.next(), Some(at), "{deadlines:?}");
         }
     }
 
@@ -114,22 +120,6 @@ mod tests {
             volumes: Some(now - Duration::from_millis(1)),
             ..Default::default()
         };
-        assert!(deadlines.next(now).is_some_and(|at| at <= now));
-    }
-
-    #[test]
-    fn an_adopted_task_is_looked_at_every_poll() {
-        let now = Instant::now();
-        let deadlines = Deadlines {
-            adopted_tasks: true,
-            ..Default::default()
-        };
-        assert_eq!(deadlines.next(now), Some(now + ADOPTED_POLL));
-        let sooner = Deadlines {
-            tasks: Some(now + Duration::from_millis(10)),
-            adopted_tasks: true,
-            ..Default::default()
-        };
-        assert_eq!(sooner.next(now), Some(now + Duration::from_millis(10)));
+        assert!(deadlines.next().is_some_and(|at| at <= now));
     }
 }

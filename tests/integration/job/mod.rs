@@ -667,6 +667,37 @@ fn an_agent_restart_readopts_running_tasks() {
 }
 
 #[test]
+fn an_adopted_task_that_dies_is_noticed_while_a_client_keeps_asking() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::start();
+    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    let app_pid = rig.wait_running("app", &allocs[0]);
+    rig.agent.sigkill();
+    rig.agent.restart();
+    rig.wait_job("app", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    // Not the agent's child: no SIGCHLD tells of its end. `wait_job` asks
+    // for the status every 20 ms, and each question is a turn of the
+    // agent's loop; the look at adopted tasks must still come.
+    let pid = libc::pid_t::try_from(app_pid).unwrap();
+    // SAFETY: kill(2) with plain integers.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let job = rig.wait_job("app", "the adopted task's end to be noticed", |j| {
+        j.allocs[0].tasks[0].state == "dead"
+    });
+    assert!(job.allocs[0].tasks[0].failed, "{job:#?}");
+    rig.stop("app");
+    rig.stop("plugin");
+    assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
+}
+
+#[test]
 fn a_task_gets_nomads_environment_and_never_sees_the_control_socket() {
     if !require_root() {
         return;
