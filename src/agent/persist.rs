@@ -12,11 +12,17 @@
 //! a sync ([`crate::state::Store::append_unsynced`]): a resumed job needs
 //! the outcomes of its RPCs so far to survive the agent being killed, so
 //! that the next agent does not send them again, and the page cache keeps
-//! them through that. Their sync is the next one, at the latest the one
-//! before the claim's or release's answer. Whatever else a turn does (an
-//! answer, a job submitted, an op for etcd, or nothing but records) waits
-//! for a sync, as before; a turn with neither effects nor records syncs
-//! nothing.
+//! them through that. Their sync is the next one. So do acknowledgements:
+//! a claim answered as taken at the end of its job, a claim answered as
+//! freed after a job released it. What they tell was decided by a record
+//! synced before the job went out (the admission, the release); should a
+//! power cut take the records after it, the next start finds the steps
+//! `Pending` and does them again, to the same end (see
+//! [`crate::volume::manager::VolumeManager::take_acks`]). So a claim and
+//! a release each cost one sync, as the record a bare CSI client would
+//! keep. Whatever else a turn does (an answer that decides something, a
+//! job submitted, an op for etcd, or nothing but records) waits for a
+//! sync, as before; a turn with neither effects nor records syncs nothing.
 //!
 //! # When the state cannot be written
 //!
@@ -78,6 +84,10 @@ pub(super) enum Effect {
     Submit(Dispatch),
     /// An answer to a control API call.
     Reply(Reply),
+    /// An answer whose outcome earlier durable records decide (see
+    /// [`crate::volume::manager::VolumeManager::take_acks`]): it needs
+    /// this turn's records written, not synced.
+    Acknowledge(Reply),
     /// An op for the cluster's etcd (see `volume::manager::cluster`).
     Cluster(Box<crate::cluster::ops::Op>),
     /// A job of protocol steps waiting for a step's outcome to be durable
@@ -223,6 +233,9 @@ impl Agent {
         for reply in self.volumes.take_outbox() {
             self.gate.hold(Effect::Reply(reply));
         }
+        for ack in self.volumes.take_acks() {
+            self.gate.hold(Effect::Acknowledge(ack));
+        }
         for resume in self.volumes.take_resumes() {
             self.gate.hold(Effect::Resume(resume));
         }
@@ -233,14 +246,17 @@ impl Agent {
             // The snapshot of the next write covers this turn's records.
             return;
         }
-        // Resumed jobs need their steps' outcomes written, not synced
-        // (see the module docs); anything else needs them durable. A turn
-        // with neither effects nor records (a step reported in the middle
-        // of a job that does not wait for it) leaves the unsynced records
-        // to the sync of the turn that needs them.
-        let resumes_only = self.gate.holds_only(|e| matches!(e, Effect::Resume(_)));
+        // Resumed jobs and acknowledgements need the turn's records
+        // written, not synced (see the module docs); anything else needs
+        // them durable. A turn with neither effects nor records (a step
+        // reported in the middle of a job that does not wait for it)
+        // leaves the unsynced records to the sync of the turn that needs
+        // them.
+        let written_suffices = self
+            .gate
+            .holds_only(|e| matches!(e, Effect::Resume(_) | Effect::Acknowledge(_)));
         let idle = self.gate.held() == 0 && records.is_empty();
-        let sync = !resumes_only && !idle;
+        let sync = !written_suffices && !idle;
         match self.write(&records, sync) {
             Ok(()) => {
                 if let Some(failing) = self.gate.failing() {
@@ -304,7 +320,7 @@ impl Agent {
         match effect {
             Effect::Submit(dispatch) => self.submit(dispatch),
             // The caller may have given up; that is not the loop's problem.
-            Effect::Reply((reply, result)) => {
+            Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) => {
                 let _ = reply.send(result);
             }
             Effect::Cluster(op) => {
@@ -358,7 +374,9 @@ impl Agent {
             Ok(()) => {
                 self.dirty = false;
                 for effect in self.gate.persisted() {
-                    if let Effect::Reply((reply, result)) = effect {
+                    if let Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) =
+                        effect
+                    {
                         let _ = reply.send(result);
                     }
                 }

@@ -49,8 +49,9 @@ impl VolumeManager {
         });
         self.claim_deadlines
             .push(std::cmp::Reverse(now + CLAIM_DEADLINE));
-        // An idempotent repeat of a taken claim is answered at once.
-        self.answer_claims(&req.volume_id);
+        // An idempotent repeat of a taken claim is answered at once, once
+        // this turn is durable.
+        self.answer_claims(&req.volume_id, false);
     }
 
     /// Checks a claim against the volume's access mode and claims: the new
@@ -227,6 +228,8 @@ impl VolumeManager {
                     log::info!("Volume {volume_id}: alloc {alloc} releases it");
                     claim.wanted = false;
                     self.changed.insert(volume_id.to_string());
+                    // Not durable until a job for it goes out.
+                    entry.releasing_durably.remove(alloc);
                 }
                 // A release asked for again tries again what failed for
                 // good before (the user may have mended it).
@@ -249,8 +252,9 @@ impl VolumeManager {
         }
     }
     /// Answers the claim waiters whose claims are now taken; whether it
-    /// answered any.
-    pub(super) fn answer_claims(&mut self, id: &str) -> bool {
+    /// answered any. `by_job`: a job's step took them, so their admission
+    /// is durable (see [`VolumeManager::take_acks`]).
+    pub(super) fn answer_claims(&mut self, id: &str, by_job: bool) -> bool {
         let paths = self.paths.clone();
         let Some(entry) = self.entries.get_mut(id) else {
             return false;
@@ -279,8 +283,12 @@ impl VolumeManager {
                     .unwrap_or_default(),
                 ..Default::default()
             };
-            self.outbox
-                .push((waiter.reply, Ok(Response::VolumeClaim(resp))));
+            let answers = if by_job {
+                &mut self.acks
+            } else {
+                &mut self.outbox
+            };
+            answers.push((waiter.reply, Ok(Response::VolumeClaim(resp))));
         }
         answered
     }

@@ -124,6 +124,11 @@ struct Entry {
     waiters: Waiters,
     /// Deregister once every claim is gone.
     deregistering: bool,
+    /// Allocs whose release a job of steps is carrying out: the record
+    /// of the release was durable before that job went out (a job is
+    /// submitted only after a sync), so the answer that the claim is
+    /// freed is an acknowledgement (see [`VolumeManager::take_acks`]).
+    releasing_durably: BTreeSet<String>,
 }
 
 impl Entry {
@@ -137,6 +142,7 @@ impl Entry {
             waiting: None,
             waiters: Waiters::default(),
             deregistering: false,
+            releasing_durably: BTreeSet::new(),
         }
     }
 }
@@ -371,6 +377,8 @@ pub struct VolumeManager {
     /// Volumes whose record changed this turn (`None` value: removed).
     changed: BTreeSet<String>,
     outbox: Vec<Reply>,
+    /// Answers whose outcome the durable records already decide.
+    acks: Vec<Reply>,
     /// Jobs of steps waiting for this turn's records to be durable before
     /// their next RPC (see [`crate::volume::steps`]).
     resumes: Vec<Sender<()>>,
@@ -409,6 +417,7 @@ impl VolumeManager {
             next_token: 0,
             changed: BTreeSet::new(),
             outbox: Vec::new(),
+            acks: Vec::new(),
             resumes: Vec::new(),
             pending: HashMap::new(),
             reserved: BTreeSet::new(),
@@ -509,6 +518,19 @@ impl VolumeManager {
     /// Replies to send now that the journal is durable.
     pub fn take_outbox(&mut self) -> Vec<Reply> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Replies to send once this turn's records are written, synced or
+    /// not: answers whose outcome records made durable before decide. A
+    /// claim answered as taken when its job's last step is reported (the
+    /// claim's admission was synced before its job was submitted), and a
+    /// claim answered as freed after a job carried out its release (the
+    /// release was synced before that job). If the records after those
+    /// are lost with the page cache (a power cut; a SIGKILL keeps them),
+    /// the next start finds the claim admitted, or its release under way,
+    /// and does again the steps it finds `Pending`: the same outcome.
+    pub fn take_acks(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.acks)
     }
 
     pub fn to_proto(&self) -> Vec<pb::Volume> {

@@ -203,8 +203,13 @@ impl VolumeManager {
             .into_iter()
             .partition(|(a, _)| a == alloc);
         entry.waiters.releases = waiting;
+        let answers = if entry.releasing_durably.remove(alloc) {
+            &mut self.acks
+        } else {
+            &mut self.outbox
+        };
         for (_, reply) in done {
-            self.outbox.push((reply, Ok(released(true, String::new()))));
+            answers.push((reply, Ok(released(true, String::new()))));
         }
     }
 
@@ -269,6 +274,11 @@ impl VolumeManager {
                 .push((entry.volume.plugin_id.clone(), note.clone()));
         }
         mark_done(&mut entry.volume, &action, done);
+        if let Action::UnbindTarget { alloc } | Action::NodeUnpublish { alloc } = &action {
+            if entry.volume.claims.get(alloc).is_some_and(|c| !c.wanted) {
+                entry.releasing_durably.insert(alloc.clone());
+            }
+        }
         let waits = report.resume.is_some();
         let mut resume = report.resume;
         if waits {
@@ -301,7 +311,7 @@ impl VolumeManager {
             self.changed.insert(id.clone());
         }
         self.resumes.extend(resume);
-        if self.answer_claims(&id) {
+        if self.answer_claims(&id, true) {
             self.changed.insert(id.clone());
         }
     }
