@@ -26,7 +26,7 @@ impl Agent {
         reply: ReplyTo,
     ) {
         let Some(cluster) = &self.cluster else {
-            let _ = reply.send(local.map(Response::PluginStatus));
+            reply.send(local.map(Response::PluginStatus));
             return;
         };
         let (etcd, prefix, me) = (
@@ -47,7 +47,7 @@ impl Agent {
                         resp
                     }),
                 };
-                let _ = reply.send(answer.map(Response::PluginStatus));
+                reply.send(answer.map(Response::PluginStatus));
             });
         if let Err(err) = spawned {
             log::error!("Cannot start a thread for plugin status: {err}");
@@ -61,7 +61,7 @@ impl Agent {
                 ErrorKind::FailedPrecondition,
                 "this agent is not in a cluster (its config has no cluster block)",
             );
-            let _ = reply.send(Err(err));
+            reply.send(Err(err));
             return;
         };
         let (connection, reason) = match &cluster.connection {
@@ -101,7 +101,7 @@ impl Agent {
                             format!("{this_agent}; cannot list the cluster's nodes: {chain}");
                         ApiError::new(ErrorKind::Unavailable, message)
                     });
-                let _ = reply.send(answer);
+                reply.send(answer);
             });
         if let Err(err) = spawned {
             log::error!("Cannot start a thread for node status: {err}");
@@ -111,23 +111,26 @@ impl Agent {
     /// `volume detach -force -node`: on a thread of its own, since the
     /// controller leader's detach may take a while.
     pub(super) fn force_detach(&self, req: api::VolumeForceDetachRequest, reply: ReplyTo) {
-        let refuse = |kind, message: String| {
-            let _ = reply.send(Err(ApiError::new(kind, message)));
+        let refuse = |reply: ReplyTo, kind, message: String| {
+            reply.send(Err(ApiError::new(kind, message)));
         };
         let Some(cluster) = &self.cluster else {
             return refuse(
+                reply,
                 ErrorKind::FailedPrecondition,
                 "detaching another node's claims needs a cluster: this agent's config has no cluster block".into(),
             );
         };
         if req.volume_id.is_empty() || req.node.is_empty() {
             return refuse(
+                reply,
                 ErrorKind::InvalidArgument,
                 "volume_id and node are required".into(),
             );
         }
         if req.node == cluster.node {
             return refuse(
+                reply,
                 ErrorKind::FailedPrecondition,
                 format!(
                     "node {} is this agent: release its claims with `csi-agent volume detach {}`",
@@ -158,7 +161,7 @@ impl Agent {
                         crate::error_chain(&err),
                     )),
                 };
-                let _ = reply.send(answer);
+                reply.send(answer);
             });
         if let Err(err) = spawned {
             log::error!("Cannot start a thread for volume detach: {err}");

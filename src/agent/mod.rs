@@ -331,7 +331,7 @@ impl Agent {
             if let Some(failing) = self.gate.failing() {
                 let err = persist::refusal(&self.options.config.data_dir, &failing.cause);
                 // The caller may have given up; that is not the loop's problem.
-                let _ = reply.send(Err(err));
+                reply.send(Err(err));
                 return;
             }
         }
@@ -401,11 +401,11 @@ impl Agent {
                 None
             }
             Request::JobStatus(req) => {
-                let _ = reply.send(self.allocs.status(&req).map(Response::JobStatus));
+                reply.send(self.allocs.status(&req).map(Response::JobStatus));
                 None
             }
             Request::AllocLogs(req) => {
-                let _ = reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
+                reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
                 None
             }
         };
@@ -473,7 +473,7 @@ impl Agent {
             hcl: dev::DEMO_VOLUME_HCL.into(),
             ..Default::default()
         };
-        if let Some(dispatch) = self.volumes.create(&req, reply, &self.registry) {
+        if let Some(dispatch) = self.volumes.create(&req, reply.into(), &self.registry) {
             self.gate.hold(Effect::Submit(dispatch));
         }
         let spawned = thread::Builder::new()

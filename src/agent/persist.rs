@@ -321,7 +321,7 @@ impl Agent {
             Effect::Submit(dispatch) => self.submit(dispatch),
             // The caller may have given up; that is not the loop's problem.
             Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) => {
-                let _ = reply.send(result);
+                reply.send(result);
             }
             Effect::Cluster(op) => {
                 if let Some(cluster) = &self.cluster {
@@ -377,7 +377,7 @@ impl Agent {
                     if let Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) =
                         effect
                     {
-                        let _ = reply.send(result);
+                        reply.send(result);
                     }
                 }
             }

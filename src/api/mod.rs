@@ -4,8 +4,9 @@
 //! [`server`] accepts connections itself, so that it can refuse a peer
 //! whose uid (`SO_PEERCRED`) is neither root nor the agent's before gRPC
 //! sees a byte, and hands each call to the main loop as a [`Call`]: the
-//! main loop answers through the call's reply channel, from its own state,
-//! so the API never reads shared state. [`client`] is the CLI's side.
+//! main loop answers through the call's [`ReplyTo`], from its own state,
+//! so the API never reads shared state; the answer goes into the call's
+//! gRPC sink from the thread that gives it. [`client`] is the CLI's side.
 
 pub mod client;
 pub mod server;
@@ -103,7 +104,75 @@ pub enum Response {
 #[derive(Debug)]
 pub struct Call {
     pub request: Request,
-    pub reply: Sender<Result<Response, ApiError>>,
+    pub reply: ReplyTo,
+}
+
+/// The main loop's answer to a call.
+pub type Answer = Result<Response, ApiError>;
+
+/// Where the answer to a call goes: the control API call's gRPC sink, so
+/// that whichever thread answers (the main loop, a worker) sends it on the
+/// wire at once, with no thread of its own waiting for it; or a channel,
+/// for the agent's own calls (a task's claims).
+pub struct ReplyTo(Target);
+
+enum Target {
+    Channel(Sender<Answer>),
+    /// `None` once answered.
+    Sink(Option<Box<dyn FnOnce(Answer) + Send>>),
+}
+
+impl ReplyTo {
+    /// An answer that `send` passes to `deliver`. Dropped unanswered (the
+    /// agent stopping), it delivers `Unavailable`.
+    pub fn sink(deliver: impl FnOnce(Answer) + Send + 'static) -> ReplyTo {
+        ReplyTo(Target::Sink(Some(Box::new(deliver))))
+    }
+
+    /// Sends the answer. The caller may have given up on it: that is not
+    /// the answering side's problem, so nothing is returned.
+    pub fn send(mut self, answer: Answer) {
+        match &mut self.0 {
+            Target::Channel(sender) => {
+                let _ = sender.send(answer);
+            }
+            Target::Sink(deliver) => {
+                if let Some(deliver) = deliver.take() {
+                    deliver(answer);
+                }
+            }
+        }
+    }
+}
+
+impl From<Sender<Answer>> for ReplyTo {
+    fn from(sender: Sender<Answer>) -> ReplyTo {
+        ReplyTo(Target::Channel(sender))
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        // A channel's receiver sees the disconnection instead.
+        if let Target::Sink(deliver) = &mut self.0 {
+            if let Some(deliver) = deliver.take() {
+                deliver(Err(ApiError::new(
+                    ErrorKind::Unavailable,
+                    "the agent is shutting down",
+                )));
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ReplyTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Target::Channel(_) => f.write_str("ReplyTo(channel)"),
+            Target::Sink(Some(_)) => f.write_str("ReplyTo(sink)"),
+            Target::Sink(None) => f.write_str("ReplyTo(answered)"),
+        }
+    }
 }
 
 /// What kind of failure an [`ApiError`] is; mapped to a gRPC code.

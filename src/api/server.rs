@@ -18,10 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-use crossbeam_channel::{bounded, Sender};
-use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink, UnarySinkResult};
 
-use super::{ApiError, Call, ErrorKind, Request, Response};
+use super::{ApiError, Call, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::client::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
 use crate::sys::peercred;
@@ -72,8 +72,13 @@ impl ControlServer {
     /// Serves the control API at `path`, sending every call to `calls`.
     pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
         let listener = bind_private(path)?;
+        let (sent, sending) = unbounded();
+        thread::Builder::new()
+            .name("control-api-sent".into())
+            .spawn(move || wait_until_sent(sending))
+            .map_err(Error::Thread)?;
         let mut server = ServerBuilder::new(grpc_environment())
-            .register_service(agent_grpc::create_agent(Service { calls }))
+            .register_service(agent_grpc::create_agent(Service { calls, sent }))
             .build()
             .map_err(Error::Grpc)?;
         server.start();
@@ -180,11 +185,16 @@ fn accept_loop(listener: &UnixListener, server: &mut grpcio::Server, stopping: &
     }
 }
 
-/// The grpcio service: forwards each call to the main loop and answers
-/// from another thread, so grpcio's completion queue never waits for it.
+/// The grpcio service: forwards each call to the main loop, whose answer
+/// goes straight into the call's sink from whichever thread gives it, so
+/// that neither grpcio's completion queue nor a thread of the call's own
+/// waits for the loop. grpcio starts sending the answer at once; the call
+/// must live on until the send is done (gRPC cancels a server call let go
+/// before it completes), which the `control-api-sent` thread waits for.
 #[derive(Clone)]
 struct Service {
     calls: Sender<Call>,
+    sent: Sender<UnarySinkResult>,
 }
 
 impl Service {
@@ -195,37 +205,30 @@ impl Service {
         sink: UnarySink<Resp>,
         answer: fn(Response) -> Option<Resp>,
     ) {
-        let (reply, replies) = bounded(1);
-        let sent = self.calls.send(Call { request, reply });
-        let spawned = thread::Builder::new()
-            .name(format!("api-{method}"))
-            .spawn(move || {
-                let result = match sent {
-                    Err(_) => Err(ApiError::new(
-                        ErrorKind::Unavailable,
-                        "the agent is shutting down",
-                    )),
-                    Ok(()) => replies.recv().unwrap_or_else(|_| {
-                        Err(ApiError::new(
-                            ErrorKind::Unavailable,
-                            "the agent is shutting down",
-                        ))
-                    }),
-                };
-                let outcome = match result.map(answer) {
-                    Ok(Some(resp)) => block_on(sink.success(resp)),
-                    Ok(None) => block_on(sink.fail(status(&ApiError::new(
-                        ErrorKind::Internal,
-                        format!("the agent answered {method} with another response"),
-                    )))),
-                    Err(err) => block_on(sink.fail(status(&err))),
-                };
-                if let Err(err) = outcome {
-                    log::debug!("{method}: the answer was not delivered: {err}");
-                }
-            });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for {method}: {err}");
+        let sent = self.sent.clone();
+        let reply = ReplyTo::sink(move |result| {
+            let sending = match result.map(answer) {
+                Ok(Some(resp)) => sink.success(resp),
+                Ok(None) => sink.fail(status(&ApiError::new(
+                    ErrorKind::Internal,
+                    format!("the agent answered {method} with another response"),
+                ))),
+                Err(err) => sink.fail(status(&err)),
+            };
+            let _ = sent.send(sending);
+        });
+        // A loop that is gone dropped the call, and its reply answers
+        // that the agent is shutting down.
+        let _ = self.calls.send(Call { request, reply });
+    }
+}
+
+/// Holds each answer's call until gRPC has sent it; ends when the server
+/// and every unanswered call are gone.
+fn wait_until_sent(sent: Receiver<UnarySinkResult>) {
+    for sending in sent {
+        if let Err(err) = block_on(sending) {
+            log::debug!("A control API answer was not delivered: {err}");
         }
     }
 }

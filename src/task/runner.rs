@@ -240,7 +240,7 @@ impl Allocs {
                 unmount_below(mounts, publish_path);
             }
             let (reply, _answer) = bounded(1);
-            volumes.release(&v.volume_id, &alloc.id, reply);
+            volumes.release(&v.volume_id, &alloc.id, reply.into());
             v.state = UseState::Released;
             v.answer = None;
         }

@@ -46,7 +46,7 @@ impl Allocs {
                 read_only: v.read_only,
                 ..Default::default()
             };
-            volumes.claim(&req, reply, registry, now);
+            volumes.claim(&req, reply.into(), registry, now);
             v.state = UseState::Claiming;
             v.answer = Some(answer);
             v.retry_at = None;

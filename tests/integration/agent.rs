@@ -107,6 +107,29 @@ fn a_configured_plugin_turns_healthy_with_its_fingerprint() {
     assert_eq!(changes(&p), [(Health::PENDING, Health::HEALTHY)]);
 }
 
+#[test]
+fn every_control_api_call_is_answered_when_the_loop_answers_at_once() {
+    // A read is answered in the loop's turn, often before grpcio's
+    // handler has returned; the answer must still reach the caller (the
+    // call is kept until gRPC has sent it: one let go earlier is
+    // cancelled). From four threads at once, as a CO's workers would ask.
+    let plugin = Plugin::start();
+    let agent = Agent::start(&[block("hp", &plugin.socket)]);
+    agent.wait_for("hp", healthy, WAIT);
+    thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for i in 0..100 {
+                    // A connection per call, as the CLI makes.
+                    let client = client::AgentClient::connect(&agent.socket).unwrap();
+                    let status = client.plugin_status("");
+                    assert!(status.is_ok(), "call {i}: {status:?}");
+                }
+            });
+        }
+    });
+}
+
 /// The health changes of a plugin that turned healthy, then unhealthy,
 /// then healthy again.
 const DOWN_AND_UP: [(Health, Health); 3] = [

@@ -138,7 +138,7 @@ impl VolumeManager {
     /// with `volume claim`): it is released like any other.
     pub fn release_lost(&mut self, volume: &str, alloc: &str) {
         let (reply, _) = crossbeam_channel::bounded(1);
-        self.release(volume, alloc, reply);
+        self.release(volume, alloc, reply.into());
     }
 }
 

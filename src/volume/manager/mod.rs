@@ -69,7 +69,7 @@ pub const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_s
 /// given up (and released).
 pub const CLAIM_DEADLINE: Duration = Duration::from_secs(120);
 
-pub type ReplyTo = Sender<Result<Response, ApiError>>;
+pub use crate::api::ReplyTo;
 
 /// A reply to send once this turn's journal is durable.
 pub type Reply = (ReplyTo, Result<Response, ApiError>);

@@ -412,7 +412,7 @@ impl VolumeManager {
                 // A read: answered at once, like the status it completes.
                 let Some(entry) = self.entries.get(&done.volume_id) else {
                     let err = error(ErrorKind::NotFound, "the volume was deregistered");
-                    let _ = reply.send(Err(err));
+                    reply.send(Err(err));
                     return;
                 };
                 let mut status = self.status_of_entry(entry, registry);
@@ -446,7 +446,7 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
+                reply.send(Ok(Response::VolumeStatus(resp)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");

@@ -246,13 +246,13 @@ impl VolumeManager {
                         ..Default::default()
                     })
                 });
-                let _ = reply.send(answer);
+                reply.send(answer);
             }
             (PendingOp::SnapshotDelete { reply }, OpResult::SnapshotDeleted(result)) => {
                 let answer = result
                     .map_err(refused)
                     .map(|()| Response::SnapshotDelete(Default::default()));
-                let _ = reply.send(answer);
+                reply.send(answer);
             }
             (PendingOp::SnapshotList { plugin_id, reply }, OpResult::Snapshots(result)) => {
                 let answer = result.map_err(refused).map(|all| {
@@ -264,7 +264,7 @@ impl VolumeManager {
                         ..Default::default()
                     })
                 });
-                let _ = reply.send(answer);
+                reply.send(answer);
             }
             (
                 PendingOp::External {
@@ -298,7 +298,7 @@ impl VolumeManager {
                     }
                     Err(err) => response.external_error = err.to_string(),
                 }
-                let _ = reply.send(Ok(Response::VolumeStatus(response)));
+                reply.send(Ok(Response::VolumeStatus(response)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");
@@ -307,7 +307,7 @@ impl VolumeManager {
                 | PendingOp::SnapshotList { reply, .. }
                 | PendingOp::External { reply, .. } = op
                 {
-                    let _ = reply.send(Err(error(ErrorKind::Internal, "mismatched result")));
+                    reply.send(Err(error(ErrorKind::Internal, "mismatched result")));
                 }
             }
         }

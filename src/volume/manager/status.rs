@@ -31,13 +31,13 @@ impl VolumeManager {
             if !req.plugin_id.is_empty() {
                 return self.external_volumes(&req.plugin_id, response, reply, registry);
             }
-            let _ = reply.send(Ok(Response::VolumeStatus(response)));
+            reply.send(Ok(Response::VolumeStatus(response)));
             return None;
         }
         let entry = match self.entry(&req.id) {
             Ok(entry) => entry,
             Err(err) => {
-                let _ = reply.send(Err(err));
+                reply.send(Err(err));
                 return None;
             }
         };
@@ -87,7 +87,7 @@ impl VolumeManager {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                let _ = reply.send(Ok(Response::VolumeStatus(resp)));
+                reply.send(Ok(Response::VolumeStatus(resp)));
                 None
             }
         }
@@ -117,7 +117,7 @@ impl VolumeManager {
         if let Some(why) = why_not {
             let mut response = response;
             response.external_error = why;
-            let _ = reply.send(Ok(Response::VolumeStatus(response)));
+            reply.send(Ok(Response::VolumeStatus(response)));
             return None;
         }
         let token = self.token();
