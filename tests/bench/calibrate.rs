@@ -6,9 +6,17 @@
 //! atomic snapshot write (write, fsync, rename, directory fsync), one
 //! bind mount with its unmount, and one round trip of the agent's control
 //! API (`plugin status` of an agent with no plugins), the hop a claim
-//! through the agent has and the floor has not.
+//! through the agent has and the floor has not. Two more the agent has
+//! and the floor has not: the directories a claim makes and its release
+//! removes (the CO makes the staging path and the publish path's parent,
+//! CSI says; the floor's exist before its clock starts), and one hand-off
+//! to a parked thread and back (a crossbeam channel each way), which a
+//! claim's job has between two RPCs while the loop records the first.
 
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::csi::Client;
@@ -35,6 +43,13 @@ pub struct Calibration {
     pub atomic_write: Samples,
     pub bind_mount: Samples,
     pub control_api: Samples,
+    /// A claim's directories: the staging path (0700), the per-alloc
+    /// publish parent (two levels), the host target.
+    pub claim_dirs: Samples,
+    /// Its release's: the same removed.
+    pub release_dirs: Samples,
+    /// A message to a parked thread and its answer.
+    pub hand_off: Samples,
 }
 
 pub fn run(opts: &Options, root: &Path) -> Calibration {
@@ -64,6 +79,8 @@ pub fn run(opts: &Options, root: &Path) -> Calibration {
             .unmount(&target, UnmountMode::Normal)
             .expect("unmount");
     });
+    let (claim_dirs, release_dirs) = directories(&dir);
+    let hand_off = hand_offs();
     let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
         agent_config(data, opts.heartbeat, &[])
     });
@@ -84,7 +101,69 @@ pub fn run(opts: &Options, root: &Path) -> Calibration {
         atomic_write,
         bind_mount,
         control_api,
+        claim_dirs,
+        release_dirs,
+        hand_off,
     }
+}
+
+/// What the agent's steps do to directories for one claim of volume `v`
+/// by a new alloc, and for its release, as `volume/steps.rs` does them
+/// (the `staging` and `per-alloc` skeleton kept).
+fn directories(dir: &BenchDir) -> (Samples, Samples) {
+    let staging = dir.mkdir("dirs/staging");
+    let per_alloc = dir.mkdir("dirs/per-alloc");
+    let targets = dir.mkdir("dirs/targets");
+    let (mut claims, mut releases) = (Samples::default(), Samples::default());
+    for i in 0..RUNS {
+        let alloc = format!("a{i}");
+        let stage = staging.join("v");
+        let publish_parent = per_alloc.join(&alloc).join("v");
+        let target = targets.join(&alloc);
+        let start = Instant::now();
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&stage)
+            .expect("mkdir staging");
+        fs::set_permissions(&stage, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .expect("chmod staging");
+        fs::create_dir_all(&publish_parent).expect("mkdir per-alloc");
+        fs::create_dir(&target).expect("mkdir target");
+        claims.push(start.elapsed());
+        let start = Instant::now();
+        fs::remove_dir(&target).expect("rmdir target");
+        fs::remove_dir(&publish_parent).expect("rmdir per-alloc/v");
+        fs::remove_dir(per_alloc.join(&alloc)).expect("rmdir per-alloc");
+        fs::remove_dir(&stage).expect("rmdir staging");
+        releases.push(start.elapsed());
+    }
+    (claims, releases)
+}
+
+/// A message to a thread parked on a channel, and its answer: the
+/// thread has been idle 1 ms each time, as the agent's loop is while a
+/// plugin works on an RPC.
+fn hand_offs() -> Samples {
+    let (to_loop, inbox) = crossbeam_channel::bounded::<()>(1);
+    let (to_worker, answers) = crossbeam_channel::bounded::<()>(1);
+    let echo = thread::spawn(move || {
+        for () in inbox {
+            if to_worker.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut samples = Samples::default();
+    for _ in 0..RUNS {
+        thread::sleep(Duration::from_millis(1));
+        let start = Instant::now();
+        to_loop.send(()).expect("the echo thread runs");
+        answers.recv().expect("the echo thread answers");
+        samples.push(start.elapsed());
+    }
+    drop(to_loop);
+    echo.join().expect("the echo thread ends");
+    samples
 }
 
 /// NodeGetCapabilities round trips against a plugin started with `delay`;
