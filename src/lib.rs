@@ -36,8 +36,11 @@
 //!
 //! Nothing is acknowledged, and no plugin call or mount is made, before
 //! the state it depends on is on disk: each loop turn's records are synced
-//! (one group commit) before the turn's replies and plugin jobs go out,
-//! and before a job of steps waiting between two RPCs is resumed.
+//! (one group commit) before the turn's replies and plugin jobs go out.
+//! Two things wait for a write, not a sync, since a synced record already
+//! decides them: a job of steps resumed between two RPCs, and the answer
+//! that a claim is taken or freed at the end of its job (see
+//! `agent/persist.rs`).
 //! When the data dir cannot be written (`ENOSPC`, `EDQUOT`, `EIO`), the
 //! agent *cannot persist*: it holds those replies and jobs, refuses every
 //! call that would change the state ([`api::Request::access`]) at once
@@ -104,10 +107,15 @@
 //!   next RPC (the job waits for that write, not for a sync), so that a
 //!   killed agent re-sends at most the last RPC sent, and a power cut at
 //!   most the RPCs since the last sync, which are idempotent; a host bind
-//!   or unbind rides on its neighbour's record. A claim through
-//!   ControllerPublish, NodeStage, NodePublish and a host bind is 2 syncs
-//!   instead of 5 (the `Pending` record and the one before the answer),
-//!   its release 2.
+//!   or unbind rides on its neighbour's record. The answer that a claim
+//!   is taken, or that a released claim is freed, waits for its records
+//!   to be written, not synced: the synced record before the job (the
+//!   admission, the release) already decides it, and after a power cut the
+//!   next start does the `Pending` steps again to the same end. A claim
+//!   through ControllerPublish, NodeStage, NodePublish and a host bind is
+//!   1 sync instead of 5 (the `Pending` record), its release 1 (the
+//!   release, before its job), as a bare CSI client keeping one record
+//!   would.
 //! - The journal holds whole volume records (one per volume changed in a
 //!   loop turn), not per-transition deltas: replay is "last record wins",
 //!   and a turn that changes a volume five times writes it once.
