@@ -47,7 +47,7 @@ pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Heartbeats that trust the last fingerprint before one takes it again.
-const REFINGERPRINT_EVERY: u32 = 10;
+pub const REFINGERPRINT_EVERY: u32 = 10;
 
 /// How an instance watches its plugin.
 #[derive(Clone, Copy, Debug)]
