@@ -95,6 +95,14 @@ pub(super) enum Effect {
     Resume(crossbeam_channel::Sender<()>),
 }
 
+impl Effect {
+    /// Whether the effect needs the turn's records only written: a job
+    /// resumed between two RPCs, an acknowledgement.
+    pub(super) fn written_suffices(&self) -> bool {
+        matches!(self, Effect::Resume(_) | Effect::Acknowledge(_))
+    }
+}
+
 /// Why the state cannot be persisted, and when to try again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Failing {
@@ -131,6 +139,21 @@ impl<E> Gate<E> {
     /// Whether some effect is held, and every one held is `only`'s.
     pub(super) fn holds_only(&self, only: impl Fn(&E) -> bool) -> bool {
         !self.held.is_empty() && self.held.iter().all(only)
+    }
+
+    /// Whether the turn's write must be synced: when it holds an effect
+    /// that needs more than a write, or records and no effect (a record
+    /// nobody waits for is still made durable, with everything written
+    /// unsynced before it). A turn with neither syncs nothing.
+    pub(super) fn needs_sync(
+        &self,
+        has_records: bool,
+        written_suffices: impl Fn(&E) -> bool,
+    ) -> bool {
+        if self.held.is_empty() {
+            return has_records;
+        }
+        !self.holds_only(written_suffices)
     }
 
     /// Whether the turn ending now should write: always while the agent
@@ -252,11 +275,9 @@ impl Agent {
         // reported in the middle of a job that does not wait for it)
         // leaves the unsynced records to the sync of the turn that needs
         // them.
-        let written_suffices = self
+        let sync = self
             .gate
-            .holds_only(|e| matches!(e, Effect::Resume(_) | Effect::Acknowledge(_)));
-        let idle = self.gate.held() == 0 && records.is_empty();
-        let sync = !written_suffices && !idle;
+            .needs_sync(!records.is_empty(), Effect::written_suffices);
         match self.write(&records, sync) {
             Ok(()) => {
                 if let Some(failing) = self.gate.failing() {
@@ -439,6 +460,37 @@ mod tests {
         assert!(gate.holds_only(|e| *e == "resume"));
         gate.hold("reply");
         assert!(!gate.holds_only(|e| *e == "resume"));
+    }
+
+    #[test]
+    fn a_turn_syncs_unless_its_effects_need_only_a_write() {
+        let written_suffices = |e: &&str| *e == "resume" || *e == "ack";
+        let mut gate = Gate::new();
+        assert!(!gate.needs_sync(false, written_suffices), "nothing to do");
+        assert!(gate.needs_sync(true, written_suffices), "records alone");
+        gate.hold("resume");
+        gate.hold("ack");
+        assert!(!gate.needs_sync(true, written_suffices));
+        gate.hold("reply");
+        assert!(gate.needs_sync(true, written_suffices));
+        gate.persisted();
+        gate.hold("submit");
+        assert!(gate.needs_sync(false, written_suffices));
+    }
+
+    #[test]
+    fn only_resumes_and_acknowledgements_need_a_write_alone() {
+        let (reply, _) = crossbeam_channel::bounded(1);
+        let (resume, _) = crossbeam_channel::bounded(1);
+        let ack = |reply| {
+            (
+                crate::api::ReplyTo::from(reply),
+                Err(ApiError::new(ErrorKind::Internal, "x")),
+            )
+        };
+        assert!(Effect::Resume(resume).written_suffices());
+        assert!(Effect::Acknowledge(ack(reply.clone())).written_suffices());
+        assert!(!Effect::Reply(ack(reply)).written_suffices());
     }
 
     #[test]
