@@ -425,6 +425,27 @@ fn a_claim_held_when_the_agent_is_killed_leaves_no_mount_behind() {
 }
 
 #[test]
+fn a_create_the_plugin_did_not_answer_is_sent_again_until_the_volume_is_made() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    // No answer: the plugin may have made the volume. The caller is told
+    // so, and the agent sends the same request again, by itself.
+    rig.plugin
+        .set_faults("CreateVolume code=DEADLINE_EXCEEDED count=1\n");
+    let err = connect(&rig.agent)
+        .volume_create("v1.hcl", &big_spec("v1"))
+        .unwrap_err();
+    assert!(err.to_string().contains("may have been created"), "{err}");
+    let v1 = wait_volume(&rig.agent, "v1", "created", |v| v.created, LONG);
+    assert!(!v1.creating && !v1.external_id.is_empty(), "{v1:#?}");
+    assert_eq!(create_calls(&rig.plugin, "v1"), 2, "sent again, same name");
+    connect(&rig.agent).volume_delete("v1").unwrap();
+    rig.assert_nothing_left();
+}
+
+#[test]
 fn a_create_cut_short_by_a_crash_is_sent_again_and_its_volume_kept() {
     if !require_root() {
         return;

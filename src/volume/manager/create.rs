@@ -147,6 +147,7 @@ impl VolumeManager {
     /// plugin's workers; `reply` waits for it, if anyone does.
     fn send_create(&mut self, id: &str, reply: Option<ReplyTo>) -> Dispatch {
         let token = self.token();
+        self.being_created.remove(id);
         let entry = self.entries.get_mut(id).expect("being created");
         entry.busy = Some(token);
         let volume = &entry.volume;
@@ -179,10 +180,14 @@ impl VolumeManager {
     /// whose plugin's controller is healthy and whose retry is due: after a restart,
     /// or after a CreateVolume that did not answer. Nobody waits for them.
     pub fn resume_creates(&mut self, registry: &Registry, now: Instant) -> Vec<Dispatch> {
+        let entries = &self.entries;
+        self.being_created
+            .retain(|id| entries.get(id).is_some_and(|e| e.volume.creating.is_some()));
         let due: Vec<String> = self
-            .entries
-            .values()
-            .filter(|e| e.volume.creating.is_some() && e.busy.is_none())
+            .being_created
+            .iter()
+            .map(|id| &self.entries[id])
+            .filter(|e| e.busy.is_none())
             .filter(|e| e.retry.as_ref().map_or(true, |r| r.at <= now))
             .filter(|e| {
                 self.plugin_view(registry, &e.volume.plugin_id)
@@ -290,6 +295,7 @@ impl VolumeManager {
         });
         self.retries
             .push(std::cmp::Reverse((now + delay, id.to_string())));
+        self.being_created.insert(id.to_string());
         if let Some(reply) = reply {
             // Not UNAVAILABLE: the CLI reads that as the agent refusing the
             // caller.

@@ -385,6 +385,12 @@ pub struct VolumeManager {
     pending: HashMap<u64, PendingOp>,
     /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
+    /// Volumes being created whose CreateVolume is not in flight: each
+    /// one inserted with a create intent (restored after a restart), and
+    /// each whose CreateVolume did not answer, until it is sent again.
+    /// [`VolumeManager::resume_creates`] looks at these, not at every
+    /// volume, each turn, and drops those given up meanwhile.
+    being_created: BTreeSet<String>,
     jitter: SplitMix64,
     /// Volumes to plan this turn besides those whose record changed (see
     /// [`VolumeManager::plan`]): a call came back, a request touched one,
@@ -421,6 +427,7 @@ impl VolumeManager {
             resumes: Vec::new(),
             pending: HashMap::new(),
             reserved: BTreeSet::new(),
+            being_created: BTreeSet::new(),
             jitter: SplitMix64::from_entropy(),
             plugin_notes: Vec::new(),
             to_plan: BTreeSet::new(),
@@ -437,6 +444,9 @@ impl VolumeManager {
 
     fn insert(&mut self, volume: Volume) {
         let id = volume.id.clone();
+        if volume.creating.is_some() {
+            self.being_created.insert(id.clone());
+        }
         self.entries.insert(id.clone(), Entry::new(volume));
         self.changed.insert(id);
     }
