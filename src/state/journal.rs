@@ -285,13 +285,8 @@ impl Journal {
     pub fn append_batch<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
         let (seqs, written) = self.write_frames(payloads)?;
         if self.unsynced || written > 0 {
-            if let Err(err) = self.file.sync_data() {
-                self.poisoned = true;
-                return Err(Error::Sync {
-                    path: self.path.clone(),
-                    err,
-                });
-            }
+            let synced = self.file.sync_data();
+            self.poison_on(synced, |path, err| Error::Sync { path, err })?;
         }
         self.unsynced = false;
         self.advance(&seqs, written);
@@ -343,13 +338,8 @@ impl Journal {
             })
             .collect();
 
-        if let Err(err) = self.file.write_all_at(&frames, self.len) {
-            self.poisoned = true;
-            return Err(Error::Write {
-                path: self.path.clone(),
-                err,
-            });
-        }
+        let written = self.file.write_all_at(&frames, self.len);
+        self.poison_on(written, |path, err| Error::Write { path, err })?;
         Ok((seqs, frames.len() as u64))
     }
 
@@ -390,15 +380,23 @@ impl Journal {
             err,
         })?;
         self.len = 0;
-        if let Err(err) = self.file.sync_all() {
-            self.poisoned = true;
-            return Err(Error::Sync {
-                path: self.path.clone(),
-                err,
-            });
-        }
+        let synced = self.file.sync_all();
+        self.poison_on(synced, |path, err| Error::Sync { path, err })?;
         self.unsynced = false;
         Ok(())
+    }
+
+    /// A write or sync that failed leaves the file's end unknown: the
+    /// journal refuses every later append until it is reopened.
+    fn poison_on(
+        &mut self,
+        result: io::Result<()>,
+        error: impl FnOnce(PathBuf, io::Error) -> Error,
+    ) -> Result<(), Error> {
+        result.map_err(|err| {
+            self.poisoned = true;
+            error(self.path.clone(), err)
+        })
     }
 
     fn check_usable(&self) -> Result<(), Error> {
