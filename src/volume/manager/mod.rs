@@ -28,6 +28,8 @@
 //! and the node's from the node's. Each job names its [`Service`], and the
 //! main loop submits it to the instance serving that service.
 
+#[cfg(test)]
+mod answers_tests;
 mod claims;
 mod cluster;
 mod create;

@@ -1,0 +1,257 @@
+//! Which answers the manager hands out as acknowledgements (sent once the
+//! turn's records are written) and which as replies (sent once they are
+//! synced). An acknowledgement is only right when a record synced before
+//! already decides the answer: the claim's admission before its job, the
+//! release before its job. Everything else must wait for a sync, or a
+//! power cut could undo what was answered. The jobs do not run here: the
+//! tests feed the manager the reports a job would send.
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime};
+
+use crossbeam_channel::{unbounded, Receiver};
+
+use super::*;
+use crate::csi::types::{NodeCapability, NodeInfo, PluginInfo};
+use crate::csi::{AccessMode, AttachmentMode, Capability};
+use crate::plugin::{Fingerprint, Health, PluginSpec, Report, Source};
+use crate::spec::PluginType;
+use crate::volume::ops::{StepDone, StepError, StepReport};
+use crate::volume::plan::Action;
+
+/// A manager with volume `v` of a healthy node-only plugin `p` that
+/// stages (so a claim is NodeStage then NodePublish, a release
+/// NodeUnpublish then NodeUnstage).
+struct Rig {
+    manager: VolumeManager,
+    registry: Registry,
+    _done: Receiver<OpDone>,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let (tx, done) = unbounded();
+        let mut manager = VolumeManager::new(
+            Paths {
+                data_dir: PathBuf::from("/nonexistent/csi-agent-test"),
+            },
+            tx,
+        );
+        let mut registry = Registry::new();
+        let spec = PluginSpec {
+            id: "p".into(),
+            endpoint: "/run/csi/p.sock".parse().unwrap(),
+            plugin_type: PluginType::Node,
+            source: Source::Config,
+            stage_publish_base_dir: None,
+        };
+        let key = spec.key();
+        registry.register(spec);
+        registry.apply(
+            &key,
+            Report::Status {
+                health: Health::Healthy,
+                reason: "ok".into(),
+                fingerprint: Some(Fingerprint {
+                    info: PluginInfo {
+                        name: "p".into(),
+                        vendor_version: "1".into(),
+                        manifest: Default::default(),
+                    },
+                    plugin_capabilities: Default::default(),
+                    controller_capabilities: Default::default(),
+                    node_capabilities: [NodeCapability::StageUnstageVolume].into(),
+                    node: Some(NodeInfo {
+                        node_id: "n1".into(),
+                        max_volumes_per_node: 0,
+                        accessible_topology: None,
+                    }),
+                    taken: SystemTime::now(),
+                }),
+                heartbeat: None,
+            },
+        );
+        manager.insert(crate::volume::model::test_volume(Capability::new(
+            AccessMode::MultiNodeMultiWriter,
+            AttachmentMode::FileSystem,
+        )));
+        let mut rig = Rig {
+            manager,
+            registry,
+            _done: done,
+        };
+        rig.turn();
+        rig
+    }
+
+    /// Claims `v` for `alloc`, without a host target; the answer's
+    /// receiver.
+    fn claim(&mut self, alloc: &str) -> Receiver<crate::api::Answer> {
+        let (tx, rx) = unbounded();
+        let req = api::VolumeClaimRequest {
+            volume_id: "v".into(),
+            alloc_id: alloc.into(),
+            ..Default::default()
+        };
+        self.manager
+            .claim(&req, tx.into(), &self.registry, Instant::now());
+        rx
+    }
+
+    fn release(&mut self, alloc: &str) -> Receiver<crate::api::Answer> {
+        let (tx, rx) = unbounded();
+        self.manager.release("v", alloc, tx.into());
+        rx
+    }
+
+    /// Ends a loop turn: plans, and answers what it holds as the loop
+    /// would (acknowledgements and replies apart). The names of the
+    /// steps of the job planned, if one was.
+    fn turn(&mut self) -> Turn {
+        let jobs = self.manager.plan(&self.registry, Instant::now());
+        let _ = self.manager.take_journal();
+        let turn = Turn {
+            jobs: jobs.len(),
+            acks: self.manager.take_acks(),
+            replies: self.manager.take_outbox(),
+        };
+        drop(self.manager.take_resumes());
+        turn
+    }
+
+    /// The job in flight on `v`.
+    fn token(&self) -> u64 {
+        self.manager.entries["v"].busy.expect("a job in flight")
+    }
+
+    /// Reports `action` of the job in flight as a job would.
+    fn report(&mut self, action: Action, result: Result<StepDone, StepError>) {
+        let done = OpDone {
+            volume_id: "v".into(),
+            token: self.token(),
+            result: OpResult::Step(StepReport {
+                action,
+                result,
+                resume: None,
+            }),
+        };
+        self.manager.completed(done, &self.registry, Instant::now());
+    }
+
+    /// Runs a claim of `alloc` through its job; the turn that answers it.
+    fn claimed(&mut self, alloc: &str) -> (Receiver<crate::api::Answer>, Turn) {
+        let answer = self.claim(alloc);
+        assert_eq!(self.turn().jobs, 1, "the claim's job");
+        let staging = crate::volume::model::StagingKey::Volume;
+        self.report(Action::NodeStage { staging }, Ok(StepDone::default()));
+        self.report(
+            Action::NodePublish {
+                alloc: alloc.into(),
+            },
+            Ok(StepDone::default()),
+        );
+        (answer, self.turn())
+    }
+}
+
+struct Turn {
+    jobs: usize,
+    acks: Vec<Reply>,
+    replies: Vec<Reply>,
+}
+
+impl Turn {
+    /// Sends every answer it holds; how many of each kind.
+    fn send(self) -> (usize, usize) {
+        let counts = (self.acks.len(), self.replies.len());
+        for (reply, answer) in self.acks.into_iter().chain(self.replies) {
+            reply.send(answer);
+        }
+        counts
+    }
+}
+
+fn answered(rx: &Receiver<crate::api::Answer>) -> crate::api::Answer {
+    rx.try_recv().expect("answered")
+}
+
+#[test]
+fn a_claim_answered_at_the_end_of_its_job_is_an_acknowledgement() {
+    let mut rig = Rig::new();
+    let (answer, turn) = rig.claimed("a1");
+    assert_eq!(turn.send(), (1, 0));
+    assert!(matches!(answered(&answer), Ok(Response::VolumeClaim(_))));
+}
+
+#[test]
+fn a_claim_asked_again_once_taken_waits_for_a_sync() {
+    let mut rig = Rig::new();
+    let (_, turn) = rig.claimed("a1");
+    turn.send();
+    // Answered from the record alone, in a turn of its own: nothing
+    // synced before it says so.
+    let again = rig.claim("a1");
+    let turn = rig.turn();
+    assert_eq!(turn.jobs, 0);
+    assert_eq!(turn.send(), (0, 1));
+    assert!(matches!(answered(&again), Ok(Response::VolumeClaim(_))));
+}
+
+#[test]
+fn a_release_answered_after_its_job_is_an_acknowledgement() {
+    let mut rig = Rig::new();
+    rig.claimed("a1").1.send();
+    let answer = rig.release("a1");
+    let turn = rig.turn();
+    assert_eq!((turn.jobs, turn.send()), (1, (0, 0)), "the release's job");
+    rig.report(
+        Action::NodeUnpublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.report(
+        Action::NodeUnstage {
+            staging: crate::volume::model::StagingKey::Volume,
+        },
+        Ok(StepDone::default()),
+    );
+    assert_eq!(rig.turn().send(), (1, 0));
+    match answered(&answer) {
+        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_release_with_no_job_waits_for_a_sync() {
+    let mut rig = Rig::new();
+    // Released in the turn it was claimed: no step was sent, and the
+    // claim is freed without a job.
+    let claim = rig.claim("a1");
+    let release = rig.release("a1");
+    let turn = rig.turn();
+    assert_eq!(turn.jobs, 0);
+    assert_eq!(turn.send(), (0, 2));
+    assert!(answered(&claim).is_err(), "the claim was released");
+    match answered(&release) {
+        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_claim_whose_step_fails_for_good_is_answered_after_a_sync() {
+    let mut rig = Rig::new();
+    let answer = rig.claim("a1");
+    assert_eq!(rig.turn().jobs, 1);
+    rig.report(
+        Action::NodeStage {
+            staging: crate::volume::model::StagingKey::Volume,
+        },
+        Err(StepError::Local {
+            message: "cannot ever".into(),
+            terminal: true,
+        }),
+    );
+    assert_eq!(rig.turn().send(), (0, 1));
+    assert!(answered(&answer).is_err());
+}
