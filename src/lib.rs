@@ -28,6 +28,7 @@
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a monolith or a controller and a node process sharing one base dir (`-mode`), a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
+//! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `job`, `alloc`, the direct plugin client `csi`, `validate` |
@@ -207,6 +208,7 @@ pub mod spec;
 pub mod state;
 pub mod sys;
 pub mod task;
+pub mod trace;
 pub mod units;
 pub mod volume;
 

@@ -143,6 +143,7 @@ impl std::error::Error for Error {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(mut options: Options) -> Result<(), Error> {
+    crate::trace::start();
     create_private_dir(&options.config.data_dir)?;
     // Mount points in mountinfo are canonical paths: so are ours, even when
     // the data dir is reached through a symlink.
@@ -283,6 +284,12 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     } else if agent.options.temporary_data_dir {
         remove_temporary_data_dir(&data_dir);
     }
+    if let Err(err) = crate::trace::finish() {
+        log::warn!(
+            "Cannot write the latency trace (${}): {err}",
+            crate::trace::TRACE_ENV
+        );
+    }
     match failure {
         Some(err) => Err(err),
         None => Ok(()),
@@ -357,10 +364,12 @@ impl Agent {
                 None
             }
             Request::VolumeClaim(req) => {
+                crate::trace::point("loop-claim", "");
                 self.volumes.claim(&req, reply, registry, Instant::now());
                 None
             }
             Request::VolumeRelease(req) => {
+                crate::trace::point("loop-release", "");
                 self.volumes.release(&req.volume_id, &req.alloc_id, reply);
                 None
             }

@@ -278,7 +278,10 @@ impl Agent {
         let sync = self
             .gate
             .needs_sync(!records.is_empty(), Effect::written_suffices);
-        match self.write(&records, sync) {
+        crate::trace::point(if sync { "write-sync" } else { "write" }, "");
+        let written = self.write(&records, sync);
+        crate::trace::point("written", "");
+        match written {
             Ok(()) => {
                 if let Some(failing) = self.gate.failing() {
                     log::info!(
@@ -342,6 +345,7 @@ impl Agent {
             Effect::Submit(dispatch) => self.submit(dispatch),
             // The caller may have given up; that is not the loop's problem.
             Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) => {
+                crate::trace::point("reply", "");
                 reply.send(result);
             }
             Effect::Cluster(op) => {
@@ -351,6 +355,7 @@ impl Agent {
             }
             // A job that gave up waiting is not the loop's problem either.
             Effect::Resume(resume) => {
+                crate::trace::point("resume", "");
                 let _ = resume.send(());
             }
         }

@@ -205,6 +205,7 @@ impl Service {
         sink: UnarySink<Resp>,
         answer: fn(Response) -> Option<Resp>,
     ) {
+        crate::trace::point("api-call", method);
         let sent = self.sent.clone();
         let reply = ReplyTo::sink(move |result| {
             let sending = match result.map(answer) {
@@ -215,6 +216,7 @@ impl Service {
                 ))),
                 Err(err) => sink.fail(status(&err)),
             };
+            crate::trace::point("api-sent", method);
             let _ = sent.send(sending);
         });
         // A loop that is gone dropped the call, and its reply answers

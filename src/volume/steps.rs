@@ -108,7 +108,9 @@ fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<Op
     // An RPC succeeded whose outcome is not known to be durable yet.
     let mut unconfirmed = false;
     for (i, action) in actions.iter().enumerate() {
+        crate::trace::point("step", action.name());
         let result = run_one(client, &ctx, action);
+        crate::trace::point("step-done", action.name());
         let ok = result.is_ok();
         if let Ok(StepDone {
             publish_context: Some(context),
@@ -144,6 +146,7 @@ fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<Op
             if resumed.recv().is_err() {
                 return;
             }
+            crate::trace::point("resumed", "");
             unconfirmed = false;
         }
     }

@@ -18,7 +18,7 @@ use crate::Options;
 
 /// Claims and releases each side makes before measuring: the first calls
 /// open connections and warm caches.
-const WARMUP: usize = 5;
+pub const WARMUP: usize = 5;
 
 pub struct ClaimResult {
     pub runs: usize,
@@ -29,22 +29,46 @@ pub struct ClaimResult {
     pub floor_release: Samples,
 }
 
-pub fn run(opts: &Options, root: &Path) -> ClaimResult {
-    let dir = BenchDir::new(root, "p1", opts.keep);
-    let delay = opts.delay(opts.claim_delay);
-    let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &dir.join("p.sock"), delay);
-    plugin.start();
-    let plugins = [("hp".to_string(), plugin.socket.clone())];
-    let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
-        agent_config(data, opts.heartbeat, &plugins)
-    });
-    agent.start();
-    agent.wait_healthy(1);
-    agent
-        .client()
-        .volume_create("v.hcl", &volume_spec("v", "hp"))
-        .expect("create the agent's volume");
+/// A plugin, and an agent with volume `v` of it, in a dir of their own.
+pub struct Setup {
+    // Dropped in this order: the agent before its plugin.
+    pub agent: Agent,
+    pub plugin: Plugin,
+    pub dir: BenchDir,
+}
 
+impl Setup {
+    /// With `trace`, the agent records its trace points to
+    /// [`crate::anatomy::trace_file`] of the dir.
+    pub fn start(opts: &Options, root: &Path, name: &str, trace: bool) -> Setup {
+        let dir = BenchDir::new(root, name, opts.keep);
+        let delay = opts.delay(opts.claim_delay);
+        let mut plugin = Plugin::new(&opts.bin, &dir.join("plugin"), &dir.join("p.sock"), delay);
+        plugin.start();
+        let plugins = [("hp".to_string(), plugin.socket.clone())];
+        let mut agent = Agent::new(&opts.agent_bin, &dir.join("agent"), |data| {
+            agent_config(data, opts.heartbeat, &plugins)
+        });
+        if trace {
+            agent.trace_to(&crate::anatomy::trace_file(&dir));
+        }
+        agent.start();
+        agent.wait_healthy(1);
+        agent
+            .client()
+            .volume_create("v.hcl", &volume_spec("v", "hp"))
+            .expect("create the agent's volume");
+        Setup { agent, plugin, dir }
+    }
+}
+
+pub fn run(opts: &Options, root: &Path) -> ClaimResult {
+    let setup = Setup::start(opts, root, "p1", false);
+    let Setup {
+        ref agent,
+        ref plugin,
+        ref dir,
+    } = setup;
     let client = plugin.client();
     let floor_volume = floor::create_volume(&client, "floor");
     let mut floor = Floor::new(&dir.join("floor-journal"));

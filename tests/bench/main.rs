@@ -14,6 +14,7 @@
 //! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
 //! `--help` lists the arguments.
 
+mod anatomy;
 mod calibrate;
 mod calls;
 mod claim;
@@ -305,6 +306,7 @@ fn run(opts: &Options, root: &Path) -> Table {
     }
     if opts.wants("P1") {
         claim_rows(&mut table, &claim::run(opts, root));
+        anatomy_rows(&mut table, anatomy::run(opts, root));
     }
     if opts.wants("P2") || opts.wants("P4") {
         let (storm, mut rig) = storm::run(opts, root, opts.wants("P2"));
@@ -470,6 +472,40 @@ fn claim_rows(table: &mut Table, r: &claim::ClaimResult) {
         target: "≤ 1.2x at p50",
         met: Some(release_ratio <= 1.2),
     });
+}
+
+fn anatomy_rows(table: &mut Table, a: Option<anatomy::Anatomy>) {
+    let Some(a) = a else {
+        table.push(Row {
+            id: "P1",
+            what: "where the time goes".into(),
+            agent: "the agent wrote no trace (built before its trace points?)".into(),
+            reference: String::new(),
+            ratio: "-".into(),
+            target: "",
+            met: None,
+        });
+        return;
+    };
+    for (what, p) in [("claim", &a.claim), ("release", &a.release)] {
+        let parts: Vec<String> = anatomy::PHASES
+            .iter()
+            .zip(p.phases)
+            .map(|(name, us)| format!("{name} {}", anatomy::ms(us)))
+            .collect();
+        table.push(Row {
+            id: "P1",
+            what: format!(
+                "  {what}, where the time goes (p50 of {} traced runs)",
+                p.runs
+            ),
+            agent: anatomy::ms(p.total),
+            reference: parts.join(", "),
+            ratio: "-".into(),
+            target: "",
+            met: None,
+        });
+    }
 }
 
 fn storm_row(table: &mut Table, s: &storm::StormResult) {

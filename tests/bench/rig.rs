@@ -225,6 +225,8 @@ pub struct Agent {
     log: PathBuf,
     bin: PathBuf,
     child: Option<Child>,
+    /// Where the agent records its trace points, if it does.
+    trace: Option<PathBuf>,
 }
 
 impl Agent {
@@ -241,6 +243,7 @@ impl Agent {
             log: dir.join("agent.log"),
             bin: bin.to_path_buf(),
             child: None,
+            trace: None,
         }
     }
 
@@ -263,7 +266,11 @@ impl Agent {
             .append(true)
             .open(&self.log)
             .expect("open the agent log");
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(trace) = &self.trace {
+            command.env(csi_agent::trace::TRACE_ENV, trace);
+        }
+        let child = command
             .arg("agent")
             .arg("-config")
             .arg(&self.config)
@@ -278,6 +285,22 @@ impl Agent {
 
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("the agent runs").id()
+    }
+
+    /// The agent started next records its trace points to `file` (see
+    /// `csi_agent::trace`), written when it stops.
+    pub fn trace_to(&mut self, file: &Path) {
+        self.trace = Some(file.to_path_buf());
+    }
+
+    /// SIGTERM, and waits until the agent has shut down.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions; the child
+            // is not reaped yet, so its PID is still its own.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+        }
     }
 
     /// SIGKILL, as a crash would, and reaps it.
