@@ -36,6 +36,7 @@ pub mod dev;
 mod persist;
 mod plugin_tasks;
 mod plugins;
+mod setup;
 mod signals;
 mod wakeup;
 
@@ -43,9 +44,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,8 @@ use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
+use setup::{create_private_dir, remove_temporary_data_dir};
+pub use setup::{host_name, load_config, node_name, temp_data_dir};
 use signals::SignalThread;
 use wakeup::Deadlines;
 
@@ -633,84 +635,5 @@ impl Agent {
         }
         self.release_csi_root();
         log::info!("Agent stopped");
-    }
-}
-
-/// Reads and validates an agent config file.
-pub fn load_config(path: &Path) -> Result<AgentConfig, String> {
-    let src = fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    match AgentConfig::decode(&src, &path.to_string_lossy()) {
-        Ok(decoded) => {
-            for warning in &decoded.warnings {
-                log::warn!("{warning}");
-            }
-            Ok(decoded.spec)
-        }
-        Err(invalid) => Err(invalid.to_string().replace('\n', "; ")),
-    }
-}
-
-/// The node's name: the config's, else the host name.
-pub fn node_name(config: &AgentConfig) -> String {
-    config.node_name.clone().unwrap_or_else(host_name)
-}
-
-/// The kernel's host name, or `localhost` when it has none.
-pub fn host_name() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
-fn create_private_dir(path: &Path) -> Result<(), Error> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|err| Error::DataDir {
-            path: path.to_path_buf(),
-            err,
-        })
-}
-
-/// A fresh data dir for `agent -dev`: `/tmp/csi-agent-dev-<pid>`, or with a
-/// counter when that exists.
-pub fn temp_data_dir() -> io::Result<PathBuf> {
-    let base = std::env::temp_dir();
-    for n in 0..100u32 {
-        let name = if n == 0 {
-            format!("csi-agent-dev-{}", std::process::id())
-        } else {
-            format!("csi-agent-dev-{}-{n}", std::process::id())
-        };
-        let path = base.join(name);
-        match fs::DirBuilder::new().mode(0o700).create(&path) {
-            Ok(()) => return Ok(path),
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(err) => return Err(err),
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "no free name for a dev data dir",
-    ))
-}
-
-/// Removes a temporary data dir, unless something is still mounted under
-/// it: deleting through a mount would delete the volume's data.
-fn remove_temporary_data_dir(path: &Path) {
-    match crate::mount::MountInfo::read() {
-        Ok(info) if info.under(path).next().is_none() => {
-            if let Err(err) = fs::remove_dir_all(path) {
-                log::warn!("Cannot remove the dev data dir {}: {err}", path.display());
-            }
-        }
-        Ok(_) => log::warn!(
-            "Leaving the dev data dir {}: something is still mounted under it",
-            path.display()
-        ),
-        Err(err) => log::warn!("Leaving the dev data dir {}: {err}", path.display()),
     }
 }

@@ -1,0 +1,90 @@
+//! What the agent starts from: its config file, the node's name, and its
+//! data dir (made private, or a temporary one for `agent -dev`, removed at
+//! the end unless something is still mounted under it).
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use super::Error;
+use crate::spec::AgentConfig;
+
+/// Reads and validates an agent config file.
+pub fn load_config(path: &Path) -> Result<AgentConfig, String> {
+    let src = fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    match AgentConfig::decode(&src, &path.to_string_lossy()) {
+        Ok(decoded) => {
+            for warning in &decoded.warnings {
+                log::warn!("{warning}");
+            }
+            Ok(decoded.spec)
+        }
+        Err(invalid) => Err(invalid.to_string().replace('\n', "; ")),
+    }
+}
+
+/// The node's name: the config's, else the host name.
+pub fn node_name(config: &AgentConfig) -> String {
+    config.node_name.clone().unwrap_or_else(host_name)
+}
+
+/// The kernel's host name, or `localhost` when it has none.
+pub fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+pub(super) fn create_private_dir(path: &Path) -> Result<(), Error> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|err| Error::DataDir {
+            path: path.to_path_buf(),
+            err,
+        })
+}
+
+/// A fresh data dir for `agent -dev`: `/tmp/csi-agent-dev-<pid>`, or with a
+/// counter when that exists.
+pub fn temp_data_dir() -> io::Result<PathBuf> {
+    let base = std::env::temp_dir();
+    for n in 0..100u32 {
+        let name = if n == 0 {
+            format!("csi-agent-dev-{}", std::process::id())
+        } else {
+            format!("csi-agent-dev-{}-{n}", std::process::id())
+        };
+        let path = base.join(name);
+        match fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free name for a dev data dir",
+    ))
+}
+
+/// Removes a temporary data dir, unless something is still mounted under
+/// it: deleting through a mount would delete the volume's data.
+pub(super) fn remove_temporary_data_dir(path: &Path) {
+    match crate::mount::MountInfo::read() {
+        Ok(info) if info.under(path).next().is_none() => {
+            if let Err(err) = fs::remove_dir_all(path) {
+                log::warn!("Cannot remove the dev data dir {}: {err}", path.display());
+            }
+        }
+        Ok(_) => log::warn!(
+            "Leaving the dev data dir {}: something is still mounted under it",
+            path.display()
+        ),
+        Err(err) => log::warn!("Leaving the dev data dir {}: {err}", path.display()),
+    }
+}
