@@ -5,7 +5,8 @@
 //! benchmark's own points line up with the agent's) and its label in
 //! memory, and [`finish`] writes them to the file when the agent stops.
 //! Off, a point is one relaxed atomic load; on, a lock and a push, well
-//! under a microsecond, so the trace barely moves what it measures.
+//! under a microsecond, so the trace barely moves what it measures. It is
+//! a benchmark's tool: the first million points are kept.
 //!
 //! The file has one line per point: microseconds, label, detail (a step's
 //! name, or `-`).
@@ -20,6 +21,10 @@ use std::sync::Mutex;
 
 /// The environment variable naming the file the points go to.
 pub const TRACE_ENV: &str = "CSI_AGENT_TRACE";
+
+/// Points kept at most (40 MiB): an agent left tracing keeps the first
+/// ones, and its memory stops growing there.
+const MAX_POINTS: usize = 1 << 20;
 
 static ON: AtomicBool = AtomicBool::new(false);
 static POINTS: Mutex<Points> = Mutex::new(Points {
@@ -55,7 +60,9 @@ pub fn point(label: &'static str, detail: &'static str) {
 fn record(label: &'static str, detail: &'static str) {
     let now = now_us();
     let mut points = POINTS.lock().unwrap_or_else(|e| e.into_inner());
-    points.points.push((now, label, detail));
+    if points.points.len() < MAX_POINTS {
+        points.points.push((now, label, detail));
+    }
 }
 
 /// Writes the points recorded to the file, when tracing is on.
