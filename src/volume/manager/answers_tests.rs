@@ -16,6 +16,7 @@ use crate::csi::types::{NodeCapability, NodeInfo, PluginInfo};
 use crate::csi::{AccessMode, AttachmentMode, Capability};
 use crate::plugin::{Fingerprint, Health, PluginSpec, Report, Source};
 use crate::spec::PluginType;
+use crate::volume::model::StagingKey;
 use crate::volume::ops::{StepDone, StepError, StepReport};
 use crate::volume::plan::Action;
 
@@ -142,7 +143,7 @@ impl Rig {
     fn claimed(&mut self, alloc: &str) -> (Receiver<crate::api::Answer>, Turn) {
         let answer = self.claim(alloc);
         assert_eq!(self.turn().jobs, 1, "the claim's job");
-        let staging = crate::volume::model::StagingKey::Volume;
+        let staging = StagingKey::Volume;
         self.report(Action::NodeStage { staging }, Ok(StepDone::default()));
         self.report(
             Action::NodePublish {
@@ -173,6 +174,14 @@ impl Turn {
 
 fn answered(rx: &Receiver<crate::api::Answer>) -> crate::api::Answer {
     rx.try_recv().expect("answered")
+}
+
+#[track_caller]
+fn assert_released(rx: &Receiver<crate::api::Answer>) {
+    match answered(rx) {
+        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -210,15 +219,12 @@ fn a_release_answered_after_its_job_is_an_acknowledgement() {
     );
     rig.report(
         Action::NodeUnstage {
-            staging: crate::volume::model::StagingKey::Volume,
+            staging: StagingKey::Volume,
         },
         Ok(StepDone::default()),
     );
     assert_eq!(rig.turn().send(), (1, 0));
-    match answered(&answer) {
-        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
-        other => panic!("{other:?}"),
-    }
+    assert_released(&answer);
 }
 
 #[test]
@@ -232,10 +238,7 @@ fn a_release_with_no_job_waits_for_a_sync() {
     assert_eq!(turn.jobs, 0);
     assert_eq!(turn.send(), (0, 2));
     assert!(answered(&claim).is_err(), "the claim was released");
-    match answered(&release) {
-        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
-        other => panic!("{other:?}"),
-    }
+    assert_released(&release);
 }
 
 #[test]
@@ -245,7 +248,7 @@ fn a_claim_whose_step_fails_for_good_is_answered_after_a_sync() {
     assert_eq!(rig.turn().jobs, 1);
     rig.report(
         Action::NodeStage {
-            staging: crate::volume::model::StagingKey::Volume,
+            staging: StagingKey::Volume,
         },
         Err(StepError::Local {
             message: "cannot ever".into(),
