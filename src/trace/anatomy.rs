@@ -71,21 +71,23 @@ fn phases(call: &[Point]) -> Option<([u64; PHASES.len()], u64)> {
         .iter()
         .find(|p| p.label == "written" && p.at >= sync)?
         .at;
-    let first_step = first("step")?;
+    let first_step = call
+        .iter()
+        .find(|p| p.label == "rpc" || p.label == "local")?
+        .at;
     let last_step = last("step-done")?;
     let sent = last("api-sent")?;
     let (mut rpcs, mut local) = (0, 0);
     let mut open: Option<&Point> = None;
     for p in call {
         match p.label.as_str() {
-            "step" => open = Some(p),
+            "rpc" | "local" => open = Some(p),
             "step-done" => {
                 let began = open.take()?;
                 let took = p.at - began.at;
-                if began.detail.ends_with("Volume") {
-                    rpcs += took;
-                } else {
-                    local += took;
+                match began.label.as_str() {
+                    "rpc" => rpcs += took,
+                    _ => local += took,
                 }
             }
             _ => {}
@@ -141,12 +143,12 @@ mod tests {
              350 loop-claim -\n\
              450 write-sync -\n\
              650 written -\n\
-             700 step ControllerPublishVolume\n\
+             700 rpc ControllerPublishVolume\n\
              1700 step-done ControllerPublishVolume\n\
              1750 write -\n\
              1760 written -\n\
              1800 resumed -\n\
-             1810 step bind-mount the target\n\
+             1810 local bind-mount the target\n\
              1900 step-done bind-mount the target\n\
              1950 write -\n\
              1960 written -\n\

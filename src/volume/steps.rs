@@ -108,7 +108,8 @@ fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<Op
     // An RPC succeeded whose outcome is not known to be durable yet.
     let mut unconfirmed = false;
     for (i, action) in actions.iter().enumerate() {
-        crate::trace::point("step", action.name());
+        let kind = if action.is_rpc() { "rpc" } else { "local" };
+        crate::trace::point(kind, action.name());
         let result = run_one(client, &ctx, action);
         crate::trace::point("step-done", action.name());
         let ok = result.is_ok();
