@@ -43,6 +43,20 @@ pub fn clients(socket: &Path, calls: usize) -> Vec<AgentClient> {
         .collect()
 }
 
+/// Sends call `i` of `n` on `clients[i % clients.len()]`, all of them at
+/// once, and runs them to completion: each answer with the moment it
+/// came, in the order of `i`.
+pub fn all_at_once<F: Future + Unpin>(
+    clients: &[AgentClient],
+    n: usize,
+    call: impl Fn(&AgentClient, usize) -> grpcio::Result<F>,
+) -> Vec<(F::Output, Instant)> {
+    let futures = (0..n)
+        .map(|i| call(&clients[i % clients.len()], i).expect("send a control API call"))
+        .collect();
+    join_all(futures)
+}
+
 struct CallWaker {
     index: usize,
     ready: Arc<Mutex<Vec<usize>>>,

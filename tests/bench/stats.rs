@@ -7,6 +7,12 @@ use std::time::Duration;
 #[derive(Clone, Debug, Default)]
 pub struct Samples(Vec<Duration>);
 
+impl From<Vec<Duration>> for Samples {
+    fn from(samples: Vec<Duration>) -> Samples {
+        Samples(samples)
+    }
+}
+
 impl Samples {
     pub fn push(&mut self, d: Duration) {
         self.0.push(d);

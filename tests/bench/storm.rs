@@ -44,7 +44,7 @@ use csi_agent::proto::agent::{
 };
 use csi_agent::proto::agent_grpc::AgentClient;
 
-use crate::calls::{self, join_all};
+use crate::calls::{self, all_at_once};
 use crate::claim::volume_spec;
 use crate::floor::{self, ClaimPaths, Floor};
 use crate::idle::ProcStatus;
@@ -153,9 +153,9 @@ pub fn run_sized(
     });
     agent.start();
     agent.wait_healthy(plugins.len());
-    let volumes = create_volumes(&agent, n, plugins.len());
-
     let clients = calls::clients(&agent.socket, n);
+    let volumes = create_volumes(&agent, &clients, n, plugins.len());
+
     let mut walls = Vec::new();
     let mut latency = Samples::default();
     for round in 0..rounds.max(1) {
@@ -167,6 +167,7 @@ pub fn run_sized(
         walls.push((wall, bare_wall));
         latency = claims;
     }
+    let median = |walls: Vec<Duration>| Samples::from(walls).p50();
     let agent_wall = median(walls.iter().map(|(a, _)| *a).collect());
     let bare_wall = bare.then(|| median(walls.iter().filter_map(|(_, b)| *b).collect()));
     let agent_rss = ProcStatus::read(agent.pid()).rss;
@@ -199,29 +200,18 @@ pub fn run_sized(
     (result, rig)
 }
 
-/// The middle one of `walls` (the upper of the two middle ones).
-pub fn median(mut walls: Vec<Duration>) -> Duration {
-    walls.sort();
-    walls[walls.len() / 2]
-}
-
 /// Claims volumes `s0`..`s{n-1}` through the agent, all at once: the wall
 /// time to the last answer, and each claim's latency.
 fn agent_storm(agent: &Agent, clients: &[AgentClient], n: usize) -> (Duration, Samples) {
     let start = Instant::now();
-    let futures: Vec<_> = (0..n)
-        .map(|i| {
-            let req = VolumeClaimRequest {
-                volume_id: format!("s{i}"),
-                alloc_id: format!("b{i}"),
-                ..Default::default()
-            };
-            clients[i % clients.len()]
-                .volume_claim_async_opt(&req, calls::option())
-                .expect("send a claim")
-        })
-        .collect();
-    let answers = join_all(futures);
+    let answers = all_at_once(clients, n, |client, i| {
+        let req = VolumeClaimRequest {
+            volume_id: format!("s{i}"),
+            alloc_id: format!("b{i}"),
+            ..Default::default()
+        };
+        client.volume_claim_async_opt(&req, calls::option())
+    });
     let mut latency = Samples::default();
     let mut last = start;
     for (i, (answer, at)) in answers.into_iter().enumerate() {
@@ -237,19 +227,15 @@ fn agent_storm(agent: &Agent, clients: &[AgentClient], n: usize) -> (Duration, S
 /// Releases every claim of [`agent_storm`] through the agent, all at once,
 /// and waits until each is gone.
 fn release_all(agent: &Agent, clients: &[AgentClient], n: usize) {
-    let futures: Vec<_> = (0..n)
-        .map(|i| {
-            let req = VolumeReleaseRequest {
-                volume_id: format!("s{i}"),
-                alloc_id: format!("b{i}"),
-                ..Default::default()
-            };
-            clients[i % clients.len()]
-                .volume_release_async_opt(&req, calls::option())
-                .expect("send a release")
-        })
-        .collect();
-    for (i, (answer, _)) in join_all(futures).into_iter().enumerate() {
+    let answers = all_at_once(clients, n, |client, i| {
+        let req = VolumeReleaseRequest {
+            volume_id: format!("s{i}"),
+            alloc_id: format!("b{i}"),
+            ..Default::default()
+        };
+        client.volume_release_async_opt(&req, calls::option())
+    });
+    for (i, (answer, _)) in answers.into_iter().enumerate() {
         match answer {
             Ok(r) if r.released => {}
             other => panic!("release of s{i}: {other:?}\n{}", agent.log_text()),
@@ -259,21 +245,21 @@ fn release_all(agent: &Agent, clients: &[AgentClient], n: usize) {
 
 /// Creates volumes `s0`..`s{n-1}` through the agent, all at once; their
 /// statuses (for the external IDs).
-fn create_volumes(agent: &Agent, n: usize, plugins: usize) -> Vec<VolumeStatus> {
-    let clients = calls::clients(&agent.socket, n);
-    let futures: Vec<_> = (0..n)
-        .map(|i| {
-            let req = VolumeSpecRequest {
-                file: format!("s{i}.hcl"),
-                hcl: volume_spec(&format!("s{i}"), &format!("p{}", plugin_of(i, plugins))),
-                ..Default::default()
-            };
-            clients[i % clients.len()]
-                .volume_create_async_opt(&req, calls::option())
-                .expect("send a volume create")
-        })
-        .collect();
-    join_all(futures)
+fn create_volumes(
+    agent: &Agent,
+    clients: &[AgentClient],
+    n: usize,
+    plugins: usize,
+) -> Vec<VolumeStatus> {
+    let answers = all_at_once(clients, n, |client, i| {
+        let req = VolumeSpecRequest {
+            file: format!("s{i}.hcl"),
+            hcl: volume_spec(&format!("s{i}"), &format!("p{}", plugin_of(i, plugins))),
+            ..Default::default()
+        };
+        client.volume_create_async_opt(&req, calls::option())
+    });
+    answers
         .into_iter()
         .enumerate()
         .map(|(i, (answer, _))| {
