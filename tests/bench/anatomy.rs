@@ -40,10 +40,11 @@ pub fn run(opts: &Options, root: &Path) -> Option<Anatomy> {
     let mut marks: Vec<(u64, &'static str)> = Vec::new();
     for i in 0..claim::WARMUP + RUNS {
         let alloc = format!("a{i}");
+        let target = claim::existing_target(&targets, &alloc);
         let req = VolumeClaimRequest {
             volume_id: "v".into(),
             alloc_id: alloc.clone(),
-            target: targets.join(&alloc).display().to_string(),
+            target: target.display().to_string(),
             ..Default::default()
         };
         marks.push((now_us(), "claim"));
@@ -55,6 +56,7 @@ pub fn run(opts: &Options, root: &Path) -> Option<Anatomy> {
             .expect("release through the agent");
         marks.push((now_us(), "released"));
         assert!(released.released, "release: {}", released.message);
+        claim::remove_target(&target);
     }
     let trace = trace_file(&setup.dir);
     setup.agent.stop();

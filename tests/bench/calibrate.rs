@@ -43,8 +43,9 @@ pub struct Calibration {
     pub atomic_write: Samples,
     pub bind_mount: Samples,
     pub control_api: Samples,
-    /// A claim's directories: the staging path (0700), the per-alloc
-    /// publish parent (two levels), the host target.
+    /// A claim's directories: the staging path (0700) and the per-alloc
+    /// publish parent (two levels). P1's host target exists before its
+    /// claim, as the floor's does.
     pub claim_dirs: Samples,
     /// Its release's: the same removed.
     pub release_dirs: Samples,
@@ -113,13 +114,11 @@ pub fn run(opts: &Options, root: &Path) -> Calibration {
 fn directories(dir: &BenchDir) -> (Samples, Samples) {
     let staging = dir.mkdir("dirs/staging");
     let per_alloc = dir.mkdir("dirs/per-alloc");
-    let targets = dir.mkdir("dirs/targets");
     let (mut claims, mut releases) = (Samples::default(), Samples::default());
     for i in 0..RUNS {
         let alloc = format!("a{i}");
         let stage = staging.join("v");
         let publish_parent = per_alloc.join(&alloc).join("v");
-        let target = targets.join(&alloc);
         let start = Instant::now();
         fs::DirBuilder::new()
             .mode(0o700)
@@ -128,10 +127,8 @@ fn directories(dir: &BenchDir) -> (Samples, Samples) {
         fs::set_permissions(&stage, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .expect("chmod staging");
         fs::create_dir_all(&publish_parent).expect("mkdir per-alloc");
-        fs::create_dir(&target).expect("mkdir target");
         claims.push(start.elapsed());
         let start = Instant::now();
-        fs::remove_dir(&target).expect("rmdir target");
         fs::remove_dir(&publish_parent).expect("rmdir per-alloc/v");
         fs::remove_dir(per_alloc.join(&alloc)).expect("rmdir per-alloc");
         fs::remove_dir(&stage).expect("rmdir staging");

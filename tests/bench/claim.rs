@@ -5,7 +5,8 @@
 //! plugin. Agent and floor runs alternate, so that noise on the machine
 //! falls on both alike.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use csi_agent::mount::MountInfo;
@@ -88,7 +89,7 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
         let measured = i >= WARMUP;
         let alloc = format!("a{i}");
 
-        let target = targets.join(&alloc);
+        let target = existing_target(&targets, &alloc);
         let req = VolumeClaimRequest {
             volume_id: "v".into(),
             alloc_id: alloc.clone(),
@@ -108,6 +109,7 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
             .expect("release through the agent");
         let release = start.elapsed();
         assert!(released.released, "release: {}", released.message);
+        remove_target(&target);
 
         let paths = ClaimPaths::prepare(&floor_root, &floor_volume, &alloc, true);
         let start = Instant::now();
@@ -125,6 +127,21 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
         }
     }
     result
+}
+
+/// The claim's host target, made before the clock starts as the floor's
+/// is ([`ClaimPaths::prepare`]): both sides bind onto a directory the CO
+/// provides. (Row C measures what making and removing one costs.)
+pub fn existing_target(targets: &Path, alloc: &str) -> PathBuf {
+    let target = targets.join(alloc);
+    fs::create_dir(&target).expect("create the claim's target");
+    target
+}
+
+/// Removes the target after its release, outside the clock: the agent did
+/// not make it, so it leaves it.
+pub fn remove_target(target: &Path) {
+    fs::remove_dir(target).expect("the released target is left, empty and unmounted");
 }
 
 fn is_mounted(path: &Path) -> bool {

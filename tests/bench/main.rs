@@ -431,10 +431,7 @@ fn calibration_rows(table: &mut Table, c: &calibrate::Calibration) {
         ),
         ("bind mount + unmount", &c.bind_mount),
         ("control API round trip (plugin status)", &c.control_api),
-        (
-            "a claim's directories (staging, per-alloc, target)",
-            &c.claim_dirs,
-        ),
+        ("a claim's directories (staging, per-alloc)", &c.claim_dirs),
         ("  its release's (the same removed)", &c.release_dirs),
         (
             "hand-off to a parked thread and back (channels)",
