@@ -145,6 +145,31 @@ impl Client {
         call(rpc, result)
     }
 
+    /// Like [`Client::controller_call`], but without waiting for the
+    /// answer when the plugin's own controller makes it.
+    fn controller_send<Req: protobuf::Message, Resp: protobuf::Message + Unpin, T: 'static>(
+        &self,
+        rpc: Rpc,
+        wire: &Req,
+        direct: impl FnOnce(
+            &ControllerClient,
+            &Req,
+            CallOption,
+        ) -> grpcio::Result<grpcio::ClientUnaryReceiver<Resp>>,
+        convert: impl FnOnce(Resp) -> T + 'static,
+    ) -> Sent<T> {
+        match &self.relay {
+            Some(relay) => Sent::known(
+                call(
+                    rpc,
+                    super::relay::call(relay.as_ref(), rpc, wire, self.timeout),
+                )
+                .map(convert),
+            ),
+            None => send(rpc, direct(&self.controller, wire, self.opt()), convert),
+        }
+    }
+
     // ---- Identity ----
 
     pub fn plugin_info(&self) -> Result<PluginInfo, Error> {
@@ -217,6 +242,11 @@ impl Client {
     }
 
     pub fn node_stage(&self, req: &NodeStage) -> Result<(), Error> {
+        self.send_node_stage(req).wait()
+    }
+
+    /// NodeStageVolume, sent; [`Sent::wait`] takes its answer.
+    pub fn send_node_stage(&self, req: &NodeStage) -> Sent<()> {
         let mut wire = pb::NodeStageVolumeRequest::new();
         wire.volume_id = req.volume_id.clone();
         wire.publish_context = convert::to_hash_map(&req.publish_context);
@@ -224,25 +254,36 @@ impl Client {
         wire.volume_capability = convert::capability_to_field(&req.capability);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
-        call(
+        send(
             Rpc::NodeStageVolume,
-            self.node.node_stage_volume_opt(&wire, self.opt()),
+            self.node.node_stage_volume_async_opt(&wire, self.opt()),
+            drop,
         )
-        .map(drop)
     }
 
     pub fn node_unstage(&self, volume_id: &str, staging_target_path: &Path) -> Result<(), Error> {
+        self.send_node_unstage(volume_id, staging_target_path)
+            .wait()
+    }
+
+    /// NodeUnstageVolume, sent; [`Sent::wait`] takes its answer.
+    pub fn send_node_unstage(&self, volume_id: &str, staging_target_path: &Path) -> Sent<()> {
         let mut wire = pb::NodeUnstageVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.staging_target_path = path_string(staging_target_path);
-        call(
+        send(
             Rpc::NodeUnstageVolume,
-            self.node.node_unstage_volume_opt(&wire, self.opt()),
+            self.node.node_unstage_volume_async_opt(&wire, self.opt()),
+            drop,
         )
-        .map(drop)
     }
 
     pub fn node_publish(&self, req: &NodePublish) -> Result<(), Error> {
+        self.send_node_publish(req).wait()
+    }
+
+    /// NodePublishVolume, sent; [`Sent::wait`] takes its answer.
+    pub fn send_node_publish(&self, req: &NodePublish) -> Sent<()> {
         let mut wire = pb::NodePublishVolumeRequest::new();
         wire.volume_id = req.volume_id.clone();
         wire.publish_context = convert::to_hash_map(&req.publish_context);
@@ -256,22 +297,27 @@ impl Client {
         wire.readonly = req.read_only;
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
-        call(
+        send(
             Rpc::NodePublishVolume,
-            self.node.node_publish_volume_opt(&wire, self.opt()),
+            self.node.node_publish_volume_async_opt(&wire, self.opt()),
+            drop,
         )
-        .map(drop)
     }
 
     pub fn node_unpublish(&self, volume_id: &str, target_path: &Path) -> Result<(), Error> {
+        self.send_node_unpublish(volume_id, target_path).wait()
+    }
+
+    /// NodeUnpublishVolume, sent; [`Sent::wait`] takes its answer.
+    pub fn send_node_unpublish(&self, volume_id: &str, target_path: &Path) -> Sent<()> {
         let mut wire = pb::NodeUnpublishVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.target_path = path_string(target_path);
-        call(
+        send(
             Rpc::NodeUnpublishVolume,
-            self.node.node_unpublish_volume_opt(&wire, self.opt()),
+            self.node.node_unpublish_volume_async_opt(&wire, self.opt()),
+            drop,
         )
-        .map(drop)
     }
 
     pub fn node_volume_stats(
@@ -372,6 +418,12 @@ impl Client {
     /// ControllerPublishVolume; answers the publish context, which the
     /// caller must pass to NodeStage and NodePublish.
     pub fn controller_publish(&self, req: &ControllerPublish) -> Result<StringMap, Error> {
+        self.send_controller_publish(req).wait()
+    }
+
+    /// ControllerPublishVolume, sent (through the relay, answered);
+    /// [`Sent::wait`] takes its answer.
+    pub fn send_controller_publish(&self, req: &ControllerPublish) -> Sent<StringMap> {
         let mut wire = pb::ControllerPublishVolumeRequest::new();
         wire.volume_id = req.volume_id.clone();
         wire.node_id = req.node_id.clone();
@@ -379,10 +431,12 @@ impl Client {
         wire.readonly = req.read_only;
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
-        let resp = self.controller_call(Rpc::ControllerPublishVolume, &wire, |c, w, o| {
-            c.controller_publish_volume_opt(w, o)
-        })?;
-        Ok(convert::from_hash_map(&resp.publish_context))
+        self.controller_send(
+            Rpc::ControllerPublishVolume,
+            &wire,
+            |c, w, o| c.controller_publish_volume_async_opt(w, o),
+            |resp| convert::from_hash_map(&resp.publish_context),
+        )
     }
 
     pub fn controller_unpublish(
@@ -391,14 +445,28 @@ impl Client {
         node_id: &str,
         secrets: &Secrets,
     ) -> Result<(), Error> {
+        self.send_controller_unpublish(volume_id, node_id, secrets)
+            .wait()
+    }
+
+    /// ControllerUnpublishVolume, sent (through the relay, answered);
+    /// [`Sent::wait`] takes its answer.
+    pub fn send_controller_unpublish(
+        &self,
+        volume_id: &str,
+        node_id: &str,
+        secrets: &Secrets,
+    ) -> Sent<()> {
         let mut wire = pb::ControllerUnpublishVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.node_id = node_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        self.controller_call(Rpc::ControllerUnpublishVolume, &wire, |c, w, o| {
-            c.controller_unpublish_volume_opt(w, o)
-        })
-        .map(drop)
+        self.controller_send(
+            Rpc::ControllerUnpublishVolume,
+            &wire,
+            |c, w, o| c.controller_unpublish_volume_async_opt(w, o),
+            drop,
+        )
     }
 
     /// ValidateVolumeCapabilities, answered as a [`Validation`]; check it
@@ -589,6 +657,38 @@ fn listed_volume(
 }
 
 /// Maps a grpcio result to ours, logging the call (never its payload).
+/// An RPC sent whose answer is not taken yet: whatever its caller does
+/// before [`Sent::wait`] runs while the plugin works on the call.
+#[must_use = "an RPC's answer is waited for"]
+pub struct Sent<T> {
+    answer: Box<dyn FnOnce() -> Result<T, Error>>,
+}
+
+impl<T: 'static> Sent<T> {
+    /// Waits for the answer (within the client's deadline).
+    pub fn wait(self) -> Result<T, Error> {
+        (self.answer)()
+    }
+
+    /// An RPC made already (through a relay).
+    fn known(result: Result<T, Error>) -> Sent<T> {
+        Sent {
+            answer: Box::new(move || result),
+        }
+    }
+}
+
+/// The RPC `rpc`, started as `started`, its answer converted by `convert`.
+fn send<R: Unpin + 'static, T: 'static>(
+    rpc: Rpc,
+    started: grpcio::Result<grpcio::ClientUnaryReceiver<R>>,
+    convert: impl FnOnce(R) -> T + 'static,
+) -> Sent<T> {
+    Sent {
+        answer: Box::new(move || call(rpc, started.and_then(block_on)).map(convert)),
+    }
+}
+
 fn call<T>(rpc: Rpc, result: grpcio::Result<T>) -> Result<T, Error> {
     match result {
         Ok(resp) => {
