@@ -92,7 +92,7 @@ pub(super) enum Effect {
     Cluster(Box<crate::cluster::ops::Op>),
     /// A job of protocol steps waiting for a step's outcome to be durable
     /// before its next RPC (see `volume::steps`).
-    Resume(crossbeam_channel::Sender<()>),
+    Resume(crossbeam_channel::Sender<crate::volume::ops::Verdict>),
 }
 
 impl Effect {
@@ -356,7 +356,7 @@ impl Agent {
             // A job that gave up waiting is not the loop's problem either.
             Effect::Resume(resume) => {
                 crate::trace::point("resume", "");
-                let _ = resume.send(());
+                let _ = resume.send(crate::volume::ops::Verdict::GoOn);
             }
         }
     }

@@ -149,8 +149,22 @@ pub struct StepReport {
     pub action: Action,
     pub result: Result<StepDone, StepError>,
     /// The job waits before its next RPC until this step's outcome is
-    /// durable: the loop sends `()` once it is.
-    pub resume: Option<Sender<()>>,
+    /// written: the loop answers [`Verdict::GoOn`] once it is.
+    pub resume: Option<Sender<Verdict>>,
+    /// With `resume`: the job's directory chores left undone, which the
+    /// loop does itself if it stops the job here (see
+    /// [`super::chores`]).
+    pub leftover: super::chores::Leftover,
+}
+
+/// The loop's answer to a job waiting between two steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The step's outcome is written: send the next RPC.
+    GoOn,
+    /// The planner's next step is no longer the job's: end here. The loop
+    /// did the report's [`StepReport::leftover`].
+    Stop,
 }
 
 /// A job's report: which volume, which request, what happened.

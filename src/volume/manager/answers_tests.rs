@@ -134,6 +134,7 @@ impl Rig {
                 action,
                 result,
                 resume: None,
+                leftover: Default::default(),
             }),
         };
         self.manager.completed(done, &self.registry, Instant::now());

@@ -51,7 +51,7 @@ use crossbeam_channel::Sender;
 use protobuf::Message;
 
 use super::model::{Step, Volume};
-use super::ops::{self, OpDone, OpResult, Paths};
+use super::ops::{self, OpDone, OpResult, Paths, Verdict};
 use super::plan::Protocol;
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::backoff::SplitMix64;
@@ -383,7 +383,7 @@ pub struct VolumeManager {
     acks: Vec<Reply>,
     /// Jobs of steps waiting for this turn's records to be durable before
     /// their next RPC (see [`crate::volume::steps`]).
-    resumes: Vec<Sender<()>>,
+    resumes: Vec<Sender<Verdict>>,
     pending: HashMap<u64, PendingOp>,
     /// IDs being registered (a volume being created has its entry).
     reserved: BTreeSet<String>,
@@ -518,7 +518,7 @@ impl VolumeManager {
     }
 
     /// The jobs to resume once the journal is durable.
-    pub fn take_resumes(&mut self) -> Vec<Sender<()>> {
+    pub fn take_resumes(&mut self) -> Vec<Sender<Verdict>> {
         std::mem::take(&mut self.resumes)
     }
 

@@ -21,7 +21,7 @@ pub const CONTAIN_AFTER: u32 = 3;
 use crate::api::{ErrorKind, Response};
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
-use crate::volume::ops::{OpDone, OpResult, StepDone, StepError};
+use crate::volume::ops::{OpDone, OpResult, StepDone, StepError, Verdict};
 use crate::volume::plan::{self, Action, Protocol};
 use crate::volume::steps::{self, StepContext};
 
@@ -249,7 +249,8 @@ impl VolumeManager {
             return;
         };
         if entry.busy != Some(done.token) {
-            // Not the job in flight: dropping its `resume` ends it.
+            // Not the job in flight: dropping its `resume` ends it (and the
+            // job does what it left itself).
             return;
         }
         if entry
@@ -281,6 +282,7 @@ impl VolumeManager {
         }
         let waits = report.resume.is_some();
         let mut resume = report.resume;
+        let mut stopped = false;
         if waits {
             // The job asks before each RPC whether to go on: the record
             // may have changed under it (a release, a new claim), and
@@ -296,10 +298,17 @@ impl VolumeManager {
                     "Volume {id}: the steps planned after {} changed",
                     action.name()
                 );
-                resume = None;
+                // Before the volume's next job: the directories the job
+                // would have made or removed while its next RPC was in
+                // flight.
+                report.leftover.clean();
+                if let Some(resume) = resume.take() {
+                    let _ = resume.send(Verdict::Stop);
+                }
+                stopped = true;
             }
         }
-        let last = entry.chain.is_empty() || (waits && resume.is_none());
+        let last = entry.chain.is_empty() || stopped;
         if last {
             end_job(entry);
         }
