@@ -70,8 +70,20 @@ use crate::plugin::PluginRecord;
 use crate::proto::state as statepb;
 use crate::volume::manager::{Dispatch, Reply};
 
-/// Fold the journal into a new snapshot once it is this large.
+/// Fold the journal into a new snapshot once it is as large as the
+/// snapshot, and at least this large. A snapshot costs in proportion to
+/// the whole state: at a fixed size, a storm of claims on 10,000 volumes
+/// (a 7 MB state) would write the whole state again for every 1 MiB of
+/// records, which grows with the square of the volumes. Relative to the
+/// snapshot, writing snapshots costs at most what writing the records
+/// does, and a start reads at most twice the state.
 const COMPACT_JOURNAL_BYTES: u64 = 1 << 20;
+
+/// Whether a journal of `journal` bytes is folded into a new snapshot,
+/// the last one `snapshot` bytes (see [`COMPACT_JOURNAL_BYTES`]).
+fn compaction_due(journal: u64, snapshot: u64) -> bool {
+    journal > COMPACT_JOURNAL_BYTES.max(snapshot)
+}
 
 /// How soon a failed write is tried again: 100 ms doubling to 5 s. The
 /// ceiling of each step, without jitter: there is one writer, and nobody
@@ -328,7 +340,7 @@ impl Agent {
     /// earlier turns wrote without one are made durable too, also in a turn
     /// with no records of its own.
     fn write(&mut self, records: &[Vec<u8>], sync: bool) -> Result<(), crate::state::Error> {
-        if self.dirty || self.store.journal_bytes() > COMPACT_JOURNAL_BYTES {
+        if self.dirty || compaction_due(self.store.journal_bytes(), self.store.snapshot_bytes()) {
             self.store.save(&self.state())?;
             self.dirty = false;
         } else if sync {
@@ -455,6 +467,16 @@ mod tests {
         assert_eq!(gate.persisted(), ["create v1", "claim v0"]);
         assert_eq!(gate.failing(), None);
         assert!(gate.should_write(now));
+    }
+
+    #[test]
+    fn the_journal_is_folded_once_it_outgrows_the_snapshot_and_1_mib() {
+        const MIB: u64 = 1 << 20;
+        assert!(!compaction_due(MIB, 0));
+        assert!(compaction_due(MIB + 1, 0));
+        assert!(compaction_due(MIB + 1, 1000), "a small state: 1 MiB");
+        assert!(!compaction_due(5 * MIB, 7 * MIB), "a large state: its size");
+        assert!(compaction_due(7 * MIB + 1, 7 * MIB));
     }
 
     #[test]

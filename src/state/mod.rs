@@ -91,6 +91,8 @@ impl std::error::Error for Error {
 /// The agent's persisted state in `data_dir`.
 pub struct Store {
     snapshot: PathBuf,
+    /// The snapshot's size when last read or written.
+    snapshot_bytes: u64,
     journal_path: PathBuf,
     journal: Journal,
 }
@@ -110,6 +112,7 @@ impl Store {
         let snapshot = data_dir.join(SNAPSHOT_NAME);
         let bytes = store::read(&snapshot).map_err(Error::Snapshot)?;
         let existed = bytes.is_some();
+        let snapshot_bytes = bytes.as_ref().map_or(0, |b| b.len() as u64);
         let state = match bytes {
             None => pb::State::new(),
             Some(bytes) => pb::State::parse_from_bytes(&bytes).map_err(|err| Error::Decode {
@@ -133,6 +136,7 @@ impl Store {
         };
         let store = Store {
             snapshot,
+            snapshot_bytes,
             journal_path,
             journal,
         };
@@ -154,6 +158,7 @@ impl Store {
         state.journal_seq = self.journal.last_seq();
         let bytes = state.write_to_bytes().map_err(Error::Encode)?;
         store::write_atomic(&self.snapshot, &bytes).map_err(Error::Snapshot)?;
+        self.snapshot_bytes = bytes.len() as u64;
         if self.journal.len_bytes() > 0 {
             self.journal.truncate().map_err(Error::Journal)?;
         }
@@ -201,6 +206,11 @@ impl Store {
     /// The journal's size, to decide when to fold it into a snapshot.
     pub fn journal_bytes(&self) -> u64 {
         self.journal.len_bytes()
+    }
+
+    /// The snapshot's size, as last read or written (0 without one).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.snapshot_bytes
     }
 }
 
@@ -314,6 +324,23 @@ mod tests {
         let (_, loaded) = Store::open(&small.dir).unwrap();
         assert_eq!(loaded.state.plugins[0].id, "after");
         assert_eq!(loaded.journal, vec![b"next".to_vec()]);
+    }
+
+    #[test]
+    fn the_snapshot_size_is_known_after_a_save_and_after_a_start() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-state-size-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        let (mut store, _) = Store::open(&dir).unwrap();
+        assert_eq!(store.snapshot_bytes(), 0, "no snapshot yet");
+        store.save(&state_with_plugin("p")).unwrap();
+        let size = fs::metadata(dir.join(SNAPSHOT_NAME)).unwrap().len();
+        assert!(size > 0);
+        assert_eq!(store.snapshot_bytes(), size);
+        drop(store);
+        let (store, _) = Store::open(&dir).unwrap();
+        assert_eq!(store.snapshot_bytes(), size);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
