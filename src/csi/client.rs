@@ -656,7 +656,6 @@ fn listed_volume(
     })
 }
 
-/// Maps a grpcio result to ours, logging the call (never its payload).
 /// An RPC sent whose answer is not taken yet: whatever its caller does
 /// before [`Sent::wait`] runs while the plugin works on the call.
 #[must_use = "an RPC's answer is waited for"]
@@ -689,6 +688,7 @@ fn send<R: Unpin + 'static, T: 'static>(
     }
 }
 
+/// Maps a grpcio result to ours, logging the call (never its payload).
 fn call<T>(rpc: Rpc, result: grpcio::Result<T>) -> Result<T, Error> {
     match result {
         Ok(resp) => {

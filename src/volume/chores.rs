@@ -98,6 +98,7 @@ impl Leftover {
         }
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.tidy.is_empty() && self.made.is_empty()
     }
@@ -122,14 +123,20 @@ impl Chores {
         }
     }
 
-    /// The dir step `step` needs: made ahead already, or made now.
-    pub fn own_dir(&mut self, step: usize, dir: &Dir) -> io::Result<()> {
+    /// The dir step `step` needs, if any: made ahead already, or made now;
+    /// an error names the dir.
+    pub fn own_dir(&mut self, step: usize) -> Result<(), (PathBuf, io::Error)> {
         if let Some(i) = self.made.iter().position(|(s, _)| *s == step) {
             self.made.remove(i);
             return Ok(());
         }
-        self.ahead.retain(|(s, _)| *s != step);
-        dir.make()
+        match self.ahead.iter().position(|(s, _)| *s == step) {
+            Some(i) => {
+                let (_, dir) = self.ahead.remove(i);
+                dir.make().map_err(|e| (dir.path, e))
+            }
+            None => Ok(()),
+        }
     }
 
     /// What step `step` emptied, to remove once the next RPC is sent.
@@ -183,7 +190,7 @@ impl Chores {
 /// plugin's `staging` or `per-alloc`), and the dirs between them with
 /// `mode` (less the umask). The skeleton is made, with its parents, only
 /// when missing, and private (0700).
-pub fn make_below(skeleton: &Path, path: &Path, mode: u32) -> io::Result<()> {
+fn make_below(skeleton: &Path, path: &Path, mode: u32) -> io::Result<()> {
     if !skeleton.is_dir() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -199,7 +206,7 @@ pub fn make_below(skeleton: &Path, path: &Path, mode: u32) -> io::Result<()> {
 
 /// Removes `path`'s parents while they are empty, up to (not including)
 /// `root`: the skeleton stays.
-pub fn remove_empty_dirs(path: &Path, root: &Path) {
+fn remove_empty_dirs(path: &Path, root: &Path) {
     let mut dir = path.parent();
     while let Some(d) = dir {
         if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
@@ -211,7 +218,7 @@ pub fn remove_empty_dirs(path: &Path, root: &Path) {
 
 /// Removes a target the agent created: an empty directory, or an empty
 /// regular file.
-pub fn remove_made_target(target: &Path) {
+fn remove_made_target(target: &Path) {
     match fs::symlink_metadata(target) {
         Ok(meta) if meta.is_dir() => {
             let _ = fs::remove_dir(target);
@@ -307,9 +314,9 @@ mod tests {
         assert!(staging.path.is_dir() && publish.path.is_dir());
         assert_eq!(mode(&staging.path), 0o700, "a staging dir is private");
         // Each step finds its dir made; none is made twice or removed.
-        chores.own_dir(1, &staging).unwrap();
+        chores.own_dir(1).unwrap();
         chores.meanwhile(1);
-        chores.own_dir(2, &publish).unwrap();
+        chores.own_dir(2).unwrap();
         chores.finish();
         assert!(staging.path.is_dir() && publish.path.is_dir(), "in use");
         fs::remove_dir_all(&dir).unwrap();
@@ -321,7 +328,7 @@ mod tests {
         let (staging, publish) = claim_dirs(&dir);
         let mut chores = Chores::new(vec![(1, staging.clone()), (2, publish.clone())]);
         chores.meanwhile(0);
-        chores.own_dir(1, &staging).unwrap();
+        chores.own_dir(1).unwrap();
         // NodeStage failed: the job ends before NodePublish.
         chores.finish();
         assert!(staging.path.is_dir(), "NodeStage ran: its dir is recorded");
@@ -381,7 +388,8 @@ mod tests {
         fs::write(dir.join("csi").join("hp"), b"").unwrap();
         let mut chores = Chores::new(vec![(1, staging.clone())]);
         chores.meanwhile(0);
-        assert!(chores.own_dir(1, &staging).is_err());
+        let (path, _) = chores.own_dir(1).unwrap_err();
+        assert_eq!(path, staging.path);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

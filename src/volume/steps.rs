@@ -290,13 +290,10 @@ fn run_step(
 ) -> Result<StepDone, StepError> {
     let v = &ctx.volume;
     // The dir the step needs, made now unless made ahead.
-    let mut own_dir = |what: &str| -> Result<(), StepError> {
-        match ctx.needed_dir(action) {
-            Some(dir) => chores
-                .own_dir(step, &dir)
-                .map_err(|e| local(what, &dir.path, e)),
-            None => Ok(()),
-        }
+    let mut own_dir = |what: &str| {
+        chores
+            .own_dir(step)
+            .map_err(|(path, e)| local(what, &path, e))
     };
     match action {
         Action::ControllerPublish => {
