@@ -311,6 +311,7 @@ impl Plugin {
                 path.display()
             );
         }
+        let fencing = state.in_use_on_node(id).is_some();
         let detach = match state.volumes.get_mut(id) {
             Some(volume) => match &volume.attached {
                 Some((n, _)) if req.node_id.is_empty() || *n == req.node_id => {
@@ -321,10 +322,59 @@ impl Plugin {
             },
             None => false,
         };
+        let kind = state.volumes.get(id).map(|v| v.kind);
+        if detach && fencing && kind == Some(VolumeKind::Directory) {
+            self.fence_off(id)?;
+        }
         if detach {
             state.save().map_err(|e| internal("cannot save state", e))?;
         }
         Ok(pb::ControllerUnpublishVolumeResponse::new())
+    }
+
+    /// Fences the node that still has directory volume `id` mounted off
+    /// its data, as a storage system cuts a lost node's path to a volume:
+    /// the volume's directory moves to `fenced/<id>.<n>`, where the node's
+    /// mounts keep it (a bind mount follows the directory, not its name),
+    /// and a copy of it becomes the volume's directory. What the fenced
+    /// node writes from now on lands in the detached generation, which no
+    /// other node ever sees. Called under the volume's lock.
+    fn fence_off(&self, id: &str) -> RpcResult<()> {
+        let dir = self.volume_dir(id);
+        let fenced = self.config.base_dir.join("fenced");
+        fs::create_dir_all(&fenced).map_err(|e| internal("cannot make the fenced dir", e))?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let old = fenced.join(format!("{id}.{stamp}"));
+        fs::rename(&dir, &old).map_err(|e| {
+            internal(
+                &format!("cannot move {} away to fence it", dir.display()),
+                e,
+            )
+        })?;
+        let copy = self
+            .config
+            .base_dir
+            .join(super::SCRATCH)
+            .join(format!("fence-{id}.{stamp}"));
+        let made = super::content::copy_tree(&old, &copy)
+            .map_err(|e| internal("cannot copy the fenced volume", crate::error_chain(&e)))
+            .and_then(|()| {
+                fs::rename(&copy, &dir)
+                    .map_err(|e| internal(&format!("cannot move the copy to {}", dir.display()), e))
+            });
+        if let Err(err) = made {
+            // The volume stays as it was, fenced node and all.
+            let _ = fs::remove_dir_all(&copy);
+            let _ = fs::rename(&old, &dir);
+            return Err(err);
+        }
+        log::warn!(
+            "ControllerUnpublishVolume: volume {id}'s data is a new generation; the fenced node's mounts keep {}",
+            old.display()
+        );
+        Ok(())
     }
 
     pub(super) fn validate(

@@ -84,7 +84,9 @@
 //! volume), `tmp/` (copies being made, emptied at start while holding
 //! `state.lock` alone, so a process of a split plugin that starts never
 //! removes a copy the other one is making), `strict-violations` (strict mode's verdict),
-//! `in-flight/<id>` (a split plugin's locks of calls in flight).
+//! `in-flight/<id>` (a split plugin's locks of calls in flight),
+//! `fenced/<id>.<n>` (with `-fence`, what a fenced node's mounts of a
+//! volume still reach).
 
 mod block;
 mod content;
@@ -179,9 +181,11 @@ pub struct Config {
     /// ControllerPublishVolume first.
     pub no_attach: bool,
     /// ControllerUnpublishVolume detaches even while the volume is staged
-    /// or published (the node's mounts stay until it unstages), as a
-    /// storage system fencing a lost node does; without it, such a detach
-    /// is refused with FAILED_PRECONDITION.
+    /// or published, as a storage system fencing a lost node does: the
+    /// node's mounts stay until it unstages, but no longer reach the data
+    /// other nodes see (a directory volume's data becomes a new generation,
+    /// `controller.rs`); without it, such a detach is refused with
+    /// FAILED_PRECONDITION.
     pub fence: bool,
     /// Refuse, and record in `<base-dir>/strict-violations`, every request
     /// a CO that keeps the spec never sends (see [`strict`]).
