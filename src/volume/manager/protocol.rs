@@ -343,6 +343,22 @@ impl VolumeManager {
             }
         }
         let entry = self.entries.get_mut(id).expect("present");
+        // A stage or publish refused for want of an attachment this node
+        // had (a fence detached the volume meanwhile) goes back to that
+        // step: ControllerPublish again, then the rest.
+        let unattached = matches!(
+            &err,
+            StepError::Rpc(e) if e.code == crate::csi::error::Code::FailedPrecondition
+        ) && matches!(
+            action,
+            Action::NodeStage { .. } | Action::NodePublish { .. }
+        ) && entry.volume.attachment == Step::Done;
+        if unattached {
+            log::warn!("Volume {id}: {message}; attaching it again first");
+            entry.volume.attachment = Step::Absent;
+            entry.volume.publish_context.clear();
+            self.changed.insert(id.to_string());
+        }
         let previous = entry.retry.take();
         let attempt = previous.as_ref().map_or(0, |r| r.attempt);
         let left_mount = match &err {
