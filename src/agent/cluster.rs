@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::{unbounded, Receiver};
 
+use crate::cluster::alive::{self, Alive};
 use crate::cluster::attachments::Attacher;
+use crate::cluster::claims::Promise;
 use crate::cluster::fence::Fencer;
 use crate::cluster::leader::Candidate;
 use crate::cluster::member::{self, Member, MemberEvent};
@@ -30,6 +32,7 @@ use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
 use crate::volume::manager::Dispatch;
 
+use super::guard::{self, Writer, Writers};
 use super::Agent;
 
 /// What a controller candidate campaigns with: a new endpoint or new
@@ -65,11 +68,43 @@ pub(super) struct ClusterMember {
     candidates: BTreeMap<String, (Campaigning, Candidate)>,
     pub prefix: String,
     lease_ttl: std::time::Duration,
-    /// Since when this node has been cut off from etcd, and whether the
-    /// tasks `stop_after_disconnect` stops were stopped.
-    disconnected_since: Option<Instant>,
+    /// When the last keep-alive (or registration) that went through was
+    /// sent, by this process or, after a restart, by the one before
+    /// ([`alive::Alive`]): `stop_after_disconnect` runs from it, on the
+    /// monotonic clock, whatever the calls in flight are doing.
+    last_alive: Option<Instant>,
+    /// Whether the tasks `stop_after_disconnect` stops were stopped since
+    /// the last keep-alive.
     stopped_for_disconnect: bool,
     stop_after_disconnect: Option<Duration>,
+    /// Where the last keep-alive is kept for the next process.
+    alive_file: std::path::PathBuf,
+    /// The writers' file as last written for the guard (with a promise
+    /// only; see [`guard`]).
+    writers_written: Option<String>,
+}
+
+/// What the agent adds to `stop_after_disconnect` and `max_kill_timeout`
+/// in the budget it promises (see [`Promise`]): its loop's turn to stop
+/// the allocs, and releasing the claims' mounts once their tasks are gone.
+pub(super) const RELEASE_ALLOWANCE: Duration = Duration::from_secs(5);
+
+/// The promise of a node with `config`'s settings, if it stops its
+/// writers when cut off: at `stop_after_disconnect` (the guard, should
+/// the agent be gone, a grace and a poll later), SIGKILL at most
+/// `max_kill_timeout` after, and the mounts released.
+pub(super) fn promise(config: &crate::spec::AgentConfig) -> Option<Promise> {
+    let cluster = config.cluster.as_ref()?;
+    let stop_after = cluster.stop_after_disconnect?;
+    Some(Promise {
+        stop_after,
+        budget: stop_after
+            + guard::GRACE
+            + guard::POLL
+            + config.max_kill_timeout
+            + RELEASE_ALLOWANCE,
+        lease_ttl: cluster.lease_ttl,
+    })
 }
 
 impl Agent {
@@ -80,8 +115,17 @@ impl Agent {
         };
         let node = super::node_name(&self.options.config);
         let plugins = node_plugins(&self.registry);
-        let member = Member::start(&config, member::record(&node, plugins))
-            .map_err(|err| super::Error::Cluster(crate::error_chain(&err)))?;
+        // The keep-alive the previous process of this agent left, if it
+        // ran since the host booted: its lease is resumed if etcd still
+        // has it, and its writers are stopped on time if not.
+        let alive_file = self.options.config.data_dir.join(alive::FILE);
+        let before = Alive::read(&alive_file);
+        let member = Member::start(
+            &config,
+            member::record(&node, plugins),
+            before.map(|a| a.lease),
+        )
+        .map_err(|err| super::Error::Cluster(crate::error_chain(&err)))?;
         log::info!(
             "Cluster: registering node {node} in etcd at {}",
             config.etcd.join(", ")
@@ -97,8 +141,12 @@ impl Agent {
             .map_err(|err| cannot("volume watch", err))?;
         let fencer = Fencer::start(member.etcd(), &config.prefix, &node, config.lease_ttl)
             .map_err(|err| cannot("fencer", err))?;
-        self.volumes
-            .join_cluster(&node, Attacher::new(member.etcd(), &config.prefix, &node));
+        let promise = promise(&self.options.config);
+        self.volumes.join_cluster(
+            &node,
+            Attacher::new(member.etcd(), &config.prefix, &node),
+            promise,
+        );
         self.cluster = Some(ClusterMember {
             member,
             connection: Connection::Connecting,
@@ -111,12 +159,93 @@ impl Agent {
             candidates: BTreeMap::new(),
             prefix: config.prefix.clone(),
             lease_ttl: config.lease_ttl,
-            disconnected_since: None,
+            last_alive: before.map(|a| a.sent),
             stopped_for_disconnect: false,
             stop_after_disconnect: config.stop_after_disconnect,
+            alive_file,
+            writers_written: promise.map(|_| String::new()),
         });
+        if promise.is_some() {
+            self.sync_guard();
+            self.start_guard()?;
+        }
         self.sync_candidates();
         Ok(())
+    }
+
+    /// Starts this process's writers' guard (see [`guard`]): this program
+    /// again, `csi-agent guard`, in a session of its own, so that it
+    /// outlives the agent.
+    fn start_guard(&self) -> Result<(), super::Error> {
+        let me = std::process::id();
+        let ticks = crate::task::exec::start_ticks(me).unwrap_or_default();
+        let exe = std::env::current_exe().map_err(|err| {
+            super::Error::Cluster(format!(
+                "cannot find this program to start its guard: {err}"
+            ))
+        })?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args([
+            "guard",
+            "-data-dir",
+            &self.options.config.data_dir.display().to_string(),
+            "-agent",
+            &format!("{me}:{ticks}"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+        crate::sys::process::in_new_session(&mut cmd)
+            .spawn()
+            .map(drop)
+            .map_err(|err| super::Error::Cluster(format!("cannot start the writers' guard: {err}")))
+    }
+
+    /// Rewrites the writers' file for the guard when the tasks holding
+    /// write claims changed.
+    pub(super) fn sync_guard(&mut self) {
+        if !self
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.writers_written.is_some())
+        {
+            return;
+        }
+        self.keep_promises();
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let (Some(written), Some(stop_after)) =
+            (&cluster.writers_written, cluster.stop_after_disconnect)
+        else {
+            return;
+        };
+        let mut tasks: Vec<Writer> = self
+            .volumes
+            .exclusive_writers()
+            .iter()
+            .flat_map(|(_, alloc)| self.allocs.processes(alloc))
+            .map(|(pid, start_ticks, kill_timeout)| Writer {
+                pid,
+                start_ticks,
+                kill_timeout,
+            })
+            .collect();
+        tasks.sort_by_key(|w| (w.pid, w.start_ticks));
+        tasks.dedup();
+        let text = Writers { stop_after, tasks }.render();
+        if *written == text {
+            return;
+        }
+        let path = self.options.config.data_dir.join(guard::WRITERS_FILE);
+        match Writers::write(&text, &path) {
+            Ok(()) => {
+                if let Some(cluster) = &mut self.cluster {
+                    cluster.writers_written = Some(text);
+                }
+            }
+            // Tried again at the next turn.
+            Err(err) => log::warn!("Cluster: cannot write {}: {err}", path.display()),
+        }
     }
 
     /// Campaigns for the controller election of every plugin whose
@@ -240,13 +369,25 @@ impl Agent {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
                 cluster.connection = Connection::Connected;
-                cluster.disconnected_since = None;
-                cluster.stopped_for_disconnect = false;
+            }
+            MemberEvent::Alive { sent, lease } => {
+                if !cluster.last_alive.is_some_and(|last| last >= sent) {
+                    cluster.last_alive = Some(sent);
+                    cluster.stopped_for_disconnect = false;
+                    // For the next process, should this one die: a file
+                    // that cannot be written only costs a restart its
+                    // lease (it registers anew), never a stop too late.
+                    if let Err(err) = (Alive { sent, lease }).write(&cluster.alive_file) {
+                        log::debug!(
+                            "Cluster: cannot write {}: {err}",
+                            cluster.alive_file.display()
+                        );
+                    }
+                }
             }
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
                 cluster.connection = Connection::Disconnected { reason };
-                cluster.disconnected_since.get_or_insert_with(Instant::now);
             }
             MemberEvent::NameTaken { node } => {
                 let message = format!(
@@ -266,7 +407,37 @@ impl Agent {
         if cluster.stopped_for_disconnect {
             return None;
         }
-        Some(cluster.disconnected_since? + cluster.stop_after_disconnect?)
+        Some(cluster.last_alive? + cluster.stop_after_disconnect?)
+    }
+
+    /// Keeps the promises this node's write claims hold in etcd, should
+    /// they be stricter than the config's (it changed since they were
+    /// admitted): the stop comes no later, the kill no later.
+    fn keep_promises(&mut self) {
+        let Some((stop_after, allowance)) = self.volumes.promised() else {
+            return;
+        };
+        let Some(cluster) = &mut self.cluster else {
+            return;
+        };
+        if let Some(after) = &mut cluster.stop_after_disconnect {
+            *after = (*after).min(stop_after);
+        }
+        let kill = allowance.saturating_sub(guard::GRACE + guard::POLL + RELEASE_ALLOWANCE);
+        self.allocs.cap_kill_timeout(kill);
+    }
+
+    /// Leaves the cluster: the lease is revoked unless tasks holding write
+    /// claims outlive the agent (see `shutdown`).
+    pub(super) fn leave_cluster(&mut self) {
+        if let Some(cluster) = self.cluster.take() {
+            let writers = self
+                .volumes
+                .exclusive_writers()
+                .iter()
+                .any(|(_, alloc)| self.allocs.runs(alloc));
+            cluster.member.keep_lease_on_stop(writers);
+        }
     }
 
     /// `stop_after_disconnect` passed while cut off: the allocs holding
@@ -282,7 +453,7 @@ impl Agent {
         let after =
             crate::units::format_duration(cluster.stop_after_disconnect.unwrap_or_default());
         let why = format!(
-            "node {} was cut off from the cluster for {after} (stop_after_disconnect)",
+            "node {} had no keep-alive through to the cluster for {after} (stop_after_disconnect)",
             cluster.node
         );
         log::warn!("Cluster: {why}: stopping the allocs that hold write claims");

@@ -148,6 +148,10 @@ impl Agent {
                         log::info!("Cluster: an operator freed lost node {node}'s claims on volume {volume}");
                         Ok(Response::VolumeForceDetach(Default::default()))
                     }
+                    Ok(Fenced::Until(_)) => Err(ApiError::new(
+                        ErrorKind::Unavailable,
+                        format!("node {node}'s claims on volume {volume} are not freed yet"),
+                    )),
                     Ok(Fenced::Waiting(why)) => Err(ApiError::new(
                         ErrorKind::Unavailable,
                         format!("node {node}'s claims on volume {volume} are not freed: {why}"),

@@ -33,6 +33,7 @@
 mod cluster;
 mod cluster_calls;
 pub mod dev;
+pub mod guard;
 mod persist;
 mod plugin_tasks;
 mod plugins;
@@ -183,6 +184,8 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         config_plugin_ids(&options.config),
         options.config.chroot_env(),
     );
+    // Not reloaded on SIGHUP: a cluster node's promise counts it.
+    allocs.set_max_kill_timeout(options.config.max_kill_timeout);
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);
     let registry_events = registry.subscribe();
@@ -572,9 +575,11 @@ impl Agent {
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].
     fn shutdown(&mut self, reports: &Receiver<InstanceReport>, signals: &Receiver<i32>) {
-        // Leaving the cluster revokes the node's lease: the others see it
-        // gone at once, not after its TTL.
-        self.cluster = None;
+        // Leaving the cluster revokes the node's lease, so the others see
+        // it gone at once, unless tasks that hold write claims outlive the
+        // agent: then the lease expires as for a node cut off, which is
+        // what the fencer counts a node's promise from.
+        self.leave_cluster();
         for (_, candidate) in std::mem::take(&mut self.candidates) {
             candidate.instance.stop();
         }

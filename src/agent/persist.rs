@@ -253,6 +253,7 @@ impl Agent {
                 break;
             }
         }
+        self.sync_guard();
     }
 
     pub(super) fn commit_turn(&mut self) {
@@ -361,7 +362,15 @@ impl Agent {
                 crate::trace::point("reply", "");
                 reply.send(result);
             }
-            Effect::Cluster(op) => {
+            Effect::Cluster(mut op) => {
+                // A claim carries the node's promise to stop its writers
+                // only if its alloc's tasks are this agent's to stop: a
+                // `volume claim` from the command line has no task here.
+                if let crate::cluster::ops::Op::Admit { request, .. } = &mut *op {
+                    if !self.allocs.runs(&request.alloc_id) {
+                        request.promise = None;
+                    }
+                }
                 if let Some(cluster) = &self.cluster {
                     cluster.ops.submit(*op);
                 }

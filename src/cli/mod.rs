@@ -202,6 +202,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 Some(validate::run(rest))
             },
         ),
+        // Started by the agent itself (see `agent::guard`); not for people.
+        "guard" => (
+            "usage: csi-agent guard -data-dir DIR -agent PID:TICKS",
+            Some(with_logging("info", || guard(rest))),
+        ),
         "version" | "-version" | "--version" => {
             println!("csi-agent {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
@@ -308,4 +313,33 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         mode,
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
+}
+
+/// `csi-agent guard -data-dir DIR -agent PID:TICKS`: the writers' guard
+/// of the agent with that pid and start time.
+fn guard(args: &[String]) -> Result<(), CliError> {
+    let mut data_dir = None;
+    let mut agent = None;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| UsageError::new(format!("{flag} needs a value")))?;
+        match flag.as_str() {
+            "-data-dir" => data_dir = Some(PathBuf::from(value)),
+            "-agent" => {
+                agent = value
+                    .split_once(':')
+                    .and_then(|(pid, ticks)| Some((pid.parse().ok()?, ticks.parse().ok()?)))
+            }
+            other => return Err(UsageError::new(format!("unknown flag {other}")).into()),
+        }
+    }
+    let (Some(data_dir), Some(agent)) = (data_dir, agent) else {
+        return Err(UsageError::new("guard needs -data-dir DIR and -agent PID:TICKS").into());
+    };
+    crate::agent::guard::run(&data_dir, agent).map_err(|err| CliError::Io {
+        what: format!("the writers' guard of {} failed", data_dir.display()),
+        err,
+    })
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use protobuf::Message;
 
-use super::etcd::{self, Etcd, Event, Kv};
+use super::etcd::{self, Condition, Etcd, Event, Kv};
 use crate::proto::cluster as pb;
 
 /// The prefix of every attachment.
@@ -165,6 +165,7 @@ pub fn answer(
     leader: &str,
     intent: &Intent,
     outcome: &Outcome,
+    guard: &[Condition],
 ) -> Result<bool, etcd::Error> {
     let (state, publish_context, error) = match outcome {
         Outcome::Attached(context) => (
@@ -193,11 +194,12 @@ pub fn answer(
         ..Default::default()
     };
     Ok(etcd
-        .put_if(
+        .put_guarded(
             &attachment_key(prefix, &intent.volume, &intent.node),
             intent.mod_revision,
             &encode(&record),
             0,
+            guard,
         )?
         .is_some())
 }

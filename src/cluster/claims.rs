@@ -13,10 +13,11 @@
 //! claims in place, to be fenced and freed deliberately, never silently.
 
 use std::fmt;
+use std::time::Duration;
 
 use protobuf::Message;
 
-use super::etcd::{self, Etcd};
+use super::etcd::{self, Condition, Etcd};
 use crate::csi::AccessMode;
 use crate::proto::cluster as pb;
 
@@ -39,6 +40,9 @@ pub enum Error {
         volume: String,
         reason: String,
     },
+    /// A guarded write's condition no longer holds (the fencer was
+    /// deposed, or the lost node is back).
+    Guard,
     Etcd(etcd::Error),
 }
 
@@ -56,6 +60,9 @@ impl fmt::Display for Error {
                     "the claims of volume {volume:?} in etcd are unreadable: {reason}"
                 )
             }
+            Error::Guard => f.write_str(
+                "the write's condition no longer holds: this agent no longer leads, or the node is back",
+            ),
             Error::Etcd(_) => f.write_str("etcd failed"),
         }
     }
@@ -83,6 +90,58 @@ pub struct ClaimRequest {
     pub alloc_id: String,
     pub read_only: bool,
     pub access_mode: AccessMode,
+    /// What the node promises should it be cut off (none without
+    /// `stop_after_disconnect`).
+    pub promise: Option<Promise>,
+}
+
+/// What a node promises to do with its write claims when it is cut off
+/// from etcd, counted from its last keep-alive that went through: stop
+/// their tasks after `stop_after`, and have them gone and the claims'
+/// mounts released by `budget`. The fencer of lost nodes reads it from
+/// each claim (the node's own key is gone with its lease by then).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Promise {
+    pub stop_after: Duration,
+    pub budget: Duration,
+    /// The TTL of the node's lease.
+    pub lease_ttl: Duration,
+}
+
+/// How much faster than another host's clock a host's clock may run: the
+/// fencer stretches what it waits by this much on each side. NTP keeps
+/// clock rates within 500 ppm; this allows 2%.
+pub const CLOCK_RATE_MARGIN: f64 = 0.02;
+
+impl Promise {
+    /// A claim's promise, if it carries one.
+    pub fn of(c: &pb::ClusterClaim) -> Option<Promise> {
+        (c.budget_ms > 0).then(|| Promise {
+            stop_after: Duration::from_millis(c.stop_after_ms),
+            budget: Duration::from_millis(c.budget_ms),
+            lease_ttl: Duration::from_millis(c.lease_ttl_ms),
+        })
+    }
+
+    fn write(&self, c: &mut pb::ClusterClaim) {
+        c.stop_after_ms = self.stop_after.as_millis() as u64;
+        c.budget_ms = self.budget.as_millis() as u64;
+        c.lease_ttl_ms = self.lease_ttl.as_millis() as u64;
+    }
+
+    /// How long after the fencer saw the node's lease expire its write
+    /// claims may be freed. The node's budget runs on its clock from its
+    /// last keep-alive; etcd expired the lease at least a TTL (on etcd's
+    /// clock) after that keep-alive was sent; the fencer waits on its own
+    /// clock. So with every clock off in rate by up to
+    /// [`CLOCK_RATE_MARGIN`]: `(budget·(1+m) − ttl·(1−m)) / (1−m)`.
+    /// Durations only: no two hosts' wall clocks are ever compared.
+    pub fn wait_after_expiry(&self) -> Duration {
+        let m = CLOCK_RATE_MARGIN;
+        let slowest_end = self.budget.as_secs_f64() * (1.0 + m);
+        let earliest_expiry = self.lease_ttl.as_secs_f64() * (1.0 - m);
+        Duration::from_secs_f64(((slowest_end - earliest_expiry) / (1.0 - m)).max(0.0))
+    }
 }
 
 /// Whether `access_mode` admits `req` next to the claims already in `set`
@@ -132,6 +191,8 @@ pub fn check(set: &pb::ClaimSet, req: &ClaimRequest) -> Result<(), String> {
 pub struct ClaimSets<'a> {
     etcd: &'a Etcd,
     prefix: String,
+    /// What every write also compares (see [`ClaimSets::guarded`]).
+    guard: Vec<Condition>,
 }
 
 impl<'a> ClaimSets<'a> {
@@ -139,7 +200,16 @@ impl<'a> ClaimSets<'a> {
         ClaimSets {
             etcd,
             prefix: prefix.trim_end_matches('/').to_string(),
+            guard: Vec::new(),
         }
+    }
+
+    /// The same sets, written only while every one of `guard` holds (the
+    /// fencer's: it still leads, the lost node is still gone); a write
+    /// whose guard fails is [`Error::Guard`].
+    pub fn guarded(mut self, guard: Vec<Condition>) -> ClaimSets<'a> {
+        self.guard = guard;
+        self
     }
 
     fn key(&self, volume: &str) -> Vec<u8> {
@@ -179,12 +249,17 @@ impl<'a> ClaimSets<'a> {
                 .write_to_bytes()
                 .expect("encoding a claim set cannot fail");
             let written = if set.claims.is_empty() && revision != 0 {
-                self.etcd.delete_if(&key, revision)?
+                self.etcd.delete_guarded(&key, revision, &self.guard)?
             } else {
-                self.etcd.put_if(&key, revision, &bytes, 0)?.is_some()
+                self.etcd
+                    .put_guarded(&key, revision, &bytes, 0, &self.guard)?
+                    .is_some()
             };
             if written {
                 return Ok(answer);
+            }
+            if !self.guard.is_empty() && !self.etcd.holds(&self.guard)? {
+                return Err(Error::Guard);
             }
         }
         Err(Error::Contended {
@@ -200,8 +275,17 @@ impl<'a> ClaimSets<'a> {
                 .iter()
                 .position(|c| c.node == req.node && c.alloc_id == req.alloc_id);
             if let Some(i) = existing {
-                let c = &set.claims[i];
+                let c = &mut set.claims[i];
                 if c.wanted && c.read_only == req.read_only {
+                    // A repeat carries the node's promise as it is now.
+                    let mut renewed = c.clone();
+                    renewed.stop_after_ms = 0;
+                    renewed.budget_ms = 0;
+                    renewed.lease_ttl_ms = 0;
+                    if let Some(promise) = req.promise.filter(|_| !req.read_only) {
+                        promise.write(&mut renewed);
+                    }
+                    *c = renewed;
                     return Ok(());
                 }
                 return Err(Error::Refused(format!(
@@ -210,14 +294,18 @@ impl<'a> ClaimSets<'a> {
                 )));
             }
             check(set, req).map_err(Error::Refused)?;
-            set.claims.push(pb::ClusterClaim {
+            let mut claim = pb::ClusterClaim {
                 node: req.node.clone(),
                 alloc_id: req.alloc_id.clone(),
                 read_only: req.read_only,
                 access_mode: req.access_mode.number(),
                 wanted: true,
                 ..Default::default()
-            });
+            };
+            if let Some(promise) = req.promise.filter(|_| !req.read_only) {
+                promise.write(&mut claim);
+            }
+            set.claims.push(claim);
             Ok(())
         })
     }
@@ -317,6 +405,7 @@ mod tests {
             alloc_id: alloc.into(),
             read_only,
             access_mode: mode,
+            promise: None,
         }
     }
 
@@ -335,6 +424,33 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_fencer_waits_the_budget_less_the_lease_stretched_by_the_clock_margin() {
+        let promise = Promise {
+            stop_after: Duration::from_secs(4),
+            budget: Duration::from_secs(11),
+            lease_ttl: Duration::from_secs(10),
+        };
+        let wait = promise.wait_after_expiry().as_secs_f64();
+        // (11·1.02 − 10·0.98) / 0.98 = 1.448...
+        assert!((wait - (11.0 * 1.02 - 9.8) / 0.98).abs() < 1e-9, "{wait}");
+        // Never less than the budget less the TTL, whatever the margin.
+        assert!(wait > 1.0);
+        // A budget well within the TTL still waits out the rate margin.
+        let short = Promise {
+            budget: Duration::from_secs(5),
+            ..promise
+        };
+        assert_eq!(short.wait_after_expiry(), Duration::ZERO);
+        let claim = {
+            let mut c = pb::ClusterClaim::new();
+            promise.write(&mut c);
+            c
+        };
+        assert_eq!(Promise::of(&claim), Some(promise));
+        assert_eq!(Promise::of(&pb::ClusterClaim::new()), None);
     }
 
     #[test]

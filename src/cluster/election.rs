@@ -15,7 +15,7 @@ use crossbeam_channel::{select, Receiver, RecvTimeoutError};
 
 use protobuf::Message;
 
-use super::etcd::{self, Etcd, Event};
+use super::etcd::{self, Condition, Etcd, Event};
 use crate::csi::Backoff;
 use crate::proto::cluster as pb;
 
@@ -71,12 +71,13 @@ fn campaign_for(
         return Ok(Leadership::Leader);
     }
     match etcd.get(key)? {
-        Some(kv) => match leader_of(&kv.value) {
-            leader if leader.node == record.node => Ok(Leadership::Leader),
-            leader => Ok(Leadership::Follower {
-                leader: leader.node,
-            }),
-        },
+        // Leadership is the lease, not the name: a key this node's
+        // previous process left on its own lease is another leader's
+        // until that lease expires.
+        Some(kv) if kv.lease == lease => Ok(Leadership::Leader),
+        Some(kv) => Ok(Leadership::Follower {
+            leader: leader_of(&kv.value).node,
+        }),
         // The leader left between the two calls: try again.
         None => campaign_for(etcd, key, record, lease),
     }
@@ -115,11 +116,22 @@ impl From<etcd::Error> for Ended {
 /// A leader's lease, kept alive from the leader's own loop.
 pub struct Held {
     pub lease: i64,
+    /// The election's key.
+    key: Vec<u8>,
     ttl: Duration,
     last_alive: Instant,
 }
 
 impl Held {
+    /// What every write of the leader compares: its election's key is
+    /// still on its lease. A deposed leader's writes fail.
+    pub fn guard(&self) -> Condition {
+        Condition::OnLease {
+            key: self.key.clone(),
+            lease: self.lease,
+        }
+    }
+
     /// How often [`Held::renew`] is to be called.
     pub fn period(&self) -> Duration {
         self.ttl / 3
@@ -129,9 +141,12 @@ impl Held {
     /// lease expired, or could not be kept alive for half its TTL, so that
     /// it stops before a follower can take over).
     pub fn renew(&mut self, etcd: &Etcd) -> Result<(), Ended> {
-        match etcd.keep_alive(self.lease) {
+        // The lease lives at least a TTL from when this call is sent, not
+        // from when its answer comes back.
+        let sent = Instant::now();
+        match etcd.keep_alive_within(self.lease, self.period()) {
             Ok(ttl) if ttl > 0 => {
-                self.last_alive = Instant::now();
+                self.last_alive = sent;
                 Ok(())
             }
             Ok(_) => Err(Ended::Again("the leader's lease expired".into())),
@@ -164,6 +179,7 @@ impl Candidacy<'_> {
                 Ok((lease, _)) => {
                     let mut held = Held {
                         lease,
+                        key: self.key.clone(),
                         ttl: self.ttl,
                         last_alive: Instant::now(),
                     };

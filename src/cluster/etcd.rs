@@ -178,6 +178,38 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// A condition a guarded write also compares, in the same transaction:
+/// the write happens only while every one holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// `key` does not exist (a lost node's key is still gone).
+    Absent(Vec<u8>),
+    /// `key` exists on lease `lease` (a leader still holds its election
+    /// with the lease it won it with).
+    OnLease { key: Vec<u8>, lease: i64 },
+}
+
+impl Condition {
+    fn compare(&self) -> pb::Compare {
+        match self {
+            Condition::Absent(key) => pb::Compare {
+                result: pb::compare::CompareResult::EQUAL.into(),
+                target: pb::compare::CompareTarget::VERSION.into(),
+                key: key.clone(),
+                target_union: Some(pb::compare::Target_union::Version(0)),
+                ..Default::default()
+            },
+            Condition::OnLease { key, lease } => pb::Compare {
+                result: pb::compare::CompareResult::EQUAL.into(),
+                target: pb::compare::CompareTarget::LEASE.into(),
+                key: key.clone(),
+                target_union: Some(pb::compare::Target_union::Lease(*lease)),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// The comparison "`key` last changed at `mod_revision`" (0: it does not
 /// exist).
 fn last_changed_at(key: &[u8], mod_revision: i64) -> pb::Compare {
@@ -348,14 +380,20 @@ impl Etcd {
         }
     }
 
-    fn opt(&self) -> CallOption {
-        CallOption::default().timeout(self.timeout)
-    }
-
     /// Runs `call` on the member that answered last, then on each other
     /// member while they cannot answer.
     fn call<T>(
         &self,
+        what: &'static str,
+        call: impl Fn(&Member, CallOption) -> grpcio::Result<T>,
+    ) -> Result<T, Error> {
+        self.call_within(self.timeout, what, call)
+    }
+
+    /// [`Etcd::call`] with a deadline of `timeout` per member.
+    fn call_within<T>(
+        &self,
+        timeout: Duration,
         what: &'static str,
         call: impl Fn(&Member, CallOption) -> grpcio::Result<T>,
     ) -> Result<T, Error> {
@@ -366,7 +404,7 @@ impl Etcd {
         for i in 0..n {
             let index = (first + i) % n;
             let member = &self.members[index];
-            match call(member, self.opt()) {
+            match call(member, CallOption::default().timeout(timeout)) {
                 Ok(answer) => {
                     self.current.store(index, Ordering::Relaxed);
                     return Ok(answer);
@@ -468,7 +506,18 @@ impl Etcd {
         value: &[u8],
         lease: i64,
     ) -> Result<Option<i64>, Error> {
-        let compare = last_changed_at(key, mod_revision);
+        self.put_guarded(key, mod_revision, value, lease, &[])
+    }
+
+    /// [`Etcd::put_if`], and only while every one of `guard` holds.
+    pub fn put_guarded(
+        &self,
+        key: &[u8],
+        mod_revision: i64,
+        value: &[u8],
+        lease: i64,
+        guard: &[Condition],
+    ) -> Result<Option<i64>, Error> {
         let put = pb::RequestOp {
             request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
                 key: key.to_vec(),
@@ -478,12 +527,7 @@ impl Etcd {
             })),
             ..Default::default()
         };
-        let req = pb::TxnRequest {
-            compare: vec![compare],
-            success: vec![put],
-            ..Default::default()
-        };
-        let resp = self.call("Txn", |m, opt| m.kv.txn_opt(&req, opt))?;
+        let resp = self.txn(last_changed_at(key, mod_revision), guard, put)?;
         Ok(resp
             .succeeded
             .then(|| resp.header.as_ref().map_or(0, |h| h.revision)))
@@ -492,7 +536,16 @@ impl Etcd {
     /// Deletes `key` only if its last change is `mod_revision`; answers
     /// whether it did.
     pub fn delete_if(&self, key: &[u8], mod_revision: i64) -> Result<bool, Error> {
-        let compare = last_changed_at(key, mod_revision);
+        self.delete_guarded(key, mod_revision, &[])
+    }
+
+    /// [`Etcd::delete_if`], and only while every one of `guard` holds.
+    pub fn delete_guarded(
+        &self,
+        key: &[u8],
+        mod_revision: i64,
+        guard: &[Condition],
+    ) -> Result<bool, Error> {
         let delete = pb::RequestOp {
             request: Some(pb::request_op::Request::RequestDeleteRange(
                 pb::DeleteRangeRequest {
@@ -502,9 +555,15 @@ impl Etcd {
             )),
             ..Default::default()
         };
+        Ok(self
+            .txn(last_changed_at(key, mod_revision), guard, delete)?
+            .succeeded)
+    }
+
+    /// Whether every one of `guard` holds now.
+    pub fn holds(&self, guard: &[Condition]) -> Result<bool, Error> {
         let req = pb::TxnRequest {
-            compare: vec![compare],
-            success: vec![delete],
+            compare: guard.iter().map(Condition::compare).collect(),
             ..Default::default()
         };
         Ok(self
@@ -512,10 +571,27 @@ impl Etcd {
             .succeeded)
     }
 
-    /// A lease of `ttl` (etcd may round it up): its ID and TTL in seconds.
+    fn txn(
+        &self,
+        compare: pb::Compare,
+        guard: &[Condition],
+        op: pb::RequestOp,
+    ) -> Result<pb::TxnResponse, Error> {
+        let req = pb::TxnRequest {
+            compare: std::iter::once(compare)
+                .chain(guard.iter().map(Condition::compare))
+                .collect(),
+            success: vec![op],
+            ..Default::default()
+        };
+        self.call("Txn", |m, opt| m.kv.txn_opt(&req, opt))
+    }
+
+    /// A lease of `ttl`, in whole seconds rounded up (etcd may round it up
+    /// further, never down): its ID and TTL in seconds.
     pub fn grant(&self, ttl: Duration) -> Result<(i64, i64), Error> {
         let req = pb::LeaseGrantRequest {
-            TTL: ttl.as_secs().max(1) as i64,
+            TTL: (ttl.as_secs_f64().ceil() as i64).max(1),
             ..Default::default()
         };
         let resp = self.call("LeaseGrant", |m, opt| m.lease.lease_grant_opt(&req, opt))?;
@@ -545,7 +621,12 @@ impl Etcd {
     /// Keeps a lease alive once (one exchange on the LeaseKeepAlive
     /// stream): its remaining TTL in seconds, or 0 when it has expired.
     pub fn keep_alive(&self, lease: i64) -> Result<i64, Error> {
-        let resp = self.call("LeaseKeepAlive", |m, opt| {
+        self.keep_alive_within(lease, self.timeout)
+    }
+
+    /// [`Etcd::keep_alive`] with a deadline of `timeout` per member.
+    pub fn keep_alive_within(&self, lease: i64, timeout: Duration) -> Result<i64, Error> {
+        let resp = self.call_within(timeout, "LeaseKeepAlive", |m, opt| {
             let (mut sink, mut answers) = m.lease.lease_keep_alive_opt(opt)?;
             let req = pb::LeaseKeepAliveRequest {
                 ID: lease,

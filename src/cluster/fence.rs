@@ -20,9 +20,23 @@
 //!   node is down runs `volume detach -force -node NODE VOLUME`
 //!   ([`detach`]); its reason says so.
 //!
+//! A write claim that carries its node's [`Promise`] (the node runs with
+//! `stop_after_disconnect`: it stops the claim's tasks itself when cut
+//! off) is never freed before that promise has run out: its budget,
+//! counted from the expiry of the node's lease and stretched for clock
+//! rates ([`Promise::wait_after_expiry`]). Attached by a controller, it
+//! waits for both the detach and the budget; not attached, the budget is
+//! enough. A claim without a promise goes only with a storage fence (the
+//! detach) or an operator.
+//!
+//! Every write of the fence is a transaction that also compares that the
+//! fencer still holds its election on the lease it won it with, and that
+//! the lost node's key is still gone ([`Condition`]): a deposed fencer, or
+//! a node that came back, makes it fail.
+//!
 //! What cannot be done yet (no controller leader answered, the detach
-//! failed) is tried again with backoff; the reason in the claim says what
-//! the fence waits for.
+//! failed, the budget is still running) is tried again later; the reason
+//! in the claim says what the fence waits for.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,9 +47,9 @@ use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
 use protobuf::Message;
 
 use super::attachments::{self, Outcome};
-use super::claims::{self, ClaimSets};
+use super::claims::{self, ClaimSets, Promise};
 use super::election::{self, Candidacy, Ended, Held};
-use super::etcd::{self, Etcd, Event};
+use super::etcd::{self, Condition, Etcd, Event};
 use crate::csi::{AccessMode, Backoff};
 use crate::proto::cluster as pb;
 
@@ -47,6 +61,10 @@ pub const DETACH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reason a lost node's claims carry.
 pub const NODE_LOST: &str = "node lost";
+
+/// What a write claim whose node made a promise waits for.
+const PROMISED: &str =
+    "freed once the node's promise to stop its writers (stop_after_disconnect) has run out";
 
 /// The candidate (then maybe the fencer) of this agent; dropping it stops
 /// the thread, which gives up the election at once.
@@ -102,10 +120,25 @@ fn nodes_prefix(prefix: &str) -> String {
     format!("{prefix}/nodes/")
 }
 
-/// A node still to fence: when, and how many tries failed.
+/// A node still to fence: since when it is gone (as this fencer saw it),
+/// when to try next, and how many tries failed.
 struct Due {
+    gone_since: Instant,
     at: Instant,
     attempt: u32,
+}
+
+impl Due {
+    /// A node seen gone now: fenced once it has been gone a `ttl`, so
+    /// that an agent restarted meanwhile registers again first.
+    fn now(ttl: Duration) -> Due {
+        let now = Instant::now();
+        Due {
+            gone_since: now,
+            at: now + ttl,
+            attempt: 0,
+        }
+    }
 }
 
 /// While this agent is the fencer: every node that holds claims and has
@@ -125,16 +158,13 @@ fn lead(etcd: &Etcd, prefix: &str, ttl: Duration, held: &mut Held, stop: &Receiv
         Ok(sets) => sets,
         Err(err) => return Ended::Again(crate::error_chain(&err)),
     };
-    // How long a node without a key has been gone is unknown here: it
-    // gets a whole TTL from now.
+    // When a node without a key went is unknown here: it counts as gone
+    // from now, which is never earlier than its lease's expiry.
     let mut due: BTreeMap<String, Due> = BTreeMap::new();
     for (_, set) in &sets {
         for c in &set.claims {
             if !alive.contains(&c.node) {
-                due.entry(c.node.clone()).or_insert(Due {
-                    at: Instant::now() + ttl,
-                    attempt: 0,
-                });
+                due.entry(c.node.clone()).or_insert_with(|| Due::now(ttl));
             }
         }
     }
@@ -172,7 +202,7 @@ fn lead(etcd: &Etcd, prefix: &str, ttl: Duration, held: &mut Held, stop: &Receiv
                                     "Cluster: node {node} left; it is fenced unless it is back within {}",
                                     crate::units::format_duration(ttl)
                                 );
-                                due.insert(node, Due { at: Instant::now() + ttl, attempt: 0 });
+                                due.insert(node, Due::now(ttl));
                             }
                         }
                     }
@@ -189,17 +219,28 @@ fn lead(etcd: &Etcd, prefix: &str, ttl: Duration, held: &mut Held, stop: &Receiv
                     if let Err(ended) = held.renew(etcd) {
                         return ended;
                     }
-                    match fence_node(etcd, prefix, &node, held.period()) {
-                        Ok(true) => {
+                    let d = due.get_mut(&node).expect("due");
+                    let lost = Lost {
+                        node: &node,
+                        gone_since: Some(d.gone_since),
+                        guard: vec![
+                            held.guard(),
+                            Condition::Absent(super::node::node_key(prefix, &node)),
+                        ],
+                    };
+                    match fence_node(etcd, prefix, &lost, held.period()) {
+                        Ok(Next::Done) => {
                             due.remove(&node);
                         }
-                        Ok(false) => {
-                            let d = due.get_mut(&node).expect("due");
+                        Ok(Next::At(at)) => {
+                            d.at = at;
+                        }
+                        Ok(Next::Retry) => {
                             d.at = Instant::now() + RETRY.delay(d.attempt, 1.0);
                             d.attempt = d.attempt.saturating_add(1).min(16);
                         }
-                        // etcd failed: this node may not be the fencer
-                        // for long.
+                        // etcd failed, or a guard: this node may not be
+                        // the fencer for long.
                         Err(err) => return Ended::Again(err),
                     }
                 }
@@ -208,31 +249,61 @@ fn lead(etcd: &Etcd, prefix: &str, ttl: Duration, held: &mut Held, stop: &Receiv
     }
 }
 
-/// Fences every claim of lost node `node`: whether nothing is left to do
-/// but what an operator must decide.
-fn fence_node(etcd: &Etcd, prefix: &str, node: &str, wait: Duration) -> Result<bool, String> {
+/// A lost node as the fence sees it.
+pub struct Lost<'a> {
+    pub node: &'a str,
+    /// Since when the fencer has seen the node's key gone; `None` for an
+    /// operator's `-force`, which frees without waiting for any promise.
+    pub gone_since: Option<Instant>,
+    /// What every write of the fence also compares.
+    pub guard: Vec<Condition>,
+}
+
+/// What is left of a node's fence.
+enum Next {
+    /// Nothing but what an operator must decide.
+    Done,
+    /// A promise runs out then.
+    At(Instant),
+    /// Something failed or is not done yet: again, with backoff.
+    Retry,
+}
+
+/// Fences every claim of lost node `lost`.
+fn fence_node(etcd: &Etcd, prefix: &str, lost: &Lost, wait: Duration) -> Result<Next, String> {
+    let node = lost.node;
     let sets = ClaimSets::new(etcd, prefix);
     let all = sets.all().map_err(|err| crate::error_chain(&err))?;
-    let mut finished = true;
+    let mut next = Next::Done;
     for (volume, set) in all {
         if !set.claims.iter().any(|c| c.node == node) {
             continue;
         }
-        match fence(etcd, prefix, &volume, node, wait, false) {
+        match fence(etcd, prefix, &volume, lost, wait) {
             Ok(Fenced::Freed) => {
                 log::info!("Cluster: fenced lost node {node}'s claims on volume {volume}")
             }
             Ok(Fenced::Operator) => log::warn!(
                 "Cluster: lost node {node} keeps its write claim on volume {volume}: no controller can detach it; `csi-agent volume detach -force -node {node} {volume}` frees it once the node is known to be down"
             ),
+            Ok(Fenced::Until(at)) => {
+                next = match next {
+                    Next::At(other) if other < at => Next::At(other),
+                    Next::Retry => Next::Retry,
+                    _ => Next::At(at),
+                };
+            }
             Ok(Fenced::Waiting(why)) => {
                 log::warn!("Cluster: fencing lost node {node} on volume {volume}: {why}");
-                finished = false;
+                next = Next::Retry;
+            }
+            Err(claims::Error::Guard) => {
+                return Err("the fencer was deposed, or the node came back".into())
             }
             Err(err) => return Err(crate::error_chain(&err)),
         }
     }
-    Ok(finished)
+    Ok(next)
 }
 
 /// What fencing one volume came to.
@@ -242,6 +313,8 @@ pub enum Fenced {
     Freed,
     /// A write claim stays until an operator frees it with `-force`.
     Operator,
+    /// A write claim's promise runs out then: fence it again.
+    Until(Instant),
     /// Not yet: why.
     Waiting(String),
 }
@@ -252,20 +325,43 @@ fn harmless(c: &pb::ClusterClaim) -> bool {
     c.read_only || AccessMode::from_number(c.access_mode) == Some(AccessMode::MultiNodeMultiWriter)
 }
 
-/// Fences node `node`'s claims on `volume` (see the module's docs),
-/// waiting up to `wait` for the controller leader's detach. With `force`
-/// (an operator's `volume detach -force`), claims no controller attached
-/// are all freed.
+/// When a write claim of a lost node may be freed by the node's promise
+/// alone, counted from `gone_since`: `None` without a promise.
+fn promise_ends(c: &pb::ClusterClaim, gone_since: Instant) -> Option<Instant> {
+    Promise::of(c).map(|p| gone_since + p.wait_after_expiry())
+}
+
+/// Fences node `lost`'s claims on `volume` (see the module's docs),
+/// waiting up to `wait` for the controller leader's detach. With an
+/// operator's `-force` (`gone_since` is `None`), claims no controller
+/// attached are all freed.
 pub fn fence(
     etcd: &Etcd,
     prefix: &str,
     volume: &str,
-    node: &str,
+    lost: &Lost,
     wait: Duration,
-    force: bool,
 ) -> Result<Fenced, claims::Error> {
-    let sets = ClaimSets::new(etcd, prefix);
+    let node = lost.node;
+    let sets = ClaimSets::new(etcd, prefix).guarded(lost.guard.clone());
     let mark = |reason: &str| sets.mark_lost(volume, node, reason);
+    let now = Instant::now();
+    // Which claims may go once whatever storage fence there is is done,
+    // and the earliest a promise still running runs out.
+    // An operator's `-force` (no `gone_since`) waits for no promise.
+    let ripe = |c: &pb::ClusterClaim| match lost.gone_since {
+        None => true,
+        Some(since) => harmless(c) || promise_ends(c, since).is_some_and(|at| at <= now),
+    };
+    let running = |set: &pb::ClaimSet| {
+        let since = lost.gone_since?;
+        set.claims
+            .iter()
+            .filter(|c| c.node == node && !harmless(c))
+            .filter_map(|c| promise_ends(c, since))
+            .filter(|at| *at > now)
+            .min()
+    };
     let key = attachments::attachment_key(prefix, volume, node);
     let attachment = etcd.get(&key)?.and_then(|kv| {
         pb::Attachment::parse_from_bytes(&kv.value)
@@ -274,10 +370,17 @@ pub fn fence(
     });
     let Some((record, kv)) = attachment else {
         // No controller attached the volume to the node: what cannot
-        // write goes, the rest is marked past for an operator.
-        let left = sets.free_fenced(volume, node, |c| force || harmless(c))?;
+        // write goes, and writers once their node's promise has run out;
+        // the rest is marked past, for later or for an operator.
+        let (set, _) = sets.read(volume)?;
+        let until = running(&set);
+        let left = sets.free_fenced(volume, node, ripe)?;
         if left == 0 {
             return Ok(Fenced::Freed);
+        }
+        if let Some(at) = until {
+            mark(&format!("{NODE_LOST}: {PROMISED}"))?;
+            return Ok(Fenced::Until(at));
         }
         mark(&format!(
             "{NODE_LOST}: no controller can detach it; `csi-agent volume detach -force -node {node} {volume}` frees it once the node is known to be down"
@@ -316,14 +419,22 @@ pub fn fence(
     };
     match outcome {
         Outcome::Detached => {
+            // Detached: the storage fence is done. A claim whose node
+            // promised to stop its writers still waits for that promise.
+            let (set, _) = sets.read(volume)?;
+            if let Some(at) = running(&set) {
+                mark(&format!("{NODE_LOST}: detached; {PROMISED}"))?;
+                return Ok(Fenced::Until(at));
+            }
             sets.free_fenced(volume, node, |_| true)?;
             // Only once the claims are gone: a detached record left by a
             // crash is harmless, a freed claim that looks unattached is not.
             etcd.delete(&key)?;
             Ok(Fenced::Freed)
         }
+        // The leader's error names its RPC already, when it made one.
         Outcome::Failed(error) => {
-            let why = format!("ControllerUnpublishVolume failed: {error}");
+            let why = format!("the controller leader's detach failed: {error}");
             mark(&format!("{NODE_LOST}: {why}"))?;
             Ok(Fenced::Waiting(why))
         }
@@ -375,10 +486,20 @@ impl<E: Into<claims::Error>> From<E> for DetachError {
 /// fenced, every one of them, waiting for the controller leader's detach
 /// where a controller attached it.
 pub fn detach(etcd: &Etcd, prefix: &str, volume: &str, node: &str) -> Result<Fenced, DetachError> {
-    if etcd.get(&super::node::node_key(prefix, node))?.is_some() {
-        return Err(DetachError::NodeAlive {
-            node: node.to_string(),
-        });
+    let key = super::node::node_key(prefix, node);
+    let alive = || DetachError::NodeAlive {
+        node: node.to_string(),
+    };
+    if etcd.get(&key)?.is_some() {
+        return Err(alive());
     }
-    Ok(fence(etcd, prefix, volume, node, DETACH_TIMEOUT, true)?)
+    let lost = Lost {
+        node,
+        gone_since: None,
+        guard: vec![Condition::Absent(key)],
+    };
+    match fence(etcd, prefix, volume, &lost, DETACH_TIMEOUT) {
+        Err(claims::Error::Guard) => Err(alive()),
+        other => Ok(other?),
+    }
 }

@@ -26,7 +26,7 @@ use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
 use super::election::{self, Candidacy, Ended, Held};
-use super::etcd::{Etcd, Kv, Watch};
+use super::etcd::{Condition, Etcd, Kv, Watch};
 use super::relay;
 use super::volumes;
 use crate::csi::{Client, Endpoint};
@@ -119,9 +119,11 @@ impl Campaign {
     fn serve(&self, held: &mut Held, stop: &Receiver<()>) -> Ended {
         let intents = attachments::attachments_prefix(&self.prefix);
         let calls = relay::calls_prefix(&self.prefix, &self.plugin);
+        // Every answer is written only while this leader holds its lease.
+        let guard = held.guard();
         let watch = |prefix: &str| -> Result<Watch, Ended> {
             let (kvs, revision) = self.etcd.get_prefix(prefix.as_bytes())?;
-            self.serve_kvs(prefix == calls, kvs);
+            self.serve_kvs(prefix == calls, kvs, &guard);
             Ok(self.etcd.watch_prefix(prefix.as_bytes(), revision + 1)?)
         };
         let (intent_watch, call_watch) = match (watch(&intents), watch(&calls)) {
@@ -142,7 +144,7 @@ impl Campaign {
                 recv(call_watch.receiver()) -> batch => (batch, true),
             };
             match batch {
-                Ok(Ok(batch)) => self.serve_kvs(relayed, batch.puts()),
+                Ok(Ok(batch)) => self.serve_kvs(relayed, batch.puts(), &guard),
                 Ok(Err(err)) => return err.into(),
                 Err(_) => return Ended::Again("the watch ended".into()),
             }
@@ -151,21 +153,28 @@ impl Campaign {
 
     /// Serves what `kvs` (a read or a watch's puts) ask for: relayed
     /// calls, or attach intents.
-    fn serve_kvs(&self, relayed: bool, kvs: Vec<Kv>) {
+    fn serve_kvs(&self, relayed: bool, kvs: Vec<Kv>, guard: &Condition) {
         if relayed {
             for call in relay::pending(kvs) {
-                relay::serve(&self.etcd, &self.node, &self.client, call, &self.calls);
+                relay::serve(
+                    &self.etcd,
+                    &self.node,
+                    &self.client,
+                    call,
+                    &self.calls,
+                    guard,
+                );
             }
         } else {
             for intent in attachments::pending(&self.prefix, &kvs) {
-                self.serve_one(&intent);
+                self.serve_one(&intent, guard);
             }
         }
     }
 
     /// Calls the controller for `intent`, if its volume is of this plugin,
     /// and writes the outcome back.
-    fn serve_one(&self, intent: &Intent) {
+    fn serve_one(&self, intent: &Intent, guard: &Condition) {
         let record = match self
             .etcd
             .get(&volumes::volume_key(&self.prefix, &intent.volume))
@@ -176,6 +185,7 @@ impl Campaign {
                     self.answer(
                         intent,
                         Outcome::Failed(format!("the volume record is unreadable: {err}")),
+                        guard,
                     );
                     return;
                 }
@@ -187,6 +197,7 @@ impl Campaign {
                         "volume {:?} is not registered in the cluster",
                         intent.volume
                     )),
+                    guard,
                 );
                 return;
             }
@@ -206,7 +217,7 @@ impl Campaign {
             Ok(volume) => self.call(&volume, intent),
             Err(err) => Outcome::Failed(err),
         };
-        self.answer(intent, outcome);
+        self.answer(intent, outcome, guard);
     }
 
     fn call(&self, v: &Volume, intent: &Intent) -> Outcome {
@@ -241,11 +252,19 @@ impl Campaign {
         }
     }
 
-    fn answer(&self, intent: &Intent, outcome: Outcome) {
-        match attachments::answer(&self.etcd, &self.prefix, &self.node, intent, &outcome) {
+    fn answer(&self, intent: &Intent, outcome: Outcome, guard: &Condition) {
+        let written = attachments::answer(
+            &self.etcd,
+            &self.prefix,
+            &self.node,
+            intent,
+            &outcome,
+            std::slice::from_ref(guard),
+        );
+        match written {
             Ok(true) => {}
             Ok(false) => log::debug!(
-                "Cluster: the intent for volume {} on node {} changed while it was served",
+                "Cluster: the intent for volume {} on node {} changed while it was served, or this node no longer leads",
                 intent.volume,
                 intent.node
             ),

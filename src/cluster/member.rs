@@ -7,6 +7,7 @@
 //! node's plugins to the thread when they change ([`Member::set_plugins`]),
 //! so that `nodes/<node>` follows the agent's registry.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,6 +32,12 @@ const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_s
 pub enum MemberEvent {
     /// Registered (first, or again after a disconnection).
     Connected,
+    /// A keep-alive or registration sent at `sent` went through (see
+    /// [`NodeEvent::Alive`]).
+    Alive {
+        sent: std::time::Instant,
+        lease: i64,
+    },
     /// Not registered, or cut off for longer than the lease's TTL.
     Disconnected { reason: String },
     /// Another live agent holds this node's name: the agent must not run
@@ -49,15 +56,22 @@ pub struct Member {
     plugin_updates: Sender<Vec<pb::NodePlugin>>,
     etcd: Arc<Etcd>,
     prefix: String,
+    /// Whether the thread revokes the node's lease when it stops.
+    revoke: Arc<AtomicBool>,
+}
+
+/// The wall clock in Unix milliseconds, for records people read.
+pub fn unix_ms_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// The node's record: its name, when it started, its plugins.
 pub fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
     pb::NodeRecord {
         node: node.to_string(),
-        registered_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64),
+        registered_unix_ms: unix_ms_now(),
         plugins,
         ..Default::default()
     }
@@ -66,9 +80,12 @@ pub fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
 impl Member {
     /// Starts registering `record` in the cluster `config` names. Its TLS
     /// files, if any, are read here: a missing one fails the start.
+    /// `resume`: the lease of the agent's previous process, taken back
+    /// if etcd still keeps it (see [`Registration::start`]).
     pub fn start(
         config: &ClusterConfig,
         record: pb::NodeRecord,
+        resume: Option<i64>,
     ) -> Result<Member, super::etcd::Error> {
         let tls = match &config.tls {
             Some(tls) => Some(
@@ -88,14 +105,16 @@ impl Member {
         let (updates_tx, updates_rx) = crossbeam_channel::unbounded();
         let (thread_etcd, prefix, ttl) = (etcd.clone(), config.prefix.clone(), config.lease_ttl);
         let plugins = record.plugins.clone();
+        let revoke = Arc::new(AtomicBool::new(true));
         let channels = Channels {
             stop: stop_rx,
             plugins: updates_rx,
             events: events_tx,
+            revoke: revoke.clone(),
         };
         let thread = thread::Builder::new()
             .name("cluster-member".into())
-            .spawn(move || run(thread_etcd, &prefix, record, ttl, &channels))
+            .spawn(move || run(thread_etcd, &prefix, record, ttl, resume, &channels))
             .map_err(|err| super::etcd::Error::WatchEnded {
                 reason: format!("cannot start the member thread: {err}"),
                 compact_revision: 0,
@@ -108,7 +127,16 @@ impl Member {
             plugin_updates: updates_tx,
             etcd,
             prefix: config.prefix.clone(),
+            revoke,
         })
+    }
+
+    /// Whether stopping leaves the node's lease to expire rather than
+    /// revoking it. While tasks that hold write claims outlive the agent,
+    /// the cluster must count them from the lease's expiry, as for a node
+    /// cut off, never from an early revoke.
+    pub fn keep_lease_on_stop(&self, keep: bool) {
+        self.revoke.store(!keep, Ordering::Relaxed);
     }
 
     /// The node's plugins now (their IDs, node IDs and health): when they
@@ -150,6 +178,7 @@ struct Channels {
     /// The node's plugins, when they change.
     plugins: Receiver<Vec<pb::NodePlugin>>,
     events: Sender<MemberEvent>,
+    revoke: Arc<AtomicBool>,
 }
 
 /// Takes the latest plugins waiting in `updates` into `record`; whether
@@ -169,18 +198,27 @@ fn run(
     prefix: &str,
     mut record: pb::NodeRecord,
     ttl: Duration,
+    mut resume: Option<i64>,
     channels: &Channels,
 ) {
     let Channels {
         stop,
         plugins,
         events,
+        revoke,
     } = channels;
     let mut attempt = 0;
     let registration = loop {
         // Registered with the plugins as they are by now.
         take_plugins(&mut record, plugins);
-        match Registration::start(etcd.clone(), prefix, record.clone(), ttl) {
+        match Registration::start(
+            etcd.clone(),
+            prefix,
+            record.clone(),
+            ttl,
+            revoke.clone(),
+            resume.take(),
+        ) {
             Ok(registration) => break registration,
             Err(node::Error::NameTaken { node }) => {
                 let _ = events.send(MemberEvent::NameTaken { node });
@@ -200,6 +238,10 @@ fn run(
         }
     };
     let _ = events.send(MemberEvent::Connected);
+    let _ = events.send(MemberEvent::Alive {
+        sent: registration.sent,
+        lease: registration.lease,
+    });
     // Plugins that changed while registering.
     if take_plugins(&mut record, plugins) {
         registration.update(record.clone());
@@ -218,6 +260,9 @@ fn run(
                 }
                 Ok(NodeEvent::Reconnected { .. }) => {
                     let _ = events.send(MemberEvent::Connected);
+                }
+                Ok(NodeEvent::Alive { sent, lease }) => {
+                    let _ = events.send(MemberEvent::Alive { sent, lease });
                 }
                 Err(_) => return,
             },

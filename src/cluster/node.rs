@@ -28,6 +28,11 @@ use crate::proto::cluster as pb;
 /// What the registration thread reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeEvent {
+    /// A keep-alive (or a registration) went through: it was sent at
+    /// `sent`, so etcd keeps the lease at least a TTL from then. The
+    /// agent's own view of being cut off runs from the last of these,
+    /// never from when a call that failed happened to return.
+    Alive { sent: Instant, lease: i64 },
     /// Keep-alives failed for longer than the lease's TTL: the cluster
     /// counts this node as lost.
     Disconnected { reason: String },
@@ -102,9 +107,31 @@ fn register_once(etcd: &Etcd, key: &[u8], record: &[u8], ttl: Duration) -> Resul
     }
 }
 
+/// Takes the node's key back on `lease`, the lease of the agent's
+/// previous process, if etcd still keeps it and the key is on it: a
+/// restarted agent goes on as the same member, and the cluster never sees
+/// it leave. Whether it did.
+fn resume_once(etcd: &Etcd, key: &[u8], record: &[u8], lease: i64) -> Result<bool, Error> {
+    if etcd.keep_alive(lease)? <= 0 {
+        return Ok(false);
+    }
+    let Some(kv) = etcd.get(key)? else {
+        return Ok(false);
+    };
+    if kv.lease != lease {
+        return Ok(false);
+    }
+    Ok(etcd.put_if(key, kv.mod_revision, record, lease)?.is_some())
+}
+
 /// A node registered in the cluster, kept alive until dropped (which
 /// revokes the lease: a clean stop removes the node at once).
 pub struct Registration {
+    /// When the registration's lease grant (or the keep-alive of the
+    /// lease it resumed) was sent.
+    pub sent: Instant,
+    /// The lease it registered on.
+    pub lease: i64,
     stop: Option<Sender<()>>,
     records: Sender<pb::NodeRecord>,
     thread: Option<JoinHandle<()>>,
@@ -121,35 +148,59 @@ impl Registration {
         prefix: &str,
         record: pb::NodeRecord,
         ttl: Duration,
+        revoke: Arc<std::sync::atomic::AtomicBool>,
+        resume: Option<i64>,
     ) -> Result<Registration, Error> {
         let key = node_key(prefix, &record.node);
         let bytes = record
             .write_to_bytes()
             .expect("encoding a node record cannot fail");
         let deadline = Instant::now() + ttl + Duration::from_secs(2);
-        let lease = loop {
-            match register_once(&etcd, &key, &bytes, ttl) {
-                Ok(lease) => break lease,
-                Err(Error::NameTaken { .. }) if Instant::now() < deadline => {
-                    thread::sleep(Duration::from_millis(250));
+        let resumed = match resume {
+            Some(lease) => {
+                let sent = Instant::now();
+                match resume_once(&etcd, &key, &bytes, lease) {
+                    Ok(true) => Some((lease, sent)),
+                    Ok(false) => None,
+                    Err(err) => {
+                        log::debug!("etcd: resuming lease {lease:x} failed: {err}");
+                        None
+                    }
                 }
-                Err(Error::NameTaken { .. }) => return Err(Error::NameTaken { node: record.node }),
-                Err(err) => return Err(err),
+            }
+            None => None,
+        };
+        let (lease, sent) = if let Some(resumed) = resumed {
+            resumed
+        } else {
+            loop {
+                let sent = Instant::now();
+                match register_once(&etcd, &key, &bytes, ttl) {
+                    Ok(lease) => break (lease, sent),
+                    Err(Error::NameTaken { .. }) if Instant::now() < deadline => {
+                        thread::sleep(Duration::from_millis(250));
+                    }
+                    Err(Error::NameTaken { .. }) => {
+                        return Err(Error::NameTaken { node: record.node })
+                    }
+                    Err(err) => return Err(err),
+                }
             }
         };
         let (stop_tx, stop_rx) = bounded(1);
         let (records_tx, records_rx) = crossbeam_channel::unbounded();
         let (events_tx, events_rx) = crossbeam_channel::unbounded();
-        let lease = Lease {
+        let held = Lease {
             etcd,
             key,
             record: bytes,
             ttl,
             id: lease,
+            last_ok: sent,
         };
         let thread = thread::Builder::new()
             .name("etcd-lease".into())
-            .spawn(move || keep_alive(lease, &stop_rx, &records_rx, &events_tx))
+            .spawn(move || keep_alive(held, &stop_rx, &records_rx, &events_tx, &revoke))
             .map_err(|err| {
                 Error::Etcd(etcd::Error::WatchEnded {
                     reason: format!("cannot start the keep-alive thread: {err}"),
@@ -157,6 +208,8 @@ impl Registration {
                 })
             })?;
         Ok(Registration {
+            sent,
+            lease,
             stop: Some(stop_tx),
             records: records_tx,
             thread: Some(thread),
@@ -194,21 +247,26 @@ struct Lease {
     record: Vec<u8>,
     ttl: Duration,
     id: i64,
+    /// When the last keep-alive (or registration) that went through was
+    /// sent.
+    last_ok: Instant,
 }
 
-/// The keep-alive loop: every third of the TTL; reports a disconnection
-/// once the last good keep-alive is a TTL old, and registers again when
-/// etcd answers. A new record is put on the lease when it comes, and
-/// again at each keep-alive until etcd takes it.
+/// The keep-alive loop: every third of the TTL, each call with a third of
+/// the TTL to answer; reports each keep-alive that went through, a
+/// disconnection once the last one was sent a TTL ago, and registers
+/// again when etcd answers. A new record is put on the lease when it
+/// comes, and again at each keep-alive until etcd takes it.
 fn keep_alive(
     mut lease: Lease,
     stop: &Receiver<()>,
     records: &Receiver<pb::NodeRecord>,
     events: &Sender<NodeEvent>,
+    revoke: &std::sync::atomic::AtomicBool,
 ) {
     let (etcd, ttl) = (lease.etcd.clone(), lease.ttl);
     let period = ttl / 3;
-    let mut last_ok = Instant::now();
+    let mut last_ok = lease.last_ok;
     let mut next_keep_alive = last_ok + period;
     let mut connected = true;
     // A record etcd does not have yet.
@@ -217,7 +275,7 @@ fn keep_alive(
         select! {
             // Stopped: the node leaves at once.
             recv(stop) -> _ => {
-                if connected {
+                if connected && revoke.load(std::sync::atomic::Ordering::Relaxed) {
                     let _ = etcd.revoke(lease.id);
                 }
                 return;
@@ -233,10 +291,18 @@ fn keep_alive(
                 unwritten = true;
             }
             recv(at(next_keep_alive)) -> _ => {
-                next_keep_alive = Instant::now() + period;
+                let sent = Instant::now();
+                next_keep_alive = sent + period;
                 let alive = if connected {
-                    matches!(etcd.keep_alive(lease.id), Ok(ttl) if ttl > 0)
+                    matches!(etcd.keep_alive_within(lease.id, period), Ok(ttl) if ttl > 0)
                 } else {
+                    // Registered anew: the record says when.
+                    if let Ok(mut record) = pb::NodeRecord::parse_from_bytes(&lease.record) {
+                        record.registered_unix_ms = super::member::unix_ms_now();
+                        lease.record = record
+                            .write_to_bytes()
+                            .expect("encoding a node record cannot fail");
+                    }
                     match register_once(&etcd, &lease.key, &lease.record, ttl) {
                         Ok(new) => {
                             lease.id = new;
@@ -252,7 +318,8 @@ fn keep_alive(
                     }
                 };
                 if alive {
-                    last_ok = Instant::now();
+                    last_ok = sent;
+                    let _ = events.send(NodeEvent::Alive { sent, lease: lease.id });
                 } else if connected && last_ok.elapsed() >= ttl {
                     connected = false;
                     let _ = events.send(NodeEvent::Disconnected {

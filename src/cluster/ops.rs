@@ -188,7 +188,7 @@ impl Worker {
                             attempt: 0,
                             at: Instant::now(),
                         });
-                    } else if let Err(op) = self.carry_out(op, 0) {
+                    } else if let Some(op) = self.carry_out(op, 0) {
                         delayed.push_back(Delayed {
                             op,
                             attempt: 1,
@@ -214,7 +214,7 @@ impl Worker {
                     continue;
                 }
                 let d = delayed.remove(i).expect("in range");
-                if let Err(op) = self.carry_out(d.op, d.attempt) {
+                if let Some(op) = self.carry_out(d.op, d.attempt) {
                     delayed.insert(
                         i,
                         Delayed {
@@ -230,9 +230,9 @@ impl Worker {
         }
     }
 
-    /// Carries out `op`: `Err(op)` when etcd did not take it and it is to
-    /// be retried.
-    fn carry_out(&self, op: Op, attempt: u32) -> Result<(), Op> {
+    /// Carries out `op`: the op back when etcd did not take it and it is
+    /// to be retried.
+    fn carry_out(&self, op: Op, attempt: u32) -> Option<Op> {
         let sets = ClaimSets::new(&self.etcd, &self.prefix);
         let answer = match &op {
             Op::Admit { volume, request } => match sets.admit(volume, request) {
@@ -267,7 +267,7 @@ impl Worker {
                         attempt + 1,
                         crate::error_chain(&err)
                     );
-                    return Err(op);
+                    return Some(op);
                 }
             },
             Op::Share { volume, record } => match volumes::put(&self.etcd, &self.prefix, record) {
@@ -283,7 +283,7 @@ impl Worker {
                             error,
                         });
                     }
-                    return Err(op);
+                    return Some(op);
                 }
             },
             Op::Check { volume, alloc } => match sets.read(volume) {
@@ -314,21 +314,21 @@ impl Worker {
                         "Cluster: cannot read volume {volume}'s claims: {}",
                         crate::error_chain(&err)
                     );
-                    return Err(op);
+                    return Some(op);
                 }
             },
             Op::Unshare { volume } => match volumes::delete(&self.etcd, &self.prefix, volume) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return None,
                 Err(err) => {
                     log::warn!(
                         "Cluster: cannot remove volume {volume} from etcd: {}",
                         crate::error_chain(&err)
                     );
-                    return Err(op);
+                    return Some(op);
                 }
             },
         };
         let _ = self.answers.send(answer);
-        Ok(())
+        None
     }
 }

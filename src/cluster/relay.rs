@@ -30,7 +30,7 @@ use grpcio::{RpcStatus, RpcStatusCode};
 use protobuf::Message;
 
 use super::election;
-use super::etcd::{self, Etcd, Event, Kv};
+use super::etcd::{self, Condition, Etcd, Event, Kv};
 use crate::csi::relay::{relayable_named, Relay};
 use crate::csi::{Client, Rpc};
 use crate::proto::cluster as pb;
@@ -274,6 +274,7 @@ pub fn serve(
     client: &Client,
     pending: Pending,
     in_flight: &InFlight,
+    guard: &Condition,
 ) {
     let Pending { kv, call } = pending;
     let key = kv.key.clone();
@@ -281,13 +282,14 @@ pub fn serve(
         return;
     }
     let (etcd, leader, calls) = (etcd.clone(), leader.to_string(), in_flight.clone());
+    let guard = guard.clone();
     let timeout = Duration::from_millis(call.timeout_ms).max(Duration::from_secs(1));
     let client = client.clone().with_timeout(timeout);
     let spawned = thread::Builder::new()
         .name("relayed-call".into())
         .spawn(move || {
             let answer = make(&client, &call);
-            write_answer(&etcd, &leader, &kv, call, answer);
+            write_answer(&etcd, &leader, &kv, call, answer, &guard);
             calls.lock().unwrap().remove(&kv.key);
         });
     if let Err(err) = spawned {
@@ -318,6 +320,7 @@ fn write_answer(
     kv: &Kv,
     call: pb::RelayedCall,
     answer: Result<Vec<u8>, RpcStatus>,
+    guard: &Condition,
 ) {
     let (response, code, message) = match answer {
         Ok(response) => (response, 0, String::new()),
@@ -340,10 +343,16 @@ fn write_answer(
     let value = record
         .write_to_bytes()
         .expect("encoding a call cannot fail");
-    match etcd.put_if(&kv.key, kv.mod_revision, &value, kv.lease) {
+    match etcd.put_guarded(
+        &kv.key,
+        kv.mod_revision,
+        &value,
+        kv.lease,
+        std::slice::from_ref(guard),
+    ) {
         Ok(Some(_)) => {}
         Ok(None) => log::debug!(
-            "Cluster: the caller of a relayed {} gave it up before the answer",
+            "Cluster: the caller of a relayed {} gave it up before the answer, or this node no longer leads",
             record.rpc
         ),
         Err(err) => log::warn!(

@@ -8,6 +8,7 @@
 //! data_dir         = "/var/lib/csi-agent"
 //! plugin_heartbeat = "30s"
 //! rpc_timeout      = "2m"
+//! max_kill_timeout = "30s"
 //!
 //! plugin "hostpath" {
 //!   socket         = "/run/csi/hostpath.sock"
@@ -69,6 +70,10 @@ pub struct AgentConfig {
     /// The deadline of each volume RPC (stage, publish, ...): a call that
     /// takes longer is uncertain and retried.
     pub rpc_timeout: Duration,
+    /// Nomad's client option: the longest `kill_timeout` a task gets
+    /// between its kill signal and SIGKILL, whatever its job says. A
+    /// cluster node's promise to stop its writers when cut off counts it.
+    pub max_kill_timeout: Duration,
     /// Plugins that run outside the agent, in file order; an ID appears
     /// at most twice, as a controller and a node.
     pub plugins: Vec<PluginConfig>,
@@ -138,6 +143,7 @@ impl Default for AgentConfig {
             log_level: LevelFilter::Info,
             plugin_heartbeat: DEFAULT_PLUGIN_HEARTBEAT,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
+            max_kill_timeout: DEFAULT_MAX_KILL_TIMEOUT,
             plugins: Vec::new(),
             host_volumes: Vec::new(),
             chroot_env: None,
@@ -175,6 +181,9 @@ pub struct HostVolume {
     pub path: PathBuf,
     pub read_only: bool,
 }
+
+/// Nomad's default `max_kill_timeout`.
+pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The lease TTL of a node unless `lease_ttl` says otherwise.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -231,6 +240,7 @@ impl AgentConfig {
         w.string("log_level", &self.log_level.as_str().to_lowercase());
         w.duration("plugin_heartbeat", self.plugin_heartbeat);
         w.duration("rpc_timeout", self.rpc_timeout);
+        w.duration("max_kill_timeout", self.max_kill_timeout);
         for plugin in &self.plugins {
             w.open("plugin", Some(&plugin.id));
             w.string("socket", &plugin.socket.path().to_string_lossy());
@@ -319,6 +329,9 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(timeout) = f.duration("rpc_timeout") {
         config.rpc_timeout = timeout;
+    }
+    if let Some(timeout) = f.duration("max_kill_timeout") {
+        config.max_kill_timeout = timeout;
     }
     // Each ID's blocks so far: their types and where they are.
     let mut seen: Vec<(String, PluginType, Pos)> = Vec::new();
@@ -431,6 +444,11 @@ fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
         }
     }
     let stop_after_disconnect = c.duration("stop_after_disconnect");
+    if let Some(after) = stop_after_disconnect {
+        if let Err(rule) = check_stop_after(after, lease_ttl.unwrap_or(DEFAULT_LEASE_TTL)) {
+            c.error(c.pos(), rule);
+        }
+    }
     c.finish();
     Some(ClusterConfig {
         etcd: etcd?,
@@ -439,6 +457,25 @@ fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
         stop_after_disconnect,
         tls,
     })
+}
+
+/// Whether a node may stop its writers `after` its last keep-alive that
+/// went through, with leases of `ttl`: a keep-alive goes every third of
+/// the TTL, so anything shorter than two of those periods stops the
+/// writers of a node that is connected whenever one keep-alive is slow.
+/// Longer is always safe: the fencer waits for whatever a node promises
+/// (`cluster::fence`); it only keeps the volume from others longer.
+pub fn check_stop_after(after: Duration, ttl: Duration) -> Result<(), String> {
+    let least = ttl * 2 / 3;
+    if after < least {
+        return Err(format!(
+            "\"stop_after_disconnect\" ({}) must be at least two keep-alive periods, 2/3 of \"lease_ttl\" ({}), that is {}: a node keeps its lease alive every third of the TTL, and a shorter stop would end its writers while it is connected",
+            crate::units::format_duration(after),
+            crate::units::format_duration(ttl),
+            crate::units::format_duration(least),
+        ));
+    }
+    Ok(())
 }
 
 /// The cluster's `tls` block: `ca_file`, and `cert_file` with `key_file`

@@ -58,7 +58,7 @@ use crate::hcl::{self, Body, Pos, Syntax};
 pub use agent::{
     AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
     DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_LEASE_TTL, TASK_ROOT_DIRS,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
 };
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{

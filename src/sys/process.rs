@@ -1,4 +1,4 @@
-//! Signals to child processes.
+//! Signals to child processes, and sessions of their own.
 
 use std::io;
 
@@ -12,4 +12,21 @@ pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Makes `cmd`'s process the leader of a session of its own when it
+/// starts, so that it outlives this process and its process group.
+pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec, where only
+    // async-signal-safe calls are allowed: setsid(2) is one, and the
+    // closure touches no memory but its own.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
 }

@@ -310,6 +310,9 @@ pub struct Allocs {
     effects: Vec<PluginEffect>,
     dirty: bool,
     jitter: SplitMix64,
+    /// The agent config's `max_kill_timeout`: no task waits longer
+    /// between its kill signal and SIGKILL.
+    max_kill_timeout: Duration,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -328,7 +331,47 @@ impl Allocs {
             effects: Vec::new(),
             dirty: false,
             jitter: SplitMix64::from_entropy(),
+            max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
         }
+    }
+
+    /// The agent config's `max_kill_timeout`.
+    pub fn set_max_kill_timeout(&mut self, max: Duration) {
+        self.max_kill_timeout = max;
+    }
+
+    /// Lowers `max_kill_timeout` to `max` if it is higher.
+    pub fn cap_kill_timeout(&mut self, max: Duration) {
+        self.max_kill_timeout = self.max_kill_timeout.min(max);
+    }
+
+    /// A task's `kill_timeout`, capped by `max_kill_timeout`.
+    fn kill_timeout(&self, task: &crate::spec::Task) -> Duration {
+        task.kill_timeout.min(self.max_kill_timeout)
+    }
+
+    /// The processes of alloc `alloc`'s running tasks: pid, start time
+    /// and kill timeout (capped by `max_kill_timeout`).
+    pub fn processes(&self, alloc: &str) -> Vec<(u32, u64, Duration)> {
+        let Some(a) = self.allocs.get(alloc) else {
+            return Vec::new();
+        };
+        a.tasks
+            .iter()
+            .zip(&a.group.tasks)
+            .filter_map(|(run, task)| {
+                let p = run.process.as_ref()?;
+                Some((p.pid, p.start_ticks, self.kill_timeout(task)))
+            })
+            .collect()
+    }
+
+    /// Whether alloc `alloc` is one of this agent's and not done: its
+    /// tasks are the agent's to stop.
+    pub fn runs(&self, alloc: &str) -> bool {
+        self.allocs
+            .get(alloc)
+            .is_some_and(|a| !a.status.is_terminal())
     }
 
     /// What the agent config says about host volumes, plugins and the

@@ -203,7 +203,7 @@ impl Allocs {
                         .tasks
                         .iter()
                         .find(|t| t.name == task.name)
-                        .map_or(Duration::from_secs(5), |t| t.kill_timeout);
+                        .map_or(Duration::from_secs(5), |t| self.kill_timeout(t));
                     if let Some(p) = &mut task.process {
                         if p.kill_at.is_none() && !p.killed {
                             let _ = exec::signal_group(p.pid, libc::SIGTERM);
@@ -278,7 +278,7 @@ impl Allocs {
     fn escalate(&mut self, alloc: &mut Alloc, now: Instant) -> bool {
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
-            let kill_timeout = alloc.group.tasks[i].kill_timeout;
+            let kill_timeout = self.kill_timeout(&alloc.group.tasks[i]);
             let task = &mut alloc.tasks[i];
             let Some(p) = &mut task.process else { continue };
             if p.kill_at.is_some_and(|at| at <= now) {

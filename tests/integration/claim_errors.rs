@@ -79,3 +79,41 @@ fn a_claim_refused_for_now_shows_its_attempts_and_next_retry_while_the_cli_waits
     released(&rig.agent, "vol", "a1");
     rig.assert_nothing_left();
 }
+
+#[test]
+fn a_stage_refused_for_want_of_an_attachment_attaches_again_first() {
+    if !require_root() {
+        return;
+    }
+    // As after a fence detached the volume from this node behind its back:
+    // the plugin refuses the stage until ControllerPublish is sent again.
+    let rig = Rig::start();
+    rig.create("vol", SNW);
+    rig.plugin.set_faults(
+        "NodeStageVolume code=FAILED_PRECONDITION count=1 message=not attached to node\n",
+    );
+    let out = rig.agent.cli(&["volume", "claim", "-alloc", "a1", "vol"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let calls: Vec<String> = rig
+        .plugin
+        .calls()
+        .into_iter()
+        .filter(|c| c.contains("ControllerPublishVolume") || c.contains("NodeStageVolume"))
+        .collect();
+    let order: Vec<&str> = calls
+        .iter()
+        .map(|c| {
+            if c.contains("ControllerPublishVolume") {
+                "publish"
+            } else {
+                "stage"
+            }
+        })
+        .collect();
+    assert_eq!(
+        order,
+        ["publish", "stage", "publish", "stage"],
+        "{calls:#?}"
+    );
+    rig.plugin.set_faults("");
+}

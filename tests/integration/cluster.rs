@@ -27,6 +27,7 @@ fn request(node: &str, alloc: &str, read_only: bool, mode: AccessMode) -> ClaimR
         alloc_id: alloc.into(),
         read_only,
         access_mode: mode,
+        promise: None,
     }
 }
 
@@ -130,6 +131,26 @@ fn a_released_claim_counts_until_freed_then_another_host_may_claim() {
     sets.admit("v", &b).unwrap();
 }
 
+/// A registration's revoke-on-stop flag, set.
+fn revoke() -> Arc<std::sync::atomic::AtomicBool> {
+    Arc::new(std::sync::atomic::AtomicBool::new(true))
+}
+
+/// The registration's next event other than a keep-alive that went
+/// through, within `timeout`.
+fn next_change(registration: &Registration, timeout: Duration) -> Option<NodeEvent> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match registration
+            .events()
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            Ok(NodeEvent::Alive { .. }) => continue,
+            other => return other.ok(),
+        }
+    }
+}
+
 fn record(node: &str) -> pb::NodeRecord {
     pb::NodeRecord {
         node: node.into(),
@@ -146,7 +167,8 @@ fn a_node_lives_by_its_lease_and_its_name_is_unique() {
     let cluster = Cluster::start(1);
     let etcd = Arc::new(cluster.client());
     let ttl = Duration::from_secs(2);
-    let a = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl).unwrap();
+    let a =
+        Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl, revoke(), None).unwrap();
     // Kept alive well past its TTL.
     thread::sleep(ttl * 2);
     let nodes: Vec<String> = node::list(&etcd, PREFIX)
@@ -156,7 +178,7 @@ fn a_node_lives_by_its_lease_and_its_name_is_unique() {
         .collect();
     assert_eq!(nodes, ["node-a"]);
     // The name is taken while node-a lives.
-    let err = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl)
+    let err = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl, revoke(), None)
         .err()
         .expect("a second node-a");
     assert!(err.to_string().contains("must be unique"), "{err}");
@@ -173,11 +195,12 @@ fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
     let mut cluster = Cluster::start(1);
     let etcd = Arc::new(cluster.client().with_timeout(Duration::from_millis(500)));
     let ttl = Duration::from_secs(2);
-    let registration = Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl).unwrap();
+    let registration =
+        Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl, revoke(), None).unwrap();
     cluster.kill(0);
     let start = Instant::now();
-    match registration.events().recv_timeout(Duration::from_secs(20)) {
-        Ok(NodeEvent::Disconnected { reason }) => {
+    match next_change(&registration, Duration::from_secs(20)) {
+        Some(NodeEvent::Disconnected { reason }) => {
             assert!(reason.contains("no keep-alive went through"), "{reason}");
             // Not at the first failed keep-alive: only once the last good
             // one (up to a third of the TTL before the kill) is a TTL old.
@@ -190,8 +213,8 @@ fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
         other => panic!("expected a disconnection: {other:?}"),
     }
     cluster.restart(0);
-    match registration.events().recv_timeout(Duration::from_secs(30)) {
-        Ok(NodeEvent::Reconnected { lease }) => assert!(lease != 0),
+    match next_change(&registration, Duration::from_secs(30)) {
+        Some(NodeEvent::Reconnected { lease }) => assert!(lease != 0),
         other => panic!("expected a reconnection: {other:?}"),
     }
     let nodes = node::list(&etcd, PREFIX).unwrap();
@@ -249,6 +272,58 @@ fn one_candidate_leads_a_plugin_s_controller_and_another_takes_over_when_its_nod
 }
 
 #[test]
+fn leadership_is_the_lease_not_the_name_and_a_deposed_leader_s_guarded_writes_fail() {
+    use csi_agent::cluster::election::{self, Leadership};
+    use csi_agent::cluster::etcd::Condition;
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    // The agent's previous process won with its lease...
+    let (old, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", old).unwrap(),
+        Leadership::Leader
+    );
+    // ...and the restarted agent, same name, new lease, does not lead
+    // until that lease is gone.
+    let (new, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", new).unwrap(),
+        Leadership::Follower {
+            leader: "node-a".into()
+        }
+    );
+    let key = election::election_key(PREFIX, "ebs");
+    let led_by = |lease| Condition::OnLease {
+        key: key.clone(),
+        lease,
+    };
+    assert!(etcd.holds(&[led_by(old)]).unwrap());
+    assert!(!etcd.holds(&[led_by(new)]).unwrap());
+    // A write guarded by the old lease succeeds while it leads...
+    assert!(etcd
+        .put_guarded(b"/csi-agent/x", 0, b"1", 0, &[led_by(old)])
+        .unwrap()
+        .is_some());
+    etcd.revoke(old).unwrap();
+    // ...and fails once deposed, even if nobody else leads yet.
+    let (kv, _) = etcd.get_prefix(b"/csi-agent/x").unwrap();
+    assert!(etcd
+        .put_guarded(b"/csi-agent/x", kv[0].mod_revision, b"2", 0, &[led_by(old)])
+        .unwrap()
+        .is_none());
+    assert!(!etcd
+        .delete_guarded(b"/csi-agent/x", kv[0].mod_revision, &[led_by(old)])
+        .unwrap());
+    assert_eq!(
+        election::campaign(&etcd, PREFIX, "ebs", "node-a", new).unwrap(),
+        Leadership::Leader
+    );
+}
+
+#[test]
 fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_watch() {
     use csi_agent::cluster::attachments::{self, Outcome};
     if !require_etcd() {
@@ -275,7 +350,7 @@ fn an_attach_intent_is_served_by_the_controller_leader_and_waited_for_with_a_wat
                     ),
                     (false, _) => Outcome::Detached,
                 };
-                if attachments::answer(&leader_etcd, PREFIX, "node-leader", &intent, &outcome)
+                if attachments::answer(&leader_etcd, PREFIX, "node-leader", &intent, &outcome, &[])
                     .unwrap()
                 {
                     served += 1;

@@ -3,7 +3,9 @@
 //! a controller attached before it frees the claims; claims no controller
 //! attached are freed when they cannot write, and a writer's stays until
 //! an operator's `volume detach -force`, which is refused while the node
-//! lives. A node back within the TTL is not fenced.
+//! lives. A writer whose node promised to stop it is freed once that
+//! promise has run out, never before, and never once the node is back.
+//! A node back within the TTL is not fenced.
 //!
 //! The controller leader here is a stand-in thread that answers every
 //! detach intent; the agents' own leader and fencer are exercised in
@@ -15,8 +17,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::cluster::attachments::{self, Outcome};
-use csi_agent::cluster::claims::{ClaimRequest, ClaimSets};
-use csi_agent::cluster::etcd::{Etcd, Event};
+use csi_agent::cluster::claims::{self, ClaimRequest, ClaimSets, Promise};
+use csi_agent::cluster::etcd::{Condition, Etcd, Event};
 use csi_agent::cluster::fence::{self, Fenced, Fencer};
 use csi_agent::cluster::node::node_key;
 use csi_agent::csi::AccessMode;
@@ -32,6 +34,7 @@ fn admit(etcd: &Etcd, volume: &str, node: &str, alloc: &str, read_only: bool, mo
         alloc_id: alloc.into(),
         read_only,
         access_mode: mode,
+        promise: None,
     };
     ClaimSets::new(etcd, PREFIX).admit(volume, &req).unwrap();
 }
@@ -70,7 +73,8 @@ fn leader(etcd: Etcd, stop: Arc<AtomicBool>) -> thread::JoinHandle<Vec<String>> 
                 if intent.attach {
                     continue;
                 }
-                attachments::answer(&etcd, PREFIX, "leader", &intent, &Outcome::Detached).unwrap();
+                attachments::answer(&etcd, PREFIX, "leader", &intent, &Outcome::Detached, &[])
+                    .unwrap();
                 detached.push(intent.plugin_node_id.clone());
             }
         }
@@ -137,7 +141,12 @@ fn claims_no_controller_attached_are_freed_when_harmless_and_writers_wait_for_an
         AccessMode::SingleNodeWriter,
     );
 
-    let fenced = |volume: &str| fence::fence(&etcd, PREFIX, volume, "a", wait, false).unwrap();
+    let lost = fence::Lost {
+        node: "a",
+        gone_since: Some(Instant::now()),
+        guard: Vec::new(),
+    };
+    let fenced = |volume: &str| fence::fence(&etcd, PREFIX, volume, &lost, wait).unwrap();
     assert_eq!(fenced("readers"), Fenced::Freed);
     assert_eq!(fenced("shared"), Fenced::Freed);
     assert!(claims(&etcd, "readers").is_empty());
@@ -161,6 +170,7 @@ fn claims_no_controller_attached_are_freed_when_harmless_and_writers_wait_for_an
         alloc_id: "w3".into(),
         read_only: false,
         access_mode: AccessMode::SingleNodeWriter,
+        promise: None,
     };
     let sets = ClaimSets::new(&etcd, PREFIX);
     assert!(sets.admit("single", &req).is_err());
@@ -276,4 +286,74 @@ fn the_fencer_has_a_lost_node_detached_before_it_frees_its_claims_and_spares_a_n
     let c = claims(&etcd, "other");
     assert!(c[0].wanted, "{c:?}");
     drop(fencer);
+}
+
+#[test]
+fn a_lost_writer_s_claim_is_freed_once_its_node_s_promise_has_run_out_and_not_if_it_is_back() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = cluster.client();
+    let promise = Promise {
+        stop_after: Duration::from_secs(1),
+        budget: Duration::from_secs(3),
+        lease_ttl: Duration::from_secs(2),
+    };
+    let req = ClaimRequest {
+        node: "a".into(),
+        alloc_id: "w".into(),
+        read_only: false,
+        access_mode: AccessMode::SingleNodeWriter,
+        promise: Some(promise),
+    };
+    ClaimSets::new(&etcd, PREFIX).admit("p", &req).unwrap();
+    let held = &claims(&etcd, "p")[0];
+    assert_eq!(
+        Promise::of(held),
+        Some(promise),
+        "the claim holds the promise"
+    );
+    let gone_since = Instant::now();
+    let key = node_key(PREFIX, "a");
+    let lost = fence::Lost {
+        node: "a",
+        gone_since: Some(gone_since),
+        guard: vec![Condition::Absent(key.clone())],
+    };
+    let wait = Duration::from_secs(1);
+    // Not yet: the claim is past, saying what it waits for, and held.
+    let Fenced::Until(at) = fence::fence(&etcd, PREFIX, "p", &lost, wait).unwrap() else {
+        panic!("a promise still running frees nothing");
+    };
+    assert_eq!(at - gone_since, promise.wait_after_expiry());
+    let left = claims(&etcd, "p");
+    assert_eq!(left.len(), 1);
+    assert!(!left[0].wanted);
+    assert!(left[0].reason.contains("promise"), "{}", left[0].reason);
+    let other = ClaimRequest {
+        node: "b".into(),
+        alloc_id: "w2".into(),
+        promise: None,
+        ..req.clone()
+    };
+    assert!(ClaimSets::new(&etcd, PREFIX).admit("p", &other).is_err());
+    // The node is back before the promise ran out: the guarded fence
+    // fails and frees nothing.
+    let (lease, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    etcd.put(&key, b"{}", lease).unwrap();
+    thread::sleep(at.saturating_duration_since(Instant::now()));
+    assert!(matches!(
+        fence::fence(&etcd, PREFIX, "p", &lost, wait),
+        Err(claims::Error::Guard)
+    ));
+    assert_eq!(claims(&etcd, "p").len(), 1);
+    // Gone again, and the promise run out: freed.
+    etcd.revoke(lease).unwrap();
+    assert_eq!(
+        fence::fence(&etcd, PREFIX, "p", &lost, wait).unwrap(),
+        Fenced::Freed
+    );
+    assert!(claims(&etcd, "p").is_empty());
+    ClaimSets::new(&etcd, PREFIX).admit("p", &other).unwrap();
 }

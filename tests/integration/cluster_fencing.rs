@@ -52,7 +52,7 @@ fn two_hosts(flags: &str, stop_after_disconnect: Option<&str>) -> Hosts {
         .enumerate()
         .map(|(i, node)| {
             let extra = format!(
-                "\nnode_name = {node:?}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n{stop}}}\n",
+                "\nnode_name = {node:?}\nmax_kill_timeout = \"2s\"\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n{stop}}}\n",
                 endpoints.join(", ")
             );
             let plugins = [block(PLUGIN, &plugins[i].socket)];
@@ -275,7 +275,7 @@ fn with_stop_after_disconnect_a_cut_off_host_stops_the_task_that_holds_a_write_c
     if !require_root() || !require_etcd() {
         return;
     }
-    let hosts = two_hosts("-fence", Some("1s"));
+    let hosts = two_hosts("-fence", Some("2s"));
     let [a, b] = &hosts.agents[..] else {
         unreachable!()
     };

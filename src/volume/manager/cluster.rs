@@ -35,7 +35,7 @@ use super::lost::LostClaims;
 use super::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::cluster::attachments::Attacher;
-use crate::cluster::claims::ClaimRequest;
+use crate::cluster::claims::{ClaimRequest, Promise};
 use crate::cluster::ops::{Answer, Op};
 use crate::cluster::volumes::VolumeEvent;
 use crate::csi::types::{CapabilitySet, ControllerCapability};
@@ -47,6 +47,9 @@ use crate::volume::model::{Admission, Volume};
 pub(super) struct ClusterSide {
     /// This agent's node name.
     pub(super) node: String,
+    /// What this node promises for its write claims should it be cut off
+    /// (its `stop_after_disconnect`), written into each one it admits.
+    promise: Option<Promise>,
     /// Ops for etcd, handed out once this turn is durable.
     ops: Vec<Op>,
     /// Each volume's record as etcd has it: written from here, or seen in
@@ -107,10 +110,11 @@ impl VolumeManager {
     /// claim sets and volumes are shared. What the records say is in
     /// flight with etcd is asked again; claims made before the agent
     /// joined a cluster are admitted like new ones.
-    pub fn join_cluster(&mut self, node: &str, attacher: Attacher) {
+    pub fn join_cluster(&mut self, node: &str, attacher: Attacher, promise: Option<Promise>) {
         let mut side = ClusterSide {
             attacher: Arc::new(attacher),
             node: node.to_string(),
+            promise,
             ops: Vec::new(),
             shared: BTreeMap::new(),
             sharing: BTreeMap::new(),
@@ -131,7 +135,7 @@ impl VolumeManager {
                 match claim.admission {
                     Admission::Admitting => side.ops.push(Op::Admit {
                         volume: v.id.clone(),
-                        request: request(node, claim),
+                        request: request(node, promise, claim),
                     }),
                     Admission::Freeing => side.ops.push(Op::Free {
                         volume: v.id.clone(),
@@ -201,7 +205,7 @@ impl VolumeManager {
         claim.admission = Admission::Admitting;
         side.ops.push(Op::Admit {
             volume: volume.to_string(),
-            request: request(&side.node, claim),
+            request: request(&side.node, side.promise, claim),
         });
     }
 
@@ -601,11 +605,16 @@ impl VolumeManager {
 }
 
 /// The claim set's view of `claim`.
-fn request(node: &str, claim: &crate::volume::model::Claim) -> ClaimRequest {
+fn request(
+    node: &str,
+    promise: Option<Promise>,
+    claim: &crate::volume::model::Claim,
+) -> ClaimRequest {
     ClaimRequest {
         node: node.to_string(),
         alloc_id: claim.alloc_id.clone(),
         read_only: claim.read_only,
         access_mode: claim.capability.access_mode,
+        promise,
     }
 }

@@ -143,6 +143,22 @@ impl VolumeManager {
 }
 
 impl VolumeManager {
+    /// The strictest promise this node's write claims hold in etcd (as
+    /// the watch last saw them): the shortest `stop_after_disconnect`, and
+    /// the shortest time its tasks may then take to die. A node keeps the
+    /// promise each claim was admitted with, even after its config
+    /// changed.
+    pub fn promised(&self) -> Option<(std::time::Duration, std::time::Duration)> {
+        let side = self.cluster.as_ref()?;
+        side.claim_sets
+            .values()
+            .flat_map(|set| &set.claims)
+            .filter(|c| c.node == side.node && !c.read_only)
+            .filter_map(crate::cluster::claims::Promise::of)
+            .map(|p| (p.stop_after, p.budget.saturating_sub(p.stop_after)))
+            .reduce(|(s1, k1), (s2, k2)| (s1.min(s2), k1.min(k2)))
+    }
+
     /// The allocs holding a write claim that no other node may share
     /// (every write claim but a MULTI_NODE_MULTI_WRITER volume's): what a
     /// node cut off from its cluster stops, since the cluster may fence

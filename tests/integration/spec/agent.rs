@@ -31,6 +31,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         log_level: LevelFilter::Debug,
         plugin_heartbeat: Duration::from_secs(60),
         rpc_timeout: Duration::from_secs(120),
+        max_kill_timeout: Duration::from_secs(30),
         plugins: vec![
             PluginConfig {
                 id: "hostpath".to_string(),
@@ -281,7 +282,7 @@ fn the_cluster_fixture_decodes_its_etcd_members_with_defaults_filled() {
     );
     assert_eq!(cluster.prefix, "/csi-agent");
     assert_eq!(cluster.lease_ttl, Duration::from_secs(10));
-    assert_eq!(cluster.stop_after_disconnect, Some(Duration::from_secs(60)));
+    assert_eq!(cluster.stop_after_disconnect, Some(Duration::from_secs(7)));
     // It writes back as it reads.
     let again = ok(agent(&decoded.spec.to_hcl())).spec;
     assert_eq!(again.cluster.unwrap().etcd.len(), 3);
@@ -294,6 +295,43 @@ fn a_cluster_block_needs_usable_etcd_endpoints() {
     assert!(
         errs.iter().any(|e| e.contains("must start with /")),
         "{errs:?}"
+    );
+}
+
+#[test]
+fn a_stop_after_disconnect_shorter_than_two_keep_alives_is_refused_naming_both_values() {
+    let cluster = |ttl: &str, after: &str| {
+        format!(
+            "cluster {{\n  etcd = [\"http://10.1.0.1:2379\"]\n{ttl}  stop_after_disconnect = {after:?}\n}}\n"
+        )
+    };
+    // The default lease (10s): its floor is 6.67s.
+    let errs = errors(agent(&cluster("", "6s")));
+    assert!(
+        errs.iter().any(|e| e.contains("\"stop_after_disconnect\" (6s) must be at least two keep-alive periods, 2/3 of \"lease_ttl\" (10s)")),
+        "{errs:?}"
+    );
+    let at = |ttl: &str, after: &str| agent(&cluster(&format!("  lease_ttl = {ttl:?}\n"), after));
+    // At the floor, and above it: longer than the lease is safe too.
+    assert!(at("3s", "2s").is_ok());
+    assert!(at("2s", "1m").is_ok());
+    assert!(ok(agent(&cluster("", "7s"))).spec.cluster.is_some());
+    let errs = errors(at("3s", "1999ms"));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("(3s)") && e.contains("stop_after_disconnect")),
+        "{errs:?}"
+    );
+}
+
+#[test]
+fn max_kill_timeout_defaults_to_nomad_s_and_is_read() {
+    assert_eq!(ok(agent("")).spec.max_kill_timeout, Duration::from_secs(30));
+    let decoded = ok(agent("max_kill_timeout = \"2s\"\n")).spec;
+    assert_eq!(decoded.max_kill_timeout, Duration::from_secs(2));
+    assert_eq!(
+        ok(agent(&decoded.to_hcl())).spec.max_kill_timeout,
+        Duration::from_secs(2)
     );
 }
 
