@@ -7,7 +7,7 @@
 //! | file | owns |
 //! |---|---|
 //! | [`alive`] | the node's last keep-alive that went through, kept in the data dir for the agent's next process, which resumes its lease and honours its promise from it |
-//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision, leases with keep-alives, watches; fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
+//! | [`etcd`] | the client: KV Range/Put/DeleteRange, transactions comparing a key's revision and guarded by conditions (`etcd/txn.rs`), leases with keep-alives, watches (`etcd/watch.rs`); fail-over between members, and a clear error when no member can answer (a leaderless cluster is an error, not a hang, and the error says a quorum is likely lost); plain `http://`, or TLS with the cluster's CA and a client certificate (`cluster { tls }`) |
 //! | [`tls`] | the PEM files of `cluster { tls }` (CA, client certificate and key), read and checked at start, made into each member's gRPC credentials; the key is never shown |
 //! | [`attachments`] | `attachments/<volume>/<node>`: a node's attach or detach intent, served by the controller leader, who writes the outcome (publish context or error) back; the node waits with a watch ([`attachments::Attacher`]) |
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here: campaigns (the election record carries the controller's capabilities), and while leading serves every node's attach intents and relayed calls with its controller |

@@ -18,12 +18,16 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 use futures_util::{SinkExt, StreamExt};
 use grpcio::{CallOption, ChannelBuilder, RpcStatusCode, WriteFlags};
+
+mod txn;
+mod watch;
+
+pub use txn::Condition;
+pub use watch::{Batch, Watch};
 
 use super::tls::{self, Tls};
 use crate::csi::client::{block_on, grpc_environment};
@@ -176,50 +180,6 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
-}
-
-/// A condition a guarded write also compares, in the same transaction:
-/// the write happens only while every one holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Condition {
-    /// `key` does not exist (a lost node's key is still gone).
-    Absent(Vec<u8>),
-    /// `key` exists on lease `lease` (a leader still holds its election
-    /// with the lease it won it with).
-    OnLease { key: Vec<u8>, lease: i64 },
-}
-
-impl Condition {
-    fn compare(&self) -> pb::Compare {
-        match self {
-            Condition::Absent(key) => pb::Compare {
-                result: pb::compare::CompareResult::EQUAL.into(),
-                target: pb::compare::CompareTarget::VERSION.into(),
-                key: key.clone(),
-                target_union: Some(pb::compare::Target_union::Version(0)),
-                ..Default::default()
-            },
-            Condition::OnLease { key, lease } => pb::Compare {
-                result: pb::compare::CompareResult::EQUAL.into(),
-                target: pb::compare::CompareTarget::LEASE.into(),
-                key: key.clone(),
-                target_union: Some(pb::compare::Target_union::Lease(*lease)),
-                ..Default::default()
-            },
-        }
-    }
-}
-
-/// The comparison "`key` last changed at `mod_revision`" (0: it does not
-/// exist).
-fn last_changed_at(key: &[u8], mod_revision: i64) -> pb::Compare {
-    pb::Compare {
-        result: pb::compare::CompareResult::EQUAL.into(),
-        target: pb::compare::CompareTarget::MOD.into(),
-        key: key.to_vec(),
-        target_union: Some(pb::compare::Target_union::ModRevision(mod_revision)),
-        ..Default::default()
-    }
 }
 
 /// One member: its endpoint and the stubs on its channel.
@@ -494,99 +454,6 @@ impl Etcd {
         Ok(resp.deleted > 0)
     }
 
-    /// Puts `key` only if its last change is `mod_revision` (0: only if it
-    /// does not exist), atomically: of two agents that read the same
-    /// revision and both write, exactly one succeeds. `Ok(None)` when the
-    /// key changed meanwhile (read it again); `Ok(Some(revision))` once
-    /// written.
-    pub fn put_if(
-        &self,
-        key: &[u8],
-        mod_revision: i64,
-        value: &[u8],
-        lease: i64,
-    ) -> Result<Option<i64>, Error> {
-        self.put_guarded(key, mod_revision, value, lease, &[])
-    }
-
-    /// [`Etcd::put_if`], and only while every one of `guard` holds.
-    pub fn put_guarded(
-        &self,
-        key: &[u8],
-        mod_revision: i64,
-        value: &[u8],
-        lease: i64,
-        guard: &[Condition],
-    ) -> Result<Option<i64>, Error> {
-        let put = pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestPut(pb::PutRequest {
-                key: key.to_vec(),
-                value: value.to_vec(),
-                lease,
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        let resp = self.txn(last_changed_at(key, mod_revision), guard, put)?;
-        Ok(resp
-            .succeeded
-            .then(|| resp.header.as_ref().map_or(0, |h| h.revision)))
-    }
-
-    /// Deletes `key` only if its last change is `mod_revision`; answers
-    /// whether it did.
-    pub fn delete_if(&self, key: &[u8], mod_revision: i64) -> Result<bool, Error> {
-        self.delete_guarded(key, mod_revision, &[])
-    }
-
-    /// [`Etcd::delete_if`], and only while every one of `guard` holds.
-    pub fn delete_guarded(
-        &self,
-        key: &[u8],
-        mod_revision: i64,
-        guard: &[Condition],
-    ) -> Result<bool, Error> {
-        let delete = pb::RequestOp {
-            request: Some(pb::request_op::Request::RequestDeleteRange(
-                pb::DeleteRangeRequest {
-                    key: key.to_vec(),
-                    ..Default::default()
-                },
-            )),
-            ..Default::default()
-        };
-        Ok(self
-            .txn(last_changed_at(key, mod_revision), guard, delete)?
-            .succeeded)
-    }
-
-    /// Whether every one of `guard` holds now.
-    pub fn holds(&self, guard: &[Condition]) -> Result<bool, Error> {
-        let req = pb::TxnRequest {
-            compare: guard.iter().map(Condition::compare).collect(),
-            ..Default::default()
-        };
-        Ok(self
-            .call("Txn", |m, opt| m.kv.txn_opt(&req, opt))?
-            .succeeded)
-    }
-
-    fn txn(
-        &self,
-        compare: pb::Compare,
-        guard: &[Condition],
-        op: pb::RequestOp,
-    ) -> Result<pb::TxnResponse, Error> {
-        let req = pb::TxnRequest {
-            compare: std::iter::once(compare)
-                .chain(guard.iter().map(Condition::compare))
-                .collect(),
-            success: vec![op],
-            ..Default::default()
-        };
-        self.call("Txn", |m, opt| m.kv.txn_opt(&req, opt))
-    }
-
     /// A lease of `ttl`, in whole seconds rounded up (etcd may round it up
     /// further, never down): its ID and TTL in seconds.
     pub fn grant(&self, ttl: Duration) -> Result<(i64, i64), Error> {
@@ -641,155 +508,6 @@ impl Etcd {
             }
         })?;
         Ok(resp.TTL.max(0))
-    }
-
-    /// Watches every key starting with `prefix` from `start_revision`
-    /// (inclusive; 0: from now).
-    pub fn watch_prefix(&self, prefix: &[u8], start_revision: i64) -> Result<Watch, Error> {
-        let create = pb::WatchRequest {
-            request_union: Some(pb::watch_request::Request_union::CreateRequest(
-                pb::WatchCreateRequest {
-                    key: prefix.to_vec(),
-                    range_end: prefix_end(prefix),
-                    start_revision,
-                    progress_notify: true,
-                    ..Default::default()
-                },
-            )),
-            ..Default::default()
-        };
-        // A watch lives on: no deadline, only the member's own end.
-        let (sink, answers) = self.call("Watch", |m, _| {
-            let (mut sink, mut answers) = m.watch.watch_opt(CallOption::default())?;
-            block_on(sink.send((create.clone(), WriteFlags::default())))?;
-            // The first answer confirms the watch (or says why not).
-            match block_on(answers.next()) {
-                Some(Ok(first)) if first.created && !first.canceled => Ok((sink, answers)),
-                Some(Ok(first)) => Err(grpcio::Error::RpcFailure(grpcio::RpcStatus::with_message(
-                    RpcStatusCode::FAILED_PRECONDITION,
-                    format!(
-                        "watch not created: {} (compacted before {})",
-                        first.cancel_reason, first.compact_revision
-                    ),
-                ))),
-                Some(Err(err)) => Err(err),
-                None => Err(grpcio::Error::RemoteStopped),
-            }
-        })?;
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let spawned = thread::Builder::new()
-            .name("etcd-watch".into())
-            .spawn(move || {
-                let mut answers = answers;
-                loop {
-                    let item = match block_on(answers.next()) {
-                        None => Err(Error::WatchEnded {
-                            reason: "the stream ended".into(),
-                            compact_revision: 0,
-                        }),
-                        Some(Err(err)) => Err(Error::WatchEnded {
-                            reason: reason(&err),
-                            compact_revision: 0,
-                        }),
-                        Some(Ok(resp)) if resp.canceled || resp.compact_revision > 0 => {
-                            Err(Error::WatchEnded {
-                                reason: if resp.cancel_reason.is_empty() {
-                                    "canceled by etcd".into()
-                                } else {
-                                    resp.cancel_reason
-                                },
-                                compact_revision: resp.compact_revision,
-                            })
-                        }
-                        Some(Ok(resp)) => Ok(batch(resp)),
-                    };
-                    let end = item.is_err();
-                    if tx.send(item).is_err() || end {
-                        return;
-                    }
-                }
-            });
-        if let Err(err) = spawned {
-            return Err(Error::WatchEnded {
-                reason: format!("cannot start its thread: {err}"),
-                compact_revision: 0,
-            });
-        }
-        Ok(Watch { events: rx, sink })
-    }
-}
-
-/// The events of one watch answer, and the revision it reached.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Batch {
-    pub events: Vec<Event>,
-    /// Every change up to this revision has been reported.
-    pub revision: i64,
-}
-
-impl Batch {
-    /// The keys the batch put, as they are now.
-    pub fn puts(self) -> Vec<Kv> {
-        self.events
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Put(kv) => Some(kv),
-                Event::Delete { .. } => None,
-            })
-            .collect()
-    }
-}
-
-fn batch(resp: pb::WatchResponse) -> Batch {
-    let revision = resp.header.as_ref().map_or(0, |h| h.revision);
-    let events = resp
-        .events
-        .into_iter()
-        .filter_map(|e| {
-            let kv = e.kv.into_option()?;
-            Some(match e.type_.enum_value_or_default() {
-                pb::event::EventType::PUT => Event::Put(Kv::from(kv)),
-                pb::event::EventType::DELETE => Event::Delete {
-                    key: kv.key,
-                    revision: kv.mod_revision,
-                },
-            })
-        })
-        .collect();
-    Batch { events, revision }
-}
-
-/// A watch: its batches of events, in revision order, with nothing
-/// missed, until it ends with an error (then read the state again and
-/// watch from the revision read).
-pub struct Watch {
-    events: Receiver<Result<Batch, Error>>,
-    sink: grpcio::ClientDuplexSender<pb::WatchRequest>,
-}
-
-impl Watch {
-    /// The next batch (progress notifications come as empty batches).
-    pub fn next(&self, timeout: Duration) -> Result<Batch, Error> {
-        match self.events.recv_timeout(timeout) {
-            Ok(item) => item,
-            Err(RecvTimeoutError::Timeout) => Err(Error::Timeout),
-            Err(RecvTimeoutError::Disconnected) => Err(Error::WatchEnded {
-                reason: "its thread ended".into(),
-                compact_revision: 0,
-            }),
-        }
-    }
-
-    /// The receiver itself, for a `select!` with other channels.
-    pub fn receiver(&self) -> &Receiver<Result<Batch, Error>> {
-        &self.events
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // Ends the call, and with it the thread reading it.
-        self.sink.cancel();
     }
 }
 
