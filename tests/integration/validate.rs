@@ -255,3 +255,30 @@ fn validate_without_files_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).starts_with("error: unknown flag -strict\n"));
 }
+
+#[test]
+fn validate_refuses_a_stop_after_disconnect_that_would_stop_a_connected_node() {
+    let mut child = Command::new(bin())
+        .args(["validate", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"cluster {\n  etcd = [\"http://10.1.0.1:2379\"]\n  lease_ttl = \"9s\"\n  stop_after_disconnect = \"3s\"\n}\n",
+        )
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(
+            "\"stop_after_disconnect\" (3s) must be at least two keep-alive periods, 2/3 of \"lease_ttl\" (9s), that is 6s"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
