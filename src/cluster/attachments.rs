@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use protobuf::Message;
 
-use super::etcd::{self, Condition, Etcd, Event, Kv};
+use super::etcd::{self, Condition, Etcd, Event, Kv, Watch};
 use crate::proto::cluster as pb;
 
 /// The prefix of every attachment.
@@ -70,6 +70,16 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// The outcome an attachment record holds, if the leader has answered.
+fn outcome(a: &pb::Attachment) -> Option<Outcome> {
+    match a.state.enum_value_or_default() {
+        pb::attachment::State::ATTACHED => Some(Outcome::Attached(a.publish_context.clone())),
+        pb::attachment::State::DETACHED => Some(Outcome::Detached),
+        pb::attachment::State::FAILED => Some(Outcome::Failed(a.error.clone())),
+        _ => None,
+    }
+}
+
 /// Waits (with a watch from `from_revision`) until the leader answered
 /// the intent of `volume` for `node`, or `timeout`.
 pub fn wait(
@@ -81,12 +91,6 @@ pub fn wait(
     timeout: Duration,
 ) -> Result<Outcome, etcd::Error> {
     let key = attachment_key(prefix, volume, node);
-    let outcome = |a: &pb::Attachment| match a.state.enum_value_or_default() {
-        pb::attachment::State::ATTACHED => Some(Outcome::Attached(a.publish_context.clone())),
-        pb::attachment::State::DETACHED => Some(Outcome::Detached),
-        pb::attachment::State::FAILED => Some(Outcome::Failed(a.error.clone())),
-        _ => None,
-    };
     // Answered before the watch starts: nothing to wait for.
     if let Some(a) = etcd.get(&key)?.as_ref().and_then(decode) {
         if let Some(done) = outcome(&a) {
@@ -94,6 +98,17 @@ pub fn wait(
         }
     }
     let watch = etcd.watch_prefix(&key, from_revision)?;
+    answer_on(&watch, &key, from_revision, timeout)
+}
+
+/// Waits on `watch` for the leader's answer to the intent at `key` that
+/// was written at `revision`, or `timeout`.
+fn answer_on(
+    watch: &Watch,
+    key: &[u8],
+    revision: i64,
+    timeout: Duration,
+) -> Result<Outcome, etcd::Error> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -103,7 +118,7 @@ pub fn wait(
         let batch = watch.next(left)?;
         for event in batch.events {
             if let Event::Put(kv) = event {
-                if kv.key != key {
+                if kv.key != key || kv.mod_revision < revision {
                     continue;
                 }
                 if let Some(done) = decode(&kv).as_ref().and_then(outcome) {
@@ -264,6 +279,12 @@ impl Attacher {
         attach: bool,
     ) -> Result<Outcome, String> {
         let etcd_error = |err: etcd::Error| format!("etcd: {}", crate::error_chain(&err));
+        // The watch is opened before the intent is written, from etcd's
+        // next revision: a watch that starts in etcd's past is caught up
+        // by its sync loop, every 100 ms, which a claim would wait for;
+        // one in step with etcd gets the leader's answer at once.
+        let key = attachment_key(&self.prefix, volume, &self.node);
+        let watch = self.etcd.watch_prefix(&key, 0).map_err(etcd_error)?;
         let revision = request(
             &self.etcd,
             &self.prefix,
@@ -274,14 +295,7 @@ impl Attacher {
             attach,
         )
         .map_err(etcd_error)?;
-        match wait(
-            &self.etcd,
-            &self.prefix,
-            volume,
-            &self.node,
-            revision,
-            ANSWER_TIMEOUT,
-        ) {
+        match answer_on(&watch, &key, revision, ANSWER_TIMEOUT) {
             Ok(outcome) => Ok(outcome),
             Err(etcd::Error::Timeout) => Err(format!(
                 "no controller leader answered within {}s (is a healthy controller of the volume's plugin running on some agent?)",

@@ -151,17 +151,19 @@ impl EtcdRelay {
                 ),
             )
         };
-        let revision = self
-            .etcd
-            .put(&key, &value, lease)
-            .map_err(|err| unknown(format!("writing the call to etcd failed: {}", chain(&err))))?;
+        // The watches start before the call is written, in step with etcd:
+        // one that starts in etcd's past waits for its sync loop (every
+        // 100 ms) for every event.
         let watch = |key: &[u8]| {
             self.etcd
-                .watch_prefix(key, revision + 1)
-                .map_err(|err| unknown(chain(&err)))
+                .watch_prefix(key, 0)
+                .map_err(|err| not_sent(chain(&err)))
         };
         let election = election::election_key(&self.prefix, &self.plugin);
         let (answers, leaders) = (watch(&key)?, watch(&election)?);
+        self.etcd
+            .put(&key, &value, lease)
+            .map_err(|err| unknown(format!("writing the call to etcd failed: {}", chain(&err))))?;
         let deadline = Instant::now() + timeout + MARGIN;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
