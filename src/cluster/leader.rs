@@ -16,12 +16,12 @@
 //! lease's TTL and a follower takes over; a leader that cannot keep its
 //! lease alive stops serving at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, select, Receiver, Sender};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
@@ -39,6 +39,19 @@ use crate::volume::model::Volume;
 pub struct Candidate {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The volumes a leader has a controller call in flight for.
+struct Volumes<'scope, 'env, 'g> {
+    /// Where each intent's thread runs: every one is joined before the
+    /// leader stops leading.
+    scope: &'scope thread::Scope<'scope, 'env>,
+    /// Each thread sends its volume when done.
+    done: Sender<String>,
+    in_flight: HashSet<String>,
+    /// Volumes whose new intents wait for the call in flight.
+    deferred: HashSet<String>,
+    guard: &'g Condition,
 }
 
 /// Who the candidate is, and what it serves with.
@@ -115,45 +128,86 @@ impl Campaign {
     }
 
     /// Serves every pending intent and relayed call, then each new one,
-    /// while the lease lives.
+    /// while the lease lives. Each intent is served on a thread of its own
+    /// (the controller works on many volumes at once), at most one per
+    /// volume at a time, as CSI asks: an intent for a volume with a call
+    /// in flight is served once that call is done, as etcd has it then.
     fn serve(&self, held: &mut Held, stop: &Receiver<()>) -> Ended {
         let intents = attachments::attachments_prefix(&self.prefix);
         let calls = relay::calls_prefix(&self.prefix, &self.plugin);
         // Every answer is written only while this leader holds its lease.
         let guard = held.guard();
-        let watch = |prefix: &str| -> Result<Watch, Ended> {
-            let (kvs, revision) = self.etcd.get_prefix(prefix.as_bytes())?;
-            self.serve_kvs(prefix == calls, kvs, &guard);
-            Ok(self.etcd.watch_prefix(prefix.as_bytes(), revision + 1)?)
-        };
-        let (intent_watch, call_watch) = match (watch(&intents), watch(&calls)) {
-            (Ok(i), Ok(c)) => (i, c),
-            (Err(ended), _) | (_, Err(ended)) => return ended,
-        };
-        let keep_alive = crossbeam_channel::tick(held.period());
-        loop {
-            let (batch, relayed) = select! {
-                recv(stop) -> _ => return Ended::Stopped,
-                recv(keep_alive) -> _ => {
-                    if let Err(ended) = held.renew(&self.etcd) {
-                        return ended;
-                    }
-                    continue;
-                },
-                recv(intent_watch.receiver()) -> batch => (batch, false),
-                recv(call_watch.receiver()) -> batch => (batch, true),
+        thread::scope(|scope| {
+            let (done_tx, done) = unbounded::<String>();
+            let mut volumes = Volumes {
+                scope,
+                done: done_tx,
+                in_flight: HashSet::new(),
+                deferred: HashSet::new(),
+                guard: &guard,
             };
-            match batch {
-                Ok(Ok(batch)) => self.serve_kvs(relayed, batch.puts(), &guard),
-                Ok(Err(err)) => return err.into(),
-                Err(_) => return Ended::Again("the watch ended".into()),
+            let intent_watch = match self.read_and_watch(&intents, false, &mut volumes) {
+                Ok(watch) => watch,
+                Err(ended) => return ended,
+            };
+            let call_watch = match self.read_and_watch(&calls, true, &mut volumes) {
+                Ok(watch) => watch,
+                Err(ended) => return ended,
+            };
+            let keep_alive = crossbeam_channel::tick(held.period());
+            loop {
+                let (batch, relayed) = select! {
+                    recv(stop) -> _ => return Ended::Stopped,
+                    recv(keep_alive) -> _ => {
+                        if let Err(ended) = held.renew(&self.etcd) {
+                            return ended;
+                        }
+                        continue;
+                    },
+                    recv(done) -> volume => {
+                        let Ok(volume) = volume else { continue };
+                        volumes.in_flight.remove(&volume);
+                        if volumes.deferred.remove(&volume) {
+                            let of_volume = format!("{intents}{volume}/");
+                            match self.etcd.get_prefix(of_volume.as_bytes()) {
+                                Ok((kvs, _)) => self.serve_kvs(false, kvs, &mut volumes),
+                                Err(err) => return err.into(),
+                            }
+                        }
+                        continue;
+                    },
+                    recv(intent_watch.receiver()) -> batch => (batch, false),
+                    recv(call_watch.receiver()) -> batch => (batch, true),
+                };
+                match batch {
+                    Ok(Ok(batch)) => self.serve_kvs(relayed, batch.puts(), &mut volumes),
+                    Ok(Err(err)) => return err.into(),
+                    Err(_) => return Ended::Again("the watch ended".into()),
+                }
             }
-        }
+        })
+    }
+
+    /// Serves what is under `prefix` now, and watches it from there.
+    fn read_and_watch<'scope, 'env: 'scope>(
+        &'env self,
+        prefix: &str,
+        relayed: bool,
+        volumes: &mut Volumes<'scope, 'env, '_>,
+    ) -> Result<Watch, Ended> {
+        let (kvs, revision) = self.etcd.get_prefix(prefix.as_bytes())?;
+        self.serve_kvs(relayed, kvs, volumes);
+        Ok(self.etcd.watch_prefix(prefix.as_bytes(), revision + 1)?)
     }
 
     /// Serves what `kvs` (a read or a watch's puts) ask for: relayed
     /// calls, or attach intents.
-    fn serve_kvs(&self, relayed: bool, kvs: Vec<Kv>, guard: &Condition) {
+    fn serve_kvs<'scope, 'env: 'scope>(
+        &'env self,
+        relayed: bool,
+        kvs: Vec<Kv>,
+        volumes: &mut Volumes<'scope, 'env, '_>,
+    ) {
         if relayed {
             for call in relay::pending(kvs) {
                 relay::serve(
@@ -162,13 +216,21 @@ impl Campaign {
                     &self.client,
                     call,
                     &self.calls,
-                    guard,
+                    volumes.guard,
                 );
             }
-        } else {
-            for intent in attachments::pending(&self.prefix, &kvs) {
-                self.serve_one(&intent, guard);
+            return;
+        }
+        for intent in attachments::pending(&self.prefix, &kvs) {
+            if !volumes.in_flight.insert(intent.volume.clone()) {
+                volumes.deferred.insert(intent.volume.clone());
+                continue;
             }
+            let (done, guard) = (volumes.done.clone(), volumes.guard.clone());
+            volumes.scope.spawn(move || {
+                self.serve_one(&intent, &guard);
+                let _ = done.send(intent.volume);
+            });
         }
     }
 
