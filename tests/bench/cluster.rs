@@ -12,6 +12,10 @@
 //! - Latency: one claim at a time on one host of the cluster, next to the
 //!   same claim on an agent without a `cluster` block (local journal only),
 //!   alternating, so that noise falls on both alike.
+//! - The floor, on the same members: an etcd Txn round trip, and the delay
+//!   of a watch's notification. A claim through etcd needs, beyond the
+//!   local claim, three writes (the admission, the attach intent, the
+//!   leader's answer) and one notification: that is its floor.
 //!
 //! Without etcd installed the row says so and measures nothing.
 
@@ -36,13 +40,28 @@ pub const HOSTS: usize = 3;
 /// Claims and releases each latency side makes before measuring.
 const WARMUP: usize = 5;
 
-pub struct ClusterResult {
-    pub claims: usize,
-    /// Claims in flight at once on each host.
+/// One throughput run: claims in flight at once on each host, how many
+/// were made, in what wall time, and each one's latency meanwhile.
+pub struct Throughput {
     pub at_once: usize,
+    pub claims: usize,
     pub wall: Duration,
-    /// Each claim's latency during the throughput run.
-    pub under_load: Samples,
+    pub latency: Samples,
+}
+
+impl Throughput {
+    pub fn per_second(&self) -> f64 {
+        self.claims as f64 / self.wall.as_secs_f64()
+    }
+}
+
+pub struct ClusterResult {
+    /// With 1, 2 and 4 claims in flight on each host.
+    pub runs: Vec<Throughput>,
+    /// The floor, on the same members: one Txn round trip, and how long
+    /// after a put a watch in step with etcd hears of it.
+    pub txn: Samples,
+    pub notify: Samples,
     /// One claim at a time: on a host of the cluster, and on an agent
     /// without one.
     pub etcd_claim: Samples,
@@ -93,7 +112,20 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     for id in volumes.iter().flatten().chain([&"lat".to_string()]) {
         create_everywhere(&agents, id);
     }
-    let (wall, under_load, claims) = throughput(&agents, &volumes, opts.cluster_claims);
+    let runs: Vec<Throughput> = [1, 2, at_once]
+        .into_iter()
+        .map(|n| {
+            let some: Vec<Vec<String>> = volumes.iter().map(|v| v[..n].to_vec()).collect();
+            let (wall, latency, claims) = throughput(&agents, &some, opts.cluster_claims);
+            Throughput {
+                at_once: n,
+                claims,
+                wall,
+                latency,
+            }
+        })
+        .collect();
+    let (txn, notify) = etcd_floor(&etcd.clients, opts.cluster_runs);
 
     // The same claim without a cluster: an agent with a plugin of its own.
     let mut solo_plugin = Plugin::new(
@@ -125,13 +157,51 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     }
     drop(hosts);
     ClusterResult {
-        claims,
-        at_once,
-        wall,
-        under_load,
+        runs,
+        txn,
+        notify,
         etcd_claim,
         local_claim,
     }
+}
+
+/// etcd's own floor on `endpoints`, `runs` times each: a Txn that puts a
+/// key if its revision is as read (what an admission is), and the delay
+/// from a put to its event on a watch opened before it (what a node waits
+/// for the leader's answer with).
+fn etcd_floor(endpoints: &[String], runs: usize) -> (Samples, Samples) {
+    use csi_agent::cluster::etcd::{Etcd, Event};
+    let etcd = Etcd::new(endpoints, None).expect("an etcd client");
+    let key = b"/bench/floor";
+    let mut txn = Samples::default();
+    let mut notify = Samples::default();
+    let mut revision = 0;
+    for i in 0..WARMUP + runs {
+        let value = format!("{i}");
+        let start = Instant::now();
+        let written = etcd
+            .put_if(key, revision, value.as_bytes(), 0)
+            .expect("an etcd txn")
+            .expect("the key as read");
+        let took = start.elapsed();
+        revision = written;
+        let watch = etcd.watch_prefix(b"/bench/notify", 0).expect("a watch");
+        let start = Instant::now();
+        etcd.put(b"/bench/notify", value.as_bytes(), 0)
+            .expect("an etcd put");
+        loop {
+            let batch = watch.next(Duration::from_secs(5)).expect("the event");
+            if batch.events.iter().any(|e| matches!(e, Event::Put(_))) {
+                break;
+            }
+        }
+        let heard = start.elapsed();
+        if i >= WARMUP {
+            txn.push(took);
+            notify.push(heard);
+        }
+    }
+    (txn, notify)
 }
 
 /// Every host claims and releases its own volumes, one thread per volume,
