@@ -284,7 +284,9 @@ impl Attacher {
         // by its sync loop, every 100 ms, which a claim would wait for;
         // one in step with etcd gets the leader's answer at once.
         let key = attachment_key(&self.prefix, volume, &self.node);
+        crate::trace::point("etcd-watch", "");
         let watch = self.etcd.watch_prefix(&key, 0).map_err(etcd_error)?;
+        crate::trace::point("etcd-intent", "");
         let revision = request(
             &self.etcd,
             &self.prefix,
@@ -295,7 +297,10 @@ impl Attacher {
             attach,
         )
         .map_err(etcd_error)?;
-        match answer_on(&watch, &key, revision, ANSWER_TIMEOUT) {
+        crate::trace::point("etcd-intent-written", "");
+        let answer = answer_on(&watch, &key, revision, ANSWER_TIMEOUT);
+        crate::trace::point("etcd-answered", "");
+        match answer {
             Ok(outcome) => Ok(outcome),
             Err(etcd::Error::Timeout) => Err(format!(
                 "no controller leader answered within {}s (is a healthy controller of the volume's plugin running on some agent?)",

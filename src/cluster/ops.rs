@@ -235,7 +235,7 @@ impl Worker {
     fn carry_out(&self, op: Op, attempt: u32) -> Option<Op> {
         let sets = ClaimSets::new(&self.etcd, &self.prefix);
         let answer = match &op {
-            Op::Admit { volume, request } => match sets.admit(volume, request) {
+            Op::Admit { volume, request } => match traced_admit(&sets, volume, request) {
                 Ok(()) => Answer::Admitted {
                     volume: volume.clone(),
                     alloc: request.alloc_id.clone(),
@@ -331,4 +331,16 @@ impl Worker {
         let _ = self.answers.send(answer);
         None
     }
+}
+
+/// Admits `request`, between two trace points (P7's anatomy).
+fn traced_admit(
+    sets: &ClaimSets<'_>,
+    volume: &str,
+    request: &ClaimRequest,
+) -> Result<(), claims::Error> {
+    crate::trace::point("etcd-admit", "");
+    let admitted = sets.admit(volume, request);
+    crate::trace::point("etcd-admitted", "");
+    admitted
 }

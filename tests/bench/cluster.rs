@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use csi_agent::api::client::AgentClient;
 use csi_agent::proto::agent::VolumeClaimRequest;
+use csi_agent::trace::anatomy::{calls, Point};
+use csi_agent::trace::now_us;
 
 use crate::claim::volume_spec;
 use crate::rig::{agent_config, wait_until, Agent, BenchDir, Plugin};
@@ -62,6 +64,8 @@ pub struct ClusterResult {
     /// after a put a watch in step with etcd hears of it.
     pub txn: Samples,
     pub notify: Samples,
+    /// The median of each of [`PHASES`] of a claim one at a time.
+    pub anatomy: Option<Vec<u64>>,
     /// One claim at a time: on a host of the cluster, and on an agent
     /// without one.
     pub etcd_claim: Samples,
@@ -98,6 +102,10 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
             let mut agent = Agent::new(&opts.agent_bin, &host_dir.join("agent"), |data| {
                 agent_config(data, opts.heartbeat, &plugins) + &cluster_block(&node, &etcd.clients)
             });
+            if i == 0 {
+                // The latency runs' anatomy: host 0's trace points.
+                agent.trace_to(&dir.join("trace"));
+            }
             agent.start();
             agent.wait_healthy(1);
             (plugin, agent)
@@ -146,15 +154,28 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     let (in_cluster, alone) = (agents[0].client(), solo.client());
     let mut etcd_claim = Samples::default();
     let mut local_claim = Samples::default();
+    let mut marks: Vec<Point> = Vec::new();
+    let mark = |marks: &mut Vec<Point>, label: &str| {
+        marks.push(Point {
+            at: now_us(),
+            label: label.to_string(),
+            detail: String::new(),
+        })
+    };
     for i in 0..WARMUP + opts.cluster_runs {
         let alloc = format!("l{i}");
+        mark(&mut marks, "claim");
         let cluster_took = claim_and_release(&in_cluster, "lat", &alloc);
+        mark(&mut marks, "released");
         let local_took = claim_and_release(&alone, "lat", &alloc);
         if i >= WARMUP {
             etcd_claim.push(cluster_took);
             local_claim.push(local_took);
         }
     }
+    let mut hosts = hosts;
+    hosts[0].1.stop();
+    let anatomy = anatomy(&dir.join("trace"), marks);
     drop(hosts);
     ClusterResult {
         runs,
@@ -162,7 +183,65 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
         notify,
         etcd_claim,
         local_claim,
+        anatomy,
     }
+}
+
+/// The phases of a claim through etcd, in order: each ends at the trace
+/// point named, and starts where the one before ended (the first at the
+/// benchmark's `claim` mark).
+pub const PHASES: [(&str, &str); 7] = [
+    (
+        "to the admission (control API, record synced)",
+        "etcd-admit",
+    ),
+    ("admission (claim set read + Txn)", "etcd-admitted"),
+    (
+        "to the attach (answer to the loop, planned, to a worker)",
+        "etcd-watch",
+    ),
+    ("answer's watch opened", "etcd-intent"),
+    ("attach intent written", "etcd-intent-written"),
+    (
+        "controller leader (sees it, ControllerPublish, answers; notified)",
+        "etcd-answered",
+    ),
+    ("stage, publish, answer sent", "api-sent"),
+];
+
+/// The median of each of [`PHASES`] over the traced claims (the warm-up
+/// left out), in microseconds; `None` without a trace.
+fn anatomy(trace: &Path, marks: Vec<Point>) -> Option<Vec<u64>> {
+    let text = std::fs::read_to_string(trace).ok()?;
+    let mut points: Vec<Point> = text.lines().filter_map(Point::parse).collect();
+    points.extend(marks);
+    points.sort_by_key(|p| p.at);
+    let mut phases: Vec<Vec<u64>> = vec![Vec::new(); PHASES.len()];
+    for call in calls(&points, "claim", "released", WARMUP) {
+        let mut from = call[0].at;
+        let mut each = Vec::new();
+        for (_, label) in PHASES {
+            let Some(p) = call.iter().find(|p| p.label == label && p.at >= from) else {
+                break;
+            };
+            each.push(p.at - from);
+            from = p.at;
+        }
+        if each.len() == PHASES.len() {
+            for (all, us) in phases.iter_mut().zip(each) {
+                all.push(us);
+            }
+        }
+    }
+    Some(
+        phases
+            .into_iter()
+            .map(|mut v| {
+                v.sort_unstable();
+                v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0)
+            })
+            .collect(),
+    )
 }
 
 /// etcd's own floor on `endpoints`, `runs` times each: a Txn that puts a

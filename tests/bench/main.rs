@@ -640,6 +640,25 @@ fn cluster_rows(table: &mut Table, opts: &Options, root: &Path) {
         target: "-",
         met: None,
     });
+    if let Some(anatomy) = &r.anatomy {
+        let parts: Vec<String> = cluster::PHASES
+            .iter()
+            .zip(anatomy)
+            .map(|((name, _), us)| format!("{name} {}", anatomy::ms(*us)))
+            .collect();
+        table.push(Row {
+            id: "P7",
+            what: format!(
+                "claim through etcd, its phases (medians): {}",
+                parts.join("; ")
+            ),
+            agent: anatomy::ms(anatomy.iter().sum()),
+            reference: "-".into(),
+            ratio: "-".into(),
+            target: "-",
+            met: None,
+        });
+    }
     // The floor: the local claim, three etcd writes and a notification.
     let floor = r.local_claim.p50() + r.txn.p50() * 3 + r.notify.p50();
     table.push(Row {
