@@ -167,7 +167,13 @@
 //!   of a plugin with no controller leader at that moment are fenced all
 //!   the same once one comes. Reader and multi-writer claims no controller
 //!   attached are freed without a fence, as the issue asks; a writer's
-//!   waits for an operator.
+//!   waits for its node's promise to stop it (`stop_after_disconnect`,
+//!   counted from the lease's expiry) or, without one, for an operator.
+//!   Leadership is the election key's lease, and the fencer's and the
+//!   controller leaders' writes compare it.
+//! - Many hosts: tasks outlive their agent, so a node's promise to stop
+//!   its writers is also kept by a guard process of its own
+//!   ([`agent::guard`]), which DESIGN.md does not have.
 //! - Many hosts: DESIGN.md has only the controller leader make controller
 //!   RPCs. Here the leader makes every attach and detach (the calls that
 //!   change what other hosts may do, and that fencing depends on), and
