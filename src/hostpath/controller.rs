@@ -334,30 +334,26 @@ impl Plugin {
 
     /// Fences the node that still has directory volume `id` mounted off
     /// its data, as a storage system cuts a lost node's path to a volume:
-    /// the volume's directory moves to `fenced/<id>.<n>`, where the node's
-    /// mounts keep it (a bind mount follows the directory, not its name),
-    /// and a copy of it becomes the volume's directory. What the fenced
-    /// node writes from now on lands in the detached generation, which no
-    /// other node ever sees. Called under the volume's lock.
+    /// the volume's directory moves to `volumes/<id>@fenced.<n>`, where the
+    /// node's mounts keep it (a bind mount follows the directory, not its
+    /// name), and a copy of it becomes the volume's directory. What the
+    /// fenced node writes from now on lands in the detached generation,
+    /// which no other node ever sees. Both stay in `volumes/`, which may
+    /// be a file system of its own; '@' is in no volume ID. Called under
+    /// the volume's lock.
     fn fence_off(&self, id: &str) -> RpcResult<()> {
         let dir = self.volume_dir(id);
-        let fenced = self.config.base_dir.join("fenced");
-        fs::create_dir_all(&fenced).map_err(|e| internal("cannot make the fenced dir", e))?;
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let old = fenced.join(format!("{id}.{stamp}"));
+        let old = dir.with_file_name(format!("{id}@fenced.{stamp}"));
         fs::rename(&dir, &old).map_err(|e| {
             internal(
                 &format!("cannot move {} away to fence it", dir.display()),
                 e,
             )
         })?;
-        let copy = self
-            .config
-            .base_dir
-            .join(super::SCRATCH)
-            .join(format!("fence-{id}.{stamp}"));
+        let copy = dir.with_file_name(format!("{id}@copy.{stamp}"));
         let made = super::content::copy_tree(&old, &copy)
             .map_err(|e| internal("cannot copy the fenced volume", crate::error_chain(&e)))
             .and_then(|()| {

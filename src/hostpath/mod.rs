@@ -85,8 +85,8 @@
 //! `state.lock` alone, so a process of a split plugin that starts never
 //! removes a copy the other one is making), `strict-violations` (strict mode's verdict),
 //! `in-flight/<id>` (a split plugin's locks of calls in flight),
-//! `fenced/<id>.<n>` (with `-fence`, what a fenced node's mounts of a
-//! volume still reach).
+//! `volumes/<id>@fenced.<n>` (with `-fence`, what a fenced node's mounts
+//! of a volume still reach).
 
 mod block;
 mod content;
