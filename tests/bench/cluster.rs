@@ -66,6 +66,7 @@ pub struct ClusterResult {
     pub notify: Samples,
     /// The median of each of [`PHASES`] of a claim one at a time.
     pub anatomy: Option<Vec<u64>>,
+    pub lost: Lost,
     /// One claim at a time: on a host of the cluster, and on an agent
     /// without one.
     pub etcd_claim: Samples,
@@ -96,7 +97,8 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
                 &host_dir.join("p.sock"),
                 opts.delay(Duration::ZERO),
             )
-            .on_host(&base, &node);
+            .on_host(&base, &node)
+            .fencing();
             plugin.start();
             let plugins = [("hp".to_string(), plugin.socket.clone())];
             let mut agent = Agent::new(&opts.agent_bin, &host_dir.join("agent"), |data| {
@@ -117,7 +119,11 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     let volumes: Vec<Vec<String>> = (0..HOSTS)
         .map(|h| (0..at_once).map(|j| format!("h{h}-{j}")).collect())
         .collect();
-    for id in volumes.iter().flatten().chain([&"lat".to_string()]) {
+    for id in volumes
+        .iter()
+        .flatten()
+        .chain([&"lat".to_string(), &"lost".to_string()])
+    {
         create_everywhere(&agents, id);
     }
     let runs: Vec<Throughput> = [1, 2, at_once]
@@ -176,6 +182,7 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     let mut hosts = hosts;
     hosts[0].1.stop();
     let anatomy = anatomy(&dir.join("trace"), marks);
+    let lost = lost_host(&hosts[1].1, &hosts[2].1);
     drop(hosts);
     ClusterResult {
         runs,
@@ -184,6 +191,61 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
         etcd_claim,
         local_claim,
         anatomy,
+        lost,
+    }
+}
+
+/// A host lost while it holds a claim, and back: how long until another
+/// host can claim the volume, and how long the host, once back, takes to
+/// give up what the cluster took.
+pub struct Lost {
+    pub usable_elsewhere: Duration,
+    pub rejoined: Duration,
+}
+
+/// Host `lost` claims volume `lost` and is frozen (SIGSTOP: no keep-alive
+/// leaves it, as when its link is cut), at the default lease TTL and
+/// without `stop_after_disconnect`: the cluster fences it through the
+/// controller leader's detach (the plugins run with `-fence`) and `other`
+/// claims the volume; then `lost` is thawed and gives its claim up.
+fn lost_host(lost: &Agent, other: &Agent) -> Lost {
+    let claim = |alloc: &str| VolumeClaimRequest {
+        volume_id: "lost".into(),
+        alloc_id: alloc.into(),
+        ..Default::default()
+    };
+    lost.client()
+        .volume_claim(&claim("x"))
+        .expect("the claim of the host to lose");
+    lost.signal(libc::SIGSTOP);
+    let cut = Instant::now();
+    let elsewhere = other.client();
+    wait_until(
+        "the volume to be usable on another host",
+        Duration::from_millis(100),
+        || elsewhere.volume_claim(&claim("y")).is_ok(),
+    );
+    let usable_elsewhere = cut.elapsed();
+    elsewhere
+        .volume_release("lost", "y")
+        .expect("release on the other host");
+    lost.signal(libc::SIGCONT);
+    let back = Instant::now();
+    let client = lost.client();
+    wait_until(
+        "the host to give up its fenced claim",
+        Duration::from_millis(50),
+        || {
+            client.volume_status("lost", false).is_ok_and(|s| {
+                s.volumes
+                    .iter()
+                    .all(|v| v.claims.is_empty() && v.past_claims.is_empty())
+            })
+        },
+    );
+    Lost {
+        usable_elsewhere,
+        rejoined: back.elapsed(),
     }
 }
 

@@ -659,6 +659,15 @@ fn cluster_rows(table: &mut Table, opts: &Options, root: &Path) {
             met: None,
         });
     }
+    table.push(Row {
+        id: "P7",
+        what: "a host lost holding a claim (frozen; lease_ttl 10s, no stop_after_disconnect, fenced by the controller's detach): usable on another host after / the host back gives it up after".into(),
+        agent: ms(r.lost.usable_elsewhere),
+        reference: format!("{} to give it up", ms(r.lost.rejoined)),
+        ratio: "-".into(),
+        target: "-",
+        met: None,
+    });
     // The floor: the local claim, three etcd writes and a notification.
     let floor = r.local_claim.p50() + r.txn.p50() * 3 + r.notify.p50();
     table.push(Row {

@@ -116,6 +116,9 @@ pub struct Plugin {
     delay: Delay,
     bin: PathBuf,
     child: Option<Child>,
+    /// Started with `-fence`: its detach of a node that still has the
+    /// volume mounted cuts that node off.
+    fence: bool,
 }
 
 impl Plugin {
@@ -132,7 +135,14 @@ impl Plugin {
             delay,
             bin: bin.to_path_buf(),
             child: None,
+            fence: false,
         }
+    }
+
+    /// The same plugin with `-fence`.
+    pub fn fencing(mut self) -> Plugin {
+        self.fence = true;
+        self
     }
 
     /// The same plugin as a host of a cluster sees it: reporting
@@ -174,6 +184,9 @@ impl Plugin {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        if self.fence {
+            cmd.arg("-fence");
+        }
         if let Delay::Faults(d) = self.delay {
             fs::write(&self.faults, format!("* sleep={}us\n", d.as_micros()))
                 .expect("write the faults file");
@@ -328,6 +341,16 @@ impl Agent {
             // is not reaped yet, so its PID is still its own.
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
             let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` to the running agent (SIGSTOP freezes it as a host
+    /// cut off: no keep-alive leaves it; SIGCONT thaws it).
+    pub fn signal(&self, signal: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill has no memory-safety preconditions; the child
+            // is not reaped yet, so its PID is still its own.
+            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
         }
     }
 
