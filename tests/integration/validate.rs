@@ -216,8 +216,8 @@ fn validate_never_prints_secrets_mount_flags_or_environment_values() {
     assert!(all.contains("env: MOUNT_PATH"), "{all}");
 }
 
-#[test]
-fn validate_reads_stdin_for_a_dash() {
+/// `csi-agent validate -` with `text` on its standard input.
+fn validate_stdin(text: &[u8]) -> Output {
     let mut child = Command::new(bin())
         .args(["validate", "-"])
         .stdin(Stdio::piped())
@@ -226,9 +226,14 @@ fn validate_reads_stdin_for_a_dash() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"log_level = \"warn\"\n").unwrap();
+    stdin.write_all(text).unwrap();
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn validate_reads_stdin_for_a_dash() {
+    let out = validate_stdin(b"log_level = \"warn\"\n");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).starts_with("<stdin>: agent config: data_dir /var/lib/csi-agent"));
 }
@@ -258,21 +263,9 @@ fn validate_without_files_is_a_usage_error() {
 
 #[test]
 fn validate_refuses_a_stop_after_disconnect_that_would_stop_a_connected_node() {
-    let mut child = Command::new(bin())
-        .args(["validate", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(
-            b"cluster {\n  etcd = [\"http://10.1.0.1:2379\"]\n  lease_ttl = \"9s\"\n  stop_after_disconnect = \"3s\"\n}\n",
-        )
-        .unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let out = validate_stdin(
+        b"cluster {\n  etcd = [\"http://10.1.0.1:2379\"]\n  lease_ttl = \"9s\"\n  stop_after_disconnect = \"3s\"\n}\n",
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(
         stderr(&out).contains(
