@@ -197,6 +197,7 @@ fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
     let ttl = Duration::from_secs(2);
     let registration =
         Registration::start(etcd.clone(), PREFIX, record("node-a"), ttl, revoke(), None).unwrap();
+    let first_registered = node::list(&etcd, PREFIX).unwrap()[0].registered_unix_ms;
     cluster.kill(0);
     let start = Instant::now();
     match next_change(&registration, Duration::from_secs(20)) {
@@ -220,6 +221,12 @@ fn a_node_cut_off_from_etcd_is_told_so_and_registers_again_when_it_returns() {
     let nodes = node::list(&etcd, PREFIX).unwrap();
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].node, "node-a");
+    // The record says when it registered again, not the first time.
+    assert!(
+        nodes[0].registered_unix_ms > first_registered,
+        "{} is the first registration's time",
+        nodes[0].registered_unix_ms
+    );
 }
 
 #[test]
