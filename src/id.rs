@@ -5,7 +5,7 @@
 //! name a path outside the directory it belongs in: only `[A-Za-z0-9._-]`
 //! and square brackets, not `.` or `..`, at most 128 bytes.
 //!
-//! DESIGN.md allows `[A-Za-z0-9._-]`; the brackets are added because
+//! The CSI spec's usual `[A-Za-z0-9._-]`, with brackets added because
 //! Nomad's `per_alloc` volumes are named `source[N]` (instance N of a group
 //! mounts the volume `data[N]`), and such a volume ID must be accepted
 //! everywhere a volume ID is: in specs, by the hostpath plugin, and in the

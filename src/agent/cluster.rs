@@ -314,7 +314,7 @@ impl Agent {
     /// without any instance of the plugin, from a thread of its own (such
     /// calls are few: create, delete, snapshot, expand, validate, list).
     /// A host with a controller of its own makes its calls with it (see
-    /// the crate docs: a departure from DESIGN.md). Answers the dispatch
+    /// docs/ARCHITECTURE.md, "Controller calls"). Answers the dispatch
     /// to submit: `dispatch` itself if it is not relayed, `None` if it is
     /// under way already.
     pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {

@@ -1,5 +1,5 @@
 //! Many hosts: the shared truth of a cluster of agents lives in etcd v3
-//! (DESIGN.md, "Many hosts"), an existing, proven engine that csi-agent
+//! (docs/ARCHITECTURE.md, "Many hosts"), an existing, proven engine that csi-agent
 //! speaks over gRPC with the grpcio stack it already has.
 //!
 //! This module owns that concern:

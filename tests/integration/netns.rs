@@ -1,6 +1,6 @@
-//! Hosts for the cluster tests: network namespaces made by the test, as
-//! DESIGN.md's "Many hosts" asks ("agents in network namespaces made by the
-//! test; partitions are links set down").
+//! Hosts for the cluster tests: network namespaces made by the test, so
+//! that agents reach etcd as agents on several machines do, and a
+//! partition is a link set down.
 //!
 //! A [`Net`] is one bridge in the root namespace, with the address `.1` of
 //! a /24 of the test's own, and N namespaces, each joined to the bridge by
