@@ -45,6 +45,8 @@ pub struct Settings {
     /// The plugin's flags: `-fence` (a detach cuts the node off) or
     /// `-no-attach` (no controller: nothing can fence).
     pub flags: &'static str,
+    /// The plugins judge the agents (`-strict`).
+    pub strict: bool,
     /// `None`: the default.
     pub lease_ttl: Option<&'static str>,
     pub stop_after_disconnect: Option<&'static str>,
@@ -72,9 +74,16 @@ impl Hosts {
         let net = Net::new(n);
         let etcd = Cluster::start_on(3, net.bridge_addr().into());
         let with_node = |i: usize| [settings.flags, "-node-id", nodes[i]];
-        let owner = Plugin::start_with(&[], &with_node(n - 1));
+        let owner = if settings.strict {
+            Plugin::start_with(&[], &with_node(n - 1))
+        } else {
+            Plugin::start_lenient_with(&[], &with_node(n - 1))
+        };
         let mut plugins: Vec<Plugin> = (0..n - 1)
-            .map(|i| Plugin::start_sharing(&owner, &[], &with_node(i)))
+            .map(|i| match settings.strict {
+                true => Plugin::start_sharing(&owner, &[], &with_node(i)),
+                false => Plugin::start_sharing_lenient(&owner, &with_node(i)),
+            })
             .collect();
         plugins.push(owner);
         let endpoints: Vec<String> = etcd.clients.iter().map(|e| format!("{e:?}")).collect();
@@ -379,6 +388,7 @@ fn a_cut_off_writer_stops_before_another_host_writes_at_the_default_lease() {
     // The default lease (10s) and the shortest stop it accepts.
     partition_case(
         Settings {
+            strict: true,
             flags: "-no-attach",
             lease_ttl: None,
             stop_after_disconnect: Some("7s"),
@@ -392,6 +402,7 @@ fn a_cut_off_writer_stops_before_another_host_writes_at_the_shortest_accepted_st
     // stop_after_disconnect at its floor: two keep-alive periods.
     partition_case(
         Settings {
+            strict: true,
             flags: "-no-attach",
             lease_ttl: Some("3s"),
             stop_after_disconnect: Some("2s"),
@@ -404,6 +415,7 @@ fn a_cut_off_writer_stops_before_another_host_writes_at_the_shortest_accepted_st
 fn a_cut_off_writer_stops_before_another_host_writes_with_a_stop_longer_than_the_lease() {
     partition_case(
         Settings {
+            strict: true,
             flags: "-no-attach",
             lease_ttl: Some("2s"),
             stop_after_disconnect: Some("8s"),
@@ -416,6 +428,7 @@ fn a_cut_off_writer_stops_before_another_host_writes_with_a_stop_longer_than_the
 fn without_stop_after_disconnect_the_storage_fence_cuts_a_cut_off_writer_off() {
     partition_case(
         Settings {
+            strict: true,
             flags: "-fence",
             lease_ttl: Some("2s"),
             stop_after_disconnect: None,
@@ -456,6 +469,7 @@ fn killed_agent_case(settings: Settings, bound: Duration) {
 fn a_killed_agent_s_guard_stops_its_writer_before_another_host_writes() {
     killed_agent_case(
         Settings {
+            strict: true,
             flags: "-no-attach",
             lease_ttl: Some("3s"),
             stop_after_disconnect: Some("2s"),
@@ -468,6 +482,7 @@ fn a_killed_agent_s_guard_stops_its_writer_before_another_host_writes() {
 fn a_killed_agent_s_writer_is_cut_off_by_the_storage_fence() {
     killed_agent_case(
         Settings {
+            strict: true,
             flags: "-fence",
             lease_ttl: Some("2s"),
             stop_after_disconnect: None,

@@ -199,6 +199,15 @@ impl Plugin {
         Plugin::launch_on(dir, other.base.clone(), socket, env, &all)
     }
 
+    /// Starts a plugin with exactly these flags (without `-strict`, unless
+    /// given) on the base dir of `other`: one storage system seen from
+    /// another host.
+    pub fn start_sharing_lenient(other: &Plugin, flags: &[&str]) -> Plugin {
+        let dir = TestDir::new();
+        let socket = dir.join("csi.sock");
+        Plugin::launch_on(dir, other.base.clone(), socket, &[], flags)
+    }
+
     fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let base = dir.join("base");
         Plugin::launch_on(dir, base, socket, env, flags)
