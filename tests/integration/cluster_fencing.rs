@@ -18,58 +18,24 @@ use csi_agent::cluster::etcd::Event;
 use csi_agent::proto::agent::JobStatus;
 use csi_agent::proto::cluster as pb;
 
-use crate::cluster_agents::{lists, node_status_until};
+use crate::cluster_writers::{Hosts, Settings};
 use crate::etcd::{require_etcd, Cluster};
-use crate::harness::{block, healthy, text, Agent, WAIT};
-use crate::netns::Net;
-use crate::util::{mounts_under, require_root, Plugin};
-use crate::volume_util::{claim_req, connect, spec, wait_volume, PLUGIN};
+use crate::harness::{text, Agent, WAIT};
+use crate::util::{mounts_under, require_root};
+use crate::volume_util::{claim_req, connect, spec, wait_volume};
 
-const NODES: [&str; 2] = ["host-a", "host-b"];
-
-/// The hosts; fields drop in order: agents, plugins (the base dir's owner
-/// last), etcd, the namespaces.
-struct Hosts {
-    agents: Vec<Agent>,
-    _plugins: Vec<Plugin>,
-    etcd: Cluster,
-    net: Net,
-}
-
-/// Two hosts whose plugins run with `flags`.
-fn two_hosts(flags: &str, stop_after_disconnect: Option<&str>) -> Hosts {
-    let net = Net::new(NODES.len());
-    let etcd = Cluster::start_on(3, net.bridge_addr().into());
-    let with_node = |i: usize| [flags, "-node-id", NODES[i]];
-    let owner = Plugin::start_with(&[], &with_node(1));
-    let plugins = vec![Plugin::start_sharing(&owner, &[], &with_node(0)), owner];
-    let endpoints: Vec<String> = etcd.clients.iter().map(|e| format!("{e:?}")).collect();
-    let stop = stop_after_disconnect
-        .map(|d| format!("  stop_after_disconnect = {d:?}\n"))
-        .unwrap_or_default();
-    let agents: Vec<Agent> = NODES
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            let extra = format!(
-                "\nnode_name = {node:?}\nmax_kill_timeout = \"2s\"\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"2s\"\n{stop}}}\n",
-                endpoints.join(", ")
-            );
-            let plugins = [block(PLUGIN, &plugins[i].socket)];
-            let agent = Agent::start_in_netns(&net.netns_path(i), &plugins, &extra);
-            agent.wait_for(PLUGIN, healthy, WAIT);
-            agent
-        })
-        .collect();
-    for agent in &agents {
-        node_status_until(agent, "both nodes", |s| NODES.iter().all(|n| lists(s, n)));
-    }
-    Hosts {
-        agents,
-        _plugins: plugins,
-        etcd,
-        net,
-    }
+/// Two hosts, A and B, whose plugins run with `flags` (and judge the
+/// agents), with leases of 2s.
+fn two_hosts(flags: &'static str, stop_after_disconnect: Option<&'static str>) -> Hosts {
+    Hosts::start_n(
+        2,
+        &Settings {
+            flags,
+            strict: true,
+            lease_ttl: Some("2s"),
+            stop_after_disconnect,
+        },
+    )
 }
 
 /// A job whose one task sleeps, holding volume `volume` for writing.
