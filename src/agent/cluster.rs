@@ -79,9 +79,18 @@ pub(super) struct ClusterMember {
     stop_after_disconnect: Option<Duration>,
     /// Where the last keep-alive is kept for the next process.
     alive_file: std::path::PathBuf,
-    /// The writers' file as last written for the guard (with a promise
-    /// only; see [`guard`]).
-    writers_written: Option<String>,
+    /// The writers' file the guard reads: only with a promise (see
+    /// [`guard`]).
+    writers: Option<WritersFile>,
+}
+
+/// The writers' file as this agent keeps it for its guard.
+struct WritersFile {
+    /// What was written last.
+    written: String,
+    /// The claims, the tasks or the promise may have changed since: the
+    /// file is computed again at the end of the turn.
+    stale: bool,
 }
 
 /// What the agent adds to `stop_after_disconnect` and `max_kill_timeout`
@@ -163,7 +172,10 @@ impl Agent {
             stopped_for_disconnect: false,
             stop_after_disconnect: config.stop_after_disconnect,
             alive_file,
-            writers_written: promise.map(|_| String::new()),
+            writers: promise.map(|_| WritersFile {
+                written: String::new(),
+                stale: true,
+            }),
         });
         if promise.is_some() {
             self.sync_guard();
@@ -200,25 +212,27 @@ impl Agent {
             .map_err(|err| super::Error::Cluster(format!("cannot start the writers' guard: {err}")))
     }
 
-    /// Rewrites the writers' file for the guard when the tasks holding
-    /// write claims changed.
-    pub(super) fn sync_guard(&mut self) {
-        if !self
-            .cluster
-            .as_ref()
-            .is_some_and(|c| c.writers_written.is_some())
-        {
-            return;
+    /// The claims or the tasks may have changed this turn: the guard's
+    /// file is computed again at its end.
+    pub(super) fn writers_may_have_changed(&mut self) {
+        if let Some(file) = self.cluster.as_mut().and_then(|c| c.writers.as_mut()) {
+            file.stale = true;
         }
-        self.keep_promises();
+    }
+
+    /// Rewrites the writers' file for the guard, if the tasks holding
+    /// write claims may have changed and did.
+    pub(super) fn sync_guard(&mut self) {
         let Some(cluster) = &self.cluster else {
             return;
         };
-        let (Some(written), Some(stop_after)) =
-            (&cluster.writers_written, cluster.stop_after_disconnect)
+        let (Some(file), Some(stop_after)) = (&cluster.writers, cluster.stop_after_disconnect)
         else {
             return;
         };
+        if !file.stale {
+            return;
+        }
         let mut tasks: Vec<Writer> = self
             .volumes
             .exclusive_writers()
@@ -233,18 +247,22 @@ impl Agent {
         tasks.sort_by_key(|w| (w.pid, w.start_ticks));
         tasks.dedup();
         let text = Writers { stop_after, tasks }.render();
-        if *written == text {
-            return;
-        }
         let path = self.options.config.data_dir.join(guard::WRITERS_FILE);
-        match Writers::write(&text, &path) {
-            Ok(()) => {
-                if let Some(cluster) = &mut self.cluster {
-                    cluster.writers_written = Some(text);
+        let written = file.written == text || {
+            match Writers::write(&text, &path) {
+                Ok(()) => true,
+                // Still stale: tried again at the end of the next turn.
+                Err(err) => {
+                    log::warn!("Cluster: cannot write {}: {err}", path.display());
+                    false
                 }
             }
-            // Tried again at the next turn.
-            Err(err) => log::warn!("Cluster: cannot write {}: {err}", path.display()),
+        };
+        if let Some(file) = self.cluster.as_mut().and_then(|c| c.writers.as_mut()) {
+            if written {
+                file.written = text;
+                file.stale = false;
+            }
         }
     }
 
@@ -410,10 +428,11 @@ impl Agent {
         Some(cluster.last_alive? + cluster.stop_after_disconnect?)
     }
 
-    /// Keeps the promises this node's write claims hold in etcd, should
-    /// they be stricter than the config's (it changed since they were
-    /// admitted): the stop comes no later, the kill no later.
-    fn keep_promises(&mut self) {
+    /// The cluster's volumes or claim sets changed (the watch): this node
+    /// keeps the promises its write claims hold in etcd, should they be
+    /// stricter than the config's (it changed since they were admitted):
+    /// the stop comes no later, the kill no later.
+    pub(super) fn keep_promises(&mut self) {
         let Some((stop_after, allowance)) = self.volumes.promised() else {
             return;
         };
@@ -425,6 +444,7 @@ impl Agent {
         }
         let kill = allowance.saturating_sub(guard::GRACE + guard::POLL + RELEASE_ALLOWANCE);
         self.allocs.cap_kill_timeout(kill);
+        self.writers_may_have_changed();
     }
 
     /// Leaves the cluster: the lease is revoked unless tasks holding write

@@ -257,7 +257,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             },
             recv(member_events) -> event => if let Ok(event) = event { agent.cluster_event(event) },
             recv(cluster_answers) -> answer => if let Ok(answer) = answer { agent.volumes.cluster_answer(answer) },
-            recv(volume_events) -> event => if let Ok(event) = event { agent.volumes.volume_event(event) },
+            recv(volume_events) -> event => if let Ok(event) = event {
+                agent.volumes.volume_event(event);
+                agent.keep_promises();
+            },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so

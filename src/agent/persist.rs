@@ -253,6 +253,9 @@ impl Agent {
                 break;
             }
         }
+        if self.dirty {
+            self.writers_may_have_changed();
+        }
         self.sync_guard();
     }
 
@@ -267,6 +270,10 @@ impl Agent {
             self.gate.hold(Effect::Submit(dispatch));
         }
         let records = self.volumes.take_journal();
+        if self.dirty || !records.is_empty() {
+            // Claims or tasks changed: so may have the guard's writers.
+            self.writers_may_have_changed();
+        }
         for reply in self.volumes.take_outbox() {
             self.gate.hold(Effect::Reply(reply));
         }
