@@ -249,11 +249,11 @@ impl Agent {
         let text = Writers { stop_after, tasks }.render();
         let path = self.options.config.data_dir.join(guard::WRITERS_FILE);
         let written = file.written == text || {
-            match Writers::write(&text, &path) {
+            match crate::state::store::write_atomic(&path, text.as_bytes()) {
                 Ok(()) => true,
                 // Still stale: tried again at the end of the next turn.
                 Err(err) => {
-                    log::warn!("Cluster: cannot write {}: {err}", path.display());
+                    log::warn!("Cluster: {}", crate::error_chain(&err));
                     false
                 }
             }

@@ -92,14 +92,6 @@ impl Writers {
             tasks,
         })
     }
-
-    /// Writes `text` (a rendering) to `path`, replacing what was there at
-    /// once.
-    pub fn write(text: &str, path: &Path) -> io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        fs::write(&tmp, text)?;
-        fs::rename(&tmp, path)
-    }
 }
 
 /// Whether the writers are due to stop: the last keep-alive was sent
@@ -112,7 +104,8 @@ pub fn due(alive: &Alive, writers: &Writers) -> bool {
 /// until that agent is gone and nothing is left to guard.
 pub fn run(data_dir: &Path, agent: (u32, u64)) -> io::Result<()> {
     let me = std::process::id();
-    Writers::write(&format!("{me}\n"), &data_dir.join(PID_FILE))?;
+    crate::state::store::write_atomic(&data_dir.join(PID_FILE), format!("{me}\n").as_bytes())
+        .map_err(|err| io::Error::other(crate::error_chain(&err)))?;
     log::info!(
         "Guard: keeping the writers' stop of the agent (pid {}) in {}",
         agent.0,

@@ -6,8 +6,8 @@
 //! The file holds the host's boot ID, the keep-alive's send time on the
 //! monotonic clock (microseconds) and the lease it kept alive. A file from
 //! another boot is ignored: the monotonic clock started over, and the
-//! tasks are gone. It is rewritten (not synced) at each keep-alive: a host
-//! that crashes takes its tasks with it.
+//! tasks are gone. It is replaced at each keep-alive, with the store's
+//! atomic write.
 
 use std::fs;
 use std::io;
@@ -34,14 +34,14 @@ fn boot_id() -> io::Result<String> {
 }
 
 impl Alive {
-    /// Writes `self` to `path`, replacing what was there at once.
+    /// Writes `self` to `path`, replacing what was there at once (the
+    /// store's atomic write).
     pub fn write(&self, path: &Path) -> io::Result<()> {
         let age = self.sent.elapsed().as_micros() as u64;
         let sent_us = crate::trace::now_us().saturating_sub(age);
         let text = format!("{} {sent_us} {}\n", boot_id()?, self.lease);
-        let tmp = path.with_extension("tmp");
-        fs::write(&tmp, text)?;
-        fs::rename(&tmp, path)
+        crate::state::store::write_atomic(path, text.as_bytes())
+            .map_err(|err| io::Error::other(crate::error_chain(&err)))
     }
 
     /// What `path` holds, if it was written since this boot (and can be
