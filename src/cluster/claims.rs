@@ -129,6 +129,18 @@ impl Promise {
         c.lease_ttl_ms = self.lease_ttl.as_millis() as u64;
     }
 
+    /// `promise` into claim `c`, or none (zeros).
+    fn write_or_clear(promise: Option<Promise>, c: &mut pb::ClusterClaim) {
+        match promise {
+            Some(p) => p.write(c),
+            None => {
+                c.stop_after_ms = 0;
+                c.budget_ms = 0;
+                c.lease_ttl_ms = 0;
+            }
+        }
+    }
+
     /// How long after the fencer saw the node's lease expire its write
     /// claims may be freed. The node's budget runs on its clock from its
     /// last keep-alive; etcd expired the lease at least a TTL (on etcd's
@@ -278,14 +290,8 @@ impl<'a> ClaimSets<'a> {
                 let c = &mut set.claims[i];
                 if c.wanted && c.read_only == req.read_only {
                     // A repeat carries the node's promise as it is now.
-                    let mut renewed = c.clone();
-                    renewed.stop_after_ms = 0;
-                    renewed.budget_ms = 0;
-                    renewed.lease_ttl_ms = 0;
-                    if let Some(promise) = req.promise.filter(|_| !req.read_only) {
-                        promise.write(&mut renewed);
-                    }
-                    *c = renewed;
+                    let promise = req.promise.filter(|_| !req.read_only);
+                    Promise::write_or_clear(promise, c);
                     return Ok(());
                 }
                 return Err(Error::Refused(format!(
@@ -302,9 +308,7 @@ impl<'a> ClaimSets<'a> {
                 wanted: true,
                 ..Default::default()
             };
-            if let Some(promise) = req.promise.filter(|_| !req.read_only) {
-                promise.write(&mut claim);
-            }
+            Promise::write_or_clear(req.promise.filter(|_| !req.read_only), &mut claim);
             set.claims.push(claim);
             Ok(())
         })
