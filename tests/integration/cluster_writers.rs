@@ -135,36 +135,11 @@ fn writer_job(volume: &str) -> String {
 /// `volume`, mounted at /data, every 20 ms.
 pub fn writer_job_as(name: &str, who: &str, volume: &str) -> String {
     let script = format!("while :; do echo \"{who} $(date +%s%N)\" >> /data/log; sleep 0.02; done");
-    format!(
-        r#"
-job "{name}" {{
-  group "g" {{
-    restart {{
-      attempts = 0
-      mode     = "fail"
-    }}
-    volume "data" {{
-      type            = "csi"
-      source          = "{volume}"
-      access_mode     = "single-node-writer"
-      attachment_mode = "file-system"
-    }}
-    task "t" {{
-      driver       = "exec"
-      kill_timeout = "1s"
-      config {{
-        command = "/bin/sh"
-        args    = ["-c", {script:?}]
-      }}
-      volume_mount {{
-        volume      = "data"
-        destination = "/data"
-      }}
-    }}
-  }}
-}}
-"#
-    )
+    let claim = format!(
+        "volume \"data\" {{\n      type            = \"csi\"\n      source          = {volume:?}\n      access_mode     = \"single-node-writer\"\n      attachment_mode = \"file-system\"\n    }}"
+    );
+    let mount = "kill_timeout = \"1s\"\n      volume_mount {\n        volume      = \"data\"\n        destination = \"/data\"\n      }";
+    crate::job::root::shell_job(name, &script, &claim, mount)
 }
 
 fn writer(agent: &Agent) -> JobStatus {

@@ -18,7 +18,7 @@ use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
 mod json;
-mod root;
+pub(crate) mod root;
 
 const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";

@@ -17,7 +17,7 @@ use crate::util::{mounts_under, require_root};
 
 /// A job of one exec task running `script` under `sh -c`; `task_extra`
 /// goes into the task block, `group_extra` into the group.
-fn shell_job(name: &str, script: &str, group_extra: &str, task_extra: &str) -> String {
+pub(crate) fn shell_job(name: &str, script: &str, group_extra: &str, task_extra: &str) -> String {
     format!(
         r#"
 job "{name}" {{
