@@ -72,6 +72,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod call;
 pub mod cli;
 pub mod cluster;
 pub mod csi;

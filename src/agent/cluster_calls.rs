@@ -5,12 +5,12 @@
 
 use std::thread;
 
-use crate::api::{ApiError, ErrorKind, Response};
+use crate::api::{ReplyTo, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::cluster::fence::{self, DetachError, Fenced};
-use crate::cluster::node;
-use crate::proto::agent as api;
+use crate::cluster::node::{self, ClusterNode, NodeStatus};
+use crate::plugin::{Health, PluginStatus, StatusReport};
 use crate::proto::cluster as pb;
-use crate::volume::manager::ReplyTo;
 
 use super::cluster::Connection;
 use super::Agent;
@@ -21,8 +21,8 @@ impl Agent {
     /// thread of its own.
     pub(super) fn cluster_plugin_status(
         &self,
-        req: api::PluginStatusRequest,
-        local: Result<api::PluginStatusResponse, ApiError>,
+        id: String,
+        local: Result<StatusReport, CallError>,
         reply: ReplyTo,
     ) {
         let Some(cluster) = &self.cluster else {
@@ -38,7 +38,7 @@ impl Agent {
             .name("plugin-status".into())
             .spawn(move || {
                 let answer = match node::list(&etcd, &prefix) {
-                    Ok(records) => counted_over(&req.id, local, &records, &me),
+                    Ok(records) => counted_over(&id, local, &records, &me),
                     Err(err) => local.map(|mut resp| {
                         resp.cluster_note = format!(
                             "counts of this host only: cannot read the cluster's nodes: {}",
@@ -57,7 +57,7 @@ impl Agent {
     /// `node status`: read from etcd on a thread of its own.
     pub(super) fn node_status(&self, reply: ReplyTo) {
         let Some(cluster) = &self.cluster else {
-            let err = ApiError::new(
+            let err = CallError::new(
                 ErrorKind::FailedPrecondition,
                 "this agent is not in a cluster (its config has no cluster block)",
             );
@@ -69,11 +69,11 @@ impl Agent {
             Connection::Connected => ("connected", String::new()),
             Connection::Disconnected { reason } => ("disconnected", reason.clone()),
         };
-        let base = api::NodeStatusResponse {
+        let base = NodeStatus {
             this_node: cluster.node.clone(),
             connection: connection.to_string(),
             reason,
-            ..Default::default()
+            nodes: Vec::new(),
         };
         // Cut off from etcd, the agent still knows where it stands, and
         // the error says so.
@@ -91,7 +91,7 @@ impl Agent {
                 let answer = node::list(&etcd, &prefix)
                     .map(|records| {
                         let mut resp = base;
-                        resp.nodes = records.into_iter().map(node_to_api).collect();
+                        resp.nodes = records.into_iter().map(ClusterNode::from_record).collect();
                         resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
                         Response::NodeStatus(resp)
                     })
@@ -99,7 +99,7 @@ impl Agent {
                         let chain = crate::error_chain(&err);
                         let message =
                             format!("{this_agent}; cannot list the cluster's nodes: {chain}");
-                        ApiError::new(ErrorKind::Unavailable, message)
+                        CallError::new(ErrorKind::Unavailable, message)
                     });
                 reply.send(answer);
             });
@@ -110,9 +110,9 @@ impl Agent {
 
     /// `volume detach -force -node`: on a thread of its own, since the
     /// controller leader's detach may take a while.
-    pub(super) fn force_detach(&self, req: api::VolumeForceDetachRequest, reply: ReplyTo) {
+    pub(super) fn force_detach(&self, volume_id: String, node: String, reply: ReplyTo) {
         let refuse = |reply: ReplyTo, kind, message: String| {
-            reply.send(Err(ApiError::new(kind, message)));
+            reply.send(Err(CallError::new(kind, message)));
         };
         let Some(cluster) = &self.cluster else {
             return refuse(
@@ -121,20 +121,20 @@ impl Agent {
                 "detaching another node's claims needs a cluster: this agent's config has no cluster block".into(),
             );
         };
-        if req.volume_id.is_empty() || req.node.is_empty() {
+        if volume_id.is_empty() || node.is_empty() {
             return refuse(
                 reply,
                 ErrorKind::InvalidArgument,
                 "volume_id and node are required".into(),
             );
         }
-        if req.node == cluster.node {
+        if node == cluster.node {
             return refuse(
                 reply,
                 ErrorKind::FailedPrecondition,
                 format!(
                     "node {} is this agent: release its claims with `csi-agent volume detach {}`",
-                    req.node, req.volume_id
+                    node, volume_id
                 ),
             );
         }
@@ -142,25 +142,25 @@ impl Agent {
         let spawned = thread::Builder::new()
             .name("force-detach".into())
             .spawn(move || {
-                let (volume, node) = (&req.volume_id, &req.node);
-                let answer = match fence::detach(&etcd, &prefix, volume, node) {
+                let volume = &volume_id;
+                let answer = match fence::detach(&etcd, &prefix, volume, &node) {
                     Ok(Fenced::Freed | Fenced::Operator) => {
                         log::info!("Cluster: an operator freed lost node {node}'s claims on volume {volume}");
-                        Ok(Response::VolumeForceDetach(Default::default()))
+                        Ok(Response::VolumeForceDetach)
                     }
-                    Ok(Fenced::Until(_)) => Err(ApiError::new(
+                    Ok(Fenced::Until(_)) => Err(CallError::new(
                         ErrorKind::Unavailable,
                         format!("node {node}'s claims on volume {volume} are not freed yet"),
                     )),
-                    Ok(Fenced::Waiting(why)) => Err(ApiError::new(
+                    Ok(Fenced::Waiting(why)) => Err(CallError::new(
                         ErrorKind::Unavailable,
                         format!("node {node}'s claims on volume {volume} are not freed: {why}"),
                     )),
-                    Err(err @ DetachError::NodeAlive { .. }) => Err(ApiError::new(
+                    Err(err @ DetachError::NodeAlive { .. }) => Err(CallError::new(
                         ErrorKind::FailedPrecondition,
                         err.to_string(),
                     )),
-                    Err(err) => Err(ApiError::new(
+                    Err(err) => Err(CallError::new(
                         ErrorKind::Unavailable,
                         crate::error_chain(&err),
                     )),
@@ -178,10 +178,10 @@ impl Agent {
 /// nodes run is listed with its counts.
 fn counted_over(
     id: &str,
-    local: Result<api::PluginStatusResponse, ApiError>,
+    local: Result<StatusReport, CallError>,
     records: &[pb::NodeRecord],
     me: &str,
-) -> Result<api::PluginStatusResponse, ApiError> {
+) -> Result<StatusReport, CallError> {
     let others: Vec<&pb::NodePlugin> = records
         .iter()
         .filter(|r| r.node != me)
@@ -191,17 +191,14 @@ fn counted_over(
     let mut resp = match local {
         Ok(resp) => resp,
         // Not here, but elsewhere in the cluster.
-        Err(_) if !others.is_empty() => api::PluginStatusResponse::default(),
+        Err(_) if !others.is_empty() => StatusReport::default(),
         Err(err) => return Err(err),
     };
     for p in others {
         let i = match resp.plugins.iter().position(|s| s.id == p.id) {
             Some(i) => i,
             None => {
-                resp.plugins.push(api::PluginStatus {
-                    id: p.id.clone(),
-                    ..Default::default()
-                });
+                resp.plugins.push(PluginStatus::elsewhere(&p.id));
                 resp.plugins.len() - 1
             }
         };
@@ -216,32 +213,13 @@ fn counted_over(
         let all =
             s.controllers_healthy == s.controllers_expected && s.nodes_healthy == s.nodes_expected;
         s.health = if all {
-            api::Health::HEALTHY
+            Health::Healthy
         } else {
-            api::Health::UNHEALTHY
-        }
-        .into();
+            Health::Unhealthy
+        };
     }
     resp.plugins.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(resp)
-}
-
-fn node_to_api(record: pb::NodeRecord) -> api::ClusterNode {
-    api::ClusterNode {
-        name: record.node,
-        registered_unix_ms: record.registered_unix_ms,
-        plugins: record
-            .plugins
-            .into_iter()
-            .map(|p| api::ClusterNodePlugin {
-                id: p.id,
-                node_id: p.node_id,
-                healthy: p.healthy,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
@@ -267,7 +245,7 @@ mod tests {
         }
     }
 
-    fn row(s: &api::PluginStatus) -> (&str, u32, u32, u32, u32) {
+    fn row(s: &PluginStatus) -> (&str, u32, u32, u32, u32) {
         (
             s.id.as_str(),
             s.controllers_healthy,
@@ -279,15 +257,23 @@ mod tests {
 
     #[test]
     fn plugins_are_counted_over_every_node_and_this_one_from_its_own_answer() {
-        let local = api::PluginStatusResponse {
-            plugins: vec![api::PluginStatus {
+        let instance =
+            crate::plugin::PluginRecord::from_proto(&crate::proto::state::PluginRecord {
                 id: "ebs".into(),
+                socket: "/run/ebs.sock".into(),
+                type_: "node".into(),
+                source: "config".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        let local = StatusReport {
+            plugins: vec![PluginStatus {
                 nodes_healthy: 1,
                 nodes_expected: 1,
-                instances: vec![Default::default()],
-                ..Default::default()
+                instances: vec![instance],
+                ..PluginStatus::elsewhere("ebs")
             }],
-            ..Default::default()
+            cluster_note: String::new(),
         };
         let records = [
             // This node's record may lag: its own answer counts.
@@ -302,18 +288,15 @@ mod tests {
         let rows: Vec<_> = resp.plugins.iter().map(row).collect();
         assert_eq!(rows, [("ebs", 1, 1, 2, 3), ("nfs", 0, 0, 1, 1)]);
         // Only elsewhere: counted, with health from the counts.
-        assert_eq!(
-            resp.plugins[1].health.enum_value(),
-            Ok(api::Health::HEALTHY)
-        );
+        assert_eq!(resp.plugins[1].health, Health::Healthy);
 
-        let unknown = ApiError::not_found("no plugin \"nfs\"");
+        let unknown = CallError::not_found("no plugin \"nfs\"");
         let resp = counted_over("nfs", Err(unknown), &records, "a").unwrap();
         assert_eq!(
             resp.plugins.iter().map(row).collect::<Vec<_>>(),
             [("nfs", 0, 0, 1, 1)]
         );
-        let unknown = ApiError::not_found("no plugin \"zfs\"");
+        let unknown = CallError::not_found("no plugin \"zfs\"");
         assert!(counted_over("zfs", Err(unknown), &records, "a").is_err());
     }
 }

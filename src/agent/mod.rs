@@ -55,10 +55,10 @@ use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
 use crate::api::{self, Access, Call, Request, Response};
+use crate::call::Reply;
 use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
 use crate::plugin::{Health, InstanceKey, Registry, RegistryEvent, Report, Service, Source};
-use crate::proto::agent as apipb;
 use crate::spec::AgentConfig;
 use crate::state::Store;
 use crate::task::Allocs;
@@ -178,7 +178,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         Ok(mounts) => volumes.reconcile(&mounts),
         Err(err) => log::error!("Cannot reconcile the claims with the mount table: {err}"),
     }
-    let mut allocs = Allocs::new(&data_dir);
+    let mut allocs = Allocs::new(&data_dir, &data_dir.join(api::SOCKET_NAME));
     allocs.configure(
         &options.config.host_volumes,
         config_plugin_ids(&options.config),
@@ -351,74 +351,90 @@ impl Agent {
             }
         }
         let registry = &self.registry;
+        // The volume manager answers in its own terms.
+        let volume_reply = |reply: api::ReplyTo| reply.map(Response::Volume);
         let dispatch = match call.request {
-            Request::PluginStatus(req) => {
-                let local = self.plugin_status(&req);
-                self.cluster_plugin_status(req, local, reply);
+            Request::PluginStatus { id } => {
+                let local = self.plugin_status(&id);
+                self.cluster_plugin_status(id, local, reply);
                 None
             }
-            Request::VolumeRegister(req) => self.volumes.register(&req, reply, registry),
-            Request::VolumeCreate(req) => self.volumes.create(&req, reply, registry),
+            Request::VolumeRegister(req) => {
+                self.volumes.register(&req, volume_reply(reply), registry)
+            }
+            Request::VolumeCreate(req) => self.volumes.create(&req, volume_reply(reply), registry),
             Request::VolumeDeregister(req) => {
-                self.volumes.deregister(&req.id, req.force, reply);
+                self.volumes
+                    .deregister(&req.id, req.force, volume_reply(reply));
                 None
             }
-            Request::VolumeDelete(req) => self.volumes.delete(&req.id, reply, registry),
+            Request::VolumeDelete(req) => {
+                self.volumes.delete(&req.id, volume_reply(reply), registry)
+            }
             Request::VolumeStatus(req) => {
                 // NodeGetVolumeStats changes nothing: it goes out now.
-                if let Some(stats) = self.volumes.status(&req, reply, registry) {
+                if let Some(stats) = self.volumes.status(&req, volume_reply(reply), registry) {
                     self.submit(stats);
                 }
                 None
             }
             Request::VolumeClaim(req) => {
                 crate::trace::point("loop-claim", "");
-                self.volumes.claim(&req, reply, registry, Instant::now());
+                self.volumes
+                    .claim(&req, volume_reply(reply), registry, Instant::now());
                 None
             }
             Request::VolumeRelease(req) => {
                 crate::trace::point("loop-release", "");
-                self.volumes.release(&req.volume_id, &req.alloc_id, reply);
+                self.volumes
+                    .release(&req.volume_id, &req.alloc_id, volume_reply(reply));
                 None
             }
             Request::SnapshotCreate(req) => {
                 // Sent once the volume has no other call in flight.
-                self.volumes.snapshot_create(&req, reply, registry);
+                self.volumes
+                    .snapshot_create(&req, volume_reply(reply), registry);
                 None
             }
             // These change nothing the agent keeps: they go out now.
             Request::SnapshotDelete(req) => {
-                if let Some(job) = self.volumes.snapshot_delete(&req, reply, registry) {
+                if let Some(job) = self
+                    .volumes
+                    .snapshot_delete(&req, volume_reply(reply), registry)
+                {
                     self.submit(job);
                 }
                 None
             }
             Request::SnapshotList(req) => {
-                if let Some(job) = self.volumes.snapshot_list(&req, reply, registry) {
+                if let Some(job) = self
+                    .volumes
+                    .snapshot_list(&req, volume_reply(reply), registry)
+                {
                     self.submit(job);
                 }
                 None
             }
-            Request::NodeStatus(_) => {
+            Request::NodeStatus => {
                 self.node_status(reply);
                 None
             }
-            Request::VolumeForceDetach(req) => {
-                self.force_detach(req, reply);
+            Request::VolumeForceDetach { volume_id, node } => {
+                self.force_detach(volume_id, node, reply);
                 None
             }
             Request::JobRun(req) => {
                 let result = self.allocs.run_job(&req).map(Response::JobRun);
-                self.gate.hold(Effect::Reply((reply, result)));
+                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
                 None
             }
-            Request::JobStop(req) => {
-                let result = self.allocs.stop_job(&req).map(Response::JobStop);
-                self.gate.hold(Effect::Reply((reply, result)));
+            Request::JobStop { name, purge } => {
+                let result = self.allocs.stop_job(&name, purge).map(Response::JobStop);
+                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
                 None
             }
-            Request::JobStatus(req) => {
-                reply.send(self.allocs.status(&req).map(Response::JobStatus));
+            Request::JobStatus { name } => {
+                reply.send(self.allocs.status(&name).map(Response::JobStatus));
                 None
             }
             Request::AllocLogs(req) => {
@@ -485,10 +501,9 @@ impl Agent {
         }
         self.demo_requested = true;
         let (reply, answer) = bounded(1);
-        let req = apipb::VolumeSpecRequest {
+        let req = crate::volume::calls::SpecRequest {
             file: "(dev demo volume)".into(),
             hcl: dev::DEMO_VOLUME_HCL.into(),
-            ..Default::default()
         };
         if let Some(dispatch) = self.volumes.create(&req, reply.into(), &self.registry) {
             self.gate.hold(Effect::Submit(dispatch));

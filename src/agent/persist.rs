@@ -64,11 +64,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::Agent;
-use crate::api::{ApiError, ErrorKind};
+use crate::call::Reply;
+use crate::call::{CallError, ErrorKind};
 use crate::csi::Backoff;
 use crate::plugin::PluginRecord;
 use crate::proto::state as statepb;
-use crate::volume::manager::{Dispatch, Reply};
+use crate::volume::manager::Dispatch;
 
 /// Fold the journal into a new snapshot once it is half as large as the
 /// snapshot, and at least this large. A snapshot costs in proportion to
@@ -211,8 +212,8 @@ impl<E> Gate<E> {
 
 /// The answer to a call that would change the state while the state in
 /// `data_dir` cannot be persisted because of `cause`.
-pub(super) fn refusal(data_dir: &Path, cause: &str) -> ApiError {
-    ApiError::new(
+pub(super) fn refusal(data_dir: &Path, cause: &str) -> CallError {
+    CallError::new(
         ErrorKind::FailedPrecondition,
         format!(
             "cannot persist the state in {}: {cause}; nothing was changed",
@@ -274,11 +275,11 @@ impl Agent {
             // Claims or tasks changed: so may have the guard's writers.
             self.writers_may_have_changed();
         }
-        for reply in self.volumes.take_outbox() {
-            self.gate.hold(Effect::Reply(reply));
+        for (to, answer) in self.volumes.take_outbox() {
+            self.gate.hold(Effect::Reply(Reply::new(to, answer)));
         }
-        for ack in self.volumes.take_acks() {
-            self.gate.hold(Effect::Acknowledge(ack));
+        for (to, answer) in self.volumes.take_acks() {
+            self.gate.hold(Effect::Acknowledge(Reply::new(to, answer)));
         }
         for resume in self.volumes.take_resumes() {
             self.gate.hold(Effect::Resume(resume));
@@ -365,9 +366,9 @@ impl Agent {
         match effect {
             Effect::Submit(dispatch) => self.submit(dispatch),
             // The caller may have given up; that is not the loop's problem.
-            Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) => {
+            Effect::Reply(reply) | Effect::Acknowledge(reply) => {
                 crate::trace::point("reply", "");
-                reply.send(result);
+                reply.send();
             }
             Effect::Cluster(mut op) => {
                 // A claim carries the node's promise to stop its writers
@@ -429,10 +430,8 @@ impl Agent {
             Ok(()) => {
                 self.dirty = false;
                 for effect in self.gate.persisted() {
-                    if let Effect::Reply((reply, result)) | Effect::Acknowledge((reply, result)) =
-                        effect
-                    {
-                        reply.send(result);
+                    if let Effect::Reply(reply) | Effect::Acknowledge(reply) = effect {
+                        reply.send();
                     }
                 }
             }
@@ -526,11 +525,8 @@ mod tests {
     fn only_resumes_and_acknowledgements_need_a_write_alone() {
         let (reply, _) = crossbeam_channel::bounded(1);
         let (resume, _) = crossbeam_channel::bounded(1);
-        let ack = |reply| {
-            (
-                crate::api::ReplyTo::from(reply),
-                Err(ApiError::new(ErrorKind::Internal, "x")),
-            )
+        let ack = |reply: crossbeam_channel::Sender<crate::call::Answer<()>>| {
+            Reply::new(reply.into(), Err(CallError::new(ErrorKind::Internal, "x")))
         };
         assert!(Effect::Resume(resume).written_suffices());
         assert!(Effect::Acknowledge(ack(reply.clone())).written_suffices());

@@ -8,10 +8,11 @@
 //! reports of the old one are told apart by generation), and instances
 //! that went away are deregistered, unless a running task provides them.
 
-use crate::api::ApiError;
+use crate::call::CallError;
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
-use crate::plugin::{InstanceKey, PluginRecord, PluginSpec, Registry, Source};
-use crate::proto::{agent as apipb, state as statepb};
+use crate::plugin::StatusReport;
+use crate::plugin::{InstanceKey, PluginRecord, PluginSpec, PluginStatus, Registry, Source};
+use crate::proto::state as statepb;
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 
 use super::{dev, Agent};
@@ -160,25 +161,22 @@ impl Agent {
     }
 
     /// `plugin status`: every plugin ID, or one, with its instances.
-    pub(super) fn plugin_status(
-        &self,
-        req: &apipb::PluginStatusRequest,
-    ) -> Result<apipb::PluginStatusResponse, ApiError> {
-        let mut plugins: Vec<apipb::PluginStatus> = if req.id.is_empty() {
+    pub(super) fn plugin_status(&self, id: &str) -> Result<StatusReport, CallError> {
+        let mut plugins: Vec<PluginStatus> = if id.is_empty() {
             self.registry
                 .ids()
                 .into_iter()
                 .filter_map(|id| self.registry.status(id))
                 .collect()
         } else {
-            match self.registry.status(&req.id) {
+            match self.registry.status(id) {
                 Some(status) => vec![status],
                 None => {
                     let known = self.registry.ids();
-                    return Err(ApiError::not_found(if known.is_empty() {
-                        format!("no plugin {:?} (no plugins are registered)", req.id)
+                    return Err(CallError::not_found(if known.is_empty() {
+                        format!("no plugin {id:?} (no plugins are registered)")
                     } else {
-                        format!("no plugin {:?} (registered: {})", req.id, known.join(", "))
+                        format!("no plugin {id:?} (registered: {})", known.join(", "))
                     }));
                 }
             }
@@ -191,9 +189,9 @@ impl Agent {
                 .map(|v| v.id.clone())
                 .collect();
         }
-        Ok(apipb::PluginStatusResponse {
+        Ok(StatusReport {
             plugins,
-            ..Default::default()
+            cluster_note: String::new(),
         })
     }
 }

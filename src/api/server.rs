@@ -21,10 +21,11 @@ use std::thread::{self, JoinHandle};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink, UnarySinkResult};
 
-use super::{ApiError, Call, ErrorKind, ReplyTo, Request, Response};
+use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::client::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
 use crate::sys::peercred;
+use crate::volume::calls::Answer;
 
 #[derive(Debug)]
 pub enum Error {
@@ -210,7 +211,7 @@ impl Service {
         let reply = ReplyTo::sink(move |result| {
             let sending = match result.map(answer) {
                 Ok(Some(resp)) => sink.success(resp),
-                Ok(None) => sink.fail(status(&ApiError::new(
+                Ok(None) => sink.fail(status(&CallError::new(
                     ErrorKind::Internal,
                     format!("the agent answered {method} with another response"),
                 ))),
@@ -235,7 +236,7 @@ fn wait_until_sent(sent: Receiver<UnarySinkResult>) {
     }
 }
 
-fn status(err: &ApiError) -> RpcStatus {
+fn status(err: &CallError) -> RpcStatus {
     let code = match err.kind {
         ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
         ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
@@ -257,10 +258,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "PluginStatus",
-            Request::PluginStatus(req),
+            Request::PluginStatus { id: req.id },
             sink,
             |resp| match resp {
-                Response::PluginStatus(resp) => Some(resp),
+                Response::PluginStatus(report) => Some(wire::plugin_status(report)),
                 _ => None,
             },
         );
@@ -274,7 +275,7 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeRegister",
-            Request::VolumeRegister(req),
+            Request::VolumeRegister(wire::spec_request(req)),
             sink,
             status_response,
         );
@@ -288,7 +289,7 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeCreate",
-            Request::VolumeCreate(req),
+            Request::VolumeCreate(wire::spec_request(req)),
             sink,
             status_response,
         );
@@ -302,9 +303,12 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeDeregister",
-            Request::VolumeDeregister(req),
+            Request::VolumeDeregister(wire::deregister_request(req)),
             sink,
-            deregister_response,
+            |resp| match resp {
+                Response::Volume(Answer::Deregistered) => Some(Default::default()),
+                _ => None,
+            },
         );
     }
 
@@ -316,9 +320,12 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeDelete",
-            Request::VolumeDelete(req),
+            Request::VolumeDelete(wire::deregister_request(req)),
             sink,
-            deregister_response,
+            |resp| match resp {
+                Response::Volume(Answer::Deregistered) => Some(Default::default()),
+                _ => None,
+            },
         );
     }
 
@@ -330,7 +337,7 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeStatus",
-            Request::VolumeStatus(req),
+            Request::VolumeStatus(wire::status_request(req)),
             sink,
             status_response,
         );
@@ -344,10 +351,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeClaim",
-            Request::VolumeClaim(req),
+            Request::VolumeClaim(wire::claim_request(req)),
             sink,
             |resp| match resp {
-                Response::VolumeClaim(resp) => Some(resp),
+                Response::Volume(Answer::Claimed(c)) => Some(wire::claimed(c)),
                 _ => None,
             },
         );
@@ -361,10 +368,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeRelease",
-            Request::VolumeRelease(req),
+            Request::VolumeRelease(wire::release_request(req)),
             sink,
             |resp| match resp {
-                Response::VolumeRelease(resp) => Some(resp),
+                Response::Volume(Answer::Released(r)) => Some(wire::released(r)),
                 _ => None,
             },
         );
@@ -378,10 +385,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "SnapshotCreate",
-            Request::SnapshotCreate(req),
+            Request::SnapshotCreate(wire::snapshot_create_request(req)),
             sink,
             |resp| match resp {
-                Response::SnapshotCreate(resp) => Some(resp),
+                Response::Volume(Answer::SnapshotCreated(s)) => Some(wire::snapshot_created(s)),
                 _ => None,
             },
         );
@@ -395,10 +402,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "SnapshotDelete",
-            Request::SnapshotDelete(req),
+            Request::SnapshotDelete(wire::snapshot_delete_request(req)),
             sink,
             |resp| match resp {
-                Response::SnapshotDelete(resp) => Some(resp),
+                Response::Volume(Answer::SnapshotDeleted) => Some(Default::default()),
                 _ => None,
             },
         );
@@ -412,10 +419,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "SnapshotList",
-            Request::SnapshotList(req),
+            Request::SnapshotList(wire::snapshot_list_request(req)),
             sink,
             |resp| match resp {
-                Response::SnapshotList(resp) => Some(resp),
+                Response::Volume(Answer::Snapshots(all)) => Some(wire::snapshots(all)),
                 _ => None,
             },
         );
@@ -429,10 +436,13 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "VolumeForceDetach",
-            Request::VolumeForceDetach(req),
+            Request::VolumeForceDetach {
+                volume_id: req.volume_id,
+                node: req.node,
+            },
             sink,
             |resp| match resp {
-                Response::VolumeForceDetach(resp) => Some(resp),
+                Response::VolumeForceDetach => Some(Default::default()),
                 _ => None,
             },
         );
@@ -441,18 +451,13 @@ impl agent_grpc::Agent for Service {
     fn node_status(
         &mut self,
         _ctx: RpcContext,
-        req: api::NodeStatusRequest,
+        _req: api::NodeStatusRequest,
         sink: UnarySink<api::NodeStatusResponse>,
     ) {
-        self.forward(
-            "NodeStatus",
-            Request::NodeStatus(req),
-            sink,
-            |resp| match resp {
-                Response::NodeStatus(resp) => Some(resp),
-                _ => None,
-            },
-        );
+        self.forward("NodeStatus", Request::NodeStatus, sink, |resp| match resp {
+            Response::NodeStatus(status) => Some(wire::node_status(status)),
+            _ => None,
+        });
     }
 
     fn job_run(
@@ -461,10 +466,15 @@ impl agent_grpc::Agent for Service {
         req: api::JobRunRequest,
         sink: UnarySink<api::JobRunResponse>,
     ) {
-        self.forward("JobRun", Request::JobRun(req), sink, |resp| match resp {
-            Response::JobRun(resp) => Some(resp),
-            _ => None,
-        });
+        self.forward(
+            "JobRun",
+            Request::JobRun(wire::job_file(req)),
+            sink,
+            |resp| match resp {
+                Response::JobRun(run) => Some(wire::job_run(run)),
+                _ => None,
+            },
+        );
     }
 
     fn job_stop(
@@ -473,10 +483,18 @@ impl agent_grpc::Agent for Service {
         req: api::JobStopRequest,
         sink: UnarySink<api::JobStopResponse>,
     ) {
-        self.forward("JobStop", Request::JobStop(req), sink, |resp| match resp {
-            Response::JobStop(resp) => Some(resp),
-            _ => None,
-        });
+        self.forward(
+            "JobStop",
+            Request::JobStop {
+                name: req.name,
+                purge: req.purge,
+            },
+            sink,
+            |resp| match resp {
+                Response::JobStop(ids) => Some(wire::job_stop(ids)),
+                _ => None,
+            },
+        );
     }
 
     fn job_status(
@@ -487,10 +505,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "JobStatus",
-            Request::JobStatus(req),
+            Request::JobStatus { name: req.name },
             sink,
             |resp| match resp {
-                Response::JobStatus(resp) => Some(resp),
+                Response::JobStatus(jobs) => Some(wire::job_status(jobs)),
                 _ => None,
             },
         );
@@ -504,10 +522,10 @@ impl agent_grpc::Agent for Service {
     ) {
         self.forward(
             "AllocLogs",
-            Request::AllocLogs(req),
+            Request::AllocLogs(wire::logs_request(req)),
             sink,
             |resp| match resp {
-                Response::AllocLogs(resp) => Some(resp),
+                Response::AllocLogs(path) => Some(wire::logs(path)),
                 _ => None,
             },
         );
@@ -516,14 +534,7 @@ impl agent_grpc::Agent for Service {
 
 fn status_response(resp: Response) -> Option<api::VolumeStatusResponse> {
     match resp {
-        Response::VolumeStatus(resp) => Some(resp),
-        _ => None,
-    }
-}
-
-fn deregister_response(resp: Response) -> Option<api::VolumeDeregisterResponse> {
-    match resp {
-        Response::VolumeDeregister(resp) => Some(resp),
+        Response::Volume(Answer::Status(status)) => Some(wire::volume_status(status)),
         _ => None,
     }
 }

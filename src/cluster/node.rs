@@ -77,6 +77,53 @@ impl From<etcd::Error> for Error {
     }
 }
 
+/// `node status`: where this agent stands, and the nodes registered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub this_node: String,
+    /// `connecting`, `connected` or `disconnected`.
+    pub connection: String,
+    /// Why it is disconnected.
+    pub reason: String,
+    /// By name.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// A node's record, as `node status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub name: String,
+    pub registered: std::time::SystemTime,
+    pub plugins: Vec<ClusterNodePlugin>,
+}
+
+/// A plugin a node runs, with the ID it has there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterNodePlugin {
+    pub id: String,
+    pub node_id: String,
+    pub healthy: bool,
+}
+
+impl ClusterNode {
+    pub fn from_record(record: pb::NodeRecord) -> ClusterNode {
+        ClusterNode {
+            name: record.node,
+            registered: std::time::UNIX_EPOCH
+                + Duration::from_millis(record.registered_unix_ms.max(0) as u64),
+            plugins: record
+                .plugins
+                .into_iter()
+                .map(|p| ClusterNodePlugin {
+                    id: p.id,
+                    node_id: p.node_id,
+                    healthy: p.healthy,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The key of `node` under `prefix`.
 pub fn node_key(prefix: &str, node: &str) -> Vec<u8> {
     format!("{}/nodes/{node}", prefix.trim_end_matches('/')).into_bytes()

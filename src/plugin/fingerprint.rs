@@ -9,7 +9,7 @@ use crate::csi::types::{
     CapabilitySet, ControllerCapability, NodeCapability, NodeInfo, PluginCapability, PluginInfo,
 };
 use crate::csi::Client;
-use crate::proto::agent as api;
+use crate::proto::state as pb;
 use crate::spec::PluginType;
 
 /// One fingerprint of a plugin.
@@ -108,9 +108,9 @@ impl Fingerprint {
         } == *other
     }
 
-    pub fn to_proto(&self) -> api::Fingerprint {
+    pub fn to_proto(&self) -> pb::Fingerprint {
         let node = self.node.clone().unwrap_or_default();
-        api::Fingerprint {
+        pb::Fingerprint {
             provider: self.info.name.clone(),
             version: self.info.vendor_version.clone(),
             manifest: self.info.manifest.clone().into_iter().collect(),
@@ -134,7 +134,7 @@ impl Fingerprint {
 
     /// The fingerprint a snapshot recorded. Capability names this binary
     /// does not know are dropped: the next heartbeat asks again anyway.
-    pub fn from_proto(p: &api::Fingerprint) -> Fingerprint {
+    pub fn from_proto(p: &pb::Fingerprint) -> Fingerprint {
         let node = (!p.node_id.is_empty()).then(|| NodeInfo {
             node_id: p.node_id.clone(),
             max_volumes_per_node: p.max_volumes,

@@ -34,7 +34,9 @@ use crate::spec::PluginType;
 
 pub use fingerprint::Fingerprint;
 pub use instance::{Instance, InstanceSettings};
-pub use registry::{HealthEvent, PluginRecord, Registry, RegistryEvent};
+pub use registry::{
+    HealthEvent, PluginRecord, PluginStatus, Registry, RegistryEvent, StatusReport,
+};
 
 /// Who registered a plugin, so that the right party removes it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -19,7 +19,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::fingerprint::{from_unix_ms, unix_ms};
 use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report, Service, Source};
 use crate::csi::types::PluginCapability;
-use crate::proto::agent as api;
+use crate::proto::state as pb;
 
 /// How many health events each plugin keeps.
 pub const EVENTS_KEPT: usize = 16;
@@ -52,6 +52,53 @@ pub struct Counts {
     pub controllers_expected: u32,
     pub nodes_healthy: u32,
     pub nodes_expected: u32,
+}
+
+/// A plugin as `plugin status` shows it: its instances taken together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PluginStatus {
+    pub id: String,
+    /// The name and version its controller's fingerprint gives, else its
+    /// node's.
+    pub provider: String,
+    pub version: String,
+    pub controllers_healthy: u32,
+    pub controllers_expected: u32,
+    pub nodes_healthy: u32,
+    pub nodes_expected: u32,
+    /// Healthy if every instance is, unhealthy if any is.
+    pub health: Health,
+    /// Empty for a plugin only other nodes of a cluster run.
+    pub instances: Vec<PluginRecord>,
+    /// The volumes registered on it.
+    pub volumes: Vec<String>,
+}
+
+impl PluginStatus {
+    /// A plugin this host has no instance of (only other nodes of a
+    /// cluster run it): nothing counted yet.
+    pub fn elsewhere(id: &str) -> PluginStatus {
+        PluginStatus {
+            id: id.to_string(),
+            provider: String::new(),
+            version: String::new(),
+            controllers_healthy: 0,
+            controllers_expected: 0,
+            nodes_healthy: 0,
+            nodes_expected: 0,
+            health: Health::Pending,
+            instances: Vec::new(),
+            volumes: Vec::new(),
+        }
+    }
+}
+
+/// The answer to `plugin status`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusReport {
+    pub plugins: Vec<PluginStatus>,
+    /// Why the counts are this host's only, in a cluster.
+    pub cluster_note: String,
 }
 
 /// A plugin instance in the registry.
@@ -112,8 +159,8 @@ impl PluginRecord {
             && self.fingerprint.is_some()
     }
 
-    pub fn to_proto(&self) -> api::Plugin {
-        api::Plugin {
+    pub fn to_proto(&self) -> pb::PluginRecord {
+        pb::PluginRecord {
             id: self.spec.id.clone(),
             socket: self.spec.endpoint.path().to_string_lossy().into_owned(),
             type_: self.spec.plugin_type.as_str().to_string(),
@@ -125,7 +172,7 @@ impl PluginRecord {
             events: self
                 .events
                 .iter()
-                .map(|e| api::HealthEvent {
+                .map(|e| pb::HealthEvent {
                     unix_ms: unix_ms(e.time),
                     old_health: health_to_proto(e.old).into(),
                     new_health: health_to_proto(e.new).into(),
@@ -145,7 +192,7 @@ impl PluginRecord {
     }
 
     /// The record a snapshot kept, or why it cannot be used.
-    pub fn from_proto(p: &api::Plugin) -> Result<PluginRecord, String> {
+    pub fn from_proto(p: &pb::PluginRecord) -> Result<PluginRecord, String> {
         let endpoint = p
             .socket
             .parse()
@@ -156,9 +203,9 @@ impl PluginRecord {
             .map_err(|e| format!("plugin {:?}: {e}", p.id))?;
         let source = Source::parse(&p.source)
             .ok_or_else(|| format!("plugin {:?}: unknown source {:?}", p.id, p.source))?;
-        let health = |h: protobuf::EnumOrUnknown<api::Health>| match h.enum_value() {
-            Ok(api::Health::HEALTHY) => Health::Healthy,
-            Ok(api::Health::UNHEALTHY) => Health::Unhealthy,
+        let health = |h: protobuf::EnumOrUnknown<pb::PluginHealth>| match h.enum_value() {
+            Ok(pb::PluginHealth::PLUGIN_HEALTHY) => Health::Healthy,
+            Ok(pb::PluginHealth::PLUGIN_UNHEALTHY) => Health::Unhealthy,
             _ => Health::Pending,
         };
         Ok(PluginRecord {
@@ -190,11 +237,11 @@ impl PluginRecord {
     }
 }
 
-pub fn health_to_proto(health: Health) -> api::Health {
+fn health_to_proto(health: Health) -> pb::PluginHealth {
     match health {
-        Health::Pending => api::Health::PENDING,
-        Health::Healthy => api::Health::HEALTHY,
-        Health::Unhealthy => api::Health::UNHEALTHY,
+        Health::Pending => pb::PluginHealth::PLUGIN_PENDING,
+        Health::Healthy => pb::PluginHealth::PLUGIN_HEALTHY,
+        Health::Unhealthy => pb::PluginHealth::PLUGIN_UNHEALTHY,
     }
 }
 
@@ -350,7 +397,7 @@ impl Registry {
     /// Plugin `id` as `plugin status` shows it: its instances, and its
     /// controllers and nodes counted as Nomad counts them; `None` when it
     /// has no instance.
-    pub fn status(&self, id: &str) -> Option<api::PluginStatus> {
+    pub fn status(&self, id: &str) -> Option<PluginStatus> {
         let instances: Vec<&PluginRecord> = self.instances(id).collect();
         if instances.is_empty() {
             return None;
@@ -371,7 +418,7 @@ impl Registry {
             Health::Pending
         };
         let counts = self.counts(id);
-        Some(api::PluginStatus {
+        Some(PluginStatus {
             id: id.to_string(),
             provider: fingerprint.map(|f| f.info.name.clone()).unwrap_or_default(),
             version: fingerprint
@@ -381,9 +428,9 @@ impl Registry {
             controllers_expected: counts.controllers_expected,
             nodes_healthy: counts.nodes_healthy,
             nodes_expected: counts.nodes_expected,
-            health: health_to_proto(health).into(),
-            instances: instances.iter().map(|r| r.to_proto()).collect(),
-            ..Default::default()
+            health,
+            instances: instances.into_iter().cloned().collect(),
+            volumes: Vec::new(),
         })
     }
 
@@ -738,13 +785,17 @@ mod tests {
             status.provider, "controller",
             "the controller's fingerprint names it"
         );
-        assert_eq!(status.health.enum_value(), Ok(api::Health::HEALTHY));
-        let types: Vec<&str> = status.instances.iter().map(|i| i.type_.as_str()).collect();
+        assert_eq!(status.health, Health::Healthy);
+        let types: Vec<&str> = status
+            .instances
+            .iter()
+            .map(|i| i.spec.plugin_type.as_str())
+            .collect();
         assert_eq!(types, ["controller", "node"]);
         registry.apply(&controller.key(), status_report(Health::Unhealthy));
         assert_eq!(counts(&registry), [0, 1, 1, 1]);
         let status = registry.status("ebs").unwrap();
-        assert_eq!(status.health.enum_value(), Ok(api::Health::UNHEALTHY));
+        assert_eq!(status.health, Health::Unhealthy);
         assert!(registry.status("nope").is_none());
     }
 

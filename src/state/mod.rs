@@ -286,7 +286,7 @@ mod tests {
 
     fn state_with_plugin(id: &str) -> pb::State {
         let mut state = pb::State::new();
-        state.plugins.push(crate::proto::agent::Plugin {
+        state.plugins.push(pb::PluginRecord {
             id: id.into(),
             ..Default::default()
         });

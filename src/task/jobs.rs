@@ -5,18 +5,17 @@
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
+use super::calls::{self, JobFile, JobRun, JobStatus, LogsRequest};
 use super::{
     exec, invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState,
     UseState, VolumeSource, VolumeUse,
 };
-use crate::api::ApiError;
-use crate::plugin::fingerprint::unix_ms;
+use crate::call::CallError;
 use crate::plugin::InstanceKey;
-use crate::proto::agent as api;
 use crate::spec::{Group, Job};
 
 impl Allocs {
-    pub fn run_job(&mut self, req: &api::JobRunRequest) -> Result<api::JobRunResponse, ApiError> {
+    pub fn run_job(&mut self, req: &JobFile) -> Result<JobRun, CallError> {
         let decoded =
             Job::decode(&req.hcl, &req.file).map_err(|e| invalid(e.to_string().trim_end()))?;
         let spec = decoded.spec;
@@ -30,12 +29,11 @@ impl Allocs {
             .collect();
         if let Some(job) = self.jobs.get(&spec.name) {
             if job.spec == spec && !job.stop_wanted && !live.is_empty() {
-                return Ok(api::JobRunResponse {
+                return Ok(JobRun {
                     job: spec.name.clone(),
                     alloc_ids: live,
                     unchanged: true,
                     warnings,
-                    ..Default::default()
                 });
             }
         }
@@ -86,18 +84,17 @@ impl Allocs {
             },
         );
         self.dirty = true;
-        Ok(api::JobRunResponse {
+        Ok(JobRun {
             job: spec.name,
             alloc_ids: created,
             unchanged: false,
             warnings,
-            ..Default::default()
         })
     }
 
     /// Checks what the spec decoder cannot know: host volumes, plugin IDs
     /// of other jobs and the config, users, and `${VAR}` names.
-    fn check_job(&self, spec: &Job, file: &str) -> Result<(), ApiError> {
+    fn check_job(&self, spec: &Job, file: &str) -> Result<(), CallError> {
         // This job's plugin instances so far: (ID, type, task).
         let mut provided: Vec<(&str, crate::spec::PluginType, &str)> = Vec::new();
         for group in &spec.groups {
@@ -179,7 +176,7 @@ impl Allocs {
         spec: &Job,
         group: &Group,
         index: u64,
-        req: &api::JobRunRequest,
+        req: &JobFile,
         now: SystemTime,
         replaces: Option<String>,
     ) -> Alloc {
@@ -265,29 +262,24 @@ impl Allocs {
             .collect()
     }
 
-    pub fn stop_job(
-        &mut self,
-        req: &api::JobStopRequest,
-    ) -> Result<api::JobStopResponse, ApiError> {
-        let Some(job) = self.jobs.get_mut(&req.name) else {
-            return Err(self.no_job(&req.name));
+    /// `job stop`: the allocs stopping.
+    pub fn stop_job(&mut self, name: &str, purge: bool) -> Result<Vec<String>, CallError> {
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Err(self.no_job(name));
         };
         job.stop_wanted = true;
-        job.purge |= req.purge;
+        job.purge |= purge;
         let ids: Vec<String> = self
             .allocs
             .values()
-            .filter(|a| a.job == req.name && !a.status.is_terminal())
+            .filter(|a| a.job == name && !a.status.is_terminal())
             .map(|a| a.id.clone())
             .collect();
         for id in &ids {
             self.stop_alloc(id, "the job was stopped");
         }
         self.dirty = true;
-        Ok(api::JobStopResponse {
-            alloc_ids: ids,
-            ..Default::default()
-        })
+        Ok(ids)
     }
 
     /// Stops alloc `id` for a reason outside its job (the cluster took
@@ -312,31 +304,26 @@ impl Allocs {
         }
     }
 
-    fn no_job(&self, name: &str) -> ApiError {
+    fn no_job(&self, name: &str) -> CallError {
         let known: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
-        ApiError::not_found(if known.is_empty() {
+        CallError::not_found(if known.is_empty() {
             format!("no job {name:?} (no jobs are known)")
         } else {
             format!("no job {name:?} (known: {})", known.join(", "))
         })
     }
 
-    pub fn status(&self, req: &api::JobStatusRequest) -> Result<api::JobStatusResponse, ApiError> {
-        let jobs: Vec<&JobEntry> = if req.name.is_empty() {
+    /// `job status` of job `name`, or of every job when it is empty.
+    pub fn status(&self, name: &str) -> Result<Vec<JobStatus>, CallError> {
+        let jobs: Vec<&JobEntry> = if name.is_empty() {
             self.jobs.values().collect()
         } else {
-            vec![self
-                .jobs
-                .get(&req.name)
-                .ok_or_else(|| self.no_job(&req.name))?]
+            vec![self.jobs.get(name).ok_or_else(|| self.no_job(name))?]
         };
-        Ok(api::JobStatusResponse {
-            jobs: jobs.into_iter().map(|j| self.job_status(j)).collect(),
-            ..Default::default()
-        })
+        Ok(jobs.into_iter().map(|j| self.job_status(j)).collect())
     }
 
-    fn job_status(&self, job: &JobEntry) -> api::JobStatus {
+    fn job_status(&self, job: &JobEntry) -> JobStatus {
         let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
         let live = allocs.iter().any(|a| !a.status.is_terminal());
         let status = match (live, job.stop_wanted) {
@@ -344,20 +331,20 @@ impl Allocs {
             (true, true) => "stopping",
             (true, false) => "running",
         };
-        let mut allocs: Vec<api::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
-        allocs.sort_by_key(|a| a.created_unix_ms);
-        api::JobStatus {
+        let mut allocs: Vec<calls::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
+        allocs.sort_by_key(|a| a.created);
+        JobStatus {
             name: job.name.clone(),
             status: status.to_string(),
             file: job.file.clone(),
-            submitted_unix_ms: unix_ms(job.submitted),
+            submitted: Some(job.submitted),
             stop_wanted: job.stop_wanted,
             allocs,
-            ..Default::default()
         }
     }
 
-    pub fn logs(&self, req: &api::AllocLogsRequest) -> Result<api::AllocLogsResponse, ApiError> {
+    /// `alloc logs`: the path of the task's log file.
+    pub fn logs(&self, req: &LogsRequest) -> Result<std::path::PathBuf, CallError> {
         let matches: Vec<&Alloc> = self
             .allocs
             .values()
@@ -365,7 +352,7 @@ impl Allocs {
             .collect();
         let alloc = match matches.as_slice() {
             [one] => *one,
-            [] => return Err(ApiError::not_found(format!("no alloc {:?}", req.alloc_id))),
+            [] => return Err(CallError::not_found(format!("no alloc {:?}", req.alloc_id))),
             _ => {
                 return Err(invalid(format!(
                     "alloc ID prefix {:?} is ambiguous ({} allocs)",
@@ -376,7 +363,7 @@ impl Allocs {
         };
         if !alloc.tasks.iter().any(|t| t.name == req.task) {
             let names: Vec<&str> = alloc.tasks.iter().map(|t| t.name.as_str()).collect();
-            return Err(ApiError::not_found(format!(
+            return Err(CallError::not_found(format!(
                 "alloc {} has no task {:?} (tasks: {})",
                 alloc.id,
                 req.task,
@@ -389,15 +376,12 @@ impl Allocs {
             .join(&req.task)
             .join("logs")
             .join(file);
-        Ok(api::AllocLogsResponse {
-            path: path.to_string_lossy().into_owned(),
-            ..Default::default()
-        })
+        Ok(path)
     }
 }
 
-fn alloc_status(a: &Alloc) -> api::AllocStatus {
-    api::AllocStatus {
+fn alloc_status(a: &Alloc) -> calls::AllocStatus {
+    calls::AllocStatus {
         id: a.id.clone(),
         group: a.group.name.clone(),
         index: a.index,
@@ -406,7 +390,7 @@ fn alloc_status(a: &Alloc) -> api::AllocStatus {
         tasks: a
             .tasks
             .iter()
-            .map(|t| api::TaskStatus {
+            .map(|t| calls::TaskStatus {
                 name: t.name.clone(),
                 state: t.state.as_str().to_string(),
                 failed: t.failed,
@@ -418,13 +402,12 @@ fn alloc_status(a: &Alloc) -> api::AllocStatus {
                     .map(|p| p.key.plugin_id.clone())
                     .unwrap_or_default(),
                 events: t.events.iter().cloned().collect(),
-                ..Default::default()
             })
             .collect(),
         volumes: a
             .volumes
             .iter()
-            .map(|v| api::AllocVolume {
+            .map(|v| calls::AllocVolume {
                 alias: v.alias.clone(),
                 volume_id: v.volume_id.clone(),
                 read_only: v.read_only,
@@ -436,10 +419,8 @@ fn alloc_status(a: &Alloc) -> api::AllocStatus {
                 }
                 .to_string(),
                 message: v.message.clone(),
-                ..Default::default()
             })
             .collect(),
-        created_unix_ms: unix_ms(a.created),
-        ..Default::default()
+        created: Some(a.created),
     }
 }

@@ -199,7 +199,7 @@ impl Allocs {
                 (Some(root), Vec::new())
             }
             // The host's root holds the control socket: cover it.
-            Driver::RawExec => (None, vec![self.data_dir.join(crate::api::SOCKET_NAME)]),
+            Driver::RawExec => (None, vec![self.control_socket.clone()]),
         };
         let launch = Launch {
             command: spec.config.command.clone(),

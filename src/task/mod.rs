@@ -58,6 +58,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+pub mod calls;
 pub mod env;
 pub mod exec;
 mod jobs;
@@ -76,11 +77,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
 
-use crate::api::{ApiError, ErrorKind, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
-use crate::plugin::fingerprint::unix_ms;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::proto::agent as api;
 use crate::spec::{ChrootEntry, Group, HostVolume, Job};
 use restart::Window;
 
@@ -199,7 +198,7 @@ struct TaskRun {
     process: Option<Process>,
     restarts: u32,
     window: Option<Window>,
-    events: VecDeque<api::TaskEvent>,
+    events: VecDeque<calls::TaskEvent>,
     plugin: Option<PluginRun>,
 }
 
@@ -209,11 +208,10 @@ impl TaskRun {
         if self.events.len() == EVENTS_KEPT {
             self.events.pop_front();
         }
-        self.events.push_back(api::TaskEvent {
-            unix_ms: unix_ms(SystemTime::now()),
+        self.events.push_back(calls::TaskEvent {
+            time: SystemTime::now(),
             kind: kind.to_string(),
             message,
-            ..Default::default()
         });
     }
 }
@@ -243,7 +241,7 @@ struct VolumeUse {
     read_only: bool,
     source: VolumeSource,
     state: UseState,
-    answer: Option<Receiver<Result<Response, ApiError>>>,
+    answer: Option<Receiver<crate::call::Answer<crate::volume::calls::Answer>>>,
     retry_at: Option<Instant>,
     failures: u32,
     message: String,
@@ -300,6 +298,8 @@ struct JobEntry {
 /// The jobs and allocations of this agent, owned by the main loop.
 pub struct Allocs {
     data_dir: PathBuf,
+    /// The agent's control API socket, hidden from `raw_exec` tasks.
+    control_socket: PathBuf,
     host_volumes: Vec<HostVolume>,
     /// Plugin IDs the agent config provides; a job may not provide them.
     config_plugins: BTreeSet<String>,
@@ -315,14 +315,18 @@ pub struct Allocs {
     max_kill_timeout: Duration,
 }
 
-fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(ErrorKind::InvalidArgument, message)
+fn invalid(message: impl Into<String>) -> CallError {
+    CallError::new(ErrorKind::InvalidArgument, message)
 }
 
 impl Allocs {
-    pub fn new(data_dir: &Path) -> Allocs {
+    /// The allocs of the agent whose data dir is `data_dir` and whose
+    /// control API listens on `control_socket` (which a `raw_exec` task,
+    /// in the host's root, must not reach).
+    pub fn new(data_dir: &Path, control_socket: &Path) -> Allocs {
         Allocs {
             data_dir: data_dir.to_path_buf(),
+            control_socket: control_socket.to_path_buf(),
             host_volumes: Vec::new(),
             config_plugins: BTreeSet::new(),
             chroot_env: crate::spec::AgentConfig::default().chroot_env(),

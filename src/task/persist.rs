@@ -55,7 +55,7 @@ impl Allocs {
                         restarts: t.restarts,
                         restart_window_unix_ms: t.window.map_or(0, |w| unix_ms(w.started)),
                         restart_window_count: t.window.map_or(0, |w| w.restarts),
-                        events: t.events.iter().cloned().collect(),
+                        events: t.events.iter().map(event_to_proto).collect(),
                         ..Default::default()
                     })
                     .collect(),
@@ -136,7 +136,7 @@ impl Allocs {
                             restarts: t.restart_window_count,
                         }),
                     events: saved
-                        .map(|t| t.events.iter().cloned().collect())
+                        .map(|t| t.events.iter().map(event_from_proto).collect())
                         .unwrap_or_default(),
                     plugin: spec.csi_plugin.as_ref().map(|p| PluginRun {
                         key: InstanceKey::new(&p.id, p.plugin_type),
@@ -243,5 +243,22 @@ impl Allocs {
             }
         }
         self.allocs.insert(id.to_string(), alloc);
+    }
+}
+
+fn event_to_proto(e: &super::calls::TaskEvent) -> pb::TaskEvent {
+    pb::TaskEvent {
+        unix_ms: unix_ms(e.time),
+        kind: e.kind.clone(),
+        message: e.message.clone(),
+        ..Default::default()
+    }
+}
+
+fn event_from_proto(e: &pb::TaskEvent) -> super::calls::TaskEvent {
+    super::calls::TaskEvent {
+        time: from_unix_ms(e.unix_ms),
+        kind: e.kind.clone(),
+        message: e.message.clone(),
     }
 }

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, TryRecvError};
 
 use super::{Alloc, Allocs, TaskState, UseState, VolumeSource};
-use crate::api::{ErrorKind, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::Jitter;
 use crate::csi::Backoff;
 use crate::mount::{MountInfo, Mounter, SysMounter, UnmountMode};
-use crate::proto::agent as api;
 use crate::units::format_duration;
+use crate::volume::calls::{Answer, ClaimRequest};
 use crate::volume::manager::VolumeManager;
 
 /// The volume hook's retry policy for refused claims.
@@ -40,7 +40,7 @@ impl Allocs {
                 continue;
             }
             let (reply, answer) = bounded(1);
-            let req = api::VolumeClaimRequest {
+            let req = ClaimRequest {
                 volume_id: v.volume_id.clone(),
                 alloc_id: alloc.id.clone(),
                 read_only: v.read_only,
@@ -65,7 +65,7 @@ impl Allocs {
             let result = match answer.try_recv() {
                 Err(TryRecvError::Empty) => continue,
                 Ok(result) => result,
-                Err(TryRecvError::Disconnected) => Err(crate::api::ApiError::new(
+                Err(TryRecvError::Disconnected) => Err(CallError::new(
                     ErrorKind::Unavailable,
                     "the claim was dropped",
                 )),
@@ -73,7 +73,7 @@ impl Allocs {
             v.answer = None;
             changed = true;
             match result {
-                Ok(Response::VolumeClaim(resp)) => {
+                Ok(Answer::Claimed(resp)) => {
                     v.state = UseState::Claimed {
                         publish_path: PathBuf::from(resp.publish_path),
                     };

@@ -1,6 +1,7 @@
 //! Volumes and claims: the registry of volumes, their claims, and the
 //! protocol that stages, publishes and releases them.
 
+pub mod calls;
 pub mod chores;
 pub mod manager;
 pub mod model;

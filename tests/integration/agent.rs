@@ -411,7 +411,7 @@ fn sigterm_exits_0_and_leaves_a_snapshot_with_the_plugins_unhealthy() {
     let state = State::parse_from_bytes(&bytes).unwrap();
     let ids: Vec<&str> = state.plugins.iter().map(|p| p.id.as_str()).collect();
     assert_eq!(ids, ["one", "two"]);
-    for p in &state.plugins {
+    for p in &saved_as_api(&state) {
         assert!(unhealthy(p), "{p:#?}");
         assert_eq!(
             changes(p).last(),
@@ -438,7 +438,7 @@ fn sigterm_with_a_hung_plugin_still_exits_0_with_the_plugin_unhealthy() {
     let bytes = fs::read(agent.data_dir.join("state.pb")).unwrap();
     let state = State::parse_from_bytes(&bytes).unwrap();
     assert_eq!(state.plugins.len(), 2);
-    for p in &state.plugins {
+    for p in &saved_as_api(&state) {
         assert!(unhealthy(p), "{p:#?}");
     }
 }
@@ -469,7 +469,7 @@ fn a_restarted_agent_reattaches_to_its_plugins_from_the_snapshot() {
     agent.wait_for("hp", healthy, WAIT);
     assert_eq!(agent.sigterm(), 0);
     let bytes = fs::read(agent.data_dir.join("state.pb")).unwrap();
-    let saved = State::parse_from_bytes(&bytes).unwrap().plugins.remove(0);
+    let saved = saved_as_api(&State::parse_from_bytes(&bytes).unwrap()).remove(0);
 
     agent.restart();
     // The first answer already has the plugin, with the record the
@@ -788,4 +788,18 @@ fn agent_dev_without_a_data_dir_removes_its_temporary_dir_on_exit() {
         "the temporary data dir is removed"
     );
     assert_eq!(hostpath_processes_under(&agent.data_dir), Vec::<u32>::new());
+}
+
+/// The snapshot's plugin records read as the control API's `Plugin`: the
+/// state's message keeps the field numbers of the API's, which it was
+/// until they parted, so a snapshot written then reads the same now.
+fn saved_as_api(state: &State) -> Vec<csi_agent::proto::agent::Plugin> {
+    state
+        .plugins
+        .iter()
+        .map(|p| {
+            let bytes = p.write_to_bytes().unwrap();
+            csi_agent::proto::agent::Plugin::parse_from_bytes(&bytes).unwrap()
+        })
+        .collect()
 }

@@ -87,9 +87,9 @@ impl Rig {
 
     /// Claims `v` for `alloc`, without a host target; the answer's
     /// receiver.
-    fn claim(&mut self, alloc: &str) -> Receiver<crate::api::Answer> {
+    fn claim(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
         let (tx, rx) = unbounded();
-        let req = api::VolumeClaimRequest {
+        let req = calls::ClaimRequest {
             volume_id: "v".into(),
             alloc_id: alloc.into(),
             ..Default::default()
@@ -99,7 +99,7 @@ impl Rig {
         rx
     }
 
-    fn release(&mut self, alloc: &str) -> Receiver<crate::api::Answer> {
+    fn release(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
         let (tx, rx) = unbounded();
         self.manager.release("v", alloc, tx.into());
         rx
@@ -141,7 +141,7 @@ impl Rig {
     }
 
     /// Runs a claim of `alloc` through its job; the turn that answers it.
-    fn claimed(&mut self, alloc: &str) -> (Receiver<crate::api::Answer>, Turn) {
+    fn claimed(&mut self, alloc: &str) -> (Receiver<crate::call::Answer<Answer>>, Turn) {
         let answer = self.claim(alloc);
         assert_eq!(self.turn().jobs, 1, "the claim's job");
         let staging = StagingKey::Volume;
@@ -173,14 +173,14 @@ impl Turn {
     }
 }
 
-fn answered(rx: &Receiver<crate::api::Answer>) -> crate::api::Answer {
+fn answered(rx: &Receiver<crate::call::Answer<Answer>>) -> crate::call::Answer<Answer> {
     rx.try_recv().expect("answered")
 }
 
 #[track_caller]
-fn assert_released(rx: &Receiver<crate::api::Answer>) {
+fn assert_released(rx: &Receiver<crate::call::Answer<Answer>>) {
     match answered(rx) {
-        Ok(Response::VolumeRelease(r)) => assert!(r.released, "{r:?}"),
+        Ok(Answer::Released(r)) => assert!(r.released, "{r:?}"),
         other => panic!("{other:?}"),
     }
 }
@@ -190,7 +190,7 @@ fn a_claim_answered_at_the_end_of_its_job_is_an_acknowledgement() {
     let mut rig = Rig::new();
     let (answer, turn) = rig.claimed("a1");
     assert_eq!(turn.send(), (1, 0));
-    assert!(matches!(answered(&answer), Ok(Response::VolumeClaim(_))));
+    assert!(matches!(answered(&answer), Ok(Answer::Claimed(_))));
 }
 
 #[test]
@@ -204,7 +204,7 @@ fn a_claim_asked_again_once_taken_waits_for_a_sync() {
     let turn = rig.turn();
     assert_eq!(turn.jobs, 0);
     assert_eq!(turn.send(), (0, 1));
-    assert!(matches!(answered(&again), Ok(Response::VolumeClaim(_))));
+    assert!(matches!(answered(&again), Ok(Answer::Claimed(_))));
 }
 
 #[test]

@@ -5,19 +5,19 @@
 use std::path::Path;
 use std::time::Instant;
 
+use super::calls::{self, Answer};
 use super::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
-use crate::api::{ApiError, ErrorKind, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::csi::AccessMode;
 use crate::mount::Propagation;
 use crate::plugin::Registry;
-use crate::proto::agent as api;
 use crate::volume::model::{Admission, Claim, Step};
 use crate::volume::target;
 
 impl VolumeManager {
     pub fn claim(
         &mut self,
-        req: &api::VolumeClaimRequest,
+        req: &calls::ClaimRequest,
         reply: ReplyTo,
         registry: &Registry,
         now: Instant,
@@ -58,9 +58,9 @@ impl VolumeManager {
     /// claim, `None` for a repeat of an existing one, or why not.
     pub(super) fn admit(
         &self,
-        req: &api::VolumeClaimRequest,
+        req: &calls::ClaimRequest,
         registry: &Registry,
-    ) -> Result<Option<Claim>, ApiError> {
+    ) -> Result<Option<Claim>, CallError> {
         let invalid = |m: String| error(ErrorKind::InvalidArgument, m);
         let refused = |m: String| error(ErrorKind::FailedPrecondition, m);
         crate::id::validate("alloc ID", &req.alloc_id).map_err(|e| invalid(e.to_string()))?;
@@ -181,7 +181,7 @@ impl VolumeManager {
 
     /// Refuses a target that another claim binds (or may still have
     /// bound), or that is inside or around one.
-    pub(super) fn check_target_unused(&self, path: &Path) -> Result<(), ApiError> {
+    pub(super) fn check_target_unused(&self, path: &Path) -> Result<(), CallError> {
         for entry in self.entries.values() {
             for claim in entry.volume.claims.values() {
                 let Some(other) = &claim.target else { continue };
@@ -271,7 +271,7 @@ impl VolumeManager {
         let answered = !ready.is_empty();
         for waiter in ready {
             let claim = &v.claims[&waiter.alloc];
-            let resp = api::VolumeClaimResponse {
+            let resp = calls::Claimed {
                 publish_path: paths
                     .publish(v, &claim.alloc_id, &claim.usage)
                     .to_string_lossy()
@@ -281,14 +281,13 @@ impl VolumeManager {
                     .as_ref()
                     .map(|t| t.to_string_lossy().into_owned())
                     .unwrap_or_default(),
-                ..Default::default()
             };
             let answers = if by_job {
                 &mut self.acks
             } else {
                 &mut self.outbox
             };
-            answers.push((waiter.reply, Ok(Response::VolumeClaim(resp))));
+            answers.push((waiter.reply, Ok(Answer::Claimed(resp))));
         }
         answered
     }
@@ -355,10 +354,9 @@ impl VolumeManager {
     }
 }
 
-pub(super) fn released(done: bool, message: String) -> Response {
-    Response::VolumeRelease(api::VolumeReleaseResponse {
+pub(super) fn released(done: bool, message: String) -> Answer {
+    Answer::Released(calls::Released {
         released: done,
         message,
-        ..Default::default()
     })
 }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use super::lost::LostClaims;
 use super::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
-use crate::api::{ApiError, ErrorKind, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::{ClaimRequest, Promise};
 use crate::cluster::ops::{Answer, Op};
@@ -235,7 +235,12 @@ impl VolumeManager {
     }
 
     /// A registration's answer: in a cluster, once etcd has the volume.
-    pub(super) fn answer_registered(&mut self, id: &str, reply: ReplyTo, answer: Response) {
+    pub(super) fn answer_registered(
+        &mut self,
+        id: &str,
+        reply: ReplyTo,
+        answer: crate::volume::calls::Answer,
+    ) {
         match &mut self.cluster {
             Some(side) => side
                 .sharing
@@ -248,7 +253,7 @@ impl VolumeManager {
 
     /// Why volume `id` may not be deregistered because of claims on other
     /// nodes, if it may not.
-    pub(super) fn claimed_elsewhere(&self, id: &str) -> Option<ApiError> {
+    pub(super) fn claimed_elsewhere(&self, id: &str) -> Option<CallError> {
         let side = self.cluster.as_ref()?;
         let set = side.claim_sets.get(id)?;
         let others: Vec<String> = set

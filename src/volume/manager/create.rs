@@ -36,7 +36,7 @@ use crate::volume::model::CreateIntent;
 impl VolumeManager {
     pub fn create(
         &mut self,
-        req: &api::VolumeSpecRequest,
+        req: &calls::SpecRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -251,11 +251,11 @@ impl VolumeManager {
                 self.changed.insert(id.to_string());
                 if let Some(reply) = reply {
                     let status = self.status_of_entry(&self.entries[id], registry);
-                    let resp = api::VolumeStatusResponse {
+                    let resp = calls::Status {
                         volumes: vec![status],
                         ..Default::default()
                     };
-                    self.answer_registered(id, reply, Response::VolumeStatus(resp));
+                    self.answer_registered(id, reply, Answer::Status(resp));
                 }
                 return;
             }

@@ -265,11 +265,11 @@ impl VolumeManager {
                 entry.volume.capacity_bytes = capacity;
                 self.changed.insert(id.to_string());
                 let status = self.status_of_entry(&self.entries[id], registry);
-                let resp = api::VolumeStatusResponse {
+                let resp = calls::Status {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                self.outbox.push((reply, Ok(Response::VolumeStatus(resp))));
+                self.outbox.push((reply, Ok(Answer::Status(resp))));
             }
             Err(err) => {
                 let err = error(ErrorKind::FailedPrecondition, err.to_string());

@@ -50,16 +50,17 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Sender;
 use protobuf::Message;
 
+use super::calls::{self, Answer};
 use super::model::{Step, Volume};
 use super::ops::{self, OpDone, OpResult, Paths, Verdict};
 use super::plan::Protocol;
-use crate::api::{ApiError, ErrorKind, Response};
+use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::Backoff;
 use crate::plugin::workers::Job;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
-use crate::proto::{agent as api, state as pb};
+use crate::proto::state as pb;
 use crate::spec::PluginType;
 use crate::spec::VolumeSpec;
 
@@ -71,10 +72,10 @@ pub const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_s
 /// given up (and released).
 pub const CLAIM_DEADLINE: Duration = Duration::from_secs(120);
 
-pub use crate::api::ReplyTo;
+pub use super::calls::ReplyTo;
 
 /// A reply to send once this turn's journal is durable.
-pub type Reply = (ReplyTo, Result<Response, ApiError>);
+pub type Reply = (ReplyTo, crate::call::Answer<Answer>);
 
 /// A job for the workers of the instance of plugin `plugin_id` that serves
 /// `service`.
@@ -196,7 +197,7 @@ enum PendingOp {
     /// `volume status -plugin`: the registered volumes' status, waiting
     /// for the plugin's own list.
     External {
-        response: api::VolumeStatusResponse,
+        response: calls::Status,
         reply: ReplyTo,
     },
 }
@@ -412,8 +413,8 @@ pub struct VolumeManager {
     cluster: Option<cluster::ClusterSide>,
 }
 
-fn error(kind: ErrorKind, message: impl Into<String>) -> ApiError {
-    ApiError::new(kind, message)
+fn error(kind: ErrorKind, message: impl Into<String>) -> CallError {
+    CallError::new(kind, message)
 }
 
 impl VolumeManager {

@@ -18,7 +18,8 @@ use crate::plugin::Service;
 /// success and leave the mount behind before the agent unmounts its own
 /// path itself: a few, in case the plugin's unmount is merely slow.
 pub const CONTAIN_AFTER: u32 = 3;
-use crate::api::{ErrorKind, Response};
+use super::calls::Answer;
+use crate::call::ErrorKind;
 use crate::plugin::Registry;
 use crate::volume::model::{Staging, Step, Volume};
 use crate::volume::ops::{OpDone, OpResult, StepDone, StepError, Verdict};
@@ -222,8 +223,7 @@ impl VolumeManager {
             log::info!("Volume {id} deregistered");
             self.remove(id);
             for reply in replies {
-                self.outbox
-                    .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
+                self.outbox.push((reply, Ok(Answer::Deregistered)));
             }
         }
     }

@@ -10,7 +10,7 @@ use super::*;
 impl VolumeManager {
     // ---- requests ----
 
-    pub(super) fn decode(req: &api::VolumeSpecRequest) -> Result<VolumeSpec, ApiError> {
+    pub(super) fn decode(req: &calls::SpecRequest) -> Result<VolumeSpec, CallError> {
         match VolumeSpec::decode(&req.hcl, &req.file) {
             Ok(decoded) => Ok(decoded.spec),
             Err(invalid) => Err(error(ErrorKind::InvalidArgument, invalid.to_string())),
@@ -45,7 +45,7 @@ impl VolumeManager {
         &self,
         volume: &Volume,
         registry: &Registry,
-    ) -> Result<PluginView, ApiError> {
+    ) -> Result<PluginView, CallError> {
         if self
             .entries
             .get(&volume.id)
@@ -79,7 +79,7 @@ impl VolumeManager {
 
     pub fn register(
         &mut self,
-        req: &api::VolumeSpecRequest,
+        req: &calls::SpecRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -125,7 +125,7 @@ impl VolumeManager {
             );
             let id = volume.id.clone();
             self.insert(volume);
-            self.answer_registered(&id, reply, Response::VolumeStatus(status));
+            self.answer_registered(&id, reply, Answer::Status(status));
             return None;
         }
         let token = self.token();
@@ -154,7 +154,7 @@ impl VolumeManager {
     /// the reply comes back for the request to go on.
     pub(super) fn expand_instead(
         &mut self,
-        req: &api::VolumeSpecRequest,
+        req: &calls::SpecRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<ReplyTo> {
@@ -166,7 +166,7 @@ impl VolumeManager {
         }
     }
 
-    pub(super) fn entry(&self, id: &str) -> Result<&Entry, ApiError> {
+    pub(super) fn entry(&self, id: &str) -> Result<&Entry, CallError> {
         self.entries.get(id).ok_or_else(|| {
             error(
                 ErrorKind::NotFound,
@@ -198,8 +198,7 @@ impl VolumeManager {
                 entry.volume.name
             );
             self.remove(id);
-            self.outbox
-                .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
+            self.outbox.push((reply, Ok(Answer::Deregistered)));
             return;
         }
         if let Some(err) = self.claimed_elsewhere(id) {
@@ -209,8 +208,7 @@ impl VolumeManager {
         if entry.volume.claims.is_empty() {
             log::info!("Volume {id} deregistered");
             self.remove(id);
-            self.outbox
-                .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
+            self.outbox.push((reply, Ok(Answer::Deregistered)));
             return;
         }
         if !force {
@@ -368,7 +366,7 @@ impl VolumeManager {
                         let status = self.status_of(&volume, registry);
                         let id = volume.id.clone();
                         self.insert(*volume);
-                        self.answer_registered(&id, reply, Response::VolumeStatus(status));
+                        self.answer_registered(&id, reply, Answer::Status(status));
                     }
                     Err(err) => self.outbox.push((reply, Err(err))),
                 }
@@ -392,8 +390,7 @@ impl VolumeManager {
                     {
                         log::info!("Volume {id} deleted");
                         self.remove(&id);
-                        self.outbox
-                            .push((reply, Ok(Response::VolumeDeregister(Default::default()))));
+                        self.outbox.push((reply, Ok(Answer::Deregistered)));
                     }
                     Ok(()) => self.outbox.push((
                         reply,
@@ -416,7 +413,7 @@ impl VolumeManager {
                     return;
                 };
                 let mut status = self.status_of_entry(entry, registry);
-                let stats = status.stats.mut_or_insert_default();
+                let stats = status.stats.get_or_insert_with(Default::default);
                 match result {
                     Ok(s) => {
                         stats.available = true;
@@ -442,11 +439,11 @@ impl VolumeManager {
                     }
                     Err(err) => stats.error = err.to_string(),
                 }
-                let resp = api::VolumeStatusResponse {
+                let resp = calls::Status {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                reply.send(Ok(Response::VolumeStatus(resp)));
+                reply.send(Ok(Answer::Status(resp)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");

@@ -7,20 +7,13 @@
 //! volume, until no other call for that volume is in flight (see
 //! [`VolumeManager::enqueue`]).
 
-use std::time::UNIX_EPOCH;
-
 use super::*;
 use crate::csi::types::{CreateSnapshot, ListSnapshots, Snapshot};
-use crate::csi::Secrets;
 
 /// At most this many pages of ListSnapshots (or ListVolumes) are read: a
 /// plugin whose `next_token` never ends is cut off rather than followed
 /// forever.
 pub(super) const MAX_PAGES: usize = 1000;
-
-fn secrets_of(map: &std::collections::HashMap<String, String>) -> Secrets {
-    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
 
 impl VolumeManager {
     /// Queues a request that calls the plugin about volume `id`: it is
@@ -61,7 +54,7 @@ impl VolumeManager {
     }
 
     /// A plugin's healthy controller view, or why it cannot serve.
-    fn controller_of(&self, plugin_id: &str, registry: &Registry) -> Result<PluginView, ApiError> {
+    fn controller_of(&self, plugin_id: &str, registry: &Registry) -> Result<PluginView, CallError> {
         let view = self.plugin_view(registry, plugin_id).ok_or_else(|| {
             error(
                 ErrorKind::NotFound,
@@ -76,7 +69,7 @@ impl VolumeManager {
 
     pub fn snapshot_create(
         &mut self,
-        req: &api::SnapshotCreateRequest,
+        req: &calls::SnapshotCreateRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) {
@@ -101,7 +94,7 @@ impl VolumeManager {
             crate::id::validate("snapshot name", &req.name)
                 .map_err(|e| error(ErrorKind::InvalidArgument, e.to_string()))?;
             let mut secrets = v.secrets.clone();
-            for (k, val) in secrets_of(&req.secrets).expose() {
+            for (k, val) in req.secrets.expose() {
                 secrets.insert(k.to_string(), val.to_string());
             }
             Ok(CreateSnapshot {
@@ -136,7 +129,7 @@ impl VolumeManager {
 
     pub fn snapshot_delete(
         &mut self,
-        req: &api::SnapshotDeleteRequest,
+        req: &calls::SnapshotDeleteRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -163,7 +156,7 @@ impl VolumeManager {
             return None;
         }
         let token = self.token();
-        let (id, secrets) = (req.snapshot_id.clone(), secrets_of(&req.secrets));
+        let (id, secrets) = (req.snapshot_id.clone(), req.secrets.clone());
         let job = ops::job("", token, self.done.clone(), move |client| {
             OpResult::SnapshotDeleted(client.delete_snapshot(&id, &secrets))
         });
@@ -178,7 +171,7 @@ impl VolumeManager {
 
     pub fn snapshot_list(
         &mut self,
-        req: &api::SnapshotListRequest,
+        req: &calls::SnapshotListRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -202,7 +195,7 @@ impl VolumeManager {
             return None;
         }
         let token = self.token();
-        let secrets = secrets_of(&req.secrets);
+        let secrets = req.secrets.clone();
         let job = ops::job("", token, self.done.clone(), move |client| {
             let mut all = Vec::new();
             let mut token = String::new();
@@ -241,28 +234,21 @@ impl VolumeManager {
             (PendingOp::SnapshotCreate { plugin_id, reply }, OpResult::Snapshot(result)) => {
                 let answer = result.map_err(refused).map(|s| {
                     log::info!("Snapshot {} taken of {}", s.snapshot_id, s.source_volume_id);
-                    Response::SnapshotCreate(api::SnapshotCreateResponse {
-                        snapshot: Some(self.snapshot_to_api(&plugin_id, &s)).into(),
-                        ..Default::default()
-                    })
+                    Answer::SnapshotCreated(self.snapshot_to_api(&plugin_id, &s))
                 });
                 reply.send(answer);
             }
             (PendingOp::SnapshotDelete { reply }, OpResult::SnapshotDeleted(result)) => {
-                let answer = result
-                    .map_err(refused)
-                    .map(|()| Response::SnapshotDelete(Default::default()));
+                let answer = result.map_err(refused).map(|()| Answer::SnapshotDeleted);
                 reply.send(answer);
             }
             (PendingOp::SnapshotList { plugin_id, reply }, OpResult::Snapshots(result)) => {
                 let answer = result.map_err(refused).map(|all| {
-                    Response::SnapshotList(api::SnapshotListResponse {
-                        snapshots: all
-                            .iter()
+                    Answer::Snapshots(
+                        all.iter()
                             .map(|s| self.snapshot_to_api(&plugin_id, s))
                             .collect(),
-                        ..Default::default()
-                    })
+                    )
                 });
                 reply.send(answer);
             }
@@ -283,7 +269,7 @@ impl VolumeManager {
                         response.external = listed
                             .into_iter()
                             .filter(|l| !known.contains(l.volume.volume_id.as_str()))
-                            .map(|l| api::ExternalVolume {
+                            .map(|l| calls::ExternalVolume {
                                 external_id: l.volume.volume_id,
                                 capacity_bytes: l.volume.capacity_bytes,
                                 published_node_ids: l.published_node_ids,
@@ -292,13 +278,12 @@ impl VolumeManager {
                                     .condition
                                     .map(|c| c.message)
                                     .unwrap_or_default(),
-                                ..Default::default()
                             })
                             .collect();
                     }
                     Err(err) => response.external_error = err.to_string(),
                 }
-                reply.send(Ok(Response::VolumeStatus(response)));
+                reply.send(Ok(Answer::Status(response)));
             }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");
@@ -315,24 +300,20 @@ impl VolumeManager {
 
     /// A snapshot as the API shows it, with the registered volume it was
     /// taken of when the agent knows it.
-    pub(super) fn snapshot_to_api(&self, plugin_id: &str, s: &Snapshot) -> api::Snapshot {
+    pub(super) fn snapshot_to_api(&self, plugin_id: &str, s: &Snapshot) -> calls::Snapshot {
         let volume_id = self
             .entries
             .values()
             .find(|e| e.volume.plugin_id == plugin_id && e.volume.external_id == s.source_volume_id)
             .map(|e| e.volume.id.clone())
             .unwrap_or_default();
-        api::Snapshot {
+        calls::Snapshot {
             id: s.snapshot_id.clone(),
             source_volume_id: s.source_volume_id.clone(),
             volume_id,
             size_bytes: s.size_bytes,
-            created_unix_ms: s
-                .creation_time
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_millis() as i64),
+            created: s.creation_time,
             ready: s.ready_to_use,
-            ..Default::default()
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::volume::model::{Admission, Claim, Step};
 impl VolumeManager {
     pub fn status(
         &mut self,
-        req: &api::VolumeStatusRequest,
+        req: &calls::StatusRequest,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -24,14 +24,14 @@ impl VolumeManager {
                 .filter(|e| req.plugin_id.is_empty() || e.volume.plugin_id == req.plugin_id)
                 .map(|e| self.status_of_entry(e, registry))
                 .collect();
-            let response = api::VolumeStatusResponse {
+            let response = calls::Status {
                 volumes,
                 ..Default::default()
             };
             if !req.plugin_id.is_empty() {
                 return self.external_volumes(&req.plugin_id, response, reply, registry);
             }
-            reply.send(Ok(Response::VolumeStatus(response)));
+            reply.send(Ok(Answer::Status(response)));
             return None;
         }
         let entry = match self.entry(&req.id) {
@@ -77,17 +77,18 @@ impl VolumeManager {
             _ => {
                 let mut status = self.status_of_entry(entry, registry);
                 if req.stats {
-                    status.stats.mut_or_insert_default().error = if published.is_none() {
+                    status.stats.get_or_insert_with(Default::default).error = if published.is_none()
+                    {
                         "the volume is not published on this node".into()
                     } else {
                         "the plugin does not report volume stats".into()
                     };
                 }
-                let resp = api::VolumeStatusResponse {
+                let resp = calls::Status {
                     volumes: vec![status],
                     ..Default::default()
                 };
-                reply.send(Ok(Response::VolumeStatus(resp)));
+                reply.send(Ok(Answer::Status(resp)));
                 None
             }
         }
@@ -99,7 +100,7 @@ impl VolumeManager {
     fn external_volumes(
         &mut self,
         plugin_id: &str,
-        response: api::VolumeStatusResponse,
+        response: calls::Status,
         reply: ReplyTo,
         registry: &Registry,
     ) -> Option<Dispatch> {
@@ -117,7 +118,7 @@ impl VolumeManager {
         if let Some(why) = why_not {
             let mut response = response;
             response.external_error = why;
-            reply.send(Ok(Response::VolumeStatus(response)));
+            reply.send(Ok(Answer::Status(response)));
             return None;
         }
         let token = self.token();
@@ -148,23 +149,23 @@ impl VolumeManager {
 
     // ---- status ----
 
-    pub(super) fn status_of(
-        &self,
-        volume: &Volume,
-        registry: &Registry,
-    ) -> api::VolumeStatusResponse {
+    pub(super) fn status_of(&self, volume: &Volume, registry: &Registry) -> calls::Status {
         let entry = Entry::new(volume.clone());
-        api::VolumeStatusResponse {
+        calls::Status {
             volumes: vec![self.status_of_entry(&entry, registry)],
             ..Default::default()
         }
     }
 
-    pub(super) fn status_of_entry(&self, entry: &Entry, registry: &Registry) -> api::VolumeStatus {
+    pub(super) fn status_of_entry(
+        &self,
+        entry: &Entry,
+        registry: &Registry,
+    ) -> calls::VolumeStatus {
         let v = &entry.volume;
         // The view claims are admitted by: schedulable means the same.
         let view = self.plugin_view(registry, &v.plugin_id);
-        let mut status = api::VolumeStatus {
+        let mut status = calls::VolumeStatus {
             id: v.id.clone(),
             name: v.name.clone(),
             plugin_id: v.plugin_id.clone(),
@@ -196,7 +197,7 @@ impl VolumeManager {
             }
         }
         for (key, staging) in &v.stagings {
-            status.stagings.push(api::Staging {
+            status.stagings.push(calls::StagingStatus {
                 path: self.paths.staging(v, key).to_string_lossy().into_owned(),
                 state: match staging.step {
                     Step::Done if v.staging_in_use(key) => "staged",
@@ -208,11 +209,10 @@ impl VolumeManager {
                     "{}/{}",
                     staging.capability.access_mode, staging.capability.attachment_mode
                 ),
-                ..Default::default()
             });
         }
         for claim in v.claims.values() {
-            let mut c = api::Claim {
+            let mut c = calls::ClaimStatus {
                 alloc_id: claim.alloc_id.clone(),
                 mode: if claim.read_only { "read" } else { "write" }.to_string(),
                 state: claim_state(v, claim).to_string(),
@@ -236,7 +236,7 @@ impl VolumeManager {
             }
             if let Some(retry) = &entry.retry {
                 c.last_error = retry.error.clone();
-                c.next_retry_unix_ms = crate::plugin::fingerprint::unix_ms(retry.wall);
+                c.next_retry = Some(retry.wall);
                 c.attempts = retry.attempt;
             } else if let Some(waiting) = &entry.waiting {
                 c.last_error = waiting.clone();
@@ -257,7 +257,7 @@ impl VolumeManager {
         }
         // Other nodes' claims, as the cluster's watch last saw them.
         for other in self.claims_elsewhere(&v.id) {
-            let c = api::Claim {
+            let c = calls::ClaimStatus {
                 alloc_id: other.alloc_id,
                 mode: if other.read_only { "read" } else { "write" }.to_string(),
                 state: if other.wanted {

@@ -362,9 +362,12 @@ job "{name}" {{
 /// The task's mount table, as the task sees it.
 /// Waits until `path` exists (a task writes it).
 #[track_caller]
+/// Waits for `path` to have content: a shell's `>` creates the file before
+/// it writes, and a loaded machine may run the test in between.
 fn wait_for_file(path: &Path) {
     let start = Instant::now();
-    while !path.exists() && start.elapsed() < WAIT {
+    let written = || fs::metadata(path).is_ok_and(|m| m.len() > 0);
+    while !written() && start.elapsed() < WAIT {
         thread::sleep(Duration::from_millis(20));
     }
 }

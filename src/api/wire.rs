@@ -1,0 +1,454 @@
+//! The control API's protobuf messages, mapped to and from the agent's
+//! own request and answer types: the one place that knows both.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use protobuf::MessageField;
+
+use crate::cluster::node::NodeStatus;
+use crate::csi::Secrets;
+use crate::plugin::fingerprint::unix_ms;
+use crate::plugin::{Fingerprint, Health, PluginRecord, StatusReport};
+use crate::proto::agent as pb;
+use crate::task::calls as task;
+use crate::volume::calls as volume;
+
+fn ms(time: Option<SystemTime>) -> i64 {
+    time.map_or(0, unix_ms)
+}
+
+fn secrets(map: HashMap<String, String>) -> Secrets {
+    map.into_iter().collect()
+}
+
+// ---- requests ----
+
+pub fn spec_request(req: pb::VolumeSpecRequest) -> volume::SpecRequest {
+    volume::SpecRequest {
+        file: req.file,
+        hcl: req.hcl,
+    }
+}
+
+pub fn deregister_request(req: pb::VolumeDeregisterRequest) -> volume::DeregisterRequest {
+    volume::DeregisterRequest {
+        id: req.id,
+        force: req.force,
+    }
+}
+
+pub fn status_request(req: pb::VolumeStatusRequest) -> volume::StatusRequest {
+    volume::StatusRequest {
+        id: req.id,
+        stats: req.stats,
+        plugin_id: req.plugin_id,
+    }
+}
+
+pub fn claim_request(req: pb::VolumeClaimRequest) -> volume::ClaimRequest {
+    volume::ClaimRequest {
+        volume_id: req.volume_id,
+        alloc_id: req.alloc_id,
+        read_only: req.read_only,
+        target: req.target,
+        propagation: req.propagation,
+    }
+}
+
+pub fn release_request(req: pb::VolumeReleaseRequest) -> volume::ReleaseRequest {
+    volume::ReleaseRequest {
+        volume_id: req.volume_id,
+        alloc_id: req.alloc_id,
+    }
+}
+
+pub fn snapshot_create_request(req: pb::SnapshotCreateRequest) -> volume::SnapshotCreateRequest {
+    volume::SnapshotCreateRequest {
+        volume_id: req.volume_id,
+        name: req.name,
+        parameters: req.parameters.into_iter().collect(),
+        secrets: secrets(req.secrets),
+    }
+}
+
+pub fn snapshot_delete_request(req: pb::SnapshotDeleteRequest) -> volume::SnapshotDeleteRequest {
+    volume::SnapshotDeleteRequest {
+        plugin_id: req.plugin_id,
+        snapshot_id: req.snapshot_id,
+        secrets: secrets(req.secrets),
+    }
+}
+
+pub fn snapshot_list_request(req: pb::SnapshotListRequest) -> volume::SnapshotListRequest {
+    volume::SnapshotListRequest {
+        plugin_id: req.plugin_id,
+        secrets: secrets(req.secrets),
+    }
+}
+
+pub fn job_file(req: pb::JobRunRequest) -> task::JobFile {
+    task::JobFile {
+        file: req.file,
+        hcl: req.hcl,
+    }
+}
+
+pub fn logs_request(req: pb::AllocLogsRequest) -> task::LogsRequest {
+    task::LogsRequest {
+        alloc_id: req.alloc_id,
+        task: req.task,
+        stderr: req.stderr,
+    }
+}
+
+// ---- plugins ----
+
+pub fn plugin_status(report: StatusReport) -> pb::PluginStatusResponse {
+    pb::PluginStatusResponse {
+        plugins: report
+            .plugins
+            .into_iter()
+            .map(|p| pb::PluginStatus {
+                id: p.id,
+                provider: p.provider,
+                version: p.version,
+                controllers_healthy: p.controllers_healthy,
+                controllers_expected: p.controllers_expected,
+                nodes_healthy: p.nodes_healthy,
+                nodes_expected: p.nodes_expected,
+                health: health(p.health).into(),
+                instances: p.instances.iter().map(instance).collect(),
+                volumes: p.volumes,
+                ..Default::default()
+            })
+            .collect(),
+        cluster_note: report.cluster_note,
+        ..Default::default()
+    }
+}
+
+fn health(health: Health) -> pb::Health {
+    match health {
+        Health::Pending => pb::Health::PENDING,
+        Health::Healthy => pb::Health::HEALTHY,
+        Health::Unhealthy => pb::Health::UNHEALTHY,
+    }
+}
+
+fn instance(r: &PluginRecord) -> pb::Plugin {
+    pb::Plugin {
+        id: r.spec.id.clone(),
+        socket: r.spec.endpoint.path().to_string_lossy().into_owned(),
+        type_: r.spec.plugin_type.as_str().to_string(),
+        source: r.spec.source.as_string(),
+        health: health(r.health).into(),
+        health_reason: r.reason.clone(),
+        fingerprint: r.fingerprint.as_ref().map(fingerprint).into(),
+        last_heartbeat_unix_ms: ms(r.last_heartbeat),
+        events: r
+            .events
+            .iter()
+            .map(|e| pb::HealthEvent {
+                unix_ms: unix_ms(e.time),
+                old_health: health(e.old).into(),
+                new_health: health(e.new).into(),
+                reason: e.reason.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        registered_unix_ms: unix_ms(r.registered),
+        stage_publish_base_dir: r
+            .spec
+            .stage_publish_base_dir
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+fn fingerprint(f: &Fingerprint) -> pb::Fingerprint {
+    let node = f.node.clone().unwrap_or_default();
+    pb::Fingerprint {
+        provider: f.info.name.clone(),
+        version: f.info.vendor_version.clone(),
+        manifest: f.info.manifest.clone().into_iter().collect(),
+        plugin_capabilities: f
+            .plugin_capabilities
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        controller_capabilities: f
+            .controller_capabilities
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        node_capabilities: f.node_capabilities.iter().map(|c| c.to_string()).collect(),
+        node_id: node.node_id,
+        max_volumes: node.max_volumes_per_node,
+        topology: node
+            .accessible_topology
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        taken_unix_ms: unix_ms(f.taken),
+        ..Default::default()
+    }
+}
+
+// ---- volumes ----
+
+pub fn volume_status(status: volume::Status) -> pb::VolumeStatusResponse {
+    pb::VolumeStatusResponse {
+        volumes: status.volumes.into_iter().map(volume_of).collect(),
+        external: status
+            .external
+            .into_iter()
+            .map(|e| pb::ExternalVolume {
+                external_id: e.external_id,
+                capacity_bytes: e.capacity_bytes,
+                published_node_ids: e.published_node_ids,
+                abnormal: e.abnormal,
+                condition_message: e.condition_message,
+                ..Default::default()
+            })
+            .collect(),
+        external_error: status.external_error,
+        ..Default::default()
+    }
+}
+
+fn volume_of(v: volume::VolumeStatus) -> pb::VolumeStatus {
+    pb::VolumeStatus {
+        id: v.id,
+        name: v.name,
+        plugin_id: v.plugin_id,
+        provider: v.provider,
+        external_id: v.external_id,
+        capabilities: v.capabilities,
+        fs_type: v.fs_type,
+        mount_flags: v.mount_flags,
+        secret_keys: v.secret_keys,
+        parameters: v.parameters.into_iter().collect(),
+        context: v.context.into_iter().collect(),
+        schedulable: v.schedulable,
+        claims: v.claims.into_iter().map(claim).collect(),
+        past_claims: v.past_claims.into_iter().map(claim).collect(),
+        stats: v.stats.map(stats).into(),
+        capacity_bytes: v.capacity_bytes,
+        created: v.created,
+        stagings: v
+            .stagings
+            .into_iter()
+            .map(|s| pb::Staging {
+                path: s.path,
+                state: s.state,
+                capability: s.capability,
+                ..Default::default()
+            })
+            .collect(),
+        creating: v.creating,
+        create_error: v.create_error,
+        ..Default::default()
+    }
+}
+
+fn claim(c: volume::ClaimStatus) -> pb::Claim {
+    pb::Claim {
+        alloc_id: c.alloc_id,
+        mode: c.mode,
+        state: c.state,
+        target: c.target,
+        propagation: c.propagation,
+        publish_path: c.publish_path,
+        usage: c.usage,
+        last_error: c.last_error,
+        next_retry_unix_ms: ms(c.next_retry),
+        attempts: c.attempts,
+        failure: c.failure,
+        device: c.device,
+        node: c.node,
+        ..Default::default()
+    }
+}
+
+fn stats(s: volume::VolumeStats) -> pb::VolumeStats {
+    pb::VolumeStats {
+        available: s.available,
+        error: s.error,
+        bytes_total: s.bytes_total,
+        bytes_used: s.bytes_used,
+        bytes_available: s.bytes_available,
+        inodes_total: s.inodes_total,
+        inodes_used: s.inodes_used,
+        inodes_available: s.inodes_available,
+        abnormal: s.abnormal,
+        condition_message: s.condition_message,
+        ..Default::default()
+    }
+}
+
+pub fn claimed(c: volume::Claimed) -> pb::VolumeClaimResponse {
+    pb::VolumeClaimResponse {
+        publish_path: c.publish_path,
+        target: c.target,
+        ..Default::default()
+    }
+}
+
+pub fn released(r: volume::Released) -> pb::VolumeReleaseResponse {
+    pb::VolumeReleaseResponse {
+        released: r.released,
+        message: r.message,
+        ..Default::default()
+    }
+}
+
+pub fn snapshot(s: volume::Snapshot) -> pb::Snapshot {
+    pb::Snapshot {
+        id: s.id,
+        source_volume_id: s.source_volume_id,
+        volume_id: s.volume_id,
+        size_bytes: s.size_bytes,
+        created_unix_ms: ms(s.created),
+        ready: s.ready,
+        ..Default::default()
+    }
+}
+
+pub fn snapshot_created(s: volume::Snapshot) -> pb::SnapshotCreateResponse {
+    pb::SnapshotCreateResponse {
+        snapshot: MessageField::some(snapshot(s)),
+        ..Default::default()
+    }
+}
+
+pub fn snapshots(all: Vec<volume::Snapshot>) -> pb::SnapshotListResponse {
+    pb::SnapshotListResponse {
+        snapshots: all.into_iter().map(snapshot).collect(),
+        ..Default::default()
+    }
+}
+
+// ---- the cluster ----
+
+pub fn node_status(status: NodeStatus) -> pb::NodeStatusResponse {
+    pb::NodeStatusResponse {
+        this_node: status.this_node,
+        connection: status.connection,
+        reason: status.reason,
+        nodes: status
+            .nodes
+            .into_iter()
+            .map(|n| pb::ClusterNode {
+                name: n.name,
+                registered_unix_ms: unix_ms(n.registered),
+                plugins: n
+                    .plugins
+                    .into_iter()
+                    .map(|p| pb::ClusterNodePlugin {
+                        id: p.id,
+                        node_id: p.node_id,
+                        healthy: p.healthy,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+// ---- jobs ----
+
+pub fn job_run(run: task::JobRun) -> pb::JobRunResponse {
+    pb::JobRunResponse {
+        job: run.job,
+        alloc_ids: run.alloc_ids,
+        unchanged: run.unchanged,
+        warnings: run.warnings,
+        ..Default::default()
+    }
+}
+
+pub fn job_stop(alloc_ids: Vec<String>) -> pb::JobStopResponse {
+    pb::JobStopResponse {
+        alloc_ids,
+        ..Default::default()
+    }
+}
+
+pub fn job_status(jobs: Vec<task::JobStatus>) -> pb::JobStatusResponse {
+    pb::JobStatusResponse {
+        jobs: jobs.into_iter().map(job).collect(),
+        ..Default::default()
+    }
+}
+
+fn job(j: task::JobStatus) -> pb::JobStatus {
+    pb::JobStatus {
+        name: j.name,
+        status: j.status,
+        file: j.file,
+        submitted_unix_ms: ms(j.submitted),
+        stop_wanted: j.stop_wanted,
+        allocs: j.allocs.into_iter().map(alloc).collect(),
+        ..Default::default()
+    }
+}
+
+fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
+    pb::AllocStatus {
+        id: a.id,
+        group: a.group,
+        index: a.index,
+        status: a.status,
+        message: a.message,
+        tasks: a
+            .tasks
+            .into_iter()
+            .map(|t| pb::TaskStatus {
+                name: t.name,
+                state: t.state,
+                failed: t.failed,
+                restarts: t.restarts,
+                pid: t.pid,
+                plugin_id: t.plugin_id,
+                events: t
+                    .events
+                    .into_iter()
+                    .map(|e| pb::TaskEvent {
+                        unix_ms: unix_ms(e.time),
+                        kind: e.kind,
+                        message: e.message,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        volumes: a
+            .volumes
+            .into_iter()
+            .map(|v| pb::AllocVolume {
+                alias: v.alias,
+                volume_id: v.volume_id,
+                read_only: v.read_only,
+                state: v.state,
+                message: v.message,
+                ..Default::default()
+            })
+            .collect(),
+        created_unix_ms: ms(a.created),
+        ..Default::default()
+    }
+}
+
+pub fn logs(path: std::path::PathBuf) -> pb::AllocLogsResponse {
+    pb::AllocLogsResponse {
+        path: path.to_string_lossy().into_owned(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,90 @@
+//! What the job runner is asked and what it answers, in its own terms;
+//! the control API (`api/`) maps these to and from its protobuf messages.
+
+use std::time::SystemTime;
+
+/// A job file to run: its path as the caller named it (for messages and
+/// `job status`), and its text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFile {
+    pub file: String,
+    pub hcl: String,
+}
+
+/// `job run`'s answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobRun {
+    pub job: String,
+    /// The allocs made, or the live ones when nothing changed.
+    pub alloc_ids: Vec<String>,
+    /// The same job is running already: nothing was done.
+    pub unchanged: bool,
+    pub warnings: Vec<String>,
+}
+
+/// A job, its allocs and their tasks, as `job status` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobStatus {
+    pub name: String,
+    /// `running`, `stopping` or `dead`.
+    pub status: String,
+    pub file: String,
+    pub submitted: Option<SystemTime>,
+    pub stop_wanted: bool,
+    /// Oldest first.
+    pub allocs: Vec<AllocStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocStatus {
+    pub id: String,
+    pub group: String,
+    pub index: u64,
+    pub status: String,
+    pub message: String,
+    pub tasks: Vec<TaskStatus>,
+    pub volumes: Vec<AllocVolume>,
+    pub created: Option<SystemTime>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskStatus {
+    pub name: String,
+    pub state: String,
+    pub failed: bool,
+    pub restarts: u32,
+    /// 0 when not running.
+    pub pid: u32,
+    /// The plugin the task serves, if it is a `csi_plugin` task.
+    pub plugin_id: String,
+    pub events: Vec<TaskEvent>,
+}
+
+/// Something that happened to a task (it started, exited, was
+/// restarted, its plugin turned healthy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskEvent {
+    pub time: SystemTime,
+    pub kind: String,
+    pub message: String,
+}
+
+/// A group volume as an alloc uses it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocVolume {
+    pub alias: String,
+    pub volume_id: String,
+    pub read_only: bool,
+    /// `host`, `claiming`, `claimed` or `released`.
+    pub state: String,
+    pub message: String,
+}
+
+/// `alloc logs`: which task's which stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogsRequest {
+    /// The alloc's ID or a prefix of it that names one.
+    pub alloc_id: String,
+    pub task: String,
+    pub stderr: bool,
+}
