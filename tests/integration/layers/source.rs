@@ -349,21 +349,24 @@ impl Parser<'_> {
                 _ => {}
             }
         }
+        // An item ends at its `;` or its body's `}`; a field, a variant or a
+        // match arm at its `,` or at the bracket that closes its list.
         let is_use = self.ident(i) == Some("use");
         let mut depth = 0;
         while let Some(tok) = self.tok(i) {
-            i += 1;
             match tok {
                 Tok::Open(_) => depth += 1,
+                Tok::Close(_) if depth == 0 => return i,
                 Tok::Close(c) => {
                     depth -= 1;
                     if depth == 0 && *c == '}' && !is_use {
-                        break;
+                        return i + 1;
                     }
                 }
-                Tok::Punct(';') if depth == 0 => break,
+                Tok::Punct(';' | ',') if depth == 0 => return i + 1,
                 _ => {}
             }
+            i += 1;
         }
         i
     }
@@ -601,10 +604,11 @@ fn parser_skips_what_cfg_test_gates() {
                #[cfg(test)]\npub(crate) fn helper() { crate::b::f() }\n\
                #[cfg(test)]\nuse crate::c::{d, e};\n\
                fn g() { crate::f::h() }\n\
+               struct S {\n    #[cfg(test)]\n    t: crate::t::T,\n    u: crate::u::U,\n}\n\
                #[cfg(test)]\n#[allow(unused)]\nmod tests {\n    use crate::i;\n}\n";
     let parsed = parse(src, &module("m"));
     let found: Vec<String> = parsed.refs.iter().map(|r| r.path.join("::")).collect();
-    assert_eq!(found, ["a", "f::h"]);
+    assert_eq!(found, ["a", "f::h", "u::U"]);
     assert_eq!(parsed.test_modules, [module("answers_tests")]);
-    assert_eq!(parsed.test_cut, Some(9));
+    assert_eq!(parsed.test_cut, Some(14));
 }
