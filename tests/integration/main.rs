@@ -4,8 +4,10 @@
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
 //! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
-//! expansion and volume conditions; and agents of a cluster against real
-//! etcd, on hosts of their own (network namespaces made by the test).
+//! expansion and volume conditions; agents of a cluster against real
+//! etcd, on hosts of their own (network namespaces made by the test); and
+//! the crate's import graph, read from `src/`, held to its layers
+//! (`layers`).
 
 mod agent;
 mod block;
@@ -28,6 +30,7 @@ mod etcd;
 mod expansion;
 mod harness;
 mod job;
+mod layers;
 mod migration;
 mod netns;
 mod requests;
