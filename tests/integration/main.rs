@@ -4,8 +4,9 @@
 //! agent daemon as a process, with its plugins, signals and control API;
 //! and volumes claimed and released through it, with injected faults and
 //! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
-//! expansion and volume conditions; and agents of a cluster against real
-//! etcd, on hosts of their own (network namespaces made by the test).
+//! expansion and volume conditions; agents of a cluster against real
+//! etcd, on hosts of their own (network namespaces made by the test); and
+//! the upgrade from data dirs an earlier binary wrote (our fixtures).
 
 mod agent;
 mod block;
@@ -38,6 +39,7 @@ mod split;
 mod split_hostpath;
 mod strict;
 mod targets;
+mod upgrade;
 mod util;
 mod validate;
 mod volume;
