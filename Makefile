@@ -21,11 +21,14 @@ BIN        ?= $(DEBUG_BIN)
 NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs, in seconds.
 FUZZ_TIME ?= 300
+# The format version `make upgrade-fixture` writes a fixture for:
+# tests/fixtures/datadir-$(FIXTURE_VERSION).
+FIXTURE_VERSION ?= v1
 # Arguments of the benchmark program, e.g. BENCH_ARGS="--only P1 --runs 50"
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz install uninstall install-test clean
+.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -85,6 +88,12 @@ fuzz:
 	mkdir -p fuzz/corpus/hcl_parse
 	cp tests/fixtures/*.hcl tests/fixtures/*.json fuzz/corpus/hcl_parse/
 	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
+
+## upgrade-fixture: as root, the data dirs $(BIN) leaves for the upgrade test
+## (scripts/upgrade-fixture.sh), in tests/fixtures/datadir-$(FIXTURE_VERSION); only
+## for a new state format, see docs/development.md
+upgrade-fixture: $(NEEDS_BUILD)
+	BIN='$(BIN)' FIXTURE_VERSION='$(FIXTURE_VERSION)' scripts/upgrade-fixture.sh
 
 INSTALL_ENV = BIN='$(BIN)' PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' \
 	SYSCONFDIR='$(SYSCONFDIR)' UNITDIR='$(UNITDIR)'

@@ -168,6 +168,21 @@ impl Agent {
         agent
     }
 
+    /// Like [`Agent::start_in`], with no plugin blocks and `extra` appended
+    /// to the config from the first start: an agent that starts on a data
+    /// dir whose jobs use host volumes must know them at once, or it fails
+    /// the tasks it starts again.
+    pub fn start_in_with_config(data_dir: &Path, extra: &str) -> Agent {
+        let mut agent = Agent::new(|a| vec!["agent".into(), "-config".into(), a.config_arg()]);
+        agent.data_dir = data_dir.to_path_buf();
+        agent.socket = data_dir.join("control.sock");
+        let mut text = config_text(&agent.data_dir, &[]);
+        text.push_str(extra);
+        agent.write_config(&text);
+        agent.launch();
+        agent
+    }
+
     /// Starts `csi-agent agent -dev -data-dir DIR`, and waits until its
     /// control socket accepts connections.
     pub fn start_dev() -> Agent {

@@ -5,9 +5,9 @@
 //! and volumes claimed and released through it, with injected faults and
 //! crashes; the plugin's strict mode, its block volumes, snapshots, clones,
 //! expansion and volume conditions; agents of a cluster against real
-//! etcd, on hosts of their own (network namespaces made by the test); and
-//! the crate's import graph, read from `src/`, held to its layers
-//! (`layers`).
+//! etcd, on hosts of their own (network namespaces made by the test); the
+//! upgrade from data dirs an earlier binary wrote (our fixtures); and the
+//! crate's import graph, read from `src/`, held to its layers (`layers`).
 
 mod agent;
 mod block;
@@ -41,6 +41,7 @@ mod split;
 mod split_hostpath;
 mod strict;
 mod targets;
+mod upgrade;
 mod util;
 mod validate;
 mod volume;

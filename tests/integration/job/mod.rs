@@ -277,12 +277,12 @@ impl Drop for Rig {
 
 /// The directory of the binary under test, which plugin tasks get as a
 /// host volume.
-fn bin_dir() -> PathBuf {
+pub(crate) fn bin_dir() -> PathBuf {
     Path::new(bin()).parent().unwrap().to_path_buf()
 }
 
 /// Processes whose `CSI_AGENT_TASK_DIR` is under `dir`.
-fn task_processes_under(dir: &Path) -> Vec<u32> {
+pub(crate) fn task_processes_under(dir: &Path) -> Vec<u32> {
     let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
     processes_with_env(|e| e.starts_with(prefix.as_bytes()))
 }
@@ -359,7 +359,6 @@ job "{name}" {{
     )
 }
 
-/// The task's mount table, as the task sees it.
 /// Waits until `path` exists (a task writes it).
 #[track_caller]
 /// Waits for `path` to have content: a shell's `>` creates the file before
@@ -372,7 +371,8 @@ fn wait_for_file(path: &Path) {
     }
 }
 
-fn task_mounts(pid: u32) -> MountInfo {
+/// The task's mount table, as the task sees it.
+pub(crate) fn task_mounts(pid: u32) -> MountInfo {
     let text = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     MountInfo::parse(&text).unwrap()
 }
