@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::api::client::AgentClient;
 use csi_agent::csi::AccessMode;
-use csi_agent::proto::agent::{Health, JobStatus, TaskStatus, VolumeStatus};
+use csi_agent::proto::agent::{JobStatus, TaskStatus, VolumeStatus};
 use csi_agent::proto::state as pb;
 use csi_agent::proto::state::journal_record::Change;
 use protobuf::Message;
@@ -686,7 +686,7 @@ fn each_v1_fixture_holds_three_volumes_four_claims_and_two_running_tasks() {
         match ending {
             Ending::Stopped => {
                 assert!(records.journalled.is_empty(), "{:?}", records.journalled);
-                assert_eq!(health, Health::UNHEALTHY);
+                assert_eq!(health, pb::PluginHealth::PLUGIN_UNHEALTHY);
             }
             Ending::Killed => {
                 // The claims made by hand are in the journal only.
@@ -695,7 +695,7 @@ fn each_v1_fixture_holds_three_volumes_four_claims_and_two_running_tasks() {
                 assert_eq!(journalled, BTreeSet::from(["v2", "v3"]));
                 let snapshot_v2 = records.snapshot.volumes.iter().find(|v| v.id == "v2");
                 assert!(snapshot_v2.unwrap().claims.is_empty());
-                assert_eq!(health, Health::HEALTHY);
+                assert_eq!(health, pb::PluginHealth::PLUGIN_HEALTHY);
             }
         }
     }
