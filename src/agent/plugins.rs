@@ -10,8 +10,10 @@
 
 use crate::call::CallError;
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
-use crate::plugin::StatusReport;
-use crate::plugin::{InstanceKey, PluginRecord, PluginSpec, PluginStatus, Registry, Source};
+use crate::plugin::{
+    Health, InstanceKey, PluginRecord, PluginSpec, PluginStatus, Registry, Report, Source,
+    StatusReport,
+};
 use crate::proto::state as statepb;
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 
@@ -198,6 +200,14 @@ impl Agent {
 
 /// The registry a snapshot kept; unreadable records are logged and dropped
 /// (their plugins register again from the config).
+///
+/// A plugin a job's task serves has no instance until its task runs again
+/// (adopted, or started anew after a reboot), so its records are
+/// unhealthy until that instance says otherwise. A clean stop marks them
+/// so before its last snapshot; a killed agent's snapshot still calls
+/// them healthy, and a claim planned on that word would go to an instance
+/// that is not there. The config's plugins get their instances before
+/// the first turn, and keep the snapshot's word until they answer.
 pub(super) fn restore_registry(state: &statepb::State) -> Registry {
     let records = state
         .plugins
@@ -210,7 +220,25 @@ pub(super) fn restore_registry(state: &statepb::State) -> Registry {
             }
         })
         .collect();
-    Registry::restore(records)
+    let mut registry = Registry::restore(records);
+    let watched: Vec<InstanceKey> = registry
+        .list()
+        .filter(|r| r.health != Health::Unhealthy)
+        .filter(|r| matches!(r.spec.source, Source::Task { .. }))
+        .map(|r| r.key())
+        .collect();
+    for key in watched {
+        registry.apply(
+            &key,
+            Report::Status {
+                health: Health::Unhealthy,
+                reason: "not watched since the agent stopped".to_string(),
+                fingerprint: None,
+                heartbeat: None,
+            },
+        );
+    }
+    registry
 }
 
 /// The plugin IDs the config provides; jobs may not provide them too.

@@ -718,22 +718,20 @@ fn after_a_stop_and_a_reboot_the_new_binary_mounts_every_claim_and_runs_the_task
 }
 
 #[test]
-fn after_a_kill_and_a_reboot_the_new_binary_loads_the_claims_of_the_journal() {
+fn after_a_kill_and_a_reboot_the_new_binary_mounts_the_claims_of_the_journal_too() {
     if !require_root() {
         return;
     }
     let rig = Upgrade::start(Ending::Killed);
     rig.assert_plugin_back();
     rig.assert_volumes_kept();
-    // FIXME: the claims stay "claiming" and are never mounted again, nor
-    // does the job's task start again. The snapshot of a killed agent
-    // still calls the plugin task healthy, so the first turn plans each
-    // volume's remount on it before its task is started again; with no
-    // instance to run the job yet, `Agent::submit` drops it ("No running
-    // node of plugin hp for a volume operation") and the volume stays
-    // busy with a job that will never report. Once fixed, this test waits
-    // for the claims to be taken and checks the mounts and the task, as
-    // the stopped fixture's test does.
-    rig.assert_claims_kept(|_| true);
+    // The killed agent's snapshot still calls the plugin task healthy:
+    // the claims wait for its instance to run again, not for a job sent
+    // to an instance that is not there.
+    rig.wait_claims_taken();
+    rig.assert_claims_kept(|state| state == "taken");
+    rig.assert_mounted_again();
+    rig.assert_app_task_runs_again();
+    rig.release_every_claim();
     rig.assert_plugin_saw_no_violation();
 }
