@@ -13,33 +13,9 @@
 set -Eeuo pipefail
 
 bin=${BIN:-target/debug/csi-agent}
-current_step="preflight"
-
-# `step NAME`: what the script is doing now; a failure names it.
-step() {
-    current_step=$1
-    if [ -t 1 ]; then
-        printf '\033[1m==> %s\033[0m\n' "$current_step"
-    else
-        printf '==> %s\n' "$current_step"
-    fi
-}
-
-fail() {
-    echo "e2e: FAILED in step '$current_step': $*" >&2
-    exit 1
-}
-
-# A command that fails outside `fail`: name the step, the command and the
-# script's line (the outermost call, when it failed inside a function).
-on_error() {
-    local code=$1 command=$2 line=${BASH_LINENO[${#BASH_LINENO[@]} - 2]}
-    # Subshells inherit the trap (set -E); report once, from the script.
-    if [ "$BASHPID" = "$$" ]; then
-        echo "e2e: FAILED in step '$current_step': line $line: $command (exit $code)" >&2
-    fi
-}
-trap 'on_error "$?" "$BASH_COMMAND"' ERR
+script_name=e2e
+# shellcheck source=steps.sh
+. "$(dirname "$0")/steps.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "run it as root: claims bind-mount volumes"
 [ -x "$bin" ] || fail "no executable csi-agent at $bin (run 'make build', or set BIN)"

@@ -44,27 +44,12 @@ bin=${BIN:-target/debug/csi-agent}
 version=${FIXTURE_VERSION:-v1}
 out=${OUT:-tests/fixtures/datadir-$version}
 endings="stopped killed"
-current_step="preflight"
 root=""
 agent_pid=""
 
-step() {
-    current_step="$1"
-    printf '==> %s\n' "$current_step"
-}
-
-fail() {
-    echo "upgrade-fixture: FAILED in step '$current_step': $*" >&2
-    exit 1
-}
-
-on_error() {
-    local code=$1 command=$2 line=${BASH_LINENO[${#BASH_LINENO[@]} - 2]}
-    if [ "$BASHPID" = "$$" ]; then
-        echo "upgrade-fixture: FAILED in step '$current_step': line $line: $command (exit $code)" >&2
-    fi
-}
-trap 'on_error "$?" "$BASH_COMMAND"' ERR
+script_name=upgrade-fixture
+# shellcheck source=steps.sh
+. "$(dirname "$0")/steps.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "run it as root: claims mount volumes"
 [ -x "$bin" ] || fail "no executable csi-agent at $bin (run 'make build', or set BIN)"

@@ -316,6 +316,19 @@ impl Upgrade {
             .join(&claim.usage)
     }
 
+    /// The new binary on the fixture: the plugin, every volume and claim,
+    /// the mounts and the app task are back, and every claim releases.
+    fn assert_everything_back(&self) {
+        self.assert_plugin_back();
+        self.assert_volumes_kept();
+        self.wait_claims_taken();
+        self.assert_claims_kept(|state| state == "taken");
+        self.assert_mounted_again();
+        self.assert_app_task_runs_again();
+        self.release_every_claim();
+        self.assert_plugin_saw_no_violation();
+    }
+
     /// The plugin's task came back, at the socket its record names, and
     /// is healthy.
     #[track_caller]
@@ -706,15 +719,7 @@ fn after_a_stop_and_a_reboot_the_new_binary_mounts_every_claim_and_runs_the_task
     if !require_root() {
         return;
     }
-    let rig = Upgrade::start(Ending::Stopped);
-    rig.assert_plugin_back();
-    rig.assert_volumes_kept();
-    rig.wait_claims_taken();
-    rig.assert_claims_kept(|state| state == "taken");
-    rig.assert_mounted_again();
-    rig.assert_app_task_runs_again();
-    rig.release_every_claim();
-    rig.assert_plugin_saw_no_violation();
+    Upgrade::start(Ending::Stopped).assert_everything_back();
 }
 
 #[test]
@@ -722,16 +727,8 @@ fn after_a_kill_and_a_reboot_the_new_binary_mounts_the_claims_of_the_journal_too
     if !require_root() {
         return;
     }
-    let rig = Upgrade::start(Ending::Killed);
-    rig.assert_plugin_back();
-    rig.assert_volumes_kept();
     // The killed agent's snapshot still calls the plugin task healthy:
     // the claims wait for its instance to run again, not for a job sent
     // to an instance that is not there.
-    rig.wait_claims_taken();
-    rig.assert_claims_kept(|state| state == "taken");
-    rig.assert_mounted_again();
-    rig.assert_app_task_runs_again();
-    rig.release_every_claim();
-    rig.assert_plugin_saw_no_violation();
+    Upgrade::start(Ending::Killed).assert_everything_back();
 }

@@ -1,0 +1,32 @@
+# Sourced by the scripts that run in named steps (e2e.sh,
+# upgrade-fixture.sh): `step NAME` says what the script is doing now, and a
+# failure, by `fail` or by a command outside it, names that step. The
+# sourcing script sets `script_name` (for its messages) first.
+
+current_step="preflight"
+
+# `step NAME`: what the script is doing now; a failure names it.
+step() {
+    current_step=$1
+    if [ -t 1 ]; then
+        printf '\033[1m==> %s\033[0m\n' "$current_step"
+    else
+        printf '==> %s\n' "$current_step"
+    fi
+}
+
+fail() {
+    echo "$script_name: FAILED in step '$current_step': $*" >&2
+    exit 1
+}
+
+# A command that fails outside `fail`: name the step, the command and the
+# script's line (the outermost call, when it failed inside a function).
+on_error() {
+    local code=$1 command=$2 line=${BASH_LINENO[${#BASH_LINENO[@]} - 2]}
+    # Subshells inherit the trap (set -E); report once, from the script.
+    if [ "$BASHPID" = "$$" ]; then
+        echo "$script_name: FAILED in step '$current_step': line $line: $command (exit $code)" >&2
+    fi
+}
+trap 'on_error "$?" "$BASH_COMMAND"' ERR
