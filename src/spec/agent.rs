@@ -421,8 +421,11 @@ fn decode_cluster(c: &mut Fields<'_>) -> Option<ClusterConfig> {
             );
         }
         for endpoint in endpoints {
-            if let Err(err) = crate::cluster::etcd::check_endpoint(endpoint, tls_block.is_some()) {
-                c.error(c.pos(), err.to_string());
+            if let Err(reason) = etcd_target(endpoint, tls_block.is_some()) {
+                c.error(
+                    c.pos(),
+                    format!("invalid etcd endpoint {endpoint:?}: {reason}"),
+                );
             }
         }
     }
@@ -616,4 +619,37 @@ pub(crate) fn absolute_path(f: &mut Fields<'_>, key: &'static str) -> Option<(Pa
         return None;
     }
     Some((PathBuf::from(text), pos))
+}
+/// An etcd endpoint as the `cluster` block writes it, `http://host:port`
+/// (`https://` with a `tls` block), as a gRPC target (`host:port`); or why
+/// it is not one.
+pub fn etcd_target(endpoint: &str, tls: bool) -> Result<String, String> {
+    let expected = if tls {
+        "expected https://host:port"
+    } else {
+        "expected http://host:port"
+    };
+    let rest = if let Some(rest) = endpoint.strip_prefix("https://") {
+        if !tls {
+            return Err("https needs the cluster's tls block, with at least ca_file".into());
+        }
+        rest
+    } else if let Some(rest) = endpoint.strip_prefix("http://") {
+        if tls {
+            return Err(
+                "plain http, but the cluster has a tls block: every endpoint must be https://"
+                    .into(),
+            );
+        }
+        rest
+    } else {
+        return Err(expected.into());
+    };
+    let rest = rest.trim_end_matches('/');
+    match rest.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(rest.to_string())
+        }
+        _ => Err(expected.into()),
+    }
 }

@@ -56,9 +56,9 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos, Syntax};
 
 pub use agent::{
-    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
-    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
+    etcd_target, AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume,
+    PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
 };
 pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
 pub use service::{

@@ -205,45 +205,13 @@ pub struct Etcd {
 /// Checks that `endpoint` is one the client can use: `https://host:port`
 /// when it has TLS settings (`tls`), `http://host:port` otherwise. Every
 /// member is spoken to alike, so a cluster's endpoints cannot mix the two.
-pub fn check_endpoint(endpoint: &str, tls: bool) -> Result<(), Error> {
-    target(endpoint, tls).map(drop)
-}
-
-/// `http://host:port` (`https://` with `tls`) as a gRPC target.
+/// `http://host:port` (`https://` with `tls`) as a gRPC target; the
+/// config's check (`spec`) reads endpoints the same way.
 fn target(endpoint: &str, tls: bool) -> Result<String, Error> {
-    let bad = |reason: &str| Error::Endpoint {
+    crate::spec::etcd_target(endpoint, tls).map_err(|reason| Error::Endpoint {
         endpoint: endpoint.to_string(),
-        reason: reason.to_string(),
-    };
-    let expected = if tls {
-        "expected https://host:port"
-    } else {
-        "expected http://host:port"
-    };
-    let rest = if let Some(rest) = endpoint.strip_prefix("https://") {
-        if !tls {
-            return Err(bad(
-                "https needs the cluster's tls block, with at least ca_file",
-            ));
-        }
-        rest
-    } else if let Some(rest) = endpoint.strip_prefix("http://") {
-        if tls {
-            return Err(bad(
-                "plain http, but the cluster has a tls block: every endpoint must be https://",
-            ));
-        }
-        rest
-    } else {
-        return Err(bad(expected));
-    };
-    let rest = rest.trim_end_matches('/');
-    match rest.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-            Ok(rest.to_string())
-        }
-        _ => Err(bad(expected)),
-    }
+        reason,
+    })
 }
 
 /// Whether another member may answer where this one could not.

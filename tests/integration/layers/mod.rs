@@ -86,9 +86,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     // A controller leader decodes the shared volume records it serves
     // (`Volume::from_proto`).
     ("cluster::leader", "volume::model"),
-    // `validate` checks the `cluster` block's endpoints with
-    // `cluster::etcd::check_endpoint`.
-    ("spec::agent", "cluster::etcd"),
 ];
 
 /// Edges of today's code inside a circle of `volume/` or `csi/`.
