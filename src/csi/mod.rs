@@ -4,7 +4,11 @@
 //! - [`model`]: access and attachment modes, mount options and secrets, with
 //!   redacting `Debug`/`Display`.
 //! - [`types`]: our request and answer types for each RPC.
-//! - [`client`]: a blocking client with a deadline on every call.
+//! - [`client`]: a blocking client with a deadline on every call: the
+//!   connection, and the identity and node services.
+//! - [`controller`]: the controller service's calls of the client.
+//! - [`rpc`]: what every call shares: the gRPC environment, blocking on an
+//!   answer, an RPC whose answer is taken later, error mapping.
 //! - [`relay`]: controller calls made by a controller elsewhere (in a
 //!   cluster, the plugin's controller leader), requests and answers
 //!   encoded as on the wire.
@@ -18,12 +22,14 @@
 pub mod backoff;
 pub mod client;
 pub mod compare;
+pub mod controller;
 pub mod convert;
 pub mod endpoint;
 pub mod error;
 pub mod model;
 pub mod proto;
 pub mod relay;
+pub mod rpc;
 pub mod types;
 
 pub use backoff::Backoff;

@@ -49,7 +49,7 @@ use super::ops::{OpDone, OpResult, Paths, StepDone, StepError, StepReport, Verdi
 use super::plan::{Action, Protocol};
 use super::target::{self, Owner};
 use crate::cluster::attachments::Attacher;
-use crate::csi::client::Sent;
+use crate::csi::rpc::Sent;
 use crate::csi::types::{NodePublish, NodeStage};
 use crate::csi::{Class, Client};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
