@@ -30,6 +30,7 @@ use crate::csi::Client;
 use crate::csi::Endpoint;
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
+use crate::volume::controller::ControllerCalls;
 use crate::volume::manager::Dispatch;
 
 use super::guard::{self, Writer, Writers};
@@ -355,13 +356,18 @@ impl Agent {
         if self.registry.serving(plugin, Service::Node).is_some() {
             return Some(Dispatch {
                 service: Service::Node,
-                job: Box::new(move |client: &Client| job(&client.relayed(relay))),
+                job: Box::new(move |client: &Client, _: &dyn ControllerCalls| {
+                    job(client, &client.relayed(relay))
+                }),
                 ..dispatch
             });
         }
         let spawned = std::thread::Builder::new()
             .name(format!("relay-{plugin}"))
-            .spawn(move || job(&Client::relay_only(relay)));
+            .spawn(move || {
+                let client = Client::relay_only(relay);
+                job(&client, &client)
+            });
         if let Err(err) = spawned {
             // The job is dropped, and with it its result channel: the
             // manager hears the call failed.

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use super::Agent;
 use crate::api::{ApiError, ErrorKind};
-use crate::csi::Backoff;
+use crate::csi::{Backoff, Client};
 use crate::plugin::PluginRecord;
 use crate::proto::state as statepb;
 use crate::volume::manager::{Dispatch, Reply};
@@ -400,8 +400,12 @@ impl Agent {
             .registry
             .serving(&dispatch.plugin_id, dispatch.service)
             .map(|r| r.key());
+        let job = dispatch.job;
         match key.and_then(|key| self.instances.get_mut(&key)) {
-            Some(running) => running.instance.submit(dispatch.job),
+            // The instance's own controller, if the job calls one.
+            Some(running) => running
+                .instance
+                .submit(Box::new(move |client: &Client| job(client, client))),
             None => log::error!(
                 "No running {} of plugin {} for a volume operation",
                 dispatch.service,

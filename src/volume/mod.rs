@@ -2,6 +2,7 @@
 //! protocol that stages, publishes and releases them.
 
 pub mod chores;
+pub mod controller;
 pub mod manager;
 pub mod model;
 pub mod ops;

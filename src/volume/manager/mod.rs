@@ -51,13 +51,12 @@ use crossbeam_channel::Sender;
 use protobuf::Message;
 
 use super::model::{Step, Volume};
-use super::ops::{self, OpDone, OpResult, Paths, Verdict};
+use super::ops::{self, Job, OpDone, OpResult, Paths, Verdict};
 use super::plan::Protocol;
 use crate::api::{ApiError, ErrorKind, Response};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::Backoff;
-use crate::plugin::workers::Job;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::{agent as api, state as pb};
 use crate::spec::PluginType;

@@ -116,9 +116,12 @@ impl VolumeManager {
             Err(err) => return self.outbox.push((reply, Err(err))),
         };
         let token = self.token();
-        let job = ops::job(&req.volume_id, token, self.done.clone(), move |client| {
-            OpResult::Snapshot(client.create_snapshot(&request))
-        });
+        let job = ops::controller_job(
+            &req.volume_id,
+            token,
+            self.done.clone(),
+            move |controller| OpResult::Snapshot(controller.create_snapshot(&request)),
+        );
         log::info!(
             "Volume {}: snapshot {:?} asked for",
             req.volume_id,
@@ -164,8 +167,8 @@ impl VolumeManager {
         }
         let token = self.token();
         let (id, secrets) = (req.snapshot_id.clone(), secrets_of(&req.secrets));
-        let job = ops::job("", token, self.done.clone(), move |client| {
-            OpResult::SnapshotDeleted(client.delete_snapshot(&id, &secrets))
+        let job = ops::controller_job("", token, self.done.clone(), move |controller| {
+            OpResult::SnapshotDeleted(controller.delete_snapshot(&id, &secrets))
         });
         self.pending
             .insert(token, PendingOp::SnapshotDelete { reply });
@@ -203,11 +206,11 @@ impl VolumeManager {
         }
         let token = self.token();
         let secrets = secrets_of(&req.secrets);
-        let job = ops::job("", token, self.done.clone(), move |client| {
+        let job = ops::controller_job("", token, self.done.clone(), move |controller| {
             let mut all = Vec::new();
             let mut token = String::new();
             for _ in 0..MAX_PAGES {
-                let page = match client.list_snapshots(&ListSnapshots {
+                let page = match controller.list_snapshots(&ListSnapshots {
                     starting_token: token.clone(),
                     secrets: secrets.clone(),
                     ..Default::default()
