@@ -25,9 +25,8 @@ use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::ops::{Answer, Ops};
 use crate::cluster::relay::EtcdRelay;
 use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
-use crate::csi::relay::Relay;
-use crate::csi::Client;
-use crate::csi::Endpoint;
+use crate::csi::client::DEFAULT_TIMEOUT;
+use crate::csi::{Carrier, Client, Controller, Endpoint};
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
 use crate::volume::controller::ControllerCalls;
@@ -328,14 +327,15 @@ impl Agent {
     }
 
     /// A controller call in a cluster, on a host without a controller of
-    /// the plugin: made by the plugin's controller leader, relayed through
-    /// etcd (`csi/relay.rs`) from the node's workers here, or, on a host
-    /// without any instance of the plugin, from a thread of its own (such
-    /// calls are few: create, delete, snapshot, expand, validate, list).
-    /// A host with a controller of its own makes its calls with it (see
-    /// docs/ARCHITECTURE.md, "Controller calls"). Answers the dispatch
-    /// to submit: `dispatch` itself if it is not relayed, `None` if it is
-    /// under way already.
+    /// the plugin: made by the plugin's controller leader, the job handed
+    /// the relayed implementation of its [`ControllerCalls`] (a
+    /// [`Controller`] carried by [`EtcdRelay`]), on the node's workers
+    /// here, or, on a host without any instance of the plugin, on a thread
+    /// of its own (such calls are few: create, delete, snapshot, expand,
+    /// validate, list). A host with a controller of its own makes its
+    /// calls with it (see docs/ARCHITECTURE.md, "Controller calls").
+    /// Answers the dispatch to submit: `dispatch` itself if it is not
+    /// relayed, `None` if it is under way already.
     pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {
         let Some(cluster) = &self.cluster else {
             return Some(dispatch);
@@ -346,7 +346,7 @@ impl Agent {
         {
             return Some(dispatch);
         }
-        let relay: Arc<dyn Relay> = Arc::new(EtcdRelay::new(
+        let relay: Arc<dyn Carrier> = Arc::new(EtcdRelay::new(
             cluster.member.etcd(),
             &cluster.prefix,
             &cluster.node,
@@ -357,7 +357,7 @@ impl Agent {
             return Some(Dispatch {
                 service: Service::Node,
                 job: Box::new(move |client: &Client, _: &dyn ControllerCalls| {
-                    job(client, &client.relayed(relay))
+                    job(client, &Controller::carried(relay, client.timeout()))
                 }),
                 ..dispatch
             });
@@ -365,8 +365,12 @@ impl Agent {
         let spawned = std::thread::Builder::new()
             .name(format!("relay-{plugin}"))
             .spawn(move || {
-                let client = Client::relay_only(relay);
-                job(&client, &client)
+                // A controller call makes no node call: its client is one
+                // to nowhere (nothing listens on /dev/null), on which one
+                // would fail with UNAVAILABLE.
+                let nowhere = Endpoint::from_path("/dev/null").expect("an absolute, short path");
+                let controller = Controller::carried(relay, DEFAULT_TIMEOUT);
+                job(&Client::new(&nowhere), &controller)
             });
         if let Err(err) = spawned {
             // The job is dropped, and with it its result channel: the

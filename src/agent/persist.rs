@@ -403,9 +403,9 @@ impl Agent {
         let job = dispatch.job;
         match key.and_then(|key| self.instances.get_mut(&key)) {
             // The instance's own controller, if the job calls one.
-            Some(running) => running
-                .instance
-                .submit(Box::new(move |client: &Client| job(client, client))),
+            Some(running) => running.instance.submit(Box::new(move |client: &Client| {
+                job(client, client.controller())
+            })),
             None => log::error!(
                 "No running {} of plugin {} for a volume operation",
                 dispatch.service,

@@ -213,7 +213,7 @@ impl Campaign {
                 relay::serve(
                     &self.etcd,
                     &self.node,
-                    &self.client,
+                    self.client.controller(),
                     call,
                     &self.calls,
                     volumes.guard,

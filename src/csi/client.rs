@@ -8,21 +8,24 @@
 //! whether the operation is worth waiting for.
 //!
 //! This file holds the connection and the identity and node services; the
-//! controller service is `controller.rs`, and what every call shares
-//! (blocking on an answer, [`Sent`], error mapping) is `rpc.rs`.
+//! controller service over the same connection is a [`Controller`]
+//! (`controller.rs`), whose calls the client makes under the same names,
+//! and what every call shares (blocking on an answer, [`Sent`], error
+//! mapping) is `rpc.rs`.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use grpcio::{CallOption, ChannelBuilder};
 
+use super::compare::Validation;
+use super::controller::Controller;
 use super::convert::{self, ConvertError};
 use super::endpoint::Endpoint;
 use super::error::{Error, Rpc};
+use super::model::{Capability, Secrets};
 use super::proto::csi as pb;
-use super::proto::csi_grpc::{ControllerClient, IdentityClient, NodeClient};
-use super::relay::Relay;
+use super::proto::csi_grpc::{IdentityClient, NodeClient};
 use super::rpc::{call, grpc_environment, invalid, send, Sent};
 use super::types::*;
 
@@ -41,10 +44,7 @@ pub struct Client {
     probe_timeout: Duration,
     identity: IdentityClient,
     node: NodeClient,
-    pub(super) controller: ControllerClient,
-    /// Where the controller RPCs go instead of `controller`, when another
-    /// host makes them ([`super::relay`]).
-    pub(super) relay: Option<Arc<dyn Relay>>,
+    controller: Controller,
 }
 
 impl Client {
@@ -67,17 +67,7 @@ impl Client {
             probe_timeout: PROBE_TIMEOUT,
             identity: IdentityClient::new(channel.clone()),
             node: NodeClient::new(channel.clone()),
-            controller: ControllerClient::new(channel),
-            relay: None,
-        }
-    }
-
-    /// The same client with its controller RPCs made by a controller
-    /// elsewhere, through `relay`.
-    pub fn relayed(&self, relay: Arc<dyn Relay>) -> Client {
-        Client {
-            relay: Some(relay),
-            ..self.clone()
+            controller: Controller::on_socket(channel, DEFAULT_TIMEOUT),
         }
     }
 
@@ -86,6 +76,7 @@ impl Client {
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = timeout;
         self.probe_timeout = timeout.min(PROBE_TIMEOUT);
+        self.controller = self.controller.with_timeout(timeout);
         self
     }
 
@@ -97,7 +88,12 @@ impl Client {
         self.timeout
     }
 
-    pub(super) fn opt(&self) -> CallOption {
+    /// The plugin's controller service, over this connection.
+    pub fn controller(&self) -> &Controller {
+        &self.controller
+    }
+
+    fn opt(&self) -> CallOption {
         CallOption::default().timeout(self.timeout)
     }
 
@@ -296,6 +292,91 @@ impl Client {
             self.node.node_expand_volume_opt(&wire, self.opt()),
         )?;
         Ok(resp.capacity_bytes)
+    }
+}
+
+/// The controller service over this connection: each call is its
+/// [`Controller`]'s of the same name.
+impl Client {
+    pub fn controller_capabilities(&self) -> Result<CapabilitySet<ControllerCapability>, Error> {
+        self.controller.controller_capabilities()
+    }
+
+    pub fn create_volume(&self, req: &CreateVolume) -> Result<Volume, Error> {
+        self.controller.create_volume(req)
+    }
+
+    pub fn delete_volume(&self, volume_id: &str, secrets: &Secrets) -> Result<(), Error> {
+        self.controller.delete_volume(volume_id, secrets)
+    }
+
+    pub fn controller_publish(&self, req: &ControllerPublish) -> Result<StringMap, Error> {
+        self.controller.controller_publish(req)
+    }
+
+    pub fn send_controller_publish(&self, req: &ControllerPublish) -> Sent<StringMap> {
+        self.controller.send_controller_publish(req)
+    }
+
+    pub fn controller_unpublish(
+        &self,
+        volume_id: &str,
+        node_id: &str,
+        secrets: &Secrets,
+    ) -> Result<(), Error> {
+        self.controller
+            .controller_unpublish(volume_id, node_id, secrets)
+    }
+
+    pub fn send_controller_unpublish(
+        &self,
+        volume_id: &str,
+        node_id: &str,
+        secrets: &Secrets,
+    ) -> Sent<()> {
+        self.controller
+            .send_controller_unpublish(volume_id, node_id, secrets)
+    }
+
+    pub fn validate_volume(&self, req: &ValidateVolume) -> Result<Validation, Error> {
+        self.controller.validate_volume(req)
+    }
+
+    pub fn list_volumes(
+        &self,
+        max_entries: i32,
+        starting_token: &str,
+    ) -> Result<VolumePage, Error> {
+        self.controller.list_volumes(max_entries, starting_token)
+    }
+
+    pub fn capacity(
+        &self,
+        capabilities: &[Capability],
+        parameters: &StringMap,
+        topology: Option<&Topology>,
+    ) -> Result<Capacity, Error> {
+        self.controller.capacity(capabilities, parameters, topology)
+    }
+
+    pub fn controller_expand(&self, req: &ControllerExpand) -> Result<Expanded, Error> {
+        self.controller.controller_expand(req)
+    }
+
+    pub fn controller_get_volume(&self, volume_id: &str) -> Result<ListedVolume, Error> {
+        self.controller.controller_get_volume(volume_id)
+    }
+
+    pub fn create_snapshot(&self, req: &CreateSnapshot) -> Result<Snapshot, Error> {
+        self.controller.create_snapshot(req)
+    }
+
+    pub fn delete_snapshot(&self, snapshot_id: &str, secrets: &Secrets) -> Result<(), Error> {
+        self.controller.delete_snapshot(snapshot_id, secrets)
+    }
+
+    pub fn list_snapshots(&self, req: &ListSnapshots) -> Result<SnapshotPage, Error> {
+        self.controller.list_snapshots(req)
     }
 }
 

@@ -55,7 +55,7 @@ impl<T: 'static> Sent<T> {
         (self.answer)()
     }
 
-    /// An RPC made already (through a relay).
+    /// An RPC made already (through a carrier).
     pub(super) fn known(result: Result<T, Error>) -> Sent<T> {
         Sent {
             answer: Box::new(move || result),

@@ -3,15 +3,18 @@
 //!
 //! A job about a volume (a claim's ControllerPublish, a CreateVolume, a
 //! snapshot, an expansion, a listing) does not know where the plugin's
-//! controller runs. It is handed one by whoever runs the job (the agent):
+//! controller runs. It is handed one by whoever runs the job (the agent),
+//! a [`Controller`] either way:
 //!
-//! - the plugin's controller on this host, over its socket: the local
-//!   implementation, the [`Client`] of the worker that runs the job;
+//! - the plugin's controller on this host: the local implementation, the
+//!   controller service of the worker's [`Client`](crate::csi::Client),
+//!   over the plugin's socket;
 //! - in a cluster, on a host without a controller of the plugin, the
-//!   plugin's controller leader on another host, its calls relayed
-//!   through etcd: the relayed implementation, which the agent builds
-//!   from the cluster's pieces (`agent/cluster.rs`), since the cluster
-//!   layer sits below this one.
+//!   plugin's controller leader on another host: the relayed
+//!   implementation, a [`Controller`] whose calls, encoded as on the wire,
+//!   are carried through etcd by the cluster's relay
+//!   (`cluster::relay::EtcdRelay`), which the agent builds
+//!   (`agent/cluster.rs`), since the cluster layer sits below this one.
 //!
 //! Either way a call answers, and fails, with the CSI types and the
 //! classified [`Error`] of a call to a controller of this host, so the
@@ -26,7 +29,7 @@ use crate::csi::types::{
     ControllerExpand, ControllerPublish, CreateSnapshot, CreateVolume, Expanded, ListSnapshots,
     Snapshot, SnapshotPage, StringMap, ValidateVolume, Volume, VolumePage,
 };
-use crate::csi::{Client, Error, Secrets, Validation};
+use crate::csi::{Controller, Error, Secrets, Validation};
 
 /// The controller calls of volume jobs, wherever the plugin's controller
 /// runs (see the module docs).
@@ -63,11 +66,11 @@ pub trait ControllerCalls {
     fn list_volumes(&self, max_entries: i32, starting_token: &str) -> Result<VolumePage, Error>;
 }
 
-/// The local implementation: the plugin's controller on this host, over
-/// the worker's connection.
-impl ControllerCalls for Client {
+/// A plugin's controller, over its socket or carried (see the module
+/// docs).
+impl ControllerCalls for Controller {
     fn send_controller_publish(&self, req: &ControllerPublish) -> Sent<StringMap> {
-        Client::send_controller_publish(self, req)
+        Controller::send_controller_publish(self, req)
     }
 
     fn send_controller_unpublish(
@@ -76,38 +79,38 @@ impl ControllerCalls for Client {
         node_id: &str,
         secrets: &Secrets,
     ) -> Sent<()> {
-        Client::send_controller_unpublish(self, volume_id, node_id, secrets)
+        Controller::send_controller_unpublish(self, volume_id, node_id, secrets)
     }
 
     fn create_volume(&self, req: &CreateVolume) -> Result<Volume, Error> {
-        Client::create_volume(self, req)
+        Controller::create_volume(self, req)
     }
 
     fn delete_volume(&self, volume_id: &str, secrets: &Secrets) -> Result<(), Error> {
-        Client::delete_volume(self, volume_id, secrets)
+        Controller::delete_volume(self, volume_id, secrets)
     }
 
     fn validate_volume(&self, req: &ValidateVolume) -> Result<Validation, Error> {
-        Client::validate_volume(self, req)
+        Controller::validate_volume(self, req)
     }
 
     fn controller_expand(&self, req: &ControllerExpand) -> Result<Expanded, Error> {
-        Client::controller_expand(self, req)
+        Controller::controller_expand(self, req)
     }
 
     fn create_snapshot(&self, req: &CreateSnapshot) -> Result<Snapshot, Error> {
-        Client::create_snapshot(self, req)
+        Controller::create_snapshot(self, req)
     }
 
     fn delete_snapshot(&self, snapshot_id: &str, secrets: &Secrets) -> Result<(), Error> {
-        Client::delete_snapshot(self, snapshot_id, secrets)
+        Controller::delete_snapshot(self, snapshot_id, secrets)
     }
 
     fn list_snapshots(&self, req: &ListSnapshots) -> Result<SnapshotPage, Error> {
-        Client::list_snapshots(self, req)
+        Controller::list_snapshots(self, req)
     }
 
     fn list_volumes(&self, max_entries: i32, starting_token: &str) -> Result<VolumePage, Error> {
-        Client::list_volumes(self, max_entries, starting_token)
+        Controller::list_volumes(self, max_entries, starting_token)
     }
 }
