@@ -20,7 +20,7 @@ use crate::cluster::alive::{self, Alive};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::Promise;
 use crate::cluster::fence::Fencer;
-use crate::cluster::leader::Candidate;
+use crate::cluster::leader::{AttachCalls, Candidate};
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::ops::{Answer, Ops};
 use crate::cluster::relay::EtcdRelay;
@@ -29,8 +29,10 @@ use crate::csi::client::DEFAULT_TIMEOUT;
 use crate::csi::{Carrier, Client, Controller, Endpoint};
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
+use crate::proto::state as statepb;
 use crate::volume::controller::ControllerCalls;
 use crate::volume::manager::Dispatch;
+use crate::volume::model::Volume;
 
 use super::guard::{self, Writer, Writers};
 use super::Agent;
@@ -315,6 +317,7 @@ impl Agent {
                 &campaigning.endpoint,
                 campaigning.capabilities.clone(),
                 cluster.lease_ttl,
+                attach_calls,
             ) {
                 Ok(candidate) => {
                     cluster.candidates.insert(id, (campaigning, candidate));
@@ -510,6 +513,18 @@ impl Agent {
             }
         }
     }
+}
+
+/// A controller leader's reading of a volume's record (see
+/// [`crate::cluster::leader::ReadVolume`]): the volume layer's, which the
+/// cluster layer below it cannot import.
+fn attach_calls(record: &statepb::Volume, plugin_node_id: &str) -> Result<AttachCalls, String> {
+    let volume = Volume::from_proto(record)?;
+    Ok(AttachCalls {
+        publish: volume.controller_publish(plugin_node_id),
+        external_id: volume.external_id,
+        secrets: volume.secrets,
+    })
 }
 
 /// The plugins this node registers with: one per plugin ID, as a split
