@@ -335,11 +335,12 @@ impl Agent {
     /// [`Controller`] carried by [`EtcdRelay`]), on the node's workers
     /// here, or, on a host without any instance of the plugin, on a thread
     /// of its own (such calls are few: create, delete, snapshot, expand,
-    /// validate, list). A host with a controller of its own makes its
+    /// validate, list; an errand, see `errands.rs`). A host with a
+    /// controller of its own makes its
     /// calls with it (see docs/ARCHITECTURE.md, "Controller calls").
     /// Answers the dispatch to submit: `dispatch` itself if it is not
     /// relayed, `None` if it is under way already.
-    pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {
+    pub(super) fn relayed(&mut self, dispatch: Dispatch) -> Option<Dispatch> {
         let Some(cluster) = &self.cluster else {
             return Some(dispatch);
         };
@@ -375,10 +376,13 @@ impl Agent {
                 let controller = Controller::carried(relay, DEFAULT_TIMEOUT);
                 job(&Client::new(&nowhere), &controller)
             });
-        if let Err(err) = spawned {
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
             // The job is dropped, and with it its result channel: the
             // manager hears the call failed.
-            log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}");
+            Err(err) => {
+                log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}")
+            }
         }
         None
     }
