@@ -32,8 +32,8 @@ use super::types::*;
 /// Carries controller calls, encoded as on the wire, to a controller and
 /// brings their encoded answers back.
 pub trait Carrier: Send + Sync {
-    /// How messages name the controller that answers through this carrier
-    /// (`the controller leader`).
+    /// How messages name the controller that answers through this
+    /// carrier: `<answerer>'s answer to CreateVolume is unreadable`.
     fn answerer(&self) -> &str;
 
     /// Sends `request`, the encoded request of `rpc`, and waits at most
