@@ -19,10 +19,10 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
+//! | [`csi`] | generated CSI v1.12.0 stubs (`build.rs`, `proto/csi.proto`), the typed blocking client, the controller service over a plugin's socket or through a carrier of calls encoded as on the wire, the capability model with redacting `Debug`/`Display`, capability comparison, error classification per RPC and code, [`csi::Backoff`] |
 //! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev`; the cluster membership and the writers' guard process |
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
-//! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the manager (admission, retries, reconciliation with mountinfo) |
+//! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the port through which jobs make controller calls, the manager (admission, retries, reconciliation with mountinfo) |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |

@@ -20,17 +20,19 @@ use crate::cluster::alive::{self, Alive};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::Promise;
 use crate::cluster::fence::Fencer;
-use crate::cluster::leader::Candidate;
+use crate::cluster::leader::{AttachCalls, Candidate};
 use crate::cluster::member::{self, Member, MemberEvent};
 use crate::cluster::ops::{Answer, Ops};
 use crate::cluster::relay::EtcdRelay;
 use crate::cluster::volumes::{VolumeEvent, VolumeWatch};
-use crate::csi::relay::Relay;
-use crate::csi::Client;
-use crate::csi::Endpoint;
+use crate::csi::client::DEFAULT_TIMEOUT;
+use crate::csi::{Carrier, Client, Controller, Endpoint};
 use crate::plugin::{Health, Registry, Service};
 use crate::proto::cluster as pb;
+use crate::proto::state as statepb;
+use crate::volume::controller::ControllerCalls;
 use crate::volume::manager::Dispatch;
+use crate::volume::model::Volume;
 
 use super::guard::{self, Writer, Writers};
 use super::Agent;
@@ -315,6 +317,7 @@ impl Agent {
                 &campaigning.endpoint,
                 campaigning.capabilities.clone(),
                 cluster.lease_ttl,
+                attach_calls,
             ) {
                 Ok(candidate) => {
                     cluster.candidates.insert(id, (campaigning, candidate));
@@ -327,15 +330,17 @@ impl Agent {
     }
 
     /// A controller call in a cluster, on a host without a controller of
-    /// the plugin: made by the plugin's controller leader, relayed through
-    /// etcd (`csi/relay.rs`) from the node's workers here, or, on a host
-    /// without any instance of the plugin, from a thread of its own (such
-    /// calls are few: create, delete, snapshot, expand, validate, list).
-    /// A host with a controller of its own makes its calls with it (see
-    /// docs/ARCHITECTURE.md, "Controller calls"). Answers the dispatch
-    /// to submit: `dispatch` itself if it is not relayed, `None` if it is
-    /// under way already.
-    pub(super) fn relayed(&self, dispatch: Dispatch) -> Option<Dispatch> {
+    /// the plugin: made by the plugin's controller leader, the job handed
+    /// the relayed implementation of its [`ControllerCalls`] (a
+    /// [`Controller`] carried by [`EtcdRelay`]), on the node's workers
+    /// here, or, on a host without any instance of the plugin, on a thread
+    /// of its own (such calls are few: create, delete, snapshot, expand,
+    /// validate, list; an errand, see `errands.rs`). A host with a
+    /// controller of its own makes its
+    /// calls with it (see docs/ARCHITECTURE.md, "Controller calls").
+    /// Answers the dispatch to submit: `dispatch` itself if it is not
+    /// relayed, `None` if it is under way already.
+    pub(super) fn relayed(&mut self, dispatch: Dispatch) -> Option<Dispatch> {
         let Some(cluster) = &self.cluster else {
             return Some(dispatch);
         };
@@ -345,7 +350,7 @@ impl Agent {
         {
             return Some(dispatch);
         }
-        let relay: Arc<dyn Relay> = Arc::new(EtcdRelay::new(
+        let relay: Arc<dyn Carrier> = Arc::new(EtcdRelay::new(
             cluster.member.etcd(),
             &cluster.prefix,
             &cluster.node,
@@ -355,17 +360,29 @@ impl Agent {
         if self.registry.serving(plugin, Service::Node).is_some() {
             return Some(Dispatch {
                 service: Service::Node,
-                job: Box::new(move |client: &Client| job(&client.relayed(relay))),
+                job: Box::new(move |client: &Client, _: &dyn ControllerCalls| {
+                    job(client, &Controller::carried(relay, client.timeout()))
+                }),
                 ..dispatch
             });
         }
         let spawned = std::thread::Builder::new()
             .name(format!("relay-{plugin}"))
-            .spawn(move || job(&Client::relay_only(relay)));
-        if let Err(err) = spawned {
+            .spawn(move || {
+                // A controller call makes no node call: its client is one
+                // to nowhere (nothing listens on /dev/null), on which one
+                // would fail with UNAVAILABLE.
+                let nowhere = Endpoint::from_path("/dev/null").expect("an absolute, short path");
+                let controller = Controller::carried(relay, DEFAULT_TIMEOUT);
+                job(&Client::new(&nowhere), &controller)
+            });
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
             // The job is dropped, and with it its result channel: the
             // manager hears the call failed.
-            log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}");
+            Err(err) => {
+                log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}")
+            }
         }
         None
     }
@@ -500,6 +517,18 @@ impl Agent {
             }
         }
     }
+}
+
+/// A controller leader's reading of a volume's record (see
+/// [`crate::cluster::leader::ReadVolume`]): the volume layer's, which the
+/// cluster layer below it cannot import.
+fn attach_calls(record: &statepb::Volume, plugin_node_id: &str) -> Result<AttachCalls, String> {
+    let volume = Volume::from_proto(record)?;
+    Ok(AttachCalls {
+        publish: volume.controller_publish(plugin_node_id),
+        external_id: volume.external_id,
+        secrets: volume.secrets,
+    })
 }
 
 /// The plugins this node registers with: one per plugin ID, as a split

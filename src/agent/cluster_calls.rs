@@ -1,7 +1,7 @@
 //! The API calls a clustered agent answers from etcd, each on a thread of
-//! its own so that the loop never waits on etcd: `node status`, `plugin
-//! status` counted across the cluster, and an operator's `volume detach
-//! -force -node`.
+//! its own so that the loop never waits on etcd (an errand, see
+//! `errands.rs`): `node status`, `plugin status` counted across the
+//! cluster, and an operator's `volume detach -force -node`.
 
 use std::thread;
 
@@ -20,7 +20,7 @@ impl Agent {
     /// controllers and nodes counted over every node's record, read on a
     /// thread of its own.
     pub(super) fn cluster_plugin_status(
-        &self,
+        &mut self,
         id: String,
         local: Result<StatusReport, CallError>,
         reply: ReplyTo,
@@ -49,13 +49,14 @@ impl Agent {
                 };
                 reply.send(answer.map(Response::PluginStatus));
             });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for plugin status: {err}");
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
+            Err(err) => log::error!("Cannot start a thread for plugin status: {err}"),
         }
     }
 
     /// `node status`: read from etcd on a thread of its own.
-    pub(super) fn node_status(&self, reply: ReplyTo) {
+    pub(super) fn node_status(&mut self, reply: ReplyTo) {
         let Some(cluster) = &self.cluster else {
             let err = CallError::new(
                 ErrorKind::FailedPrecondition,
@@ -103,14 +104,15 @@ impl Agent {
                     });
                 reply.send(answer);
             });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for node status: {err}");
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
+            Err(err) => log::error!("Cannot start a thread for node status: {err}"),
         }
     }
 
     /// `volume detach -force -node`: on a thread of its own, since the
     /// controller leader's detach may take a while.
-    pub(super) fn force_detach(&self, volume_id: String, node: String, reply: ReplyTo) {
+    pub(super) fn force_detach(&mut self, volume_id: String, node: String, reply: ReplyTo) {
         let refuse = |reply: ReplyTo, kind, message: String| {
             reply.send(Err(CallError::new(kind, message)));
         };
@@ -167,8 +169,9 @@ impl Agent {
                 };
                 reply.send(answer);
             });
-        if let Err(err) = spawned {
-            log::error!("Cannot start a thread for volume detach: {err}");
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
+            Err(err) => log::error!("Cannot start a thread for volume detach: {err}"),
         }
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! Shutdown (SIGTERM, SIGINT): stop the control API, ask every instance for
 //! its last report (each says unhealthy), wait for them for a bounded time,
-//! persist, exit 0. A second signal during shutdown exits at once; the
+//! persist, wait for the errands under way within the same time, exit 0. A second signal during shutdown exits at once; the
 //! state on disk is consistent at every moment. SIGHUP re-reads the config
 //! file and adds, changes or removes plugins; a config with errors is
 //! logged and ignored, and nothing changes.
@@ -28,11 +28,13 @@
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `signals.rs` | the signal thread |
 //! | `wakeup.rs` | when the loop must wake up without a message |
+//! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
 mod cluster;
 mod cluster_calls;
 pub mod dev;
+mod errands;
 pub mod guard;
 mod persist;
 mod plugin_tasks;
@@ -65,6 +67,7 @@ use crate::task::Allocs;
 use crate::volume::manager::VolumeManager;
 use crate::volume::ops::{OpDone, Paths};
 use dev::DevPlugin;
+use errands::Errands;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{create_private_dir, remove_temporary_data_dir};
@@ -205,6 +208,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         store,
         dirty: !loaded.existed,
         cluster: None,
+        errands: Errands::default(),
         fatal: None,
         options,
     };
@@ -327,6 +331,9 @@ struct Agent {
     dirty: bool,
     /// The `cluster` block's membership, when there is one.
     cluster: Option<cluster::ClusterMember>,
+    /// Work under way on threads of its own, so that the loop does not
+    /// wait on it.
+    errands: Errands,
     /// Why the agent must stop (a node name another agent holds).
     fatal: Option<String>,
     /// When the loop last looked whether adopted tasks still run: the
@@ -515,8 +522,9 @@ impl Agent {
                 Ok(Err(err)) => log::error!("Cannot create the dev volume: {err}"),
                 Err(_) => {}
             });
-        if let Err(err) = spawned {
-            log::warn!("Cannot watch the dev volume's creation: {err}");
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
+            Err(err) => log::warn!("Cannot watch the dev volume's creation: {err}"),
         }
     }
 
@@ -653,6 +661,7 @@ impl Agent {
                 running.instance.join();
             }
         }
+        self.errands.finish(deadline);
         if let Some(mut dev) = self.dev.take() {
             dev.stop();
         }

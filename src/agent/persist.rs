@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 use super::Agent;
 use crate::call::Reply;
 use crate::call::{CallError, ErrorKind};
-use crate::csi::Backoff;
+use crate::csi::{Backoff, Client};
 use crate::plugin::PluginRecord;
 use crate::proto::state as statepb;
 use crate::volume::manager::Dispatch;
@@ -401,8 +401,12 @@ impl Agent {
             .registry
             .serving(&dispatch.plugin_id, dispatch.service)
             .map(|r| r.key());
+        let job = dispatch.job;
         match key.and_then(|key| self.instances.get_mut(&key)) {
-            Some(running) => running.instance.submit(dispatch.job),
+            // The instance's own controller, if the job calls one.
+            Some(running) => running.instance.submit(Box::new(move |client: &Client| {
+                job(client, client.controller())
+            })),
             None => log::error!(
                 "No running {} of plugin {} for a volume operation",
                 dispatch.service,

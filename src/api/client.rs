@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use grpcio::{CallOption, ChannelBuilder, RpcStatusCode};
 
-use crate::csi::client::grpc_environment;
+use crate::csi::rpc::grpc_environment;
 use crate::csi::Endpoint;
 use crate::proto::{agent as api, agent_grpc};
 use crate::spec::DEFAULT_DATA_DIR;

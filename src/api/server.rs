@@ -22,7 +22,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink, UnarySinkResult};
 
 use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
-use crate::csi::client::{block_on, grpc_environment};
+use crate::csi::rpc::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
 use crate::sys::peercred;
 use crate::volume::calls::Answer;

@@ -15,6 +15,10 @@
 //! alive by it: when the agent dies or is cut off, the key goes after the
 //! lease's TTL and a follower takes over; a leader that cannot keep its
 //! lease alive stops serving at once.
+//!
+//! What the attach and detach calls of a volume are is the volume layer's
+//! knowledge, which sits above this one: the agent hands the candidate a
+//! [`ReadVolume`] that reads a volume's record into its [`AttachCalls`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -29,10 +33,25 @@ use super::election::{self, Candidacy, Ended, Held};
 use super::etcd::{Condition, Etcd, Kv, Watch};
 use super::relay;
 use super::volumes;
-use crate::csi::{Client, Endpoint};
+use crate::csi::types::ControllerPublish;
+use crate::csi::{Client, Endpoint, Secrets};
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
-use crate::volume::model::Volume;
+
+/// The controller calls that attach a volume to a node and detach it.
+pub struct AttachCalls {
+    /// ControllerPublishVolume's request, or `None` when the volume has no
+    /// capability to publish with.
+    pub publish: Option<ControllerPublish>,
+    /// The volume's ID in the plugin, for ControllerUnpublishVolume.
+    pub external_id: String,
+    pub secrets: Secrets,
+}
+
+/// Reads a volume's record, as etcd holds it (`volumes/<id>`), into the
+/// calls that attach it to the node the plugin knows as `plugin_node_id`
+/// and detach it from that node; or says why the record cannot be read.
+pub type ReadVolume = fn(&statepb::Volume, &str) -> Result<AttachCalls, String>;
 
 /// A candidate (then maybe the leader) for one plugin's controller; dropping
 /// it stops the thread, which gives up the leadership at once.
@@ -61,6 +80,8 @@ struct Campaign {
     node: String,
     plugin: String,
     client: Client,
+    /// What the volume layer makes of a volume record.
+    read_volume: ReadVolume,
     ttl: Duration,
     /// The controller's capabilities, for the election record.
     capabilities: Vec<i32>,
@@ -71,7 +92,9 @@ struct Campaign {
 
 impl Candidate {
     /// Starts campaigning for `plugin`'s controller, serving with the
-    /// controller at `endpoint` while leading.
+    /// controller at `endpoint` while leading, with the calls
+    /// `read_volume` reads from each volume's record.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         etcd: Arc<Etcd>,
         prefix: &str,
@@ -80,6 +103,7 @@ impl Candidate {
         endpoint: &Endpoint,
         capabilities: Vec<i32>,
         ttl: Duration,
+        read_volume: ReadVolume,
     ) -> std::io::Result<Candidate> {
         let (stop_tx, stop_rx) = bounded(1);
         let campaign = Campaign {
@@ -88,6 +112,7 @@ impl Candidate {
             node: node.to_string(),
             plugin: plugin.to_string(),
             client: Client::new(endpoint),
+            read_volume,
             ttl,
             capabilities,
             calls: Default::default(),
@@ -213,7 +238,7 @@ impl Campaign {
                 relay::serve(
                     &self.etcd,
                     &self.node,
-                    &self.client,
+                    self.client.controller(),
                     call,
                     &self.calls,
                     volumes.guard,
@@ -275,37 +300,37 @@ impl Campaign {
         if record.plugin_id != self.plugin {
             return;
         }
-        let outcome = match Volume::from_proto(&record) {
-            Ok(volume) => self.call(&volume, intent),
+        let outcome = match (self.read_volume)(&record, &intent.plugin_node_id) {
+            Ok(calls) => self.call(calls, intent),
             Err(err) => Outcome::Failed(err),
         };
         self.answer(intent, outcome, guard);
     }
 
-    fn call(&self, v: &Volume, intent: &Intent) -> Outcome {
+    fn call(&self, calls: AttachCalls, intent: &Intent) -> Outcome {
         let failed = |err: crate::csi::Error| Outcome::Failed(crate::error_chain(&err));
         if !intent.attach {
             log::info!(
                 "Cluster: detaching volume {} from node {} (ControllerUnpublishVolume)",
-                v.id,
+                intent.volume,
                 intent.node
             );
             return match self.client.controller_unpublish(
-                &v.external_id,
+                &calls.external_id,
                 &intent.plugin_node_id,
-                &v.secrets,
+                &calls.secrets,
             ) {
                 Ok(()) => Outcome::Detached,
                 Err(err) if err.class == crate::csi::Class::Ignorable => Outcome::Detached,
                 Err(err) => failed(err),
             };
         }
-        let Some(req) = v.controller_publish(&intent.plugin_node_id) else {
+        let Some(req) = calls.publish else {
             return Outcome::Failed("the volume has no capability".into());
         };
         log::info!(
             "Cluster: attaching volume {} to node {} (ControllerPublishVolume)",
-            v.id,
+            intent.volume,
             intent.node
         );
         match self.client.controller_publish(&req) {

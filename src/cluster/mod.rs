@@ -13,7 +13,7 @@
 //! | [`leader`] | the candidate thread of each plugin whose controller runs here: campaigns (the election record carries the controller's capabilities), and while leading serves every node's attach intents and relayed calls with its controller |
 //! | [`ops`] | the volume manager's ops (admit, free, share, unshare) carried out off the main loop, in order per volume, retried with backoff |
 //! | [`volumes`] | `volumes/<id>`: each volume's record as true on every host, written by the agent that registered or changed it; the watch every agent learns them (and the claim sets) from |
-//! | [`relay`] | `calls/<plugin>/<node>/<id>`: a controller call of a host without the plugin's controller, encoded as on the wire, on a lease of its own; the leader makes it and writes the answer back ([`crate::csi::relay`] is the client's side) |
+//! | [`relay`] | `calls/<plugin>/<node>/<id>`: a controller call of a host without the plugin's controller, encoded as on the wire, on a lease of its own; the leader makes it and writes the answer back; the caller's side is [`relay::EtcdRelay`], which carries the calls of a [`crate::csi::Controller`] |
 //! | [`election`] | `controllers/<plugin>` and `fencer`: elections on the leader's lease, at most one leader each; a candidate's life (campaign, follow, lead, start over) |
 //! | [`fence`] | lost nodes: the fencer marks their claims past, has the controller leader detach them, frees them; `volume detach -force -node` |
 //! | [`claims`] | `volumes/<id>/claims`: every claim on a volume from every node, admitted by a revision-compared transaction, so two hosts never both win a single-writer volume |

@@ -1,10 +1,18 @@
-//! Controller calls relayed through etcd (`crate::csi::relay`): a host
-//! without a controller of a plugin writes the call, encoded, to
+//! Controller calls relayed through etcd: a host without a controller of
+//! a plugin writes the call, encoded as on the wire, to
 //! `<prefix>/calls/<plugin>/<node>/<id>` ([`pb::RelayedCall`]); the
 //! plugin's controller leader ([`super::leader`]) watches the plugin's
 //! calls, makes each with its controller and writes the answer into the
 //! same record; the caller waits for it with a watch and removes the
 //! record.
+//!
+//! [`EtcdRelay`] is the caller's side, a [`Carrier`] of encoded calls:
+//! a [`crate::csi::Controller`] carried by it makes the host's controller
+//! calls with the leader's controller, and reads the answers and
+//! classifies failures exactly as if its own controller had answered.
+//! [`serve`] is the leader's side. ControllerPublish and
+//! ControllerUnpublish are not relayed: an attachment is a record of its
+//! own ([`super::attachments`]), which the fencer of lost nodes reads too.
 //!
 //! - The record lives on a lease of the call's own, granted for the call's
 //!   deadline and a margin, and revoked when the caller has its answer:
@@ -31,8 +39,7 @@ use protobuf::Message;
 
 use super::election;
 use super::etcd::{self, Condition, Etcd, Event, Kv};
-use crate::csi::relay::{relayable_named, Relay};
-use crate::csi::{Client, Rpc};
+use crate::csi::{Carrier, Controller, Rpc};
 use crate::proto::cluster as pb;
 
 /// What etcd may take besides the controller's own time: the record's
@@ -41,6 +48,48 @@ const MARGIN: Duration = Duration::from_secs(5);
 
 /// How long a call waits for a leader when the election has none.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(3);
+
+/// Whether `rpc` is one the controller leader makes for other hosts.
+pub fn relayable(rpc: Rpc) -> bool {
+    matches!(
+        rpc,
+        Rpc::ControllerGetCapabilities
+            | Rpc::CreateVolume
+            | Rpc::DeleteVolume
+            | Rpc::ValidateVolumeCapabilities
+            | Rpc::ListVolumes
+            | Rpc::GetCapacity
+            | Rpc::ControllerExpandVolume
+            | Rpc::ControllerGetVolume
+            | Rpc::CreateSnapshot
+            | Rpc::DeleteSnapshot
+            | Rpc::ListSnapshots
+    )
+}
+
+/// The RPC named `name` ([`Rpc::name`]), if it is relayed.
+pub fn relayable_named(name: &str) -> Option<Rpc> {
+    Rpc::ALL
+        .into_iter()
+        .find(|rpc| rpc.name() == name)
+        .filter(|rpc| relayable(*rpc))
+}
+
+/// What `send` answers when `rpc` is relayed; refused before anything is
+/// sent when it is not.
+fn relayed_only(
+    rpc: Rpc,
+    send: impl FnOnce() -> Result<Vec<u8>, RpcStatus>,
+) -> Result<Vec<u8>, RpcStatus> {
+    if !relayable(rpc) {
+        let why = format!("{rpc} is not relayed to a controller leader");
+        return Err(RpcStatus::with_message(
+            RpcStatusCode::INVALID_ARGUMENT,
+            why,
+        ));
+    }
+    send()
+}
 
 /// The prefix of `plugin`'s relayed calls.
 pub fn calls_prefix(prefix: &str, plugin: &str) -> String {
@@ -203,9 +252,8 @@ impl EtcdRelay {
             }
         }
     }
-}
 
-impl Relay for EtcdRelay {
+    /// Relays `rpc` to the leader and waits for its answer.
     fn relay(&self, rpc: Rpc, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, RpcStatus> {
         let leader = self.leader()?;
         let (lease, _) = self.etcd.grant(timeout + 2 * MARGIN).map_err(|err| {
@@ -227,6 +275,16 @@ impl Relay for EtcdRelay {
             );
         }
         answer
+    }
+}
+
+impl Carrier for EtcdRelay {
+    fn answerer(&self) -> &str {
+        "the controller leader"
+    }
+
+    fn carry(&self, rpc: Rpc, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, RpcStatus> {
+        relayed_only(rpc, || self.relay(rpc, request, timeout))
     }
 }
 
@@ -267,13 +325,13 @@ pub fn pending(kvs: Vec<Kv>) -> Vec<Pending> {
         .collect()
 }
 
-/// The leader's side: makes `pending` with `client` on a thread of its
-/// own and writes the answer into its record, unless the caller gave it
-/// up meanwhile. A call already being made is left to its thread.
+/// The leader's side: makes `pending` with `controller` on a thread of
+/// its own and writes the answer into its record, unless the caller gave
+/// it up meanwhile. A call already being made is left to its thread.
 pub fn serve(
     etcd: &Arc<Etcd>,
     leader: &str,
-    client: &Client,
+    controller: &Controller,
     pending: Pending,
     in_flight: &InFlight,
     guard: &Condition,
@@ -286,11 +344,11 @@ pub fn serve(
     let (etcd, leader, calls) = (etcd.clone(), leader.to_string(), in_flight.clone());
     let guard = guard.clone();
     let timeout = Duration::from_millis(call.timeout_ms).max(Duration::from_secs(1));
-    let client = client.clone().with_timeout(timeout);
+    let controller = controller.clone();
     let spawned = thread::Builder::new()
         .name("relayed-call".into())
         .spawn(move || {
-            let answer = make(&client, &call);
+            let answer = make(&controller, &call, timeout);
             write_answer(&etcd, &leader, &kv, call, answer, &guard);
             calls.lock().unwrap().remove(&kv.key);
         });
@@ -301,8 +359,12 @@ pub fn serve(
     }
 }
 
-/// Makes `call` with the leader's controller.
-fn make(client: &Client, call: &pb::RelayedCall) -> Result<Vec<u8>, RpcStatus> {
+/// Makes `call` with the leader's controller, within `timeout`.
+fn make(
+    controller: &Controller,
+    call: &pb::RelayedCall,
+    timeout: Duration,
+) -> Result<Vec<u8>, RpcStatus> {
     let Some(rpc) = relayable_named(&call.rpc) else {
         return Err(RpcStatus::with_message(
             RpcStatusCode::INVALID_ARGUMENT,
@@ -313,7 +375,7 @@ fn make(client: &Client, call: &pb::RelayedCall) -> Result<Vec<u8>, RpcStatus> {
         ));
     };
     log::info!("Cluster: making {rpc} for another host (relayed)");
-    client.serve_relayed(rpc, &call.request)
+    controller.serve_encoded(rpc, &call.request, timeout)
 }
 
 fn write_answer(
@@ -362,5 +424,27 @@ fn write_answer(
             record.rpc,
             chain(&err)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachments_and_node_calls_are_never_relayed() {
+        for rpc in [
+            Rpc::ControllerPublishVolume,
+            Rpc::ControllerUnpublishVolume,
+            Rpc::NodeStageVolume,
+            Rpc::Probe,
+        ] {
+            assert!(!relayable(rpc), "{rpc}");
+            assert_eq!(relayable_named(rpc.name()), None);
+        }
+        let result = relayed_only(Rpc::ControllerPublishVolume, || panic!("sent"));
+        assert!(result.is_err());
+        assert_eq!(relayable_named("CreateVolume"), Some(Rpc::CreateVolume));
+        assert_eq!(relayable_named("NoSuchCall"), None);
     }
 }

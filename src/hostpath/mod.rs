@@ -367,7 +367,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         trace,
         strict,
     }));
-    let env = crate::csi::client::grpc_environment();
+    let env = crate::csi::rpc::grpc_environment();
     let mut server = ServerBuilder::new(env)
         .register_service(csi_grpc::create_identity(service.clone()))
         .register_service(csi_grpc::create_controller(service.clone()))

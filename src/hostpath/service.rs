@@ -10,11 +10,11 @@ use grpcio::{RpcContext, UnarySink};
 use super::faults::Action;
 use super::strict::{Call, Service as CsiService};
 use super::{status, Plugin, RpcResult, PLUGIN_NAME, PUBLISH_CONTEXT_KEY};
-use crate::csi::client::block_on;
 use crate::csi::convert;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::proto::csi_grpc;
+use crate::csi::rpc::block_on;
 use crate::csi::types::{PluginCapability, StringMap};
 
 /// The plugin as a grpcio service: cheap to clone, one per service.

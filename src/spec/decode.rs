@@ -15,18 +15,23 @@
 //! ([`Attribute::json_blocks`]), every other getter as an attribute, so the
 //! same decoders, with the same strictness and messages, serve both
 //! syntaxes.
+//!
+//! This file holds the decoder, a block's bookkeeping (known keys, nested
+//! and labeled blocks, ignored and unknown items) and the block getters;
+//! the getters of attribute values (strings, numbers, durations, lists,
+//! maps) are `decode/values.rs`.
+
+mod values;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
-use std::time::Duration;
 
-use crate::hcl::{self, Attribute, Block, Body, Expr, Item, Pos, Span, Syntax};
+use crate::hcl::{self, Attribute, Block, Body, Item, Pos, Span, Syntax};
 
 use super::encode::kept_text;
 use super::suggest::nearest;
 use super::{Decoded, Invalid, Kept, Warning};
+pub(crate) use values::MapEntry;
 
 /// The collected errors and warnings of one file, and its source text (to
 /// keep ignored items as written).
@@ -142,15 +147,6 @@ fn byte_offset(src: &str, pos: Pos) -> usize {
         .map_or(src.len(), |(at, _)| line_start + at)
 }
 
-/// One `key = "value"` of a map, with where each side is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MapEntry {
-    pub(crate) key: String,
-    pub(crate) key_pos: Pos,
-    pub(crate) value: String,
-    pub(crate) value_pos: Pos,
-}
-
 /// The items of one block being decoded, and the keys asked for so far.
 pub(crate) struct Fields<'d> {
     dec: &'d Decoder<'d>,
@@ -230,24 +226,6 @@ impl<'d> Fields<'d> {
             .filter(|attr| !attr.value.is_null())
     }
 
-    /// A type error for the value of `attr`.
-    fn expected(&self, attr: &Attribute, expected: &str) {
-        self.error(
-            attr.value.pos(),
-            format!(
-                "{:?} in {} must be {expected}, found {}",
-                attr.key.name,
-                self.what,
-                article(attr.value.kind_name())
-            ),
-        );
-    }
-
-    /// A string attribute.
-    pub(crate) fn string(&mut self, key: &'static str) -> Option<String> {
-        self.string_at(key).map(|(value, _)| value)
-    }
-
     /// Whether `key` is present: as an attribute that is not `null`, or as
     /// a block (a map may be either).
     pub(crate) fn has(&self, key: &str) -> bool {
@@ -283,237 +261,6 @@ impl<'d> Fields<'d> {
 
     fn missing_message(&self, key: &str) -> String {
         format!("missing required attribute {key:?} in {}", self.what)
-    }
-
-    /// A string attribute with the position of its value.
-    pub(crate) fn string_at(&mut self, key: &'static str) -> Option<(String, Pos)> {
-        let attr = self.attr(key)?;
-        match attr.value.as_str() {
-            Some(text) => Some((text.to_string(), attr.value.pos())),
-            None => {
-                self.expected(attr, "a string");
-                None
-            }
-        }
-    }
-
-    /// A string attribute parsed with `FromStr`; the parse error is the
-    /// message.
-    pub(crate) fn parsed<T>(&mut self, key: &'static str) -> Option<T>
-    where
-        T: FromStr,
-        T::Err: fmt::Display,
-    {
-        self.parsed_at(key).map(|(value, _)| value)
-    }
-
-    /// Like [`Fields::parsed`], with the position of the value.
-    pub(crate) fn parsed_at<T>(&mut self, key: &'static str) -> Option<(T, Pos)>
-    where
-        T: FromStr,
-        T::Err: fmt::Display,
-    {
-        let (text, pos) = self.string_at(key)?;
-        match text.parse() {
-            Ok(value) => Some((value, pos)),
-            Err(err) => {
-                self.error(pos, format!("{key:?} in {}: {err}", self.what));
-                None
-            }
-        }
-    }
-
-    /// A boolean attribute.
-    pub(crate) fn bool(&mut self, key: &'static str) -> Option<bool> {
-        let attr = self.attr(key)?;
-        let value = attr.value.as_bool();
-        if value.is_none() {
-            self.expected(attr, "true or false");
-        }
-        value
-    }
-
-    /// A whole, non-negative number.
-    pub(crate) fn u64(&mut self, key: &'static str) -> Option<u64> {
-        let attr = self.attr(key)?;
-        match attr.value.as_number() {
-            Some(number) => {
-                let value = number.as_u64();
-                if value.is_none() {
-                    self.error(
-                        attr.value.pos(),
-                        format!(
-                            "{key:?} in {} must be a whole number of at least 0, found {}",
-                            self.what,
-                            number.text()
-                        ),
-                    );
-                }
-                value
-            }
-            None => {
-                self.expected(attr, "a number");
-                None
-            }
-        }
-    }
-
-    /// A TCP port number, 1 to 65535.
-    pub(crate) fn port_number(&mut self, key: &'static str) -> Option<u16> {
-        let pos = self.attr(key)?.value.pos();
-        let value = self.u64(key)?;
-        match u16::try_from(value) {
-            Ok(port) if port > 0 => Some(port),
-            _ => {
-                self.error(
-                    pos,
-                    format!(
-                        "{key:?} in {} must be a port from 1 to 65535, found {value}",
-                        self.what
-                    ),
-                );
-                None
-            }
-        }
-    }
-
-    /// A duration written as a string, such as `"30s"` or `"1h30m"`.
-    pub(crate) fn duration(&mut self, key: &'static str) -> Option<Duration> {
-        let (text, pos) = self.string_at(key)?;
-        match crate::units::parse_duration(&text) {
-            Ok(value) => Some(value),
-            Err(err) => {
-                self.error(pos, format!("{key:?} in {}: {err}", self.what));
-                None
-            }
-        }
-    }
-
-    /// A list of strings.
-    pub(crate) fn strings(&mut self, key: &'static str) -> Option<Vec<String>> {
-        let attr = self.attr(key)?;
-        let Some(items) = attr.value.as_list() else {
-            self.expected(attr, "a list of strings");
-            return None;
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for item in items {
-            match item.as_str() {
-                Some(text) => out.push(text.to_string()),
-                None => self.error(
-                    item.pos(),
-                    format!(
-                        "{:?} in {} must be a list of strings, found {} in the list",
-                        attr.key.name,
-                        self.what,
-                        article(item.kind_name())
-                    ),
-                ),
-            }
-        }
-        (out.len() == items.len()).then_some(out)
-    }
-
-    /// A map of strings, written either as a block (`env { A = "1" }`) or
-    /// as an attribute holding an object (`env = { "a.b" = "1" }`), the form
-    /// for keys that are not identifiers. Numbers and booleans become their
-    /// text, as in HCL's `map(string)`.
-    pub(crate) fn map(&mut self, key: &'static str) -> Option<BTreeMap<String, String>> {
-        let entries = self.map_entries(key)?;
-        Some(
-            entries
-                .into_iter()
-                .map(|entry| (entry.key, entry.value))
-                .collect(),
-        )
-    }
-
-    /// Like [`Fields::map`], with each entry's positions, in source order.
-    pub(crate) fn map_entries(&mut self, key: &'static str) -> Option<Vec<MapEntry>> {
-        self.known.push(key);
-        let mut blocks = self.body.blocks_named(key);
-        let attr = self.body.attribute(key).filter(|a| !a.value.is_null());
-        let mut entries: Vec<(&str, Pos, &Expr)> = Vec::new();
-        let found = match (blocks.next(), attr) {
-            (None, None) => return None,
-            (Some(block), _) => {
-                if self.no_labels(block) {
-                    for item in &block.body.items {
-                        match item {
-                            Item::Attribute(a) => {
-                                entries.push((&a.key.name, a.key.span.start, &a.value))
-                            }
-                            Item::Block(inner) => self.error(
-                                inner.kind.span.start,
-                                format!(
-                                    "{key} in {} holds only key = value lines, found block {:?}",
-                                    self.what, inner.kind.name
-                                ),
-                            ),
-                        }
-                    }
-                }
-                if let Some(attr) = attr {
-                    self.error(
-                        attr.key.span.start,
-                        format!("{key:?} in {} is also set as a block", self.what),
-                    );
-                }
-                for extra in blocks {
-                    self.twice(key, extra, block);
-                }
-                true
-            }
-            (None, Some(attr)) => match attr.value.as_object() {
-                Some(object) => {
-                    for (k, v) in object {
-                        entries.push((&k.name, k.span.start, v));
-                    }
-                    true
-                }
-                None => {
-                    let expected = match self.body.syntax {
-                        Syntax::Native => "an object or a block",
-                        Syntax::Json => "an object",
-                    };
-                    self.expected(attr, expected);
-                    false
-                }
-            },
-        };
-        let mut map: Vec<MapEntry> = Vec::new();
-        for (name, pos, value) in entries {
-            let text = match value {
-                Expr::String { value, .. } | Expr::Heredoc { value, .. } => value.clone(),
-                Expr::Number { value, .. } => value.text().to_string(),
-                Expr::Bool { value, .. } => value.to_string(),
-                other => {
-                    self.error(
-                        other.pos(),
-                        format!(
-                            "{name:?} in {key} in {} must be a string, found {}",
-                            self.what,
-                            article(other.kind_name())
-                        ),
-                    );
-                    continue;
-                }
-            };
-            if map.iter().any(|entry| entry.key == name) {
-                self.error(
-                    pos,
-                    format!("{name:?} is set twice in {key} in {}", self.what),
-                );
-                continue;
-            }
-            map.push(MapEntry {
-                key: name.to_string(),
-                key_pos: pos,
-                value: text,
-                value_pos: value.pos(),
-            });
-        }
-        found.then_some(map)
     }
 
     /// Every block of this kind, which take no labels. An attribute of that
@@ -730,17 +477,6 @@ fn item_name(item: &Item) -> &str {
     match item {
         Item::Attribute(attr) => &attr.key.name,
         Item::Block(block) => &block.kind.name,
-    }
-}
-
-/// `a string`, `an object`: a value kind with its article.
-fn article(kind: &str) -> String {
-    if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-        format!("an {kind}")
-    } else if kind == "null" {
-        kind.to_string()
-    } else {
-        format!("a {kind}")
     }
 }
 

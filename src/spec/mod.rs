@@ -33,7 +33,8 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `decode.rs` | the strict decoder: typed getters, seen keys, collected errors and warnings |
+//! | `decode.rs` | the strict decoder: seen keys, block getters, collected errors and warnings |
+//! | `decode/values.rs` | the decoder's typed getters of attribute values: strings, numbers, durations, lists, maps |
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |

@@ -3,6 +3,7 @@
 
 pub mod calls;
 pub mod chores;
+pub mod controller;
 pub mod manager;
 pub mod model;
 pub mod ops;

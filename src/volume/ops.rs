@@ -1,18 +1,24 @@
 //! What the main loop and the plugins' workers exchange about volumes:
-//! where a volume's stagings and publishes live ([`Paths`]), what a job
-//! reports ([`OpDone`]), a job for one plugin call about a volume, and the
-//! requests of register, create and status. The protocol's steps
+//! where a volume's stagings and publishes live ([`Paths`]), a [`Job`] and
+//! what it reports ([`OpDone`]), a job for one plugin call about a volume,
+//! and the requests of register, create and status. The protocol's steps
 //! themselves run in [`super::steps`].
 
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::Sender;
 
+use super::controller::ControllerCalls;
 use super::model::{StagingKey, Volume};
 use super::plan::Action;
 use crate::csi::types::{CreateVolume, StringMap, ValidateVolume, VolumeStats};
 use crate::csi::{Client, Validation};
-use crate::plugin::workers::Job;
+
+/// A unit of work about volumes, run on a worker of the plugin instance
+/// that serves its service: it gets that worker's connection and the
+/// plugin's controller (see [`super::controller`]), and reports its own
+/// result.
+pub type Job = Box<dyn FnOnce(&Client, &dyn ControllerCalls) + Send>;
 
 /// Where a volume's stagings and publishes live under `data_dir`.
 #[derive(Clone, Debug)]
@@ -176,14 +182,32 @@ pub struct OpDone {
     pub result: OpResult,
 }
 
-/// A job that runs `op` and reports its result.
-pub fn job<F>(volume_id: &str, token: u64, done: Sender<OpDone>, op: F) -> Job
+/// A job that runs `op`, a call of the plugin's node, and reports its
+/// result.
+pub fn node_job<F>(volume_id: &str, token: u64, done: Sender<OpDone>, op: F) -> Job
 where
     F: FnOnce(&Client) -> OpResult + Send + 'static,
 {
+    reporting(volume_id, token, done, move |client, _| op(client))
+}
+
+/// A job that runs `op`, a call of the plugin's controller, and reports
+/// its result.
+pub fn controller_job<F>(volume_id: &str, token: u64, done: Sender<OpDone>, op: F) -> Job
+where
+    F: FnOnce(&dyn ControllerCalls) -> OpResult + Send + 'static,
+{
+    reporting(volume_id, token, done, move |_, controller| op(controller))
+}
+
+/// A job that runs `op` and reports its result.
+fn reporting<F>(volume_id: &str, token: u64, done: Sender<OpDone>, op: F) -> Job
+where
+    F: FnOnce(&Client, &dyn ControllerCalls) -> OpResult + Send + 'static,
+{
     let volume_id = volume_id.to_string();
-    Box::new(move |client: &Client| {
-        let result = op(client);
+    Box::new(move |client: &Client, controller: &dyn ControllerCalls| {
+        let result = op(client, controller);
         let _ = done.send(OpDone {
             volume_id,
             token,

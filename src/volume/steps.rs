@@ -44,16 +44,16 @@ use std::sync::Arc;
 use crossbeam_channel::{bounded, Sender};
 
 use super::chores::{Chores, Dir, Tidy};
+use super::controller::ControllerCalls;
 use super::model::{Claim, Volume};
-use super::ops::{OpDone, OpResult, Paths, StepDone, StepError, StepReport, Verdict};
+use super::ops::{Job, OpDone, OpResult, Paths, StepDone, StepError, StepReport, Verdict};
 use super::plan::{Action, Protocol};
 use super::target::{self, Owner};
 use crate::cluster::attachments::Attacher;
-use crate::csi::client::Sent;
+use crate::csi::rpc::Sent;
 use crate::csi::types::{NodePublish, NodeStage};
 use crate::csi::{Class, Client};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
-use crate::plugin::workers::Job;
 
 /// Everything a job's steps need, copied out of the main loop's state.
 pub struct StepContext {
@@ -113,7 +113,9 @@ impl StepContext {
 
 /// A job that runs `ctx`'s steps back to back and reports each one.
 pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
-    Box::new(move |client: &Client| run_steps(client, ctx, token, &done))
+    Box::new(move |client: &Client, controller: &dyn ControllerCalls| {
+        run_steps(client, controller, ctx, token, &done)
+    })
 }
 
 /// Runs the steps in order, reporting each as a [`StepReport`], and stops
@@ -134,7 +136,13 @@ pub fn steps_job(ctx: StepContext, token: u64, done: Sender<OpDone>) -> Job {
 /// The job's directory chores run while its RPCs are in flight (see
 /// [`super::chores`]); whatever of them is left when the job ends is done
 /// before its last report, or by the loop when it stops the job.
-fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<OpDone>) {
+fn run_steps(
+    client: &Client,
+    controller: &dyn ControllerCalls,
+    mut ctx: StepContext,
+    token: u64,
+    done: &Sender<OpDone>,
+) {
     let actions = std::mem::take(&mut ctx.actions);
     let needs = actions
         .iter()
@@ -147,7 +155,7 @@ fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<Op
     for (i, action) in actions.iter().enumerate() {
         let kind = if action.is_rpc() { "rpc" } else { "local" };
         crate::trace::point(kind, action.name());
-        let result = run_one(client, &ctx, action, i, &mut chores);
+        let result = run_one(client, controller, &ctx, action, i, &mut chores);
         crate::trace::point("step-done", action.name());
         let ok = result.is_ok();
         if let Ok(StepDone {
@@ -212,6 +220,7 @@ fn run_steps(client: &Client, mut ctx: StepContext, token: u64, done: &Sender<Op
 /// `step` is the action's index in its job, for `chores`.
 fn run_one(
     client: &Client,
+    controller: &dyn ControllerCalls,
     ctx: &StepContext,
     action: &Action,
     step: usize,
@@ -223,7 +232,7 @@ fn run_one(
             chores.meanwhile(step);
             leader_step(attacher, ctx, action)
         }
-        _ => run_step(client, ctx, action, step, chores),
+        _ => run_step(client, controller, ctx, action, step, chores),
     };
     match result {
         Err(StepError::Rpc(err)) if action.is_release() && err.class == Class::Ignorable => {
@@ -283,6 +292,7 @@ fn terminal(message: String) -> StepError {
 
 fn run_step(
     client: &Client,
+    controller: &dyn ControllerCalls,
     ctx: &StepContext,
     action: &Action,
     step: usize,
@@ -300,7 +310,7 @@ fn run_step(
             let req = v
                 .controller_publish(&ctx.node_id)
                 .ok_or_else(|| terminal("the volume has no capability".into()))?;
-            let context = answer(client.send_controller_publish(&req), step, chores)
+            let context = answer(controller.send_controller_publish(&req), step, chores)
                 .map_err(StepError::Rpc)?;
             Ok(StepDone {
                 publish_context: Some(context),
@@ -389,7 +399,7 @@ fn run_step(
             Ok(done)
         }
         Action::ControllerUnpublish => rpc(answer(
-            client.send_controller_unpublish(&v.external_id, &ctx.node_id, &v.secrets),
+            controller.send_controller_unpublish(&v.external_id, &ctx.node_id, &v.secrets),
             step,
             chores,
         )),

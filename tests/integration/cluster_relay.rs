@@ -187,8 +187,7 @@ mod protocol {
 
     use csi_agent::cluster::election;
     use csi_agent::cluster::relay::{calls_prefix, EtcdRelay};
-    use csi_agent::csi::relay::Relay;
-    use csi_agent::csi::Rpc;
+    use csi_agent::csi::{Carrier, Rpc};
     use grpcio::RpcStatusCode;
 
     use crate::etcd::{require_etcd, Cluster};
@@ -205,7 +204,7 @@ mod protocol {
         let relay = EtcdRelay::new(etcd.clone(), PREFIX, "node-b", "ebs");
         let start = Instant::now();
         let err = relay
-            .relay(Rpc::CreateVolume, vec![], Duration::from_secs(30))
+            .carry(Rpc::CreateVolume, vec![], Duration::from_secs(30))
             .unwrap_err();
         assert!(start.elapsed() < Duration::from_secs(8));
         assert_eq!(err.code(), RpcStatusCode::FAILED_PRECONDITION);
@@ -251,7 +250,7 @@ mod protocol {
         let relay = EtcdRelay::new(etcd.clone(), PREFIX, "node-b", "ebs");
         let start = Instant::now();
         let err = relay
-            .relay(Rpc::DeleteVolume, vec![1, 2, 3], Duration::from_secs(60))
+            .carry(Rpc::DeleteVolume, vec![1, 2, 3], Duration::from_secs(60))
             .unwrap_err();
         let key = leader.join().unwrap();
         assert!(key.starts_with("/relay-test/calls/ebs/node-b/"), "{key}");

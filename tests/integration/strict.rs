@@ -34,7 +34,7 @@ fn create(client: &Client, name: &str) {
 
 /// A raw channel to the plugin, for requests our client never builds.
 fn channel(plugin: &Plugin) -> grpcio::Channel {
-    ChannelBuilder::new(csi_agent::csi::client::grpc_environment())
+    ChannelBuilder::new(csi_agent::csi::rpc::grpc_environment())
         .connect(&plugin.endpoint().grpc_target())
 }
 

@@ -159,8 +159,8 @@ impl VolumeManager {
             intent.content_source,
         );
         let plugin_id = volume.plugin_id.clone();
-        let job = ops::job(id, token, self.done.clone(), move |client| {
-            OpResult::Created(client.create_volume(&request))
+        let job = ops::controller_job(id, token, self.done.clone(), move |controller| {
+            OpResult::Created(controller.create_volume(&request))
         });
         self.pending.insert(
             token,

@@ -173,8 +173,8 @@ impl VolumeManager {
         });
         let token = self.token();
         if let Some(request) = request {
-            let job = ops::job(&id, token, self.done.clone(), move |client| {
-                OpResult::ControllerExpanded(client.controller_expand(&request))
+            let job = ops::controller_job(&id, token, self.done.clone(), move |controller| {
+                OpResult::ControllerExpanded(controller.controller_expand(&request))
             });
             let op = PendingOp::Expand {
                 reply,
@@ -200,7 +200,7 @@ impl VolumeManager {
         node: NodeExpansion,
         bytes: i64,
     ) {
-        let job = ops::job(id, token, self.done.clone(), move |client| {
+        let job = ops::node_job(id, token, self.done.clone(), move |client| {
             OpResult::Expanded(node_expand(client, node, bytes))
         });
         let op = PendingOp::Expand {

@@ -52,13 +52,12 @@ use protobuf::Message;
 
 use super::calls::{self, Answer};
 use super::model::{Step, Volume};
-use super::ops::{self, OpDone, OpResult, Paths, Verdict};
+use super::ops::{self, Job, OpDone, OpResult, Paths, Verdict};
 use super::plan::Protocol;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::Backoff;
-use crate::plugin::workers::Job;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::state as pb;
 use crate::spec::PluginType;

@@ -131,8 +131,8 @@ impl VolumeManager {
         let token = self.token();
         let request = ops::validate_request(&volume);
         let plugin_id = volume.plugin_id.clone();
-        let job = ops::job(&volume.id, token, self.done.clone(), move |client| {
-            OpResult::Validated(client.validate_volume(&request))
+        let job = ops::controller_job(&volume.id, token, self.done.clone(), move |controller| {
+            OpResult::Validated(controller.validate_volume(&request))
         });
         self.reserved.insert(volume.id.clone());
         self.pending.insert(
@@ -281,8 +281,8 @@ impl VolumeManager {
         };
         let token = self.token();
         let (external, secrets) = (volume.external_id.clone(), volume.secrets.clone());
-        let job = ops::job(&volume.id, token, self.done.clone(), move |client| {
-            OpResult::Deleted(client.delete_volume(&external, &secrets))
+        let job = ops::controller_job(&volume.id, token, self.done.clone(), move |controller| {
+            OpResult::Deleted(controller.delete_volume(&external, &secrets))
         });
         self.pending.insert(token, PendingOp::Delete { reply });
         Some(Dispatch {

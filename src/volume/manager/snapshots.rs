@@ -109,9 +109,12 @@ impl VolumeManager {
             Err(err) => return self.outbox.push((reply, Err(err))),
         };
         let token = self.token();
-        let job = ops::job(&req.volume_id, token, self.done.clone(), move |client| {
-            OpResult::Snapshot(client.create_snapshot(&request))
-        });
+        let job = ops::controller_job(
+            &req.volume_id,
+            token,
+            self.done.clone(),
+            move |controller| OpResult::Snapshot(controller.create_snapshot(&request)),
+        );
         log::info!(
             "Volume {}: snapshot {:?} asked for",
             req.volume_id,
@@ -157,8 +160,8 @@ impl VolumeManager {
         }
         let token = self.token();
         let (id, secrets) = (req.snapshot_id.clone(), req.secrets.clone());
-        let job = ops::job("", token, self.done.clone(), move |client| {
-            OpResult::SnapshotDeleted(client.delete_snapshot(&id, &secrets))
+        let job = ops::controller_job("", token, self.done.clone(), move |controller| {
+            OpResult::SnapshotDeleted(controller.delete_snapshot(&id, &secrets))
         });
         self.pending
             .insert(token, PendingOp::SnapshotDelete { reply });
@@ -196,11 +199,11 @@ impl VolumeManager {
         }
         let token = self.token();
         let secrets = req.secrets.clone();
-        let job = ops::job("", token, self.done.clone(), move |client| {
+        let job = ops::controller_job("", token, self.done.clone(), move |controller| {
             let mut all = Vec::new();
             let mut token = String::new();
             for _ in 0..MAX_PAGES {
-                let page = match client.list_snapshots(&ListSnapshots {
+                let page = match controller.list_snapshots(&ListSnapshots {
                     starting_token: token.clone(),
                     secrets: secrets.clone(),
                     ..Default::default()

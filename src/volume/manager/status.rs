@@ -66,7 +66,7 @@ impl VolumeManager {
                 let external = v.external_id.clone();
                 let id = v.id.clone();
                 let token = self.token();
-                let job = ops::job(&id, token, self.done.clone(), move |client| {
+                let job = ops::node_job(&id, token, self.done.clone(), move |client| {
                     OpResult::Stats(client.node_volume_stats(&external, &path, staging.as_deref()))
                 });
                 // One call per volume in flight: sent now when the volume
@@ -122,11 +122,11 @@ impl VolumeManager {
             return None;
         }
         let token = self.token();
-        let job = ops::job("", token, self.done.clone(), move |client| {
+        let job = ops::controller_job("", token, self.done.clone(), move |controller| {
             let mut all = Vec::new();
             let mut next = String::new();
             for _ in 0..super::snapshots::MAX_PAGES {
-                let page = match client.list_volumes(0, &next) {
+                let page = match controller.list_volumes(0, &next) {
                     Ok(page) => page,
                     Err(err) => return OpResult::External(Err(err)),
                 };

@@ -1,0 +1,112 @@
+//! What every CSI call shares, whichever service it goes to: the
+//! process-wide gRPC environment, blocking on an answer without an async
+//! runtime, an RPC sent whose answer is taken later ([`Sent`]), and a
+//! grpcio failure mapped to a classified [`Error`].
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+
+use grpcio::{EnvBuilder, Environment};
+
+use super::convert::ConvertError;
+use super::error::{Code, Error, Rpc};
+
+/// The process-wide gRPC environment: two completion-queue threads serve
+/// every channel the process opens.
+pub fn grpc_environment() -> Arc<Environment> {
+    static ENV: OnceLock<Arc<Environment>> = OnceLock::new();
+    ENV.get_or_init(|| Arc::new(EnvBuilder::new().cq_count(2).name_prefix("grpc-cq").build()))
+        .clone()
+}
+
+/// Runs a future to completion on this thread: enough for the one future a
+/// unary answer (of a grpcio server) returns, without an async runtime.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => thread::park(),
+        }
+    }
+}
+
+/// An RPC sent whose answer is not taken yet: whatever its caller does
+/// before [`Sent::wait`] runs while the plugin works on the call.
+#[must_use = "an RPC's answer is waited for"]
+pub struct Sent<T> {
+    answer: Box<dyn FnOnce() -> Result<T, Error>>,
+}
+
+impl<T: 'static> Sent<T> {
+    /// Waits for the answer (within the client's deadline).
+    pub fn wait(self) -> Result<T, Error> {
+        (self.answer)()
+    }
+
+    /// An RPC made already (through a carrier).
+    pub(super) fn known(result: Result<T, Error>) -> Sent<T> {
+        Sent {
+            answer: Box::new(move || result),
+        }
+    }
+}
+
+/// The RPC `rpc`, started as `started`, its answer converted by `convert`.
+pub(super) fn send<R: Unpin + 'static, T: 'static>(
+    rpc: Rpc,
+    started: grpcio::Result<grpcio::ClientUnaryReceiver<R>>,
+    convert: impl FnOnce(R) -> T + 'static,
+) -> Sent<T> {
+    Sent {
+        answer: Box::new(move || call(rpc, started.and_then(block_on)).map(convert)),
+    }
+}
+
+/// Maps a grpcio result to ours, logging the call (never its payload).
+pub(super) fn call<T>(rpc: Rpc, result: grpcio::Result<T>) -> Result<T, Error> {
+    match result {
+        Ok(resp) => {
+            log::trace!("{rpc}: ok");
+            Ok(resp)
+        }
+        Err(err) => {
+            let err = from_grpc(rpc, err);
+            log::debug!("{err}");
+            Err(err)
+        }
+    }
+}
+
+fn from_grpc(rpc: Rpc, err: grpcio::Error) -> Error {
+    match err {
+        grpcio::Error::RpcFailure(status) => Error::new(
+            rpc,
+            Code::from_number(i32::from(status.code())),
+            status.message().to_string(),
+        ),
+        // The call never produced a status: the transport failed, so the
+        // outcome is unknown.
+        other => Error::new(rpc, Code::Unavailable, other.to_string()),
+    }
+}
+
+/// A reply that breaks the spec: nothing to retry, the plugin is wrong.
+pub(super) fn invalid(rpc: Rpc, err: ConvertError) -> Error {
+    Error::new(
+        rpc,
+        Code::Internal,
+        format!("plugin sent an invalid reply: {err}"),
+    )
+}
