@@ -64,8 +64,9 @@ use crate::plugin::{Health, InstanceKey, Registry, RegistryEvent, Report, Servic
 use crate::spec::AgentConfig;
 use crate::state::Store;
 use crate::task::Allocs;
+use crate::volume::layout::Paths;
 use crate::volume::manager::VolumeManager;
-use crate::volume::ops::{OpDone, Paths};
+use crate::volume::ops::OpDone;
 use dev::DevPlugin;
 use errands::Errands;
 use persist::{Effect, Gate};
@@ -456,7 +457,11 @@ impl Agent {
 
     fn completed(&mut self, done: OpDone) {
         self.volumes.completed(done, &self.registry, Instant::now());
-        for (plugin, note) in self.volumes.take_plugin_notes() {
+    }
+
+    /// Records the volume manager's notes on its plugins' histories.
+    fn note_plugins(&mut self, notes: Vec<(String, String)>) {
+        for (plugin, note) in notes {
             // Notes are about mounts: the node's doing.
             let Some(key) = self
                 .registry

@@ -18,7 +18,7 @@
 //! synced before the job went out (the admission, the release); should a
 //! power cut take the records after it, the next start finds the steps
 //! `Pending` and does them again, to the same end (see
-//! [`crate::volume::manager::VolumeManager::take_acks`]). So a claim and
+//! [`crate::volume::manager::Effects::acks`]). So a claim and
 //! a release each cost one sync, as the record a bare CSI client would
 //! keep. Whatever else a turn does (an answer that decides something, a
 //! job submitted, an op for etcd, or nothing but records) waits for a
@@ -99,7 +99,7 @@ pub(super) enum Effect {
     /// An answer to a control API call.
     Reply(Reply),
     /// An answer whose outcome earlier durable records decide (see
-    /// [`crate::volume::manager::VolumeManager::take_acks`]): it needs
+    /// [`crate::volume::manager::Effects::acks`]): it needs
     /// this turn's records written, not synced.
     Acknowledge(Reply),
     /// An op for the cluster's etcd (see `volume::manager::cluster`).
@@ -270,21 +270,23 @@ impl Agent {
         for dispatch in planned.into_iter().chain(creates) {
             self.gate.hold(Effect::Submit(dispatch));
         }
-        let records = self.volumes.take_journal();
+        let effects = self.volumes.take_effects();
+        self.note_plugins(effects.plugin_notes);
+        let records = effects.journal;
         if self.dirty || !records.is_empty() {
             // Claims or tasks changed: so may have the guard's writers.
             self.writers_may_have_changed();
         }
-        for (to, answer) in self.volumes.take_outbox() {
+        for (to, answer) in effects.replies {
             self.gate.hold(Effect::Reply(Reply::new(to, answer)));
         }
-        for (to, answer) in self.volumes.take_acks() {
+        for (to, answer) in effects.acks {
             self.gate.hold(Effect::Acknowledge(Reply::new(to, answer)));
         }
-        for resume in self.volumes.take_resumes() {
+        for resume in effects.resumes {
             self.gate.hold(Effect::Resume(resume));
         }
-        for op in self.volumes.take_cluster_ops() {
+        for op in effects.cluster {
             self.gate.hold(Effect::Cluster(Box::new(op)));
         }
         if !self.gate.should_write(now) {

@@ -10,7 +10,7 @@
 //! `csi/<plugin>` dir at `stage_publish_base_dir`, both bidirectional
 //! binds; the spec it is registered with records that base dir, so the
 //! volume manager names staging and publish paths in the plugin's view
-//! ([`crate::volume::ops::Paths::for_plugin`]). A `raw_exec` plugin task,
+//! ([`crate::volume::layout::Paths::for_plugin`]). A `raw_exec` plugin task,
 //! on the host's root, gets host paths, as external plugins do.
 
 use std::collections::BTreeMap;

@@ -233,7 +233,7 @@ fn remove_made_target(target: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::ops::Paths;
+    use crate::volume::layout::Paths;
 
     fn temp_dir(name: &str) -> PathBuf {
         let dir =

@@ -4,6 +4,7 @@
 pub mod calls;
 pub mod chores;
 pub mod controller;
+pub mod layout;
 pub mod manager;
 pub mod model;
 pub mod ops;

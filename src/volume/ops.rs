@@ -1,15 +1,15 @@
-//! What the main loop and the plugins' workers exchange about volumes:
-//! where a volume's stagings and publishes live ([`Paths`]), a [`Job`] and
-//! what it reports ([`OpDone`]), a job for one plugin call about a volume,
-//! and the requests of register, create and status. The protocol's steps
-//! themselves run in [`super::steps`].
+//! What the main loop and the plugins' workers exchange about volumes: a
+//! [`Job`] and what it reports ([`OpDone`]), a job for one plugin call
+//! about a volume, and the requests of register, create and status. The
+//! protocol's steps themselves run in [`super::steps`]; where their paths
+//! are is [`super::layout`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crossbeam_channel::Sender;
 
 use super::controller::ControllerCalls;
-use super::model::{StagingKey, Volume};
+use super::model::Volume;
 use super::plan::Action;
 use crate::csi::types::{CreateVolume, StringMap, ValidateVolume, VolumeStats};
 use crate::csi::{Client, Validation};
@@ -20,59 +20,11 @@ use crate::csi::{Client, Validation};
 /// result.
 pub type Job = Box<dyn FnOnce(&Client, &dyn ControllerCalls) + Send>;
 
-/// Where a volume's stagings and publishes live under `data_dir`.
-#[derive(Clone, Debug)]
-pub struct Paths {
-    pub data_dir: PathBuf,
-}
+/// What the node's expansion found: the new capacity, or the failed call.
+pub type Expansion = Result<i64, crate::csi::Error>;
 
-impl Paths {
-    /// `csi/<plugin>/staging/<volume>`: the NodeStage target, one per
-    /// volume; `.../<volume>/<usage>` for a staging of the per-usage
-    /// layout of the first releases.
-    pub fn staging(&self, volume: &Volume, key: &StagingKey) -> PathBuf {
-        let path = self.staging_root(&volume.plugin_id).join(&volume.id);
-        match key {
-            StagingKey::Volume => path,
-            StagingKey::Usage(usage) => path.join(usage),
-        }
-    }
-
-    /// `csi/<plugin>/per-alloc/<alloc>/<volume>/<usage>`: the NodePublish
-    /// target.
-    pub fn publish(&self, volume: &Volume, alloc: &str, usage: &str) -> PathBuf {
-        self.publish_root(&volume.plugin_id)
-            .join(alloc)
-            .join(&volume.id)
-            .join(usage)
-    }
-
-    /// `csi/<plugin>/staging`, of the skeleton: made once and kept.
-    pub fn staging_root(&self, plugin_id: &str) -> PathBuf {
-        self.csi_root().join(plugin_id).join("staging")
-    }
-
-    /// `csi/<plugin>/per-alloc`, of the skeleton: made once and kept.
-    pub fn publish_root(&self, plugin_id: &str) -> PathBuf {
-        self.csi_root().join(plugin_id).join("per-alloc")
-    }
-
-    /// Everything the agent mounts lives under here.
-    pub fn csi_root(&self) -> PathBuf {
-        self.data_dir.join("csi")
-    }
-
-    /// `path`, one of the host paths of `plugin_id`'s volumes, as the plugin
-    /// names it: under `base_dir` (where a plugin task in a root of its own
-    /// sees `csi/<plugin>`, its `stage_publish_base_dir`), or as it is.
-    pub fn for_plugin(&self, plugin_id: &str, path: &Path, base_dir: Option<&Path>) -> PathBuf {
-        let dir = self.csi_root().join(plugin_id);
-        match (base_dir, path.strip_prefix(&dir)) {
-            (Some(base), Ok(rest)) => base.join(rest),
-            _ => path.to_path_buf(),
-        }
-    }
-}
+/// What ControllerExpandVolume answered.
+pub type ControllerExpansion = Result<crate::csi::types::Expanded, crate::csi::Error>;
 
 /// Why a step failed.
 #[derive(Clone, Debug)]
@@ -142,9 +94,9 @@ pub enum OpResult {
     SnapshotDeleted(Result<(), crate::csi::Error>),
     Snapshots(Result<Vec<crate::csi::types::Snapshot>, crate::csi::Error>),
     /// ControllerExpandVolume's answer.
-    ControllerExpanded(super::manager::ControllerExpansion),
+    ControllerExpanded(ControllerExpansion),
     /// NodeExpandVolume: the new capacity.
-    Expanded(super::manager::Expansion),
+    Expanded(Expansion),
     /// ListVolumes, every page.
     External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),
 }
@@ -249,31 +201,5 @@ pub fn create_request(
         secrets: v.secrets.clone(),
         accessibility,
         content_source,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_plugin_task_is_given_its_paths_under_its_base_dir() {
-        let paths = Paths {
-            data_dir: PathBuf::from("/var/lib/csi-agent"),
-        };
-        let staging = Path::new("/var/lib/csi-agent/csi/hp/staging/v1");
-        let publish = Path::new("/var/lib/csi-agent/csi/hp/per-alloc/a1/v1/rw-file-system-x");
-        let base = Some(Path::new("/local/csi"));
-        assert_eq!(
-            paths.for_plugin("hp", staging, base),
-            Path::new("/local/csi/staging/v1")
-        );
-        assert_eq!(
-            paths.for_plugin("hp", publish, base),
-            Path::new("/local/csi/per-alloc/a1/v1/rw-file-system-x")
-        );
-        // Other plugins, and plugins that see host paths, get them as they are.
-        assert_eq!(paths.for_plugin("hp", staging, None), staging);
-        assert_eq!(paths.for_plugin("other", staging, base), staging);
     }
 }

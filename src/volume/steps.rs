@@ -45,8 +45,9 @@ use crossbeam_channel::{bounded, Sender};
 
 use super::chores::{Chores, Dir, Tidy};
 use super::controller::ControllerCalls;
+use super::layout::Paths;
 use super::model::{Claim, Volume};
-use super::ops::{Job, OpDone, OpResult, Paths, StepDone, StepError, StepReport, Verdict};
+use super::ops::{Job, OpDone, OpResult, StepDone, StepError, StepReport, Verdict};
 use super::plan::{Action, Protocol};
 use super::target::{self, Owner};
 use crate::cluster::attachments::Attacher;

@@ -110,14 +110,12 @@ impl Rig {
     /// steps of the job planned, if one was.
     fn turn(&mut self) -> Turn {
         let jobs = self.manager.plan(&self.registry, Instant::now());
-        let _ = self.manager.take_journal();
-        let turn = Turn {
+        let effects = self.manager.take_effects();
+        Turn {
             jobs: jobs.len(),
-            acks: self.manager.take_acks(),
-            replies: self.manager.take_outbox(),
-        };
-        drop(self.manager.take_resumes());
-        turn
+            acks: effects.acks,
+            replies: effects.replies,
+        }
     }
 
     /// The job in flight on `v`.

@@ -253,7 +253,7 @@ impl VolumeManager {
     }
     /// Answers the claim waiters whose claims are now taken; whether it
     /// answered any. `by_job`: a job's step took them, so their admission
-    /// is durable (see [`VolumeManager::take_acks`]).
+    /// is durable (see [`Effects::acks`]).
     pub(super) fn answer_claims(&mut self, id: &str, by_job: bool) -> bool {
         let paths = self.paths.clone();
         let Some(entry) = self.entries.get_mut(id) else {

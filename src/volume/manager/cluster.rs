@@ -183,7 +183,7 @@ impl VolumeManager {
     }
 
     /// Ops for etcd; to be carried out once this turn is durable.
-    pub fn take_cluster_ops(&mut self) -> Vec<Op> {
+    pub(super) fn take_cluster_ops(&mut self) -> Vec<Op> {
         self.cluster
             .as_mut()
             .map(|c| std::mem::take(&mut c.ops))

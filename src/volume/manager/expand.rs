@@ -15,13 +15,8 @@
 //! is recorded before the node's call goes out.
 
 use super::*;
-use crate::csi::types::{CapacityRange, ControllerExpand, Expanded, NodeExpand};
-
-/// What the node's expansion found: the new capacity, or the failed call.
-pub type Expansion = Result<i64, crate::csi::Error>;
-
-/// What ControllerExpandVolume answered.
-pub type ControllerExpansion = Result<Expanded, crate::csi::Error>;
+use crate::csi::types::{CapacityRange, ControllerExpand, NodeExpand};
+use crate::volume::ops::{ControllerExpansion, Expansion};
 
 /// NodeExpandVolume's request, kept while the controller's call is out.
 pub struct NodeExpansion {

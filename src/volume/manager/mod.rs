@@ -41,7 +41,6 @@ mod requests;
 mod snapshots;
 mod status;
 
-pub use expand::{ControllerExpansion, Expansion};
 pub use lost::LostClaim;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -51,8 +50,9 @@ use crossbeam_channel::Sender;
 use protobuf::Message;
 
 use super::calls::{self, Answer};
+use super::layout::Paths;
 use super::model::{Step, Volume};
-use super::ops::{self, Job, OpDone, OpResult, Paths, Verdict};
+use super::ops::{self, Job, OpDone, OpResult, Verdict};
 use super::plan::Protocol;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
@@ -75,6 +75,37 @@ pub use super::calls::ReplyTo;
 
 /// A reply to send once this turn's journal is durable.
 pub type Reply = (ReplyTo, crate::call::Answer<Answer>);
+
+/// What the manager's turn asks of the loop, handed over in one value
+/// ([`VolumeManager::take_effects`]): the loop journals the records, and
+/// carries out the rest only once they are durable (`replies`, `cluster`)
+/// or written (`acks`, `resumes`: see [`Effects::acks`]).
+#[derive(Default)]
+pub struct Effects {
+    /// The record of every volume changed this turn, encoded for the
+    /// journal.
+    pub journal: Vec<Vec<u8>>,
+    /// Replies to send once the journal is durable.
+    pub replies: Vec<Reply>,
+    /// Replies to send once this turn's records are written, synced or
+    /// not: answers whose outcome records made durable before decide. A
+    /// claim answered as taken when its job's last step is reported (the
+    /// claim's admission was synced before its job was submitted), and a
+    /// claim answered as freed after a job carried out its release (the
+    /// release was synced before that job). If the records after those
+    /// are lost with the page cache (a power cut; a SIGKILL keeps them),
+    /// the next start finds the claim admitted, or its release under way,
+    /// and does again the steps it finds `Pending`: the same outcome.
+    pub acks: Vec<Reply>,
+    /// Jobs of steps waiting for this turn's records to be written before
+    /// their next RPC (see [`crate::volume::steps`]).
+    pub resumes: Vec<Sender<Verdict>>,
+    /// Ops for the cluster's etcd (see `cluster.rs`).
+    pub cluster: Vec<crate::cluster::ops::Op>,
+    /// Events for plugins' health histories, `(plugin, note)`: a plugin
+    /// that left a mount behind (see [`Registry::note`]).
+    pub plugin_notes: Vec<(String, String)>,
+}
 
 /// A job for the workers of the instance of plugin `plugin_id` that serves
 /// `service`.
@@ -129,7 +160,7 @@ struct Entry {
     /// Allocs whose release a job of steps is carrying out: the record
     /// of the release was durable before that job went out (a job is
     /// submitted only after a sync), so the answer that the claim is
-    /// freed is an acknowledgement (see [`VolumeManager::take_acks`]).
+    /// freed is an acknowledgement (see [`Effects::acks`]).
     releasing_durably: BTreeSet<String>,
 }
 
@@ -494,8 +525,20 @@ impl VolumeManager {
         self.to_plan = self.entries.keys().cloned().collect();
     }
 
+    /// Everything this turn asks of the loop.
+    pub fn take_effects(&mut self) -> Effects {
+        Effects {
+            journal: self.take_journal(),
+            replies: std::mem::take(&mut self.outbox),
+            acks: std::mem::take(&mut self.acks),
+            resumes: std::mem::take(&mut self.resumes),
+            cluster: self.take_cluster_ops(),
+            plugin_notes: std::mem::take(&mut self.plugin_notes),
+        }
+    }
+
     /// The records of every volume changed this turn, for the journal.
-    pub fn take_journal(&mut self) -> Vec<Vec<u8>> {
+    fn take_journal(&mut self) -> Vec<Vec<u8>> {
         let changed: Vec<String> = self.changed.iter().cloned().collect();
         for id in &changed {
             self.share_change(id);
@@ -515,34 +558,6 @@ impl VolumeManager {
                 .expect("encoding a journal record cannot fail")
             })
             .collect()
-    }
-
-    /// The jobs to resume once the journal is durable.
-    pub fn take_resumes(&mut self) -> Vec<Sender<Verdict>> {
-        std::mem::take(&mut self.resumes)
-    }
-
-    /// Notes for plugins' event histories, see [`Registry::note`].
-    pub fn take_plugin_notes(&mut self) -> Vec<(String, String)> {
-        std::mem::take(&mut self.plugin_notes)
-    }
-
-    /// Replies to send now that the journal is durable.
-    pub fn take_outbox(&mut self) -> Vec<Reply> {
-        std::mem::take(&mut self.outbox)
-    }
-
-    /// Replies to send once this turn's records are written, synced or
-    /// not: answers whose outcome records made durable before decide. A
-    /// claim answered as taken when its job's last step is reported (the
-    /// claim's admission was synced before its job was submitted), and a
-    /// claim answered as freed after a job carried out its release (the
-    /// release was synced before that job). If the records after those
-    /// are lost with the page cache (a power cut; a SIGKILL keeps them),
-    /// the next start finds the claim admitted, or its release under way,
-    /// and does again the steps it finds `Pending`: the same outcome.
-    pub fn take_acks(&mut self) -> Vec<Reply> {
-        std::mem::take(&mut self.acks)
     }
 
     pub fn to_proto(&self) -> Vec<pb::Volume> {

@@ -86,10 +86,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 /// Edges of today's code inside a circle of `volume/` or `csi/`.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // The manager sends and reads the workers' `OpDone`s, whose answers
-    // carry the manager's `Expansion` and `ControllerExpansion`.
-    ("volume::manager", "volume::ops"),
-    ("volume::ops", "volume::manager"),
 ];
 
 /// Modules outside `api/` and `cli/` that use `proto::agent` today.
