@@ -9,7 +9,7 @@
 //! gRPC sink from the thread that gives it. [`client`] is the CLI's side.
 //!
 //! The parts of the agent that answer speak their own types (requests,
-//! answers, [`CallError`]); [`wire`] alone maps them to and from the
+//! answers, [`CallError`]); `wire.rs` alone maps them to and from the
 //! protobuf messages and the error kinds to gRPC codes.
 
 pub mod client;
@@ -29,7 +29,7 @@ pub use crate::call::{CallError, ErrorKind};
 pub const SOCKET_NAME: &str = "control.sock";
 
 /// A request the main loop answers, in the terms of the part of the agent
-/// that answers it ([`wire`] maps each from its protobuf).
+/// that answers it (`wire.rs` maps each from its protobuf).
 #[derive(Debug)]
 pub enum Request {
     /// Plugin `id`, or every plugin when empty.

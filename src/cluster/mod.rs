@@ -24,13 +24,13 @@
 //! [`volumes`] watch and a [`leader`] candidate per attaching controller
 //! (`agent/cluster.rs`); the volume manager's side (claims journalled
 //! before etcd is asked, volumes adopted from the watch) is
-//! `volume/manager/cluster.rs`, and in a cluster its ControllerPublish
+//! `volume/manager/engine/cluster.rs`, and in a cluster its ControllerPublish
 //! and Unpublish steps go to the leader. An agent without a `cluster`
 //! block never reaches any of it.
 //!
 //! A lost node's claims are fenced by the agent elected [`fence`]r; the
 //! node's own agent gives up what etcd took away when it is back
-//! (`volume/manager/lost.rs`) and, with `stop_after_disconnect`, stops
+//! (`volume/manager/engine/lost.rs`) and, with `stop_after_disconnect`, stops
 //! its writers while cut off (`agent/cluster.rs`).
 //!
 //! A host with only a plugin's node learns from the controller elections

@@ -23,6 +23,12 @@
 //! for it, and a plugin that turns healthy gets its waiting retries at
 //! once.
 //!
+//! The manager's files go by concern: `intake/` checks and admits
+//! requests into the records; `engine/` drives the protocol from the
+//! records (jobs, reports, retries, the mount table at start, the
+//! cluster's side); `status.rs` only reads. A turn's outcome leaves in
+//! one [`Effects`] value.
+//!
 //! A volume's plugin is seen through `PluginView`: its instances taken
 //! together, the controller's features from the controller's fingerprint
 //! and the node's from the node's. Each job names its [`Service`], and the
@@ -30,18 +36,11 @@
 
 #[cfg(test)]
 mod answers_tests;
-mod claims;
-mod cluster;
-mod create;
-mod expand;
-mod lost;
-mod protocol;
-mod reconcile;
-mod requests;
-mod snapshots;
+mod engine;
+mod intake;
 mod status;
 
-pub use lost::LostClaim;
+pub use engine::lost::LostClaim;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
@@ -145,7 +144,7 @@ struct Entry {
     busy: Option<u64>,
     /// The steps of the job in flight not reported yet, with what each
     /// one's record was before the job marked it `Pending`.
-    chain: std::collections::VecDeque<(super::plan::Action, protocol::Before)>,
+    chain: std::collections::VecDeque<(super::plan::Action, engine::protocol::Before)>,
     /// Requests that call the plugin about this volume (a snapshot, usage,
     /// an expansion), each sent when no other call for the volume is in
     /// flight: the CO serialises calls per volume.
@@ -222,7 +221,7 @@ enum PendingOp {
     Expand {
         reply: ReplyTo,
         required: i64,
-        node: Option<Box<expand::NodeExpansion>>,
+        node: Option<Box<intake::expand::NodeExpansion>>,
     },
     /// `volume status -plugin`: the registered volumes' status, waiting
     /// for the plugin's own list.
@@ -440,7 +439,7 @@ pub struct VolumeManager {
     /// a mount behind), for the main loop to apply to the registry.
     plugin_notes: Vec<(String, String)>,
     /// Claims and volumes shared through etcd, for an agent in a cluster.
-    cluster: Option<cluster::ClusterSide>,
+    cluster: Option<engine::cluster::ClusterSide>,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> CallError {

@@ -125,7 +125,7 @@ impl VolumeManager {
         let job = ops::controller_job("", token, self.done.clone(), move |controller| {
             let mut all = Vec::new();
             let mut next = String::new();
-            for _ in 0..super::snapshots::MAX_PAGES {
+            for _ in 0..intake::snapshots::MAX_PAGES {
                 let page = match controller.list_volumes(0, &next) {
                     Ok(page) => page,
                     Err(err) => return OpResult::External(Err(err)),

@@ -31,8 +31,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::lost::LostClaims;
-use super::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::call::{CallError, ErrorKind};
 use crate::cluster::attachments::Attacher;
 use crate::cluster::claims::{ClaimRequest, Promise};
@@ -41,12 +39,14 @@ use crate::cluster::volumes::VolumeEvent;
 use crate::csi::types::{CapabilitySet, ControllerCapability};
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
+use crate::volume::manager::engine::lost::LostClaims;
+use crate::volume::manager::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
 use crate::volume::model::{Admission, Volume};
 
 /// What the manager keeps about its cluster.
-pub(super) struct ClusterSide {
+pub(in crate::volume::manager) struct ClusterSide {
     /// This agent's node name.
-    pub(super) node: String,
+    pub(in crate::volume::manager) node: String,
     /// What this node promises for its write claims should it be cut off
     /// (its `stop_after_disconnect`), written into each one it admits.
     promise: Option<Promise>,
@@ -58,7 +58,7 @@ pub(super) struct ClusterSide {
     /// Registration answers waiting for the volume's record to be in etcd.
     sharing: BTreeMap<String, Vec<Reply>>,
     /// Every volume's claim set, as the watch last saw it.
-    pub(super) claim_sets: BTreeMap<String, pb::ClaimSet>,
+    pub(in crate::volume::manager) claim_sets: BTreeMap<String, pb::ClaimSet>,
     /// Whether the watch has reported the records once.
     synced: bool,
     /// The ID of the etcd cluster, once the watch has read it.
@@ -66,7 +66,7 @@ pub(super) struct ClusterSide {
     /// Asks the controller leader to attach and detach.
     attacher: Arc<Attacher>,
     /// Claims the cluster took away.
-    pub(super) lost: LostClaims,
+    pub(in crate::volume::manager) lost: LostClaims,
     /// The capabilities of each plugin's controller leader, as its
     /// election last said (one led since this agent started): on a host
     /// without a controller of the plugin, the leader attaches its volumes
@@ -76,14 +76,14 @@ pub(super) struct ClusterSide {
 
 impl ClusterSide {
     /// Hands `op` out once this turn is durable.
-    pub(super) fn push_op(&mut self, op: Op) {
+    pub(in crate::volume::manager) fn push_op(&mut self, op: Op) {
         self.ops.push(op);
     }
 }
 
 /// A volume's record as every host sees it: without what only this host
 /// knows.
-pub(super) fn shared_record(v: &Volume) -> statepb::Volume {
+pub(in crate::volume::manager) fn shared_record(v: &Volume) -> statepb::Volume {
     let mut record = v.to_proto();
     record.attachment = Default::default();
     record.publish_context.clear();
@@ -150,7 +150,7 @@ impl VolumeManager {
 
     /// In a cluster, the ControllerPublish and Unpublish steps go to the
     /// controller leader through this.
-    pub(super) fn attacher(&self) -> Option<Arc<Attacher>> {
+    pub(in crate::volume::manager) fn attacher(&self) -> Option<Arc<Attacher>> {
         self.cluster.as_ref().map(|c| c.attacher.clone())
     }
 
@@ -158,7 +158,7 @@ impl VolumeManager {
     /// cluster, a plugin without a controller here (or without any
     /// instance here) whose controller leads elsewhere has that controller,
     /// reached through the leader.
-    pub(super) fn plugin_view(
+    pub(in crate::volume::manager) fn plugin_view(
         &self,
         registry: &crate::plugin::Registry,
         id: &str,
@@ -183,7 +183,7 @@ impl VolumeManager {
     }
 
     /// Ops for etcd; to be carried out once this turn is durable.
-    pub(super) fn take_cluster_ops(&mut self) -> Vec<Op> {
+    pub(in crate::volume::manager) fn take_cluster_ops(&mut self) -> Vec<Op> {
         self.cluster
             .as_mut()
             .map(|c| std::mem::take(&mut c.ops))
@@ -191,7 +191,7 @@ impl VolumeManager {
     }
 
     /// A new claim, in a cluster: it waits for etcd's admission.
-    pub(super) fn admit_in_cluster(&mut self, volume: &str, alloc: &str) {
+    pub(in crate::volume::manager) fn admit_in_cluster(&mut self, volume: &str, alloc: &str) {
         let Some(side) = &mut self.cluster else {
             return;
         };
@@ -211,7 +211,11 @@ impl VolumeManager {
 
     /// A released claim with nothing left on this node: whether etcd must
     /// drop it first (then it is journalled `Freeing` and etcd is told).
-    pub(super) fn free_in_cluster(&mut self, volume: &str, alloc: &str) -> bool {
+    pub(in crate::volume::manager) fn free_in_cluster(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+    ) -> bool {
         let Some(side) = &mut self.cluster else {
             return false;
         };
@@ -235,7 +239,7 @@ impl VolumeManager {
     }
 
     /// A registration's answer: in a cluster, once etcd has the volume.
-    pub(super) fn answer_registered(
+    pub(in crate::volume::manager) fn answer_registered(
         &mut self,
         id: &str,
         reply: ReplyTo,
@@ -253,7 +257,7 @@ impl VolumeManager {
 
     /// Why volume `id` may not be deregistered because of claims on other
     /// nodes, if it may not.
-    pub(super) fn claimed_elsewhere(&self, id: &str) -> Option<CallError> {
+    pub(in crate::volume::manager) fn claimed_elsewhere(&self, id: &str) -> Option<CallError> {
         let side = self.cluster.as_ref()?;
         let set = side.claim_sets.get(id)?;
         let others: Vec<String> = set
@@ -275,7 +279,7 @@ impl VolumeManager {
 
     /// The claims of other nodes on volume `id`, as the watch last saw
     /// them.
-    pub(super) fn claims_elsewhere(&self, id: &str) -> Vec<pb::ClusterClaim> {
+    pub(in crate::volume::manager) fn claims_elsewhere(&self, id: &str) -> Vec<pb::ClusterClaim> {
         let Some(side) = &self.cluster else {
             return Vec::new();
         };
@@ -293,7 +297,7 @@ impl VolumeManager {
 
     /// A changed volume, at the end of the turn: its record goes to etcd
     /// when what every host sees of it changed here.
-    pub(super) fn share_change(&mut self, id: &str) {
+    pub(in crate::volume::manager) fn share_change(&mut self, id: &str) {
         let Some(side) = &mut self.cluster else {
             return;
         };

@@ -28,9 +28,9 @@
 //! A plugin without a controller cannot create volumes: Nomad's "plugin
 //! has no controller", with a pointer to `volume register`.
 
-use super::*;
 use crate::csi::backoff::Jitter;
 use crate::csi::Class;
+use crate::volume::manager::*;
 use crate::volume::model::CreateIntent;
 
 impl VolumeManager {
@@ -207,7 +207,7 @@ impl VolumeManager {
     }
 
     /// The answer to the CreateVolume of volume `id`.
-    pub(super) fn created(
+    pub(in crate::volume::manager) fn created(
         &mut self,
         id: &str,
         token: u64,

@@ -5,12 +5,12 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::calls::{self, Answer};
-use super::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
 use crate::call::{CallError, ErrorKind};
 use crate::csi::AccessMode;
 use crate::mount::Propagation;
 use crate::plugin::Registry;
+use crate::volume::calls::{self, Answer};
+use crate::volume::manager::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
 use crate::volume::model::{Admission, Claim, Step};
 use crate::volume::target;
 
@@ -56,7 +56,7 @@ impl VolumeManager {
 
     /// Checks a claim against the volume's access mode and claims: the new
     /// claim, `None` for a repeat of an existing one, or why not.
-    pub(super) fn admit(
+    pub(in crate::volume::manager) fn admit(
         &self,
         req: &calls::ClaimRequest,
         registry: &Registry,
@@ -181,7 +181,10 @@ impl VolumeManager {
 
     /// Refuses a target that another claim binds (or may still have
     /// bound), or that is inside or around one.
-    pub(super) fn check_target_unused(&self, path: &Path) -> Result<(), CallError> {
+    pub(in crate::volume::manager) fn check_target_unused(
+        &self,
+        path: &Path,
+    ) -> Result<(), CallError> {
         for entry in self.entries.values() {
             for claim in entry.volume.claims.values() {
                 let Some(other) = &claim.target else { continue };
@@ -254,7 +257,7 @@ impl VolumeManager {
     /// Answers the claim waiters whose claims are now taken; whether it
     /// answered any. `by_job`: a job's step took them, so their admission
     /// is durable (see [`Effects::acks`]).
-    pub(super) fn answer_claims(&mut self, id: &str, by_job: bool) -> bool {
+    pub(in crate::volume::manager) fn answer_claims(&mut self, id: &str, by_job: bool) -> bool {
         let paths = self.paths.clone();
         let Some(entry) = self.entries.get_mut(id) else {
             return false;
@@ -295,7 +298,7 @@ impl VolumeManager {
     /// Answers the claims of `alloc` on volume `id` with an error: `Aborted`
     /// when a step failed terminally and the claim was rolled back,
     /// `DeadlineExceeded` when retryable failures lasted too long.
-    pub(super) fn fail_claim_waiters(
+    pub(in crate::volume::manager) fn fail_claim_waiters(
         &mut self,
         id: &str,
         alloc: &str,
@@ -354,7 +357,7 @@ impl VolumeManager {
     }
 }
 
-pub(super) fn released(done: bool, message: String) -> Answer {
+pub(in crate::volume::manager) fn released(done: bool, message: String) -> Answer {
     Answer::Released(calls::Released {
         released: done,
         message,

@@ -7,19 +7,19 @@
 //! volume, until no other call for that volume is in flight (see
 //! [`VolumeManager::enqueue`]).
 
-use super::*;
 use crate::csi::types::{CreateSnapshot, ListSnapshots, Snapshot};
+use crate::volume::manager::*;
 
 /// At most this many pages of ListSnapshots (or ListVolumes) are read: a
 /// plugin whose `next_token` never ends is cut off rather than followed
 /// forever.
-pub(super) const MAX_PAGES: usize = 1000;
+pub(in crate::volume::manager) const MAX_PAGES: usize = 1000;
 
 impl VolumeManager {
     /// Queues a request that calls the plugin about volume `id`: it is
     /// sent once nothing else is in flight for the volume.
     /// `service` names the instance of the volume's plugin that runs it.
-    pub(super) fn enqueue(
+    pub(in crate::volume::manager) fn enqueue(
         &mut self,
         id: &str,
         token: u64,
@@ -38,7 +38,7 @@ impl VolumeManager {
     }
 
     /// The next queued request of an idle volume, marked in flight.
-    pub(super) fn take_queued(&mut self, id: &str) -> Option<Dispatch> {
+    pub(in crate::volume::manager) fn take_queued(&mut self, id: &str) -> Option<Dispatch> {
         let entry = self.entries.get_mut(id)?;
         if entry.busy.is_some() {
             return None;
@@ -230,7 +230,11 @@ impl VolumeManager {
     }
 
     /// Answers a snapshot request whose plugin call came back.
-    pub(super) fn completed_snapshot(&mut self, op: PendingOp, result: OpResult) {
+    pub(in crate::volume::manager) fn completed_snapshot(
+        &mut self,
+        op: PendingOp,
+        result: OpResult,
+    ) {
         let refused =
             |err: crate::csi::Error| error(ErrorKind::FailedPrecondition, err.to_string());
         match (op, result) {
@@ -303,7 +307,11 @@ impl VolumeManager {
 
     /// A snapshot as the API shows it, with the registered volume it was
     /// taken of when the agent knows it.
-    pub(super) fn snapshot_to_api(&self, plugin_id: &str, s: &Snapshot) -> calls::Snapshot {
+    pub(in crate::volume::manager) fn snapshot_to_api(
+        &self,
+        plugin_id: &str,
+        s: &Snapshot,
+    ) -> calls::Snapshot {
         let volume_id = self
             .entries
             .values()

@@ -10,17 +10,17 @@ use std::time::{Instant, SystemTime};
 
 use crate::csi::backoff::Jitter;
 
-use super::claims::released;
-use super::{Dispatch, Entry, Retry, VolumeManager, RETRY};
 use crate::plugin::Service;
+use crate::volume::manager::intake::claims::released;
+use crate::volume::manager::{Dispatch, Entry, Retry, VolumeManager, RETRY};
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
 /// success and leave the mount behind before the agent unmounts its own
 /// path itself: a few, in case the plugin's unmount is merely slow.
 pub const CONTAIN_AFTER: u32 = 3;
-use super::calls::Answer;
 use crate::call::ErrorKind;
 use crate::plugin::Registry;
+use crate::volume::calls::Answer;
 use crate::volume::model::{Staging, Step, Volume};
 use crate::volume::ops::{OpDone, OpResult, StepDone, StepError, Verdict};
 use crate::volume::plan::{self, Action, Protocol};
@@ -55,7 +55,7 @@ impl VolumeManager {
         dispatches
     }
 
-    pub(super) fn plan_volume(
+    pub(in crate::volume::manager) fn plan_volume(
         &mut self,
         id: &str,
         registry: &Registry,
@@ -162,7 +162,7 @@ impl VolumeManager {
         &self,
         id: &str,
         first: Action,
-        view: &super::PluginView,
+        view: &crate::volume::manager::PluginView,
         registry: &Registry,
         protocol: Protocol,
     ) -> Vec<Action> {
@@ -186,13 +186,13 @@ impl VolumeManager {
 
     /// A released claim with nothing left on this node: forgotten, once
     /// the cluster (if any) has dropped it.
-    pub(super) fn free(&mut self, id: &str, alloc: &str) {
+    pub(in crate::volume::manager) fn free(&mut self, id: &str, alloc: &str) {
         if !self.free_in_cluster(id, alloc) {
             self.forget_claim(id, alloc);
         }
     }
 
-    pub(super) fn forget_claim(&mut self, id: &str, alloc: &str) {
+    pub(in crate::volume::manager) fn forget_claim(&mut self, id: &str, alloc: &str) {
         self.forget_lost(id, alloc);
         let Some(entry) = self.entries.get_mut(id) else {
             return;
@@ -214,7 +214,7 @@ impl VolumeManager {
         }
     }
 
-    pub(super) fn finish_deregister(&mut self, id: &str) {
+    pub(in crate::volume::manager) fn finish_deregister(&mut self, id: &str) {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
@@ -325,7 +325,13 @@ impl VolumeManager {
         }
     }
 
-    pub(super) fn step_failed(&mut self, id: &str, action: &Action, err: StepError, now: Instant) {
+    pub(in crate::volume::manager) fn step_failed(
+        &mut self,
+        id: &str,
+        action: &Action,
+        err: StepError,
+        now: Instant,
+    ) {
         // An RPC error names its RPC already.
         let message = match &err {
             StepError::Rpc(e) => e.to_string(),
@@ -392,7 +398,12 @@ impl VolumeManager {
 
     /// A claim-path step failed for good: the claims it concerns are
     /// failed and released (their waiters hear why).
-    pub(super) fn fail_claims(&mut self, id: &str, action: &Action, message: &str) {
+    pub(in crate::volume::manager) fn fail_claims(
+        &mut self,
+        id: &str,
+        action: &Action,
+        message: &str,
+    ) {
         log::warn!("Volume {id}: {message}; failing the claims it concerns");
         let entry = self.entries.get_mut(id).expect("present");
         let allocs: Vec<String> = entry
@@ -422,7 +433,12 @@ impl VolumeManager {
     /// the reason and are left alone until released again, rather than
     /// retried forever. False when no claim is there to keep it (the step
     /// is then retried with backoff).
-    pub(super) fn fail_release(&mut self, id: &str, action: &Action, message: &str) -> bool {
+    pub(in crate::volume::manager) fn fail_release(
+        &mut self,
+        id: &str,
+        action: &Action,
+        message: &str,
+    ) -> bool {
         log::error!("Volume {id}: {message}");
         let entry = self.entries.get_mut(id).expect("present");
         let allocs: Vec<String> = entry
@@ -547,7 +563,7 @@ fn end_job(entry: &mut Entry) {
 }
 
 /// What a forward step's record was before it was marked `Pending`.
-pub(super) enum Before {
+pub(in crate::volume::manager) enum Before {
     Attachment(Step),
     Staging(Option<Staging>),
     Published(Step),

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::VolumeManager;
 use crate::mount::{Mounter, SysMounter, UnmountMode};
+use crate::volume::manager::VolumeManager;
 use crate::volume::model::Step;
 
 impl VolumeManager {
@@ -108,7 +108,7 @@ impl VolumeManager {
     /// stages or publishes a volume it knows:
     /// `<plugin>/staging/<volume>[/<usage>]` or
     /// `<plugin>/per-alloc/<alloc>/<volume>/<usage>`.
-    pub(super) fn is_layout_path(&self, root: &Path, path: &Path) -> bool {
+    pub(in crate::volume::manager) fn is_layout_path(&self, root: &Path, path: &Path) -> bool {
         let Ok(rest) = path.strip_prefix(root) else {
             return false;
         };

@@ -14,8 +14,8 @@
 //! the instance that serves the node. The capacity the controller answered
 //! is recorded before the node's call goes out.
 
-use super::*;
 use crate::csi::types::{CapacityRange, ControllerExpand, NodeExpand};
+use crate::volume::manager::*;
 use crate::volume::ops::{ControllerExpansion, Expansion};
 
 /// NodeExpandVolume's request, kept while the controller's call is out.
@@ -32,7 +32,7 @@ impl VolumeManager {
     /// Expands the registered volume `spec` names when it asks for more
     /// capacity (or refuses why not); hands `reply` back when the spec is
     /// no expansion, for the caller to refuse as a duplicate.
-    pub(super) fn try_expand(
+    pub(in crate::volume::manager) fn try_expand(
         &mut self,
         spec: &VolumeSpec,
         reply: ReplyTo,
@@ -209,7 +209,7 @@ impl VolumeManager {
     /// ControllerExpandVolume answered: the capacity is recorded, and the
     /// node's call follows when the controller says it must, before any
     /// other call for the volume.
-    pub(super) fn completed_controller_expand(
+    pub(in crate::volume::manager) fn completed_controller_expand(
         &mut self,
         id: &str,
         reply: ReplyTo,
@@ -243,7 +243,7 @@ impl VolumeManager {
     }
 
     /// Records an expansion's result and answers its caller.
-    pub(super) fn completed_expand(
+    pub(in crate::volume::manager) fn completed_expand(
         &mut self,
         id: &str,
         reply: ReplyTo,

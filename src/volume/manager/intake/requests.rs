@@ -5,19 +5,21 @@
 
 use std::collections::BTreeMap;
 
-use super::*;
+use crate::volume::manager::*;
 
 impl VolumeManager {
     // ---- requests ----
 
-    pub(super) fn decode(req: &calls::SpecRequest) -> Result<VolumeSpec, CallError> {
+    pub(in crate::volume::manager) fn decode(
+        req: &calls::SpecRequest,
+    ) -> Result<VolumeSpec, CallError> {
         match VolumeSpec::decode(&req.hcl, &req.file) {
             Ok(decoded) => Ok(decoded.spec),
             Err(invalid) => Err(error(ErrorKind::InvalidArgument, invalid.to_string())),
         }
     }
 
-    pub(super) fn from_spec(spec: VolumeSpec) -> Volume {
+    pub(in crate::volume::manager) fn from_spec(spec: VolumeSpec) -> Volume {
         Volume {
             id: spec.id,
             name: spec.name,
@@ -41,7 +43,7 @@ impl VolumeManager {
 
     /// Checks that a new volume may be registered under its ID, and that
     /// its plugin is registered; the caller checks the instance it needs.
-    pub(super) fn check_new(
+    pub(in crate::volume::manager) fn check_new(
         &self,
         volume: &Volume,
         registry: &Registry,
@@ -152,7 +154,7 @@ impl VolumeManager {
     /// A spec of a registered volume with a larger `capacity_min` expands
     /// it (Nomad's behaviour): the expansion takes the reply. Otherwise
     /// the reply comes back for the request to go on.
-    pub(super) fn expand_instead(
+    pub(in crate::volume::manager) fn expand_instead(
         &mut self,
         req: &calls::SpecRequest,
         reply: ReplyTo,
@@ -166,7 +168,7 @@ impl VolumeManager {
         }
     }
 
-    pub(super) fn entry(&self, id: &str) -> Result<&Entry, CallError> {
+    pub(in crate::volume::manager) fn entry(&self, id: &str) -> Result<&Entry, CallError> {
         self.entries.get(id).ok_or_else(|| {
             error(
                 ErrorKind::NotFound,
@@ -292,7 +294,12 @@ impl VolumeManager {
         })
     }
 
-    pub(super) fn completed_request(&mut self, op: PendingOp, done: OpDone, registry: &Registry) {
+    pub(in crate::volume::manager) fn completed_request(
+        &mut self,
+        op: PendingOp,
+        done: OpDone,
+        registry: &Registry,
+    ) {
         // A request queued on its volume held the volume while in flight
         // (CreateVolume's own completion checks and clears its mark).
         let queued = matches!(

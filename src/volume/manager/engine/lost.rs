@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::VolumeManager;
 use crate::cluster::ops::Op;
+use crate::volume::manager::VolumeManager;
 use crate::volume::model::Admission;
 
 /// A claim the cluster took away, for the agent to give up.
@@ -27,7 +27,7 @@ pub struct LostClaim {
 
 /// The manager's account of lost claims.
 #[derive(Default)]
-pub(super) struct LostClaims {
+pub(in crate::volume::manager) struct LostClaims {
     /// Claims being read again from etcd.
     checking: BTreeSet<(String, String)>,
     /// Why each lost claim was lost, until it is forgotten.
@@ -44,7 +44,7 @@ impl VolumeManager {
     /// The watch saw volume `id`'s claim set (kept in the cluster side;
     /// none when the volume has no claims): each admitted claim of this
     /// node that it lacks is read again.
-    pub(super) fn check_claims_held(&mut self, id: &str) {
+    pub(in crate::volume::manager) fn check_claims_held(&mut self, id: &str) {
         let Some(side) = &mut self.cluster else {
             return;
         };
@@ -79,7 +79,7 @@ impl VolumeManager {
     }
 
     /// etcd still has the claim wanted.
-    pub(super) fn claim_held(&mut self, volume: &str, alloc: &str) {
+    pub(in crate::volume::manager) fn claim_held(&mut self, volume: &str, alloc: &str) {
         if let Some(side) = &mut self.cluster {
             side.lost.checking.remove(&key(volume, alloc));
         }
@@ -87,7 +87,12 @@ impl VolumeManager {
 
     /// etcd no longer has the claim wanted: it is lost, unless it was
     /// released meanwhile.
-    pub(super) fn claim_lost(&mut self, volume: &str, alloc: &str, reason: String) {
+    pub(in crate::volume::manager) fn claim_lost(
+        &mut self,
+        volume: &str,
+        alloc: &str,
+        reason: String,
+    ) {
         let Some(side) = &mut self.cluster else {
             return;
         };
@@ -119,7 +124,11 @@ impl VolumeManager {
     }
 
     /// Why the claim was lost, if the cluster took it away.
-    pub(super) fn lost_reason(&self, volume: &str, alloc: &str) -> Option<&str> {
+    pub(in crate::volume::manager) fn lost_reason(
+        &self,
+        volume: &str,
+        alloc: &str,
+    ) -> Option<&str> {
         let side = self.cluster.as_ref()?;
         side.lost
             .reasons
@@ -128,7 +137,7 @@ impl VolumeManager {
     }
 
     /// A claim is forgotten: so is its loss.
-    pub(super) fn forget_lost(&mut self, volume: &str, alloc: &str) {
+    pub(in crate::volume::manager) fn forget_lost(&mut self, volume: &str, alloc: &str) {
         if let Some(side) = &mut self.cluster {
             side.lost.reasons.remove(&key(volume, alloc));
         }
