@@ -366,24 +366,11 @@ impl Agent {
                 ..dispatch
             });
         }
-        let spawned = std::thread::Builder::new()
-            .name(format!("relay-{plugin}"))
-            .spawn(move || {
-                // A controller call makes no node call: its client is one
-                // to nowhere (nothing listens on /dev/null), on which one
-                // would fail with UNAVAILABLE.
-                let nowhere = Endpoint::from_path("/dev/null").expect("an absolute, short path");
-                let controller = Controller::carried(relay, DEFAULT_TIMEOUT);
-                job(&Client::new(&nowhere), &controller)
-            });
-        match spawned {
-            Ok(thread) => self.errands.keep(thread),
-            // The job is dropped, and with it its result channel: the
-            // manager hears the call failed.
-            Err(err) => {
-                log::error!("Cannot start a thread to relay a call of plugin {plugin}: {err}")
-            }
-        }
+        // A controller call makes no node call: its client is one to
+        // nowhere.
+        self.run_unattached(format!("relay-{plugin}"), move |nowhere: &Client| {
+            job(nowhere, &Controller::carried(relay, DEFAULT_TIMEOUT))
+        });
         None
     }
 

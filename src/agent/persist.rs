@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 use super::Agent;
 use crate::call::Reply;
 use crate::call::{CallError, ErrorKind};
-use crate::csi::{Backoff, Client};
+use crate::csi::{Backoff, Client, Endpoint};
 use crate::plugin::PluginRecord;
 use crate::proto::state as statepb;
 use crate::volume::manager::Dispatch;
@@ -409,11 +409,38 @@ impl Agent {
             Some(running) => running.instance.submit(Box::new(move |client: &Client| {
                 job(client, client.controller())
             })),
-            None => log::error!(
-                "No running {} of plugin {} for a volume operation",
-                dispatch.service,
-                dispatch.plugin_id
-            ),
+            None => {
+                log::warn!(
+                    "No running {} of plugin {} for a volume operation: its calls fail as unavailable",
+                    dispatch.service,
+                    dispatch.plugin_id
+                );
+                let name = format!("unserved-{}", dispatch.plugin_id);
+                self.run_unattached(name, move |client: &Client| {
+                    job(client, client.controller())
+                });
+            }
+        }
+    }
+
+    /// Runs a volume job that no instance's worker can take on a thread of
+    /// its own, with a client to nowhere (nothing listens on `/dev/null`):
+    /// every call it makes to it fails with UNAVAILABLE, which a claim's
+    /// protocol retries and a request's caller hears, and the job reports
+    /// as any job does. Dropped instead, it would never report, and its
+    /// volume would stay busy with it for good.
+    pub(super) fn run_unattached(
+        &mut self,
+        name: String,
+        job: impl FnOnce(&Client) + Send + 'static,
+    ) {
+        let spawned = std::thread::Builder::new().name(name).spawn(move || {
+            let nowhere = Endpoint::from_path("/dev/null").expect("an absolute, short path");
+            job(&Client::new(&nowhere))
+        });
+        match spawned {
+            Ok(thread) => self.errands.keep(thread),
+            Err(err) => log::error!("Cannot start a thread for a volume job: {err}"),
         }
     }
 
