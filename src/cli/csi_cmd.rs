@@ -4,6 +4,7 @@
 //! Every command prints our types (text, or JSON with `-json`); secrets and
 //! mount flags are never printed.
 
+use super::out;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -159,9 +160,9 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         }
     };
     if args.switch("json") {
-        println!("{}", output.json);
+        out::outln!("{}", output.json);
     } else if !output.text.is_empty() {
-        println!("{}", output.text);
+        out::outln!("{}", output.text);
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! there, by the same code as `csi-agent validate` (in HCL's JSON syntax for
 //! a name ending in `.json`), so errors name the file's lines.
 
-use std::io::{self, Write};
+use super::out;
+use std::io;
 
 use super::args::{self, switch, value, Flag, UsageError};
 use super::json::Json;
@@ -77,15 +78,10 @@ pub fn alloc(argv: &[String]) -> Result<(), CliError> {
             })
         }
     };
-    let mut out = io::stdout().lock();
-    match io::copy(&mut file, &mut out).and_then(|_| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        Err(err) => Err(CliError::Io {
-            what: format!("failed to print the log {}", resp.path),
-            err,
-        }),
-    }
+    out::copy(&mut file).map_err(|err| CliError::Io {
+        what: format!("failed to print the log {}", resp.path),
+        err,
+    })
 }
 
 fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
@@ -107,12 +103,12 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
         eprintln!("{warning}");
     }
     if resp.unchanged {
-        println!("Job {:?} is already running with this spec", resp.job);
+        out::outln!("Job {:?} is already running with this spec", resp.job);
     } else {
-        println!("Job {:?} submitted", resp.job);
+        out::outln!("Job {:?} submitted", resp.job);
     }
     for id in &resp.alloc_ids {
-        println!("  alloc {id}");
+        out::outln!("  alloc {id}");
     }
     Ok(())
 }
@@ -122,7 +118,7 @@ fn stop(argv: &[String]) -> Result<(), CliError> {
     args.at_most(1)?;
     let name = args.positional(0, "the job NAME")?;
     let resp = connect(&args)?.job_stop(name, args.switch("purge"))?;
-    println!(
+    out::outln!(
         "Job {name:?}: stopping {} allocation{}",
         resp.alloc_ids.len(),
         if resp.alloc_ids.len() == 1 { "" } else { "s" }
@@ -137,16 +133,16 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let resp = connect(&args)?.job_status(name)?;
     if args.switch("json") {
         if name.is_empty() {
-            println!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", Json::from_message(&resp).pretty());
         } else if let Some(job) = resp.jobs.first() {
-            println!("{}", Json::from_message(job).pretty());
+            out::outln!("{}", Json::from_message(job).pretty());
         }
         return Ok(());
     }
     if name.is_empty() {
-        print!("{}", table(&resp.jobs));
+        out::out!("{}", table(&resp.jobs));
     } else if let Some(job) = resp.jobs.first() {
-        print!("{}", details(job));
+        out::out!("{}", details(job));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod csi_cmd;
 pub mod job_cmd;
 pub mod json;
 pub mod node_cmd;
+pub mod out;
 pub mod plugin_cmd;
 pub mod snapshot_cmd;
 pub mod validate;
@@ -208,11 +209,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             Some(with_logging("info", || guard(rest))),
         ),
         "version" | "-version" | "--version" => {
-            println!("csi-agent {}", env!("CARGO_PKG_VERSION"));
+            out::outln!("csi-agent {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
         "help" | "-h" | "-help" | "--help" => {
-            println!("{USAGE}");
+            out::outln!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         other => {
@@ -222,7 +223,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
     };
     match result {
         None => {
-            println!("{usage}");
+            out::outln!("{usage}");
             ExitCode::SUCCESS
         }
         Some(Ok(())) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! (the nodes whose lease-attached key exists in etcd), when they
 //! registered, and their plugins; and whether this agent is connected.
 
+use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, switch, value, Flag, UsageError};
@@ -36,9 +37,9 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let socket = resolve_address(args.value("address"))?;
     let resp = AgentClient::connect(&socket)?.node_status()?;
     if args.switch("json") {
-        println!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", Json::from_message(&resp).pretty());
     } else {
-        print!("{}", text(&resp, SystemTime::now()));
+        out::out!("{}", text(&resp, SystemTime::now()));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! (healthy/expected), and every instance (a monolith, or a controller and
 //! a node run apart) with its socket, health, fingerprint and events.
 
+use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, switch, value, Flag, UsageError};
@@ -48,11 +49,11 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         } else {
             Json::from_message(&resp.plugins[0])
         };
-        println!("{}", json.pretty());
+        out::outln!("{}", json.pretty());
     } else if id.is_empty() {
-        print!("{}", table(&resp.plugins));
+        out::out!("{}", table(&resp.plugins));
     } else {
-        print!("{}", details(&resp.plugins[0], SystemTime::now()));
+        out::out!("{}", details(&resp.plugins[0], SystemTime::now()));
     }
     Ok(())
 }

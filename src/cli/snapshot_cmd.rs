@@ -7,6 +7,7 @@
 //! done (CSI snapshot names are idempotent). Secret values given with
 //! `-secret` go to the agent only; nothing here prints them.
 
+use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, repeated, switch, value, Args, Flag, UsageError};
@@ -96,15 +97,16 @@ fn create(argv: &[String]) -> Result<(), CliError> {
     };
     let resp = connect(&args)?.snapshot_create(&req)?;
     if args.switch("json") {
-        println!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", Json::from_message(&resp).pretty());
         return Ok(());
     }
     let snapshot = resp.snapshot.get_or_default();
-    println!(
+    out::outln!(
         "Snapshot {:?} of volume {volume:?} created: {}",
-        name, snapshot.id
+        name,
+        snapshot.id
     );
-    print!("{}", table(std::slice::from_ref(snapshot)));
+    out::out!("{}", table(std::slice::from_ref(snapshot)));
     Ok(())
 }
 
@@ -120,7 +122,7 @@ fn delete(argv: &[String]) -> Result<(), CliError> {
         ..Default::default()
     };
     connect(&args)?.snapshot_delete(&req)?;
-    println!("Snapshot {snapshot:?} deleted");
+    out::outln!("Snapshot {snapshot:?} deleted");
     Ok(())
 }
 
@@ -135,9 +137,9 @@ fn list(argv: &[String]) -> Result<(), CliError> {
     };
     let resp = connect(&args)?.snapshot_list(&req)?;
     if args.switch("json") {
-        println!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", Json::from_message(&resp).pretty());
     } else {
-        print!("{}", table(&resp.snapshots));
+        out::out!("{}", table(&resp.snapshots));
     }
     Ok(())
 }

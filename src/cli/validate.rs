@@ -9,6 +9,7 @@
 //! secret values, mount flags, environment values or command arguments:
 //! any of them may hold a credential.
 
+use super::out;
 use std::fmt;
 use std::fmt::Write as _;
 use std::io::Read as _;
@@ -88,7 +89,7 @@ fn validate_file(path: &str) -> bool {
     };
     match SpecFile::decode(&src, name) {
         Ok(decoded) => {
-            print!("{}", summary(name, &decoded.spec));
+            out::out!("{}", summary(name, &decoded.spec));
             for warning in &decoded.warnings {
                 eprintln!("{warning}");
             }

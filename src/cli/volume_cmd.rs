@@ -7,6 +7,7 @@
 //! Mount flags and secret values never reach it: the agent sends only their
 //! number and the secret keys.
 
+use super::out;
 use std::path::Path;
 
 use super::args::{self, switch, value, Args, Flag, UsageError};
@@ -128,8 +129,8 @@ fn spec(argv: &[String], create: bool) -> Result<(), CliError> {
         (client.volume_register(&file, &hcl)?, "registered")
     };
     match resp.volumes.first() {
-        Some(v) => println!("Volume {:?} {done} (external ID {:?})", v.id, v.external_id),
-        None => println!("Volume from {file} {done}"),
+        Some(v) => out::outln!("Volume {:?} {done} (external ID {:?})", v.id, v.external_id),
+        None => out::outln!("Volume from {file} {done}"),
     }
     Ok(())
 }
@@ -140,11 +141,11 @@ fn forget(argv: &[String], delete: bool) -> Result<(), CliError> {
     if delete {
         let (args, id) = one_argument(ADDRESS_FLAGS, argv, "the volume ID")?;
         connect(&args)?.volume_delete(&id)?;
-        println!("Volume {id:?} deleted");
+        out::outln!("Volume {id:?} deleted");
     } else {
         let (args, id) = one_argument(DEREGISTER_FLAGS, argv, "the volume ID")?;
         connect(&args)?.volume_deregister(&id, args.switch("force"))?;
-        println!("Volume {id:?} deregistered");
+        out::outln!("Volume {id:?} deregistered");
     }
     Ok(())
 }
@@ -161,19 +162,19 @@ fn status(argv: &[String]) -> Result<(), CliError> {
         }
         let resp = connect(&args)?.volume_status_of_plugin(plugin)?;
         if args.switch("json") {
-            println!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", Json::from_message(&resp).pretty());
         } else {
-            print!("{}", table(&resp.volumes));
-            print!("{}", external_table(&resp));
+            out::out!("{}", table(&resp.volumes));
+            out::out!("{}", external_table(&resp));
         }
         return Ok(());
     }
     let resp = connect(&args)?.volume_status(id, !id.is_empty())?;
     if id.is_empty() {
         if args.switch("json") {
-            println!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", Json::from_message(&resp).pretty());
         } else {
-            print!("{}", table(&resp.volumes));
+            out::out!("{}", table(&resp.volumes));
         }
         return Ok(());
     }
@@ -185,9 +186,9 @@ fn status(argv: &[String]) -> Result<(), CliError> {
         .into());
     };
     if args.switch("json") {
-        println!("{}", Json::from_message(volume).pretty());
+        out::outln!("{}", Json::from_message(volume).pretty());
     } else {
-        print!("{}", details(volume));
+        out::out!("{}", details(volume));
     }
     Ok(())
 }
@@ -237,7 +238,7 @@ fn claim(argv: &[String]) -> Result<(), CliError> {
     {
         line.push_str(&format!(", mounted at {target}"));
     }
-    println!("{line}");
+    out::outln!("{line}");
     Ok(())
 }
 
@@ -248,7 +249,7 @@ fn release(argv: &[String]) -> Result<(), CliError> {
     let alloc_id = args.required("alloc")?;
     let resp = connect(&args)?.volume_release(volume_id, alloc_id)?;
     if resp.released {
-        println!("Volume {volume_id:?}: the claim of alloc {alloc_id:?} is released");
+        out::outln!("Volume {volume_id:?}: the claim of alloc {alloc_id:?} is released");
         return Ok(());
     }
     // The agent keeps the claim as a past claim and retries the failed
@@ -280,7 +281,7 @@ fn detach(argv: &[String]) -> Result<(), CliError> {
                 .into());
             }
             connect(&args)?.volume_force_detach(volume_id, node)?;
-            println!("Volume {volume_id:?}: the claims of lost node {node} are freed");
+            out::outln!("Volume {volume_id:?}: the claims of lost node {node} are freed");
             return Ok(());
         }
         (Some(node), false) => {
@@ -312,14 +313,14 @@ fn detach(argv: &[String]) -> Result<(), CliError> {
         }
     };
     if allocs.is_empty() {
-        println!("Volume {volume_id:?} has no claims on this host");
+        out::outln!("Volume {volume_id:?} has no claims on this host");
         return Ok(());
     }
     let mut pending = Vec::new();
     for alloc in &allocs {
         let resp = client.volume_release(volume_id, alloc)?;
         if resp.released {
-            println!("Volume {volume_id:?}: the claim of alloc {alloc:?} is released");
+            out::outln!("Volume {volume_id:?}: the claim of alloc {alloc:?} is released");
         } else {
             pending.push(format!("alloc {alloc}: {}", resp.message));
         }

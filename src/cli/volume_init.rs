@@ -9,6 +9,7 @@
 //! refuses any other name, and the HCL example a `.json` one: the file
 //! written is always one csi-agent reads back.
 
+use super::out;
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
 
@@ -174,7 +175,7 @@ pub fn run(argv: &[String], flags: &[Flag]) -> Result<(), CliError> {
             what: format!("failed to write {file}"),
             err,
         })?;
-    println!("Example volume specification written to {file}");
+    out::outln!("Example volume specification written to {file}");
     Ok(())
 }
 

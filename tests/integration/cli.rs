@@ -312,3 +312,51 @@ fn a_plugin_that_is_not_running_is_one_line_not_a_stack() {
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
+
+/// Runs the binary with its standard output a pipe nobody reads: the
+/// reader end is closed before the command starts, so its first write
+/// fails with EPIPE (as `csi-agent ... | head -1` does once head is done).
+fn run_into_closed_pipe(args: &[&str]) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two file descriptors for pipe(2)
+    // to fill.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just made by pipe2 and are owned here
+    // alone.
+    let (reader, writer) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(reader);
+    Command::new(bin())
+        .args(args)
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly_with_the_command_s_own_code() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/job-web.hcl");
+    let broken = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/nomad-docker-job.hcl"
+    );
+    for (args, code) in [
+        (vec!["csi", "-help"], 0),
+        (vec!["-help"], 0),
+        (vec!["version"], 0),
+        (vec!["validate", fixture], 0),
+        (vec!["validate", fixture, broken], 1),
+    ] {
+        let out = run_into_closed_pipe(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+    }
+}
