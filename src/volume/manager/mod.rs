@@ -37,6 +37,7 @@
 #[cfg(test)]
 mod answers_tests;
 mod engine;
+mod entry;
 mod intake;
 mod status;
 

@@ -2,17 +2,17 @@
 //! from the planner, as one job (see [`crate::volume::steps`]), its
 //! forward steps marked `Pending` together before it is handed out, and
 //! each step's result applied as it comes back: done, retried with
-//! [`RETRY`](super::RETRY) backoff, or, for a terminal error on the claim
-//! path, the claims it concerns failed and released. The steps a job did
-//! not get to, after one failed, get back the records they had.
+//! [`RETRY`](crate::volume::manager::RETRY) backoff, or, for a terminal
+//! error on the claim path, the claims it concerns failed and released.
+//! The steps a job did not get to, after one failed, get back the records
+//! they had.
 
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
-use crate::csi::backoff::Jitter;
 
 use crate::plugin::Service;
-use crate::volume::manager::intake::claims::released;
-use crate::volume::manager::{Dispatch, Entry, Retry, VolumeManager, RETRY};
+use crate::volume::manager::intake::claims::{claim_failed, released};
+use crate::volume::manager::{Dispatch, Entry, VolumeManager};
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
 /// success and leave the mount behind before the agent unmounts its own
@@ -365,31 +365,10 @@ impl VolumeManager {
             entry.volume.publish_context.clear();
             self.changed.insert(id.to_string());
         }
-        let previous = entry.retry.take();
-        let attempt = previous.as_ref().map_or(0, |r| r.attempt);
-        let left_mount = match &err {
-            StepError::LeftMount { .. } => previous.as_ref().map_or(0, |r| r.left_mount) + 1,
-            _ => 0,
-        };
-        let delay = RETRY.delay(attempt, self.jitter.unit());
-        log::warn!(
-            "Volume {id}: {message}; retrying in {}",
-            crate::units::format_duration(std::time::Duration::from_millis(
-                delay.as_millis() as u64
-            ))
-        );
-        entry.retry = Some(Retry {
-            at: now + delay,
-            attempt: attempt.saturating_add(1),
-            error: message.clone(),
-            wall: SystemTime::now() + delay,
-            left_mount,
-        });
-        self.retries
-            .push(std::cmp::Reverse((now + delay, id.to_string())));
+        let due = entry.schedule_retry(&err, &message, now, &mut self.jitter);
+        self.retries.push(std::cmp::Reverse((due, id.to_string())));
         if action.is_release() {
-            let replies = std::mem::take(&mut entry.waiters.releases);
-            for (_, reply) in replies {
+            for (_, reply) in entry.take_release_waiters(|_| true) {
                 let text = format!("{message} (the agent keeps retrying)");
                 self.outbox.push((reply, Ok(released(false, text))));
             }
@@ -405,26 +384,14 @@ impl VolumeManager {
         message: &str,
     ) {
         log::warn!("Volume {id}: {message}; failing the claims it concerns");
-        let entry = self.entries.get_mut(id).expect("present");
-        let allocs: Vec<String> = entry
-            .volume
-            .claims
-            .values()
-            .filter(|c| c.wanted && !c.is_taken(c.target.is_some()))
-            .filter(|c| match action {
-                Action::NodeStage { staging } => c.staging == *staging,
-                Action::NodePublish { alloc } | Action::BindTarget { alloc } => {
-                    c.alloc_id == *alloc
-                }
-                _ => true,
-            })
-            .map(|c| c.alloc_id.clone())
-            .collect();
-        for alloc in &allocs {
-            entry.volume.claims.get_mut(alloc).expect("listed").wanted = false;
-        }
-        for alloc in &allocs {
-            self.fail_claim_waiters(id, alloc, ErrorKind::Aborted, message);
+        let Some(entry) = self.entries.get_mut(id) else {
+            return;
+        };
+        for alloc in entry.fail_claims_at(action) {
+            for waiter in entry.take_claim_waiters(&alloc) {
+                let err = claim_failed(id, &alloc, ErrorKind::Aborted, message);
+                self.outbox.push((waiter.reply, Err(err)));
+            }
         }
         self.changed.insert(id.to_string());
     }
@@ -440,31 +407,14 @@ impl VolumeManager {
         message: &str,
     ) -> bool {
         log::error!("Volume {id}: {message}");
-        let entry = self.entries.get_mut(id).expect("present");
-        let allocs: Vec<String> = entry
-            .volume
-            .claims
-            .values()
-            .filter(|c| !c.wanted && c.failure.is_none())
-            .filter(|c| match action {
-                Action::UnbindTarget { alloc } | Action::NodeUnpublish { alloc } => {
-                    c.alloc_id == *alloc
-                }
-                Action::NodeUnstage { staging } => c.staging == *staging,
-                _ => true,
-            })
-            .map(|c| c.alloc_id.clone())
-            .collect();
+        let Some(entry) = self.entries.get_mut(id) else {
+            return false;
+        };
+        let allocs = entry.fail_releases_at(action, message);
         if allocs.is_empty() {
             return false;
         }
-        for alloc in &allocs {
-            entry.volume.claims.get_mut(alloc).expect("listed").failure = Some(message.to_string());
-        }
-        let (failed, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.releases)
-            .into_iter()
-            .partition(|(a, _)| allocs.contains(a));
-        entry.waiters.releases = waiting;
+        let failed = entry.take_release_waiters(|a| allocs.iter().any(|f| f == a));
         for (_, reply) in failed {
             let text = format!("{message}; release it again once mended");
             self.outbox.push((reply, Ok(released(false, text))));

@@ -308,15 +308,8 @@ impl VolumeManager {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
-        let (failed, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.claims)
-            .into_iter()
-            .partition(|w| w.alloc == alloc);
-        entry.waiters.claims = waiting;
-        for waiter in failed {
-            let err = error(
-                kind,
-                format!("claim of volume {id:?} for alloc {alloc} failed: {reason}"),
-            );
+        for waiter in entry.take_claim_waiters(alloc) {
+            let err = claim_failed(id, alloc, kind, reason);
             self.outbox.push((waiter.reply, Err(err)));
         }
     }
@@ -355,6 +348,19 @@ impl VolumeManager {
             self.fail_claim_waiters(&id, &alloc, ErrorKind::DeadlineExceeded, &reason);
         }
     }
+}
+
+/// The error a claim's waiter hears when the claim failed.
+pub(in crate::volume::manager) fn claim_failed(
+    id: &str,
+    alloc: &str,
+    kind: ErrorKind,
+    reason: &str,
+) -> CallError {
+    error(
+        kind,
+        format!("claim of volume {id:?} for alloc {alloc} failed: {reason}"),
+    )
 }
 
 pub(in crate::volume::manager) fn released(done: bool, message: String) -> Answer {
