@@ -84,6 +84,27 @@ impl Entry {
         allocs
     }
 
+    /// The next step waits for its plugin, `why`: told once, and shown by
+    /// `volume status` until it goes on.
+    pub(super) fn wait(&mut self, why: &str) {
+        if self.waiting.as_deref() != Some(why) {
+            log::info!("Volume {}: {why}", self.volume.id);
+            self.waiting = Some(why.to_string());
+        }
+    }
+
+    /// A job of `actions` goes out as `token`: one record makes each of
+    /// its forward steps `Pending` before the first RPC, and what each
+    /// was before is kept, for the steps the job does not get to.
+    pub(super) fn start_job(&mut self, actions: &[Action], token: u64) {
+        self.waiting = None;
+        for action in actions {
+            let before = super::engine::protocol::mark_pending(&mut self.volume, action);
+            self.chain.push_back((action.clone(), before));
+        }
+        self.busy = Some(token);
+    }
+
     /// The next step is retried after [`RETRY`]'s backoff from the last
     /// attempt: when it falls due.
     pub(super) fn schedule_retry(

@@ -9,7 +9,6 @@
 
 use std::time::Instant;
 
-
 use crate::plugin::Service;
 use crate::volume::manager::intake::claims::{claim_failed, released};
 use crate::volume::manager::{Dispatch, Entry, VolumeManager};
@@ -77,7 +76,9 @@ impl VolumeManager {
                 stage: false,
             });
             let Some(action) = plan::next(&entry.volume, protocol) else {
-                self.entries.get_mut(id).expect("present").waiting = None;
+                if let Some(entry) = self.entries.get_mut(id) {
+                    entry.waiting = None;
+                }
                 self.finish_deregister(id);
                 return None;
             };
@@ -97,38 +98,29 @@ impl VolumeManager {
             };
             if let Some(why) = why_not {
                 // Resumed when an instance of the plugin turns healthy.
-                let entry = self.entries.get_mut(id).expect("present");
                 let why = format!("{} waits: {why}", action.name());
-                if entry.waiting.as_deref() != Some(why.as_str()) {
-                    log::info!("Volume {id}: {why}");
-                    entry.waiting = Some(why.clone());
-                }
+                let entry = self.entries.get_mut(id)?;
+                entry.wait(&why);
                 if action.is_release() {
                     // Nobody should wait for an instance that may never
                     // come back: they hear why, and the release goes on.
-                    for (_, reply) in std::mem::take(&mut entry.waiters.releases) {
+                    for (_, reply) in entry.take_release_waiters(|_| true) {
                         let text = format!("{why} (the agent goes on once it is healthy)");
                         self.outbox.push((reply, Ok(released(false, text))));
                     }
                 }
                 return None;
             }
-            let view = view.expect("checked above");
+            // Unavailable unless the plugin is registered: checked above.
+            let view = view?;
             let actions = self.run_of_steps(id, action, &view, registry, protocol);
             let token = self.token();
             let attacher = self.attacher();
-            let entry = self.entries.get_mut(id).expect("present");
-            entry.waiting = None;
-            // One record makes every forward step of the job `Pending`
-            // before the first RPC.
-            for action in &actions {
-                let before = mark_pending(&mut entry.volume, action);
-                entry.chain.push_back((action.clone(), before));
-            }
+            let entry = self.entries.get_mut(id)?;
+            entry.start_job(&actions, token);
             if actions.iter().any(|a| !a.is_release()) {
                 self.changed.insert(id.to_string());
             }
-            entry.busy = Some(token);
             let names: Vec<&str> = actions.iter().map(Action::name).collect();
             log::debug!("Volume {id}: {}", names.join(", "));
             let ctx = StepContext {
@@ -348,7 +340,9 @@ impl VolumeManager {
                 return self.fail_claims(id, action, &message);
             }
         }
-        let entry = self.entries.get_mut(id).expect("present");
+        let Some(entry) = self.entries.get_mut(id) else {
+            return;
+        };
         // A stage or publish refused for want of an attachment this node
         // had (a fence detached the volume meanwhile) goes back to that
         // step: ControllerPublish again, then the rest.
@@ -523,7 +517,7 @@ pub(in crate::volume::manager) enum Before {
 }
 
 /// Before a forward step's RPC: its effect becomes uncertain.
-fn mark_pending(v: &mut Volume, action: &Action) -> Before {
+pub(in crate::volume::manager) fn mark_pending(v: &mut Volume, action: &Action) -> Before {
     match action {
         Action::ControllerPublish => {
             Before::Attachment(std::mem::replace(&mut v.attachment, Step::Pending))
