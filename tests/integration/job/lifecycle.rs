@@ -236,6 +236,22 @@ fn a_batch_job_that_exits_0_completes_and_is_not_restarted() {
     );
     let status = rig.ok(&["job", "status", "once"]);
     assert!(status.contains(": complete"), "{status}");
+    // Nomad's summary: the group's one alloc is complete.
+    let summary: Vec<Vec<&str>> = status
+        .lines()
+        .skip_while(|l| *l != "Summary")
+        .skip(1)
+        .take(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            vec!["Task", "Group", "Starting", "Running", "Failed", "Complete"],
+            vec!["g", "0", "0", "0", "1"]
+        ],
+        "{status}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     let runs = fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs")).unwrap();
     assert_eq!(runs, "run\n");
