@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use csi_agent::spec::{JobType, Lifecycle, LifecycleHook, RestartMode};
+use csi_agent::spec::{JobType, Lifecycle, LifecycleHook, RestartMode, SpecFile};
 
-use super::{assert_one_error, job, ok};
+use super::{assert_one_error, job, ok, JSON_FILE};
 
 /// A job of type `job_type` whose group "g" has `group_body` from line 4
 /// and a task "t" with `task_body` from line 10.
@@ -121,4 +121,47 @@ fn a_system_job_runs_one_instance() {
     );
     let spec = ok(job(&typed_job("sysbatch", "    count = 1", ""))).spec;
     assert_eq!(spec.groups[0].count, 1);
+}
+
+#[test]
+fn lifecycle_and_type_read_the_same_from_json() {
+    let src = r#"{
+  "job": {
+    "j": {
+      "type": "batch",
+      "group": {
+        "g": {
+          "task": {
+            "prep": {
+              "driver": "exec",
+              "lifecycle": {"hook": "prestart", "sidecar": false},
+              "restart": {"attempts": 0},
+              "config": {"command": "/bin/true"}
+            },
+            "main": {
+              "driver": "exec",
+              "config": {"command": "/bin/true"}
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+    let spec = match ok(SpecFile::decode(src, JSON_FILE)).spec {
+        SpecFile::Job(job) => job,
+        other => panic!("not a job: {other:?}"),
+    };
+    assert_eq!(spec.job_type, JobType::Batch);
+    let prep = &spec.groups[0].tasks[0];
+    assert_eq!(
+        prep.lifecycle,
+        Some(Lifecycle {
+            hook: LifecycleHook::Prestart,
+            sidecar: false
+        })
+    );
+    assert_eq!(prep.restart.attempts, 0);
+    assert_eq!(prep.restart.interval, Duration::from_secs(24 * 60 * 60));
 }
