@@ -380,3 +380,20 @@ fn an_agent_restart_reruns_neither_a_completed_prestart_nor_a_completed_batch_ta
     );
     rig.stop("svc");
 }
+
+#[test]
+fn job_run_refuses_a_misspelled_hook_at_its_position() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = sh_task("prep", "true", &lifecycle("prestrat", false));
+    let out = rig.run_job_output("typo.hcl", &job("typo", "batch", &body));
+    assert_eq!(out.status.code(), Some(1), "{}", crate::harness::text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("typo.hcl:12:19: \"hook\" in lifecycle in task \"prep\": unknown lifecycle hook \"prestrat\""),
+        "{err}"
+    );
+    assert!(rig.client().job_status("").unwrap().jobs.is_empty());
+}
