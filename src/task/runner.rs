@@ -156,6 +156,15 @@ impl Allocs {
     ) -> bool {
         let mut changed = false;
         if alloc.status != AllocStatus::Stopping {
+            if alloc.status == AllocStatus::Pending {
+                // No task ran, so there is nothing for poststop tasks to
+                // clean up after.
+                for i in 0..alloc.tasks.len() {
+                    if role(alloc, i) == Role::Poststop {
+                        alloc.tasks[i].state = TaskState::Dead;
+                    }
+                }
+            }
             alloc.status = AllocStatus::Stopping;
             changed = true;
         }
@@ -192,9 +201,8 @@ impl Allocs {
                 return changed;
             }
         }
-        // Poststop tasks run once the others are dead, if the alloc got
-        // as far as running tasks: its volumes are still claimed.
-        let ran = volumes_claimed(alloc);
+        // Poststop tasks run once the others are dead, with the volumes
+        // still claimed; they are not killed.
         for i in 0..alloc.tasks.len() {
             if role(alloc, i) == Role::Poststop {
                 continue;
@@ -206,13 +214,13 @@ impl Allocs {
                 continue;
             }
             match alloc.tasks[i].state {
-                TaskState::Pending if ran => {
+                TaskState::Pending => {
                     if lifecycle::may_start(&lifecycle_view(alloc), i) {
                         self.start_task(alloc, i, now);
                         changed = true;
                     }
                 }
-                TaskState::Pending | TaskState::Restarting { .. } => {
+                TaskState::Restarting { .. } => {
                     alloc.tasks[i].state = TaskState::Dead;
                     changed = true;
                 }
@@ -261,20 +269,13 @@ impl Allocs {
     fn stop_sidecars(&mut self, alloc: &mut Alloc, now: Instant) -> bool {
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
-            if lifecycle::stops_with_main(role(alloc, i)) {
-                if alloc.tasks[i].state == TaskState::Running
-                    && alloc.tasks[i]
-                        .process
-                        .as_ref()
-                        .is_some_and(|p| p.kill_at.is_none() && !p.killed)
-                {
-                    log::info!(
-                        "Alloc {}: stopping task {}: the main tasks are done",
-                        alloc.id,
-                        alloc.tasks[i].name
-                    );
-                }
-                changed |= self.kill_task(alloc, i, now);
+            if lifecycle::stops_with_main(role(alloc, i)) && self.kill_task(alloc, i, now) {
+                log::info!(
+                    "Alloc {}: task {} stops: the main tasks are done",
+                    alloc.id,
+                    alloc.tasks[i].name
+                );
+                changed = true;
             }
         }
         changed

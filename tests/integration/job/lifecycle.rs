@@ -395,3 +395,93 @@ fn job_run_refuses_a_misspelled_hook_at_its_position() {
     );
     assert!(rig.client().job_status("").unwrap().jobs.is_empty());
 }
+
+#[test]
+fn an_alloc_whose_claim_fails_runs_no_task_poststop_included() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let volume = "    volume \"data\" {\n      type            = \"csi\"\n      source          = \"nope\"\n      access_mode     = \"single-node-writer\"\n      attachment_mode = \"file-system\"\n    }";
+    let body = [
+        NO_RESTARTS.to_string(),
+        volume.to_string(),
+        sh_task("main", "exec sleep 600", ""),
+        sh_task(
+            "cleanup",
+            "touch /alloc/data/poststop-ran",
+            &lifecycle("poststop", false),
+        ),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("nope.hcl", &job("nope", "service", &body));
+    let j = rig.wait_job("nope", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let cleanup = task(&j.allocs[0], "cleanup");
+    assert_eq!((cleanup.state.as_str(), cleanup.pid), ("dead", 0));
+    assert!(
+        !cleanup.events.iter().any(|e| e.kind == "started"),
+        "{cleanup:#?}"
+    );
+    assert!(!shared_data(&rig, &allocs[0]).join("poststop-ran").exists());
+    rig.stop("plugin");
+}
+
+#[test]
+fn an_alloc_stopped_before_its_tasks_ran_runs_no_poststop() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = |version: &str| {
+        [
+            NO_RESTARTS.to_string(),
+            // Slow to stop: its replacement waits for it.
+            sh_task(
+                "main",
+                &format!("trap '' TERM; echo {version}; sleep 600"),
+                "      kill_timeout = \"2s\"",
+            ),
+            sh_task(
+                "cleanup",
+                "touch /alloc/data/poststop-ran",
+                &lifecycle("poststop", false),
+            ),
+        ]
+        .join("\n")
+    };
+    let old = rig.run_job("r.hcl", &job("r", "service", &body("v1")));
+    rig.wait_job("r", "v1 to run", |j| {
+        task(&j.allocs[0], "main").state == "running"
+    });
+    let new = rig.run_job("r.hcl", &job("r", "service", &body("v2")));
+    rig.wait_job("r", "v2 to wait for v1", |j| {
+        j.allocs
+            .iter()
+            .any(|a| a.id == new[0] && a.message.contains("waiting for alloc"))
+    });
+    rig.ok(&["job", "stop", "r"]);
+    let j = rig.wait_job("r", "both allocs to be done", |j| j.status == "dead");
+    let cleanup_of = |id: &str| {
+        let a = j.allocs.iter().find(|a| a.id == id).unwrap();
+        task(a, "cleanup").clone()
+    };
+    assert!(
+        cleanup_of(&old[0])
+            .events
+            .iter()
+            .any(|e| e.kind == "started"),
+        "v1 ran, so its poststop runs"
+    );
+    assert!(shared_data(&rig, &old[0]).join("poststop-ran").exists());
+    assert!(
+        !cleanup_of(&new[0])
+            .events
+            .iter()
+            .any(|e| e.kind == "started"),
+        "v2 never ran: {:#?}",
+        cleanup_of(&new[0])
+    );
+    assert!(!shared_data(&rig, &new[0]).join("poststop-ran").exists());
+}
