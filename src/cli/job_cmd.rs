@@ -25,7 +25,8 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
                           is read as JSON when it ends in .json
   stop [-purge] NAME      stop every allocation of a job; -purge also forgets
                           the job once they are stopped
-  status [-json] [NAME]   without NAME, a table of jobs; with NAME, its
+  status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
+                          summary of its allocations by status, then its
                           allocations, tasks and recent task events
 
   -address ADDR           the agent's control socket (default
@@ -171,6 +172,38 @@ fn table(jobs: &[api::JobStatus]) -> String {
     columns(&rows)
 }
 
+/// Nomad's "Summary": each group's allocs by status, so a batch job that
+/// ran to the end shows its allocs `Complete` while the job is `dead`.
+fn summary(allocs: &[api::AllocStatus]) -> String {
+    if allocs.is_empty() {
+        return String::new();
+    }
+    let mut groups: Vec<&str> = allocs.iter().map(|a| a.group.as_str()).collect();
+    groups.dedup();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut rows = vec![["Task Group", "Starting", "Running", "Failed", "Complete"]
+        .map(str::to_string)
+        .to_vec()];
+    for group in groups {
+        let count = |statuses: &[&str]| {
+            allocs
+                .iter()
+                .filter(|a| a.group == group && statuses.contains(&a.status.as_str()))
+                .count()
+                .to_string()
+        };
+        rows.push(vec![
+            group.to_string(),
+            count(&["pending"]),
+            count(&["running", "stopping"]),
+            count(&["failed"]),
+            count(&["complete"]),
+        ]);
+    }
+    format!("\nSummary\n{}", columns(&rows))
+}
+
 fn details(job: &api::JobStatus) -> String {
     let mut out = format!(
         "Name      = {}\nStatus    = {}\nFile      = {}\nSubmitted = {}\n",
@@ -179,6 +212,7 @@ fn details(job: &api::JobStatus) -> String {
         job.file,
         format_timestamp(from_unix_ms(job.submitted_unix_ms))
     );
+    out.push_str(&summary(&job.allocs));
     for alloc in &job.allocs {
         out.push_str(&format!(
             "\nAlloc {} (group {:?} [{}]): {}{}\n",

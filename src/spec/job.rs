@@ -1,5 +1,8 @@
 //! Job specs: `job "<name>" { group "<name>" { ... } }`, in Nomad's format.
 //!
+//! A job's `type` says what a task's exit means: a `service` (or `system`)
+//! task is restarted on any exit, a `batch` (or `sysbatch`) task that exits
+//! 0 is done; it also picks the default restart policy, as in Nomad.
 //! A group holds its instance count, restart policy, the volumes its tasks
 //! may mount, services, and tasks (see `task.rs`). The volume rules are
 //! checked here, where the group's count is known: csi volumes need both
@@ -15,7 +18,7 @@ use crate::hcl::{Block, Body, Pos};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
 use super::service::{decode_service, write_service, Service};
-use super::task::{decode_task, write_task, Task};
+use super::task::{decode_task, write_task};
 use super::volume::{decode_mount_options, write_mount_options};
 use super::{keywords, Decoded, Invalid, Kept};
 
@@ -44,7 +47,6 @@ const JOB_IGNORED: &[&str] = &[
     "region",
     "reschedule",
     "spread",
-    "type",
     "ui",
     "update",
     "vault",
@@ -80,24 +82,51 @@ const VOLUME_IGNORED: &[&str] = &["sticky"];
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub name: String,
+    pub job_type: JobType,
     pub groups: Vec<Group>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
 }
 
+keywords! {
+    /// Nomad's job types: what a task's exit means, and how many
+    /// instances of a group run.
+    pub enum JobType ("job type") {
+        /// Long-running: a task is restarted on any exit, per its policy.
+        Service = "service",
+        /// Run to completion: a task that exits 0 is done.
+        Batch = "batch",
+        /// A batch job with one instance on every node: here, one.
+        Sysbatch = "sysbatch",
+        /// A service with one instance on every node: here, one.
+        System = "system",
+    }
+}
+
+impl JobType {
+    /// Whether a task that exits 0 is done rather than restarted.
+    pub fn runs_to_completion(self) -> bool {
+        matches!(self, JobType::Batch | JobType::Sysbatch)
+    }
+}
+
 /// A group of tasks run together, `count` times.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     pub name: String,
-    /// How many instances (allocations) to run; 1 unless set.
+    /// The job's type, which every task of the group follows.
+    pub job_type: JobType,
+    /// How many instances (allocations) to run; 1 unless set (always 1
+    /// for `system` and `sysbatch` jobs).
     pub count: u64,
+    /// The group's policy; each task has its own in [`Task::restart`].
     pub restart: Restart,
     /// The volumes tasks may mount, by alias, in file order.
     pub volumes: Vec<GroupVolume>,
     /// Parsed and validated, not run by csi-agent.
     pub services: Vec<Service>,
-    pub tasks: Vec<Task>,
+    pub tasks: Vec<super::Task>,
     pub ignored: Vec<Kept>,
 }
 
@@ -122,9 +151,22 @@ pub struct Restart {
 impl Default for Restart {
     /// Nomad's defaults for service jobs.
     fn default() -> Restart {
+        Restart::for_type(JobType::Service)
+    }
+}
+
+impl Restart {
+    /// Nomad's default policy for jobs of type `job_type`: batch jobs get
+    /// more attempts over a day.
+    pub fn for_type(job_type: JobType) -> Restart {
+        let (attempts, interval) = if job_type.runs_to_completion() {
+            (3, Duration::from_secs(24 * 60 * 60))
+        } else {
+            (2, Duration::from_secs(30 * 60))
+        };
         Restart {
-            attempts: 2,
-            interval: Duration::from_secs(30 * 60),
+            attempts,
+            interval,
             delay: Duration::from_secs(15),
             mode: RestartMode::Fail,
             ignored: Vec::new(),
@@ -209,6 +251,7 @@ impl Job {
             .partition(|kept| FILE_IGNORED.contains(&kept.name.as_str()));
         w.kept(&top);
         w.open("job", Some(&self.name));
+        w.string("type", self.job_type.as_str());
         w.kept(&inside);
         for group in &self.groups {
             write_group(&mut w, group);
@@ -230,6 +273,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
         );
         return Job {
             name: String::new(),
+            job_type: JobType::Service,
             groups: Vec::new(),
             ignored,
         };
@@ -245,9 +289,10 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     }
     dec.check_id(block.labels[0].span.start, "job ID", name);
     let mut j = f.labeled(block, name);
+    let job_type = j.parsed("type").unwrap_or(JobType::Service);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
-        groups.push(decode_group(&j, group, group_name));
+        groups.push(decode_group(&j, group, group_name, job_type));
     }
     if groups.is_empty() {
         j.error(j.pos(), format!("{} needs at least one group", j.what()));
@@ -256,6 +301,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     j.finish();
     Job {
         name: name.clone(),
+        job_type,
         groups,
         ignored,
     }
@@ -268,15 +314,31 @@ fn first_item_pos(body: &Body) -> Pos {
         .map_or(Pos::new(1, 1), |item| item.span().start)
 }
 
-fn decode_group(f: &Fields<'_>, block: &Block, name: String) -> Group {
+fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) -> Group {
     let mut g = f.labeled(block, &name);
     g.dec()
         .check_id(block.labels[0].span.start, "group name", &name);
-    let count = g.u64("count").unwrap_or(1);
+    let count_at = g.u64_at("count");
+    let mut count = count_at.map_or(1, |(count, _)| count);
+    if let (JobType::System | JobType::Sysbatch, Some((_, pos))) = (job_type, count_at) {
+        if count > 1 {
+            // Nomad's rule for system jobs; a sysbatch job, like a system
+            // one, runs once per node, and this agent is one node.
+            g.error(
+                pos,
+                format!(
+                    "{} has count = {count}, but a {job_type} job runs one instance per node: remove count or set it to 1",
+                    g.what()
+                ),
+            );
+        }
+        count = count.min(1);
+    }
+    let defaults = Restart::for_type(job_type);
     let restart = g
         .block("restart")
-        .map(|block| decode_restart(&mut g.nested(block)))
-        .unwrap_or_default();
+        .map(|block| decode_restart(&mut g.nested(block), &defaults))
+        .unwrap_or(defaults);
     let mut volumes = Vec::new();
     for (block, alias) in g.labeled_blocks("volume") {
         let mut v = g.labeled(block, &alias);
@@ -295,7 +357,7 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String) -> Group {
         let mut t = g.labeled(block, &task_name);
         g.dec()
             .check_id(block.labels[0].span.start, "task name", &task_name);
-        tasks.push(decode_task(&mut t, task_name, &volumes, g.what()));
+        tasks.push(decode_task(&mut t, task_name, &volumes, g.what(), &restart));
     }
     if tasks.is_empty() {
         g.error(g.pos(), format!("{} needs at least one task", g.what()));
@@ -304,6 +366,7 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String) -> Group {
     g.finish();
     Group {
         name,
+        job_type,
         count,
         restart,
         volumes,
@@ -313,14 +376,19 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String) -> Group {
     }
 }
 
-fn decode_restart(f: &mut Fields<'_>) -> Restart {
-    let defaults = Restart::default();
+/// Decodes a `restart` block; what it does not set comes from `defaults`
+/// (the job type's policy for a group, the group's for a task).
+pub(crate) fn decode_restart(f: &mut Fields<'_>, defaults: &Restart) -> Restart {
     let restart = Restart {
         attempts: f.u64("attempts").unwrap_or(defaults.attempts),
         interval: f.duration("interval").unwrap_or(defaults.interval),
         delay: f.duration("delay").unwrap_or(defaults.delay),
         mode: f.parsed("mode").unwrap_or(defaults.mode),
-        ignored: f.ignore(RESTART_IGNORED),
+        ignored: {
+            let mut ignored = defaults.ignored.clone();
+            ignored.extend(f.ignore(RESTART_IGNORED));
+            ignored
+        },
     };
     f.finish();
     restart
@@ -425,14 +493,7 @@ fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &st
 fn write_group(w: &mut Writer, group: &Group) {
     w.open("group", Some(&group.name));
     w.plain("count", group.count);
-    let restart = &group.restart;
-    w.open("restart", None);
-    w.plain("attempts", restart.attempts);
-    w.duration("interval", restart.interval);
-    w.duration("delay", restart.delay);
-    w.string("mode", restart.mode.as_str());
-    w.kept(&restart.ignored);
-    w.close();
+    write_restart(w, &group.restart);
     for volume in &group.volumes {
         w.open("volume", Some(&volume.alias));
         w.string("type", volume.volume_type.as_str());
@@ -455,5 +516,15 @@ fn write_group(w: &mut Writer, group: &Group) {
         write_task(w, task);
     }
     w.kept(&group.ignored);
+    w.close();
+}
+
+pub(crate) fn write_restart(w: &mut Writer, restart: &Restart) {
+    w.open("restart", None);
+    w.plain("attempts", restart.attempts);
+    w.duration("interval", restart.interval);
+    w.duration("delay", restart.delay);
+    w.string("mode", restart.mode.as_str());
+    w.kept(&restart.ignored);
     w.close();
 }

@@ -61,11 +61,13 @@ pub use agent::{
     PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
     DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
 };
-pub use job::{Group, GroupVolume, Job, Restart, RestartMode, VolumeType};
+pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
-pub use task::{CsiPlugin, Driver, ExecConfig, Resources, Task, VolumeMount};
+pub use task::{
+    CsiPlugin, Driver, ExecConfig, Lifecycle, LifecycleHook, Resources, Task, VolumeMount,
+};
 pub use volume::{Topology, TopologyRequest, VolumeSpec};
 
 /// A spec decoded without errors, with the warnings found on the way.

@@ -11,6 +11,11 @@
 //! mounts visible on the host, needs a read-write volume and mount (a task
 //! that can change the host's mount table must at least own a writable
 //! volume).
+//!
+//! A task's `lifecycle { hook, sidecar }` puts it before the group's main
+//! tasks (`prestart`), after they started (`poststart`) or after they
+//! stopped (`poststop`); its `restart` block overrides the group's policy
+//! field by field, as in Nomad.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -22,10 +27,10 @@ use crate::mount::Propagation;
 use super::agent::absolute_path;
 use super::decode::Fields;
 use super::encode::Writer;
-use super::job::GroupVolume;
+use super::job::{decode_restart, write_restart, GroupVolume, Restart};
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
-use super::{Kept, PluginType};
+use super::{keywords, Kept, PluginType};
 
 /// Keys of Nomad's `task` block that csi-agent ignores.
 const TASK_IGNORED: &[&str] = &[
@@ -39,10 +44,8 @@ const TASK_IGNORED: &[&str] = &[
     "kill_signal",
     "kind",
     "leader",
-    "lifecycle",
     "logs",
     "meta",
-    "restart",
     "schedule",
     "scaling",
     "shutdown_delay",
@@ -88,6 +91,29 @@ impl Driver {
     }
 }
 
+keywords! {
+    /// When a lifecycle task runs, relative to the group's main tasks.
+    pub enum LifecycleHook ("lifecycle hook") {
+        /// Before the main tasks start: they wait for it to exit 0 (or,
+        /// for a sidecar, to run).
+        Prestart = "prestart",
+        /// Once the main tasks run.
+        Poststart = "poststart",
+        /// Once the main tasks have stopped.
+        Poststop = "poststop",
+    }
+}
+
+/// `lifecycle { hook, sidecar }`: a task that is not one of the group's
+/// main tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub hook: LifecycleHook,
+    /// Keeps running alongside the main tasks (restarted on any exit)
+    /// instead of running to completion.
+    pub sidecar: bool,
+}
+
 /// A task, run by the `exec` or the `raw_exec` driver.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
@@ -99,6 +125,10 @@ pub struct Task {
     pub user: Option<String>,
     /// How long the task has after SIGTERM before SIGKILL.
     pub kill_timeout: Duration,
+    /// `None` for a main task.
+    pub lifecycle: Option<Lifecycle>,
+    /// The group's policy, with the task's own `restart` block over it.
+    pub restart: Restart,
     /// Parsed and kept; not enforced yet.
     pub resources: Option<Resources>,
     pub volume_mounts: Vec<VolumeMount>,
@@ -159,13 +189,14 @@ pub struct CsiPlugin {
     pub health_timeout: Duration,
 }
 
-/// Decodes a task of a group whose volumes are `volumes`; `group` names the
-/// group in messages.
+/// Decodes a task of a group whose volumes are `volumes` and whose restart
+/// policy is `restart`; `group` names the group in messages.
 pub(crate) fn decode_task(
     f: &mut Fields<'_>,
     name: String,
     volumes: &[GroupVolume],
     group: &str,
+    restart: &Restart,
 ) -> Task {
     let driver_at = f.string_at("driver");
     let driver_at = f.require("driver", driver_at);
@@ -201,6 +232,13 @@ pub(crate) fn decode_task(
     let env = f.map("env").unwrap_or_default();
     let user = f.string("user");
     let kill_timeout = f.duration("kill_timeout").unwrap_or(DEFAULT_KILL_TIMEOUT);
+    let lifecycle = f
+        .block("lifecycle")
+        .and_then(|block| decode_lifecycle(&mut f.nested(block)));
+    let restart = f
+        .block("restart")
+        .map(|block| decode_restart(&mut f.nested(block), restart))
+        .unwrap_or_else(|| restart.clone());
     let resources = f
         .block("resources")
         .map(|block| decode_resources(&mut f.nested(block)));
@@ -238,12 +276,25 @@ pub(crate) fn decode_task(
         env,
         user,
         kill_timeout,
+        lifecycle,
+        restart,
         resources,
         volume_mounts,
         csi_plugin,
         services,
         ignored,
     }
+}
+
+fn decode_lifecycle(f: &mut Fields<'_>) -> Option<Lifecycle> {
+    let hook = f.parsed("hook");
+    let hook = f.require("hook", hook);
+    let sidecar = f.bool("sidecar").unwrap_or(false);
+    f.finish();
+    Some(Lifecycle {
+        hook: hook?,
+        sidecar,
+    })
 }
 
 fn decode_exec_config(f: &mut Fields<'_>, ignored: &[&'static str]) -> ExecConfig {
@@ -423,6 +474,13 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.map("env", &task.env);
     w.opt_string("user", task.user.as_deref());
     w.duration("kill_timeout", task.kill_timeout);
+    if let Some(lifecycle) = &task.lifecycle {
+        w.open("lifecycle", None);
+        w.string("hook", lifecycle.hook.as_str());
+        w.plain("sidecar", lifecycle.sidecar);
+        w.close();
+    }
+    write_restart(w, &task.restart);
     if let Some(resources) = &task.resources {
         write_resources(w, resources);
     }

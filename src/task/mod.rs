@@ -10,7 +10,8 @@
 //!    `source[index]`) through the volume manager, retrying retryable
 //!    refusals with backoff (shown as task events) and failing the alloc
 //!    on a terminal one. `host` volumes come from the agent config.
-//! 2. **running**: every task is started ([`exec`]) in its own session and
+//! 2. **running**: every task is started ([`exec`]), in its lifecycle
+//!    order ([`lifecycle`]: prestart, main, poststart), in its own session and
 //!    mount namespace: an `exec` task in a root of its own, built as
 //!    Nomad's exec driver builds it ([`root`]), with each volume at its
 //!    destination ([`mounts`]); a `raw_exec` task on the host's root, with
@@ -22,7 +23,9 @@
 //!    agent ([`PluginEffect`]) to probe it; it is registered only once
 //!    healthy, within `health_timeout`, or killed.
 //! 3. **stopping**: SIGTERM to each task's process group, SIGKILL after
-//!    `kill_timeout`. An alloc that provides a plugin stops only after
+//!    `kill_timeout`; then the poststop tasks run. When the main tasks end
+//!    by themselves (a batch job), the sidecars stop and the poststop
+//!    tasks run the same way. An alloc that provides a plugin stops only after
 //!    every claim on that plugin's volumes is gone, so volumes are never
 //!    left without the plugin that must unmount them.
 //! 4. **complete** or **failed**: the claims are released (the volume
@@ -49,6 +52,7 @@
 //! | `mod.rs` | the alloc and task records, [`Allocs`] and its small queries |
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
+//! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
@@ -63,6 +67,7 @@ pub mod env;
 pub mod exec;
 mod jobs;
 mod launch;
+pub mod lifecycle;
 pub mod mounts;
 mod persist;
 pub mod restart;

@@ -5,8 +5,10 @@
 //! *n*: `delay`, doubling, capped at `interval` (no jitter: one task's
 //! restarts do not herd). When the attempts are used up, `mode = "fail"`
 //! fails the task, and `mode = "delay"` waits for the interval to end and
-//! starts a new one. A task that exits with status 0 has finished its work
-//! (as a Nomad batch task) and is not restarted.
+//! starts a new one. An exit with status 0 completes the task unless the
+//! caller says it restarts on success (a service's main task, a sidecar:
+//! see [`super::lifecycle::Role::restarts_on_success`]); then it counts as
+//! an attempt like any other exit, as in Nomad.
 
 use std::time::{Duration, SystemTime};
 
@@ -32,14 +34,16 @@ pub struct Window {
 }
 
 /// Decides what follows an exit at `now` with `success`, given the
-/// current window; returns the decision and the window to keep.
+/// current window and whether the task `restarts_on_success`; returns the
+/// decision and the window to keep.
 pub fn decide(
     policy: &Restart,
     window: Option<Window>,
     success: bool,
+    restarts_on_success: bool,
     now: SystemTime,
 ) -> (Decision, Option<Window>) {
-    if success {
+    if success && !restarts_on_success {
         return (Decision::Complete, window);
     }
     let window = match window {
@@ -97,7 +101,7 @@ mod tests {
     #[test]
     fn success_completes_without_restart() {
         let now = SystemTime::UNIX_EPOCH + secs(1000);
-        let (d, w) = decide(&policy(3, RestartMode::Fail), None, true, now);
+        let (d, w) = decide(&policy(3, RestartMode::Fail), None, true, false, now);
         assert_eq!(d, Decision::Complete);
         assert_eq!(w, None);
     }
@@ -106,13 +110,13 @@ mod tests {
     fn failures_restart_with_growing_delays_then_fail() {
         let p = policy(3, RestartMode::Fail);
         let t0 = SystemTime::UNIX_EPOCH + secs(1000);
-        let (d, w) = decide(&p, None, false, t0);
+        let (d, w) = decide(&p, None, false, false, t0);
         assert_eq!(d, Decision::Restart(secs(1)));
-        let (d, w) = decide(&p, w, false, t0 + secs(2));
+        let (d, w) = decide(&p, w, false, false, t0 + secs(2));
         assert_eq!(d, Decision::Restart(secs(2)));
-        let (d, w) = decide(&p, w, false, t0 + secs(5));
+        let (d, w) = decide(&p, w, false, false, t0 + secs(5));
         assert_eq!(d, Decision::Restart(secs(4)));
-        let (d, _) = decide(&p, w, false, t0 + secs(10));
+        let (d, _) = decide(&p, w, false, false, t0 + secs(10));
         assert_eq!(d, Decision::Fail);
     }
 
@@ -120,10 +124,10 @@ mod tests {
     fn a_new_interval_resets_the_attempts() {
         let p = policy(1, RestartMode::Fail);
         let t0 = SystemTime::UNIX_EPOCH + secs(1000);
-        let (_, w) = decide(&p, None, false, t0);
-        let (d, _) = decide(&p, w, false, t0 + secs(30));
+        let (_, w) = decide(&p, None, false, false, t0);
+        let (d, _) = decide(&p, w, false, false, t0 + secs(30));
         assert_eq!(d, Decision::Fail);
-        let (d, _) = decide(&p, w, false, t0 + secs(61));
+        let (d, _) = decide(&p, w, false, false, t0 + secs(61));
         assert_eq!(d, Decision::Restart(secs(1)));
     }
 
@@ -131,19 +135,29 @@ mod tests {
     fn delay_mode_waits_for_the_interval_to_end() {
         let p = policy(1, RestartMode::Delay);
         let t0 = SystemTime::UNIX_EPOCH + secs(1000);
-        let (_, w) = decide(&p, None, false, t0);
-        let (d, w) = decide(&p, w, false, t0 + secs(20));
+        let (_, w) = decide(&p, None, false, false, t0);
+        let (d, w) = decide(&p, w, false, false, t0 + secs(20));
         assert_eq!(d, Decision::Restart(secs(40)));
         assert_eq!(w.unwrap().restarts, 0);
         // After the wait, a new interval with fresh attempts.
-        let (d, _) = decide(&p, w, false, t0 + secs(61));
+        let (d, _) = decide(&p, w, false, false, t0 + secs(61));
         assert_eq!(d, Decision::Restart(secs(1)));
+    }
+
+    #[test]
+    fn a_service_task_that_exits_0_uses_an_attempt() {
+        let p = policy(1, RestartMode::Fail);
+        let t0 = SystemTime::UNIX_EPOCH + secs(1000);
+        let (d, w) = decide(&p, None, true, true, t0);
+        assert_eq!(d, Decision::Restart(secs(1)));
+        let (d, _) = decide(&p, w, true, true, t0 + secs(2));
+        assert_eq!(d, Decision::Fail);
     }
 
     #[test]
     fn zero_attempts_fail_at_once() {
         let p = policy(0, RestartMode::Fail);
-        let (d, _) = decide(&p, None, false, SystemTime::UNIX_EPOCH + secs(5));
+        let (d, _) = decide(&p, None, false, false, SystemTime::UNIX_EPOCH + secs(5));
         assert_eq!(d, Decision::Fail);
     }
 }

@@ -1,14 +1,16 @@
-//! The life of an allocation: starting tasks, exits and restarts, kill
-//! timeouts, stopping, and settling as complete or failed.
+//! The life of an allocation: starting tasks in their lifecycle order
+//! ([`super::lifecycle`]), exits and restarts, kill timeouts, stopping
+//! (poststop tasks last), and settling as complete or failed.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::process::ExitStatus;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::bounded;
 
 use super::exec;
+use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
 use super::volume_hook::unmount_below;
 use super::{Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskState, UseState, VolumeSource};
@@ -113,11 +115,7 @@ impl Allocs {
         if alloc.tasks.iter().any(|t| t.failed) {
             return true;
         }
-        let claimed = alloc.volumes.iter().all(|v| {
-            matches!(v.source, VolumeSource::Host { .. })
-                || matches!(v.state, UseState::Claimed { .. })
-        });
-        if !claimed {
+        if !volumes_claimed(alloc) {
             return changed;
         }
         if alloc.status == AllocStatus::Pending {
@@ -125,9 +123,12 @@ impl Allocs {
             alloc.message.clear();
             changed = true;
         }
+        if lifecycle::main_done(&lifecycle_view(alloc)) {
+            changed |= self.stop_sidecars(alloc, now);
+        }
         for i in 0..alloc.tasks.len() {
             let due = match alloc.tasks[i].state {
-                TaskState::Pending => true,
+                TaskState::Pending => lifecycle::may_start(&lifecycle_view(alloc), i),
                 TaskState::Restarting { at } => at <= now,
                 _ => false,
             };
@@ -155,6 +156,15 @@ impl Allocs {
     ) -> bool {
         let mut changed = false;
         if alloc.status != AllocStatus::Stopping {
+            if alloc.status == AllocStatus::Pending {
+                // No task ran, so there is nothing for poststop tasks to
+                // clean up after.
+                for i in 0..alloc.tasks.len() {
+                    if role(alloc, i) == Role::Poststop {
+                        alloc.tasks[i].state = TaskState::Dead;
+                    }
+                }
+            }
             alloc.status = AllocStatus::Stopping;
             changed = true;
         }
@@ -191,36 +201,82 @@ impl Allocs {
                 return changed;
             }
         }
-        for task in &mut alloc.tasks {
-            match task.state {
-                TaskState::Pending | TaskState::Restarting { .. } => {
-                    task.state = TaskState::Dead;
-                    changed = true;
-                }
-                TaskState::Running => {
-                    let timeout = alloc
-                        .group
-                        .tasks
-                        .iter()
-                        .find(|t| t.name == task.name)
-                        .map_or(Duration::from_secs(5), |t| self.kill_timeout(t));
-                    if let Some(p) = &mut task.process {
-                        if p.kill_at.is_none() && !p.killed {
-                            let _ = exec::signal_group(p.pid, libc::SIGTERM);
-                            p.kill_at = Some(now + timeout);
-                            task.event(
-                                "killing",
-                                format!("sent SIGTERM; SIGKILL in {}", format_duration(timeout)),
-                            );
-                            changed = true;
-                        }
+        // Poststop tasks run once the others are dead, with the volumes
+        // still claimed; they are not killed.
+        for i in 0..alloc.tasks.len() {
+            if role(alloc, i) == Role::Poststop {
+                continue;
+            }
+            changed |= self.kill_task(alloc, i, now);
+        }
+        for i in 0..alloc.tasks.len() {
+            if role(alloc, i) != Role::Poststop {
+                continue;
+            }
+            match alloc.tasks[i].state {
+                TaskState::Pending => {
+                    if lifecycle::may_start(&lifecycle_view(alloc), i) {
+                        self.start_task(alloc, i, now);
+                        changed = true;
                     }
                 }
-                TaskState::Dead => {}
+                TaskState::Restarting { .. } => {
+                    alloc.tasks[i].state = TaskState::Dead;
+                    changed = true;
+                }
+                TaskState::Running | TaskState::Dead => {}
             }
         }
         if alloc.tasks.iter().all(|t| t.state == TaskState::Dead) {
             changed |= self.finish(alloc, volumes);
+        }
+        changed
+    }
+
+    /// Task `i` is to stop: a task not started or waiting to restart is
+    /// dead at once, a running one gets SIGTERM and SIGKILL after its
+    /// `kill_timeout`.
+    fn kill_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
+        let timeout = self.kill_timeout(&alloc.group.tasks[i]);
+        let task = &mut alloc.tasks[i];
+        match task.state {
+            TaskState::Pending | TaskState::Restarting { .. } => {
+                task.state = TaskState::Dead;
+                true
+            }
+            TaskState::Running => {
+                let Some(p) = &mut task.process else {
+                    return false;
+                };
+                if p.kill_at.is_some() || p.killed {
+                    return false;
+                }
+                let _ = exec::signal_group(p.pid, libc::SIGTERM);
+                p.kill_at = Some(now + timeout);
+                task.event(
+                    "killing",
+                    format!("sent SIGTERM; SIGKILL in {}", format_duration(timeout)),
+                );
+                true
+            }
+            TaskState::Dead => false,
+        }
+    }
+
+    /// The main tasks are done: the sidecars and poststart tasks that
+    /// still run stop too, so that poststop tasks can run and the alloc
+    /// can settle.
+    fn stop_sidecars(&mut self, alloc: &mut Alloc, now: Instant) -> bool {
+        let mut changed = false;
+        for i in 0..alloc.tasks.len() {
+            if lifecycle::stops_with_main(role(alloc, i)) && self.kill_task(alloc, i, now) {
+                log::info!(
+                    "Alloc {}: task {} stops: the main tasks are done",
+                    alloc.id,
+                    alloc.tasks[i].name
+                );
+                changed = true;
+            }
         }
         changed
     }
@@ -348,8 +404,14 @@ impl Allocs {
     /// A task's process ended (or never started): the restart policy
     /// decides what follows.
     pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
-        let policy = alloc.group.restart.clone();
-        let stopping = alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed);
+        let policy = alloc.group.tasks[i].restart.clone();
+        let role = role(alloc, i);
+        let restarts_on_success = role.restarts_on_success(alloc.group.job_type);
+        // A sidecar outlives no main task: once they are done, its exit
+        // is final.
+        let wound_down =
+            lifecycle::stops_with_main(role) && lifecycle::main_done(&lifecycle_view(alloc));
+        let stopping = alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down;
         let task = &mut alloc.tasks[i];
         let kind = if matches!(exit, Exit::StartFailed(_)) {
             "failed"
@@ -372,8 +434,13 @@ impl Allocs {
             task.state = TaskState::Dead;
             return;
         }
-        let (decision, window) =
-            restart::decide(&policy, task.window, exit.success(), SystemTime::now());
+        let (decision, window) = restart::decide(
+            &policy,
+            task.window,
+            exit.success(),
+            restarts_on_success,
+            SystemTime::now(),
+        );
         task.window = window;
         match decision {
             Decision::Restart(delay) => {
@@ -392,7 +459,8 @@ impl Allocs {
                 task.state = TaskState::Dead;
                 task.failed = true;
                 let message = format!(
-                    "restart policy exhausted ({} attempts in {})",
+                    "{}; restart policy exhausted ({} attempts in {})",
+                    exit.describe(),
                     policy.attempts,
                     format_duration(policy.interval)
                 );
@@ -548,6 +616,35 @@ impl Allocs {
         }
         !done.is_empty()
     }
+}
+
+/// Task `i`'s place in its group.
+fn role(alloc: &Alloc, i: usize) -> Role {
+    Role::of(alloc.group.tasks[i].lifecycle)
+}
+
+/// Every task's role and progress, for [`lifecycle`]'s decisions.
+fn lifecycle_view(alloc: &Alloc) -> Vec<(Role, Progress)> {
+    alloc
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let progress = match t.state {
+                TaskState::Pending => Progress::Waiting,
+                TaskState::Running | TaskState::Restarting { .. } => Progress::Live,
+                TaskState::Dead => Progress::Dead { ok: !t.failed },
+            };
+            (role(alloc, i), progress)
+        })
+        .collect()
+}
+
+/// Whether every volume of the alloc is claimed (host volumes always are).
+fn volumes_claimed(alloc: &Alloc) -> bool {
+    alloc.volumes.iter().all(|v| {
+        matches!(v.source, VolumeSource::Host { .. }) || matches!(v.state, UseState::Claimed { .. })
+    })
 }
 
 /// The claims on each plugin's volumes: plugin ID → (volume, alloc).

@@ -275,3 +275,24 @@ fn validate_refuses_a_stop_after_disconnect_that_would_stop_a_connected_node() {
         stderr(&out)
     );
 }
+
+#[test]
+fn validate_reports_a_misspelled_lifecycle_hook_at_its_position() {
+    let dir = TestDir::new();
+    let path = dir.join("job.hcl");
+    std::fs::write(
+        &path,
+        "job \"j\" {\n  group \"g\" {\n    task \"prep\" {\n      driver = \"exec\"\n      lifecycle {\n        hook = \"prestrat\"\n      }\n      config {\n        command = \"/bin/true\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let out = validate(&[&path]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{path}:6:16: \"hook\" in lifecycle in task \"prep\": unknown lifecycle hook \"prestrat\" (expected one of: prestart, poststart, poststop)\n\
+             error: 1 of 1 file did not validate\n"
+        )
+    );
+}

@@ -90,10 +90,15 @@ impl<'d> Fields<'d> {
 
     /// A whole, non-negative number.
     pub(crate) fn u64(&mut self, key: &'static str) -> Option<u64> {
+        self.u64_at(key).map(|(value, _)| value)
+    }
+
+    /// A whole, non-negative number, with the position of its value.
+    pub(crate) fn u64_at(&mut self, key: &'static str) -> Option<(u64, Pos)> {
         let attr = self.attr(key)?;
         match attr.value.as_number() {
             Some(number) => {
-                let value = number.as_u64();
+                let value = number.as_u64().map(|value| (value, attr.value.pos()));
                 if value.is_none() {
                     self.error(
                         attr.value.pos(),

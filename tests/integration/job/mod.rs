@@ -18,6 +18,7 @@ use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
 mod json;
+mod lifecycle;
 pub(crate) mod root;
 
 const PLUGIN_ID: &str = "hp";
@@ -329,6 +330,7 @@ fn consumer(name: &str, script: &str, mount: &str, volume_read_only: bool) -> St
     format!(
         r#"
 job "{name}" {{
+  type = "batch"
   group "app" {{
     restart {{
       attempts = 0
@@ -710,6 +712,7 @@ fn a_task_gets_nomads_environment_and_never_sees_the_control_socket() {
     let hcl = format!(
         r#"
 job "env" {{
+  type = "batch"
   group "g" {{
     count = 2
     task "t" {{
@@ -870,6 +873,7 @@ fn host_volumes_mount_without_csi() {
     };
     let hcl = r#"
 job "host" {
+  type = "batch"
   group "g" {
     volume "scratch" {
       type   = "host"

@@ -21,6 +21,7 @@ pub(crate) fn shell_job(name: &str, script: &str, group_extra: &str, task_extra:
     format!(
         r#"
 job "{name}" {{
+  type = "batch"
   group "g" {{
     restart {{
       attempts = 0
@@ -410,7 +411,7 @@ fn raw_exec_runs_on_the_host_root_and_takes_no_volume_mounts() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("rawvol.hcl:18:7: volume_mount in task \"t\": task driver \"raw_exec\" does not support volume mounts"),
+        err.contains("rawvol.hcl:19:7: volume_mount in task \"t\": task driver \"raw_exec\" does not support volume mounts"),
         "{err}"
     );
     let jobs = rig.client().job_status("").unwrap().jobs;

@@ -216,7 +216,6 @@ fn another_driver_is_one_error_and_its_config_is_not_examined() {
         warnings(&invalid.warnings),
         [
             r#"test.hcl:6:3: warning: "datacenters" in job "redis" is ignored by csi-agent"#,
-            r#"test.hcl:7:3: warning: "type" in job "redis" is ignored by csi-agent"#,
             r#"test.hcl:10:5: warning: "network" in group "cache" is ignored by csi-agent"#,
         ]
     );

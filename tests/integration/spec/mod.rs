@@ -7,6 +7,7 @@ mod agent;
 mod decoding;
 mod job;
 mod json;
+mod lifecycle;
 mod robustness;
 mod rules;
 mod volume;

@@ -1,0 +1,487 @@
+//! Task lifecycles and job types with real tasks: prestart tasks before
+//! the main tasks (and sidecars alongside them), poststart after they
+//! start, poststop after they stop and before the claims are released;
+//! batch tasks that complete, and restart policies per task.
+
+use std::fs;
+use std::path::PathBuf;
+
+use csi_agent::proto::agent::{AllocStatus, TaskStatus};
+
+use super::Rig;
+use crate::util::require_root;
+
+/// The task named `name` of an alloc.
+#[track_caller]
+fn task<'a>(alloc: &'a AllocStatus, name: &str) -> &'a TaskStatus {
+    alloc
+        .tasks
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no task {name} in {alloc:#?}"))
+}
+
+/// When the task's first event of `kind` happened, Unix milliseconds.
+#[track_caller]
+fn first(task: &TaskStatus, kind: &str) -> i64 {
+    task.events
+        .iter()
+        .find(|e| e.kind == kind)
+        .unwrap_or_else(|| panic!("task {} has no {kind:?} event: {task:#?}", task.name))
+        .unix_ms
+}
+
+/// The dir the alloc's tasks share as `/alloc/data`, on the host.
+fn shared_data(rig: &Rig, alloc: &str) -> PathBuf {
+    rig.agent
+        .data_dir
+        .join("alloc")
+        .join(alloc)
+        .join("alloc/data")
+}
+
+/// An exec task running `script` under `sh -c`, with `extra` in its body.
+fn sh_task(name: &str, script: &str, extra: &str) -> String {
+    format!(
+        r#"
+    task "{name}" {{
+      driver = "exec"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+      }}
+{extra}
+    }}"#
+    )
+}
+
+fn lifecycle(hook: &str, sidecar: bool) -> String {
+    format!(
+        "      lifecycle {{\n        hook    = \"{hook}\"\n        sidecar = {sidecar}\n      }}"
+    )
+}
+
+/// A job of type `job_type` with one group holding `body`.
+fn job(name: &str, job_type: &str, body: &str) -> String {
+    format!("job \"{name}\" {{\n  type = \"{job_type}\"\n  group \"g\" {{\n{body}\n  }}\n}}\n")
+}
+
+const NO_RESTARTS: &str = "    restart {\n      attempts = 0\n      mode     = \"fail\"\n    }";
+
+#[test]
+fn prestart_prepares_the_volume_poststart_follows_and_poststop_runs_before_the_release() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let mount = "      volume_mount {\n        volume      = \"data\"\n        destination = \"/data\"\n      }";
+    let volume = "    volume \"data\" {\n      type            = \"csi\"\n      source          = \"v1\"\n      access_mode     = \"single-node-writer\"\n      attachment_mode = \"file-system\"\n    }";
+    // The usual preparation of a fresh CSI volume: a root prestart task
+    // gives it to the user the main task runs as.
+    let body = [
+        NO_RESTARTS.to_string(),
+        volume.to_string(),
+        sh_task(
+            "prep",
+            "sleep 1; chown nobody /data",
+            &format!("{}\n{mount}", lifecycle("prestart", false)),
+        ),
+        sh_task(
+            "main",
+            "echo hi > /data/out && exec sleep 600",
+            &format!("      user = \"nobody\"\n{mount}"),
+        ),
+        sh_task("after", "exec sleep 600", &lifecycle("poststart", true)),
+        sh_task(
+            "cleanup",
+            "cat /data/out > /alloc/data/poststop-saw",
+            &format!("{}\n{mount}", lifecycle("poststop", false)),
+        ),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("app.hcl", &job("app", "service", &body));
+    let alloc = &allocs[0];
+    let running = rig.wait_job("app", "main and poststart to run", |j| {
+        let a = &j.allocs[0];
+        task(a, "main").state == "running" && task(a, "after").state == "running"
+    });
+    let a = &running.allocs[0];
+    let prep = task(a, "prep");
+    assert_eq!(
+        (prep.state.as_str(), prep.failed),
+        ("dead", false),
+        "{a:#?}"
+    );
+    assert_eq!(prep.restarts, 0);
+    assert!(first(prep, "terminated") <= first(task(a, "main"), "started"));
+    assert!(first(task(a, "main"), "started") <= first(task(a, "after"), "started"));
+    assert_eq!(task(a, "cleanup").state, "pending", "poststop waits");
+    let out = rig.backing.join("volumes/v1/out");
+    super::wait_for_file(&out);
+    assert_eq!(fs::read_to_string(&out).unwrap(), "hi\n", "nobody wrote");
+
+    // Stopping: main and its sidecar stop, then the poststop task runs
+    // with the volume still mounted, then the claim goes.
+    rig.stop("app");
+    let a = rig.alloc("app", alloc);
+    assert_eq!(a.status, "complete", "{a:#?}");
+    let cleanup = task(&a, "cleanup");
+    assert_eq!((cleanup.state.as_str(), cleanup.failed), ("dead", false));
+    assert!(first(task(&a, "main"), "terminated") <= first(cleanup, "started"));
+    assert!(first(task(&a, "after"), "terminated") <= first(cleanup, "started"));
+    assert_eq!(
+        fs::read_to_string(shared_data(&rig, alloc).join("poststop-saw")).unwrap(),
+        "hi\n"
+    );
+    assert_eq!(a.volumes[0].state, "released");
+    rig.wait_no_mounts_left();
+    rig.stop("plugin");
+}
+
+#[test]
+fn a_failed_prestart_fails_the_alloc_with_its_reason_and_main_never_starts() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = [
+        NO_RESTARTS.to_string(),
+        sh_task("prep", "exit 7", &lifecycle("prestart", false)),
+        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("prep.hcl", &job("prep", "service", &body));
+    let j = rig.wait_job("prep", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let a = &j.allocs[0];
+    assert!(
+        a.message
+            .starts_with("task \"prep\" failed: exited with status 7; restart policy exhausted"),
+        "{a:#?}"
+    );
+    let main = task(a, "main");
+    assert_eq!((main.state.as_str(), main.pid), ("dead", 0));
+    assert!(
+        !main.events.iter().any(|e| e.kind == "started"),
+        "{main:#?}"
+    );
+    assert!(!shared_data(&rig, &allocs[0]).join("main-ran").exists());
+    assert_eq!(j.status, "dead");
+}
+
+#[test]
+fn a_sidecar_prestart_runs_alongside_the_main_task_and_stops_with_it() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = [
+        NO_RESTARTS.to_string(),
+        sh_task(
+            "side",
+            "echo up > /alloc/data/side; exec sleep 600",
+            &lifecycle("prestart", true),
+        ),
+        // The main task sees its sidecar at work, then finishes.
+        sh_task(
+            "main",
+            "while ! test -s /alloc/data/side; do sleep 0.05; done; sleep 2; echo done",
+            "",
+        ),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("side.hcl", &job("side", "batch", &body));
+    let both = rig.wait_job("side", "the sidecar and main to run together", |j| {
+        let a = &j.allocs[0];
+        task(a, "side").state == "running" && task(a, "main").state == "running"
+    });
+    assert_ne!(task(&both.allocs[0], "side").pid, 0);
+    let j = rig.wait_job("side", "the alloc to complete", |j| {
+        j.allocs[0].status == "complete"
+    });
+    let a = &j.allocs[0];
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "main"]), "done\n");
+    let side = task(a, "side");
+    assert_eq!(
+        (side.state.as_str(), side.failed, side.restarts),
+        ("dead", false, 0)
+    );
+    assert!(side.events.iter().any(|e| e.kind == "killing"), "{side:#?}");
+    assert!(
+        super::alloc_processes(&allocs[0]).is_empty(),
+        "no process of the alloc is left"
+    );
+}
+
+#[test]
+fn a_batch_job_that_exits_0_completes_and_is_not_restarted() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = sh_task("t", "echo run >> /alloc/data/runs", "");
+    let allocs = rig.run_job("once.hcl", &job("once", "batch", &body));
+    let j = rig.wait_job("once", "the alloc to complete", |j| {
+        j.allocs[0].status == "complete"
+    });
+    let t = task(&j.allocs[0], "t");
+    assert_eq!((t.state.as_str(), t.failed, t.restarts), ("dead", false, 0));
+    assert!(t.events.iter().any(|e| e.kind == "completed"), "{t:#?}");
+    assert_eq!(
+        j.status, "dead",
+        "a job whose allocs are all done is dead, as in Nomad"
+    );
+    let status = rig.ok(&["job", "status", "once"]);
+    assert!(status.contains(": complete"), "{status}");
+    // Nomad's summary: the group's one alloc is complete.
+    let summary: Vec<Vec<&str>> = status
+        .lines()
+        .skip_while(|l| *l != "Summary")
+        .skip(1)
+        .take(2)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            vec!["Task", "Group", "Starting", "Running", "Failed", "Complete"],
+            vec!["g", "0", "0", "0", "1"]
+        ],
+        "{status}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let runs = fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs")).unwrap();
+    assert_eq!(runs, "run\n");
+}
+
+#[test]
+fn a_service_task_that_exits_0_is_restarted_per_its_policy() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = [
+        "    restart {\n      attempts = 1\n      delay    = \"100ms\"\n      mode     = \"fail\"\n    }"
+            .to_string(),
+        sh_task("t", "echo run >> /alloc/data/runs", ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("svc.hcl", &job("svc", "service", &body));
+    let j = rig.wait_job("svc", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    assert_eq!(task(&j.allocs[0], "t").restarts, 1);
+    let runs = fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs")).unwrap();
+    assert_eq!(runs, "run\nrun\n");
+}
+
+#[test]
+fn a_failing_batch_task_follows_its_restart_policy() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = [
+        "    restart {\n      attempts = 2\n      delay    = \"100ms\"\n      mode     = \"fail\"\n    }"
+            .to_string(),
+        sh_task("t", "echo run >> /alloc/data/runs; exit 2", ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("flaky.hcl", &job("flaky", "batch", &body));
+    let j = rig.wait_job("flaky", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let t = task(&j.allocs[0], "t");
+    assert_eq!((t.restarts, t.failed), (2, true));
+    let runs = fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 3);
+}
+
+#[test]
+fn a_task_restart_block_overrides_the_groups() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let own = "      restart {\n        attempts = 2\n        delay    = \"100ms\"\n      }";
+    let body = [
+        NO_RESTARTS.to_string(),
+        sh_task("t", "echo run >> /alloc/data/runs; exit 3", own),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("own.hcl", &job("own", "batch", &body));
+    let j = rig.wait_job("own", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    // The group allows no restart; the task's block allows two.
+    assert_eq!(task(&j.allocs[0], "t").restarts, 2);
+    let runs = fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 3);
+}
+
+#[test]
+fn an_agent_restart_reruns_neither_a_completed_prestart_nor_a_completed_batch_task() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let body = [
+        NO_RESTARTS.to_string(),
+        sh_task(
+            "prep",
+            "echo prep >> /alloc/data/prep-runs",
+            &lifecycle("prestart", false),
+        ),
+        sh_task("main", "exec sleep 600", ""),
+    ]
+    .join("\n");
+    let svc = rig.run_job("svc.hcl", &job("svc", "service", &body));
+    let once = rig.run_job(
+        "once.hcl",
+        &job(
+            "once",
+            "batch",
+            &sh_task("t", "echo run >> /alloc/data/runs", ""),
+        ),
+    );
+    let main_pid = rig.wait_job("svc", "main to run", |j| {
+        task(&j.allocs[0], "main").state == "running"
+    });
+    let main_pid = task(&main_pid.allocs[0], "main").pid;
+    rig.wait_job("once", "the batch alloc to complete", |j| {
+        j.allocs[0].status == "complete"
+    });
+
+    rig.agent.sigkill();
+    rig.agent.restart();
+    let j = rig.wait_job("svc", "re-adoption", |j| {
+        task(&j.allocs[0], "main")
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    let a = &j.allocs[0];
+    assert_eq!(task(a, "main").pid, main_pid);
+    assert_eq!(task(a, "prep").state, "dead");
+    let once_status = rig.job("once");
+    assert_eq!(once_status.allocs[0].status, "complete");
+    assert_eq!(task(&once_status.allocs[0], "t").restarts, 0);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        fs::read_to_string(shared_data(&rig, &svc[0]).join("prep-runs")).unwrap(),
+        "prep\n"
+    );
+    assert_eq!(
+        fs::read_to_string(shared_data(&rig, &once[0]).join("runs")).unwrap(),
+        "run\n"
+    );
+    rig.stop("svc");
+}
+
+#[test]
+fn job_run_refuses_a_misspelled_hook_at_its_position() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = sh_task("prep", "true", &lifecycle("prestrat", false));
+    let out = rig.run_job_output("typo.hcl", &job("typo", "batch", &body));
+    assert_eq!(out.status.code(), Some(1), "{}", crate::harness::text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("typo.hcl:12:19: \"hook\" in lifecycle in task \"prep\": unknown lifecycle hook \"prestrat\""),
+        "{err}"
+    );
+    assert!(rig.client().job_status("").unwrap().jobs.is_empty());
+}
+
+#[test]
+fn an_alloc_whose_claim_fails_runs_no_task_poststop_included() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let volume = "    volume \"data\" {\n      type            = \"csi\"\n      source          = \"nope\"\n      access_mode     = \"single-node-writer\"\n      attachment_mode = \"file-system\"\n    }";
+    let body = [
+        NO_RESTARTS.to_string(),
+        volume.to_string(),
+        sh_task("main", "exec sleep 600", ""),
+        sh_task(
+            "cleanup",
+            "touch /alloc/data/poststop-ran",
+            &lifecycle("poststop", false),
+        ),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("nope.hcl", &job("nope", "service", &body));
+    let j = rig.wait_job("nope", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let cleanup = task(&j.allocs[0], "cleanup");
+    assert_eq!((cleanup.state.as_str(), cleanup.pid), ("dead", 0));
+    assert!(
+        !cleanup.events.iter().any(|e| e.kind == "started"),
+        "{cleanup:#?}"
+    );
+    assert!(!shared_data(&rig, &allocs[0]).join("poststop-ran").exists());
+    rig.stop("plugin");
+}
+
+#[test]
+fn an_alloc_stopped_before_its_tasks_ran_runs_no_poststop() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = |version: &str| {
+        [
+            NO_RESTARTS.to_string(),
+            // Slow to stop: its replacement waits for it.
+            sh_task(
+                "main",
+                &format!("trap '' TERM; echo {version}; sleep 600"),
+                "      kill_timeout = \"2s\"",
+            ),
+            sh_task(
+                "cleanup",
+                "touch /alloc/data/poststop-ran",
+                &lifecycle("poststop", false),
+            ),
+        ]
+        .join("\n")
+    };
+    let old = rig.run_job("r.hcl", &job("r", "service", &body("v1")));
+    rig.wait_job("r", "v1 to run", |j| {
+        task(&j.allocs[0], "main").state == "running"
+    });
+    let new = rig.run_job("r.hcl", &job("r", "service", &body("v2")));
+    rig.wait_job("r", "v2 to wait for v1", |j| {
+        j.allocs
+            .iter()
+            .any(|a| a.id == new[0] && a.message.contains("waiting for alloc"))
+    });
+    rig.ok(&["job", "stop", "r"]);
+    let j = rig.wait_job("r", "both allocs to be done", |j| j.status == "dead");
+    let cleanup_of = |id: &str| {
+        let a = j.allocs.iter().find(|a| a.id == id).unwrap();
+        task(a, "cleanup").clone()
+    };
+    assert!(
+        cleanup_of(&old[0])
+            .events
+            .iter()
+            .any(|e| e.kind == "started"),
+        "v1 ran, so its poststop runs"
+    );
+    assert!(shared_data(&rig, &old[0]).join("poststop-ran").exists());
+    assert!(
+        !cleanup_of(&new[0])
+            .events
+            .iter()
+            .any(|e| e.kind == "started"),
+        "v2 never ran: {:#?}",
+        cleanup_of(&new[0])
+    );
+    assert!(!shared_data(&rig, &new[0]).join("poststop-ran").exists());
+}
