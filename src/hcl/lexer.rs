@@ -16,6 +16,7 @@ pub(crate) enum TokenKind {
     Str {
         value: String,
         template: bool,
+        sequences: Vec<Sequence>,
     },
     /// A heredoc with its text decoded.
     Heredoc(String),
@@ -57,6 +58,16 @@ impl TokenKind {
             TokenKind::Other(c) => format!("'{}'", c.escape_debug()),
         }
     }
+}
+
+/// Where a `${...}` sequence sits in a decoded string: its byte range in
+/// the value (from `$` to the closing `}`) and the source position of its
+/// `$`. Sequences hold no escapes or newlines, so the text in the value is
+/// the text in the source.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sequence {
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) pos: Pos,
 }
 
 /// A token and where it starts and ends.
@@ -106,6 +117,18 @@ impl<'a> Lexer<'a> {
             offset,
             line: 1,
             col: 1,
+        }
+    }
+
+    /// Starts lexing `src` as if it began at `pos` of the file: for the
+    /// text of a `${...}` sequence, which lies on one line.
+    pub(crate) fn at(src: &'a str, file: &'a str, pos: Pos) -> Lexer<'a> {
+        Lexer {
+            src,
+            file,
+            offset: 0,
+            line: pos.line,
+            col: pos.col,
         }
     }
 
@@ -289,6 +312,7 @@ impl<'a> Lexer<'a> {
         self.bump();
         let mut value = String::new();
         let mut template = false;
+        let mut sequences = Vec::new();
         loop {
             let Some(c) = self.peek() else {
                 return Err(self.error(
@@ -305,7 +329,11 @@ impl<'a> Lexer<'a> {
                 }
                 '"' => {
                     self.bump();
-                    return Ok(TokenKind::Str { value, template });
+                    return Ok(TokenKind::Str {
+                        value,
+                        template,
+                        sequences,
+                    });
                 }
                 '\\' => self.lex_escape(&mut value, start)?,
                 // `$${` and `%%{` are the escapes for a literal `${` and `%{`.
@@ -318,7 +346,14 @@ impl<'a> Lexer<'a> {
                 }
                 '$' | '%' if self.peek_at(1) == Some('{') => {
                     template = true;
+                    let (pos, begin) = (self.pos(), value.len());
                     self.skip_template_sequence(&mut value)?;
+                    if c == '$' {
+                        sequences.push(Sequence {
+                            range: begin..value.len(),
+                            pos,
+                        });
+                    }
                 }
                 _ => {
                     self.bump();

@@ -35,6 +35,8 @@
 //! [`MAX_NESTING`] levels in both, so no input can exhaust the stack.
 
 mod ast;
+mod eval;
+mod functions;
 pub mod json;
 mod lexer;
 mod parser;
@@ -43,8 +45,11 @@ mod parser;
 mod tests;
 
 pub use ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span, Syntax,
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos, Span, Step,
+    Syntax,
 };
+pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
+pub use functions::names as function_names;
 pub use json::{JsonBlocks, Misshapen};
 pub use parser::MAX_NESTING;
 
