@@ -80,7 +80,7 @@ use crossbeam_channel::Receiver;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::spec::{ChrootEntry, Group, HostVolume, Job};
+use crate::spec::{ChrootEntry, Group, HostVolume, Job, JobInputs};
 use restart::Window;
 
 /// How many events each task keeps.
@@ -254,6 +254,8 @@ struct Alloc {
     group: Group,
     job_hcl: String,
     job_file: String,
+    /// What the caller gave the variables of `job_hcl`.
+    job_inputs: JobInputs,
     status: AllocStatus,
     stop_wanted: bool,
     message: String,
@@ -289,6 +291,7 @@ struct JobEntry {
     name: String,
     file: String,
     hcl: String,
+    inputs: JobInputs,
     spec: Job,
     submitted: SystemTime,
     stop_wanted: bool,
