@@ -269,7 +269,12 @@ impl<'a> Parser<'a> {
             TokenKind::Str {
                 value, sequences, ..
             } => self.template(value, &sequences, span)?,
-            TokenKind::Heredoc(value) => Expr::Heredoc { value, span },
+            TokenKind::Heredoc { value, sequences } => {
+                match self.template(value, &sequences, span)? {
+                    Expr::String { value, span } => Expr::Heredoc { value, span },
+                    template => template,
+                }
+            }
             TokenKind::Number(text) => Expr::Number {
                 value: Number::new(text),
                 span,

@@ -165,3 +165,27 @@ fn files_that_declare_no_variables_refuse_var() {
         "test.hcl:1:8: 'var.a': only job files declare variables and locals"
     );
 }
+
+#[test]
+fn heredocs_are_templates_too() {
+    let src =
+        "x = <<-EOF\n    id: ${var.vol_id}\n      dir: ${NOMAD_TASK_DIR} $${var.vol_id}\n    EOF\n";
+    assert_eq!(
+        evaluated(src, &[("vol_id", text("v1"))]),
+        "x = \"id: v1\\n  dir: ${NOMAD_TASK_DIR} ${var.vol_id}\\n\"\n"
+    );
+    assert_eq!(
+        evaluation_error("x = <<-EOF\n    a\n      b ${upper(var.nope)}\n    EOF\n", &[]),
+        "test.hcl:3:17: no variable \"nope\" is declared: declare it with variable \"nope\" { ... }"
+    );
+}
+
+#[test]
+fn heredocs_without_evaluation_stay_heredocs() {
+    assert_eq!(
+        render(&parse_ok(
+            "x = <<EOF\n{{ env \"A\" }} ${NOMAD_TASK_DIR} $${x}\nEOF\n"
+        )),
+        "x = heredoc(\"{{ env \\\"A\\\" }} ${NOMAD_TASK_DIR} ${x}\\n\")\n"
+    );
+}
