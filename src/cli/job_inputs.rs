@@ -66,8 +66,10 @@ pub fn gather(args: &Args, job_path: &str) -> Result<JobInputs, CliError> {
 
 /// Decodes the job here once to read the files its `file()` calls name,
 /// so that they travel with it: the agent does not read the caller's
-/// files. Errors are left for the agent to report, with its checks.
+/// files. Errors are left for the agent to report, with its checks. Only
+/// the environment values of the job's own variables go with it.
 pub fn read_job_files(inputs: &mut JobInputs, file: &str, hcl: &str) {
+    inputs.keep_declared_env(hcl, file);
     let _ = Job::decode_with(hcl, file, inputs);
     inputs.files.given = inputs.files_read();
     inputs.files.dir = None;

@@ -45,6 +45,29 @@ impl JobInputs {
             && self.files.read.borrow().is_empty()
     }
 
+    /// Drops the `NOMAD_VAR_` values for which the job file `src` declares
+    /// no variable: the caller's environment may hold values for other
+    /// jobs, and those are neither sent nor kept with this one.
+    pub fn keep_declared_env(&mut self, src: &str, file: &str) {
+        let Ok(body) = hcl::parse_file(src, file) else {
+            self.env.clear();
+            return;
+        };
+        let declared: Vec<String> = body
+            .blocks()
+            .flat_map(|block| match block.kind.name.as_str() {
+                "variable" => block.label(0).map(str::to_string).into_iter().collect(),
+                "variables" => block
+                    .body
+                    .attributes()
+                    .map(|a| a.key.name.clone())
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        self.env.retain(|(name, _)| declared.contains(name));
+    }
+
     /// The files that `file()` calls read so far, given or from disk.
     pub fn files_read(&self) -> BTreeMap<String, String> {
         let mut all = self.files.given.clone();
@@ -683,6 +706,17 @@ job "app" {{
                 .to_string(),
             "job.hcl:2:3: local \"a\" depends on itself"
         );
+    }
+
+    #[test]
+    fn only_the_environment_values_of_declared_variables_are_kept() {
+        let mut inputs = JobInputs {
+            env: pairs(&[("vol_id", "v"), ("token", "secret"), ("n", "1")]),
+            ..JobInputs::default()
+        };
+        let src = job(&format!("variables {{\n  n = 0\n}}\n{WITH_DEFAULT}"));
+        inputs.keep_declared_env(&src, "job.hcl");
+        assert_eq!(inputs.env, pairs(&[("vol_id", "v"), ("n", "1")]));
     }
 
     #[test]
