@@ -154,7 +154,7 @@ impl Allocs {
                     exec::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
-                launch::check_interpolation(group, task, &spec.name, &self.chroot_env)
+                launch::check_interpolation(group, task, &spec.name, &self.chroot_env, &self.node)
                     .map_err(|e| invalid(format!("{what}: {e}")))?;
             }
         }

@@ -316,6 +316,8 @@ pub struct Allocs {
     /// The agent config's `max_kill_timeout`: no task waits longer
     /// between its kill signal and SIGKILL.
     max_kill_timeout: Duration,
+    /// The node attributes tasks' `${...}` may name.
+    node: BTreeMap<String, String>,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -339,7 +341,14 @@ impl Allocs {
             dirty: false,
             jitter: SplitMix64::from_entropy(),
             max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
+            node: BTreeMap::new(),
         }
+    }
+
+    /// The node attributes tasks' `${...}` may name
+    /// ([`env::node_attributes`]).
+    pub fn set_node(&mut self, node: BTreeMap<String, String>) {
+        self.node = node;
     }
 
     /// The agent config's `max_kill_timeout`.

@@ -232,3 +232,34 @@ fn a_piped_volume_spec_and_a_piped_job_with_a_var_file_mount_the_volume() {
     rig.stop("app");
     rig.stop("plugin");
 }
+
+#[test]
+fn node_attributes_are_interpolated_when_the_task_starts() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let job = GREETER
+        .replace("upper(var.greeting)", "var.greeting")
+        .replace(
+            "type = string\n",
+            "type    = string\n  default = \"${attr.kernel.name}\"\n",
+        )
+        .replace(
+            "echo \\\"$LINE\\\"",
+            "echo \\\"$LINE $WHERE ${node.unique.name} ${attr.unique.hostname}\\\"",
+        )
+        .replace(
+            "LINE = local.line\n",
+            "LINE  = local.line\n        WHERE = \"on ${attr.kernel.name}\"\n",
+        );
+    let out = rig.run_job_output("node.hcl", &job);
+    assert!(out.status.success(), "{}", text(&out));
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    let alloc = rig.job("greeter").allocs[0].id.clone();
+    rig.wait_running("greeter", &alloc);
+    // A variable's default keeps the sequence for the agent, as Nomad does.
+    wait_for_log(&rig, &alloc, &format!("linux x1 on linux {host} {host}\n"));
+    rig.stop("greeter");
+}
