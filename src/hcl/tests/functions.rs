@@ -181,6 +181,31 @@ fn urlencode_as_query_escape() {
 }
 
 #[test]
+fn uuidv5_is_rfc_4122s_name_based_uuid() {
+    assert_eq!(
+        value(r#"uuidv5("dns", "kadalu.io")"#),
+        r#""808d0902-f454-5ea3-b749-cfd111cc35ed""#
+    );
+    assert_eq!(
+        value(r#"uuidv5("url", "https://x")"#),
+        r#""48d34be5-10a3-5c30-96ef-9cf9a60110f2""#
+    );
+    assert_eq!(
+        value(r#"uuidv5("6ba7b814-9dad-11d1-80b4-00c04fd430c8", "")"#),
+        r#""b4bdf874-8c03-5bd8-8fd7-5e409dfd82c0""#
+    );
+    // More than one SHA-1 block.
+    assert_eq!(
+        value(&format!("uuidv5(\"dns\", \"{}\")", "a".repeat(100))),
+        r#""56596f37-716c-57a9-a735-2561f8608390""#
+    );
+    assert_eq!(
+        value(r#"uuidv5("nope", "a")"#),
+        r#"error: uuidv5: "nope" is not a namespace: dns, url, oid, x500 or a UUID"#
+    );
+}
+
+#[test]
 fn file_reads_what_was_sent_with_the_job() {
     assert_eq!(value(r#"file("certs/ca.pem")"#), r#""PEM\n""#);
     assert_eq!(
