@@ -190,6 +190,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     );
     // Not reloaded on SIGHUP: a cluster node's promise counts it.
     allocs.set_max_kill_timeout(options.config.max_kill_timeout);
+    allocs.set_node(crate::task::env::node_attributes(
+        &node_name(&options.config),
+        &host_name(),
+    ));
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);
     let registry_events = registry.subscribe();

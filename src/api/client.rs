@@ -345,10 +345,16 @@ impl AgentClient {
     }
 
     /// Sends a job file to run.
-    pub fn job_run(&self, file: &str, hcl: &str) -> Result<api::JobRunResponse, Error> {
+    pub fn job_run(
+        &self,
+        file: &str,
+        hcl: &str,
+        inputs: api::JobInputs,
+    ) -> Result<api::JobRunResponse, Error> {
         let req = api::JobRunRequest {
             file: file.to_string(),
             hcl: hcl.to_string(),
+            inputs: protobuf::MessageField::some(inputs),
             ..Default::default()
         };
         self.client

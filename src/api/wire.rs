@@ -11,6 +11,7 @@ use crate::csi::Secrets;
 use crate::plugin::fingerprint::unix_ms;
 use crate::plugin::{Fingerprint, Health, PluginRecord, StatusReport};
 use crate::proto::agent as pb;
+use crate::spec::JobInputs;
 use crate::task::calls as task;
 use crate::volume::calls as volume;
 
@@ -88,9 +89,21 @@ pub fn snapshot_list_request(req: pb::SnapshotListRequest) -> volume::SnapshotLi
 }
 
 pub fn job_file(req: pb::JobRunRequest) -> task::JobFile {
+    let pairs = |texts: Vec<pb::NamedText>| -> Vec<(String, String)> {
+        texts.into_iter().map(|t| (t.name, t.text)).collect()
+    };
+    let inputs = req.inputs.into_option().unwrap_or_default();
+    let mut job_inputs = JobInputs {
+        env: pairs(inputs.env),
+        var_files: pairs(inputs.var_files),
+        vars: pairs(inputs.vars),
+        ..Default::default()
+    };
+    job_inputs.files.given = pairs(inputs.files).into_iter().collect();
     task::JobFile {
         file: req.file,
         hcl: req.hcl,
+        inputs: job_inputs,
     }
 }
 

@@ -9,6 +9,7 @@ use super::out;
 use std::io;
 
 use super::args::{self, switch, value, Flag, UsageError};
+use super::job_inputs::{self, VAR_FLAGS};
 use super::json::Json;
 use super::plugin_cmd::columns;
 use super::CliError;
@@ -20,9 +21,14 @@ use crate::units::format_timestamp;
 pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
-  run FILE                validate a job file and start its allocations
+  run [-var NAME=VALUE]... [-var-file FILE]... FILE
+                          validate a job file and start its allocations
                           (one per group instance); prints their IDs; FILE
-                          is read as JSON when it ends in .json
+                          is read as JSON when it ends in .json, from
+                          stdin when it is -; -var, -var-file and
+                          NOMAD_VAR_<NAME> in the environment give its
+                          variables values (later ones win: env, then
+                          var files, then -var)
   stop [-purge] NAME      stop every allocation of a job; -purge also forgets
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
@@ -38,7 +44,7 @@ usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
   Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
   unique prefix of an allocation ID.";
 
-const ADDRESS_FLAGS: &[Flag] = &[value("address")];
+const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1]];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
 const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
@@ -92,14 +98,13 @@ fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
 }
 
 fn run_job(argv: &[String]) -> Result<(), CliError> {
-    let args = args::parse(ADDRESS_FLAGS, argv)?;
+    let args = args::parse(RUN_FLAGS, argv)?;
     args.at_most(1)?;
-    let file = args.positional(0, "the job FILE")?;
-    let hcl = std::fs::read_to_string(file).map_err(|err| CliError::Io {
-        what: format!("failed to read the job file {file}"),
-        err,
-    })?;
-    let resp = connect(&args)?.job_run(file, &hcl)?;
+    let path = args.positional(0, "the job FILE")?;
+    let (file, hcl) = job_inputs::read_source(path, "job file")?;
+    let mut inputs = job_inputs::gather(&args, path)?;
+    job_inputs::read_job_files(&mut inputs, &file, &hcl);
+    let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {
         eprintln!("{warning}");
     }

@@ -8,6 +8,7 @@ pub mod agent_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod job_cmd;
+pub mod job_inputs;
 pub mod json;
 pub mod node_cmd;
 pub mod out;

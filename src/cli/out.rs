@@ -26,7 +26,7 @@ pub fn write(args: fmt::Arguments<'_>) {
     }
 }
 
-/// Copies `from` to standard output, as [`write`] does.
+/// Copies `from` to standard output, as [`write()`] does.
 pub fn copy(from: &mut impl io::Read) -> io::Result<()> {
     if CLOSED.load(Ordering::Relaxed) {
         return Ok(());
@@ -41,7 +41,7 @@ pub fn copy(from: &mut impl io::Read) -> io::Result<()> {
     }
 }
 
-/// `println!` through [`write`].
+/// `println!` through [`write()`].
 macro_rules! outln {
     () => {
         $crate::cli::out::write(format_args!("\n"))
@@ -51,7 +51,7 @@ macro_rules! outln {
     };
 }
 
-/// `print!` through [`write`].
+/// `print!` through [`write()`].
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::cli::out::write(format_args!($($arg)*))

@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 
 use super::args::{self, UsageError};
+use super::job_inputs::{self, VAR_FLAGS};
 use super::CliError;
 use crate::csi::Capability;
 use crate::spec::{AgentConfig, Group, Job, Service, SpecFile, Task, VolumeSpec};
@@ -22,13 +23,15 @@ use crate::units::format_duration;
 use crate::units::format_size;
 
 pub const USAGE: &str = "\
-usage: csi-agent validate FILE...
+usage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... FILE...
 
 Checks agent configs, volume specs and job files (\"-\" reads stdin); a
 file named *.json is read in HCL's JSON syntax. A file with a job block is
 a job, one with a top-level plugin_id a volume spec, any other an agent
 config. Prints a summary of each valid file, or every error found, as
-file:line:col; exits 1 if any file has an error.";
+file:line:col; exits 1 if any file has an error. -var, -var-file and
+NOMAD_VAR_<NAME> in the environment give a job's variables values, as
+for job run.";
 
 /// Some files did not validate; their errors are already printed.
 #[derive(Debug)]
@@ -51,13 +54,13 @@ impl fmt::Display for Failed {
 impl std::error::Error for Failed {}
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
-    let args = args::parse(&[], argv)?;
+    let args = args::parse(&VAR_FLAGS, argv)?;
     if args.positional.is_empty() {
         return Err(UsageError::new("missing FILE").into());
     }
     let mut invalid = 0;
     for path in &args.positional {
-        if !validate_file(path) {
+        if !validate_file(&args, path)? {
             invalid += 1;
         }
     }
@@ -71,8 +74,9 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
 }
 
 /// Validates one file, printing its summary or its errors; whether it is
-/// valid.
-fn validate_file(path: &str) -> bool {
+/// valid. An error reading a var file ends the command.
+fn validate_file(args: &args::Args, path: &str) -> Result<bool, CliError> {
+    let inputs = job_inputs::gather(args, path)?;
     let (name, read) = if path == "-" {
         let mut src = String::new();
         let read = std::io::stdin().read_to_string(&mut src).map(|_| src);
@@ -84,10 +88,10 @@ fn validate_file(path: &str) -> bool {
         Ok(src) => src,
         Err(err) => {
             eprintln!("error: failed to read {name}: {err}");
-            return false;
+            return Ok(false);
         }
     };
-    match SpecFile::decode(&src, name) {
+    Ok(match SpecFile::decode_with(&src, name, &inputs) {
         Ok(decoded) => {
             out::out!("{}", summary(name, &decoded.spec));
             for warning in &decoded.warnings {
@@ -104,7 +108,7 @@ fn validate_file(path: &str) -> bool {
             }
             false
         }
-    }
+    })
 }
 
 /// What a valid file holds, one line per item, indented by nesting.

@@ -26,7 +26,7 @@ usage: csi-agent volume COMMAND [-address ADDR] ARGS
   register FILE           register an existing volume from a volume spec
   create FILE             create the volume a spec describes (CreateVolume),
                           then register it; for both, a FILE named *.json
-                          is read in HCL's JSON syntax
+                          is read in HCL's JSON syntax, and - reads stdin
   deregister [-force] ID  forget a volume; refused while it is claimed unless
                           -force, which releases every claim first
   delete ID               delete a volume the agent created (DeleteVolume),
@@ -117,11 +117,9 @@ fn connect(args: &Args) -> Result<AgentClient, CliError> {
 }
 
 fn spec(argv: &[String], create: bool) -> Result<(), CliError> {
-    let (args, file) = one_argument(ADDRESS_FLAGS, argv, "the volume spec FILE")?;
-    let hcl = std::fs::read_to_string(&file).map_err(|err| CliError::Io {
-        what: format!("failed to read the volume spec {file}"),
-        err,
-    })?;
+    let (args, path) = one_argument(ADDRESS_FLAGS, argv, "the volume spec FILE")?;
+    // `-` reads the spec from standard input, as Nomad's demos pipe it.
+    let (file, hcl) = super::job_inputs::read_source(&path, "volume spec")?;
     let client = connect(&args)?;
     let (resp, done) = if create {
         (client.volume_create(&file, &hcl)?, "created")

@@ -401,6 +401,40 @@ pub enum Expr {
         entries: Vec<(Key, Expr)>,
         span: Span,
     },
+    /// A quoted string with `${...}` sequences that need evaluating
+    /// (a function call, `var.x` or `local.x`), before
+    /// [`evaluate`](crate::hcl::evaluate) replaces it with its value.
+    /// Strings whose sequences are all for the agent (`${NOMAD_TASK_DIR}`)
+    /// stay [`Expr::String`].
+    Template { parts: Vec<Part>, span: Span },
+    /// A bare reference such as `var.vol_id`, `local.name` or `string`.
+    Reference {
+        root: Ident,
+        steps: Vec<Step>,
+        span: Span,
+    },
+    /// A function call such as `upper(var.name)`.
+    Call {
+        name: Ident,
+        args: Vec<Expr>,
+        span: Span,
+    },
+}
+
+/// A piece of a [`Expr::Template`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// Text kept as it is, including `${...}` sequences for the agent.
+    Text(String),
+    /// A `${...}` sequence to evaluate.
+    Interpolation(Expr),
+}
+
+/// One step of a reference after its root: `.name` or `[index]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Attr(Ident),
+    Index(Expr),
 }
 
 impl Expr {
@@ -413,7 +447,10 @@ impl Expr {
             | Expr::Bool { span, .. }
             | Expr::Null { span }
             | Expr::List { span, .. }
-            | Expr::Object { span, .. } => *span,
+            | Expr::Object { span, .. }
+            | Expr::Template { span, .. }
+            | Expr::Reference { span, .. }
+            | Expr::Call { span, .. } => *span,
         }
     }
 
@@ -432,6 +469,7 @@ impl Expr {
             Expr::Null { .. } => "null",
             Expr::List { .. } => "list",
             Expr::Object { .. } => "object",
+            Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => "expression",
         }
     }
 

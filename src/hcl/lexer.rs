@@ -16,9 +16,14 @@ pub(crate) enum TokenKind {
     Str {
         value: String,
         template: bool,
+        sequences: Vec<Sequence>,
     },
-    /// A heredoc with its text decoded.
-    Heredoc(String),
+    /// A heredoc with its text decoded, and where its `${...}` sequences
+    /// are, as for a string.
+    Heredoc {
+        value: String,
+        sequences: Vec<Sequence>,
+    },
     /// A number, as written.
     Number(String),
     LBrace,
@@ -43,7 +48,7 @@ impl TokenKind {
         match self {
             TokenKind::Ident(name) => format!("identifier '{name}'"),
             TokenKind::Str { .. } => "string".to_string(),
-            TokenKind::Heredoc(_) => "heredoc".to_string(),
+            TokenKind::Heredoc { .. } => "heredoc".to_string(),
             TokenKind::Number(_) => "number".to_string(),
             TokenKind::LBrace => "'{'".to_string(),
             TokenKind::RBrace => "'}'".to_string(),
@@ -57,6 +62,16 @@ impl TokenKind {
             TokenKind::Other(c) => format!("'{}'", c.escape_debug()),
         }
     }
+}
+
+/// Where a `${...}` sequence sits in a decoded string: its byte range in
+/// the value (from `$` to the closing `}`) and the source position of its
+/// `$`. Sequences hold no escapes or newlines, so the text in the value is
+/// the text in the source.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Sequence {
+    pub(crate) range: std::ops::Range<usize>,
+    pub(crate) pos: Pos,
 }
 
 /// A token and where it starts and ends.
@@ -106,6 +121,18 @@ impl<'a> Lexer<'a> {
             offset,
             line: 1,
             col: 1,
+        }
+    }
+
+    /// Starts lexing `src` as if it began at `pos` of the file: for the
+    /// text of a `${...}` sequence, which lies on one line.
+    pub(crate) fn at(src: &'a str, file: &'a str, pos: Pos) -> Lexer<'a> {
+        Lexer {
+            src,
+            file,
+            offset: 0,
+            line: pos.line,
+            col: pos.col,
         }
     }
 
@@ -289,6 +316,7 @@ impl<'a> Lexer<'a> {
         self.bump();
         let mut value = String::new();
         let mut template = false;
+        let mut sequences = Vec::new();
         loop {
             let Some(c) = self.peek() else {
                 return Err(self.error(
@@ -305,7 +333,11 @@ impl<'a> Lexer<'a> {
                 }
                 '"' => {
                     self.bump();
-                    return Ok(TokenKind::Str { value, template });
+                    return Ok(TokenKind::Str {
+                        value,
+                        template,
+                        sequences,
+                    });
                 }
                 '\\' => self.lex_escape(&mut value, start)?,
                 // `$${` and `%%{` are the escapes for a literal `${` and `%{`.
@@ -318,7 +350,14 @@ impl<'a> Lexer<'a> {
                 }
                 '$' | '%' if self.peek_at(1) == Some('{') => {
                     template = true;
+                    let (pos, begin) = (self.pos(), value.len());
                     self.skip_template_sequence(&mut value)?;
+                    if c == '$' {
+                        sequences.push(Sequence {
+                            range: begin..value.len(),
+                            pos,
+                        });
+                    }
                 }
                 _ => {
                     self.bump();
@@ -499,44 +538,77 @@ impl<'a> Lexer<'a> {
                 return Err(self.error(start, unterminated));
             }
         }
-        let text = if strip_indent {
-            dedent(&lines)
-        } else {
-            lines.iter().fold(String::new(), |mut text, line| {
-                text.push_str(line);
-                text.push('\n');
-                text
-            })
-        };
-        Ok(TokenKind::Heredoc(
-            text.replace("$${", "${").replace("%%{", "%{"),
-        ))
+        let (value, sequences) = heredoc_text(&lines, strip_indent, start.line + 1);
+        Ok(TokenKind::Heredoc { value, sequences })
     }
 }
 
-/// Joins heredoc lines after removing the leading whitespace they all share,
-/// counted in characters. As in HCL, lines holding only whitespace neither
-/// count towards the shared indentation nor get trimmed.
-fn dedent(lines: &[&str]) -> String {
+/// The text of a heredoc's lines (the first on line `first_line` of the
+/// file), with the indentation of `<<-` stripped, `$${` and `%%{` decoded,
+/// and the `${...}` sequences located as [`Lexer::lex_string`] does. The
+/// indentation stripped is the smallest of the non-blank lines, in
+/// characters; blank lines are kept as they are.
+fn heredoc_text(lines: &[&str], strip_indent: bool, first_line: usize) -> (String, Vec<Sequence>) {
     let is_blank = |line: &str| line.chars().all(char::is_whitespace);
-    let indent = lines
-        .iter()
-        .filter(|line| !is_blank(line))
-        .map(|line| line.chars().take_while(|c| c.is_whitespace()).count())
-        .min()
-        .unwrap_or(0);
+    let indent = match strip_indent {
+        true => lines
+            .iter()
+            .filter(|line| !is_blank(line))
+            .map(|line| line.chars().take_while(|c| c.is_whitespace()).count())
+            .min()
+            .unwrap_or(0),
+        false => 0,
+    };
     let mut text = String::new();
-    for line in lines {
-        if is_blank(line) {
-            text.push_str(line);
-        } else {
-            let cut = line
-                .char_indices()
-                .nth(indent)
-                .map_or(line.len(), |(at, _)| at);
-            text.push_str(line.get(cut..).unwrap_or(""));
+    let mut sequences = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let cut = if is_blank(line) { 0 } else { indent };
+        let chars: Vec<char> = line.chars().skip(cut).collect();
+        let mut k = 0;
+        while k < chars.len() {
+            let c = chars[k];
+            let next = |n: usize| chars.get(k + n).copied();
+            if (c == '$' || c == '%') && next(1) == Some(c) && next(2) == Some('{') {
+                text.push(c);
+                text.push('{');
+                k += 3;
+                continue;
+            }
+            if c == '$' && next(1) == Some('{') {
+                if let Some(end) = sequence_end(&chars, k + 2) {
+                    let begin = text.len();
+                    text.extend(&chars[k..=end]);
+                    sequences.push(Sequence {
+                        range: begin..text.len(),
+                        pos: Pos::new(first_line + i, cut + k + 1),
+                    });
+                    k = end + 1;
+                    continue;
+                }
+            }
+            text.push(c);
+            k += 1;
         }
         text.push('\n');
     }
-    text
+    (text, sequences)
+}
+
+/// The index of the `}` that closes a sequence whose text starts at
+/// `from`, skipping braces in quoted strings; `None` if the line ends
+/// first.
+fn sequence_end(chars: &[char], from: usize) -> Option<usize> {
+    let (mut depth, mut quoted, mut k) = (0usize, false, from);
+    while k < chars.len() {
+        match (chars[k], quoted) {
+            ('\\', true) => k += 1,
+            ('"', _) => quoted = !quoted,
+            ('{', false) => depth += 1,
+            ('}', false) if depth == 0 => return Some(k),
+            ('}', false) => depth -= 1,
+            _ => {}
+        }
+        k += 1;
+    }
+    None
 }

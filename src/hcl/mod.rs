@@ -1,15 +1,19 @@
 //! A parser for the subset of HCL, HashiCorp's configuration language, that
 //! Nomad job files and the agent's own configuration are written in.
 //!
-//! The accepted subset is HCL's native syntax without expressions: blocks
+//! The accepted subset is HCL's native syntax without operators: blocks
 //! with zero or more labels (quoted strings or bare identifiers), `key =
 //! value` attributes one per line, quoted strings with escapes, heredocs
 //! (`<<EOF` and the indentation-stripping `<<-EOF`), numbers, `true`,
-//! `false`, `null`, lists, objects, and `#`, `//` and `/* */` comments.
-//! Template sequences such as `${NOMAD_TASK_DIR}` are kept in strings as
-//! written, for the agent to interpolate later; `$${` and `%%{` decode to a
-//! literal `${` and `%{` as in HCL. Operators, function calls, references
-//! and `for` expressions are rejected with an error that says so.
+//! `false`, `null`, lists, objects, references (`var.x`, `a.b[0]`),
+//! function calls, and `#`, `//` and `/* */` comments. A `${...}` sequence
+//! that calls a function or names `var.*` or `local.*` makes its string a
+//! template, which [`evaluate`] (`eval.rs`, with the functions of
+//! `functions.rs`) replaces by its value before decoding; other sequences
+//! such as `${NOMAD_TASK_DIR}` are kept in strings as written, for the
+//! agent to interpolate later. `$${` and `%%{` decode to a literal `${` and
+//! `%{` as in HCL. Operators and `for` expressions are rejected with an
+//! error that says so.
 //!
 //! Two forms of HCL1, which Nomad still reads volume specs and parts of
 //! job files with, are accepted because Nomad's own documentation and
@@ -35,6 +39,8 @@
 //! [`MAX_NESTING`] levels in both, so no input can exhaust the stack.
 
 mod ast;
+mod eval;
+mod functions;
 pub mod json;
 mod lexer;
 mod parser;
@@ -43,8 +49,11 @@ mod parser;
 mod tests;
 
 pub use ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span, Syntax,
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos, Span, Step,
+    Syntax,
 };
+pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
+pub use functions::names as function_names;
 pub use json::{JsonBlocks, Misshapen};
 pub use parser::MAX_NESTING;
 

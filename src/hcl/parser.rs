@@ -7,16 +7,17 @@
 use std::collections::HashMap;
 
 use super::ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Pos, Span, Syntax,
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos, Span, Step,
+    Syntax,
 };
-use super::lexer::{Lexer, Token, TokenKind};
+use super::lexer::{Lexer, Sequence, Token, TokenKind};
 
 /// How deeply blocks, lists and objects may nest, all counted together.
 pub const MAX_NESTING: usize = 64;
 
 /// Characters that start an operator or another expression form that this
 /// subset does not support; errors that find one say so.
-const EXPRESSION_CHARS: &str = "(!-+*/%<>&|?.";
+const EXPRESSION_CHARS: &str = "!-+*/%<>&|?";
 
 /// The parser state: the lexer, the current token and the nesting depth.
 pub(crate) struct Parser<'a> {
@@ -63,9 +64,7 @@ impl<'a> Parser<'a> {
     fn unexpected(&self, expected: &str) -> Error {
         let found = self.tok.kind.describe();
         let hint = match self.tok.kind {
-            TokenKind::Other(c) if EXPRESSION_CHARS.contains(c) => {
-                " (expressions are not supported)"
-            }
+            TokenKind::Other(c) if EXPRESSION_CHARS.contains(c) => " (operators are not supported)",
             _ => "",
         };
         self.error(
@@ -267,8 +266,15 @@ impl<'a> Parser<'a> {
         }
         let span = self.span();
         let expr = match std::mem::replace(&mut self.tok.kind, TokenKind::Newline) {
-            TokenKind::Str { value, .. } => Expr::String { value, span },
-            TokenKind::Heredoc(value) => Expr::Heredoc { value, span },
+            TokenKind::Str {
+                value, sequences, ..
+            } => self.template(value, &sequences, span)?,
+            TokenKind::Heredoc { value, sequences } => {
+                match self.template(value, &sequences, span)? {
+                    Expr::String { value, span } => Expr::Heredoc { value, span },
+                    template => template,
+                }
+            }
             TokenKind::Number(text) => Expr::Number {
                 value: Number::new(text),
                 span,
@@ -277,7 +283,7 @@ impl<'a> Parser<'a> {
                 "true" => Expr::Bool { value: true, span },
                 "false" => Expr::Bool { value: false, span },
                 "null" => Expr::Null { span },
-                _ => return Err(self.bare_identifier(&name, owner, span.start)),
+                _ => return self.parse_operation(Ident { name, span }, owner),
             },
             other => {
                 self.tok.kind = other;
@@ -288,25 +294,154 @@ impl<'a> Parser<'a> {
         Ok(expr)
     }
 
-    /// The error for an identifier where a value should be. The token after
-    /// it tells a function call or a reference apart from a missing quote.
-    fn bare_identifier(&mut self, name: &str, owner: &str, pos: Pos) -> Error {
-        let next = self.lexer.next_token().map(|tok| tok.kind);
-        let hint = match next {
-            Ok(TokenKind::Other('(')) => "function calls are not supported".to_string(),
-            Ok(TokenKind::Other('.')) => {
-                "references are not supported; write them inside a string, as in \"${...}\""
-                    .to_string()
+    /// Parses what follows a bare identifier, the current token: a call
+    /// `name(args)` or a reference `name.attr[index]`.
+    fn parse_operation(&mut self, name: Ident, owner: &str) -> Result<Expr, Error> {
+        self.advance()?;
+        if name.name == "for" && matches!(self.tok.kind, TokenKind::Ident(_)) {
+            return Err(self.error(
+                name.span.start,
+                format!("expected a value {owner}, found identifier 'for' (for expressions are not supported)"),
+            ));
+        }
+        if self.tok.kind == TokenKind::Other('(') {
+            let open = self.tok.start;
+            self.enter(open)?;
+            self.advance()?;
+            let mut args = Vec::new();
+            loop {
+                self.skip_newlines()?;
+                if self.tok.kind == TokenKind::Other(')') {
+                    break;
+                }
+                args.push(self.parse_value(&format!("in the call to '{}'", name.name))?);
+                self.skip_newlines()?;
+                match self.tok.kind {
+                    TokenKind::Comma => {
+                        self.advance()?;
+                    }
+                    TokenKind::Other(')') => break,
+                    _ => {
+                        return Err(self.unexpected(&format!(
+                            "',' or ')' in the call to '{}' opened at {open}",
+                            name.name
+                        )))
+                    }
+                }
             }
-            Ok(TokenKind::Ident(_)) if name == "for" => {
-                "for expressions are not supported".to_string()
+            let close = self.advance()?;
+            self.leave();
+            let span = Span::new(name.span.start, close.end);
+            return Ok(Expr::Call { name, args, span });
+        }
+        let mut steps = Vec::new();
+        let mut end = name.span.end;
+        loop {
+            match self.tok.kind {
+                TokenKind::Other('.') => {
+                    self.advance()?;
+                    let span = self.span();
+                    let TokenKind::Ident(attr) = &self.tok.kind else {
+                        return Err(self.unexpected(&format!(
+                            "an attribute name after '.' in a reference to '{}'",
+                            name.name
+                        )));
+                    };
+                    steps.push(Step::Attr(Ident {
+                        name: attr.clone(),
+                        span,
+                    }));
+                    end = span.end;
+                    self.advance()?;
+                }
+                TokenKind::LBracket => {
+                    let open = self.tok.start;
+                    self.enter(open)?;
+                    self.advance()?;
+                    let index = self.parse_value("as an index")?;
+                    if self.tok.kind != TokenKind::RBracket {
+                        return Err(
+                            self.unexpected(&format!("']' to close the index opened at {open}"))
+                        );
+                    }
+                    end = self.advance()?.end;
+                    self.leave();
+                    steps.push(Step::Index(index));
+                }
+                _ => break,
             }
-            _ => format!("strings need quotes: \"{name}\""),
+        }
+        let span = Span::new(name.span.start, end);
+        Ok(Expr::Reference {
+            root: name,
+            steps,
+            span,
+        })
+    }
+
+    /// A quoted string as an expression: [`Expr::String`] unless one of its
+    /// `${...}` sequences needs evaluating ([`needs_evaluation`]). A
+    /// sequence that does not parse is kept as written for the agent,
+    /// unless it names a variable, a local or calls a function.
+    fn template(
+        &mut self,
+        value: String,
+        sequences: &[Sequence],
+        span: Span,
+    ) -> Result<Expr, Error> {
+        let mut parts = Vec::new();
+        let mut evaluated = false;
+        let mut done = 0;
+        for seq in sequences {
+            let inner = &value[seq.range.start + 2..seq.range.end - 1];
+            let pos = Pos::new(seq.pos.line, seq.pos.col + 2);
+            let expr = match self.sequence(inner, pos) {
+                Ok(expr) if needs_evaluation(&expr) => expr,
+                Ok(_) => continue,
+                Err(err)
+                    if ["var.", "local.", "("]
+                        .iter()
+                        .any(|mark| inner.contains(mark)) =>
+                {
+                    return Err(err)
+                }
+                Err(_) => continue,
+            };
+            evaluated = true;
+            parts.push(Part::Text(value[done..seq.range.start].to_string()));
+            parts.push(Part::Interpolation(expr));
+            done = seq.range.end;
+        }
+        if !evaluated {
+            return Ok(Expr::String { value, span });
+        }
+        parts.push(Part::Text(value[done..].to_string()));
+        parts.retain(|part| !matches!(part, Part::Text(text) if text.is_empty()));
+        Ok(Expr::Template { parts, span })
+    }
+
+    /// Parses the text of a `${...}` sequence, which starts at `pos`, as one
+    /// value.
+    fn sequence(&mut self, inner: &str, pos: Pos) -> Result<Expr, Error> {
+        self.enter(pos)?;
+        let mut sub = Parser {
+            lexer: Lexer::at(inner, self.file, pos),
+            file: self.file,
+            tok: Token {
+                kind: TokenKind::Newline,
+                start: pos,
+                end: pos,
+            },
+            depth: self.depth,
         };
-        self.error(
-            pos,
-            format!("expected a value {owner}, found identifier '{name}' ({hint})"),
-        )
+        sub.advance()?;
+        let expr = sub.parse_value("inside '${'");
+        self.leave();
+        let expr = expr?;
+        if sub.tok.kind != TokenKind::Eof {
+            return Err(sub.unexpected("'}' after the value inside '${'"));
+        }
+        Ok(expr)
     }
 
     /// Parses `[a, b, c]`; newlines may appear between elements and a
@@ -423,5 +558,24 @@ impl<'a> Parser<'a> {
         };
         self.advance()?;
         Ok(key)
+    }
+}
+
+/// Whether `expr` calls a function or names a variable or a local, so that
+/// it is evaluated with the file; references to anything else
+/// (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are for the agent to
+/// interpolate when a task starts.
+pub(crate) fn needs_evaluation(expr: &Expr) -> bool {
+    match expr {
+        Expr::Call { .. } | Expr::Template { .. } => true,
+        Expr::Reference { root, steps, .. } => {
+            matches!(root.name.as_str(), "var" | "local")
+                || steps
+                    .iter()
+                    .any(|step| matches!(step, Step::Index(index) if needs_evaluation(index)))
+        }
+        Expr::List { items, .. } => items.iter().any(needs_evaluation),
+        Expr::Object { entries, .. } => entries.iter().any(|(_, value)| needs_evaluation(value)),
+        _ => false,
     }
 }

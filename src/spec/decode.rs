@@ -30,6 +30,7 @@ use crate::hcl::{self, Attribute, Block, Body, Item, Pos, Span, Syntax};
 
 use super::encode::kept_text;
 use super::suggest::nearest;
+use super::variables::{self, JobInputs};
 use super::{Decoded, Invalid, Kept, Warning};
 pub(crate) use values::MapEntry;
 
@@ -51,15 +52,37 @@ impl<'a> Decoder<'a> {
         file: &'a str,
         decode: impl FnOnce(&Decoder<'_>, &Body) -> T,
     ) -> Result<Decoded<T>, Invalid> {
-        let body = hcl::parse_file(src, file).map_err(|err| Invalid {
+        Decoder::run_with(src, file, None, decode)
+    }
+
+    /// [`Decoder::run`] for a job file, whose variables get their values
+    /// from `inputs`. Expressions are evaluated between parsing and
+    /// decoding: an error there stops, as a syntax error does.
+    pub(crate) fn run_with<T>(
+        src: &'a str,
+        file: &'a str,
+        inputs: Option<&JobInputs>,
+        decode: impl FnOnce(&Decoder<'_>, &Body) -> T,
+    ) -> Result<Decoded<T>, Invalid> {
+        let mut body = hcl::parse_file(src, file).map_err(|err| Invalid {
             errors: vec![err],
             warnings: Vec::new(),
         })?;
+        let mut warnings = Vec::new();
+        let evaluated = match inputs {
+            Some(inputs) if body.syntax == Syntax::Native => {
+                variables::resolve(&mut body, file, inputs, &mut warnings)
+            }
+            _ => variables::evaluate_plain(&mut body, file),
+        };
+        if let Err(errors) = evaluated {
+            return Err(Invalid { errors, warnings });
+        }
         let decoder = Decoder {
             file,
             src,
             errors: RefCell::new(Vec::new()),
-            warnings: RefCell::new(Vec::new()),
+            warnings: RefCell::new(warnings),
         };
         let spec = decode(&decoder, &body);
         decoder.finish(spec)

@@ -167,6 +167,8 @@ fn write_expr(out: &mut String, value: &Expr) {
             out.push(']');
         }
         Expr::Object { entries, .. } => write_entries(out, entries),
+        // Evaluation replaces these before anything is kept.
+        Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => out.push_str("null"),
     }
 }
 

@@ -19,11 +19,13 @@ use super::decode::{Decoder, Fields};
 use super::encode::Writer;
 use super::service::{decode_service, write_service, Service};
 use super::task::{decode_task, write_task};
+use super::variables::JobInputs;
 use super::volume::{decode_mount_options, write_mount_options};
 use super::{keywords, Decoded, Invalid, Kept};
 
 /// Top-level blocks of Nomad job files (HCL2 variables) that csi-agent
-/// ignores.
+/// ignores in HCL's JSON syntax; in the native syntax they are read
+/// (`variables.rs`) and taken out before decoding.
 const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
 
 /// Keys of Nomad's `job` block that csi-agent ignores.
@@ -120,7 +122,7 @@ pub struct Group {
     /// How many instances (allocations) to run; 1 unless set (always 1
     /// for `system` and `sysbatch` jobs).
     pub count: u64,
-    /// The group's policy; each task has its own in [`Task::restart`].
+    /// The group's policy; each task has its own in [`super::Task::restart`].
     pub restart: Restart,
     /// The volumes tasks may mount, by alias, in file order.
     pub volumes: Vec<GroupVolume>,
@@ -237,7 +239,12 @@ impl GroupVolume {
 impl Job {
     /// Decodes and validates a job file; `file` names it in messages.
     pub fn decode(src: &str, file: &str) -> Result<Decoded<Job>, Invalid> {
-        Decoder::run(src, file, decode_job)
+        Job::decode_with(src, file, &JobInputs::default())
+    }
+
+    /// Decodes a job file whose variables get their values from `inputs`.
+    pub fn decode_with(src: &str, file: &str, inputs: &JobInputs) -> Result<Decoded<Job>, Invalid> {
+        Decoder::run_with(src, file, Some(inputs), decode_job)
     }
 
     /// The job as HCL that decodes to it, environment and mount flags

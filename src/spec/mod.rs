@@ -41,6 +41,7 @@
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
+//! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
@@ -50,6 +51,7 @@ mod job;
 mod service;
 mod suggest;
 mod task;
+mod variables;
 mod volume;
 
 use std::fmt;
@@ -68,6 +70,7 @@ pub use service::{
 pub use task::{
     CsiPlugin, Driver, ExecConfig, Lifecycle, LifecycleHook, Resources, Task, VolumeMount,
 };
+pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};
 
 /// A spec decoded without errors, with the warnings found on the way.
@@ -177,6 +180,16 @@ impl SpecFile {
     /// Decodes `src` as whichever kind of file [`FileKind::of`] says it is,
     /// in the syntax its name says (JSON for `*.json`).
     pub fn decode(src: &str, file: &str) -> Result<Decoded<SpecFile>, Invalid> {
+        SpecFile::decode_with(src, file, &JobInputs::default())
+    }
+
+    /// [`SpecFile::decode`], a job's variables taking their values from
+    /// `inputs`.
+    pub fn decode_with(
+        src: &str,
+        file: &str,
+        inputs: &JobInputs,
+    ) -> Result<Decoded<SpecFile>, Invalid> {
         let kind = match hcl::parse_file(src, file) {
             Ok(body) => FileKind::of(&body),
             Err(err) => {
@@ -202,7 +215,7 @@ impl SpecFile {
             FileKind::Volume => wrap(VolumeSpec::decode(src, file), |v| {
                 SpecFile::Volume(Box::new(v))
             }),
-            FileKind::Job => wrap(Job::decode(src, file), SpecFile::Job),
+            FileKind::Job => wrap(Job::decode_with(src, file, inputs), SpecFile::Job),
         }
     }
 

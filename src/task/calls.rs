@@ -3,12 +3,15 @@
 
 use std::time::SystemTime;
 
+use crate::spec::JobInputs;
+
 /// A job file to run: its path as the caller named it (for messages and
-/// `job status`), and its text.
+/// `job status`), its text, and the values the caller gave its variables.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobFile {
     pub file: String,
     pub hcl: String,
+    pub inputs: JobInputs,
 }
 
 /// `job run`'s answer.

@@ -8,8 +8,11 @@
 //! `NOMAD_ALLOC_DIR=/alloc`; a `raw_exec` task, on the host's root, gets
 //! their host paths. The task's `env { }` block comes on top; its
 //! values, `config.args` and `volume_mount.destination` may name any of
-//! these as `${NAME}`. An unknown name is an error, found at `job run`:
-//! a silently empty path or argument is worse than a refused job.
+//! these as `${NAME}`, and the node's attributes Nomad's clients give
+//! (`${node.unique.name}`, `${attr.unique.hostname}`, `${attr.kernel.name}`,
+//! `${attr.cpu.arch}`), which are not environment variables. An unknown
+//! name is an error, found at `job run`: a silently empty path or argument
+//! is worse than a refused job.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -67,6 +70,36 @@ impl TaskContext<'_> {
     }
 }
 
+/// The node attributes a task's `${...}` may name, with the values Nomad's
+/// client gives them: `node.unique.name` is the agent's node name,
+/// `attr.unique.hostname` the host's name, `attr.cpu.arch` Go's name for
+/// the architecture.
+pub fn node_attributes(node_name: &str, host_name: &str) -> BTreeMap<String, String> {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    BTreeMap::from([
+        ("node.unique.name".to_string(), node_name.to_string()),
+        ("attr.unique.hostname".to_string(), host_name.to_string()),
+        ("attr.kernel.name".to_string(), "linux".to_string()),
+        ("attr.cpu.arch".to_string(), arch.to_string()),
+    ])
+}
+
+/// What `${...}` may name in a task's arguments and destinations: its
+/// environment, then the node's attributes.
+pub fn lookups(
+    env: &BTreeMap<String, String>,
+    node: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut all = node.clone();
+    all.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all
+}
+
 /// A `${NAME}` that names no variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownVariable {
@@ -82,14 +115,16 @@ impl fmt::Display for UnknownVariable {
 impl std::error::Error for UnknownVariable {}
 
 /// The task's whole environment: `base`, then `env` with its values
-/// interpolated from `base`.
+/// interpolated from `base` and the `node`'s attributes.
 pub fn task_env(
     base: &BTreeMap<String, String>,
+    node: &BTreeMap<String, String>,
     env: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, (String, UnknownVariable)> {
+    let vars = lookups(base, node);
     let mut all = base.clone();
     for (key, value) in env {
-        let value = interpolate(value, base).map_err(|e| (key.clone(), e))?;
+        let value = interpolate(value, &vars).map_err(|e| (key.clone(), e))?;
         all.insert(key.clone(), value);
     }
     Ok(all)
@@ -214,12 +249,36 @@ mod tests {
         let mut env = BTreeMap::new();
         env.insert("DATA".to_string(), "${NOMAD_TASK_DIR}/data".to_string());
         env.insert("PATH".to_string(), "/opt/bin".to_string());
-        let all = task_env(&base, &env).unwrap();
+        let all = task_env(&base, &BTreeMap::new(), &env).unwrap();
         assert_eq!(all["DATA"], "/local/data");
         assert_eq!(all["PATH"], "/opt/bin");
         env.insert("BAD".to_string(), "${NOPE}".to_string());
-        let (key, err) = task_env(&base, &env).unwrap_err();
+        let (key, err) = task_env(&base, &BTreeMap::new(), &env).unwrap_err();
         assert_eq!(key, "BAD");
         assert_eq!(err.name, "NOPE");
+    }
+
+    #[test]
+    fn node_attributes_interpolate_but_are_not_in_the_environment() {
+        let node = node_attributes("node-1", "host-a");
+        let mut env = BTreeMap::new();
+        env.insert(
+            "WHERE".to_string(),
+            "${node.unique.name}@${attr.unique.hostname}".to_string(),
+        );
+        let all = task_env(&vars(), &node, &env).unwrap();
+        assert_eq!(all["WHERE"], "node-1@host-a");
+        assert!(!all.contains_key("node.unique.name"));
+        let arg = interpolate(
+            "${attr.kernel.name}/${ attr.cpu.arch }",
+            &lookups(&all, &node),
+        );
+        assert!(arg.unwrap().starts_with("linux/"));
+        assert_eq!(
+            interpolate("${meta.rack}", &lookups(&all, &node))
+                .unwrap_err()
+                .name,
+            "meta.rack"
+        );
     }
 }

@@ -16,8 +16,8 @@ use crate::spec::{Group, Job};
 
 impl Allocs {
     pub fn run_job(&mut self, req: &JobFile) -> Result<JobRun, CallError> {
-        let decoded =
-            Job::decode(&req.hcl, &req.file).map_err(|e| invalid(e.to_string().trim_end()))?;
+        let decoded = Job::decode_with(&req.hcl, &req.file, &req.inputs)
+            .map_err(|e| invalid(e.to_string().trim_end()))?;
         let spec = decoded.spec;
         self.check_job(&spec, &req.file)?;
         let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
@@ -77,6 +77,7 @@ impl Allocs {
                 name: spec.name.clone(),
                 file: req.file.clone(),
                 hcl: req.hcl.clone(),
+                inputs: req.inputs.clone(),
                 spec: spec.clone(),
                 submitted: now,
                 stop_wanted: false,
@@ -153,7 +154,7 @@ impl Allocs {
                     exec::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
-                launch::check_interpolation(group, task, &spec.name, &self.chroot_env)
+                launch::check_interpolation(group, task, &spec.name, &self.chroot_env, &self.node)
                     .map_err(|e| invalid(format!("{what}: {e}")))?;
             }
         }
@@ -187,6 +188,7 @@ impl Allocs {
             group: group.clone(),
             job_hcl: req.hcl.clone(),
             job_file: req.file.clone(),
+            job_inputs: req.inputs.clone(),
             status: AllocStatus::Pending,
             stop_wanted: false,
             message: String::new(),

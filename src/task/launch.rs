@@ -19,7 +19,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use super::env::{interpolate, task_env, TaskContext};
+use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
 use super::root::{check_destination, PluginDir, RootPlan};
@@ -36,6 +36,7 @@ pub(super) fn check_interpolation(
     task: &Task,
     job: &str,
     chroot_env: &[ChrootEntry],
+    node: &BTreeMap<String, String>,
 ) -> Result<(), String> {
     let alloc_dir = Path::new("/alloc/00000000");
     let ctx = TaskContext {
@@ -61,15 +62,16 @@ pub(super) fn check_interpolation(
             }
         }
     }
-    let env = task_env(&base, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    let env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
     if let Some(csi) = &task.csi_plugin {
         host_endpoint(task, csi, &env["CSI_ENDPOINT"], socket_dir)?;
     }
+    let vars = lookups(&env, node);
     for arg in &task.config.args {
-        interpolate(arg, &env).map_err(|e| format!("config.args: {e}"))?;
+        interpolate(arg, &vars).map_err(|e| format!("config.args: {e}"))?;
     }
     for vm in &task.volume_mounts {
-        let dest = interpolate(&vm.destination, &env)
+        let dest = interpolate(&vm.destination, &vars)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
         resolve_destination(&ctx.task_dir(), &dest)
             .and_then(|_| check_destination(&dest, chroot_env))
@@ -121,11 +123,12 @@ impl Allocs {
         make_dir(&task_dir.join("logs"), 0o755)?;
         let socket_dir = self.plugin_socket_dir(&alloc.id);
         let env = self.task_environment(alloc, i)?;
+        let vars = lookups(&env, &self.node);
         let args = spec
             .config
             .args
             .iter()
-            .map(|a| interpolate(a, &env))
+            .map(|a| interpolate(a, &vars))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("config.args: {e}"))?;
         let mut mounts = Vec::new();
@@ -140,7 +143,7 @@ impl Allocs {
                 (VolumeSource::Csi, UseState::Claimed { publish_path }) => publish_path.clone(),
                 _ => return Err(format!("volume {:?} is not claimed", used.volume_id)),
             };
-            let dest = interpolate(&vm.destination, &env)
+            let dest = interpolate(&vm.destination, &vars)
                 .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
             let target = resolve_destination(&task_dir, &dest)
                 .and_then(|target| check_destination(&dest, &self.chroot_env).map(|()| target))
@@ -240,7 +243,7 @@ impl Allocs {
             let socket_dir = self.plugin_socket_dir(&alloc.id);
             base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
         }
-        task_env(&base, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+        task_env(&base, &self.node, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
     }
 }
 

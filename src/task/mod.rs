@@ -85,7 +85,7 @@ use crossbeam_channel::Receiver;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::spec::{ChrootEntry, Group, HostVolume, Job};
+use crate::spec::{ChrootEntry, Group, HostVolume, Job, JobInputs};
 use restart::Window;
 
 /// How many events each task keeps.
@@ -259,6 +259,8 @@ struct Alloc {
     group: Group,
     job_hcl: String,
     job_file: String,
+    /// What the caller gave the variables of `job_hcl`.
+    job_inputs: JobInputs,
     status: AllocStatus,
     stop_wanted: bool,
     message: String,
@@ -294,6 +296,7 @@ struct JobEntry {
     name: String,
     file: String,
     hcl: String,
+    inputs: JobInputs,
     spec: Job,
     submitted: SystemTime,
     stop_wanted: bool,
@@ -318,6 +321,8 @@ pub struct Allocs {
     /// The agent config's `max_kill_timeout`: no task waits longer
     /// between its kill signal and SIGKILL.
     max_kill_timeout: Duration,
+    /// The node attributes tasks' `${...}` may name.
+    node: BTreeMap<String, String>,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -341,7 +346,14 @@ impl Allocs {
             dirty: false,
             jitter: SplitMix64::from_entropy(),
             max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
+            node: BTreeMap::new(),
         }
+    }
+
+    /// The node attributes tasks' `${...}` may name
+    /// ([`env::node_attributes`]).
+    pub fn set_node(&mut self, node: BTreeMap<String, String>) {
+        self.node = node;
     }
 
     /// The agent config's `max_kill_timeout`.

@@ -14,7 +14,7 @@ use super::{
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
 use crate::plugin::InstanceKey;
 use crate::proto::state as pb;
-use crate::spec::Job;
+use crate::spec::{Job, JobInputs};
 
 impl Allocs {
     pub fn jobs_to_proto(&self) -> Vec<pb::Job> {
@@ -24,6 +24,7 @@ impl Allocs {
                 name: j.name.clone(),
                 file: j.file.clone(),
                 hcl: j.hcl.clone(),
+                inputs: inputs_to_proto(&j.inputs),
                 submitted_unix_ms: unix_ms(j.submitted),
                 stop_wanted: j.stop_wanted,
                 purge: j.purge,
@@ -62,6 +63,7 @@ impl Allocs {
                 created_unix_ms: unix_ms(a.created),
                 job_hcl: a.job_hcl.clone(),
                 job_file: a.job_file.clone(),
+                job_inputs: inputs_to_proto(&a.job_inputs),
                 replaces: a.replaces.clone().unwrap_or_default(),
                 ..Default::default()
             })
@@ -72,7 +74,8 @@ impl Allocs {
     /// logged and dropped.
     pub fn restore(&mut self, jobs: &[pb::Job], allocs: &[pb::Alloc]) {
         for j in jobs {
-            match Job::decode(&j.hcl, &j.file) {
+            let inputs = inputs_from_proto(&j.inputs);
+            match Job::decode_with(&j.hcl, &j.file, &inputs) {
                 Ok(decoded) => {
                     self.jobs.insert(
                         j.name.clone(),
@@ -80,6 +83,7 @@ impl Allocs {
                             name: j.name.clone(),
                             file: j.file.clone(),
                             hcl: j.hcl.clone(),
+                            inputs,
                             spec: decoded.spec,
                             submitted: from_unix_ms(j.submitted_unix_ms),
                             stop_wanted: j.stop_wanted,
@@ -91,7 +95,8 @@ impl Allocs {
             }
         }
         for a in allocs {
-            let group = Job::decode(&a.job_hcl, &a.job_file)
+            let job_inputs = inputs_from_proto(&a.job_inputs);
+            let group = Job::decode_with(&a.job_hcl, &a.job_file, &job_inputs)
                 .ok()
                 .and_then(|d| d.spec.groups.into_iter().find(|g| g.name == a.group));
             let Some(group) = group else {
@@ -107,6 +112,7 @@ impl Allocs {
                 index: a.index,
                 job_hcl: a.job_hcl.clone(),
                 job_file: a.job_file.clone(),
+                job_inputs,
                 status: AllocStatus::parse(&a.status),
                 stop_wanted: a.stop_wanted,
                 message: a.message.clone(),
@@ -261,4 +267,51 @@ fn event_from_proto(e: &pb::TaskEvent) -> super::calls::TaskEvent {
         kind: e.kind.clone(),
         message: e.message.clone(),
     }
+}
+
+/// A job's inputs as the snapshot keeps them; the files its `file()` calls
+/// read are kept with them, so that it decodes the same without them.
+fn inputs_to_proto(inputs: &JobInputs) -> protobuf::MessageField<pb::JobInputs> {
+    if inputs.is_empty() {
+        return protobuf::MessageField::none();
+    }
+    let texts = |pairs: &[(String, String)]| -> Vec<pb::NamedText> {
+        pairs
+            .iter()
+            .map(|(name, text)| pb::NamedText {
+                name: name.clone(),
+                text: text.clone(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let files: Vec<(String, String)> = inputs.files_read().into_iter().collect();
+    protobuf::MessageField::some(pb::JobInputs {
+        env: texts(&inputs.env),
+        var_files: texts(&inputs.var_files),
+        vars: texts(&inputs.vars),
+        files: texts(&files),
+        ..Default::default()
+    })
+}
+
+/// The inputs a snapshot kept; none for a job kept before inputs were.
+fn inputs_from_proto(inputs: &protobuf::MessageField<pb::JobInputs>) -> JobInputs {
+    let Some(inputs) = inputs.as_ref() else {
+        return JobInputs::default();
+    };
+    let pairs = |texts: &[pb::NamedText]| -> Vec<(String, String)> {
+        texts
+            .iter()
+            .map(|t| (t.name.clone(), t.text.clone()))
+            .collect()
+    };
+    let mut out = JobInputs {
+        env: pairs(&inputs.env),
+        var_files: pairs(&inputs.var_files),
+        vars: pairs(&inputs.vars),
+        ..Default::default()
+    };
+    out.files.given = pairs(&inputs.files).into_iter().collect();
+    out
 }

@@ -255,7 +255,7 @@ fn validate_reports_a_file_it_cannot_read() {
 fn validate_without_files_is_a_usage_error() {
     let out = validate(&[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate FILE..."));
+    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... FILE..."));
     let out = validate(&["-strict", "x.hcl"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).starts_with("error: unknown flag -strict\n"));
@@ -292,6 +292,186 @@ fn validate_reports_a_misspelled_lifecycle_hook_at_its_position() {
         stderr(&out),
         format!(
             "{path}:6:16: \"hook\" in lifecycle in task \"prep\": unknown lifecycle hook \"prestrat\" (expected one of: prestart, poststart, poststop)\n\
+             error: 1 of 1 file did not validate\n"
+        )
+    );
+}
+
+/// A job whose volume's source is the variable `vol_id`, declared with
+/// `decl`.
+fn job_with_variable(decl: &str) -> String {
+    format!(
+        r#"{decl}
+job "app" {{
+  group "g" {{
+    volume "data" {{
+      type            = "csi"
+      source          = "${{var.vol_id}}"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }}
+    task "t" {{
+      driver = "exec"
+      config {{
+        command = "/bin/true"
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+const VOL_ID: &str = "variable \"vol_id\" {\n  type = string\n}";
+
+/// `csi-agent validate ARGS` with `env` added to its environment.
+fn validate_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(bin())
+        .arg("validate")
+        .args(args)
+        .env_remove("NOMAD_VAR_vol_id")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// The source of the volume in `validate`'s summary, or its errors.
+fn volume_source(out: &Output) -> String {
+    if out.status.code() != Some(0) {
+        return stderr(out);
+    }
+    let text = stdout(out);
+    let line = text
+        .lines()
+        .find(|l| l.contains("volume \"data\""))
+        .unwrap_or_else(|| panic!("no volume in:\n{text}"));
+    line.split('"').nth(3).unwrap_or_default().to_string()
+}
+
+#[test]
+fn validate_gives_a_variable_its_value_from_each_source() {
+    let dir = TestDir::new();
+    let job = dir.join("job.hcl");
+    std::fs::write(&job, job_with_variable(VOL_ID)).unwrap();
+    let job = job.to_string_lossy().into_owned();
+    let hcl_vars = dir.join("vars.hcl");
+    std::fs::write(&hcl_vars, "vol_id = \"from-hcl-file\"\n").unwrap();
+    let json_vars = dir.join("vars.json");
+    std::fs::write(&json_vars, "{\"vol_id\": \"from-json-file\"}\n").unwrap();
+    let (hcl_vars, json_vars) = (
+        hcl_vars.to_string_lossy().into_owned(),
+        json_vars.to_string_lossy().into_owned(),
+    );
+
+    let by_flag = validate_env(&["-var", "vol_id=from-flag", &job], &[]);
+    assert_eq!(volume_source(&by_flag), "from-flag");
+    let by_file = validate_env(&["-var-file", &hcl_vars, &job], &[]);
+    assert_eq!(volume_source(&by_file), "from-hcl-file");
+    let by_json = validate_env(&["-var-file", &json_vars, &job], &[]);
+    assert_eq!(volume_source(&by_json), "from-json-file");
+    let by_env = validate_env(&[&job], &[("NOMAD_VAR_vol_id", "from-env")]);
+    assert_eq!(volume_source(&by_env), "from-env");
+
+    let defaulted = dir.join("default.hcl");
+    std::fs::write(
+        &defaulted,
+        job_with_variable("variable \"vol_id\" {\n  default = \"from-default\"\n}"),
+    )
+    .unwrap();
+    let by_default = validate_env(&[&defaulted.to_string_lossy()], &[]);
+    assert_eq!(volume_source(&by_default), "from-default");
+}
+
+#[test]
+fn validate_applies_nomads_precedence_flags_then_files_then_env() {
+    let dir = TestDir::new();
+    let job = dir.join("job.hcl");
+    std::fs::write(&job, job_with_variable(VOL_ID)).unwrap();
+    let job = job.to_string_lossy().into_owned();
+    let (a, b) = (dir.join("a.hcl"), dir.join("b.hcl"));
+    std::fs::write(&a, "vol_id = \"from-a\"\n").unwrap();
+    std::fs::write(&b, "vol_id = \"from-b\"\n").unwrap();
+    let (a, b) = (a.to_string_lossy(), b.to_string_lossy());
+    let env = [("NOMAD_VAR_vol_id", "from-env")];
+
+    // The flag is given first on the command line, and still wins.
+    let all = validate_env(&["-var", "vol_id=from-flag", "-var-file", &a, &job], &env);
+    assert_eq!(volume_source(&all), "from-flag");
+    let files = validate_env(&["-var-file", &a, "-var-file", &b, &job], &env);
+    assert_eq!(volume_source(&files), "from-b");
+    let file_over_env = validate_env(&["-var-file", &a, &job], &env);
+    assert_eq!(volume_source(&file_over_env), "from-a");
+}
+
+#[test]
+fn validate_refuses_a_variable_without_a_value_and_an_unknown_function_at_their_positions() {
+    let dir = TestDir::new();
+    let job = dir.join("job.hcl");
+    std::fs::write(&job, job_with_variable(VOL_ID)).unwrap();
+    let job = job.to_string_lossy().into_owned();
+    let out = validate_env(&[&job], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!("{job}:1:10: variable \"vol_id\" has no value: give it one with -var vol_id=VALUE, in a -var-file, with NOMAD_VAR_vol_id in the environment, or with a default\nerror: 1 of 1 file did not validate\n")
+    );
+
+    let undeclared = dir.join("undeclared.hcl");
+    std::fs::write(&undeclared, job_with_variable("")).unwrap();
+    let undeclared = undeclared.to_string_lossy().into_owned();
+    let out = validate_env(&[&undeclared], &[]);
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "{undeclared}:6:28: no variable \"vol_id\" is declared"
+        )),
+        "{}",
+        stderr(&out)
+    );
+
+    let unknown = dir.join("unknown.hcl");
+    std::fs::write(
+        &unknown,
+        job_with_variable(VOL_ID).replace("${var.vol_id}", "${regex(\"a\", var.vol_id)}"),
+    )
+    .unwrap();
+    let unknown = unknown.to_string_lossy().into_owned();
+    let out = validate_env(&["-var", "vol_id=x", &unknown], &[]);
+    assert!(
+        stderr(&out).starts_with(&format!("{unknown}:8:28: unknown function 'regex'\n")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn validate_reads_a_job_with_variables_from_stdin() {
+    let mut child = Command::new(bin())
+        .args(["validate", "-var", "vol_id=piped", "-"])
+        .env_remove("NOMAD_VAR_vol_id")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(job_with_variable(VOL_ID).as_bytes())
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(volume_source(&out), "piped");
+}
+
+#[test]
+fn nomads_kadalu_demo_job_reads_its_variables_and_stops_only_at_its_driver() {
+    let job = fixture("nomad-kadalu-app.nomad");
+    let out = validate_env(&[&job], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{job}:31:16: driver \"docker\" is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks\n\
+             {job}:17:3: warning: \"datacenters\" in job \"sample-pv-check\" is ignored by csi-agent\n\
              error: 1 of 1 file did not validate\n"
         )
     );

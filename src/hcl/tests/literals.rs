@@ -32,8 +32,8 @@ fn template_directive_is_kept_as_written() {
 #[test]
 fn interpolation_may_contain_quoted_strings_with_braces() {
     assert_eq!(
-        string_of(r#"x = "${lookup(m, "}", "a\"b")}-${x}" "#),
-        r#"${lookup(m, "}", "a\"b")}-${x}"#
+        string_of(r#"x = "${env["}"]}-${meta["a\"b"]}" "#),
+        r#"${env["}"]}-${meta["a\"b"]}"#
     );
 }
 

@@ -3,7 +3,9 @@
 use super::{json, parse, Body, Error, Expr, Item};
 
 mod errors;
+mod expressions;
 mod files;
+mod functions;
 mod json_blocks;
 mod json_errors;
 mod json_values;
@@ -132,6 +134,43 @@ fn render_body(body: &Body, indent: usize, out: &mut String) {
 
 fn render_expr(expr: &Expr, out: &mut String) {
     match expr {
+        Expr::Template { parts, .. } => {
+            out.push_str("template(");
+            for part in parts {
+                match part {
+                    super::Part::Text(text) => out.push_str(&format!("{text:?}")),
+                    super::Part::Interpolation(inner) => {
+                        out.push_str("${");
+                        render_expr(inner, out);
+                        out.push('}');
+                    }
+                }
+            }
+            out.push(')');
+        }
+        Expr::Reference { root, steps, .. } => {
+            out.push_str(&root.name);
+            for step in steps {
+                match step {
+                    super::Step::Attr(name) => out.push_str(&format!(".{}", name.name)),
+                    super::Step::Index(index) => {
+                        out.push('[');
+                        render_expr(index, out);
+                        out.push(']');
+                    }
+                }
+            }
+        }
+        Expr::Call { name, args, .. } => {
+            out.push_str(&format!("{}(", name.name));
+            for (i, arg) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                render_expr(arg, out);
+            }
+            out.push(')');
+        }
         Expr::String { value, .. } => out.push_str(&format!("{value:?}")),
         Expr::Heredoc { value, .. } => out.push_str(&format!("heredoc({value:?})")),
         Expr::Number { value, .. } => out.push_str(value.text()),

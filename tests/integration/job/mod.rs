@@ -20,6 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod json;
 mod lifecycle;
 pub(crate) mod root;
+mod variables;
 
 const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";

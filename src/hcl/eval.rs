@@ -1,0 +1,333 @@
+//! Evaluation of the expressions a file holds: `${var.x}` and
+//! `${local.x}` in strings, bare references and function calls, into the
+//! literal values the decoders read.
+//!
+//! Nomad evaluates a job file's HCL2 expressions on the machine that
+//! submits it; csi-agent does the same in one pass between parsing and
+//! decoding, so that the decoders only ever see literals and report their
+//! errors against the positions of the expressions that made them. What a
+//! file may refer to is a [`Scope`]: its variables and locals, and the
+//! files `file()` may read. References that are not variables or locals
+//! (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are left in strings as
+//! written, for the agent to interpolate when a task starts.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::ast::{Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step};
+use super::functions;
+
+/// A value that an expression evaluates to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    List(Vec<Value>),
+    /// An object or a map, its entries in order.
+    Object(Vec<(String, Value)>),
+}
+
+impl Value {
+    /// The type in words, for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::List(_) => "list",
+            Value::Object(_) => "object",
+        }
+    }
+
+    /// A number from an `f64`, written without a fraction when it is whole.
+    pub fn number(value: f64) -> Value {
+        let text = if value.fract() == 0.0 && value.abs() < 1e15 {
+            format!("{value:.0}")
+        } else {
+            value.to_string()
+        };
+        Value::Number(Number::new(text))
+    }
+
+    /// The value as text in a string template: strings as they are,
+    /// numbers and bools as HCL writes them; other types have no text.
+    pub fn as_text(&self) -> Option<String> {
+        match self {
+            Value::String(text) => Some(text.clone()),
+            Value::Number(number) => Some(number.text().to_string()),
+            Value::Bool(value) => Some(value.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The entry `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The literal expression with this value, placed at `span`.
+    pub fn to_expr(&self, span: Span) -> Expr {
+        match self {
+            Value::Null => Expr::Null { span },
+            Value::Bool(value) => Expr::Bool {
+                value: *value,
+                span,
+            },
+            Value::Number(value) => Expr::Number {
+                value: value.clone(),
+                span,
+            },
+            Value::String(value) => Expr::String {
+                value: value.clone(),
+                span,
+            },
+            Value::List(items) => Expr::List {
+                items: items.iter().map(|item| item.to_expr(span)).collect(),
+                span,
+            },
+            Value::Object(entries) => Expr::Object {
+                entries: entries
+                    .iter()
+                    .map(|(key, value)| {
+                        let key = Key {
+                            name: key.clone(),
+                            quoted: true,
+                            span,
+                        };
+                        (key, value.to_expr(span))
+                    })
+                    .collect(),
+                span,
+            },
+        }
+    }
+}
+
+/// The files that `file()` may read: those given (what the agent was sent
+/// with a job) and, when `dir` is set (the CLI, where the job file is),
+/// any other, read relative to `dir` and recorded in `read` so that they
+/// can be sent along.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileSource {
+    pub given: BTreeMap<String, String>,
+    pub dir: Option<PathBuf>,
+    pub read: RefCell<BTreeMap<String, String>>,
+}
+
+impl FileSource {
+    /// The text of `path` as `file()` was given it.
+    pub(crate) fn text(&self, path: &str) -> Result<String, String> {
+        if let Some(text) = self.given.get(path) {
+            return Ok(text.clone());
+        }
+        if let Some(text) = self.read.borrow().get(path) {
+            return Ok(text.clone());
+        }
+        let Some(dir) = &self.dir else {
+            return Err(format!("file {path:?} was not sent with the job"));
+        };
+        let text = std::fs::read_to_string(dir.join(path))
+            .map_err(|err| format!("cannot read {path:?}: {err}"))?;
+        self.read
+            .borrow_mut()
+            .insert(path.to_string(), text.clone());
+        Ok(text)
+    }
+}
+
+/// What expressions may refer to: the file's variables and locals, and
+/// the files `file()` reads.
+#[derive(Debug, Default)]
+pub struct Scope<'a> {
+    pub vars: BTreeMap<String, Value>,
+    pub locals: BTreeMap<String, Value>,
+    /// Whether `var.*` and `local.*` are declared in this kind of file at
+    /// all (job files only).
+    pub declares: bool,
+    pub files: Option<&'a FileSource>,
+}
+
+/// Evaluates the expressions of `body` and of the blocks in it, in place.
+/// Every error is returned, in reading order.
+pub fn evaluate(body: &mut Body, scope: &Scope<'_>, file: &str) -> Result<(), Vec<Error>> {
+    let mut errors = Vec::new();
+    evaluate_body(body, scope, file, &mut errors);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn evaluate_body(body: &mut Body, scope: &Scope<'_>, file: &str, errors: &mut Vec<Error>) {
+    for item in &mut body.items {
+        match item {
+            Item::Attribute(attr) => {
+                if let Err(err) = evaluate_in_place(&mut attr.value, scope, file) {
+                    errors.push(err);
+                }
+            }
+            Item::Block(block) => evaluate_body(&mut block.body, scope, file, errors),
+        }
+    }
+}
+
+/// Replaces every expression inside `expr` by its value.
+pub fn evaluate_in_place(expr: &mut Expr, scope: &Scope<'_>, file: &str) -> Result<(), Error> {
+    match expr {
+        Expr::List { items, .. } => {
+            for item in items {
+                evaluate_in_place(item, scope, file)?;
+            }
+        }
+        Expr::Object { entries, .. } => {
+            for (_, value) in entries {
+                evaluate_in_place(value, scope, file)?;
+            }
+        }
+        Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => {
+            let span = expr.span();
+            *expr = eval(expr, scope, file)?.to_expr(span);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The value of `expr`.
+pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
+    match expr {
+        Expr::String { value, .. } | Expr::Heredoc { value, .. } => {
+            Ok(Value::String(value.clone()))
+        }
+        Expr::Number { value, .. } => Ok(Value::Number(value.clone())),
+        Expr::Bool { value, .. } => Ok(Value::Bool(*value)),
+        Expr::Null { .. } => Ok(Value::Null),
+        Expr::List { items, .. } => items
+            .iter()
+            .map(|item| eval(item, scope, file))
+            .collect::<Result<_, _>>()
+            .map(Value::List),
+        Expr::Object { entries, .. } => entries
+            .iter()
+            .map(|(key, value)| Ok((key.name.clone(), eval(value, scope, file)?)))
+            .collect::<Result<_, _>>()
+            .map(Value::Object),
+        Expr::Template { parts, .. } => template(parts, scope, file),
+        Expr::Reference { root, steps, .. } => {
+            let mut value = root_value(&root.name, steps, scope)
+                .map_err(|message| Error::new(file, root.span.start, message))?;
+            let skip = usize::from(matches!(root.name.as_str(), "var" | "local"));
+            for step in &steps[skip..] {
+                value = index(value, step, scope, file)?;
+            }
+            Ok(value)
+        }
+        Expr::Call { name, args, .. } => {
+            let values = args
+                .iter()
+                .map(|arg| eval(arg, scope, file))
+                .collect::<Result<Vec<_>, _>>()?;
+            functions::call(&name.name, values, scope.files)
+                .map_err(|message| Error::new(file, name.span.start, message))
+        }
+    }
+}
+
+/// The value of a `"...${...}..."` string: the one interpolation's value
+/// itself when it is all there is (as HCL does, so `"${var.ports}"` is a
+/// list), the parts' text joined otherwise.
+fn template(parts: &[Part], scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
+    if let [Part::Interpolation(expr)] = parts {
+        return eval(expr, scope, file);
+    }
+    let mut out = String::new();
+    for part in parts {
+        match part {
+            Part::Text(text) => out.push_str(text),
+            Part::Interpolation(expr) => {
+                let value = eval(expr, scope, file)?;
+                let Some(text) = value.as_text() else {
+                    return Err(Error::new(
+                        file,
+                        expr.pos(),
+                        format!(
+                            "a {} cannot be interpolated into a string",
+                            value.kind_name()
+                        ),
+                    ));
+                };
+                out.push_str(&text);
+            }
+        }
+    }
+    Ok(Value::String(out))
+}
+
+/// The value a reference's root names: `var.NAME`, `local.NAME`.
+fn root_value(root: &str, steps: &[Step], scope: &Scope<'_>) -> Result<Value, String> {
+    let (kind, table) = match root {
+        "var" => ("variable", &scope.vars),
+        "local" => ("local", &scope.locals),
+        other if steps.is_empty() => {
+            return Err(format!(
+                "unknown name '{other}' (strings need quotes: \"{other}\")"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "'{other}' is known only when a task starts: write it inside a string, as in \"${{{other}...}}\", outside function calls"
+            ))
+        }
+    };
+    let Some(Step::Attr(name)) = steps.first() else {
+        return Err(format!("'{root}' needs a name after it, as in {root}.NAME"));
+    };
+    if !scope.declares {
+        return Err(format!(
+            "'{root}.{}': only job files declare variables and locals",
+            name.name
+        ));
+    }
+    table.get(&name.name).cloned().ok_or_else(|| match kind {
+        "variable" => format!(
+            "no variable \"{0}\" is declared: declare it with variable \"{0}\" {{ ... }}",
+            name.name
+        ),
+        _ => format!(
+            "no local \"{0}\" is declared: declare it in a locals {{ ... }} block",
+            name.name
+        ),
+    })
+}
+
+/// One step into a value: `.name` of an object, `[i]` of a list, `["k"]`
+/// of an object.
+fn index(value: Value, step: &Step, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
+    let (key, pos): (Value, Pos) = match step {
+        Step::Attr(name) => (Value::String(name.name.clone()), name.span.start),
+        Step::Index(expr) => (eval(expr, scope, file)?, expr.pos()),
+    };
+    let found = match (&value, &key) {
+        (Value::Object(_), Value::String(name)) => value.get(name).cloned(),
+        (Value::List(items), Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| items.get(usize::try_from(i).ok()?).cloned()),
+        _ => None,
+    };
+    found.ok_or_else(|| {
+        let key = key.as_text().unwrap_or_else(|| key.kind_name().to_string());
+        Error::new(
+            file,
+            pos,
+            format!("a {} has no element {key:?}", value.kind_name()),
+        )
+    })
+}
