@@ -193,6 +193,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     allocs.set_node(crate::task::env::node_attributes(
         &node_name(&options.config),
         &host_name(),
+        &options.config,
     ));
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
     let mut registry = restore_registry(&loaded.state);

@@ -38,6 +38,7 @@
 //! }
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -85,7 +86,18 @@ pub struct AgentConfig {
     /// What an exec task's root is built from; `None` is Nomad's default
     /// ([`DEFAULT_CHROOT_ENV`]).
     pub chroot_env: Option<Vec<ChrootEntry>>,
+    /// Nomad's client `datacenter`, `${node.datacenter}` in job files.
+    pub datacenter: String,
+    /// Nomad's `region`, `${node.region}` in job files.
+    pub region: String,
+    /// Nomad's client `meta`: the node's own key/value pairs, `${meta.KEY}`
+    /// in job files.
+    pub meta: BTreeMap<String, String>,
 }
+
+/// Nomad's client defaults for `datacenter` and `region`.
+pub const DEFAULT_DATACENTER: &str = "dc1";
+pub const DEFAULT_REGION: &str = "global";
 
 /// Nomad's default `chroot_env`: each of these host paths, if it exists,
 /// is bound read-only at the same path in an exec task's root.
@@ -148,6 +160,9 @@ impl Default for AgentConfig {
             host_volumes: Vec::new(),
             chroot_env: None,
             cluster: None,
+            datacenter: DEFAULT_DATACENTER.to_string(),
+            region: DEFAULT_REGION.to_string(),
+            meta: BTreeMap::new(),
         }
     }
 }
@@ -241,6 +256,11 @@ impl AgentConfig {
         w.duration("plugin_heartbeat", self.plugin_heartbeat);
         w.duration("rpc_timeout", self.rpc_timeout);
         w.duration("max_kill_timeout", self.max_kill_timeout);
+        w.string("datacenter", &self.datacenter);
+        w.string("region", &self.region);
+        if !self.meta.is_empty() {
+            w.map("meta", &self.meta);
+        }
         for plugin in &self.plugins {
             w.open("plugin", Some(&plugin.id));
             w.string("socket", &plugin.socket.path().to_string_lossy());
@@ -332,6 +352,23 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(timeout) = f.duration("max_kill_timeout") {
         config.max_kill_timeout = timeout;
+    }
+    for (key, value) in [
+        ("datacenter", &mut config.datacenter),
+        ("region", &mut config.region),
+    ] {
+        if let Some((text, pos)) = f.string_at(key) {
+            if text.is_empty() {
+                f.error(
+                    pos,
+                    format!("{key:?} must not be empty (leave it out for Nomad's default)"),
+                );
+            }
+            *value = text;
+        }
+    }
+    if let Some(meta) = f.map("meta") {
+        config.meta = meta;
     }
     // Each ID's blocks so far: their types and where they are.
     let mut seen: Vec<(String, PluginType, Pos)> = Vec::new();

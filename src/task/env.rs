@@ -73,20 +73,31 @@ impl TaskContext<'_> {
 /// The node attributes a task's `${...}` may name, with the values Nomad's
 /// client gives them: `node.unique.name` is the agent's node name,
 /// `attr.unique.hostname` the host's name, `attr.cpu.arch` Go's name for
-/// the architecture.
-pub fn node_attributes(node_name: &str, host_name: &str) -> BTreeMap<String, String> {
+/// the architecture; `node.datacenter`, `node.region` and `meta.<key>`
+/// come from the agent config.
+pub fn node_attributes(
+    node_name: &str,
+    host_name: &str,
+    config: &crate::spec::AgentConfig,
+) -> BTreeMap<String, String> {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         "x86" => "386",
         other => other,
     };
-    BTreeMap::from([
+    let mut attributes = BTreeMap::from([
         ("node.unique.name".to_string(), node_name.to_string()),
+        ("node.datacenter".to_string(), config.datacenter.clone()),
+        ("node.region".to_string(), config.region.clone()),
         ("attr.unique.hostname".to_string(), host_name.to_string()),
         ("attr.kernel.name".to_string(), "linux".to_string()),
         ("attr.cpu.arch".to_string(), arch.to_string()),
-    ])
+    ]);
+    for (key, value) in &config.meta {
+        attributes.insert(format!("meta.{key}"), value.clone());
+    }
+    attributes
 }
 
 /// What `${...}` may name in a task's arguments and destinations: its
@@ -260,7 +271,7 @@ mod tests {
 
     #[test]
     fn node_attributes_interpolate_but_are_not_in_the_environment() {
-        let node = node_attributes("node-1", "host-a");
+        let node = node_attributes("node-1", "host-a", &crate::spec::AgentConfig::default());
         let mut env = BTreeMap::new();
         env.insert(
             "WHERE".to_string(),
@@ -280,5 +291,24 @@ mod tests {
                 .name,
             "meta.rack"
         );
+    }
+
+    #[test]
+    fn the_agent_config_s_datacenter_region_and_meta_are_node_attributes() {
+        let defaults = node_attributes("n", "h", &crate::spec::AgentConfig::default());
+        assert_eq!(defaults["node.datacenter"], "dc1");
+        assert_eq!(defaults["node.region"], "global");
+        let config = crate::spec::AgentConfig {
+            datacenter: "eu-1".into(),
+            region: "europe".into(),
+            meta: BTreeMap::from([("rack".to_string(), "r7".to_string())]),
+            ..Default::default()
+        };
+        let node = node_attributes("n", "h", &config);
+        let arg = interpolate(
+            "${node.region}/${node.datacenter}/${meta.rack}",
+            &lookups(&vars(), &node),
+        );
+        assert_eq!(arg.unwrap(), "europe/eu-1/r7");
     }
 }

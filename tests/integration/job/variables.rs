@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{consumer, wait_for_file, Rig, VOLUME};
-use crate::harness::{text, WAIT};
+use crate::harness::{text, Agent, WAIT};
 use crate::util::{bin, require_root};
 
 /// Runs the CLI against the rig's agent with `env` added and `stdin` fed
@@ -261,5 +261,40 @@ fn node_attributes_are_interpolated_when_the_task_starts() {
     rig.wait_running("greeter", &alloc);
     // A variable's default keeps the sequence for the agent, as Nomad does.
     wait_for_log(&rig, &alloc, &format!("linux x1 on linux {host} {host}\n"));
+    rig.stop("greeter");
+}
+
+#[test]
+fn the_agent_config_s_meta_datacenter_and_region_are_interpolated() {
+    if !require_root() {
+        return;
+    }
+    let agent = Agent::start_with_config(
+        "datacenter = \"eu-1\"\nregion = \"europe\"\nmeta {\n  rack = \"r7\"\n}\n",
+    );
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let job = GREETER
+        .replace("upper(var.greeting)", "var.greeting")
+        .replace("type = string\n", "type    = string\n  default = \"hi\"\n")
+        .replace(
+            "echo \\\"$LINE\\\"",
+            "echo \\\"$LINE ${meta.rack} ${node.datacenter} ${node.region}\\\"",
+        );
+    let out = rig.run_job_output("meta.hcl", &job);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job("greeter").allocs[0].id.clone();
+    rig.wait_running("greeter", &alloc);
+    let start = Instant::now();
+    loop {
+        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
+        if log.ends_with(" r7 eu-1 europe\n") {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "log {log:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
     rig.stop("greeter");
 }

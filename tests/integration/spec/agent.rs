@@ -54,6 +54,9 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         ],
         chroot_env: None,
         cluster: None,
+        datacenter: "dc1".to_string(),
+        region: "global".to_string(),
+        meta: Default::default(),
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),
@@ -82,6 +85,23 @@ fn the_agent_config_round_trips_through_hcl() {
     let empty = ok(agent("chroot_env {}\n")).spec;
     assert_eq!(empty.chroot_env, Some(Vec::new()));
     assert_eq!(ok(agent(&empty.to_hcl())).spec, empty);
+}
+
+#[test]
+fn datacenter_region_and_meta_are_read_and_written_back() {
+    let config = ok(agent(
+        "datacenter = \"eu-1\"\nregion = \"europe\"\nmeta {\n  rack = \"r7\"\n  \"zone.name\" = \"b\"\n}\n",
+    ))
+    .spec;
+    assert_eq!(config.datacenter, "eu-1");
+    assert_eq!(config.region, "europe");
+    assert_eq!(config.meta["rack"], "r7");
+    assert_eq!(config.meta["zone.name"], "b");
+    assert_eq!(ok(agent(&config.to_hcl())).spec, config);
+    assert_one_error(
+        "datacenter = \"\"\n",
+        "test.hcl:1:14: \"datacenter\" must not be empty (leave it out for Nomad's default)",
+    );
 }
 
 #[test]
