@@ -41,7 +41,6 @@ const TASK_IGNORED: &[&str] = &[
     "consul",
     "dispatch_payload",
     "identity",
-    "kill_signal",
     "kind",
     "leader",
     "logs",
@@ -92,6 +91,41 @@ impl Driver {
 }
 
 keywords! {
+    /// The signal a task is stopped with (`kill_signal`), before SIGKILL
+    /// once its `kill_timeout` has passed; Nomad's default is SIGTERM.
+    pub enum KillSignal ("kill signal") {
+        Term = "SIGTERM",
+        Int = "SIGINT",
+        Quit = "SIGQUIT",
+        Hup = "SIGHUP",
+        Usr1 = "SIGUSR1",
+        Usr2 = "SIGUSR2",
+        Abrt = "SIGABRT",
+        Alrm = "SIGALRM",
+        Winch = "SIGWINCH",
+        Kill = "SIGKILL",
+    }
+}
+
+impl KillSignal {
+    /// The signal's number.
+    pub fn number(self) -> i32 {
+        match self {
+            KillSignal::Term => libc::SIGTERM,
+            KillSignal::Int => libc::SIGINT,
+            KillSignal::Quit => libc::SIGQUIT,
+            KillSignal::Hup => libc::SIGHUP,
+            KillSignal::Usr1 => libc::SIGUSR1,
+            KillSignal::Usr2 => libc::SIGUSR2,
+            KillSignal::Abrt => libc::SIGABRT,
+            KillSignal::Alrm => libc::SIGALRM,
+            KillSignal::Winch => libc::SIGWINCH,
+            KillSignal::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+keywords! {
     /// When a lifecycle task runs, relative to the group's main tasks.
     pub enum LifecycleHook ("lifecycle hook") {
         /// Before the main tasks start: they wait for it to exit 0 (or,
@@ -123,7 +157,9 @@ pub struct Task {
     pub env: BTreeMap<String, String>,
     /// The user to run as; the agent's own user when `None`.
     pub user: Option<String>,
-    /// How long the task has after SIGTERM before SIGKILL.
+    /// What the task is stopped with.
+    pub kill_signal: KillSignal,
+    /// How long the task has after its kill signal before SIGKILL.
     pub kill_timeout: Duration,
     /// `None` for a main task.
     pub lifecycle: Option<Lifecycle>,
@@ -231,6 +267,7 @@ pub(crate) fn decode_task(
     };
     let env = f.map("env").unwrap_or_default();
     let user = f.string("user");
+    let kill_signal = f.parsed("kill_signal").unwrap_or(KillSignal::Term);
     let kill_timeout = f.duration("kill_timeout").unwrap_or(DEFAULT_KILL_TIMEOUT);
     let lifecycle = f
         .block("lifecycle")
@@ -275,6 +312,7 @@ pub(crate) fn decode_task(
         config: config.unwrap_or_default(),
         env,
         user,
+        kill_signal,
         kill_timeout,
         lifecycle,
         restart,
@@ -473,6 +511,9 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.close();
     w.map("env", &task.env);
     w.opt_string("user", task.user.as_deref());
+    if task.kill_signal != KillSignal::Term {
+        w.string("kill_signal", task.kill_signal.as_str());
+    }
     w.duration("kill_timeout", task.kill_timeout);
     if let Some(lifecycle) = &task.lifecycle {
         w.open("lifecycle", None);

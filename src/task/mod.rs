@@ -22,8 +22,8 @@
 //!    agent's `csi/` root a peer of the host in its namespace, and asks the
 //!    agent ([`PluginEffect`]) to probe it; it is registered only once
 //!    healthy, within `health_timeout`, or killed.
-//! 3. **stopping**: SIGTERM to each task's process group, SIGKILL after
-//!    `kill_timeout`; then the poststop tasks run. When the main tasks end
+//! 3. **stopping**: each task's `kill_signal` (SIGTERM unless it says
+//!    otherwise) to its process group, SIGKILL after `kill_timeout`; then the poststop tasks run. When the main tasks end
 //!    by themselves (a batch job), the sidecars stop and the poststop
 //!    tasks run the same way. An alloc that provides a plugin stops only after
 //!    every claim on that plugin's volumes is gone, so volumes are never

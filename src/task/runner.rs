@@ -234,10 +234,11 @@ impl Allocs {
     }
 
     /// Task `i` is to stop: a task not started or waiting to restart is
-    /// dead at once, a running one gets SIGTERM and SIGKILL after its
-    /// `kill_timeout`.
+    /// dead at once, a running one gets its `kill_signal` (SIGTERM unless
+    /// it says otherwise) and SIGKILL after its `kill_timeout`.
     fn kill_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
         let timeout = self.kill_timeout(&alloc.group.tasks[i]);
+        let signal = alloc.group.tasks[i].kill_signal;
         let task = &mut alloc.tasks[i];
         match task.state {
             TaskState::Pending | TaskState::Restarting { .. } => {
@@ -251,11 +252,11 @@ impl Allocs {
                 if p.kill_at.is_some() || p.killed {
                     return false;
                 }
-                let _ = exec::signal_group(p.pid, libc::SIGTERM);
+                let _ = exec::signal_group(p.pid, signal.number());
                 p.kill_at = Some(now + timeout);
                 task.event(
                     "killing",
-                    format!("sent SIGTERM; SIGKILL in {}", format_duration(timeout)),
+                    format!("sent {signal}; SIGKILL in {}", format_duration(timeout)),
                 );
                 true
             }
@@ -335,6 +336,7 @@ impl Allocs {
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
             let kill_timeout = self.kill_timeout(&alloc.group.tasks[i]);
+            let signal = alloc.group.tasks[i].kill_signal;
             let task = &mut alloc.tasks[i];
             let Some(p) = &mut task.process else { continue };
             if p.kill_at.is_some_and(|at| at <= now) {
@@ -357,7 +359,7 @@ impl Allocs {
                     plugin.key.plugin_id
                 );
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
-                let _ = exec::signal_group(p.pid, libc::SIGTERM);
+                let _ = exec::signal_group(p.pid, signal.number());
                 p.kill_at = Some(now + kill_timeout);
                 task.event("plugin", message);
                 changed = true;

@@ -640,3 +640,39 @@ fn a_symlink_a_task_leaves_in_its_dirs_is_not_followed_by_the_agent() {
     );
     assert_eq!(fs::read_to_string(&file).unwrap(), "precious\n");
 }
+
+#[test]
+fn a_task_is_stopped_with_its_kill_signal_not_sigterm() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let script = "trap 'echo got INT; exit 0' INT; trap 'echo got TERM; exit 0' TERM; \
+                  echo ready; while :; do sleep 0.1; done";
+    let job = shell_job(
+        "signalled",
+        script,
+        "",
+        "kill_signal  = \"SIGINT\"\n      kill_timeout = \"30s\"",
+    );
+    rig.run_job("signalled.hcl", &job);
+    let alloc = rig.job("signalled").allocs[0].id.clone();
+    rig.wait_running("signalled", &alloc);
+    wait_for_log(&rig, &alloc, "ready");
+    rig.ok(&["job", "stop", "signalled"]);
+    let log = wait_for_log(&rig, &alloc, "got ");
+    assert!(
+        log.contains("got INT") && !log.contains("got TERM"),
+        "{log}"
+    );
+    let job = rig.wait_job("signalled", "the job to stop", |j| j.status == "dead");
+    let events = &job.allocs[0].tasks[0].events;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message == "sent SIGINT; SIGKILL in 30s"),
+        "{events:#?}"
+    );
+    // It ended by its own trap, not by the SIGKILL after its timeout.
+    assert!(!events.iter().any(|e| e.kind == "killed"), "{events:#?}");
+}

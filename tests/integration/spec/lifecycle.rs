@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use csi_agent::spec::{JobType, Lifecycle, LifecycleHook, RestartMode, SpecFile};
+use csi_agent::spec::{JobType, KillSignal, Lifecycle, LifecycleHook, RestartMode, SpecFile};
 
 use super::{assert_one_error, job, ok, JSON_FILE};
 
@@ -164,4 +164,23 @@ fn lifecycle_and_type_read_the_same_from_json() {
     );
     assert_eq!(prep.restart.attempts, 0);
     assert_eq!(prep.restart.interval, Duration::from_secs(24 * 60 * 60));
+}
+
+#[test]
+fn kill_signal_decodes_round_trips_and_defaults_to_sigterm() {
+    let src = typed_job("service", "", "      kill_signal = \"SIGINT\"");
+    let spec = ok(job(&src)).spec;
+    let tasks = &spec.groups[0].tasks;
+    assert_eq!(tasks[0].kill_signal, KillSignal::Int);
+    assert_eq!(tasks[1].kill_signal, KillSignal::Term);
+    assert_eq!(ok(job(&spec.to_hcl())).spec, spec);
+}
+
+#[test]
+fn an_unknown_kill_signal_is_an_error_at_its_position() {
+    let src = typed_job("service", "", "      kill_signal = \"SIGINTT\"");
+    assert_one_error(
+        &src,
+        r#"test.hcl:10:21: "kill_signal" in task "t": unknown kill signal "SIGINTT" (expected one of: SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2, SIGABRT, SIGALRM, SIGWINCH, SIGKILL)"#,
+    );
 }
