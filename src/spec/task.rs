@@ -47,7 +47,6 @@ const TASK_IGNORED: &[&str] = &[
     "meta",
     "schedule",
     "scaling",
-    "shutdown_delay",
     "template",
     "vault",
 ];
@@ -157,6 +156,10 @@ pub struct Task {
     pub env: BTreeMap<String, String>,
     /// The user to run as; the agent's own user when `None`.
     pub user: Option<String>,
+    /// How long a task to stop keeps running before its kill signal
+    /// (Nomad's `shutdown_delay`, for its services to drain); zero by
+    /// default.
+    pub shutdown_delay: Duration,
     /// What the task is stopped with.
     pub kill_signal: KillSignal,
     /// How long the task has after its kill signal before SIGKILL.
@@ -267,6 +270,7 @@ pub(crate) fn decode_task(
     };
     let env = f.map("env").unwrap_or_default();
     let user = f.string("user");
+    let shutdown_delay = f.duration("shutdown_delay").unwrap_or(Duration::ZERO);
     let kill_signal = f.parsed("kill_signal").unwrap_or(KillSignal::Term);
     let kill_timeout = f.duration("kill_timeout").unwrap_or(DEFAULT_KILL_TIMEOUT);
     let lifecycle = f
@@ -312,6 +316,7 @@ pub(crate) fn decode_task(
         config: config.unwrap_or_default(),
         env,
         user,
+        shutdown_delay,
         kill_signal,
         kill_timeout,
         lifecycle,
@@ -511,6 +516,9 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.close();
     w.map("env", &task.env);
     w.opt_string("user", task.user.as_deref());
+    if !task.shutdown_delay.is_zero() {
+        w.duration("shutdown_delay", task.shutdown_delay);
+    }
     if task.kill_signal != KillSignal::Term {
         w.string("kill_signal", task.kill_signal.as_str());
     }

@@ -180,7 +180,10 @@ struct Process {
     /// `None` for a process adopted after an agent restart: not our child,
     /// so its exit is noticed by its start time going away.
     child: Option<Child>,
-    /// SIGTERM was sent; SIGKILL follows at this instant.
+    /// The task is to stop, and its `shutdown_delay` runs: its kill
+    /// signal goes at this instant.
+    signal_at: Option<Instant>,
+    /// The kill signal was sent; SIGKILL follows at this instant.
     kill_at: Option<Instant>,
     /// SIGKILL was sent.
     killed: bool,

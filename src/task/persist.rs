@@ -162,6 +162,7 @@ impl Allocs {
                             pid: saved.pid,
                             start_ticks: saved.start_ticks,
                             child: None,
+                            signal_at: None,
                             kill_at: None,
                             killed: false,
                         });
@@ -214,6 +215,7 @@ impl Allocs {
                             pid,
                             start_ticks,
                             child: None,
+                            signal_at: None,
                             kill_at: None,
                             killed: false,
                         });

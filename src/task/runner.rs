@@ -235,10 +235,12 @@ impl Allocs {
 
     /// Task `i` is to stop: a task not started or waiting to restart is
     /// dead at once, a running one gets its `kill_signal` (SIGTERM unless
-    /// it says otherwise) and SIGKILL after its `kill_timeout`.
+    /// it says otherwise) after its `shutdown_delay`, and SIGKILL after
+    /// its `kill_timeout`.
     fn kill_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
         let timeout = self.kill_timeout(&alloc.group.tasks[i]);
         let signal = alloc.group.tasks[i].kill_signal;
+        let delay = alloc.group.tasks[i].shutdown_delay;
         let task = &mut alloc.tasks[i];
         match task.state {
             TaskState::Pending | TaskState::Restarting { .. } => {
@@ -249,8 +251,19 @@ impl Allocs {
                 let Some(p) = &mut task.process else {
                     return false;
                 };
-                if p.kill_at.is_some() || p.killed {
+                if p.signal_at.is_some() || p.kill_at.is_some() || p.killed {
                     return false;
+                }
+                if !delay.is_zero() {
+                    p.signal_at = Some(now + delay);
+                    task.event(
+                        "killing",
+                        format!(
+                            "{signal} in {} (its shutdown_delay)",
+                            format_duration(delay)
+                        ),
+                    );
+                    return true;
                 }
                 let _ = exec::signal_group(p.pid, signal.number());
                 p.kill_at = Some(now + timeout);
@@ -339,6 +352,20 @@ impl Allocs {
             let signal = alloc.group.tasks[i].kill_signal;
             let task = &mut alloc.tasks[i];
             let Some(p) = &mut task.process else { continue };
+            if p.signal_at.is_some_and(|at| at <= now) {
+                let _ = exec::signal_group(p.pid, signal.number());
+                p.signal_at = None;
+                p.kill_at = Some(now + kill_timeout);
+                task.event(
+                    "killing",
+                    format!(
+                        "sent {signal}; SIGKILL in {}",
+                        format_duration(kill_timeout)
+                    ),
+                );
+                changed = true;
+                continue;
+            }
             if p.kill_at.is_some_and(|at| at <= now) {
                 let _ = exec::signal_group(p.pid, libc::SIGKILL);
                 p.kill_at = None;
@@ -351,7 +378,7 @@ impl Allocs {
                 .plugin
                 .as_ref()
                 .is_some_and(|pl| !pl.healthy && pl.deadline.is_some_and(|d| d <= now));
-            if overdue && p.kill_at.is_none() && !p.killed {
+            if overdue && p.signal_at.is_none() && p.kill_at.is_none() && !p.killed {
                 let plugin = task.plugin.as_mut().expect("checked");
                 plugin.deadline = None;
                 let message = format!(
@@ -379,6 +406,7 @@ impl Allocs {
                     pid,
                     start_ticks,
                     child: Some(child),
+                    signal_at: None,
                     kill_at: None,
                     killed: false,
                 });
@@ -522,8 +550,10 @@ impl Allocs {
                 if let TaskState::Restarting { at: t } = task.state {
                     at(t);
                 }
-                if let Some(t) = task.process.as_ref().and_then(|p| p.kill_at) {
-                    at(t);
+                if let Some(p) = &task.process {
+                    for t in p.signal_at.into_iter().chain(p.kill_at) {
+                        at(t);
+                    }
                 }
                 if let Some(t) = task.plugin.as_ref().and_then(|p| p.deadline) {
                     at(t);

@@ -676,3 +676,31 @@ fn a_task_is_stopped_with_its_kill_signal_not_sigterm() {
     // It ended by its own trap, not by the SIGKILL after its timeout.
     assert!(!events.iter().any(|e| e.kind == "killed"), "{events:#?}");
 }
+
+#[test]
+fn a_task_s_kill_signal_waits_for_its_shutdown_delay() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let script = "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.1; done";
+    let job = shell_job("delayed", script, "", "shutdown_delay = \"1s\"");
+    rig.run_job("delayed.hcl", &job);
+    let alloc = rig.job("delayed").allocs[0].id.clone();
+    rig.wait_running("delayed", &alloc);
+    wait_for_log(&rig, &alloc, "ready");
+    rig.ok(&["job", "stop", "delayed"]);
+    wait_for_log(&rig, &alloc, "got TERM");
+    let job = rig.wait_job("delayed", "the job to stop", |j| j.status == "dead");
+    let events = &job.allocs[0].tasks[0].events;
+    let at = |message: &str| {
+        events
+            .iter()
+            .find(|e| e.message.starts_with(message))
+            .unwrap_or_else(|| panic!("no {message:?} in {events:#?}"))
+            .unix_ms
+    };
+    let waited = at("sent SIGTERM") - at("SIGTERM in 1s (its shutdown_delay)");
+    // Never before the delay is over.
+    assert!(waited >= 1000, "the signal went {waited} ms after the stop");
+}

@@ -167,12 +167,18 @@ fn lifecycle_and_type_read_the_same_from_json() {
 }
 
 #[test]
-fn kill_signal_decodes_round_trips_and_defaults_to_sigterm() {
-    let src = typed_job("service", "", "      kill_signal = \"SIGINT\"");
+fn kill_signal_and_shutdown_delay_decode_round_trip_and_default() {
+    let src = typed_job(
+        "service",
+        "",
+        "      kill_signal    = \"SIGINT\"\n      shutdown_delay = \"5s\"",
+    );
     let spec = ok(job(&src)).spec;
     let tasks = &spec.groups[0].tasks;
     assert_eq!(tasks[0].kill_signal, KillSignal::Int);
     assert_eq!(tasks[1].kill_signal, KillSignal::Term);
+    assert_eq!(tasks[0].shutdown_delay, Duration::from_secs(5));
+    assert_eq!(tasks[1].shutdown_delay, Duration::ZERO);
     assert_eq!(ok(job(&spec.to_hcl())).spec, spec);
 }
 
