@@ -182,9 +182,11 @@ fn under_random_cuts_and_kills_two_hosts_never_write_one_volume_at_once() {
                     .unwrap_or_else(|| rng.below(3) as usize),
                 _ => rng.below(3) as usize,
             };
-            let busy = undo
-                .iter()
-                .any(|(_, u)| matches!(u, Undo::Heal(i) | Undo::StartAgent(i) if *i == host));
+            // A host with something undone still pending takes no other
+            // blow: a plugin killed twice would be started twice.
+            let busy = undo.iter().any(|(_, u)| {
+                matches!(u, Undo::Heal(i) | Undo::StartAgent(i) | Undo::StartPlugin(i) if *i == host)
+            });
             match rng.below(3) {
                 0 if !busy => {
                     let d = rng.secs(3, 12);
