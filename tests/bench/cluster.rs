@@ -22,6 +22,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -498,10 +499,17 @@ impl Drop for EtcdMembers {
     }
 }
 
-/// A loopback port nobody listens on now.
+/// A loopback port nobody listens on now, from below the kernel's
+/// ephemeral range so no outgoing connection takes it before etcd binds it.
 fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id() * 61;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + ((base + n) % 12_000) as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
 }

@@ -18,6 +18,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -144,13 +145,21 @@ fn openssl(args: &str) {
     );
 }
 
-/// A port of `addr` that nobody listens on now.
+/// A port of `addr` that nobody listens on now, and that nobody else in
+/// this process is handed: ports come from below the kernel's ephemeral
+/// range (32768 and up by default), so no outgoing connection's source
+/// port and no other test's port can take it between now and etcd's bind.
 fn free_port(addr: IpAddr) -> u16 {
-    TcpListener::bind((addr, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id() * 61;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + ((base + n) % 12_000) as u16;
+        if TcpListener::bind((addr, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
 }
 
 /// etcd members on one address (loopback unless [`Cluster::start_on`]),
