@@ -397,7 +397,7 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
                 state: t.state.as_str().to_string(),
                 failed: t.failed,
                 restarts: t.restarts,
-                pid: t.process.as_ref().map_or(0, |p| p.pid),
+                pid: t.process.as_ref().map_or(0, |p| p.handle.pid()),
                 plugin_id: t
                     .plugin
                     .as_ref()

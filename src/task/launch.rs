@@ -19,6 +19,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use super::driver::Handle;
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
@@ -88,7 +89,7 @@ impl Allocs {
         &mut self,
         alloc: &Alloc,
         i: usize,
-    ) -> Result<(std::process::Child, Option<(PluginSpec, Duration)>), String> {
+    ) -> Result<(Handle, Option<(PluginSpec, Duration)>), String> {
         let spec = &alloc.group.tasks[i];
         let alloc_dir = self.alloc_dir(&alloc.id);
         let ctx = TaskContext {
@@ -217,7 +218,7 @@ impl Allocs {
             root,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
-        Ok((child, plugin))
+        Ok((Handle::spawned(child), plugin))
     }
 
     /// The whole environment of task `i` of `alloc`: the agent's variables

@@ -54,6 +54,7 @@
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
+//! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
@@ -63,6 +64,7 @@
 //! | [`restart`] | the restart policy |
 
 pub mod calls;
+mod driver;
 pub mod env;
 pub mod exec;
 mod jobs;
@@ -77,7 +79,6 @@ mod volume_hook;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
@@ -173,13 +174,9 @@ impl TaskState {
     }
 }
 
-/// A task's process.
+/// A running task: what runs it, and the timers of its stopping.
 struct Process {
-    pid: u32,
-    start_ticks: u64,
-    /// `None` for a process adopted after an agent restart: not our child,
-    /// so its exit is noticed by its start time going away.
-    child: Option<Child>,
+    handle: driver::Handle,
     /// The task is to stop, and its `shutdown_delay` runs: its kill
     /// signal goes at this instant.
     signal_at: Option<Instant>,
@@ -385,7 +382,11 @@ impl Allocs {
             .zip(&a.group.tasks)
             .filter_map(|(run, task)| {
                 let p = run.process.as_ref()?;
-                Some((p.pid, p.start_ticks, self.kill_timeout(task)))
+                Some((
+                    p.handle.pid(),
+                    p.handle.start_ticks(),
+                    self.kill_timeout(task),
+                ))
             })
             .collect()
     }

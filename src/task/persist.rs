@@ -3,10 +3,10 @@
 
 use std::time::Instant;
 
+use super::driver::{Exit, Handle};
 use super::exec;
 use super::launch::plugin_spec;
 use super::restart::Window;
-use super::runner::Exit;
 use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,
     UseState,
@@ -51,8 +51,8 @@ impl Allocs {
                         name: t.name.clone(),
                         state: t.state.as_str().to_string(),
                         failed: t.failed,
-                        pid: t.process.as_ref().map_or(0, |p| p.pid),
-                        start_ticks: t.process.as_ref().map_or(0, |p| p.start_ticks),
+                        pid: t.process.as_ref().map_or(0, |p| p.handle.pid()),
+                        start_ticks: t.process.as_ref().map_or(0, |p| p.handle.start_ticks()),
                         restarts: t.restarts,
                         restart_window_unix_ms: t.window.map_or(0, |w| unix_ms(w.started)),
                         restart_window_count: t.window.map_or(0, |w| w.restarts),
@@ -159,9 +159,7 @@ impl Allocs {
                     };
                     if task.state == TaskState::Running {
                         task.process = Some(Process {
-                            pid: saved.pid,
-                            start_ticks: saved.start_ticks,
-                            child: None,
+                            handle: Handle::adopted(saved.pid, saved.start_ticks),
                             signal_at: None,
                             kill_at: None,
                             killed: false,
@@ -197,7 +195,10 @@ impl Allocs {
                     .task_environment(&alloc, i)
                     .and_then(|env| plugin_spec(&alloc, i, &env, &self.plugin_socket_dir(id)));
                 let task = &mut alloc.tasks[i];
-                let recorded = task.process.as_ref().map(|p| (p.pid, p.start_ticks));
+                let recorded = task
+                    .process
+                    .as_ref()
+                    .map(|p| (p.handle.pid(), p.handle.start_ticks()));
                 let alive = match recorded {
                     Some((pid, ticks)) if pid != 0 && ticks != 0 => {
                         (exec::start_ticks(pid) == Some(ticks)).then_some((pid, ticks))
@@ -212,9 +213,7 @@ impl Allocs {
                 match alive {
                     Some((pid, start_ticks)) => {
                         task.process = Some(Process {
-                            pid,
-                            start_ticks,
-                            child: None,
+                            handle: Handle::adopted(pid, start_ticks),
                             signal_at: None,
                             kill_at: None,
                             killed: false,

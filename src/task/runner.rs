@@ -4,12 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::process::ExitStatus;
 use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::bounded;
 
-use super::exec;
+use super::driver::Exit;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
 use super::volume_hook::unmount_below;
@@ -18,34 +17,6 @@ use crate::mount::MountInfo;
 use crate::plugin::{InstanceKey, Source};
 use crate::units::format_duration;
 use crate::volume::manager::VolumeManager;
-
-/// How a task's process ended.
-pub(super) enum Exit {
-    Status(ExitStatus),
-    /// An adopted process went away; its status is unknown.
-    Vanished,
-    /// It could not be started.
-    StartFailed(String),
-}
-
-impl Exit {
-    fn success(&self) -> bool {
-        matches!(self, Exit::Status(s) if s.success())
-    }
-
-    fn describe(&self) -> String {
-        use std::os::unix::process::ExitStatusExt;
-        match self {
-            Exit::Status(s) => match (s.code(), s.signal()) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("killed by signal {signal}"),
-                _ => "exited".to_string(),
-            },
-            Exit::Vanished => "exited while the agent was not watching".to_string(),
-            Exit::StartFailed(why) => format!("failed to start: {why}"),
-        }
-    }
-}
 
 impl Allocs {
     /// Takes every alloc as far as it can go now: claims, starts, stops,
@@ -265,7 +236,7 @@ impl Allocs {
                     );
                     return true;
                 }
-                let _ = exec::signal_group(p.pid, signal.number());
+                let _ = p.handle.signal(signal.number());
                 p.kill_at = Some(now + timeout);
                 task.event(
                     "killing",
@@ -353,7 +324,7 @@ impl Allocs {
             let task = &mut alloc.tasks[i];
             let Some(p) = &mut task.process else { continue };
             if p.signal_at.is_some_and(|at| at <= now) {
-                let _ = exec::signal_group(p.pid, signal.number());
+                let _ = p.handle.signal(signal.number());
                 p.signal_at = None;
                 p.kill_at = Some(now + kill_timeout);
                 task.event(
@@ -367,7 +338,7 @@ impl Allocs {
                 continue;
             }
             if p.kill_at.is_some_and(|at| at <= now) {
-                let _ = exec::signal_group(p.pid, libc::SIGKILL);
+                let _ = p.handle.signal(libc::SIGKILL);
                 p.kill_at = None;
                 p.killed = true;
                 task.event("killed", "sent SIGKILL: the task outlived its kill_timeout");
@@ -386,7 +357,7 @@ impl Allocs {
                     plugin.key.plugin_id
                 );
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
-                let _ = exec::signal_group(p.pid, signal.number());
+                let _ = p.handle.signal(signal.number());
                 p.kill_at = Some(now + kill_timeout);
                 task.event("plugin", message);
                 changed = true;
@@ -398,21 +369,18 @@ impl Allocs {
     /// Starts task `i` of `alloc`; a failure to start counts as an exit.
     fn start_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) {
         match self.launch(alloc, i) {
-            Ok((child, spec)) => {
-                let pid = child.id();
-                let start_ticks = exec::start_ticks(pid).unwrap_or(0);
+            Ok((handle, spec)) => {
+                let what = handle.describe();
                 let task = &mut alloc.tasks[i];
                 task.process = Some(Process {
-                    pid,
-                    start_ticks,
-                    child: Some(child),
+                    handle,
                     signal_at: None,
                     kill_at: None,
                     killed: false,
                 });
                 task.state = TaskState::Running;
-                task.event("started", format!("started (pid {pid})"));
-                log::info!("Alloc {}: task {} started (pid {pid})", alloc.id, task.name);
+                task.event("started", format!("started ({what})"));
+                log::info!("Alloc {}: task {} started ({what})", alloc.id, task.name);
                 if let (Some(plugin), Some((spec, health_timeout))) = (&mut task.plugin, spec) {
                     plugin.healthy = false;
                     plugin.deadline = Some(now + health_timeout);
@@ -507,17 +475,7 @@ impl Allocs {
         for alloc in self.allocs.values_mut() {
             for (i, task) in alloc.tasks.iter_mut().enumerate() {
                 let Some(p) = &mut task.process else { continue };
-                let exit = match &mut p.child {
-                    Some(child) => match child.try_wait() {
-                        Ok(Some(status)) => Some(Exit::Status(status)),
-                        Ok(None) => None,
-                        Err(_) => Some(Exit::Vanished),
-                    },
-                    None => {
-                        (exec::start_ticks(p.pid) != Some(p.start_ticks)).then_some(Exit::Vanished)
-                    }
-                };
-                if let Some(exit) = exit {
+                if let Some(exit) = p.handle.poll() {
                     exits.push((alloc.id.clone(), i, exit));
                 }
             }
@@ -576,7 +534,7 @@ impl Allocs {
             .values()
             .filter(|a| !a.status.is_terminal())
             .flat_map(|a| &a.tasks)
-            .any(|t| t.process.as_ref().is_some_and(|p| p.child.is_none()))
+            .any(|t| t.process.as_ref().is_some_and(|p| p.handle.needs_polling()))
     }
 
     /// The agent registered a task's plugin: it is healthy. An alloc that
