@@ -644,3 +644,49 @@ docker {
         ]
     );
 }
+
+#[test]
+fn a_docker_job_in_hcl_s_json_syntax_decodes_the_same() {
+    let src = r#"{
+  "job": {
+    "j": {
+      "group": {
+        "g": {
+          "network": { "port": { "http": { "to": 80 } } },
+          "task": {
+            "t": {
+              "driver": "docker",
+              "config": {
+                "image": "x",
+                "ports": ["http"],
+                "cap_add": ["net_admin"],
+                "labels": { "a.b": "c" },
+                "devices": [{ "host_path": "/dev/fuse" }],
+                "mount": [
+                  { "type": "bind", "source": "/a", "target": "/b",
+                    "bind_options": { "propagation": "rslave" } },
+                  { "type": "tmpfs", "target": "/t" }
+                ]
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}"#;
+    let job = match Job::decode(src, "job.json") {
+        Ok(decoded) => decoded.spec,
+        Err(invalid) => panic!("{invalid}"),
+    };
+    let c = job.groups[0].tasks[0].docker.as_ref().unwrap();
+    assert_eq!(c.ports, ["http"]);
+    assert_eq!(c.cap_add, ["NET_ADMIN"]);
+    assert_eq!(c.labels["a.b"], "c");
+    assert_eq!(c.devices[0].container_path, "/dev/fuse");
+    assert_eq!(c.mounts.len(), 2);
+    assert_eq!(c.mounts[0].propagation, Some(BindPropagation::Rslave));
+    assert_eq!(c.mounts[1].mount_type, DockerMountType::Tmpfs);
+    let again = Job::decode(&job.to_hcl(), "again.hcl").unwrap().spec;
+    assert_eq!(again, job);
+}
