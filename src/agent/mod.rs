@@ -187,6 +187,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         &options.config.host_volumes,
         config_plugin_ids(&options.config),
         options.config.chroot_env(),
+        options.config.docker.clone(),
     );
     // Not reloaded on SIGHUP: a cluster node's promise counts it.
     allocs.set_max_kill_timeout(options.config.max_kill_timeout);
@@ -566,6 +567,7 @@ impl Agent {
             &self.options.config.host_volumes,
             config_plugin_ids(&self.options.config),
             self.options.config.chroot_env(),
+            self.options.config.docker.clone(),
         );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();

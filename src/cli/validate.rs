@@ -258,18 +258,28 @@ fn group_summary(out: &mut String, group: &Group) {
 }
 
 fn task_summary(out: &mut String, task: &Task) {
-    let args = match task.config.args.len() {
+    // A docker task runs its image; an exec or raw_exec task its command.
+    let (what, args) = match &task.docker {
+        Some(docker) => (format!("image {}", docker.image), docker.args.len()),
+        None => (task.config.command.clone(), task.config.args.len()),
+    };
+    let args = match args {
         0 => String::new(),
         1 => " (1 argument)".to_string(),
         n => format!(" ({n} arguments)"),
     };
     let _ = writeln!(
         out,
-        "    task {:?}: {} {}{args}",
+        "    task {:?}: {} {what}{args}",
         task.name,
         task.driver.as_str(),
-        task.config.command
     );
+    if let Some(docker) = &task.docker {
+        if docker.privileged {
+            let _ = writeln!(out, "      privileged (needs the agent's allow_privileged)");
+        }
+        keys_line(out, "      ports", docker.ports.iter().map(String::as_str));
+    }
     keys_line(out, "      env", task.env.keys().map(String::as_str));
     for mount in &task.volume_mounts {
         let mode = usage(mount.read_only);

@@ -1,8 +1,8 @@
 //! The agent configuration, `agent.hcl`: where the agent keeps its state,
 //! its node name and log level, how often it checks plugins, the CSI
-//! plugins that run outside the agent, host volumes, and the host
-//! directories every `exec` task's root is built from (`chroot_env`, Nomad's
-//! client option of that name, with Nomad's default).
+//! plugins that run outside the agent, host volumes, docker's settings, and
+//! the host directories every `exec` task's root is built from (`chroot_env`,
+//! Nomad's client option of that name, with Nomad's default).
 //!
 //! ```hcl
 //! data_dir         = "/var/lib/csi-agent"
@@ -48,6 +48,7 @@ use crate::csi::Endpoint;
 use crate::hcl::{Body, Pos};
 
 use super::decode::{Decoder, Fields, MapEntry};
+use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
 use super::{Decoded, Invalid, PluginType};
 
@@ -93,6 +94,8 @@ pub struct AgentConfig {
     /// Nomad's client `meta`: the node's own key/value pairs, `${meta.KEY}`
     /// in job files.
     pub meta: BTreeMap<String, String>,
+    /// How docker tasks run: `docker { ... }` or `plugin "docker"`.
+    pub docker: DockerSettings,
 }
 
 /// Nomad's client defaults for `datacenter` and `region`.
@@ -163,6 +166,7 @@ impl Default for AgentConfig {
             datacenter: DEFAULT_DATACENTER.to_string(),
             region: DEFAULT_REGION.to_string(),
             meta: BTreeMap::new(),
+            docker: DockerSettings::default(),
         }
     }
 }
@@ -294,6 +298,7 @@ impl AgentConfig {
                 pairs.iter().map(|(s, d)| (s.as_str(), d.as_str())),
             );
         }
+        self.docker.write(&mut w);
         if let Some(cluster) = &self.cluster {
             w.open("cluster", None);
             w.strings("etcd", &cluster.etcd);
@@ -372,7 +377,10 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     // Each ID's blocks so far: their types and where they are.
     let mut seen: Vec<(String, PluginType, Pos)> = Vec::new();
-    for (block, id) in f.repeated_labeled_blocks("plugin") {
+    let plugins = f.repeated_labeled_blocks("plugin");
+    let (docker, plugins) = decode_docker_settings(&mut f, plugins);
+    config.docker = docker;
+    for (block, id) in plugins {
         let mut p = f.labeled(block, &id);
         let at = block.labels[0].span.start;
         dec.check_id(at, "plugin ID", &id);

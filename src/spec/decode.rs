@@ -300,6 +300,25 @@ impl<'d> Fields<'d> {
             .collect()
     }
 
+    /// Every block of this kind, written as blocks (`mount { ... }`) or as
+    /// an attribute holding an object or a list of objects (`devices =
+    /// [{ ... }]`): Nomad's docker driver takes both forms.
+    pub(crate) fn blocks_or_objects(&mut self, kind: &'static str) -> Vec<&'d Block> {
+        self.known.push(kind);
+        if self.body.syntax == Syntax::Json {
+            return self.json_blocks(kind, false);
+        }
+        let mut out: Vec<&'d Block> = self
+            .body
+            .blocks_named(kind)
+            .filter(|block| self.no_labels(block))
+            .collect();
+        if self.body.attribute(kind).is_some() {
+            out.extend(self.json_blocks(kind, false));
+        }
+        out
+    }
+
     /// The property `kind` of a JSON body read as blocks, with one label
     /// each when `labeled`; values without a block's shape are errors.
     fn json_blocks(&self, kind: &str, labeled: bool) -> Vec<&'d Block> {

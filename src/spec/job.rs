@@ -18,7 +18,7 @@ use crate::hcl::{Block, Body, Pos};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
 use super::service::{decode_service, write_service, Service};
-use super::task::{decode_task, write_task};
+use super::task::{decode_task, write_task, OfGroup};
 use super::variables::JobInputs;
 use super::volume::{decode_mount_options, write_mount_options};
 use super::{keywords, Decoded, Invalid, Kept};
@@ -65,7 +65,6 @@ const GROUP_IGNORED: &[&str] = &[
     "max_client_disconnect",
     "meta",
     "migrate",
-    "network",
     "prevent_reschedule_on_lost",
     "reschedule",
     "scaling",
@@ -75,6 +74,11 @@ const GROUP_IGNORED: &[&str] = &[
     "update",
     "vault",
 ];
+
+/// Keys of Nomad's group `network` block, and of its ports, that csi-agent
+/// ignores.
+const NETWORK_IGNORED: &[&str] = &["cni", "dns", "hostname", "mbits"];
+const PORT_IGNORED: &[&str] = &["host_network", "ignore_collision"];
 
 const RESTART_IGNORED: &[&str] = &["render_templates"];
 
@@ -128,6 +132,9 @@ pub struct Group {
     pub volumes: Vec<GroupVolume>,
     /// Parsed and validated, not run by csi-agent.
     pub services: Vec<Service>,
+    /// `network { mode port "label" { static to } }`: the ports docker
+    /// tasks name in their `ports`.
+    pub network: Option<Network>,
     pub tasks: Vec<super::Task>,
     pub ignored: Vec<Kept>,
 }
@@ -137,6 +144,26 @@ impl Group {
     pub fn volume(&self, alias: &str) -> Option<&GroupVolume> {
         self.volumes.iter().find(|v| v.alias == alias)
     }
+}
+
+/// A group's `network` block, decoded as far as docker tasks need it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Network {
+    /// `host`, `bridge`, ... as written; empty when not given.
+    pub mode: String,
+    pub ports: Vec<NetworkPort>,
+    pub ignored: Vec<Kept>,
+}
+
+/// `port "label" { static to }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkPort {
+    pub label: String,
+    /// The host port; a dynamic one when `None`.
+    pub static_port: Option<u16>,
+    /// The port inside the task's network namespace.
+    pub to: Option<u16>,
+    pub ignored: Vec<Kept>,
 }
 
 /// What to do when a task fails: restart it up to `attempts` times within
@@ -359,15 +386,30 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
         .into_iter()
         .map(|block| decode_service(&mut g.nested(block)))
         .collect();
+    let network_block = g.block("network");
+    let network = network_block.map(|block| decode_network(&mut g.nested(block)));
     let mut tasks = Vec::new();
     for (block, task_name) in g.labeled_blocks("task") {
         let mut t = g.labeled(block, &task_name);
         g.dec()
             .check_id(block.labels[0].span.start, "task name", &task_name);
-        tasks.push(decode_task(&mut t, task_name, &volumes, g.what(), &restart));
+        let of_group = OfGroup {
+            volumes: &volumes,
+            what: g.what(),
+            restart: &restart,
+            network: network.as_ref(),
+        };
+        tasks.push(decode_task(&mut t, task_name, &of_group));
     }
     if tasks.is_empty() {
         g.error(g.pos(), format!("{} needs at least one task", g.what()));
+    }
+    // Only docker tasks use the network block (their `ports`).
+    if let Some(block) = network_block.filter(|_| tasks.iter().all(|t| t.docker.is_none())) {
+        g.dec().warn(
+            block.kind.span.start,
+            format!("\"network\" in {} is ignored by csi-agent", g.what()),
+        );
     }
     let ignored = g.ignore(GROUP_IGNORED);
     g.finish();
@@ -378,7 +420,30 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
         restart,
         volumes,
         services,
+        network,
         tasks,
+        ignored,
+    }
+}
+
+fn decode_network(f: &mut Fields<'_>) -> Network {
+    let mode = f.string("mode").unwrap_or_default();
+    let mut ports = Vec::new();
+    for (block, label) in f.labeled_blocks("port") {
+        let mut p = f.labeled(block, &label);
+        ports.push(NetworkPort {
+            label,
+            static_port: p.port_number("static"),
+            to: p.port_number("to"),
+            ignored: p.ignore(PORT_IGNORED),
+        });
+        p.finish();
+    }
+    let ignored = f.ignore(NETWORK_IGNORED);
+    f.finish();
+    Network {
+        mode,
+        ports,
         ignored,
     }
 }
@@ -518,6 +583,24 @@ fn write_group(w: &mut Writer, group: &Group) {
     }
     for service in &group.services {
         write_service(w, service);
+    }
+    if let Some(network) = &group.network {
+        w.open("network", None);
+        if !network.mode.is_empty() {
+            w.string("mode", &network.mode);
+        }
+        for port in &network.ports {
+            w.open("port", Some(&port.label));
+            for (key, value) in [("static", port.static_port), ("to", port.to)] {
+                if let Some(value) = value {
+                    w.plain(key, value);
+                }
+            }
+            w.kept(&port.ignored);
+            w.close();
+        }
+        w.kept(&network.ignored);
+        w.close();
     }
     for task in &group.tasks {
         write_task(w, task);

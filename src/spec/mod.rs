@@ -19,8 +19,8 @@
 //! csi-agent") instead of drowning the user in errors. Services, checks and
 //! Consul Connect sidecars are decoded and validated like everything else
 //! and kept in the spec, but the agent does not run them. A task driver
-//! other than `exec` and `raw_exec` is one error, and its driver-specific
-//! `config` is not examined.
+//! other than `exec`, `raw_exec` and `docker` is one error, and its
+//! driver-specific `config` is not examined.
 //!
 //! Validation happens during decoding, while positions are at hand: the
 //! specs themselves hold no positions, only values with defaults applied,
@@ -41,11 +41,13 @@
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
+//! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
 mod decode;
+mod docker;
 mod encode;
 mod job;
 mod service;
@@ -63,7 +65,14 @@ pub use agent::{
     PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
     DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
 };
-pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};
+pub use docker::{
+    capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
+    DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
+    DEFAULT_DOCKER_ENDPOINT,
+};
+pub use job::{
+    Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
+};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };

@@ -1,10 +1,10 @@
 //! Tasks: `task "<name>" { driver = "exec" ... }`, their volume mounts and
 //! the `csi_plugin` block that makes a task a CSI plugin.
 //!
-//! csi-agent runs Nomad's `exec` tasks (in a root of their own) and
-//! `raw_exec` tasks (on the host's root). Any other driver is one error,
-//! and its `config` block, whose keys belong to that driver, is not
-//! examined. A `raw_exec` task with a `volume_mount` is an error, as Nomad
+//! csi-agent runs Nomad's `exec` tasks (in a root of their own),
+//! `raw_exec` tasks (on the host's root) and `docker` tasks (whose `config`
+//! is `docker.rs`'s). Any other driver is one error, and its `config`
+//! block, whose keys belong to that driver, is not examined. A `raw_exec` task with a `volume_mount` is an error, as Nomad
 //! refuses it: the driver has no root to mount a volume into.
 //! Volume mounts are checked against the group's volumes: the volume must
 //! be declared, and `bidirectional` propagation, which lets the task create
@@ -26,8 +26,9 @@ use crate::mount::Propagation;
 
 use super::agent::absolute_path;
 use super::decode::Fields;
+use super::docker::{decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
-use super::job::{decode_restart, write_restart, GroupVolume, Restart};
+use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
 use super::{keywords, Kept, PluginType};
@@ -78,6 +79,8 @@ pub enum Driver {
     Exec,
     /// The task runs on the host's root and takes no volume mounts.
     RawExec,
+    /// The task runs in a container of the docker engine, from its image.
+    Docker,
 }
 
 impl Driver {
@@ -85,6 +88,7 @@ impl Driver {
         match self {
             Driver::Exec => "exec",
             Driver::RawExec => "raw_exec",
+            Driver::Docker => "docker",
         }
     }
 }
@@ -147,12 +151,15 @@ pub struct Lifecycle {
     pub sidecar: bool,
 }
 
-/// A task, run by the `exec` or the `raw_exec` driver.
+/// A task, run by the `exec`, `raw_exec` or `docker` driver.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
     pub name: String,
     pub driver: Driver,
+    /// The `config` of an exec or raw_exec task; empty for docker.
     pub config: ExecConfig,
+    /// The `config` of a docker task: `Some` exactly for driver docker.
+    pub docker: Option<DockerConfig>,
     pub env: BTreeMap<String, String>,
     /// The user to run as; the agent's own user when `None`.
     pub user: Option<String>,
@@ -228,31 +235,39 @@ pub struct CsiPlugin {
     pub health_timeout: Duration,
 }
 
-/// Decodes a task of a group whose volumes are `volumes` and whose restart
-/// policy is `restart`; `group` names the group in messages.
-pub(crate) fn decode_task(
-    f: &mut Fields<'_>,
-    name: String,
-    volumes: &[GroupVolume],
-    group: &str,
-    restart: &Restart,
-) -> Task {
+/// What a task's decoding needs of its group.
+pub(crate) struct OfGroup<'g> {
+    /// The volumes its tasks may mount.
+    pub(crate) volumes: &'g [GroupVolume],
+    /// How messages name the group.
+    pub(crate) what: &'g str,
+    /// The group's restart policy.
+    pub(crate) restart: &'g Restart,
+    /// The group's `network` block, whose ports docker tasks name.
+    pub(crate) network: Option<&'g Network>,
+}
+
+/// Decodes a task of the group `of`.
+pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) -> Task {
+    let (volumes, group, restart) = (of.volumes, of.what, of.restart);
     let driver_at = f.string_at("driver");
     let driver_at = f.require("driver", driver_at);
     let driver = match driver_at.as_ref().map(|(d, pos)| (d.as_str(), *pos)) {
         Some(("exec", _)) => Some(Driver::Exec),
         Some(("raw_exec", _)) => Some(Driver::RawExec),
+        Some(("docker", _)) => Some(Driver::Docker),
         Some((other, pos)) => {
             f.error(
                 pos,
                 format!(
-                    "driver {other:?} is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks"
+                    "driver {other:?} is not supported: csi-agent runs \"exec\", \"raw_exec\" and \"docker\" tasks"
                 ),
             );
             None
         }
         None => None,
     };
+    let mut docker = None;
     let config = match driver {
         Some(driver) => {
             let block = f.block("config");
@@ -260,8 +275,18 @@ pub(crate) fn decode_task(
             let ignored = match driver {
                 Driver::Exec => EXEC_CONFIG_IGNORED,
                 Driver::RawExec => RAW_EXEC_CONFIG_IGNORED,
+                Driver::Docker => {
+                    docker = Some(
+                        block
+                            .map(|block| decode_docker_config(&mut f.nested(block), of.network))
+                            .unwrap_or_default(),
+                    );
+                    &[]
+                }
             };
-            block.map(|block| decode_exec_config(&mut f.nested(block), ignored))
+            block
+                .filter(|_| driver != Driver::Docker)
+                .map(|block| decode_exec_config(&mut f.nested(block), ignored))
         }
         None => {
             f.keep_silently(&["config"]);
@@ -314,6 +339,7 @@ pub(crate) fn decode_task(
         name,
         driver: driver.unwrap_or(Driver::Exec),
         config: config.unwrap_or_default(),
+        docker,
         env,
         user,
         shutdown_delay,
@@ -509,11 +535,15 @@ fn plain_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
     w.string("driver", task.driver.as_str());
-    w.open("config", None);
-    w.string("command", &task.config.command);
-    w.strings("args", &task.config.args);
-    w.kept(&task.config.ignored);
-    w.close();
+    if let Some(docker) = &task.docker {
+        write_docker_config(w, docker);
+    } else {
+        w.open("config", None);
+        w.string("command", &task.config.command);
+        w.strings("args", &task.config.args);
+        w.kept(&task.config.ignored);
+        w.close();
+    }
     w.map("env", &task.env);
     w.opt_string("user", task.user.as_deref());
     if !task.shutdown_delay.is_zero() {

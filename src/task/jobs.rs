@@ -12,7 +12,7 @@ use super::{
 };
 use crate::call::CallError;
 use crate::plugin::InstanceKey;
-use crate::spec::{Group, Job};
+use crate::spec::{DockerConfig, DockerMountType, DockerSettings, Group, Job};
 
 impl Allocs {
     pub fn run_job(&mut self, req: &JobFile) -> Result<JobRun, CallError> {
@@ -149,6 +149,10 @@ impl Allocs {
                             plugin.id, plugin.plugin_type, other.job
                         )));
                     }
+                }
+                if let Some(docker) = &task.docker {
+                    check_docker(docker, &self.docker)
+                        .map_err(|e| invalid(format!("{what}: {e}")))?;
                 }
                 if let Some(user) = &task.user {
                     exec::lookup_user(user)
@@ -424,5 +428,38 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
             })
             .collect(),
         created: Some(a.created),
+    }
+}
+
+/// Checks a docker task's config against what the agent allows, as Nomad's
+/// docker driver does when it starts the task (here, at `job run`): a
+/// privileged container needs `allow_privileged`, and a host path bound in
+/// by `volumes` or a bind `mount` needs `volumes { enabled = true }`, unless
+/// it is relative (to the task dir).
+fn check_docker(config: &DockerConfig, allowed: &DockerSettings) -> Result<(), String> {
+    if config.privileged && !allowed.allow_privileged {
+        return Err("Docker privileged mode is disabled on this agent: set allow_privileged = true in the agent config's docker block (or in plugin \"docker\" { config { ... } })".into());
+    }
+    if allowed.volumes_enabled {
+        return Ok(());
+    }
+    // A relative path is in the task dir, which Nomad allows.
+    let host_path = config
+        .volumes
+        .iter()
+        .map(|v| v.source.as_str())
+        .chain(
+            config
+                .mounts
+                .iter()
+                .filter(|m| m.mount_type == DockerMountType::Bind)
+                .map(|m| m.source.as_str()),
+        )
+        .find(|source| source.starts_with('/'));
+    match host_path {
+        Some(path) => Err(format!(
+            "volumes are not enabled on this agent, so the task cannot mount host path {path:?}: set volumes {{ enabled = true }} in the agent config's docker block (or in plugin \"docker\" {{ config {{ ... }} }})"
+        )),
+        None => Ok(()),
     }
 }

@@ -28,10 +28,11 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, Task};
+use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, Task};
 
-/// Checks, at `job run`, that every `${VAR}` of a task names a variable and
-/// that every destination has room in the task's root.
+/// Checks, at `job run`, that every `${VAR}` of a task names a variable
+/// (in a docker task's config too) and that every destination has room in
+/// the task's root (an exec task's; a container's root is its image).
 pub(super) fn check_interpolation(
     group: &Group,
     task: &Task,
@@ -47,7 +48,8 @@ pub(super) fn check_interpolation(
         group: &group.name,
         task: &task.name,
         alloc_dir,
-        own_root: task.driver == Driver::Exec,
+        // A container, like an exec task, sees /alloc and /local.
+        own_root: task.driver != Driver::RawExec,
     };
     let mut base = ctx.base();
     let socket_dir = Path::new("/plugins/00000000");
@@ -71,14 +73,52 @@ pub(super) fn check_interpolation(
     for arg in &task.config.args {
         interpolate(arg, &vars).map_err(|e| format!("config.args: {e}"))?;
     }
+    if let Some(docker) = &task.docker {
+        for (key, text) in docker_strings(docker) {
+            interpolate(text, &vars).map_err(|e| format!("config.{key}: {e}"))?;
+        }
+    }
+    // A container's root is its image, which a volume may cover anywhere.
+    let chroot_env = if task.driver == Driver::Docker {
+        None
+    } else {
+        Some(chroot_env)
+    };
     for vm in &task.volume_mounts {
         let dest = interpolate(&vm.destination, &vars)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
         resolve_destination(&ctx.task_dir(), &dest)
-            .and_then(|_| check_destination(&dest, chroot_env))
+            .and_then(|_| chroot_env.map_or(Ok(()), |env| check_destination(&dest, env)))
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
     }
     Ok(())
+}
+
+/// The strings of a docker task's config that the runtime interpolates,
+/// each with its key.
+fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
+    let mut out = vec![("image", c.image.as_str())];
+    let lists = [("entrypoint", &c.entrypoint), ("args", &c.args)];
+    for (key, list) in lists {
+        out.extend(list.iter().map(|s| (key, s.as_str())));
+    }
+    for (key, value) in [
+        ("command", &c.command),
+        ("hostname", &c.hostname),
+        ("work_dir", &c.work_dir),
+    ] {
+        out.extend(value.as_deref().map(|s| (key, s)));
+    }
+    for volume in &c.volumes {
+        out.push(("volumes", volume.source.as_str()));
+        out.push(("volumes", volume.target.as_str()));
+    }
+    for mount in &c.mounts {
+        out.push(("mount.source", mount.source.as_str()));
+        out.push(("mount.target", mount.target.as_str()));
+    }
+    out.extend(c.labels.values().map(|v| ("labels", v.as_str())));
+    out
 }
 
 impl Allocs {
@@ -204,6 +244,11 @@ impl Allocs {
             }
             // The host's root holds the control socket: cover it.
             Driver::RawExec => (None, vec![self.control_socket.clone()]),
+            // The docker runtime starts containers through the engine, not
+            // here; until it lands, a docker task fails to start.
+            Driver::Docker => {
+                return Err("the docker driver cannot start tasks in this build yet".into())
+            }
         };
         let launch = Launch {
             command: spec.config.command.clone(),
@@ -249,11 +294,11 @@ impl Allocs {
 }
 
 /// The `CSI_ENDPOINT` a plugin task gets, as it sees it: the socket in its
-/// `mount_dir` (an exec task), or in its socket dir `socket_dir` on the
-/// host (a raw_exec task).
+/// `mount_dir` (an exec or docker task), or in its socket dir `socket_dir`
+/// on the host (a raw_exec task).
 fn task_endpoint(task: &Task, csi: &CsiPlugin, socket_dir: &Path) -> String {
     let dir = match task.driver {
-        Driver::Exec => &csi.mount_dir,
+        Driver::Exec | Driver::Docker => &csi.mount_dir,
         Driver::RawExec => socket_dir,
     };
     format!("unix://{}", dir.join("csi.sock").display())

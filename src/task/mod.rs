@@ -86,7 +86,7 @@ use crossbeam_channel::Receiver;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::spec::{ChrootEntry, Group, HostVolume, Job, JobInputs};
+use crate::spec::{ChrootEntry, DockerSettings, Group, HostVolume, Job, JobInputs};
 use restart::Window;
 
 /// How many events each task keeps.
@@ -313,6 +313,8 @@ pub struct Allocs {
     config_plugins: BTreeSet<String>,
     /// What exec tasks' roots are built from.
     chroot_env: Vec<ChrootEntry>,
+    /// What docker tasks may ask for (`privileged`, `volumes`).
+    docker: DockerSettings,
     jobs: BTreeMap<String, JobEntry>,
     allocs: BTreeMap<String, Alloc>,
     effects: Vec<PluginEffect>,
@@ -340,6 +342,7 @@ impl Allocs {
             host_volumes: Vec::new(),
             config_plugins: BTreeSet::new(),
             chroot_env: crate::spec::AgentConfig::default().chroot_env(),
+            docker: DockerSettings::default(),
             jobs: BTreeMap::new(),
             allocs: BTreeMap::new(),
             effects: Vec::new(),
@@ -399,17 +402,19 @@ impl Allocs {
             .is_some_and(|a| !a.status.is_terminal())
     }
 
-    /// What the agent config says about host volumes, plugins and the
-    /// roots of exec tasks.
+    /// What the agent config says about host volumes, plugins, the roots
+    /// of exec tasks and what docker tasks may do.
     pub fn configure(
         &mut self,
         host_volumes: &[HostVolume],
         config_plugins: BTreeSet<String>,
         chroot_env: Vec<ChrootEntry>,
+        docker: DockerSettings,
     ) {
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
         self.chroot_env = chroot_env;
+        self.docker = docker;
     }
 
     /// Whether anything changed that the snapshot must keep.

@@ -344,7 +344,7 @@ fn output_into_a_closed_pipe_ends_quietly_with_the_command_s_own_code() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/job-web.hcl");
     let broken = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/nomad-docker-job.hcl"
+        "/tests/fixtures/nomad-podman-job.hcl"
     );
     for (args, code) in [
         (vec!["csi", "-help"], 0),

@@ -183,15 +183,15 @@ fn validate_reports_json_errors_at_their_position() {
 
 #[test]
 fn validate_checks_every_file_after_a_failure() {
-    let docker = fixture("nomad-docker-job.hcl");
+    let podman = fixture("nomad-podman-job.hcl");
     let agent = fixture("agent.hcl");
-    let out = validate(&[&docker, &agent]);
+    let out = validate(&[&podman, &agent]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).starts_with(&format!("{agent}: agent config")));
     let errors = stderr(&out);
     assert!(
         errors.contains(&format!(
-            "{docker}:24:16: driver \"docker\" is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks\n"
+            "{podman}:24:16: driver \"podman\" is not supported: csi-agent runs \"exec\", \"raw_exec\" and \"docker\" tasks\n"
         )),
         "{errors}"
     );
@@ -463,15 +463,72 @@ fn validate_reads_a_job_with_variables_from_stdin() {
 }
 
 #[test]
-fn nomads_kadalu_demo_job_reads_its_variables_and_stops_only_at_its_driver() {
+fn nomads_kadalu_demo_job_reads_its_variables_and_validates() {
     let job = fixture("nomad-kadalu-app.nomad");
     let out = validate_env(&[&job], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "{job}:17:3: warning: \"datacenters\" in job \"sample-pv-check\" is ignored by csi-agent\n"
+        )
+    );
+    assert!(
+        stdout(&out).contains("task \"sample\": docker image "),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
+    for name in [
+        "nomad/hostpath-plugin.nomad",
+        "nomad/hostpath-redis.nomad",
+        "nomad/aws-ebs-nodes.nomad",
+        "nomad/kadalu-nodeplugin.nomad",
+        "nomad-docker-job.hcl",
+    ] {
+        let job = fixture(name);
+        let out = validate(&[&job]);
+        let errors = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{name}:\n{errors}");
+        assert!(
+            errors.lines().all(|line| line.contains(": warning: ")),
+            "{name}:\n{errors}"
+        );
+        assert!(!errors.contains("not supported"), "{name}:\n{errors}");
+        assert!(stdout(&out).contains(": docker image "), "{name}");
+    }
+    let out = validate(&[&fixture("nomad/hostpath-plugin.nomad")]);
+    assert!(
+        stdout(&out).contains(
+            "task \"plugin\": docker image registry.k8s.io/sig-storage/hostpathplugin:v1.9.0 (4 arguments)\n      privileged (needs the agent's allow_privileged)\n      csi_plugin \"hostpath-plugin0\": monolith"
+        ),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn validate_refuses_a_docker_config_mistake_at_its_position() {
+    let dir = TestDir::new();
+    let path = dir.join("bad.hcl");
+    std::fs::write(
+        &path,
+        "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"docker\"\n      config {\n        image   = \"x\"\n        cap_add = [\"SYS_ADMN\"]\n        volumes = [\"/a\"]\n        ports   = [\"http\"]\n        privilegd = true\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let file = path.to_string_lossy().into_owned();
+    let out = validate(&[&file]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         stderr(&out),
         format!(
-            "{job}:31:16: driver \"docker\" is not supported: csi-agent runs \"exec\" and \"raw_exec\" tasks\n\
-             {job}:17:3: warning: \"datacenters\" in job \"sample-pv-check\" is ignored by csi-agent\n\
+            "{file}:7:20: \"cap_add\" in config in task \"t\": \"SYS_ADMN\" is not a Linux capability (such as \"SYS_ADMIN\", \"net_admin\" or \"all\")\n\
+             {file}:8:20: volume \"/a\" in \"volumes\" in config in task \"t\": expected \"host:container\" or \"host:container:mode\" with mode ro or rw\n\
+             {file}:9:20: port \"http\" in \"ports\" in config in task \"t\": the group has no network block\n\
+             {file}:10:9: unknown attribute \"privilegd\" in config in task \"t\" (did you mean \"privileged\"?)\n\
              error: 1 of 1 file did not validate\n"
         )
     );

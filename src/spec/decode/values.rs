@@ -174,6 +174,44 @@ impl<'d> Fields<'d> {
         (out.len() == items.len()).then_some(out)
     }
 
+    /// A list of strings, each with the position of its value.
+    pub(crate) fn strings_at(&mut self, key: &'static str) -> Option<Vec<(String, Pos)>> {
+        let values = self.strings(key)?;
+        let attr = self.body.attribute(key)?;
+        let items = attr.value.as_list()?;
+        Some(
+            values
+                .into_iter()
+                .zip(items.iter().map(Expr::pos))
+                .collect(),
+        )
+    }
+
+    /// A whole number that may be negative, with the position of its value.
+    pub(crate) fn i64_at(&mut self, key: &'static str) -> Option<(i64, Pos)> {
+        let attr = self.attr(key)?;
+        match attr.value.as_number() {
+            Some(number) => {
+                let value = number.text().parse::<i64>().ok();
+                if value.is_none() {
+                    self.error(
+                        attr.value.pos(),
+                        format!(
+                            "{key:?} in {} must be a whole number, found {}",
+                            self.what,
+                            number.text()
+                        ),
+                    );
+                }
+                value.map(|value| (value, attr.value.pos()))
+            }
+            None => {
+                self.expected(attr, "a number");
+                None
+            }
+        }
+    }
+
     /// A map of strings, written either as a block (`env { A = "1" }`) or
     /// as an attribute holding an object (`env = { "a.b" = "1" }`), the form
     /// for keys that are not identifiers. Numbers and booleans become their

@@ -57,6 +57,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         datacenter: "dc1".to_string(),
         region: "global".to_string(),
         meta: Default::default(),
+        docker: Default::default(),
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),

@@ -204,12 +204,12 @@ fn nomad_keys_csi_agent_does_not_act_on_warn_once_each_and_are_kept() {
 
 #[test]
 fn another_driver_is_one_error_and_its_config_is_not_examined() {
-    let decoded = job(fixture("nomad-docker-job.hcl"));
+    let decoded = job(fixture("nomad-podman-job.hcl"));
     let invalid = decoded.as_ref().unwrap_err();
     assert_eq!(
         errors(decoded.clone()),
         [
-            r#"test.hcl:24:16: driver "docker" is not supported: csi-agent runs "exec" and "raw_exec" tasks"#
+            r#"test.hcl:24:16: driver "podman" is not supported: csi-agent runs "exec", "raw_exec" and "docker" tasks"#
         ]
     );
     assert_eq!(

@@ -56,6 +56,10 @@ pub const FIXTURES: &[(&str, &str)] = &[
         "nomad-docker-job.hcl",
         include_str!("../../fixtures/nomad-docker-job.hcl"),
     ),
+    (
+        "nomad-podman-job.hcl",
+        include_str!("../../fixtures/nomad-podman-job.hcl"),
+    ),
     ("agent.json", include_str!("../../fixtures/agent.json")),
     (
         "agent-chroot.json",
