@@ -75,9 +75,9 @@ const LAYERS: &[&[&str]] = &[
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`).
+    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json",
     ],
 ];
 
