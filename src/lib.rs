@@ -23,6 +23,7 @@
 //! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev`; the cluster membership and the writers' guard process |
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the port through which jobs make controller calls, the manager (admission, retries, reconciliation with mountinfo) |
+//! | [`docker`] | a client of the Docker Engine API 1.41 over its unix socket, for the `docker` task driver: images (presence, pull, import), containers (create from a typed spec, start, inspect, list, wait, kill, remove), demultiplexed logs; its own HTTP/1.1 |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
@@ -77,6 +78,7 @@ pub mod call;
 pub mod cli;
 pub mod cluster;
 pub mod csi;
+pub mod docker;
 pub mod hcl;
 pub mod hostpath;
 pub mod id;
