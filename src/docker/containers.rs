@@ -150,8 +150,9 @@ impl Engine {
     }
 
     /// `POST /containers/{id}/wait`: waits, as long as it takes, for the
-    /// container to stop, and returns its exit code. A container already
-    /// stopped answers at once.
+    /// container to stop, and returns its exit code. A container that is
+    /// not running (already exited, or created and not started yet)
+    /// answers at once: call it after [`Engine::start`].
     pub fn wait(&self, id: &str) -> Result<i64, Error> {
         let target = format!("/containers/{}/wait", encode(id));
         let response = self.send(&Engine::request("POST", &target), None)?;

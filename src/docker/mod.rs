@@ -67,8 +67,11 @@ pub enum Error {
     Endpoint(String),
     /// The socket could not be connected.
     Connect { endpoint: String, err: io::Error },
-    /// Reading or writing the connection failed (a timeout included).
+    /// Reading or writing the connection failed.
     Io { endpoint: String, err: io::Error },
+    /// The engine said nothing for as long as the call waits
+    /// ([`CALL_TIMEOUT`], or [`PROGRESS_TIMEOUT`] for a pull or import).
+    Timeout { endpoint: String },
     /// The engine answered with an error status; `message` is its own.
     Api { status: u16, message: String },
     /// 404: no such container or image (the engine's message).
@@ -98,6 +101,12 @@ impl fmt::Display for Error {
                 write!(
                     f,
                     "the connection to the container engine at {endpoint} failed"
+                )
+            }
+            Error::Timeout { endpoint } => {
+                write!(
+                    f,
+                    "the container engine at {endpoint} did not answer in time"
                 )
             }
             Error::Api { status, message } => {
@@ -223,6 +232,16 @@ impl Engine {
             HttpError::Io(err) if err.kind() == io::ErrorKind::InvalidData => {
                 Error::Protocol(err.to_string())
             }
+            HttpError::Io(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Error::Timeout {
+                    endpoint: self.endpoint.clone(),
+                }
+            }
             HttpError::Io(err) => Error::Io {
                 endpoint: self.endpoint.clone(),
                 err,
@@ -324,6 +343,22 @@ mod tests {
             "cannot reach the container engine at unix:///nonexistent/csi-agent-test/docker.sock: \
              No such file or directory (os error 2)"
         );
+    }
+
+    #[test]
+    fn a_silent_engine_is_a_timeout_naming_it() {
+        let engine = Engine::new("/run/x.sock").unwrap();
+        for kind in [io::ErrorKind::WouldBlock, io::ErrorKind::TimedOut] {
+            let err = engine.http_error(HttpError::Io(kind.into()));
+            assert_eq!(
+                err.to_string(),
+                "the container engine at unix:///run/x.sock did not answer in time"
+            );
+        }
+        let err = engine.http_error(HttpError::Io(io::ErrorKind::BrokenPipe.into()));
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        let err = engine.http_error(HttpError::Io(io::ErrorKind::InvalidData.into()));
+        assert!(matches!(err, Error::Protocol(_)), "{err:?}");
     }
 
     #[test]
