@@ -2,7 +2,8 @@
 # Installs what building csi-agent needs on Debian, when it is missing:
 # cmake and g++ for gRPC's C++ core (and the BoringSSL it links), clippy
 # and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
-# and `make cluster-demo`, openssl for the certificates of the TLS tests.
+# and `make cluster-demo`, openssl for the certificates of the TLS tests,
+# dockerd and a static busybox for the docker engine tests.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -16,6 +17,12 @@ command -v etcd >/dev/null 2>&1 || missing="$missing etcd-server"
 # demo's processes in them.
 command -v ip >/dev/null 2>&1 || missing="$missing iproute2"
 command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
+# The docker engine tests run a private dockerd of their own (Debian's
+# docker.io, which brings containerd and runc) and build their images
+# offline from a static busybox: busybox-static's /bin/busybox runs in an
+# image with no libc (Debian's plain busybox package is dynamic).
+command -v dockerd >/dev/null 2>&1 || missing="$missing docker.io"
+dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
 # The TLS cluster tests make a CA and certificates with the openssl CLI,
 # which a minimal Debian lacks.
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"

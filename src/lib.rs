@@ -23,6 +23,7 @@
 //! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev`; the cluster membership and the writers' guard process |
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the port through which jobs make controller calls, the manager (admission, retries, reconciliation with mountinfo) |
+//! | [`docker`] | a client of the Docker Engine API 1.41 over its unix socket, for the `docker` task driver: images (presence, pull, import), containers (create from a typed spec, start, inspect, list, wait, kill, remove), demultiplexed logs; its own HTTP/1.1 |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
@@ -34,6 +35,7 @@
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
+//! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `node`, `job`, `alloc`, `hostpath`, the direct plugin client `csi`, `validate`, and `guard`, which the agent starts |
@@ -76,9 +78,11 @@ pub mod call;
 pub mod cli;
 pub mod cluster;
 pub mod csi;
+pub mod docker;
 pub mod hcl;
 pub mod hostpath;
 pub mod id;
+pub mod json;
 pub mod mount;
 pub mod plugin;
 pub mod proto;

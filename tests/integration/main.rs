@@ -7,7 +7,8 @@
 //! expansion and volume conditions; agents of a cluster against real
 //! etcd, on hosts of their own (network namespaces made by the test); the
 //! upgrade from data dirs an earlier binary wrote (our fixtures); and the
-//! crate's import graph, read from `src/`, held to its layers (`layers`).
+//! crate's import graph, read from `src/`, held to its layers (`layers`);
+//! and the container engine client against a private dockerd per test.
 
 mod agent;
 mod block;
@@ -25,6 +26,8 @@ mod cluster_netns;
 mod cluster_quorum;
 mod cluster_relay;
 mod cluster_writers;
+mod docker_engine;
+mod dockerd;
 mod durable;
 mod etcd;
 mod expansion;

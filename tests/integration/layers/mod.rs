@@ -70,14 +70,15 @@ const LAYERS: &[&[&str]] = &[
     // config, volume and job specs.
     &["spec"],
     // Protocol and storage: the CO's side of CSI (types, blocking client,
-    // error classification, `Backoff`); the snapshot and the journal.
-    &["csi", "state"],
+    // error classification, `Backoff`); the snapshot and the journal; the
+    // container engine's API (Docker's, over its unix socket).
+    &["csi", "state", "docker"],
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`).
+    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json",
     ],
 ];
 

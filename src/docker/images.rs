@@ -1,0 +1,241 @@
+//! Images: whether one is present, pulling one from its registry (with
+//! credentials), and importing one from a root filesystem's tarball.
+//!
+//! A pull and an import answer with a stream of JSON progress messages;
+//! one with `error` (or `errorDetail`) means the operation failed even
+//! though the status was 200.
+
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+
+use super::http::{encode, Request};
+use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
+use crate::json::{self, Value};
+
+/// The longest progress message a pull's stream may send.
+const MAX_PROGRESS_LINE: u64 = 1 << 20;
+
+/// Credentials for a registry, sent as `X-Registry-Auth`. `Debug` does not
+/// print the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Auth {
+    pub username: String,
+    pub password: String,
+    /// The registry, e.g. `registry.example.com:5000`.
+    pub server_address: String,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field("username", &self.username)
+            .field("password", &"[REDACTED]")
+            .field("server_address", &self.server_address)
+            .finish()
+    }
+}
+
+impl Auth {
+    /// The header's value: the JSON of the credentials in base64url.
+    fn header(&self) -> String {
+        let json = Value::object([
+            ("username", Value::from(self.username.as_str())),
+            ("password", Value::from(self.password.as_str())),
+            ("serveraddress", Value::from(self.server_address.as_str())),
+        ]);
+        base64url(json::to_string(&json).as_bytes())
+    }
+}
+
+/// Base64 with the URL-safe alphabet and padding (Go's
+/// `base64.URLEncoding`, which the engine decodes `X-Registry-Auth` with).
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// An image reference split for `fromImage` and `tag`: `repo:tag`,
+/// `host:5000/repo` (tag `latest`), `repo@sha256:...` (the digest stays in
+/// the name, no tag).
+fn split_reference(image: &str) -> (&str, &str) {
+    if image.contains('@') {
+        return (image, "");
+    }
+    let last_slash = image.rfind('/').map_or(0, |at| at + 1);
+    match image[last_slash..].rfind(':') {
+        Some(at) => (&image[..last_slash + at], &image[last_slash + at + 1..]),
+        None => (image, "latest"),
+    }
+}
+
+impl Engine {
+    /// `GET /images/{name}/json`: whether the engine has `image`.
+    pub fn image_present(&self, image: &str) -> Result<bool, Error> {
+        let target = format!("/images/{}/json", encode(image));
+        match self.get_json(&target) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `POST /images/create?fromImage=&tag=`: pulls `image` from its
+    /// registry, with `auth` if given, and returns when the engine has it.
+    /// The engine may stay silent for at most [`PROGRESS_TIMEOUT`] at a
+    /// time. Every failure the engine reports is [`Error::Pull`]; a
+    /// connection that fails is [`Error::Connect`] or [`Error::Io`].
+    pub fn pull(&self, image: &str, auth: Option<&Auth>) -> Result<(), Error> {
+        let (name, tag) = split_reference(image);
+        let mut target = format!("/images/create?fromImage={}", encode(name));
+        if !tag.is_empty() {
+            target.push_str(&format!("&tag={}", encode(tag)));
+        }
+        let mut request = Engine::request("POST", &target);
+        if let Some(auth) = auth {
+            request.headers.push(("X-Registry-Auth", auth.header()));
+        }
+        let pull_error = |message: String| Error::Pull {
+            image: image.to_string(),
+            message,
+        };
+        match self.progress(&request) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(pull_error(message)),
+            Err(
+                Error::Api { message, .. } | Error::NotFound(message) | Error::Conflict(message),
+            ) => Err(pull_error(message)),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `POST /images/create?fromSrc=-&repo=&tag=`: makes an image `tag`
+    /// (`repo:tag`, `latest` if it names none) of a tarball of a root
+    /// filesystem, offline.
+    pub fn import(&self, tag: &str, tarball: Vec<u8>) -> Result<(), Error> {
+        let (repo, tag) = split_reference(tag);
+        let target = format!(
+            "/images/create?fromSrc=-&repo={}&tag={}",
+            encode(repo),
+            encode(tag)
+        );
+        let mut request = Engine::request("POST", &target);
+        request.body = Some(("application/x-tar", tarball));
+        match self.progress(&request)? {
+            Ok(()) => Ok(()),
+            Err(message) => Err(Error::Api {
+                status: 200,
+                message,
+            }),
+        }
+    }
+
+    /// Sends `request` and reads its progress stream to its end: `Ok(Err)`
+    /// with the engine's message when the stream reports an error.
+    fn progress(&self, request: &Request) -> Result<Result<(), String>, Error> {
+        let response = self.send(request, Some(PROGRESS_TIMEOUT))?;
+        if response.status != 200 {
+            let status = response.status;
+            let body = response
+                .read_all(MAX_ANSWER)
+                .map_err(|err| self.http_error(err))?;
+            return Err(api_error(status, &body));
+        }
+        let mut lines = BufReader::new(response.body);
+        loop {
+            let mut line = Vec::new();
+            let read = (&mut lines)
+                .take(MAX_PROGRESS_LINE)
+                .read_until(b'\n', &mut line)
+                .map_err(|err| self.http_error(err.into()))?;
+            if read == 0 {
+                return Ok(Ok(()));
+            }
+            if let Some(message) = progress_error(&line)? {
+                return Ok(Err(message));
+            }
+        }
+    }
+}
+
+/// The error a progress message reports, if any.
+fn progress_error(line: &[u8]) -> Result<Option<String>, Error> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let message = super::parse("a progress message", line)?;
+    let detail = message
+        .get("errorDetail")
+        .and_then(|d| d.get("message"))
+        .and_then(Value::as_str);
+    let error = message.get("error").and_then(Value::as_str);
+    Ok(error.or(detail).map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64url_pads_and_uses_the_url_alphabet() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg==");
+        assert_eq!(base64url(b"fo"), "Zm8=");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(&[0xfb, 0xff, 0xbf]), "-_-_");
+    }
+
+    #[test]
+    fn auth_debug_hides_the_password() {
+        let auth = Auth {
+            username: "u".into(),
+            password: "hunter2".into(),
+            server_address: "r.example".into(),
+        };
+        let text = format!("{auth:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("[REDACTED]"), "{text}");
+        assert_eq!(
+            base64url(br#"{"username":"u","password":"hunter2","serveraddress":"r.example"}"#),
+            auth.header()
+        );
+    }
+
+    #[test]
+    fn references_split_into_name_and_tag() {
+        assert_eq!(split_reference("busybox"), ("busybox", "latest"));
+        assert_eq!(split_reference("busybox:1.36"), ("busybox", "1.36"));
+        assert_eq!(
+            split_reference("reg:5000/team/app"),
+            ("reg:5000/team/app", "latest")
+        );
+        assert_eq!(split_reference("reg:5000/app:v2"), ("reg:5000/app", "v2"));
+        assert_eq!(split_reference("app@sha256:abcd"), ("app@sha256:abcd", ""));
+    }
+
+    #[test]
+    fn progress_errors_are_found() {
+        assert_eq!(progress_error(br#"{"status":"Pulling"}"#).unwrap(), None);
+        assert_eq!(progress_error(b"\r\n").unwrap(), None);
+        assert_eq!(
+            progress_error(br#"{"errorDetail":{"message":"denied"},"error":"denied"}"#).unwrap(),
+            Some("denied".to_string())
+        );
+        assert!(progress_error(b"not json").is_err());
+    }
+}
