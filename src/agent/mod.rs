@@ -248,6 +248,8 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .as_ref()
         .map(|c| c.volume_events.clone())
         .unwrap_or_else(never);
+    let containers = agent.allocs.container_events();
+    agent.allocs.look_for_leftover_containers();
     let mut failure = None;
     loop {
         let deadline = agent.deadlines().next().map(at).unwrap_or_else(never);
@@ -271,6 +273,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(volume_events) -> event => if let Ok(event) = event {
                 agent.volumes.volume_event(event);
                 agent.keep_promises();
+            },
+            recv(containers) -> event => if let Ok(event) = event {
+                agent.allocs.container_event(event, Instant::now());
             },
         }
         // Group commit: what else is already waiting joins this turn, so

@@ -17,7 +17,10 @@
 
 use std::io;
 use std::process::{Child, ExitStatus};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
+use super::docker::Docker;
 use super::exec;
 
 /// What runs a task now.
@@ -31,6 +34,21 @@ pub(super) enum Handle {
         /// agent's child, so its exit is noticed by its start time going
         /// away.
         child: Option<Child>,
+    },
+    /// A container of the `docker` driver, which a thread of the driver
+    /// starts and watches ([`super::docker`]).
+    Container {
+        /// Its name, `<task>-<alloc>`, by which it is signalled.
+        name: String,
+        /// Which start of the task it is: reports of an earlier one are
+        /// stale.
+        run: u64,
+        /// Its init's pid on the host and that pid's start time, once it
+        /// runs (0 until then).
+        pid: u32,
+        start_ticks: u64,
+        /// Set when it is to stop: a start on its way gives up.
+        stopping: Arc<AtomicBool>,
     },
 }
 
@@ -57,14 +75,16 @@ impl Handle {
     /// The task's pid on the host (0 while it has none yet).
     pub(super) fn pid(&self) -> u32 {
         match self {
-            Handle::Process { pid, .. } => *pid,
+            Handle::Process { pid, .. } | Handle::Container { pid, .. } => *pid,
         }
     }
 
     /// The start time of [`Handle::pid`] (0 while it has none yet).
     pub(super) fn start_ticks(&self) -> u64 {
         match self {
-            Handle::Process { start_ticks, .. } => *start_ticks,
+            Handle::Process { start_ticks, .. } | Handle::Container { start_ticks, .. } => {
+                *start_ticks
+            }
         }
     }
 
@@ -72,6 +92,7 @@ impl Handle {
     pub(super) fn describe(&self) -> String {
         match self {
             Handle::Process { pid, .. } => format!("pid {pid}"),
+            Handle::Container { name, .. } => format!("container {name}"),
         }
     }
 
@@ -81,10 +102,14 @@ impl Handle {
         matches!(self, Handle::Process { child: None, .. })
     }
 
-    /// Sends `signal` to the task.
-    pub(super) fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+    /// Sends `signal` to the task, which is to stop.
+    pub(super) fn signal(&self, signal: libc::c_int, docker: &mut Docker) -> io::Result<()> {
         match self {
             Handle::Process { pid, .. } => exec::signal_group(*pid, signal),
+            Handle::Container { name, stopping, .. } => {
+                docker.signal(name, signal, stopping);
+                Ok(())
+            }
         }
     }
 
@@ -104,6 +129,8 @@ impl Handle {
                 start_ticks,
                 child: None,
             } => (exec::start_ticks(*pid) != Some(*start_ticks)).then_some(Exit::Vanished),
+            // Its driver's thread reports its end.
+            Handle::Container { .. } => None,
         }
     }
 }
@@ -114,13 +141,24 @@ pub(super) enum Exit {
     Status(ExitStatus),
     /// An adopted process went away; its status is unknown.
     Vanished,
+    /// A container's exit code, and whether the OOM killer ended it.
+    Container {
+        code: i64,
+        oom_killed: bool,
+    },
+    /// The engine could not tell how the task ended.
+    Lost(String),
     /// It could not be started.
     StartFailed(String),
 }
 
 impl Exit {
     pub(super) fn success(&self) -> bool {
-        matches!(self, Exit::Status(s) if s.success())
+        match self {
+            Exit::Status(s) => s.success(),
+            Exit::Container { code, oom_killed } => *code == 0 && !oom_killed,
+            _ => false,
+        }
     }
 
     pub(super) fn describe(&self) -> String {
@@ -131,6 +169,11 @@ impl Exit {
                 (None, Some(signal)) => format!("killed by signal {signal}"),
                 _ => "exited".to_string(),
             },
+            Exit::Container {
+                oom_killed: true, ..
+            } => "killed by the OOM killer: it reached its memory limit".to_string(),
+            Exit::Container { code, .. } => format!("exited with status {code}"),
+            Exit::Lost(why) => format!("ended, how is unknown: {why}"),
             Exit::Vanished => "exited while the agent was not watching".to_string(),
             Exit::StartFailed(why) => format!("failed to start: {why}"),
         }

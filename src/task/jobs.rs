@@ -151,7 +151,7 @@ impl Allocs {
                     }
                 }
                 if let Some(docker) = &task.docker {
-                    check_docker(docker, &self.docker)
+                    check_docker(docker, &self.docker_settings)
                         .map_err(|e| invalid(format!("{what}: {e}")))?;
                 }
                 if let Some(user) = &task.user {

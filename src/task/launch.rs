@@ -17,8 +17,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::docker::{self, VolumeBind};
 use super::driver::Handle;
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
@@ -121,15 +124,19 @@ fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
     out
 }
 
+/// A task started: what runs it; for a plugin task, the spec the agent
+/// registers and its health timeout; what its events must say of the
+/// start.
+pub(super) struct Launched {
+    pub handle: Handle,
+    pub plugin: Option<(PluginSpec, Duration)>,
+    pub notes: Vec<String>,
+}
+
 impl Allocs {
-    /// Prepares the task dir, the environment and the mounts, and spawns
-    /// the task; for a plugin task, also the spec the agent registers.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn launch(
-        &mut self,
-        alloc: &Alloc,
-        i: usize,
-    ) -> Result<(Handle, Option<(PluginSpec, Duration)>), String> {
+    /// Prepares the task dir, the environment and the mounts, and starts
+    /// the task with its driver.
+    pub(super) fn launch(&mut self, alloc: &Alloc, i: usize) -> Result<Launched, String> {
         let spec = &alloc.group.tasks[i];
         let alloc_dir = self.alloc_dir(&alloc.id);
         let ctx = TaskContext {
@@ -139,12 +146,15 @@ impl Allocs {
             group: &alloc.group.name,
             task: &spec.name,
             alloc_dir: &alloc_dir,
-            own_root: spec.driver == Driver::Exec,
+            own_root: spec.driver != Driver::RawExec,
         };
         let task_dir = ctx.task_dir();
+        // A container's user is the image's to resolve.
         let user = match &spec.user {
-            Some(name) => Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?),
-            None => None,
+            Some(name) if spec.driver != Driver::Docker => {
+                Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
+            }
+            _ => None,
         };
         make_dir(&alloc_dir, 0o711)?;
         make_dir(&alloc_dir.join("alloc"), 0o755)?;
@@ -173,6 +183,7 @@ impl Allocs {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("config.args: {e}"))?;
         let mut mounts = Vec::new();
+        let mut binds = Vec::new();
         for vm in &spec.volume_mounts {
             let used = alloc
                 .volumes
@@ -186,18 +197,29 @@ impl Allocs {
             };
             let dest = interpolate(&vm.destination, &vars)
                 .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+            if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
+                make_shared(&source)?;
+            }
+            let read_only = vm.read_only || used.read_only;
+            if spec.driver == Driver::Docker {
+                binds.push(VolumeBind {
+                    block: !source.is_dir(),
+                    source,
+                    destination: dest,
+                    read_only,
+                    propagation: vm.propagation,
+                });
+                continue;
+            }
             let target = resolve_destination(&task_dir, &dest)
                 .and_then(|target| check_destination(&dest, &self.chroot_env).map(|()| target))
                 .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
             prepare_target(&task_dir, &dest, &target, source.is_dir())
                 .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
-            if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
-                make_shared(&source)?;
-            }
             mounts.push(DriverMount {
                 source,
                 target,
-                read_only: vm.read_only || used.read_only,
+                read_only,
                 propagation: vm.propagation,
             });
         }
@@ -228,9 +250,52 @@ impl Allocs {
                 propagation: Propagation::Bidirectional,
             });
         }
+        if let Some(config) = &spec.docker {
+            let run = self.docker.next_run();
+            let name = docker::container_name(&alloc.id, &spec.name);
+            let (container, notes) = docker::container_spec(docker::Inputs {
+                task: spec,
+                config,
+                vars: &vars,
+                env,
+                task_dir: &task_dir,
+                shared_dir: &alloc_dir.join("alloc"),
+                volumes: binds,
+                plugin_dirs,
+                labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
+                privileges: &self.privileges,
+                host_paths: self.docker_settings.volumes_enabled,
+            })?;
+            let stopping = Arc::new(AtomicBool::new(false));
+            self.docker.run(docker::Run {
+                alloc: alloc.id.clone(),
+                task: spec.name.clone(),
+                run,
+                name: name.clone(),
+                spec: container,
+                force_pull: config.force_pull,
+                auth: config.auth.as_ref().map(docker::auth),
+                stdout: task_dir.join("logs/stdout"),
+                stderr: task_dir.join("logs/stderr"),
+                stopping: stopping.clone(),
+            });
+            let handle = Handle::Container {
+                name,
+                run,
+                pid: 0,
+                start_ticks: 0,
+                stopping,
+            };
+            return Ok(Launched {
+                handle,
+                plugin,
+                notes,
+            });
+        }
         let host = MountInfo::read().map_err(|e| e.to_string())?;
         let (root, hide) = match spec.driver {
-            Driver::Exec => {
+            Driver::RawExec => (None, vec![self.control_socket.clone()]),
+            _ => {
                 let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
                 let root = RootPlan::new(
                     &task_dir,
@@ -241,13 +306,6 @@ impl Allocs {
                 );
                 root.prepare().map_err(|e| crate::error_chain(&e))?;
                 (Some(root), Vec::new())
-            }
-            // The host's root holds the control socket: cover it.
-            Driver::RawExec => (None, vec![self.control_socket.clone()]),
-            // The docker runtime starts containers through the engine, not
-            // here; until it lands, a docker task fails to start.
-            Driver::Docker => {
-                return Err("the docker driver cannot start tasks in this build yet".into())
             }
         };
         let launch = Launch {
@@ -263,7 +321,11 @@ impl Allocs {
             root,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
-        Ok((Handle::spawned(child), plugin))
+        Ok(Launched {
+            handle: Handle::spawned(child),
+            plugin,
+            notes: Vec::new(),
+        })
     }
 
     /// The whole environment of task `i` of `alloc`: the agent's variables
@@ -282,7 +344,7 @@ impl Allocs {
             group: &alloc.group.name,
             task: &spec.name,
             alloc_dir: &alloc_dir,
-            own_root: spec.driver == Driver::Exec,
+            own_root: spec.driver != Driver::RawExec,
         };
         let mut base = ctx.base();
         if let Some(csi) = &spec.csi_plugin {
@@ -298,8 +360,8 @@ impl Allocs {
 /// on the host (a raw_exec task).
 fn task_endpoint(task: &Task, csi: &CsiPlugin, socket_dir: &Path) -> String {
     let dir = match task.driver {
-        Driver::Exec | Driver::Docker => &csi.mount_dir,
         Driver::RawExec => socket_dir,
+        Driver::Exec | Driver::Docker => &csi.mount_dir,
     };
     format!("unix://{}", dir.join("csi.sock").display())
 }
@@ -350,7 +412,7 @@ pub(super) fn plugin_spec(
             alloc: alloc.id.clone(),
             task: spec.name.clone(),
         },
-        stage_publish_base_dir: (spec.driver == Driver::Exec)
+        stage_publish_base_dir: (spec.driver != Driver::RawExec)
             .then(|| csi.stage_publish_base_dir.clone()),
     };
     Ok(Some((registered, csi.health_timeout)))

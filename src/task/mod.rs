@@ -64,6 +64,7 @@
 //! | [`restart`] | the restart policy |
 
 pub mod calls;
+mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
@@ -87,6 +88,7 @@ use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
 use crate::spec::{ChrootEntry, DockerSettings, Group, HostVolume, Job, JobInputs};
+pub use docker::ContainerEvent;
 use restart::Window;
 
 /// How many events each task keeps.
@@ -313,8 +315,6 @@ pub struct Allocs {
     config_plugins: BTreeSet<String>,
     /// What exec tasks' roots are built from.
     chroot_env: Vec<ChrootEntry>,
-    /// What docker tasks may ask for (`privileged`, `volumes`).
-    docker: DockerSettings,
     jobs: BTreeMap<String, JobEntry>,
     allocs: BTreeMap<String, Alloc>,
     effects: Vec<PluginEffect>,
@@ -325,6 +325,13 @@ pub struct Allocs {
     max_kill_timeout: Duration,
     /// The node attributes tasks' `${...}` may name.
     node: BTreeMap<String, String>,
+    /// The `docker` driver: its engine and threads.
+    docker: docker::Docker,
+    /// The agent config's `docker` settings: the engine, and what docker
+    /// tasks may ask for (`privileged`, `volumes`).
+    docker_settings: DockerSettings,
+    /// What a privileged container can be given on this host.
+    privileges: docker::Privileges,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -342,7 +349,6 @@ impl Allocs {
             host_volumes: Vec::new(),
             config_plugins: BTreeSet::new(),
             chroot_env: crate::spec::AgentConfig::default().chroot_env(),
-            docker: DockerSettings::default(),
             jobs: BTreeMap::new(),
             allocs: BTreeMap::new(),
             effects: Vec::new(),
@@ -350,6 +356,9 @@ impl Allocs {
             jitter: SplitMix64::from_entropy(),
             max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
             node: BTreeMap::new(),
+            docker: docker::Docker::new(&DockerSettings::default().endpoint),
+            docker_settings: DockerSettings::default(),
+            privileges: docker::Privileges::of_this_process(),
         }
     }
 
@@ -414,7 +423,10 @@ impl Allocs {
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
         self.chroot_env = chroot_env;
-        self.docker = docker;
+        if docker.endpoint != self.docker_settings.endpoint {
+            self.docker.set_engine(&docker.endpoint);
+        }
+        self.docker_settings = docker;
     }
 
     /// Whether anything changed that the snapshot must keep.

@@ -1,8 +1,11 @@
 //! What the snapshot keeps of jobs and allocs, loading it back, and
 //! re-adopting the tasks that kept running while the agent was away.
 
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use super::docker;
 use super::driver::{Exit, Handle};
 use super::exec;
 use super::launch::plugin_spec;
@@ -12,9 +15,9 @@ use super::{
     UseState,
 };
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
-use crate::plugin::InstanceKey;
+use crate::plugin::{InstanceKey, PluginSpec};
 use crate::proto::state as pb;
-use crate::spec::{Job, JobInputs};
+use crate::spec::{Driver, Job, JobInputs};
 
 impl Allocs {
     pub fn jobs_to_proto(&self) -> Vec<pb::Job> {
@@ -194,6 +197,10 @@ impl Allocs {
                 let plugin_start = self
                     .task_environment(&alloc, i)
                     .and_then(|env| plugin_spec(&alloc, i, &env, &self.plugin_socket_dir(id)));
+                if alloc.group.tasks[i].driver == Driver::Docker {
+                    self.readopt_container(&mut alloc, i, plugin_start, now);
+                    continue;
+                }
                 let task = &mut alloc.tasks[i];
                 let recorded = task
                     .process
@@ -250,6 +257,65 @@ impl Allocs {
             }
         }
         self.allocs.insert(id.to_string(), alloc);
+    }
+
+    /// After a restart: a docker task that ran is watched again by its
+    /// container's name; the driver reports whether it still runs.
+    fn readopt_container(
+        &mut self,
+        alloc: &mut Alloc,
+        i: usize,
+        plugin_start: Result<Option<(PluginSpec, Duration)>, String>,
+        now: Instant,
+    ) {
+        let task = &mut alloc.tasks[i];
+        if task.state != TaskState::Running {
+            return;
+        }
+        let (pid, start_ticks) = task
+            .process
+            .as_ref()
+            .map_or((0, 0), |p| (p.handle.pid(), p.handle.start_ticks()));
+        let run = self.docker.next_run();
+        let name = docker::container_name(&alloc.id, &task.name);
+        task.process = Some(Process {
+            handle: Handle::Container {
+                name: name.clone(),
+                run,
+                pid,
+                start_ticks,
+                stopping: Arc::new(AtomicBool::new(false)),
+            },
+            signal_at: None,
+            kill_at: None,
+            killed: false,
+        });
+        let logs = self.alloc_dir(&alloc.id).join(&task.name).join("logs");
+        self.docker.adopt(
+            &alloc.id,
+            &task.name,
+            run,
+            &name,
+            [logs.join("stdout"), logs.join("stderr")],
+        );
+        match (&mut task.plugin, plugin_start) {
+            (Some(plugin), Ok(Some((spec, health_timeout)))) => {
+                plugin.healthy = false;
+                plugin.deadline = Some(now + health_timeout);
+                self.effects.push(PluginEffect::Start {
+                    alloc: alloc.id.clone(),
+                    task: task.name.clone(),
+                    spec,
+                    health_timeout,
+                });
+            }
+            (Some(_), Err(err)) => log::error!(
+                "Alloc {}: cannot watch the plugin of task {}: {err}",
+                alloc.id,
+                task.name
+            ),
+            _ => {}
+        }
     }
 }
 

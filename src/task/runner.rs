@@ -236,7 +236,7 @@ impl Allocs {
                     );
                     return true;
                 }
-                let _ = p.handle.signal(signal.number());
+                let _ = p.handle.signal(signal.number(), &mut self.docker);
                 p.kill_at = Some(now + timeout);
                 task.event(
                     "killing",
@@ -324,7 +324,7 @@ impl Allocs {
             let task = &mut alloc.tasks[i];
             let Some(p) = &mut task.process else { continue };
             if p.signal_at.is_some_and(|at| at <= now) {
-                let _ = p.handle.signal(signal.number());
+                let _ = p.handle.signal(signal.number(), &mut self.docker);
                 p.signal_at = None;
                 p.kill_at = Some(now + kill_timeout);
                 task.event(
@@ -338,7 +338,7 @@ impl Allocs {
                 continue;
             }
             if p.kill_at.is_some_and(|at| at <= now) {
-                let _ = p.handle.signal(libc::SIGKILL);
+                let _ = p.handle.signal(libc::SIGKILL, &mut self.docker);
                 p.kill_at = None;
                 p.killed = true;
                 task.event("killed", "sent SIGKILL: the task outlived its kill_timeout");
@@ -357,7 +357,7 @@ impl Allocs {
                     plugin.key.plugin_id
                 );
                 log::warn!("Alloc {}: task {}: {message}", alloc.id, task.name);
-                let _ = p.handle.signal(signal.number());
+                let _ = p.handle.signal(signal.number(), &mut self.docker);
                 p.kill_at = Some(now + kill_timeout);
                 task.event("plugin", message);
                 changed = true;
@@ -369,9 +369,14 @@ impl Allocs {
     /// Starts task `i` of `alloc`; a failure to start counts as an exit.
     fn start_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) {
         match self.launch(alloc, i) {
-            Ok((handle, spec)) => {
-                let what = handle.describe();
+            Ok(launched) => {
+                let what = launched.handle.describe();
+                let handle = launched.handle;
+                let spec = launched.plugin;
                 let task = &mut alloc.tasks[i];
+                for note in launched.notes {
+                    task.event("driver", note);
+                }
                 task.process = Some(Process {
                     handle,
                     signal_at: None,

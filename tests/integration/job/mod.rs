@@ -17,13 +17,14 @@ use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
 use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
+mod containers;
 mod docker;
 mod json;
 mod lifecycle;
 pub(crate) mod root;
 mod variables;
 
-const PLUGIN_ID: &str = "hp";
+pub(crate) const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
 const USAGE_RO: &str = "ro-file-system-single-node-writer";
 
@@ -314,7 +315,7 @@ fn processes_with_env(matches: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     pids
 }
 
-const VOLUME: &str = r#"
+pub(crate) const VOLUME: &str = r#"
 id        = "v1"
 name      = "v1"
 type      = "csi"

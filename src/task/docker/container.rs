@@ -1,0 +1,405 @@
+//! A docker task as the container the engine is asked to create: its
+//! `config`, with `${...}` taken in; the task's dirs at Nomad's paths
+//! (`/alloc`, `/local`, `/secrets`); the claimed volumes at their
+//! destinations, with their propagation (a block volume as a device); a
+//! plugin's two dirs (its socket dir at `mount_dir`, the agent's
+//! `csi/<plugin>` at `stage_publish_base_dir`, both `rshared`, so what it
+//! mounts there reaches the host); its resources as Nomad maps them
+//! (`memory` the hard limit, or the reservation under `memory_max`; `cpu`
+//! the CPU shares).
+//!
+//! `privileged = true` on a host where the agent itself lacks some
+//! capability (it runs in a container or a sandbox) is refused by the
+//! engine ("unable to apply caps"). The agent then grants what a
+//! privileged container needs and it holds: every capability of its
+//! bounding set that the engine knows, all devices (the host's `/dev` and
+//! a device rule for all), the host's `/sys`, and unconfined seccomp and
+//! AppArmor; and the task's events say so ([`Privileges`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::docker::{ContainerSpec, Device, Mount};
+use crate::mount::Propagation;
+use crate::spec::{BindPropagation, DockerConfig, DockerMountType, Task};
+use crate::task::env::interpolate;
+use crate::task::root::PluginDir;
+
+/// The capabilities by number, as the engine names them; the engines of
+/// Debian 12 (20.10) know these, and refuse the later ones (`PERFMON`,
+/// `BPF`, `CHECKPOINT_RESTORE`).
+const CAPABILITIES: [&str; 38] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+];
+
+/// What a privileged container can be given here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Privileges {
+    /// The agent holds every capability: the engine's privileged mode.
+    Full,
+    /// The agent's bounding set lacks these: privileges are granted one
+    /// by one, from what it holds.
+    Bounded {
+        held: Vec<String>,
+        lacked: Vec<String>,
+    },
+}
+
+impl Privileges {
+    /// What this process may grant: its bounding set
+    /// (`/proc/self/status`) against every capability the kernel has.
+    pub fn of_this_process() -> Privileges {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let bounding = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapBnd:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0);
+        let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(CAPABILITIES.len() as u32 - 1);
+        Privileges::from_bounding_set(bounding, last)
+    }
+
+    /// From the bounding set's mask and the kernel's last capability.
+    fn from_bounding_set(bounding: u64, last: u32) -> Privileges {
+        let all = (0..=last.min(63)).fold(0u64, |mask, bit| mask | 1 << bit);
+        if bounding & all == all {
+            return Privileges::Full;
+        }
+        let (mut held, mut lacked) = (Vec::new(), Vec::new());
+        for (bit, name) in CAPABILITIES.iter().enumerate() {
+            if bit as u32 > last {
+                break;
+            }
+            match bounding & (1 << bit) != 0 {
+                true => held.push(name.to_string()),
+                false => lacked.push(name.to_string()),
+            }
+        }
+        Privileges::Bounded { held, lacked }
+    }
+}
+
+/// A claimed volume, as a docker task gets it.
+pub(in crate::task) struct VolumeBind {
+    /// The publish path (or a host volume's dir) on the host.
+    pub source: PathBuf,
+    /// Where it appears in the container (interpolated).
+    pub destination: String,
+    pub read_only: bool,
+    pub propagation: Propagation,
+    /// A block volume: a device file, not a bind.
+    pub block: bool,
+}
+
+/// Everything a docker task's container is made of.
+pub(in crate::task) struct Inputs<'a> {
+    pub task: &'a Task,
+    pub config: &'a DockerConfig,
+    /// What `${...}` may name.
+    pub vars: &'a BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    /// `data_dir/alloc/<alloc>/<task>`.
+    pub task_dir: &'a Path,
+    /// `data_dir/alloc/<alloc>/alloc`, the group's shared dir.
+    pub shared_dir: &'a Path,
+    pub volumes: Vec<VolumeBind>,
+    pub plugin_dirs: Vec<PluginDir>,
+    pub labels: BTreeMap<String, String>,
+    pub privileges: &'a Privileges,
+    /// The agent config's `volumes { enabled }`: host paths outside the
+    /// task dir may be bound.
+    pub host_paths: bool,
+}
+
+/// The container to create for a task, and what the task's events must
+/// say about it.
+pub(in crate::task) fn container_spec(
+    inputs: Inputs<'_>,
+) -> Result<(ContainerSpec, Vec<String>), String> {
+    let config = inputs.config;
+    let text = |what: &str, value: &str| {
+        interpolate(value, inputs.vars).map_err(|e| format!("config.{what}: {e}"))
+    };
+    let list = |what: &str, values: &[String]| -> Result<Vec<String>, String> {
+        values.iter().map(|v| text(what, v)).collect()
+    };
+    let optional = |what: &str, value: &Option<String>| -> Result<Option<String>, String> {
+        value.as_deref().map(|v| text(what, v)).transpose()
+    };
+    let mut notes = Vec::new();
+    // `command` and `args` (or `args` alone, after the image's
+    // entrypoint), as Nomad's driver builds the command.
+    let mut cmd = optional("command", &config.command)?
+        .into_iter()
+        .collect::<Vec<_>>();
+    cmd.extend(list("args", &config.args)?);
+    let mut spec = ContainerSpec {
+        image: text("image", &config.image)?,
+        entrypoint: (!config.entrypoint.is_empty())
+            .then(|| list("entrypoint", &config.entrypoint))
+            .transpose()?,
+        cmd,
+        env: inputs.env,
+        work_dir: optional("work_dir", &config.work_dir)?,
+        user: inputs.task.user.clone(),
+        hostname: optional("hostname", &config.hostname)?,
+        labels: BTreeMap::new(),
+        privileged: false,
+        cap_add: config.cap_add.clone(),
+        cap_drop: config.cap_drop.clone(),
+        security_opt: config.security_opt.clone(),
+        network_mode: (!config.network_mode.is_empty()).then(|| config.network_mode.clone()),
+        ipc_mode: config.ipc_mode.clone().filter(|m| !m.is_empty()),
+        pid_mode: config.pid_mode.clone().filter(|m| !m.is_empty()),
+        devices: Vec::new(),
+        device_cgroup_rules: Vec::new(),
+        mounts: Vec::new(),
+        memory: None,
+        memory_reservation: None,
+        cpu_shares: None,
+        ports: Vec::new(),
+        init: config.init,
+    };
+    for (key, value) in &config.labels {
+        spec.labels.insert(key.clone(), text("labels", value)?);
+    }
+    // Ours last: a task's labels cannot pass for the agent's.
+    spec.labels.extend(inputs.labels);
+    // The task's dirs at Nomad's paths.
+    for (source, target) in [
+        (inputs.shared_dir.to_path_buf(), "/alloc"),
+        (inputs.task_dir.join("local"), "/local"),
+        (inputs.task_dir.join("secrets"), "/secrets"),
+    ] {
+        spec.mounts.push(bind(source, target, false, None));
+    }
+    for mount in &config.mounts {
+        let target = text("mount.target", &mount.target)?;
+        spec.mounts.push(match mount.mount_type {
+            DockerMountType::Bind => {
+                let source = host_path(
+                    inputs.task_dir,
+                    &text("mount.source", &mount.source)?,
+                    inputs.host_paths,
+                )
+                .map_err(|e| format!("config.mount {target:?}: {e}"))?;
+                let propagation = mount.propagation.map(propagation_name);
+                bind(source, &target, mount.readonly, propagation)
+            }
+            DockerMountType::Tmpfs => Mount::Tmpfs {
+                target,
+                size: mount.tmpfs_size,
+                mode: mount.tmpfs_mode.map(|m| m as u32),
+            },
+            DockerMountType::Volume => Mount::Volume {
+                source: text("mount.source", &mount.source)?,
+                target,
+                read_only: mount.readonly,
+            },
+        });
+    }
+    for volume in &config.volumes {
+        let target = text("volumes", &volume.target)?;
+        let source = host_path(
+            inputs.task_dir,
+            &text("volumes", &volume.source)?,
+            inputs.host_paths,
+        )
+        .map_err(|e| format!("config.volumes {target:?}: {e}"))?;
+        let read_only = volume.mode.iter().any(|m| m == "ro");
+        let propagation = volume
+            .mode
+            .iter()
+            .find(|m| m.ends_with("private") || m.ends_with("slave") || m.ends_with("shared"))
+            .cloned();
+        spec.mounts
+            .push(bind(source, &target, read_only, propagation));
+    }
+    for device in &config.devices {
+        spec.devices.push(Device {
+            host_path: device.host_path.clone(),
+            container_path: device.container_path.clone(),
+            permissions: device.cgroup_permissions.clone(),
+        });
+    }
+    for volume in inputs.volumes {
+        if volume.block {
+            spec.devices.push(Device {
+                host_path: volume.source.display().to_string(),
+                container_path: volume.destination,
+                permissions: if volume.read_only { "r" } else { "rw" }.to_string(),
+            });
+            continue;
+        }
+        let propagation = match volume.propagation {
+            Propagation::Private => "rprivate",
+            Propagation::HostToTask => "rslave",
+            Propagation::Bidirectional => "rshared",
+        };
+        spec.mounts.push(bind(
+            volume.source,
+            &volume.destination,
+            volume.read_only,
+            Some(propagation.to_string()),
+        ));
+    }
+    for dir in inputs.plugin_dirs {
+        let target = dir.destination.display().to_string();
+        spec.mounts
+            .push(bind(dir.source, &target, false, Some("rshared".into())));
+    }
+    if let Some(resources) = &inputs.task.resources {
+        let mib = |m: u64| m * 1024 * 1024;
+        let max = resources.memory_max.or(config.memory_hard_limit);
+        match (resources.memory, max) {
+            (Some(memory), Some(max)) if max > memory => {
+                spec.memory = Some(mib(max));
+                spec.memory_reservation = Some(mib(memory));
+            }
+            (Some(memory), _) => spec.memory = Some(mib(memory)),
+            (None, max) => spec.memory = max.map(mib),
+        }
+        spec.cpu_shares = resources.cpu;
+    }
+    if config.privileged {
+        match inputs.privileges {
+            Privileges::Full => spec.privileged = true,
+            Privileges::Bounded { held, lacked } => {
+                spec.cap_add = held.clone();
+                spec.security_opt.extend([
+                    "seccomp=unconfined".to_string(),
+                    "apparmor=unconfined".to_string(),
+                ]);
+                spec.device_cgroup_rules.push("a *:* rwm".to_string());
+                spec.mounts
+                    .push(bind("/dev".into(), "/dev", false, Some("rslave".into())));
+                spec.mounts
+                    .push(bind("/sys".into(), "/sys", false, Some("rslave".into())));
+                notes.push(format!(
+                    "privileged: this agent lacks {} in its bounding set, so the engine's privileged mode would fail; granted instead every capability the agent holds, all devices, the host's /dev and /sys, and unconfined seccomp and AppArmor",
+                    lacked.join(", ")
+                ));
+            }
+        }
+    }
+    Ok((spec, notes))
+}
+
+/// A host path of the task's: relative ones are in the task dir; others
+/// need the agent config's `volumes { enabled = true }`, as in Nomad.
+fn host_path(task_dir: &Path, path: &str, host_paths: bool) -> Result<PathBuf, String> {
+    let path = Path::new(path);
+    if path.is_relative() {
+        let joined = task_dir.join(path);
+        if path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(format!("{} leaves the task dir", path.display()));
+        }
+        return Ok(joined);
+    }
+    match host_paths {
+        true => Ok(path.to_path_buf()),
+        false => Err(format!(
+            "host path {} is outside the task dir, and the agent config's docker volumes are disabled (set `volumes {{ enabled = true }}`)",
+            path.display()
+        )),
+    }
+}
+
+fn bind(source: PathBuf, target: &str, read_only: bool, propagation: Option<String>) -> Mount {
+    Mount::Bind {
+        source: source.display().to_string(),
+        target: target.to_string(),
+        read_only,
+        propagation,
+    }
+}
+
+fn propagation_name(p: BindPropagation) -> String {
+    p.as_str().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_bounding_set_is_full_privilege() {
+        assert_eq!(
+            Privileges::from_bounding_set(0x1ff_ffff_ffff, 40),
+            Privileges::Full
+        );
+    }
+
+    #[test]
+    fn a_lacking_bounding_set_grants_what_it_holds() {
+        // This sandbox's: every capability but SYS_RESOURCE (24).
+        let Privileges::Bounded { held, lacked } =
+            Privileges::from_bounding_set(0x1ff_feff_ffff, 40)
+        else {
+            panic!("not full");
+        };
+        assert_eq!(lacked, ["SYS_RESOURCE"]);
+        assert!(held.contains(&"SYS_ADMIN".to_string()));
+        assert!(held.contains(&"AUDIT_READ".to_string()));
+        assert_eq!(held.len(), CAPABILITIES.len() - 1);
+    }
+
+    #[test]
+    fn host_paths_stay_in_the_task_dir_unless_allowed() {
+        let dir = Path::new("/data/alloc/a/t");
+        assert_eq!(
+            host_path(dir, "local/x", false).unwrap(),
+            dir.join("local/x")
+        );
+        assert!(host_path(dir, "../x", false)
+            .unwrap_err()
+            .contains("leaves the task dir"));
+        assert!(host_path(dir, "/etc", false)
+            .unwrap_err()
+            .contains("volumes"));
+        assert_eq!(host_path(dir, "/etc", true).unwrap(), Path::new("/etc"));
+    }
+}
