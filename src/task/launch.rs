@@ -242,7 +242,13 @@ impl Allocs {
             plugin_dirs.push(PluginDir {
                 source: socket_dir.clone(),
                 destination: p.mount_dir.clone(),
-                propagation: Propagation::Bidirectional,
+                // A socket crosses a bind whatever its propagation; the
+                // engine refuses a shared bind of a dir on a private
+                // mount, which the socket dir may well be.
+                propagation: match spec.driver {
+                    Driver::Docker => Propagation::Private,
+                    _ => Propagation::Bidirectional,
+                },
             });
             plugin_dirs.push(PluginDir {
                 source: root.join(&p.id),

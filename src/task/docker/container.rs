@@ -271,22 +271,18 @@ pub(in crate::task) fn container_spec(
             });
             continue;
         }
-        let propagation = match volume.propagation {
-            Propagation::Private => "rprivate",
-            Propagation::HostToTask => "rslave",
-            Propagation::Bidirectional => "rshared",
-        };
         spec.mounts.push(bind(
             volume.source,
             &volume.destination,
             volume.read_only,
-            Some(propagation.to_string()),
+            Some(propagation(volume.propagation).to_string()),
         ));
     }
     for dir in inputs.plugin_dirs {
         let target = dir.destination.display().to_string();
+        let propagation = propagation(dir.propagation).to_string();
         spec.mounts
-            .push(bind(dir.source, &target, false, Some("rshared".into())));
+            .push(bind(dir.source, &target, false, Some(propagation)));
     }
     if let Some(resources) = &inputs.task.resources {
         let mib = |m: u64| m * 1024 * 1024;
@@ -311,10 +307,11 @@ pub(in crate::task) fn container_spec(
                     "apparmor=unconfined".to_string(),
                 ]);
                 spec.device_cgroup_rules.push("a *:* rwm".to_string());
-                spec.mounts
-                    .push(bind("/dev".into(), "/dev", false, Some("rslave".into())));
-                spec.mounts
-                    .push(bind("/sys".into(), "/sys", false, Some("rslave".into())));
+                // Private binds: the engine refuses a slave of a mount
+                // that is not shared, and a device node made later on the
+                // host is in the same devtmpfs anyway.
+                spec.mounts.push(bind("/dev".into(), "/dev", false, None));
+                spec.mounts.push(bind("/sys".into(), "/sys", false, None));
                 notes.push(format!(
                     "privileged: this agent lacks {} in its bounding set, so the engine's privileged mode would fail; granted instead every capability the agent holds, all devices, the host's /dev and /sys, and unconfined seccomp and AppArmor",
                     lacked.join(", ")
@@ -354,6 +351,15 @@ fn bind(source: PathBuf, target: &str, read_only: bool, propagation: Option<Stri
         target: target.to_string(),
         read_only,
         propagation,
+    }
+}
+
+/// The engine's name of a propagation: recursive, as Nomad asks for.
+fn propagation(p: Propagation) -> &'static str {
+    match p {
+        Propagation::Private => "rprivate",
+        Propagation::HostToTask => "rslave",
+        Propagation::Bidirectional => "rshared",
     }
 }
 

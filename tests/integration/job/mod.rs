@@ -329,7 +329,7 @@ capability {
 
 /// A consumer job: one task running `script` under `sh -c`, with the
 /// volume `v1` mounted at `/data`.
-fn consumer(name: &str, script: &str, mount: &str, volume_read_only: bool) -> String {
+pub(crate) fn consumer(name: &str, script: &str, mount: &str, volume_read_only: bool) -> String {
     format!(
         r#"
 job "{name}" {{
