@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
@@ -47,6 +47,10 @@ pub(super) const LABEL_AGENT: &str = "csi-agent.data_dir";
 pub(super) const LABEL_ALLOC: &str = "csi-agent.alloc";
 pub(super) const LABEL_JOB: &str = "csi-agent.job";
 pub(super) const LABEL_TASK: &str = "csi-agent.task";
+
+/// How long after a container's SIGKILL exit the engine may still learn
+/// that the OOM killer sent it.
+const OOM_NEWS: Duration = Duration::from_secs(2);
 
 /// What happened to a task's container, for the main loop.
 #[derive(Debug)]
@@ -383,7 +387,18 @@ fn watch(engine: &Engine, id: &str, logs: &[PathBuf; 2], since: i64) -> Exit {
 
 /// The exit of stopped container `id`, which is then removed.
 fn finish(engine: &Engine, id: &str) -> Exit {
-    let exit = match engine.inspect(id) {
+    let mut inspected = engine.inspect(id);
+    // The engine hears of an OOM kill from the cgroup, which may come
+    // after the exit that ended the wait: a container killed by SIGKILL
+    // is looked at again for a while before it is said not to be one.
+    let deadline = Instant::now() + OOM_NEWS;
+    while matches!(&inspected, Ok(Some(c)) if c.exit_code == 137 && !c.oom_killed)
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(20));
+        inspected = engine.inspect(id);
+    }
+    let exit = match inspected {
         Ok(Some(c)) => Exit::Container {
             code: c.exit_code,
             oom_killed: c.oom_killed,

@@ -265,3 +265,129 @@ fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
     rig.stop("plugin");
     assert!(containers_of(&dockerd, &rig).is_empty());
 }
+
+/// The recent events of the alloc's first task, as `job status` prints
+/// them.
+fn job_text(rig: &Rig, job: &str) -> String {
+    rig.ok(&["job", "status", job])
+}
+
+#[test]
+fn a_missing_image_fails_the_task_with_the_engines_reason_and_leaves_nothing() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    let rig = rig(&dockerd, "");
+    let job = script_job("m", "batch", "true", "").replace(BUSYBOX, "csi-test/missing:1");
+    rig.run_job("m.hcl", &job);
+    let status = rig.wait_job("m", "the task to fail", |j| {
+        j.allocs.iter().all(|a| a.status == "failed")
+    });
+    let events = job_text(&rig, "m");
+    assert!(
+        events.contains("image csi-test/missing:1 is not present and cannot be pulled"),
+        "{events}"
+    );
+    assert!(
+        events.contains("pulling image csi-test/missing:1"),
+        "{events}"
+    );
+    assert!(
+        status.allocs[0].message.contains("task \"t\" failed"),
+        "{status:#?}"
+    );
+    assert!(containers_of(&dockerd, &rig).is_empty());
+}
+
+#[test]
+fn a_container_over_its_memory_limit_is_named_oom_killed_and_follows_its_policy() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    // The hog waits a moment: the engine watches the cgroup for OOM only
+    // once the container has started.
+    let hog = "sleep 0.5; x=$(head -c 64m /dev/zero | tr '\\0' a); echo survived";
+    let resources = "      resources {\n        memory = 8\n      }\n";
+    rig.run_job("h.hcl", &script_job("h", "batch", hog, resources));
+    rig.wait_job("h", "the hog to fail", |j| {
+        j.allocs.iter().all(|a| a.status == "failed")
+    });
+    let events = job_text(&rig, "h");
+    assert!(
+        events.contains("killed by the OOM killer: it reached its memory limit"),
+        "{events}\n{}",
+        dockerd.log()
+    );
+}
+
+#[test]
+fn an_agent_killed_and_restarted_re_adopts_its_container_and_removes_strays() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let mut rig = rig(&dockerd, "");
+    let allocs = rig.run_job(
+        "s.hcl",
+        &script_job("s", "service", "echo up; exec sleep 1000", ""),
+    );
+    let name = format!("t-{}", allocs[0]);
+    let engine = dockerd.engine();
+    let first = wait_container(&engine, &name);
+    rig.wait_running("s", &allocs[0]);
+    // A container of this agent that no task has (an alloc it forgot).
+    let stray = csi_agent::docker::ContainerSpec {
+        image: BUSYBOX.into(),
+        cmd: vec!["sleep".into(), "1000".into()],
+        labels: [(
+            "csi-agent.data_dir".to_string(),
+            rig.agent.data_dir.display().to_string(),
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let stray = engine.create("t-00000000", &stray).unwrap();
+    engine.start(&stray).unwrap();
+    rig.agent.sigkill();
+    rig.agent.restart();
+    rig.wait_job("s", "the container to be re-adopted", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    let again = engine.inspect(&name).unwrap().expect("the container runs");
+    assert_eq!(again.id, first.id, "a second container was started");
+    assert!(again.running);
+    let start = Instant::now();
+    while engine.inspect(&stray).unwrap().is_some() {
+        assert!(
+            start.elapsed() < WAIT,
+            "the stray container was not removed"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    // Its output after the restart still reaches the logs, and a stop
+    // stops and removes it.
+    rig.stop("s");
+    assert!(engine.inspect(&name).unwrap().is_none());
+    let stdout = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
+    assert!(stdout.contains("up"), "{stdout}");
+}
+
+/// Waits until container `name` runs; it.
+fn wait_container(engine: &csi_agent::docker::Engine, name: &str) -> csi_agent::docker::Container {
+    let start = Instant::now();
+    loop {
+        if let Some(c) = engine.inspect(name).unwrap().filter(|c| c.running) {
+            return c;
+        }
+        assert!(start.elapsed() < WAIT, "container {name} never ran");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
