@@ -8,9 +8,11 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use csi_agent::mount::MountInfo;
+
 use super::{Rig, PLUGIN_ID, VOLUME};
 use crate::dockerd::{busybox_rootfs, require_docker, Dockerd};
-use crate::harness::{healthy, WAIT};
+use crate::harness::{healthy, unhealthy, WAIT};
 use crate::util::{bin, NODE};
 
 /// The image of the test's busybox.
@@ -190,8 +192,9 @@ job "{name}" {{
     )
 }
 
-/// A rig whose plugin `hp` runs from its image, with volume `v1`.
-fn plugin_rig(dockerd: &Dockerd) -> Rig {
+/// A rig whose plugin `hp` runs from its image, with volume `v1`: one
+/// monolith job, or a controller job and a node job.
+fn plugin_rig(dockerd: &Dockerd, split: bool) -> Rig {
     dockerd.busybox_image(BUSYBOX);
     hostpath_image(dockerd);
     let rig = rig(
@@ -199,17 +202,34 @@ fn plugin_rig(dockerd: &Dockerd) -> Rig {
         "  allow_privileged = true\n  volumes {\n    enabled = true\n  }\n",
     );
     fs::create_dir_all(&rig.backing).unwrap();
-    let allocs = rig.run_job(
-        "plugin.hcl",
-        &hostpath_container_job(&rig, "plugin", "monolith"),
-    );
+    let jobs: &[(&str, &str)] = match split {
+        false => &[("plugin", "monolith")],
+        true => &[("controller", "controller"), ("nodes", "node")],
+    };
+    let mut allocs = Vec::new();
+    for (job, mode) in jobs {
+        let file = format!("{job}.hcl");
+        let alloc = rig.run_job(&file, &hostpath_container_job(&rig, job, mode));
+        allocs.push((job.to_string(), alloc[0].clone()));
+    }
     let start = Instant::now();
-    while !rig.agent.try_plugin(PLUGIN_ID).is_ok_and(|p| healthy(&p)) {
+    let ready = || match split {
+        false => rig.agent.try_plugin(PLUGIN_ID).is_ok_and(|p| healthy(&p)),
+        true => rig
+            .agent
+            .try_plugin_status(PLUGIN_ID)
+            .is_ok_and(|s| s.controllers_healthy == 1 && s.nodes_healthy == 1),
+    };
+    while !ready() {
         if start.elapsed() > WAIT {
+            let mut why = String::new();
+            for (job, alloc) in &allocs {
+                why += &rig.ok(&["job", "status", job]);
+                why += "--- its stderr ---\n";
+                why += &rig.ok(&["alloc", "logs", "-stderr", alloc, "plugin"]);
+            }
             panic!(
-                "plugin {PLUGIN_ID} is not healthy after {WAIT:?}\n{}\n--- its stderr ---\n{}\n--- the engine's log ---\n{}",
-                rig.ok(&["job", "status", "plugin"]),
-                rig.ok(&["alloc", "logs", "-stderr", &allocs[0], "plugin"]),
+                "plugin {PLUGIN_ID} is not healthy after {WAIT:?}\n{why}\n--- the engine's log ---\n{}",
                 dockerd.log(),
             );
         }
@@ -221,26 +241,30 @@ fn plugin_rig(dockerd: &Dockerd) -> Rig {
     rig
 }
 
-#[test]
-fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
-    if !require_docker() {
-        return;
-    }
-    let dockerd = Dockerd::start();
-    let rig = plugin_rig(&dockerd);
-    // A container writes through its volume_mount...
-    rig.run_job(
-        "c.hcl",
-        &container_consumer("c", "echo from-container > /data/c.txt"),
-    );
-    let status = rig.wait_job("c", "the container consumer to finish", |j| {
+/// Runs the container consumer `name` writing `text` to `/data/<name>`,
+/// and waits until it is done and its claim released.
+fn write_through_a_container(rig: &Rig, name: &str, text: &str) {
+    let script = format!("echo {text} > /data/{name}");
+    rig.run_job(&format!("{name}.hcl"), &container_consumer(name, &script));
+    let status = rig.wait_job(name, "the container consumer to finish", |j| {
         j.allocs
             .iter()
             .all(|a| a.status == "complete" || a.status == "failed")
     });
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     rig.wait_released(&status.allocs[0].id);
-    let backing_file = rig.backing.join("volumes/v1/c.txt");
+}
+
+#[test]
+fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    let rig = plugin_rig(&dockerd, false);
+    // A container writes through its volume_mount...
+    write_through_a_container(&rig, "c", "from-container");
+    let backing_file = rig.backing.join("volumes/v1/c");
     assert_eq!(
         fs::read_to_string(&backing_file).unwrap(),
         "from-container\n"
@@ -248,7 +272,7 @@ fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
     // ...and an exec task reads it through its own.
     rig.run_job(
         "e.hcl",
-        &super::consumer("e", "cat /data/c.txt > /data/e.txt", "", false),
+        &super::consumer("e", "cat /data/c > /data/e.txt", "", false),
     );
     let status = rig.wait_job("e", "the exec consumer to finish", |j| {
         j.allocs
@@ -264,6 +288,74 @@ fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
     rig.wait_no_mounts_left();
     rig.stop("plugin");
     assert!(containers_of(&dockerd, &rig).is_empty());
+}
+
+#[test]
+fn a_controller_and_a_node_plugin_from_images_make_one_plugin() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    let rig = plugin_rig(&dockerd, true);
+    let status = rig.agent.try_plugin_status(PLUGIN_ID).unwrap();
+    assert_eq!(
+        (status.controllers_healthy, status.nodes_healthy),
+        (1, 1),
+        "{status:#?}"
+    );
+    write_through_a_container(&rig, "c", "split");
+    assert_eq!(
+        fs::read_to_string(rig.backing.join("volumes/v1/c")).unwrap(),
+        "split\n"
+    );
+    rig.wait_no_mounts_left();
+    rig.stop("nodes");
+    rig.stop("controller");
+    assert!(containers_of(&dockerd, &rig).is_empty());
+}
+
+#[test]
+fn a_plugin_container_killed_behind_the_agents_back_is_restarted_and_claims_hold() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    let rig = plugin_rig(&dockerd, false);
+    // A service that holds its claim while the plugin dies.
+    let holder = container_consumer("hold", "echo held > /data/h; exec sleep 1000")
+        .replace("type = \"batch\"", "type = \"service\"");
+    let held = rig.run_job("hold.hcl", &holder);
+    rig.wait_running("hold", &held[0]);
+    let publish = rig.publish_path(&held[0], "rw-file-system-single-node-writer");
+    let engine = dockerd.engine();
+    let plugin = engine
+        .list("csi-agent.job=plugin")
+        .unwrap()
+        .pop()
+        .expect("the plugin's container");
+    engine.kill(&plugin.id, "SIGKILL").unwrap();
+    rig.agent.wait_for(PLUGIN_ID, unhealthy, WAIT);
+    rig.agent.wait_for(PLUGIN_ID, healthy, WAIT);
+    let restarted = wait_container(&engine, &plugin.name);
+    assert_ne!(restarted.id, plugin.id, "the plugin was not restarted");
+    // The claim held: still claimed, still mounted, still written through.
+    let volumes = rig.client().volume_status("v1", false).unwrap().volumes;
+    assert!(
+        volumes[0].claims.iter().any(|c| c.alloc_id == held[0]),
+        "{volumes:#?}"
+    );
+    assert!(
+        MountInfo::read().unwrap().get(&publish).is_some(),
+        "{} is not mounted",
+        publish.display()
+    );
+    assert_eq!(
+        fs::read_to_string(rig.backing.join("volumes/v1/h")).unwrap(),
+        "held\n"
+    );
+    rig.stop("hold");
+    rig.wait_no_mounts_left();
+    rig.stop("plugin");
 }
 
 /// The recent events of the alloc's first task, as `job status` prints
