@@ -126,14 +126,18 @@ impl Engine {
 
     /// `POST /images/create?fromSrc=-&repo=&tag=`: makes an image `tag`
     /// (`repo:tag`, `latest` if it names none) of a tarball of a root
-    /// filesystem, offline.
-    pub fn import(&self, tag: &str, tarball: Vec<u8>) -> Result<(), Error> {
+    /// filesystem, offline; `changes` are Dockerfile instructions applied
+    /// to it (`ENTRYPOINT ["/x"]`, `CMD ...`, `ENV K=v`).
+    pub fn import(&self, tag: &str, tarball: Vec<u8>, changes: &[&str]) -> Result<(), Error> {
         let (repo, tag) = split_reference(tag);
-        let target = format!(
+        let mut target = format!(
             "/images/create?fromSrc=-&repo={}&tag={}",
             encode(repo),
             encode(tag)
         );
+        for change in changes {
+            target.push_str(&format!("&changes={}", encode(change)));
+        }
         let mut request = Engine::request("POST", &target);
         request.body = Some(("application/x-tar", tarball));
         match self.progress(&request)? {

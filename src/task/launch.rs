@@ -269,6 +269,7 @@ impl Allocs {
                 volumes: binds,
                 plugin_dirs,
                 labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
+                network: alloc.group.network.as_ref(),
                 privileges: &self.privileges,
                 host_paths: self.docker_settings.volumes_enabled,
             })?;

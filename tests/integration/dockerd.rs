@@ -149,6 +149,12 @@ impl Dockerd {
     /// Makes image `tag` of the directory `rootfs`, offline: its tarball
     /// (`tar -C rootfs -c .`) imported through our own client.
     pub fn import_image(&self, tag: &str, rootfs: &Path) {
+        self.import_image_with(tag, rootfs, &[]);
+    }
+
+    /// Like [`Dockerd::import_image`], with Dockerfile instructions
+    /// (`ENTRYPOINT [...]`) applied to the image.
+    pub fn import_image_with(&self, tag: &str, rootfs: &Path, changes: &[&str]) {
         let tar = Command::new("tar")
             .arg("-C")
             .arg(rootfs)
@@ -160,7 +166,7 @@ impl Dockerd {
             "tar: {}",
             String::from_utf8_lossy(&tar.stderr)
         );
-        self.engine().import(tag, tar.stdout).unwrap();
+        self.engine().import(tag, tar.stdout, changes).unwrap();
     }
 
     /// Imports the busybox image `tag` (its root in the test's dir).

@@ -19,9 +19,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::docker::{ContainerSpec, Device, Mount};
+use crate::docker::{ContainerSpec, Device, Mount, PortBinding};
 use crate::mount::Propagation;
-use crate::spec::{BindPropagation, DockerConfig, DockerMountType, Task};
+use crate::spec::{BindPropagation, DockerConfig, DockerMountType, Network, Task};
 use crate::task::env::interpolate;
 use crate::task::root::PluginDir;
 
@@ -145,6 +145,8 @@ pub(in crate::task) struct Inputs<'a> {
     pub volumes: Vec<VolumeBind>,
     pub plugin_dirs: Vec<PluginDir>,
     pub labels: BTreeMap<String, String>,
+    /// The group's `network { port }` blocks, which `ports` names.
+    pub network: Option<&'a Network>,
     pub privileges: &'a Privileges,
     /// The agent config's `volumes { enabled }`: host paths outside the
     /// task dir may be bound.
@@ -179,7 +181,7 @@ pub(in crate::task) fn container_spec(
             .then(|| list("entrypoint", &config.entrypoint))
             .transpose()?,
         cmd,
-        env: inputs.env,
+        env: BTreeMap::new(),
         work_dir: optional("work_dir", &config.work_dir)?,
         user: inputs.task.user.clone(),
         hostname: optional("hostname", &config.hostname)?,
@@ -200,6 +202,8 @@ pub(in crate::task) fn container_spec(
         ports: Vec::new(),
         init: config.init,
     };
+    spec.env = inputs.env;
+    ports(&mut spec, config, inputs.network)?;
     for (key, value) in &config.labels {
         spec.labels.insert(key.clone(), text("labels", value)?);
     }
@@ -320,6 +324,40 @@ pub(in crate::task) fn container_spec(
         }
     }
     Ok((spec, notes))
+}
+
+/// The group's ports that `config.ports` names, published as Nomad's
+/// driver publishes them (TCP and UDP; the host port is the `static` one,
+/// or one the engine picks), with `NOMAD_PORT_<label>` (the port in the
+/// container) in the task's environment.
+fn ports(
+    spec: &mut ContainerSpec,
+    config: &DockerConfig,
+    network: Option<&Network>,
+) -> Result<(), String> {
+    for label in &config.ports {
+        let port = network
+            .and_then(|n| n.ports.iter().find(|p| p.label == *label))
+            .ok_or_else(|| {
+                format!("config.ports: no port {label:?} in the group's network block")
+            })?;
+        let Some(inside) = port.to.filter(|p| *p != 0).or(port.static_port) else {
+            return Err(format!(
+                "config.ports: port {label:?} has neither `to` nor `static`, so the container's port is unknown"
+            ));
+        };
+        for protocol in ["tcp", "udp"] {
+            spec.ports.push(PortBinding {
+                host_ip: String::new(),
+                host_port: port.static_port.unwrap_or(0),
+                container_port: inside,
+                protocol: protocol.to_string(),
+            });
+        }
+        spec.env
+            .insert(format!("NOMAD_PORT_{label}"), inside.to_string());
+    }
+    Ok(())
 }
 
 /// A host path of the task's: relative ones are in the task dir; others

@@ -4,6 +4,7 @@
 //! image, and re-adoption after the agent is killed.
 
 use std::fs;
+use std::path::PathBuf;
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -99,7 +100,14 @@ fn a_container_task_runs_sees_nomads_dirs_and_its_output_reaches_alloc_logs() {
 const HOSTPATH: &str = "csi-test/hostpath:1";
 
 fn hostpath_image(dockerd: &Dockerd) {
-    let rootfs = busybox_rootfs(&dockerd.dir.mkdir("rootfs-hostpath"));
+    let rootfs = hostpath_rootfs(dockerd, "rootfs-hostpath");
+    dockerd.import_image(HOSTPATH, &rootfs);
+}
+
+/// A root of the busybox, with the binary under test at `/bin/csi-agent`
+/// and the shared libraries it links, in the engine's dir `name`.
+pub(super) fn hostpath_rootfs(dockerd: &Dockerd, name: &str) -> PathBuf {
+    let rootfs = busybox_rootfs(&dockerd.dir.mkdir(name));
     fs::copy(bin(), rootfs.join("bin/csi-agent")).unwrap();
     let ldd = Command::new("ldd").arg(bin()).output().unwrap();
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
@@ -116,7 +124,20 @@ fn hostpath_image(dockerd: &Dockerd) {
             fs::copy(path, &to).unwrap();
         }
     }
-    dockerd.import_image(HOSTPATH, &rootfs);
+    rootfs
+}
+
+/// Waits until the engine has no container of the agent of `rig`.
+pub(super) fn wait_no_containers(dockerd: &Dockerd, rig: &Rig) {
+    let start = Instant::now();
+    while !containers_of(dockerd, rig).is_empty() {
+        assert!(
+            start.elapsed() < WAIT,
+            "containers left: {:?}",
+            containers_of(dockerd, rig)
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The hostpath plugin as a privileged docker task of Nomad's form

@@ -19,6 +19,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 
 mod containers;
 mod docker;
+mod docker_demo;
 mod json;
 mod lifecycle;
 pub(crate) mod root;
