@@ -504,3 +504,71 @@ fn wait_container(engine: &csi_agent::docker::Engine, name: &str) -> csi_agent::
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_missing_engine_fails_only_the_task_that_needs_it_naming_the_endpoint() {
+    if !require_docker() {
+        return;
+    }
+    let rig = Rig::bare_with_config(
+        "docker {\n  endpoint = \"unix:///run/csi-test-no-engine.sock\"\n}\n",
+    );
+    rig.run_job("m.hcl", &script_job("m", "batch", "true", ""));
+    rig.wait_job("m", "the task to fail", |j| {
+        j.allocs.iter().all(|a| a.status == "failed")
+    });
+    let events = job_text(&rig, "m");
+    assert!(
+        events.contains("cannot reach the container engine at unix:///run/csi-test-no-engine.sock"),
+        "{events}"
+    );
+    // Nothing else needs the engine: an exec task runs.
+    rig.run_job(
+        "x.hcl",
+        &script_job("x", "batch", "true", "")
+            .replace("driver = \"docker\"", "driver = \"raw_exec\"")
+            .replace(
+                &format!("image   = \"{BUSYBOX}\"\n        command = \"sh\""),
+                "command = \"/bin/sh\"",
+            ),
+    );
+    let status = rig.wait_job("x", "the raw_exec task to finish", |j| {
+        j.allocs
+            .iter()
+            .all(|a| a.status == "complete" || a.status == "failed")
+    });
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+}
+
+#[test]
+fn job_stop_sends_the_kill_signal_then_kills_after_the_kill_timeout() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    // One task takes its SIGINT and exits; the other ignores it and is
+    // killed once its kill_timeout has passed.
+    let polite = "trap 'echo got-INT; exit 0' INT; echo ready; while true; do sleep 0.1; done";
+    let deaf = "trap '' INT TERM; echo ready; while true; do sleep 0.1; done";
+    let extra = "      kill_signal  = \"SIGINT\"\n      kill_timeout = \"1s\"\n";
+    let p = rig.run_job("p.hcl", &script_job("p", "service", polite, extra));
+    let d = rig.run_job("d.hcl", &script_job("d", "service", deaf, extra));
+    for (job, alloc) in [("p", &p[0]), ("d", &d[0])] {
+        rig.wait_running(job, alloc);
+        let start = Instant::now();
+        while !rig.ok(&["alloc", "logs", alloc, "t"]).contains("ready") {
+            assert!(start.elapsed() < WAIT, "{job} never got ready");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    rig.stop("p");
+    rig.stop("d");
+    let logs = rig.ok(&["alloc", "logs", &p[0], "t"]);
+    assert!(logs.contains("got-INT"), "{logs}");
+    let events = job_text(&rig, "d");
+    assert!(events.contains("sent SIGINT; SIGKILL in 1s"), "{events}");
+    assert!(events.contains("sent SIGKILL"), "{events}");
+    wait_no_containers(&dockerd, &rig);
+}
