@@ -1,5 +1,5 @@
-//! Jobs and their allocations: the `exec` and `raw_exec` drivers and the
-//! task hooks.
+//! Jobs and their allocations: the `exec`, `raw_exec` and `docker` drivers
+//! and the task hooks.
 //!
 //! `job run` decodes a job file (Nomad's format) and creates one
 //! allocation per group instance; [`Allocs`], owned by the main loop, takes
@@ -15,7 +15,8 @@
 //!    mount namespace: an `exec` task in a root of its own, built as
 //!    Nomad's exec driver builds it ([`root`]), with each volume at its
 //!    destination ([`mounts`]); a `raw_exec` task on the host's root, with
-//!    no volumes. Exits go through the restart policy ([`restart`]). A
+//!    no volumes; a `docker` task as a container of the host's engine,
+//!    started and watched by threads of its driver (`docker/`). Exits go through the restart policy ([`restart`]). A
 //!    task with a
 //!    `csi_plugin` block is a plugin: the supervisor hook gives it a socket
 //!    dir `data_dir/plugins/<alloc>/` and `CSI_ENDPOINT`, keeps the
@@ -55,6 +56,7 @@
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
 //! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
+//! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
