@@ -16,8 +16,8 @@
 //!    Nomad's exec driver builds it ([`root`]), with each volume at its
 //!    destination ([`mounts`]); a `raw_exec` task on the host's root, with
 //!    no volumes; a `docker` task as a container of the host's engine,
-//!    started and watched by threads of its driver (`docker/`). Exits go through the restart policy ([`restart`]). A
-//!    task with a
+//!    started and watched by threads of its driver (`docker/`). Exits go
+//!    through the restart policy ([`restart`]). A task with a
 //!    `csi_plugin` block is a plugin: the supervisor hook gives it a socket
 //!    dir `data_dir/plugins/<alloc>/` and `CSI_ENDPOINT`, keeps the
 //!    agent's `csi/` root a peer of the host in its namespace, and asks the
