@@ -76,9 +76,12 @@ cluster-demo: build
 	scripts/cluster-demo.sh $(DEBUG_BIN)
 
 ## e2e: as root, the install test, then the agent, the hostpath plugin and the
-## CLI end to end with real mounts (scripts/e2e.sh), against $(BIN)
+## CLI end to end with real mounts (scripts/e2e.sh), and the same with the
+## plugin and a workload run from images by a private dockerd
+## (scripts/e2e-docker.sh), against $(BIN)
 e2e: install-test
 	BIN='$(BIN)' scripts/e2e.sh
+	BIN='$(BIN)' scripts/e2e-docker.sh
 
 ## fuzz: fuzz the HCL parsers (native and JSON) for FUZZ_TIME seconds (cargo-fuzz on nightly,
 ## both installed when missing; not part of `test` or CI)
