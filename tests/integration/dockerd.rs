@@ -26,7 +26,8 @@ const BUSYBOX: &str = "/bin/busybox";
 
 /// The applets the test images have as commands.
 const APPLETS: &[&str] = &[
-    "sh", "sleep", "echo", "cat", "ls", "mount", "grep", "head", "tr", "true", "test", "[",
+    "sh", "sleep", "echo", "cat", "ls", "mount", "grep", "head", "tr", "true", "test", "[", "dd",
+    "printf", "touch", "mkdir",
 ];
 
 /// Whether the docker tests can run: as root, with dockerd and a static

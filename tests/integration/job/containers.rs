@@ -572,3 +572,86 @@ fn job_stop_sends_the_kill_signal_then_kills_after_the_kill_timeout() {
     assert!(events.contains("sent SIGKILL"), "{events}");
     wait_no_containers(&dockerd, &rig);
 }
+
+#[test]
+fn a_block_volume_is_a_device_at_its_destination_in_the_container() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    // The hostpath plugin (strict, a process of its own) serves block
+    // volumes on loop devices; the publish path is a device node.
+    let vrig = crate::volume_util::Rig::start();
+    let mut config = fs::read_to_string(&vrig.agent.config).unwrap();
+    config.push_str(&format!(
+        "docker {{\n  endpoint = \"unix://{}\"\n}}\n",
+        dockerd.socket.display()
+    ));
+    vrig.agent.write_config(&config);
+    vrig.agent.sighup();
+    vrig.agent.wait_for_log("SIGHUP: reloaded", WAIT);
+    let spec = format!(
+        "id        = \"blk\"\nname      = \"blk\"\ntype      = \"csi\"\nplugin_id = {:?}\n\
+         capacity_min = \"16MiB\"\n\
+         capability {{\n  access_mode     = \"single-node-writer\"\n  attachment_mode = \"block-device\"\n}}\n",
+        crate::volume_util::PLUGIN
+    );
+    crate::volume_util::connect(&vrig.agent)
+        .volume_create("blk.hcl", &spec)
+        .unwrap_or_else(|err| panic!("volume create: {err}"));
+    let script = "test -b /srv/blk && echo block; printf csi-agent | dd of=/srv/blk bs=9 seek=100 conv=notrunc,fsync 2>/dev/null; dd if=/srv/blk bs=9 skip=100 count=1 2>/dev/null; echo; echo done";
+    let job = format!(
+        r#"
+job "block" {{
+  type = "batch"
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    volume "disk" {{
+      type            = "csi"
+      source          = "blk"
+      access_mode     = "single-node-writer"
+      attachment_mode = "block-device"
+    }}
+    task "t" {{
+      driver = "docker"
+      config {{
+        image   = "{BUSYBOX}"
+        command = "sh"
+        args    = ["-c", {script:?}]
+      }}
+      volume_mount {{
+        volume      = "disk"
+        destination = "/srv/blk"
+      }}
+    }}
+  }}
+}}
+"#
+    );
+    let file = vrig.agent.dir.join("block.hcl");
+    fs::write(&file, job).unwrap();
+    let out = vrig.agent.cli(&["job", "run", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", crate::harness::text(&out));
+    let client = crate::volume_util::connect(&vrig.agent);
+    let start = Instant::now();
+    let alloc = loop {
+        let job = client.job_status("block").unwrap().jobs.remove(0);
+        let a = &job.allocs[0];
+        if a.status == "complete" || a.status == "failed" {
+            assert_eq!(a.status, "complete", "{job:#?}");
+            break a.id.clone();
+        }
+        assert!(start.elapsed() < WAIT, "the task did not finish: {job:#?}");
+        thread::sleep(Duration::from_millis(20));
+    };
+    let out = vrig.agent.cli(&["alloc", "logs", &alloc, "t"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "block\ncsi-agent\ndone\n"
+    );
+    crate::volume_util::released(&vrig.agent, "blk", &alloc);
+}
