@@ -624,7 +624,7 @@ impl Agent {
         // what the fencer counts a node's promise from.
         self.leave_cluster();
         for (_, candidate) in std::mem::take(&mut self.candidates) {
-            candidate.instance.stop();
+            self.errands.keep_all(candidate.instance.stop());
         }
         for running in self.instances.values() {
             running.instance.shutdown();
@@ -674,10 +674,9 @@ impl Agent {
         }
         self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
-            if running.instance.is_finished() {
-                running.instance.join();
-            }
+            self.errands.keep_all(running.instance.threads());
         }
+        // The errands, and the threads of the instances and leaders.
         self.errands.finish(deadline);
         if let Some(mut dev) = self.dev.take() {
             dev.stop();
