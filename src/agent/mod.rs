@@ -13,7 +13,8 @@
 //!
 //! Shutdown (SIGTERM, SIGINT): stop the control API, ask every instance for
 //! its last report (each says unhealthy), wait for them for a bounded time,
-//! persist, wait for the errands under way within the same time, exit 0. A second signal during shutdown exits at once; the
+//! persist, wait for the errands under way and the threads of the
+//! instances and leaders within the same time, exit 0. A second signal during shutdown exits at once; the
 //! state on disk is consistent at every moment. SIGHUP re-reads the config
 //! file and adds, changes or removes plugins; a config with errors is
 //! logged and ignored, and nothing changes.
