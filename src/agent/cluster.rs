@@ -302,9 +302,18 @@ impl Agent {
                 Some((id.to_string(), campaigning))
             })
             .collect();
-        cluster
+        let gone: Vec<String> = cluster
             .candidates
-            .retain(|id, (campaigning, _)| wanted.get(id) == Some(campaigning));
+            .iter()
+            .filter(|(id, (campaigning, _))| wanted.get(*id) != Some(campaigning))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            if let Some((_, candidate)) = cluster.candidates.remove(&id) {
+                // Its relayed calls still being made end by their deadlines.
+                self.errands.keep_all(candidate.stop());
+            }
+        }
         for (id, campaigning) in wanted {
             if cluster.candidates.contains_key(&id) {
                 continue;
@@ -454,7 +463,10 @@ impl Agent {
     /// Leaves the cluster: the lease is revoked unless tasks holding write
     /// claims outlive the agent (see `shutdown`).
     pub(super) fn leave_cluster(&mut self) {
-        if let Some(cluster) = self.cluster.take() {
+        if let Some(mut cluster) = self.cluster.take() {
+            for (_, (_, candidate)) in std::mem::take(&mut cluster.candidates) {
+                self.errands.keep_all(candidate.stop());
+            }
             let writers = self
                 .volumes
                 .exclusive_writers()

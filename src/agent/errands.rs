@@ -4,12 +4,18 @@
 //! call relayed from a host without any instance of the plugin
 //! (`cluster.rs`), the answer to `-dev`'s demo volume (`mod.rs`).
 //!
-//! Every errand's thread is named and owned by the agent's [`Errands`]:
-//! one that has ended is joined when the next one starts, and at shutdown
+//! The same owner keeps the threads the loop stops without waiting for
+//! them: a stopped plugin instance's thread and its workers
+//! (`plugins.rs`, `plugin_tasks.rs`, and every instance at shutdown), and
+//! the relayed calls a stopped controller leader was still making
+//! (`cluster.rs`). Each ends by a deadline of its own: the RPC in flight.
+//!
+//! Every such thread is named and owned by the agent's [`Errands`]: one
+//! that has ended is joined when the next one is kept, and at shutdown
 //! each is waited for until the shutdown's deadline. One still running
 //! then (a relayed CreateVolume that waits for its deadline, a forced
-//! detach that waits for the controller leader) is left to end with the
-//! process, and the log says which.
+//! detach that waits for the controller leader, a plugin that does not
+//! answer) is left to end with the process, and the log says which.
 
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -31,6 +37,14 @@ impl Errands {
         self.threads.push(thread);
     }
 
+    /// Keeps `threads`, which the loop stopped without waiting for them:
+    /// a stopped plugin instance's, a stopped controller leader's relayed
+    /// calls.
+    pub(super) fn keep_all(&mut self, threads: impl IntoIterator<Item = JoinHandle<()>>) {
+        self.join_ended();
+        self.threads.extend(threads);
+    }
+
     /// Waits for every errand to end until `deadline`, joining each.
     pub(super) fn finish(&mut self, deadline: Instant) {
         loop {
@@ -45,7 +59,7 @@ impl Errands {
                     .map(|t| t.thread().name().unwrap_or("unnamed"))
                     .collect();
                 log::warn!(
-                    "{} errands did not end in time, and end with the agent: {}",
+                    "{} threads (errands, plugin instances, relayed calls) did not end in time, and end with the agent: {}",
                     names.len(),
                     names.join(", ")
                 );
@@ -64,7 +78,7 @@ impl Errands {
         for thread in ended {
             let name = thread.thread().name().unwrap_or("unnamed").to_string();
             if thread.join().is_err() {
-                log::error!("The errand thread {name} panicked");
+                log::error!("Thread {name} panicked");
             }
         }
     }

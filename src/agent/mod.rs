@@ -13,7 +13,8 @@
 //!
 //! Shutdown (SIGTERM, SIGINT): stop the control API, ask every instance for
 //! its last report (each says unhealthy), wait for them for a bounded time,
-//! persist, wait for the errands under way within the same time, exit 0. A second signal during shutdown exits at once; the
+//! persist, wait for the errands under way and the threads of the
+//! instances and leaders within the same time, exit 0. A second signal during shutdown exits at once; the
 //! state on disk is consistent at every moment. SIGHUP re-reads the config
 //! file and adds, changes or removes plugins; a config with errors is
 //! logged and ignored, and nothing changes.
@@ -624,7 +625,7 @@ impl Agent {
         // what the fencer counts a node's promise from.
         self.leave_cluster();
         for (_, candidate) in std::mem::take(&mut self.candidates) {
-            candidate.instance.stop();
+            self.errands.keep_all(candidate.instance.stop());
         }
         for running in self.instances.values() {
             running.instance.shutdown();
@@ -674,10 +675,9 @@ impl Agent {
         }
         self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
-            if running.instance.is_finished() {
-                running.instance.join();
-            }
+            self.errands.keep_all(running.instance.threads());
         }
+        // The errands, and the threads of the instances and leaders.
         self.errands.finish(deadline);
         if let Some(mut dev) = self.dev.take() {
             dev.stop();

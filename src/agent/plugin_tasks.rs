@@ -28,7 +28,7 @@ impl Agent {
                 } => {
                     let key = (alloc, task);
                     if let Some(old) = self.candidates.remove(&key) {
-                        old.instance.stop();
+                        self.errands.keep_all(old.instance.stop());
                     }
                     let settings = InstanceSettings {
                         heartbeat: self.options.config.plugin_heartbeat,
@@ -85,7 +85,7 @@ impl Agent {
     ) {
         let candidate_key = (alloc, task);
         if let Some(candidate) = self.candidates.remove(&candidate_key) {
-            candidate.instance.stop();
+            self.errands.keep_all(candidate.instance.stop());
         }
         let (alloc, task) = candidate_key;
         let provides = self

@@ -138,13 +138,12 @@ impl Agent {
     }
 
     /// Stops an instance thread; it ends after any call in flight, and its
-    /// late reports are ignored by generation.
+    /// late reports are ignored by generation. Joining would wait for that
+    /// call: the errands keep its threads and its workers' instead, joined
+    /// once they ended.
     pub(super) fn stop_instance(&mut self, key: &InstanceKey) {
         if let Some(running) = self.instances.remove(key) {
-            running.instance.stop();
-            // Joining would wait for a call in flight; the thread ends by
-            // itself, and a detached thread holds nothing the loop needs.
-            drop(running);
+            self.errands.keep_all(running.instance.stop());
         }
     }
 

@@ -8,8 +8,10 @@
 //!   Kubernetes;
 //! - the controller calls that hosts without a controller of the plugin
 //!   relay to it ([`super::relay`]): create, delete, snapshot, expand,
-//!   validate, list. Each is made on a thread of its own, so a slow
-//!   CreateVolume does not hold up the attachments.
+//!   validate, list. Each is made on a thread of its own (at most
+//!   [`relay::MAX_RELAYED`] at once), so a slow CreateVolume does not hold
+//!   up the attachments; a stopped candidate hands the threads still
+//!   running to the agent ([`Candidate::stop`]).
 //!
 //! The election key lives on a lease of the leader thread's own, kept
 //! alive by it: when the agent dies or is cut off, the key goes after the
@@ -58,6 +60,8 @@ pub type ReadVolume = fn(&statepb::Volume, &str) -> Result<AttachCalls, String>;
 pub struct Candidate {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// The leader's relayed calls, shared with the campaign.
+    calls: Arc<relay::Server>,
 }
 
 /// The volumes a leader has a controller call in flight for.
@@ -85,9 +89,9 @@ struct Campaign {
     ttl: Duration,
     /// The controller's capabilities, for the election record.
     capabilities: Vec<i32>,
-    /// The relayed calls being made (their keys): a call is made once
-    /// even when a new watch reports it again.
-    calls: relay::InFlight,
+    /// The relayed calls being made, on threads of their own, which the
+    /// [`Candidate`] hands over when it stops.
+    calls: Arc<relay::Server>,
 }
 
 impl Candidate {
@@ -106,6 +110,7 @@ impl Candidate {
         read_volume: ReadVolume,
     ) -> std::io::Result<Candidate> {
         let (stop_tx, stop_rx) = bounded(1);
+        let calls = Arc::new(relay::Server::default());
         let campaign = Campaign {
             etcd,
             prefix: prefix.to_string(),
@@ -115,7 +120,7 @@ impl Candidate {
             read_volume,
             ttl,
             capabilities,
-            calls: Default::default(),
+            calls: calls.clone(),
         };
         let thread = thread::Builder::new()
             .name(format!("leader-{plugin}"))
@@ -123,16 +128,36 @@ impl Candidate {
         Ok(Candidate {
             stop: Some(stop_tx),
             thread: Some(thread),
+            calls,
         })
+    }
+
+    /// Stops the candidate (as dropping it does) and hands over the
+    /// threads of the relayed calls still being made, for the caller to
+    /// own: each ends by its call's deadline (see [`relay::Server`]).
+    pub fn stop(mut self) -> Vec<JoinHandle<()>> {
+        self.end();
+        self.calls.take_threads()
+    }
+
+    /// Ends the campaign thread and joins it: it gives up the leadership
+    /// at once, after the attach and detach calls in flight (each within
+    /// its deadline).
+    fn end(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("Cluster: a controller election thread panicked");
+            }
+        }
     }
 }
 
 impl Drop for Candidate {
+    /// Without [`Candidate::stop`], the relayed calls still being made end
+    /// by themselves, unjoined: the agent always stops its candidates.
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.end();
     }
 }
 

@@ -29,8 +29,8 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::select;
@@ -306,8 +306,134 @@ fn answer_of(call: pb::RelayedCall) -> Result<Vec<u8>, RpcStatus> {
     }
 }
 
-/// The keys of the calls the leader is making.
-pub type InFlight = Arc<Mutex<HashSet<Vec<u8>>>>;
+/// How many relayed calls a leader makes at once. One more is answered
+/// ABORTED at once, which CSI calls "an operation is pending" and which
+/// the caller's volume manager retries with backoff, as it would for its
+/// own controller.
+pub const MAX_RELAYED: usize = 16;
+
+/// The leader's side of the relay: the calls being made, each on a
+/// `relayed-call` thread that this owns. A thread that ended is joined when
+/// the next call starts; [`Server::take_threads`] hands those still running
+/// to whoever stops the leader (the agent keeps them with its errands and
+/// waits for them at shutdown). Each ends by its call's deadline: the
+/// controller's gRPC deadline is the caller's timeout, and the answer is one
+/// etcd write within the client's timeout.
+pub struct Server {
+    /// The keys of the calls being made: a call is made once even when a
+    /// new watch reports it again.
+    in_flight: Mutex<HashSet<Vec<u8>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// At most this many calls run at once: [`MAX_RELAYED`].
+    limit: usize,
+}
+
+/// Whether a call may start on a thread of its own.
+#[derive(Debug, PartialEq, Eq)]
+enum Admit {
+    /// Its key is now in flight: [`Server::spawn`] it.
+    Go,
+    /// A thread makes it already.
+    InFlight,
+    /// [`Server::limit`] calls are being made.
+    Busy,
+}
+
+impl Default for Server {
+    fn default() -> Server {
+        Server::with_limit(MAX_RELAYED)
+    }
+}
+
+impl Server {
+    fn with_limit(limit: usize) -> Server {
+        Server {
+            in_flight: Mutex::default(),
+            threads: Mutex::default(),
+            limit,
+        }
+    }
+
+    /// The threads of the calls being made (ended ones are joined first).
+    pub fn running(&self) -> usize {
+        let mut threads = lock(&self.threads);
+        join_ended(&mut threads);
+        threads.len()
+    }
+
+    /// Joins the threads that ended and hands over those still running:
+    /// the leader has stopped, and the caller owns them now.
+    pub fn take_threads(&self) -> Vec<JoinHandle<()>> {
+        let mut threads = lock(&self.threads);
+        join_ended(&mut threads);
+        std::mem::take(&mut *threads)
+    }
+
+    /// Whether the call at `key` may start; [`Admit::Go`] marks it in
+    /// flight. Only the leader's thread admits calls, so a `Go` is not
+    /// raced by another admission before its [`Server::spawn`].
+    fn admit(&self, key: &[u8]) -> Admit {
+        let mut threads = lock(&self.threads);
+        join_ended(&mut threads);
+        let mut in_flight = lock(&self.in_flight);
+        if in_flight.contains(key) {
+            Admit::InFlight
+        } else if threads.len() >= self.limit {
+            Admit::Busy
+        } else {
+            in_flight.insert(key.to_vec());
+            Admit::Go
+        }
+    }
+
+    /// Runs `work` for the admitted call at `key` on a thread this owns;
+    /// the key leaves the calls in flight when it is done, or at once if
+    /// no thread could start (the call is served again from the next
+    /// watch or read).
+    fn spawn(
+        self: &Arc<Self>,
+        key: Vec<u8>,
+        work: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<()> {
+        let server = self.clone();
+        let done = key.clone();
+        let spawned = thread::Builder::new()
+            .name("relayed-call".into())
+            .spawn(move || {
+                work();
+                lock(&server.in_flight).remove(&done);
+            });
+        match spawned {
+            Ok(thread) => {
+                lock(&self.threads).push(thread);
+                Ok(())
+            }
+            Err(err) => {
+                lock(&self.in_flight).remove(&key);
+                Err(err)
+            }
+        }
+    }
+}
+
+/// `mutex`'s value, also after a thread panicked holding it: the sets it
+/// guards are whole after every change.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Joins the threads of `threads` that ended.
+fn join_ended(threads: &mut Vec<JoinHandle<()>>) {
+    let (ended, running) = std::mem::take(threads)
+        .into_iter()
+        .partition::<Vec<_>, _>(JoinHandle::is_finished);
+    *threads = running;
+    for thread in ended {
+        if thread.join().is_err() {
+            log::error!("Cluster: a relayed-call thread panicked");
+        }
+    }
+}
 
 /// One call waiting for the leader.
 pub struct Pending {
@@ -326,36 +452,50 @@ pub fn pending(kvs: Vec<Kv>) -> Vec<Pending> {
 }
 
 /// The leader's side: makes `pending` with `controller` on a thread of
-/// its own and writes the answer into its record, unless the caller gave
-/// it up meanwhile. A call already being made is left to its thread.
+/// `server`'s and writes the answer into its record, unless the caller
+/// gave it up meanwhile. A call already being made is left to its thread;
+/// one beyond [`MAX_RELAYED`] is answered ABORTED at once, and the caller
+/// tries again.
 pub fn serve(
     etcd: &Arc<Etcd>,
     leader: &str,
     controller: &Controller,
     pending: Pending,
-    in_flight: &InFlight,
+    server: &Arc<Server>,
     guard: &Condition,
 ) {
     let Pending { kv, call } = pending;
-    let key = kv.key.clone();
-    if !in_flight.lock().unwrap().insert(key.clone()) {
-        return;
+    match server.admit(&kv.key) {
+        Admit::Go => {}
+        Admit::InFlight => return,
+        Admit::Busy => {
+            log::warn!(
+                "Cluster: refusing a relayed {}: {} relayed calls are being made already",
+                call.rpc,
+                server.limit
+            );
+            let busy = RpcStatus::with_message(
+                RpcStatusCode::ABORTED,
+                format!(
+                    "the controller leader (node {leader}) is making {} relayed calls already; try again later",
+                    server.limit
+                ),
+            );
+            write_answer(etcd, leader, &kv, call, Err(busy), guard);
+            return;
+        }
     }
-    let (etcd, leader, calls) = (etcd.clone(), leader.to_string(), in_flight.clone());
+    let key = kv.key.clone();
+    let (etcd, leader) = (etcd.clone(), leader.to_string());
     let guard = guard.clone();
     let timeout = Duration::from_millis(call.timeout_ms).max(Duration::from_secs(1));
     let controller = controller.clone();
-    let spawned = thread::Builder::new()
-        .name("relayed-call".into())
-        .spawn(move || {
-            let answer = make(&controller, &call, timeout);
-            write_answer(&etcd, &leader, &kv, call, answer, &guard);
-            calls.lock().unwrap().remove(&kv.key);
-        });
+    let spawned = server.spawn(key, move || {
+        let answer = make(&controller, &call, timeout);
+        write_answer(&etcd, &leader, &kv, call, answer, &guard);
+    });
     if let Err(err) = spawned {
         log::error!("Cluster: cannot start a thread for a relayed call: {err}");
-        // Served again from the next watch or read.
-        in_flight.lock().unwrap().remove(&key);
     }
 }
 
@@ -446,5 +586,59 @@ mod tests {
         assert!(result.is_err());
         assert_eq!(relayable_named("CreateVolume"), Some(Rpc::CreateVolume));
         assert_eq!(relayable_named("NoSuchCall"), None);
+    }
+
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn a_call_is_made_once_and_no_more_than_the_limit_run_at_once() {
+        let server = Arc::new(Server::with_limit(2));
+        let (release, released) = crossbeam_channel::unbounded::<()>();
+        for key in [b"a", b"b"] {
+            assert_eq!(server.admit(key), Admit::Go);
+            let released = released.clone();
+            server
+                .spawn(key.to_vec(), move || {
+                    let _ = released.recv();
+                })
+                .unwrap();
+        }
+        assert_eq!(server.admit(b"a"), Admit::InFlight);
+        assert_eq!(server.admit(b"c"), Admit::Busy);
+        assert_eq!(server.running(), 2);
+        // A call that ended is joined, and makes room for the next.
+        release.send(()).unwrap();
+        wait_until("one call ended", || server.running() == 1);
+        assert_eq!(server.admit(b"c"), Admit::Go);
+        drop(release);
+        wait_until("every call ended", || server.running() == 0);
+        assert_eq!(server.admit(b"a"), Admit::Go);
+    }
+
+    #[test]
+    fn a_stopped_server_hands_over_the_threads_still_running() {
+        let server = Arc::new(Server::default());
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        assert_eq!(server.admit(b"slow"), Admit::Go);
+        server
+            .spawn(b"slow".to_vec(), move || {
+                let _ = released.recv();
+            })
+            .unwrap();
+        let threads = server.take_threads();
+        assert_eq!(threads.len(), 1);
+        assert_eq!(threads[0].thread().name(), Some("relayed-call"));
+        assert_eq!(server.running(), 0);
+        drop(release);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(lock(&server.in_flight).is_empty());
     }
 }

@@ -19,6 +19,11 @@
 //! (or until `health_timeout` passes, then `Unhealthy`); `Healthy` while
 //! heartbeats succeed; `Unhealthy` after a failed one or when the socket is
 //! removed. A new socket at the path is probed at once, on a new connection.
+//!
+//! The [`Instance`] owns its thread and its workers' ([`super::workers`]);
+//! stopping it hands them to the agent, which joins them as they end and
+//! waits for them at shutdown ([`Instance::threads`] says what bounds
+//! each).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,9 +152,11 @@ impl Instance {
     }
 
     /// Asks the thread to end without a last report (the plugin was
-    /// deregistered). It ends after any call in flight.
-    pub fn stop(&self) {
+    /// deregistered) and hands over its threads ([`Instance::threads`]).
+    #[must_use = "the instance's threads are the caller's to join"]
+    pub fn stop(self) -> Vec<JoinHandle<()>> {
         let _ = self.commands.send(Command::Stop);
+        self.threads()
     }
 
     /// Asks the thread to report the plugin unhealthy and end.
@@ -157,17 +164,18 @@ impl Instance {
         let _ = self.commands.send(Command::Shutdown);
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.thread.is_finished()
-    }
-
-    /// Waits for the thread; a panic in it is logged, not re-raised, since
-    /// the plugin is gone either way.
-    pub fn join(self) {
-        let name = self.thread.thread().name().unwrap_or("plugin").to_string();
-        if self.thread.join().is_err() {
-            log::error!("Thread {name} panicked");
-        }
+    /// Closes the worker pool's queue and hands over the instance thread
+    /// and the workers, for the caller to join once asked to end
+    /// ([`Instance::stop`], [`Instance::shutdown`]). What bounds each: the
+    /// instance thread ends at its next command, after the check in
+    /// flight (a Probe and at most a fingerprint, each RPC within
+    /// [`FINGERPRINT_TIMEOUT`]); a worker after the jobs queued, each
+    /// RPC within the instance's `rpc_timeout`.
+    #[must_use = "the instance's threads are the caller's to join"]
+    pub fn threads(self) -> Vec<JoinHandle<()>> {
+        let mut threads = vec![self.thread];
+        threads.extend(self.workers.finish());
+        threads
     }
 }
 
@@ -353,5 +361,53 @@ impl Runner {
             generation: self.generation,
             report,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::Endpoint;
+    use crate::plugin::Source;
+    use crate::spec::PluginType;
+
+    #[test]
+    fn a_stopped_instance_hands_over_its_thread_and_workers_which_end() {
+        let watcher = SocketWatcher::start().unwrap();
+        let spec = PluginSpec {
+            id: "stopped".into(),
+            endpoint: Endpoint::from_path("/nonexistent/stopped.sock").unwrap(),
+            plugin_type: PluginType::Monolith,
+            source: Source::Config,
+            stage_publish_base_dir: None,
+        };
+        let settings = InstanceSettings {
+            heartbeat: Duration::from_secs(60),
+            health_timeout: Duration::from_secs(60),
+            rpc_timeout: Duration::from_secs(1),
+        };
+        let (reports, _report_rx) = unbounded();
+        let mut instance = Instance::start(spec, 1, settings, &watcher, reports).unwrap();
+        let (release, released) = crossbeam_channel::bounded::<()>(0);
+        instance.submit(Box::new(move |_: &Client| {
+            let _ = released.recv();
+        }));
+        let threads = instance.stop();
+        let names: Vec<_> = threads.iter().map(|t| t.thread().name()).collect();
+        assert_eq!(names.len(), 1 + super::super::workers::WORKERS, "{names:?}");
+        assert_eq!(names[0], Some("plugin-stopped"));
+        drop(release);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for thread in threads {
+            while !thread.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "a thread of a stopped instance runs on"
+                );
+                thread::sleep(Duration::from_millis(5));
+            }
+            thread.join().unwrap();
+        }
+        watcher.shutdown();
     }
 }
