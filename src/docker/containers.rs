@@ -106,7 +106,7 @@ impl Engine {
         let body = json::to_string(&spec.to_json()).into_bytes();
         request.body = Some(("application/json", body));
         let response = self.send(&request, Some(CALL_TIMEOUT))?;
-        let answer = parse("POST /containers/create", &self.expect(response, &[201])?)?;
+        let answer = parse("POST /containers/create", &self.body_if(response, &[201])?)?;
         match answer.get("Id").and_then(Value::as_str) {
             Some(id) if !id.is_empty() => Ok(id.to_string()),
             _ => Err(Error::Protocol(format!(
@@ -120,7 +120,7 @@ impl Engine {
     pub fn start(&self, id: &str) -> Result<(), Error> {
         let target = format!("/containers/{}/start", encode(id));
         let response = self.send(&Engine::request("POST", &target), Some(CALL_TIMEOUT))?;
-        self.expect(response, &[204, 304]).map(drop)
+        self.body_if(response, &[204, 304]).map(drop)
     }
 
     /// `GET /containers/{id}/json`: the container, or `None` if the engine
@@ -156,7 +156,7 @@ impl Engine {
     pub fn wait(&self, id: &str) -> Result<i64, Error> {
         let target = format!("/containers/{}/wait", encode(id));
         let response = self.send(&Engine::request("POST", &target), None)?;
-        let answer = parse("POST /containers/wait", &self.expect(response, &[200])?)?;
+        let answer = parse("POST /containers/wait", &self.body_if(response, &[200])?)?;
         if let Some(message) = answer
             .get("Error")
             .and_then(|e| e.get("Message"))
@@ -181,7 +181,7 @@ impl Engine {
     pub fn kill(&self, id: &str, signal: &str) -> Result<(), Error> {
         let target = format!("/containers/{}/kill?signal={}", encode(id), encode(signal));
         let response = self.send(&Engine::request("POST", &target), Some(CALL_TIMEOUT))?;
-        match self.expect(response, &[204]) {
+        match self.body_if(response, &[204]) {
             Err(Error::Conflict(message)) if message.contains("is not running") => Ok(()),
             other => other.map(drop),
         }
@@ -197,7 +197,7 @@ impl Engine {
             if force { 1 } else { 0 }
         );
         let response = self.send(&Engine::request("DELETE", &target), Some(CALL_TIMEOUT))?;
-        match self.expect(response, &[204]) {
+        match self.body_if(response, &[204]) {
             Err(Error::NotFound(_)) => Ok(()),
             other => other.map(drop),
         }

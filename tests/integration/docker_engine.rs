@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use csi_agent::docker::{ContainerSpec, Engine, Error, Mount};
+use csi_agent::docker::{Auth, ContainerSpec, Engine, Error, Mount};
 use csi_agent::error_chain;
 
 use crate::dockerd::{require_docker, Dockerd};
@@ -69,6 +69,18 @@ fn a_pull_on_an_offline_host_fails_naming_the_image() {
         "{text}"
     );
     assert!(text.len() > 60, "no engine message: {text}");
+    let auth = Auth {
+        username: "user".into(),
+        password: "secret".into(),
+        server_address: "registry.invalid".into(),
+    };
+    let image = "registry.invalid/team/app:2";
+    let err = dockerd.engine().pull(image, Some(&auth)).unwrap_err();
+    assert!(
+        matches!(&err, Error::Pull { image: i, .. } if i == image),
+        "{err:?}"
+    );
+    assert!(!format!("{err:?} {auth:?}").contains("secret"));
 }
 
 #[test]
@@ -205,6 +217,12 @@ fn sigterm_stops_a_sleeping_container() {
     assert!(!stopped.running, "{stopped:?}");
     engine.kill(&id, "SIGTERM").unwrap();
     let err = engine.kill("no-such-container", "SIGTERM").unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    let err = engine.wait("no-such-container").unwrap_err();
+    assert!(matches!(err, Error::NotFound(_)), "{err:?}");
+    let err = engine
+        .logs("no-such-container", 0, &mut Vec::new(), &mut Vec::new())
+        .unwrap_err();
     assert!(matches!(err, Error::NotFound(_)), "{err:?}");
 }
 
