@@ -22,7 +22,10 @@ pub struct Container {
     /// The main process's PID on the host; 0 when not running.
     pub pid: u32,
     pub exit_code: i64,
-    /// Whether the kernel's OOM killer ended it.
+    /// Whether the kernel's OOM killer ended it, as far as the engine saw:
+    /// 20.10 watches for OOM events only once the task has started, so a
+    /// container killed in its first milliseconds exits 137 with this
+    /// false; and the event may reach the engine a moment after the exit.
     pub oom_killed: bool,
     /// `created`, `running`, `paused`, `restarting`, `removing`, `exited`
     /// or `dead`.
