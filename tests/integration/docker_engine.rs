@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,49 @@ fn spec(test: &str, script: &str) -> ContainerSpec {
         labels: [("csi-agent.test".to_string(), test.to_string())].into(),
         network_mode: Some("none".into()),
         ..ContainerSpec::default()
+    }
+}
+
+/// Kills container `id` with SIGKILL if it still runs after 60 s, so
+/// that a blocking `wait` or `logs` of a test gone wrong fails instead of
+/// hanging the suite; dropping it says the test is done with the container.
+struct Watchdog {
+    done: Option<mpsc::Sender<()>>,
+    thread: Option<thread::JoinHandle<bool>>,
+}
+
+impl Watchdog {
+    fn new(engine: &Engine, id: &str) -> Watchdog {
+        let (done, rx) = mpsc::channel::<()>();
+        let (engine, id) = (engine.clone(), id.to_string());
+        let thread = thread::spawn(move || {
+            let fired = rx.recv_timeout(Duration::from_secs(60)) == Err(RecvTimeoutError::Timeout);
+            if fired {
+                let _ = engine.kill(&id, "SIGKILL");
+            }
+            fired
+        });
+        Watchdog {
+            done: Some(done),
+            thread: Some(thread),
+        }
+    }
+
+    /// Ends the watch; panics if it had to kill the container.
+    fn check(mut self) {
+        self.done.take();
+        let fired = self
+            .thread
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or(false);
+        assert!(!fired, "the container ran 60 s: the watchdog killed it");
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.take();
     }
 }
 
@@ -169,6 +213,7 @@ fn a_container_runs_logs_to_both_streams_and_exits_with_its_code() {
         Some("life")
     );
 
+    let watchdog = Watchdog::new(&engine, &id);
     std::fs::write(slave.join("go"), "").unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     engine.logs(&id, 0, &mut out, &mut err).unwrap();
@@ -190,6 +235,7 @@ fn a_container_runs_logs_to_both_streams_and_exits_with_its_code() {
     assert_eq!(lines.last(), Some(&"67108864"), "{out}");
 
     assert_eq!(engine.wait(&id).unwrap(), 3);
+    watchdog.check();
     let exited = engine.inspect(&id).unwrap().unwrap();
     assert!(!exited.running);
     assert_eq!((exited.status.as_str(), exited.exit_code), ("exited", 3));
@@ -228,7 +274,9 @@ fn sigterm_stops_a_sleeping_container() {
     }
     assert!(engine.inspect(&id).unwrap().unwrap().running);
     engine.kill(&id, "SIGTERM").unwrap();
+    let watchdog = Watchdog::new(&engine, &id);
     assert_eq!(engine.wait(&id).unwrap(), 143);
+    watchdog.check();
     let stopped = engine.inspect(&id).unwrap().unwrap();
     assert!(!stopped.running, "{stopped:?}");
     engine.kill(&id, "SIGTERM").unwrap();
@@ -260,7 +308,9 @@ fn a_container_over_its_memory_limit_is_oom_killed() {
     spec.memory = Some(8 << 20);
     let id = engine.create("hog", &spec).unwrap();
     engine.start(&id).unwrap();
+    let watchdog = Watchdog::new(&engine, &id);
     assert_eq!(engine.wait(&id).unwrap(), 137);
+    watchdog.check();
     let deadline = Instant::now() + Duration::from_secs(2);
     let hog = loop {
         let hog = engine.inspect(&id).unwrap().unwrap();
