@@ -22,7 +22,10 @@ pub struct Container {
     /// The main process's PID on the host; 0 when not running.
     pub pid: u32,
     pub exit_code: i64,
-    /// Whether the kernel's OOM killer ended it.
+    /// Whether the kernel's OOM killer ended it, as far as the engine saw:
+    /// 20.10 watches for OOM events only once the task has started, so a
+    /// container killed in its first milliseconds exits 137 with this
+    /// false; and the event may reach the engine a moment after the exit.
     pub oom_killed: bool,
     /// `created`, `running`, `paused`, `restarting`, `removing`, `exited`
     /// or `dead`.
@@ -106,7 +109,7 @@ impl Engine {
         let body = json::to_string(&spec.to_json()).into_bytes();
         request.body = Some(("application/json", body));
         let response = self.send(&request, Some(CALL_TIMEOUT))?;
-        let answer = parse("POST /containers/create", &self.expect(response, &[201])?)?;
+        let answer = parse("POST /containers/create", &self.body_if(response, &[201])?)?;
         match answer.get("Id").and_then(Value::as_str) {
             Some(id) if !id.is_empty() => Ok(id.to_string()),
             _ => Err(Error::Protocol(format!(
@@ -120,7 +123,7 @@ impl Engine {
     pub fn start(&self, id: &str) -> Result<(), Error> {
         let target = format!("/containers/{}/start", encode(id));
         let response = self.send(&Engine::request("POST", &target), Some(CALL_TIMEOUT))?;
-        self.expect(response, &[204, 304]).map(drop)
+        self.body_if(response, &[204, 304]).map(drop)
     }
 
     /// `GET /containers/{id}/json`: the container, or `None` if the engine
@@ -156,7 +159,7 @@ impl Engine {
     pub fn wait(&self, id: &str) -> Result<i64, Error> {
         let target = format!("/containers/{}/wait", encode(id));
         let response = self.send(&Engine::request("POST", &target), None)?;
-        let answer = parse("POST /containers/wait", &self.expect(response, &[200])?)?;
+        let answer = parse("POST /containers/wait", &self.body_if(response, &[200])?)?;
         if let Some(message) = answer
             .get("Error")
             .and_then(|e| e.get("Message"))
@@ -181,7 +184,7 @@ impl Engine {
     pub fn kill(&self, id: &str, signal: &str) -> Result<(), Error> {
         let target = format!("/containers/{}/kill?signal={}", encode(id), encode(signal));
         let response = self.send(&Engine::request("POST", &target), Some(CALL_TIMEOUT))?;
-        match self.expect(response, &[204]) {
+        match self.body_if(response, &[204]) {
             Err(Error::Conflict(message)) if message.contains("is not running") => Ok(()),
             other => other.map(drop),
         }
@@ -197,7 +200,7 @@ impl Engine {
             if force { 1 } else { 0 }
         );
         let response = self.send(&Engine::request("DELETE", &target), Some(CALL_TIMEOUT))?;
-        match self.expect(response, &[204]) {
+        match self.body_if(response, &[204]) {
             Err(Error::NotFound(_)) => Ok(()),
             other => other.map(drop),
         }

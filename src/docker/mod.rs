@@ -189,7 +189,7 @@ impl Engine {
     pub fn ping(&self) -> Result<(), Error> {
         let request = Request::new("GET", "/_ping".to_string());
         let response = self.send(&request, Some(CALL_TIMEOUT))?;
-        self.expect(response, &[200]).map(drop)
+        self.body_if(response, &[200]).map(drop)
     }
 
     /// `GET /version`.
@@ -252,7 +252,7 @@ impl Engine {
 
     /// The whole body of an answer whose status is one of `ok`; any other
     /// status is the engine's error.
-    fn expect(&self, response: Response<UnixStream>, ok: &[u16]) -> Result<Vec<u8>, Error> {
+    fn body_if(&self, response: Response<UnixStream>, ok: &[u16]) -> Result<Vec<u8>, Error> {
         let status = response.status;
         let body = response
             .read_all(MAX_ANSWER)
@@ -281,7 +281,7 @@ impl Engine {
     /// `GET target` of a JSON document.
     fn get_json(&self, target: &str) -> Result<Value, Error> {
         let response = self.send(&Engine::request("GET", target), Some(CALL_TIMEOUT))?;
-        let body = self.expect(response, &[200])?;
+        let body = self.body_if(response, &[200])?;
         parse(target, &body)
     }
 }
