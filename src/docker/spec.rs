@@ -45,6 +45,26 @@ pub struct ContainerSpec {
     /// Runs the engine's init (tini) as PID 1, to reap zombies and pass
     /// signals.
     pub init: bool,
+    /// The container's root file system is mounted read-only.
+    pub readonly_rootfs: bool,
+    /// `/dev/shm`'s size in bytes (the engine's default, 64 MiB, when
+    /// `None`).
+    pub shm_size: Option<u64>,
+    pub sysctls: BTreeMap<String, String>,
+    /// Resource limits: name (`nofile`), soft and hard.
+    pub ulimits: Vec<(String, i64, i64)>,
+    /// `host:ip` lines added to the container's `/etc/hosts`.
+    pub extra_hosts: Vec<String>,
+    /// DNS servers of the container's `/etc/resolv.conf`.
+    pub dns: Vec<String>,
+    pub mac_address: Option<String>,
+    /// `host` or the engine's default.
+    pub userns_mode: Option<String>,
+    /// `host` or the engine's default.
+    pub uts_mode: Option<String>,
+    pub storage_opt: BTreeMap<String, String>,
+    /// -1000 to 1000.
+    pub oom_score_adj: Option<i64>,
 }
 
 /// A host device made visible in the container.
@@ -111,6 +131,7 @@ impl ContainerSpec {
         optional(&mut config, "WorkingDir", &self.work_dir);
         optional(&mut config, "User", &self.user);
         optional(&mut config, "Hostname", &self.hostname);
+        optional(&mut config, "MacAddress", &self.mac_address);
         config.push("Labels", string_map(&self.labels));
         // No TTY and no stdin: the log stream is multiplexed (`logs.rs`).
         config.push("Tty", false.into());
@@ -174,6 +195,29 @@ impl ContainerSpec {
         host.push("PortBindings", Value::object(bindings));
         if self.init {
             host.push("Init", true.into());
+        }
+        host.push("ReadonlyRootfs", self.readonly_rootfs.into());
+        if let Some(size) = self.shm_size {
+            host.push("ShmSize", size.into());
+        }
+        host.push("Sysctls", string_map(&self.sysctls));
+        let ulimits = self.ulimits.iter().map(|(name, soft, hard)| {
+            Value::object([
+                ("Name", Value::from(name.as_str())),
+                ("Soft", Value::from(*soft)),
+                ("Hard", Value::from(*hard)),
+            ])
+        });
+        host.push("Ulimits", Value::array(ulimits));
+        host.push("ExtraHosts", Value::strings(&self.extra_hosts));
+        host.push("Dns", Value::strings(&self.dns));
+        optional(&mut host, "UsernsMode", &self.userns_mode);
+        optional(&mut host, "UTSMode", &self.uts_mode);
+        if !self.storage_opt.is_empty() {
+            host.push("StorageOpt", string_map(&self.storage_opt));
+        }
+        if let Some(adj) = self.oom_score_adj {
+            host.push("OomScoreAdj", adj.into());
         }
         host
     }

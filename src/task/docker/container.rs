@@ -201,7 +201,27 @@ pub(in crate::task) fn container_spec(
         cpu_shares: None,
         ports: Vec::new(),
         init: config.init,
+        readonly_rootfs: config.readonly_rootfs,
+        shm_size: config.shm_size,
+        sysctls: config.sysctl.clone(),
+        ulimits: config
+            .ulimit
+            .iter()
+            .map(|(name, limit)| ulimit(name, limit))
+            .collect::<Result<_, _>>()?,
+        extra_hosts: config.extra_hosts.clone(),
+        dns: config.dns_servers.clone(),
+        mac_address: config.mac_address.clone(),
+        userns_mode: config.userns_mode.clone().filter(|m| !m.is_empty()),
+        uts_mode: config.uts_mode.clone().filter(|m| !m.is_empty()),
+        storage_opt: config.storage_opt.clone(),
+        oom_score_adj: config.oom_score_adj,
     };
+    if config.tty || config.interactive {
+        notes.push(
+            "tty and interactive are not given to the container: its output is kept as the task's logs, stdout and stderr apart, which a terminal would merge".to_string(),
+        );
+    }
     spec.env = inputs.env;
     ports(&mut spec, config, inputs.network)?;
     for (key, value) in &config.labels {
@@ -360,6 +380,26 @@ fn ports(
     Ok(())
 }
 
+/// A `ulimit` entry as Nomad writes it: `"soft:hard"`, or one number for
+/// both.
+fn ulimit(name: &str, limit: &str) -> Result<(String, i64, i64), String> {
+    let number = |text: &str| {
+        text.trim().parse::<i64>().map_err(|_| {
+            format!("config.ulimit {name:?}: {limit:?} is not \"soft:hard\" or a number")
+        })
+    };
+    let (soft, hard) = match limit.split_once(':') {
+        Some((soft, hard)) => (number(soft)?, number(hard)?),
+        None => (number(limit)?, number(limit)?),
+    };
+    if soft > hard {
+        return Err(format!(
+            "config.ulimit {name:?}: the soft limit {soft} is above the hard limit {hard}"
+        ));
+    }
+    Ok((name.to_string(), soft, hard))
+}
+
 /// A host path of the task's: relative ones are in the task dir; others
 /// need the agent config's `volumes { enabled = true }`, as in Nomad.
 fn host_path(task_dir: &Path, path: &str, host_paths: bool) -> Result<PathBuf, String> {
@@ -429,6 +469,21 @@ mod tests {
         assert!(held.contains(&"SYS_ADMIN".to_string()));
         assert!(held.contains(&"AUDIT_READ".to_string()));
         assert_eq!(held.len(), CAPABILITIES.len() - 1);
+    }
+
+    #[test]
+    fn ulimits_are_soft_and_hard_or_one_number() {
+        assert_eq!(
+            ulimit("nofile", "1024:4096").unwrap(),
+            ("nofile".into(), 1024, 4096)
+        );
+        assert_eq!(ulimit("nproc", "64").unwrap(), ("nproc".into(), 64, 64));
+        assert!(ulimit("nofile", "a:b")
+            .unwrap_err()
+            .contains("not \"soft:hard\""));
+        assert!(ulimit("nofile", "10:5")
+            .unwrap_err()
+            .contains("above the hard limit"));
     }
 
     #[test]

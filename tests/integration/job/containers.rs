@@ -655,3 +655,45 @@ job "block" {{
     );
     crate::volume_util::released(&vrig.agent, "blk", &alloc);
 }
+
+#[test]
+fn a_container_gets_what_its_config_asks_for() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    let script = "hostname; ulimit -n; grep -c db.internal /etc/hosts; touch /x 2>/dev/null && echo rw-root || echo ro-root; echo $GREETING; grep CapEff /proc/self/status";
+    let job = script_job("cfg", "batch", script, "      env {\n        GREETING = \"hello-${NOMAD_JOB_NAME}\"\n      }\n")
+        .replace(
+            "        command = \"sh\"\n",
+            "        command = \"sh\"\n        hostname = \"box-${NOMAD_ALLOC_INDEX}\"\n        ulimit = { nofile = \"512:1024\" }\n        extra_hosts = [\"db.internal:10.0.0.9\"]\n        readonly_rootfs = true\n        cap_drop = [\"all\"]\n        labels { team = \"storage\" }\n",
+        );
+    let allocs = rig.run_job("cfg.hcl", &job);
+    let status = rig.wait_job("cfg", "the task to finish", |j| {
+        j.allocs
+            .iter()
+            .all(|a| a.status == "complete" || a.status == "failed")
+    });
+    assert_eq!(
+        status.allocs[0].status,
+        "complete",
+        "{status:#?}\n{}",
+        job_text(&rig, "cfg")
+    );
+    let out = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "box-0",
+            "512",
+            "1",
+            "ro-root",
+            "hello-cfg",
+            "CapEff:\t0000000000000000"
+        ],
+        "{out}"
+    );
+}
