@@ -31,10 +31,6 @@ dockerd_pid=""
 sock="$dir/docker.sock"
 docker() { command docker -H "unix://$sock" "$@"; }
 
-mounts_under() {
-    awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-}
-
 cleanup() {
     status=$?
     if [ -n "$agent_pid" ]; then
@@ -64,15 +60,6 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-
-wait_until() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
 
 cli() { "$bin" "$@"; }
 

@@ -25,11 +25,6 @@ dir=$(mktemp -d /tmp/csi-agent-e2e.XXXXXX)
 agent_pid=""
 plugin_pid=""
 
-# Mount points under the temporary directory, deepest first.
-mounts_under() {
-    awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-}
-
 cleanup() {
     status=$?
     for pid in $agent_pid $plugin_pid; do
@@ -55,16 +50,6 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-
-# `wait_until SECONDS CMD...`: runs CMD every 0.1 s until it succeeds.
-wait_until() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
 
 # `stopped PID`: the process has exited (a zombie counts: it is our child).
 stopped() {

@@ -1,7 +1,8 @@
-# Sourced by the scripts that run in named steps (e2e.sh,
+# Sourced by the scripts that run in named steps (e2e.sh, e2e-docker.sh,
 # upgrade-fixture.sh): `step NAME` says what the script is doing now, and a
 # failure, by `fail` or by a command outside it, names that step. The
-# sourcing script sets `script_name` (for its messages) first.
+# sourcing script sets `script_name` (for its messages) first. Also the
+# helpers they share: `wait_until` and `mounts_under`.
 
 current_step="preflight"
 
@@ -30,3 +31,19 @@ on_error() {
     fi
 }
 trap 'on_error "$?" "$BASH_COMMAND"' ERR
+
+# `wait_until SECONDS CMD...`: runs CMD every 0.1 s until it succeeds;
+# fails (status 1) once SECONDS have passed.
+wait_until() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+# `mounts_under DIR`: the mount points at or under DIR, deepest first.
+mounts_under() {
+    awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}

@@ -63,11 +63,6 @@ for ending in $endings; do
     [ ! -e "$dir" ] || fail "$dir exists; remove it (nothing may be mounted under it) and run again"
 done
 
-# Mount points under $1, deepest first.
-mounts_under() {
-    awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r
-}
-
 # Pids of the processes whose task dir is under the root: the jobs' tasks,
 # which run in sessions of their own and outlive the agent.
 task_pids() {
@@ -122,15 +117,6 @@ cleanup() {
     remove_root
 }
 trap cleanup EXIT
-
-wait_until() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.1
-    done
-}
 
 cli() { "$bin" "$@"; }
 

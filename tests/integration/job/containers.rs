@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::mount::MountInfo;
+use csi_agent::proto::agent::JobStatus;
 
 use super::{Rig, PLUGIN_ID, VOLUME};
 use crate::dockerd::{busybox_rootfs, require_docker, Dockerd};
@@ -53,6 +54,22 @@ job "{name}" {{
     )
 }
 
+/// Waits until every alloc of `job` is complete or failed.
+#[track_caller]
+fn wait_done(rig: &Rig, job: &str, what: &str) -> JobStatus {
+    rig.wait_job(job, what, |j| {
+        j.allocs
+            .iter()
+            .all(|a| a.status == "complete" || a.status == "failed")
+    })
+}
+
+/// Waits until every alloc of `job` has failed.
+#[track_caller]
+fn wait_failed(rig: &Rig, job: &str, what: &str) -> JobStatus {
+    rig.wait_job(job, what, |j| j.allocs.iter().all(|a| a.status == "failed"))
+}
+
 /// The containers of the agent of `rig` that the engine has.
 fn containers_of(dockerd: &Dockerd, rig: &Rig) -> Vec<String> {
     let label = format!("csi-agent.data_dir={}", rig.agent.data_dir.display());
@@ -75,11 +92,7 @@ fn a_container_task_runs_sees_nomads_dirs_and_its_output_reaches_alloc_logs() {
     let rig = rig(&dockerd, "");
     let script = "echo out-$NOMAD_TASK_NAME; echo err >&2; test -d /local && test -d /alloc/data && test -d /secrets && echo dirs-ok";
     let allocs = rig.run_job("b.hcl", &script_job("b", "batch", script, ""));
-    let status = rig.wait_job("b", "the batch task to finish", |j| {
-        j.allocs
-            .iter()
-            .all(|a| a.status == "complete" || a.status == "failed")
-    });
+    let status = wait_done(&rig, "b", "the batch task to finish");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     let stdout = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
     assert!(stdout.contains("out-t"), "{stdout}");
@@ -267,11 +280,7 @@ fn plugin_rig(dockerd: &Dockerd, split: bool) -> Rig {
 fn write_through_a_container(rig: &Rig, name: &str, text: &str) {
     let script = format!("echo {text} > /data/{name}");
     rig.run_job(&format!("{name}.hcl"), &container_consumer(name, &script));
-    let status = rig.wait_job(name, "the container consumer to finish", |j| {
-        j.allocs
-            .iter()
-            .all(|a| a.status == "complete" || a.status == "failed")
-    });
+    let status = wait_done(&rig, name, "the container consumer to finish");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     rig.wait_released(&status.allocs[0].id);
 }
@@ -295,11 +304,7 @@ fn a_plugin_from_an_image_serves_a_container_task_and_an_exec_task() {
         "e.hcl",
         &super::consumer("e", "cat /data/c > /data/e.txt", "", false),
     );
-    let status = rig.wait_job("e", "the exec consumer to finish", |j| {
-        j.allocs
-            .iter()
-            .all(|a| a.status == "complete" || a.status == "failed")
-    });
+    let status = wait_done(&rig, "e", "the exec consumer to finish");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     rig.wait_released(&status.allocs[0].id);
     assert_eq!(
@@ -394,9 +399,7 @@ fn a_missing_image_fails_the_task_with_the_engines_reason_and_leaves_nothing() {
     let rig = rig(&dockerd, "");
     let job = script_job("m", "batch", "true", "").replace(BUSYBOX, "csi-test/missing:1");
     rig.run_job("m.hcl", &job);
-    let status = rig.wait_job("m", "the task to fail", |j| {
-        j.allocs.iter().all(|a| a.status == "failed")
-    });
+    let status = wait_failed(&rig, "m", "the task to fail");
     let events = job_text(&rig, "m");
     assert!(
         events.contains("image csi-test/missing:1 is not present and cannot be pulled"),
@@ -423,12 +426,12 @@ fn a_container_over_its_memory_limit_is_named_oom_killed_and_follows_its_policy(
     let rig = rig(&dockerd, "");
     // The hog waits a moment: the engine watches the cgroup for OOM only
     // once the container has started.
-    let hog = "sleep 0.5; x=$(head -c 64m /dev/zero | tr '\\0' a); echo survived";
+    // The shell alone grows, so the OOM killer's one choice is the
+    // container's PID 1.
+    let hog = "sleep 0.5; x=a; while :; do x=$x$x; done";
     let resources = "      resources {\n        memory = 8\n      }\n";
     rig.run_job("h.hcl", &script_job("h", "batch", hog, resources));
-    rig.wait_job("h", "the hog to fail", |j| {
-        j.allocs.iter().all(|a| a.status == "failed")
-    });
+    wait_failed(&rig, "h", "the hog to fail");
     let events = job_text(&rig, "h");
     assert!(
         events.contains("killed by the OOM killer: it reached its memory limit"),
@@ -514,9 +517,7 @@ fn a_missing_engine_fails_only_the_task_that_needs_it_naming_the_endpoint() {
         "docker {\n  endpoint = \"unix:///run/csi-test-no-engine.sock\"\n}\n",
     );
     rig.run_job("m.hcl", &script_job("m", "batch", "true", ""));
-    rig.wait_job("m", "the task to fail", |j| {
-        j.allocs.iter().all(|a| a.status == "failed")
-    });
+    wait_failed(&rig, "m", "the task to fail");
     let events = job_text(&rig, "m");
     assert!(
         events.contains("cannot reach the container engine at unix:///run/csi-test-no-engine.sock"),
@@ -532,11 +533,7 @@ fn a_missing_engine_fails_only_the_task_that_needs_it_naming_the_endpoint() {
                 "command = \"/bin/sh\"",
             ),
     );
-    let status = rig.wait_job("x", "the raw_exec task to finish", |j| {
-        j.allocs
-            .iter()
-            .all(|a| a.status == "complete" || a.status == "failed")
-    });
+    let status = wait_done(&rig, "x", "the raw_exec task to finish");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
 }
 
@@ -671,11 +668,7 @@ fn a_container_gets_what_its_config_asks_for() {
             "        command = \"sh\"\n        hostname = \"box-${NOMAD_ALLOC_INDEX}\"\n        ulimit = { nofile = \"512:1024\" }\n        extra_hosts = [\"db.internal:10.0.0.9\"]\n        readonly_rootfs = true\n        cap_drop = [\"all\"]\n        labels { team = \"storage\" }\n",
         );
     let allocs = rig.run_job("cfg.hcl", &job);
-    let status = rig.wait_job("cfg", "the task to finish", |j| {
-        j.allocs
-            .iter()
-            .all(|a| a.status == "complete" || a.status == "failed")
-    });
+    let status = wait_done(&rig, "cfg", "the task to finish");
     assert_eq!(
         status.allocs[0].status,
         "complete",
