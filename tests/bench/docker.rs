@@ -66,8 +66,9 @@ pub fn run(opts: &Options, root: &Path) -> DockerResult {
     };
     let result = rig.measure(opts, &backing);
     drop(rig);
-    // The containers go before the agent and the engine; what they
-    // mounted goes with the dir.
+    // The jobs are stopped; the agent stops, then any container it left
+    // is removed and the engine stops (also on a panic: its shutdown
+    // stops them). What they mounted goes with the dir.
     agent.stop();
     dockerd.remove_containers_of(&agent.data_dir);
     drop(dockerd);
