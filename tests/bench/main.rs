@@ -7,8 +7,10 @@
 //! latency next to a bare client's floor, P2 boot storm (P2L at scale),
 //! P3 idle footprint, P4 recovery after SIGKILL (P4L after the storm at
 //! scale), P5 static binary size, P6 plugin discovery, P7 claims across
-//! three hosts of a cluster (etcd). Each module's docs define its
-//! measurement.
+//! three hosts of a cluster (etcd), P8 the docker driver: a plugin's
+//! container start to healthy, and a container task's claim to running
+//! beside an exec task's (a private dockerd). Each module's docs define
+//! its measurement.
 //!
 //! Needs root (the agent and the hostpath plugin mount). Run it through
 //! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
@@ -19,7 +21,9 @@ mod calibrate;
 mod calls;
 mod claim;
 mod cluster;
+mod containers;
 mod discovery;
+mod docker;
 mod floor;
 mod idle;
 mod recovery;
@@ -44,8 +48,9 @@ const USAGE: &str = "\
 usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
 
   --only ROWS          comma-separated rows to run, of C,P1,P2,P2L,P3,P4,P4L,
-                       P5,P6,P7 (default: all; P4 runs the storm of P2 to set
-                       up, P4L the large storm of P2L; P7 needs etcd)
+                       P5,P6,P7,P8 (default: all; P4 runs the storm of P2 to
+                       set up, P4L the large storm of P2L; P7 needs etcd, P8
+                       dockerd and busybox-static)
   --runs N             P1: claims and releases measured (default 200)
   --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
   --storm N            P2/P4: claims (default 1000)
@@ -62,6 +67,8 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
   --cluster-claims N   P7: claims made across the 3 hosts (default 300)
   --cluster-runs N     P7: claims measured one at a time, with etcd and
                        without (default 100)
+  --docker-runs N      P8: plugin starts, and claims of each driver, measured
+                       (default 10)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -95,6 +102,7 @@ pub struct Options {
     pub scale_delay: Duration,
     pub cluster_claims: usize,
     pub cluster_runs: usize,
+    pub docker_runs: usize,
     pub heartbeat: Duration,
     pub keep: bool,
     pub dir: PathBuf,
@@ -119,6 +127,7 @@ impl Options {
             scale_delay: Duration::from_millis(1),
             cluster_claims: 300,
             cluster_runs: 100,
+            docker_runs: 10,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
@@ -168,6 +177,7 @@ impl Options {
                 "--scale-delay" => opts.scale_delay = duration(value()?)?,
                 "--cluster-claims" => opts.cluster_claims = number(value()?)?,
                 "--cluster-runs" => opts.cluster_runs = number(value()?)?,
+                "--docker-runs" => opts.docker_runs = number(value()?)?,
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
@@ -194,7 +204,9 @@ impl Options {
     }
 }
 
-const ROWS: [&str; 10] = ["C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7"];
+const ROWS: [&str; 11] = [
+    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8",
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -360,8 +372,10 @@ fn run(opts: &Options, root: &Path) -> Table {
     if opts.wants("P5") {
         size_row(&mut table, &size::run());
     }
+    let mut discovery_p50 = None;
     if opts.wants("P6") {
         let samples = discovery::run(opts, root);
+        discovery_p50 = Some(samples.p50());
         let p50 = samples.p50();
         table.push(Row {
             id: "P6",
@@ -379,6 +393,9 @@ fn run(opts: &Options, root: &Path) -> Table {
     }
     if opts.wants("P7") {
         cluster_rows(&mut table, opts, root);
+    }
+    if opts.wants("P8") {
+        docker_rows(&mut table, opts, root, discovery_p50);
     }
     table
 }
@@ -682,6 +699,63 @@ fn cluster_rows(table: &mut Table, opts: &Options, root: &Path) {
         ratio: format!("{:.2}x", ratio(r.etcd_claim.p50(), floor)),
         target: "≤ 1.5x",
         met: Some(ratio(r.etcd_claim.p50(), floor) <= 1.5),
+    });
+}
+
+/// P8: the docker driver, `discovery_p50` P6's p50 if it ran.
+fn docker_rows(table: &mut Table, opts: &Options, root: &Path, discovery_p50: Option<Duration>) {
+    if !containers::available() {
+        table.push(Row {
+            id: "P8",
+            what: "docker: plugin container start, claim to running".into(),
+            agent: "skipped: dockerd or busybox-static missing (make deps)".into(),
+            reference: "-".into(),
+            ratio: "-".into(),
+            target: "-",
+            met: None,
+        });
+        return;
+    }
+    let r = docker::run(opts, root);
+    // With few runs, p99 is the largest: say so.
+    let high = if r.plugin_start.len() < 100 {
+        "max"
+    } else {
+        "p99"
+    };
+    let spread = |s: &stats::Samples| format!("{} / {}", ms(s.p50()), ms(s.p99()));
+    table.push(Row {
+        id: "P8",
+        what: format!(
+            "plugin from its image: job run → healthy, p50 / {high} ({} runs, privileged docker csi_plugin, monolith)",
+            r.plugin_start.len()
+        ),
+        agent: spread(&r.plugin_start),
+        reference: match discovery_p50 {
+            Some(p6) => format!("P6 socket → healthy p50 {}", ms(p6)),
+            None => "P6 did not run".into(),
+        },
+        ratio: match discovery_p50 {
+            Some(p6) => format!("{:.0}x P6", ratio(r.plugin_start.p50(), p6)),
+            None => "-".into(),
+        },
+        target: "-",
+        met: None,
+    });
+    table.push(Row {
+        id: "P8",
+        what: format!(
+            "claim to running: job run (1 CSI volume) → task running, docker vs exec, p50 / {high} ({} runs each, alternating)",
+            r.docker_claim.len()
+        ),
+        agent: format!("docker {}", spread(&r.docker_claim)),
+        reference: format!("exec {}", spread(&r.exec_claim)),
+        ratio: format!(
+            "{:.2}x exec",
+            ratio(r.docker_claim.p50(), r.exec_claim.p50())
+        ),
+        target: "-",
+        met: None,
     });
 }
 
