@@ -280,7 +280,7 @@ fn plugin_rig(dockerd: &Dockerd, split: bool) -> Rig {
 fn write_through_a_container(rig: &Rig, name: &str, text: &str) {
     let script = format!("echo {text} > /data/{name}");
     rig.run_job(&format!("{name}.hcl"), &container_consumer(name, &script));
-    let status = wait_done(&rig, name, "the container consumer to finish");
+    let status = wait_done(rig, name, "the container consumer to finish");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     rig.wait_released(&status.allocs[0].id);
 }
