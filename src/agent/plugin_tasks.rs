@@ -63,25 +63,30 @@ impl Agent {
                         Err(err) => log::error!("Cannot watch plugin {}: {err}", spec.key()),
                     }
                 }
-                PluginEffect::Exited { alloc, task, key } => {
-                    self.plugin_task_gone(alloc, task, &key, false);
+                PluginEffect::Exited {
+                    alloc,
+                    task,
+                    key,
+                    how,
+                } => {
+                    self.plugin_task_gone(alloc, task, &key, Gone::Exited(how));
                 }
                 PluginEffect::Stop { alloc, task, key } => {
-                    self.plugin_task_gone(alloc, task, &key, true);
+                    self.plugin_task_gone(alloc, task, &key, Gone::Stopped);
                 }
             }
         }
     }
 
-    /// A plugin task's process ended (`deregister`: for good): stop
-    /// watching it, and mark its plugin unhealthy or deregister it, if the
-    /// task still provides it.
+    /// A plugin task's process ended (for good if [`Gone::Stopped`]):
+    /// stop watching it, and mark its plugin unhealthy (saying how the
+    /// task ended) or deregister it, if the task still provides it.
     pub(super) fn plugin_task_gone(
         &mut self,
         alloc: String,
         task: String,
         key: &InstanceKey,
-        deregister: bool,
+        gone: Gone,
     ) {
         let candidate_key = (alloc, task);
         if let Some(candidate) = self.candidates.remove(&candidate_key) {
@@ -96,24 +101,25 @@ impl Agent {
             return;
         }
         self.stop_instance(key);
-        if deregister {
-            log::info!("Plugin {key}: its task stopped; deregistering it");
-            self.registry.deregister(key);
-        } else {
-            self.registry.apply(
-                key,
-                Report::Status {
-                    health: Health::Unhealthy,
-                    reason: "the plugin task exited".to_string(),
-                    fingerprint: None,
-                    heartbeat: None,
-                },
-            );
+        match gone {
+            Gone::Stopped => {
+                log::info!("Plugin {key}: its task stopped; deregistering it");
+                self.registry.deregister(key);
+                self.release_csi_root();
+            }
+            Gone::Exited(how) => {
+                self.registry.apply(
+                    key,
+                    Report::Status {
+                        health: Health::Unhealthy,
+                        reason: format!("its task {how}"),
+                        fingerprint: None,
+                        heartbeat: None,
+                    },
+                );
+            }
         }
         self.dirty = true;
-        if deregister {
-            self.release_csi_root();
-        }
     }
 
     /// A report of a plugin task being probed: once healthy, it replaces
@@ -174,4 +180,12 @@ impl Agent {
             log::warn!("Cannot unmount {}: {err}", root.display());
         }
     }
+}
+
+/// How a plugin task went away.
+pub(super) enum Gone {
+    /// Its process ended, how: it will be restarted, or not.
+    Exited(String),
+    /// It stopped for good: its plugin is deregistered.
+    Stopped,
 }

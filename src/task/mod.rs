@@ -111,6 +111,8 @@ pub enum PluginEffect {
         alloc: String,
         task: String,
         key: InstanceKey,
+        /// How it ended: `exited with status 1`, `failed to start: ...`.
+        how: String,
     },
     /// The task is gone for good: deregister the plugin if this task still
     /// provides it.

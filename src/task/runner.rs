@@ -430,6 +430,7 @@ impl Allocs {
                 alloc: alloc.id.clone(),
                 task: task.name.clone(),
                 key: plugin.key.clone(),
+                how: exit.describe(),
             });
         }
         self.dirty = true;

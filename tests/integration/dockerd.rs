@@ -205,8 +205,10 @@ fn processes_under(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-impl Drop for Dockerd {
-    fn drop(&mut self) {
+impl Dockerd {
+    /// Stops the engine (SIGTERM; it stops its containers first) and waits
+    /// for it, as an engine that goes down under the agent.
+    pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill has no memory preconditions; the pid is our child's,
             // not yet reaped.
@@ -221,6 +223,12 @@ impl Drop for Dockerd {
                 thread::sleep(Duration::from_millis(50));
             }
         }
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        self.stop();
         // A containerd or a shim that outlived its dockerd.
         for pid in processes_under(&self.dir.path) {
             // SAFETY: as above; a pid that is gone is ESRCH, ignored.

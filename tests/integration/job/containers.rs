@@ -690,3 +690,27 @@ fn a_container_gets_what_its_config_asks_for() {
         "{out}"
     );
 }
+
+#[test]
+fn an_engine_going_down_makes_its_plugin_unhealthy_saying_why() {
+    if !require_docker() {
+        return;
+    }
+    let mut dockerd = Dockerd::start();
+    let rig = plugin_rig(&dockerd, false);
+    let endpoint = format!("unix://{}", dockerd.socket.display());
+    dockerd.stop();
+    // The plugin's container stopped with its engine; the agent cannot
+    // start it again, and both status views say why.
+    let plugin = rig.agent.wait_for(
+        PLUGIN_ID,
+        |p| unhealthy(p) && p.health_reason.contains("cannot reach the container engine"),
+        WAIT,
+    );
+    assert!(plugin.health_reason.contains(&endpoint), "{plugin:#?}");
+    let events = job_text(&rig, "plugin");
+    assert!(
+        events.contains(&format!("cannot reach the container engine at {endpoint}")),
+        "{events}"
+    );
+}
