@@ -298,7 +298,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         }
     }
 
-    control.stop();
+    let sent = control.stop();
     agent.shutdown(&reports, &signals.events);
     signals.stop();
     if agent.options.temporary_data_dir && agent.allocs.any_live() {
@@ -309,6 +309,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     } else if agent.options.temporary_data_dir {
         remove_temporary_data_dir(&data_dir);
     }
+    // The answers the agent still held go with it; then the thread that
+    // sent the others ends.
+    drop(agent);
+    sent.join_within(SENT_LIMIT);
     if let Err(err) = crate::trace::finish() {
         log::warn!(
             "Cannot write the latency trace (${}): {err}",
@@ -320,6 +324,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         None => Ok(()),
     }
 }
+
+/// How long the end of the agent waits for the control API's answers in
+/// flight to be sent.
+const SENT_LIMIT: Duration = Duration::from_secs(2);
 
 struct Agent {
     volumes: VolumeManager,

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink, UnarySinkResult};
@@ -67,6 +68,38 @@ pub struct ControlServer {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The `control-api-sent` thread, which ends once every answer the
+    /// server's calls may still give is sent or dropped.
+    sent: Option<JoinHandle<()>>,
+}
+
+/// The `control-api-sent` thread of a stopped server: it ends once the
+/// answers still held elsewhere (the loop's pending replies) are sent or
+/// dropped, so it is joined after them ([`SentThread::join_within`]).
+pub struct SentThread(Option<JoinHandle<()>>);
+
+impl SentThread {
+    /// Joins the thread if it ends within `limit`; returns whether it did.
+    /// One that does not is named in the log and ends with the process.
+    pub fn join_within(mut self, limit: Duration) -> bool {
+        let Some(thread) = self.0.take() else {
+            return true;
+        };
+        let deadline = Instant::now() + limit;
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                log::warn!(
+                    "The control API's answers were still being sent after {limit:?}; leaving them"
+                );
+                return false;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        if thread.join().is_err() {
+            log::error!("The control-api-sent thread panicked");
+        }
+        true
+    }
 }
 
 impl ControlServer {
@@ -74,7 +107,7 @@ impl ControlServer {
     pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
         let listener = bind_private(path)?;
         let (sent, sending) = unbounded();
-        thread::Builder::new()
+        let sent_thread = thread::Builder::new()
             .name("control-api-sent".into())
             .spawn(move || wait_until_sent(sending))
             .map_err(Error::Thread)?;
@@ -99,12 +132,17 @@ impl ControlServer {
             path: path.to_path_buf(),
             stopping,
             thread: Some(thread),
+            sent: Some(sent_thread),
         })
     }
 
-    /// Stops accepting, ends the server thread and removes the socket.
-    pub fn stop(mut self) {
+    /// Stops accepting, ends the server thread and removes the socket;
+    /// the thread that sends answers is handed back, to be joined once
+    /// the answers still pending are gone.
+    #[must_use = "join the sent thread once the pending answers are gone"]
+    pub fn stop(mut self) -> SentThread {
         self.shut();
+        SentThread(self.sent.take())
     }
 
     fn shut(&mut self) {
@@ -536,5 +574,22 @@ fn status_response(resp: Response) -> Option<api::VolumeStatusResponse> {
     match resp {
         Response::Volume(Answer::Status(status)) => Some(wire::volume_status(status)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_server_hands_over_its_sent_thread_which_ends() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-api-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (calls, _calls) = unbounded();
+        let server = ControlServer::start(&dir.join("control.sock"), calls).unwrap();
+        let sent = server.stop();
+        assert!(!dir.join("control.sock").exists());
+        assert!(sent.join_within(Duration::from_secs(10)));
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
