@@ -76,9 +76,9 @@ const LAYERS: &[&[&str]] = &[
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
+    // domain's terms (`CallError`, `ReplyTo`); JSON as data; Go's templates.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "template",
     ],
 ];
 
