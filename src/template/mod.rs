@@ -21,8 +21,9 @@
 //!
 //! The files: `lex.rs` (text, actions, tokens), `parse.rs` (the tree),
 //! `exec.rs` (values and the executor), `funcs.rs` (the function table),
-//! `fmt.rs` (`printf` and time layouts).
+//! `fmt.rs` (`printf` and time layouts), `convert.rs` (JSON and escapes).
 
+mod convert;
 mod exec;
 mod fmt;
 mod funcs;
