@@ -252,6 +252,9 @@ impl Parser {
     }
 
     fn branch(&mut self, tokens: &[Token], pos: Pos, what: &str) -> Result<Branch, Error> {
+        if tokens.is_empty() {
+            return Err(Error::new(pos, format!("missing value for {what}")));
+        }
         let scope = self.vars.len();
         let pipe = self.pipeline(tokens, pos, what);
         let result = pipe.and_then(|pipe| {
