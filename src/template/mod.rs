@@ -106,29 +106,34 @@ impl Template {
 }
 
 impl Context<'_> {
-    /// The text of `path` for `file`: relative to the task dir (an
-    /// absolute path is read as the task sees it, inside the task dir),
-    /// and refused if it leads outside, through `..` or a symlink.
     fn read_file(&self, path: &str) -> Result<String, String> {
         let dir = self
             .task_dir
             .ok_or_else(|| format!("file {path:?}: no task dir to read from"))?;
-        let full = if Path::new(path).starts_with(dir) {
-            Path::new(path).to_path_buf()
-        } else {
-            dir.join(path.trim_start_matches('/'))
-        };
-        let root = dir
-            .canonicalize()
-            .map_err(|e| format!("file {path:?}: {}: {e}", dir.display()))?;
-        let real = full
-            .canonicalize()
-            .map_err(|e| format!("file {path:?}: {e}"))?;
-        if !real.starts_with(&root) {
-            return Err(format!("file {path:?} is outside the task dir"));
-        }
-        std::fs::read_to_string(&real).map_err(|e| format!("file {path:?}: {e}"))
+        read_in_dir(dir, path)
     }
+}
+
+/// The text of `path` in `dir`, for `file` and a template's `source`:
+/// relative to `dir` (an absolute path is read as the task sees it,
+/// inside `dir`, unless it already names a path in `dir`), and refused if
+/// it leads outside, through `..` or a symlink.
+pub fn read_in_dir(dir: &Path, path: &str) -> Result<String, String> {
+    let full = if Path::new(path).starts_with(dir) {
+        Path::new(path).to_path_buf()
+    } else {
+        dir.join(path.trim_start_matches('/'))
+    };
+    let root = dir
+        .canonicalize()
+        .map_err(|e| format!("file {path:?}: {}: {e}", dir.display()))?;
+    let real = full
+        .canonicalize()
+        .map_err(|e| format!("file {path:?}: {e}"))?;
+    if !real.starts_with(&root) {
+        return Err(format!("file {path:?} is outside the task dir"));
+    }
+    std::fs::read_to_string(&real).map_err(|e| format!("file {path:?}: {e}"))
 }
 
 #[cfg(test)]
