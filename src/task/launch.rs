@@ -70,7 +70,12 @@ pub(super) fn check_interpolation(
             }
         }
     }
-    let env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    let mut env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    for t in &task.templates {
+        for name in templates::env_names(t) {
+            env.entry(name).or_default();
+        }
+    }
     if let Some(csi) = &task.csi_plugin {
         host_endpoint(task, csi, &env["CSI_ENDPOINT"], socket_dir)?;
     }

@@ -166,6 +166,27 @@ fn write_file(task_dir: &Path, path: &Path, text: &str, t: &TaskTemplate) -> Res
     })
 }
 
+/// The names an `env = true` template's lines give literally
+/// (`NAME=...` with no action before the `=`), which a task's `${NAME}`s
+/// may use: `job run` checks them before anything renders.
+pub(super) fn env_names(t: &TaskTemplate) -> Vec<String> {
+    let (true, Some(data)) = (t.env, &t.data) else {
+        return Vec::new();
+    };
+    data.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            let (key, _) = line.split_once('=')?;
+            let key = key.trim();
+            let plain = !key.is_empty()
+                && !key.contains(&t.left_delimiter)
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            plain.then(|| key.to_string())
+        })
+        .collect()
+}
+
 /// The variables of an `env = true` template's text: `KEY=value` lines,
 /// with blank lines and `#` comments skipped, an optional `export`, space
 /// around the `=` trimmed, and quotes around the value stripped.

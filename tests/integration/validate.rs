@@ -486,6 +486,7 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
         "nomad/hostpath-plugin.nomad",
         "nomad/hostpath-redis.nomad",
         "nomad/kadalu-nodeplugin.nomad",
+        "nomad/cephrbd-node.nomad",
         "nomad-docker-job.hcl",
     ] {
         let job = fixture(name);

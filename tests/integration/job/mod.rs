@@ -22,6 +22,7 @@ mod docker;
 mod json;
 mod lifecycle;
 pub(crate) mod root;
+mod templates;
 mod variables;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
