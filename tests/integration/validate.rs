@@ -500,6 +500,13 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
         assert!(!errors.contains("not supported"), "{name}:\n{errors}");
         assert!(stdout(&out).contains(": docker image "), "{name}");
     }
+    let out = validate(&[&fixture("nomad/cephrbd-node.nomad")]);
+    assert!(
+        stdout(&out)
+            .contains("      template \"${NOMAD_TASK_DIR}/env\" from data: perms 644, env\n"),
+        "{}",
+        stdout(&out)
+    );
     let out = validate(&[&fixture("nomad/hostpath-plugin.nomad")]);
     assert!(
         stdout(&out).contains(
