@@ -330,6 +330,20 @@ mod tests {
     }
 
     #[test]
+    fn env_templates_give_the_names_their_lines_spell_out() {
+        let mut t = template(
+            "A=1\nexport B={{ env \"X\" }}\n{{ env \"K\" }}=v\n# C=3\n",
+            "local/e",
+        );
+        assert!(
+            env_names(&t).is_empty(),
+            "only env = true templates give names"
+        );
+        t.env = true;
+        assert_eq!(env_names(&t), ["A", "B"]);
+    }
+
+    #[test]
     fn symlinks_left_in_the_task_dir_are_not_followed() {
         let dir = task_dir("links");
         let outside = task_dir("links-outside");
