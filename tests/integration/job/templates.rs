@@ -191,3 +191,39 @@ fn a_template_that_fails_to_render_fails_the_start_with_an_event_naming_it() {
         .join("local/port.conf")
         .exists());
 }
+
+/// A raw_exec task's `${NOMAD_SECRETS_DIR}` is a host path in its task
+/// dir: its template renders there, and the task reads it where its
+/// variable says.
+#[test]
+fn a_raw_exec_task_s_template_renders_where_its_variables_say() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let hcl = r#"
+job "raw" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data        = "token-{{ env \"NOMAD_TASK_NAME\" }}"
+        destination = "${NOMAD_SECRETS_DIR}/token"
+        perms       = "600"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cat \"$NOMAD_SECRETS_DIR/token\"; echo; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+    let allocs = rig.run_job("raw.hcl", hcl);
+    rig.wait_running("raw", &allocs[0]);
+    wait_for_log(&rig, &allocs[0], "token-t\n");
+    let token = rig.task_dir(&allocs[0], "t").join("secrets/token");
+    let mode = fs::metadata(&token).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    rig.ok(&["job", "stop", "raw"]);
+}
