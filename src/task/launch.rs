@@ -185,6 +185,10 @@ impl Allocs {
         make_dir(&task_dir.join("logs"), 0o755)?;
         let socket_dir = self.plugin_socket_dir(&alloc.id);
         let env = self.task_environment(alloc, i)?;
+        // The socket the agent watches comes from the environment before
+        // templates, as after a restart, when it is read again without
+        // rendering: an env template's CSI_ENDPOINT is the task's view.
+        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
         // Rendered before the driver starts, as Nomad's template hook.
         let env = templates::render_all(&spec.templates, &task_dir, env, &self.node)?;
         let vars = lookups(&env, &self.node);
@@ -238,7 +242,6 @@ impl Allocs {
         }
         let mut keep = Vec::new();
         let mut plugin_dirs = Vec::new();
-        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
         if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;
