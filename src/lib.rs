@@ -38,6 +38,7 @@
 //! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
+//! | [`template`] | Go's `text/template` with consul-template's functions that need no Consul or Vault, for Nomad's `template` blocks |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `node`, `job`, `alloc`, `hostpath`, the direct plugin client `csi`, `validate`, and `guard`, which the agent starts |
 //!
 //! # Durability
@@ -90,6 +91,7 @@ pub mod spec;
 pub mod state;
 pub mod sys;
 pub mod task;
+pub mod template;
 pub mod trace;
 pub mod units;
 pub mod volume;

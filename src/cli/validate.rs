@@ -289,6 +289,20 @@ fn task_summary(out: &mut String, task: &Task) {
             mount.volume, mount.destination, mount.propagation
         );
     }
+    for template in &task.templates {
+        // Where it renders and how, never what.
+        let from = if template.source.is_some() {
+            "source"
+        } else {
+            "data"
+        };
+        let env = if template.env { ", env" } else { "" };
+        let _ = writeln!(
+            out,
+            "      template {:?} from {from}: perms {:o}{env}",
+            template.destination, template.perms
+        );
+    }
     if let Some(plugin) = &task.csi_plugin {
         let _ = writeln!(
             out,

@@ -53,6 +53,7 @@ mod job;
 mod service;
 mod suggest;
 mod task;
+mod template;
 mod variables;
 mod volume;
 
@@ -80,6 +81,7 @@ pub use task::{
     CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, Resources, Task,
     VolumeMount,
 };
+pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};
 

@@ -31,6 +31,7 @@ use super::encode::Writer;
 use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
+use super::template::{decode_template, write_template, TaskTemplate};
 use super::{keywords, Kept, PluginType};
 
 /// Keys of Nomad's `task` block that csi-agent ignores.
@@ -48,7 +49,6 @@ const TASK_IGNORED: &[&str] = &[
     "meta",
     "schedule",
     "scaling",
-    "template",
     "vault",
 ];
 
@@ -182,6 +182,8 @@ pub struct Task {
     pub csi_plugin: Option<CsiPlugin>,
     /// Parsed and validated, not run by csi-agent.
     pub services: Vec<Service>,
+    /// Rendered into the task dir before the task starts.
+    pub templates: Vec<TaskTemplate>,
     pub ignored: Vec<Kept>,
 }
 
@@ -333,6 +335,11 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .map(|block| decode_service(&mut f.nested(block)))
         .collect();
+    let templates = f
+        .blocks("template")
+        .into_iter()
+        .filter_map(|block| decode_template(&mut f.nested(block)))
+        .collect();
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -351,6 +358,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         volume_mounts,
         csi_plugin,
         services,
+        templates,
         ignored,
     }
 }
@@ -586,6 +594,9 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     }
     for service in &task.services {
         write_service(w, service);
+    }
+    for template in &task.templates {
+        write_template(w, template);
     }
     w.kept(&task.ignored);
     w.close();

@@ -2,7 +2,8 @@
 //! the root of an `exec` task and the namespace plan, the spawn; for a
 //! plugin task, its socket dir, the shared `csi/` root, and the spec the
 //! agent registers. Also the checks `job run` makes on a task's `${VAR}`s
-//! and destinations.
+//! and destinations (a template's too). A task's templates render
+//! (`templates.rs`) once its dirs exist, before any driver starts it.
 //!
 //! A plugin task in its own root gets Nomad's directory contract: its
 //! socket dir (`data_dir/plugins/<alloc>`) at `mount_dir`, with
@@ -27,6 +28,7 @@ use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
 use super::root::{check_destination, PluginDir, RootPlan};
+use super::templates;
 use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
@@ -68,7 +70,12 @@ pub(super) fn check_interpolation(
             }
         }
     }
-    let env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    let mut env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    for t in &task.templates {
+        for name in templates::env_names(t) {
+            env.entry(name).or_default();
+        }
+    }
     if let Some(csi) = &task.csi_plugin {
         host_endpoint(task, csi, &env["CSI_ENDPOINT"], socket_dir)?;
     }
@@ -87,6 +94,10 @@ pub(super) fn check_interpolation(
     } else {
         Some(chroot_env)
     };
+    for t in &task.templates {
+        templates::destination(t, &ctx.task_dir(), &vars)
+            .map_err(|e| format!("template {:?}: {e}", t.destination))?;
+    }
     for vm in &task.volume_mounts {
         let dest = interpolate(&vm.destination, &vars)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
@@ -174,6 +185,12 @@ impl Allocs {
         make_dir(&task_dir.join("logs"), 0o755)?;
         let socket_dir = self.plugin_socket_dir(&alloc.id);
         let env = self.task_environment(alloc, i)?;
+        // The socket the agent watches comes from the environment before
+        // templates, as after a restart, when it is read again without
+        // rendering: an env template's CSI_ENDPOINT is the task's view.
+        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
+        // Rendered before the driver starts, as Nomad's template hook.
+        let env = templates::render_all(&spec.templates, &task_dir, env, &self.node)?;
         let vars = lookups(&env, &self.node);
         let args = spec
             .config
@@ -225,7 +242,6 @@ impl Allocs {
         }
         let mut keep = Vec::new();
         let mut plugin_dirs = Vec::new();
-        let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
         if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
             let root = self.data_dir.join("csi");
             ensure_shared_root(&root)?;

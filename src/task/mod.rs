@@ -78,6 +78,7 @@ mod persist;
 pub mod restart;
 pub mod root;
 mod runner;
+mod templates;
 mod volume_hook;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -485,8 +485,8 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
     for name in [
         "nomad/hostpath-plugin.nomad",
         "nomad/hostpath-redis.nomad",
-        "nomad/aws-ebs-nodes.nomad",
         "nomad/kadalu-nodeplugin.nomad",
+        "nomad/cephrbd-node.nomad",
         "nomad-docker-job.hcl",
     ] {
         let job = fixture(name);
@@ -500,6 +500,13 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
         assert!(!errors.contains("not supported"), "{name}:\n{errors}");
         assert!(stdout(&out).contains(": docker image "), "{name}");
     }
+    let out = validate(&[&fixture("nomad/cephrbd-node.nomad")]);
+    assert!(
+        stdout(&out)
+            .contains("      template \"${NOMAD_TASK_DIR}/env\" from data: perms 644, env\n"),
+        "{}",
+        stdout(&out)
+    );
     let out = validate(&[&fixture("nomad/hostpath-plugin.nomad")]);
     assert!(
         stdout(&out).contains(
@@ -507,6 +514,28 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
         ),
         "{}",
         stdout(&out)
+    );
+}
+
+/// Nomad's EBS demo renders AWS credentials from Vault: csi-agent has no
+/// Vault, and says so at the template's function rather than starting a
+/// plugin without its credentials.
+#[test]
+fn nomads_ebs_demo_job_is_refused_for_its_vault_template() {
+    let job = fixture("nomad/aws-ebs-nodes.nomad");
+    let out = validate(&[&job]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stderr(&out);
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.contains(": warning: "))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            format!("{job}:57:16: template \"secrets/file.env\": line 1:9: function \"secret\" needs Vault, which csi-agent does not have").as_str(),
+            "error: 1 of 1 file did not validate",
+        ]
     );
 }
 

@@ -23,6 +23,7 @@ mod docker_demo;
 mod json;
 mod lifecycle;
 pub(crate) mod root;
+mod templates;
 mod variables;
 
 pub(crate) const PLUGIN_ID: &str = "hp";

@@ -73,6 +73,9 @@ const LAYERS: &[&[&str]] = &[
     // error classification, `Backoff`); the snapshot and the journal; the
     // container engine's API (Docker's, over its unix socket).
     &["csi", "state", "docker"],
+    // Go's text/template with consul-template's functions, for Nomad's
+    // `template` blocks: over the ground's JSON, base64 and dates.
+    &["template"],
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the

@@ -1,0 +1,395 @@
+//! The executor: walks the parsed nodes with a dot and variables, calls
+//! functions, and writes the output, as Go's `text/template` executes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::funcs;
+use super::lex::Pos;
+use super::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
+use super::{Context, Error, Template};
+
+/// The most output one template may produce, and the deepest nesting of
+/// `{{template}}` calls: a runaway template fails instead of filling the
+/// disk or the stack.
+const MAX_OUTPUT: usize = 16 << 20;
+const MAX_DEPTH: usize = 100;
+
+/// A value in a template: what Go's `interface{}` holds in consul-template.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    List(Vec<Value>),
+    /// Ranged over in key order, as Go ranges over a map.
+    Map(BTreeMap<String, Value>),
+}
+
+impl Value {
+    /// Go's truth: false, 0, nil and empty things are false.
+    pub fn truthy(&self) -> bool {
+        match self {
+            Value::Nil => false,
+            Value::Bool(b) => *b,
+            Value::Int(n) => *n != 0,
+            Value::Float(f) => *f != 0.0,
+            Value::Str(s) => !s.is_empty(),
+            Value::List(l) => !l.is_empty(),
+            Value::Map(m) => !m.is_empty(),
+        }
+    }
+
+    /// The value's type as Go's messages name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Nil => "nil",
+            Value::Bool(_) => "bool",
+            Value::Int(_) => "int",
+            Value::Float(_) => "float64",
+            Value::Str(_) => "string",
+            Value::List(_) => "[]interface {}",
+            Value::Map(_) => "map[string]interface {}",
+        }
+    }
+}
+
+/// `fmt.Print`'s `%v`.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Nil => f.write_str("<nil>"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Float(x) => f.write_str(&format_float(*x)),
+            Value::Str(s) => f.write_str(s),
+            Value::List(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+            Value::Map(map) => {
+                f.write_str("map[")?;
+                for (i, (k, v)) in map.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    write!(f, "{k}:{v}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// A float as Go's `%v` prints it (`strconv` 'g' with the shortest
+/// precision, exponent from 1e21).
+pub(super) fn format_float(x: f64) -> String {
+    if x.is_infinite() {
+        return if x > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    let abs = x.abs();
+    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
+        let s = format!("{x:e}");
+        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    format!("{x}")
+}
+
+/// What breaks a list of nodes off.
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+pub(super) struct State<'t> {
+    tmpl: &'t Template,
+    ctx: &'t Context<'t>,
+    vars: Vec<(String, Value)>,
+    pub(super) out: String,
+    depth: usize,
+}
+
+impl<'t> State<'t> {
+    pub(super) fn new(tmpl: &'t Template, ctx: &'t Context<'t>) -> State<'t> {
+        State {
+            tmpl,
+            ctx,
+            vars: vec![(String::new(), Value::Nil)],
+            out: String::new(),
+            depth: 0,
+        }
+    }
+
+    pub(super) fn run(&mut self, nodes: &[Node], dot: &Value) -> Result<(), Error> {
+        self.list(nodes, dot).map(|_| ())
+    }
+
+    fn list(&mut self, nodes: &[Node], dot: &Value) -> Result<Flow, Error> {
+        for node in nodes {
+            match node {
+                Node::Text(text) => self.write(text, Pos::default())?,
+                Node::Action(pipe) => {
+                    let value = self.pipe(pipe, dot)?;
+                    if pipe.decl.is_empty() {
+                        let text = printable(&value);
+                        self.write(&text, pipe.pos)?;
+                    }
+                }
+                Node::If(b) => {
+                    let flow = self.scoped(|s| {
+                        let value = s.pipe(&b.pipe, dot)?;
+                        let nodes = if value.truthy() { &b.body } else { &b.els };
+                        s.list(nodes, dot)
+                    })?;
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
+                }
+                Node::With(b) => {
+                    let flow = self.scoped(|s| {
+                        let value = s.pipe(&b.pipe, dot)?;
+                        if value.truthy() {
+                            s.list(&b.body, &value)
+                        } else {
+                            s.list(&b.els, dot)
+                        }
+                    })?;
+                    if !matches!(flow, Flow::Normal) {
+                        return Ok(flow);
+                    }
+                }
+                Node::Range(b) => self.scoped(|s| s.range(b, dot))?,
+                Node::Template(name, pipe, pos) => {
+                    let body =
+                        self.tmpl.defines.get(name).ok_or_else(|| {
+                            Error::new(*pos, format!("no such template {name:?}"))
+                        })?;
+                    let arg = match pipe {
+                        Some(pipe) => self.pipe(pipe, dot)?,
+                        None => Value::Nil,
+                    };
+                    if self.depth >= MAX_DEPTH {
+                        return Err(Error::new(*pos, "templates nest too deeply"));
+                    }
+                    self.depth += 1;
+                    let saved =
+                        std::mem::replace(&mut self.vars, vec![(String::new(), arg.clone())]);
+                    let result = self.list(body, &arg);
+                    self.vars = saved;
+                    self.depth -= 1;
+                    result?;
+                }
+                Node::Break(_) => return Ok(Flow::Break),
+                Node::Continue(_) => return Ok(Flow::Continue),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn scoped<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        let mark = self.vars.len();
+        let result = f(self);
+        self.vars.truncate(mark);
+        result
+    }
+
+    fn write(&mut self, text: &str, pos: Pos) -> Result<(), Error> {
+        if self.out.len() + text.len() > MAX_OUTPUT {
+            return Err(Error::new(
+                pos,
+                format!("output exceeds {} MiB", MAX_OUTPUT >> 20),
+            ));
+        }
+        self.out.push_str(text);
+        Ok(())
+    }
+
+    fn range(&mut self, b: &Branch, dot: &Value) -> Result<(), Error> {
+        let value = self.pipe_value(&b.pipe, dot)?;
+        let items: Vec<(Value, Value)> = match value {
+            Value::List(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (Value::Int(i as i64), v))
+                .collect(),
+            Value::Map(map) => map.into_iter().map(|(k, v)| (Value::Str(k), v)).collect(),
+            Value::Int(n) => (0..n.max(0))
+                .map(|i| (Value::Int(i), Value::Int(i)))
+                .collect(),
+            Value::Nil => Vec::new(),
+            other => {
+                return Err(Error::new(
+                    b.pipe.pos,
+                    format!("range can't iterate over {}", other),
+                ))
+            }
+        };
+        if items.is_empty() {
+            self.list(&b.els, dot)?;
+            return Ok(());
+        }
+        let mark = self.vars.len();
+        for (key, item) in items {
+            self.vars.truncate(mark);
+            match b.pipe.decl.as_slice() {
+                [v] => self.vars.push((v.clone(), item.clone())),
+                [k, v] => {
+                    self.vars.push((k.clone(), key));
+                    self.vars.push((v.clone(), item.clone()));
+                }
+                _ => {}
+            }
+            if let Flow::Break = self.list(&b.body, &item)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A pipeline's value and its declarations.
+    fn pipe(&mut self, pipe: &Pipe, dot: &Value) -> Result<Value, Error> {
+        let value = self.pipe_value(pipe, dot)?;
+        if pipe.assign {
+            let name = &pipe.decl[0];
+            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| n == name) {
+                slot.1 = value.clone();
+            }
+        } else if let [name] = pipe.decl.as_slice() {
+            self.vars.push((name.clone(), value.clone()));
+        }
+        Ok(value)
+    }
+
+    fn pipe_value(&mut self, pipe: &Pipe, dot: &Value) -> Result<Value, Error> {
+        let mut last = None;
+        for cmd in &pipe.cmds {
+            last = Some(self.cmd(cmd, dot, last)?);
+        }
+        Ok(last.unwrap_or(Value::Nil))
+    }
+
+    fn cmd(&mut self, cmd: &Cmd, dot: &Value, piped: Option<Value>) -> Result<Value, Error> {
+        let first = &cmd.args[0];
+        if let Operand::Func(name) = &first.operand {
+            if name == "and" || name == "or" {
+                return self.and_or(name == "and", &cmd.args[1..], dot, piped, first.pos);
+            }
+            let mut args = Vec::with_capacity(cmd.args.len());
+            for arg in &cmd.args[1..] {
+                args.push(self.arg(arg, dot)?);
+            }
+            args.extend(piped);
+            return self.call(name, args, first.pos);
+        }
+        if cmd.args.len() > 1 || piped.is_some() {
+            return Err(Error::new(
+                first.pos,
+                "can't give argument to non-function".to_string(),
+            ));
+        }
+        self.arg(first, dot)
+    }
+
+    fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
+        funcs::call(name, args, self.ctx)
+            .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))
+    }
+
+    /// `and` and `or` evaluate their arguments only as far as they must.
+    fn and_or(
+        &mut self,
+        and: bool,
+        args: &[Arg],
+        dot: &Value,
+        piped: Option<Value>,
+        pos: Pos,
+    ) -> Result<Value, Error> {
+        if args.is_empty() && piped.is_none() {
+            return Err(Error::new(pos, "wrong number of args: want at least 1"));
+        }
+        let mut last = Value::Nil;
+        for arg in args {
+            last = self.arg(arg, dot)?;
+            if last.truthy() != and {
+                return Ok(last);
+            }
+        }
+        Ok(piped.unwrap_or(last))
+    }
+
+    fn arg(&mut self, arg: &Arg, dot: &Value) -> Result<Value, Error> {
+        let mut value = match &arg.operand {
+            Operand::Dot => dot.clone(),
+            Operand::Nil => Value::Nil,
+            Operand::Bool(b) => Value::Bool(*b),
+            Operand::Int(n) => Value::Int(*n),
+            Operand::Float(f) => Value::Float(*f),
+            Operand::Str(s) => Value::Str(s.clone()),
+            Operand::Var(name) => self
+                .vars
+                .iter()
+                .rev()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .ok_or_else(|| Error::new(arg.pos, format!("undefined variable \"${name}\"")))?,
+            Operand::Func(name) => self.call(name, Vec::new(), arg.pos)?,
+            Operand::Sub(pipe) => self.pipe_value(pipe, dot)?,
+        };
+        for field in &arg.fields {
+            value = match value {
+                Value::Map(mut map) => match map.remove(field) {
+                    Some(v) => v,
+                    None if self.ctx.error_on_missing_key => {
+                        return Err(Error::new(
+                            arg.pos,
+                            format!("map has no entry for key {field:?}"),
+                        ))
+                    }
+                    None => Value::Nil,
+                },
+                Value::Nil => {
+                    return Err(Error::new(
+                        arg.pos,
+                        format!("nil data; no entry for key {field:?}"),
+                    ))
+                }
+                other => {
+                    return Err(Error::new(
+                        arg.pos,
+                        format!("can't evaluate field {field} in type {}", other.kind()),
+                    ))
+                }
+            };
+        }
+        Ok(value)
+    }
+}
+
+/// What an action prints: a value's `%v`, and Go's `<no value>` for a
+/// missing one.
+fn printable(value: &Value) -> String {
+    match value {
+        Value::Nil => "<no value>".to_string(),
+        other => {
+            let mut out = String::new();
+            let _ = write!(out, "{other}");
+            out
+        }
+    }
+}

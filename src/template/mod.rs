@@ -1,0 +1,140 @@
+//! Go's `text/template` with consul-template's functions, for Nomad's
+//! `template` blocks: no templating crate, no Consul, no Vault.
+//!
+//! The language is Go's core: text and `{{ }}` actions (the delimiters
+//! may be others), trim markers `{{- ` and ` -}}`, comments `{{/* */}}`,
+//! pipelines with `|` (the piped value is the last argument), variables
+//! (`$x := ...`, `$x = ...`, `$` the top-level dot), the dot and its
+//! fields (`.Field` of a map), `if`/`else if`/`else`, `range` (over lists,
+//! maps in key order and integers, with `$i, $v :=`, `break` and
+//! `continue`), `with`/`else with`, `define`/`template`/`block`, and the
+//! literals: quoted and raw strings, characters, integers, floats, bools
+//! and `nil`. Values are [`Value`]s: what consul-template's functions
+//! hand around as Go's `interface{}`.
+//!
+//! The functions are `funcs.rs`'s table: Go's built-ins and the
+//! consul-template functions that need neither Consul, Vault nor Nomad's
+//! variables. A template that calls `key`, `service`, `secret`,
+//! `nomadVar` or the like is refused when it is parsed, naming the
+//! function, its line and what it needs; so is any unknown name. Every
+//! error carries the `line:col` of the template's text.
+//!
+//! The files: `lex.rs` (text, actions, tokens), `parse.rs` (the tree),
+//! `exec.rs` (values and the executor), `funcs.rs` (the function table),
+//! `fmt.rs` (`printf` and time layouts), `convert.rs` (JSON and escapes).
+
+mod convert;
+mod exec;
+mod fmt;
+mod funcs;
+mod lex;
+mod parse;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+pub use exec::Value;
+pub use lex::Pos;
+
+/// A template error at a line and column of the template's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub pos: Pos,
+    pub message: String,
+}
+
+impl Error {
+    fn new(pos: Pos, message: impl Into<String>) -> Error {
+        Error {
+            pos,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {}:{}: {}",
+            self.pos.line, self.pos.col, self.message
+        )
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A parsed template, ready to render any number of times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    nodes: Vec<parse::Node>,
+    defines: BTreeMap<String, Vec<parse::Node>>,
+}
+
+/// What a template renders with.
+pub struct Context<'a> {
+    /// What `env` reads: the task's environment.
+    pub env: &'a BTreeMap<String, String>,
+    /// Where `file` reads, relative to which, and nowhere outside it;
+    /// `None` refuses `file`.
+    pub task_dir: Option<&'a Path>,
+    /// A missing map key is an error rather than `<no value>`.
+    pub error_on_missing_key: bool,
+    /// What `timestamp` prints.
+    pub now: SystemTime,
+}
+
+impl Template {
+    /// Parses `text` with the action delimiters `left` and `right`
+    /// (Go's `{{` and `}}` when empty).
+    pub fn parse(text: &str, left: &str, right: &str) -> Result<Template, Error> {
+        let left = if left.is_empty() { "{{" } else { left };
+        let right = if right.is_empty() { "}}" } else { right };
+        let items = lex::lex(text, left, right)?;
+        let (nodes, defines) = parse::Parser::parse(items)?;
+        Ok(Template { nodes, defines })
+    }
+
+    /// Renders the template; the dot starts as `nil`, as in
+    /// consul-template.
+    pub fn render(&self, ctx: &Context<'_>) -> Result<String, Error> {
+        let mut state = exec::State::new(self, ctx);
+        state.run(&self.nodes, &Value::Nil)?;
+        Ok(state.out)
+    }
+}
+
+impl Context<'_> {
+    fn read_file(&self, path: &str) -> Result<String, String> {
+        let dir = self
+            .task_dir
+            .ok_or_else(|| format!("file {path:?}: no task dir to read from"))?;
+        read_in_dir(dir, path)
+    }
+}
+
+/// The text of `path` in `dir`, for `file` and a template's `source`:
+/// relative to `dir` (an absolute path is read as the task sees it,
+/// inside `dir`, unless it already names a path in `dir`), and refused if
+/// it leads outside, through `..` or a symlink.
+pub fn read_in_dir(dir: &Path, path: &str) -> Result<String, String> {
+    let full = if Path::new(path).starts_with(dir) {
+        Path::new(path).to_path_buf()
+    } else {
+        dir.join(path.trim_start_matches('/'))
+    };
+    let root = dir
+        .canonicalize()
+        .map_err(|e| format!("file {path:?}: {}: {e}", dir.display()))?;
+    let real = full
+        .canonicalize()
+        .map_err(|e| format!("file {path:?}: {e}"))?;
+    if !real.starts_with(&root) {
+        return Err(format!("file {path:?} is outside the task dir"));
+    }
+    std::fs::read_to_string(&real).map_err(|e| format!("file {path:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests;

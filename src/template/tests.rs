@@ -1,0 +1,372 @@
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+fn env() -> BTreeMap<String, String> {
+    [
+        ("NOMAD_ALLOC_ID", "0a1b2c3d"),
+        ("PORT", "8080"),
+        ("EMPTY", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn render_in(text: &str, dir: Option<&Path>) -> Result<String, Error> {
+    let env = env();
+    let ctx = Context {
+        env: &env,
+        task_dir: dir,
+        error_on_missing_key: false,
+        // 2009-02-13T23:31:30Z, a Friday.
+        now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_234_567_890),
+    };
+    Template::parse(text, "", "")?.render(&ctx)
+}
+
+fn render(text: &str) -> String {
+    render_in(text, None).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+}
+
+fn error(text: &str) -> String {
+    match render_in(text, None) {
+        Ok(out) => panic!("{text:?} rendered {out:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn text_without_actions_is_copied() {
+    assert_eq!(render("plain ${NOMAD} text\n"), "plain ${NOMAD} text\n");
+    assert_eq!(render(""), "");
+}
+
+#[test]
+fn trim_markers_eat_the_space_beside_them() {
+    assert_eq!(render("a  {{- \"b\" -}}  \n c"), "abc");
+    assert_eq!(render("a {{-3}}"), "a -3");
+    assert_eq!(render("x\n{{- /* a comment */ -}}\ny"), "xy");
+    assert_eq!(render("x{{/* gone */}}y"), "xy");
+}
+
+#[test]
+fn custom_delimiters_leave_braces_alone() {
+    let env = env();
+    let ctx = Context {
+        env: &env,
+        task_dir: None,
+        error_on_missing_key: false,
+        now: SystemTime::UNIX_EPOCH,
+    };
+    let t = Template::parse("{{ keep }} [[ env \"PORT\" ]] [[- \" x\" ]]", "[[", "]]").unwrap();
+    assert_eq!(t.render(&ctx).unwrap(), "{{ keep }} 8080 x");
+}
+
+#[test]
+fn literals_print_as_go_prints_them() {
+    assert_eq!(
+        render(
+            r#"{{ "a\tb\u00e9" }}|{{ `raw\n` }}|{{ 42 }}|{{ -7 }}|{{ 0x1F }}|{{ 1.5 }}|{{ 1e21 }}|{{ true }}|{{ 'a' }}"#
+        ),
+        "a\tbé|raw\\n|42|-7|31|1.5|1e+21|true|97"
+    );
+    assert_eq!(render("{{ nil }}"), "<no value>");
+}
+
+#[test]
+fn variables_declare_assign_and_scope() {
+    assert_eq!(render("{{ $x := 1 }}{{ $x }}{{ $x = 2 }}{{ $x }}"), "12");
+    assert_eq!(
+        render("{{ $x := 1 }}{{ if true }}{{ $x = 3 }}{{ $y := 9 }}{{ end }}{{ $x }}"),
+        "3"
+    );
+    assert!(
+        error("{{ if true }}{{ $y := 9 }}{{ end }}{{ $y }}").contains("undefined variable \"$y\"")
+    );
+    assert!(error("{{ $z = 1 }}").starts_with("line 1:1: undefined variable"));
+}
+
+#[test]
+fn if_else_if_else() {
+    let t = r#"{{ if eq (env "PORT") "1" }}one{{ else if eq (env "PORT") "8080" }}web{{ else }}other{{ end }}"#;
+    assert_eq!(render(t), "web");
+    assert_eq!(
+        render("{{ if \"\" }}y{{ else }}n{{ end }}{{ if 0 }}y{{ end }}{{ if 1 }}y{{ end }}"),
+        "ny"
+    );
+    assert_eq!(
+        render("{{ with $p := env \"PORT\" }}{{ . }}={{ $p }}{{ end }}"),
+        "8080=8080"
+    );
+    assert_eq!(
+        render("{{ with env \"NOPE\" }}x{{ else with env \"PORT\" }}{{ . }}{{ end }}"),
+        "8080"
+    );
+}
+
+#[test]
+fn range_over_lists_maps_and_ints() {
+    assert_eq!(
+        render(r#"{{ range $i, $v := split "," "a,b,c" }}{{ $i }}={{ $v }} {{ end }}"#),
+        "0=a 1=b 2=c "
+    );
+    assert_eq!(
+        render(r#"{{ range parseJSON `{"b":2,"a":1}` }}{{ . }}{{ end }}"#),
+        "12"
+    );
+    assert_eq!(
+        render(r#"{{ range $k, $v := parseJSON `{"b":2,"a":1}` }}{{ $k }}{{ end }}"#),
+        "ab"
+    );
+    assert_eq!(render("{{ range 3 }}{{ . }}{{ end }}"), "012");
+    assert_eq!(
+        render("{{ range loop 1 4 }}{{ . }}{{ end }}|{{ range loop 2 }}{{ . }}{{ end }}"),
+        "123|01"
+    );
+    assert_eq!(
+        render(r#"{{ range split "," "" }}x{{ else }}empty{{ end }}"#),
+        "empty"
+    );
+    assert_eq!(render("{{ range loop 9 }}{{ if eq . 2 }}{{ continue }}{{ end }}{{ if eq . 4 }}{{ break }}{{ end }}{{ . }}{{ end }}"), "013");
+    assert!(error("{{ break }}").contains("outside {{range}}"));
+}
+
+#[test]
+fn fields_of_maps() {
+    let t = r#"{{ with parseJSON `{"db":{"host":"h","port":5432}}` }}{{ .db.host }}:{{ .db.port }}{{ .db.none }}{{ end }}"#;
+    assert_eq!(render(t), "h:5432<no value>");
+    assert_eq!(
+        render(r#"{{ $m := parseJSON `{"a":{"b":"c"}}` }}{{ $m.a.b }}{{ (index $m "a").b }}"#),
+        "cc"
+    );
+    assert!(
+        error(r#"{{ $s := "x" }}{{ $s.foo }}"#).contains("can't evaluate field foo in type string")
+    );
+}
+
+#[test]
+fn define_template_and_block() {
+    assert_eq!(
+        render(r#"{{ define "t" }}[{{ . }}]{{ end }}{{ template "t" "x" }}{{ template "t" 2 }}"#),
+        "[x][2]"
+    );
+    assert_eq!(render(r#"{{ block "b" "y" }}<{{ . }}>{{ end }}"#), "<y>");
+    assert!(error(r#"{{ template "nope" }}"#).contains("no such template \"nope\""));
+}
+
+#[test]
+fn go_builtins() {
+    assert_eq!(
+        render(r#"{{ and 1 0 }} {{ or 0 "" "x" }} {{ not true }} {{ len "abc" }}"#),
+        "0 x false 3"
+    );
+    assert_eq!(
+        render(r#"{{ index (split "," "a,b") 1 }} {{ slice "hello" 1 3 }}"#),
+        "b el"
+    );
+    assert_eq!(
+        render(r#"{{ print "a" 1 2 "b" }}|{{ println "a" 1 }}|"#),
+        "a1 2b|a 1\n|"
+    );
+    assert_eq!(
+        render(
+            r#"{{ printf "%s-%d-%5.2f-%q-%x-%v-%03d-%-3s|" "s" 7 3.14159 "q" 255 true 5 "l" }}"#
+        ),
+        "s-7- 3.14-\"q\"-ff-true-005-l  |"
+    );
+    assert_eq!(render(r#"{{ printf "%d %d" 1 }}"#), "1 %!d(MISSING)");
+    assert_eq!(
+        render(
+            r#"{{ eq 1 2 1 }} {{ ne "a" "b" }} {{ lt 1 2 }} {{ le 2 2 }} {{ gt "b" "a" }} {{ ge 1.5 2 }}"#
+        ),
+        "true true true true true false"
+    );
+    assert_eq!(
+        render(r#"{{ urlquery "a b&c" }} {{ html "<a href='x'>" }} {{ js "it's" }}"#),
+        "a+b%26c &lt;a href=&#39;x&#39;&gt; it\\'s"
+    );
+    assert!(error(r#"{{ lt 1 "a" }}"#).contains("incompatible types for comparison"));
+}
+
+#[test]
+fn pipelines_pass_the_value_last() {
+    assert_eq!(render(r#"{{ "a,b" | split "," | join ";" }}"#), "a;b");
+    assert_eq!(
+        render(r#"{{ "Hello" | toUpper | printf "%s!" }}"#),
+        "HELLO!"
+    );
+    assert!(error(r#"{{ "x" | "y" }}"#).contains("can't give argument to non-function"));
+}
+
+#[test]
+fn consul_template_string_functions() {
+    assert_eq!(
+        render(r#"{{ env "NOMAD_ALLOC_ID" }}|{{ env "NOPE" }}|{{ envOrDefault "EMPTY" "d" }}"#),
+        "0a1b2c3d||d"
+    );
+    assert_eq!(
+        render(
+            r#"{{ toLower "AbC" }} {{ toTitle "hello world" }} {{ trimSpace "  x " }} {{ "!!x!!" | trim "!" }}"#
+        ),
+        "abc Hello World x x"
+    );
+    assert_eq!(
+        render(
+            r#"{{ "pre-x" | trimPrefix "pre-" }} {{ "x.txt" | trimSuffix ".txt" }} {{ "a.b.c" | replaceAll "." "_" }}"#
+        ),
+        "x x a_b_c"
+    );
+    assert_eq!(render(r#"{{ "a\nb" | indent 2 }}"#), "  a\n  b");
+    assert_eq!(
+        render(
+            r#"{{ split "," "a,b" | contains "b" }} {{ "hello" | contains "ell" }} {{ split "," "a,b" | containsAll (split "," "a,c") }} {{ split "," "a,b" | containsAny (split "," "c,b") }}"#
+        ),
+        "true true false true"
+    );
+    assert!(error(r#"{{ mustEnv "NOPE" }}"#).contains("is not set"));
+}
+
+#[test]
+fn conversions_and_encodings() {
+    assert_eq!(
+        render(
+            r#"{{ add 1 (parseInt "41") }} {{ parseFloat "1.5" }} {{ parseBool "true" }} {{ 10 | subtract 3 }} {{ multiply 2 2.5 }} {{ 7 | modulo 2 }}"#
+        ),
+        "42 1.5 true 7 5 1"
+    );
+    assert_eq!(
+        render(r#"{{ parseJSON `{"a":[1,"x",true,null]}` | toJSON }}"#),
+        r#"{"a":[1,"x",true,null]}"#
+    );
+    assert_eq!(
+        render(r#"{{ parseJSON `{"a":[1]}` | toJSONPretty }}"#),
+        "{\n  \"a\": [\n    1\n  ]\n}"
+    );
+    assert_eq!(
+        render(
+            r#"{{ base64Encode "hi!" }} {{ base64Decode "aGkh" }} {{ "hi?>" | base64URLEncode }}"#
+        ),
+        "aGkh hi! aGk_Pg=="
+    );
+    assert!(error(r#"{{ parseInt "x" }}"#)
+        .contains("error calling parseInt: parsing \"x\": invalid syntax"));
+    assert!(error(r#"{{ base64Decode "!" }}"#).contains("not valid base64"));
+}
+
+#[test]
+fn timestamps_follow_go_layouts() {
+    assert_eq!(render("{{ timestamp }}"), "2009-02-13T23:31:30Z");
+    assert_eq!(render(r#"{{ timestamp "unix" }}"#), "1234567890");
+    assert_eq!(
+        render(r#"{{ timestamp "Mon Jan _2 15:04:05 MST 2006" }}"#),
+        "Fri Feb 13 23:31:30 UTC 2009"
+    );
+    assert_eq!(
+        render(r#"{{ timestamp "02/01/06 3:04PM" }}"#),
+        "13/02/09 11:31PM"
+    );
+}
+
+#[test]
+fn file_reads_inside_the_task_dir_only() {
+    let dir = std::env::temp_dir().join(format!("tmpl-file-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("local")).unwrap();
+    std::fs::write(dir.join("local/in.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("local/out")).unwrap();
+    let ok = render_in(
+        r#"{{ file "local/in.txt" }}{{ file "/local/in.txt" }}"#,
+        Some(&dir),
+    )
+    .unwrap();
+    assert_eq!(ok, "insideinside");
+    for path in ["../../etc/passwd", "local/out"] {
+        let err = render_in(&format!("{{{{ file {path:?} }}}}"), Some(&dir)).unwrap_err();
+        assert!(
+            err.message.contains("outside the task dir") || err.message.contains("No such file"),
+            "{err}"
+        );
+    }
+    let err = render_in(r#"{{ file "local/nope" }}"#, Some(&dir)).unwrap_err();
+    assert!(err.message.contains("local/nope"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn consul_vault_and_nomad_functions_are_refused_at_parse() {
+    let err = Template::parse("a\nb {{ key \"x\" }}", "", "").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 2:6: function \"key\" needs Consul, which csi-agent does not have"
+    );
+    let err = Template::parse("{{ with secret \"kv/x\" }}{{ end }}", "", "").unwrap_err();
+    assert!(err.message.contains("needs Vault"), "{err}");
+    let err = Template::parse("{{ range nomadVarList }}{{ end }}", "", "").unwrap_err();
+    assert!(err.message.contains("needs Nomad's variables"), "{err}");
+    let err = Template::parse("{{ range nomadService \"db\" }}{{ end }}", "", "").unwrap_err();
+    assert!(err.message.contains("Nomad's service registry"), "{err}");
+    let err = Template::parse("{{ \"x\" | regexMatch \"a\" }}", "", "").unwrap_err();
+    assert!(err.message.contains("no regular expressions"), "{err}");
+    let err = Template::parse("{{ writeToFile \"a\" }}", "", "").unwrap_err();
+    assert!(err.message.contains("denied"), "{err}");
+    let err = Template::parse("\n\n  {{ frobnicate }}", "", "").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 3:6: function \"frobnicate\" not defined"
+    );
+}
+
+#[test]
+fn syntax_errors_name_their_place() {
+    let cases = [
+        ("{{ if true }}x", "line 1:1: unexpected EOF"),
+        ("x\n{{ end }}", "unexpected {{end}}"),
+        ("{{ \"open }}", "line 1:4: unterminated quoted string"),
+        ("{{ 1 ", "unclosed action"),
+        ("{{/* x ", "unclosed comment"),
+        ("{{ (1 }}", "unclosed left paren"),
+        ("{{ else }}", "unexpected {{else}}"),
+        ("{{ 1 | }}", "missing command after |"),
+        ("{{ }}", "missing value for command"),
+        (
+            "{{ if true }}{{ else }}{{ else }}{{ end }}",
+            "expected {{end}}",
+        ),
+        ("{{ # }}", "unexpected '#' in action"),
+    ];
+    for (text, want) in cases {
+        let err = match Template::parse(text, "", "") {
+            Ok(t) => panic!("{text:?} parsed: {t:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(want), "{text:?}: {err} (want {want:?})");
+    }
+}
+
+#[test]
+fn errors_while_rendering_name_the_line() {
+    let err = error("ok\n{{ index (split \",\" \"a\") 3 }}");
+    assert_eq!(err, "line 2:4: error calling index: index out of range: 3");
+    let env = env();
+    let ctx = Context {
+        env: &env,
+        task_dir: None,
+        error_on_missing_key: true,
+        now: SystemTime::UNIX_EPOCH,
+    };
+    let t = Template::parse(r#"{{ with parseJSON `{"y":1}` }}{{ .x }}{{ end }}"#, "", "").unwrap();
+    assert!(t
+        .render(&ctx)
+        .unwrap_err()
+        .message
+        .contains("map has no entry for key \"x\""));
+}
+
+#[test]
+fn runaway_templates_stop() {
+    let err = error(r#"{{ define "r" }}{{ template "r" }}{{ end }}{{ template "r" }}"#);
+    assert!(err.contains("nest too deeply"), "{err}");
+    let err = error("{{ range loop 2000000 }}{{ end }}");
+    assert!(err.contains("at most 1000000"), "{err}");
+}
