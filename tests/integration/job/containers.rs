@@ -718,3 +718,39 @@ fn an_engine_going_down_makes_its_plugin_unhealthy_saying_why() {
         "{events}"
     );
 }
+
+#[test]
+fn a_container_runs_what_its_templates_render() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    let templates = r#"      template {
+        destination = "local/run.sh"
+        perms       = "755"
+        data        = <<EOT
+#!/bin/sh
+echo "alloc {{ env "NOMAD_ALLOC_ID" }} in {{ env "NOMAD_TASK_DIR" }}"
+echo "color $COLOR"
+EOT
+      }
+      template {
+        destination = "secrets/app.env"
+        env         = true
+        data        = "COLOR=blue\n"
+      }
+"#;
+    let job = script_job("tpl", "batch", "exec /local/run.sh", templates);
+    let allocs = rig.run_job("tpl.hcl", &job);
+    let status = wait_done(&rig, "tpl", "the task to finish");
+    assert_eq!(
+        status.allocs[0].status,
+        "complete",
+        "{}",
+        job_text(&rig, "tpl")
+    );
+    let out = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
+    assert_eq!(out, format!("alloc {} in /local\ncolor blue\n", allocs[0]));
+}
