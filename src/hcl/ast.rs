@@ -419,6 +419,85 @@ pub enum Expr {
         args: Vec<Expr>,
         span: Span,
     },
+    /// `!x` or `-x`.
+    Unary {
+        op: UnaryOp,
+        operand: Box<Expr>,
+        span: Span,
+    },
+    /// `a + b`, `a == b`, `a && b`, ...
+    Binary {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+        span: Span,
+    },
+    /// `cond ? a : b`.
+    Conditional {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+        span: Span,
+    },
+}
+
+/// A unary operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryOp {
+    Not,
+    Negate,
+}
+
+/// A binary operator, by HCL's precedence: `||`, then `&&`, then
+/// equality, then comparison, then `+ -`, then `* / %`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Or,
+    And,
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Modulo,
+}
+
+impl BinaryOp {
+    /// How tightly it binds: higher first.
+    pub fn precedence(self) -> u8 {
+        match self {
+            BinaryOp::Or => 1,
+            BinaryOp::And => 2,
+            BinaryOp::Equal | BinaryOp::NotEqual => 3,
+            BinaryOp::Less | BinaryOp::LessEqual | BinaryOp::Greater | BinaryOp::GreaterEqual => 4,
+            BinaryOp::Add | BinaryOp::Subtract => 5,
+            BinaryOp::Multiply | BinaryOp::Divide | BinaryOp::Modulo => 6,
+        }
+    }
+
+    /// As written.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::Or => "||",
+            BinaryOp::And => "&&",
+            BinaryOp::Equal => "==",
+            BinaryOp::NotEqual => "!=",
+            BinaryOp::Less => "<",
+            BinaryOp::LessEqual => "<=",
+            BinaryOp::Greater => ">",
+            BinaryOp::GreaterEqual => ">=",
+            BinaryOp::Add => "+",
+            BinaryOp::Subtract => "-",
+            BinaryOp::Multiply => "*",
+            BinaryOp::Divide => "/",
+            BinaryOp::Modulo => "%",
+        }
+    }
 }
 
 /// A piece of a [`Expr::Template`].
@@ -450,7 +529,10 @@ impl Expr {
             | Expr::Object { span, .. }
             | Expr::Template { span, .. }
             | Expr::Reference { span, .. }
-            | Expr::Call { span, .. } => *span,
+            | Expr::Call { span, .. }
+            | Expr::Unary { span, .. }
+            | Expr::Binary { span, .. }
+            | Expr::Conditional { span, .. } => *span,
         }
     }
 
@@ -469,7 +551,12 @@ impl Expr {
             Expr::Null { .. } => "null",
             Expr::List { .. } => "list",
             Expr::Object { .. } => "object",
-            Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => "expression",
+            Expr::Template { .. }
+            | Expr::Reference { .. }
+            | Expr::Call { .. }
+            | Expr::Unary { .. }
+            | Expr::Binary { .. }
+            | Expr::Conditional { .. } => "expression",
         }
     }
 

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::ast::{Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step};
+use super::ast::{BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, UnaryOp};
 use super::functions;
 
 /// A value that an expression evaluates to.
@@ -192,7 +192,12 @@ pub fn evaluate_in_place(expr: &mut Expr, scope: &Scope<'_>, file: &str) -> Resu
                 evaluate_in_place(value, scope, file)?;
             }
         }
-        Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => {
+        Expr::Template { .. }
+        | Expr::Reference { .. }
+        | Expr::Call { .. }
+        | Expr::Unary { .. }
+        | Expr::Binary { .. }
+        | Expr::Conditional { .. } => {
             let span = expr.span();
             *expr = eval(expr, scope, file)?.to_expr(span);
         }
@@ -238,6 +243,121 @@ pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> 
             functions::call(&name.name, values, scope.files)
                 .map_err(|message| Error::new(file, name.span.start, message))
         }
+        Expr::Unary { op, operand, span } => {
+            let value = eval(operand, scope, file)?;
+            unary(*op, value).map_err(|message| Error::new(file, span.start, message))
+        }
+        Expr::Binary { op, lhs, rhs, span } => {
+            let left = eval(lhs, scope, file)?;
+            // `&&` and `||` look at their right side only when they must.
+            match (op, &left) {
+                (BinaryOp::And, Value::Bool(false)) => return Ok(Value::Bool(false)),
+                (BinaryOp::Or, Value::Bool(true)) => return Ok(Value::Bool(true)),
+                _ => {}
+            }
+            let right = eval(rhs, scope, file)?;
+            binary(*op, left, right).map_err(|message| Error::new(file, span.start, message))
+        }
+        Expr::Conditional {
+            cond,
+            then,
+            otherwise,
+            ..
+        } => match eval(cond, scope, file)? {
+            Value::Bool(true) => eval(then, scope, file),
+            Value::Bool(false) => eval(otherwise, scope, file),
+            other => Err(Error::new(
+                file,
+                cond.pos(),
+                format!(
+                    "the condition of '? :' must be a bool, not a {}",
+                    other.kind_name()
+                ),
+            )),
+        },
+    }
+}
+
+/// `!x` and `-x`.
+fn unary(op: UnaryOp, value: Value) -> Result<Value, String> {
+    match (op, value) {
+        (UnaryOp::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+        (UnaryOp::Negate, Value::Number(n)) => n
+            .as_f64()
+            .map(|v| Value::number(-v))
+            .ok_or_else(|| format!("'-' cannot negate {}", n.text())),
+        (UnaryOp::Not, other) => Err(format!("'!' needs a bool, not a {}", other.kind_name())),
+        (UnaryOp::Negate, other) => Err(format!("'-' needs a number, not a {}", other.kind_name())),
+    }
+}
+
+/// `a OP b`, with HCL's types: arithmetic and comparison on numbers,
+/// `&&` and `||` on bools, `==` and `!=` on any two values.
+fn binary(op: BinaryOp, left: Value, right: Value) -> Result<Value, String> {
+    let symbol = op.symbol();
+    match op {
+        BinaryOp::Equal => return Ok(Value::Bool(equal(&left, &right))),
+        BinaryOp::NotEqual => return Ok(Value::Bool(!equal(&left, &right))),
+        BinaryOp::And | BinaryOp::Or => {
+            return match (left, right) {
+                (Value::Bool(a), Value::Bool(b)) => Ok(Value::Bool(match op {
+                    BinaryOp::And => a && b,
+                    _ => a || b,
+                })),
+                (a, b) => Err(format!(
+                    "'{symbol}' needs two bools, not a {} and a {}",
+                    a.kind_name(),
+                    b.kind_name()
+                )),
+            };
+        }
+        _ => {}
+    }
+    let number = |value: &Value| match value {
+        Value::Number(n) => n.as_f64(),
+        // HCL converts a string that holds a number.
+        Value::String(text) => text.trim().parse::<f64>().ok().filter(|v| v.is_finite()),
+        _ => None,
+    };
+    let (Some(a), Some(b)) = (number(&left), number(&right)) else {
+        return Err(format!(
+            "'{symbol}' needs two numbers, not a {} and a {}",
+            left.kind_name(),
+            right.kind_name()
+        ));
+    };
+    let result = match op {
+        BinaryOp::Add => Value::number(a + b),
+        BinaryOp::Subtract => Value::number(a - b),
+        BinaryOp::Multiply => Value::number(a * b),
+        BinaryOp::Divide if b == 0.0 => return Err("division by zero".to_string()),
+        BinaryOp::Divide => Value::number(a / b),
+        BinaryOp::Modulo if b == 0.0 => return Err("modulo by zero".to_string()),
+        BinaryOp::Modulo => Value::number(a % b),
+        BinaryOp::Less => Value::Bool(a < b),
+        BinaryOp::LessEqual => Value::Bool(a <= b),
+        BinaryOp::Greater => Value::Bool(a > b),
+        BinaryOp::GreaterEqual => Value::Bool(a >= b),
+        BinaryOp::Equal | BinaryOp::NotEqual | BinaryOp::And | BinaryOp::Or => {
+            unreachable!("handled above")
+        }
+    };
+    Ok(result)
+}
+
+/// HCL's equality: numbers by value (`1 == 1.0`), the rest as they are.
+fn equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::List(x), Value::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| equal(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.iter().any(|(k2, v2)| k == k2 && equal(v, v2)))
+        }
+        _ => a == b,
     }
 }
 

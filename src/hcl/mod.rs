@@ -50,8 +50,8 @@ mod parser;
 mod tests;
 
 pub use ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos, Span, Step,
-    Syntax,
+    Attribute, BinaryOp, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos,
+    Span, Step, Syntax, UnaryOp,
 };
 pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
 pub use functions::names as function_names;

@@ -7,17 +7,14 @@
 use std::collections::HashMap;
 
 use super::ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos, Span, Step,
-    Syntax,
+    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Part, Pos, Span, Step, Syntax,
 };
 use super::lexer::{Lexer, Sequence, Token, TokenKind};
 
+mod operators;
+
 /// How deeply blocks, lists and objects may nest, all counted together.
 pub const MAX_NESTING: usize = 64;
-
-/// Characters that start an operator or another expression form that this
-/// subset does not support; errors that find one say so.
-const EXPRESSION_CHARS: &str = "!-+*/%<>&|?";
 
 /// The parser state: the lexer, the current token and the nesting depth.
 pub(crate) struct Parser<'a> {
@@ -59,17 +56,12 @@ impl<'a> Parser<'a> {
         Error::new(self.file, pos, message)
     }
 
-    /// An "expected X, found Y" error at the current token. Operators get a
-    /// hint, since a user who writes one probably expects HCL expressions.
+    /// An "expected X, found Y" error at the current token.
     fn unexpected(&self, expected: &str) -> Error {
         let found = self.tok.kind.describe();
-        let hint = match self.tok.kind {
-            TokenKind::Other(c) if EXPRESSION_CHARS.contains(c) => " (operators are not supported)",
-            _ => "",
-        };
         self.error(
             self.tok.start,
-            format!("expected {expected}, found {found}{hint}"),
+            format!("expected {expected}, found {found}"),
         )
     }
 
@@ -256,47 +248,9 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// Parses one value. `owner` completes "expected a value ..." in errors,
-    /// as in `for 'count'` or `in the list`.
-    fn parse_value(&mut self, owner: &str) -> Result<Expr, Error> {
-        match self.tok.kind {
-            TokenKind::LBracket => return self.parse_list(),
-            TokenKind::LBrace => return self.parse_object(),
-            _ => {}
-        }
-        let span = self.span();
-        let expr = match std::mem::replace(&mut self.tok.kind, TokenKind::Newline) {
-            TokenKind::Str {
-                value, sequences, ..
-            } => self.template(value, &sequences, span)?,
-            TokenKind::Heredoc { value, sequences } => {
-                match self.template(value, &sequences, span)? {
-                    Expr::String { value, span } => Expr::Heredoc { value, span },
-                    template => template,
-                }
-            }
-            TokenKind::Number(text) => Expr::Number {
-                value: Number::new(text),
-                span,
-            },
-            TokenKind::Ident(name) => match name.as_str() {
-                "true" => Expr::Bool { value: true, span },
-                "false" => Expr::Bool { value: false, span },
-                "null" => Expr::Null { span },
-                _ => return self.parse_operation(Ident { name, span }, owner),
-            },
-            other => {
-                self.tok.kind = other;
-                return Err(self.unexpected(&format!("a value {owner}")));
-            }
-        };
-        self.advance()?;
-        Ok(expr)
-    }
-
     /// Parses what follows a bare identifier, the current token: a call
     /// `name(args)` or a reference `name.attr[index]`.
-    fn parse_operation(&mut self, name: Ident, owner: &str) -> Result<Expr, Error> {
+    pub(super) fn parse_operation(&mut self, name: Ident, owner: &str) -> Result<Expr, Error> {
         self.advance()?;
         if name.name == "for" && matches!(self.tok.kind, TokenKind::Ident(_)) {
             return Err(self.error(
@@ -383,7 +337,7 @@ impl<'a> Parser<'a> {
     /// `${...}` sequences needs evaluating ([`needs_evaluation`]). A
     /// sequence that does not parse is kept as written for the agent,
     /// unless it names a variable, a local or calls a function.
-    fn template(
+    pub(super) fn template(
         &mut self,
         value: String,
         sequences: &[Sequence],
@@ -446,7 +400,7 @@ impl<'a> Parser<'a> {
 
     /// Parses `[a, b, c]`; newlines may appear between elements and a
     /// trailing comma is allowed.
-    fn parse_list(&mut self) -> Result<Expr, Error> {
+    pub(super) fn parse_list(&mut self) -> Result<Expr, Error> {
         let open = self.tok.start;
         self.enter(open)?;
         self.advance()?;
@@ -482,7 +436,7 @@ impl<'a> Parser<'a> {
 
     /// Parses `{ k = v, "k2": v2 }`; entries are separated by commas or
     /// newlines.
-    fn parse_object(&mut self) -> Result<Expr, Error> {
+    pub(super) fn parse_object(&mut self) -> Result<Expr, Error> {
         let open = self.tok.start;
         self.enter(open)?;
         self.advance()?;
@@ -576,6 +530,38 @@ pub(crate) fn needs_evaluation(expr: &Expr) -> bool {
         }
         Expr::List { items, .. } => items.iter().any(needs_evaluation),
         Expr::Object { entries, .. } => entries.iter().any(|(_, value)| needs_evaluation(value)),
+        // An operation is evaluated when the file says all it needs: one
+        // on a name known only when a task starts stays for the agent.
+        Expr::Unary { .. } | Expr::Binary { .. } | Expr::Conditional { .. } => !names_runtime(expr),
+        _ => false,
+    }
+}
+
+/// Whether `expr` refers to a name that is neither a variable nor a local
+/// (`NOMAD_ALLOC_INDEX`, `attr.unique.hostname`): known only when a task
+/// starts.
+fn names_runtime(expr: &Expr) -> bool {
+    match expr {
+        Expr::Reference { root, steps, .. } => {
+            !matches!(root.name.as_str(), "var" | "local")
+                || steps
+                    .iter()
+                    .any(|step| matches!(step, Step::Index(index) if names_runtime(index)))
+        }
+        Expr::List { items, .. } => items.iter().any(names_runtime),
+        Expr::Object { entries, .. } => entries.iter().any(|(_, value)| names_runtime(value)),
+        Expr::Call { args, .. } => args.iter().any(names_runtime),
+        Expr::Template { parts, .. } => parts
+            .iter()
+            .any(|part| matches!(part, Part::Interpolation(e) if names_runtime(e))),
+        Expr::Unary { operand, .. } => names_runtime(operand),
+        Expr::Binary { lhs, rhs, .. } => names_runtime(lhs) || names_runtime(rhs),
+        Expr::Conditional {
+            cond,
+            then,
+            otherwise,
+            ..
+        } => names_runtime(cond) || names_runtime(then) || names_runtime(otherwise),
         _ => false,
     }
 }

@@ -168,7 +168,12 @@ fn write_expr(out: &mut String, value: &Expr) {
         }
         Expr::Object { entries, .. } => write_entries(out, entries),
         // Evaluation replaces these before anything is kept.
-        Expr::Template { .. } | Expr::Reference { .. } | Expr::Call { .. } => out.push_str("null"),
+        Expr::Template { .. }
+        | Expr::Reference { .. }
+        | Expr::Call { .. }
+        | Expr::Unary { .. }
+        | Expr::Binary { .. }
+        | Expr::Conditional { .. } => out.push_str("null"),
     }
 }
 

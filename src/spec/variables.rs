@@ -439,8 +439,8 @@ fn assign(
 }
 
 /// Checks a variable's `validation` blocks: `condition` must be true, or
-/// the error is `error_message`. Conditions are evaluated with the
-/// functions of the table; HCL's operators are not supported.
+/// the error is `error_message`. Conditions are expressions like any
+/// other: functions, operators and `? :`.
 fn validate(v: &Variable<'_>, file: &str, scope: &Scope<'_>) -> Result<(), Error> {
     for block in &v.validations {
         plain_attributes(block, file)?;
@@ -689,6 +689,15 @@ job "app" {{
         assert_eq!(
             source(decl, &JobInputs::default()),
             "job.hcl:1:10: invalid value for variable \"vol_id\": The volume must be a or b."
+        );
+    }
+
+    #[test]
+    fn validation_conditions_may_use_operators() {
+        let decl = "variable \"count\" {\n  default = 0\n  validation {\n    condition     = var.count > 0 && var.count <= 3\n    error_message = \"count is 1 to 3.\"\n  }\n}";
+        assert_eq!(
+            source(decl, &JobInputs::default()),
+            "job.hcl:1:10: invalid value for variable \"count\": count is 1 to 3."
         );
     }
 

@@ -191,10 +191,18 @@ fn duplicate_attribute_is_an_error() {
 }
 
 #[test]
-fn operators_are_reported_as_unsupported() {
+fn half_an_operator_or_a_missing_operand_is_an_error_at_its_position() {
     assert_eq!(
-        error_text("x = 1 + 2\n"),
-        "test.hcl:1:7: expected a newline or ',' after the value of 'x', found '+' (operators are not supported)"
+        error_text("x = 1 & 2\n"),
+        "test.hcl:1:7: expected the operator '&&'"
+    );
+    assert_eq!(
+        error_text("x = 1 +\n"),
+        "test.hcl:1:8: expected a value after '+', found newline"
+    );
+    assert_eq!(
+        error_text("x = true ? 1\n"),
+        "test.hcl:1:13: expected ':' of the '?' at 1:10, found newline"
     );
 }
 

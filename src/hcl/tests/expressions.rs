@@ -152,7 +152,79 @@ fn a_list_cannot_be_interpolated_into_text() {
 fn a_broken_expression_naming_a_variable_is_a_parse_error() {
     assert_eq!(
         super::error_text("x = \"${var.a +}\"\n"),
-        "test.hcl:1:14: expected '}' after the value inside '${', found '+' (operators are not supported)"
+        "test.hcl:1:15: expected a value after '+', found end of file"
+    );
+}
+
+#[test]
+fn operators_parse_by_precedence() {
+    assert_eq!(
+        render(&parse_ok("x = 1 + 2 * 3 == 7 && !var.b || -var.n < 0\n")),
+        "x = ((((1 + (2 * 3)) == 7) && (!var.b)) || ((-var.n) < 0))\n"
+    );
+    assert_eq!(
+        render(&parse_ok(
+            "x = var.a ? (1 + 1) * 2 : var.b >= 2 ? \"y\" : \"z\"\n"
+        )),
+        "x = (var.a ? ((1 + 1) * 2) : ((var.b >= 2) ? \"y\" : \"z\"))\n"
+    );
+}
+
+#[test]
+fn arithmetic_comparison_logic_and_conditionals_evaluate() {
+    let vars = [
+        ("count", Value::number(3.0)),
+        ("env", text("prod")),
+        ("on", Value::Bool(true)),
+    ];
+    assert_eq!(evaluated("x = var.count * 2 + 1\n", &vars), "x = 7\n");
+    assert_eq!(evaluated("x = 7 % 4 - 10 / 4\n", &vars), "x = 0.5\n");
+    assert_eq!(
+        evaluated("x = var.env == \"prod\" ? 3 : 1\n", &vars),
+        "x = 3\n"
+    );
+    assert_eq!(
+        evaluated(
+            "x = \"mem-${var.count > 2 ? \"big\" : \"small\"}\"\n",
+            &vars
+        ),
+        "x = \"mem-big\"\n"
+    );
+    assert_eq!(
+        evaluated(
+            "x = !var.on || var.count >= 3 && var.env != \"dev\"\n",
+            &vars
+        ),
+        "x = true\n"
+    );
+    // `&&` does not look at its right side once its left is false.
+    assert_eq!(
+        evaluated("x = false && var.missing\n", &vars),
+        "x = false\n"
+    );
+}
+
+#[test]
+fn an_operation_on_a_runtime_name_stays_for_the_agent() {
+    assert_eq!(
+        evaluated("x = \"${NOMAD_ALLOC_INDEX + 1}\"\n", &[]),
+        "x = \"${NOMAD_ALLOC_INDEX + 1}\"\n"
+    );
+}
+
+#[test]
+fn operators_on_the_wrong_types_are_errors_at_their_position() {
+    assert_eq!(
+        evaluation_error("x = 1 + true\n", &[]),
+        "test.hcl:1:5: '+' needs two numbers, not a number and a bool"
+    );
+    assert_eq!(
+        evaluation_error("x = 1 ? 2 : 3\n", &[]),
+        "test.hcl:1:5: the condition of '? :' must be a bool, not a number"
+    );
+    assert_eq!(
+        evaluation_error("x = 1 / 0\n", &[]),
+        "test.hcl:1:5: division by zero"
     );
 }
 

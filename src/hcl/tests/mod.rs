@@ -201,5 +201,34 @@ fn render_expr(expr: &Expr, out: &mut String) {
             }
             out.push_str(" }");
         }
+        Expr::Unary { op, operand, .. } => {
+            out.push_str(match op {
+                super::UnaryOp::Not => "(!",
+                super::UnaryOp::Negate => "(-",
+            });
+            render_expr(operand, out);
+            out.push(')');
+        }
+        Expr::Binary { op, lhs, rhs, .. } => {
+            out.push('(');
+            render_expr(lhs, out);
+            out.push_str(&format!(" {} ", op.symbol()));
+            render_expr(rhs, out);
+            out.push(')');
+        }
+        Expr::Conditional {
+            cond,
+            then,
+            otherwise,
+            ..
+        } => {
+            out.push('(');
+            render_expr(cond, out);
+            out.push_str(" ? ");
+            render_expr(then, out);
+            out.push_str(" : ");
+            render_expr(otherwise, out);
+            out.push(')');
+        }
     }
 }
