@@ -1,7 +1,8 @@
 //! The parser: recursive descent over the lexer's tokens, one token of
 //! lookahead, no backtracking.
 //!
-//! Recursion only happens when a block, a list or an object opens, and the
+//! Recursion only happens when a block, a list, an object or parentheses
+//! open, or an operator takes its operand (`parser/operators.rs`), and the
 //! nesting limit bounds it, so hostile input cannot overflow the stack.
 
 use std::collections::HashMap;

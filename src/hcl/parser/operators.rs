@@ -37,18 +37,34 @@ impl Parser<'_> {
 
     /// Parses operands joined by binary operators of precedence `min` and
     /// above, left to right.
+    ///
+    /// Each operator nests the tree one level deeper (`1 + 2 + 3` is
+    /// `(1 + 2) + 3`), so each counts against the nesting limit until the
+    /// chain ends: evaluating and dropping the tree recurse as deep.
     fn parse_binary(&mut self, min: u8, owner: &str) -> Result<Expr, Error> {
         let mut lhs = self.parse_unary(owner)?;
-        while let Some(op) = self.binary_operator() {
+        let mut chained = 0;
+        let result = loop {
+            let Some(op) = self.binary_operator() else {
+                break Ok(lhs);
+            };
             if op.precedence() < min {
-                break;
+                break Ok(lhs);
             }
             let at = self.tok.start;
-            let op = self.take_operator(op)?;
-            self.enter(at)?;
+            let op = match self
+                .take_operator(op)
+                .and_then(|op| self.enter(at).map(|()| op))
+            {
+                Ok(op) => op,
+                Err(err) => break Err(err),
+            };
+            chained += 1;
             let rhs =
-                self.parse_binary(op.precedence() + 1, &format!("after '{}'", op.symbol()))?;
-            self.leave();
+                match self.parse_binary(op.precedence() + 1, &format!("after '{}'", op.symbol())) {
+                    Ok(rhs) => rhs,
+                    Err(err) => break Err(err),
+                };
             let span = Span::new(lhs.span().start, rhs.span().end);
             lhs = Expr::Binary {
                 op,
@@ -56,8 +72,11 @@ impl Parser<'_> {
                 rhs: Box::new(rhs),
                 span,
             };
+        };
+        for _ in 0..chained {
+            self.leave();
         }
-        Ok(lhs)
+        result
     }
 
     /// `!x`, `-x`, or a primary value.

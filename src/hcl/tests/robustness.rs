@@ -127,6 +127,24 @@ fn deeply_nested_lists_hit_the_nesting_limit() {
 }
 
 #[test]
+fn long_operator_chains_and_unary_runs_hit_the_nesting_limit() {
+    // Each operator nests the tree a level deeper, however it is written.
+    let chain = format!("x = 1{}\n", " + 1".repeat(100_000));
+    assert!(error_text(&chain).ends_with("nesting deeper than 64 levels"));
+    let nots = format!("x = {}true\n", "!".repeat(100_000));
+    assert!(error_text(&nots).ends_with("nesting deeper than 64 levels"));
+    let conditionals = format!("x = {}1\n", "true ? 1 : ".repeat(100_000));
+    assert!(error_text(&conditionals).ends_with("nesting deeper than 64 levels"));
+    // 60 in a row is fine.
+    assert!(
+        super::parse_ok(&format!("x = 1{}\n", " + 1".repeat(60)))
+            .items
+            .len()
+            == 1
+    );
+}
+
+#[test]
 fn deeply_nested_objects_hit_the_nesting_limit() {
     let src = format!("x = {}", "{ a = ".repeat(100_000));
     assert_eq!(
