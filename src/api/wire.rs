@@ -405,6 +405,7 @@ fn job(j: task::JobStatus) -> pb::JobStatus {
         name: j.name,
         status: j.status,
         file: j.file,
+        type_: j.job_type,
         submitted_unix_ms: ms(j.submitted),
         stop_wanted: j.stop_wanted,
         allocs: j.allocs.into_iter().map(alloc).collect(),

@@ -211,8 +211,9 @@ fn summary(allocs: &[api::AllocStatus]) -> String {
 
 fn details(job: &api::JobStatus) -> String {
     let mut out = format!(
-        "Name      = {}\nStatus    = {}\nFile      = {}\nSubmitted = {}\n",
+        "Name      = {}\nType      = {}\nStatus    = {}\nFile      = {}\nSubmitted = {}\n",
         job.name,
+        job.type_,
         job.status,
         job.file,
         format_timestamp(from_unix_ms(job.submitted_unix_ms))

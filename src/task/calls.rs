@@ -32,6 +32,8 @@ pub struct JobStatus {
     /// `running`, `stopping` or `dead`.
     pub status: String,
     pub file: String,
+    /// `service`, `batch`, `system` or `sysbatch`.
+    pub job_type: String,
     pub submitted: Option<SystemTime>,
     pub stop_wanted: bool,
     /// Oldest first.

@@ -343,6 +343,7 @@ impl Allocs {
             name: job.name.clone(),
             status: status.to_string(),
             file: job.file.clone(),
+            job_type: job.spec.job_type.as_str().to_string(),
             submitted: Some(job.submitted),
             stop_wanted: job.stop_wanted,
             allocs,

@@ -409,6 +409,7 @@ fn a_missing_image_fails_the_task_with_the_engines_reason_and_leaves_nothing() {
         events.contains("pulling image csi-test/missing:1"),
         "{events}"
     );
+    assert!(events.contains("\nType      = batch\n"), "{events}");
     assert!(
         status.allocs[0].message.contains("task \"t\" failed"),
         "{status:#?}"
