@@ -175,7 +175,8 @@ pub struct Task {
     pub lifecycle: Option<Lifecycle>,
     /// The group's policy, with the task's own `restart` block over it.
     pub restart: Restart,
-    /// Parsed and kept; not enforced yet.
+    /// An exec or raw_exec task's control group limits (`task::cgroup`),
+    /// a docker task's container limits.
     pub resources: Option<Resources>,
     pub volume_mounts: Vec<VolumeMount>,
     /// Set when the task is a CSI plugin.

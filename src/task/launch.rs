@@ -21,6 +21,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cgroup;
 use super::docker::{self, VolumeBind};
 use super::driver::Handle;
 use super::env::{interpolate, lookups, task_env, TaskContext};
@@ -315,6 +316,7 @@ impl Allocs {
                 (Some(root), Vec::new())
             }
         };
+        let cgroup = cgroup::prepare(&alloc.id, &spec.name, spec.resources.as_ref());
         let launch = Launch {
             command: spec.config.command.clone(),
             args,
@@ -326,12 +328,13 @@ impl Allocs {
             user,
             namespace: NamespacePlan::new(&host, keep, mounts, hide),
             root,
+            cgroup_procs: cgroup.procs,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
         Ok(Launched {
             handle: Handle::spawned(child),
             plugin,
-            notes: Vec::new(),
+            notes: cgroup.note.into_iter().collect(),
         })
     }
 

@@ -59,6 +59,7 @@
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
+//! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
 //! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
@@ -66,6 +67,7 @@
 //! | [`restart`] | the restart policy |
 
 pub mod calls;
+mod cgroup;
 mod docker;
 mod driver;
 pub mod env;

@@ -10,6 +10,7 @@
 //!
 //! The order, for an `exec` task:
 //!
+//! 0. the task's control groups (before anything it does is charged);
 //! 1. a session and a mount namespace of its own;
 //! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
 //! 3. the task dir bound onto itself (private): the new root;
@@ -78,6 +79,10 @@ pub(super) enum Step {
         root: CString,
     },
     BecomeUser(User),
+    /// Joins a control group: `0` (itself) to its `cgroup.procs`.
+    JoinCgroup {
+        procs: CString,
+    },
 }
 
 /// The child's side, prepared in the parent.
@@ -139,6 +144,9 @@ impl ChildSetup {
     pub(super) fn new(launch: &Launch) -> mount::Result<ChildSetup> {
         let plan = &launch.namespace;
         let mut steps = Vec::new();
+        for procs in &launch.cgroup_procs {
+            steps.push(Step::JoinCgroup { procs: c(procs)? });
+        }
         if plan.slave_root {
             steps.push(propagation(
                 Path::new("/"),
@@ -400,6 +408,8 @@ impl Step {
             Step::BecomeUser(user) => {
                 sys::become_user(*user).map_err(|e| sys::report(b"cannot switch user", b"", e))
             }
+            Step::JoinCgroup { procs } => sys::join_cgroup(procs)
+                .map_err(|e| sys::report(b"cannot join the cgroup ", procs.as_bytes(), e)),
         }
     }
 }
@@ -489,6 +499,20 @@ pub(super) mod sys {
         write_all(fd, b"\n");
         close(fd);
         Ok(())
+    }
+
+    /// Writes `0` (the writer) to a `cgroup.procs` file.
+    pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
+        let fd = open(procs, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+        // SAFETY: a live one-byte buffer.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        let result = if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        close(fd);
+        result
     }
 
     pub fn mkdir(path: &CStr) -> io::Result<()> {
@@ -615,6 +639,7 @@ mod tests {
             Step::WritePid { path } => format!("pid {}", text(path)),
             Step::PivotRoot { root } => format!("pivot {}", text(root)),
             Step::BecomeUser(user) => format!("user {}", user.uid),
+            Step::JoinCgroup { procs } => format!("cgroup {}", text(procs)),
         }
     }
 
@@ -659,6 +684,7 @@ mod tests {
                     propagation: Propagation::Bidirectional,
                 }],
             }),
+            cgroup_procs: vec![PathBuf::from("/cg/memory/csi-agent/a.t/cgroup.procs")],
         };
         let steps: Vec<String> = ChildSetup::new(&launch)
             .unwrap()
@@ -669,6 +695,7 @@ mod tests {
         assert_eq!(
             steps,
             [
+                "cgroup /cg/memory/csi-agent/a.t/cgroup.procs",
                 "mount rec|slave /",
                 "mount bind /t /t",
                 "mount private /t",
@@ -720,6 +747,7 @@ mod tests {
                 hide: vec![PathBuf::from("/d/control.sock")],
             },
             root: None,
+            cgroup_procs: Vec::new(),
         };
         let steps: Vec<String> = ChildSetup::new(&launch)
             .unwrap()

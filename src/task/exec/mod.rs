@@ -52,6 +52,9 @@ pub struct Launch {
     pub namespace: NamespacePlan,
     /// The root of an `exec` task; `None` keeps the host's (`raw_exec`).
     pub root: Option<RootPlan>,
+    /// The `cgroup.procs` files of the task's control groups, which the
+    /// child joins first (empty: the agent's own).
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 #[derive(Debug)]

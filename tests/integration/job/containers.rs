@@ -704,7 +704,11 @@ fn an_engine_going_down_makes_its_plugin_unhealthy_saying_why() {
     // start it again, and both status views say why.
     let plugin = rig.agent.wait_for(
         PLUGIN_ID,
-        |p| unhealthy(p) && p.health_reason.contains("cannot reach the container engine"),
+        |p| {
+            unhealthy(p)
+                && p.health_reason
+                    .contains("cannot reach the container engine")
+        },
         WAIT,
     );
     assert!(plugin.health_reason.contains(&endpoint), "{plugin:#?}");
