@@ -77,8 +77,8 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, Resources, Task,
-    VolumeMount,
+    CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources,
+    Task, VolumeMount,
 };
 pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};

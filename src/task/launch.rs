@@ -32,7 +32,7 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, Task};
+use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -329,6 +329,8 @@ impl Allocs {
             namespace: NamespacePlan::new(&host, keep, mounts, hide),
             root,
             cgroup_procs: cgroup.procs,
+            pid_ns: spec.driver == Driver::Exec && spec.config.pid_mode == NamespaceMode::Private,
+            ipc_ns: spec.driver == Driver::Exec && spec.config.ipc_mode == NamespaceMode::Private,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
         Ok(Launched {

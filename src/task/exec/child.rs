@@ -10,22 +10,25 @@
 //!
 //! The order, for an `exec` task:
 //!
-//! 0. the task's control groups (before anything it does is charged);
-//! 1. a session and a mount namespace of its own;
+//! 0. a session; the task's control groups (before anything it does is
+//!    charged); the pid file (the pid the agent tracks: this child's);
+//! 1. a mount namespace of its own; then the IPC and PID namespaces
+//!    ([`super::pid_ns`]: from here on the grandchild, PID 1 of its
+//!    namespace, goes on; the child shares its mounts and, after the
+//!    pivot, its root);
 //! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
 //! 3. the task dir bound onto itself (private): the new root;
 //! 4. `chroot_env` (recursive binds, then read-only with all below them),
 //!    `/dev`, `/proc`, `/secrets`, `/alloc`, a plugin task's `mount_dir`
 //!    and `stage_publish_base_dir`;
 //! 5. the volumes at their destinations;
-//! 6. the pid file (a host path, so before the pivot);
-//! 7. `pivot_root` into the task dir; the old root is made a slave
+//! 6. `pivot_root` into the task dir; the old root is made a slave
 //!    recursively, so that detaching it unmounts nothing on the host (as
 //!    runc does), and detached; the cwd becomes `/`;
-//! 8. the task's user.
+//! 7. the task's user.
 //!
-//! A `raw_exec` task skips 3, 4 and 7, and gets the control socket covered
-//! instead.
+//! A `raw_exec` task skips the IPC and PID namespaces of 1, and 3, 4 and 6, and gets
+//! the control socket covered instead.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -87,6 +90,13 @@ pub(super) enum Step {
 
 /// The child's side, prepared in the parent.
 pub(super) struct ChildSetup {
+    /// What the child does before the namespaces: join its control groups
+    /// and write its pid.
+    pub(super) early: Vec<Step>,
+    /// A PID namespace of its own (the task is PID 1), an IPC one.
+    pub(super) pid_ns: bool,
+    pub(super) ipc_ns: bool,
+    /// What the task's process does then (the grandchild, with `pid_ns`).
     pub(super) steps: Vec<Step>,
 }
 
@@ -143,10 +153,14 @@ fn new_fs(
 impl ChildSetup {
     pub(super) fn new(launch: &Launch) -> mount::Result<ChildSetup> {
         let plan = &launch.namespace;
-        let mut steps = Vec::new();
+        let mut early = Vec::new();
         for procs in &launch.cgroup_procs {
-            steps.push(Step::JoinCgroup { procs: c(procs)? });
+            early.push(Step::JoinCgroup { procs: c(procs)? });
         }
+        early.push(Step::WritePid {
+            path: c(&launch.pid_file)?,
+        });
+        let mut steps = Vec::new();
         if plan.slave_root {
             steps.push(propagation(
                 Path::new("/"),
@@ -320,9 +334,6 @@ impl ChildSetup {
                 what: b"cannot hide ",
             });
         }
-        steps.push(Step::WritePid {
-            path: c(&launch.pid_file)?,
-        });
         if let Some(root) = &launch.root {
             steps.push(Step::PivotRoot {
                 root: c(&root.dir)?,
@@ -331,14 +342,26 @@ impl ChildSetup {
         if let Some(user) = launch.user {
             steps.push(Step::BecomeUser(user));
         }
-        Ok(ChildSetup { steps })
+        Ok(ChildSetup {
+            early,
+            pid_ns: launch.pid_ns,
+            ipc_ns: launch.ipc_ns,
+            steps,
+        })
     }
 
     /// Runs in the child between fork and exec: system calls only.
     pub(super) fn run(&self) -> io::Result<()> {
         sys::setsid().map_err(|e| sys::report(b"cannot start a session", b"", e))?;
+        for step in &self.early {
+            step.run()?;
+        }
+        // Before the PID namespace's fork, so that the process the agent
+        // tracks shares the task's mounts and root (its /proc/<pid>/root).
         sys::unshare_mounts()
             .map_err(|e| sys::report(b"cannot create a mount namespace", b"", e))?;
+        super::pid_ns::enter(self.pid_ns, self.ipc_ns)
+            .map_err(|e| sys::report(b"cannot create the PID and IPC namespaces", b"", e))?;
         for step in &self.steps {
             step.run()?;
         }
@@ -643,6 +666,19 @@ mod tests {
         }
     }
 
+    /// Every step in words, the namespaces where they are made.
+    fn describe_all(setup: &ChildSetup) -> Vec<String> {
+        let mut out: Vec<String> = setup.early.iter().map(describe).collect();
+        if setup.pid_ns || setup.ipc_ns {
+            out.push(format!(
+                "namespaces pid={} ipc={}",
+                setup.pid_ns, setup.ipc_ns
+            ));
+        }
+        out.extend(setup.steps.iter().map(describe));
+        out
+    }
+
     #[test]
     fn an_exec_task_builds_its_root_then_pivots_then_becomes_its_user() {
         let nobody = User {
@@ -685,17 +721,16 @@ mod tests {
                 }],
             }),
             cgroup_procs: vec![PathBuf::from("/cg/memory/csi-agent/a.t/cgroup.procs")],
+            pid_ns: true,
+            ipc_ns: false,
         };
-        let steps: Vec<String> = ChildSetup::new(&launch)
-            .unwrap()
-            .steps
-            .iter()
-            .map(describe)
-            .collect();
+        let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(
             steps,
             [
                 "cgroup /cg/memory/csi-agent/a.t/cgroup.procs",
+                "pid /a/t.pid",
+                "namespaces pid=true ipc=false",
                 "mount rec|slave /",
                 "mount bind /t /t",
                 "mount private /t",
@@ -722,7 +757,6 @@ mod tests {
                 "mount rec|shared /t/local/csi",
                 "mount bind|rec /v /t/data",
                 "mount rec|slave /t/data",
-                "pid /a/t.pid",
                 "pivot /t",
                 "user 65534",
             ]
@@ -748,19 +782,16 @@ mod tests {
             },
             root: None,
             cgroup_procs: Vec::new(),
+            pid_ns: false,
+            ipc_ns: false,
         };
-        let steps: Vec<String> = ChildSetup::new(&launch)
-            .unwrap()
-            .steps
-            .iter()
-            .map(describe)
-            .collect();
+        let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(
             steps,
             [
+                "pid /a/t.pid",
                 "mount rec|slave /",
                 "mount bind /dev/null /d/control.sock",
-                "pid /a/t.pid",
             ]
         );
     }

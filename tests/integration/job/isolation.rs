@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::root::shell_job;
 use super::Rig;
+use crate::harness::WAIT;
 use crate::util::require_root;
 
 /// The v1 dir of a task's group for `controller` on this host, when it is
@@ -92,4 +93,79 @@ fn a_task_s_group_holds_its_limits_while_it_runs_and_goes_with_it() {
     for dir in [&memory, &cpu, &cpuset] {
         assert!(!dir.exists(), "{} is removed", dir.display());
     }
+}
+
+/// The namespace `kind` of process `pid`, as `ipc:[4026531839]`.
+fn namespace(pid: &str, kind: &str) -> String {
+    fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// The task's output once it says `ready`, and the host pid of the task
+/// (the child of the tracked pid in a PID namespace of its own).
+fn run_ns_task(rig: &Rig, name: &str, config: &str) -> (String, String) {
+    let script =
+        "echo pid=$$; echo procs=$(ls -d /proc/[0-9]* | wc -l); echo ready; exec sleep 600";
+    let hcl = shell_job(name, script, "", "kill_timeout = \"1s\"")
+        .replace("args    = [", &format!("{config}\n        args    = ["));
+    let allocs = rig.run_job(&format!("{name}.hcl"), &hcl);
+    let pid = rig.wait_running(name, &allocs[0]);
+    let log = super::root::wait_for_log(rig, &allocs[0], "ready");
+    let task = super::task_process(pid).to_string();
+    (log, task)
+}
+
+#[test]
+fn an_exec_task_is_pid_1_of_its_own_pid_and_ipc_namespaces() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let (log, task) = run_ns_task(&rig, "private", "");
+    assert!(log.starts_with("pid=1\n"), "{log}");
+    let procs: usize = log
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // sh, the command substitution's shell, ls and wc at most.
+    assert!(procs <= 4, "{log}");
+    let me = std::process::id().to_string();
+    assert_ne!(namespace(&task, "pid"), namespace(&me, "pid"));
+    assert_ne!(namespace(&task, "ipc"), namespace(&me, "ipc"));
+    // The task handles no SIGTERM: as PID 1 it ignores it, and its
+    // kill_timeout's SIGKILL ends it.
+    rig.stop("private");
+    // Gone (a zombie a moment, until the host's init reaps it).
+    let start = std::time::Instant::now();
+    let gone = || {
+        fs::read_to_string(format!("/proc/{task}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    };
+    while !gone() {
+        assert!(start.elapsed() < WAIT, "task {task} outlived its job");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn pid_mode_and_ipc_mode_host_keep_the_host_s_namespaces() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let config = "pid_mode = \"host\"\n        ipc_mode = \"host\"";
+    let (log, task) = run_ns_task(&rig, "shared", config);
+    assert!(!log.starts_with("pid=1\n"), "{log}");
+    let me = std::process::id().to_string();
+    assert_eq!(namespace(&task, "pid"), namespace(&me, "pid"));
+    assert_eq!(namespace(&task, "ipc"), namespace(&me, "ipc"));
+    rig.stop("shared");
 }

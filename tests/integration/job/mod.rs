@@ -266,6 +266,10 @@ impl Drop for Rig {
         for pid in task_processes_under(&self.agent.dir.path) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+            // A task in a PID namespace of its own is not its group's
+            // leader; its end ends the namespace.
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
         // The plugin task runs `-strict`: the agent, as its CO, must have
         // kept the spec.
@@ -291,6 +295,19 @@ pub(crate) fn bin_dir() -> PathBuf {
 pub(crate) fn task_processes_under(dir: &Path) -> Vec<u32> {
     let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
     processes_with_env(|e| e.starts_with(prefix.as_bytes()))
+}
+
+/// The task's own process for the pid the agent tracks: in a PID
+/// namespace of its own, the task is that process's child.
+pub(crate) fn task_process(pid: u32) -> u32 {
+    let ns = |kind: &str| fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
+    if ns("pid") == ns("pid_for_children") {
+        return pid;
+    }
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()
+        .and_then(|c| c.split_whitespace().next().and_then(|c| c.parse().ok()))
+        .unwrap_or(pid)
 }
 
 /// Processes that belong to `alloc`.
