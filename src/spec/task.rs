@@ -26,7 +26,7 @@ use crate::mount::Propagation;
 
 use super::agent::absolute_path;
 use super::decode::Fields;
-use super::docker::{decode_docker_config, write_docker_config, DockerConfig};
+use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
 use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
 use super::service::{decode_service, write_service, Service};
@@ -53,7 +53,7 @@ const TASK_IGNORED: &[&str] = &[
 ];
 
 /// Keys of Nomad's exec driver `config` that csi-agent ignores.
-const EXEC_CONFIG_IGNORED: &[&str] = &["cap_add", "cap_drop", "work_dir"];
+const EXEC_CONFIG_IGNORED: &[&str] = &["work_dir"];
 
 /// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
 const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
@@ -197,6 +197,11 @@ pub struct ExecConfig {
     pub pid_mode: NamespaceMode,
     /// An exec task's IPC namespace: its own unless `host`.
     pub ipc_mode: NamespaceMode,
+    /// Capabilities an exec task adds to Nomad's default set (each in the
+    /// agent's `allow_caps`) and drops from it: upper case, without
+    /// `CAP_`; `ALL` in `cap_drop` drops every one.
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
     pub ignored: Vec<Kept>,
 }
 
@@ -394,15 +399,20 @@ fn decode_exec_config(f: &mut Fields<'_>, driver: Driver, ignored: &[&'static st
         }
     }
     let (mut pid_mode, mut ipc_mode) = (NamespaceMode::Private, NamespaceMode::Private);
+    let (mut cap_add, mut cap_drop) = (Vec::new(), Vec::new());
     if driver == Driver::Exec {
         pid_mode = namespace_mode(f, "pid_mode");
         ipc_mode = namespace_mode(f, "ipc_mode");
+        cap_add = capabilities(f, "cap_add");
+        cap_drop = capabilities(f, "cap_drop");
     }
     let config = ExecConfig {
         command: command.map(|(command, _)| command).unwrap_or_default(),
         args: f.strings("args").unwrap_or_default(),
         pid_mode,
         ipc_mode,
+        cap_add,
+        cap_drop,
         ignored: f.ignore(ignored),
     };
     f.finish();
@@ -591,6 +601,14 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
         ] {
             if mode == NamespaceMode::Host {
                 w.string(key, "host");
+            }
+        }
+        for (key, caps) in [
+            ("cap_add", &task.config.cap_add),
+            ("cap_drop", &task.config.cap_drop),
+        ] {
+            if !caps.is_empty() {
+                w.strings(key, caps);
             }
         }
         w.kept(&task.config.ignored);

@@ -329,6 +329,8 @@ impl Allocs {
             namespace: NamespacePlan::new(&host, keep, mounts, hide),
             root,
             cgroup_procs: cgroup.procs,
+            caps: self.task_caps(spec),
+            no_new_privs: spec.driver == Driver::Exec,
             pid_ns: spec.driver == Driver::Exec && spec.config.pid_mode == NamespaceMode::Private,
             ipc_ns: spec.driver == Driver::Exec && spec.config.ipc_mode == NamespaceMode::Private,
         };
@@ -337,6 +339,22 @@ impl Allocs {
             handle: Handle::spawned(child),
             plugin,
             notes: cgroup.note.into_iter().collect(),
+        })
+    }
+
+    /// An exec task's capabilities ([`exec::caps`]). A plugin task that
+    /// says nothing of them keeps the agent's: a node plugin mounts.
+    fn task_caps(&self, spec: &Task) -> Option<u64> {
+        let config = &spec.config;
+        let plugin_as_is =
+            spec.csi_plugin.is_some() && config.cap_add.is_empty() && config.cap_drop.is_empty();
+        (spec.driver == Driver::Exec && !plugin_as_is).then(|| {
+            exec::caps::task_caps(
+                &self.exec_settings.allow_caps,
+                &config.cap_add,
+                &config.cap_drop,
+                exec::caps::last_cap(),
+            )
         })
     }
 

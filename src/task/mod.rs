@@ -91,7 +91,7 @@ use crossbeam_channel::Receiver;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::spec::{ChrootEntry, DockerSettings, Group, HostVolume, Job, JobInputs};
+use crate::spec::{ChrootEntry, DockerSettings, ExecSettings, Group, HostVolume, Job, JobInputs};
 pub use docker::ContainerEvent;
 use restart::Window;
 
@@ -336,6 +336,8 @@ pub struct Allocs {
     /// The agent config's `docker` settings: the engine, and what docker
     /// tasks may ask for (`privileged`, `volumes`).
     docker_settings: DockerSettings,
+    /// What exec tasks may ask for (`allow_caps`).
+    exec_settings: ExecSettings,
     /// What a privileged container can be given on this host.
     privileges: docker::Privileges,
 }
@@ -364,6 +366,7 @@ impl Allocs {
             node: BTreeMap::new(),
             docker: docker::Docker::new(&DockerSettings::default().endpoint),
             docker_settings: DockerSettings::default(),
+            exec_settings: ExecSettings::default(),
             privileges: docker::Privileges::of_this_process(),
         }
     }
@@ -425,6 +428,7 @@ impl Allocs {
         config_plugins: BTreeSet<String>,
         chroot_env: Vec<ChrootEntry>,
         docker: DockerSettings,
+        exec: ExecSettings,
     ) {
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
@@ -433,6 +437,7 @@ impl Allocs {
             self.docker.set_engine(&docker.endpoint);
         }
         self.docker_settings = docker;
+        self.exec_settings = exec;
     }
 
     /// Whether anything changed that the snapshot must keep.

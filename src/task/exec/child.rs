@@ -25,7 +25,9 @@
 //! 6. `pivot_root` into the task dir; the old root is made a slave
 //!    recursively, so that detaching it unmounts nothing on the host (as
 //!    runc does), and detached; the cwd becomes `/`;
-//! 7. the task's user.
+//! 7. its capabilities' bounding set, the task's user, then for a task
+//!    running as root its other capability sets ([`super::caps`]), and
+//!    `no_new_privs`.
 //!
 //! A `raw_exec` task skips the IPC and PID namespaces of 1, and 3, 4 and 6, and gets
 //! the control socket covered instead.
@@ -82,6 +84,18 @@ pub(super) enum Step {
         root: CString,
     },
     BecomeUser(User),
+    /// Drops every capability up to `last` but `keep` from the bounding
+    /// set.
+    DropBounding {
+        keep: u64,
+        last: u32,
+    },
+    /// Makes `caps` the effective, permitted, inheritable and ambient sets.
+    SetCaps {
+        caps: u64,
+        last: u32,
+    },
+    NoNewPrivs,
     /// Joins a control group: `0` (itself) to its `cgroup.procs`.
     JoinCgroup {
         procs: CString,
@@ -339,8 +353,22 @@ impl ChildSetup {
                 root: c(&root.dir)?,
             });
         }
+        let last = super::caps::last_cap();
+        if let Some(keep) = launch.caps {
+            steps.push(Step::DropBounding { keep, last });
+        }
         if let Some(user) = launch.user {
             steps.push(Step::BecomeUser(user));
+        }
+        if let Some(caps) = launch.caps {
+            // Another user's sets were cleared by setuid: it keeps only
+            // the bounding set, as under Nomad.
+            if launch.user.map_or(true, |u| u.uid == 0) {
+                steps.push(Step::SetCaps { caps, last });
+            }
+        }
+        if launch.no_new_privs {
+            steps.push(Step::NoNewPrivs);
         }
         Ok(ChildSetup {
             early,
@@ -431,6 +459,12 @@ impl Step {
             Step::BecomeUser(user) => {
                 sys::become_user(*user).map_err(|e| sys::report(b"cannot switch user", b"", e))
             }
+            Step::DropBounding { keep, last } => super::caps::drop_bounding(*keep, *last)
+                .map_err(|e| sys::report(b"cannot drop capabilities", b"", e)),
+            Step::SetCaps { caps, last } => super::caps::set(*caps, *last)
+                .map_err(|e| sys::report(b"cannot set the capabilities", b"", e)),
+            Step::NoNewPrivs => super::caps::no_new_privs()
+                .map_err(|e| sys::report(b"cannot set no_new_privs", b"", e)),
             Step::JoinCgroup { procs } => sys::join_cgroup(procs)
                 .map_err(|e| sys::report(b"cannot join the cgroup ", procs.as_bytes(), e)),
         }
@@ -663,6 +697,9 @@ mod tests {
             Step::PivotRoot { root } => format!("pivot {}", text(root)),
             Step::BecomeUser(user) => format!("user {}", user.uid),
             Step::JoinCgroup { procs } => format!("cgroup {}", text(procs)),
+            Step::DropBounding { keep, .. } => format!("bounding {keep:#x}"),
+            Step::SetCaps { caps, .. } => format!("caps {caps:#x}"),
+            Step::NoNewPrivs => "no_new_privs".to_string(),
         }
     }
 
@@ -723,6 +760,8 @@ mod tests {
             cgroup_procs: vec![PathBuf::from("/cg/memory/csi-agent/a.t/cgroup.procs")],
             pid_ns: true,
             ipc_ns: false,
+            caps: Some(0x5),
+            no_new_privs: true,
         };
         let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(
@@ -758,7 +797,9 @@ mod tests {
                 "mount bind|rec /v /t/data",
                 "mount rec|slave /t/data",
                 "pivot /t",
+                "bounding 0x5",
                 "user 65534",
+                "no_new_privs",
             ]
         );
     }
@@ -784,6 +825,8 @@ mod tests {
             cgroup_procs: Vec::new(),
             pid_ns: false,
             ipc_ns: false,
+            caps: None,
+            no_new_privs: false,
         };
         let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(

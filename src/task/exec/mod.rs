@@ -16,6 +16,7 @@
 //! ([`pid_ns`]), the task is the child's child, and the child, which the
 //! agent tracks, ends as the task ends.
 
+pub mod caps;
 mod child;
 mod pid_ns;
 
@@ -62,6 +63,10 @@ pub struct Launch {
     /// task's `pid_mode`), and an IPC namespace (`ipc_mode`).
     pub pid_ns: bool,
     pub ipc_ns: bool,
+    /// An `exec` task's capabilities ([`caps`]); `None` keeps the agent's.
+    pub caps: Option<u64>,
+    /// Sets `no_new_privs` before exec.
+    pub no_new_privs: bool,
 }
 
 #[derive(Debug)]

@@ -169,3 +169,62 @@ fn pid_mode_and_ipc_mode_host_keep_the_host_s_namespaces() {
     assert_eq!(namespace(&task, "ipc"), namespace(&me, "ipc"));
     rig.stop("shared");
 }
+
+/// What an exec task as root sees of its capabilities, with `config`
+/// added to its config block.
+fn caps_of(rig: &Rig, name: &str, config: &str) -> String {
+    let script = "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; echo ready";
+    let hcl = shell_job(name, script, "", "")
+        .replace("args    = [", &format!("{config}\n        args    = ["));
+    let allocs = rig.run_job(&format!("{name}.hcl"), &hcl);
+    super::root::wait_for_log(rig, &allocs[0], "ready")
+}
+
+#[test]
+fn an_exec_task_has_nomads_capabilities_and_no_new_privileges() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare_with_config("plugin \"exec\" {\n  config {\n    allow_caps = [\"chown\", \"kill\", \"CAP_SYS_ADMIN\"]\n  }\n}\n");
+    // Nomad's defaults within allow_caps: CHOWN and KILL.
+    assert_eq!(
+        caps_of(&rig, "plain", ""),
+        "CapEff:\t0000000000000021\nCapBnd:\t0000000000000021\nNoNewPrivs:\t1\nready\n"
+    );
+    assert_eq!(
+        caps_of(&rig, "none", "cap_drop = [\"all\"]"),
+        "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nready\n"
+    );
+    assert_eq!(
+        caps_of(
+            &rig,
+            "admin",
+            "cap_add = [\"sys_admin\"]\n        cap_drop = [\"kill\"]"
+        ),
+        "CapEff:\t0000000000200001\nCapBnd:\t0000000000200001\nNoNewPrivs:\t1\nready\n"
+    );
+    let hcl = shell_job("raw", "true", "", "").replace(
+        "args    = [",
+        "cap_add = [\"NET_ADMIN\"]\n        args    = [",
+    );
+    let out = rig.run_job_output("raw.hcl", &hcl);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("task \"t\"")
+            && err.contains("cap_add \"NET_ADMIN\" is not allowed by the agent's allow_caps"),
+        "{err}"
+    );
+}
+
+#[test]
+fn by_default_an_exec_task_has_nomads_default_set() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    assert_eq!(
+        caps_of(&rig, "plain", ""),
+        "CapEff:\t00000000a80405fb\nCapBnd:\t00000000a80405fb\nNoNewPrivs:\t1\nready\n"
+    );
+}

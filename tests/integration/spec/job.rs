@@ -329,14 +329,16 @@ fn raw_exec_tasks_decode_with_their_own_config_keys() {
 }
 
 #[test]
-fn exec_tasks_take_pid_mode_and_ipc_mode() {
+fn exec_tasks_take_pid_mode_ipc_mode_and_capabilities() {
     let src = job_with(
-        "task \"e\" {\n      driver = \"exec\"\n      config {\n        command  = \"/bin/true\"\n        pid_mode = \"host\"\n        ipc_mode = \"private\"\n      }\n    }",
+        "task \"e\" {\n      driver = \"exec\"\n      config {\n        command  = \"/bin/true\"\n        pid_mode = \"host\"\n        ipc_mode = \"private\"\n        cap_add  = [\"sys_admin\"]\n        cap_drop = [\"all\"]\n      }\n    }",
     );
     let decoded = ok(job(&src));
     let task = &decoded.spec.groups[0].tasks[0];
     assert_eq!(task.config.pid_mode, NamespaceMode::Host);
     assert_eq!(task.config.ipc_mode, NamespaceMode::Private);
+    assert_eq!(task.config.cap_add, ["SYS_ADMIN"]);
+    assert_eq!(task.config.cap_drop, ["ALL"]);
     assert!(
         decoded.warnings.is_empty(),
         "{:?}",
