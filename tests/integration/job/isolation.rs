@@ -228,3 +228,61 @@ fn by_default_an_exec_task_has_nomads_default_set() {
         "CapEff:\t00000000a80405fb\nCapBnd:\t00000000a80405fb\nNoNewPrivs:\t1\nready\n"
     );
 }
+
+#[test]
+fn an_adopted_task_keeps_its_group_across_an_agent_restart() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let script =
+        "echo ready; while [ ! -e /alloc/go ]; do sleep 0.1; done; x=a; while :; do x=$x$x; done";
+    let hcl = shell_job(
+        "later",
+        script,
+        "",
+        "resources {\n        memory = 16\n      }",
+    );
+    let allocs = rig.run_job("later.hcl", &hcl);
+    let alloc = &allocs[0];
+    let pid = rig.wait_running("later", alloc);
+    super::root::wait_for_log(&rig, alloc, "ready");
+
+    rig.agent.sigkill();
+    rig.agent.restart();
+    let job = rig.wait_job("later", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    assert_eq!(job.allocs[0].tasks[0].pid, pid);
+    if let Some(memory) = v1_group("memory", alloc, "t") {
+        let procs = fs::read_to_string(memory.join("cgroup.procs")).unwrap();
+        assert!(procs.lines().any(|l| l == pid.to_string()), "{procs}");
+    }
+
+    // Now it grows: the adopted task's end is told as an OOM kill.
+    fs::write(
+        rig.agent
+            .data_dir
+            .join("alloc")
+            .join(alloc)
+            .join("alloc/go"),
+        "",
+    )
+    .unwrap();
+    let job = rig.wait_job("later", "the alloc to fail", |j| {
+        j.allocs[0].status == "failed"
+    });
+    let task = &job.allocs[0].tasks[0];
+    assert!(
+        task.events
+            .iter()
+            .any(|e| e.kind == "terminated" && e.message.starts_with("OOM Killed")),
+        "{task:#?}"
+    );
+    if let Some(memory) = v1_group("memory", alloc, "t") {
+        assert!(!memory.exists(), "{} is removed", memory.display());
+    }
+}
