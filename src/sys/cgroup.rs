@@ -17,7 +17,7 @@
 //! CPU shares (v2 `cpu.weight`, mapped as runc maps them), and a cpuset of
 //! the first CPUs no other task of the agent holds. A process joins a group
 //! by writing its pid (or `0`, itself) to each dir's `cgroup.procs`
-//! ([`Group::procs_files`]), which the task's child does before `exec`.
+//! (which [`Group::create`] gives), as the task's child does before `exec`.
 
 use std::fmt;
 use std::fs;

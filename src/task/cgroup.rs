@@ -71,13 +71,23 @@ pub(super) struct Prepared {
 /// Makes the task's group afresh (a group left by an earlier run is
 /// removed first, so its OOM count starts at zero).
 pub(super) fn prepare(alloc: &str, task: &str, resources: Option<&Resources>) -> Prepared {
+    prepare_in(Hierarchy::detect(), alloc, task, resources)
+}
+
+/// [`prepare`] on the hierarchies `hierarchy` (`None`: none mounted).
+fn prepare_in(
+    hierarchy: Option<Hierarchy>,
+    alloc: &str,
+    task: &str,
+    resources: Option<&Resources>,
+) -> Prepared {
     let limits = limits(resources);
     let asks = limits != Limits::default();
     let without = |why: String| Prepared {
         procs: Vec::new(),
         note: asks.then(|| format!("the task runs without its resource limits: {why}")),
     };
-    let Some(group) = group(alloc, task) else {
+    let Some(group) = hierarchy.map(|h| h.group(&format!("{alloc}.{task}"))) else {
         return without("no cgroup controllers are mounted on this host".to_string());
     };
     if group.exists() {
@@ -136,6 +146,32 @@ mod tests {
             memory_max,
             ignored: Vec::new(),
         }
+    }
+
+    #[test]
+    fn without_controllers_a_task_runs_unlimited_and_one_note_says_why() {
+        let r = resources(None, Some(16), None);
+        let none = prepare_in(None, "a1", "t", Some(&r));
+        assert!(none.procs.is_empty());
+        assert_eq!(
+            none.note.as_deref(),
+            Some("the task runs without its resource limits: no cgroup controllers are mounted on this host")
+        );
+        // Nothing asked, nothing to say.
+        assert_eq!(prepare_in(None, "a1", "t", None).note, None);
+        // Mounted but not writable (here: not there at all).
+        let broken = Hierarchy::Legacy {
+            memory: Some(PathBuf::from("/nonexistent/memory")),
+            cpu: None,
+            cpuset: None,
+        };
+        let prepared = prepare_in(Some(broken), "a1", "t", Some(&r));
+        assert!(prepared.procs.is_empty());
+        let note = prepared.note.unwrap_or_default();
+        assert!(
+            note.starts_with("the task runs without its resource limits: cannot create /nonexistent/memory/csi-agent"),
+            "{note}"
+        );
     }
 
     #[test]
