@@ -271,6 +271,7 @@ impl Drop for Rig {
             // SAFETY: as above.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
+        remove_task_cgroups(&self.agent.data_dir);
         // The plugin task runs `-strict`: the agent, as its CO, must have
         // kept the spec.
         let verdict = self.backing.join("strict-violations");
@@ -280,6 +281,37 @@ impl Drop for Rig {
                     text.is_empty(),
                     "the strict plugin saw the agent break the spec:\n{text}"
                 );
+            }
+        }
+    }
+}
+
+/// Removes the cgroups of the tasks of the allocs under `data_dir`: the
+/// agent that would remove them when their tasks end is killed first.
+fn remove_task_cgroups(data_dir: &Path) {
+    let Ok(allocs) = fs::read_dir(data_dir.join("alloc")) else {
+        return;
+    };
+    let allocs: Vec<String> = allocs
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for controller in ["memory", "cpu", "cpuset"] {
+        let base = Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join("csi-agent");
+        let Ok(groups) = fs::read_dir(&base) else {
+            continue;
+        };
+        for group in groups.flatten() {
+            let name = group.file_name().to_string_lossy().into_owned();
+            if !allocs.iter().any(|a| name.starts_with(&format!("{a}."))) {
+                continue;
+            }
+            let start = Instant::now();
+            while fs::remove_dir(group.path()).is_err() && start.elapsed() < Duration::from_secs(2)
+            {
+                thread::sleep(Duration::from_millis(20));
             }
         }
     }
