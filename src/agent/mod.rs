@@ -189,6 +189,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         config_plugin_ids(&options.config),
         options.config.chroot_env(),
         options.config.docker.clone(),
+        options.config.exec.clone(),
     );
     // Not reloaded on SIGHUP: a cluster node's promise counts it.
     allocs.set_max_kill_timeout(options.config.max_kill_timeout);
@@ -582,6 +583,7 @@ impl Agent {
             config_plugin_ids(&self.options.config),
             self.options.config.chroot_env(),
             self.options.config.docker.clone(),
+            self.options.config.exec.clone(),
         );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();

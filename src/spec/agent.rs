@@ -50,6 +50,7 @@ use crate::hcl::{Body, Pos};
 use super::decode::{Decoder, Fields, MapEntry};
 use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
+use super::exec_settings::{ExecSettings, TASK_ROOT_DIRS};
 use super::{Decoded, Invalid, PluginType};
 
 /// Where the agent keeps its state unless `data_dir` says otherwise.
@@ -96,6 +97,8 @@ pub struct AgentConfig {
     pub meta: BTreeMap<String, String>,
     /// How docker tasks run: `docker { ... }` or `plugin "docker"`.
     pub docker: DockerSettings,
+    /// What exec tasks may ask for: `plugin "exec" { config { allow_caps } }`.
+    pub exec: ExecSettings,
 }
 
 /// Nomad's client defaults for `datacenter` and `region`.
@@ -113,17 +116,6 @@ pub const DEFAULT_CHROOT_ENV: &[&str] = &[
     "/run/resolvconf",
     "/sbin",
     "/usr",
-];
-
-/// The paths of an exec task's root that the agent makes for every task,
-/// with what they are; no `chroot_env` entry or volume may be placed there.
-pub const TASK_ROOT_DIRS: &[(&str, &str)] = &[
-    ("/dev", "the task's private /dev"),
-    ("/proc", "the task's /proc"),
-    ("/alloc", "the alloc dir the group's tasks share"),
-    ("/local", "the task's local dir"),
-    ("/secrets", "the task's secrets dir"),
-    ("/tmp", "the task's tmp dir"),
 ];
 
 /// One `chroot_env` entry: the host path `source`, bound read-only at
@@ -167,6 +159,7 @@ impl Default for AgentConfig {
             region: DEFAULT_REGION.to_string(),
             meta: BTreeMap::new(),
             docker: DockerSettings::default(),
+            exec: ExecSettings::default(),
         }
     }
 }
@@ -299,6 +292,7 @@ impl AgentConfig {
             );
         }
         self.docker.write(&mut w);
+        self.exec.write(&mut w);
         if let Some(cluster) = &self.cluster {
             w.open("cluster", None);
             w.strings("etcd", &cluster.etcd);
@@ -378,8 +372,9 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     // Each ID's blocks so far: their types and where they are.
     let mut seen: Vec<(String, PluginType, Pos)> = Vec::new();
     let plugins = f.repeated_labeled_blocks("plugin");
-    let (docker, plugins) = decode_docker_settings(&mut f, plugins);
+    let (docker, exec, plugins) = decode_docker_settings(&mut f, plugins);
     config.docker = docker;
+    config.exec = exec;
     for (block, id) in plugins {
         let mut p = f.labeled(block, &id);
         let at = block.labels[0].span.start;

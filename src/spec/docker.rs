@@ -441,7 +441,7 @@ pub(crate) fn decode_docker_config(f: &mut Fields<'_>, network: Option<&Network>
 }
 
 /// `cap_add` or `cap_drop`, each name checked and normalized.
-fn capabilities(f: &mut Fields<'_>, key: &'static str) -> Vec<String> {
+pub(crate) fn capabilities(f: &mut Fields<'_>, key: &'static str) -> Vec<String> {
     let mut out = Vec::new();
     for (name, pos) in f.strings_at(key).unwrap_or_default() {
         match capability(&name) {

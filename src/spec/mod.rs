@@ -49,6 +49,7 @@ mod agent;
 mod decode;
 mod docker;
 mod encode;
+mod exec_settings;
 mod job;
 mod service;
 mod suggest;
@@ -64,13 +65,14 @@ use crate::hcl::{self, Body, Pos, Syntax};
 pub use agent::{
     etcd_target, AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume,
     PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
-    DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT,
 };
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
     DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
     DEFAULT_DOCKER_ENDPOINT,
 };
+pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{
     Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
 };
@@ -78,8 +80,8 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, Resources, Task,
-    VolumeMount,
+    CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources,
+    Task, VolumeMount,
 };
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;

@@ -26,7 +26,7 @@ use crate::mount::Propagation;
 
 use super::agent::absolute_path;
 use super::decode::Fields;
-use super::docker::{decode_docker_config, write_docker_config, DockerConfig};
+use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
 use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
 use super::service::{decode_service, write_service, Service};
@@ -53,7 +53,7 @@ const TASK_IGNORED: &[&str] = &[
 ];
 
 /// Keys of Nomad's exec driver `config` that csi-agent ignores.
-const EXEC_CONFIG_IGNORED: &[&str] = &["cap_add", "cap_drop", "ipc_mode", "pid_mode", "work_dir"];
+const EXEC_CONFIG_IGNORED: &[&str] = &["work_dir"];
 
 /// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
 const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
@@ -175,7 +175,8 @@ pub struct Task {
     pub lifecycle: Option<Lifecycle>,
     /// The group's policy, with the task's own `restart` block over it.
     pub restart: Restart,
-    /// Parsed and kept; not enforced yet.
+    /// An exec or raw_exec task's control group limits (`task::cgroup`),
+    /// a docker task's container limits.
     pub resources: Option<Resources>,
     pub volume_mounts: Vec<VolumeMount>,
     /// Set when the task is a CSI plugin.
@@ -187,12 +188,32 @@ pub struct Task {
     pub ignored: Vec<Kept>,
 }
 
-/// `config { command, args }` of an exec or raw_exec task.
+/// `config { command, args }` of an exec or raw_exec task, and an exec
+/// task's `pid_mode` and `ipc_mode`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExecConfig {
     pub command: String,
     pub args: Vec<String>,
+    /// An exec task's PID namespace: its own (the task is PID 1) unless
+    /// `host`; a raw_exec task always has the host's.
+    pub pid_mode: NamespaceMode,
+    /// An exec task's IPC namespace: its own unless `host`.
+    pub ipc_mode: NamespaceMode,
+    /// Capabilities an exec task adds to Nomad's default set (each in the
+    /// agent's `allow_caps`) and drops from it: upper case, without
+    /// `CAP_`; `ALL` in `cap_drop` drops every one.
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
     pub ignored: Vec<Kept>,
+}
+
+/// An exec task's `pid_mode` or `ipc_mode`: `private` (or `""`, Nomad's
+/// default) or `host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NamespaceMode {
+    #[default]
+    Private,
+    Host,
 }
 
 /// `resources { cpu, cores, memory, memory_max }`, as Nomad writes them
@@ -288,7 +309,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
             };
             block
                 .filter(|_| driver != Driver::Docker)
-                .map(|block| decode_exec_config(&mut f.nested(block), ignored))
+                .map(|block| decode_exec_config(&mut f.nested(block), driver, ignored))
         }
         None => {
             f.keep_silently(&["config"]);
@@ -374,7 +395,7 @@ fn decode_lifecycle(f: &mut Fields<'_>) -> Option<Lifecycle> {
     })
 }
 
-fn decode_exec_config(f: &mut Fields<'_>, ignored: &[&'static str]) -> ExecConfig {
+fn decode_exec_config(f: &mut Fields<'_>, driver: Driver, ignored: &[&'static str]) -> ExecConfig {
     let command = f.string_at("command");
     let command = f.require("command", command);
     if let Some((command, pos)) = &command {
@@ -385,13 +406,46 @@ fn decode_exec_config(f: &mut Fields<'_>, ignored: &[&'static str]) -> ExecConfi
             );
         }
     }
+    let (mut pid_mode, mut ipc_mode) = (NamespaceMode::Private, NamespaceMode::Private);
+    let (mut cap_add, mut cap_drop) = (Vec::new(), Vec::new());
+    if driver == Driver::Exec {
+        pid_mode = namespace_mode(f, "pid_mode");
+        ipc_mode = namespace_mode(f, "ipc_mode");
+        cap_add = capabilities(f, "cap_add");
+        cap_drop = capabilities(f, "cap_drop");
+    }
     let config = ExecConfig {
         command: command.map(|(command, _)| command).unwrap_or_default(),
         args: f.strings("args").unwrap_or_default(),
+        pid_mode,
+        ipc_mode,
+        cap_add,
+        cap_drop,
         ignored: f.ignore(ignored),
     };
     f.finish();
     config
+}
+
+/// `key` of an exec task's config: `private`, `""` or `host`.
+fn namespace_mode(f: &mut Fields<'_>, key: &'static str) -> NamespaceMode {
+    match f.string_at(key) {
+        None => NamespaceMode::Private,
+        Some((mode, pos)) => match mode.as_str() {
+            "" | "private" => NamespaceMode::Private,
+            "host" => NamespaceMode::Host,
+            other => {
+                f.error(
+                    pos,
+                    format!(
+                        "{key:?} in {} must be \"private\" or \"host\", found {other:?}",
+                        f.what()
+                    ),
+                );
+                NamespaceMode::Private
+            }
+        },
+    }
 }
 
 pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
@@ -549,6 +603,22 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
         w.open("config", None);
         w.string("command", &task.config.command);
         w.strings("args", &task.config.args);
+        for (key, mode) in [
+            ("pid_mode", task.config.pid_mode),
+            ("ipc_mode", task.config.ipc_mode),
+        ] {
+            if mode == NamespaceMode::Host {
+                w.string(key, "host");
+            }
+        }
+        for (key, caps) in [
+            ("cap_add", &task.config.cap_add),
+            ("cap_drop", &task.config.cap_drop),
+        ] {
+            if !caps.is_empty() {
+                w.strings(key, caps);
+            }
+        }
         w.kept(&task.config.ignored);
         w.close();
     }

@@ -146,6 +146,12 @@ pub(super) enum Exit {
         code: i64,
         oom_killed: bool,
     },
+    /// A process of the task's control group was killed by the OOM killer
+    /// (`exec`, `raw_exec`): the main process's status, unless it was
+    /// adopted.
+    OomKilled {
+        status: Option<ExitStatus>,
+    },
     /// The engine could not tell how the task ended.
     Lost(String),
     /// It could not be started.
@@ -173,6 +179,13 @@ impl Exit {
                 oom_killed: true, ..
             } => "killed by the OOM killer: it reached its memory limit".to_string(),
             Exit::Container { code, .. } => format!("exited with status {code}"),
+            Exit::OomKilled { status } => {
+                let how = status.map_or_else(
+                    || "exited while the agent was not watching".to_string(),
+                    |s| Exit::Status(s).describe(),
+                );
+                format!("OOM Killed: {how}; the task reached its memory limit")
+            }
             Exit::Lost(why) => format!("ended, how is unknown: {why}"),
             Exit::Vanished => "exited while the agent was not watching".to_string(),
             Exit::StartFailed(why) => format!("failed to start: {why}"),

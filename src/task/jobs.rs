@@ -12,7 +12,7 @@ use super::{
 };
 use crate::call::CallError;
 use crate::plugin::InstanceKey;
-use crate::spec::{DockerConfig, DockerMountType, DockerSettings, Group, Job};
+use crate::spec::{DockerConfig, DockerMountType, DockerSettings, Driver, Group, Job};
 
 impl Allocs {
     pub fn run_job(&mut self, req: &JobFile) -> Result<JobRun, CallError> {
@@ -153,6 +153,18 @@ impl Allocs {
                 if let Some(docker) = &task.docker {
                     check_docker(docker, &self.docker_settings)
                         .map_err(|e| invalid(format!("{what}: {e}")))?;
+                }
+                if task.driver == Driver::Exec {
+                    if let Some(cap) = task
+                        .config
+                        .cap_add
+                        .iter()
+                        .find(|c| !self.exec_settings.allows(c))
+                    {
+                        return Err(invalid(format!(
+                            "{what}: cap_add {cap:?} is not allowed by the agent's allow_caps (plugin \"exec\" {{ config {{ allow_caps = [...] }} }}; Nomad's default set unless given)"
+                        )));
+                    }
                 }
                 if let Some(user) = &task.user {
                     exec::lookup_user(user)

@@ -22,6 +22,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cgroup;
 use super::docker::{self, VolumeBind};
 use super::driver::Handle;
 use super::env::{interpolate, lookups, task_env, TaskContext};
@@ -33,7 +34,7 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, Task};
+use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -331,6 +332,7 @@ impl Allocs {
                 (Some(root), Vec::new())
             }
         };
+        let cgroup = cgroup::prepare(&alloc.id, &spec.name, spec.resources.as_ref());
         let launch = Launch {
             command: spec.config.command.clone(),
             args,
@@ -342,12 +344,33 @@ impl Allocs {
             user,
             namespace: NamespacePlan::new(&host, keep, mounts, hide),
             root,
+            cgroup_procs: cgroup.procs,
+            caps: self.task_caps(spec),
+            no_new_privs: spec.driver == Driver::Exec,
+            pid_ns: spec.driver == Driver::Exec && spec.config.pid_mode == NamespaceMode::Private,
+            ipc_ns: spec.driver == Driver::Exec && spec.config.ipc_mode == NamespaceMode::Private,
         };
         let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
         Ok(Launched {
             handle: Handle::spawned(child),
             plugin,
-            notes: Vec::new(),
+            notes: cgroup.note.into_iter().collect(),
+        })
+    }
+
+    /// An exec task's capabilities ([`exec::caps`]). A plugin task that
+    /// says nothing of them keeps the agent's: a node plugin mounts.
+    fn task_caps(&self, spec: &Task) -> Option<u64> {
+        let config = &spec.config;
+        let plugin_as_is =
+            spec.csi_plugin.is_some() && config.cap_add.is_empty() && config.cap_drop.is_empty();
+        (spec.driver == Driver::Exec && !plugin_as_is).then(|| {
+            exec::caps::task_caps(
+                &self.exec_settings.allow_caps,
+                &config.cap_add,
+                &config.cap_drop,
+                exec::caps::last_cap(),
+            )
         })
     }
 

@@ -59,6 +59,7 @@
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
+//! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
 //! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
@@ -66,6 +67,7 @@
 //! | [`restart`] | the restart policy |
 
 pub mod calls;
+mod cgroup;
 mod docker;
 mod driver;
 pub mod env;
@@ -90,7 +92,7 @@ use crossbeam_channel::Receiver;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
-use crate::spec::{ChrootEntry, DockerSettings, Group, HostVolume, Job, JobInputs};
+use crate::spec::{ChrootEntry, DockerSettings, ExecSettings, Group, HostVolume, Job, JobInputs};
 pub use docker::ContainerEvent;
 use restart::Window;
 
@@ -335,6 +337,8 @@ pub struct Allocs {
     /// The agent config's `docker` settings: the engine, and what docker
     /// tasks may ask for (`privileged`, `volumes`).
     docker_settings: DockerSettings,
+    /// What exec tasks may ask for (`allow_caps`).
+    exec_settings: ExecSettings,
     /// What a privileged container can be given on this host.
     privileges: docker::Privileges,
 }
@@ -363,6 +367,7 @@ impl Allocs {
             node: BTreeMap::new(),
             docker: docker::Docker::new(&DockerSettings::default().endpoint),
             docker_settings: DockerSettings::default(),
+            exec_settings: ExecSettings::default(),
             privileges: docker::Privileges::of_this_process(),
         }
     }
@@ -424,6 +429,7 @@ impl Allocs {
         config_plugins: BTreeSet<String>,
         chroot_env: Vec<ChrootEntry>,
         docker: DockerSettings,
+        exec: ExecSettings,
     ) {
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
@@ -432,6 +438,7 @@ impl Allocs {
             self.docker.set_engine(&docker.endpoint);
         }
         self.docker_settings = docker;
+        self.exec_settings = exec;
     }
 
     /// Whether anything changed that the snapshot must keep.

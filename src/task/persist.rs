@@ -212,8 +212,8 @@ impl Allocs {
                     }
                     _ => exec::read_pid_file(&pid_file)
                         .filter(|pid| {
-                            exec::has_env(*pid, "CSI_AGENT_ALLOC_ID", id)
-                                && exec::has_env(*pid, "NOMAD_TASK_NAME", &task.name)
+                            exec::task_has_env(*pid, "CSI_AGENT_ALLOC_ID", id)
+                                && exec::task_has_env(*pid, "NOMAD_TASK_NAME", &task.name)
                         })
                         .and_then(|pid| exec::start_ticks(pid).map(|t| (pid, t))),
                 };

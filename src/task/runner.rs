@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::bounded;
 
+use super::cgroup;
 use super::driver::Exit;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
@@ -15,6 +16,7 @@ use super::volume_hook::unmount_below;
 use super::{Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskState, UseState, VolumeSource};
 use crate::mount::MountInfo;
 use crate::plugin::{InstanceKey, Source};
+use crate::spec::Driver;
 use crate::units::format_duration;
 use crate::volume::manager::VolumeManager;
 
@@ -407,6 +409,11 @@ impl Allocs {
     /// A task's process ended (or never started): the restart policy
     /// decides what follows.
     pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
+        let exit = if alloc.group.tasks[i].driver == Driver::Docker {
+            exit
+        } else {
+            cgroup::finish(&alloc.id, &alloc.tasks[i].name, exit)
+        };
         let policy = alloc.group.tasks[i].restart.clone();
         let role = role(alloc, i);
         let restarts_on_success = role.restarts_on_success(alloc.group.job_type);

@@ -4,14 +4,16 @@
 //! volumes { enabled } gc { image } }`; one of the two at most.
 //!
 //! A `plugin` block with a `config` block configures one of Nomad's task
-//! drivers, not a CSI plugin: `docker`'s is decoded here, any other
-//! driver's (`raw_exec`, `exec`) is accepted with a warning.
+//! drivers, not a CSI plugin: `docker`'s is decoded here, `exec`'s in
+//! [`crate::spec::exec_settings`], any other driver's (`raw_exec`) is
+//! accepted with a warning.
 
 use crate::hcl::Block;
 use crate::spec::decode::Fields;
 use crate::spec::encode::Writer;
 
 use super::DEFAULT_DOCKER_ENDPOINT;
+use crate::spec::exec_settings::{decode_exec_settings, ExecSettings};
 
 /// Keys of the docker driver's plugin `config` that csi-agent ignores.
 const SETTINGS_IGNORED: &[&str] = &[
@@ -84,8 +86,9 @@ impl DockerSettings {
 pub(crate) fn decode_docker_settings<'d>(
     f: &mut Fields<'d>,
     plugins: Vec<(&'d Block, String)>,
-) -> (DockerSettings, Vec<(&'d Block, String)>) {
+) -> (DockerSettings, ExecSettings, Vec<(&'d Block, String)>) {
     let mut settings = DockerSettings::default();
+    let mut exec = ExecSettings::default();
     let mut from_plugin = None;
     let mut csi = Vec::new();
     for (block, id) in plugins {
@@ -102,6 +105,11 @@ pub(crate) fn decode_docker_settings<'d>(
             }
             p.ignore(&["args"]);
             from_plugin.get_or_insert(block.kind.span.start);
+        } else if id == "exec" {
+            if let Some(config) = p.block("config") {
+                exec = decode_exec_settings(&mut p.nested(config));
+            }
+            p.ignore(&["args"]);
         } else {
             p.dec().warn(
                 block.kind.span.start,
@@ -124,7 +132,7 @@ pub(crate) fn decode_docker_settings<'d>(
             None => decode_settings(&mut f.nested(block), &mut settings),
         }
     }
-    (settings, csi)
+    (settings, exec, csi)
 }
 
 fn decode_settings(f: &mut Fields<'_>, settings: &mut DockerSettings) {

@@ -10,21 +10,27 @@
 //!
 //! The order, for an `exec` task:
 //!
-//! 1. a session and a mount namespace of its own;
+//! 0. a session; the task's control groups (before anything it does is
+//!    charged); the pid file (the pid the agent tracks: this child's);
+//! 1. a mount namespace of its own; then the IPC and PID namespaces
+//!    ([`super::pid_ns`]: from here on the grandchild, PID 1 of its
+//!    namespace, goes on; the child shares its mounts and, after the
+//!    pivot, its root);
 //! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
 //! 3. the task dir bound onto itself (private): the new root;
 //! 4. `chroot_env` (recursive binds, then read-only with all below them),
 //!    `/dev`, `/proc`, `/secrets`, `/alloc`, a plugin task's `mount_dir`
 //!    and `stage_publish_base_dir`;
 //! 5. the volumes at their destinations;
-//! 6. the pid file (a host path, so before the pivot);
-//! 7. `pivot_root` into the task dir; the old root is made a slave
+//! 6. `pivot_root` into the task dir; the old root is made a slave
 //!    recursively, so that detaching it unmounts nothing on the host (as
 //!    runc does), and detached; the cwd becomes `/`;
-//! 8. the task's user.
+//! 7. its capabilities' bounding set, the task's user, then for a task
+//!    running as root its other capability sets ([`super::caps`]), and
+//!    `no_new_privs`.
 //!
-//! A `raw_exec` task skips 3, 4 and 7, and gets the control socket covered
-//! instead.
+//! A `raw_exec` task skips the IPC and PID namespaces of 1, and 3, 4 and 6, and gets
+//! the control socket covered instead.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -78,10 +84,33 @@ pub(super) enum Step {
         root: CString,
     },
     BecomeUser(User),
+    /// Drops every capability up to `last` but `keep` from the bounding
+    /// set.
+    DropBounding {
+        keep: u64,
+        last: u32,
+    },
+    /// Makes `caps` the effective, permitted, inheritable and ambient sets.
+    SetCaps {
+        caps: u64,
+        last: u32,
+    },
+    NoNewPrivs,
+    /// Joins a control group: `0` (itself) to its `cgroup.procs`.
+    JoinCgroup {
+        procs: CString,
+    },
 }
 
 /// The child's side, prepared in the parent.
 pub(super) struct ChildSetup {
+    /// What the child does before the namespaces: join its control groups
+    /// and write its pid.
+    pub(super) early: Vec<Step>,
+    /// A PID namespace of its own (the task is PID 1), an IPC one.
+    pub(super) pid_ns: bool,
+    pub(super) ipc_ns: bool,
+    /// What the task's process does then (the grandchild, with `pid_ns`).
     pub(super) steps: Vec<Step>,
 }
 
@@ -138,6 +167,13 @@ fn new_fs(
 impl ChildSetup {
     pub(super) fn new(launch: &Launch) -> mount::Result<ChildSetup> {
         let plan = &launch.namespace;
+        let mut early = Vec::new();
+        for procs in &launch.cgroup_procs {
+            early.push(Step::JoinCgroup { procs: c(procs)? });
+        }
+        early.push(Step::WritePid {
+            path: c(&launch.pid_file)?,
+        });
         let mut steps = Vec::new();
         if plan.slave_root {
             steps.push(propagation(
@@ -312,25 +348,48 @@ impl ChildSetup {
                 what: b"cannot hide ",
             });
         }
-        steps.push(Step::WritePid {
-            path: c(&launch.pid_file)?,
-        });
         if let Some(root) = &launch.root {
             steps.push(Step::PivotRoot {
                 root: c(&root.dir)?,
             });
         }
+        let last = super::caps::last_cap();
+        if let Some(keep) = launch.caps {
+            steps.push(Step::DropBounding { keep, last });
+        }
         if let Some(user) = launch.user {
             steps.push(Step::BecomeUser(user));
         }
-        Ok(ChildSetup { steps })
+        if let Some(caps) = launch.caps {
+            // Another user's sets were cleared by setuid: it keeps only
+            // the bounding set, as under Nomad.
+            if launch.user.map_or(true, |u| u.uid == 0) {
+                steps.push(Step::SetCaps { caps, last });
+            }
+        }
+        if launch.no_new_privs {
+            steps.push(Step::NoNewPrivs);
+        }
+        Ok(ChildSetup {
+            early,
+            pid_ns: launch.pid_ns,
+            ipc_ns: launch.ipc_ns,
+            steps,
+        })
     }
 
     /// Runs in the child between fork and exec: system calls only.
     pub(super) fn run(&self) -> io::Result<()> {
         sys::setsid().map_err(|e| sys::report(b"cannot start a session", b"", e))?;
+        for step in &self.early {
+            step.run()?;
+        }
+        // Before the PID namespace's fork, so that the process the agent
+        // tracks shares the task's mounts and root (its /proc/<pid>/root).
         sys::unshare_mounts()
             .map_err(|e| sys::report(b"cannot create a mount namespace", b"", e))?;
+        super::pid_ns::enter(self.pid_ns, self.ipc_ns)
+            .map_err(|e| sys::report(b"cannot create the PID and IPC namespaces", b"", e))?;
         for step in &self.steps {
             step.run()?;
         }
@@ -400,6 +459,14 @@ impl Step {
             Step::BecomeUser(user) => {
                 sys::become_user(*user).map_err(|e| sys::report(b"cannot switch user", b"", e))
             }
+            Step::DropBounding { keep, last } => super::caps::drop_bounding(*keep, *last)
+                .map_err(|e| sys::report(b"cannot drop capabilities", b"", e)),
+            Step::SetCaps { caps, last } => super::caps::set(*caps, *last)
+                .map_err(|e| sys::report(b"cannot set the capabilities", b"", e)),
+            Step::NoNewPrivs => super::caps::no_new_privs()
+                .map_err(|e| sys::report(b"cannot set no_new_privs", b"", e)),
+            Step::JoinCgroup { procs } => sys::join_cgroup(procs)
+                .map_err(|e| sys::report(b"cannot join the cgroup ", procs.as_bytes(), e)),
         }
     }
 }
@@ -489,6 +556,20 @@ pub(super) mod sys {
         write_all(fd, b"\n");
         close(fd);
         Ok(())
+    }
+
+    /// Writes `0` (the writer) to a `cgroup.procs` file.
+    pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
+        let fd = open(procs, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+        // SAFETY: a live one-byte buffer.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        let result = if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        close(fd);
+        result
     }
 
     pub fn mkdir(path: &CStr) -> io::Result<()> {
@@ -615,7 +696,24 @@ mod tests {
             Step::WritePid { path } => format!("pid {}", text(path)),
             Step::PivotRoot { root } => format!("pivot {}", text(root)),
             Step::BecomeUser(user) => format!("user {}", user.uid),
+            Step::JoinCgroup { procs } => format!("cgroup {}", text(procs)),
+            Step::DropBounding { keep, .. } => format!("bounding {keep:#x}"),
+            Step::SetCaps { caps, .. } => format!("caps {caps:#x}"),
+            Step::NoNewPrivs => "no_new_privs".to_string(),
         }
+    }
+
+    /// Every step in words, the namespaces where they are made.
+    fn describe_all(setup: &ChildSetup) -> Vec<String> {
+        let mut out: Vec<String> = setup.early.iter().map(describe).collect();
+        if setup.pid_ns || setup.ipc_ns {
+            out.push(format!(
+                "namespaces pid={} ipc={}",
+                setup.pid_ns, setup.ipc_ns
+            ));
+        }
+        out.extend(setup.steps.iter().map(describe));
+        out
     }
 
     #[test]
@@ -659,16 +757,19 @@ mod tests {
                     propagation: Propagation::Bidirectional,
                 }],
             }),
+            cgroup_procs: vec![PathBuf::from("/cg/memory/csi-agent/a.t/cgroup.procs")],
+            pid_ns: true,
+            ipc_ns: false,
+            caps: Some(0x5),
+            no_new_privs: true,
         };
-        let steps: Vec<String> = ChildSetup::new(&launch)
-            .unwrap()
-            .steps
-            .iter()
-            .map(describe)
-            .collect();
+        let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(
             steps,
             [
+                "cgroup /cg/memory/csi-agent/a.t/cgroup.procs",
+                "pid /a/t.pid",
+                "namespaces pid=true ipc=false",
                 "mount rec|slave /",
                 "mount bind /t /t",
                 "mount private /t",
@@ -695,9 +796,10 @@ mod tests {
                 "mount rec|shared /t/local/csi",
                 "mount bind|rec /v /t/data",
                 "mount rec|slave /t/data",
-                "pid /a/t.pid",
                 "pivot /t",
+                "bounding 0x5",
                 "user 65534",
+                "no_new_privs",
             ]
         );
     }
@@ -720,19 +822,19 @@ mod tests {
                 hide: vec![PathBuf::from("/d/control.sock")],
             },
             root: None,
+            cgroup_procs: Vec::new(),
+            pid_ns: false,
+            ipc_ns: false,
+            caps: None,
+            no_new_privs: false,
         };
-        let steps: Vec<String> = ChildSetup::new(&launch)
-            .unwrap()
-            .steps
-            .iter()
-            .map(describe)
-            .collect();
+        let steps = describe_all(&ChildSetup::new(&launch).unwrap());
         assert_eq!(
             steps,
             [
+                "pid /a/t.pid",
                 "mount rec|slave /",
                 "mount bind /dev/null /d/control.sock",
-                "pid /a/t.pid",
             ]
         );
     }

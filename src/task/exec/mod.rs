@@ -12,9 +12,13 @@
 //!
 //! The child writes its own pid to a file before exec, so an agent killed
 //! between `fork` and persisting the pid still finds the task on restart
-//! and never starts a second one.
+//! and never starts a second one. In a PID namespace of its own
+//! ([`pid_ns`]), the task is the child's child, and the child, which the
+//! agent tracks, ends as the task ends.
 
+pub mod caps;
 mod child;
+mod pid_ns;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -52,6 +56,17 @@ pub struct Launch {
     pub namespace: NamespacePlan,
     /// The root of an `exec` task; `None` keeps the host's (`raw_exec`).
     pub root: Option<RootPlan>,
+    /// The `cgroup.procs` files of the task's control groups, which the
+    /// child joins first (empty: the agent's own).
+    pub cgroup_procs: Vec<PathBuf>,
+    /// A PID namespace of its own, where the task is PID 1 (an `exec`
+    /// task's `pid_mode`), and an IPC namespace (`ipc_mode`).
+    pub pid_ns: bool,
+    pub ipc_ns: bool,
+    /// An `exec` task's capabilities ([`caps`]); `None` keeps the agent's.
+    pub caps: Option<u64>,
+    /// Sets `no_new_privs` before exec.
+    pub no_new_privs: bool,
 }
 
 #[derive(Debug)]
@@ -226,6 +241,21 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// The pid a child wrote to its pid file.
 pub fn read_pid_file(path: &Path) -> Option<u32> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Whether process `pid` is a task with `KEY=value` in its environment,
+/// or the process that waits for such a task in its PID namespace (its
+/// child).
+pub fn task_has_env(pid: u32, key: &str, value: &str) -> bool {
+    if has_env(pid, key, value) {
+        return true;
+    }
+    let children =
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .any(|child| has_env(child, key, value))
 }
 
 /// Whether `/proc/<pid>/environ` holds `KEY=value`.

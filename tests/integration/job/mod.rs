@@ -20,6 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod containers;
 mod docker;
 mod docker_demo;
+mod isolation;
 mod json;
 mod lifecycle;
 pub(crate) mod root;
@@ -266,7 +267,12 @@ impl Drop for Rig {
         for pid in task_processes_under(&self.agent.dir.path) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+            // A task in a PID namespace of its own is not its group's
+            // leader; its end ends the namespace.
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
+        remove_task_cgroups(&self.agent.data_dir);
         // The plugin task runs `-strict`: the agent, as its CO, must have
         // kept the spec.
         let verdict = self.backing.join("strict-violations");
@@ -276,6 +282,37 @@ impl Drop for Rig {
                     text.is_empty(),
                     "the strict plugin saw the agent break the spec:\n{text}"
                 );
+            }
+        }
+    }
+}
+
+/// Removes the cgroups of the tasks of the allocs under `data_dir`: the
+/// agent that would remove them when their tasks end is killed first.
+fn remove_task_cgroups(data_dir: &Path) {
+    let Ok(allocs) = fs::read_dir(data_dir.join("alloc")) else {
+        return;
+    };
+    let allocs: Vec<String> = allocs
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for controller in ["memory", "cpu", "cpuset"] {
+        let base = Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join("csi-agent");
+        let Ok(groups) = fs::read_dir(&base) else {
+            continue;
+        };
+        for group in groups.flatten() {
+            let name = group.file_name().to_string_lossy().into_owned();
+            if !allocs.iter().any(|a| name.starts_with(&format!("{a}."))) {
+                continue;
+            }
+            let start = Instant::now();
+            while fs::remove_dir(group.path()).is_err() && start.elapsed() < Duration::from_secs(2)
+            {
+                thread::sleep(Duration::from_millis(20));
             }
         }
     }
@@ -291,6 +328,19 @@ pub(crate) fn bin_dir() -> PathBuf {
 pub(crate) fn task_processes_under(dir: &Path) -> Vec<u32> {
     let prefix = format!("CSI_AGENT_TASK_DIR={}", dir.display());
     processes_with_env(|e| e.starts_with(prefix.as_bytes()))
+}
+
+/// The task's own process for the pid the agent tracks: in a PID
+/// namespace of its own, the task is that process's child.
+pub(crate) fn task_process(pid: u32) -> u32 {
+    let ns = |kind: &str| fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok();
+    if ns("pid") == ns("pid_for_children") {
+        return pid;
+    }
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()
+        .and_then(|c| c.split_whitespace().next().and_then(|c| c.parse().ok()))
+        .unwrap_or(pid)
 }
 
 /// Processes that belong to `alloc`.

@@ -44,7 +44,7 @@ job "{name}" {{
 
 /// Waits until the task's stdout holds `marker`; the whole log.
 #[track_caller]
-fn wait_for_log(rig: &Rig, alloc: &str, marker: &str) -> String {
+pub(super) fn wait_for_log(rig: &Rig, alloc: &str, marker: &str) -> String {
     let start = Instant::now();
     loop {
         let log = rig.ok(&["alloc", "logs", alloc, "t"]);
@@ -191,10 +191,14 @@ test -e {socket} && echo socket || echo no-socket
 echo done
 exec sleep 600"
     );
-    let hcl = consumer("reader", &script, "", true).replace(
-        "driver = \"exec\"",
-        "driver = \"exec\"\n      user   = \"nobody\"",
-    );
+    // In the host's PID namespace, where the keeper's root is in its /proc:
+    // its permissions are what keep the secret.
+    let hcl = consumer("reader", &script, "", true)
+        .replace(
+            "driver = \"exec\"",
+            "driver = \"exec\"\n      user   = \"nobody\"",
+        )
+        .replace("config {", "config {\n        pid_mode = \"host\"");
     let reader = rig.run_job("reader.hcl", &hcl);
     let alloc = &reader[0];
     let pid = rig.wait_running("reader", alloc);
@@ -437,7 +441,7 @@ fn a_plugin_task_gets_nomads_directory_contract() {
         .join(&alloc)
         .join("csi.sock")
         .exists());
-    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let environ = fs::read(format!("/proc/{}/environ", super::task_process(pid))).unwrap();
     assert!(
         environ
             .split(|b| *b == 0)

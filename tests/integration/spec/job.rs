@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use csi_agent::csi::{AccessMode, AttachmentMode};
 use csi_agent::mount::Propagation;
-use csi_agent::spec::{CheckType, Driver, PluginType, RestartMode, VolumeType};
+use csi_agent::spec::{CheckType, Driver, NamespaceMode, PluginType, RestartMode, VolumeType};
 
 use super::{assert_one_error, errors, fixture, job, ok, warnings};
 
@@ -325,6 +325,30 @@ fn raw_exec_tasks_decode_with_their_own_config_keys() {
     assert_one_error(
         &src,
         r#"test.hcl:7:9: unknown attribute "pid_mode" in config in task "r""#,
+    );
+}
+
+#[test]
+fn exec_tasks_take_pid_mode_ipc_mode_and_capabilities() {
+    let src = job_with(
+        "task \"e\" {\n      driver = \"exec\"\n      config {\n        command  = \"/bin/true\"\n        pid_mode = \"host\"\n        ipc_mode = \"private\"\n        cap_add  = [\"sys_admin\"]\n        cap_drop = [\"all\"]\n      }\n    }",
+    );
+    let decoded = ok(job(&src));
+    let task = &decoded.spec.groups[0].tasks[0];
+    assert_eq!(task.config.pid_mode, NamespaceMode::Host);
+    assert_eq!(task.config.ipc_mode, NamespaceMode::Private);
+    assert_eq!(task.config.cap_add, ["SYS_ADMIN"]);
+    assert_eq!(task.config.cap_drop, ["ALL"]);
+    assert!(
+        decoded.warnings.is_empty(),
+        "{:?}",
+        warnings(&decoded.warnings)
+    );
+    let again = ok(job(&decoded.spec.to_hcl())).spec;
+    assert_eq!(again, decoded.spec);
+    assert_one_error(
+        &src.replace("\"host\"", "\"container\""),
+        r#"test.hcl:7:20: "pid_mode" in config in task "e" must be "private" or "host", found "container""#,
     );
 }
 

@@ -1,0 +1,204 @@
+//! An `exec` or `raw_exec` task's control group, as Nomad's executor makes
+//! it: one group per task, `csi-agent/<alloc>.<task>` under each
+//! hierarchy's root ([`crate::sys::cgroup`]), holding the task's limits
+//! from its `resources` block:
+//!
+//! | `resources` | v1 | v2 |
+//! |---|---|---|
+//! | `memory` (MiB), no `memory_max` | `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes`: no swap) | `memory.max` (and `memory.swap.max` 0) |
+//! | `memory_max` with `memory` | hard limit `memory_max`, `memory.soft_limit_in_bytes` `memory` | `memory.max` `memory_max`, `memory.low` `memory` |
+//! | `cpu` (MHz) | `cpu.shares` = MHz | `cpu.weight` mapped from the shares |
+//! | `cores` | `cpuset.cpus`: that many CPUs, the first no other task holds | the same |
+//!
+//! Without a `resources` block (or a key of it) nothing is limited: Nomad's
+//! defaults (100 MHz, 300 MiB) are not applied.
+//!
+//! The group is made before the task's fork, and the child joins it
+//! before `exec` (`exec/child.rs`), so the task is limited from its first
+//! instruction. When the task ends, its group tells whether the OOM killer
+//! struck ([`Exit::OomKilled`], "OOM Killed" in its events, as Nomad says),
+//! what is left in it is killed, and it is removed. Its name depends only
+//! on the alloc and the task, so a task adopted after an agent restart
+//! finds its group again. A host without the controllers (none mounted,
+//! or not writable) runs the task without limits, and one task event says
+//! why.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::driver::Exit;
+use crate::spec::Resources;
+use crate::sys::cgroup::{Group, Hierarchy, Limits};
+
+/// How long the killed leftovers of a task have to leave its group.
+const REMOVE_WAIT: Duration = Duration::from_secs(2);
+
+const MIB: u64 = 1024 * 1024;
+
+/// The kernel's limits for a task's `resources`, Nomad's mapping: with
+/// `memory_max`, the hard limit is `memory_max` and `memory` the soft one;
+/// without, `memory` is the hard limit.
+pub(super) fn limits(resources: Option<&Resources>) -> Limits {
+    let Some(r) = resources else {
+        return Limits::default();
+    };
+    let (memory_max, memory_soft) = match (r.memory, r.memory_max) {
+        (soft, Some(hard)) if hard > 0 => (Some(hard), soft),
+        (hard, _) => (hard, None),
+    };
+    Limits {
+        memory_max: memory_max.map(|m| m.saturating_mul(MIB)),
+        memory_soft: memory_soft.map(|m| m.saturating_mul(MIB)),
+        cpu_shares: r.cpu,
+        cores: r.cores.filter(|c| *c > 0),
+    }
+}
+
+/// The group of task `task` of alloc `alloc` on this host, if it has
+/// cgroups.
+pub(super) fn group(alloc: &str, task: &str) -> Option<Group> {
+    Hierarchy::detect().map(|h| h.group(&format!("{alloc}.{task}")))
+}
+
+/// What a start gets: the files its child writes itself to, and a note
+/// for the task's events when it runs without limits.
+pub(super) struct Prepared {
+    pub procs: Vec<PathBuf>,
+    pub note: Option<String>,
+}
+
+/// Makes the task's group afresh (a group left by an earlier run is
+/// removed first, so its OOM count starts at zero).
+pub(super) fn prepare(alloc: &str, task: &str, resources: Option<&Resources>) -> Prepared {
+    prepare_in(Hierarchy::detect(), alloc, task, resources)
+}
+
+/// [`prepare`] on the hierarchies `hierarchy` (`None`: none mounted).
+fn prepare_in(
+    hierarchy: Option<Hierarchy>,
+    alloc: &str,
+    task: &str,
+    resources: Option<&Resources>,
+) -> Prepared {
+    let limits = limits(resources);
+    let asks = limits != Limits::default();
+    let without = |why: String| Prepared {
+        procs: Vec::new(),
+        note: asks.then(|| format!("the task runs without its resource limits: {why}")),
+    };
+    let Some(group) = hierarchy.map(|h| h.group(&format!("{alloc}.{task}"))) else {
+        return without("no cgroup controllers are mounted on this host".to_string());
+    };
+    if group.exists() {
+        if let Err(err) = group.remove(REMOVE_WAIT) {
+            return without(err.to_string());
+        }
+    }
+    match group.create(&limits) {
+        Ok(procs) => Prepared { procs, note: None },
+        Err(err) => {
+            let _ = group.remove(Duration::ZERO);
+            without(err.to_string())
+        }
+    }
+}
+
+/// The task's process ended: its exit as the group tells it (an OOM kill
+/// named as such), once what is left of the task is killed and its group
+/// removed.
+pub(super) fn finish(alloc: &str, task: &str, exit: Exit) -> Exit {
+    let Some(group) = group(alloc, task).filter(Group::exists) else {
+        return exit;
+    };
+    let killed = match &exit {
+        Exit::Status(status) => status.signal() == Some(libc::SIGKILL),
+        Exit::Vanished => true,
+        _ => false,
+    };
+    // A kernel that does not count OOM kills (v1 before 4.13) still counts
+    // the times the limit was hit.
+    let oom = match group.oom_kills() {
+        Some(n) => n > 0,
+        None => killed && group.limit_hits().is_some_and(|n| n > 0),
+    };
+    if let Err(err) = group.remove(REMOVE_WAIT) {
+        log::warn!("Alloc {alloc}: task {task}: {err}");
+    }
+    match exit {
+        Exit::Status(status) if oom => Exit::OomKilled {
+            status: Some(status),
+        },
+        Exit::Vanished if oom => Exit::OomKilled { status: None },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resources(cpu: Option<u64>, memory: Option<u64>, memory_max: Option<u64>) -> Resources {
+        Resources {
+            cpu,
+            cores: None,
+            memory,
+            memory_max,
+            ignored: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn without_controllers_a_task_runs_unlimited_and_one_note_says_why() {
+        let r = resources(None, Some(16), None);
+        let none = prepare_in(None, "a1", "t", Some(&r));
+        assert!(none.procs.is_empty());
+        assert_eq!(
+            none.note.as_deref(),
+            Some("the task runs without its resource limits: no cgroup controllers are mounted on this host")
+        );
+        // Nothing asked, nothing to say.
+        assert_eq!(prepare_in(None, "a1", "t", None).note, None);
+        // Mounted but not writable (here: not there at all).
+        let broken = Hierarchy::Legacy {
+            memory: Some(PathBuf::from("/nonexistent/memory")),
+            cpu: None,
+            cpuset: None,
+        };
+        let prepared = prepare_in(Some(broken), "a1", "t", Some(&r));
+        assert!(prepared.procs.is_empty());
+        let note = prepared.note.unwrap_or_default();
+        assert!(
+            note.starts_with("the task runs without its resource limits: cannot create /nonexistent/memory/csi-agent"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn resources_map_to_limits_as_nomad_maps_them() {
+        assert_eq!(limits(None), Limits::default());
+        assert_eq!(
+            limits(Some(&resources(Some(500), Some(16), None))),
+            Limits {
+                memory_max: Some(16 * MIB),
+                memory_soft: None,
+                cpu_shares: Some(500),
+                cores: None,
+            }
+        );
+        assert_eq!(
+            limits(Some(&resources(None, Some(20), Some(30)))),
+            Limits {
+                memory_max: Some(30 * MIB),
+                memory_soft: Some(20 * MIB),
+                cpu_shares: None,
+                cores: None,
+            }
+        );
+        // Nomad's "no memory_max" is 0.
+        assert_eq!(
+            limits(Some(&resources(None, Some(20), Some(0)))).memory_max,
+            Some(20 * MIB)
+        );
+    }
+}
