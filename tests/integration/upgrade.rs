@@ -527,7 +527,8 @@ impl Upgrade {
 
     /// The app job's task runs again, as a new process with its volumes
     /// mounted (the reader's read-only), and writes through them: each run
-    /// appends its pid to `runs` in v1 and prints v3's README.
+    /// appends its pid as it sees it (`$$`) to `runs` in v1 and prints v3's
+    /// README.
     #[track_caller]
     fn assert_app_task_runs_again(&self) {
         let app = self.records.alloc("app");
@@ -542,9 +543,12 @@ impl Upgrade {
         {
             thread::sleep(Duration::from_millis(20));
         }
+        // The old binary ran exec tasks in the host's PID namespace; the
+        // new one gives them their own (Nomad's default), where the task
+        // is PID 1.
         assert_eq!(
             fs::read_to_string(&runs).unwrap(),
-            format!("{old_pid}\n{}\n", task.pid)
+            format!("{old_pid}\n1\n")
         );
         assert_eq!(logs(), "reference data\n");
         let mounts = task_mounts(task.pid);
