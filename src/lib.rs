@@ -84,6 +84,7 @@ pub mod hcl;
 pub mod hostpath;
 pub mod id;
 pub mod json;
+pub mod metrics;
 pub mod mount;
 pub mod plugin;
 pub mod proto;
