@@ -21,6 +21,7 @@
 //! I/O they count (an RPC, a sync, an API call).
 
 mod families;
+pub mod http;
 mod text;
 
 use std::collections::BTreeMap;
