@@ -38,6 +38,7 @@
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
+//! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
@@ -46,6 +47,7 @@
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
+mod cluster;
 mod decode;
 mod docker;
 mod encode;
@@ -62,10 +64,11 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos, Syntax};
 
 pub use agent::{
-    etcd_target, AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume,
-    PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
-    DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
+    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
+    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, TASK_ROOT_DIRS,
 };
+pub use cluster::etcd_target;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
     DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
