@@ -51,6 +51,7 @@ use super::cluster::decode_cluster;
 use super::decode::{Decoder, Fields, MapEntry};
 use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
+use super::telemetry::{decode_telemetry, TelemetryConfig};
 use super::{Decoded, Invalid, PluginType};
 
 /// Where the agent keeps its state unless `data_dir` says otherwise.
@@ -97,6 +98,8 @@ pub struct AgentConfig {
     pub meta: BTreeMap<String, String>,
     /// How docker tasks run: `docker { ... }` or `plugin "docker"`.
     pub docker: DockerSettings,
+    /// `telemetry { ... }`: the Prometheus metrics endpoint, off by default.
+    pub telemetry: TelemetryConfig,
 }
 
 /// Nomad's client defaults for `datacenter` and `region`.
@@ -168,6 +171,7 @@ impl Default for AgentConfig {
             region: DEFAULT_REGION.to_string(),
             meta: BTreeMap::new(),
             docker: DockerSettings::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -300,6 +304,7 @@ impl AgentConfig {
             );
         }
         self.docker.write(&mut w);
+        self.telemetry.write(&mut w);
         if let Some(cluster) = &self.cluster {
             w.open("cluster", None);
             w.strings("etcd", &cluster.etcd);
@@ -445,6 +450,9 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(block) = f.block("cluster") {
         config.cluster = decode_cluster(&mut f.nested(block));
+    }
+    if let Some(block) = f.block("telemetry") {
+        config.telemetry = decode_telemetry(&mut f.nested(block));
     }
     f.finish();
     config

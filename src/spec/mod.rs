@@ -38,6 +38,7 @@
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
+//! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
@@ -55,6 +56,7 @@ mod job;
 mod service;
 mod suggest;
 mod task;
+mod telemetry;
 mod template;
 mod variables;
 mod volume;
@@ -84,6 +86,7 @@ pub use task::{
     CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, Resources, Task,
     VolumeMount,
 };
+pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};

@@ -58,6 +58,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         region: "global".to_string(),
         meta: Default::default(),
         docker: Default::default(),
+        telemetry: Default::default(),
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),
