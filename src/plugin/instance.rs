@@ -180,7 +180,9 @@ impl Instance {
 }
 
 fn new_client(spec: &PluginSpec) -> Client {
-    Client::new(&spec.endpoint).with_timeout(FINGERPRINT_TIMEOUT)
+    Client::new(&spec.endpoint)
+        .with_timeout(FINGERPRINT_TIMEOUT)
+        .for_plugin(&spec.id)
 }
 
 /// The outcome of one check of the plugin.
