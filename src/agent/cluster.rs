@@ -405,6 +405,7 @@ impl Agent {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
                 cluster.connection = Connection::Connected;
+                crate::metrics::CLUSTER_CONNECTED.set(&[], 1.0);
             }
             MemberEvent::Alive { sent, lease } => {
                 if !cluster.last_alive.is_some_and(|last| last >= sent) {
@@ -424,6 +425,7 @@ impl Agent {
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
                 cluster.connection = Connection::Disconnected { reason };
+                crate::metrics::CLUSTER_CONNECTED.set(&[], 0.0);
             }
             MemberEvent::NameTaken { node } => {
                 let message = format!(

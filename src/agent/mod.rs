@@ -326,6 +326,7 @@ impl Agent {
         if call.request.access() == Access::Change {
             if let Some(failing) = self.gate.failing() {
                 let err = persist::refusal(&self.options.config.data_dir, &failing.cause);
+                crate::metrics::PERSIST_REFUSALS.inc(&[]);
                 // The caller may have given up; that is not the loop's problem.
                 reply.send(Err(err));
                 return;

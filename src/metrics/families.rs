@@ -103,10 +103,10 @@ pub static TASK_OOM_KILLS: Family = Family::counter(
     &["driver"],
 );
 
-pub static TASKS: Family = Family::gauge(
-    "csi_agent_tasks",
-    "Tasks the agent runs now, by driver.",
-    &["driver"],
+pub static TASK_EXITS: Family = Family::counter(
+    "csi_agent_task_exits_total",
+    "Task processes or containers that ended, by driver and outcome (success, failure, start_failed).",
+    &["driver", "outcome"],
 );
 
 pub static ETCD_REQUESTS: Family = Family::histogram(
@@ -156,7 +156,7 @@ pub static ALL: &[&Family] = &[
     &TASK_STARTS,
     &TASK_RESTARTS,
     &TASK_OOM_KILLS,
-    &TASKS,
+    &TASK_EXITS,
     &ETCD_REQUESTS,
     &LEASE_KEEPALIVE_FAILURES,
     &CLUSTER_CONNECTED,
