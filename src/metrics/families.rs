@@ -111,7 +111,7 @@ pub static TASK_EXITS: Family = Family::counter(
 
 pub static ETCD_REQUESTS: Family = Family::histogram(
     "csi_agent_etcd_request_seconds",
-    "Duration of the agent's etcd requests, by operation (range, txn, put, delete, lease_grant, ...) and outcome (ok, error).",
+    "Duration of the agent's etcd requests (across members, with fail-over), by operation (etcd's RPC name: Range, Txn, Put, LeaseGrant, ...) and outcome (ok, error).",
     &["operation", "outcome"],
     FAST_BUCKETS,
 );
@@ -130,7 +130,7 @@ pub static CLUSTER_CONNECTED: Family = Family::gauge(
 
 pub static FENCED_CLAIMS: Family = Family::counter(
     "csi_agent_fenced_claims_total",
-    "Claims of lost nodes that this agent's fencer released.",
+    "Volumes on which this agent's fencer released the claims of a lost node.",
     &[],
 );
 
