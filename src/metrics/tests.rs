@@ -125,3 +125,18 @@ fn family_names_are_unique_and_valid() {
         }
     }
 }
+
+#[test]
+fn every_family_is_documented_with_its_labels() {
+    let docs = include_str!("../../docs/metrics.md");
+    for family in ALL {
+        let row = docs
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{}` |", family.name)))
+            .unwrap_or_else(|| panic!("docs/metrics.md has no row for {}", family.name));
+        for label in family.labels {
+            assert!(row.contains(&format!("`{label}`")), "{}: {label}", family.name);
+        }
+        assert!(row.contains(&format!("| {} |", family.kind.as_str())), "{}", family.name);
+    }
+}
