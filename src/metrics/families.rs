@@ -47,6 +47,12 @@ pub static CLAIMS: Family = Family::counter(
     &["operation", "outcome", "access_mode"],
 );
 
+pub static CLAIMS_NOW: Family = Family::gauge(
+    "csi_agent_claims",
+    "Claims the agent holds now, by state (claiming, taken, releasing, failed) and access mode.",
+    &["state", "access_mode"],
+);
+
 pub static STEP_RETRIES: Family = Family::counter(
     "csi_agent_volume_step_retries_total",
     "Failed steps of the claim and release protocol that are retried after a backoff.",
@@ -147,6 +153,7 @@ pub static ALL: &[&Family] = &[
     &PLUGIN_HEARTBEAT_FAILURES,
     &PLUGIN_FINGERPRINT_FAILURES,
     &CLAIMS,
+    &CLAIMS_NOW,
     &STEP_RETRIES,
     &STEP_GIVE_UPS,
     &JOURNAL_SYNC,

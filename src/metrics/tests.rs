@@ -135,8 +135,16 @@ fn every_family_is_documented_with_its_labels() {
             .find(|line| line.starts_with(&format!("| `{}` |", family.name)))
             .unwrap_or_else(|| panic!("docs/metrics.md has no row for {}", family.name));
         for label in family.labels {
-            assert!(row.contains(&format!("`{label}`")), "{}: {label}", family.name);
+            assert!(
+                row.contains(&format!("`{label}`")),
+                "{}: {label}",
+                family.name
+            );
         }
-        assert!(row.contains(&format!("| {} |", family.kind.as_str())), "{}", family.name);
+        assert!(
+            row.contains(&format!("| {} |", family.kind.as_str())),
+            "{}",
+            family.name
+        );
     }
 }

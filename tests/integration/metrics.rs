@@ -183,6 +183,7 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     at_least(&body, "csi_agent_journal_sync_seconds_count", 1.0);
     at_least(&body, "csi_agent_volume_step_give_ups_total", 1.0);
     assert!(body.contains("# TYPE csi_agent_persist_refusals_total counter\n"));
+    assert!(body.contains("# TYPE csi_agent_claims gauge\n"));
     assert!(!body.contains("wrong credentials"), "no message is a label");
 
     let other = get(port, "/other");

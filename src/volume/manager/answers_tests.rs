@@ -320,3 +320,41 @@ fn claims_releases_retries_and_give_ups_are_counted() {
     assert!(claims("claim", "failed") > before.2);
     assert!(STEP_GIVE_UPS.value(&[]) > before.4);
 }
+
+#[test]
+fn the_claims_gauge_follows_a_claim_from_claiming_to_taken_to_gone() {
+    use crate::metrics::CLAIMS_NOW;
+    let mode = AccessMode::MultiNodeMultiWriter.as_str();
+    let counted = |rig: &Rig| rig.manager.claim_gauge.counted.get("v").cloned();
+    let mut rig = Rig::new();
+    let answer = rig.claim("a1");
+    rig.turn();
+    assert_eq!(counted(&rig), Some(vec![("claiming", mode)]));
+    assert!(CLAIMS_NOW.value(&["claiming", mode]) >= 1.0);
+    let staging = StagingKey::Volume;
+    rig.report(Action::NodeStage { staging }, Ok(StepDone::default()));
+    rig.report(
+        Action::NodePublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.turn().send();
+    assert!(matches!(answered(&answer), Ok(Answer::Claimed(_))));
+    assert_eq!(counted(&rig), Some(vec![("taken", mode)]));
+    assert!(CLAIMS_NOW.value(&["taken", mode]) >= 1.0);
+    let answer = rig.release("a1");
+    rig.turn();
+    assert_eq!(counted(&rig), Some(vec![("releasing", mode)]));
+    rig.report(
+        Action::NodeUnpublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.report(
+        Action::NodeUnstage {
+            staging: StagingKey::Volume,
+        },
+        Ok(StepDone::default()),
+    );
+    rig.turn().send();
+    assert_released(&answer);
+    assert_eq!(counted(&rig), Some(vec![]));
+}
