@@ -610,4 +610,29 @@ mod tests {
         assert!(sent.join_within(Duration::from_secs(10)));
         fs::remove_dir_all(&dir).unwrap();
     }
+    #[test]
+    fn every_call_is_counted_by_method_and_code_when_answered() {
+        use crate::metrics::API_CALLS;
+        let dir = std::env::temp_dir().join(format!("csi-agent-api-m-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("control.sock");
+        let (calls_tx, calls) = unbounded();
+        let server = ControlServer::start(&socket, calls_tx).unwrap();
+        let before = API_CALLS.value(&["PluginStatus", "NOT_FOUND"]);
+        let answering = std::thread::spawn(move || {
+            let call: Call = calls.recv().unwrap();
+            call.reply
+                .send(Err(CallError::new(ErrorKind::NotFound, "no plugin")));
+        });
+        let client = super::super::client::AgentClient::connect(&socket).unwrap();
+        client.plugin_status("x").unwrap_err();
+        answering.join().unwrap();
+        assert_eq!(
+            API_CALLS.value(&["PluginStatus", "NOT_FOUND"]),
+            before + 1.0
+        );
+        drop(client);
+        assert!(server.stop().join_within(Duration::from_secs(10)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
