@@ -1,6 +1,7 @@
 //! The metrics endpoint of the `telemetry` block (issue 25) with real
-//! clients: an agent that has taken and released a claim, failed one and
-//! seen its plugin restart is scraped over loopback; `promtool check
+//! clients: an agent that has taken and released a claim, failed one,
+//! restarted a failing task and seen its plugin restart is scraped over
+//! loopback; `promtool check
 //! metrics` accepts what it serves, the families moved, other paths are
 //! 404, and a client that connects and says nothing does not keep a second
 //! one from its answer. A real `prometheus` scraping the agent every second
@@ -22,6 +23,28 @@ use crate::util::{require_root, Plugin, TestDir};
 use crate::volume_util::*;
 
 const SNW: &str = "single-node-writer";
+
+/// A batch job whose one task fails, is restarted once, and fails again.
+const FAILING_JOB: &str = r#"
+job "failing" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 1
+      interval = "1m"
+      delay    = "100ms"
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "exit 1"]
+      }
+    }
+  }
+}
+"#;
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Whether `tool` is on the PATH; under CI its absence fails the test.
@@ -111,12 +134,40 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     wait_volume(&rig.agent, "vol", "the claim rolled back", unclaimed, LONG);
     rig.plugin.set_faults("");
+    // A task that fails, is restarted once, and fails again.
+    let jobs = TestDir::new();
+    let job = jobs.path.join("failing.hcl");
+    std::fs::write(&job, FAILING_JOB).unwrap();
+    let out = rig.agent.cli(&["job", "run", job.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
     rig.plugin.kill();
     rig.agent.wait_for(PLUGIN, unhealthy, WAIT);
     rig.plugin.restart();
     rig.agent.wait_for(PLUGIN, healthy, WAIT);
 
-    let body = scrape(port);
+    let exits = "csi_agent_task_exits_total{driver=\"raw_exec\",outcome=\"failure\"}";
+    let deadline = Instant::now() + WAIT;
+    let body = loop {
+        let body = scrape(port);
+        if sample(&body, exits).is_some_and(|n| n >= 2.0) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the task did not end twice:\n{body}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    at_least(
+        &body,
+        "csi_agent_task_starts_total{driver=\"raw_exec\"}",
+        2.0,
+    );
+    at_least(
+        &body,
+        "csi_agent_task_restarts_total{driver=\"raw_exec\"}",
+        1.0,
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
