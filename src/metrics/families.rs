@@ -91,6 +91,12 @@ pub static API_CALLS: Family = Family::histogram(
     FAST_BUCKETS,
 );
 
+pub static TASKS: Family = Family::gauge(
+    "csi_agent_tasks",
+    "Tasks of the agent's allocations now, by driver and state (pending, running, restarting, dead).",
+    &["driver", "state"],
+);
+
 pub static TASK_STARTS: Family = Family::counter(
     "csi_agent_task_starts_total",
     "Tasks started, by driver.",
@@ -160,6 +166,7 @@ pub static ALL: &[&Family] = &[
     &JOURNAL_BYTES,
     &PERSIST_REFUSALS,
     &API_CALLS,
+    &TASKS,
     &TASK_STARTS,
     &TASK_RESTARTS,
     &TASK_OOM_KILLS,

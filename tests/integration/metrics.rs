@@ -1,10 +1,9 @@
 //! The metrics endpoint of the `telemetry` block (issue 25) with real
 //! clients: an agent that has taken and released a claim, failed one,
 //! restarted a failing task and seen its plugin restart is scraped over
-//! loopback; `promtool check
-//! metrics` accepts what it serves, the families moved, other paths are
-//! 404, and a client that connects and says nothing does not keep a second
-//! one from its answer. A real `prometheus` scraping the agent every second
+//! loopback; `promtool check metrics` accepts what it serves, the
+//! families moved, other paths are 404, and a client that connects and
+//! says nothing does not keep a second one from its answer. A real `prometheus` scraping the agent every second
 //! sees `up == 1` and the claim counted.
 //!
 //! `promtool` and `prometheus` come from Debian's `prometheus` package
@@ -166,6 +165,11 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     at_least(
         &body,
         "csi_agent_task_restarts_total{driver=\"raw_exec\"}",
+        1.0,
+    );
+    at_least(
+        &body,
+        "csi_agent_tasks{driver=\"raw_exec\",state=\"dead\"}",
         1.0,
     );
     let mut promtool = Command::new("promtool")
