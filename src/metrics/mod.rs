@@ -3,7 +3,7 @@
 //! exposition format (version 0.0.4) it is written in.
 //!
 //! Every family the agent exports is a `static` [`Family`] in
-//! [`families`], with its name, help, type and label names; the code that
+//! `families.rs`, with its name, help, type and label names; the code that
 //! does the thing counts it where it happens (`metrics::CSI_OPERATIONS
 //! .observe(...)`), through one process-wide [`Registry`], so no layer
 //! plumbs a handle and a scrape never walks the agent's state. A scrape
@@ -14,7 +14,7 @@
 //! Label values are IDs and names only (plugin IDs, RPC method names,
 //! codes, states); never a secret, a mount flag or a volume context value.
 //! The registry does not know what a value means, so this is the callers'
-//! rule: [`families`] lists each family's label names, and nothing else
+//! rule: `families.rs` lists each family's label names, and nothing else
 //! can be a label.
 //!
 //! Updates take one mutex around a map lookup: they are rare next to the
