@@ -3,7 +3,8 @@
 # cmake and g++ for gRPC's C++ core (and the BoringSSL it links), clippy
 # and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
 # and `make cluster-demo`, openssl for the certificates of the TLS tests,
-# dockerd and a static busybox for the docker engine tests.
+# dockerd and a static busybox for the docker engine tests, promtool and
+# prometheus for the metrics tests.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -26,6 +27,9 @@ dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
 # The TLS cluster tests make a CA and certificates with the openssl CLI,
 # which a minimal Debian lacks.
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+# The metrics tests check the agent's /metrics with promtool and scrape it
+# with a real prometheus server: both come in Debian's prometheus package.
+command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq

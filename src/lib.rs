@@ -35,6 +35,7 @@
 //! | [`proto`] | every generated protobuf module |
 //! | [`id`] | validation of IDs that become path components |
 //! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
+//! | [`metrics`] | the agent's metrics (counters, gauges, histograms with labels) counted where things happen, Prometheus' text format, and the `GET /metrics` endpoint of the `telemetry` block |
 //! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
@@ -84,6 +85,7 @@ pub mod hcl;
 pub mod hostpath;
 pub mod id;
 pub mod json;
+pub mod metrics;
 pub mod mount;
 pub mod plugin;
 pub mod proto;

@@ -42,3 +42,11 @@ rpc_timeout = "2m"
 #   path      = "/etc/ssl/certs"
 #   read_only = true
 # }
+
+# Prometheus metrics at GET /metrics (docs/metrics.md), off by default.
+# listen is ip:port or the absolute path of a unix socket.
+#
+# telemetry {
+#   prometheus_metrics = true
+#   listen             = "127.0.0.1:9108"
+# }

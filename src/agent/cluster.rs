@@ -366,11 +366,13 @@ impl Agent {
             plugin,
         ));
         let job = dispatch.job;
+        let driver = plugin.clone();
         if self.registry.serving(plugin, Service::Node).is_some() {
             return Some(Dispatch {
                 service: Service::Node,
                 job: Box::new(move |client: &Client, _: &dyn ControllerCalls| {
-                    job(client, &Controller::carried(relay, client.timeout()))
+                    let controller = Controller::carried(relay, client.timeout());
+                    job(client, &controller.for_plugin(&driver))
                 }),
                 ..dispatch
             });
@@ -378,7 +380,10 @@ impl Agent {
         // A controller call makes no node call: its client is one to
         // nowhere.
         self.run_unattached(format!("relay-{plugin}"), move |nowhere: &Client| {
-            job(nowhere, &Controller::carried(relay, DEFAULT_TIMEOUT))
+            job(
+                nowhere,
+                &Controller::carried(relay, DEFAULT_TIMEOUT).for_plugin(&driver),
+            )
         });
         None
     }
@@ -400,6 +405,7 @@ impl Agent {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
                 cluster.connection = Connection::Connected;
+                crate::metrics::CLUSTER_CONNECTED.set(&[], 1.0);
             }
             MemberEvent::Alive { sent, lease } => {
                 if !cluster.last_alive.is_some_and(|last| last >= sent) {
@@ -419,6 +425,7 @@ impl Agent {
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
                 cluster.connection = Connection::Disconnected { reason };
+                crate::metrics::CLUSTER_CONNECTED.set(&[], 0.0);
             }
             MemberEvent::NameTaken { node } => {
                 let message = format!(

@@ -28,6 +28,7 @@
 //! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `signals.rs` | the signal thread |
+//! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `wakeup.rs` | when the loop must wake up without a message |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
@@ -36,18 +37,18 @@ mod cluster;
 mod cluster_calls;
 pub mod dev;
 mod errands;
+mod error;
 pub mod guard;
 mod persist;
 mod plugin_tasks;
 mod plugins;
 mod setup;
 mod signals;
+mod telemetry;
 mod wakeup;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs;
-use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::thread;
@@ -70,6 +71,7 @@ use crate::volume::manager::VolumeManager;
 use crate::volume::ops::OpDone;
 use dev::DevPlugin;
 use errands::Errands;
+pub use error::Error;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{create_private_dir, remove_temporary_data_dir};
@@ -96,59 +98,6 @@ pub struct Options {
     pub temporary_data_dir: bool,
 }
 
-#[derive(Debug)]
-pub enum Error {
-    DataDir {
-        path: PathBuf,
-        err: io::Error,
-    },
-    AlreadyRunning {
-        socket: PathBuf,
-    },
-    State(crate::state::Error),
-    Api(api::server::Error),
-    Watcher(io::Error),
-    Signals(io::Error),
-    DevPlugin(io::Error),
-    /// The cluster membership cannot start, or the node name is taken.
-    Cluster(String),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::DataDir { path, .. } => {
-                write!(f, "cannot create the data dir {}", path.display())
-            }
-            Error::AlreadyRunning { socket } => write!(
-                f,
-                "another agent is already running with this data dir (it answers on {})",
-                socket.display()
-            ),
-            Error::State(_) => f.write_str("cannot load the agent state"),
-            Error::Api(_) => f.write_str("cannot serve the control API"),
-            Error::Watcher(_) => f.write_str("cannot watch plugin sockets"),
-            Error::Signals(_) => f.write_str("cannot install signal handlers"),
-            Error::DevPlugin(_) => f.write_str("cannot start the dev hostpath plugin"),
-            Error::Cluster(message) => write!(f, "cluster: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::DataDir { err, .. }
-            | Error::Watcher(err)
-            | Error::Signals(err)
-            | Error::DevPlugin(err) => Some(err),
-            Error::AlreadyRunning { .. } | Error::Cluster(_) => None,
-            Error::State(err) => Some(err),
-            Error::Api(err) => Some(err),
-        }
-    }
-}
-
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(mut options: Options) -> Result<(), Error> {
     crate::trace::start();
@@ -170,6 +119,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let (reports_tx, reports) = unbounded();
     let (calls_tx, calls) = unbounded();
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
+    let metrics = telemetry::start(&options.config.telemetry)?;
 
     let (done_tx, done) = unbounded();
     let mut volumes = VolumeManager::new(
@@ -300,6 +250,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     }
 
     let sent = control.stop();
+    if let Some(metrics) = metrics {
+        metrics.stop();
+    }
     agent.shutdown(&reports, &signals.events);
     signals.stop();
     if agent.options.temporary_data_dir && agent.allocs.any_live() {
@@ -374,6 +327,7 @@ impl Agent {
         if call.request.access() == Access::Change {
             if let Some(failing) = self.gate.failing() {
                 let err = persist::refusal(&self.options.config.data_dir, &failing.cause);
+                crate::metrics::PERSIST_REFUSALS.inc(&[]);
                 // The caller may have given up; that is not the loop's problem.
                 reply.send(Err(err));
                 return;
@@ -576,6 +530,7 @@ impl Agent {
                 config.data_dir.display()
             );
         }
+        telemetry::reloaded(&self.options.config.telemetry, &config.telemetry);
         let data_dir = self.options.config.data_dir.clone();
         self.options.config = AgentConfig { data_dir, ..config };
         self.allocs.configure(

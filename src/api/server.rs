@@ -245,16 +245,21 @@ impl Service {
         answer: fn(Response) -> Option<Resp>,
     ) {
         crate::trace::point("api-call", method);
+        let arrived = Instant::now();
         let sent = self.sent.clone();
         let reply = ReplyTo::sink(move |result| {
-            let sending = match result.map(answer) {
-                Ok(Some(resp)) => sink.success(resp),
-                Ok(None) => sink.fail(status(&CallError::new(
-                    ErrorKind::Internal,
-                    format!("the agent answered {method} with another response"),
-                ))),
-                Err(err) => sink.fail(status(&err)),
+            let (sending, code) = match result.map(answer) {
+                Ok(Some(resp)) => (sink.success(resp), "OK"),
+                Ok(None) => (
+                    sink.fail(status(&CallError::new(
+                        ErrorKind::Internal,
+                        format!("the agent answered {method} with another response"),
+                    ))),
+                    code_name(ErrorKind::Internal),
+                ),
+                Err(err) => (sink.fail(status(&err)), code_name(err.kind)),
             };
+            crate::metrics::API_CALLS.observe(&[method, code], arrived.elapsed().as_secs_f64());
             crate::trace::point("api-sent", method);
             let _ = sent.send(sending);
         });
@@ -285,6 +290,19 @@ fn status(err: &CallError) -> RpcStatus {
         ErrorKind::Internal => RpcStatusCode::INTERNAL,
     };
     RpcStatus::with_message(code, err.message.clone())
+}
+
+/// The name of the gRPC code [`status`] answers, for the metrics.
+fn code_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotFound => "NOT_FOUND",
+        ErrorKind::InvalidArgument => "INVALID_ARGUMENT",
+        ErrorKind::FailedPrecondition => "FAILED_PRECONDITION",
+        ErrorKind::Unavailable => "UNAVAILABLE",
+        ErrorKind::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        ErrorKind::Aborted => "ABORTED",
+        ErrorKind::Internal => "INTERNAL",
+    }
 }
 
 impl agent_grpc::Agent for Service {
@@ -590,6 +608,31 @@ mod tests {
         let sent = server.stop();
         assert!(!dir.join("control.sock").exists());
         assert!(sent.join_within(Duration::from_secs(10)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+    #[test]
+    fn every_call_is_counted_by_method_and_code_when_answered() {
+        use crate::metrics::API_CALLS;
+        let dir = std::env::temp_dir().join(format!("csi-agent-api-m-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("control.sock");
+        let (calls_tx, calls) = unbounded();
+        let server = ControlServer::start(&socket, calls_tx).unwrap();
+        let before = API_CALLS.value(&["PluginStatus", "NOT_FOUND"]);
+        let answering = std::thread::spawn(move || {
+            let call: Call = calls.recv().unwrap();
+            call.reply
+                .send(Err(CallError::new(ErrorKind::NotFound, "no plugin")));
+        });
+        let client = super::super::client::AgentClient::connect(&socket).unwrap();
+        client.plugin_status("x").unwrap_err();
+        answering.join().unwrap();
+        assert_eq!(
+            API_CALLS.value(&["PluginStatus", "NOT_FOUND"]),
+            before + 1.0
+        );
+        drop(client);
+        assert!(server.stop().join_within(Duration::from_secs(10)));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -281,6 +281,7 @@ fn fence_node(etcd: &Etcd, prefix: &str, lost: &Lost, wait: Duration) -> Result<
         }
         match fence(etcd, prefix, &volume, lost, wait) {
             Ok(Fenced::Freed) => {
+                crate::metrics::FENCED_CLAIMS.inc(&[]);
                 log::info!("Cluster: fenced lost node {node}'s claims on volume {volume}")
             }
             Ok(Fenced::Operator) => log::warn!(

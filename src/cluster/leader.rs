@@ -116,7 +116,7 @@ impl Candidate {
             prefix: prefix.to_string(),
             node: node.to_string(),
             plugin: plugin.to_string(),
-            client: Client::new(endpoint),
+            client: Client::new(endpoint).for_plugin(plugin),
             read_volume,
             ttl,
             capabilities,

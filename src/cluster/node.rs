@@ -341,7 +341,11 @@ fn keep_alive(
                 let sent = Instant::now();
                 next_keep_alive = sent + period;
                 let alive = if connected {
-                    matches!(etcd.keep_alive_within(lease.id, period), Ok(ttl) if ttl > 0)
+                    let kept = matches!(etcd.keep_alive_within(lease.id, period), Ok(ttl) if ttl > 0);
+                    if !kept {
+                        crate::metrics::LEASE_KEEPALIVE_FAILURES.inc(&[]);
+                    }
+                    kept
                 } else {
                     // Registered anew: the record says when.
                     if let Ok(mut record) = pb::NodeRecord::parse_from_bytes(&lease.record) {

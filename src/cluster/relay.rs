@@ -284,7 +284,10 @@ impl Carrier for EtcdRelay {
     }
 
     fn carry(&self, rpc: Rpc, request: Vec<u8>, timeout: Duration) -> Result<Vec<u8>, RpcStatus> {
-        relayed_only(rpc, || self.relay(rpc, request, timeout))
+        let answer = relayed_only(rpc, || self.relay(rpc, request, timeout));
+        let outcome = if answer.is_ok() { "ok" } else { "error" };
+        crate::metrics::RELAYED_CALLS.inc(&["sent", outcome]);
+        answer
     }
 }
 
@@ -526,6 +529,8 @@ fn write_answer(
     answer: Result<Vec<u8>, RpcStatus>,
     guard: &Condition,
 ) {
+    let outcome = if answer.is_ok() { "ok" } else { "error" };
+    crate::metrics::RELAYED_CALLS.inc(&["served", outcome]);
     let (response, code, message) = match answer {
         Ok(response) => (response, 0, String::new()),
         Err(status) => (

@@ -14,6 +14,7 @@
 //! mapping) is `rpc.rs`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use grpcio::{CallOption, ChannelBuilder};
@@ -45,6 +46,9 @@ pub struct Client {
     identity: IdentityClient,
     node: NodeClient,
     controller: Controller,
+    /// The plugin's ID, which the metrics of its calls name
+    /// (`driver_name`); empty for a client of no plugin of the agent's.
+    driver: Arc<str>,
 }
 
 impl Client {
@@ -68,7 +72,16 @@ impl Client {
             identity: IdentityClient::new(channel.clone()),
             node: NodeClient::new(channel.clone()),
             controller: Controller::on_socket(channel, DEFAULT_TIMEOUT),
+            driver: Arc::from(""),
         }
+    }
+
+    /// The same connection, its calls counted in the metrics as plugin
+    /// `id`'s.
+    pub fn for_plugin(mut self, id: &str) -> Client {
+        self.driver = Arc::from(id);
+        self.controller = self.controller.for_plugin(id);
+        self
     }
 
     /// The same connection with another deadline for every call (Probe
@@ -101,11 +114,10 @@ impl Client {
 
     pub fn plugin_info(&self) -> Result<PluginInfo, Error> {
         let rpc = Rpc::GetPluginInfo;
-        let resp = call(
-            rpc,
+        let resp = call(rpc, &self.driver, || {
             self.identity
-                .get_plugin_info_opt(&pb::GetPluginInfoRequest::new(), self.opt()),
-        )?;
+                .get_plugin_info_opt(&pb::GetPluginInfoRequest::new(), self.opt())
+        })?;
         if resp.name.is_empty() {
             return Err(invalid(rpc, ConvertError::new("name", "is required")));
         }
@@ -118,10 +130,9 @@ impl Client {
 
     pub fn plugin_capabilities(&self) -> Result<CapabilitySet<PluginCapability>, Error> {
         let req = pb::GetPluginCapabilitiesRequest::new();
-        let resp = call(
-            Rpc::GetPluginCapabilities,
-            self.identity.get_plugin_capabilities_opt(&req, self.opt()),
-        )?;
+        let resp = call(Rpc::GetPluginCapabilities, &self.driver, || {
+            self.identity.get_plugin_capabilities_opt(&req, self.opt())
+        })?;
         Ok(convert::plugin_capabilities_from_proto(&resp.capabilities))
     }
 
@@ -130,10 +141,9 @@ impl Client {
     /// [`PROBE_TIMEOUT`] at most.
     pub fn probe(&self) -> Result<bool, Error> {
         let opt = CallOption::default().timeout(self.probe_timeout);
-        let resp = call(
-            Rpc::Probe,
-            self.identity.probe_opt(&pb::ProbeRequest::new(), opt),
-        )?;
+        let resp = call(Rpc::Probe, &self.driver, || {
+            self.identity.probe_opt(&pb::ProbeRequest::new(), opt)
+        })?;
         Ok(resp.ready.as_ref().map_or(true, |ready| ready.value))
     }
 
@@ -141,11 +151,10 @@ impl Client {
 
     pub fn node_info(&self) -> Result<NodeInfo, Error> {
         let rpc = Rpc::NodeGetInfo;
-        let resp = call(
-            rpc,
+        let resp = call(rpc, &self.driver, || {
             self.node
-                .node_get_info_opt(&pb::NodeGetInfoRequest::new(), self.opt()),
-        )?;
+                .node_get_info_opt(&pb::NodeGetInfoRequest::new(), self.opt())
+        })?;
         if resp.node_id.is_empty() {
             return Err(invalid(rpc, ConvertError::new("node_id", "is required")));
         }
@@ -161,10 +170,9 @@ impl Client {
 
     pub fn node_capabilities(&self) -> Result<CapabilitySet<NodeCapability>, Error> {
         let req = pb::NodeGetCapabilitiesRequest::new();
-        let resp = call(
-            Rpc::NodeGetCapabilities,
-            self.node.node_get_capabilities_opt(&req, self.opt()),
-        )?;
+        let resp = call(Rpc::NodeGetCapabilities, &self.driver, || {
+            self.node.node_get_capabilities_opt(&req, self.opt())
+        })?;
         Ok(convert::node_capabilities_from_proto(&resp.capabilities))
     }
 
@@ -183,6 +191,7 @@ impl Client {
         wire.volume_context = convert::to_hash_map(&req.volume_context);
         send(
             Rpc::NodeStageVolume,
+            self.driver.clone(),
             self.node.node_stage_volume_async_opt(&wire, self.opt()),
             drop,
         )
@@ -200,6 +209,7 @@ impl Client {
         wire.staging_target_path = path_string(staging_target_path);
         send(
             Rpc::NodeUnstageVolume,
+            self.driver.clone(),
             self.node.node_unstage_volume_async_opt(&wire, self.opt()),
             drop,
         )
@@ -226,6 +236,7 @@ impl Client {
         wire.volume_context = convert::to_hash_map(&req.volume_context);
         send(
             Rpc::NodePublishVolume,
+            self.driver.clone(),
             self.node.node_publish_volume_async_opt(&wire, self.opt()),
             drop,
         )
@@ -242,6 +253,7 @@ impl Client {
         wire.target_path = path_string(target_path);
         send(
             Rpc::NodeUnpublishVolume,
+            self.driver.clone(),
             self.node.node_unpublish_volume_async_opt(&wire, self.opt()),
             drop,
         )
@@ -258,7 +270,9 @@ impl Client {
         wire.volume_id = volume_id.to_string();
         wire.volume_path = path_string(volume_path);
         wire.staging_target_path = staging_target_path.map(path_string).unwrap_or_default();
-        let resp = call(rpc, self.node.node_get_volume_stats_opt(&wire, self.opt()))?;
+        let resp = call(rpc, &self.driver, || {
+            self.node.node_get_volume_stats_opt(&wire, self.opt())
+        })?;
         let usage = resp
             .usage
             .iter()
@@ -287,10 +301,9 @@ impl Client {
             wire.volume_capability = convert::capability_to_field(cap);
         }
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = call(
-            Rpc::NodeExpandVolume,
-            self.node.node_expand_volume_opt(&wire, self.opt()),
-        )?;
+        let resp = call(Rpc::NodeExpandVolume, &self.driver, || {
+            self.node.node_expand_volume_opt(&wire, self.opt())
+        })?;
         Ok(resp.capacity_bytes)
     }
 }

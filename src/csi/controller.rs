@@ -49,6 +49,8 @@ pub trait Carrier: Send + Sync {
 pub struct Controller {
     route: Route,
     timeout: Duration,
+    /// The plugin's ID, for the metrics of its calls.
+    driver: Arc<str>,
 }
 
 /// How a [`Controller`]'s calls reach the controller.
@@ -66,6 +68,7 @@ impl Controller {
         Controller {
             route: Route::Socket(ControllerClient::new(channel)),
             timeout,
+            driver: Arc::from(""),
         }
     }
 
@@ -75,6 +78,16 @@ impl Controller {
         Controller {
             route: Route::Carried(carrier),
             timeout,
+            driver: Arc::from(""),
+        }
+    }
+
+    /// The same controller, its calls counted in the metrics as plugin
+    /// `id`'s.
+    pub fn for_plugin(self, id: &str) -> Controller {
+        Controller {
+            driver: Arc::from(id),
+            ..self
         }
     }
 
@@ -95,11 +108,10 @@ impl Controller {
         wire: &Req,
         direct: impl FnOnce(&ControllerClient, &Req, CallOption) -> grpcio::Result<Resp>,
     ) -> Result<Resp, Error> {
-        let result = match &self.route {
+        call(rpc, &self.driver, || match &self.route {
             Route::Socket(stub) => direct(stub, wire, self.opt()),
             Route::Carried(carrier) => carried(carrier.as_ref(), rpc, wire, self.timeout),
-        };
-        call(rpc, result)
+        })
     }
 
     /// Like [`Controller::controller_call`], but without waiting for the
@@ -116,9 +128,17 @@ impl Controller {
         convert: impl FnOnce(Resp) -> T + 'static,
     ) -> Sent<T> {
         match &self.route {
-            Route::Socket(stub) => send(rpc, direct(stub, wire, self.opt()), convert),
+            Route::Socket(stub) => send(
+                rpc,
+                self.driver.clone(),
+                direct(stub, wire, self.opt()),
+                convert,
+            ),
             Route::Carried(carrier) => Sent::known(
-                call(rpc, carried(carrier.as_ref(), rpc, wire, self.timeout)).map(convert),
+                call(rpc, &self.driver, || {
+                    carried(carrier.as_ref(), rpc, wire, self.timeout)
+                })
+                .map(convert),
             ),
         }
     }
@@ -615,5 +635,31 @@ mod tests {
         let status = failed_create(&carrier);
         assert_eq!(status.code(), RpcStatusCode::INTERNAL);
         assert!(status.message().contains("controller leader"), "{status:?}");
+    }
+    #[test]
+    fn every_call_is_counted_by_plugin_method_and_code() {
+        use crate::metrics::CSI_OPERATIONS;
+        let labels = |code| ["metrics-test", "/csi.v1.Controller/DeleteVolume", code];
+        let (ok, refused) = (
+            CSI_OPERATIONS.value(&labels("OK")),
+            CSI_OPERATIONS.value(&labels("INTERNAL")),
+        );
+        let carrier = Arc::new(fake(|_| Ok(Vec::new())));
+        let controller =
+            Controller::carried(carrier, Duration::from_secs(1)).for_plugin("metrics-test");
+        controller.delete_volume("v1", &Secrets::default()).unwrap();
+        assert_eq!(CSI_OPERATIONS.value(&labels("OK")), ok + 1.0);
+        let carrier = Arc::new(fake(|_| {
+            Err(RpcStatus::with_message(
+                RpcStatusCode::INTERNAL,
+                "no".into(),
+            ))
+        }));
+        let controller =
+            Controller::carried(carrier, Duration::from_secs(1)).for_plugin("metrics-test");
+        controller
+            .delete_volume("v1", &Secrets::default())
+            .unwrap_err();
+        assert_eq!(CSI_OPERATIONS.value(&labels("INTERNAL")), refused + 1.0);
     }
 }

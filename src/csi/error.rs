@@ -65,6 +65,37 @@ impl Rpc {
         Rpc::ListSnapshots,
     ];
 
+    /// The full gRPC method name, as kubelet's metrics label it:
+    /// `/csi.v1.Node/NodeStageVolume`.
+    pub fn method_name(self) -> &'static str {
+        match self {
+            Rpc::GetPluginInfo => "/csi.v1.Identity/GetPluginInfo",
+            Rpc::GetPluginCapabilities => "/csi.v1.Identity/GetPluginCapabilities",
+            Rpc::Probe => "/csi.v1.Identity/Probe",
+            Rpc::NodeGetInfo => "/csi.v1.Node/NodeGetInfo",
+            Rpc::NodeGetCapabilities => "/csi.v1.Node/NodeGetCapabilities",
+            Rpc::NodeStageVolume => "/csi.v1.Node/NodeStageVolume",
+            Rpc::NodeUnstageVolume => "/csi.v1.Node/NodeUnstageVolume",
+            Rpc::NodePublishVolume => "/csi.v1.Node/NodePublishVolume",
+            Rpc::NodeUnpublishVolume => "/csi.v1.Node/NodeUnpublishVolume",
+            Rpc::NodeGetVolumeStats => "/csi.v1.Node/NodeGetVolumeStats",
+            Rpc::NodeExpandVolume => "/csi.v1.Node/NodeExpandVolume",
+            Rpc::ControllerGetCapabilities => "/csi.v1.Controller/ControllerGetCapabilities",
+            Rpc::CreateVolume => "/csi.v1.Controller/CreateVolume",
+            Rpc::DeleteVolume => "/csi.v1.Controller/DeleteVolume",
+            Rpc::ControllerPublishVolume => "/csi.v1.Controller/ControllerPublishVolume",
+            Rpc::ControllerUnpublishVolume => "/csi.v1.Controller/ControllerUnpublishVolume",
+            Rpc::ValidateVolumeCapabilities => "/csi.v1.Controller/ValidateVolumeCapabilities",
+            Rpc::ListVolumes => "/csi.v1.Controller/ListVolumes",
+            Rpc::GetCapacity => "/csi.v1.Controller/GetCapacity",
+            Rpc::ControllerExpandVolume => "/csi.v1.Controller/ControllerExpandVolume",
+            Rpc::ControllerGetVolume => "/csi.v1.Controller/ControllerGetVolume",
+            Rpc::CreateSnapshot => "/csi.v1.Controller/CreateSnapshot",
+            Rpc::DeleteSnapshot => "/csi.v1.Controller/DeleteSnapshot",
+            Rpc::ListSnapshots => "/csi.v1.Controller/ListSnapshots",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Rpc::GetPluginInfo => "GetPluginInfo",

@@ -8,6 +8,7 @@ use std::pin::pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
+use std::time::Instant;
 
 use grpcio::{EnvBuilder, Environment};
 
@@ -63,19 +64,52 @@ impl<T: 'static> Sent<T> {
     }
 }
 
-/// The RPC `rpc`, started as `started`, its answer converted by `convert`.
+/// The RPC `rpc` to plugin `driver`, started as `started`, its answer
+/// converted by `convert`.
 pub(super) fn send<R: Unpin + 'static, T: 'static>(
     rpc: Rpc,
+    driver: Arc<str>,
     started: grpcio::Result<grpcio::ClientUnaryReceiver<R>>,
     convert: impl FnOnce(R) -> T + 'static,
 ) -> Sent<T> {
+    let at = Instant::now();
     Sent {
-        answer: Box::new(move || call(rpc, started.and_then(block_on)).map(convert)),
+        answer: Box::new(move || {
+            let result = answer(rpc, started.and_then(block_on));
+            observe(&driver, rpc, at, &result);
+            result.map(convert)
+        }),
     }
 }
 
+/// The RPC `rpc` to plugin `driver`, made by `make`: its answer mapped to
+/// ours, and its duration and code counted in the metrics.
+pub(super) fn call<T>(
+    rpc: Rpc,
+    driver: &str,
+    make: impl FnOnce() -> grpcio::Result<T>,
+) -> Result<T, Error> {
+    let at = Instant::now();
+    let result = answer(rpc, make());
+    observe(driver, rpc, at, &result);
+    result
+}
+
+/// Counts an RPC in `csi_agent_csi_operations_seconds`, by kubelet's
+/// labels: the plugin, the full method name and the gRPC code.
+fn observe<T>(driver: &str, rpc: Rpc, at: Instant, result: &Result<T, Error>) {
+    let code = match result {
+        Ok(_) => "OK",
+        Err(err) => err.code.name(),
+    };
+    crate::metrics::CSI_OPERATIONS.observe(
+        &[driver, rpc.method_name(), code],
+        at.elapsed().as_secs_f64(),
+    );
+}
+
 /// Maps a grpcio result to ours, logging the call (never its payload).
-pub(super) fn call<T>(rpc: Rpc, result: grpcio::Result<T>) -> Result<T, Error> {
+fn answer<T>(rpc: Rpc, result: grpcio::Result<T>) -> Result<T, Error> {
     match result {
         Ok(resp) => {
             log::trace!("{rpc}: ok");

@@ -37,6 +37,7 @@ use super::watch::{SocketEvent, SocketWatcher, Watch};
 use super::workers::{Job, Workers};
 use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report};
 use crate::csi::{Backoff, Client};
+use crate::metrics;
 
 /// The slowest probing gets while a plugin is not healthy.
 pub const PROBE_CEILING: Duration = Duration::from_secs(5);
@@ -180,7 +181,9 @@ impl Instance {
 }
 
 fn new_client(spec: &PluginSpec) -> Client {
-    Client::new(&spec.endpoint).with_timeout(FINGERPRINT_TIMEOUT)
+    Client::new(&spec.endpoint)
+        .with_timeout(FINGERPRINT_TIMEOUT)
+        .for_plugin(&spec.id)
 }
 
 /// The outcome of one check of the plugin.
@@ -304,14 +307,24 @@ impl Runner {
         if !socket.exists() {
             return Check::Failed(format!("no socket at {}", socket.display()));
         }
+        let labels = [self.spec.id.as_str(), self.spec.plugin_type.as_str()];
         match self.client.probe() {
             Ok(true) if self.trusted > 0 => Check::Healthy(None),
             Ok(true) => match Fingerprint::take(&self.client, self.spec.plugin_type) {
                 Ok(fingerprint) => Check::Healthy(Some(fingerprint)),
-                Err(err) => Check::Failed(format!("fingerprint: {err}")),
+                Err(err) => {
+                    metrics::PLUGIN_FINGERPRINT_FAILURES.inc(&labels);
+                    Check::Failed(format!("fingerprint: {err}"))
+                }
             },
             Ok(false) => Check::NotReady,
-            Err(err) => Check::Failed(err.to_string()),
+            Err(err) => {
+                // A plugin still starting is not failing its heartbeats.
+                if self.health != Health::Pending {
+                    metrics::PLUGIN_HEARTBEAT_FAILURES.inc(&labels);
+                }
+                Check::Failed(err.to_string())
+            }
         }
     }
 

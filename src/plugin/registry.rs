@@ -273,6 +273,9 @@ impl Registry {
     /// A registry with the records of a snapshot, as they were: their
     /// instances report the current health soon.
     pub fn restore(records: Vec<PluginRecord>) -> Registry {
+        for record in &records {
+            count_instance(record.key(), record.health, 1.0);
+        }
         Registry {
             plugins: records.into_iter().map(|r| (r.key(), r)).collect(),
             subscribers: Vec::new(),
@@ -327,6 +330,7 @@ impl Registry {
                     spec.plugin_type,
                     spec.endpoint.path().display()
                 );
+                count_instance(key.clone(), Health::Pending, 1.0);
                 self.plugins.insert(key.clone(), PluginRecord::new(spec));
                 self.publish(RegistryEvent::Registered(key));
                 true
@@ -346,6 +350,7 @@ impl Registry {
 
     pub fn deregister(&mut self, key: &InstanceKey) -> Option<PluginRecord> {
         let record = self.plugins.remove(key)?;
+        count_instance(key.clone(), record.health, -1.0);
         log::info!("Plugin {key} deregistered");
         self.publish(RegistryEvent::Deregistered(key.clone()));
         Some(record)
@@ -478,6 +483,8 @@ impl Registry {
         if old != health {
             changed.health = true;
             record.health = health;
+            count_instance(key.clone(), old, -1.0);
+            count_instance(key.clone(), health, 1.0);
             let line = format!("Plugin {key} is {health} (was {old}): {reason}");
             if health == Health::Healthy {
                 log::info!("{line}");
@@ -521,6 +528,14 @@ impl Registry {
         });
         true
     }
+}
+
+/// Moves `csi_agent_plugin_instances` for one instance in `health`.
+fn count_instance(key: InstanceKey, health: Health, by: f64) {
+    crate::metrics::PLUGIN_INSTANCES.add(
+        &[&key.plugin_id, key.plugin_type.as_str(), health.as_str()],
+        by,
+    );
 }
 
 #[cfg(test)]
@@ -592,6 +607,21 @@ mod tests {
         let record = registry.get(&key("a")).unwrap();
         assert_eq!(record.events.len(), 1);
         assert_eq!(record.reason, "y");
+    }
+
+    #[test]
+    fn instances_are_counted_by_plugin_type_and_health() {
+        use crate::metrics::PLUGIN_INSTANCES;
+        let count = |health| PLUGIN_INSTANCES.value(&["metrics-gauge", "monolith", health]);
+        let mut registry = Registry::new();
+        registry.register(spec("metrics-gauge"));
+        assert_eq!((count("pending"), count("healthy")), (1.0, 0.0));
+        registry.apply(&key("metrics-gauge"), status(Health::Healthy, "ok"));
+        assert_eq!((count("pending"), count("healthy")), (0.0, 1.0));
+        registry.apply(&key("metrics-gauge"), status(Health::Unhealthy, "gone"));
+        assert_eq!((count("healthy"), count("unhealthy")), (0.0, 1.0));
+        registry.deregister(&key("metrics-gauge"));
+        assert_eq!(count("unhealthy"), 0.0);
     }
 
     #[test]

@@ -74,9 +74,10 @@ impl Workers {
             let endpoint = self.endpoint.clone();
             let connection = self.connection.clone();
             let timeout = self.timeout;
+            let plugin = self.key.plugin_id.clone();
             let spawned = thread::Builder::new()
                 .name(format!("{}-w{}", self.name, self.threads.len()))
-                .spawn(move || work(&receiver, &endpoint, timeout, &connection));
+                .spawn(move || work(&receiver, &plugin, &endpoint, timeout, &connection));
             match spawned {
                 Ok(thread) => self.threads.push(thread),
                 Err(err) => {
@@ -99,14 +100,25 @@ impl Workers {
     }
 }
 
-fn work(jobs: &Receiver<Job>, endpoint: &Endpoint, timeout: Duration, connection: &AtomicU64) {
+fn work(
+    jobs: &Receiver<Job>,
+    plugin: &str,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    connection: &AtomicU64,
+) {
     let mut generation = connection.load(Ordering::SeqCst);
-    let mut client = Client::new(endpoint).with_timeout(timeout);
+    let new_client = || {
+        Client::new(endpoint)
+            .with_timeout(timeout)
+            .for_plugin(plugin)
+    };
+    let mut client = new_client();
     for job in jobs.iter() {
         let now = connection.load(Ordering::SeqCst);
         if now != generation {
             generation = now;
-            client = Client::new(endpoint).with_timeout(timeout);
+            client = new_client();
         }
         job(&client);
     }

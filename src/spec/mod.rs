@@ -38,6 +38,8 @@
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
+//! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
+//! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
@@ -46,6 +48,7 @@
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
+mod cluster;
 mod decode;
 mod docker;
 mod encode;
@@ -54,6 +57,7 @@ mod job;
 mod service;
 mod suggest;
 mod task;
+mod telemetry;
 mod template;
 mod variables;
 mod volume;
@@ -63,10 +67,11 @@ use std::fmt;
 use crate::hcl::{self, Body, Pos, Syntax};
 
 pub use agent::{
-    etcd_target, AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume,
-    PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR,
-    DEFAULT_HEALTH_TIMEOUT, DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT,
+    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
+    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT,
 };
+pub use cluster::etcd_target;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
     DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
@@ -83,6 +88,7 @@ pub use task::{
     CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources,
     Task, VolumeMount,
 };
+pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};

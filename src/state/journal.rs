@@ -283,10 +283,12 @@ impl Journal {
     /// with [`Error::Poisoned`] until the journal is reopened; an oversized
     /// payload is the exception, rejected before anything is written.
     pub fn append_batch<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Vec<u64>, Error> {
+        let at = std::time::Instant::now();
         let (seqs, written) = self.write_frames(payloads)?;
         if self.unsynced || written > 0 {
             let synced = self.file.sync_data();
             self.poison_on(synced, |path, err| Error::Sync { path, err })?;
+            crate::metrics::JOURNAL_SYNC.observe(&[], at.elapsed().as_secs_f64());
         }
         self.unsynced = false;
         self.advance(&seqs, written);
@@ -346,6 +348,7 @@ impl Journal {
     /// Counts the frames [`Journal::write_frames`] wrote as appended.
     fn advance(&mut self, seqs: &[u64], written: u64) {
         self.len += written;
+        crate::metrics::JOURNAL_BYTES.set(&[], self.len as f64);
         self.last_seq += seqs.len() as u64;
     }
 
@@ -380,6 +383,7 @@ impl Journal {
             err,
         })?;
         self.len = 0;
+        crate::metrics::JOURNAL_BYTES.set(&[], 0.0);
         let synced = self.file.sync_all();
         self.poison_on(synced, |path, err| Error::Sync { path, err })?;
         self.unsynced = false;

@@ -443,7 +443,34 @@ impl Allocs {
 
     /// Whether anything changed that the snapshot must keep.
     pub fn take_dirty(&mut self) -> bool {
-        std::mem::take(&mut self.dirty)
+        let dirty = std::mem::take(&mut self.dirty);
+        if dirty {
+            self.count_tasks();
+        }
+        dirty
+    }
+
+    /// Sets `csi_agent_tasks` to the tasks by driver and state: in a turn
+    /// that changed them, whose snapshot goes over every alloc anyway,
+    /// never on a scrape.
+    fn count_tasks(&self) {
+        const DRIVERS: [&str; 3] = ["exec", "raw_exec", "docker"];
+        const STATES: [&str; 4] = ["pending", "running", "restarting", "dead"];
+        let mut counts = [[0u32; STATES.len()]; DRIVERS.len()];
+        for alloc in self.allocs.values() {
+            for (task, spec) in alloc.tasks.iter().zip(&alloc.group.tasks) {
+                let driver = DRIVERS.iter().position(|d| *d == spec.driver.as_str());
+                let state = STATES.iter().position(|s| *s == task.state.as_str());
+                if let (Some(driver), Some(state)) = (driver, state) {
+                    counts[driver][state] += 1;
+                }
+            }
+        }
+        for (driver, row) in DRIVERS.iter().zip(counts) {
+            for (state, n) in STATES.iter().zip(row) {
+                crate::metrics::TASKS.set(&[driver, state], f64::from(n));
+            }
+        }
     }
 
     pub fn take_effects(&mut self) -> Vec<PluginEffect> {

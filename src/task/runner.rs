@@ -386,6 +386,8 @@ impl Allocs {
                     killed: false,
                 });
                 task.state = TaskState::Running;
+                let driver = alloc.group.tasks[i].driver.as_str();
+                crate::metrics::TASK_STARTS.inc(&[driver]);
                 task.event("started", format!("started ({what})"));
                 log::info!("Alloc {}: task {} started ({what})", alloc.id, task.name);
                 if let (Some(plugin), Some((spec, health_timeout))) = (&mut task.plugin, spec) {
@@ -422,6 +424,8 @@ impl Allocs {
         let wound_down =
             lifecycle::stops_with_main(role) && lifecycle::main_done(&lifecycle_view(alloc));
         let stopping = alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down;
+        let driver = alloc.group.tasks[i].driver.as_str();
+        count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];
         let kind = if matches!(exit, Exit::StartFailed(_)) {
             "failed"
@@ -455,6 +459,7 @@ impl Allocs {
         task.window = window;
         match decision {
             Decision::Restart(delay) => {
+                crate::metrics::TASK_RESTARTS.inc(&[driver]);
                 task.restarts += 1;
                 task.state = TaskState::Restarting { at: now + delay };
                 task.event(
@@ -662,4 +667,19 @@ fn claims_by_plugin(volumes: &VolumeManager) -> BTreeMap<String, Vec<(String, St
         }
     }
     claims
+}
+/// Counts a task's end in the metrics: its outcome, and an OOM kill.
+fn count_exit(driver: &str, exit: &Exit) {
+    let outcome = match exit {
+        Exit::StartFailed(_) => "start_failed",
+        exit if exit.success() => "success",
+        _ => "failure",
+    };
+    crate::metrics::TASK_EXITS.inc(&[driver, outcome]);
+    if let Exit::Container {
+        oom_killed: true, ..
+    } = exit
+    {
+        crate::metrics::TASK_OOM_KILLS.inc(&[driver]);
+    }
 }

@@ -149,7 +149,7 @@ fn openssl(args: &str) {
 /// this process is handed: ports come from below the kernel's ephemeral
 /// range (32768 and up by default), so no outgoing connection's source
 /// port and no other test's port can take it between now and etcd's bind.
-fn free_port(addr: IpAddr) -> u16 {
+pub fn free_port(addr: IpAddr) -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = std::process::id() * 61;
     for _ in 0..12_000 {

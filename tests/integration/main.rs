@@ -34,6 +34,7 @@ mod expansion;
 mod harness;
 mod job;
 mod layers;
+mod metrics;
 mod migration;
 mod netns;
 mod requests;

@@ -318,8 +318,22 @@ impl Etcd {
         self.call_within(self.timeout, what, call)
     }
 
-    /// [`Etcd::call`] with a deadline of `timeout` per member.
+    /// [`Etcd::call`] with a deadline of `timeout` per member, its
+    /// duration and outcome counted in the metrics by operation.
     fn call_within<T>(
+        &self,
+        timeout: Duration,
+        what: &'static str,
+        call: impl Fn(&Member, CallOption) -> grpcio::Result<T>,
+    ) -> Result<T, Error> {
+        let at = std::time::Instant::now();
+        let result = self.call_members(timeout, what, call);
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        crate::metrics::ETCD_REQUESTS.observe(&[what, outcome], at.elapsed().as_secs_f64());
+        result
+    }
+
+    fn call_members<T>(
         &self,
         timeout: Duration,
         what: &'static str,

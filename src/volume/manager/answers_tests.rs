@@ -257,3 +257,104 @@ fn a_claim_whose_step_fails_for_good_is_answered_after_a_sync() {
     assert_eq!(rig.turn().send(), (0, 1));
     assert!(answered(&answer).is_err());
 }
+
+#[test]
+fn claims_releases_retries_and_give_ups_are_counted() {
+    use crate::metrics::{CLAIMS, STEP_GIVE_UPS, STEP_RETRIES};
+    let mode = AccessMode::MultiNodeMultiWriter.as_str();
+    let claims = |op, outcome| CLAIMS.value(&[op, outcome, mode]);
+    let before = (
+        claims("claim", "ok"),
+        claims("release", "ok"),
+        claims("claim", "failed"),
+        STEP_RETRIES.value(&[]),
+        STEP_GIVE_UPS.value(&[]),
+    );
+    let mut rig = Rig::new();
+    let (answer, turn) = rig.claimed("a1");
+    turn.send();
+    assert!(matches!(answered(&answer), Ok(Answer::Claimed(_))));
+    assert!(claims("claim", "ok") > before.0);
+    let answer = rig.release("a1");
+    rig.turn().send();
+    rig.report(
+        Action::NodeUnpublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.report(
+        Action::NodeUnstage {
+            staging: StagingKey::Volume,
+        },
+        Ok(StepDone::default()),
+    );
+    rig.turn().send();
+    assert_released(&answer);
+    assert!(claims("release", "ok") > before.1);
+
+    let answer = rig.claim("a2");
+    rig.turn();
+    let stage = Action::NodeStage {
+        staging: StagingKey::Volume,
+    };
+    rig.report(
+        stage.clone(),
+        Err(StepError::Local {
+            message: "not now".into(),
+            terminal: false,
+        }),
+    );
+    assert!(STEP_RETRIES.value(&[]) > before.3);
+    drop(answer);
+    let mut rig = Rig::new();
+    let answer = rig.claim("a3");
+    rig.turn();
+    rig.report(
+        stage,
+        Err(StepError::Local {
+            message: "cannot ever".into(),
+            terminal: true,
+        }),
+    );
+    rig.turn().send();
+    assert!(answered(&answer).is_err());
+    assert!(claims("claim", "failed") > before.2);
+    assert!(STEP_GIVE_UPS.value(&[]) > before.4);
+}
+
+#[test]
+fn the_claims_gauge_follows_a_claim_from_claiming_to_taken_to_gone() {
+    use crate::metrics::CLAIMS_NOW;
+    let mode = AccessMode::MultiNodeMultiWriter.as_str();
+    let counted = |rig: &Rig| rig.manager.claim_gauge.counted.get("v").cloned();
+    let mut rig = Rig::new();
+    let answer = rig.claim("a1");
+    rig.turn();
+    assert_eq!(counted(&rig), Some(vec![("claiming", mode)]));
+    assert!(CLAIMS_NOW.value(&["claiming", mode]) >= 1.0);
+    let staging = StagingKey::Volume;
+    rig.report(Action::NodeStage { staging }, Ok(StepDone::default()));
+    rig.report(
+        Action::NodePublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.turn().send();
+    assert!(matches!(answered(&answer), Ok(Answer::Claimed(_))));
+    assert_eq!(counted(&rig), Some(vec![("taken", mode)]));
+    assert!(CLAIMS_NOW.value(&["taken", mode]) >= 1.0);
+    let answer = rig.release("a1");
+    rig.turn();
+    assert_eq!(counted(&rig), Some(vec![("releasing", mode)]));
+    rig.report(
+        Action::NodeUnpublish { alloc: "a1".into() },
+        Ok(StepDone::default()),
+    );
+    rig.report(
+        Action::NodeUnstage {
+            staging: StagingKey::Volume,
+        },
+        Ok(StepDone::default()),
+    );
+    rig.turn().send();
+    assert_released(&answer);
+    assert_eq!(counted(&rig), Some(vec![]));
+}

@@ -121,6 +121,7 @@ impl Entry {
             _ => 0,
         };
         let delay = RETRY.delay(attempt, jitter.unit());
+        crate::metrics::STEP_RETRIES.inc(&[]);
         log::warn!(
             "Volume {}: {message}; retrying in {}",
             self.volume.id,

@@ -38,6 +38,7 @@
 mod answers_tests;
 mod engine;
 mod entry;
+mod gauges;
 mod intake;
 mod status;
 
@@ -441,6 +442,8 @@ pub struct VolumeManager {
     plugin_notes: Vec<(String, String)>,
     /// Claims and volumes shared through etcd, for an agent in a cluster.
     cluster: Option<engine::cluster::ClusterSide>,
+    /// The claims now, as the metrics have them.
+    claim_gauge: gauges::ClaimGauge,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> CallError {
@@ -467,6 +470,7 @@ impl VolumeManager {
             retries: Default::default(),
             cluster: None,
             claim_deadlines: Default::default(),
+            claim_gauge: Default::default(),
         }
     }
 
@@ -522,6 +526,9 @@ impl VolumeManager {
         }
         // Loading is not a change; every volume is planned once.
         self.changed.clear();
+        for (id, entry) in &self.entries {
+            self.claim_gauge.recount(id, Some(&entry.volume));
+        }
         self.to_plan = self.entries.keys().cloned().collect();
     }
 
@@ -546,6 +553,8 @@ impl VolumeManager {
         std::mem::take(&mut self.changed)
             .into_iter()
             .map(|id| {
+                let volume = self.entries.get(&id).map(|e| &e.volume);
+                self.claim_gauge.recount(&id, volume);
                 let change = match self.entries.get(&id) {
                     Some(entry) => pb::journal_record::Change::Volume(entry.volume.to_proto()),
                     None => pb::journal_record::Change::RemovedVolumeId(id),

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use crate::plugin::Service;
-use crate::volume::manager::intake::claims::{claim_failed, released};
+use crate::volume::manager::intake::claims::{claim_failed, count_claim, released};
 use crate::volume::manager::{Dispatch, Entry, VolumeManager};
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
@@ -189,7 +189,9 @@ impl VolumeManager {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
-        entry.volume.claims.remove(alloc);
+        if let Some(claim) = entry.volume.claims.remove(alloc) {
+            count_claim("release", "ok", &claim);
+        }
         log::info!("Volume {id}: the claim of alloc {alloc} is released");
         self.changed.insert(id.to_string());
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut entry.waiters.releases)
@@ -381,7 +383,11 @@ impl VolumeManager {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
+        crate::metrics::STEP_GIVE_UPS.inc(&[]);
         for alloc in entry.fail_claims_at(action) {
+            if let Some(claim) = entry.volume.claims.get(&alloc) {
+                count_claim("claim", "failed", claim);
+            }
             for waiter in entry.take_claim_waiters(&alloc) {
                 let err = claim_failed(id, &alloc, ErrorKind::Aborted, message);
                 self.outbox.push((waiter.reply, Err(err)));
@@ -407,6 +413,10 @@ impl VolumeManager {
         let allocs = entry.fail_releases_at(action, message);
         if allocs.is_empty() {
             return false;
+        }
+        crate::metrics::STEP_GIVE_UPS.inc(&[]);
+        for claim in allocs.iter().filter_map(|a| entry.volume.claims.get(a)) {
+            count_claim("release", "failed", claim);
         }
         let failed = entry.take_release_waiters(|a| allocs.iter().any(|f| f == a));
         for (_, reply) in failed {

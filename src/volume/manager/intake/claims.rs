@@ -274,6 +274,7 @@ impl VolumeManager {
         let answered = !ready.is_empty();
         for waiter in ready {
             let claim = &v.claims[&waiter.alloc];
+            count_claim("claim", "ok", claim);
             let resp = calls::Claimed {
                 publish_path: paths
                     .publish(v, &claim.alloc_id, &claim.usage)
@@ -308,7 +309,11 @@ impl VolumeManager {
         let Some(entry) = self.entries.get_mut(id) else {
             return;
         };
-        for waiter in entry.take_claim_waiters(alloc) {
+        let waiters = entry.take_claim_waiters(alloc);
+        if let (false, Some(claim)) = (waiters.is_empty(), entry.volume.claims.get(alloc)) {
+            count_claim("claim", "failed", claim);
+        }
+        for waiter in waiters {
             let err = claim_failed(id, alloc, kind, reason);
             self.outbox.push((waiter.reply, Err(err)));
         }
@@ -341,6 +346,7 @@ impl VolumeManager {
             if let Some(entry) = self.entries.get_mut(&id) {
                 entry.retry = None;
             }
+            crate::metrics::STEP_GIVE_UPS.inc(&[]);
             let reason = format!(
                 "gave up after {}: {reason}",
                 crate::units::format_duration(CLAIM_DEADLINE)
@@ -348,6 +354,11 @@ impl VolumeManager {
             self.fail_claim_waiters(&id, &alloc, ErrorKind::DeadlineExceeded, &reason);
         }
     }
+}
+
+/// Counts a claim's or a release's outcome in `csi_agent_claims_total`.
+pub(in crate::volume::manager) fn count_claim(operation: &str, outcome: &str, claim: &Claim) {
+    crate::metrics::CLAIMS.inc(&[operation, outcome, claim.capability.access_mode.as_str()]);
 }
 
 /// The error a claim's waiter hears when the claim failed.
