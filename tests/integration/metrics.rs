@@ -145,10 +145,15 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     rig.agent.wait_for(PLUGIN, healthy, WAIT);
 
     let exits = "csi_agent_task_exits_total{driver=\"raw_exec\",outcome=\"failure\"}";
+    let dead = "csi_agent_tasks{driver=\"raw_exec\",state=\"dead\"}";
     let deadline = Instant::now() + WAIT;
+    // The exit is counted when it is taken, the tasks gauge at the end of
+    // that turn: a scrape in between sees one and not yet the other.
     let body = loop {
         let body = scrape(port);
-        if sample(&body, exits).is_some_and(|n| n >= 2.0) {
+        if sample(&body, exits).is_some_and(|n| n >= 2.0)
+            && sample(&body, dead).is_some_and(|n| n >= 1.0)
+        {
             break body;
         }
         assert!(
