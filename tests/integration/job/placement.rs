@@ -50,7 +50,7 @@ fn allocs_that_do_not_fit_stay_pending_until_room_frees() {
     }
     // Room for one 256 MiB alloc, not two.
     let reserved = node_memory() - 400;
-    let rig = Rig::bare_with_config(&format!(
+    let mut rig = Rig::bare_with_config(&format!(
         "client {{\n  reserved {{\n    memory = {reserved}\n  }}\n  max_allocs_per_job = 2\n}}\n"
     ));
     rig.run_job("first.hcl", &sleeper("first", 2, 256));
@@ -65,6 +65,23 @@ fn allocs_that_do_not_fit_stay_pending_until_room_frees() {
     assert_eq!(running.map(|a| a.index), Some(0), "{first:#?}");
     let status = rig.ok(&["job", "status", "first"]);
     assert!(status.contains("Dimension memory exhausted"), "{status}");
+
+    // Across a restart the placed alloc keeps its place, and the other
+    // keeps waiting.
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let again = rig.wait_job("first", "re-adoption", |j| {
+        j.allocs
+            .iter()
+            .any(|a| a.status == "running" && a.tasks[0].events.iter().any(|e| e.kind == "adopted"))
+    });
+    let waiting: Vec<_> = again
+        .allocs
+        .iter()
+        .filter(|a| a.status == "pending")
+        .collect();
+    assert_eq!(waiting.len(), 1, "{again:#?}");
+    assert_eq!(waiting[0].message, "Dimension memory exhausted");
 
     // Another job waits too, and runs once the first one is gone.
     rig.run_job("second.hcl", &sleeper("second", 1, 256));
