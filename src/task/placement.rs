@@ -221,9 +221,11 @@ pub fn fingerprint(client: &ClientConfig) -> Node {
     node
 }
 
-/// Whether alloc `a` holds room on the node.
+/// Whether alloc `a` holds room on the node: placed and not done. (An
+/// alloc runs only once placed, and restore counts one that ran as placed;
+/// one stopped while it waited never held any.)
 fn holds_room(a: &Alloc) -> bool {
-    !a.status.is_terminal() && (a.placed || a.status != AllocStatus::Pending)
+    !a.status.is_terminal() && a.placed
 }
 
 impl Allocs {
