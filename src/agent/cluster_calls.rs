@@ -75,6 +75,7 @@ impl Agent {
             connection: connection.to_string(),
             reason,
             nodes: Vec::new(),
+            resources: node_resources(&self.allocs),
         };
         // Cut off from etcd, the agent still knows where it stands, and
         // the error says so.
@@ -223,6 +224,20 @@ fn counted_over(
     }
     resp.plugins.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(resp)
+}
+
+/// What placement sees of this node, for `node status`.
+fn node_resources(allocs: &crate::task::Allocs) -> node::NodeResources {
+    let (node, reserved, used) = allocs.resources();
+    node::NodeResources {
+        cpu: node.cpu,
+        memory: node.memory,
+        cores: node.cores,
+        reserved_cpu: reserved.cpu,
+        reserved_memory: reserved.memory,
+        allocated_cpu: used.cpu,
+        allocated_memory: used.memory,
+    }
 }
 
 #[cfg(test)]

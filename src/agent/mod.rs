@@ -140,6 +140,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         options.config.chroot_env(),
         options.config.docker.clone(),
         options.config.exec.clone(),
+        &options.config.client,
     );
     // Not reloaded on SIGHUP: a cluster node's promise counts it.
     allocs.set_max_kill_timeout(options.config.max_kill_timeout);
@@ -539,6 +540,7 @@ impl Agent {
             self.options.config.chroot_env(),
             self.options.config.docker.clone(),
             self.options.config.exec.clone(),
+            &self.options.config.client,
         );
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();

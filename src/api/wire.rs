@@ -351,6 +351,16 @@ pub fn node_status(status: NodeStatus) -> pb::NodeStatusResponse {
         this_node: status.this_node,
         connection: status.connection,
         reason: status.reason,
+        resources: protobuf::MessageField::some(pb::NodeResources {
+            cpu: status.resources.cpu,
+            memory: status.resources.memory,
+            cores: status.resources.cores,
+            reserved_cpu: status.resources.reserved_cpu,
+            reserved_memory: status.resources.reserved_memory,
+            allocated_cpu: status.resources.allocated_cpu,
+            allocated_memory: status.resources.allocated_memory,
+            ..Default::default()
+        }),
         nodes: status
             .nodes
             .into_iter()

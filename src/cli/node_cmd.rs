@@ -50,7 +50,14 @@ fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
     if !resp.reason.is_empty() {
         out.push_str(&format!(": {}", resp.reason));
     }
-    out.push_str(")\n\n");
+    out.push_str(")\n");
+    if let Some(r) = resp.resources.as_ref() {
+        out.push_str(&format!(
+            "Resources: cpu {} MHz ({} cores; reserved {}, allocated {}), memory {} MiB (reserved {}, allocated {})\n",
+            r.cpu, r.cores, r.reserved_cpu, r.allocated_cpu, r.memory, r.reserved_memory, r.allocated_memory
+        ));
+    }
+    out.push('\n');
     if resp.nodes.is_empty() {
         out.push_str("No live nodes\n");
         return out;
@@ -111,13 +118,23 @@ mod tests {
                 }],
                 ..Default::default()
             }],
+            resources: protobuf::MessageField::some(api::NodeResources {
+                cpu: 4000,
+                memory: 8192,
+                cores: 2,
+                reserved_cpu: 500,
+                reserved_memory: 512,
+                allocated_cpu: 200,
+                allocated_memory: 600,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let now = UNIX_EPOCH + Duration::from_secs(1_700_000_090);
         let text = text(&resp, now);
         assert!(text.starts_with(
-            "This agent: node a (disconnected: no keep-alive went through for 10s)\n"
-        ));
+            "This agent: node a (disconnected: no keep-alive went through for 10s)\nResources: cpu 4000 MHz (2 cores; reserved 500, allocated 200), memory 8192 MiB (reserved 512, allocated 600)\n\n"
+        ), "{text}");
         let row = text.lines().last().unwrap();
         assert!(
             row.starts_with("a     2023-11-14T22:13:20.000Z  1m30s"),

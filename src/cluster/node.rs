@@ -87,6 +87,21 @@ pub struct NodeStatus {
     pub reason: String,
     /// By name.
     pub nodes: Vec<ClusterNode>,
+    /// This agent's node as placement sees it.
+    pub resources: NodeResources,
+}
+
+/// A node's resources for placement, MHz and MiB: what it has, what the
+/// agent config reserves, and what live placed allocs hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeResources {
+    pub cpu: u64,
+    pub memory: u64,
+    pub cores: u64,
+    pub reserved_cpu: u64,
+    pub reserved_memory: u64,
+    pub allocated_cpu: u64,
+    pub allocated_memory: u64,
 }
 
 /// A node's record, as `node status` shows it.

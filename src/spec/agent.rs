@@ -53,7 +53,7 @@ use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
 use super::exec_settings::{ExecSettings, TASK_ROOT_DIRS};
 use super::telemetry::{decode_telemetry, TelemetryConfig};
-use super::{Decoded, Invalid, PluginType};
+use super::{ClientConfig, Decoded, Invalid, PluginType};
 
 /// Where the agent keeps its state unless `data_dir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/csi-agent";
@@ -103,6 +103,8 @@ pub struct AgentConfig {
     pub exec: ExecSettings,
     /// `telemetry { ... }`: the Prometheus metrics endpoint, off by default.
     pub telemetry: TelemetryConfig,
+    /// `client { reserved { cpu memory } ... }`: placement ([`ClientConfig`]).
+    pub client: ClientConfig,
 }
 
 /// Nomad's client defaults for `datacenter` and `region`.
@@ -165,6 +167,7 @@ impl Default for AgentConfig {
             docker: DockerSettings::default(),
             exec: ExecSettings::default(),
             telemetry: TelemetryConfig::default(),
+            client: ClientConfig::default(),
         }
     }
 }
@@ -299,6 +302,7 @@ impl AgentConfig {
         self.docker.write(&mut w);
         self.exec.write(&mut w);
         self.telemetry.write(&mut w);
+        self.client.write(&mut w);
         if let Some(cluster) = &self.cluster {
             w.open("cluster", None);
             w.strings("etcd", &cluster.etcd);
@@ -443,6 +447,7 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     if let Some(entries) = f.map_entries("chroot_env") {
         config.chroot_env = Some(decode_chroot_env(&f, entries));
     }
+    config.client = super::placement::decode_client(&mut f);
     if let Some(block) = f.block("cluster") {
         config.cluster = decode_cluster(&mut f.nested(block));
     }

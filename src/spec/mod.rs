@@ -40,6 +40,7 @@
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
+//! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
 //! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
@@ -54,6 +55,7 @@ mod docker;
 mod encode;
 mod exec_settings;
 mod job;
+mod placement;
 mod service;
 mod suggest;
 mod task;
@@ -81,6 +83,7 @@ pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{
     Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
 };
+pub use placement::{ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };

@@ -20,6 +20,7 @@ impl Allocs {
             .map_err(|e| invalid(e.to_string().trim_end()))?;
         let spec = decoded.spec;
         self.check_job(&spec, &req.file)?;
+        self.check_placement(&spec, &req.file, &req.hcl)?;
         let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
         let live: Vec<String> = self
             .allocs
@@ -229,6 +230,7 @@ impl Allocs {
             volumes: Vec::new(),
             created: now,
             replaces,
+            placed: false,
         };
         alloc.volumes = self.volume_uses(group, index);
         for task in &mut alloc.tasks {

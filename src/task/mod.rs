@@ -5,7 +5,7 @@
 //! allocation per group instance; [`Allocs`], owned by the main loop, takes
 //! each through its life:
 //!
-//! 1. **pending**: the volume hook claims every `csi` group volume for the
+//! 1. **pending**: placed once it fits on the node ([`placement`]), the volume hook claims every `csi` group volume for the
 //!    alloc (read-only if the volume says so; `per_alloc` claims
 //!    `source[index]`) through the volume manager, retrying retryable
 //!    refusals with backoff (shown as task events) and failing the alloc
@@ -58,6 +58,7 @@
 //! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
+//! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
@@ -77,6 +78,7 @@ mod launch;
 pub mod lifecycle;
 pub mod mounts;
 mod persist;
+mod placement;
 pub mod restart;
 pub mod root;
 mod runner;
@@ -277,6 +279,8 @@ struct Alloc {
     volumes: Vec<VolumeUse>,
     created: SystemTime,
     replaces: Option<String>,
+    /// Placed on the node ([`placement`]): its resources are held.
+    placed: bool,
 }
 
 impl Alloc {
@@ -339,6 +343,8 @@ pub struct Allocs {
     docker_settings: DockerSettings,
     /// What exec tasks may ask for (`allow_caps`).
     exec_settings: ExecSettings,
+    /// The node's resources and the config's `client` block.
+    placement: placement::Placement,
     /// What a privileged container can be given on this host.
     privileges: docker::Privileges,
 }
@@ -368,6 +374,7 @@ impl Allocs {
             docker: docker::Docker::new(&DockerSettings::default().endpoint),
             docker_settings: DockerSettings::default(),
             exec_settings: ExecSettings::default(),
+            placement: placement::Placement::default(),
             privileges: docker::Privileges::of_this_process(),
         }
     }
@@ -422,7 +429,8 @@ impl Allocs {
     }
 
     /// What the agent config says about host volumes, plugins, the roots
-    /// of exec tasks and what docker tasks may do.
+    /// of exec tasks, what docker tasks may do, and placement (the node is
+    /// fingerprinted again).
     pub fn configure(
         &mut self,
         host_volumes: &[HostVolume],
@@ -430,7 +438,9 @@ impl Allocs {
         chroot_env: Vec<ChrootEntry>,
         docker: DockerSettings,
         exec: ExecSettings,
+        client: &crate::spec::ClientConfig,
     ) {
+        self.set_client(client);
         self.host_volumes = host_volumes.to_vec();
         self.config_plugins = config_plugins;
         self.chroot_env = chroot_env;

@@ -68,6 +68,7 @@ impl Allocs {
                 job_file: a.job_file.clone(),
                 job_inputs: inputs_to_proto(&a.job_inputs),
                 replaces: a.replaces.clone().unwrap_or_default(),
+                placed: a.placed,
                 ..Default::default()
             })
             .collect()
@@ -123,6 +124,8 @@ impl Allocs {
                 volumes: self.volume_uses(&group, a.index),
                 created: from_unix_ms(a.created_unix_ms),
                 replaces: (!a.replaces.is_empty()).then(|| a.replaces.clone()),
+                // Before placement was kept, an alloc past pending was placed.
+                placed: a.placed || AllocStatus::parse(&a.status) != AllocStatus::Pending,
                 group,
             };
             if alloc.status.is_terminal() {

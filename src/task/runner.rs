@@ -36,7 +36,7 @@ impl Allocs {
         }
         let claims = claims_by_plugin(volumes);
         let ids: Vec<String> = self.allocs.keys().cloned().collect();
-        let mut changed = false;
+        let mut changed = self.place();
         for id in ids {
             let Some(mut alloc) = self.allocs.remove(&id) else {
                 continue;
@@ -67,6 +67,9 @@ impl Allocs {
         let failing = alloc.tasks.iter().any(|t| t.failed);
         if alloc.stop_wanted || failing {
             return self.stop_step(alloc, volumes, registry, claims, now) || changed;
+        }
+        if alloc.status == AllocStatus::Pending && !alloc.placed {
+            return changed;
         }
         if alloc.status == AllocStatus::Pending {
             if let Some(old) = &alloc.replaces {

@@ -74,6 +74,9 @@ fn agents_of_a_cluster_see_each_other_and_a_stopped_one_leaves() {
         seen.starts_with("This agent: node node-a (connected)"),
         "{seen}"
     );
+    // What placement sees of this node; no alloc holds any of it.
+    assert!(seen.contains("\nResources: cpu "), "{seen}");
+    assert!(seen.contains("allocated 0)\n"), "{seen}");
     node_status_until(&b, "both nodes", |s| {
         lists(s, "node-a") && lists(s, "node-b")
     });

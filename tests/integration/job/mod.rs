@@ -23,6 +23,7 @@ mod docker_demo;
 mod isolation;
 mod json;
 mod lifecycle;
+mod placement;
 pub(crate) mod root;
 mod templates;
 mod variables;

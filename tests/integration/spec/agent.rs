@@ -60,6 +60,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         docker: Default::default(),
         exec: Default::default(),
         telemetry: Default::default(),
+        client: Default::default(),
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),

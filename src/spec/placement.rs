@@ -1,0 +1,182 @@
+//! The agent config's `client` block, Nomad's client options that place
+//! allocations on this node:
+//!
+//! ```hcl
+//! client {
+//!   # Kept back for the host and the agent: allocs get the rest.
+//!   reserved {
+//!     cpu    = 500   # MHz
+//!     memory = 512   # MiB
+//!   }
+//!   # Overrides of what the node is fingerprinted to have.
+//!   cpu_total_compute = 8000  # MHz
+//!   memory_total_mb   = 16384 # MiB
+//!   # csi-agent's own: the most allocs one `job run` may create.
+//!   max_allocs_per_job = 1000
+//! }
+//! ```
+//!
+//! Nomad's other client keys that may appear in a shared config (`enabled`,
+//! `servers`, `node_class`, ...) are accepted with a warning.
+
+use super::decode::Fields;
+use super::encode::Writer;
+
+/// The most allocs one `job run` may create unless `max_allocs_per_job`
+/// says otherwise.
+pub const DEFAULT_MAX_ALLOCS_PER_JOB: u64 = 1000;
+
+/// Nomad client keys csi-agent accepts in `client` but does not act on.
+const CLIENT_IGNORED: &[&str] = &[
+    "enabled",
+    "servers",
+    "server_join",
+    "node_class",
+    "node_pool",
+    "network_interface",
+    "state_dir",
+    "alloc_dir",
+    "gc_interval",
+    "options",
+];
+
+/// `client { reserved { cpu memory } cpu_total_compute memory_total_mb
+/// max_allocs_per_job }`, defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `reserved { cpu }`: MHz kept back from allocs.
+    pub reserved_cpu: u64,
+    /// `reserved { memory }`: MiB kept back from allocs.
+    pub reserved_memory: u64,
+    /// `cpu_total_compute`: the node's MHz, instead of its fingerprint.
+    pub cpu_total_compute: Option<u64>,
+    /// `memory_total_mb`: the node's MiB, instead of its fingerprint.
+    pub memory_total_mb: Option<u64>,
+    /// The most allocs a job may have on this node: a group's `count`, and
+    /// the sum over a job's groups, are refused at `job run` past it.
+    pub max_allocs_per_job: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            reserved_cpu: 0,
+            reserved_memory: 0,
+            cpu_total_compute: None,
+            memory_total_mb: None,
+            max_allocs_per_job: DEFAULT_MAX_ALLOCS_PER_JOB,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Writes the block, unless everything is the default.
+    pub(crate) fn write(&self, w: &mut Writer) {
+        if *self == ClientConfig::default() {
+            return;
+        }
+        w.open("client", None);
+        w.open("reserved", None);
+        w.plain("cpu", self.reserved_cpu);
+        w.plain("memory", self.reserved_memory);
+        w.close();
+        if let Some(cpu) = self.cpu_total_compute {
+            w.plain("cpu_total_compute", cpu);
+        }
+        if let Some(memory) = self.memory_total_mb {
+            w.plain("memory_total_mb", memory);
+        }
+        w.plain("max_allocs_per_job", self.max_allocs_per_job);
+        w.close();
+    }
+}
+
+/// Decodes the `client` block of the agent config `f`, if any.
+pub(crate) fn decode_client(f: &mut Fields<'_>) -> ClientConfig {
+    let mut config = ClientConfig::default();
+    let Some(block) = f.block("client") else {
+        return config;
+    };
+    let mut c = f.nested(block);
+    if let Some(reserved) = c.block("reserved") {
+        let mut r = c.nested(reserved);
+        config.reserved_cpu = r.u64("cpu").unwrap_or(0);
+        config.reserved_memory = r.u64("memory").unwrap_or(0);
+        r.ignore(&["disk", "reserved_ports", "cores"]);
+        r.finish();
+    }
+    for (key, value) in [
+        ("cpu_total_compute", &mut config.cpu_total_compute),
+        ("memory_total_mb", &mut config.memory_total_mb),
+    ] {
+        if let Some((n, pos)) = c.u64_at(key) {
+            if n == 0 {
+                c.error(
+                    pos,
+                    format!(
+                        "{key:?} in {} must be at least 1 (leave it out to fingerprint the node)",
+                        c.what()
+                    ),
+                );
+            }
+            *value = Some(n);
+        }
+    }
+    if let Some((n, pos)) = c.u64_at("max_allocs_per_job") {
+        if n == 0 {
+            c.error(
+                pos,
+                format!(
+                    "\"max_allocs_per_job\" in {} must be at least 1 (default {DEFAULT_MAX_ALLOCS_PER_JOB})",
+                    c.what()
+                ),
+            );
+        }
+        config.max_allocs_per_job = n;
+    }
+    c.ignore(CLIENT_IGNORED);
+    c.finish();
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::AgentConfig;
+
+    #[test]
+    fn the_client_block_decodes_and_writes_back() {
+        let src = "client {\n  reserved {\n    cpu = 500\n    memory = 512\n  }\n  max_allocs_per_job = 4\n  enabled = true\n}\n";
+        let decoded = AgentConfig::decode(src, "agent.hcl").expect("valid");
+        let client = &decoded.spec.client;
+        assert_eq!((client.reserved_cpu, client.reserved_memory), (500, 512));
+        assert_eq!(client.max_allocs_per_job, 4);
+        assert_eq!(client.cpu_total_compute, None);
+        assert!(decoded.warnings[0].to_string().contains("\"enabled\""));
+        let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
+        assert_eq!(again.spec.client, decoded.spec.client);
+    }
+
+    #[test]
+    fn no_client_block_is_the_default() {
+        let decoded = AgentConfig::decode("", "agent.hcl").expect("valid");
+        assert_eq!(decoded.spec.client, super::ClientConfig::default());
+        assert!(!decoded.spec.to_hcl().contains("client"));
+    }
+
+    #[test]
+    fn a_zero_bound_or_total_is_refused_at_its_position() {
+        let err = AgentConfig::decode("client {\n  max_allocs_per_job = 0\n}\n", "agent.hcl")
+            .expect_err("invalid")
+            .to_string();
+        assert!(err.contains("agent.hcl:2:24"), "{err}");
+        assert!(err.contains("max_allocs_per_job"), "{err}");
+        let err = AgentConfig::decode("client {\n  memory_total_mb = 0\n}\n", "agent.hcl")
+            .expect_err("invalid")
+            .to_string();
+        assert!(err.contains("memory_total_mb"), "{err}");
+        let err = AgentConfig::decode("client {\n  reserved {\n    memory = \"x\"\n  }\n}\n", "a")
+            .expect_err("invalid")
+            .to_string();
+        assert!(err.contains("memory"), "{err}");
+    }
+}
