@@ -23,51 +23,13 @@ use crate::docker::{ContainerSpec, Device, Mount, PortBinding};
 use crate::mount::Propagation;
 use crate::spec::{BindPropagation, DockerConfig, DockerMountType, Network, Task};
 use crate::task::env::interpolate;
+use crate::task::exec::caps::{last_cap, BY_NUMBER};
 use crate::task::root::PluginDir;
 
-/// The capabilities by number, as the engine names them; the engines of
-/// Debian 12 (20.10) know these, and refuse the later ones (`PERFMON`,
-/// `BPF`, `CHECKPOINT_RESTORE`).
-const CAPABILITIES: [&str; 38] = [
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "DAC_READ_SEARCH",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "SETGID",
-    "SETUID",
-    "SETPCAP",
-    "LINUX_IMMUTABLE",
-    "NET_BIND_SERVICE",
-    "NET_BROADCAST",
-    "NET_ADMIN",
-    "NET_RAW",
-    "IPC_LOCK",
-    "IPC_OWNER",
-    "SYS_MODULE",
-    "SYS_RAWIO",
-    "SYS_CHROOT",
-    "SYS_PTRACE",
-    "SYS_PACCT",
-    "SYS_ADMIN",
-    "SYS_BOOT",
-    "SYS_NICE",
-    "SYS_RESOURCE",
-    "SYS_TIME",
-    "SYS_TTY_CONFIG",
-    "MKNOD",
-    "LEASE",
-    "AUDIT_WRITE",
-    "AUDIT_CONTROL",
-    "SETFCAP",
-    "MAC_OVERRIDE",
-    "MAC_ADMIN",
-    "SYSLOG",
-    "WAKE_ALARM",
-    "BLOCK_SUSPEND",
-    "AUDIT_READ",
-];
+/// The capabilities the engines of Debian 12 (20.10) know, by number: the
+/// first 38 (through `AUDIT_READ`); they refuse the later ones
+/// (`PERFMON`, `BPF`, `CHECKPOINT_RESTORE`).
+const CAPABILITIES: &[&str] = BY_NUMBER.split_at(38).0;
 
 /// What a privileged container can be given here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,11 +54,7 @@ impl Privileges {
             .find_map(|l| l.strip_prefix("CapBnd:"))
             .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
             .unwrap_or(0);
-        let last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(CAPABILITIES.len() as u32 - 1);
-        Privileges::from_bounding_set(bounding, last)
+        Privileges::from_bounding_set(bounding, last_cap())
     }
 
     /// From the bounding set's mask and the kernel's last capability.

@@ -15,7 +15,7 @@ use std::fs;
 use std::io;
 
 /// The capabilities by number, without their `CAP_` prefix.
-const BY_NUMBER: [&str; 41] = [
+pub const BY_NUMBER: [&str; 41] = [
     "CHOWN",
     "DAC_OVERRIDE",
     "DAC_READ_SEARCH",
