@@ -517,8 +517,11 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
+impl Agent {
+    /// Kills every agent of this test (and what shares their process
+    /// groups) and reaps the one running, if any: once it is gone, no
+    /// restart policy can start a task the test is about to kill.
+    pub fn kill_all(&mut self) {
         for &group in &self.groups {
             // SAFETY: kill has no memory-safety preconditions. The group is
             // one an agent of this test led: it holds that agent, if not yet
@@ -528,6 +531,12 @@ impl Drop for Agent {
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill_all();
         if thread::panicking() {
             eprintln!("{}", self.log_dump());
             return;

@@ -243,6 +243,10 @@ impl Drop for FixtureRoot {
         for pid in task_processes_under(self.path()) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+            // A task in a PID namespace of its own is not its group's
+            // leader; its end ends the namespace.
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
         }
     }
 }

@@ -263,6 +263,9 @@ impl Rig {
 
 impl Drop for Rig {
     fn drop(&mut self) {
+        // The agent first: alive, it would restart a plugin task killed
+        // here, and that one would outlive the test.
+        self.agent.kill_all();
         // Tasks run in sessions of their own, outside the agent's process
         // group that the harness kills.
         for pid in task_processes_under(&self.agent.dir.path) {
