@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::driver::Exit;
-use crate::docker::{Auth, ContainerSpec, Engine};
+use crate::docker::{Auth, Container, ContainerSpec, Engine};
 
 pub(super) use container::{container_spec, Inputs, Privileges, VolumeBind};
 
@@ -172,16 +172,7 @@ impl Docker {
                 Err(why) => return report.send(Happened::Exited(Exit::Lost(why))),
             };
             match engine.inspect(&name) {
-                Ok(Some(c)) if c.running => {
-                    report.send(Happened::Running {
-                        id: c.id.clone(),
-                        pid: c.pid,
-                        start_ticks: super::exec::start_ticks(c.pid).unwrap_or(0),
-                        adopted: true,
-                    });
-                    let since = logged_until(&logs);
-                    report.send(Happened::Exited(watch(&engine, &c.id, &logs, since)));
-                }
+                Ok(Some(c)) if c.running => watch_adopted(&engine, &c, &logs, &report),
                 Ok(Some(c)) => report.send(Happened::Exited(finish(&engine, &c.id))),
                 Ok(None) => report.send(Happened::Exited(Exit::Vanished)),
                 Err(err) => report.send(Happened::Exited(Exit::Lost(err.to_string()))),
@@ -300,16 +291,7 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
     let logs = [run.stdout.clone(), run.stderr.clone()];
     let failed = |why: String| report.send(Happened::Exited(Exit::StartFailed(why)));
     match engine.inspect(&run.name) {
-        Ok(Some(c)) if c.running => {
-            report.send(Happened::Running {
-                id: c.id.clone(),
-                pid: c.pid,
-                start_ticks: super::exec::start_ticks(c.pid).unwrap_or(0),
-                adopted: true,
-            });
-            let since = logged_until(&logs);
-            return report.send(Happened::Exited(watch(engine, &c.id, &logs, since)));
-        }
+        Ok(Some(c)) if c.running => return watch_adopted(engine, &c, &logs, report),
         Ok(Some(c)) => {
             if let Err(err) = engine.remove(&c.id, true) {
                 return failed(format!(
@@ -347,25 +329,34 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
         let _ = engine.remove(&id, true);
         return failed(err.to_string());
     }
-    match engine.inspect(&id) {
-        Ok(Some(c)) => report.send(Happened::Running {
-            id: id.clone(),
-            pid: c.pid,
-            start_ticks: super::exec::start_ticks(c.pid).unwrap_or(0),
-            adopted: false,
-        }),
+    let pid = match engine.inspect(&id) {
+        Ok(Some(c)) => c.pid,
         Ok(None) => return report.send(Happened::Exited(Exit::Vanished)),
         Err(err) => {
             log::warn!("Cannot inspect container {}: {err}", run.name);
-            report.send(Happened::Running {
-                id: id.clone(),
-                pid: 0,
-                start_ticks: 0,
-                adopted: false,
-            });
+            0
         }
-    }
+    };
+    report.send(running(&id, pid, false));
     report.send(Happened::Exited(watch(engine, &id, &logs, 0)));
+}
+
+/// A container found running: reported as adopted, then watched, its
+/// output copied from where the task's logs stopped.
+fn watch_adopted(engine: &Engine, c: &Container, logs: &[PathBuf; 2], report: &Reporter<'_>) {
+    report.send(running(&c.id, c.pid, true));
+    let since = logged_until(logs);
+    report.send(Happened::Exited(watch(engine, &c.id, logs, since)));
+}
+
+/// The report of container `id` running as host pid `pid` (0: unknown).
+fn running(id: &str, pid: u32, adopted: bool) -> Happened {
+    Happened::Running {
+        id: id.to_string(),
+        pid,
+        start_ticks: super::exec::start_ticks(pid).unwrap_or(0),
+        adopted,
+    }
 }
 
 /// Copies the container's output to the task's logs until it ends, then
