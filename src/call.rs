@@ -27,6 +27,9 @@ pub enum ErrorKind {
     /// The operation failed for good and was undone (a claim whose step
     /// failed terminally).
     Aborted,
+    /// Asked for what is past the end of what is kept (events that have
+    /// fallen out of the agent's ring).
+    OutOfRange,
     Internal,
 }
 

@@ -9,6 +9,7 @@
 //! away. The calls answered from etcd are `cluster_calls.rs`. An agent
 //! without a `cluster` block has none of it.
 
+use crate::events::Topic;
 use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
@@ -404,6 +405,12 @@ impl Agent {
         match event {
             MemberEvent::Connected => {
                 log::info!("Cluster: node {} is registered", cluster.node);
+                crate::events::emit(
+                    Topic::Node,
+                    "Connected",
+                    cluster.node.clone(),
+                    "registered in the cluster",
+                );
                 cluster.connection = Connection::Connected;
                 crate::metrics::CLUSTER_CONNECTED.set(&[], 1.0);
             }
@@ -424,6 +431,12 @@ impl Agent {
             }
             MemberEvent::Disconnected { reason } => {
                 log::warn!("Cluster: node {} is disconnected: {reason}", cluster.node);
+                crate::events::emit(
+                    Topic::Node,
+                    "Disconnected",
+                    cluster.node.clone(),
+                    reason.clone(),
+                );
                 cluster.connection = Connection::Disconnected { reason };
                 crate::metrics::CLUSTER_CONNECTED.set(&[], 0.0);
             }
@@ -432,6 +445,7 @@ impl Agent {
                     "node name {node:?} is held by another live agent of the cluster; node names must be unique (set node_name)"
                 );
                 log::error!("Cluster: {message}");
+                crate::events::emit(Topic::Node, "NameTaken", node, message.clone());
                 self.fatal = Some(message);
             }
         }

@@ -30,6 +30,7 @@
 //! | `signals.rs` | the signal thread |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `wakeup.rs` | when the loop must wake up without a message |
+//! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
@@ -38,6 +39,7 @@ mod cluster_calls;
 pub mod dev;
 mod errands;
 mod error;
+mod events;
 pub mod guard;
 mod persist;
 mod plugin_tasks;
@@ -72,6 +74,7 @@ use crate::volume::ops::OpDone;
 use dev::DevPlugin;
 use errands::Errands;
 pub use error::Error;
+use events::EventLog;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{create_private_dir, remove_temporary_data_dir};
@@ -169,6 +172,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         dirty: !loaded.existed,
         cluster: None,
         errands: Errands::default(),
+        events: EventLog::default(),
         fatal: None,
         options,
     };
@@ -250,6 +254,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         }
     }
 
+    // Calls waiting for events hear that the agent stops; the control API
+    // can then stop without waiting out their waits.
+    agent.events.close();
     let sent = control.stop();
     if let Some(metrics) = metrics {
         metrics.stop();
@@ -310,6 +317,8 @@ struct Agent {
     /// Work under way on threads of its own, so that the loop does not
     /// wait on it.
     errands: Errands,
+    /// The published events and the `Events` calls waiting for one.
+    events: EventLog,
     /// Why the agent must stop (a node name another agent holds).
     fatal: Option<String>,
     /// When the loop last looked whether adopted tasks still run: the
@@ -423,6 +432,10 @@ impl Agent {
             }
             Request::AllocLogs(req) => {
                 reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
+                None
+            }
+            Request::Events(req) => {
+                self.events.read(req, reply, Instant::now());
                 None
             }
         };
@@ -558,6 +571,7 @@ impl Agent {
                 .watches_adopted()
                 .then(|| self.adopted_looked + wakeup::ADOPTED_POLL),
             cluster: self.disconnect_deadline(),
+            events: self.events.next_deadline(),
         }
     }
 
@@ -582,6 +596,7 @@ impl Agent {
         self.allocs.reap(now);
         self.volumes.expire_claims(now);
         self.stop_if_disconnected(now);
+        self.events.expire(now);
     }
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].

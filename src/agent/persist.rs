@@ -107,13 +107,20 @@ pub(super) enum Effect {
     /// A job of protocol steps waiting for a step's outcome to be durable
     /// before its next RPC (see `volume::steps`).
     Resume(crossbeam_channel::Sender<crate::volume::ops::Verdict>),
+    /// Events of the turn, told once what they tell is durable.
+    Publish(Vec<crate::events::Draft>),
 }
 
 impl Effect {
     /// Whether the effect needs the turn's records only written: a job
-    /// resumed between two RPCs, an acknowledgement.
+    /// resumed between two RPCs, an acknowledgement, the turn's events
+    /// (they tell what happened once an agent crash cannot lose it; a step
+    /// in the middle of a job must not cost a sync for its event).
     pub(super) fn written_suffices(&self) -> bool {
-        matches!(self, Effect::Resume(_) | Effect::Acknowledge(_))
+        matches!(
+            self,
+            Effect::Resume(_) | Effect::Acknowledge(_) | Effect::Publish(_)
+        )
     }
 }
 
@@ -258,6 +265,16 @@ impl Agent {
             self.writers_may_have_changed();
         }
         self.sync_guard();
+        // Events told after the turn's last write (a task event that
+        // changed nothing to persist): out now, unless writes fail, and
+        // then after the turns held before them.
+        let late = crate::events::take();
+        if late.is_empty() {
+        } else if self.gate.failing().is_some() {
+            self.gate.hold(Effect::Publish(late));
+        } else {
+            self.events.publish(late);
+        }
     }
 
     pub(super) fn commit_turn(&mut self) {
@@ -288,6 +305,10 @@ impl Agent {
         }
         for op in effects.cluster {
             self.gate.hold(Effect::Cluster(Box::new(op)));
+        }
+        let events = crate::events::take();
+        if !events.is_empty() {
+            self.gate.hold(Effect::Publish(events));
         }
         if !self.gate.should_write(now) {
             // The snapshot of the next write covers this turn's records.
@@ -367,6 +388,7 @@ impl Agent {
     fn carry_out(&mut self, effect: Effect) {
         match effect {
             Effect::Submit(dispatch) => self.submit(dispatch),
+            Effect::Publish(events) => self.events.publish(events),
             // The caller may have given up; that is not the loop's problem.
             Effect::Reply(reply) | Effect::Acknowledge(reply) => {
                 crate::trace::point("reply", "");

@@ -36,6 +36,8 @@ pub(super) struct Deadlines {
     /// `stop_after_disconnect`, while this node is cut off from its
     /// cluster.
     pub cluster: Option<Instant>,
+    /// The end of the first waiting `Events` call's wait.
+    pub events: Option<Instant>,
 }
 
 impl Deadlines {
@@ -48,6 +50,7 @@ impl Deadlines {
             self.dev_restart,
             self.cluster,
             self.adopted_tasks,
+            self.events,
         ]
         .into_iter()
         .flatten()
@@ -74,6 +77,7 @@ mod tests {
             dev_restart: Some(now + Duration::from_secs(4)),
             adopted_tasks: None,
             cluster: None,
+            events: None,
         };
         assert_eq!(deadlines.next(), Some(now + Duration::from_secs(2)));
     }
@@ -105,6 +109,10 @@ mod tests {
             },
             Deadlines {
                 adopted_tasks: Some(at),
+                ..Default::default()
+            },
+            Deadlines {
+                events: Some(at),
                 ..Default::default()
             },
         ];

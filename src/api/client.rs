@@ -400,6 +400,25 @@ impl AgentClient {
             .alloc_logs_opt(&req, Self::opt(STATUS_TIMEOUT))
             .map_err(|e| self.error(e))
     }
+
+    /// The agent's events after `since` of `topics` (all when empty),
+    /// waiting up to `wait` for one when there is none yet.
+    pub fn events(
+        &self,
+        since: u64,
+        topics: &[String],
+        wait: Duration,
+    ) -> Result<api::EventsResponse, Error> {
+        let req = api::EventsRequest {
+            since,
+            topics: topics.to_vec(),
+            wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
+            ..Default::default()
+        };
+        self.client
+            .events_opt(&req, Self::opt(wait + STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
 }
 
 fn spec_request(file: &str, hcl: &str) -> api::VolumeSpecRequest {

@@ -61,6 +61,21 @@ pub enum Request {
         name: String,
     },
     AllocLogs(LogsRequest),
+    /// Events after an index, waiting for one up to `wait`.
+    Events(EventsRequest),
+}
+
+/// The longest an `Events` call waits for an event: the CLI asks again.
+pub const EVENTS_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The most events one answer carries; a reader asks again for the rest.
+pub const EVENTS_MAX_PAGE: usize = 1000;
+
+/// An `Events` call: what to read and how long to wait for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventsRequest {
+    pub query: crate::events::Query,
+    pub wait: std::time::Duration,
 }
 
 /// How a [`Request`] uses the agent's state.
@@ -82,6 +97,7 @@ impl Request {
             Request::VolumeStatus(_) => Access::Read,
             Request::JobStatus { .. } => Access::Read,
             Request::AllocLogs(_) => Access::Read,
+            Request::Events(_) => Access::Read,
             // Snapshots live in the plugin: the agent keeps nothing of them.
             Request::SnapshotCreate(_) => Access::Read,
             Request::SnapshotDelete(_) => Access::Read,
@@ -116,6 +132,7 @@ pub enum Response {
     JobStatus(Vec<JobStatus>),
     /// The log file's path.
     AllocLogs(PathBuf),
+    Events(crate::events::Page),
 }
 
 /// Where the answer to a call goes.
@@ -144,6 +161,7 @@ mod tests {
                 name: String::new(),
             },
             Request::AllocLogs(Default::default()),
+            Request::Events(Default::default()),
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");

@@ -287,6 +287,7 @@ fn status(err: &CallError) -> RpcStatus {
         ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
         ErrorKind::DeadlineExceeded => RpcStatusCode::DEADLINE_EXCEEDED,
         ErrorKind::Aborted => RpcStatusCode::ABORTED,
+        ErrorKind::OutOfRange => RpcStatusCode::OUT_OF_RANGE,
         ErrorKind::Internal => RpcStatusCode::INTERNAL,
     };
     RpcStatus::with_message(code, err.message.clone())
@@ -301,6 +302,7 @@ fn code_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Unavailable => "UNAVAILABLE",
         ErrorKind::DeadlineExceeded => "DEADLINE_EXCEEDED",
         ErrorKind::Aborted => "ABORTED",
+        ErrorKind::OutOfRange => "OUT_OF_RANGE",
         ErrorKind::Internal => "INTERNAL",
     }
 }
@@ -585,6 +587,24 @@ impl agent_grpc::Agent for Service {
                 _ => None,
             },
         );
+    }
+
+    fn events(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::EventsRequest,
+        sink: UnarySink<api::EventsResponse>,
+    ) {
+        match wire::events_request(req) {
+            Ok(req) => self.forward("Events", Request::Events(req), sink, |resp| match resp {
+                Response::Events(page) => Some(wire::events(page)),
+                _ => None,
+            }),
+            Err(err) => {
+                crate::metrics::API_CALLS.observe(&["Events", code_name(err.kind)], 0.0);
+                let _ = self.sent.send(sink.fail(status(&err)));
+            }
+        }
     }
 }
 

@@ -6,8 +6,10 @@ use std::time::SystemTime;
 
 use protobuf::MessageField;
 
+use crate::call::{CallError, ErrorKind};
 use crate::cluster::node::NodeStatus;
 use crate::csi::Secrets;
+use crate::events::{Page, Query, Topic};
 use crate::plugin::fingerprint::unix_ms;
 use crate::plugin::{Fingerprint, Health, PluginRecord, StatusReport};
 use crate::proto::agent as pb;
@@ -473,6 +475,49 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
 pub fn logs(path: std::path::PathBuf) -> pb::AllocLogsResponse {
     pb::AllocLogsResponse {
         path: path.to_string_lossy().into_owned(),
+        ..Default::default()
+    }
+}
+
+// ---- events ----
+
+pub fn events_request(req: pb::EventsRequest) -> Result<crate::api::EventsRequest, CallError> {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| t.parse::<Topic>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| CallError::new(ErrorKind::InvalidArgument, format!("topics: {err}")))?;
+    let limit = match req.limit as usize {
+        0 => crate::api::EVENTS_MAX_PAGE,
+        n => n.min(crate::api::EVENTS_MAX_PAGE),
+    };
+    Ok(crate::api::EventsRequest {
+        query: Query {
+            since: req.since,
+            topics,
+            limit,
+        },
+        wait: std::time::Duration::from_millis(req.wait_ms.into()).min(crate::api::EVENTS_MAX_WAIT),
+    })
+}
+
+pub fn events(page: Page) -> pb::EventsResponse {
+    pb::EventsResponse {
+        events: page
+            .events
+            .into_iter()
+            .map(|e| pb::Event {
+                index: e.index,
+                unix_ms: unix_ms(e.time),
+                topic: e.topic.as_str().to_string(),
+                type_: e.kind,
+                key: e.key,
+                message: e.message,
+                ..Default::default()
+            })
+            .collect(),
+        last_index: page.last_index,
         ..Default::default()
     }
 }

@@ -7,6 +7,7 @@
 pub mod agent_cmd;
 pub mod args;
 pub mod csi_cmd;
+pub mod events_cmd;
 pub mod job_cmd;
 pub mod job_inputs;
 pub mod json;
@@ -34,6 +35,7 @@ commands:
   node       show the agents of this agent's cluster (node status)
   job        run, stop and show jobs (exec tasks, CSI plugin tasks)
   alloc      show a task's logs (alloc logs)
+  events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
   validate   check agent configs, volume specs and job files
@@ -194,6 +196,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 None
             } else {
                 Some(with_logging("warn", || job_cmd::alloc(rest)))
+            },
+        ),
+        "events" => (
+            events_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || events_cmd::run(rest)))
             },
         ),
         "validate" => (

@@ -26,6 +26,12 @@ pub fn write(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Whether the reader of standard output went away: a command that would
+/// go on printing (`events -follow`) can stop.
+pub fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
 /// Copies `from` to standard output, as [`write()`] does.
 pub fn copy(from: &mut impl io::Read) -> io::Result<()> {
     if CLOSED.load(Ordering::Relaxed) {

@@ -198,10 +198,12 @@ fn lead(etcd: &Etcd, prefix: &str, ttl: Duration, held: &mut Held, stop: &Receiv
                         }
                         Event::Delete { key, .. } => {
                             if let Some(node) = node_of(&key) {
-                                log::info!(
-                                    "Cluster: node {node} left; it is fenced unless it is back within {}",
+                                let line = format!(
+                                    "it is fenced unless it is back within {}",
                                     crate::units::format_duration(ttl)
                                 );
+                                log::info!("Cluster: node {node} left; {line}");
+                                node_event("Left", &node, line);
                                 due.insert(node, Due::now(ttl));
                             }
                         }
@@ -282,11 +284,20 @@ fn fence_node(etcd: &Etcd, prefix: &str, lost: &Lost, wait: Duration) -> Result<
         match fence(etcd, prefix, &volume, lost, wait) {
             Ok(Fenced::Freed) => {
                 crate::metrics::FENCED_CLAIMS.inc(&[]);
-                log::info!("Cluster: fenced lost node {node}'s claims on volume {volume}")
+                log::info!("Cluster: fenced lost node {node}'s claims on volume {volume}");
+                node_event(
+                    "Fenced",
+                    node,
+                    format!("its claims on volume {volume} are freed"),
+                );
             }
-            Ok(Fenced::Operator) => log::warn!(
-                "Cluster: lost node {node} keeps its write claim on volume {volume}: no controller can detach it; `csi-agent volume detach -force -node {node} {volume}` frees it once the node is known to be down"
-            ),
+            Ok(Fenced::Operator) => {
+                let line = format!(
+                    "it keeps its write claim on volume {volume}: no controller can detach it; `csi-agent volume detach -force -node {node} {volume}` frees it once the node is known to be down"
+                );
+                log::warn!("Cluster: lost node {node}: {line}");
+                node_event("FenceNeedsOperator", node, line);
+            }
             Ok(Fenced::Until(at)) => {
                 next = match next {
                     Next::At(other) if other < at => Next::At(other),
@@ -503,4 +514,9 @@ pub fn detach(etcd: &Etcd, prefix: &str, volume: &str, node: &str) -> Result<Fen
         Err(claims::Error::Guard) => Err(alive()),
         other => Ok(other?),
     }
+}
+
+/// An event of the `node` topic about node `node`.
+fn node_event(kind: &str, node: &str, message: impl Into<String>) {
+    crate::events::emit(crate::events::Topic::Node, kind, node, message);
 }

@@ -19,6 +19,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::fingerprint::{from_unix_ms, unix_ms};
 use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report, Service, Source};
 use crate::csi::types::PluginCapability;
+use crate::events::{self, Topic};
 use crate::proto::state as pb;
 
 /// How many health events each plugin keeps.
@@ -130,6 +131,27 @@ impl PluginRecord {
 
     pub fn key(&self) -> InstanceKey {
         self.spec.key()
+    }
+
+    /// Keeps a health change (or, with `old == new`, a note) in the
+    /// record's recent events and emits it to the agent's event stream:
+    /// one event, both places.
+    fn event(&mut self, key: &InstanceKey, old: Health, new: Health, reason: String) {
+        let (kind, message) = if old == new {
+            ("Note", reason.clone())
+        } else {
+            ("HealthChanged", format!("{new} (was {old}): {reason}"))
+        };
+        events::emit(Topic::Plugin, kind, key.to_string(), message);
+        if self.events.len() == EVENTS_KEPT {
+            self.events.pop_front();
+        }
+        self.events.push_back(HealthEvent {
+            time: SystemTime::now(),
+            old,
+            new,
+            reason,
+        });
     }
 
     /// Whether it is meant to serve the controller service: a controller,
@@ -331,6 +353,16 @@ impl Registry {
                     spec.endpoint.path().display()
                 );
                 count_instance(key.clone(), Health::Pending, 1.0);
+                events::emit(
+                    Topic::Plugin,
+                    "Registered",
+                    key.to_string(),
+                    format!(
+                        "{} at {}",
+                        spec.source.as_string(),
+                        spec.endpoint.path().display()
+                    ),
+                );
                 self.plugins.insert(key.clone(), PluginRecord::new(spec));
                 self.publish(RegistryEvent::Registered(key));
                 true
@@ -352,6 +384,7 @@ impl Registry {
         let record = self.plugins.remove(key)?;
         count_instance(key.clone(), record.health, -1.0);
         log::info!("Plugin {key} deregistered");
+        events::emit(Topic::Plugin, "Deregistered", key.to_string(), "");
         self.publish(RegistryEvent::Deregistered(key.clone()));
         Some(record)
     }
@@ -462,8 +495,8 @@ impl Registry {
                 .as_ref()
                 .is_some_and(|f| f.same_as(&fingerprint));
             if changed.fingerprint {
-                log::info!(
-                    "Plugin {key} fingerprinted: {} {}, node {:?}",
+                let line = format!(
+                    "{} {}, node {:?}",
                     fingerprint.info.name,
                     fingerprint.info.vendor_version,
                     fingerprint
@@ -472,6 +505,8 @@ impl Registry {
                         .map(|n| n.node_id.as_str())
                         .unwrap_or("")
                 );
+                log::info!("Plugin {key} fingerprinted: {line}");
+                events::emit(Topic::Plugin, "Fingerprinted", key.to_string(), line);
             }
             record.fingerprint = Some(fingerprint);
         }
@@ -491,15 +526,7 @@ impl Registry {
             } else {
                 log::warn!("{line}");
             }
-            if record.events.len() == EVENTS_KEPT {
-                record.events.pop_front();
-            }
-            record.events.push_back(HealthEvent {
-                time: SystemTime::now(),
-                old,
-                new: health,
-                reason,
-            });
+            record.event(key, old, health, reason);
             self.publish(RegistryEvent::HealthChanged {
                 key: key.clone(),
                 old,
@@ -517,15 +544,8 @@ impl Registry {
         let Some(record) = self.plugins.get_mut(key) else {
             return false;
         };
-        if record.events.len() == EVENTS_KEPT {
-            record.events.pop_front();
-        }
-        record.events.push_back(HealthEvent {
-            time: SystemTime::now(),
-            old: record.health,
-            new: record.health,
-            reason,
-        });
+        let health = record.health;
+        record.event(key, health, health, reason);
         true
     }
 }

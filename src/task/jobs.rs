@@ -214,6 +214,7 @@ impl Allocs {
                 .iter()
                 .map(|t| TaskRun {
                     name: t.name.clone(),
+                    key: format!("{}/{id}/{}", spec.name, t.name),
                     state: TaskState::Pending,
                     failed: false,
                     process: None,

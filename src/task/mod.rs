@@ -209,6 +209,8 @@ struct PluginRun {
 
 struct TaskRun {
     name: String,
+    /// `job/alloc/task`: what its events are about.
+    key: String,
     state: TaskState,
     failed: bool,
     process: Option<Process>,
@@ -219,8 +221,16 @@ struct TaskRun {
 }
 
 impl TaskRun {
+    /// Keeps an event in the task's recent events (`job status`) and
+    /// emits it to the agent's event stream: one event, both places.
     fn event(&mut self, kind: &str, message: impl Into<String>) {
         let message = message.into();
+        crate::events::emit(
+            crate::events::Topic::Job,
+            task_event_type(kind),
+            self.key.clone(),
+            message.clone(),
+        );
         if self.events.len() == EVENTS_KEPT {
             self.events.pop_front();
         }
@@ -229,6 +239,16 @@ impl TaskRun {
             kind: kind.to_string(),
             message,
         });
+    }
+}
+
+/// The event stream's type of a task event: its kind as Nomad's task
+/// events name theirs (`Started`, `Restarting`, ...).
+fn task_event_type(kind: &str) -> String {
+    let mut chars = kind.chars();
+    match chars.next() {
+        Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
+        None => String::new(),
     }
 }
 

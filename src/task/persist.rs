@@ -137,6 +137,7 @@ impl Allocs {
                 let saved = a.tasks.iter().find(|t| t.name == spec.name);
                 let mut task = TaskRun {
                     name: spec.name.clone(),
+                    key: format!("{}/{}/{}", alloc.job, alloc.id, spec.name),
                     state: TaskState::Pending,
                     failed: saved.is_some_and(|t| t.failed),
                     process: None,

@@ -57,6 +57,18 @@ pub enum Action {
 }
 
 impl Action {
+    /// The step as an event tells it: its name, and the alloc it is for.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::UnbindTarget { alloc }
+            | Action::NodeUnpublish { alloc }
+            | Action::Free { alloc }
+            | Action::NodePublish { alloc }
+            | Action::BindTarget { alloc } => format!("{} for alloc {alloc}", self.name()),
+            _ => self.name().to_string(),
+        }
+    }
+
     /// Whether the step undoes something (the release direction).
     pub fn is_release(&self) -> bool {
         matches!(

@@ -137,6 +137,19 @@ fn an_agent_whose_etcd_is_gone_reports_itself_disconnected() {
     node_status_until(&a, "node-a back", |s| {
         s.starts_with("This agent: node node-a (connected)") && lists(s, "node-a")
     });
+    // The event stream told each change of the connection.
+    let out = a.cli(&["events", "-topic", "node"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let told: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().nth(3).unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        told,
+        ["Connected", "Disconnected", "Connected"],
+        "{}",
+        text(&out)
+    );
 }
 
 /// Whether plugin `id` of the only node in `node status -json` is

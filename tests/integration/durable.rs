@@ -361,6 +361,8 @@ fn a_claim_whose_record_could_not_be_written_is_answered_and_mounted_once_space_
         held.try_recv().is_err(),
         "the claim was answered before it was durable"
     );
+    // Nor is it told in the event stream (reads answer meanwhile).
+    assert_eq!(claim_events(&rig.agent), "");
 
     filler.remove();
     let resp = held
@@ -369,6 +371,11 @@ fn a_claim_whose_record_could_not_be_written_is_answered_and_mounted_once_space_
         .unwrap_or_else(|err| panic!("claim: {err}"));
     assert_eq!(resp.target, target.display().to_string());
     assert!(mount_state(&target).is_some(), "the target is mounted");
+    let told = claim_events(&rig.agent);
+    assert!(
+        told.contains("ClaimAsked") && told.contains("ClaimTaken"),
+        "{told}"
+    );
 
     rig.agent.sigkill();
     rig.agent.restart();
@@ -383,6 +390,14 @@ fn a_claim_whose_record_could_not_be_written_is_answered_and_mounted_once_space_
     );
     assert_every_mount_is_owned(&rig);
     rig.assert_spec_order();
+}
+
+/// `events -topic claim`: what the agent has told of claims.
+#[track_caller]
+fn claim_events(agent: &Agent) -> String {
+    let out = cli_within(agent, &["events", "-topic", "claim"]);
+    assert!(out.status.success(), "{}", one_line_failure(&out));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The claim and its target are not on disk: no RPC was sent for them,

@@ -30,6 +30,7 @@ mod docker_engine;
 mod dockerd;
 mod durable;
 mod etcd;
+mod events;
 mod expansion;
 mod harness;
 mod job;

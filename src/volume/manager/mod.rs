@@ -577,3 +577,13 @@ impl VolumeManager {
         self.entries.values().map(|e| &e.volume)
     }
 }
+
+/// An event of the `volume` topic about volume `id`.
+pub(in crate::volume::manager) fn volume_event(kind: &str, id: &str, message: impl Into<String>) {
+    crate::events::emit(crate::events::Topic::Volume, kind, id, message);
+}
+
+/// An event of the `claim` topic about volume `id`.
+pub(in crate::volume::manager) fn claim_event(kind: &str, id: &str, message: impl Into<String>) {
+    crate::events::emit(crate::events::Topic::Claim, kind, id, message);
+}

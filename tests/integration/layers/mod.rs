@@ -81,7 +81,7 @@ const LAYERS: &[&[&str]] = &[
     // trace points; the generated protobuf modules; a call's answer in the
     // domain's terms (`CallError`, `ReplyTo`); JSON as data.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics", "events",
     ],
 ];
 

@@ -40,7 +40,9 @@ use crate::csi::types::{CapabilitySet, ControllerCapability};
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
 use crate::volume::manager::engine::lost::LostClaims;
-use crate::volume::manager::{error, local_plugin_view, PluginView, Reply, ReplyTo, VolumeManager};
+use crate::volume::manager::{
+    error, local_plugin_view, volume_event, PluginView, Reply, ReplyTo, VolumeManager,
+};
 use crate::volume::model::{Admission, Volume};
 
 /// What the manager keeps about its cluster.
@@ -609,6 +611,7 @@ impl VolumeManager {
             return;
         }
         log::info!("Volume {id} deregistered by the cluster");
+        volume_event("Deregistered", id, "by the cluster");
         self.remove(id);
     }
 }

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cluster::ops::Op;
-use crate::volume::manager::VolumeManager;
+use crate::volume::manager::{claim_event, VolumeManager};
 use crate::volume::model::Admission;
 
 /// A claim the cluster took away, for the agent to give up.
@@ -107,6 +107,7 @@ impl VolumeManager {
             return;
         }
         log::warn!("Volume {volume}: alloc {alloc}'s claim is lost: {reason}; giving it up");
+        claim_event("ClaimLost", volume, format!("alloc {alloc}: {reason}"));
         side.lost.reasons.insert(k, reason.clone());
         side.lost.new.push(LostClaim {
             volume: volume.to_string(),

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::plugin::Service;
 use crate::volume::manager::intake::claims::{claim_failed, count_claim, released};
-use crate::volume::manager::{Dispatch, Entry, VolumeManager};
+use crate::volume::manager::{claim_event, volume_event, Dispatch, Entry, VolumeManager};
 
 /// How many times a plugin may answer NodeUnpublish or NodeUnstage with
 /// success and leave the mount behind before the agent unmounts its own
@@ -190,7 +190,7 @@ impl VolumeManager {
             return;
         };
         if let Some(claim) = entry.volume.claims.remove(alloc) {
-            count_claim("release", "ok", &claim);
+            count_claim(id, "release", "ok", &claim, "");
         }
         log::info!("Volume {id}: the claim of alloc {alloc} is released");
         self.changed.insert(id.to_string());
@@ -215,6 +215,7 @@ impl VolumeManager {
         if entry.deregistering && entry.volume.claims.is_empty() {
             let replies = std::mem::take(&mut entry.waiters.deregister);
             log::info!("Volume {id} deregistered");
+            volume_event("Deregistered", id, "");
             self.remove(id);
             for reply in replies {
                 self.outbox.push((reply, Ok(Answer::Deregistered)));
@@ -268,6 +269,7 @@ impl VolumeManager {
             self.plugin_notes
                 .push((entry.volume.plugin_id.clone(), note.clone()));
         }
+        claim_event("StepDone", &id, action.describe());
         mark_done(&mut entry.volume, &action, done);
         if let Action::UnbindTarget { alloc } | Action::NodeUnpublish { alloc } = &action {
             if entry.volume.claims.get(alloc).is_some_and(|c| !c.wanted) {
@@ -332,6 +334,11 @@ impl VolumeManager {
             StepError::Local { message, .. } => format!("{}: {message}", action.name()),
             StepError::LeftMount { .. } => err.to_string(),
         };
+        claim_event(
+            "StepFailed",
+            id,
+            format!("{}: {message}", action.describe()),
+        );
         if err.is_terminal() {
             let message = format!("{message} (not retried: it cannot succeed as it is)");
             if action.is_release() {
@@ -386,7 +393,7 @@ impl VolumeManager {
         crate::metrics::STEP_GIVE_UPS.inc(&[]);
         for alloc in entry.fail_claims_at(action) {
             if let Some(claim) = entry.volume.claims.get(&alloc) {
-                count_claim("claim", "failed", claim);
+                count_claim(id, "claim", "failed", claim, message);
             }
             for waiter in entry.take_claim_waiters(&alloc) {
                 let err = claim_failed(id, &alloc, ErrorKind::Aborted, message);
@@ -416,7 +423,7 @@ impl VolumeManager {
         }
         crate::metrics::STEP_GIVE_UPS.inc(&[]);
         for claim in allocs.iter().filter_map(|a| entry.volume.claims.get(a)) {
-            count_claim("release", "failed", claim);
+            count_claim(id, "release", "failed", claim, message);
         }
         let failed = entry.take_release_waiters(|a| allocs.iter().any(|f| f == a));
         for (_, reply) in failed {

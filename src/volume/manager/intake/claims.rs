@@ -10,7 +10,9 @@ use crate::csi::AccessMode;
 use crate::mount::Propagation;
 use crate::plugin::Registry;
 use crate::volume::calls::{self, Answer};
-use crate::volume::manager::{error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE};
+use crate::volume::manager::{
+    claim_event, error, ClaimWaiter, ReplyTo, VolumeManager, CLAIM_DEADLINE,
+};
 use crate::volume::model::{Admission, Claim, Step};
 use crate::volume::target;
 
@@ -33,6 +35,16 @@ impl VolumeManager {
                     req.volume_id,
                     claim.alloc_id,
                     if claim.read_only { "read" } else { "write" }
+                );
+                claim_event(
+                    "ClaimAsked",
+                    &req.volume_id,
+                    format!(
+                        "alloc {} ({}, {})",
+                        claim.alloc_id,
+                        if claim.read_only { "read" } else { "write" },
+                        claim.capability.access_mode.as_str()
+                    ),
                 );
                 let entry = self.entries.get_mut(&req.volume_id).expect("admitted");
                 entry.volume.claims.insert(claim.alloc_id.clone(), claim);
@@ -229,6 +241,7 @@ impl VolumeManager {
             Some(claim) => {
                 if claim.wanted {
                     log::info!("Volume {volume_id}: alloc {alloc} releases it");
+                    claim_event("ReleaseAsked", volume_id, format!("alloc {alloc}"));
                     claim.wanted = false;
                     self.changed.insert(volume_id.to_string());
                     // Not durable until a job for it goes out.
@@ -274,7 +287,7 @@ impl VolumeManager {
         let answered = !ready.is_empty();
         for waiter in ready {
             let claim = &v.claims[&waiter.alloc];
-            count_claim("claim", "ok", claim);
+            count_claim(id, "claim", "ok", claim, "");
             let resp = calls::Claimed {
                 publish_path: paths
                     .publish(v, &claim.alloc_id, &claim.usage)
@@ -311,7 +324,7 @@ impl VolumeManager {
         };
         let waiters = entry.take_claim_waiters(alloc);
         if let (false, Some(claim)) = (waiters.is_empty(), entry.volume.claims.get(alloc)) {
-            count_claim("claim", "failed", claim);
+            count_claim(id, "claim", "failed", claim, reason);
         }
         for waiter in waiters {
             let err = claim_failed(id, alloc, kind, reason);
@@ -356,9 +369,28 @@ impl VolumeManager {
     }
 }
 
-/// Counts a claim's or a release's outcome in `csi_agent_claims_total`.
-pub(in crate::volume::manager) fn count_claim(operation: &str, outcome: &str, claim: &Claim) {
+/// Counts a claim's or a release's outcome in `csi_agent_claims_total`
+/// and tells it in the event stream.
+pub(in crate::volume::manager) fn count_claim(
+    id: &str,
+    operation: &str,
+    outcome: &str,
+    claim: &Claim,
+    why: &str,
+) {
     crate::metrics::CLAIMS.inc(&[operation, outcome, claim.capability.access_mode.as_str()]);
+    let kind = match (operation, outcome) {
+        ("claim", "ok") => "ClaimTaken",
+        ("claim", _) => "ClaimFailed",
+        (_, "ok") => "ClaimReleased",
+        _ => "ReleaseFailed",
+    };
+    let message = if why.is_empty() {
+        format!("alloc {}", claim.alloc_id)
+    } else {
+        format!("alloc {}: {why}", claim.alloc_id)
+    };
+    claim_event(kind, id, message);
 }
 
 /// The error a claim's waiter hears when the claim failed.

@@ -248,6 +248,14 @@ impl VolumeManager {
                     volume.plugin_id,
                     volume.external_id
                 );
+                volume_event(
+                    "Created",
+                    id,
+                    format!(
+                        "on plugin {} as {} ({} bytes)",
+                        volume.plugin_id, volume.external_id, volume.capacity_bytes
+                    ),
+                );
                 self.changed.insert(id.to_string());
                 if let Some(reply) = reply {
                     let status = self.status_of_entry(&self.entries[id], registry);

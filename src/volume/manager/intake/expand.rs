@@ -257,6 +257,7 @@ impl VolumeManager {
         match result {
             Ok(capacity) => {
                 log::info!("Volume {id}: expanded to {capacity} bytes");
+                volume_event("Expanded", id, format!("to {capacity} bytes"));
                 entry.volume.capacity_bytes = capacity;
                 self.changed.insert(id.to_string());
                 let status = self.status_of_entry(&self.entries[id], registry);

@@ -125,6 +125,11 @@ impl VolumeManager {
                 volume.id,
                 volume.plugin_id
             );
+            volume_event(
+                "Registered",
+                &volume.id,
+                format!("on plugin {}", volume.plugin_id),
+            );
             let id = volume.id.clone();
             self.insert(volume);
             self.answer_registered(&id, reply, Answer::Status(status));
@@ -209,6 +214,7 @@ impl VolumeManager {
         let entry = self.entry(id).expect("checked above");
         if entry.volume.claims.is_empty() {
             log::info!("Volume {id} deregistered");
+            volume_event("Deregistered", id, "");
             self.remove(id);
             self.outbox.push((reply, Ok(Answer::Deregistered)));
             return;
@@ -370,6 +376,11 @@ impl VolumeManager {
                             volume.id,
                             volume.plugin_id
                         );
+                        volume_event(
+                            "Registered",
+                            &volume.id,
+                            format!("on plugin {}", volume.plugin_id),
+                        );
                         let status = self.status_of(&volume, registry);
                         let id = volume.id.clone();
                         self.insert(*volume);
@@ -396,6 +407,7 @@ impl VolumeManager {
                             .is_some_and(|e| e.volume.claims.is_empty()) =>
                     {
                         log::info!("Volume {id} deleted");
+                        volume_event("Deleted", &id, "");
                         self.remove(&id);
                         self.outbox.push((reply, Ok(Answer::Deregistered)));
                     }

@@ -241,6 +241,11 @@ impl VolumeManager {
             (PendingOp::SnapshotCreate { plugin_id, reply }, OpResult::Snapshot(result)) => {
                 let answer = result.map_err(refused).map(|s| {
                     log::info!("Snapshot {} taken of {}", s.snapshot_id, s.source_volume_id);
+                    volume_event(
+                        "Snapshotted",
+                        &s.source_volume_id,
+                        format!("snapshot {}", s.snapshot_id),
+                    );
                     Answer::SnapshotCreated(self.snapshot_to_api(&plugin_id, &s))
                 });
                 reply.send(answer);
