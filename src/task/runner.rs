@@ -679,10 +679,14 @@ fn count_exit(driver: &str, exit: &Exit) {
         _ => "failure",
     };
     crate::metrics::TASK_EXITS.inc(&[driver, outcome]);
-    if let Exit::Container {
-        oom_killed: true, ..
-    } = exit
-    {
+    if matches!(
+        exit,
+        Exit::OomKilled { .. }
+            | Exit::Container {
+                oom_killed: true,
+                ..
+            }
+    ) {
         crate::metrics::TASK_OOM_KILLS.inc(&[driver]);
     }
 }

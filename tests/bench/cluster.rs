@@ -501,7 +501,7 @@ impl Drop for EtcdMembers {
 
 /// A loopback port nobody listens on now, from below the kernel's
 /// ephemeral range so no outgoing connection takes it before etcd binds it.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = std::process::id() * 61;
     for _ in 0..12_000 {

@@ -9,8 +9,15 @@
 //! drop and read again, while the anonymous part is the agent's own) and
 //! the thread count from `/proc/PID/status`. The plugins' processes are
 //! not counted: they are not the agent.
+//!
+//! With telemetry, the agent also serves its metrics on a loopback port,
+//! which the bench scrapes every [`SCRAPE_EVERY`] (Prometheus' default
+//! interval) through the window, as a Prometheus server would: the cost
+//! of telemetry is the endpoint's thread and the scrapes it answers.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -21,6 +28,10 @@ use crate::Options;
 /// Let start-up work (first fingerprints, the first snapshot) finish
 /// before the window opens.
 const SETTLE: Duration = Duration::from_secs(2);
+
+/// How often the telemetry run scrapes `/metrics`: Prometheus' default
+/// `scrape_interval`.
+pub const SCRAPE_EVERY: Duration = Duration::from_secs(15);
 
 pub struct IdleResult {
     pub plugins: usize,
@@ -34,11 +45,21 @@ pub struct IdleResult {
     pub threads: u64,
     /// Percent of one core.
     pub cpu_percent: f64,
+    /// Scrapes of `/metrics` answered during the window (telemetry on).
+    pub scrapes: usize,
 }
 
 /// The footprint of the agent binary `agent_bin`; `name` names its
 /// bench dir.
-pub fn run(opts: &Options, root: &Path, agent_bin: &Path, name: &str) -> IdleResult {
+/// With `telemetry`, the agent serves its metrics and is scraped every
+/// [`SCRAPE_EVERY`] through the window.
+pub fn run(
+    opts: &Options,
+    root: &Path,
+    agent_bin: &Path,
+    name: &str,
+    telemetry: bool,
+) -> IdleResult {
     let dir = BenchDir::new(root, name, opts.keep);
     let mut plugins: Vec<Plugin> = (0..opts.idle_plugins)
         .map(|p| {
@@ -58,8 +79,15 @@ pub fn run(opts: &Options, root: &Path, agent_bin: &Path, name: &str) -> IdleRes
         .enumerate()
         .map(|(p, plugin)| (format!("p{p}"), plugin.socket.clone()))
         .collect();
+    let port = telemetry.then(crate::cluster::free_port);
     let mut agent = Agent::new(agent_bin, &dir.join("agent"), |data| {
-        agent_config(data, opts.heartbeat, &blocks)
+        let mut text = agent_config(data, opts.heartbeat, &blocks);
+        if let Some(port) = port {
+            text.push_str(&format!(
+                "\ntelemetry {{\n  prometheus_metrics = true\n  listen = \"127.0.0.1:{port}\"\n}}\n"
+            ));
+        }
+        text
     });
     agent.start();
     agent.wait_healthy(plugins.len());
@@ -70,7 +98,16 @@ pub fn run(opts: &Options, root: &Path, agent_bin: &Path, name: &str) -> IdleRes
     let start = Instant::now();
     let mut largest = ProcStatus::default();
     let mut threads = 0;
+    let mut scrapes = 0;
+    let mut next_scrape = start;
     while start.elapsed() < opts.idle_window {
+        if let Some(port) = port {
+            if Instant::now() >= next_scrape {
+                scrape(port);
+                scrapes += 1;
+                next_scrape += SCRAPE_EVERY;
+            }
+        }
         let left = opts.idle_window.saturating_sub(start.elapsed());
         thread::sleep(left.min(Duration::from_secs(1)));
         let status = ProcStatus::read(pid);
@@ -96,7 +133,19 @@ pub fn run(opts: &Options, root: &Path, agent_bin: &Path, name: &str) -> IdleRes
         rss_file: largest.rss_file,
         threads,
         cpu_percent: cpu as f64 / clock_ticks_per_second() / window.as_secs_f64() * 100.0,
+        scrapes,
     }
+}
+
+/// `GET /metrics` on loopback `port`, which must answer 200.
+fn scrape(port: u16) {
+    let mut conn = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("connect to /metrics");
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .expect("send the scrape");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("read the scrape");
+    assert!(answer.starts_with("HTTP/1.1 200"), "scrape: {answer:.200}");
 }
 
 /// utime + stime of a process, in clock ticks.

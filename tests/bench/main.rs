@@ -358,14 +358,21 @@ fn run(opts: &Options, root: &Path) -> Table {
     if opts.wants("P3") {
         idle_row(
             &mut table,
-            &idle::run(opts, root, &opts.agent_bin, "p3"),
+            &idle::run(opts, root, &opts.agent_bin, "p3", false),
+            None,
+        );
+        // Telemetry on, scraped as Prometheus would: issue 25 asks that
+        // it keep the idle agent within the same targets.
+        idle_row(
+            &mut table,
+            &idle::run(opts, root, &opts.agent_bin, "p3-telemetry", true),
             None,
         );
         // The issue asks for the static binary's footprint too, when
         // `make static` has built it: what constrained hosts run.
         let static_bin = size::path();
         if static_bin.exists() {
-            let r = idle::run(opts, root, &static_bin, "p3-static");
+            let r = idle::run(opts, root, &static_bin, "p3-static", false);
             idle_row(&mut table, &r, Some(&static_bin));
         }
     }
@@ -782,6 +789,11 @@ fn idle_row(table: &mut Table, r: &idle::IdleResult, static_bin: Option<&Path>) 
     let rss = mib(r.rss);
     let window = format_duration(Duration::from_secs(r.window.as_secs_f64().round() as u64));
     let what = match static_bin {
+        None if r.scrapes > 0 => format!(
+            "  the same, telemetry on, /metrics scraped every {} ({} scrapes)",
+            format_duration(idle::SCRAPE_EVERY),
+            r.scrapes
+        ),
         None => format!(
             "idle: {} plugins, heartbeat {}, {window} window",
             r.plugins,

@@ -32,7 +32,7 @@ use crate::volume_util::*;
 const SNW: &str = "single-node-writer";
 
 /// The log line of the agent entering the cannot-persist state.
-const CANNOT_PERSIST: &str = "Cannot persist the state in";
+pub const CANNOT_PERSIST: &str = "Cannot persist the state in";
 
 /// The (debug) log line of each retry that failed again.
 const STILL_CANNOT: &str = "Still cannot persist the state";
@@ -57,14 +57,14 @@ fn wait_for_failed_retries(agent: &Agent, n: usize) {
 /// A small tmpfs for the agent's data dir, made by the test; unmounted
 /// (with whatever the agent mounted below it) and removed on drop, even
 /// after a failed assertion.
-struct SmallFs {
+pub struct SmallFs {
     dir: TestDir,
     /// The mount point: the agent's data dir.
-    path: PathBuf,
+    pub path: PathBuf,
 }
 
 impl SmallFs {
-    fn mount() -> SmallFs {
+    pub fn mount() -> SmallFs {
         let dir = TestDir::new();
         let path = dir.mkdir("data");
         let status = Command::new("mount")
@@ -77,7 +77,7 @@ impl SmallFs {
     }
 
     /// Fills the file system with a file, until ENOSPC.
-    fn fill(&self) -> Filler {
+    pub fn fill(&self) -> Filler {
         let path = self.dir.join("data/filler");
         let mut file = fs::File::create(&path).unwrap();
         let chunk = vec![0u8; 64 << 10];
@@ -102,18 +102,18 @@ impl Drop for SmallFs {
 }
 
 /// The file that fills the data dir; removing it returns the space.
-struct Filler {
+pub struct Filler {
     path: PathBuf,
 }
 
 impl Filler {
-    fn remove(self) {
+    pub fn remove(self) {
         fs::remove_file(&self.path).unwrap();
     }
 }
 
 /// A spec whose records are larger than a page (see the module docs).
-fn big_spec(id: &str) -> String {
+pub fn big_spec(id: &str) -> String {
     format!(
         "{}\nparameters {{\n  pad = {:?}\n}}\n",
         spec(id, &[SNW], None),

@@ -36,6 +36,7 @@ mod harness;
 mod job;
 mod layers;
 mod metrics;
+mod metrics_families;
 mod migration;
 mod netns;
 mod requests;

@@ -44,7 +44,7 @@ job "failing" {
   }
 }
 "#;
-const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Whether `tool` is on the PATH; under CI its absence fails the test.
 fn have(tool: &str) -> bool {
@@ -64,7 +64,7 @@ fn have(tool: &str) -> bool {
 
 /// A rig whose agent serves its metrics on a loopback port from the start
 /// (the `telemetry` block is read at start only).
-fn rig_with_metrics() -> (Rig, u16) {
+pub fn rig_with_metrics() -> (Rig, u16) {
     let port = free_port(LOOPBACK);
     let plugin = Plugin::start();
     let agent = Agent::start_with_config(&format!(
@@ -94,7 +94,7 @@ fn get(port: u16, path: &str) -> String {
 }
 
 /// The body of a 200 answer to `GET /metrics`.
-fn scrape(port: u16) -> String {
+pub fn scrape(port: u16) -> String {
     let answer = get(port, "/metrics");
     let (head, body) = answer.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
@@ -106,7 +106,7 @@ fn scrape(port: u16) -> String {
 }
 
 /// The value of the sample `series` (name and labels as written), if any.
-fn sample(body: &str, series: &str) -> Option<f64> {
+pub fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.parse().unwrap())
