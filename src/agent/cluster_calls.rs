@@ -58,11 +58,15 @@ impl Agent {
     /// `node status`: read from etcd on a thread of its own.
     pub(super) fn node_status(&mut self, reply: ReplyTo) {
         let Some(cluster) = &self.cluster else {
-            let err = CallError::new(
-                ErrorKind::FailedPrecondition,
-                "this agent is not in a cluster (its config has no cluster block)",
-            );
-            reply.send(Err(err));
+            // Not in a cluster: this node alone, as placement sees it.
+            let status = NodeStatus {
+                this_node: super::node_name(&self.options.config),
+                connection: "none".to_string(),
+                reason: "its config has no cluster block".to_string(),
+                nodes: Vec::new(),
+                resources: node_resources(&self.allocs),
+            };
+            reply.send(Ok(Response::NodeStatus(status)));
             return;
         };
         let (connection, reason) = match &cluster.connection {

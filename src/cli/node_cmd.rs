@@ -1,6 +1,7 @@
-//! `csi-agent node status [-json]`: the agents of this agent's cluster
-//! (the nodes whose lease-attached key exists in etcd), when they
-//! registered, and their plugins; and whether this agent is connected.
+//! `csi-agent node status [-json]`: this agent's node and its resources
+//! as placement sees them; in a cluster, whether this agent is connected,
+//! and the agents of the cluster (the nodes whose lease-attached key
+//! exists in etcd), when they registered, and their plugins.
 
 use super::out;
 use std::time::SystemTime;
@@ -17,9 +18,10 @@ use crate::units::{format_duration, format_timestamp};
 pub const USAGE: &str = "\
 usage: csi-agent node status [-json] [-address ADDR]
 
-  status                  the agents of this agent's cluster (etcd): each
-                          node, when it registered, its plugins; and whether
-                          this agent is connected";
+  status                  this agent's node and its resources as placement
+                          sees them; in a cluster (etcd), whether this agent
+                          is connected, and each node of the cluster, when
+                          it registered, its plugins";
 
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
 
@@ -56,6 +58,10 @@ fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
             "Resources: cpu {} MHz ({} cores; reserved {}, allocated {}), memory {} MiB (reserved {}, allocated {})\n",
             r.cpu, r.cores, r.reserved_cpu, r.allocated_cpu, r.memory, r.reserved_memory, r.allocated_memory
         ));
+    }
+    if resp.connection == "none" {
+        // Not in a cluster: there is no table of nodes to show.
+        return out;
     }
     out.push('\n');
     if resp.nodes.is_empty() {

@@ -81,7 +81,8 @@ impl From<etcd::Error> for Error {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeStatus {
     pub this_node: String,
-    /// `connecting`, `connected` or `disconnected`.
+    /// `connecting`, `connected` or `disconnected`; `none` on an agent
+    /// without a cluster.
     pub connection: String,
     /// Why it is disconnected.
     pub reason: String,

@@ -219,15 +219,19 @@ fn the_node_record_follows_its_plugin_s_health_as_it_changes() {
 }
 
 #[test]
-fn an_agent_without_a_cluster_block_is_in_none() {
+fn an_agent_without_a_cluster_block_shows_its_node_and_resources_alone() {
     let agent = Agent::start(&[]);
     let out = agent.cli(&["node", "status"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not in a cluster"),
-        "{}",
-        text(&out)
+        stdout.starts_with("This agent: node ")
+            && stdout.contains(" (none: its config has no cluster block)\n"),
+        "{stdout}"
     );
+    assert!(stdout.contains("\nResources: cpu "), "{stdout}");
+    assert!(stdout.contains("allocated 0)\n"), "{stdout}");
+    assert!(!stdout.contains("No live nodes"), "{stdout}");
 }
 
 #[test]
