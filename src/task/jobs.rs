@@ -38,6 +38,9 @@ impl Allocs {
                 });
             }
         }
+        if let Some(run) = self.update_templates(&spec, req, &live, &warnings) {
+            return Ok(run);
+        }
         let now = SystemTime::now();
         let mut created = Vec::new();
         for group in &spec.groups {
@@ -221,6 +224,8 @@ impl Allocs {
                     restarts: 0,
                     window: None,
                     events: VecDeque::new(),
+                    template_change: None,
+                    template_restart: false,
                     plugin: t.csi_plugin.as_ref().map(|p| PluginRun {
                         key: InstanceKey::new(&p.id, p.plugin_type),
                         healthy: false,

@@ -79,6 +79,7 @@ pub mod lifecycle;
 pub mod mounts;
 mod persist;
 mod placement;
+mod rerender;
 pub mod restart;
 pub mod root;
 mod runner;
@@ -218,6 +219,11 @@ struct TaskRun {
     window: Option<Window>,
     events: VecDeque<calls::TaskEvent>,
     plugin: Option<PluginRun>,
+    /// A changed template's `change_mode`, due after its splay
+    /// (`rerender.rs`).
+    template_change: Option<(Instant, crate::spec::ChangeMode)>,
+    /// Stopped for a changed template: starts again at once.
+    template_restart: bool,
 }
 
 impl TaskRun {

@@ -64,6 +64,7 @@ impl Allocs {
         }
         let mut changed = self.poll_claims(alloc, now);
         changed |= self.escalate(alloc, now);
+        changed |= self.template_changes_due(alloc, now);
         let failing = alloc.tasks.iter().any(|t| t.failed);
         if alloc.stop_wanted || failing {
             return self.stop_step(alloc, volumes, registry, claims, now) || changed;
@@ -213,7 +214,7 @@ impl Allocs {
     /// dead at once, a running one gets its `kill_signal` (SIGTERM unless
     /// it says otherwise) after its `shutdown_delay`, and SIGKILL after
     /// its `kill_timeout`.
-    fn kill_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
+    pub(super) fn kill_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
         let timeout = self.kill_timeout(&alloc.group.tasks[i]);
         let signal = alloc.group.tasks[i].kill_signal;
         let delay = alloc.group.tasks[i].shutdown_delay;
@@ -452,6 +453,9 @@ impl Allocs {
             task.state = TaskState::Dead;
             return;
         }
+        if task.restarts_for_template(now) {
+            return;
+        }
         let (decision, window) = restart::decide(
             &policy,
             task.window,
@@ -543,6 +547,7 @@ impl Allocs {
                     at(t);
                 }
             }
+            Allocs::next_template_change(alloc).map(&mut at);
         }
         next
     }

@@ -15,9 +15,10 @@
 //! destination is under `secrets/` has its render errors cut to the line
 //! and the function, so no value reaches a log or an event.
 //!
-//! Left: a template changed by a later `job run` of a running job is not
-//! re-rendered in place; `change_mode` and `splay` are decoded and
-//! validated for that, and the job's update replaces the allocation.
+//! A later `job run` of a running job whose only change is in its
+//! templates re-renders them in place ([`rerender`], `rerender.rs`): the
+//! files whose text changed are written again, and the task's
+//! `change_mode` is taken after its `splay`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -86,6 +87,31 @@ pub(super) fn render_all(
     }
     env.extend(added);
     Ok(env)
+}
+
+/// Renders `templates` again into a running task's `task_dir`: the
+/// indexes of those whose text changed, which are written; the others
+/// are left as they are.
+pub(super) fn rerender(
+    templates: &[TaskTemplate],
+    task_dir: &Path,
+    env: &BTreeMap<String, String>,
+    node: &BTreeMap<String, String>,
+) -> Result<Vec<usize>, String> {
+    let vars = lookups(env, node);
+    let mut changed = Vec::new();
+    for (i, t) in templates.iter().enumerate() {
+        let name = &t.destination;
+        let text = render(t, task_dir, env).map_err(|e| format!("template {name:?}: {e}"))?;
+        let path =
+            destination(t, task_dir, &vars).map_err(|e| format!("template {name:?}: {e}"))?;
+        if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+            continue;
+        }
+        write_file(task_dir, &path, &text, t).map_err(|e| format!("template {name:?}: {e}"))?;
+        changed.push(i);
+    }
+    Ok(changed)
 }
 
 /// The template's text rendered with the task's environment.

@@ -227,3 +227,112 @@ job "raw" {
     assert_eq!(mode & 0o777, 0o600);
     rig.ok(&["job", "stop", "raw"]);
 }
+
+/// A raw_exec task that prints its config file each time it starts and
+/// each time it gets SIGHUP; its template's change mode is `MODE`.
+fn reloading(data: &str, mode: &str) -> String {
+    r#"
+job "reloading" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "trap 'echo hup; cat local/app.conf' HUP; echo start; cat local/app.conf; while :; do sleep 0.1; done"]
+      }
+      template {
+        data        = "DATA\n"
+        destination = "local/app.conf"
+        MODE
+        splay       = "100ms"
+      }
+    }
+  }
+}
+"#
+    .replace("DATA", data)
+    .replace("MODE", mode)
+}
+
+/// The output of `job`'s only task so far.
+fn log_of(rig: &Rig, alloc: &str) -> String {
+    rig.ok(&["alloc", "logs", alloc, "t"])
+}
+
+#[track_caller]
+fn wait_for_log_end(rig: &Rig, alloc: &str, end: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let log = log_of(rig, alloc);
+        if log.ends_with(end) {
+            return log;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "log {log:?} does not end with {end:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_changed_template_is_rendered_in_place_and_its_change_mode_taken() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    // signal: the same alloc and process, the new file, a SIGHUP.
+    let signal = "change_mode = \"signal\"\n        change_signal = \"SIGHUP\"";
+    let allocs = rig.run_job("r.hcl", &reloading("one", signal));
+    let alloc = &allocs[0];
+    let pid = rig.wait_running("reloading", alloc);
+    wait_for_log_end(&rig, alloc, "start\none\n");
+    let again = rig.run_job("r.hcl", &reloading("two", signal));
+    assert_eq!(&again, &allocs, "the alloc was replaced");
+    wait_for_log_end(&rig, alloc, "start\none\nhup\ntwo\n");
+    assert_eq!(rig.wait_running("reloading", alloc), pid);
+    let conf = rig.task_dir(alloc, "t").join("local/app.conf");
+    assert_eq!(fs::read_to_string(&conf).unwrap(), "two\n");
+
+    // The same text again: nothing changed, nothing sent.
+    rig.run_job(
+        "r.hcl",
+        &reloading("two", &signal.replace("SIGHUP", "SIGUSR1")),
+    );
+    let task = rig.task("reloading", alloc);
+    assert!(
+        task.events
+            .iter()
+            .any(|e| e.message == "templates re-rendered: no file changed"),
+        "{task:#?}"
+    );
+
+    // restart: a new process of the same alloc, outside the restart
+    // policy, reading the new file at its start.
+    let restart = "change_mode = \"restart\"";
+    rig.run_job("r.hcl", &reloading("two", restart));
+    rig.run_job("r.hcl", &reloading("three", restart));
+    let log = wait_for_log_end(&rig, alloc, "start\nthree\n");
+    assert!(log.starts_with("start\none\nhup\ntwo\n"), "{log}");
+    let new_pid = rig.wait_running("reloading", alloc);
+    assert_ne!(new_pid, pid);
+    let task = rig.task("reloading", alloc);
+    assert_eq!(task.restarts, 0, "{task:#?}");
+
+    // noop: the file changes, the process does not hear of it.
+    rig.run_job("r.hcl", &reloading("three", "change_mode = \"noop\""));
+    rig.run_job("r.hcl", &reloading("four", "change_mode = \"noop\""));
+    let start = Instant::now();
+    while fs::read_to_string(&conf).unwrap() != "four\n" {
+        assert!(start.elapsed() < WAIT, "the file was not rendered again");
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(rig.wait_running("reloading", alloc), new_pid);
+    assert!(log_of(&rig, alloc).ends_with("start\nthree\n"));
+
+    // Any other change replaces the alloc, as before.
+    let other = reloading("four", "change_mode = \"noop\"").replace("sleep 0.1", "sleep 0.2");
+    let replaced = rig.run_job("r.hcl", &other);
+    assert_ne!(&replaced, &allocs);
+}
