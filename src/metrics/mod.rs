@@ -260,7 +260,7 @@ impl Registry {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let empty = Series::new();
-        let mut out = String::new();
+        let mut out = String::with_capacity(64 << 10);
         for family in sorted {
             let series = snapshot.get(family.name).unwrap_or(&empty);
             text::write_family(&mut out, family, series);

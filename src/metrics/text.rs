@@ -37,46 +37,51 @@ pub fn format_value(v: f64) -> String {
     }
 }
 
-/// `{a="x",b="y"}` with `extra` (`le`) last; nothing without labels.
-fn labels(names: &[&str], values: &[String], extra: Option<(&str, &str)>) -> String {
-    let mut pairs: Vec<String> = names
-        .iter()
-        .zip(values)
-        .map(|(name, value)| format!("{name}=\"{}\"", escape_label_value(value)))
-        .collect();
-    if let Some((name, value)) = extra {
-        pairs.push(format!("{name}=\"{}\"", escape_label_value(value)));
+/// `a="x",b="y"`: a series' labels without the braces.
+fn label_pairs(names: &[&str], values: &[String]) -> String {
+    let mut out = String::new();
+    for (i, (name, value)) in names.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{name}=\"{}\"", escape_label_value(value));
     }
-    if pairs.is_empty() {
-        String::new()
-    } else {
-        format!("{{{}}}", pairs.join(","))
-    }
+    out
 }
 
+/// Writes a family's lines. A scrape writes every series of every family,
+/// so each series' labels are escaped once, and a histogram's bucket
+/// bounds formatted once per family, not once per line.
 pub(super) fn write_family(out: &mut String, family: &Family, series: &Series) {
     let name = family.name;
     writeln!(out, "# HELP {name} {}", escape_help(family.help)).unwrap();
     writeln!(out, "# TYPE {name} {}", family.kind.as_str()).unwrap();
+    let bounds: Vec<String> = match family.kind {
+        Kind::Histogram(buckets) => buckets.iter().map(|b| format_value(*b)).collect(),
+        _ => Vec::new(),
+    };
     for (values, value) in series {
+        let pairs = label_pairs(family.labels, values);
+        // `{pairs}` for a series' own line; nothing without labels.
+        let braced = if pairs.is_empty() {
+            String::new()
+        } else {
+            format!("{{{pairs}}}")
+        };
         match (value, family.kind) {
             (Value::Number(v), _) => {
-                let l = labels(family.labels, values, None);
-                writeln!(out, "{name}{l} {}", format_value(*v)).unwrap();
+                writeln!(out, "{name}{braced} {}", format_value(*v)).unwrap();
             }
-            (Value::Histogram { counts, sum, count }, Kind::Histogram(buckets)) => {
+            (Value::Histogram { counts, sum, count }, Kind::Histogram(_)) => {
+                let sep = if pairs.is_empty() { "" } else { "," };
                 let mut cumulative = 0;
                 for (i, n) in counts.iter().enumerate() {
                     cumulative += n;
-                    let le = buckets
-                        .get(i)
-                        .map_or("+Inf".to_string(), |b| format_value(*b));
-                    let l = labels(family.labels, values, Some(("le", &le)));
-                    writeln!(out, "{name}_bucket{l} {cumulative}").unwrap();
+                    let le = bounds.get(i).map_or("+Inf", String::as_str);
+                    writeln!(out, "{name}_bucket{{{pairs}{sep}le=\"{le}\"}} {cumulative}").unwrap();
                 }
-                let l = labels(family.labels, values, None);
-                writeln!(out, "{name}_sum{l} {}", format_value(*sum)).unwrap();
-                writeln!(out, "{name}_count{l} {count}").unwrap();
+                writeln!(out, "{name}_sum{braced} {}", format_value(*sum)).unwrap();
+                writeln!(out, "{name}_count{braced} {count}").unwrap();
             }
             (Value::Histogram { .. }, _) => {}
         }
