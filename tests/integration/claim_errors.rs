@@ -20,10 +20,7 @@ fn a_claim_the_plugin_refuses_for_good_fails_at_once_with_the_plugin_s_reason() 
     }
     let rig = Rig::start();
     rig.create("vol", SNW);
-    rig.plugin
-        .set_faults("NodePublishVolume code=PERMISSION_DENIED message=wrong credentials\n");
-    let out = rig.agent.cli(&["volume", "claim", "-alloc", "a1", "vol"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = refused_claim(&rig, "vol", "a1");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("wrong credentials"), "{stderr}");

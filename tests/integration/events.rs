@@ -184,10 +184,7 @@ fn a_failed_claim_is_told_with_its_reason() {
     }
     let rig = Rig::start();
     rig.create("vol", SNW);
-    rig.plugin
-        .set_faults("NodePublishVolume code=PERMISSION_DENIED message=wrong credentials\n");
-    let out = rig.agent.cli(&["volume", "claim", "-alloc", "a2", "vol"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    refused_claim(&rig, "vol", "a2");
     let all = wait_for_event(&rig.agent, &["-topic", "claim"], |e| {
         e.kind == "ClaimFailed"
     });

@@ -127,10 +127,7 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     rig.create("vol", SNW);
     claimed(&rig.agent, &claim_req("vol", "a1"));
     released(&rig.agent, "vol", "a1");
-    rig.plugin
-        .set_faults("NodePublishVolume code=PERMISSION_DENIED message=wrong credentials\n");
-    let out = rig.agent.cli(&["volume", "claim", "-alloc", "a2", "vol"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    refused_claim(&rig, "vol", "a2");
     wait_volume(&rig.agent, "vol", "the claim rolled back", unclaimed, LONG);
     rig.plugin.set_faults("");
     // A task that fails, is restarted once, and fails again.

@@ -638,6 +638,18 @@ pub fn assert_no_dirs_left(csi: &Path) {
     assert!(left.is_empty(), "left under {}: {left:?}", csi.display());
 }
 
+/// `volume claim -alloc ALLOC VOLUME` through the CLI while the plugin
+/// refuses NodePublishVolume for good (PERMISSION_DENIED, "wrong
+/// credentials"): the claim fails with exit code 1. The output.
+#[track_caller]
+pub fn refused_claim(rig: &Rig, volume: &str, alloc: &str) -> std::process::Output {
+    rig.plugin
+        .set_faults("NodePublishVolume code=PERMISSION_DENIED message=wrong credentials\n");
+    let out = rig.agent.cli(&["volume", "claim", "-alloc", alloc, volume]);
+    assert_eq!(out.status.code(), Some(1), "{}", crate::harness::text(&out));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
