@@ -121,8 +121,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let watcher = SocketWatcher::start().map_err(Error::Watcher)?;
     let (reports_tx, reports) = unbounded();
     let (calls_tx, calls) = unbounded();
-    let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
+    // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
+    let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();
     let mut volumes = VolumeManager::new(

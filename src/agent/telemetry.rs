@@ -15,10 +15,11 @@ pub(super) fn start(config: &TelemetryConfig) -> Result<Option<Server>, Error> {
     let Some(listen) = config.metrics_listen() else {
         return Ok(None);
     };
-    let server = Server::start(listen, crate::metrics::render).map_err(|err| Error::Telemetry {
-        listen: listen.to_string(),
-        err,
-    })?;
+    let server =
+        Server::start(listen, crate::metrics::render_into).map_err(|err| Error::Telemetry {
+            listen: listen.to_string(),
+            err,
+        })?;
     log::info!("Serving metrics at {}/metrics", server.bound());
     Ok(Some(server))
 }

@@ -83,7 +83,7 @@ impl Server {
     /// starts answering; `render` writes the metrics of each scrape.
     pub fn start(
         listen: &Listen,
-        render: impl Fn() -> String + Send + 'static,
+        render: impl Fn(&mut dyn Write) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Server> {
         let (listener, bound) = match listen {
             Listen::Tcp(addr) => {
@@ -153,6 +153,34 @@ impl Drop for Server {
     }
 }
 
+/// What writes a scrape's body.
+type Render = dyn Fn(&mut dyn Write) -> io::Result<()>;
+
+/// A connection written within one deadline for the whole answer, however
+/// many writes it takes.
+struct Timed<'a> {
+    conn: &'a mut dyn Conn,
+    until: Instant,
+}
+
+impl Write for Timed<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the answer was not taken in time",
+            ));
+        }
+        self.conn.timeouts(Some(left))?;
+        self.conn.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.conn.flush()
+    }
+}
+
 /// A connection, whichever the socket.
 trait Conn: Read + Write {
     fn timeouts(&self, timeout: Option<Duration>) -> io::Result<()>;
@@ -181,7 +209,7 @@ impl Conn for UnixStream {
     }
 }
 
-fn serve(listener: Listener, stop: &AtomicBool, render: &dyn Fn() -> String) {
+fn serve(listener: Listener, stop: &AtomicBool, render: &Render) {
     loop {
         let conn: io::Result<Box<dyn Conn>> = match &listener {
             Listener::Tcp(l) => l.accept().map(|(s, _)| Box::new(s) as Box<dyn Conn>),
@@ -215,7 +243,7 @@ enum Asked {
 }
 
 /// Reads one request's head, bounded in time and size, and answers it.
-fn answer(conn: &mut dyn Conn, render: &dyn Fn() -> String) -> io::Result<()> {
+fn answer(conn: &mut dyn Conn, render: &Render) -> io::Result<()> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
@@ -240,8 +268,22 @@ fn answer(conn: &mut dyn Conn, render: &dyn Fn() -> String) -> io::Result<()> {
     conn.timeouts(Some(REQUEST_TIMEOUT))?;
     let reply = match asked {
         Asked::Metrics { head_only } => {
-            let body = render();
-            response("200 OK", CONTENT_TYPE, &body, head_only, "")
+            // The body goes out as it is rendered, ended by the close:
+            // no length up front.
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nConnection: close\r\n\r\n"
+            );
+            let timed = Timed {
+                conn: &mut *conn,
+                until: Instant::now() + REQUEST_TIMEOUT,
+            };
+            let mut out = io::BufWriter::with_capacity(16 << 10, timed);
+            out.write_all(head.as_bytes())?;
+            if !head_only {
+                render(&mut out)?;
+            }
+            out.flush()?;
+            String::new()
         }
         Asked::NotFound => response(
             "404 Not Found",
@@ -343,8 +385,8 @@ mod tests {
     }
 
     fn server() -> (Server, SocketAddr) {
-        let server = Server::start(&Listen::Tcp("127.0.0.1:0".parse().unwrap()), || {
-            "# TYPE x counter\nx 1\n".to_string()
+        let server = Server::start(&Listen::Tcp("127.0.0.1:0".parse().unwrap()), |out| {
+            out.write_all(b"# TYPE x counter\nx 1\n")
         })
         .unwrap();
         let Listen::Tcp(addr) = *server.bound() else {
@@ -431,7 +473,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("m.sock");
         std::fs::write(&path, "stale").unwrap();
-        let server = Server::start(&Listen::Unix(path.clone()), || "x 1\n".into()).unwrap();
+        let server =
+            Server::start(&Listen::Unix(path.clone()), |out| out.write_all(b"x 1\n")).unwrap();
         let mut s = UnixStream::connect(&path).unwrap();
         s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
         let mut out = String::new();

@@ -165,6 +165,13 @@ pub fn render() -> String {
     global().render(ALL)
 }
 
+/// [`render`] written to `out` as it goes, a few KiB at a time: a scrape
+/// of an agent with many plugins is hundreds of KiB, which need not be
+/// held (and kept by the allocator) at once.
+pub fn render_into(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    global().write(ALL, out)
+}
+
 impl Registry {
     pub fn new() -> Registry {
         Registry::default()
@@ -252,6 +259,15 @@ impl Registry {
 
     /// `families` in the exposition format, sorted by name.
     pub fn render(&self, families: &[&Family]) -> String {
+        let mut out = Vec::new();
+        self.write(families, &mut out)
+            .expect("writing to a Vec cannot fail");
+        String::from_utf8(out).expect("the format is UTF-8")
+    }
+
+    /// [`Registry::render`] written to `out`. The mutex is held only to
+    /// copy the values, never while `out` (a client's socket) is written.
+    pub fn write(&self, families: &[&Family], out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let mut sorted: Vec<&Family> = families.to_vec();
         sorted.sort_by_key(|f| f.name);
         let snapshot = self
@@ -260,12 +276,12 @@ impl Registry {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let empty = Series::new();
-        let mut out = String::with_capacity(64 << 10);
+        let mut buf = String::with_capacity(text::CHUNK + 4096);
         for family in sorted {
             let series = snapshot.get(family.name).unwrap_or(&empty);
-            text::write_family(&mut out, family, series);
+            text::write_family(&mut buf, family, series, out)?;
         }
-        out
+        out.write_all(buf.as_bytes())
     }
 }
 

@@ -4,6 +4,10 @@
 //! its `_count`.
 
 use std::fmt::Write as _;
+use std::io;
+
+/// How much text a scrape gathers before it writes it out.
+pub(super) const CHUNK: usize = 16 << 10;
 
 use super::{Family, Kind, Series, Value};
 
@@ -49,10 +53,16 @@ fn label_pairs(names: &[&str], values: &[String]) -> String {
     out
 }
 
-/// Writes a family's lines. A scrape writes every series of every family,
-/// so each series' labels are escaped once, and a histogram's bucket
-/// bounds formatted once per family, not once per line.
-pub(super) fn write_family(out: &mut String, family: &Family, series: &Series) {
+/// Appends a family's lines to `out`, writing `out` to `sink` whenever it
+/// holds a [`CHUNK`]. A scrape writes every series of every family, so
+/// each series' labels are escaped once, and a histogram's bucket bounds
+/// formatted once per family, not once per line.
+pub(super) fn write_family(
+    out: &mut String,
+    family: &Family,
+    series: &Series,
+    sink: &mut dyn io::Write,
+) -> io::Result<()> {
     let name = family.name;
     writeln!(out, "# HELP {name} {}", escape_help(family.help)).unwrap();
     writeln!(out, "# TYPE {name} {}", family.kind.as_str()).unwrap();
@@ -85,5 +95,10 @@ pub(super) fn write_family(out: &mut String, family: &Family, series: &Series) {
             }
             (Value::Histogram { .. }, _) => {}
         }
+        if out.len() >= CHUNK {
+            sink.write_all(out.as_bytes())?;
+            out.clear();
+        }
     }
+    Ok(())
 }
