@@ -439,6 +439,33 @@ pub enum Expr {
         otherwise: Box<Expr>,
         span: Span,
     },
+    /// `[for v in coll : value if cond]` or `{for k, v in coll : key =>
+    /// value... if cond}`.
+    For(Box<ForExpr>),
+}
+
+/// A `for` expression: what it iterates over, the names it binds, and what
+/// it makes of each element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForExpr {
+    /// The first name of `for k, v in`: the key or index. `None` when only
+    /// one name is given.
+    pub key_var: Option<Ident>,
+    /// The name bound to each element.
+    pub value_var: Ident,
+    /// What is iterated over: a list, a set, a map or an object.
+    pub collection: Expr,
+    /// `key =>` of an object `for`; `None` for a list `for`.
+    pub key: Option<Expr>,
+    /// The element made for each iteration.
+    pub value: Expr,
+    /// Whether the value ends with `...`: the values of each key are
+    /// grouped into a list rather than a duplicate key being an error.
+    pub grouped: bool,
+    /// The `if` filter.
+    pub cond: Option<Expr>,
+    /// From the opening bracket or brace to the closing one.
+    pub span: Span,
 }
 
 /// A unary operator.
@@ -509,11 +536,15 @@ pub enum Part {
     Interpolation(Expr),
 }
 
-/// One step of a reference after its root: `.name` or `[index]`.
+/// One step of a reference after its root: `.name`, `[index]`, or a
+/// splat, `[*]` or `.*`, which applies the steps after it to each element
+/// (all of them for `[*]`, the attribute steps that follow at once for
+/// `.*`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     Attr(Ident),
     Index(Expr),
+    Splat { full: bool, pos: Pos },
 }
 
 impl Expr {
@@ -533,6 +564,7 @@ impl Expr {
             | Expr::Unary { span, .. }
             | Expr::Binary { span, .. }
             | Expr::Conditional { span, .. } => *span,
+            Expr::For(for_expr) => for_expr.span,
         }
     }
 
@@ -556,7 +588,62 @@ impl Expr {
             | Expr::Call { .. }
             | Expr::Unary { .. }
             | Expr::Binary { .. }
-            | Expr::Conditional { .. } => "expression",
+            | Expr::Conditional { .. }
+            | Expr::For(_) => "expression",
+        }
+    }
+
+    /// Calls `f` on each expression directly inside this one, in source
+    /// order: for walks that look for names, as the locals' order does.
+    pub fn for_each_child<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
+        match self {
+            Expr::List { items, .. } => items.iter().for_each(f),
+            Expr::Object { entries, .. } => entries.iter().for_each(|(_, value)| f(value)),
+            Expr::Template { parts, .. } => {
+                for part in parts {
+                    if let Part::Interpolation(inner) = part {
+                        f(inner);
+                    }
+                }
+            }
+            Expr::Reference { steps, .. } => {
+                for step in steps {
+                    if let Step::Index(index) = step {
+                        f(index);
+                    }
+                }
+            }
+            Expr::Call { args, .. } => args.iter().for_each(f),
+            Expr::Unary { operand, .. } => f(operand),
+            Expr::Binary { lhs, rhs, .. } => {
+                f(lhs);
+                f(rhs);
+            }
+            Expr::Conditional {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                f(cond);
+                f(then);
+                f(otherwise);
+            }
+            Expr::For(for_expr) => {
+                f(&for_expr.collection);
+                if let Some(key) = &for_expr.key {
+                    f(key);
+                }
+                f(&for_expr.value);
+                if let Some(cond) = &for_expr.cond {
+                    f(cond);
+                }
+            }
+            Expr::String { .. }
+            | Expr::Heredoc { .. }
+            | Expr::Number { .. }
+            | Expr::Bool { .. }
+            | Expr::Null { .. } => {}
         }
     }
 

@@ -11,12 +11,14 @@
 //! (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are left in strings as
 //! written, for the agent to interpolate when a task starts.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::ast::{BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, UnaryOp};
 use super::functions;
+
+mod collections;
 
 /// A value that an expression evaluates to.
 #[derive(Debug, Clone, PartialEq)]
@@ -152,6 +154,12 @@ pub struct Scope<'a> {
     /// all (job files only).
     pub declares: bool,
     pub files: Option<&'a FileSource>,
+    /// The names the `for` expressions being evaluated bind, innermost
+    /// last.
+    pub(crate) bound: RefCell<Vec<(String, Value)>>,
+    /// How many elements `for` expressions have made so far, against
+    /// [`MAX_ITERATIONS`](collections::MAX_ITERATIONS).
+    pub(crate) iterations: Cell<usize>,
 }
 
 /// Evaluates the expressions of `body` and of the blocks in it, in place.
@@ -197,7 +205,8 @@ pub fn evaluate_in_place(expr: &mut Expr, scope: &Scope<'_>, file: &str) -> Resu
         | Expr::Call { .. }
         | Expr::Unary { .. }
         | Expr::Binary { .. }
-        | Expr::Conditional { .. } => {
+        | Expr::Conditional { .. }
+        | Expr::For(_) => {
             let span = expr.span();
             *expr = eval(expr, scope, file)?.to_expr(span);
         }
@@ -227,14 +236,15 @@ pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> 
             .map(Value::Object),
         Expr::Template { parts, .. } => template(parts, scope, file),
         Expr::Reference { root, steps, .. } => {
-            let mut value = root_value(&root.name, steps, scope)
+            if let Some(value) = collections::bound(scope, &root.name) {
+                return collections::traverse(value, steps, scope, file);
+            }
+            let value = root_value(&root.name, steps, scope)
                 .map_err(|message| Error::new(file, root.span.start, message))?;
             let skip = usize::from(matches!(root.name.as_str(), "var" | "local"));
-            for step in &steps[skip..] {
-                value = index(value, step, scope, file)?;
-            }
-            Ok(value)
+            collections::traverse(value, &steps[skip..], scope, file)
         }
+        Expr::For(for_expr) => collections::eval_for(for_expr, scope, file),
         Expr::Call { name, args, .. } => {
             let values = args
                 .iter()
@@ -429,11 +439,12 @@ fn root_value(root: &str, steps: &[Step], scope: &Scope<'_>) -> Result<Value, St
 }
 
 /// One step into a value: `.name` of an object, `[i]` of a list, `["k"]`
-/// of an object.
+/// of an object. Splats are [`collections::traverse`]'s.
 fn index(value: Value, step: &Step, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
     let (key, pos): (Value, Pos) = match step {
         Step::Attr(name) => (Value::String(name.name.clone()), name.span.start),
         Step::Index(expr) => (eval(expr, scope, file)?, expr.pos()),
+        Step::Splat { pos, .. } => return Err(Error::new(file, *pos, "a splat is not an index")),
     };
     let found = match (&value, &key) {
         (Value::Object(_), Value::String(name)) => value.get(name).cloned(),

@@ -173,7 +173,8 @@ fn write_expr(out: &mut String, value: &Expr) {
         | Expr::Call { .. }
         | Expr::Unary { .. }
         | Expr::Binary { .. }
-        | Expr::Conditional { .. } => out.push_str("null"),
+        | Expr::Conditional { .. }
+        | Expr::For(_) => out.push_str("null"),
     }
 }
 

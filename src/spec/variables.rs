@@ -529,29 +529,12 @@ fn local_names(expr: &Expr) -> Vec<String> {
 }
 
 fn collect_locals(expr: &Expr, names: &mut Vec<String>) {
-    match expr {
-        Expr::Reference { root, steps, .. } => {
-            if let (true, Some(Step::Attr(name))) = (root.name == "local", steps.first()) {
-                names.push(name.name.clone());
-            }
-            for step in steps {
-                if let Step::Index(index) = step {
-                    collect_locals(index, names);
-                }
-            }
+    if let Expr::Reference { root, steps, .. } = expr {
+        if let (true, Some(Step::Attr(name))) = (root.name == "local", steps.first()) {
+            names.push(name.name.clone());
         }
-        Expr::Call { args, .. } => args.iter().for_each(|a| collect_locals(a, names)),
-        Expr::List { items, .. } => items.iter().for_each(|a| collect_locals(a, names)),
-        Expr::Object { entries, .. } => entries.iter().for_each(|(_, a)| collect_locals(a, names)),
-        Expr::Template { parts, .. } => {
-            for part in parts {
-                if let hcl::Part::Interpolation(inner) = part {
-                    collect_locals(inner, names);
-                }
-            }
-        }
-        _ => {}
     }
+    expr.for_each_child(&mut |child| collect_locals(child, names));
 }
 
 #[cfg(test)]

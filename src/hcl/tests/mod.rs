@@ -5,6 +5,7 @@ use super::{json, parse, Body, Error, Expr, Item};
 mod errors;
 mod expressions;
 mod files;
+mod for_splat;
 mod functions;
 mod json_blocks;
 mod json_errors;
@@ -158,6 +159,8 @@ fn render_expr(expr: &Expr, out: &mut String) {
                         render_expr(index, out);
                         out.push(']');
                     }
+                    super::Step::Splat { full: true, .. } => out.push_str("[*]"),
+                    super::Step::Splat { full: false, .. } => out.push_str(".*"),
                 }
             }
         }
@@ -229,6 +232,28 @@ fn render_expr(expr: &Expr, out: &mut String) {
             out.push_str(" : ");
             render_expr(otherwise, out);
             out.push(')');
+        }
+        Expr::For(f) => {
+            out.push_str(if f.key.is_some() { "{for " } else { "[for " });
+            if let Some(k) = &f.key_var {
+                out.push_str(&format!("{}, ", k.name));
+            }
+            out.push_str(&format!("{} in ", f.value_var.name));
+            render_expr(&f.collection, out);
+            out.push_str(" : ");
+            if let Some(key) = &f.key {
+                render_expr(key, out);
+                out.push_str(" => ");
+            }
+            render_expr(&f.value, out);
+            if f.grouped {
+                out.push_str("...");
+            }
+            if let Some(cond) = &f.cond {
+                out.push_str(" if ");
+                render_expr(cond, out);
+            }
+            out.push_str(if f.key.is_some() { "}" } else { "]" });
         }
     }
 }
