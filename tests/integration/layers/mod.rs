@@ -79,9 +79,10 @@ const LAYERS: &[&[&str]] = &[
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
+    // domain's terms (`CallError`, `ReplyTo`); JSON as data; regular
+    // expressions (Go's syntax, a Pike VM).
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics", "regex",
     ],
 ];
 
