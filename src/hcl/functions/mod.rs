@@ -8,7 +8,9 @@ use super::eval::{FileSource, Value};
 mod collections;
 mod encodings;
 mod files;
+mod network;
 mod numbers;
+mod regex;
 mod strings;
 
 pub(crate) use encodings::{base64_decode, base64_encode};
@@ -31,6 +33,8 @@ const TABLE: &[&[(&str, usize, usize, Function)]] = &[
     numbers::FUNCTIONS,
     encodings::FUNCTIONS,
     files::FUNCTIONS,
+    network::FUNCTIONS,
+    regex::FUNCTIONS,
 ];
 
 /// The names of the functions, for documentation and tests.

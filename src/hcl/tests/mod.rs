@@ -7,6 +7,7 @@ mod expressions;
 mod files;
 mod for_splat;
 mod functions;
+mod functions_network_regex;
 mod json_blocks;
 mod json_errors;
 mod json_values;
