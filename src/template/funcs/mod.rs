@@ -84,9 +84,6 @@ pub(super) fn check(name: &str) -> Result<(), String> {
         "plugin" | "writeToFile" => {
             format!("function {name:?} is denied, as Nomad denies it by default")
         }
-        "regexMatch" | "regexReplaceAll" => {
-            format!("function {name:?} is not supported: csi-agent has no regular expressions")
-        }
         "sockaddr" | "sha256Hex" | "md5sum" | "toYAML" | "parseYAML" | "toTOML"
         | "executeTemplate" => {
             format!("function {name:?} is not supported by csi-agent")

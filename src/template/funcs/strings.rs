@@ -2,11 +2,12 @@
 
 use super::go::compare;
 use super::{Args, Function};
+use crate::regex::Regex;
 use crate::template::convert::title;
 use crate::template::exec::Value;
 
-/// The environment, file and string functions, by name, with how many arguments each takes (at least,
-/// at most).
+/// The environment, file and string functions, by name, with how many
+/// arguments each takes (at least, at most).
 pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     // consul-template: the environment and files.
     ("env", 1, 1, |a| {
@@ -113,6 +114,15 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("containsAny", 2, 2, |a| contains_some(a, false, false)),
     ("containsNone", 2, 2, |a| contains_some(a, true, false)),
     ("containsNotAll", 2, 2, |a| contains_some(a, false, true)),
+    // Regular expressions, with Go's syntax and matches.
+    ("regexMatch", 2, 2, |a| {
+        let (re, text) = (pattern(a, 0)?, a.string(1)?);
+        Ok(Value::Bool(re.is_match(&text)))
+    }),
+    ("regexReplaceAll", 3, 3, |a| {
+        let (re, with, text) = (pattern(a, 0)?, a.string(1)?, a.string(2)?);
+        Ok(Value::Str(re.replace_all(&text, &with)))
+    }),
 ];
 
 /// Whether `haystack` (a list, a map's keys, or a string) holds `needle`.
@@ -142,4 +152,10 @@ pub(super) fn contains_some(
     } else {
         needles.iter().any(test)
     }))
+}
+
+/// Argument `i` compiled as a regular expression.
+fn pattern(a: &Args<'_>, i: usize) -> Result<Regex, String> {
+    let text = a.string(i)?;
+    Regex::new(&text).map_err(|err| format!("invalid pattern {text:?} {err}"))
 }
