@@ -79,11 +79,13 @@ const LAYERS: &[&[&str]] = &[
     // The ground: the HCL parser; every mount system call; the other
     // system calls; IDs that become paths; durations and sizes; latency
     // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`); JSON as data; regular
-    // expressions (Go's syntax, a Pike VM).
+    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics", "regex",
+        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics",
     ],
+    // Below the ground, for the HCL functions and the templates alike:
+    // regular expressions (Go's syntax, a Pike VM), which use nothing.
+    &["regex"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.
