@@ -33,6 +33,11 @@ pub struct JobInputs {
     pub vars: Vec<(String, String)>,
     /// The files the job's `file()` calls read.
     pub files: FileSource,
+    /// Whether a value for a variable the job file does not declare (from
+    /// `-var` or a var file) is an error rather than a warning: the CLI's
+    /// default, as Nomad's `-hcl2-strict`. Not sent to the agent, which
+    /// warns: the CLI has already refused what it was told to.
+    pub strict: bool,
 }
 
 impl JobInputs {
@@ -53,19 +58,49 @@ impl JobInputs {
             self.env.clear();
             return;
         };
-        let declared: Vec<String> = body
-            .blocks()
-            .flat_map(|block| match block.kind.name.as_str() {
-                "variable" => block.label(0).map(str::to_string).into_iter().collect(),
-                "variables" => block
-                    .body
-                    .attributes()
-                    .map(|a| a.key.name.clone())
-                    .collect(),
-                _ => Vec::new(),
-            })
-            .collect();
+        let declared = declared_names(&body);
         self.env.retain(|(name, _)| declared.contains(name));
+    }
+
+    /// The values given by `-var` and the var files for variables that the
+    /// job file `src` does not declare, each an error at where it was
+    /// given; none if `src` does not parse (its decoding says why).
+    pub fn undeclared(&self, src: &str, file: &str) -> Vec<Error> {
+        let Ok(body) = hcl::parse_file(src, file) else {
+            return Vec::new();
+        };
+        let found = self.undeclared_of(&declared_names(&body), file);
+        found.into_iter().map(strict_error).collect()
+    }
+
+    /// [`JobInputs::undeclared`] against the names `declared`.
+    fn undeclared_of(&self, declared: &[String], file: &str) -> Vec<Error> {
+        let mut out = Vec::new();
+        for (var_file, text) in &self.var_files {
+            let Ok(body) = hcl::parse_file(text, var_file) else {
+                continue;
+            };
+            for attr in body.attributes() {
+                let name = &attr.key.name;
+                if !declared.contains(name) {
+                    out.push(Error::new(
+                        var_file,
+                        attr.key.span.start,
+                        format!("{name:?} is not a variable of the job file"),
+                    ));
+                }
+            }
+        }
+        for (name, _) in &self.vars {
+            if !declared.contains(name) {
+                out.push(Error::new(
+                    file,
+                    Pos::new(1, 1),
+                    format!("-var {name}: the job file declares no variable {name:?}"),
+                ));
+            }
+        }
+        out
     }
 
     /// The files that `file()` calls read so far, given or from disk.
@@ -197,6 +232,31 @@ pub(crate) fn resolve(
 /// configs, volume specs): functions, but no `var.*` or `local.*`.
 pub(crate) fn evaluate_plain(body: &mut Body, file: &str) -> Result<(), Vec<Error>> {
     hcl::evaluate(body, &Scope::default(), file)
+}
+
+/// A value for an undeclared variable as the error it is under
+/// `-hcl2-strict`.
+fn strict_error(err: Error) -> Error {
+    Error {
+        message: format!("{} (with -hcl2-strict=false it is a warning)", err.message),
+        ..err
+    }
+}
+
+/// The variables a job file's body declares, in `variable` and
+/// `variables` blocks.
+fn declared_names(body: &Body) -> Vec<String> {
+    body.blocks()
+        .flat_map(|block| match block.kind.name.as_str() {
+            "variable" => block.label(0).map(str::to_string).into_iter().collect(),
+            "variables" => block
+                .body
+                .attributes()
+                .map(|a| a.key.name.clone())
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// Refuses blocks inside a block that only holds attributes.
@@ -359,7 +419,18 @@ fn assign(
     warnings: &mut Vec<Warning>,
     errors: &mut Vec<Error>,
 ) {
-    let at_start = Pos::new(1, 1);
+    let declared: Vec<String> = variables.iter().map(|v| v.name.clone()).collect();
+    for undeclared in inputs.undeclared_of(&declared, file) {
+        if inputs.strict {
+            errors.push(strict_error(undeclared));
+        } else {
+            warnings.push(Warning {
+                file: undeclared.file,
+                pos: undeclared.pos,
+                message: undeclared.message,
+            });
+        }
+    }
     for (name, raw) in &inputs.env {
         // As in Nomad, the environment may hold values for other jobs.
         let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
@@ -396,11 +467,6 @@ fn assign(
         for attr in body.attributes() {
             let name = &attr.key.name;
             let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
-                warnings.push(Warning {
-                    file: var_file.clone(),
-                    pos: attr.key.span.start,
-                    message: format!("{name:?} is not a variable of the job file"),
-                });
                 continue;
             };
             let value = hcl::eval(&attr.value, base, var_file).and_then(|value| {
@@ -420,11 +486,6 @@ fn assign(
     }
     for (name, raw) in &inputs.vars {
         let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
-            warnings.push(Warning {
-                file: file.to_string(),
-                pos: at_start,
-                message: format!("-var {name}: the job file declares no variable {name:?}"),
-            });
             continue;
         };
         match raw_value(raw, &v.ty, &format!("-var {name}"), base) {
@@ -664,6 +725,38 @@ job "app" {{
             decoded.warnings[0].to_string(),
             "job.hcl:1:1: warning: -var other: the job file declares no variable \"other\""
         );
+    }
+
+    #[test]
+    fn under_hcl2_strict_a_value_for_an_undeclared_variable_is_an_error() {
+        let inputs = JobInputs {
+            vars: pairs(&[("other", "x")]),
+            var_files: vec![(
+                "v.hcl".to_string(),
+                "vol_id = \"a\"\nextra = 1\n".to_string(),
+            )],
+            strict: true,
+            ..JobInputs::default()
+        };
+        let src = job(WITH_DEFAULT);
+        let errors: Vec<String> = Job::decode_with(&src, "job.hcl", &inputs)
+            .unwrap_err()
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let want = [
+            "v.hcl:2:1: \"extra\" is not a variable of the job file (with -hcl2-strict=false it is a warning)",
+            "job.hcl:1:1: -var other: the job file declares no variable \"other\" (with -hcl2-strict=false it is a warning)",
+        ];
+        assert_eq!(errors, want);
+        // The CLI's check before sending the job says the same.
+        let found: Vec<String> = inputs
+            .undeclared(&src, "job.hcl")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found, want);
     }
 
     #[test]

@@ -255,7 +255,7 @@ fn validate_reports_a_file_it_cannot_read() {
 fn validate_without_files_is_a_usage_error() {
     let out = validate(&[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... FILE..."));
+    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE..."));
     let out = validate(&["-strict", "x.hcl"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).starts_with("error: unknown flag -strict\n"));

@@ -298,3 +298,49 @@ fn the_agent_config_s_meta_datacenter_and_region_are_interpolated() {
     }
     rig.stop("greeter");
 }
+
+#[test]
+fn a_value_for_an_undeclared_variable_is_refused_unless_hcl2_strict_is_false() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let path = rig.agent.dir.join("greeter.hcl");
+    fs::write(&path, GREETER).unwrap();
+    let path = path.display().to_string();
+    let refused = format!(
+        "{path}:1:1: -var nope: the job file declares no variable \"nope\" (with -hcl2-strict=false it is a warning)"
+    );
+    // As Nomad's -hcl2-strict, true unless told otherwise: job run sends
+    // nothing, and validate says the same.
+    for verb in [&["job", "run"][..], &["validate"][..]] {
+        let args = [verb, &["-var", "greeting=hi", "-var", "nope=1", &path]].concat();
+        let out = cli_with(&rig, &args, &[], "");
+        assert!(!out.status.success(), "{verb:?}: {}", text(&out));
+        assert!(text(&out).contains(&refused), "{verb:?}: {}", text(&out));
+    }
+    let out = cli_with(
+        &rig,
+        &[
+            "job",
+            "run",
+            "-hcl2-strict=false",
+            "-var",
+            "greeting=hi",
+            "-var=nope=1",
+            &path,
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("warning: -var nope: the job file declares no variable \"nope\""),
+        "{}",
+        text(&out)
+    );
+    let alloc = rig.job("greeter").allocs[0].id.clone();
+    rig.wait_running("greeter", &alloc);
+    wait_for_log(&rig, &alloc, "HI x1\n");
+    rig.stop("greeter");
+}
