@@ -247,7 +247,7 @@ fn node_attributes_are_interpolated_when_the_task_starts() {
         )
         .replace(
             "echo \\\"$LINE\\\"",
-            "echo \\\"$LINE $WHERE ${node.unique.name} ${attr.unique.hostname}\\\"",
+            "echo \\\"$LINE $WHERE ${node.unique.name} ${attr.unique.hostname} ${node.unique.id}\\\"",
         )
         .replace(
             "LINE = local.line\n",
@@ -259,8 +259,16 @@ fn node_attributes_are_interpolated_when_the_task_starts() {
     let host = host.trim();
     let alloc = rig.job("greeter").allocs[0].id.clone();
     rig.wait_running("greeter", &alloc);
+    // The node's ID is the UUID the agent keeps in its data dir.
+    let id = fs::read_to_string(rig.agent.data_dir.join("node-id")).unwrap();
+    let id = id.trim();
+    assert_eq!(id.len(), 36, "{id:?}");
     // A variable's default keeps the sequence for the agent, as Nomad does.
-    wait_for_log(&rig, &alloc, &format!("linux x1 on linux {host} {host}\n"));
+    wait_for_log(
+        &rig,
+        &alloc,
+        &format!("linux x1 on linux {host} {host} {id}\n"),
+    );
     rig.stop("greeter");
 }
 
