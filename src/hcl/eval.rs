@@ -206,7 +206,8 @@ pub fn evaluate_in_place(expr: &mut Expr, scope: &Scope<'_>, file: &str) -> Resu
         | Expr::Unary { .. }
         | Expr::Binary { .. }
         | Expr::Conditional { .. }
-        | Expr::For(_) => {
+        | Expr::For(_)
+        | Expr::Traversal { .. } => {
             let span = expr.span();
             *expr = eval(expr, scope, file)?.to_expr(span);
         }
@@ -245,6 +246,10 @@ pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> 
             collections::traverse(value, &steps[skip..], scope, file)
         }
         Expr::For(for_expr) => collections::eval_for(for_expr, scope, file),
+        Expr::Traversal { source, steps, .. } => {
+            let value = eval(source, scope, file)?;
+            collections::traverse(value, steps, scope, file)
+        }
         Expr::Call { name, args, .. } => {
             let values = args
                 .iter()

@@ -292,24 +292,11 @@ impl<'a> Parser<'a> {
             let close = self.advance()?;
             self.leave();
             let span = Span::new(name.span.start, close.end);
-            return Ok(Expr::Call { name, args, span });
+            let call = Expr::Call { name, args, span };
+            return self.postfix(call);
         }
-        let mut steps = Vec::new();
-        let mut end = name.span.end;
-        // Each splat nests the evaluation one level deeper, so each counts
-        // against the nesting limit until the reference ends.
-        let mut splats = 0;
-        let result = loop {
-            match self.reference_step(&name.name, &mut steps, &mut splats) {
-                Ok(Some(step_end)) => end = step_end,
-                Ok(None) => break Ok(()),
-                Err(err) => break Err(err),
-            }
-        };
-        for _ in 0..splats {
-            self.leave();
-        }
-        result?;
+        let (steps, end) = self.parse_steps(&format!("in a reference to '{}'", name.name))?;
+        let end = end.unwrap_or(name.span.end);
         let span = Span::new(name.span.start, end);
         Ok(Expr::Reference {
             root: name,
@@ -318,12 +305,51 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// Reads one step of a reference to `root`, if one comes next: `.name`,
-    /// `[index]`, `[*]` or `.*`; returns where it ends. A splat enters one
-    /// more level of nesting, counted in `splats`.
+    /// Reads the steps that follow a value, if any (`.name`, `[index]`,
+    /// `[*]`, `.*`), and where the last ends; `context` completes "expected
+    /// ..." in errors.
+    ///
+    /// Each splat nests the evaluation one level deeper, so each counts
+    /// against the nesting limit until the steps end.
+    fn parse_steps(&mut self, context: &str) -> Result<(Vec<Step>, Option<Pos>), Error> {
+        let mut steps = Vec::new();
+        let mut end = None;
+        let mut splats = 0;
+        let result = loop {
+            match self.reference_step(context, &mut steps, &mut splats) {
+                Ok(Some(step_end)) => end = Some(step_end),
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+        };
+        for _ in 0..splats {
+            self.leave();
+        }
+        result.map(|()| (steps, end))
+    }
+
+    /// `source` with the steps after it, for a value that is not a
+    /// reference: a call, parentheses, a list, a `for` (`split(",",
+    /// var.s)[0]`, `values(var.m)[*].id`).
+    pub(super) fn postfix(&mut self, source: Expr) -> Result<Expr, Error> {
+        let (steps, end) = self.parse_steps("after the value")?;
+        let Some(end) = end else {
+            return Ok(source);
+        };
+        let span = Span::new(source.span().start, end);
+        Ok(Expr::Traversal {
+            source: Box::new(source),
+            steps,
+            span,
+        })
+    }
+
+    /// Reads one step, if one comes next: `.name`, `[index]`, `[*]` or
+    /// `.*`; returns where it ends. A splat enters one more level of
+    /// nesting, counted in `splats`.
     fn reference_step(
         &mut self,
-        root: &str,
+        context: &str,
         steps: &mut Vec<Step>,
         splats: &mut usize,
     ) -> Result<Option<Pos>, Error> {
@@ -341,9 +367,9 @@ impl<'a> Parser<'a> {
                 }
                 let span = self.span();
                 let TokenKind::Ident(attr) = &self.tok.kind else {
-                    return Err(self.unexpected(&format!(
-                        "an attribute name or '*' after '.' in a reference to '{root}'"
-                    )));
+                    return Err(
+                        self.unexpected(&format!("an attribute name or '*' after '.' {context}"))
+                    );
                 };
                 steps.push(Step::Attr(Ident {
                     name: attr.clone(),
@@ -593,6 +619,12 @@ pub(crate) fn needs_evaluation(expr: &Expr, bound: &[String]) -> bool {
         Expr::Reference { root, steps, .. } => {
             matches!(root.name.as_str(), "var" | "local")
                 || bound.contains(&root.name)
+                || steps.iter().any(
+                    |step| matches!(step, Step::Index(index) if needs_evaluation(index, bound)),
+                )
+        }
+        Expr::Traversal { source, steps, .. } => {
+            needs_evaluation(source, bound)
                 || steps.iter().any(
                     |step| matches!(step, Step::Index(index) if needs_evaluation(index, bound)),
                 )

@@ -174,7 +174,8 @@ fn write_expr(out: &mut String, value: &Expr) {
         | Expr::Unary { .. }
         | Expr::Binary { .. }
         | Expr::Conditional { .. }
-        | Expr::For(_) => out.push_str("null"),
+        | Expr::For(_)
+        | Expr::Traversal { .. } => out.push_str("null"),
     }
 }
 

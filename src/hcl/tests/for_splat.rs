@@ -220,3 +220,32 @@ fn fors_count_against_the_nesting_limit() {
     let err = super::parse_err(&deep);
     assert!(err.message.contains("nesting deeper than"), "{err}");
 }
+
+#[test]
+fn calls_parentheses_and_lists_take_steps_too() {
+    assert_eq!(
+        render(&parse_ok(
+            "x = split(\",\", var.s)[0]\ny = (var.a).b[*].c\n"
+        )),
+        "x = (split(\",\", var.s))[0]\ny = (var.a).b[*].c\n"
+    );
+    let s = ("s", text("a,b,c"));
+    assert_eq!(
+        evaluated(
+            "x = split(\",\", var.s)[1]\ny = \"${split(\",\", var.s)[2]}\"\nz = [for v in split(\",\", var.s) : upper(v)][0]\n",
+            std::slice::from_ref(&s)
+        ),
+        "x = \"b\"\ny = \"c\"\nz = \"A\"\n"
+    );
+    assert_eq!(
+        evaluated(
+            "x = values({ a = { id = 1 }, b = { id = 2 } })[*].id\n",
+            &[]
+        ),
+        "x = [1, 2]\n"
+    );
+    assert_eq!(
+        evaluation_error("x = split(\",\", var.s)[5]\n", &[s]),
+        "test.hcl:1:23: a list has no element \"5\""
+    );
+}

@@ -152,18 +152,13 @@ fn render_expr(expr: &Expr, out: &mut String) {
         }
         Expr::Reference { root, steps, .. } => {
             out.push_str(&root.name);
-            for step in steps {
-                match step {
-                    super::Step::Attr(name) => out.push_str(&format!(".{}", name.name)),
-                    super::Step::Index(index) => {
-                        out.push('[');
-                        render_expr(index, out);
-                        out.push(']');
-                    }
-                    super::Step::Splat { full: true, .. } => out.push_str("[*]"),
-                    super::Step::Splat { full: false, .. } => out.push_str(".*"),
-                }
-            }
+            render_steps(steps, out);
+        }
+        Expr::Traversal { source, steps, .. } => {
+            out.push('(');
+            render_expr(source, out);
+            out.push(')');
+            render_steps(steps, out);
         }
         Expr::Call { name, args, .. } => {
             out.push_str(&format!("{}(", name.name));
@@ -255,6 +250,21 @@ fn render_expr(expr: &Expr, out: &mut String) {
                 render_expr(cond, out);
             }
             out.push_str(if f.key.is_some() { "}" } else { "]" });
+        }
+    }
+}
+
+fn render_steps(steps: &[super::Step], out: &mut String) {
+    for step in steps {
+        match step {
+            super::Step::Attr(name) => out.push_str(&format!(".{}", name.name)),
+            super::Step::Index(index) => {
+                out.push('[');
+                render_expr(index, out);
+                out.push(']');
+            }
+            super::Step::Splat { full: true, .. } => out.push_str("[*]"),
+            super::Step::Splat { full: false, .. } => out.push_str(".*"),
         }
     }
 }
