@@ -249,3 +249,32 @@ fn calls_parentheses_and_lists_take_steps_too() {
         "test.hcl:1:23: a list has no element \"5\""
     );
 }
+
+#[test]
+fn the_deepest_fors_and_splats_that_parse_evaluate_without_overflowing() {
+    // The deepest nesting of each that the parser accepts.
+    let deepest = |make: &dyn Fn(usize) -> String| {
+        let mut n = 1;
+        while crate::hcl::parse(&make(n + 1), "test.hcl").is_ok() {
+            n += 1;
+        }
+        make(n)
+    };
+    let fors = deepest(&|n| {
+        format!(
+            "x = {}length(s){}\n",
+            "[for s in [\"a\"] : ".repeat(n),
+            "]".repeat(n)
+        )
+    });
+    let mut want = "1".to_string();
+    for _ in 0..fors.matches("[for").count() {
+        want = format!("[{want}]");
+    }
+    assert_eq!(evaluated(&fors, &[]), format!("x = {want}\n"));
+    // Each splat after the first wraps each element (a string) in a list.
+    let splats = deepest(&|n| format!("x = var.l{}\n", "[*]".repeat(n)));
+    let n = splats.matches("[*]").count();
+    let want = format!("x = {}\"a\"{}\n", "[".repeat(n), "]".repeat(n));
+    assert_eq!(evaluated(&splats, &[("l", list(&["a"]))]), want);
+}
