@@ -1,5 +1,6 @@
 //! Evaluation of the expressions a file holds: `${var.x}` and
-//! `${local.x}` in strings, bare references and function calls, into the
+//! `${local.x}` in strings, bare references, function calls, operators,
+//! and `for` expressions and splats (`eval/collections.rs`), into the
 //! literal values the decoders read.
 //!
 //! Nomad evaluates a job file's HCL2 expressions on the machine that
@@ -7,7 +8,8 @@
 //! decoding, so that the decoders only ever see literals and report their
 //! errors against the positions of the expressions that made them. What a
 //! file may refer to is a [`Scope`]: its variables and locals, and the
-//! files `file()` may read. References that are not variables or locals
+//! files `file()` may read, and the names the `for` expressions being
+//! evaluated bind. References that are none of these
 //! (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are left in strings as
 //! written, for the agent to interpolate when a task starts.
 

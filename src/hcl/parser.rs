@@ -2,8 +2,10 @@
 //! lookahead, no backtracking.
 //!
 //! Recursion only happens when a block, a list, an object or parentheses
-//! open, or an operator takes its operand (`parser/operators.rs`), and the
-//! nesting limit bounds it, so hostile input cannot overflow the stack.
+//! open, an operator takes its operand (`parser/operators.rs`), a `for`
+//! its parts (`parser/for_expr.rs`, two levels each) or a splat the steps
+//! after it, and the nesting limit bounds it, so hostile input cannot
+//! overflow the stack, in parsing or in evaluating.
 
 use std::collections::HashMap;
 
