@@ -1,7 +1,7 @@
 //! HCL2 expressions through `job run`: `for` expressions, splats and the
 //! regex and network functions evaluated with the job's variables and
 //! locals, and what they leave for the agent interpolated when the task
-//! starts.
+//! starts; and a template's regex functions.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -94,4 +94,55 @@ fn a_for_over_a_string_is_refused_at_its_position() {
         err.contains("bad.hcl:12:22: a for expression iterates over a list, a set, a map or an object, not a string"),
         "{err}"
     );
+}
+
+/// A raw_exec task whose environment a template makes with consul-template's
+/// regex functions.
+const REGEX_TEMPLATE: &str = r#"job "retpl" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data        = <<-EOT
+          ID={{ env "NOMAD_ALLOC_ID" | regexReplaceAll "^(?P<head>....)(.*)$" "$${head}-$2" }}
+          HEX={{ if env "NOMAD_ALLOC_ID" | regexMatch "^[0-9a-f]{8}$" }}yes{{ else }}no{{ end }}
+          DOTS={{ "a.b.c" | regexReplaceAll "\\." "_" }}
+        EOT
+        destination = "local/re.env"
+        env         = true
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$ID|$HEX|$DOTS\"; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_template_s_regex_functions_match_and_replace_as_go_does() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.run_job_output("retpl.hcl", REGEX_TEMPLATE);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job("retpl").allocs[0].id.clone();
+    rig.wait_running("retpl", &alloc);
+    let want = format!("{}-{}|yes|a_b_c\n", &alloc[..4], &alloc[4..]);
+    let start = Instant::now();
+    loop {
+        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
+        if log == want {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    rig.stop("retpl");
 }
