@@ -68,6 +68,22 @@ impl Value {
         }
     }
 
+    /// How many values this one holds, itself and all levels below
+    /// included; found without recursion.
+    pub fn size(&self) -> usize {
+        let mut size = 0;
+        let mut stack = vec![self];
+        while let Some(value) = stack.pop() {
+            size += 1;
+            match value {
+                Value::List(items) => stack.extend(items),
+                Value::Object(entries) => stack.extend(entries.iter().map(|(_, v)| v)),
+                _ => {}
+            }
+        }
+        size
+    }
+
     /// The entry `key` of an object.
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
@@ -162,6 +178,28 @@ pub struct Scope<'a> {
     /// How many elements `for` expressions have made so far, against
     /// [`MAX_ITERATIONS`](collections::MAX_ITERATIONS).
     pub(crate) iterations: Cell<usize>,
+    /// How many values references to variables, locals and the names of
+    /// `for`s have copied so far, against [`MAX_COPIED`]: a file of a few
+    /// lines that names a big local many times cannot take the memory.
+    pub(crate) copied: Cell<usize>,
+}
+
+/// How many values the references of one scope may copy in all.
+pub(crate) const MAX_COPIED: usize = 10_000_000;
+
+impl Scope<'_> {
+    /// Counts the values of `value`, which a reference copies, against
+    /// [`MAX_COPIED`].
+    pub(crate) fn charge(&self, value: &Value) -> Result<(), String> {
+        let total = self.copied.get().saturating_add(value.size());
+        self.copied.set(total);
+        if total > MAX_COPIED {
+            return Err(format!(
+                "the expressions copy more than {MAX_COPIED} values from variables and locals"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Evaluates the expressions of `body` and of the blocks in it, in place.
@@ -240,9 +278,13 @@ pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> 
         Expr::Template { parts, .. } => template(parts, scope, file),
         Expr::Reference { root, steps, .. } => {
             if let Some(value) = collections::bound(scope, &root.name) {
+                scope
+                    .charge(&value)
+                    .map_err(|message| Error::new(file, root.span.start, message))?;
                 return collections::traverse(value, steps, scope, file);
             }
             let value = root_value(&root.name, steps, scope)
+                .and_then(|value| scope.charge(&value).map(|()| value))
                 .map_err(|message| Error::new(file, root.span.start, message))?;
             let skip = usize::from(matches!(root.name.as_str(), "var" | "local"));
             collections::traverse(value, &steps[skip..], scope, file)

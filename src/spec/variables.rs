@@ -544,42 +544,114 @@ fn validate(v: &Variable<'_>, file: &str, scope: &Scope<'_>) -> Result<(), Error
     Ok(())
 }
 
-/// Evaluates the locals, each once the locals it refers to are known; a
-/// local that never becomes ready refers to itself or to one that does
-/// not exist.
+/// Evaluates the locals, each after the locals it refers to (a walk of
+/// their dependencies in time linear in their number, with its own stack:
+/// a chain of thousands of locals neither takes quadratic time nor the
+/// stack); a local that refers to itself, through others or not, is an
+/// error at the first such local found. A value nested deeper than
+/// [`MAX_VALUE_DEPTH`] (locals wrapping locals) is refused, so that
+/// nothing that walks values later can overflow the stack, and so is one
+/// of more than [`MAX_VALUE_SIZE`] values (locals doubling locals), so
+/// that no chain of them can take the memory.
 fn evaluate_locals(
     locals: &[&hcl::Attribute],
     file: &str,
     scope: &mut Scope<'_>,
 ) -> Result<(), Error> {
-    let mut pending: Vec<&hcl::Attribute> = locals.to_vec();
-    while !pending.is_empty() {
-        let before = pending.len();
-        let mut waiting = Vec::new();
-        for attr in pending {
+    let index: BTreeMap<&str, usize> = locals
+        .iter()
+        .enumerate()
+        .map(|(i, attr)| (attr.key.name.as_str(), i))
+        .collect();
+    let deps: Vec<Vec<usize>> = locals
+        .iter()
+        .map(|attr| {
             let names = local_names(&attr.value);
-            let defined = |n: &String| locals.iter().any(|l| l.key.name == *n);
-            if names
+            names
                 .iter()
-                .any(|n| defined(n) && !scope.locals.contains_key(n))
-            {
-                waiting.push(attr);
+                .filter_map(|n| index.get(n.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // 0: not reached, 1: waiting for its dependencies, 2: evaluated.
+    let mut state = vec![0u8; locals.len()];
+    for root in 0..locals.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        state[root] = 1;
+        let mut stack = vec![(root, 0usize)];
+        while let Some((node, next)) = stack.last_mut() {
+            let node = *node;
+            if let Some(&dep) = deps[node].get(*next) {
+                *next += 1;
+                match state[dep] {
+                    0 => {
+                        state[dep] = 1;
+                        stack.push((dep, 0));
+                    }
+                    1 => {
+                        let attr = locals[dep];
+                        return Err(Error::new(
+                            file,
+                            attr.key.span.start,
+                            format!("local {:?} depends on itself", attr.key.name),
+                        ));
+                    }
+                    _ => {}
+                }
                 continue;
             }
+            let attr = locals[node];
             let value = hcl::eval(&attr.value, scope, file)?;
+            let (depth, size) = measure(&value);
+            let name = &attr.key.name;
+            let too_big = if depth > MAX_VALUE_DEPTH {
+                Some(format!(
+                    "local {name:?} nests lists and objects deeper than {MAX_VALUE_DEPTH} levels"
+                ))
+            } else if size > MAX_VALUE_SIZE {
+                Some(format!(
+                    "local {name:?} holds more than {MAX_VALUE_SIZE} values"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = too_big {
+                return Err(Error::new(file, attr.key.span.start, message));
+            }
             scope.locals.insert(attr.key.name.clone(), value);
+            state[node] = 2;
+            stack.pop();
         }
-        if waiting.len() == before {
-            let first = waiting[0];
-            return Err(Error::new(
-                file,
-                first.key.span.start,
-                format!("local {:?} depends on itself", first.key.name),
-            ));
-        }
-        pending = waiting;
     }
     Ok(())
+}
+
+/// How deeply a local's value may nest lists and objects: deeper than any
+/// file can write one (the parser's limit), shallow enough for every walk
+/// of a value to recurse.
+const MAX_VALUE_DEPTH: usize = 4 * hcl::MAX_NESTING;
+
+/// How many values a local's value may hold, all levels counted.
+const MAX_VALUE_SIZE: usize = 1_000_000;
+
+/// How deeply `value` nests lists and objects, and how many values it
+/// holds, found without recursion.
+fn measure(value: &Value) -> (usize, usize) {
+    let mut deepest = 0;
+    let mut size = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, level)) = stack.pop() {
+        deepest = deepest.max(level);
+        size += 1;
+        match value {
+            Value::List(items) => stack.extend(items.iter().map(|v| (v, level + 1))),
+            Value::Object(entries) => stack.extend(entries.iter().map(|(_, v)| (v, level + 1))),
+            _ => {}
+        }
+    }
+    (deepest, size)
 }
 
 /// The locals that `expr` names.
@@ -757,6 +829,48 @@ job "app" {{
             .map(ToString::to_string)
             .collect();
         assert_eq!(found, want);
+    }
+
+    #[test]
+    fn a_long_chain_of_locals_is_evaluated_in_linear_time() {
+        // Each refers to the next, written after it: the worst order.
+        let n = 5000;
+        let mut decl = String::from("locals {\n");
+        for i in 0..n - 1 {
+            decl.push_str(&format!("  a{i} = local.a{}\n", i + 1));
+        }
+        decl.push_str(&format!("  a{} = \"end\"\n}}", n - 1));
+        let src = job(&decl).replace("${var.vol_id}", "${local.a0}");
+        let decoded = Job::decode_with(&src, "job.hcl", &JobInputs::default()).unwrap();
+        assert_eq!(decoded.spec.groups[0].volumes[0].source, "end");
+    }
+
+    #[test]
+    fn locals_that_nest_too_deep_or_grow_too_big_are_refused() {
+        let chain = |n: usize, each: &str| {
+            let mut decl = String::from("locals {\n");
+            for i in 0..n - 1 {
+                decl.push_str(&format!(
+                    "  a{i} = {}\n",
+                    each.replace("NEXT", &format!("local.a{}", i + 1))
+                ));
+            }
+            decl.push_str(&format!("  a{} = \"x\"\n}}", n - 1));
+            job(&decl).replace("${var.vol_id}", "${jsonencode(local.a0)}")
+        };
+        let error = |src: &str| {
+            Job::decode_with(src, "job.hcl", &JobInputs::default())
+                .unwrap_err()
+                .errors[0]
+                .to_string()
+        };
+        assert!(
+            error(&chain(2000, "[NEXT]"))
+                .ends_with("nests lists and objects deeper than 256 levels"),
+            "{}",
+            error(&chain(2000, "[NEXT]"))
+        );
+        assert!(error(&chain(60, "[NEXT, NEXT]")).ends_with("holds more than 1000000 values"));
     }
 
     #[test]

@@ -278,3 +278,16 @@ fn the_deepest_fors_and_splats_that_parse_evaluate_without_overflowing() {
     let want = format!("x = {}\"a\"{}\n", "[".repeat(n), "]".repeat(n));
     assert_eq!(evaluated(&splats, &[("l", list(&["a"]))]), want);
 }
+
+#[test]
+fn copying_a_big_value_many_times_is_refused() {
+    let big = Value::List((0..100_000).map(|i| Value::number(f64::from(i))).collect());
+    let idx = Value::List((0..200).map(|i| Value::number(f64::from(i))).collect());
+    assert_eq!(
+        evaluation_error(
+            "x = length([for i in var.idx : var.big])\n",
+            &[("big", big), ("idx", idx)]
+        ),
+        "test.hcl:1:32: the expressions copy more than 10000000 values from variables and locals"
+    );
+}
