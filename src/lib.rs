@@ -91,6 +91,7 @@ pub mod metrics;
 pub mod mount;
 pub mod plugin;
 pub mod proto;
+pub mod regex;
 pub mod spec;
 pub mod state;
 pub mod sys;

@@ -38,6 +38,54 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
+/// The node's ID, as Nomad's `${node.unique.id}`: a random UUID made the
+/// first time the agent starts on its data dir and kept there in
+/// `node-id`, so that it stays the same across restarts.
+pub(super) fn node_id(data_dir: &Path) -> Result<String, Error> {
+    let path = data_dir.join("node-id");
+    let failed = |err| Error::DataDir {
+        path: path.clone(),
+        err,
+    };
+    match fs::read_to_string(&path) {
+        Ok(text) if is_uuid(text.trim()) => return Ok(text.trim().to_string()),
+        Ok(_) => log::warn!("{} does not hold a UUID: making a new one", path.display()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(failed(err)),
+    }
+    let mut bytes = [0u8; 16];
+    io::Read::read_exact(
+        &mut fs::File::open("/dev/urandom").map_err(failed)?,
+        &mut bytes,
+    )
+    .map_err(failed)?;
+    // Version 4, variant RFC 4122.
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let id = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    );
+    let temp = data_dir.join("node-id.tmp");
+    fs::write(&temp, format!("{id}\n")).map_err(failed)?;
+    fs::rename(&temp, &path).map_err(failed)?;
+    Ok(id)
+}
+
+/// Whether `text` is a UUID as 8-4-4-4-12 hex digits.
+fn is_uuid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 pub(super) fn create_private_dir(path: &Path) -> Result<(), Error> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -86,5 +134,25 @@ pub(super) fn remove_temporary_data_dir(path: &Path) {
             path.display()
         ),
         Err(err) => log::warn!("Leaving the dev data dir {}: {err}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_uuid, node_id};
+
+    #[test]
+    fn the_node_id_is_made_once_and_kept() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-node-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = node_id(&dir).unwrap();
+        assert!(is_uuid(&first), "{first}");
+        assert_eq!(&first[14..15], "4");
+        assert_eq!(node_id(&dir).unwrap(), first);
+        // A file that does not hold one is replaced.
+        std::fs::write(dir.join("node-id"), "junk\n").unwrap();
+        let second = node_id(&dir).unwrap();
+        assert!(is_uuid(&second) && second != first);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,14 +21,16 @@ use crate::units::format_timestamp;
 pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
-  run [-var NAME=VALUE]... [-var-file FILE]... FILE
+  run [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE
                           validate a job file and start its allocations
                           (one per group instance); prints their IDs; FILE
                           is read as JSON when it ends in .json, from
                           stdin when it is -; -var, -var-file and
                           NOMAD_VAR_<NAME> in the environment give its
                           variables values (later ones win: env, then
-                          var files, then -var)
+                          var files, then -var); a value for a variable
+                          the file does not declare is an error (a
+                          warning with -hcl2-strict=false), as in Nomad
   stop [-purge] NAME      stop every allocation of a job; -purge also forgets
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
@@ -44,7 +46,7 @@ usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
   Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
   unique prefix of an allocation ID.";
 
-const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1]];
+const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1], VAR_FLAGS[2]];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
 const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
@@ -103,6 +105,16 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     let path = args.positional(0, "the job FILE")?;
     let (file, hcl) = job_inputs::read_source(path, "job file")?;
     let mut inputs = job_inputs::gather(&args, path)?;
+    let undeclared = job_inputs::undeclared(&inputs, &file, &hcl);
+    if !undeclared.is_empty() {
+        for err in &undeclared {
+            eprintln!("{err}");
+        }
+        return Err(CliError::Validate(super::validate::Failed {
+            invalid: 1,
+            total: 1,
+        }));
+    }
     job_inputs::read_job_files(&mut inputs, &file, &hcl);
     let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {

@@ -11,13 +11,15 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use super::args::{repeated, Args, Flag};
+use super::args::{repeated, value, Args, Flag, UsageError};
 use super::CliError;
 use crate::proto::agent as api;
 use crate::spec::{Job, JobInputs};
 
-/// The flags that give variables values.
-pub const VAR_FLAGS: [Flag; 2] = [repeated("var"), repeated("var-file")];
+/// The flags that give variables values, and Nomad's `-hcl2-strict`
+/// (default true: a value for a variable the job file does not declare is
+/// an error; `-hcl2-strict=false` makes it a warning).
+pub const VAR_FLAGS: [Flag; 3] = [repeated("var"), repeated("var-file"), value("hcl2-strict")];
 
 /// The prefix of the environment variables that give variables values.
 const ENV_PREFIX: &str = "NOMAD_VAR_";
@@ -51,6 +53,7 @@ pub fn gather(args: &Args, job_path: &str) -> Result<JobInputs, CliError> {
             .filter_map(|(key, value)| Some((key.strip_prefix(ENV_PREFIX)?.to_string(), value)))
             .collect(),
         vars: args.pairs("var")?,
+        strict: strict(args)?,
         ..Default::default()
     };
     for path in args.all("var-file") {
@@ -62,6 +65,29 @@ pub fn gather(args: &Args, job_path: &str) -> Result<JobInputs, CliError> {
     };
     inputs.files.dir = Some(dir);
     Ok(inputs)
+}
+
+/// The value of `-hcl2-strict`, read as Go reads a bool flag; true when
+/// it is not given, as in Nomad.
+fn strict(args: &Args) -> Result<bool, UsageError> {
+    match args.value("hcl2-strict") {
+        None | Some("true" | "1" | "t" | "T" | "TRUE" | "True") => Ok(true),
+        Some("false" | "0" | "f" | "F" | "FALSE" | "False") => Ok(false),
+        Some(other) => Err(UsageError::new(format!(
+            "-hcl2-strict takes true or false, not {other:?} (write -hcl2-strict=false)"
+        ))),
+    }
+}
+
+/// Under `-hcl2-strict` (the default), the values given for variables the
+/// job file does not declare, as errors: `job run` refuses them before
+/// sending the job, as Nomad's CLI does when it parses the file.
+pub fn undeclared(inputs: &JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::Error> {
+    if inputs.strict {
+        inputs.undeclared(hcl, file)
+    } else {
+        Vec::new()
+    }
 }
 
 /// Decodes the job here once to read the files its `file()` calls name,

@@ -23,7 +23,7 @@ use crate::units::format_duration;
 use crate::units::format_size;
 
 pub const USAGE: &str = "\
-usage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... FILE...
+usage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE...
 
 Checks agent configs, volume specs and job files (\"-\" reads stdin); a
 file named *.json is read in HCL's JSON syntax. A file with a job block is
@@ -31,7 +31,8 @@ a job, one with a top-level plugin_id a volume spec, any other an agent
 config. Prints a summary of each valid file, or every error found, as
 file:line:col; exits 1 if any file has an error. -var, -var-file and
 NOMAD_VAR_<NAME> in the environment give a job's variables values, as
-for job run.";
+for job run; a value for a variable a job does not declare is an error,
+a warning with -hcl2-strict=false.";
 
 /// Some files did not validate; their errors are already printed.
 #[derive(Debug)]

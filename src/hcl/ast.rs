@@ -5,6 +5,10 @@ use std::fmt;
 
 use super::json::{BlockViews, JsonBlocks};
 
+mod number;
+
+pub use number::Number;
+
 /// A position in the source text: a 1-based line and a 1-based column, where
 /// the column counts characters (not bytes) from the start of the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -265,121 +269,6 @@ pub struct Key {
     pub span: Span,
 }
 
-/// A numeric literal. The text is kept as written so that integers of any
-/// size keep their precision until the decoder knows the target type.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Number {
-    text: String,
-}
-
-impl Number {
-    /// Wraps the literal text; the lexer has already checked its shape.
-    pub(crate) fn new(text: String) -> Number {
-        Number { text }
-    }
-
-    /// The literal as written, such as `-1`, `2.5` or `1e3`.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    /// The value as an `i64` if it is a whole number in range. Fractions
-    /// and exponents are evaluated exactly, so `1e3` and `2.0` are whole
-    /// numbers, while `1.5` and `1e-3` are not.
-    pub fn as_i64(&self) -> Option<i64> {
-        let (negative, magnitude) = self.whole_magnitude()?;
-        let magnitude = i128::try_from(magnitude).ok()?;
-        i64::try_from(if negative { -magnitude } else { magnitude }).ok()
-    }
-
-    /// The value as a `u64` if it is a whole, non-negative number in range.
-    pub fn as_u64(&self) -> Option<u64> {
-        let (negative, magnitude) = self.whole_magnitude()?;
-        if negative && magnitude != 0 {
-            return None;
-        }
-        u64::try_from(magnitude).ok()
-    }
-
-    /// The value as the nearest `f64`, or `None` if it is too large to be
-    /// finite.
-    pub fn as_f64(&self) -> Option<f64> {
-        self.text
-            .parse::<f64>()
-            .ok()
-            .filter(|value| value.is_finite())
-    }
-
-    /// Splits the literal into a sign and the magnitude of a whole number, or
-    /// `None` if it has a fractional part or is larger than `u128`.
-    fn whole_magnitude(&self) -> Option<(bool, u128)> {
-        let (negative, rest) = match self.text.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, self.text.as_str()),
-        };
-        let (mantissa, exponent) = match rest.find(['e', 'E']) {
-            Some(at) => (&rest[..at], parse_exponent(&rest[at + 1..])?),
-            None => (rest, 0),
-        };
-        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-        // The digits of the mantissa without the point, scaled by 10^shift.
-        let digits = whole.bytes().chain(fraction.bytes());
-        let shift = exponent - i64::try_from(fraction.len()).ok()?;
-        let mut value: u128 = 0;
-        let mut pending_zeros: i64 = 0;
-        for digit in digits {
-            if !digit.is_ascii_digit() {
-                return None;
-            }
-            // Trailing zeros are held back so that a negative shift can
-            // cancel them without overflowing first.
-            if digit == b'0' {
-                pending_zeros += 1;
-                continue;
-            }
-            for _ in 0..pending_zeros {
-                value = value.checked_mul(10)?;
-            }
-            pending_zeros = 0;
-            value = value
-                .checked_mul(10)?
-                .checked_add(u128::from(digit - b'0'))?;
-        }
-        if value == 0 {
-            return Some((negative, 0));
-        }
-        let zeros = pending_zeros.checked_add(shift)?;
-        if zeros < 0 {
-            return None;
-        }
-        for _ in 0..zeros {
-            value = value.checked_mul(10)?;
-        }
-        Some((negative, value))
-    }
-}
-
-/// Parses an exponent such as `3`, `+3` or `-3`, saturating far beyond any
-/// value that could still produce a whole `u128`.
-fn parse_exponent(text: &str) -> Option<i64> {
-    let (negative, digits) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut value: i64 = 0;
-    for digit in digits.bytes() {
-        if !digit.is_ascii_digit() {
-            return None;
-        }
-        value = (value * 10 + i64::from(digit - b'0')).min(1_000_000);
-    }
-    Some(if negative { -value } else { value })
-}
-
 /// A value on the right of `=`, or inside a list or an object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -439,6 +328,40 @@ pub enum Expr {
         otherwise: Box<Expr>,
         span: Span,
     },
+    /// `[for v in coll : value if cond]` or `{for k, v in coll : key =>
+    /// value... if cond}`.
+    For(Box<ForExpr>),
+    /// Steps after a value that is not a reference: `split(",", s)[0]`,
+    /// `(var.a)[*].b`, `[for ...][0]`.
+    Traversal {
+        source: Box<Expr>,
+        steps: Vec<Step>,
+        span: Span,
+    },
+}
+
+/// A `for` expression: what it iterates over, the names it binds, and what
+/// it makes of each element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForExpr {
+    /// The first name of `for k, v in`: the key or index. `None` when only
+    /// one name is given.
+    pub key_var: Option<Ident>,
+    /// The name bound to each element.
+    pub value_var: Ident,
+    /// What is iterated over: a list, a set, a map or an object.
+    pub collection: Expr,
+    /// `key =>` of an object `for`; `None` for a list `for`.
+    pub key: Option<Expr>,
+    /// The element made for each iteration.
+    pub value: Expr,
+    /// Whether the value ends with `...`: the values of each key are
+    /// grouped into a list rather than a duplicate key being an error.
+    pub grouped: bool,
+    /// The `if` filter.
+    pub cond: Option<Expr>,
+    /// From the opening bracket or brace to the closing one.
+    pub span: Span,
 }
 
 /// A unary operator.
@@ -509,11 +432,15 @@ pub enum Part {
     Interpolation(Expr),
 }
 
-/// One step of a reference after its root: `.name` or `[index]`.
+/// One step of a reference after its root: `.name`, `[index]`, or a
+/// splat, `[*]` or `.*`, which applies the steps after it to each element
+/// (all of them for `[*]`, the attribute steps that follow at once for
+/// `.*`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     Attr(Ident),
     Index(Expr),
+    Splat { full: bool, pos: Pos },
 }
 
 impl Expr {
@@ -532,7 +459,9 @@ impl Expr {
             | Expr::Call { span, .. }
             | Expr::Unary { span, .. }
             | Expr::Binary { span, .. }
-            | Expr::Conditional { span, .. } => *span,
+            | Expr::Conditional { span, .. }
+            | Expr::Traversal { span, .. } => *span,
+            Expr::For(for_expr) => for_expr.span,
         }
     }
 
@@ -556,7 +485,71 @@ impl Expr {
             | Expr::Call { .. }
             | Expr::Unary { .. }
             | Expr::Binary { .. }
-            | Expr::Conditional { .. } => "expression",
+            | Expr::Conditional { .. }
+            | Expr::For(_)
+            | Expr::Traversal { .. } => "expression",
+        }
+    }
+
+    /// Calls `f` on each expression directly inside this one, in source
+    /// order: for walks that look for names, as the locals' order does.
+    pub fn for_each_child<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
+        match self {
+            Expr::List { items, .. } => items.iter().for_each(f),
+            Expr::Object { entries, .. } => entries.iter().for_each(|(_, value)| f(value)),
+            Expr::Template { parts, .. } => {
+                for part in parts {
+                    if let Part::Interpolation(inner) = part {
+                        f(inner);
+                    }
+                }
+            }
+            Expr::Reference { steps, .. } => {
+                for step in steps {
+                    if let Step::Index(index) = step {
+                        f(index);
+                    }
+                }
+            }
+            Expr::Traversal { source, steps, .. } => {
+                f(source);
+                for step in steps {
+                    if let Step::Index(index) = step {
+                        f(index);
+                    }
+                }
+            }
+            Expr::Call { args, .. } => args.iter().for_each(f),
+            Expr::Unary { operand, .. } => f(operand),
+            Expr::Binary { lhs, rhs, .. } => {
+                f(lhs);
+                f(rhs);
+            }
+            Expr::Conditional {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                f(cond);
+                f(then);
+                f(otherwise);
+            }
+            Expr::For(for_expr) => {
+                f(&for_expr.collection);
+                if let Some(key) = &for_expr.key {
+                    f(key);
+                }
+                f(&for_expr.value);
+                if let Some(cond) = &for_expr.cond {
+                    f(cond);
+                }
+            }
+            Expr::String { .. }
+            | Expr::Heredoc { .. }
+            | Expr::Number { .. }
+            | Expr::Bool { .. }
+            | Expr::Null { .. } => {}
         }
     }
 

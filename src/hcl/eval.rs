@@ -1,5 +1,6 @@
 //! Evaluation of the expressions a file holds: `${var.x}` and
-//! `${local.x}` in strings, bare references and function calls, into the
+//! `${local.x}` in strings, bare references, function calls, operators,
+//! and `for` expressions and splats (`eval/collections.rs`), into the
 //! literal values the decoders read.
 //!
 //! Nomad evaluates a job file's HCL2 expressions on the machine that
@@ -7,16 +8,19 @@
 //! decoding, so that the decoders only ever see literals and report their
 //! errors against the positions of the expressions that made them. What a
 //! file may refer to is a [`Scope`]: its variables and locals, and the
-//! files `file()` may read. References that are not variables or locals
+//! files `file()` may read, and the names the `for` expressions being
+//! evaluated bind. References that are none of these
 //! (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are left in strings as
 //! written, for the agent to interpolate when a task starts.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::ast::{BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, UnaryOp};
 use super::functions;
+
+mod collections;
 
 /// A value that an expression evaluates to.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +66,22 @@ impl Value {
             Value::Bool(value) => Some(value.to_string()),
             _ => None,
         }
+    }
+
+    /// How many values this one holds, itself and all levels below
+    /// included; found without recursion.
+    pub fn size(&self) -> usize {
+        let mut size = 0;
+        let mut stack = vec![self];
+        while let Some(value) = stack.pop() {
+            size += 1;
+            match value {
+                Value::List(items) => stack.extend(items),
+                Value::Object(entries) => stack.extend(entries.iter().map(|(_, v)| v)),
+                _ => {}
+            }
+        }
+        size
     }
 
     /// The entry `key` of an object.
@@ -152,6 +172,34 @@ pub struct Scope<'a> {
     /// all (job files only).
     pub declares: bool,
     pub files: Option<&'a FileSource>,
+    /// The names the `for` expressions being evaluated bind, innermost
+    /// last.
+    pub(crate) bound: RefCell<Vec<(String, Value)>>,
+    /// How many elements `for` expressions have made so far, against
+    /// [`MAX_ITERATIONS`](collections::MAX_ITERATIONS).
+    pub(crate) iterations: Cell<usize>,
+    /// How many values references to variables, locals and the names of
+    /// `for`s have copied so far, against [`MAX_COPIED`]: a file of a few
+    /// lines that names a big local many times cannot take the memory.
+    pub(crate) copied: Cell<usize>,
+}
+
+/// How many values the references of one scope may copy in all.
+pub(crate) const MAX_COPIED: usize = 10_000_000;
+
+impl Scope<'_> {
+    /// Counts the values of `value`, which a reference copies, against
+    /// [`MAX_COPIED`].
+    pub(crate) fn charge(&self, value: &Value) -> Result<(), String> {
+        let total = self.copied.get().saturating_add(value.size());
+        self.copied.set(total);
+        if total > MAX_COPIED {
+            return Err(format!(
+                "the expressions copy more than {MAX_COPIED} values from variables and locals"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Evaluates the expressions of `body` and of the blocks in it, in place.
@@ -197,7 +245,9 @@ pub fn evaluate_in_place(expr: &mut Expr, scope: &Scope<'_>, file: &str) -> Resu
         | Expr::Call { .. }
         | Expr::Unary { .. }
         | Expr::Binary { .. }
-        | Expr::Conditional { .. } => {
+        | Expr::Conditional { .. }
+        | Expr::For(_)
+        | Expr::Traversal { .. } => {
             let span = expr.span();
             *expr = eval(expr, scope, file)?.to_expr(span);
         }
@@ -227,13 +277,22 @@ pub fn eval(expr: &Expr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> 
             .map(Value::Object),
         Expr::Template { parts, .. } => template(parts, scope, file),
         Expr::Reference { root, steps, .. } => {
-            let mut value = root_value(&root.name, steps, scope)
+            if let Some(value) = collections::bound(scope, &root.name) {
+                scope
+                    .charge(&value)
+                    .map_err(|message| Error::new(file, root.span.start, message))?;
+                return collections::traverse(value, steps, scope, file);
+            }
+            let value = root_value(&root.name, steps, scope)
+                .and_then(|value| scope.charge(&value).map(|()| value))
                 .map_err(|message| Error::new(file, root.span.start, message))?;
             let skip = usize::from(matches!(root.name.as_str(), "var" | "local"));
-            for step in &steps[skip..] {
-                value = index(value, step, scope, file)?;
-            }
-            Ok(value)
+            collections::traverse(value, &steps[skip..], scope, file)
+        }
+        Expr::For(for_expr) => collections::eval_for(for_expr, scope, file),
+        Expr::Traversal { source, steps, .. } => {
+            let value = eval(source, scope, file)?;
+            collections::traverse(value, steps, scope, file)
         }
         Expr::Call { name, args, .. } => {
             let values = args
@@ -429,11 +488,12 @@ fn root_value(root: &str, steps: &[Step], scope: &Scope<'_>) -> Result<Value, St
 }
 
 /// One step into a value: `.name` of an object, `[i]` of a list, `["k"]`
-/// of an object.
+/// of an object. Splats are [`collections::traverse`]'s.
 fn index(value: Value, step: &Step, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
     let (key, pos): (Value, Pos) = match step {
         Step::Attr(name) => (Value::String(name.name.clone()), name.span.start),
         Step::Index(expr) => (eval(expr, scope, file)?, expr.pos()),
+        Step::Splat { pos, .. } => return Err(Error::new(file, *pos, "a splat is not an index")),
     };
     let found = match (&value, &key) {
         (Value::Object(_), Value::String(name)) => value.get(name).cloned(),

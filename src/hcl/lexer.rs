@@ -33,6 +33,10 @@ pub(crate) enum TokenKind {
     Comma,
     Equals,
     Colon,
+    /// `=>`, between the key and the value of an object `for` expression.
+    Arrow,
+    /// `...`, after the value of an object `for` expression that groups.
+    Ellipsis,
     /// The end of a line; it terminates attributes and blocks.
     Newline,
     /// The end of the input.
@@ -57,6 +61,8 @@ impl TokenKind {
             TokenKind::Comma => "','".to_string(),
             TokenKind::Equals => "'='".to_string(),
             TokenKind::Colon => "':'".to_string(),
+            TokenKind::Arrow => "'=>'".to_string(),
+            TokenKind::Ellipsis => "'...'".to_string(),
             TokenKind::Newline => "newline".to_string(),
             TokenKind::Eof => "end of file".to_string(),
             TokenKind::Other(c) => format!("'{}'", c.escape_debug()),
@@ -226,6 +232,17 @@ impl<'a> Lexer<'a> {
 
     /// Lexes one token that starts with `c`.
     fn lex_token(&mut self, c: char, start: Pos) -> Result<TokenKind, Error> {
+        if c == '=' && self.peek_at(1) == Some('>') {
+            self.bump();
+            self.bump();
+            return Ok(TokenKind::Arrow);
+        }
+        if c == '.' && self.peek_at(1) == Some('.') && self.peek_at(2) == Some('.') {
+            self.bump();
+            self.bump();
+            self.bump();
+            return Ok(TokenKind::Ellipsis);
+        }
         let single = match c {
             '\n' => Some(TokenKind::Newline),
             '{' => Some(TokenKind::LBrace),

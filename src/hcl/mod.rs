@@ -1,19 +1,21 @@
 //! A parser for the subset of HCL, HashiCorp's configuration language, that
 //! Nomad job files and the agent's own configuration are written in.
 //!
-//! The accepted subset is HCL's native syntax without operators: blocks
-//! with zero or more labels (quoted strings or bare identifiers), `key =
-//! value` attributes one per line, quoted strings with escapes, heredocs
-//! (`<<EOF` and the indentation-stripping `<<-EOF`), numbers, `true`,
-//! `false`, `null`, lists, objects, references (`var.x`, `a.b[0]`),
-//! function calls, and `#`, `//` and `/* */` comments. A `${...}` sequence
-//! that calls a function or names `var.*` or `local.*` makes its string a
-//! template, which [`evaluate`] (`eval.rs`, with the functions of
-//! `functions.rs`) replaces by its value before decoding; other sequences
-//! such as `${NOMAD_TASK_DIR}` are kept in strings as written, for the
-//! agent to interpolate later. `$${` and `%%{` decode to a literal `${` and
-//! `%{` as in HCL. Operators and `for` expressions are rejected with an
-//! error that says so.
+//! The accepted subset is HCL's native syntax: blocks with zero or more
+//! labels (quoted strings or bare identifiers), `key = value` attributes
+//! one per line, quoted strings with escapes, heredocs (`<<EOF` and the
+//! indentation-stripping `<<-EOF`), numbers, `true`, `false`, `null`,
+//! lists, objects, references (`var.x`, `a.b[0]`) with splats (`a[*].b`,
+//! `a.*.b`), function calls, operators and `? :`, `for` expressions
+//! (`[for v in coll : value if cond]`, `{for k, v in coll : key =>
+//! value...}`), and `#`, `//` and `/* */` comments. A `${...}` sequence
+//! that calls a function or names `var.*`, `local.*` or a name a `for`
+//! around it binds makes its string a template, which [`evaluate`]
+//! (`eval.rs`, with the functions of `functions/`) replaces by its value
+//! before decoding; other sequences such as `${NOMAD_TASK_DIR}` are kept in
+//! strings as written, for the agent to interpolate later, and so is an
+//! operation or a `for` on such a name. `$${` and `%%{` decode to a literal
+//! `${` and `%{` as in HCL; `%{ }` directives are kept as written.
 //!
 //! Two forms of HCL1, which Nomad still reads volume specs and parts of
 //! job files with, are accepted because Nomad's own documentation and
@@ -50,8 +52,8 @@ mod parser;
 mod tests;
 
 pub use ast::{
-    Attribute, BinaryOp, Block, Body, Error, Expr, Ident, Item, Key, Label, Number, Part, Pos,
-    Span, Step, Syntax, UnaryOp,
+    Attribute, BinaryOp, Block, Body, Error, Expr, ForExpr, Ident, Item, Key, Label, Number, Part,
+    Pos, Span, Step, Syntax, UnaryOp,
 };
 pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
 pub use functions::names as function_names;

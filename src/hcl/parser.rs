@@ -2,8 +2,10 @@
 //! lookahead, no backtracking.
 //!
 //! Recursion only happens when a block, a list, an object or parentheses
-//! open, or an operator takes its operand (`parser/operators.rs`), and the
-//! nesting limit bounds it, so hostile input cannot overflow the stack.
+//! open, an operator takes its operand (`parser/operators.rs`), a `for`
+//! its parts (`parser/for_expr.rs`, two levels each) or a splat the steps
+//! after it, and the nesting limit bounds it, so hostile input cannot
+//! overflow the stack, in parsing or in evaluating.
 
 use std::collections::HashMap;
 
@@ -12,6 +14,7 @@ use super::ast::{
 };
 use super::lexer::{Lexer, Sequence, Token, TokenKind};
 
+mod for_expr;
 mod operators;
 
 /// How deeply blocks, lists and objects may nest, all counted together.
@@ -23,6 +26,9 @@ pub(crate) struct Parser<'a> {
     file: &'a str,
     tok: Token,
     depth: usize,
+    /// The names the `for` expressions around the current token bind:
+    /// `${s}` in a string inside `[for s in ...]` is evaluated with it.
+    bound: Vec<String>,
 }
 
 impl<'a> Parser<'a> {
@@ -35,6 +41,7 @@ impl<'a> Parser<'a> {
             file,
             tok,
             depth: 0,
+            bound: Vec::new(),
         })
     }
 
@@ -256,7 +263,7 @@ impl<'a> Parser<'a> {
         if name.name == "for" && matches!(self.tok.kind, TokenKind::Ident(_)) {
             return Err(self.error(
                 name.span.start,
-                format!("expected a value {owner}, found identifier 'for' (for expressions are not supported)"),
+                format!("expected a value {owner}, found identifier 'for' (a for expression is written inside '[ ]' or '{{ }}')"),
             ));
         }
         if self.tok.kind == TokenKind::Other('(') {
@@ -287,51 +294,122 @@ impl<'a> Parser<'a> {
             let close = self.advance()?;
             self.leave();
             let span = Span::new(name.span.start, close.end);
-            return Ok(Expr::Call { name, args, span });
+            let call = Expr::Call { name, args, span };
+            return self.postfix(call);
         }
-        let mut steps = Vec::new();
-        let mut end = name.span.end;
-        loop {
-            match self.tok.kind {
-                TokenKind::Other('.') => {
-                    self.advance()?;
-                    let span = self.span();
-                    let TokenKind::Ident(attr) = &self.tok.kind else {
-                        return Err(self.unexpected(&format!(
-                            "an attribute name after '.' in a reference to '{}'",
-                            name.name
-                        )));
-                    };
-                    steps.push(Step::Attr(Ident {
-                        name: attr.clone(),
-                        span,
-                    }));
-                    end = span.end;
-                    self.advance()?;
-                }
-                TokenKind::LBracket => {
-                    let open = self.tok.start;
-                    self.enter(open)?;
-                    self.advance()?;
-                    let index = self.parse_value("as an index")?;
-                    if self.tok.kind != TokenKind::RBracket {
-                        return Err(
-                            self.unexpected(&format!("']' to close the index opened at {open}"))
-                        );
-                    }
-                    end = self.advance()?.end;
-                    self.leave();
-                    steps.push(Step::Index(index));
-                }
-                _ => break,
-            }
-        }
+        let (steps, end) = self.parse_steps(&format!("in a reference to '{}'", name.name))?;
+        let end = end.unwrap_or(name.span.end);
         let span = Span::new(name.span.start, end);
         Ok(Expr::Reference {
             root: name,
             steps,
             span,
         })
+    }
+
+    /// Reads the steps that follow a value, if any (`.name`, `[index]`,
+    /// `[*]`, `.*`), and where the last ends; `context` completes "expected
+    /// ..." in errors.
+    ///
+    /// Each splat nests the evaluation one level deeper, so each counts
+    /// against the nesting limit until the steps end.
+    fn parse_steps(&mut self, context: &str) -> Result<(Vec<Step>, Option<Pos>), Error> {
+        let mut steps = Vec::new();
+        let mut end = None;
+        let mut splats = 0;
+        let result = loop {
+            match self.reference_step(context, &mut steps, &mut splats) {
+                Ok(Some(step_end)) => end = Some(step_end),
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(err),
+            }
+        };
+        for _ in 0..splats {
+            self.leave();
+        }
+        result.map(|()| (steps, end))
+    }
+
+    /// `source` with the steps after it, for a value that is not a
+    /// reference: a call, parentheses, a list, a `for` (`split(",",
+    /// var.s)[0]`, `values(var.m)[*].id`).
+    pub(super) fn postfix(&mut self, source: Expr) -> Result<Expr, Error> {
+        let (steps, end) = self.parse_steps("after the value")?;
+        let Some(end) = end else {
+            return Ok(source);
+        };
+        let span = Span::new(source.span().start, end);
+        Ok(Expr::Traversal {
+            source: Box::new(source),
+            steps,
+            span,
+        })
+    }
+
+    /// Reads one step, if one comes next: `.name`, `[index]`, `[*]` or
+    /// `.*`; returns where it ends. A splat enters one more level of
+    /// nesting, counted in `splats`.
+    fn reference_step(
+        &mut self,
+        context: &str,
+        steps: &mut Vec<Step>,
+        splats: &mut usize,
+    ) -> Result<Option<Pos>, Error> {
+        match self.tok.kind {
+            TokenKind::Other('.') => {
+                let dot = self.advance()?;
+                if self.tok.kind == TokenKind::Other('*') {
+                    self.enter(dot.start)?;
+                    *splats += 1;
+                    steps.push(Step::Splat {
+                        full: false,
+                        pos: dot.start,
+                    });
+                    return Ok(Some(self.advance()?.end));
+                }
+                let span = self.span();
+                let TokenKind::Ident(attr) = &self.tok.kind else {
+                    return Err(
+                        self.unexpected(&format!("an attribute name or '*' after '.' {context}"))
+                    );
+                };
+                steps.push(Step::Attr(Ident {
+                    name: attr.clone(),
+                    span,
+                }));
+                self.advance()?;
+                Ok(Some(span.end))
+            }
+            TokenKind::LBracket => {
+                let open = self.tok.start;
+                self.enter(open)?;
+                self.advance()?;
+                if self.tok.kind == TokenKind::Other('*') {
+                    self.advance()?;
+                    if self.tok.kind != TokenKind::RBracket {
+                        return Err(self.unexpected(&format!("']' to close the '[*' at {open}")));
+                    }
+                    // The level entered stays entered for the splat.
+                    *splats += 1;
+                    steps.push(Step::Splat {
+                        full: true,
+                        pos: open,
+                    });
+                    return Ok(Some(self.advance()?.end));
+                }
+                let index = self.parse_value("as an index")?;
+                if self.tok.kind != TokenKind::RBracket {
+                    return Err(
+                        self.unexpected(&format!("']' to close the index opened at {open}"))
+                    );
+                }
+                let end = self.advance()?.end;
+                self.leave();
+                steps.push(Step::Index(index));
+                Ok(Some(end))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A quoted string as an expression: [`Expr::String`] unless one of its
@@ -351,7 +429,7 @@ impl<'a> Parser<'a> {
             let inner = &value[seq.range.start + 2..seq.range.end - 1];
             let pos = Pos::new(seq.pos.line, seq.pos.col + 2);
             let expr = match self.sequence(inner, pos) {
-                Ok(expr) if needs_evaluation(&expr) => expr,
+                Ok(expr) if needs_evaluation(&expr, &self.bound) => expr,
                 Ok(_) => continue,
                 Err(err)
                     if ["var.", "local.", "("]
@@ -388,6 +466,7 @@ impl<'a> Parser<'a> {
                 end: pos,
             },
             depth: self.depth,
+            bound: self.bound.clone(),
         };
         sub.advance()?;
         let expr = sub.parse_value("inside '${'");
@@ -405,6 +484,13 @@ impl<'a> Parser<'a> {
         let open = self.tok.start;
         self.enter(open)?;
         self.advance()?;
+        self.skip_newlines()?;
+        if matches!(&self.tok.kind, TokenKind::Ident(word) if word == "for") {
+            self.advance()?;
+            let expr = self.parse_for(open, false)?;
+            self.leave();
+            return Ok(expr);
+        }
         let mut items = Vec::new();
         loop {
             self.skip_newlines()?;
@@ -459,7 +545,15 @@ impl<'a> Parser<'a> {
                     self.advance()?;
                 }
                 TokenKind::Ident(_) if key.name == "for" && !key.quoted => {
-                    return Err(self.error(key.span.start, "for expressions are not supported"));
+                    if !entries.is_empty() {
+                        return Err(self.error(
+                            key.span.start,
+                            "a for expression must be alone in its '{ }', not after other entries",
+                        ));
+                    }
+                    let expr = self.parse_for(open, true)?;
+                    self.leave();
+                    return Ok(expr);
                 }
                 _ => {
                     return Err(self.unexpected(&format!("'=' or ':' after the key '{}'", key.name)))
@@ -516,53 +610,68 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Whether `expr` calls a function or names a variable or a local, so that
-/// it is evaluated with the file; references to anything else
-/// (`${NOMAD_TASK_DIR}`, `${attr.unique.hostname}`) are for the agent to
-/// interpolate when a task starts.
-pub(crate) fn needs_evaluation(expr: &Expr) -> bool {
+/// Whether `expr` calls a function or names a variable, a local or a name
+/// a `for` around it binds (`bound`), so that it is evaluated with the
+/// file; references to anything else (`${NOMAD_TASK_DIR}`,
+/// `${attr.unique.hostname}`) are for the agent to interpolate when a task
+/// starts.
+pub(crate) fn needs_evaluation(expr: &Expr, bound: &[String]) -> bool {
     match expr {
         Expr::Call { .. } | Expr::Template { .. } => true,
         Expr::Reference { root, steps, .. } => {
             matches!(root.name.as_str(), "var" | "local")
-                || steps
-                    .iter()
-                    .any(|step| matches!(step, Step::Index(index) if needs_evaluation(index)))
+                || bound.contains(&root.name)
+                || steps.iter().any(
+                    |step| matches!(step, Step::Index(index) if needs_evaluation(index, bound)),
+                )
         }
-        Expr::List { items, .. } => items.iter().any(needs_evaluation),
-        Expr::Object { entries, .. } => entries.iter().any(|(_, value)| needs_evaluation(value)),
+        Expr::Traversal { source, steps, .. } => {
+            needs_evaluation(source, bound)
+                || steps.iter().any(
+                    |step| matches!(step, Step::Index(index) if needs_evaluation(index, bound)),
+                )
+        }
+        Expr::List { items, .. } => items.iter().any(|item| needs_evaluation(item, bound)),
+        Expr::Object { entries, .. } => entries
+            .iter()
+            .any(|(_, value)| needs_evaluation(value, bound)),
         // An operation is evaluated when the file says all it needs: one
         // on a name known only when a task starts stays for the agent.
-        Expr::Unary { .. } | Expr::Binary { .. } | Expr::Conditional { .. } => !names_runtime(expr),
+        Expr::Unary { .. } | Expr::Binary { .. } | Expr::Conditional { .. } | Expr::For(_) => {
+            !names_runtime(expr, &mut bound.iter().map(String::as_str).collect())
+        }
         _ => false,
     }
 }
 
-/// Whether `expr` refers to a name that is neither a variable nor a local
-/// (`NOMAD_ALLOC_INDEX`, `attr.unique.hostname`): known only when a task
-/// starts.
-fn names_runtime(expr: &Expr) -> bool {
+/// Whether `expr` refers to a name that is neither a variable, a local
+/// nor one a `for` around it binds (`bound`): `NOMAD_ALLOC_INDEX`,
+/// `attr.unique.hostname`, known only when a task starts.
+fn names_runtime<'a>(expr: &'a Expr, bound: &mut Vec<&'a str>) -> bool {
     match expr {
-        Expr::Reference { root, steps, .. } => {
-            !matches!(root.name.as_str(), "var" | "local")
-                || steps
-                    .iter()
-                    .any(|step| matches!(step, Step::Index(index) if names_runtime(index)))
+        Expr::Reference { root, .. }
+            if !matches!(root.name.as_str(), "var" | "local")
+                && !bound.contains(&root.name.as_str()) =>
+        {
+            true
         }
-        Expr::List { items, .. } => items.iter().any(names_runtime),
-        Expr::Object { entries, .. } => entries.iter().any(|(_, value)| names_runtime(value)),
-        Expr::Call { args, .. } => args.iter().any(names_runtime),
-        Expr::Template { parts, .. } => parts
-            .iter()
-            .any(|part| matches!(part, Part::Interpolation(e) if names_runtime(e))),
-        Expr::Unary { operand, .. } => names_runtime(operand),
-        Expr::Binary { lhs, rhs, .. } => names_runtime(lhs) || names_runtime(rhs),
-        Expr::Conditional {
-            cond,
-            then,
-            otherwise,
-            ..
-        } => names_runtime(cond) || names_runtime(then) || names_runtime(otherwise),
-        _ => false,
+        Expr::For(for_expr) => {
+            if names_runtime(&for_expr.collection, bound) {
+                return true;
+            }
+            let before = bound.len();
+            bound.extend(for_expr.key_var.iter().map(|k| k.name.as_str()));
+            bound.push(&for_expr.value_var.name);
+            let found = for_expr.key.iter().any(|key| names_runtime(key, bound))
+                || names_runtime(&for_expr.value, bound)
+                || for_expr.cond.iter().any(|cond| names_runtime(cond, bound));
+            bound.truncate(before);
+            found
+        }
+        _ => {
+            let mut found = false;
+            expr.for_each_child(&mut |child| found = found || names_runtime(child, bound));
+            found
+        }
     }
 }

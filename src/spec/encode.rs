@@ -173,7 +173,9 @@ fn write_expr(out: &mut String, value: &Expr) {
         | Expr::Call { .. }
         | Expr::Unary { .. }
         | Expr::Binary { .. }
-        | Expr::Conditional { .. } => out.push_str("null"),
+        | Expr::Conditional { .. }
+        | Expr::For(_)
+        | Expr::Traversal { .. } => out.push_str("null"),
     }
 }
 

@@ -33,6 +33,11 @@ pub struct JobInputs {
     pub vars: Vec<(String, String)>,
     /// The files the job's `file()` calls read.
     pub files: FileSource,
+    /// Whether a value for a variable the job file does not declare (from
+    /// `-var` or a var file) is an error rather than a warning: the CLI's
+    /// default, as Nomad's `-hcl2-strict`. Not sent to the agent, which
+    /// warns: the CLI has already refused what it was told to.
+    pub strict: bool,
 }
 
 impl JobInputs {
@@ -53,19 +58,49 @@ impl JobInputs {
             self.env.clear();
             return;
         };
-        let declared: Vec<String> = body
-            .blocks()
-            .flat_map(|block| match block.kind.name.as_str() {
-                "variable" => block.label(0).map(str::to_string).into_iter().collect(),
-                "variables" => block
-                    .body
-                    .attributes()
-                    .map(|a| a.key.name.clone())
-                    .collect(),
-                _ => Vec::new(),
-            })
-            .collect();
+        let declared = declared_names(&body);
         self.env.retain(|(name, _)| declared.contains(name));
+    }
+
+    /// The values given by `-var` and the var files for variables that the
+    /// job file `src` does not declare, each an error at where it was
+    /// given; none if `src` does not parse (its decoding says why).
+    pub fn undeclared(&self, src: &str, file: &str) -> Vec<Error> {
+        let Ok(body) = hcl::parse_file(src, file) else {
+            return Vec::new();
+        };
+        let found = self.undeclared_of(&declared_names(&body), file);
+        found.into_iter().map(strict_error).collect()
+    }
+
+    /// [`JobInputs::undeclared`] against the names `declared`.
+    fn undeclared_of(&self, declared: &[String], file: &str) -> Vec<Error> {
+        let mut out = Vec::new();
+        for (var_file, text) in &self.var_files {
+            let Ok(body) = hcl::parse_file(text, var_file) else {
+                continue;
+            };
+            for attr in body.attributes() {
+                let name = &attr.key.name;
+                if !declared.contains(name) {
+                    out.push(Error::new(
+                        var_file,
+                        attr.key.span.start,
+                        format!("{name:?} is not a variable of the job file"),
+                    ));
+                }
+            }
+        }
+        for (name, _) in &self.vars {
+            if !declared.contains(name) {
+                out.push(Error::new(
+                    file,
+                    Pos::new(1, 1),
+                    format!("-var {name}: the job file declares no variable {name:?}"),
+                ));
+            }
+        }
+        out
     }
 
     /// The files that `file()` calls read so far, given or from disk.
@@ -197,6 +232,31 @@ pub(crate) fn resolve(
 /// configs, volume specs): functions, but no `var.*` or `local.*`.
 pub(crate) fn evaluate_plain(body: &mut Body, file: &str) -> Result<(), Vec<Error>> {
     hcl::evaluate(body, &Scope::default(), file)
+}
+
+/// A value for an undeclared variable as the error it is under
+/// `-hcl2-strict`.
+fn strict_error(err: Error) -> Error {
+    Error {
+        message: format!("{} (with -hcl2-strict=false it is a warning)", err.message),
+        ..err
+    }
+}
+
+/// The variables a job file's body declares, in `variable` and
+/// `variables` blocks.
+fn declared_names(body: &Body) -> Vec<String> {
+    body.blocks()
+        .flat_map(|block| match block.kind.name.as_str() {
+            "variable" => block.label(0).map(str::to_string).into_iter().collect(),
+            "variables" => block
+                .body
+                .attributes()
+                .map(|a| a.key.name.clone())
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// Refuses blocks inside a block that only holds attributes.
@@ -359,7 +419,18 @@ fn assign(
     warnings: &mut Vec<Warning>,
     errors: &mut Vec<Error>,
 ) {
-    let at_start = Pos::new(1, 1);
+    let declared: Vec<String> = variables.iter().map(|v| v.name.clone()).collect();
+    for undeclared in inputs.undeclared_of(&declared, file) {
+        if inputs.strict {
+            errors.push(strict_error(undeclared));
+        } else {
+            warnings.push(Warning {
+                file: undeclared.file,
+                pos: undeclared.pos,
+                message: undeclared.message,
+            });
+        }
+    }
     for (name, raw) in &inputs.env {
         // As in Nomad, the environment may hold values for other jobs.
         let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
@@ -396,11 +467,6 @@ fn assign(
         for attr in body.attributes() {
             let name = &attr.key.name;
             let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
-                warnings.push(Warning {
-                    file: var_file.clone(),
-                    pos: attr.key.span.start,
-                    message: format!("{name:?} is not a variable of the job file"),
-                });
                 continue;
             };
             let value = hcl::eval(&attr.value, base, var_file).and_then(|value| {
@@ -420,11 +486,6 @@ fn assign(
     }
     for (name, raw) in &inputs.vars {
         let Some(v) = variables.iter_mut().find(|v| v.name == *name) else {
-            warnings.push(Warning {
-                file: file.to_string(),
-                pos: at_start,
-                message: format!("-var {name}: the job file declares no variable {name:?}"),
-            });
             continue;
         };
         match raw_value(raw, &v.ty, &format!("-var {name}"), base) {
@@ -483,42 +544,114 @@ fn validate(v: &Variable<'_>, file: &str, scope: &Scope<'_>) -> Result<(), Error
     Ok(())
 }
 
-/// Evaluates the locals, each once the locals it refers to are known; a
-/// local that never becomes ready refers to itself or to one that does
-/// not exist.
+/// Evaluates the locals, each after the locals it refers to (a walk of
+/// their dependencies in time linear in their number, with its own stack:
+/// a chain of thousands of locals neither takes quadratic time nor the
+/// stack); a local that refers to itself, through others or not, is an
+/// error at the first such local found. A value nested deeper than
+/// [`MAX_VALUE_DEPTH`] (locals wrapping locals) is refused, so that
+/// nothing that walks values later can overflow the stack, and so is one
+/// of more than [`MAX_VALUE_SIZE`] values (locals doubling locals), so
+/// that no chain of them can take the memory.
 fn evaluate_locals(
     locals: &[&hcl::Attribute],
     file: &str,
     scope: &mut Scope<'_>,
 ) -> Result<(), Error> {
-    let mut pending: Vec<&hcl::Attribute> = locals.to_vec();
-    while !pending.is_empty() {
-        let before = pending.len();
-        let mut waiting = Vec::new();
-        for attr in pending {
+    let index: BTreeMap<&str, usize> = locals
+        .iter()
+        .enumerate()
+        .map(|(i, attr)| (attr.key.name.as_str(), i))
+        .collect();
+    let deps: Vec<Vec<usize>> = locals
+        .iter()
+        .map(|attr| {
             let names = local_names(&attr.value);
-            let defined = |n: &String| locals.iter().any(|l| l.key.name == *n);
-            if names
+            names
                 .iter()
-                .any(|n| defined(n) && !scope.locals.contains_key(n))
-            {
-                waiting.push(attr);
+                .filter_map(|n| index.get(n.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // 0: not reached, 1: waiting for its dependencies, 2: evaluated.
+    let mut state = vec![0u8; locals.len()];
+    for root in 0..locals.len() {
+        if state[root] != 0 {
+            continue;
+        }
+        state[root] = 1;
+        let mut stack = vec![(root, 0usize)];
+        while let Some((node, next)) = stack.last_mut() {
+            let node = *node;
+            if let Some(&dep) = deps[node].get(*next) {
+                *next += 1;
+                match state[dep] {
+                    0 => {
+                        state[dep] = 1;
+                        stack.push((dep, 0));
+                    }
+                    1 => {
+                        let attr = locals[dep];
+                        return Err(Error::new(
+                            file,
+                            attr.key.span.start,
+                            format!("local {:?} depends on itself", attr.key.name),
+                        ));
+                    }
+                    _ => {}
+                }
                 continue;
             }
+            let attr = locals[node];
             let value = hcl::eval(&attr.value, scope, file)?;
+            let (depth, size) = measure(&value);
+            let name = &attr.key.name;
+            let too_big = if depth > MAX_VALUE_DEPTH {
+                Some(format!(
+                    "local {name:?} nests lists and objects deeper than {MAX_VALUE_DEPTH} levels"
+                ))
+            } else if size > MAX_VALUE_SIZE {
+                Some(format!(
+                    "local {name:?} holds more than {MAX_VALUE_SIZE} values"
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = too_big {
+                return Err(Error::new(file, attr.key.span.start, message));
+            }
             scope.locals.insert(attr.key.name.clone(), value);
+            state[node] = 2;
+            stack.pop();
         }
-        if waiting.len() == before {
-            let first = waiting[0];
-            return Err(Error::new(
-                file,
-                first.key.span.start,
-                format!("local {:?} depends on itself", first.key.name),
-            ));
-        }
-        pending = waiting;
     }
     Ok(())
+}
+
+/// How deeply a local's value may nest lists and objects: deeper than any
+/// file can write one (the parser's limit), shallow enough for every walk
+/// of a value to recurse.
+const MAX_VALUE_DEPTH: usize = 4 * hcl::MAX_NESTING;
+
+/// How many values a local's value may hold, all levels counted.
+const MAX_VALUE_SIZE: usize = 1_000_000;
+
+/// How deeply `value` nests lists and objects, and how many values it
+/// holds, found without recursion.
+fn measure(value: &Value) -> (usize, usize) {
+    let mut deepest = 0;
+    let mut size = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, level)) = stack.pop() {
+        deepest = deepest.max(level);
+        size += 1;
+        match value {
+            Value::List(items) => stack.extend(items.iter().map(|v| (v, level + 1))),
+            Value::Object(entries) => stack.extend(entries.iter().map(|(_, v)| (v, level + 1))),
+            _ => {}
+        }
+    }
+    (deepest, size)
 }
 
 /// The locals that `expr` names.
@@ -529,29 +662,12 @@ fn local_names(expr: &Expr) -> Vec<String> {
 }
 
 fn collect_locals(expr: &Expr, names: &mut Vec<String>) {
-    match expr {
-        Expr::Reference { root, steps, .. } => {
-            if let (true, Some(Step::Attr(name))) = (root.name == "local", steps.first()) {
-                names.push(name.name.clone());
-            }
-            for step in steps {
-                if let Step::Index(index) = step {
-                    collect_locals(index, names);
-                }
-            }
+    if let Expr::Reference { root, steps, .. } = expr {
+        if let (true, Some(Step::Attr(name))) = (root.name == "local", steps.first()) {
+            names.push(name.name.clone());
         }
-        Expr::Call { args, .. } => args.iter().for_each(|a| collect_locals(a, names)),
-        Expr::List { items, .. } => items.iter().for_each(|a| collect_locals(a, names)),
-        Expr::Object { entries, .. } => entries.iter().for_each(|(_, a)| collect_locals(a, names)),
-        Expr::Template { parts, .. } => {
-            for part in parts {
-                if let hcl::Part::Interpolation(inner) = part {
-                    collect_locals(inner, names);
-                }
-            }
-        }
-        _ => {}
     }
+    expr.for_each_child(&mut |child| collect_locals(child, names));
 }
 
 #[cfg(test)]
@@ -681,6 +797,80 @@ job "app" {{
             decoded.warnings[0].to_string(),
             "job.hcl:1:1: warning: -var other: the job file declares no variable \"other\""
         );
+    }
+
+    #[test]
+    fn under_hcl2_strict_a_value_for_an_undeclared_variable_is_an_error() {
+        let inputs = JobInputs {
+            vars: pairs(&[("other", "x")]),
+            var_files: vec![(
+                "v.hcl".to_string(),
+                "vol_id = \"a\"\nextra = 1\n".to_string(),
+            )],
+            strict: true,
+            ..JobInputs::default()
+        };
+        let src = job(WITH_DEFAULT);
+        let errors: Vec<String> = Job::decode_with(&src, "job.hcl", &inputs)
+            .unwrap_err()
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let want = [
+            "v.hcl:2:1: \"extra\" is not a variable of the job file (with -hcl2-strict=false it is a warning)",
+            "job.hcl:1:1: -var other: the job file declares no variable \"other\" (with -hcl2-strict=false it is a warning)",
+        ];
+        assert_eq!(errors, want);
+        // The CLI's check before sending the job says the same.
+        let found: Vec<String> = inputs
+            .undeclared(&src, "job.hcl")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found, want);
+    }
+
+    #[test]
+    fn a_long_chain_of_locals_is_evaluated_in_linear_time() {
+        // Each refers to the next, written after it: the worst order.
+        let n = 5000;
+        let mut decl = String::from("locals {\n");
+        for i in 0..n - 1 {
+            decl.push_str(&format!("  a{i} = local.a{}\n", i + 1));
+        }
+        decl.push_str(&format!("  a{} = \"end\"\n}}", n - 1));
+        let src = job(&decl).replace("${var.vol_id}", "${local.a0}");
+        let decoded = Job::decode_with(&src, "job.hcl", &JobInputs::default()).unwrap();
+        assert_eq!(decoded.spec.groups[0].volumes[0].source, "end");
+    }
+
+    #[test]
+    fn locals_that_nest_too_deep_or_grow_too_big_are_refused() {
+        let chain = |n: usize, each: &str| {
+            let mut decl = String::from("locals {\n");
+            for i in 0..n - 1 {
+                decl.push_str(&format!(
+                    "  a{i} = {}\n",
+                    each.replace("NEXT", &format!("local.a{}", i + 1))
+                ));
+            }
+            decl.push_str(&format!("  a{} = \"x\"\n}}", n - 1));
+            job(&decl).replace("${var.vol_id}", "${jsonencode(local.a0)}")
+        };
+        let error = |src: &str| {
+            Job::decode_with(src, "job.hcl", &JobInputs::default())
+                .unwrap_err()
+                .errors[0]
+                .to_string()
+        };
+        assert!(
+            error(&chain(2000, "[NEXT]"))
+                .ends_with("nests lists and objects deeper than 256 levels"),
+            "{}",
+            error(&chain(2000, "[NEXT]"))
+        );
+        assert!(error(&chain(60, "[NEXT, NEXT]")).ends_with("holds more than 1000000 values"));
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! their host paths. The task's `env { }` block comes on top; its
 //! values, `config.args` and `volume_mount.destination` may name any of
 //! these as `${NAME}`, and the node's attributes Nomad's clients give
-//! (`${node.unique.name}`, `${attr.unique.hostname}`, `${attr.kernel.name}`,
-//! `${attr.cpu.arch}`), which are not environment variables. An unknown
+//! (`${node.unique.name}`, `${node.unique.id}`, `${attr.unique.hostname}`,
+//! `${attr.kernel.name}`, `${attr.cpu.arch}`), which are not environment
+//! variables. An unknown
 //! name is an error, found at `job run`: a silently empty path or argument
 //! is worse than a refused job.
 
@@ -72,10 +73,12 @@ impl TaskContext<'_> {
 
 /// The node attributes a task's `${...}` may name, with the values Nomad's
 /// client gives them: `node.unique.name` is the agent's node name,
+/// `node.unique.id` the UUID the agent made for its data dir once,
 /// `attr.unique.hostname` the host's name, `attr.cpu.arch` Go's name for
 /// the architecture; `node.datacenter`, `node.region` and `meta.<key>`
 /// come from the agent config.
 pub fn node_attributes(
+    node_id: &str,
     node_name: &str,
     host_name: &str,
     config: &crate::spec::AgentConfig,
@@ -88,6 +91,7 @@ pub fn node_attributes(
     };
     let mut attributes = BTreeMap::from([
         ("node.unique.name".to_string(), node_name.to_string()),
+        ("node.unique.id".to_string(), node_id.to_string()),
         ("node.datacenter".to_string(), config.datacenter.clone()),
         ("node.region".to_string(), config.region.clone()),
         ("attr.unique.hostname".to_string(), host_name.to_string()),
@@ -271,7 +275,12 @@ mod tests {
 
     #[test]
     fn node_attributes_interpolate_but_are_not_in_the_environment() {
-        let node = node_attributes("node-1", "host-a", &crate::spec::AgentConfig::default());
+        let node = node_attributes(
+            "id-1",
+            "node-1",
+            "host-a",
+            &crate::spec::AgentConfig::default(),
+        );
         let mut env = BTreeMap::new();
         env.insert(
             "WHERE".to_string(),
@@ -295,7 +304,7 @@ mod tests {
 
     #[test]
     fn the_agent_config_s_datacenter_region_and_meta_are_node_attributes() {
-        let defaults = node_attributes("n", "h", &crate::spec::AgentConfig::default());
+        let defaults = node_attributes("i", "n", "h", &crate::spec::AgentConfig::default());
         assert_eq!(defaults["node.datacenter"], "dc1");
         assert_eq!(defaults["node.region"], "global");
         let config = crate::spec::AgentConfig {
@@ -304,7 +313,7 @@ mod tests {
             meta: BTreeMap::from([("rack".to_string(), "r7".to_string())]),
             ..Default::default()
         };
-        let node = node_attributes("n", "h", &config);
+        let node = node_attributes("i", "n", "h", &config);
         let arg = interpolate(
             "${node.region}/${node.datacenter}/${meta.rack}",
             &lookups(&vars(), &node),

@@ -306,8 +306,6 @@ fn consul_vault_and_nomad_functions_are_refused_at_parse() {
     assert!(err.message.contains("needs Nomad's variables"), "{err}");
     let err = Template::parse("{{ range nomadService \"db\" }}{{ end }}", "", "").unwrap_err();
     assert!(err.message.contains("Nomad's service registry"), "{err}");
-    let err = Template::parse("{{ \"x\" | regexMatch \"a\" }}", "", "").unwrap_err();
-    assert!(err.message.contains("no regular expressions"), "{err}");
     let err = Template::parse("{{ writeToFile \"a\" }}", "", "").unwrap_err();
     assert!(err.message.contains("denied"), "{err}");
     let err = Template::parse("\n\n  {{ frobnicate }}", "", "").unwrap_err();
@@ -369,4 +367,26 @@ fn runaway_templates_stop() {
     assert!(err.contains("nest too deeply"), "{err}");
     let err = error("{{ range loop 2000000 }}{{ end }}");
     assert!(err.contains("at most 1000000"), "{err}");
+}
+
+#[test]
+fn regex_functions_match_and_replace_as_go_does() {
+    assert_eq!(render(r#"{{ "v1.2.3" | regexMatch "^v\\d+\\." }}"#), "true");
+    assert_eq!(render(r#"{{ regexMatch "(?i)^ABC" "abcd" }}"#), "true");
+    assert_eq!(
+        render(r#"{{ if "x" | regexMatch "y" }}yes{{ else }}no{{ end }}"#),
+        "no"
+    );
+    assert_eq!(
+        render(r#"{{ "foo.bar.baz" | regexReplaceAll "\\." "-" }}"#),
+        "foo-bar-baz"
+    );
+    assert_eq!(
+        render(r#"{{ env "NOMAD_ALLOC_ID" | regexReplaceAll "^(?P<head>..)(..)" "${head}:$2:" }}"#),
+        "0a:1b:2c3d"
+    );
+    assert_eq!(
+        error(r#"{{ regexMatch "a(" "a" }}"#),
+        "line 1:4: error calling regexMatch: invalid pattern \"a(\" at character 2: the group opened here is not closed: missing ')'"
+    );
 }

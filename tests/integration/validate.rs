@@ -255,7 +255,7 @@ fn validate_reports_a_file_it_cannot_read() {
 fn validate_without_files_is_a_usage_error() {
     let out = validate(&[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... FILE..."));
+    assert!(stderr(&out).starts_with("error: missing FILE\nusage: csi-agent validate [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE..."));
     let out = validate(&["-strict", "x.hcl"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).starts_with("error: unknown flag -strict\n"));
@@ -431,13 +431,13 @@ fn validate_refuses_a_variable_without_a_value_and_an_unknown_function_at_their_
     let unknown = dir.join("unknown.hcl");
     std::fs::write(
         &unknown,
-        job_with_variable(VOL_ID).replace("${var.vol_id}", "${regex(\"a\", var.vol_id)}"),
+        job_with_variable(VOL_ID).replace("${var.vol_id}", "${bcrypt(\"a\", var.vol_id)}"),
     )
     .unwrap();
     let unknown = unknown.to_string_lossy().into_owned();
     let out = validate_env(&["-var", "vol_id=x", &unknown], &[]);
     assert!(
-        stderr(&out).starts_with(&format!("{unknown}:8:28: unknown function 'regex'\n")),
+        stderr(&out).starts_with(&format!("{unknown}:8:28: unknown function 'bcrypt'\n")),
         "{}",
         stderr(&out)
     );

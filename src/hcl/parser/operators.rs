@@ -161,10 +161,13 @@ impl Parser<'_> {
             }
             self.advance()?;
             self.leave();
-            return Ok(inner);
+            return self.postfix(inner);
         }
         match self.tok.kind {
-            TokenKind::LBracket => return self.parse_list(),
+            TokenKind::LBracket => {
+                let list = self.parse_list()?;
+                return self.postfix(list);
+            }
             TokenKind::LBrace => return self.parse_object(),
             _ => {}
         }

@@ -207,18 +207,38 @@ fn half_an_operator_or_a_missing_operand_is_an_error_at_its_position() {
 }
 
 #[test]
-fn for_expression_in_a_list_is_reported_as_unsupported() {
+fn for_outside_brackets_says_where_it_belongs() {
     assert_eq!(
-        error_text("x = [for s in l : s]\n"),
-        "test.hcl:1:6: expected a value in the list, found identifier 'for' (for expressions are not supported)"
+        error_text("x = for s in l : s\n"),
+        "test.hcl:1:5: expected a value for 'x', found identifier 'for' (a for expression is written inside '[ ]' or '{ }')"
     );
 }
 
 #[test]
-fn for_expression_in_an_object_is_reported_as_unsupported() {
+fn malformed_for_expressions_say_what_was_expected() {
     assert_eq!(
-        error_text("x = {for k, v in m : k => v}\n"),
-        "test.hcl:1:6: for expressions are not supported"
+        error_text("x = [for s l : s]\n"),
+        "test.hcl:1:12: expected 'in' after the names of the 'for' at 1:5, found identifier 'l'"
+    );
+    assert_eq!(
+        error_text("x = [for s in l s]\n"),
+        "test.hcl:1:17: expected ':' after the collection of the 'for' at 1:5, found identifier 's'"
+    );
+    assert_eq!(
+        error_text("x = {for k, v in m : k : v}\n"),
+        "test.hcl:1:24: expected '=>' after the key of the 'for' at 1:5, found ':'"
+    );
+    assert_eq!(
+        error_text("x = [for s in l : s, 1]\n"),
+        "test.hcl:1:20: expected 'if' or ']' to close the 'for' opened at 1:5, found ','"
+    );
+    assert_eq!(
+        error_text("x = {a = 1, for k, v in m : k => v}\n"),
+        "test.hcl:1:13: a for expression must be alone in its '{ }', not after other entries"
+    );
+    assert_eq!(
+        error_text("x = [for 1 in l : s]\n"),
+        "test.hcl:1:10: expected a name after 'for', found number"
     );
 }
 

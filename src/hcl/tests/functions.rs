@@ -7,7 +7,7 @@ use super::{parse_ok, render, FILE};
 use crate::hcl::{evaluate, function_names, FileSource, Scope};
 
 /// The value of the expression `src`, as `x = VALUE` renders it.
-fn value(src: &str) -> String {
+pub(super) fn value(src: &str) -> String {
     let files = FileSource {
         given: BTreeMap::from([("certs/ca.pem".to_string(), "PEM\n".to_string())]),
         ..FileSource::default()
@@ -230,7 +230,11 @@ fn the_number_of_arguments_is_checked() {
 
 #[test]
 fn every_function_in_the_table_is_tested_here() {
-    let tests = include_str!("functions.rs");
+    let tests = [
+        include_str!("functions.rs"),
+        include_str!("functions_network_regex.rs"),
+    ]
+    .concat();
     for name in function_names() {
         assert!(tests.contains(&format!("{name}(")), "no test calls {name}");
     }

@@ -5,7 +5,9 @@ use super::{json, parse, Body, Error, Expr, Item};
 mod errors;
 mod expressions;
 mod files;
+mod for_splat;
 mod functions;
+mod functions_network_regex;
 mod json_blocks;
 mod json_errors;
 mod json_values;
@@ -150,16 +152,13 @@ fn render_expr(expr: &Expr, out: &mut String) {
         }
         Expr::Reference { root, steps, .. } => {
             out.push_str(&root.name);
-            for step in steps {
-                match step {
-                    super::Step::Attr(name) => out.push_str(&format!(".{}", name.name)),
-                    super::Step::Index(index) => {
-                        out.push('[');
-                        render_expr(index, out);
-                        out.push(']');
-                    }
-                }
-            }
+            render_steps(steps, out);
+        }
+        Expr::Traversal { source, steps, .. } => {
+            out.push('(');
+            render_expr(source, out);
+            out.push(')');
+            render_steps(steps, out);
         }
         Expr::Call { name, args, .. } => {
             out.push_str(&format!("{}(", name.name));
@@ -229,6 +228,43 @@ fn render_expr(expr: &Expr, out: &mut String) {
             out.push_str(" : ");
             render_expr(otherwise, out);
             out.push(')');
+        }
+        Expr::For(f) => {
+            out.push_str(if f.key.is_some() { "{for " } else { "[for " });
+            if let Some(k) = &f.key_var {
+                out.push_str(&format!("{}, ", k.name));
+            }
+            out.push_str(&format!("{} in ", f.value_var.name));
+            render_expr(&f.collection, out);
+            out.push_str(" : ");
+            if let Some(key) = &f.key {
+                render_expr(key, out);
+                out.push_str(" => ");
+            }
+            render_expr(&f.value, out);
+            if f.grouped {
+                out.push_str("...");
+            }
+            if let Some(cond) = &f.cond {
+                out.push_str(" if ");
+                render_expr(cond, out);
+            }
+            out.push_str(if f.key.is_some() { "}" } else { "]" });
+        }
+    }
+}
+
+fn render_steps(steps: &[super::Step], out: &mut String) {
+    for step in steps {
+        match step {
+            super::Step::Attr(name) => out.push_str(&format!(".{}", name.name)),
+            super::Step::Index(index) => {
+                out.push('[');
+                render_expr(index, out);
+                out.push(']');
+            }
+            super::Step::Splat { full: true, .. } => out.push_str("[*]"),
+            super::Step::Splat { full: false, .. } => out.push_str(".*"),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod containers;
 mod docker;
 mod docker_demo;
+mod expressions;
 mod isolation;
 mod json;
 mod lifecycle;

@@ -247,7 +247,7 @@ fn node_attributes_are_interpolated_when_the_task_starts() {
         )
         .replace(
             "echo \\\"$LINE\\\"",
-            "echo \\\"$LINE $WHERE ${node.unique.name} ${attr.unique.hostname}\\\"",
+            "echo \\\"$LINE $WHERE ${node.unique.name} ${attr.unique.hostname} ${node.unique.id}\\\"",
         )
         .replace(
             "LINE = local.line\n",
@@ -259,8 +259,16 @@ fn node_attributes_are_interpolated_when_the_task_starts() {
     let host = host.trim();
     let alloc = rig.job("greeter").allocs[0].id.clone();
     rig.wait_running("greeter", &alloc);
+    // The node's ID is the UUID the agent keeps in its data dir.
+    let id = fs::read_to_string(rig.agent.data_dir.join("node-id")).unwrap();
+    let id = id.trim();
+    assert_eq!(id.len(), 36, "{id:?}");
     // A variable's default keeps the sequence for the agent, as Nomad does.
-    wait_for_log(&rig, &alloc, &format!("linux x1 on linux {host} {host}\n"));
+    wait_for_log(
+        &rig,
+        &alloc,
+        &format!("linux x1 on linux {host} {host} {id}\n"),
+    );
     rig.stop("greeter");
 }
 
@@ -296,5 +304,51 @@ fn the_agent_config_s_meta_datacenter_and_region_are_interpolated() {
         assert!(start.elapsed() < WAIT, "log {log:?}");
         thread::sleep(Duration::from_millis(20));
     }
+    rig.stop("greeter");
+}
+
+#[test]
+fn a_value_for_an_undeclared_variable_is_refused_unless_hcl2_strict_is_false() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let path = rig.agent.dir.join("greeter.hcl");
+    fs::write(&path, GREETER).unwrap();
+    let path = path.display().to_string();
+    let refused = format!(
+        "{path}:1:1: -var nope: the job file declares no variable \"nope\" (with -hcl2-strict=false it is a warning)"
+    );
+    // As Nomad's -hcl2-strict, true unless told otherwise: job run sends
+    // nothing, and validate says the same.
+    for verb in [&["job", "run"][..], &["validate"][..]] {
+        let args = [verb, &["-var", "greeting=hi", "-var", "nope=1", &path]].concat();
+        let out = cli_with(&rig, &args, &[], "");
+        assert!(!out.status.success(), "{verb:?}: {}", text(&out));
+        assert!(text(&out).contains(&refused), "{verb:?}: {}", text(&out));
+    }
+    let out = cli_with(
+        &rig,
+        &[
+            "job",
+            "run",
+            "-hcl2-strict=false",
+            "-var",
+            "greeting=hi",
+            "-var=nope=1",
+            &path,
+        ],
+        &[],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("warning: -var nope: the job file declares no variable \"nope\""),
+        "{}",
+        text(&out)
+    );
+    let alloc = rig.job("greeter").allocs[0].id.clone();
+    rig.wait_running("greeter", &alloc);
+    wait_for_log(&rig, &alloc, "HI x1\n");
     rig.stop("greeter");
 }

@@ -83,6 +83,9 @@ const LAYERS: &[&[&str]] = &[
     &[
         "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics", "events",
     ],
+    // Below the ground, for the HCL functions and the templates alike:
+    // regular expressions (Go's syntax, a Pike VM), which use nothing.
+    &["regex"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.

@@ -1,0 +1,161 @@
+//! consul-template's functions on the environment, files and strings.
+
+use super::go::compare;
+use super::{Args, Function};
+use crate::regex::Regex;
+use crate::template::convert::title;
+use crate::template::exec::Value;
+
+/// The environment, file and string functions, by name, with how many
+/// arguments each takes (at least, at most).
+pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
+    // consul-template: the environment and files.
+    ("env", 1, 1, |a| {
+        let key = a.string(0)?;
+        Ok(Value::Str(a.ctx.env.get(&key).cloned().unwrap_or_default()))
+    }),
+    ("mustEnv", 1, 1, |a| {
+        let key = a.string(0)?;
+        a.ctx
+            .env
+            .get(&key)
+            .cloned()
+            .map(Value::Str)
+            .ok_or_else(|| format!("environment variable {key:?} is not set"))
+    }),
+    ("envOrDefault", 2, 2, |a| {
+        let (key, default) = (a.string(0)?, a.string(1)?);
+        Ok(Value::Str(
+            a.ctx
+                .env
+                .get(&key)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .unwrap_or(default),
+        ))
+    }),
+    ("file", 1, 1, |a| {
+        let path = a.string(0)?;
+        a.ctx.read_file(&path).map(Value::Str)
+    }),
+    // Strings.
+    ("toLower", 1, 1, |a| {
+        Ok(Value::Str(a.string(0)?.to_lowercase()))
+    }),
+    ("toUpper", 1, 1, |a| {
+        Ok(Value::Str(a.string(0)?.to_uppercase()))
+    }),
+    ("toTitle", 1, 1, |a| Ok(Value::Str(title(&a.string(0)?)))),
+    ("title", 1, 1, |a| Ok(Value::Str(title(&a.string(0)?)))),
+    ("trimSpace", 1, 1, |a| {
+        Ok(Value::Str(a.string(0)?.trim().to_string()))
+    }),
+    ("trim", 2, 2, |a| {
+        let (cut, s) = (a.string(0)?, a.string(1)?);
+        Ok(Value::Str(s.trim_matches(|c| cut.contains(c)).to_string()))
+    }),
+    ("trimPrefix", 2, 2, |a| {
+        let (prefix, s) = (a.string(0)?, a.string(1)?);
+        Ok(Value::Str(
+            s.strip_prefix(prefix.as_str()).unwrap_or(&s).to_string(),
+        ))
+    }),
+    ("trimSuffix", 2, 2, |a| {
+        let (suffix, s) = (a.string(0)?, a.string(1)?);
+        Ok(Value::Str(
+            s.strip_suffix(suffix.as_str()).unwrap_or(&s).to_string(),
+        ))
+    }),
+    ("replaceAll", 3, 3, |a| {
+        let (from, to, s) = (a.string(0)?, a.string(1)?, a.string(2)?);
+        Ok(Value::Str(s.replace(&from, &to)))
+    }),
+    ("split", 2, 2, |a| {
+        let (sep, s) = (a.string(0)?, a.string(1)?);
+        if s.is_empty() {
+            return Ok(Value::List(Vec::new()));
+        }
+        Ok(Value::List(
+            s.split(sep.as_str())
+                .map(|p| Value::Str(p.to_string()))
+                .collect(),
+        ))
+    }),
+    ("join", 2, 2, |a| {
+        let sep = a.string(0)?;
+        let items = a.list(1)?;
+        Ok(Value::Str(
+            items
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(&sep),
+        ))
+    }),
+    ("indent", 2, 2, |a| {
+        let n = a.int(0)?;
+        let pad =
+            " ".repeat(usize::try_from(n).map_err(|_| "indent must be at least 0".to_string())?);
+        let s = a.string(1)?;
+        Ok(Value::Str(
+            s.split('\n')
+                .map(|l| format!("{pad}{l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ))
+    }),
+    ("contains", 2, 2, |a| {
+        Ok(Value::Bool(holds(&a.values[1], &a.values[0])))
+    }),
+    ("in", 2, 2, |a| {
+        Ok(Value::Bool(holds(&a.values[0], &a.values[1])))
+    }),
+    ("containsAll", 2, 2, |a| contains_some(a, true, true)),
+    ("containsAny", 2, 2, |a| contains_some(a, false, false)),
+    ("containsNone", 2, 2, |a| contains_some(a, true, false)),
+    ("containsNotAll", 2, 2, |a| contains_some(a, false, true)),
+    // Regular expressions, with Go's syntax and matches.
+    ("regexMatch", 2, 2, |a| {
+        let (re, text) = (pattern(a, 0)?, a.string(1)?);
+        Ok(Value::Bool(re.is_match(&text)))
+    }),
+    ("regexReplaceAll", 3, 3, |a| {
+        let (re, with, text) = (pattern(a, 0)?, a.string(1)?, a.string(2)?);
+        Ok(Value::Str(re.replace_all(&text, &with)))
+    }),
+];
+
+/// Whether `haystack` (a list, a map's keys, or a string) holds `needle`.
+pub(super) fn holds(haystack: &Value, needle: &Value) -> bool {
+    match (haystack, needle) {
+        (Value::List(l), n) => l
+            .iter()
+            .any(|v| compare(v, n).ok().flatten().is_some_and(|o| o.is_eq())),
+        (Value::Map(m), Value::Str(k)) => m.contains_key(k),
+        (Value::Str(s), Value::Str(n)) => s.contains(n.as_str()),
+        _ => false,
+    }
+}
+
+/// consul-template's `containsAll` and kin: `all` of the needles (or any),
+/// `holds` or not.
+pub(super) fn contains_some(
+    a: &mut Args<'_>,
+    all: bool,
+    holds_wanted: bool,
+) -> Result<Value, String> {
+    let needles = a.list(0)?;
+    let haystack = &a.values[1];
+    let test = |n: &Value| holds(haystack, n) == holds_wanted;
+    Ok(Value::Bool(if all {
+        needles.iter().all(test)
+    } else {
+        needles.iter().any(test)
+    }))
+}
+
+/// Argument `i` compiled as a regular expression.
+fn pattern(a: &Args<'_>, i: usize) -> Result<Regex, String> {
+    let text = a.string(i)?;
+    Regex::new(&text).map_err(|err| format!("invalid pattern {text:?} {err}"))
+}

@@ -1,0 +1,148 @@
+//! HCL2 expressions through `job run`: `for` expressions, splats and the
+//! regex and network functions evaluated with the job's variables and
+//! locals, and what they leave for the agent interpolated when the task
+//! starts; and a template's regex functions.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::Rig;
+use crate::harness::{text, WAIT};
+use crate::util::require_root;
+
+/// A raw_exec job whose environment is made by fors, splats and regexes
+/// over a list of objects, and prints it.
+const JOB: &str = r#"variable "disks" {
+  type = list(object({ id = string, size = number }))
+  default = [
+    { id = "vol-a1", size = 10 },
+    { id = "vol-b2", size = 20 },
+    { id = "tmp-c3", size = 5 },
+  ]
+}
+
+locals {
+  ids    = var.disks[*].id
+  big    = [for d in var.disks : upper(d.id) if d.size >= 10]
+  sizes  = {for d in var.disks : regex("^[a-z]+", d.id) => d.size...}
+  parts  = regex("-(?P<letter>[a-z])(?P<digit>\\d)$", var.disks[0].id)
+  tagged = join(",", [for i, id in local.ids : "${i}:${id}@${NOMAD_ALLOC_INDEX}"])
+}
+
+job "exprs" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      env {
+        IDS    = join(" ", local.ids)
+        BIG    = join(" ", local.big)
+        SIZES  = jsonencode(local.sizes)
+        PARTS  = "${local.parts.letter}${local.parts.digit}"
+        TAGGED = local.tagged
+        NET    = cidrsubnet("10.0.0.0/16", 8, 2)
+        ALL    = join(",", var.disks.*.size)
+        FIXED  = regex_replace("a-b-c", "-(\\w)", "_$1")
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$IDS|$BIG|$SIZES|$PARTS|$TAGGED|$NET|$ALL|$FIXED\"; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn fors_splats_and_regexes_make_a_task_s_environment() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.run_job_output("exprs.hcl", JOB);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job("exprs").allocs[0].id.clone();
+    rig.wait_running("exprs", &alloc);
+    let want = "vol-a1 vol-b2 tmp-c3|VOL-A1 VOL-B2|{\"tmp\":[5],\"vol\":[10,20]}|a1\
+                |0:vol-a1@0,1:vol-b2@0,2:tmp-c3@0|10.0.2.0/24|10,20,5|a_b_c\n";
+    let start = Instant::now();
+    loop {
+        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
+        if log == want {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    rig.stop("exprs");
+}
+
+#[test]
+fn a_for_over_a_string_is_refused_at_its_position() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let job = JOB.replace("[for d in var.disks :", "[for d in \"disks\" :");
+    let out = rig.run_job_output("bad.hcl", &job);
+    assert!(!out.status.success());
+    let err = text(&out);
+    assert!(
+        err.contains("bad.hcl:12:22: a for expression iterates over a list, a set, a map or an object, not a string"),
+        "{err}"
+    );
+}
+
+/// A raw_exec task whose environment a template makes with consul-template's
+/// regex functions.
+const REGEX_TEMPLATE: &str = r#"job "retpl" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data        = <<-EOT
+          ID={{ env "NOMAD_ALLOC_ID" | regexReplaceAll "^(?P<head>....)(.*)$" "$${head}-$2" }}
+          HEX={{ if env "NOMAD_ALLOC_ID" | regexMatch "^[0-9a-f]{8}$" }}yes{{ else }}no{{ end }}
+          DOTS={{ "a.b.c" | regexReplaceAll "\\." "_" }}
+        EOT
+        destination = "local/re.env"
+        env         = true
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$ID|$HEX|$DOTS\"; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_template_s_regex_functions_match_and_replace_as_go_does() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.run_job_output("retpl.hcl", REGEX_TEMPLATE);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job("retpl").allocs[0].id.clone();
+    rig.wait_running("retpl", &alloc);
+    let want = format!("{}-{}|yes|a_b_c\n", &alloc[..4], &alloc[4..]);
+    let start = Instant::now();
+    loop {
+        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
+        if log == want {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    rig.stop("retpl");
+}
