@@ -202,6 +202,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .map(|c| c.volume_events.clone())
         .unwrap_or_else(never);
     let containers = agent.allocs.container_events();
+    let starts = agent.allocs.start_reports();
     agent.allocs.look_for_leftover_containers();
     let mut failure = None;
     loop {
@@ -230,6 +231,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(containers) -> event => if let Ok(event) = event {
                 agent.allocs.container_event(event, Instant::now());
             },
+            recv(starts) -> report => if let Ok(report) = report {
+                agent.allocs.started(report, Instant::now());
+            },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -240,6 +244,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
                 recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
                 recv(done) -> done => if let Ok(done) = done { agent.completed(done) },
                 recv(registry_events) -> event => if let Ok(event) = event { agent.registry_event(event) },
+                recv(starts) -> report => if let Ok(report) = report {
+                    agent.allocs.started(report, Instant::now());
+                },
                 default => break,
             }
         }
@@ -640,6 +647,10 @@ impl Agent {
                 },
             );
         }
+        // The starts under way are taken in, so that the snapshot has
+        // their pids.
+        let starters = self.allocs.finish_starts(deadline);
+        self.errands.keep_all(starters);
         self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
             self.errands.keep_all(running.instance.threads());
