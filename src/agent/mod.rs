@@ -49,7 +49,6 @@ mod wakeup;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -74,7 +73,7 @@ use errands::Errands;
 pub use error::Error;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
-use setup::{create_private_dir, remove_temporary_data_dir};
+use setup::{another_agent_answers, create_private_dir, remove_temporary_data_dir};
 pub use setup::{host_name, load_config, node_name, temp_data_dir};
 use signals::SignalThread;
 use wakeup::Deadlines;
@@ -110,7 +109,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     })?;
     options.config.data_dir = data_dir.clone();
     let socket = data_dir.join(api::SOCKET_NAME);
-    if UnixStream::connect(&socket).is_ok() {
+    if another_agent_answers(&socket) {
         return Err(Error::AlreadyRunning { socket });
     }
     let (store, loaded) = Store::open(&data_dir).map_err(Error::State)?;
