@@ -73,9 +73,14 @@ pub fn run(opts: &Options, root: &Path) -> BigJob {
         starting.push(call(&client));
         if looked.elapsed() >= PROGRESS_EVERY {
             looked = Instant::now();
-            if running(&client) == allocs {
+            let (running, unplaced) = progress(&client);
+            if running == allocs {
                 break;
             }
+            assert!(
+                unplaced.is_none(),
+                "an alloc of the big job cannot be placed: {unplaced:?}"
+            );
             assert!(
                 start.elapsed() < START_LIMIT,
                 "the big job did not start within {START_LIMIT:?}\n{}",
@@ -100,18 +105,26 @@ pub fn run(opts: &Options, root: &Path) -> BigJob {
     }
 }
 
-/// How many of the big job's tasks run.
-fn running(client: &AgentClient) -> usize {
-    client.job_status("big").map_or(0, |r| {
-        r.jobs
-            .iter()
-            .flat_map(|j| &j.allocs)
-            .filter(|a| a.tasks.iter().all(|t| t.state == "running"))
-            .count()
-    })
+/// How many of the big job's allocs run, and why one cannot be placed,
+/// if one cannot.
+fn progress(client: &AgentClient) -> (usize, Option<String>) {
+    let Ok(status) = client.job_status("big") else {
+        return (0, None);
+    };
+    let allocs: Vec<_> = status.jobs.iter().flat_map(|j| &j.allocs).collect();
+    let running = allocs
+        .iter()
+        .filter(|a| a.tasks.iter().all(|t| t.state == "running"))
+        .count();
+    let unplaced = allocs
+        .iter()
+        .find(|a| a.status == "pending" && a.message.contains("exhausted"))
+        .map(|a| a.message.clone());
+    (running, unplaced)
 }
 
-/// `count` raw_exec sleeps that all fit the node.
+/// `count` raw_exec sleeps that all fit the node (2,000 of 4 MiB fit in
+/// 8 GiB; an alloc that does not fit stays pending, and the row fails).
 fn job(count: usize) -> String {
     format!(
         r#"job "big" {{
@@ -125,7 +138,7 @@ fn job(count: usize) -> String {
       }}
       resources {{
         cpu    = 1
-        memory = 16
+        memory = 4
       }}
     }}
   }}

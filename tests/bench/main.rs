@@ -414,9 +414,9 @@ fn big_job_row(table: &mut Table, r: &bigjob::BigJob) {
     table.push(Row {
         id: "P9",
         what: format!(
-            "control API (plugin status) p50 / p99 while a {}-alloc raw_exec job starts (all running in {}; {} calls)",
+            "control API (plugin status) p50 / p99 while a {}-alloc raw_exec job starts (all running in {:.1} s; {} calls)",
             r.allocs,
-            format_duration(r.start_time),
+            r.start_time.as_secs_f64(),
             r.starting.len()
         ),
         agent: p50_p99(&r.starting),
