@@ -51,7 +51,6 @@ mod wakeup;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -77,7 +76,7 @@ pub use error::Error;
 use events::EventLog;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
-use setup::{create_private_dir, remove_temporary_data_dir};
+use setup::{another_agent_answers, create_private_dir, remove_temporary_data_dir};
 pub use setup::{host_name, load_config, node_name, temp_data_dir};
 use signals::SignalThread;
 use wakeup::Deadlines;
@@ -113,7 +112,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     })?;
     options.config.data_dir = data_dir.clone();
     let socket = data_dir.join(api::SOCKET_NAME);
-    if UnixStream::connect(&socket).is_ok() {
+    if another_agent_answers(&socket) {
         return Err(Error::AlreadyRunning { socket });
     }
     let (store, loaded) = Store::open(&data_dir).map_err(Error::State)?;
@@ -208,6 +207,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .map(|c| c.volume_events.clone())
         .unwrap_or_else(never);
     let containers = agent.allocs.container_events();
+    let starts = agent.allocs.start_reports();
     agent.allocs.look_for_leftover_containers();
     let mut failure = None;
     loop {
@@ -236,6 +236,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(containers) -> event => if let Ok(event) = event {
                 agent.allocs.container_event(event, Instant::now());
             },
+            recv(starts) -> report => if let Ok(report) = report {
+                agent.allocs.started(report, Instant::now());
+            },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -246,6 +249,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
                 recv(reports) -> report => if let Ok(report) = report { agent.apply(report) },
                 recv(done) -> done => if let Ok(done) = done { agent.completed(done) },
                 recv(registry_events) -> event => if let Ok(event) = event { agent.registry_event(event) },
+                recv(starts) -> report => if let Ok(report) = report {
+                    agent.allocs.started(report, Instant::now());
+                },
                 default => break,
             }
         }
@@ -657,6 +663,10 @@ impl Agent {
                 },
             );
         }
+        // The starts under way are taken in, so that the snapshot has
+        // their pids.
+        let starters = self.allocs.finish_starts(deadline);
+        self.errands.keep_all(starters);
         self.persist_at_shutdown();
         for (_, running) in std::mem::take(&mut self.instances) {
             self.errands.keep_all(running.instance.threads());

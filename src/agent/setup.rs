@@ -5,10 +5,34 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::Error;
 use crate::spec::AgentConfig;
+
+/// How long a control socket must keep taking connections to be another
+/// agent's.
+const STALE_SOCKET_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether another agent answers on `socket`: it takes connections for
+/// [`STALE_SOCKET_WAIT`]. The listening socket of an agent killed while
+/// it forked a task lingers in that child until it execs (the socket is
+/// close-on-exec), taking connections for a moment, then refusing them.
+pub(super) fn another_agent_answers(socket: &Path) -> bool {
+    let deadline = Instant::now() + STALE_SOCKET_WAIT;
+    loop {
+        if UnixStream::connect(socket).is_err() {
+            return false;
+        }
+        if Instant::now() >= deadline {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
 
 /// Reads and validates an agent config file.
 pub fn load_config(path: &Path) -> Result<AgentConfig, String> {

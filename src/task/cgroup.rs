@@ -17,7 +17,8 @@
 //! before `exec` (`exec/child.rs`), so the task is limited from its first
 //! instruction. When the task ends, its group tells whether the OOM killer
 //! struck ([`Exit::OomKilled`], "OOM Killed" in its events, as Nomad says),
-//! what is left in it is killed, and it is removed. Its name depends only
+//! what is left in it is killed, and it is removed: at once when the task
+//! restarts, on a starter thread (`starter.rs`) when it is done for good. Its name depends only
 //! on the alloc and the task, so a task adopted after an agent restart
 //! finds its group again. A host without the controllers (none mounted,
 //! or not writable) runs the task without limits, and one task event says
@@ -25,6 +26,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::driver::Exit;
@@ -58,7 +60,15 @@ pub(super) fn limits(resources: Option<&Resources>) -> Limits {
 /// The group of task `task` of alloc `alloc` on this host, if it has
 /// cgroups.
 pub(super) fn group(alloc: &str, task: &str) -> Option<Group> {
-    Hierarchy::detect().map(|h| h.group(&format!("{alloc}.{task}")))
+    hierarchy().map(|h| h.group(&format!("{alloc}.{task}")))
+}
+
+/// The host's hierarchies, looked for once: every start and every exit
+/// needs them, and reading the mount table each time is what made a big
+/// job's stop slow.
+fn hierarchy() -> Option<Hierarchy> {
+    static DETECTED: OnceLock<Option<Hierarchy>> = OnceLock::new();
+    DETECTED.get_or_init(Hierarchy::detect).clone()
 }
 
 /// What a start gets: the files its child writes itself to, and a note
@@ -71,7 +81,7 @@ pub(super) struct Prepared {
 /// Makes the task's group afresh (a group left by an earlier run is
 /// removed first, so its OOM count starts at zero).
 pub(super) fn prepare(alloc: &str, task: &str, resources: Option<&Resources>) -> Prepared {
-    prepare_in(Hierarchy::detect(), alloc, task, resources)
+    prepare_in(hierarchy(), alloc, task, resources)
 }
 
 /// [`prepare`] on the hierarchies `hierarchy` (`None`: none mounted).
@@ -105,11 +115,11 @@ fn prepare_in(
 }
 
 /// The task's process ended: its exit as the group tells it (an OOM kill
-/// named as such), once what is left of the task is killed and its group
-/// removed.
-pub(super) fn finish(alloc: &str, task: &str, exit: Exit) -> Exit {
+/// named as such), and its group, which the caller removes with
+/// [`remove`] (what is left of the task runs until then).
+pub(super) fn outcome(alloc: &str, task: &str, exit: Exit) -> (Exit, Option<Group>) {
     let Some(group) = group(alloc, task).filter(Group::exists) else {
-        return exit;
+        return (exit, None);
     };
     let killed = match &exit {
         Exit::Status(status) => status.signal() == Some(libc::SIGKILL),
@@ -122,15 +132,21 @@ pub(super) fn finish(alloc: &str, task: &str, exit: Exit) -> Exit {
         Some(n) => n > 0,
         None => killed && group.limit_hits().is_some_and(|n| n > 0),
     };
-    if let Err(err) = group.remove(REMOVE_WAIT) {
-        log::warn!("Alloc {alloc}: task {task}: {err}");
-    }
-    match exit {
+    let exit = match exit {
         Exit::Status(status) if oom => Exit::OomKilled {
             status: Some(status),
         },
         Exit::Vanished if oom => Exit::OomKilled { status: None },
         other => other,
+    };
+    (exit, Some(group))
+}
+
+/// Kills what is left of task `task` of alloc `alloc` in its group
+/// `group`, and removes the group.
+pub(super) fn remove(alloc: &str, task: &str, group: &Group) {
+    if let Err(err) = group.remove(REMOVE_WAIT) {
+        log::warn!("Alloc {alloc}: task {task}: {err}");
     }
 }
 

@@ -7,13 +7,14 @@
 //!
 //! | | `exec`, `raw_exec` | `docker` |
 //! |---|---|---|
-//! | start | fork and exec in the agent's turn ([`super::exec::spawn`]) | the engine's calls on a thread of their own; the task runs from then |
+//! | start | fork and exec on a starter thread ([`super::exec::spawn`]) | the container's spec on a starter thread, then the engine's calls on a thread of their own |
 //! | signal | `kill(2)` to the task's process group | the engine's kill, on a thread |
 //! | end | SIGCHLD and `waitpid`; an adopted process by its start time going away | the engine's wait, on the task's thread, reported to the loop |
 //! | after a restart | the pid and start time, or the pid file the child wrote | the container, by the name the agent gave it |
 //!
 //! The setup before a start (task dir, environment, claimed volumes,
-//! plugin dirs) is one path for every driver (`launch.rs`).
+//! plugin dirs) is one path for every driver (`launch.rs`), off the loop
+//! on the starter's threads (`starter.rs`).
 
 use std::io;
 use std::process::{Child, ExitStatus};

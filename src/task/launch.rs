@@ -5,6 +5,13 @@
 //! and destinations (a template's too). A task's templates render
 //! (`templates.rs`) once its dirs exist, before any driver starts it.
 //!
+//! A start has two halves: [`Allocs::plan_start`], on the main loop, takes
+//! what the start needs from the loop's state as owned values (a
+//! [`StartPlan`]); [`prepare`], on a starter thread (`starter.rs`), does
+//! the slow part with them alone (directories, templates, mounts, the
+//! control group, the fork; for a docker task, the container's spec) and
+//! returns what it [`Started`], for the loop to take in.
+//!
 //! A plugin task in its own root gets Nomad's directory contract: its
 //! socket dir (`data_dir/plugins/<alloc>`) at `mount_dir`, with
 //! `CSI_ENDPOINT=unix://<mount_dir>/csi.sock`, and the agent's
@@ -17,14 +24,14 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::cgroup;
 use super::docker::{self, VolumeBind};
-use super::driver::Handle;
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
@@ -34,7 +41,9 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Task};
+use crate::spec::{
+    ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Network, Task,
+};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -136,228 +145,324 @@ fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
     out
 }
 
-/// A task started: what runs it; for a plugin task, the spec the agent
-/// registers and its health timeout; what its events must say of the
-/// start.
-pub(super) struct Launched {
-    pub handle: Handle,
+/// A task started on a starter thread (`starter.rs`): what runs it; for a
+/// plugin task, the spec the agent registers and its health timeout; what
+/// its events must say of the start.
+pub(super) struct Started {
+    pub runs: Runs,
     pub plugin: Option<(PluginSpec, Duration)>,
     pub notes: Vec<String>,
 }
 
+/// What a start made.
+pub(super) enum Runs {
+    /// An `exec` or `raw_exec` task's process, forked.
+    Process(Child),
+    /// A docker task's container, which the driver's thread creates and
+    /// starts once the loop hands it over.
+    Container(Box<docker::Run>),
+}
+
+/// Everything one start of a task needs, owned: taken from the loop's
+/// state ([`Allocs::plan_start`]), so that a starter thread carries it out
+/// ([`prepare`]) while the loop goes on.
+pub(super) struct StartPlan {
+    pub alloc: String,
+    pub index: u64,
+    pub job: String,
+    pub group: String,
+    pub network: Option<Network>,
+    pub spec: Task,
+    pub data_dir: PathBuf,
+    pub alloc_dir: PathBuf,
+    /// A plugin task's socket dir, `data_dir/plugins/<alloc>`.
+    pub socket_dir: PathBuf,
+    /// The agent's control socket, hidden from `raw_exec` tasks.
+    pub control_socket: PathBuf,
+    /// The environment before the templates render.
+    pub env: BTreeMap<String, String>,
+    pub node: BTreeMap<String, String>,
+    pub plugin: Option<(PluginSpec, Duration)>,
+    /// The source of each of the task's `volume_mount`s, in their order.
+    pub volumes: Vec<MountSource>,
+    pub chroot_env: Vec<ChrootEntry>,
+    pub caps: Option<u64>,
+    pub docker: Option<ContainerPlan>,
+}
+
+/// Where a `volume_mount`'s volume is on the host.
+pub(super) struct MountSource {
+    pub source: PathBuf,
+    pub read_only: bool,
+    /// A CSI volume (its publish path), not a host volume.
+    pub csi: bool,
+}
+
+/// What the loop gives a docker task's start.
+pub(super) struct ContainerPlan {
+    pub run: u64,
+    pub labels: BTreeMap<String, String>,
+    pub privileges: docker::Privileges,
+    pub host_paths: bool,
+}
+
 impl Allocs {
-    /// Prepares the task dir, the environment and the mounts, and starts
-    /// the task with its driver.
-    pub(super) fn launch(&mut self, alloc: &Alloc, i: usize) -> Result<Launched, String> {
+    /// What starting task `i` of `alloc` needs, from the loop's state;
+    /// what is wrong with it already (an unclaimed volume, a bad
+    /// `${VAR}` in its env) fails the start here.
+    pub(super) fn plan_start(&mut self, alloc: &Alloc, i: usize) -> Result<StartPlan, String> {
         let spec = &alloc.group.tasks[i];
-        let alloc_dir = self.alloc_dir(&alloc.id);
-        let ctx = TaskContext {
-            alloc_id: &alloc.id,
-            alloc_index: alloc.index,
-            job: &alloc.job,
-            group: &alloc.group.name,
-            task: &spec.name,
-            alloc_dir: &alloc_dir,
-            own_root: spec.driver != Driver::RawExec,
-        };
-        let task_dir = ctx.task_dir();
-        // A container's user is the image's to resolve.
-        let user = match &spec.user {
-            Some(name) if spec.driver != Driver::Docker => {
-                Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
-            }
-            _ => None,
-        };
-        make_dir(&alloc_dir, 0o711)?;
-        make_dir(&alloc_dir.join("alloc"), 0o755)?;
-        // As Nomad's: where the group's tasks, whatever their users, share
-        // data.
-        make_dir(&alloc_dir.join("alloc/data"), 0o777)?;
-        make_dir(&alloc_dir.join("alloc/tmp"), 0o777)?;
-        make_dir(&task_dir, 0o755)?;
-        for (dir, mode) in [("local", 0o755), ("secrets", 0o700), ("tmp", 0o1777)] {
-            let path = task_dir.join(dir);
-            make_dir(&path, mode)?;
-            if let Some(user) = user {
-                chown(&path, user)?;
-            }
-        }
-        // The logs stay the agent's: it opens them on the host.
-        make_dir(&task_dir.join("logs"), 0o755)?;
         let socket_dir = self.plugin_socket_dir(&alloc.id);
         let env = self.task_environment(alloc, i)?;
         // The socket the agent watches comes from the environment before
         // templates, as after a restart, when it is read again without
         // rendering: an env template's CSI_ENDPOINT is the task's view.
         let plugin = plugin_spec(alloc, i, &env, &socket_dir)?;
-        // Rendered before the driver starts, as Nomad's template hook.
-        let env = templates::render_all(&spec.templates, &task_dir, env, &self.node)?;
-        let vars = lookups(&env, &self.node);
-        let args = spec
-            .config
-            .args
+        let volumes = spec
+            .volume_mounts
             .iter()
-            .map(|a| interpolate(a, &vars))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("config.args: {e}"))?;
-        let mut mounts = Vec::new();
-        let mut binds = Vec::new();
-        for vm in &spec.volume_mounts {
-            let used = alloc
-                .volumes
-                .iter()
-                .find(|v| v.alias == vm.volume)
-                .ok_or_else(|| format!("volume_mount {:?}: no such group volume", vm.volume))?;
-            let source = match (&used.source, &used.state) {
-                (VolumeSource::Host { path }, _) => path.clone(),
-                (VolumeSource::Csi, UseState::Claimed { publish_path }) => publish_path.clone(),
-                _ => return Err(format!("volume {:?} is not claimed", used.volume_id)),
-            };
-            let dest = interpolate(&vm.destination, &vars)
-                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
-            if vm.propagation != Propagation::Private && used.source == VolumeSource::Csi {
-                make_shared(&source)?;
-            }
-            let read_only = vm.read_only || used.read_only;
-            if spec.driver == Driver::Docker {
-                binds.push(VolumeBind {
-                    block: !source.is_dir(),
-                    source,
-                    destination: dest,
-                    read_only,
-                    propagation: vm.propagation,
-                });
-                continue;
-            }
-            let target = resolve_destination(&task_dir, &dest)
-                .and_then(|target| check_destination(&dest, &self.chroot_env).map(|()| target))
-                .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
-            prepare_target(&task_dir, &dest, &target, source.is_dir())
-                .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
-            mounts.push(DriverMount {
+            .map(|vm| mount_source(alloc, &vm.volume))
+            .collect::<Result<Vec<_>, _>>()?;
+        let docker = spec.docker.as_ref().map(|_| ContainerPlan {
+            run: self.docker.next_run(),
+            labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
+            privileges: self.privileges.clone(),
+            host_paths: self.docker_settings.volumes_enabled,
+        });
+        Ok(StartPlan {
+            alloc: alloc.id.clone(),
+            index: alloc.index,
+            job: alloc.job.clone(),
+            group: alloc.group.name.clone(),
+            network: alloc.group.network.clone(),
+            spec: spec.clone(),
+            data_dir: self.data_dir.clone(),
+            alloc_dir: self.alloc_dir(&alloc.id),
+            socket_dir,
+            control_socket: self.control_socket.clone(),
+            env,
+            node: self.node.clone(),
+            plugin,
+            volumes,
+            chroot_env: self.chroot_env.clone(),
+            caps: self.task_caps(spec),
+            docker,
+        })
+    }
+}
+
+/// The source of alloc `alloc`'s group volume `alias`: a host volume's
+/// path, a claimed CSI volume's publish path.
+fn mount_source(alloc: &Alloc, alias: &str) -> Result<MountSource, String> {
+    let used = alloc
+        .volumes
+        .iter()
+        .find(|v| v.alias == alias)
+        .ok_or_else(|| format!("volume_mount {alias:?}: no such group volume"))?;
+    let source = match (&used.source, &used.state) {
+        (VolumeSource::Host { path }, _) => path.clone(),
+        (VolumeSource::Csi, UseState::Claimed { publish_path }) => publish_path.clone(),
+        _ => return Err(format!("volume {:?} is not claimed", used.volume_id)),
+    };
+    Ok(MountSource {
+        source,
+        read_only: used.read_only,
+        csi: used.source == VolumeSource::Csi,
+    })
+}
+
+/// Carries out `plan`, off the loop: prepares the task dir, renders the
+/// templates, prepares the mounts, and starts the task with its driver (a
+/// docker task up to the container the driver's thread is to start).
+pub(super) fn prepare(plan: StartPlan) -> Result<Started, String> {
+    let spec = &plan.spec;
+    let alloc_dir = &plan.alloc_dir;
+    let ctx = TaskContext {
+        alloc_id: &plan.alloc,
+        alloc_index: plan.index,
+        job: &plan.job,
+        group: &plan.group,
+        task: &spec.name,
+        alloc_dir,
+        own_root: spec.driver != Driver::RawExec,
+    };
+    let task_dir = ctx.task_dir();
+    // A container's user is the image's to resolve.
+    let user = match &spec.user {
+        Some(name) if spec.driver != Driver::Docker => {
+            Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
+        }
+        _ => None,
+    };
+    make_dir(alloc_dir, 0o711)?;
+    make_dir(&alloc_dir.join("alloc"), 0o755)?;
+    // As Nomad's: where the group's tasks, whatever their users, share
+    // data.
+    make_dir(&alloc_dir.join("alloc/data"), 0o777)?;
+    make_dir(&alloc_dir.join("alloc/tmp"), 0o777)?;
+    make_dir(&task_dir, 0o755)?;
+    for (dir, mode) in [("local", 0o755), ("secrets", 0o700), ("tmp", 0o1777)] {
+        let path = task_dir.join(dir);
+        make_dir(&path, mode)?;
+        if let Some(user) = user {
+            chown(&path, user)?;
+        }
+    }
+    // The logs stay the agent's: it opens them on the host.
+    make_dir(&task_dir.join("logs"), 0o755)?;
+    let socket_dir = &plan.socket_dir;
+    // Rendered before the driver starts, as Nomad's template hook.
+    let env = templates::render_all(&spec.templates, &task_dir, plan.env, &plan.node)?;
+    let vars = lookups(&env, &plan.node);
+    let args = spec
+        .config
+        .args
+        .iter()
+        .map(|a| interpolate(a, &vars))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("config.args: {e}"))?;
+    let mut mounts = Vec::new();
+    let mut binds = Vec::new();
+    for (vm, used) in spec.volume_mounts.iter().zip(&plan.volumes) {
+        let source = used.source.clone();
+        let dest = interpolate(&vm.destination, &vars)
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+        if vm.propagation != Propagation::Private && used.csi {
+            make_shared(&source)?;
+        }
+        let read_only = vm.read_only || used.read_only;
+        if spec.driver == Driver::Docker {
+            binds.push(VolumeBind {
+                block: !source.is_dir(),
                 source,
-                target,
+                destination: dest,
                 read_only,
                 propagation: vm.propagation,
             });
+            continue;
         }
-        let mut keep = Vec::new();
-        let mut plugin_dirs = Vec::new();
-        if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
-            let root = self.data_dir.join("csi");
-            ensure_shared_root(&root)?;
-            make_dir(&root.join(&p.id), 0o700)?;
-            keep.push(root.clone());
-            make_dir(&socket_dir, 0o700)?;
-            if let Some(user) = user {
-                chown(&socket_dir, user)?;
-            }
-            let _ = fs::remove_file(registered.endpoint.path());
-            // Nomad's contract: both bidirectional, so that what the
-            // plugin mounts under its base dir (a peer of the shared
-            // `csi/` root) is mounted on the host too.
-            plugin_dirs.push(PluginDir {
-                source: socket_dir.clone(),
-                destination: p.mount_dir.clone(),
-                // A socket crosses a bind whatever its propagation; the
-                // engine refuses a shared bind of a dir on a private
-                // mount, which the socket dir may well be.
-                propagation: match spec.driver {
-                    Driver::Docker => Propagation::Private,
-                    _ => Propagation::Bidirectional,
-                },
-            });
-            plugin_dirs.push(PluginDir {
-                source: root.join(&p.id),
-                destination: p.stage_publish_base_dir.clone(),
-                propagation: Propagation::Bidirectional,
-            });
+        let target = resolve_destination(&task_dir, &dest)
+            .and_then(|target| check_destination(&dest, &plan.chroot_env).map(|()| target))
+            .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
+        prepare_target(&task_dir, &dest, &target, source.is_dir())
+            .map_err(|e| format!("volume_mount {:?}: {}", vm.volume, crate::error_chain(&e)))?;
+        mounts.push(DriverMount {
+            source,
+            target,
+            read_only,
+            propagation: vm.propagation,
+        });
+    }
+    let plugin = plan.plugin;
+    let mut keep = Vec::new();
+    let mut plugin_dirs = Vec::new();
+    if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
+        let root = plan.data_dir.join("csi");
+        ensure_shared_root(&root)?;
+        make_dir(&root.join(&p.id), 0o700)?;
+        keep.push(root.clone());
+        make_dir(socket_dir, 0o700)?;
+        if let Some(user) = user {
+            chown(socket_dir, user)?;
         }
-        if let Some(config) = &spec.docker {
-            let run = self.docker.next_run();
-            let name = docker::container_name(&alloc.id, &spec.name);
-            let (container, notes) = docker::container_spec(docker::Inputs {
-                task: spec,
-                config,
-                vars: &vars,
-                env,
-                task_dir: &task_dir,
-                shared_dir: &alloc_dir.join("alloc"),
-                volumes: binds,
-                plugin_dirs,
-                labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
-                network: alloc.group.network.as_ref(),
-                privileges: &self.privileges,
-                host_paths: self.docker_settings.volumes_enabled,
-            })?;
-            let stopping = Arc::new(AtomicBool::new(false));
-            self.docker.run(docker::Run {
-                alloc: alloc.id.clone(),
-                task: spec.name.clone(),
-                run,
-                name: name.clone(),
-                spec: container,
-                force_pull: config.force_pull,
-                auth: config.auth.as_ref().map(docker::auth),
-                stdout: task_dir.join("logs/stdout"),
-                stderr: task_dir.join("logs/stderr"),
-                stopping: stopping.clone(),
-            });
-            let handle = Handle::Container {
-                name,
-                run,
-                pid: 0,
-                start_ticks: 0,
-                stopping,
-            };
-            return Ok(Launched {
-                handle,
-                plugin,
-                notes,
-            });
-        }
-        let host = MountInfo::read().map_err(|e| e.to_string())?;
-        let (root, hide) = match spec.driver {
-            Driver::RawExec => (None, vec![self.control_socket.clone()]),
-            _ => {
-                let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
-                let root = RootPlan::new(
-                    &task_dir,
-                    &alloc_dir.join("alloc"),
-                    &self.chroot_env,
-                    owner,
-                    plugin_dirs,
-                );
-                root.prepare().map_err(|e| crate::error_chain(&e))?;
-                (Some(root), Vec::new())
-            }
-        };
-        let cgroup = cgroup::prepare(&alloc.id, &spec.name, spec.resources.as_ref());
-        let launch = Launch {
-            command: spec.config.command.clone(),
-            args,
+        let _ = fs::remove_file(registered.endpoint.path());
+        // Nomad's contract: both bidirectional, so that what the
+        // plugin mounts under its base dir (a peer of the shared
+        // `csi/` root) is mounted on the host too.
+        plugin_dirs.push(PluginDir {
+            source: socket_dir.clone(),
+            destination: p.mount_dir.clone(),
+            // A socket crosses a bind whatever its propagation; the
+            // engine refuses a shared bind of a dir on a private
+            // mount, which the socket dir may well be.
+            propagation: match spec.driver {
+                Driver::Docker => Propagation::Private,
+                _ => Propagation::Bidirectional,
+            },
+        });
+        plugin_dirs.push(PluginDir {
+            source: root.join(&p.id),
+            destination: p.stage_publish_base_dir.clone(),
+            propagation: Propagation::Bidirectional,
+        });
+    }
+    if let (Some(config), Some(container)) = (&spec.docker, plan.docker) {
+        let name = docker::container_name(&plan.alloc, &spec.name);
+        let (container_spec, notes) = docker::container_spec(docker::Inputs {
+            task: spec,
+            config,
+            vars: &vars,
             env,
-            cwd: task_dir.clone(),
+            task_dir: &task_dir,
+            shared_dir: &alloc_dir.join("alloc"),
+            volumes: binds,
+            plugin_dirs,
+            labels: container.labels,
+            network: plan.network.as_ref(),
+            privileges: &container.privileges,
+            host_paths: container.host_paths,
+        })?;
+        let run = docker::Run {
+            alloc: plan.alloc.clone(),
+            task: spec.name.clone(),
+            run: container.run,
+            name,
+            spec: container_spec,
+            force_pull: config.force_pull,
+            auth: config.auth.as_ref().map(docker::auth),
             stdout: task_dir.join("logs/stdout"),
             stderr: task_dir.join("logs/stderr"),
-            pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
-            user,
-            namespace: NamespacePlan::new(&host, keep, mounts, hide),
-            root,
-            cgroup_procs: cgroup.procs,
-            caps: self.task_caps(spec),
-            no_new_privs: spec.driver == Driver::Exec,
-            pid_ns: spec.driver == Driver::Exec && spec.config.pid_mode == NamespaceMode::Private,
-            ipc_ns: spec.driver == Driver::Exec && spec.config.ipc_mode == NamespaceMode::Private,
+            stopping: Arc::new(AtomicBool::new(false)),
         };
-        let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
-        Ok(Launched {
-            handle: Handle::spawned(child),
+        return Ok(Started {
+            runs: Runs::Container(Box::new(run)),
             plugin,
-            notes: cgroup.note.into_iter().collect(),
-        })
+            notes,
+        });
     }
+    let host = MountInfo::read().map_err(|e| e.to_string())?;
+    let (root, hide) = match spec.driver {
+        Driver::RawExec => (None, vec![plan.control_socket.clone()]),
+        _ => {
+            let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
+            let root = RootPlan::new(
+                &task_dir,
+                &alloc_dir.join("alloc"),
+                &plan.chroot_env,
+                owner,
+                plugin_dirs,
+            );
+            root.prepare().map_err(|e| crate::error_chain(&e))?;
+            (Some(root), Vec::new())
+        }
+    };
+    let cgroup = cgroup::prepare(&plan.alloc, &spec.name, spec.resources.as_ref());
+    let launch = Launch {
+        command: spec.config.command.clone(),
+        args,
+        env,
+        cwd: task_dir.clone(),
+        stdout: task_dir.join("logs/stdout"),
+        stderr: task_dir.join("logs/stderr"),
+        pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
+        user,
+        namespace: NamespacePlan::new(&host, keep, mounts, hide),
+        root,
+        cgroup_procs: cgroup.procs,
+        caps: plan.caps,
+        no_new_privs: spec.driver == Driver::Exec,
+        pid_ns: spec.driver == Driver::Exec && spec.config.pid_mode == NamespaceMode::Private,
+        ipc_ns: spec.driver == Driver::Exec && spec.config.ipc_mode == NamespaceMode::Private,
+    };
+    let child = exec::spawn(&launch).map_err(|e| crate::error_chain(&e))?;
+    Ok(Started {
+        runs: Runs::Process(child),
+        plugin,
+        notes: cgroup.note.into_iter().collect(),
+    })
+}
 
+impl Allocs {
     /// An exec task's capabilities ([`exec::caps`]). A plugin task that
     /// says nothing of them keeps the agent's: a node plugin mounts.
     fn task_caps(&self, spec: &Task) -> Option<u64> {

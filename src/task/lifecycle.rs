@@ -67,7 +67,8 @@ impl Role {
 /// How far a task has come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// Never started.
+    /// Not started yet, or its first start is under way: what waits for
+    /// it to run waits on.
     Waiting,
     /// Running, or waiting to restart.
     Live,

@@ -10,7 +10,8 @@
 //!    `source[index]`) through the volume manager, retrying retryable
 //!    refusals with backoff (shown as task events) and failing the alloc
 //!    on a terminal one. `host` volumes come from the agent config.
-//! 2. **running**: every task is started ([`exec`]), in its lifecycle
+//! 2. **running**: every task is started (on the starter's threads,
+//!    `starter.rs`, `starting` meanwhile; [`exec`]), in its lifecycle
 //!    order ([`lifecycle`]: prestart, main, poststart), in its own session and
 //!    mount namespace: an `exec` task in a root of its own, built as
 //!    Nomad's exec driver builds it ([`root`]), with each volume at its
@@ -58,6 +59,7 @@
 //! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
+//! | `starter.rs` | the threads that carry out starts off the loop, and a done task's cleanups; taking a start in |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
@@ -83,6 +85,7 @@ mod rerender;
 pub mod restart;
 pub mod root;
 mod runner;
+mod starter;
 mod templates;
 mod volume_hook;
 
@@ -98,6 +101,7 @@ use crate::plugin::{InstanceKey, PluginSpec};
 use crate::spec::{ChrootEntry, DockerSettings, ExecSettings, Group, HostVolume, Job, JobInputs};
 pub use docker::ContainerEvent;
 use restart::Window;
+pub use starter::StartReport;
 
 /// How many events each task keeps.
 const EVENTS_KEPT: usize = 10;
@@ -167,6 +171,8 @@ impl AllocStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TaskState {
     Pending,
+    /// Its start is on a starter thread (`starter.rs`).
+    Starting,
     Running,
     /// Waiting to start again.
     Restarting {
@@ -179,6 +185,7 @@ impl TaskState {
     fn as_str(self) -> &'static str {
         match self {
             TaskState::Pending => "pending",
+            TaskState::Starting => "starting",
             TaskState::Running => "running",
             TaskState::Restarting { .. } => "restarting",
             TaskState::Dead => "dead",
@@ -373,6 +380,8 @@ pub struct Allocs {
     placement: placement::Placement,
     /// What a privileged container can be given on this host.
     privileges: docker::Privileges,
+    /// The threads that start tasks off the loop.
+    starter: starter::Starter,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -402,6 +411,7 @@ impl Allocs {
             exec_settings: ExecSettings::default(),
             placement: placement::Placement::default(),
             privileges: docker::Privileges::of_this_process(),
+            starter: starter::Starter::new(),
         }
     }
 
@@ -491,7 +501,7 @@ impl Allocs {
     /// never on a scrape.
     fn count_tasks(&self) {
         const DRIVERS: [&str; 3] = ["exec", "raw_exec", "docker"];
-        const STATES: [&str; 4] = ["pending", "running", "restarting", "dead"];
+        const STATES: [&str; 5] = ["pending", "starting", "running", "restarting", "dead"];
         let mut counts = [[0u32; STATES.len()]; DRIVERS.len()];
         for alloc in self.allocs.values() {
             for (task, spec) in alloc.tasks.iter().zip(&alloc.group.tasks) {

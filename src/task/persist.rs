@@ -164,6 +164,8 @@ impl Allocs {
                         "dead" => TaskState::Dead,
                         "running" => TaskState::Running,
                         "restarting" => TaskState::Restarting { at: Instant::now() },
+                        // "starting" too: `readopt` adopts the process of
+                        // its pid file, if its start got that far.
                         _ => TaskState::Pending,
                     };
                     if task.state == TaskState::Running {

@@ -13,7 +13,7 @@ use super::driver::Exit;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
 use super::volume_hook::unmount_below;
-use super::{Alloc, AllocStatus, Allocs, PluginEffect, Process, TaskState, UseState, VolumeSource};
+use super::{Alloc, AllocStatus, Allocs, PluginEffect, TaskState, UseState, VolumeSource};
 use crate::mount::MountInfo;
 use crate::plugin::{InstanceKey, Source};
 use crate::spec::Driver;
@@ -30,6 +30,8 @@ impl Allocs {
         registry: &crate::plugin::Registry,
         now: Instant,
     ) -> bool {
+        // Cleanups that waited for room go first.
+        self.starter.pump();
         let live = self.allocs.values().any(|a| !a.status.is_terminal());
         if !live && !self.jobs.values().any(|j| j.purge) {
             return false;
@@ -110,8 +112,7 @@ impl Allocs {
                 _ => false,
             };
             if due {
-                self.start_task(alloc, i, now);
-                changed = true;
+                changed |= self.start_task(alloc, i, now);
             }
         }
         if alloc.tasks.iter().all(|t| t.state == TaskState::Dead) {
@@ -193,15 +194,14 @@ impl Allocs {
             match alloc.tasks[i].state {
                 TaskState::Pending => {
                     if lifecycle::may_start(&lifecycle_view(alloc), i) {
-                        self.start_task(alloc, i, now);
-                        changed = true;
+                        changed |= self.start_task(alloc, i, now);
                     }
                 }
                 TaskState::Restarting { .. } => {
                     alloc.tasks[i].state = TaskState::Dead;
                     changed = true;
                 }
-                TaskState::Running | TaskState::Dead => {}
+                TaskState::Starting | TaskState::Running | TaskState::Dead => {}
             }
         }
         if alloc.tasks.iter().all(|t| t.state == TaskState::Dead) {
@@ -224,6 +224,9 @@ impl Allocs {
                 task.state = TaskState::Dead;
                 true
             }
+            // Its start is on a starter thread: once reported, the task
+            // runs and is stopped here as any other.
+            TaskState::Starting => false,
             TaskState::Running => {
                 let Some(p) = &mut task.process else {
                     return false;
@@ -278,7 +281,13 @@ impl Allocs {
         if alloc.status.is_terminal() {
             return false;
         }
-        let mounts = MountInfo::read().ok();
+        // Read only when a claim may have mounts to undo: a big job's
+        // allocs stop by the thousand.
+        let claimed = alloc
+            .volumes
+            .iter()
+            .any(|v| matches!(v.state, UseState::Claimed { .. }));
+        let mounts = claimed.then(MountInfo::read).and_then(Result::ok);
         for v in &mut alloc.volumes {
             if v.source != VolumeSource::Csi || v.state == UseState::Released {
                 continue;
@@ -372,54 +381,28 @@ impl Allocs {
         changed
     }
 
-    /// Starts task `i` of `alloc`; a failure to start counts as an exit.
-    fn start_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) {
-        match self.launch(alloc, i) {
-            Ok(launched) => {
-                let what = launched.handle.describe();
-                let handle = launched.handle;
-                let spec = launched.plugin;
-                let task = &mut alloc.tasks[i];
-                for note in launched.notes {
-                    task.event("driver", note);
-                }
-                task.process = Some(Process {
-                    handle,
-                    signal_at: None,
-                    kill_at: None,
-                    killed: false,
-                });
-                task.state = TaskState::Running;
-                let driver = alloc.group.tasks[i].driver.as_str();
-                crate::metrics::TASK_STARTS.inc(&[driver]);
-                task.event("started", format!("started ({what})"));
-                log::info!("Alloc {}: task {} started ({what})", alloc.id, task.name);
-                if let (Some(plugin), Some((spec, health_timeout))) = (&mut task.plugin, spec) {
-                    plugin.healthy = false;
-                    plugin.deadline = Some(now + health_timeout);
-                    self.effects.push(PluginEffect::Start {
-                        alloc: alloc.id.clone(),
-                        task: task.name.clone(),
-                        spec,
-                        health_timeout,
-                    });
-                }
-            }
-            Err(why) => {
-                log::warn!("Alloc {}: task {}: {why}", alloc.id, alloc.tasks[i].name);
-                self.exited(alloc, i, Exit::StartFailed(why), now);
+    /// A task's process ended (or never started): the restart policy
+    /// decides what follows.
+    pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
+        let (exit, group) = if alloc.group.tasks[i].driver == Driver::Docker {
+            (exit, None)
+        } else {
+            cgroup::outcome(&alloc.id, &alloc.tasks[i].name, exit)
+        };
+        self.follow_policy(alloc, i, exit, now);
+        // A task done for good has its group removed off the loop; one
+        // that restarts, before its next start.
+        if let Some(group) = group {
+            let task = &alloc.tasks[i].name;
+            match alloc.tasks[i].state {
+                TaskState::Dead => self.starter.remove_group(&alloc.id, task, group),
+                _ => cgroup::remove(&alloc.id, task, &group),
             }
         }
     }
 
-    /// A task's process ended (or never started): the restart policy
-    /// decides what follows.
-    pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
-        let exit = if alloc.group.tasks[i].driver == Driver::Docker {
-            exit
-        } else {
-            cgroup::finish(&alloc.id, &alloc.tasks[i].name, exit)
-        };
+    /// What follows task `i`'s end `exit`: a restart, or its death.
+    fn follow_policy(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
         let policy = alloc.group.tasks[i].restart.clone();
         let role = role(alloc, i);
         let restarts_on_success = role.restarts_on_success(alloc.group.job_type);
@@ -523,6 +506,7 @@ impl Allocs {
 
     /// When the loop must next wake up for a task timer.
     pub fn next_wakeup(&self) -> Option<Instant> {
+        let (room, now) = (self.starter.has_room(), Instant::now());
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
         for alloc in self.allocs.values() {
@@ -530,8 +514,12 @@ impl Allocs {
                 continue;
             }
             for task in &alloc.tasks {
+                // A restart that is due waits for room in the starter,
+                // whose next report wakes the loop.
                 if let TaskState::Restarting { at: t } = task.state {
-                    at(t);
+                    if room || t > now {
+                        at(t);
+                    }
                 }
                 if let Some(p) = &task.process {
                     for t in p.signal_at.into_iter().chain(p.kill_at) {
@@ -624,7 +612,7 @@ impl Allocs {
                     .as_ref()
                     .is_some_and(|m| m.under(&dir).next().is_none());
                 if clear {
-                    let _ = fs::remove_dir_all(&dir);
+                    self.starter.remove_dir(dir);
                 }
             }
             self.jobs.remove(name);
@@ -647,7 +635,10 @@ fn lifecycle_view(alloc: &Alloc) -> Vec<(Role, Progress)> {
         .enumerate()
         .map(|(i, t)| {
             let progress = match t.state {
-                TaskState::Pending => Progress::Waiting,
+                // Poststart tasks and main tasks after a prestart sidecar
+                // wait until it runs, not only until its start is handed
+                // over.
+                TaskState::Pending | TaskState::Starting => Progress::Waiting,
                 TaskState::Running | TaskState::Restarting { .. } => Progress::Live,
                 TaskState::Dead => Progress::Dead { ok: !t.failed },
             };

@@ -124,7 +124,7 @@ impl Allocs {
             alloc.message = message.clone();
             for task in &mut alloc.tasks {
                 task.event("failed", message.clone());
-                if task.state != TaskState::Running {
+                if !matches!(task.state, TaskState::Running | TaskState::Starting) {
                     task.state = TaskState::Dead;
                 }
                 task.failed = true;

@@ -9,14 +9,16 @@
 //! scale), P5 static binary size, P6 plugin discovery, P7 claims across
 //! three hosts of a cluster (etcd), P8 the docker driver: a plugin's
 //! container start to healthy, and a container task's claim to running
-//! beside an exec task's (a private dockerd). Each module's docs define
-//! its measurement.
+//! beside an exec task's (a private dockerd), P9 the control API's
+//! latency while a job of 2,000 allocs starts, next to idle. Each
+//! module's docs define its measurement.
 //!
 //! Needs root (the agent and the hostpath plugin mount). Run it through
 //! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
 //! `--help` lists the arguments.
 
 mod anatomy;
+mod bigjob;
 mod calibrate;
 mod calls;
 mod claim;
@@ -48,7 +50,7 @@ const USAGE: &str = "\
 usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
 
   --only ROWS          comma-separated rows to run, of C,P1,P2,P2L,P3,P4,P4L,
-                       P5,P6,P7,P8 (default: all; P4 runs the storm of P2 to
+                       P5,P6,P7,P8,P9 (default: all; P4 runs the storm of P2 to
                        set up, P4L the large storm of P2L; P7 needs etcd, P8
                        dockerd and busybox-static)
   --runs N             P1: claims and releases measured (default 200)
@@ -69,6 +71,7 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
                        without (default 100)
   --docker-runs N      P8: plugin starts, and claims of each driver, measured
                        (default 10)
+  --big-job N          P9: allocs of the big job (default 2000)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -103,6 +106,7 @@ pub struct Options {
     pub cluster_claims: usize,
     pub cluster_runs: usize,
     pub docker_runs: usize,
+    pub big_job: usize,
     pub heartbeat: Duration,
     pub keep: bool,
     pub dir: PathBuf,
@@ -128,6 +132,7 @@ impl Options {
             cluster_claims: 300,
             cluster_runs: 100,
             docker_runs: 10,
+            big_job: 2000,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
@@ -178,6 +183,7 @@ impl Options {
                 "--cluster-claims" => opts.cluster_claims = number(value()?)?,
                 "--cluster-runs" => opts.cluster_runs = number(value()?)?,
                 "--docker-runs" => opts.docker_runs = number(value()?)?,
+                "--big-job" => opts.big_job = number(value()?)?,
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
@@ -204,8 +210,8 @@ impl Options {
     }
 }
 
-const ROWS: [&str; 11] = [
-    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8",
+const ROWS: [&str; 12] = [
+    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9",
 ];
 
 fn main() -> ExitCode {
@@ -404,7 +410,28 @@ fn run(opts: &Options, root: &Path) -> Table {
     if opts.wants("P8") {
         docker_rows(&mut table, opts, root, discovery_p50);
     }
+    if opts.wants("P9") {
+        big_job_row(&mut table, &bigjob::run(opts, root));
+    }
     table
+}
+
+fn big_job_row(table: &mut Table, r: &bigjob::BigJob) {
+    let p99 = r.starting.p99();
+    table.push(Row {
+        id: "P9",
+        what: format!(
+            "control API (plugin status) p50 / p99 while a {}-alloc raw_exec job starts (all running in {:.1} s; {} calls)",
+            r.allocs,
+            r.start_time.as_secs_f64(),
+            r.starting.len()
+        ),
+        agent: p50_p99(&r.starting),
+        reference: format!("idle {}", p50_p99(&r.idle)),
+        ratio: format!("{:.2}x at p99", ratio(p99, r.idle.p99())),
+        target: "p99 ≤ 100 ms",
+        met: Some(p99 <= Duration::from_millis(100)),
+    });
 }
 
 fn p50_p99(s: &stats::Samples) -> String {
