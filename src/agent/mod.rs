@@ -262,9 +262,13 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         }
     }
 
-    // Calls waiting for events hear that the agent stops; the control API
-    // can then stop without waiting out their waits.
+    // Calls waiting for events, and calls sent but not yet taken (a
+    // follower's next call, at the moment the signal came), hear that the
+    // agent stops: dropping the receiver discards what the channel holds,
+    // and a later call cannot be sent. The control API then stops without
+    // waiting on calls nobody would answer.
     agent.events.close();
+    drop(calls);
     let sent = control.stop();
     if let Some(metrics) = metrics {
         metrics.stop();

@@ -164,15 +164,25 @@ impl AgentClient {
 
     fn error(&self, err: grpcio::Error) -> Error {
         match err {
-            grpcio::Error::RpcFailure(status) if status.code() == RpcStatusCode::UNAVAILABLE => {
+            // The agent's server cancels the calls it still has when it
+            // stops: as unavailable as a refused connection.
+            grpcio::Error::RpcFailure(status)
+                if status.code() == RpcStatusCode::UNAVAILABLE
+                    || status.code() == RpcStatusCode::CANCELLED =>
+            {
                 if UnixStream::connect(&self.socket).is_err() {
                     Error::NotRunning {
                         socket: self.socket.clone(),
                     }
                 } else {
+                    let message = if status.code() == RpcStatusCode::CANCELLED {
+                        "the agent cancelled the call: it is stopping".to_string()
+                    } else {
+                        status.message().to_string()
+                    };
                     Error::Unavailable {
                         socket: self.socket.clone(),
-                        message: status.message().to_string(),
+                        message,
                         foreign_user: foreign_user(&self.socket),
                     }
                 }

@@ -254,8 +254,14 @@ fn a_follower_prints_events_as_they_happen_and_ends_when_the_agent_stops() {
     );
     let out = follower.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // Its waiting call is answered, or its next one finds the agent gone.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("the agent is shutting down"), "{stderr}");
+    assert!(
+        stderr.contains("the agent is shutting down")
+            || stderr.contains("it is stopping")
+            || stderr.contains("the agent is not running"),
+        "{stderr}"
+    );
 }
 
 #[test]
