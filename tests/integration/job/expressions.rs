@@ -3,11 +3,9 @@
 //! locals, and what they leave for the agent interpolated when the task
 //! starts; and a template's regex functions.
 
-use std::thread;
-use std::time::{Duration, Instant};
-
+use super::templates::wait_for_log;
 use super::Rig;
-use crate::harness::{text, WAIT};
+use crate::harness::text;
 use crate::util::require_root;
 
 /// A raw_exec job whose environment is made by fors, splats and regexes
@@ -68,15 +66,7 @@ fn fors_splats_and_regexes_make_a_task_s_environment() {
     rig.wait_running("exprs", &alloc);
     let want = "vol-a1 vol-b2 tmp-c3|VOL-A1 VOL-B2|{\"tmp\":[5],\"vol\":[10,20]}|a1\
                 |0:vol-a1@0,1:vol-b2@0,2:tmp-c3@0|10.0.2.0/24|10,20,5|a_b_c\n";
-    let start = Instant::now();
-    loop {
-        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
-        if log == want {
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&rig, &alloc, want);
     rig.stop("exprs");
 }
 
@@ -135,14 +125,6 @@ fn a_template_s_regex_functions_match_and_replace_as_go_does() {
     let alloc = rig.job("retpl").allocs[0].id.clone();
     rig.wait_running("retpl", &alloc);
     let want = format!("{}-{}|yes|a_b_c\n", &alloc[..4], &alloc[4..]);
-    let start = Instant::now();
-    loop {
-        let log = rig.ok(&["alloc", "logs", &alloc, "t"]);
-        if log == want {
-            break;
-        }
-        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&rig, &alloc, &want);
     rig.stop("retpl");
 }

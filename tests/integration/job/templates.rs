@@ -62,8 +62,9 @@ job "rendered" {
 }
 "#;
 
+/// Waits until task `t` of `alloc` has logged exactly `want`.
 #[track_caller]
-fn wait_for_log(rig: &Rig, alloc: &str, want: &str) {
+pub(super) fn wait_for_log(rig: &Rig, alloc: &str, want: &str) {
     let start = Instant::now();
     loop {
         let log = rig.ok(&["alloc", "logs", alloc, "t"]);
