@@ -37,6 +37,7 @@
 //! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
 //! | [`metrics`] | the agent's metrics (counters, gauges, histograms with labels) counted where things happen, Prometheus' text format, and the `GET /metrics` endpoint of the `telemetry` block |
 //! | [`events`] | the agent's events: emitted where things happen into one outbox, published by the loop once durable into a ring that `csi-agent events` reads |
+//! | [`regex`] | regular expressions in Go's (RE2's) syntax, matched by a Pike VM in time linear in the text, for HCL's and the templates' regex functions |
 //! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
