@@ -54,16 +54,24 @@ job "exprs" {
 }
 "#;
 
+/// Runs job `name` from `hcl`, which must be accepted; its one alloc,
+/// once its task runs.
+#[track_caller]
+fn run_one(rig: &Rig, name: &str, hcl: &str) -> String {
+    let out = rig.run_job_output(&format!("{name}.hcl"), hcl);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job(name).allocs[0].id.clone();
+    rig.wait_running(name, &alloc);
+    alloc
+}
+
 #[test]
 fn fors_splats_and_regexes_make_a_task_s_environment() {
     if !require_root() {
         return;
     }
     let rig = Rig::bare();
-    let out = rig.run_job_output("exprs.hcl", JOB);
-    assert!(out.status.success(), "{}", text(&out));
-    let alloc = rig.job("exprs").allocs[0].id.clone();
-    rig.wait_running("exprs", &alloc);
+    let alloc = run_one(&rig, "exprs", JOB);
     let want = "vol-a1 vol-b2 tmp-c3|VOL-A1 VOL-B2|{\"tmp\":[5],\"vol\":[10,20]}|a1\
                 |0:vol-a1@0,1:vol-b2@0,2:tmp-c3@0|10.0.2.0/24|10,20,5|a_b_c\n";
     wait_for_log(&rig, &alloc, want);
@@ -120,10 +128,7 @@ fn a_template_s_regex_functions_match_and_replace_as_go_does() {
         return;
     }
     let rig = Rig::bare();
-    let out = rig.run_job_output("retpl.hcl", REGEX_TEMPLATE);
-    assert!(out.status.success(), "{}", text(&out));
-    let alloc = rig.job("retpl").allocs[0].id.clone();
-    rig.wait_running("retpl", &alloc);
+    let alloc = run_one(&rig, "retpl", REGEX_TEMPLATE);
     let want = format!("{}-{}|yes|a_b_c\n", &alloc[..4], &alloc[4..]);
     wait_for_log(&rig, &alloc, &want);
     rig.stop("retpl");
