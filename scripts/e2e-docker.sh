@@ -90,7 +90,12 @@ done
 tar -C "$dir/img-plugin" -c . | docker import --change 'ENTRYPOINT ["/bin/csi-agent"]' - csi-e2e/hostpath:1 >/dev/null
 rootfs "$dir/img-app"
 tar -C "$dir/img-app" -c . | docker import - csi-e2e/busybox:1 >/dev/null
-docker image ls | grep -q csi-e2e/hostpath || fail "the plugin image was not made"
+# By name, without a pipe: `ls | grep -q` can fail on the pipe alone
+# (grep leaves early, docker dies of SIGPIPE, and pipefail counts it).
+for image in csi-e2e/hostpath:1 csi-e2e/busybox:1; do
+    wait_until 30 docker image inspect "$image" ||
+        fail "the image $image was not made; the engine has: $(docker image ls 2>&1)"
+done
 
 data="$dir/data"
 backing="$dir/backing"
