@@ -230,14 +230,17 @@ fn fails_over(err: &grpcio::Error) -> bool {
 }
 
 /// Whether a member took the call but did not carry it out: it timed out
-/// (a member without a leader holds requests until they expire) or etcd
-/// itself refused (`etcdserver: no leader`, `request timed out`); not a
-/// member that could not be reached at all.
+/// (a member without a leader holds requests until they expire; its own
+/// context may expire first, which it answers as UNKNOWN `context
+/// deadline exceeded`) or etcd itself refused (`etcdserver: no leader`,
+/// `request timed out`); not a member that could not be reached at all.
 fn reached_without_quorum(err: &grpcio::Error) -> bool {
     match err {
         grpcio::Error::RpcFailure(status) => {
             status.code() == RpcStatusCode::DEADLINE_EXCEEDED
                 || status.message().starts_with("etcdserver:")
+                || (status.code() == RpcStatusCode::UNKNOWN
+                    && status.message().contains("context deadline exceeded"))
         }
         _ => false,
     }
@@ -528,6 +531,33 @@ mod tests {
         );
         let err = target("http://h:2379", true).unwrap_err();
         assert!(err.to_string().contains("must be https://"), "{err}");
+    }
+
+    #[test]
+    fn a_member_whose_own_deadline_expired_was_reached_without_a_quorum() {
+        let failure = |code, message: &str| {
+            grpcio::Error::RpcFailure(grpcio::RpcStatus::with_message(code, message.into()))
+        };
+        assert!(reached_without_quorum(&failure(
+            RpcStatusCode::UNKNOWN,
+            "context deadline exceeded"
+        )));
+        assert!(reached_without_quorum(&failure(
+            RpcStatusCode::DEADLINE_EXCEEDED,
+            "Deadline Exceeded"
+        )));
+        assert!(reached_without_quorum(&failure(
+            RpcStatusCode::UNAVAILABLE,
+            "etcdserver: no leader"
+        )));
+        assert!(!reached_without_quorum(&failure(
+            RpcStatusCode::UNAVAILABLE,
+            "failed to connect to all addresses"
+        )));
+        assert!(!reached_without_quorum(&failure(
+            RpcStatusCode::UNKNOWN,
+            "something else"
+        )));
     }
 
     #[test]
