@@ -62,16 +62,25 @@ fn have(tool: &str) -> bool {
     found
 }
 
+/// The agent config's `telemetry` block on loopback `port`.
+pub fn telemetry(port: u16) -> String {
+    format!("\ntelemetry {{\n  prometheus_metrics = true\n  listen = \"127.0.0.1:{port}\"\n}}\n")
+}
+
+/// A monolith `plugin` block for the test plugin at `socket`.
+pub fn plugin_block(socket: &Path) -> String {
+    format!(
+        "\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n",
+        socket.display().to_string()
+    )
+}
+
 /// A rig whose agent serves its metrics on a loopback port from the start
 /// (the `telemetry` block is read at start only).
 pub fn rig_with_metrics() -> (Rig, u16) {
     let port = free_port(LOOPBACK);
     let plugin = Plugin::start();
-    let agent = Agent::start_with_config(&format!(
-        "\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n\
-         \ntelemetry {{\n  prometheus_metrics = true\n  listen = \"127.0.0.1:{port}\"\n}}\n",
-        plugin.socket.display().to_string()
-    ));
+    let agent = Agent::start_with_config(&(plugin_block(&plugin.socket) + &telemetry(port)));
     agent.wait_for(PLUGIN, healthy, WAIT);
     (Rig { agent, plugin }, port)
 }

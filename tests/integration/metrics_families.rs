@@ -12,14 +12,9 @@ use crate::cluster_agents::cluster_block;
 use crate::durable::{big_spec, SmallFs, CANNOT_PERSIST};
 use crate::etcd::{free_port, require_etcd, Cluster};
 use crate::harness::{healthy, text, unhealthy, Agent, WAIT};
-use crate::metrics::{rig_with_metrics, sample, scrape, LOOPBACK};
+use crate::metrics::{plugin_block, rig_with_metrics, sample, scrape, telemetry, LOOPBACK};
 use crate::util::{require_root, Plugin, TestDir};
 use crate::volume_util::*;
-
-/// The agent config's `telemetry` block on loopback `port`.
-fn telemetry(port: u16) -> String {
-    format!("\ntelemetry {{\n  prometheus_metrics = true\n  listen = \"127.0.0.1:{port}\"\n}}\n")
-}
 
 /// Scrapes until `series` is there and `ok` with its value; the body.
 #[track_caller]
@@ -106,11 +101,7 @@ fn a_call_refused_on_a_full_data_dir_is_counted() {
     let small = SmallFs::mount();
     let port = free_port(LOOPBACK);
     let plugin = Plugin::start();
-    let mut config = format!(
-        "\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n",
-        plugin.socket.display().to_string()
-    );
-    config.push_str(&telemetry(port));
+    let config = plugin_block(&plugin.socket) + &telemetry(port);
     let agent = Agent::start_in_with_config(&small.path, &config);
     agent.wait_for(PLUGIN, healthy, WAIT);
     let refusals = "csi_agent_persist_refusals_total";
