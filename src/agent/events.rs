@@ -10,7 +10,7 @@
 //! reader that is slow between calls falls behind the ring and hears so
 //! on its next call, so no reader ever holds the loop.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::api::{EventsRequest, ReplyTo, Response};
 use crate::call::{CallError, ErrorKind};
@@ -45,7 +45,7 @@ impl EventLog {
                 self.waiting.push(Waiting {
                     query: req.query,
                     reply,
-                    deadline: now + req.wait.min(Duration::from_secs(3600)),
+                    deadline: now + req.wait.min(crate::api::EVENTS_MAX_WAIT),
                 });
             }
             Ok(page) => reply.send(Ok(Response::Events(page))),
@@ -116,7 +116,7 @@ mod tests {
     use super::*;
     use crate::events::Topic;
     use crossbeam_channel::{bounded, Receiver};
-    use std::time::SystemTime;
+    use std::time::{Duration, SystemTime};
 
     fn draft(topic: Topic, key: &str) -> Draft {
         Draft {
