@@ -174,6 +174,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         cluster: None,
         errands: Errands::default(),
         events: EventLog::default(),
+        starts_due: None,
         fatal: None,
         options,
     };
@@ -331,6 +332,9 @@ struct Agent {
     errands: Errands,
     /// The published events and the `Events` calls waiting for one.
     events: EventLog,
+    /// When the snapshot must have the pids of tasks started since the
+    /// last one ([`crate::task::STARTS_SAVED_WITHIN`]).
+    starts_due: Option<Instant>,
     /// Why the agent must stop (a node name another agent holds).
     fatal: Option<String>,
     /// When the loop last looked whether adopted tasks still run: the
@@ -584,6 +588,7 @@ impl Agent {
                 .then(|| self.adopted_looked + wakeup::ADOPTED_POLL),
             cluster: self.disconnect_deadline(),
             events: self.events.next_deadline(),
+            starts_saved: self.starts_due,
         }
     }
 
@@ -609,6 +614,13 @@ impl Agent {
         self.volumes.expire_claims(now);
         self.stop_if_disconnected(now);
         self.events.expire(now);
+        // Due: the pids are now what the next write must keep (with a
+        // full disk, until a write succeeds; the due time itself is gone,
+        // so the loop does not wake for it again).
+        if self.starts_due.is_some_and(|at| at <= now) {
+            self.starts_due = None;
+            self.dirty = true;
+        }
     }
 
     /// state is persisted. Bounded by [`SHUTDOWN_TIMEOUT`].

@@ -242,6 +242,11 @@ impl Agent {
     /// turn's changes durable (one journal sync, or a new snapshot), then
     /// submit the planned jobs and send the replies.
     pub(super) fn end_turn(&mut self) {
+        // The turn's start reports: a snapshot this turn writes has their
+        // pids (and clears the due time); else one within the bound does.
+        if self.allocs.take_unsaved_starts() && self.starts_due.is_none() {
+            self.starts_due = Some(Instant::now() + crate::task::STARTS_SAVED_WITHIN);
+        }
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.
         for _ in 0..8 {
@@ -376,6 +381,8 @@ impl Agent {
         if self.dirty || compaction_due(self.store.journal_bytes(), self.store.snapshot_bytes()) {
             self.store.save(&self.state())?;
             self.dirty = false;
+            // It has every pid so far.
+            self.starts_due = None;
         } else if sync {
             self.store.append(records)?;
         } else {

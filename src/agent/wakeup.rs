@@ -38,6 +38,9 @@ pub(super) struct Deadlines {
     pub cluster: Option<Instant>,
     /// The end of the first waiting `Events` call's wait.
     pub events: Option<Instant>,
+    /// The snapshot that must have the pids of tasks started since the
+    /// last one.
+    pub starts_saved: Option<Instant>,
 }
 
 impl Deadlines {
@@ -51,6 +54,7 @@ impl Deadlines {
             self.cluster,
             self.adopted_tasks,
             self.events,
+            self.starts_saved,
         ]
         .into_iter()
         .flatten()
@@ -78,6 +82,7 @@ mod tests {
             adopted_tasks: None,
             cluster: None,
             events: None,
+            starts_saved: None,
         };
         assert_eq!(deadlines.next(), Some(now + Duration::from_secs(2)));
     }
@@ -113,6 +118,10 @@ mod tests {
             },
             Deadlines {
                 events: Some(at),
+                ..Default::default()
+            },
+            Deadlines {
+                starts_saved: Some(at),
                 ..Default::default()
             },
         ];

@@ -82,6 +82,12 @@ pub mod mounts;
 mod persist;
 mod placement;
 mod rerender;
+
+/// How long the pids of started tasks may wait for a snapshot (see
+/// [`Allocs::take_unsaved_starts`]): short enough that `job status` after
+/// an agent restart rarely shows a task `pending` for long, long enough
+/// that a big job's start writes a few snapshots a second, not one a turn.
+pub const STARTS_SAVED_WITHIN: std::time::Duration = std::time::Duration::from_millis(500);
 pub mod restart;
 pub mod root;
 mod runner;
@@ -363,6 +369,10 @@ pub struct Allocs {
     allocs: BTreeMap<String, Alloc>,
     effects: Vec<PluginEffect>,
     dirty: bool,
+    /// Tasks started since the last snapshot that it need not have at
+    /// once: a crash before it finds each by its pid file (see
+    /// [`Allocs::take_unsaved_starts`]).
+    unsaved_starts: bool,
     jitter: SplitMix64,
     /// The agent config's `max_kill_timeout`: no task waits longer
     /// between its kill signal and SIGKILL.
@@ -403,6 +413,7 @@ impl Allocs {
             allocs: BTreeMap::new(),
             effects: Vec::new(),
             dirty: false,
+            unsaved_starts: false,
             jitter: SplitMix64::from_entropy(),
             max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
             node: BTreeMap::new(),
@@ -485,6 +496,17 @@ impl Allocs {
         }
         self.docker_settings = docker;
         self.exec_settings = exec;
+    }
+
+    /// Whether tasks started since the last call, which the snapshot
+    /// keeps (their pids) but need not keep at once: a `starting` task is
+    /// saved as pending, and an agent that restarts before the snapshot
+    /// has the pid finds the process by its pid file (or the container by
+    /// its name) and adopts it. So a big job's start reports, turn after
+    /// turn, do not each write a whole snapshot; the agent writes one
+    /// within [`crate::task::STARTS_SAVED_WITHIN`].
+    pub fn take_unsaved_starts(&mut self) -> bool {
+        std::mem::take(&mut self.unsaved_starts)
     }
 
     /// Whether anything changed that the snapshot must keep.

@@ -401,13 +401,15 @@ impl Allocs {
                             log::info!("Alloc {id}: task {task} {}", exit.describe());
                             self.exited(&mut alloc, i, exit, now);
                         }
+                        // The pid is the snapshot's soon, not at once.
+                        self.unsaved_starts = true;
                     }
                     Err(why) => {
                         log::warn!("Alloc {id}: task {task}: {why}");
                         self.exited(&mut alloc, i, Exit::StartFailed(why), now);
+                        self.dirty = true;
                     }
                 }
-                self.dirty = true;
             }
             _ => discard(&id, &task, outcome),
         }

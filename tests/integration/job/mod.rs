@@ -143,7 +143,11 @@ impl Rig {
     }
 
     fn job(&self, name: &str) -> JobStatus {
-        self.client().job_status(name).unwrap().jobs.remove(0)
+        self.client()
+            .job_status(name)
+            .unwrap_or_else(|err| panic!("job status {name}: {err}"))
+            .jobs
+            .remove(0)
     }
 
     fn alloc(&self, job: &str, id: &str) -> AllocStatus {
