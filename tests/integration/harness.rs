@@ -246,6 +246,7 @@ impl Agent {
             .append(true)
             .open(&self.log_path)
             .unwrap();
+        let stale = socket_file(&self.socket);
         let mut cmd = Command::new(bin());
         if let Some(netns) = &self.netns {
             crate::netns::enter(&mut cmd, netns);
@@ -269,14 +270,19 @@ impl Agent {
         }
         self.child = Some(child);
         self.client = OnceCell::new();
-        self.wait_for_socket();
+        self.wait_for_socket(stale);
     }
 
     /// Waits until the control socket accepts connections. A socket left
-    /// by a killed agent refuses them until the new agent binds its own.
-    fn wait_for_socket(&mut self) {
+    /// by a killed agent refuses them until the new agent binds its own,
+    /// except while a child the killed agent was forking still holds it
+    /// (until the child execs): so the socket must also be another file
+    /// than `stale`, the one there before the launch.
+    fn wait_for_socket(&mut self, stale: Option<(u64, u64, i64, i64)>) {
         let start = Instant::now();
-        while UnixStream::connect(&self.socket).is_err() {
+        while (stale.is_some() && socket_file(&self.socket) == stale)
+            || UnixStream::connect(&self.socket).is_err()
+        {
             if let Some(status) = self.child_mut().try_wait().unwrap() {
                 panic!(
                     "the agent exited before serving ({status})\n{}",
@@ -741,4 +747,12 @@ fn the_json_check_tells_json_from_near_misses() {
     ] {
         assert!(!is_json(bad), "{bad}");
     }
+}
+
+/// Which file `socket` is: device, inode and change time, so that a socket
+/// bound again (even on a reused inode number) is told from the old one.
+fn socket_file(socket: &Path) -> Option<(u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(socket).ok()?;
+    Some((meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec()))
 }
