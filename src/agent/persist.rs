@@ -244,8 +244,14 @@ impl Agent {
     pub(super) fn end_turn(&mut self) {
         // The turn's start reports: a snapshot this turn writes has their
         // pids (and clears the due time); else one within the bound does.
-        if self.allocs.take_unsaved_starts() && self.starts_due.is_none() {
-            self.starts_due = Some(Instant::now() + crate::task::STARTS_SAVED_WITHIN);
+        // The writers' guard, though, learns of them this turn: a task
+        // holding a write claim must be stopped by the guard if this agent
+        // dies a moment from now, snapshot or not.
+        if self.allocs.take_unsaved_starts() {
+            self.writers_may_have_changed();
+            if self.starts_due.is_none() {
+                self.starts_due = Some(Instant::now() + crate::task::STARTS_SAVED_WITHIN);
+            }
         }
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.

@@ -187,12 +187,26 @@ impl Drop for Reaper {
 }
 
 /// Runs A's writer on `volume` and waits until its lines land.
-fn start_writer(a: &Agent, data: &Path, volume: &str) -> Reaper {
+/// Runs the writer job on `a`; `guarded`: the node promised to stop its
+/// writers (`stop_after_disconnect`), so its guard must know this one.
+fn start_writer(a: &Agent, data: &Path, volume: &str, guarded: bool) -> Reaper {
     let path = a.dir.join("writer.hcl");
     fs::write(&path, writer_job(volume)).unwrap();
     let out = a.cli(&["job", "run", &path.display().to_string()]);
     assert!(out.status.success(), "{}", text(&out));
-    let reaper = Reaper(writer_pid(a));
+    let pid = writer_pid(a);
+    let reaper = Reaper(pid);
+    // The guard must know the writer from the turn that saw it run, not
+    // from a later snapshot: the agent may die the moment after.
+    if guarded {
+        let writers = fs::read_to_string(a.data_dir.join("cluster-writers")).unwrap_or_default();
+        assert!(
+            writers
+                .lines()
+                .any(|l| l.starts_with(&format!("task {pid} "))),
+            "the writer {pid} runs, but the guard's file does not list it:\n{writers}"
+        );
+    }
     let start = Instant::now();
     while lines(data, "A").len() < 5 {
         assert!(
@@ -349,7 +363,12 @@ fn partition_case(settings: Settings, bound: Duration) {
     }
     let mut hosts = Hosts::start(&settings);
     volume(&hosts, "w");
-    let reaper = start_writer(&hosts.agents[0], &hosts.data("w"), "w");
+    let reaper = start_writer(
+        &hosts.agents[0],
+        &hosts.data("w"),
+        "w",
+        settings.stop_after_disconnect.is_some(),
+    );
     let pid = reaper.0;
     run_case(&mut hosts, "w", |h| h.net.partition(0), bound);
     if settings.stop_after_disconnect.is_some() {
@@ -419,7 +438,12 @@ fn killed_agent_case(settings: Settings, bound: Duration) {
     }
     let mut hosts = Hosts::start(&settings);
     volume(&hosts, "k");
-    let reaper = start_writer(&hosts.agents[0], &hosts.data("k"), "k");
+    let reaper = start_writer(
+        &hosts.agents[0],
+        &hosts.data("k"),
+        "k",
+        settings.stop_after_disconnect.is_some(),
+    );
     let pid = reaper.0;
     run_case(&mut hosts, "k", |h| h.agents[0].sigkill(), bound);
     if settings.stop_after_disconnect.is_some() {
