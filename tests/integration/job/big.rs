@@ -10,34 +10,11 @@ use std::time::{Duration, Instant};
 
 use csi_agent::proto::agent::JobStatus;
 
-use super::{task_processes_under, Rig};
+use super::{sleepers, task_processes_under, Rig};
 use crate::util::require_root;
 
 /// How long a big job may take to start or stop on a slow machine.
 const BIG_WAIT: Duration = Duration::from_secs(180);
-
-/// A job of `count` raw_exec sleeps, small enough that all fit the node.
-fn sleepers(name: &str, count: u32) -> String {
-    format!(
-        r#"job "{name}" {{
-  group "g" {{
-    count = {count}
-    task "t" {{
-      driver = "raw_exec"
-      config {{
-        command = "/bin/sleep"
-        args    = ["3600"]
-      }}
-      resources {{
-        cpu    = 1
-        memory = 16
-      }}
-    }}
-  }}
-}}
-"#
-    )
-}
 
 /// An agent that takes jobs of up to 1,000 allocs.
 fn rig() -> Rig {
@@ -113,7 +90,7 @@ fn status_calls_answer_while_a_big_job_starts_and_every_task_stops_with_it() {
     }
     let rig = rig();
     let count = 300;
-    let allocs = rig.run_job("big.hcl", &sleepers("big", count as u32));
+    let allocs = rig.run_job("big.hcl", &sleepers("big", count as u32, 1, 16));
     assert_eq!(allocs.len(), count);
     // The loop answers while the starts go on: some answer sees the job
     // part started (a loop that started every task in its turn would
@@ -154,7 +131,7 @@ fn a_job_stopped_while_its_tasks_start_leaves_no_process() {
     }
     let rig = rig();
     let count = 200;
-    rig.run_job("big.hcl", &sleepers("big", count as u32));
+    rig.run_job("big.hcl", &sleepers("big", count as u32, 1, 16));
     // Stopped as soon as some tasks are on their way.
     rig.wait_job("big", "a task to start", |j| {
         tasks_in(j, "starting") + tasks_in(j, "running") > 0
@@ -186,7 +163,7 @@ fn an_agent_killed_during_a_big_start_runs_each_task_once_after_its_restart() {
     }
     let mut rig = rig();
     let count = 300;
-    let allocs = rig.run_job("big.hcl", &sleepers("big", count as u32));
+    let allocs = rig.run_job("big.hcl", &sleepers("big", count as u32, 1, 16));
     rig.wait_job("big", "some tasks to run", |j| tasks_in(j, "running") >= 20);
     rig.agent.sigkill();
     rig.agent.restart();

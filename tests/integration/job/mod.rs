@@ -1245,3 +1245,27 @@ fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_thr
     assert!(rig.agent.try_plugin_status(PLUGIN_ID).is_err());
     assert_eq!(mounts_under(&rig.agent.data_dir), Vec::<PathBuf>::new());
 }
+
+/// A job of `count` raw_exec sleeps, each asking for `cpu` MHz and
+/// `memory` MiB.
+fn sleepers(name: &str, count: u32, cpu: u32, memory: u64) -> String {
+    format!(
+        r#"job "{name}" {{
+  group "g" {{
+    count = {count}
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sleep"
+        args    = ["3600"]
+      }}
+      resources {{
+        cpu    = {cpu}
+        memory = {memory}
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}

@@ -4,32 +4,9 @@
 
 use std::fs;
 
-use super::Rig;
+use super::{sleepers, Rig};
 use crate::harness::text;
 use crate::util::require_root;
-
-/// A job of `count` raw_exec sleeps, each asking for 256 MiB.
-fn sleeper(name: &str, count: u32, memory: u64) -> String {
-    format!(
-        r#"job "{name}" {{
-  group "g" {{
-    count = {count}
-    task "t" {{
-      driver = "raw_exec"
-      config {{
-        command = "/bin/sleep"
-        args    = ["600"]
-      }}
-      resources {{
-        cpu    = 100
-        memory = {memory}
-      }}
-    }}
-  }}
-}}
-"#
-    )
-}
 
 /// This node's memory as the agent fingerprints it, MiB.
 fn node_memory() -> u64 {
@@ -53,7 +30,7 @@ fn allocs_that_do_not_fit_stay_pending_until_room_frees() {
     let mut rig = Rig::bare_with_config(&format!(
         "client {{\n  reserved {{\n    memory = {reserved}\n  }}\n  max_allocs_per_job = 2\n}}\n"
     ));
-    rig.run_job("first.hcl", &sleeper("first", 2, 256));
+    rig.run_job("first.hcl", &sleepers("first", 2, 100, 256));
     let first = rig.wait_job("first", "one alloc to run, one to wait", |j| {
         j.allocs.iter().any(|a| a.status == "running")
             && j.allocs
@@ -84,7 +61,7 @@ fn allocs_that_do_not_fit_stay_pending_until_room_frees() {
     assert_eq!(waiting[0].message, "Dimension memory exhausted");
 
     // Another job waits too, and runs once the first one is gone.
-    rig.run_job("second.hcl", &sleeper("second", 1, 256));
+    rig.run_job("second.hcl", &sleepers("second", 1, 100, 256));
     rig.wait_job("second", "the alloc to wait", |j| {
         j.allocs[0].status == "pending" && j.allocs[0].message == "Dimension memory exhausted"
     });
@@ -96,14 +73,14 @@ fn allocs_that_do_not_fit_stay_pending_until_room_frees() {
     assert_eq!(second.allocs[0].message, "", "{second:#?}");
 
     // What could never fit, and a count past the bound, are refused.
-    let out = rig.run_job_output("huge.hcl", &sleeper("huge", 1, 1000));
+    let out = rig.run_job_output("huge.hcl", &sleepers("huge", 1, 100, 1000));
     assert!(!out.status.success(), "{}", text(&out));
     let err = text(&out);
     assert!(
         err.contains("group \"g\" can never be placed: Dimension memory exhausted: an alloc asks for 1000 MiB, and the node has 400 MiB"),
         "{err}"
     );
-    let out = rig.run_job_output("many.hcl", &sleeper("many", 3, 16));
+    let out = rig.run_job_output("many.hcl", &sleepers("many", 3, 100, 16));
     assert!(!out.status.success(), "{}", text(&out));
     let err = text(&out);
     assert!(
