@@ -152,6 +152,23 @@ impl Rig {
         );
         (answer, self.turn())
     }
+
+    /// Reports a release's two steps done: NodeUnpublish of `alloc`, then
+    /// NodeUnstage.
+    fn release_steps_done(&mut self, alloc: &str) {
+        self.report(
+            Action::NodeUnpublish {
+                alloc: alloc.into(),
+            },
+            Ok(StepDone::default()),
+        );
+        self.report(
+            Action::NodeUnstage {
+                staging: StagingKey::Volume,
+            },
+            Ok(StepDone::default()),
+        );
+    }
 }
 
 struct Turn {
@@ -212,16 +229,7 @@ fn a_release_answered_after_its_job_is_an_acknowledgement() {
     let answer = rig.release("a1");
     let turn = rig.turn();
     assert_eq!((turn.jobs, turn.send()), (1, (0, 0)), "the release's job");
-    rig.report(
-        Action::NodeUnpublish { alloc: "a1".into() },
-        Ok(StepDone::default()),
-    );
-    rig.report(
-        Action::NodeUnstage {
-            staging: StagingKey::Volume,
-        },
-        Ok(StepDone::default()),
-    );
+    rig.release_steps_done("a1");
     assert_eq!(rig.turn().send(), (1, 0));
     assert_released(&answer);
 }
@@ -277,16 +285,7 @@ fn claims_releases_retries_and_give_ups_are_counted() {
     assert!(claims("claim", "ok") > before.0);
     let answer = rig.release("a1");
     rig.turn().send();
-    rig.report(
-        Action::NodeUnpublish { alloc: "a1".into() },
-        Ok(StepDone::default()),
-    );
-    rig.report(
-        Action::NodeUnstage {
-            staging: StagingKey::Volume,
-        },
-        Ok(StepDone::default()),
-    );
+    rig.release_steps_done("a1");
     rig.turn().send();
     assert_released(&answer);
     assert!(claims("release", "ok") > before.1);
@@ -344,16 +343,7 @@ fn the_claims_gauge_follows_a_claim_from_claiming_to_taken_to_gone() {
     let answer = rig.release("a1");
     rig.turn();
     assert_eq!(counted(&rig), Some(vec![("releasing", mode)]));
-    rig.report(
-        Action::NodeUnpublish { alloc: "a1".into() },
-        Ok(StepDone::default()),
-    );
-    rig.report(
-        Action::NodeUnstage {
-            staging: StagingKey::Volume,
-        },
-        Ok(StepDone::default()),
-    );
+    rig.release_steps_done("a1");
     rig.turn().send();
     assert_released(&answer);
     assert_eq!(counted(&rig), Some(vec![]));
