@@ -384,6 +384,7 @@ impl Allocs {
     /// A task's process ended (or never started): the restart policy
     /// decides what follows.
     pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
+        let exit = self.known_exit(alloc, i, exit);
         let (exit, group) = if alloc.group.tasks[i].driver == Driver::Docker {
             (exit, None)
         } else {
