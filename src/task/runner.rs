@@ -197,9 +197,11 @@ impl Allocs {
                         changed |= self.start_task(alloc, i, now);
                     }
                 }
-                TaskState::Restarting { .. } => {
-                    alloc.tasks[i].state = TaskState::Dead;
-                    changed = true;
+                // Not killed: it restarts per its policy, as in Nomad.
+                TaskState::Restarting { at } => {
+                    if at <= now {
+                        changed |= self.start_task(alloc, i, now);
+                    }
                 }
                 TaskState::Starting | TaskState::Running | TaskState::Dead => {}
             }
@@ -411,7 +413,10 @@ impl Allocs {
         // is final.
         let wound_down =
             lifecycle::stops_with_main(role) && lifecycle::main_done(&lifecycle_view(alloc));
-        let stopping = alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down;
+        // A poststop task runs because the alloc stops: it is never
+        // killed, and follows its policy.
+        let stopping = role != Role::Poststop
+            && (alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down);
         let driver = alloc.group.tasks[i].driver.as_str();
         count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];

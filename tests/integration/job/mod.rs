@@ -26,6 +26,7 @@ mod isolation;
 mod json;
 mod lifecycle;
 mod placement;
+mod poststop;
 pub(crate) mod root;
 mod templates;
 mod variables;
