@@ -185,6 +185,7 @@ impl Allocs {
         for id in ids {
             self.readopt(&id);
         }
+        self.sweep_leftovers();
     }
 
     /// After a restart: adopt the processes that still run, and send the
