@@ -13,6 +13,7 @@
 
 use std::cell::OnceCell;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -246,6 +247,7 @@ impl Agent {
             .append(true)
             .open(&self.log_path)
             .unwrap();
+        let stale = fs::metadata(&self.socket).ok().map(|m| m.ino());
         let mut cmd = Command::new(bin());
         if let Some(netns) = &self.netns {
             crate::netns::enter(&mut cmd, netns);
@@ -269,14 +271,22 @@ impl Agent {
         }
         self.child = Some(child);
         self.client = OnceCell::new();
-        self.wait_for_socket();
+        self.wait_for_socket(stale);
     }
 
     /// Waits until the control socket accepts connections. A socket left
     /// by a killed agent refuses them until the new agent binds its own.
-    fn wait_for_socket(&mut self) {
+    fn wait_for_socket(&mut self, stale: Option<u64>) {
         let start = Instant::now();
-        while UnixStream::connect(&self.socket).is_err() {
+        // A killed agent's socket may still accept connections for a
+        // moment (children it forked that have not exec'd yet hold its
+        // listener): only the socket the new agent renamed into place
+        // counts.
+        let ours = |socket: &Path| {
+            fs::metadata(socket).is_ok_and(|m| Some(m.ino()) != stale)
+                && UnixStream::connect(socket).is_ok()
+        };
+        while !ours(&self.socket) {
             if let Some(status) = self.child_mut().try_wait().unwrap() {
                 panic!(
                     "the agent exited before serving ({status})\n{}",
