@@ -19,6 +19,7 @@
 //! by writing its pid (or `0`, itself) to each dir's `cgroup.procs`
 //! (which [`Group::create`] gives), as the task's child does before `exec`.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
 use std::io;
@@ -179,6 +180,30 @@ impl Hierarchy {
             Hierarchy::Unified { .. } => 2,
             Hierarchy::Legacy { .. } => 1,
         }
+    }
+
+    /// The names of the groups under csi-agent's own dir, in any of the
+    /// hierarchies.
+    pub fn group_names(&self) -> BTreeSet<String> {
+        let roots: Vec<&Path> = match self {
+            Hierarchy::Unified { root } => vec![root.as_path()],
+            Hierarchy::Legacy {
+                memory,
+                cpu,
+                cpuset,
+            } => [memory, cpu, cpuset]
+                .into_iter()
+                .filter_map(|r| r.as_deref())
+                .collect(),
+        };
+        roots
+            .into_iter()
+            .filter_map(|root| fs::read_dir(root.join(BASE)).ok())
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
     }
 
     /// The group `name` (paths only: nothing is made).
@@ -358,6 +383,24 @@ impl Group {
         pids.sort_unstable();
         pids.dedup();
         pids
+    }
+
+    /// Removes the group's dirs if no process is in them, killing
+    /// nothing; whether it is gone. A dir already gone is no error.
+    pub fn remove_if_empty(&self) -> Result<bool, Error> {
+        if !self.pids().is_empty() {
+            return Ok(false);
+        }
+        for (_, dir) in &self.dirs {
+            match fs::remove_dir(dir) {
+                Err(err) if err.raw_os_error() == Some(libc::EBUSY) => return Ok(false),
+                Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                    return Err(fail("cannot remove", dir)(err))
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
     }
 
     /// Kills what still runs in the group and removes its dirs, waiting up

@@ -63,6 +63,12 @@ pub(super) fn group(alloc: &str, task: &str) -> Option<Group> {
     hierarchy().map(|h| h.group(&format!("{alloc}.{task}")))
 }
 
+/// The names of csi-agent's groups on this host (`<alloc>.<task>`, any
+/// agent's).
+pub(super) fn names() -> std::collections::BTreeSet<String> {
+    hierarchy().map(|h| h.group_names()).unwrap_or_default()
+}
+
 /// The host's hierarchies, looked for once: every start and every exit
 /// needs them, and reading the mount table each time is what made a big
 /// job's stop slow.

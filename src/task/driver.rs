@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | start | fork and exec on a starter thread ([`super::exec::spawn`]) | the container's spec on a starter thread, then the engine's calls on a thread of their own |
 //! | signal | `kill(2)` to the task's process group | the engine's kill, on a thread |
-//! | end | SIGCHLD and `waitpid`; an adopted process by its start time going away | the engine's wait, on the task's thread, reported to the loop |
+//! | end | SIGCHLD and `waitpid`; an adopted process by its start time going away, its status from its exit record | the engine's wait, on the task's thread, reported to the loop |
 //! | after a restart | the pid and start time, or the pid file the child wrote | the container, by the name the agent gave it |
 //!
 //! The setup before a start (task dir, environment, claimed volumes,
@@ -140,7 +140,8 @@ impl Handle {
 #[derive(Debug)]
 pub(super) enum Exit {
     Status(ExitStatus),
-    /// An adopted process went away; its status is unknown.
+    /// An adopted process went away; its status is unknown until its
+    /// exit record is read (`Allocs::known_exit`).
     Vanished,
     /// A container's exit code, and whether the OOM killer ended it.
     Container {

@@ -445,6 +445,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, String> {
         stdout: task_dir.join("logs/stdout"),
         stderr: task_dir.join("logs/stderr"),
         pid_file: alloc_dir.join(format!("{}.pid", spec.name)),
+        exit_record: exec::exit_record::path(alloc_dir, &spec.name),
         user,
         namespace: NamespacePlan::new(&host, keep, mounts, hide),
         root,

@@ -4,9 +4,13 @@
 //! wait until every non-sidecar one has exited 0 and every sidecar one
 //! runs), then the main tasks (those without `lifecycle`), `poststart`
 //! tasks once every main task has started, and `poststop` tasks once every
-//! other task is dead. When every main task is dead, the sidecars and
-//! poststart tasks still running are stopped. Whether an exit 0 ends a task
-//! or restarts it also depends on its place and on the job type.
+//! other task is dead (so also after a failed prestart task, or a stop
+//! that came while prestart tasks ran, as in Nomad's coordinator). When
+//! every main task is dead, the sidecars and poststart tasks still
+//! running are stopped; poststop tasks are never stopped, and follow
+//! their restart policy even while the alloc stops. Whether an exit 0
+//! ends a task or restarts it also depends on its place and on the job
+//! type.
 //!
 //! This module only decides, from the tasks' roles and progress; the alloc
 //! runner (`runner.rs`) acts on its answers, the same way for each driver.

@@ -77,6 +77,7 @@ pub mod env;
 pub mod exec;
 mod jobs;
 mod launch;
+mod leftovers;
 pub mod lifecycle;
 pub mod mounts;
 mod persist;

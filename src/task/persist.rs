@@ -185,6 +185,7 @@ impl Allocs {
         for id in ids {
             self.readopt(&id);
         }
+        self.sweep_leftovers();
     }
 
     /// After a restart: adopt the processes that still run, and send the
@@ -265,6 +266,32 @@ impl Allocs {
             }
         }
         self.allocs.insert(id.to_string(), alloc);
+    }
+
+    /// How an `exec` or `raw_exec` task ended that no `waitpid` told of
+    /// (`Exit::Vanished`: it ended while the agent was away, or after it
+    /// was adopted): the status in its exit record, when the process the
+    /// agent tracked wrote one; else still unknown.
+    pub(super) fn known_exit(&self, alloc: &Alloc, i: usize, exit: Exit) -> Exit {
+        let (Exit::Vanished, Some(process)) = (&exit, &alloc.tasks[i].process) else {
+            return exit;
+        };
+        if alloc.group.tasks[i].driver == Driver::Docker {
+            return exit;
+        }
+        let name = &alloc.tasks[i].name;
+        let record = exec::exit_record::path(&self.alloc_dir(&alloc.id), name);
+        match exec::exit_record::read(&record, process.handle.pid()) {
+            Some(status) => {
+                log::info!(
+                    "Alloc {}: task {name} ended while the agent was not watching; its exit record says: {}",
+                    alloc.id,
+                    Exit::Status(status).describe()
+                );
+                Exit::Status(status)
+            }
+            None => exit,
+        }
     }
 
     /// After a restart: a docker task that ran is watched again by its

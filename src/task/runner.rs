@@ -197,9 +197,11 @@ impl Allocs {
                         changed |= self.start_task(alloc, i, now);
                     }
                 }
-                TaskState::Restarting { .. } => {
-                    alloc.tasks[i].state = TaskState::Dead;
-                    changed = true;
+                // Not killed: it restarts per its policy, as in Nomad.
+                TaskState::Restarting { at } => {
+                    if at <= now {
+                        changed |= self.start_task(alloc, i, now);
+                    }
                 }
                 TaskState::Starting | TaskState::Running | TaskState::Dead => {}
             }
@@ -384,6 +386,7 @@ impl Allocs {
     /// A task's process ended (or never started): the restart policy
     /// decides what follows.
     pub(super) fn exited(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
+        let exit = self.known_exit(alloc, i, exit);
         let (exit, group) = if alloc.group.tasks[i].driver == Driver::Docker {
             (exit, None)
         } else {
@@ -410,7 +413,10 @@ impl Allocs {
         // is final.
         let wound_down =
             lifecycle::stops_with_main(role) && lifecycle::main_done(&lifecycle_view(alloc));
-        let stopping = alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down;
+        // A poststop task runs because the alloc stops: it is never
+        // killed, and follows its policy.
+        let stopping = role != Role::Poststop
+            && (alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down);
         let driver = alloc.group.tasks[i].driver.as_str();
         count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];

@@ -31,9 +31,10 @@
 //!
 //! Cleanups share the bound: those that find no room wait in a queue of
 //! the loop's and go before new starts. A cleanup reports nothing but its
-//! end. Until it runs, what is left of a done task in its group runs on;
-//! an agent killed before then leaves the empty group (or the purged
-//! alloc's dir) behind.
+//! end. Until it runs, what is left of a done task in its group runs on.
+//! An agent killed before then leaves the group (or the purged alloc's
+//! dir) behind; the next one removes it at start-up if it is empty and no
+//! task it runs owns it (`leftovers.rs`).
 //!
 //! The threads (`task-start-<n>`) start with the first work; at
 //! shutdown the queue is closed, the starts under way are waited for and

@@ -12,10 +12,11 @@
 //!
 //! 0. a session; the task's control groups (before anything it does is
 //!    charged); the pid file (the pid the agent tracks: this child's);
-//! 1. a mount namespace of its own; then the IPC and PID namespaces
-//!    ([`super::pid_ns`]: from here on the grandchild, PID 1 of its
-//!    namespace, goes on; the child shares its mounts and, after the
-//!    pivot, its root);
+//! 1. a mount namespace of its own; then the IPC and PID namespaces, and
+//!    the fork of the task's process ([`super::pid_ns`]: from here on the
+//!    grandchild, PID 1 of its namespace when it has one, goes on; the
+//!    child waits for it and records its exit, and shares its mounts
+//!    and, after the pivot, its root);
 //! 2. the host's shared mounts made slaves (see [`super::super::mounts`]);
 //! 3. the task dir bound onto itself (private): the new root;
 //! 4. `chroot_env` (recursive binds, then read-only with all below them),
@@ -29,8 +30,8 @@
 //!    running as root its other capability sets ([`super::caps`]), and
 //!    `no_new_privs`.
 //!
-//! A `raw_exec` task skips the IPC and PID namespaces of 1, and 3, 4 and 6, and gets
-//! the control socket covered instead.
+//! A `raw_exec` task skips the IPC and PID namespaces of 1 (not the fork),
+//! and 3, 4 and 6, and gets the control socket covered instead.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -110,7 +111,9 @@ pub(super) struct ChildSetup {
     /// A PID namespace of its own (the task is PID 1), an IPC one.
     pub(super) pid_ns: bool,
     pub(super) ipc_ns: bool,
-    /// What the task's process does then (the grandchild, with `pid_ns`).
+    /// Where the process the agent tracks records the task's exit.
+    pub(super) exit_record: super::pid_ns::ExitRecord,
+    /// What the task's process (the grandchild) does then.
     pub(super) steps: Vec<Step>,
 }
 
@@ -370,10 +373,19 @@ impl ChildSetup {
         if launch.no_new_privs {
             steps.push(Step::NoNewPrivs);
         }
+        let record_dir = launch.exit_record.parent().unwrap_or(Path::new("/"));
+        let record_name = launch
+            .exit_record
+            .file_name()
+            .map_or(Path::new(""), Path::new);
         Ok(ChildSetup {
             early,
             pid_ns: launch.pid_ns,
             ipc_ns: launch.ipc_ns,
+            exit_record: super::pid_ns::ExitRecord {
+                dir: c(record_dir)?,
+                name: c(record_name)?,
+            },
             steps,
         })
     }
@@ -388,8 +400,15 @@ impl ChildSetup {
         // tracks shares the task's mounts and root (its /proc/<pid>/root).
         sys::unshare_mounts()
             .map_err(|e| sys::report(b"cannot create a mount namespace", b"", e))?;
-        super::pid_ns::enter(self.pid_ns, self.ipc_ns)
+        super::pid_ns::unshare(self.pid_ns, self.ipc_ns)
             .map_err(|e| sys::report(b"cannot create the PID and IPC namespaces", b"", e))?;
+        super::pid_ns::fork_waiter(&self.exit_record).map_err(|e| {
+            sys::report(
+                b"cannot fork the task's process to record its exit in ",
+                self.exit_record.dir.as_bytes(),
+                e,
+            )
+        })?;
         for step in &self.steps {
             step.run()?;
         }
@@ -712,6 +731,12 @@ mod tests {
                 setup.pid_ns, setup.ipc_ns
             ));
         }
+        let record = &setup.exit_record;
+        out.push(format!(
+            "fork, exit in {}/{}",
+            record.dir.to_string_lossy(),
+            record.name.to_string_lossy()
+        ));
         out.extend(setup.steps.iter().map(describe));
         out
     }
@@ -730,6 +755,7 @@ mod tests {
             stdout: PathBuf::from("/t/logs/stdout"),
             stderr: PathBuf::from("/t/logs/stderr"),
             pid_file: PathBuf::from("/a/t.pid"),
+            exit_record: PathBuf::from("/a/t.exit"),
             user: Some(nobody),
             namespace: NamespacePlan {
                 slave_root: true,
@@ -770,6 +796,7 @@ mod tests {
                 "cgroup /cg/memory/csi-agent/a.t/cgroup.procs",
                 "pid /a/t.pid",
                 "namespaces pid=true ipc=false",
+                "fork, exit in /a/t.exit",
                 "mount rec|slave /",
                 "mount bind /t /t",
                 "mount private /t",
@@ -814,6 +841,7 @@ mod tests {
             stdout: PathBuf::from("/t/logs/stdout"),
             stderr: PathBuf::from("/t/logs/stderr"),
             pid_file: PathBuf::from("/a/t.pid"),
+            exit_record: PathBuf::from("/a/t.exit"),
             user: None,
             namespace: NamespacePlan {
                 slave_root: true,
@@ -833,6 +861,7 @@ mod tests {
             steps,
             [
                 "pid /a/t.pid",
+                "fork, exit in /a/t.exit",
                 "mount rec|slave /",
                 "mount bind /dev/null /d/control.sock",
             ]

@@ -12,12 +12,14 @@
 //!
 //! The child writes its own pid to a file before exec, so an agent killed
 //! between `fork` and persisting the pid still finds the task on restart
-//! and never starts a second one. In a PID namespace of its own
-//! ([`pid_ns`]), the task is the child's child, and the child, which the
-//! agent tracks, ends as the task ends.
+//! and never starts a second one. The task is the child's child
+//! ([`pid_ns`], in a PID namespace of its own when it has one): the
+//! child, which the agent tracks, records the task's exit status
+//! ([`exit_record`]) and ends as the task ends.
 
 pub mod caps;
 mod child;
+pub mod exit_record;
 mod pid_ns;
 
 use std::collections::BTreeMap;
@@ -52,6 +54,8 @@ pub struct Launch {
     pub stdout: PathBuf,
     pub stderr: PathBuf,
     pub pid_file: PathBuf,
+    /// Where the task's exit status is recorded ([`exit_record`]).
+    pub exit_record: PathBuf,
     pub user: Option<User>,
     pub namespace: NamespacePlan,
     /// The root of an `exec` task; `None` keeps the host's (`raw_exec`).
@@ -76,6 +80,10 @@ pub enum Error {
         err: io::Error,
     },
     Mount(mount::Error),
+    ExitRecord {
+        path: PathBuf,
+        err: io::Error,
+    },
     Spawn {
         command: String,
         step: Option<String>,
@@ -88,6 +96,9 @@ impl fmt::Display for Error {
         match self {
             Error::Log { path, .. } => write!(f, "cannot open the log {}", path.display()),
             Error::Mount(_) => f.write_str("cannot prepare the task's mounts"),
+            Error::ExitRecord { path, .. } => {
+                write!(f, "cannot remove the old exit record {}", path.display())
+            }
             Error::Spawn {
                 command,
                 step: Some(step),
@@ -107,7 +118,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Log { err, .. } | Error::Spawn { err, .. } => Some(err),
+            Error::Log { err, .. } | Error::ExitRecord { err, .. } | Error::Spawn { err, .. } => {
+                Some(err)
+            }
             Error::Mount(err) => Some(err),
         }
     }
@@ -119,6 +132,10 @@ const CHILD_ERROR: &str = "csi-agent: ";
 /// Starts the task. The child runs in its own session (its pid is its
 /// process group, which [`signal_group`] signals) and mount namespace.
 pub fn spawn(launch: &Launch) -> Result<Child, Error> {
+    exit_record::clear(&launch.exit_record).map_err(|err| Error::ExitRecord {
+        path: launch.exit_record.clone(),
+        err,
+    })?;
     let stdout = open_log(&launch.stdout)?;
     let stderr = open_log(&launch.stderr)?;
     let stderr_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);

@@ -755,3 +755,44 @@ EOT
     let out = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
     assert_eq!(out, format!("alloc {} in /local\ncolor blue\n", allocs[0]));
 }
+
+#[test]
+fn a_container_that_exits_while_the_agent_is_killed_keeps_its_exit_code() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let mut rig = rig(&dockerd, "");
+    let script =
+        "echo run >> /alloc/data/runs; while [ ! -e /alloc/data/go ]; do sleep 0.05; done; exit 3";
+    let allocs = rig.run_job("e.hcl", &script_job("e", "batch", script, ""));
+    let name = format!("t-{}", allocs[0]);
+    let engine = dockerd.engine();
+    wait_container(&engine, &name);
+    rig.wait_running("e", &allocs[0]);
+    rig.agent.sigkill();
+    let shared = rig
+        .agent
+        .data_dir
+        .join("alloc")
+        .join(&allocs[0])
+        .join("alloc/data");
+    fs::write(shared.join("go"), "").unwrap();
+    let start = Instant::now();
+    while engine.inspect(&name).unwrap().is_some_and(|c| c.running) {
+        assert!(start.elapsed() < WAIT, "container {name} did not exit");
+        thread::sleep(Duration::from_millis(50));
+    }
+    rig.agent.restart();
+    let j = wait_failed(&rig, "e", "the alloc to fail with the container's code");
+    let a = &j.allocs[0];
+    assert!(
+        a.message
+            .starts_with("task \"t\" failed: exited with status 3; restart policy exhausted"),
+        "{a:#?}"
+    );
+    assert_eq!(a.tasks[0].restarts, 0);
+    assert_eq!(fs::read_to_string(shared.join("runs")).unwrap(), "run\n");
+    wait_no_containers(&dockerd, &rig);
+}

@@ -13,7 +13,7 @@ use crate::util::require_root;
 
 /// The task named `name` of an alloc.
 #[track_caller]
-fn task<'a>(alloc: &'a AllocStatus, name: &str) -> &'a TaskStatus {
+pub(super) fn task<'a>(alloc: &'a AllocStatus, name: &str) -> &'a TaskStatus {
     alloc
         .tasks
         .iter()
@@ -23,7 +23,7 @@ fn task<'a>(alloc: &'a AllocStatus, name: &str) -> &'a TaskStatus {
 
 /// When the task's first event of `kind` happened, Unix milliseconds.
 #[track_caller]
-fn first(task: &TaskStatus, kind: &str) -> i64 {
+pub(super) fn first(task: &TaskStatus, kind: &str) -> i64 {
     task.events
         .iter()
         .find(|e| e.kind == kind)
@@ -32,7 +32,7 @@ fn first(task: &TaskStatus, kind: &str) -> i64 {
 }
 
 /// The dir the alloc's tasks share as `/alloc/data`, on the host.
-fn shared_data(rig: &Rig, alloc: &str) -> PathBuf {
+pub(super) fn shared_data(rig: &Rig, alloc: &str) -> PathBuf {
     rig.agent
         .data_dir
         .join("alloc")
@@ -41,7 +41,7 @@ fn shared_data(rig: &Rig, alloc: &str) -> PathBuf {
 }
 
 /// An exec task running `script` under `sh -c`, with `extra` in its body.
-fn sh_task(name: &str, script: &str, extra: &str) -> String {
+pub(super) fn sh_task(name: &str, script: &str, extra: &str) -> String {
     format!(
         r#"
     task "{name}" {{
@@ -55,18 +55,19 @@ fn sh_task(name: &str, script: &str, extra: &str) -> String {
     )
 }
 
-fn lifecycle(hook: &str, sidecar: bool) -> String {
+pub(super) fn lifecycle(hook: &str, sidecar: bool) -> String {
     format!(
         "      lifecycle {{\n        hook    = \"{hook}\"\n        sidecar = {sidecar}\n      }}"
     )
 }
 
 /// A job of type `job_type` with one group holding `body`.
-fn job(name: &str, job_type: &str, body: &str) -> String {
+pub(super) fn job(name: &str, job_type: &str, body: &str) -> String {
     format!("job \"{name}\" {{\n  type = \"{job_type}\"\n  group \"g\" {{\n{body}\n  }}\n}}\n")
 }
 
-const NO_RESTARTS: &str = "    restart {\n      attempts = 0\n      mode     = \"fail\"\n    }";
+pub(super) const NO_RESTARTS: &str =
+    "    restart {\n      attempts = 0\n      mode     = \"fail\"\n    }";
 
 #[test]
 fn prestart_prepares_the_volume_poststart_follows_and_poststop_runs_before_the_release() {
@@ -484,4 +485,179 @@ fn an_alloc_stopped_before_its_tasks_ran_runs_no_poststop() {
         cleanup_of(&new[0])
     );
     assert!(!shared_data(&rig, &new[0]).join("poststop-ran").exists());
+}
+
+/// A task of `driver` (with `config_extra` in its config) that counts its
+/// runs in `/alloc/data/runs-<task>`, then waits for `/alloc/data/go` and
+/// exits with `status`.
+pub(super) fn gated_task(
+    name: &str,
+    driver: &str,
+    config_extra: &str,
+    status: u8,
+    extra: &str,
+) -> String {
+    let script = format!(
+        "d=$NOMAD_ALLOC_DIR/data; echo run >> $d/runs-$NOMAD_TASK_NAME; \
+         while [ ! -e $d/go ]; do sleep 0.05; done; exit {status}"
+    );
+    format!(
+        r#"
+    task "{name}" {{
+      driver = "{driver}"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+{config_extra}
+      }}
+{extra}
+    }}"#
+    )
+}
+
+/// Kills the agent, lets the gated tasks of `alloc` in `tasks` end while
+/// it is away (waiting for each one's exit record), and starts it again.
+pub(super) fn end_tasks_while_the_agent_is_down(rig: &mut Rig, alloc: &str, tasks: &[&str]) {
+    rig.agent.sigkill();
+    fs::write(shared_data(rig, alloc).join("go"), "").unwrap();
+    let alloc_dir = rig.agent.data_dir.join("alloc").join(alloc);
+    let start = std::time::Instant::now();
+    for t in tasks {
+        let record = alloc_dir.join(format!("{t}.exit"));
+        while !record.exists() {
+            assert!(
+                start.elapsed() < crate::harness::WAIT,
+                "task {t} wrote no exit record at {}",
+                record.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    rig.agent.restart();
+}
+
+#[test]
+fn batch_tasks_that_exit_0_while_the_agent_is_killed_complete_and_run_once() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    // Every kind of process the agent tracks: exec in a PID namespace of
+    // its own, exec in the host's, raw_exec.
+    let body = [
+        NO_RESTARTS.to_string(),
+        gated_task("private", "exec", "", 0, ""),
+        gated_task("host", "exec", "        pid_mode = \"host\"", 0, ""),
+        gated_task("raw", "raw_exec", "", 0, ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("b.hcl", &job("b", "batch", &body));
+    rig.wait_job("b", "the tasks to run", |j| {
+        j.allocs[0].tasks.iter().all(|t| t.state == "running")
+    });
+    end_tasks_while_the_agent_is_down(&mut rig, &allocs[0], &["private", "host", "raw"]);
+    let j = rig.wait_job("b", "the alloc to complete", |j| {
+        j.allocs[0].status != "running"
+    });
+    let a = &j.allocs[0];
+    assert_eq!(a.status, "complete", "{a:#?}");
+    assert_eq!(j.status, "dead");
+    for name in ["private", "host", "raw"] {
+        let t = task(a, name);
+        assert_eq!((t.state.as_str(), t.failed, t.restarts), ("dead", false, 0));
+        let ended = t.events.iter().rev().find(|e| e.kind == "terminated");
+        assert_eq!(
+            ended.map(|e| e.message.as_str()),
+            Some("exited with status 0"),
+            "{t:#?}"
+        );
+        assert!(t.events.iter().any(|e| e.kind == "completed"), "{t:#?}");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for name in ["private", "host", "raw"] {
+        let runs = shared_data(&rig, &allocs[0]).join(format!("runs-{name}"));
+        assert_eq!(fs::read_to_string(runs).unwrap(), "run\n", "task {name}");
+    }
+}
+
+#[test]
+fn a_prestart_that_exits_0_while_the_agent_is_killed_is_not_rerun_and_main_starts() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let body = [
+        NO_RESTARTS.to_string(),
+        gated_task("prep", "exec", "", 0, &lifecycle("prestart", false)),
+        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("p.hcl", &job("p", "service", &body));
+    rig.wait_job("p", "prep to run", |j| {
+        task(&j.allocs[0], "prep").state == "running"
+    });
+    end_tasks_while_the_agent_is_down(&mut rig, &allocs[0], &["prep"]);
+    let j = rig.wait_job("p", "main to run", |j| {
+        task(&j.allocs[0], "main").state == "running"
+    });
+    let prep = task(&j.allocs[0], "prep");
+    assert_eq!(
+        (prep.state.as_str(), prep.failed, prep.restarts),
+        ("dead", false, 0),
+        "{prep:#?}"
+    );
+    super::wait_for_file(&shared_data(&rig, &allocs[0]).join("main-ran"));
+    assert_eq!(
+        fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs-prep")).unwrap(),
+        "run\n"
+    );
+    rig.stop("p");
+}
+
+#[test]
+fn a_prestart_that_fails_while_the_agent_is_killed_follows_its_policy_with_its_status() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let policy = "      restart {\n        attempts = 1\n        delay    = \"100ms\"\n      }";
+    let body = [
+        NO_RESTARTS.to_string(),
+        gated_task(
+            "prep",
+            "raw_exec",
+            "",
+            7,
+            &format!("{}\n{policy}", lifecycle("prestart", false)),
+        ),
+        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", ""),
+    ]
+    .join("\n");
+    let allocs = rig.run_job("f.hcl", &job("f", "service", &body));
+    rig.wait_job("f", "prep to run", |j| {
+        task(&j.allocs[0], "prep").state == "running"
+    });
+    end_tasks_while_the_agent_is_down(&mut rig, &allocs[0], &["prep"]);
+    // Its one restart finds `go` and fails again: the policy is used up.
+    let j = rig.wait_job("f", "the alloc to fail", |j| j.allocs[0].status == "failed");
+    let a = &j.allocs[0];
+    let prep = task(a, "prep");
+    assert_eq!((prep.restarts, prep.failed), (1, true), "{prep:#?}");
+    let ends: Vec<&str> = prep
+        .events
+        .iter()
+        .filter(|e| e.kind == "terminated")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert_eq!(ends, ["exited with status 7", "exited with status 7"]);
+    assert!(
+        a.message
+            .starts_with("task \"prep\" failed: exited with status 7; restart policy exhausted"),
+        "{a:#?}"
+    );
+    assert_eq!(
+        fs::read_to_string(shared_data(&rig, &allocs[0]).join("runs-prep")).unwrap(),
+        "run\nrun\n"
+    );
+    assert!(!shared_data(&rig, &allocs[0]).join("main-ran").exists());
 }

@@ -24,8 +24,10 @@ mod docker_demo;
 mod expressions;
 mod isolation;
 mod json;
+mod leftovers;
 mod lifecycle;
 mod placement;
+mod poststop;
 pub(crate) mod root;
 mod templates;
 mod variables;
@@ -565,7 +567,7 @@ fn propagation(mode: &str) -> (bool, bool) {
     (seen_in_task, seen_on_host)
 }
 
-fn tmpfs(at: &Path) {
+pub(crate) fn tmpfs(at: &Path) {
     let status = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "t"])
         .arg(at)
