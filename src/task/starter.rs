@@ -402,8 +402,19 @@ impl Allocs {
                             log::info!("Alloc {id}: task {task} {}", exit.describe());
                             self.exited(&mut alloc, i, exit, now);
                         }
-                        // The pid is the snapshot's soon, not at once.
-                        self.unsaved_starts = true;
+                        // A task restarted on any exit may wait for the
+                        // snapshot to have its pid: an agent killed
+                        // meanwhile finds the process by its pid file, or
+                        // starts the task again, which its policy would do
+                        // anyway. One an exit 0 completes needs its pid
+                        // kept now, so that the next agent takes its exit
+                        // record rather than running it twice.
+                        let role = super::lifecycle::Role::of(alloc.group.tasks[i].lifecycle);
+                        if role.restarts_on_success(alloc.group.job_type) {
+                            self.unsaved_starts = true;
+                        } else {
+                            self.dirty = true;
+                        }
                     }
                     Err(why) => {
                         log::warn!("Alloc {id}: task {task}: {why}");
