@@ -70,9 +70,7 @@ impl<'a> Decoder<'a> {
         })?;
         let mut warnings = Vec::new();
         let evaluated = match inputs {
-            Some(inputs) if body.syntax == Syntax::Native => {
-                variables::resolve(&mut body, file, inputs, &mut warnings)
-            }
+            Some(inputs) => variables::resolve(&mut body, file, inputs, &mut warnings),
             _ => variables::evaluate_plain(&mut body, file),
         };
         if let Err(errors) = evaluated {
