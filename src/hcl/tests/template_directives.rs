@@ -173,3 +173,24 @@ fn json_directive_errors_name_their_line_and_column() {
         "test.json:2:15: the condition of '%{ if }' must be a bool, not a string"
     );
 }
+
+#[test]
+fn an_inventory_heredoc_with_strip_markers_has_one_line_per_element() {
+    let map = |pairs: &[(&str, &str)]| {
+        Value::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), text(v)))
+                .collect(),
+        )
+    };
+    let src = "x = <<EOT\n[hosts]\n%{ for ip in var.hosts ~}\n${ip}\n%{ endfor ~}\n[dns]\n%{ for i in var.dns ~}\nserver=/${i[\"domain\"]}/${ i[\"ip\"] }\n%{ endfor ~}\nend\nEOT\n";
+    let dns = Value::List(vec![
+        map(&[("domain", "a.test"), ("ip", "10.0.0.1")]),
+        map(&[("domain", "b.test"), ("ip", "10.0.0.2")]),
+    ]);
+    assert_eq!(
+        evaluated(src, &[("hosts", list(&["h1", "h2"])), ("dns", dns)]),
+        "x = \"[hosts]\\nh1\\nh2\\n[dns]\\nserver=/a.test/10.0.0.1\\nserver=/b.test/10.0.0.2\\nend\\n\"\n"
+    );
+}
