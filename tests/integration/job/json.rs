@@ -130,7 +130,7 @@ fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
     if !require_root() {
         return;
     }
-    let rig = Rig::bare();
+    let mut rig = Rig::bare();
     let path = rig.agent.dir.join("greeter.json");
     std::fs::write(&path, VARIABLES_JOB).unwrap();
     let path = path.display().to_string();
@@ -165,11 +165,24 @@ fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("warning"), "{}", text(&out));
     let alloc = rig.job("greeter").allocs[0].id.clone();
-    rig.wait_running("greeter", &alloc);
+    let pid = rig.wait_running("greeter", &alloc);
     let start = Instant::now();
     while rig.ok(&["alloc", "logs", &alloc, "t"]) != "hello A B from g\n" {
         assert!(start.elapsed() < WAIT, "no greeting in the task's log");
         thread::sleep(Duration::from_millis(20));
     }
+
+    // The values travel with the job: after a restart the agent decodes
+    // the same job from its JSON and adopts the task.
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let job = rig.wait_job("greeter", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    assert_eq!(job.allocs[0].tasks[0].pid, pid);
+    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
     rig.stop("greeter");
 }
