@@ -76,6 +76,10 @@ impl<'a> Decoder<'a> {
         if let Err(errors) = evaluated {
             return Err(Invalid { errors, warnings });
         }
+        if inputs.is_some() {
+            // A job file: tasks written right in its job block get groups.
+            super::job_level_tasks::group_job_level_tasks(&mut body);
+        }
         let decoder = Decoder {
             file,
             src,
