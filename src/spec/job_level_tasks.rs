@@ -1,7 +1,7 @@
 //! Tasks written right in a `job` block, as Nomad still reads them: each
 //! becomes a group of its own name holding it (`job "j" { task "t" {...} }`
 //! is `job "j" { group "t" { task "t" {...} } }`), as Nomad's job parser
-//! makes one. The rewrite is done on the tree before decoding, so the task
+//! makes one, before the groups the job declares. The rewrite is done on the tree before decoding, so the task
 //! decodes, and its errors are placed, as any other.
 
 use crate::hcl::{Block, Body, Ident, Item, Syntax};
@@ -17,6 +17,12 @@ pub(crate) fn group_job_level_tasks(body: &mut Body) {
         if job.kind.name != "job" {
             continue;
         }
+        // Nomad puts these groups before those the job declares.
+        let (tasks, others): (Vec<Item>, Vec<Item>) = std::mem::take(&mut job.body.items)
+            .into_iter()
+            .partition(|item| matches!(item, Item::Block(b) if b.kind.name == "task"));
+        job.body.items = tasks;
+        job.body.items.extend(others);
         for inner in &mut job.body.items {
             let Item::Block(task) = inner else { continue };
             if task.kind.name != "task" {
@@ -60,6 +66,10 @@ mod tests {
         assert_eq!(job.groups.len(), 1);
         assert_eq!(job.groups[0].name, "bar");
         assert_eq!(job.groups[0].tasks[0].name, "bar");
+        let src = "job \"j\" {\n  group \"g\" {\n    task \"a\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/true\"\n      }\n    }\n  }\n  task \"b\" {\n    driver = \"raw_exec\"\n    config {\n      command = \"/bin/true\"\n    }\n  }\n}\n";
+        let job = Job::decode(src, "job.hcl").unwrap().spec;
+        let names: Vec<&str> = job.groups.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names, ["b", "g"]);
     }
 
     #[test]
