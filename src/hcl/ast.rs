@@ -430,6 +430,47 @@ pub enum Part {
     Text(String),
     /// A `${...}` sequence to evaluate.
     Interpolation(Expr),
+    /// `%{ if cond }then%{ else }otherwise%{ endif }`.
+    If {
+        cond: Expr,
+        then: Vec<Part>,
+        otherwise: Vec<Part>,
+    },
+    /// `%{ for value_var in collection }body%{ endfor }`, or with
+    /// `key_var, value_var`.
+    For {
+        key_var: Option<Ident>,
+        value_var: Ident,
+        collection: Expr,
+        body: Vec<Part>,
+    },
+}
+
+impl Part {
+    /// Calls `f` on each expression of the part and of the parts inside it,
+    /// in source order.
+    pub fn for_each_expr<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
+        match self {
+            Part::Text(_) => {}
+            Part::Interpolation(expr) => f(expr),
+            Part::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                f(cond);
+                then.iter()
+                    .chain(otherwise)
+                    .for_each(|part| part.for_each_expr(f));
+            }
+            Part::For {
+                collection, body, ..
+            } => {
+                f(collection);
+                body.iter().for_each(|part| part.for_each_expr(f));
+            }
+        }
+    }
 }
 
 /// One step of a reference after its root: `.name`, `[index]`, or a
@@ -497,13 +538,7 @@ impl Expr {
         match self {
             Expr::List { items, .. } => items.iter().for_each(f),
             Expr::Object { entries, .. } => entries.iter().for_each(|(_, value)| f(value)),
-            Expr::Template { parts, .. } => {
-                for part in parts {
-                    if let Part::Interpolation(inner) = part {
-                        f(inner);
-                    }
-                }
-            }
+            Expr::Template { parts, .. } => parts.iter().for_each(|part| part.for_each_expr(f)),
             Expr::Reference { steps, .. } => {
                 for step in steps {
                     if let Step::Index(index) = step {

@@ -428,6 +428,12 @@ fn template(parts: &[Part], scope: &Scope<'_>, file: &str) -> Result<Value, Erro
         return eval(expr, scope, file);
     }
     let mut out = String::new();
+    render(parts, scope, file, &mut out)?;
+    Ok(Value::String(out))
+}
+
+/// Appends the text of `parts` to `out`, directives evaluated.
+fn render(parts: &[Part], scope: &Scope<'_>, file: &str, out: &mut String) -> Result<(), Error> {
     for part in parts {
         match part {
             Part::Text(text) => out.push_str(text),
@@ -445,9 +451,40 @@ fn template(parts: &[Part], scope: &Scope<'_>, file: &str) -> Result<Value, Erro
                 };
                 out.push_str(&text);
             }
+            Part::If {
+                cond,
+                then,
+                otherwise,
+            } => match eval(cond, scope, file)? {
+                Value::Bool(true) => render(then, scope, file, out)?,
+                Value::Bool(false) => render(otherwise, scope, file, out)?,
+                other => {
+                    return Err(Error::new(
+                        file,
+                        cond.pos(),
+                        format!(
+                            "the condition of '%{{ if }}' must be a bool, not a {}",
+                            other.kind_name()
+                        ),
+                    ))
+                }
+            },
+            Part::For {
+                key_var,
+                value_var,
+                collection,
+                body,
+            } => collections::render_for(
+                (key_var.as_ref(), value_var),
+                collection,
+                body,
+                scope,
+                file,
+                out,
+            )?,
         }
     }
-    Ok(Value::String(out))
+    Ok(())
 }
 
 /// The value a reference's root names: `var.NAME`, `local.NAME`.

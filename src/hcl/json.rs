@@ -24,8 +24,10 @@
 //! As in HCL, a property named `//` in a body is a comment and is left out.
 //!
 //! Strings that are values are read as HCL reads JSON strings, as
-//! templates: `${...}` is kept as written for the agent to interpolate, and
-//! `$${` and `%%{` become a literal `${` and `%{`. Keys are taken as they
+//! templates (`json/template.rs`): `${var.x}`, calls and `%{ }` directives
+//! are evaluated as in the native syntax, other `${...}` are kept as written
+//! for the agent to interpolate, and `$${` and `%%{` become a literal `${`
+//! and `%{`. Keys are taken as they
 //! are. Numbers keep their text, as native ones do. A key given twice in an
 //! object is an error, as a native attribute given twice is (`//` comments
 //! may repeat).
@@ -41,6 +43,7 @@ use super::ast::{Attribute, Body, Error, Expr, Item, Key, Number, Pos, Span, Syn
 use super::parser::MAX_NESTING;
 
 mod blocks;
+mod template;
 
 pub(crate) use blocks::BlockViews;
 pub use blocks::{JsonBlocks, Misshapen};
@@ -196,11 +199,9 @@ impl<'a> Parser<'a> {
                 Ok(list)
             }
             Some('"') => {
-                let (text, span) = self.parse_string()?;
-                Ok(Expr::String {
-                    value: text.replace("$${", "${").replace("%%{", "%{"),
-                    span,
-                })
+                let mut positions = Vec::new();
+                let (text, span) = self.parse_string(Some(&mut positions))?;
+                self.template(&text, &positions, span)
             }
             Some('-' | '0'..='9') => self.parse_number(),
             Some(c) if c.is_alphabetic() => self.parse_literal(owner),
@@ -259,7 +260,7 @@ impl<'a> Parser<'a> {
                 };
                 return Err(self.unexpected(&expected));
             }
-            let (name, span) = self.parse_string()?;
+            let (name, span) = self.parse_string(None)?;
             // Comments may repeat; any other key is given once.
             if name != COMMENT_KEY {
                 if let Some(first) = seen.get(&name) {
@@ -337,11 +338,24 @@ impl<'a> Parser<'a> {
 
     /// Parses a quoted string, the current character being `"`, with every
     /// escape decoded; returns it with its span, quotes included.
-    fn parse_string(&mut self) -> Result<(String, Span), Error> {
+    ///
+    /// With `positions`, the position in the file of each character of the
+    /// decoded text is pushed onto it.
+    fn parse_string(
+        &mut self,
+        mut positions: Option<&mut Vec<Pos>>,
+    ) -> Result<(String, Span), Error> {
         let start = self.pos();
         self.bump();
         let mut text = String::new();
         loop {
+            // Each turn decodes one character (an escape, a surrogate pair
+            // included, decodes to one, placed at its backslash) or ends.
+            if let (Some(positions), Some(c)) = (positions.as_deref_mut(), self.peek()) {
+                if c == '\\' || c >= ' ' && c != '"' {
+                    positions.push(self.pos());
+                }
+            }
             match self.peek() {
                 None => {
                     return Err(self.error(

@@ -70,14 +70,17 @@ impl TokenKind {
     }
 }
 
-/// Where a `${...}` sequence sits in a decoded string: its byte range in
-/// the value (from `$` to the closing `}`) and the source position of its
-/// `$`. Sequences hold no escapes or newlines, so the text in the value is
-/// the text in the source.
+/// Where a `${...}` interpolation or a `%{...}` directive sits in a decoded
+/// string: its byte range in the value (from `$` or `%` to the closing `}`)
+/// and the source position of its first character. Sequences of the native
+/// syntax hold no escapes or newlines, so the text in the value is the text
+/// in the source.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sequence {
     pub(crate) range: std::ops::Range<usize>,
     pub(crate) pos: Pos,
+    /// `%{...}` rather than `${...}`.
+    pub(crate) directive: bool,
 }
 
 /// A token and where it starts and ends.
@@ -369,12 +372,11 @@ impl<'a> Lexer<'a> {
                     template = true;
                     let (pos, begin) = (self.pos(), value.len());
                     self.skip_template_sequence(&mut value)?;
-                    if c == '$' {
-                        sequences.push(Sequence {
-                            range: begin..value.len(),
-                            pos,
-                        });
-                    }
+                    sequences.push(Sequence {
+                        range: begin..value.len(),
+                        pos,
+                        directive: c == '%',
+                    });
                 }
                 _ => {
                     self.bump();
@@ -562,7 +564,8 @@ impl<'a> Lexer<'a> {
 
 /// The text of a heredoc's lines (the first on line `first_line` of the
 /// file), with the indentation of `<<-` stripped, `$${` and `%%{` decoded,
-/// and the `${...}` sequences located as [`Lexer::lex_string`] does. The
+/// and the `${...}` and `%{...}` sequences located as [`Lexer::lex_string`]
+/// does. The
 /// indentation stripped is the smallest of the non-blank lines, in
 /// characters; blank lines are kept as they are.
 fn heredoc_text(lines: &[&str], strip_indent: bool, first_line: usize) -> (String, Vec<Sequence>) {
@@ -591,13 +594,14 @@ fn heredoc_text(lines: &[&str], strip_indent: bool, first_line: usize) -> (Strin
                 k += 3;
                 continue;
             }
-            if c == '$' && next(1) == Some('{') {
+            if (c == '$' || c == '%') && next(1) == Some('{') {
                 if let Some(end) = sequence_end(&chars, k + 2) {
                     let begin = text.len();
                     text.extend(&chars[k..=end]);
                     sequences.push(Sequence {
                         range: begin..text.len(),
                         pos: Pos::new(first_line + i, cut + k + 1),
+                        directive: c == '%',
                     });
                     k = end + 1;
                     continue;
@@ -614,7 +618,7 @@ fn heredoc_text(lines: &[&str], strip_indent: bool, first_line: usize) -> (Strin
 /// The index of the `}` that closes a sequence whose text starts at
 /// `from`, skipping braces in quoted strings; `None` if the line ends
 /// first.
-fn sequence_end(chars: &[char], from: usize) -> Option<usize> {
+pub(crate) fn sequence_end(chars: &[char], from: usize) -> Option<usize> {
     let (mut depth, mut quoted, mut k) = (0usize, false, from);
     while k < chars.len() {
         match (chars[k], quoted) {

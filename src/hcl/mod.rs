@@ -14,8 +14,11 @@
 //! (`eval.rs`, with the functions of `functions/`) replaces by its value
 //! before decoding; other sequences such as `${NOMAD_TASK_DIR}` are kept in
 //! strings as written, for the agent to interpolate later, and so is an
-//! operation or a `for` on such a name. `$${` and `%%{` decode to a literal
-//! `${` and `%{` as in HCL; `%{ }` directives are kept as written.
+//! operation or a `for` on such a name. `%{ if }` and `%{ for }` directives
+//! and the strip markers `~` are read as HCL's template grammar defines them
+//! (`parser/template.rs`); a directive on a name known only when a task
+//! starts is kept as written. `$${` and `%%{` decode to a literal `${` and
+//! `%{` as in HCL.
 //!
 //! Two forms of HCL1, which Nomad still reads volume specs and parts of
 //! job files with, are accepted because Nomad's own documentation and

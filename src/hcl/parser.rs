@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use super::ast::{
     Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Part, Pos, Span, Step, Syntax,
 };
-use super::lexer::{Lexer, Sequence, Token, TokenKind};
+use super::lexer::{Lexer, Token, TokenKind};
 
 mod for_expr;
 mod operators;
+mod template;
 
 /// How deeply blocks, lists and objects may nest, all counted together.
 pub const MAX_NESTING: usize = 64;
@@ -412,72 +413,6 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A quoted string as an expression: [`Expr::String`] unless one of its
-    /// `${...}` sequences needs evaluating ([`needs_evaluation`]). A
-    /// sequence that does not parse is kept as written for the agent,
-    /// unless it names a variable, a local or calls a function.
-    pub(super) fn template(
-        &mut self,
-        value: String,
-        sequences: &[Sequence],
-        span: Span,
-    ) -> Result<Expr, Error> {
-        let mut parts = Vec::new();
-        let mut evaluated = false;
-        let mut done = 0;
-        for seq in sequences {
-            let inner = &value[seq.range.start + 2..seq.range.end - 1];
-            let pos = Pos::new(seq.pos.line, seq.pos.col + 2);
-            let expr = match self.sequence(inner, pos) {
-                Ok(expr) if needs_evaluation(&expr, &self.bound) => expr,
-                Ok(_) => continue,
-                Err(err)
-                    if ["var.", "local.", "("]
-                        .iter()
-                        .any(|mark| inner.contains(mark)) =>
-                {
-                    return Err(err)
-                }
-                Err(_) => continue,
-            };
-            evaluated = true;
-            parts.push(Part::Text(value[done..seq.range.start].to_string()));
-            parts.push(Part::Interpolation(expr));
-            done = seq.range.end;
-        }
-        if !evaluated {
-            return Ok(Expr::String { value, span });
-        }
-        parts.push(Part::Text(value[done..].to_string()));
-        parts.retain(|part| !matches!(part, Part::Text(text) if text.is_empty()));
-        Ok(Expr::Template { parts, span })
-    }
-
-    /// Parses the text of a `${...}` sequence, which starts at `pos`, as one
-    /// value.
-    fn sequence(&mut self, inner: &str, pos: Pos) -> Result<Expr, Error> {
-        self.enter(pos)?;
-        let mut sub = Parser {
-            lexer: Lexer::at(inner, self.file, pos),
-            file: self.file,
-            tok: Token {
-                kind: TokenKind::Newline,
-                start: pos,
-                end: pos,
-            },
-            depth: self.depth,
-            bound: self.bound.clone(),
-        };
-        sub.advance()?;
-        let expr = sub.parse_value("inside '${'");
-        self.leave();
-        let expr = expr?;
-        if sub.tok.kind != TokenKind::Eof {
-            return Err(sub.unexpected("'}' after the value inside '${'"));
-        }
-        Ok(expr)
-    }
-
     /// Parses `[a, b, c]`; newlines may appear between elements and a
     /// trailing comma is allowed.
     pub(super) fn parse_list(&mut self) -> Result<Expr, Error> {
@@ -668,9 +603,46 @@ fn names_runtime<'a>(expr: &'a Expr, bound: &mut Vec<&'a str>) -> bool {
             bound.truncate(before);
             found
         }
+        Expr::Template { parts, .. } => parts.iter().any(|part| part_names_runtime(part, bound)),
         _ => {
             let mut found = false;
             expr.for_each_child(&mut |child| found = found || names_runtime(child, bound));
+            found
+        }
+    }
+}
+
+/// [`names_runtime`] for a part of a template, whose `%{ for }` binds its
+/// names for its body.
+fn part_names_runtime<'a>(part: &'a Part, bound: &mut Vec<&'a str>) -> bool {
+    match part {
+        Part::Text(_) => false,
+        Part::Interpolation(expr) => names_runtime(expr, bound),
+        Part::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            names_runtime(cond, bound)
+                || then
+                    .iter()
+                    .chain(otherwise)
+                    .any(|part| part_names_runtime(part, bound))
+        }
+        Part::For {
+            key_var,
+            value_var,
+            collection,
+            body,
+        } => {
+            if names_runtime(collection, bound) {
+                return true;
+            }
+            let before = bound.len();
+            bound.extend(key_var.iter().map(|k| k.name.as_str()));
+            bound.push(&value_var.name);
+            let found = body.iter().any(|part| part_names_runtime(part, bound));
+            bound.truncate(before);
             found
         }
     }

@@ -16,6 +16,10 @@
 //! no pattern (`(a*)*b`) can make a match take exponential time. The
 //! pattern's size is bounded ([`MAX_PATTERN`] characters, and its program
 //! [`vm::MAX_PROGRAM`] instructions), as is the depth of its groups.
+//! Finding every match can still be quadratic when each match looks ahead
+//! to the end of the text before it settles, so those searches have a
+//! budget of VM steps linear in the text and the program
+//! ([`Regex::step_limit`]) and stop with [`TooMuchWork`] past it.
 //!
 //! A ground module: it uses nothing else of the crate.
 
@@ -50,12 +54,50 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A search for every match (or every replacement) that would take more
+/// steps of the VM than [`Regex::step_limit`] allows for its text: with a
+/// pattern whose each match must look ahead to the end of the text
+/// (`a(.*z)?` over many `a`s), finding all matches takes time quadratic in
+/// the text, though each one alone is linear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooMuchWork {
+    pub limit: u64,
+}
+
+impl fmt::Display for TooMuchWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "finding every match would take more than {} steps of the matcher over this text (each match of this pattern looks ahead to the end of the text); match a smaller text or a pattern that settles each match sooner",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for TooMuchWork {}
+
+/// The steps a search for every match may take whatever its text, and per
+/// character of the text and instruction of the program: 8 times what a
+/// search that visits each character once with every thread alive takes,
+/// so that only a search whose total is quadratic in the text runs out.
+const BASE_STEPS: u64 = 1_000_000;
+const STEPS_PER_CHAR_AND_INSTRUCTION: u64 = 8;
+
 /// A compiled regular expression.
 #[derive(Debug, Clone)]
 pub struct Regex {
     program: vm::Program,
     /// The names of the groups by index, 0 the whole match (unnamed).
     names: Vec<Option<String>>,
+}
+
+/// A budget a single match never runs out of: it takes time linear in the
+/// text.
+fn unbounded() -> vm::Budget {
+    vm::Budget {
+        taken: 0,
+        limit: u64::MAX,
+    }
 }
 
 /// The spans of a match and of its groups, as byte ranges of the text;
@@ -87,16 +129,23 @@ impl Regex {
 
     /// Whether the pattern matches somewhere in `text`.
     pub fn is_match(&self, text: &str) -> bool {
-        self.program.find_at(text, 0).is_some()
+        self.program.find_at(text, 0, &mut unbounded()).is_some()
     }
 
     /// The first match in `text`, leftmost-first as Go's.
     pub fn captures(&self, text: &str) -> Option<Captures> {
-        self.captures_at(text, 0)
+        self.captures_at(text, 0, &mut unbounded())
     }
 
-    fn captures_at(&self, text: &str, start: usize) -> Option<Captures> {
-        let slots = self.program.find_at(text, start)?;
+    /// The steps a search for every match in `text` may take: linear in the
+    /// text and in the program.
+    pub fn step_limit(&self, text: &str) -> u64 {
+        let size = (text.len() as u64 + 1).saturating_mul(self.program.len() as u64);
+        BASE_STEPS.saturating_add(size.saturating_mul(STEPS_PER_CHAR_AND_INSTRUCTION))
+    }
+
+    fn captures_at(&self, text: &str, start: usize, budget: &mut vm::Budget) -> Option<Captures> {
+        let slots = self.program.find_at(text, start, budget)?;
         Some(
             slots
                 .chunks(2)
@@ -109,13 +158,25 @@ impl Regex {
     }
 
     /// Every match in `text` that does not overlap the one before, as Go's
-    /// `FindAll`: an empty match right after another is skipped.
-    pub fn captures_all(&self, text: &str) -> Vec<Captures> {
+    /// `FindAll`: an empty match right after another is skipped. Refused
+    /// past [`Regex::step_limit`] steps.
+    pub fn captures_all(&self, text: &str) -> Result<Vec<Captures>, TooMuchWork> {
+        self.captures_all_within(text, self.step_limit(text))
+            .map(|(all, _)| all)
+    }
+
+    /// [`Regex::captures_all`] within `limit` steps, with the steps taken.
+    fn captures_all_within(
+        &self,
+        text: &str,
+        limit: u64,
+    ) -> Result<(Vec<Captures>, u64), TooMuchWork> {
+        let mut budget = vm::Budget { taken: 0, limit };
         let mut out = Vec::new();
         let mut pos = 0;
         let mut previous_end = None;
         while pos <= text.len() {
-            let Some(found) = self.captures_at(text, pos) else {
+            let Some(found) = self.captures_at(text, pos, &mut budget) else {
                 break;
             };
             let (from, to) = found[0].unwrap_or((pos, pos));
@@ -131,18 +192,23 @@ impl Regex {
                 out.push(found);
             }
         }
-        out
+        match budget.exhausted() {
+            true => Err(TooMuchWork { limit }),
+            false => Ok((out, budget.taken)),
+        }
     }
 
     /// `text` with every match replaced by `template` expanded as Go's
     /// `ReplaceAllString` does: `$1`, `${1}`, `$name`, `${name}` for a
-    /// group, `$$` for a `$`.
-    pub fn replace_all(&self, text: &str, template: &str) -> String {
+    /// group, `$$` for a `$`. Refused past [`Regex::step_limit`] steps.
+    pub fn replace_all(&self, text: &str, template: &str) -> Result<String, TooMuchWork> {
+        let limit = self.step_limit(text);
+        let mut budget = vm::Budget { taken: 0, limit };
         let mut out = String::new();
         let mut last_end = 0;
         let mut search = 0;
         while search <= text.len() {
-            let Some(found) = self.captures_at(text, search) else {
+            let Some(found) = self.captures_at(text, search, &mut budget) else {
                 break;
             };
             let (from, to) = found[0].unwrap_or((search, search));
@@ -159,10 +225,13 @@ impl Regex {
                 to
             };
         }
+        if budget.exhausted() {
+            return Err(TooMuchWork { limit });
+        }
         if last_end < text.len() {
             out.push_str(&text[last_end..]);
         }
-        out
+        Ok(out)
     }
 
     /// Appends `template` to `out` with its `$` references to the groups of

@@ -20,6 +20,7 @@ fn matched(pattern: &str, text: &str) -> Option<String> {
 fn all(pattern: &str, text: &str) -> Vec<String> {
     let re = Regex::new(pattern).unwrap();
     re.captures_all(text)
+        .unwrap()
         .iter()
         .map(|caps| {
             let (from, to) = caps[0].unwrap();
@@ -138,15 +139,18 @@ fn find_all_skips_an_empty_match_after_a_match() {
 #[test]
 fn replace_all_expands_groups_as_go_does() {
     let re = Regex::new(r"(\w+)@(?P<host>\w+)").unwrap();
-    assert_eq!(re.replace_all("a@b, c@d", "$2:$1"), "b:a, d:c");
-    assert_eq!(re.replace_all("a@b", "${host}-${1}"), "b-a");
-    assert_eq!(re.replace_all("a@b", "$host$$"), "b$");
+    assert_eq!(re.replace_all("a@b, c@d", "$2:$1").unwrap(), "b:a, d:c");
+    assert_eq!(re.replace_all("a@b", "${host}-${1}").unwrap(), "b-a");
+    assert_eq!(re.replace_all("a@b", "$host$$").unwrap(), "b$");
     // `$1x` names a group `1x`, which does not exist: empty.
-    assert_eq!(re.replace_all("a@b", "[$1x]"), "[]");
-    assert_eq!(re.replace_all("a@b", "$ and ${"), "$ and ${");
+    assert_eq!(re.replace_all("a@b", "[$1x]").unwrap(), "[]");
+    assert_eq!(re.replace_all("a@b", "$ and ${").unwrap(), "$ and ${");
     let empty = Regex::new("a*").unwrap();
-    assert_eq!(empty.replace_all("baaac", "-"), "-b-c-");
-    assert_eq!(Regex::new("").unwrap().replace_all("ab", "-"), "-a-b-");
+    assert_eq!(empty.replace_all("baaac", "-").unwrap(), "-b-c-");
+    assert_eq!(
+        Regex::new("").unwrap().replace_all("ab", "-").unwrap(),
+        "-a-b-"
+    );
 }
 
 #[test]
@@ -210,4 +214,41 @@ fn the_size_of_a_pattern_is_bounded() {
     assert!(error("(((a{1000}){1000}){1000})").contains("too large"));
     assert!(error(&"(".repeat(200)).contains("nest deeper"));
     assert!(error(&"a".repeat(20_000)).contains("longer than"));
+}
+
+/// The steps of the VM that finding every match of `pattern` in `text`
+/// takes.
+fn steps_for_all(pattern: &str, text: &str) -> u64 {
+    let re = Regex::new(pattern).unwrap();
+    let (_, steps) = re.captures_all_within(text, u64::MAX).unwrap();
+    steps
+}
+
+#[test]
+fn all_matches_of_a_pattern_that_settles_each_match_early_take_linear_steps() {
+    let short = steps_for_all("a+b", &"aab".repeat(1_000));
+    let long = steps_for_all("a+b", &"aab".repeat(2_000));
+    assert!(long <= short * 2 + 100, "{short} then {long} steps");
+}
+
+#[test]
+fn all_matches_of_a_pattern_that_looks_ahead_to_the_end_take_quadratic_steps() {
+    // Each `a` matches alone, after the greedy `(.*z)?` has run to the end
+    // of the text looking for a `z`.
+    let short = steps_for_all("a(.*z)?", &"a".repeat(300));
+    let long = steps_for_all("a(.*z)?", &"a".repeat(600));
+    assert!(long >= short * 3, "{short} then {long} steps");
+}
+
+#[test]
+fn a_search_for_all_matches_past_its_step_limit_is_refused() {
+    let re = Regex::new("a(.*z)?").unwrap();
+    let text = "a".repeat(20_000);
+    let err = re.captures_all(&text).unwrap_err();
+    assert_eq!(err.limit, re.step_limit(&text));
+    assert!(re.replace_all(&text, "b").is_err());
+    // A text of the same size whose matches settle early is fine.
+    let fine = Regex::new("a").unwrap();
+    assert_eq!(fine.captures_all(&text).unwrap().len(), 20_000);
+    assert_eq!(fine.replace_all(&text, "b").unwrap(), "b".repeat(20_000));
 }

@@ -33,6 +33,27 @@ enum Inst {
     Match,
 }
 
+/// The steps of the VM one call may take in all (a thread run at a
+/// position, or an instruction followed when a thread is added), and those
+/// taken so far: a search that runs out stops and says so.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Budget {
+    pub(super) taken: u64,
+    pub(super) limit: u64,
+}
+
+impl Budget {
+    /// Takes one step; `false` once the limit is passed.
+    fn step(&mut self) -> bool {
+        self.taken += 1;
+        self.taken <= self.limit
+    }
+
+    pub(super) fn exhausted(&self) -> bool {
+        self.taken > self.limit
+    }
+}
+
 /// A compiled pattern.
 #[derive(Debug, Clone)]
 pub(super) struct Program {
@@ -216,9 +237,20 @@ impl Threads {
 }
 
 impl Program {
+    /// How many instructions the program has.
+    pub(super) fn len(&self) -> usize {
+        self.insts.len()
+    }
+
     /// The leftmost-first match in `text` starting at or after byte offset
-    /// `start`: the capture slots (byte offsets), or `None`.
-    pub(super) fn find_at(&self, text: &str, start: usize) -> Option<Vec<Option<usize>>> {
+    /// `start`: the capture slots (byte offsets), or `None`, also when
+    /// `budget` runs out (which it then says).
+    pub(super) fn find_at(
+        &self,
+        text: &str,
+        start: usize,
+        budget: &mut Budget,
+    ) -> Option<Vec<Option<usize>>> {
         let mut current = Threads::new(self.insts.len());
         let mut next = Threads::new(self.insts.len());
         let mut matched = None;
@@ -229,7 +261,10 @@ impl Program {
                 // A new thread at each position, below those already
                 // running: leftmost first.
                 let slots = vec![None; self.slots];
-                self.add(&mut current, &mut stack, 0, slots, text, pos);
+                self.add(&mut current, &mut stack, (0, slots), (text, pos), budget);
+            }
+            if budget.exhausted() {
+                return None;
             }
             if current.list.is_empty() && matched.is_some() {
                 break;
@@ -237,6 +272,9 @@ impl Program {
             let c = text[pos..].chars().next();
             let after = pos + c.map_or(0, char::len_utf8);
             for thread in std::mem::take(&mut current.list) {
+                if !budget.step() {
+                    return None;
+                }
                 let advance = match (&self.insts[thread.pc], c) {
                     (Inst::Match, _) => {
                         matched = Some(thread.slots);
@@ -254,10 +292,9 @@ impl Program {
                     self.add(
                         &mut next,
                         &mut stack,
-                        thread.pc + 1,
-                        thread.slots,
-                        text,
-                        after,
+                        (thread.pc + 1, thread.slots),
+                        (text, after),
+                        budget,
                     );
                 }
             }
@@ -279,15 +316,18 @@ impl Program {
         &self,
         threads: &mut Threads,
         stack: &mut Vec<(usize, Vec<Option<usize>>)>,
-        pc: usize,
-        slots: Vec<Option<usize>>,
-        text: &str,
-        pos: usize,
+        thread: (usize, Vec<Option<usize>>),
+        (text, pos): (&str, usize),
+        budget: &mut Budget,
     ) {
-        stack.push((pc, slots));
+        stack.push(thread);
         while let Some((pc, mut slots)) = stack.pop() {
             if threads.seen[pc] {
                 continue;
+            }
+            if !budget.step() {
+                stack.clear();
+                return;
             }
             threads.seen[pc] = true;
             match &self.insts[pc] {

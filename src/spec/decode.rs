@@ -70,13 +70,15 @@ impl<'a> Decoder<'a> {
         })?;
         let mut warnings = Vec::new();
         let evaluated = match inputs {
-            Some(inputs) if body.syntax == Syntax::Native => {
-                variables::resolve(&mut body, file, inputs, &mut warnings)
-            }
+            Some(inputs) => variables::resolve(&mut body, file, inputs, &mut warnings),
             _ => variables::evaluate_plain(&mut body, file),
         };
         if let Err(errors) = evaluated {
             return Err(Invalid { errors, warnings });
+        }
+        if inputs.is_some() {
+            // A job file: tasks written right in its job block get groups.
+            super::job_level_tasks::group_job_level_tasks(&mut body);
         }
         let decoder = Decoder {
             file,

@@ -55,6 +55,7 @@ mod docker;
 mod encode;
 mod exec_settings;
 mod job;
+mod job_level_tasks;
 mod placement;
 mod service;
 mod suggest;

@@ -15,7 +15,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::hcl::{self, Block, Body, Error, Expr, FileSource, Item, Pos, Scope, Step, Value};
+use crate::hcl::{
+    self, Block, Body, Error, Expr, FileSource, Item, Pos, Scope, Step, Syntax, Value,
+};
+
+mod json;
 
 use super::Warning;
 
@@ -143,22 +147,15 @@ pub(crate) fn resolve(
     inputs: &JobInputs,
     warnings: &mut Vec<Warning>,
 ) -> Result<(), Vec<Error>> {
-    let (declarations, others): (Vec<Item>, Vec<Item>) = std::mem::take(&mut body.items)
-        .into_iter()
-        .partition(|item| {
-            matches!(item, Item::Block(block)
-                if matches!(block.kind.name.as_str(), "variable" | "variables" | "locals"))
-        });
-    body.items = others;
+    let mut errors = Vec::new();
+    let declarations = json::take_declarations(body, file, &mut errors);
     let base = Scope {
         files: Some(&inputs.files),
         ..Scope::default()
     };
-    let mut errors = Vec::new();
     let mut variables = Vec::new();
     let mut locals = Vec::new();
-    for item in &declarations {
-        let Item::Block(block) = item else { continue };
+    for block in &declarations {
         let result = match block.kind.name.as_str() {
             "variable" => declare(block, file, &base).map(|v| variables.push(v)),
             "variables" => block.body.attributes().try_for_each(|attr| {
@@ -246,7 +243,8 @@ fn strict_error(err: Error) -> Error {
 /// The variables a job file's body declares, in `variable` and
 /// `variables` blocks.
 fn declared_names(body: &Body) -> Vec<String> {
-    body.blocks()
+    json::declaration_blocks(body, "", &mut Vec::new())
+        .iter()
         .flat_map(|block| match block.kind.name.as_str() {
             "variable" => block.label(0).map(str::to_string).into_iter().collect(),
             "variables" => block
@@ -288,12 +286,18 @@ fn declare<'a>(block: &'a Block, file: &str, base: &Scope<'_>) -> Result<Variabl
         validations: Vec::new(),
     };
     if let Some(attr) = block.body.attribute("type") {
-        v.ty = var_type(&attr.value, file)?;
+        v.ty = match block.body.syntax {
+            Syntax::Native => var_type(&attr.value, file)?,
+            Syntax::Json => var_type(&json::type_expr(&attr.value, file)?, file)?,
+        };
     }
     for item in &block.body.items {
         match item {
             Item::Attribute(attr) => match attr.key.name.as_str() {
                 "type" | "sensitive" | "nullable" => {}
+                "validation" if block.body.syntax == Syntax::Json => {
+                    v.validations.extend(json::validations(attr));
+                }
                 "description" => {
                     hcl::eval(&attr.value, base, file)?;
                 }

@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{eval, index, Scope, Value};
-use crate::hcl::ast::{Error, ForExpr, Step};
+use super::{eval, index, render, Scope, Value};
+use crate::hcl::ast::{Error, Expr, ForExpr, Ident, Part, Pos, Step};
 
 /// How many elements the `for` expressions of one scope may make in all:
 /// far more than any job file needs.
@@ -63,53 +63,97 @@ pub(super) fn traverse(
     Ok(value)
 }
 
-/// The value of a `for` expression.
-pub(super) fn eval_for(expr: &ForExpr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
-    let elements: Vec<(Value, Value)> = match eval(&expr.collection, scope, file)? {
-        Value::List(items) => items
+/// The key and the value of each element of the collection `expr`
+/// names, in the order a `for` visits them; `what` names the `for` in the
+/// error for a value that is not a collection.
+fn elements(
+    expr: &Expr,
+    what: &str,
+    scope: &Scope<'_>,
+    file: &str,
+) -> Result<Vec<(Value, Value)>, Error> {
+    match eval(expr, scope, file)? {
+        Value::List(items) => Ok(items
             .into_iter()
             .enumerate()
             .map(|(i, item)| (Value::number(i as f64), item))
-            .collect(),
+            .collect()),
         Value::Object(mut entries) => {
             entries.sort_by(|a, b| a.0.cmp(&b.0));
             let entries = entries.into_iter();
-            entries.map(|(k, v)| (Value::String(k), v)).collect()
+            Ok(entries.map(|(k, v)| (Value::String(k), v)).collect())
         }
-        other => {
-            return Err(Error::new(
-                file,
-                expr.collection.pos(),
-                format!(
-                    "a for expression iterates over a list, a set, a map or an object, not a {}",
-                    other.kind_name()
-                ),
-            ))
+        other => Err(Error::new(
+            file,
+            expr.pos(),
+            format!(
+                "{what} iterates over a list, a set, a map or an object, not a {}",
+                other.kind_name()
+            ),
+        )),
+    }
+}
+
+/// Counts one more element made by a `for` of the scope, at `pos`.
+fn count_iteration(scope: &Scope<'_>, file: &str, pos: Pos) -> Result<(), Error> {
+    let made = scope.iterations.get() + 1;
+    if made > MAX_ITERATIONS {
+        return Err(Error::new(
+            file,
+            pos,
+            format!("the for expressions make more than {MAX_ITERATIONS} elements"),
+        ));
+    }
+    scope.iterations.set(made);
+    Ok(())
+}
+
+/// Binds a `for`'s names to an element while `f` runs.
+fn with_bound<T>(
+    scope: &Scope<'_>,
+    (key_var, value_var): (Option<&Ident>, &Ident),
+    (key, value): (Value, Value),
+    f: impl FnOnce() -> T,
+) -> T {
+    let depth = scope.bound.borrow().len();
+    {
+        let mut bound = scope.bound.borrow_mut();
+        if let Some(name) = key_var {
+            bound.push((name.name.clone(), key));
         }
-    };
+        bound.push((value_var.name.clone(), value));
+    }
+    let made = f();
+    scope.bound.borrow_mut().truncate(depth);
+    made
+}
+
+/// Appends the text of `%{ for }`'s body for each element of `collection`
+/// to `out`.
+pub(super) fn render_for(
+    names: (Option<&Ident>, &Ident),
+    collection: &Expr,
+    body: &[Part],
+    scope: &Scope<'_>,
+    file: &str,
+    out: &mut String,
+) -> Result<(), Error> {
+    for element in elements(collection, "'%{ for }'", scope, file)? {
+        count_iteration(scope, file, collection.pos())?;
+        with_bound(scope, names, element, || render(body, scope, file, out))?;
+    }
+    Ok(())
+}
+
+/// The value of a `for` expression.
+pub(super) fn eval_for(expr: &ForExpr, scope: &Scope<'_>, file: &str) -> Result<Value, Error> {
+    let elements = elements(&expr.collection, "a for expression", scope, file)?;
     let mut list = Vec::new();
     let mut object: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for (key, value) in elements {
-        let made = scope.iterations.get() + 1;
-        if made > MAX_ITERATIONS {
-            return Err(Error::new(
-                file,
-                expr.span.start,
-                format!("the for expressions make more than {MAX_ITERATIONS} elements"),
-            ));
-        }
-        scope.iterations.set(made);
-        let depth = scope.bound.borrow().len();
-        {
-            let mut bound = scope.bound.borrow_mut();
-            if let Some(name) = &expr.key_var {
-                bound.push((name.name.clone(), key));
-            }
-            bound.push((expr.value_var.name.clone(), value));
-        }
-        let element = element(expr, scope, file);
-        scope.bound.borrow_mut().truncate(depth);
-        match element? {
+    let names = (expr.key_var.as_ref(), &expr.value_var);
+    for pair in elements {
+        count_iteration(scope, file, expr.span.start)?;
+        match with_bound(scope, names, pair, || element(expr, scope, file))? {
             None => {}
             Some((None, value)) => list.push(value),
             Some((Some(key), value)) => {

@@ -21,7 +21,9 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("regexall", 2, 2, |a| {
         let (re, text) = (pattern(a, 0)?, a.string(1)?);
         let shape = Shape::of(&re, a.name)?;
-        let all = re.captures_all(&text);
+        let all = re
+            .captures_all(&text)
+            .map_err(|err| format!("{}: {err}", a.name))?;
         Ok(Value::List(
             all.iter()
                 .map(|found| shape.value(&re, &text, found))
@@ -30,7 +32,10 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     }),
     ("regex_replace", 3, 3, |a| {
         let (text, re, with) = (a.string(0)?, pattern(a, 1)?, a.string(2)?);
-        Ok(Value::String(re.replace_all(&text, &with)))
+        let replaced = re
+            .replace_all(&text, &with)
+            .map_err(|err| format!("{}: {err}", a.name))?;
+        Ok(Value::String(replaced))
     }),
 ];
 

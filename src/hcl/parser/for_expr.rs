@@ -112,7 +112,7 @@ impl Parser<'_> {
     }
 
     /// The name a `for` binds: an identifier.
-    fn for_name(&mut self, expected: &str) -> Result<Ident, Error> {
+    pub(super) fn for_name(&mut self, expected: &str) -> Result<Ident, Error> {
         let span = self.span();
         let TokenKind::Ident(name) = &self.tok.kind else {
             return Err(self.unexpected(expected));

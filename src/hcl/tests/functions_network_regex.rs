@@ -180,3 +180,16 @@ fn pathexpand_replaces_a_leading_tilde_by_home() {
         "error: pathexpand: cannot expand user-specific home dir"
     );
 }
+
+#[test]
+fn regexall_past_its_step_limit_is_an_error_at_the_call() {
+    let a = super::expressions::text(&"a".repeat(20_000));
+    let err = super::expressions::evaluation_error(
+        "x = length(regexall(\"a(.*z)?\", var.t))\n",
+        &[("t", a)],
+    );
+    assert!(
+        err.starts_with("test.hcl:1:12: regexall: finding every match would take more than "),
+        "{err}"
+    );
+}

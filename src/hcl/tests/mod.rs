@@ -13,6 +13,7 @@ mod json_errors;
 mod json_values;
 mod literals;
 mod robustness;
+mod template_directives;
 
 /// The file name every test passes to `parse`.
 const FILE: &str = "test.hcl";
@@ -134,20 +135,53 @@ fn render_body(body: &Body, indent: usize, out: &mut String) {
     }
 }
 
+fn render_parts(parts: &[super::Part], out: &mut String) {
+    for part in parts {
+        match part {
+            super::Part::Text(text) => out.push_str(&format!("{text:?}")),
+            super::Part::Interpolation(inner) => {
+                out.push_str("${");
+                render_expr(inner, out);
+                out.push('}');
+            }
+            super::Part::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                out.push_str("%{if ");
+                render_expr(cond, out);
+                out.push('}');
+                render_parts(then, out);
+                out.push_str("%{else}");
+                render_parts(otherwise, out);
+                out.push_str("%{endif}");
+            }
+            super::Part::For {
+                key_var,
+                value_var,
+                collection,
+                body,
+            } => {
+                out.push_str("%{for ");
+                if let Some(key) = key_var {
+                    out.push_str(&format!("{}, ", key.name));
+                }
+                out.push_str(&format!("{} in ", value_var.name));
+                render_expr(collection, out);
+                out.push('}');
+                render_parts(body, out);
+                out.push_str("%{endfor}");
+            }
+        }
+    }
+}
+
 fn render_expr(expr: &Expr, out: &mut String) {
     match expr {
         Expr::Template { parts, .. } => {
             out.push_str("template(");
-            for part in parts {
-                match part {
-                    super::Part::Text(text) => out.push_str(&format!("{text:?}")),
-                    super::Part::Interpolation(inner) => {
-                        out.push_str("${");
-                        render_expr(inner, out);
-                        out.push('}');
-                    }
-                }
-            }
+            render_parts(parts, out);
             out.push(')');
         }
         Expr::Reference { root, steps, .. } => {

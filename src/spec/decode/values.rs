@@ -10,7 +10,44 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::Fields;
-use crate::hcl::{Attribute, Expr, Item, Pos, Syntax};
+use crate::hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
+
+/// A number, or a string that holds one: HCL converts such a string where
+/// a number is wanted, so Nomad takes `static = "9015"` (as its own
+/// portworx demo writes it).
+fn number_of(expr: &Expr) -> Option<Number> {
+    match expr {
+        Expr::Number { value, .. } => Some(value.clone()),
+        Expr::String { value, .. } if is_number_text(value) => Some(Number::new(value.clone())),
+        _ => None,
+    }
+}
+
+/// Whether `text` is a number as HCL writes one: an optional `-`, digits,
+/// an optional fraction and an optional exponent.
+fn is_number_text(text: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], Some(&unsigned[at + 1..])),
+        None => (unsigned, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((whole, fraction)) => digits(whole) && digits(fraction),
+        None => digits(mantissa),
+    };
+    let exponent_ok = exponent.map_or(true, |e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
+    mantissa_ok && exponent_ok
+}
+
+/// A bool, or the string `"true"` or `"false"`, which HCL converts where a
+/// bool is wanted.
+fn bool_of(expr: &Expr) -> Option<bool> {
+    match expr {
+        Expr::String { value, .. } if value == "true" || value == "false" => Some(value == "true"),
+        other => other.as_bool(),
+    }
+}
 
 /// One `key = "value"` of a map, with where each side is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +118,7 @@ impl<'d> Fields<'d> {
     /// A boolean attribute.
     pub(crate) fn bool(&mut self, key: &'static str) -> Option<bool> {
         let attr = self.attr(key)?;
-        let value = attr.value.as_bool();
+        let value = bool_of(&attr.value);
         if value.is_none() {
             self.expected(attr, "true or false");
         }
@@ -96,7 +133,7 @@ impl<'d> Fields<'d> {
     /// A whole, non-negative number, with the position of its value.
     pub(crate) fn u64_at(&mut self, key: &'static str) -> Option<(u64, Pos)> {
         let attr = self.attr(key)?;
-        match attr.value.as_number() {
+        match number_of(&attr.value) {
             Some(number) => {
                 let value = number.as_u64().map(|value| (value, attr.value.pos()));
                 if value.is_none() {
@@ -190,7 +227,7 @@ impl<'d> Fields<'d> {
     /// A whole number that may be negative, with the position of its value.
     pub(crate) fn i64_at(&mut self, key: &'static str) -> Option<(i64, Pos)> {
         let attr = self.attr(key)?;
-        match attr.value.as_number() {
+        match number_of(&attr.value) {
             Some(number) => {
                 let value = number.text().parse::<i64>().ok();
                 if value.is_none() {

@@ -690,3 +690,27 @@ fn a_docker_job_in_hcl_s_json_syntax_decodes_the_same() {
     let again = Job::decode(&job.to_hcl(), "again.hcl").unwrap().spec;
     assert_eq!(again, job);
 }
+
+#[test]
+fn a_string_holding_a_number_or_a_bool_converts_as_hcl_converts_it() {
+    // Nomad's portworx demo writes `static = "9015"`.
+    let src = job("image = \"redis:7\"\nprivileged = \"true\"")
+        .replace("static = 8080", "static = \"9015\"");
+    let job = Job::decode(&src, "job.hcl").unwrap().spec;
+    let group = &job.groups[0];
+    assert_eq!(
+        group.network.as_ref().unwrap().ports[0].static_port,
+        Some(9015)
+    );
+    assert!(group.tasks[0].docker.as_ref().unwrap().privileged);
+    let src = job_text_with_static("\"90x15\"");
+    let err = Job::decode(&src, "job.hcl").unwrap_err();
+    assert_eq!(
+        err.errors[0].to_string(),
+        "job.hcl:6:18: \"static\" in port \"http\" must be a number, found a string"
+    );
+}
+
+fn job_text_with_static(value: &str) -> String {
+    job("image = \"redis:7\"").replace("static = 8080", &format!("static = {value}"))
+}

@@ -121,7 +121,10 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     }),
     ("regexReplaceAll", 3, 3, |a| {
         let (re, with, text) = (pattern(a, 0)?, a.string(1)?, a.string(2)?);
-        Ok(Value::Str(re.replace_all(&text, &with)))
+        let replaced = re
+            .replace_all(&text, &with)
+            .map_err(|err| format!("regexReplaceAll: {err}"))?;
+        Ok(Value::Str(replaced))
     }),
 ];
 

@@ -133,3 +133,55 @@ fn a_template_s_regex_functions_match_and_replace_as_go_does() {
     wait_for_log(&rig, &alloc, &want);
     rig.stop("retpl");
 }
+
+/// A raw_exec job whose environment and arguments are built by `%{ }`
+/// directives over a variable list, one of them on a name known only when
+/// the task starts.
+const DIRECTIVES_JOB: &str = r#"variable "hosts" {
+  type    = list(string)
+  default = ["a", "b", "c"]
+}
+
+variable "debug" {
+  type    = bool
+  default = true
+}
+
+job "directives" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      env {
+        HOSTS = "%{ for i, h in var.hosts }%{ if i > 0 },%{ endif }${h}:80%{ endfor }"
+        MODE  = <<-EOT
+          %{~ if var.debug ~}
+          debug
+          %{~ else ~}
+          quiet
+          %{~ endif ~}
+        EOT
+        INDEX = "${NOMAD_ALLOC_INDEX}"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$HOSTS|$MODE|$INDEX|%{ for h in var.hosts }${upper(h)}%{ endfor }\"; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn template_directives_build_a_task_s_environment_and_args() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let alloc = run_one(&rig, "directives", DIRECTIVES_JOB);
+    wait_for_log(&rig, &alloc, "a:80,b:80,c:80|debug|0|ABC\n");
+    rig.stop("directives");
+}

@@ -88,3 +88,101 @@ fn a_json_job_file_with_a_typo_is_refused_at_its_position() {
     );
     assert!(rig.client().job_status("").unwrap().jobs.is_empty());
 }
+
+/// A raw_exec job in HCL's JSON syntax whose greeting is made of a
+/// variable, a local and a `%{ for }` directive.
+const VARIABLES_JOB: &str = r#"{
+  "variable": {
+    "names": {"type": "list(string)", "default": ["x"]},
+    "greeting": {
+      "type": "string",
+      "validation": {
+        "condition": "${var.greeting != \"\"}",
+        "error_message": "The greeting must not be empty."
+      }
+    }
+  },
+  "locals": {"who": "%{ for n in var.names }${upper(n)} %{ endfor }"},
+  "job": {
+    "greeter": {
+      "group": {
+        "g": {
+          "restart": {"attempts": 0, "mode": "fail"},
+          "task": {
+            "t": {
+              "driver": "raw_exec",
+              "env": {"LINE": "${var.greeting} ${local.who}from ${NOMAD_GROUP_NAME}"},
+              "config": {
+                "command": "/bin/sh",
+                "args": ["-c", "echo \"$LINE\"; exec sleep 600"]
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let path = rig.agent.dir.join("greeter.json");
+    std::fs::write(&path, VARIABLES_JOB).unwrap();
+    let path = path.display().to_string();
+
+    // Without a greeting, validate names the variable's line and column.
+    let out = rig.agent.cli(&["validate", &path]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("{path}:4:5: variable \"greeting\" has no value")),
+        "{}",
+        text(&out)
+    );
+    let out = rig.agent.cli(&["validate", "-var", "greeting=", &path]);
+    assert!(
+        text(&out).contains(&format!(
+            "{path}:4:5: invalid value for variable \"greeting\": The greeting must not be empty."
+        )),
+        "{}",
+        text(&out)
+    );
+
+    let out = std::process::Command::new(crate::util::bin())
+        .args(["job", "run", "-var", "greeting=hello", &path])
+        .env(
+            csi_agent::api::client::ADDRESS_ENV,
+            format!("unix://{}", rig.agent.socket.display()),
+        )
+        .env("NOMAD_VAR_names", r#"["a", "b"]"#)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("warning"), "{}", text(&out));
+    let alloc = rig.job("greeter").allocs[0].id.clone();
+    let pid = rig.wait_running("greeter", &alloc);
+    let start = Instant::now();
+    while rig.ok(&["alloc", "logs", &alloc, "t"]) != "hello A B from g\n" {
+        assert!(start.elapsed() < WAIT, "no greeting in the task's log");
+        thread::sleep(Duration::from_millis(20));
+    }
+
+    // The values travel with the job: after a restart the agent decodes
+    // the same job from its JSON and adopts the task.
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let job = rig.wait_job("greeter", "re-adoption", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "adopted")
+    });
+    assert_eq!(job.allocs[0].tasks[0].pid, pid);
+    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
+    rig.stop("greeter");
+}
