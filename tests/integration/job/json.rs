@@ -2,11 +2,9 @@
 //! file by its name, both when it is run and when it reads the job back
 //! from its state after a restart.
 
-use std::thread;
-use std::time::{Duration, Instant};
-
+use super::templates::wait_for_log;
 use super::Rig;
-use crate::harness::{text, WAIT};
+use crate::harness::text;
 use crate::util::require_root;
 
 /// A raw_exec job that greets and sleeps, in HCL's JSON syntax.
@@ -50,24 +48,11 @@ fn a_json_job_file_runs_and_is_read_again_after_a_restart() {
     );
     let alloc = rig.job("hello").allocs[0].id.clone();
     let pid = rig.wait_running("hello", &alloc);
-    let start = Instant::now();
-    while rig.ok(&["alloc", "logs", &alloc, "t"]) != "hello from g\n" {
-        assert!(start.elapsed() < WAIT, "no greeting in the task's log");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&rig, &alloc, "hello from g\n");
 
     // The agent keeps the file's name with its text, and reads the job
     // back as JSON: the task is adopted, not dropped.
-    assert_eq!(rig.agent.sigterm(), 0);
-    rig.agent.restart();
-    let job = rig.wait_job("hello", "re-adoption", |j| {
-        j.allocs[0].tasks[0]
-            .events
-            .iter()
-            .any(|e| e.kind == "adopted")
-    });
-    assert_eq!(job.allocs[0].tasks[0].pid, pid);
-    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
+    rig.restart_adopts("hello", pid);
     rig.stop("hello");
 }
 
@@ -166,23 +151,10 @@ fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
     assert!(!text(&out).contains("warning"), "{}", text(&out));
     let alloc = rig.job("greeter").allocs[0].id.clone();
     let pid = rig.wait_running("greeter", &alloc);
-    let start = Instant::now();
-    while rig.ok(&["alloc", "logs", &alloc, "t"]) != "hello A B from g\n" {
-        assert!(start.elapsed() < WAIT, "no greeting in the task's log");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_log(&rig, &alloc, "hello A B from g\n");
 
     // The values travel with the job: after a restart the agent decodes
     // the same job from its JSON and adopts the task.
-    assert_eq!(rig.agent.sigterm(), 0);
-    rig.agent.restart();
-    let job = rig.wait_job("greeter", "re-adoption", |j| {
-        j.allocs[0].tasks[0]
-            .events
-            .iter()
-            .any(|e| e.kind == "adopted")
-    });
-    assert_eq!(job.allocs[0].tasks[0].pid, pid);
-    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
+    rig.restart_adopts("greeter", pid);
     rig.stop("greeter");
 }

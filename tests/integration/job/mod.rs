@@ -180,6 +180,28 @@ impl Rig {
         }
     }
 
+    /// Stops the agent with SIGTERM and starts it again: `job`'s first
+    /// task must be adopted, the same process `pid`, with nothing of the
+    /// job dropped on the way (its file decoded again from what the agent
+    /// kept).
+    #[track_caller]
+    fn restart_adopts(&mut self, job: &str, pid: u32) {
+        assert_eq!(self.agent.sigterm(), 0);
+        self.agent.restart();
+        let status = self.wait_job(job, "re-adoption", |j| {
+            j.allocs[0].tasks[0]
+                .events
+                .iter()
+                .any(|e| e.kind == "adopted")
+        });
+        assert_eq!(status.allocs[0].tasks[0].pid, pid);
+        assert!(
+            !self.agent.log().contains("Dropping"),
+            "{}",
+            self.agent.log()
+        );
+    }
+
     fn wait_plugin_healthy(&self) {
         self.agent.wait_for(PLUGIN_ID, healthy, WAIT);
     }

@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::templates::wait_for_log;
 use super::{consumer, wait_for_file, Rig, VOLUME};
 use crate::harness::{text, Agent, WAIT};
 use crate::util::{bin, require_root};
@@ -74,19 +75,6 @@ job "greeter" {
 }
 "#;
 
-#[track_caller]
-fn wait_for_log(rig: &Rig, alloc: &str, want: &str) {
-    let start = Instant::now();
-    loop {
-        let log = rig.ok(&["alloc", "logs", alloc, "t"]);
-        if log == want {
-            return;
-        }
-        assert!(start.elapsed() < WAIT, "log {log:?}, not {want:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn var_flags_win_over_the_environment_and_travel_with_the_job_across_a_restart() {
     if !require_root() {
@@ -116,16 +104,7 @@ fn var_flags_win_over_the_environment_and_travel_with_the_job_across_a_restart()
 
     // The agent decodes the job again from what it kept: the same job,
     // its task adopted, nothing dropped for want of a variable.
-    assert_eq!(rig.agent.sigterm(), 0);
-    rig.agent.restart();
-    let job = rig.wait_job("greeter", "re-adoption", |j| {
-        j.allocs[0].tasks[0]
-            .events
-            .iter()
-            .any(|e| e.kind == "adopted")
-    });
-    assert_eq!(job.allocs[0].tasks[0].pid, pid);
-    assert!(!rig.agent.log().contains("Dropping"), "{}", rig.agent.log());
+    rig.restart_adopts("greeter", pid);
 
     // Running it again with the same values changes nothing.
     let out = cli_with(
