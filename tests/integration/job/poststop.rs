@@ -41,6 +41,19 @@ fn gated_poststop() -> String {
     )
 }
 
+/// A group of a prestart task `prep` running `script`, a main task that
+/// marks that it ran, and the gated poststop task, all on the volume.
+fn prep_main_poststop(script: &str) -> String {
+    [
+        NO_RESTARTS.to_string(),
+        VOLUME.to_string(),
+        sh_task("prep", script, &lifecycle("prestart", false)),
+        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", MOUNT),
+        gated_poststop(),
+    ]
+    .join("\n")
+}
+
 /// Waits until the alloc's poststop task runs, and checks that the
 /// volume is still claimed meanwhile.
 #[track_caller]
@@ -129,14 +142,7 @@ fn a_prestart_failed_for_good_still_runs_the_poststop_tasks_as_nomad_does() {
         return;
     }
     let rig = Rig::start();
-    let body = [
-        NO_RESTARTS.to_string(),
-        VOLUME.to_string(),
-        sh_task("prep", "exit 7", &lifecycle("prestart", false)),
-        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", MOUNT),
-        gated_poststop(),
-    ]
-    .join("\n");
+    let body = prep_main_poststop("exit 7");
     let allocs = rig.run_job("p.hcl", &job("p", "service", &body));
     let alloc = &allocs[0];
     wait_poststop_running(&rig, "p", alloc);
@@ -162,14 +168,7 @@ fn job_stop_while_a_prestart_runs_kills_it_and_then_runs_the_poststop_tasks() {
         return;
     }
     let rig = Rig::start();
-    let body = [
-        NO_RESTARTS.to_string(),
-        VOLUME.to_string(),
-        sh_task("prep", "exec sleep 600", &lifecycle("prestart", false)),
-        sh_task("main", "touch /alloc/data/main-ran; exec sleep 600", MOUNT),
-        gated_poststop(),
-    ]
-    .join("\n");
+    let body = prep_main_poststop("exec sleep 600");
     let allocs = rig.run_job("s.hcl", &job("s", "service", &body));
     let alloc = &allocs[0];
     rig.wait_job("s", "prep to run", |j| {
