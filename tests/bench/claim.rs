@@ -28,6 +28,10 @@ pub struct ClaimResult {
     pub agent_release: Samples,
     pub floor_claim: Samples,
     pub floor_release: Samples,
+    /// The agent's CPU time over the measured claims and releases (every
+    /// thread's, see [`cpu_time`]): unlike the latencies, the host's
+    /// speed of the moment barely moves it, so builds compare by it.
+    pub agent_cpu: Duration,
 }
 
 /// A plugin, and an agent with volume `v` of it, in a dir of their own.
@@ -84,9 +88,14 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
         agent_release: Samples::default(),
         floor_claim: Samples::default(),
         floor_release: Samples::default(),
+        agent_cpu: Duration::ZERO,
     };
+    let mut cpu_before = Duration::ZERO;
     for i in 0..WARMUP + opts.claim_runs {
         let measured = i >= WARMUP;
+        if i == WARMUP {
+            cpu_before = cpu_time(agent.pid());
+        }
         let alloc = format!("a{i}");
 
         let target = existing_target(&targets, &alloc);
@@ -126,7 +135,20 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
             result.floor_release.push(floor_release);
         }
     }
+    result.agent_cpu = cpu_time(agent.pid()).saturating_sub(cpu_before);
     result
+}
+
+/// The CPU time every live thread of process `pid` has run, from each
+/// thread's `schedstat` (nanoseconds; a thread that has ended is not
+/// counted, and the agent's threads live as long as it).
+pub fn cpu_time(pid: u32) -> Duration {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("the agent's threads");
+    let nanos: u64 = tasks
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 /// The claim's host target, made before the clock starts as the floor's

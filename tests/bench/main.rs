@@ -527,6 +527,16 @@ fn claim_rows(table: &mut Table, r: &claim::ClaimResult) {
         target: "≤ 1.2x at p50",
         met: Some(release_ratio <= 1.2),
     });
+    let per_pair = r.agent_cpu / r.runs.max(1) as u32;
+    table.push(Row {
+        id: "P1",
+        what: "  the agent's CPU time per claim and its release (every thread)".into(),
+        agent: format!("{:.0} µs", per_pair.as_secs_f64() * 1e6),
+        reference: format!("{} over {} pairs", ms(r.agent_cpu), r.runs),
+        ratio: "-".into(),
+        target: "",
+        met: None,
+    });
 }
 
 fn anatomy_rows(table: &mut Table, a: Option<anatomy::Anatomy>) {
