@@ -146,7 +146,8 @@ impl Group {
     }
 }
 
-/// A group's `network` block, decoded as far as docker tasks need it.
+/// A group's `network` block: the ports the agent allocates to each alloc
+/// (see `task::ports`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Network {
     /// `host`, `bridge`, ... as written; empty when not given.
@@ -404,12 +405,24 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
     if tasks.is_empty() {
         g.error(g.pos(), format!("{} needs at least one task", g.what()));
     }
-    // Only docker tasks use the network block (their `ports`).
-    if let Some(block) = network_block.filter(|_| tasks.iter().all(|t| t.docker.is_none())) {
-        g.dec().warn(
-            block.kind.span.start,
-            format!("\"network\" in {} is ignored by csi-agent", g.what()),
-        );
+    // A network namespace of the agent's making is not built: an exec or
+    // raw_exec task runs in the host's network, as in Nomad's host mode.
+    if let (Some(block), Some(network)) = (network_block, &network) {
+        let host = network.mode.is_empty() || network.mode == "host";
+        if !host && tasks.iter().any(|t| t.docker.is_none()) {
+            let pos = block
+                .body
+                .attribute("mode")
+                .map_or(block.kind.span.start, |a| a.value.pos());
+            g.error(
+                pos,
+                format!(
+                    "network mode {:?} in {} is not supported: csi-agent runs exec and raw_exec tasks in the host's network (mode = \"host\")",
+                    network.mode,
+                    g.what()
+                ),
+            );
+        }
     }
     let ignored = g.ignore(GROUP_IGNORED);
     g.finish();

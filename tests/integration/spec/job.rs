@@ -214,10 +214,7 @@ fn another_driver_is_one_error_and_its_config_is_not_examined() {
     );
     assert_eq!(
         warnings(&invalid.warnings),
-        [
-            r#"test.hcl:6:3: warning: "datacenters" in job "redis" is ignored by csi-agent"#,
-            r#"test.hcl:10:5: warning: "network" in group "cache" is ignored by csi-agent"#,
-        ]
+        [r#"test.hcl:6:3: warning: "datacenters" in job "redis" is ignored by csi-agent"#,]
     );
 }
 
@@ -360,5 +357,34 @@ fn a_raw_exec_task_cannot_mount_volumes() {
     assert_one_error(
         &src,
         r#"test.hcl:12:7: volume_mount in task "r": task driver "raw_exec" does not support volume mounts (it runs the task on the host's root); use driver "exec""#,
+    );
+}
+
+#[test]
+fn a_network_namespace_of_the_agent_s_making_is_refused_for_exec_tasks() {
+    for mode in ["bridge", "cni/mynet", "none"] {
+        assert_one_error(
+            &job_with(&format!("    network {{\n      mode = \"{mode}\"\n    }}")),
+            &format!(
+                "test.hcl:4:14: network mode \"{mode}\" in group \"g\" is not supported: csi-agent runs exec and raw_exec tasks in the host's network (mode = \"host\")"
+            ),
+        );
+    }
+    let host = job_with("    network {\n      mode = \"host\"\n      port \"http\" {}\n    }");
+    let decoded = job(&host);
+    assert!(decoded.is_ok(), "{decoded:?}");
+    assert!(warnings(&decoded.unwrap().warnings).is_empty());
+}
+
+#[test]
+fn a_bad_port_is_an_error_at_its_position() {
+    assert_one_error(
+        &job_with("    network {\n      port \"db\" {\n        static = 70000\n      }\n    }"),
+        r#"test.hcl:5:18: "static" in port "db" must be a port from 1 to 65535, found 70000"#,
+    );
+    let twice = job_with("    network {\n      port \"db\" {}\n      port \"db\" {}\n    }");
+    assert_one_error(
+        &twice,
+        r#"test.hcl:5:12: port "db" is declared twice in network in group "g" (first at 4:12)"#,
     );
 }

@@ -257,7 +257,6 @@ fn ignored_json_keys_warn_at_their_position() {
         warnings,
         [
             "job-per-alloc.json:4:7: warning: \"datacenters\" in job \"example\" is ignored by csi-agent",
-            "job-per-alloc.json:21:11: warning: \"network\" in group \"cache\" is ignored by csi-agent",
         ]
     );
 }
