@@ -237,6 +237,7 @@ impl Allocs {
             created: now,
             replaces,
             placed: false,
+            ports: Vec::new(),
         };
         alloc.volumes = self.volume_uses(group, index);
         for task in &mut alloc.tasks {

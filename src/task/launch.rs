@@ -35,6 +35,7 @@ use super::docker::{self, VolumeBind};
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::ports;
 use super::root::{check_destination, PluginDir, RootPlan};
 use super::templates;
 use super::{Alloc, Allocs, UseState, VolumeSource};
@@ -67,6 +68,12 @@ pub(super) fn check_interpolation(
         own_root: task.driver != Driver::RawExec,
     };
     let mut base = ctx.base();
+    let host_ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    base.extend(ports::port_env(
+        group,
+        &ports::placeholder_ports(group),
+        host_ip,
+    ));
     let socket_dir = Path::new("/plugins/00000000");
     if let Some(csi) = &task.csi_plugin {
         base.insert("CSI_ENDPOINT".into(), task_endpoint(task, csi, socket_dir));
@@ -234,7 +241,11 @@ impl Allocs {
             index: alloc.index,
             job: alloc.job.clone(),
             group: alloc.group.name.clone(),
-            network: alloc.group.network.clone(),
+            network: alloc
+                .group
+                .network
+                .as_ref()
+                .map(|n| ports::as_allocated(n, &alloc.ports)),
             spec: spec.clone(),
             data_dir: self.data_dir.clone(),
             alloc_dir: self.alloc_dir(&alloc.id),
@@ -499,6 +510,11 @@ impl Allocs {
             own_root: spec.driver != Driver::RawExec,
         };
         let mut base = ctx.base();
+        let host_ip = self
+            .placement
+            .host_ip
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        base.extend(ports::port_env(&alloc.group, &alloc.ports, host_ip));
         if let Some(csi) = &spec.csi_plugin {
             let socket_dir = self.plugin_socket_dir(&alloc.id);
             base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));

@@ -82,6 +82,7 @@ pub mod lifecycle;
 pub mod mounts;
 mod persist;
 mod placement;
+mod ports;
 mod rerender;
 
 /// How long the pids of started tasks may wait for a snapshot (see
@@ -321,6 +322,9 @@ struct Alloc {
     replaces: Option<String>,
     /// Placed on the node ([`placement`]): its resources are held.
     placed: bool,
+    /// The host ports of its group's network, chosen when it was placed
+    /// ([`ports`]).
+    ports: Vec<ports::AllocPort>,
 }
 
 impl Alloc {

@@ -69,6 +69,15 @@ impl Allocs {
                 job_inputs: inputs_to_proto(&a.job_inputs),
                 replaces: a.replaces.clone().unwrap_or_default(),
                 placed: a.placed,
+                ports: a
+                    .ports
+                    .iter()
+                    .map(|p| pb::AllocPort {
+                        label: p.label.clone(),
+                        host: u32::from(p.host),
+                        ..Default::default()
+                    })
+                    .collect(),
                 ..Default::default()
             })
             .collect()
@@ -126,6 +135,16 @@ impl Allocs {
                 replaces: (!a.replaces.is_empty()).then(|| a.replaces.clone()),
                 // Before placement was kept, an alloc past pending was placed.
                 placed: a.placed || AllocStatus::parse(&a.status) != AllocStatus::Pending,
+                ports: a
+                    .ports
+                    .iter()
+                    .filter_map(|p| {
+                        Some(super::ports::AllocPort {
+                            label: p.label.clone(),
+                            host: u16::try_from(p.host).ok()?,
+                        })
+                    })
+                    .collect(),
                 group,
             };
             if alloc.status.is_terminal() {

@@ -26,6 +26,9 @@
 
 use std::fs;
 
+use std::collections::BTreeSet;
+
+use super::ports::{self, PortsBlocked};
 use super::{invalid, Alloc, AllocStatus, Allocs};
 use crate::call::CallError;
 use crate::spec::{ClientConfig, Group, Job, Task};
@@ -85,6 +88,9 @@ impl Default for Node {
 pub struct Placement {
     pub node: Node,
     pub client: ClientConfig,
+    /// The host's address in the ports' variables, found with the node's
+    /// fingerprint ([`ports::host_ip`]); 127.0.0.1 before it.
+    pub host_ip: Option<std::net::IpAddr>,
 }
 
 impl Placement {
@@ -234,6 +240,7 @@ impl Allocs {
         self.placement = Placement {
             node: fingerprint(client),
             client: client.clone(),
+            host_ip: Some(ports::host_ip()),
         };
     }
 
@@ -266,24 +273,53 @@ impl Allocs {
             .map(|a| (a.created, a.index, a.id.clone()))
             .collect();
         waiting.sort();
+        let mut held: BTreeSet<u16> = self
+            .allocs
+            .values()
+            .filter(|a| holds_room(a))
+            .flat_map(|a| a.ports.iter().map(|p| p.host))
+            .collect();
         let mut changed = false;
         for (_, _, id) in waiting {
             let Some(alloc) = self.allocs.get_mut(&id) else {
                 continue;
             };
             let ask = self.placement.ask(&alloc.group);
-            match exhausted(available, used, ask) {
-                None => {
+            let fit = match exhausted(available, used, ask) {
+                None => ports::allocate(
+                    alloc.group.network.as_ref(),
+                    &held,
+                    &mut self.jitter,
+                    ports::free_on_host,
+                )
+                .map_err(|blocked| blocked.message()),
+                Some(dimension) => Err(exhausted_message(dimension)),
+            };
+            match fit {
+                Ok(alloc_ports) => {
                     used = used.add(ask);
+                    held.extend(alloc_ports.iter().map(|p| p.host));
                     alloc.placed = true;
-                    if alloc.message.starts_with("Dimension ") {
+                    if alloc.message.starts_with("Dimension ")
+                        || PortsBlocked::is_reason(&alloc.message)
+                    {
                         alloc.message.clear();
                     }
-                    log::info!("Alloc {id}: placed ({} MHz, {} MiB)", ask.cpu, ask.memory);
+                    let shown: Vec<String> = alloc_ports
+                        .iter()
+                        .map(|p| format!("{}={}", p.label, p.host))
+                        .collect();
+                    log::info!(
+                        "Alloc {id}: placed ({} MHz, {} MiB{}{})",
+                        ask.cpu,
+                        ask.memory,
+                        if shown.is_empty() { "" } else { ", ports " },
+                        shown.join(" ")
+                    );
+                    alloc.ports = alloc_ports;
                     changed = true;
                 }
-                Some(dimension) => {
-                    let message = exhausted_message(dimension);
+                Err(message) => {
                     if alloc.message != message {
                         log::info!("Alloc {id}: pending: {message}");
                         alloc.message = message;
@@ -430,6 +466,7 @@ mod tests {
                 reserved_memory: 512,
                 ..ClientConfig::default()
             },
+            host_ip: None,
         };
         assert_eq!(placement.available(), amounts(7500, 3584, 4));
         let g = group(

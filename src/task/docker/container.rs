@@ -305,8 +305,9 @@ pub(in crate::task) fn container_spec(
 }
 
 /// The group's ports that `config.ports` names, published as Nomad's
-/// driver publishes them (TCP and UDP; the host port is the `static` one,
-/// or one the engine picks), with `NOMAD_PORT_<label>` (the port in the
+/// driver publishes them (TCP and UDP; the host port is the one the agent
+/// allocated to the alloc, handed here as the `static` one; the container's
+/// is `to`, else the host port), with `NOMAD_PORT_<label>` (the port in the
 /// container) in the task's environment.
 fn ports(
     spec: &mut ContainerSpec,

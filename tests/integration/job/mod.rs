@@ -27,6 +27,7 @@ mod json;
 mod leftovers;
 mod lifecycle;
 mod placement;
+mod ports;
 mod poststop;
 pub(crate) mod root;
 mod templates;
