@@ -460,4 +460,53 @@ mod tests {
             .contains("volumes"));
         assert_eq!(host_path(dir, "/etc", true).unwrap(), Path::new("/etc"));
     }
+
+    #[test]
+    fn a_port_is_published_on_the_host_port_the_agent_allocated() {
+        use crate::spec::NetworkPort;
+        use crate::task::ports::{as_allocated, AllocPort};
+        let port = |label: &str, to: Option<u16>| NetworkPort {
+            label: label.into(),
+            static_port: None,
+            to,
+            ignored: Vec::new(),
+        };
+        let network = Network {
+            mode: String::new(),
+            ports: vec![port("http", None), port("db", Some(6379))],
+            ignored: Vec::new(),
+        };
+        let held = [
+            AllocPort {
+                label: "http".into(),
+                host: 24001,
+            },
+            AllocPort {
+                label: "db".into(),
+                host: 24002,
+            },
+        ];
+        let config = DockerConfig {
+            ports: vec!["http".into(), "db".into()],
+            ..DockerConfig::default()
+        };
+        let mut spec = ContainerSpec::default();
+        ports(&mut spec, &config, Some(&as_allocated(&network, &held))).unwrap();
+        let published: Vec<(u16, u16, &str)> = spec
+            .ports
+            .iter()
+            .map(|p| (p.host_port, p.container_port, p.protocol.as_str()))
+            .collect();
+        assert_eq!(
+            published,
+            [
+                (24001, 24001, "tcp"),
+                (24001, 24001, "udp"),
+                (24002, 6379, "tcp"),
+                (24002, 6379, "udp")
+            ]
+        );
+        assert_eq!(spec.env["NOMAD_PORT_http"], "24001");
+        assert_eq!(spec.env["NOMAD_PORT_db"], "6379");
+    }
 }
