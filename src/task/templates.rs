@@ -6,7 +6,9 @@
 //! A template's `env` function sees the task's environment (Nomad's
 //! variables and the `env` block); `file` and `source` read inside the
 //! task dir only. A destination may name `${NOMAD_...}` variables; it is
-//! refused if it leads outside the task dir. The file is written to a
+//! refused if it leads outside the task dir (a raw_exec task's
+//! `${NOMAD_ALLOC_DIR}/...`, the group's shared dir on the host, is
+//! allowed too, as in Nomad). The file is written to a
 //! fresh temporary file beside it (`O_CREAT|O_EXCL`, which follows no
 //! symlink), given its mode and owner, then renamed over the destination
 //! (a rename replaces a symlink there rather than following it); a
@@ -39,15 +41,22 @@ pub(super) fn destination(
     vars: &BTreeMap<String, String>,
 ) -> Result<PathBuf, String> {
     let dest = interpolate(&t.destination, vars).map_err(|e| e.to_string())?;
-    // A raw_exec task's `${NOMAD_TASK_DIR}` is the host's path.
-    let rel = match Path::new(&dest).strip_prefix(task_dir) {
-        Ok(rel) => rel.to_string_lossy().into_owned(),
-        Err(_) => dest.trim_start_matches('/').to_string(),
+    // A raw_exec task's `${NOMAD_TASK_DIR}` and `${NOMAD_ALLOC_DIR}` are
+    // the host's paths; the group's shared alloc dir is as good a place
+    // as the task dir, as in Nomad.
+    let shared = task_dir.parent().map(|alloc| alloc.join("alloc"));
+    let in_shared = shared
+        .as_deref()
+        .and_then(|dir| Some((dir, Path::new(&dest).strip_prefix(dir).ok()?)));
+    let (base, rel) = match (in_shared, Path::new(&dest).strip_prefix(task_dir)) {
+        (_, Ok(rel)) => (task_dir, rel.to_string_lossy().into_owned()),
+        (Some((dir, rel)), _) => (dir, rel.to_string_lossy().into_owned()),
+        _ => (task_dir, dest.trim_start_matches('/').to_string()),
     };
     if !stays_inside(&rel) {
         return Err(format!("destination {dest:?} leads outside the task dir"));
     }
-    let mut path = task_dir.to_path_buf();
+    let mut path = base.to_path_buf();
     for component in Path::new(&rel).components() {
         match component {
             Component::Normal(part) => path.push(part),
@@ -438,5 +447,30 @@ mod tests {
             "from source"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_raw_exec_destination_in_the_shared_alloc_dir_renders_there() {
+        let alloc = Path::new("/data/alloc/0a1b2c3d");
+        let task = alloc.join("t");
+        let vars = BTreeMap::from([(
+            "NOMAD_ALLOC_DIR".to_string(),
+            alloc.join("alloc").display().to_string(),
+        )]);
+        let t = template("x", "${NOMAD_ALLOC_DIR}/script.sh");
+        assert_eq!(
+            destination(&t, &task, &vars).unwrap(),
+            alloc.join("alloc/script.sh")
+        );
+        let out = template("x", "${NOMAD_ALLOC_DIR}/../../x");
+        assert!(destination(&out, &task, &vars)
+            .unwrap_err()
+            .contains("leads outside"));
+        // Anything else absolute stays under the task dir.
+        let other = template("x", "/etc/x");
+        assert_eq!(
+            destination(&other, &task, &vars).unwrap(),
+            task.join("etc/x")
+        );
     }
 }

@@ -215,3 +215,103 @@ fn job_run_refuses_a_network_namespace_and_a_bad_port_at_their_position() {
         text(&out)
     );
 }
+
+/// The shape of Nomad's e2e `chroot_dl_exec` job: a prestart raw_exec
+/// task packs a script its template wrote into the shared alloc dir, a
+/// prestart sidecar serves that dir on `${NOMAD_PORT_http}`, and the main
+/// exec task would fetch the script with an `artifact` block.
+const SERVED_SCRIPT: &str = r##"job "served" {
+  type = "batch"
+  group "g" {
+    network {
+      mode = "host"
+      port "http" {}
+    }
+    task "pack" {
+      driver = "raw_exec"
+      lifecycle {
+        hook = "prestart"
+      }
+      template {
+        destination = "${NOMAD_ALLOC_DIR}/run.sh"
+        data        = "#!/bin/sh\necho fetched\n"
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cd ${NOMAD_ALLOC_DIR} && tar -czf run.tar.gz run.sh"]
+      }
+    }
+    task "serve" {
+      driver = "raw_exec"
+      lifecycle {
+        hook    = "prestart"
+        sidecar = true
+      }
+      config {
+        command = "/usr/bin/python3"
+        args    = ["-m", "http.server", "${NOMAD_PORT_http}", "--directory", "${NOMAD_ALLOC_DIR}"]
+      }
+    }
+    task "t" {
+      driver = "exec"
+      artifact {
+        source = "http://localhost:${NOMAD_PORT_http}/run.tar.gz"
+      }
+      config {
+        command = "local/run.sh"
+      }
+    }
+  }
+}
+"##;
+
+#[test]
+fn a_sidecar_serves_the_shared_alloc_dir_on_its_port_but_artifact_is_not_fetched() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let allocs = rig.run_job("served.hcl", SERVED_SCRIPT);
+    let alloc = &allocs[0];
+    let status = rig.wait_job("served", "the main task to fail its start", |j| {
+        j.allocs[0]
+            .tasks
+            .iter()
+            .any(|t| t.name == "t" && t.events.iter().any(|e| e.kind == "failed"))
+    });
+    // The sidecar serves what the prestart task packed, on the port the
+    // agent allocated.
+    let id = format!("CSI_AGENT_ALLOC_ID={alloc}");
+    let server = processes_with_env(|e| e == id.as_bytes())
+        .into_iter()
+        .find(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.contains("http.server"))
+        })
+        .expect("the file server runs");
+    let cmdline = fs::read_to_string(format!("/proc/{server}/cmdline")).unwrap();
+    let port = cmdline.split('\0').nth(3).unwrap().to_string();
+    let url = format!("http://localhost:{port}/run.tar.gz");
+    let fetched = std::process::Command::new("wget")
+        .args(["-q", "-O", "-", &url])
+        .output()
+        .unwrap();
+    assert!(
+        fetched.status.success() && !fetched.stdout.is_empty(),
+        "{url}"
+    );
+    // FIXME: `artifact` is accepted with a warning and not fetched, so
+    // the main task's command is missing.
+    let t = status.allocs[0]
+        .tasks
+        .iter()
+        .find(|t| t.name == "t")
+        .unwrap();
+    let failed = t.events.iter().find(|e| e.kind == "failed").unwrap();
+    assert!(
+        failed.message.contains("cannot start \"local/run.sh\""),
+        "{failed:?}"
+    );
+    rig.ok(&["job", "stop", "served"]);
+    rig.wait_job("served", "the job to stop", |j| j.status == "dead");
+}
