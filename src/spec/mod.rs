@@ -84,7 +84,9 @@ pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{
     Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
 };
-pub use placement::{ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB};
+pub use placement::{
+    ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
+};
 pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };

@@ -13,6 +13,10 @@
 //!   memory_total_mb   = 16384 # MiB
 //!   # csi-agent's own: the most allocs one `job run` may create.
 //!   max_allocs_per_job = 1000
+//!   # Where the ports of a group's network block without `static` come
+//!   # from (Nomad's defaults).
+//!   min_dynamic_port = 20000
+//!   max_dynamic_port = 32000
 //! }
 //! ```
 //!
@@ -25,6 +29,10 @@ use super::encode::Writer;
 /// The most allocs one `job run` may create unless `max_allocs_per_job`
 /// says otherwise.
 pub const DEFAULT_MAX_ALLOCS_PER_JOB: u64 = 1000;
+
+/// Nomad's default range of dynamic ports.
+pub const DEFAULT_MIN_DYNAMIC_PORT: u16 = 20000;
+pub const DEFAULT_MAX_DYNAMIC_PORT: u16 = 32000;
 
 /// Nomad client keys csi-agent accepts in `client` but does not act on.
 const CLIENT_IGNORED: &[&str] = &[
@@ -55,6 +63,10 @@ pub struct ClientConfig {
     /// The most allocs a job may have on this node: a group's `count`, and
     /// the sum over a job's groups, are refused at `job run` past it.
     pub max_allocs_per_job: u64,
+    /// `min_dynamic_port` and `max_dynamic_port`: the range, both ends in
+    /// it, of the ports the agent picks for a group's dynamic ports.
+    pub min_dynamic_port: u16,
+    pub max_dynamic_port: u16,
 }
 
 impl Default for ClientConfig {
@@ -65,6 +77,8 @@ impl Default for ClientConfig {
             cpu_total_compute: None,
             memory_total_mb: None,
             max_allocs_per_job: DEFAULT_MAX_ALLOCS_PER_JOB,
+            min_dynamic_port: DEFAULT_MIN_DYNAMIC_PORT,
+            max_dynamic_port: DEFAULT_MAX_DYNAMIC_PORT,
         }
     }
 }
@@ -87,6 +101,8 @@ impl ClientConfig {
             w.plain("memory_total_mb", memory);
         }
         w.plain("max_allocs_per_job", self.max_allocs_per_job);
+        w.plain("min_dynamic_port", self.min_dynamic_port);
+        w.plain("max_dynamic_port", self.max_dynamic_port);
         w.close();
     }
 }
@@ -134,6 +150,27 @@ pub(crate) fn decode_client(f: &mut Fields<'_>) -> ClientConfig {
         }
         config.max_allocs_per_job = n;
     }
+    if let Some(port) = c.port_number("min_dynamic_port") {
+        config.min_dynamic_port = port;
+    }
+    if let Some(port) = c.port_number("max_dynamic_port") {
+        config.max_dynamic_port = port;
+    }
+    if config.min_dynamic_port > config.max_dynamic_port {
+        let pos = c
+            .attr("max_dynamic_port")
+            .or_else(|| c.attr("min_dynamic_port"))
+            .map_or(c.pos(), |a| a.value.pos());
+        c.error(
+            pos,
+            format!(
+                "\"min_dynamic_port\" {} is above \"max_dynamic_port\" {} in {}",
+                config.min_dynamic_port,
+                config.max_dynamic_port,
+                c.what()
+            ),
+        );
+    }
     c.ignore(CLIENT_IGNORED);
     c.finish();
     config
@@ -154,6 +191,28 @@ mod tests {
         assert!(decoded.warnings[0].to_string().contains("\"enabled\""));
         let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
         assert_eq!(again.spec.client, decoded.spec.client);
+    }
+
+    #[test]
+    fn the_dynamic_port_range_is_set_and_checked_at_its_position() {
+        let src = "client {\n  min_dynamic_port = 40000\n  max_dynamic_port = 40010\n}\n";
+        let decoded = AgentConfig::decode(src, "agent.hcl").expect("valid");
+        let client = &decoded.spec.client;
+        assert_eq!(
+            (client.min_dynamic_port, client.max_dynamic_port),
+            (40000, 40010)
+        );
+        let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
+        assert_eq!(again.spec.client, decoded.spec.client);
+        let err = AgentConfig::decode("client {\n  max_dynamic_port = 100\n}\n", "agent.hcl")
+            .expect_err("invalid")
+            .to_string();
+        assert!(
+            err.contains(
+                "agent.hcl:2:22: \"min_dynamic_port\" 20000 is above \"max_dynamic_port\" 100"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -288,6 +288,10 @@ impl Allocs {
             let fit = match exhausted(available, used, ask) {
                 None => ports::allocate(
                     alloc.group.network.as_ref(),
+                    (
+                        self.placement.client.min_dynamic_port,
+                        self.placement.client.max_dynamic_port,
+                    ),
                     &held,
                     &mut self.jitter,
                     ports::free_on_host,

@@ -5,7 +5,8 @@
 //! alloc is placed, each `port "label"` gets a host port, a `static` one as
 //! written, a dynamic one from Nomad's default range 20000-32000 that no
 //! other live alloc of this agent holds and that binds on the host on TCP
-//! and UDP at that moment. The ports are kept in the alloc's snapshot
+//! and UDP at that moment (the agent config's `client { min_dynamic_port
+//! max_dynamic_port }` change the range). The ports are kept in the alloc's snapshot
 //! record, so a restarted agent gives its adopted tasks the same
 //! environment, and are free again once the alloc is done. An alloc whose
 //! `static` port another live alloc holds waits with Nomad's reason,
@@ -22,12 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 
 use crate::csi::backoff::SplitMix64;
+use crate::spec::DEFAULT_MIN_DYNAMIC_PORT as MIN_DYNAMIC_PORT;
 use crate::spec::{Group, Network};
-
-/// Nomad's default dynamic port range (`client { min_dynamic_port
-/// max_dynamic_port }`).
-pub const MIN_DYNAMIC_PORT: u16 = 20000;
-pub const MAX_DYNAMIC_PORT: u16 = 32000;
 
 /// One port of an alloc: its label and the host port it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,10 +66,11 @@ pub fn free_on_host(port: u16) -> bool {
 }
 
 /// Host ports for every port of `network`, none of them in `held`. A
-/// dynamic port starts its search at a random place of the range and
+/// dynamic port starts its search at a random place of `range` and
 /// takes the first one `free` says is free.
 pub fn allocate(
     network: Option<&Network>,
+    range: (u16, u16),
     held: &BTreeSet<u16>,
     rng: &mut SplitMix64,
     free: impl Fn(u16) -> bool,
@@ -97,11 +95,12 @@ pub fn allocate(
             });
         }
     }
-    let span = u64::from(MAX_DYNAMIC_PORT - MIN_DYNAMIC_PORT) + 1;
+    let (min, max) = range;
+    let span = u64::from(max.saturating_sub(min)) + 1;
     for port in network.ports.iter().filter(|p| p.static_port.is_none()) {
         let start = rng.next_u64() % span;
         let host = (0..span)
-            .map(|i| MIN_DYNAMIC_PORT + ((start + i) % span) as u16)
+            .map(|i| min + ((start + i) % span) as u16)
             .find(|p| !taken.contains(p) && free(*p))
             .ok_or(PortsBlocked::NoDynamicPort)?;
         taken.insert(host);
@@ -186,6 +185,10 @@ mod tests {
     use super::*;
     use crate::spec::NetworkPort;
 
+    use crate::spec::DEFAULT_MAX_DYNAMIC_PORT as MAX_DYNAMIC_PORT;
+
+    const RANGE: (u16, u16) = (MIN_DYNAMIC_PORT, MAX_DYNAMIC_PORT);
+
     fn network(ports: &[(&str, Option<u16>, Option<u16>)]) -> Network {
         Network {
             mode: "host".into(),
@@ -207,7 +210,7 @@ mod tests {
         let n = network(&[("http", None, None), ("db", Some(5432), None)]);
         let mut rng = SplitMix64::seeded(1);
         let held = BTreeSet::from([5432]);
-        let blocked = allocate(Some(&n), &held, &mut rng, |_| true).unwrap_err();
+        let blocked = allocate(Some(&n), RANGE, &held, &mut rng, |_| true).unwrap_err();
         assert_eq!(
             blocked.message(),
             "network: reserved port collision db=5432"
@@ -224,7 +227,7 @@ mod tests {
         ]);
         let mut rng = SplitMix64::seeded(7);
         let held: BTreeSet<u16> = (MIN_DYNAMIC_PORT..MAX_DYNAMIC_PORT).step_by(2).collect();
-        let ports = allocate(Some(&n), &held, &mut rng, |p| p % 3 != 0).unwrap();
+        let ports = allocate(Some(&n), RANGE, &held, &mut rng, |p| p % 3 != 0).unwrap();
         let labels: Vec<&str> = ports.iter().map(|p| p.label.as_str()).collect();
         assert_eq!(labels, ["a", "b", "db"]);
         assert_eq!(ports[2].host, 5432);
@@ -233,7 +236,7 @@ mod tests {
             assert!(!held.contains(&p.host) && p.host % 3 != 0, "{p:?}");
         }
         assert_ne!(ports[0].host, ports[1].host);
-        let none_free = allocate(Some(&n), &BTreeSet::new(), &mut rng, |_| false);
+        let none_free = allocate(Some(&n), RANGE, &BTreeSet::new(), &mut rng, |_| false);
         assert_eq!(none_free, Err(PortsBlocked::NoDynamicPort));
     }
 

@@ -7,10 +7,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::templates::wait_for_log;
 use super::{processes_with_env, Rig};
-use crate::harness::text;
+use crate::harness::{text, WAIT};
 use crate::util::require_root;
 
 /// A server, a prestart sidecar that serves its `local/` dir on
@@ -292,14 +294,19 @@ fn a_sidecar_serves_the_shared_alloc_dir_on_its_port_but_artifact_is_not_fetched
     let cmdline = fs::read_to_string(format!("/proc/{server}/cmdline")).unwrap();
     let port = cmdline.split('\0').nth(3).unwrap().to_string();
     let url = format!("http://localhost:{port}/run.tar.gz");
-    let fetched = std::process::Command::new("wget")
-        .args(["-q", "-O", "-", &url])
-        .output()
-        .unwrap();
-    assert!(
-        fetched.status.success() && !fetched.stdout.is_empty(),
-        "{url}"
-    );
+    // The server may still be starting up.
+    let start = Instant::now();
+    loop {
+        let fetched = std::process::Command::new("wget")
+            .args(["-q", "-O", "-", &url])
+            .output()
+            .unwrap();
+        if fetched.status.success() && !fetched.stdout.is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "{url}: {}", text(&fetched));
+        thread::sleep(Duration::from_millis(50));
+    }
     // FIXME: `artifact` is accepted with a warning and not fetched, so
     // the main task's command is missing.
     let t = status.allocs[0]
@@ -314,4 +321,33 @@ fn a_sidecar_serves_the_shared_alloc_dir_on_its_port_but_artifact_is_not_fetched
     );
     rig.ok(&["job", "stop", "served"]);
     rig.wait_job("served", "the job to stop", |j| j.status == "dead");
+}
+
+#[test]
+fn dynamic_ports_come_from_the_agent_config_s_range() {
+    if !require_root() {
+        return;
+    }
+    let port = free_port();
+    let rig = Rig::bare_with_config(&format!(
+        "client {{\n  min_dynamic_port = {port}\n  max_dynamic_port = {port}\n}}\n"
+    ));
+    let first = rig.run_job("first.hcl", &sleeper("first", 1, "      port \"http\" {}"));
+    rig.wait_running("first", &first[0]);
+    assert_eq!(port_env(&first[0])["NOMAD_PORT_http"], port.to_string());
+    // The range's one port is taken: the next alloc waits for it.
+    let second = rig.run_job(
+        "second.hcl",
+        &sleeper("second", 1, "      port \"http\" {}"),
+    );
+    rig.wait_job("second", "the alloc to wait", |j| {
+        j.allocs[0].status == "pending"
+            && j.allocs[0].message == "network: dynamic port selection failed"
+    });
+    rig.ok(&["job", "stop", "first"]);
+    rig.wait_job("first", "the job to stop", |j| j.status == "dead");
+    rig.wait_running("second", &second[0]);
+    assert_eq!(port_env(&second[0])["NOMAD_PORT_http"], port.to_string());
+    rig.ok(&["job", "stop", "second"]);
+    rig.wait_job("second", "the job to stop", |j| j.status == "dead");
 }
