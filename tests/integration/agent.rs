@@ -163,6 +163,13 @@ fn a_heartbeat_is_a_probe_and_the_fingerprint_is_taken_again_after_a_failure_or_
     );
     // A heartbeat that finds the plugin not ready: the next one that finds
     // it ready fingerprints it again, at once.
+    // Right after a fingerprint, so that the every-tenth one is nine
+    // heartbeats away and cannot fall next to the fault's.
+    let start = std::time::Instant::now();
+    while plugin.trace_methods().last().map(String::as_str) != Some("NodeGetCapabilities") {
+        assert!(start.elapsed() < WAIT, "{:?}", plugin.trace_methods());
+        thread::sleep(Duration::from_millis(5));
+    }
     let seen = plugin.trace_methods().len();
     plugin.set_faults("Probe not-ready count=1\n");
     let start = std::time::Instant::now();

@@ -518,6 +518,11 @@ pub(super) fn gated_task(
 /// Kills the agent, lets the gated tasks of `alloc` in `tasks` end while
 /// it is away (waiting for each one's exit record), and starts it again.
 pub(super) fn end_tasks_while_the_agent_is_down(rig: &mut Rig, alloc: &str, tasks: &[&str]) {
+    // A status call is answered from memory, within the turn that took the
+    // tasks' start reports and before that turn's snapshot is written: one
+    // more call is taken in a later turn, so the pids are durable before
+    // the agent is killed.
+    rig.client().job_status("").unwrap();
     rig.agent.sigkill();
     fs::write(shared_data(rig, alloc).join("go"), "").unwrap();
     let alloc_dir = rig.agent.data_dir.join("alloc").join(alloc);
