@@ -629,7 +629,7 @@ impl Allocs {
 }
 
 /// Task `i`'s place in its group.
-fn role(alloc: &Alloc, i: usize) -> Role {
+pub(super) fn role(alloc: &Alloc, i: usize) -> Role {
     Role::of(alloc.group.tasks[i].lifecycle)
 }
 

@@ -409,8 +409,8 @@ impl Allocs {
                         // anyway. One an exit 0 completes needs its pid
                         // kept now, so that the next agent takes its exit
                         // record rather than running it twice.
-                        let role = super::lifecycle::Role::of(alloc.group.tasks[i].lifecycle);
-                        if role.restarts_on_success(alloc.group.job_type) {
+                        if super::runner::role(&alloc, i).restarts_on_success(alloc.group.job_type)
+                        {
                             self.unsaved_starts = true;
                         } else {
                             self.dirty = true;
