@@ -191,7 +191,7 @@ impl Allocs {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn new_alloc(
+    pub(super) fn new_alloc(
         &self,
         id: &str,
         spec: &Job,

@@ -23,10 +23,19 @@
 //! allocs waiting are placed in creation order as room frees. An alloc that
 //! could not fit on the empty node is refused at `job run`, as is a job
 //! with more allocs than `client { max_allocs_per_job }`.
+//!
+//! A round of placement runs when what it depends on changed: the allocs
+//! waiting, the allocs holding room (and so ports), the `client` block.
+//! Only a dynamic port that a process outside the agent holds can free
+//! unseen, so an alloc waiting for one is tried again every
+//! [`PORTS_RETRY`]; otherwise a loop turn costs no binds at all, however
+//! long an alloc waits.
 
-use std::fs;
-
+use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeSet;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
 
 use super::ports::{self, PortsBlocked};
 use super::{invalid, Alloc, AllocStatus, Allocs};
@@ -40,6 +49,9 @@ pub const DEFAULT_TASK_MEMORY: u64 = 300;
 /// Nomad's MHz per core when the CPU's frequency cannot be read
 /// (its cpu fingerprinter's `defaultCPUTicks`).
 pub const FALLBACK_MHZ: u64 = 1000;
+/// How often an alloc waiting for a dynamic port looks again while the
+/// agent's own allocs stay as they were.
+pub const PORTS_RETRY: Duration = Duration::from_secs(2);
 
 /// Amounts of each placement dimension: MHz, MiB and whole cores.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,6 +103,36 @@ pub struct Placement {
     /// The host's address in the ports' variables, found with the node's
     /// fingerprint ([`ports::host_ip`]); 127.0.0.1 before it.
     pub host_ip: Option<std::net::IpAddr>,
+    /// The last round of placement; a new `Placement` (a new `client`
+    /// block) has none, so its first turn places.
+    pub last_round: Option<Round>,
+}
+
+/// What a round of placement saw when it ended, and when it ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Round {
+    seen: View,
+    at: Instant,
+}
+
+/// What placement depends on among the allocs: which wait, which hold
+/// room (a hash of their ids), and whether one waits for a dynamic port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct View {
+    allocs: u64,
+    waits_for_a_port: bool,
+}
+
+impl Round {
+    /// Whether a round seeing `seen` at `now` can find anything this one
+    /// did not.
+    fn due(last: Option<Round>, seen: View, now: Instant) -> bool {
+        match last {
+            None => true,
+            Some(last) if last.seen != seen => true,
+            Some(last) => seen.waits_for_a_port && now >= last.at + PORTS_RETRY,
+        }
+    }
 }
 
 impl Placement {
@@ -234,6 +276,10 @@ fn holds_room(a: &Alloc) -> bool {
     !a.status.is_terminal() && a.placed
 }
 
+fn waits_for_room(a: &Alloc) -> bool {
+    a.status == AllocStatus::Pending && !a.placed && !a.stop_wanted
+}
+
 impl Allocs {
     /// The agent config's `client` block: fingerprints the node again.
     pub fn set_client(&mut self, client: &ClientConfig) {
@@ -241,6 +287,7 @@ impl Allocs {
             node: fingerprint(client),
             client: client.clone(),
             host_ip: Some(ports::host_ip()),
+            last_round: None,
         };
     }
 
@@ -261,15 +308,58 @@ impl Allocs {
         (self.placement.node, reserved, used)
     }
 
+    /// What placement depends on among the allocs now.
+    fn placement_view(&self) -> View {
+        let mut hasher = DefaultHasher::new();
+        let mut waits_for_a_port = false;
+        for a in self.allocs.values() {
+            if waits_for_room(a) {
+                (0u8, &a.id).hash(&mut hasher);
+                waits_for_a_port |= PortsBlocked::is_reason(&a.message);
+            } else if holds_room(a) {
+                (1u8, &a.id).hash(&mut hasher);
+            }
+        }
+        View {
+            allocs: hasher.finish(),
+            waits_for_a_port,
+        }
+    }
+
+    /// When an alloc waiting for a dynamic port looks again, if one does.
+    pub(super) fn placement_retry_at(&self) -> Option<Instant> {
+        let last = self.placement.last_round?;
+        last.seen.waits_for_a_port.then_some(last.at + PORTS_RETRY)
+    }
+
     /// Places the pending allocs that fit, in creation order; those that
-    /// do not say why. Returns whether anything changed.
-    pub(super) fn place(&mut self) -> bool {
+    /// do not say why. Returns whether anything changed. A round runs only
+    /// when it can find something the last one did not (see the module's
+    /// docs).
+    pub(super) fn place(&mut self, now: Instant) -> bool {
+        self.place_with(now, ports::free_on_host)
+    }
+
+    /// [`Allocs::place`], with `free` saying whether a host port is free.
+    fn place_with(&mut self, now: Instant, free: impl Fn(u16) -> bool) -> bool {
+        if !Round::due(self.placement.last_round, self.placement_view(), now) {
+            return false;
+        }
+        let changed = self.place_round(free);
+        self.placement.last_round = Some(Round {
+            seen: self.placement_view(),
+            at: now,
+        });
+        changed
+    }
+
+    fn place_round(&mut self, free: impl Fn(u16) -> bool) -> bool {
         let available = self.placement.available();
         let (_, _, mut used) = self.resources();
         let mut waiting: Vec<(std::time::SystemTime, u64, String)> = self
             .allocs
             .values()
-            .filter(|a| a.status == AllocStatus::Pending && !a.placed && !a.stop_wanted)
+            .filter(|a| waits_for_room(a))
             .map(|a| (a.created, a.index, a.id.clone()))
             .collect();
         waiting.sort();
@@ -294,7 +384,7 @@ impl Allocs {
                     ),
                     &held,
                     &mut self.jitter,
-                    ports::free_on_host,
+                    &free,
                 )
                 .map_err(|blocked| blocked.message()),
                 Some(dimension) => Err(exhausted_message(dimension)),
@@ -471,6 +561,7 @@ mod tests {
                 ..ClientConfig::default()
             },
             host_ip: None,
+            last_round: None,
         };
         assert_eq!(placement.available(), amounts(7500, 3584, 4));
         let g = group(
@@ -478,5 +569,72 @@ mod tests {
         );
         // 250 + 100 (default) + 2 cores at 2000 MHz; 256 + 300 + 300.
         assert_eq!(placement.ask(&g), amounts(4350, 856, 2));
+    }
+
+    #[test]
+    fn a_wait_for_a_port_binds_again_only_when_allocs_change_or_the_retry_is_due() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-placement-{}", std::process::id()));
+        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
+        allocs.placement.client.min_dynamic_port = 30000;
+        allocs.placement.client.max_dynamic_port = 30009;
+        let text = "job \"j\" {\n  group \"g\" {\n    network {\n      port \"http\" {}\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n}\n";
+        let spec = Job::decode_with(text, "j.hcl", &Default::default())
+            .expect("valid job")
+            .spec;
+        let req = super::super::calls::JobFile {
+            file: "j.hcl".to_string(),
+            hcl: text.to_string(),
+            inputs: Default::default(),
+        };
+        let add = |allocs: &mut Allocs, id: &str| {
+            let alloc = allocs.new_alloc(
+                id,
+                &spec,
+                &spec.groups[0],
+                0,
+                &req,
+                std::time::SystemTime::now(),
+                None,
+            );
+            allocs.allocs.insert(id.to_string(), alloc);
+        };
+        add(&mut allocs, "a1");
+        // Every port of the range is held outside the agent.
+        let binds = std::cell::Cell::new(0);
+        let held_outside = |_| {
+            binds.set(binds.get() + 1);
+            false
+        };
+        let t0 = Instant::now();
+        assert!(allocs.place_with(t0, held_outside));
+        assert_eq!(
+            allocs.allocs["a1"].message,
+            "network: dynamic port selection failed"
+        );
+        let round = binds.get();
+        assert!(round > 0);
+        // Turns in which nothing of the agent's changed bind nothing...
+        for ms in [0, 1, 500, 1999] {
+            assert!(!allocs.place_with(t0 + Duration::from_millis(ms), held_outside));
+        }
+        assert_eq!(binds.get(), round);
+        // ...until the retry is due, and the loop wakes for it.
+        assert_eq!(allocs.placement_retry_at(), Some(t0 + PORTS_RETRY));
+        assert!(!allocs.place_with(t0 + PORTS_RETRY, held_outside));
+        assert_eq!(binds.get(), 2 * round);
+        // A new alloc waiting is a change: a round runs at once.
+        add(&mut allocs, "a2");
+        allocs.place_with(t0 + PORTS_RETRY, held_outside);
+        assert_eq!(binds.get(), 4 * round);
+        // The port frees: the next retry places the first alloc.
+        let t1 = t0 + 2 * PORTS_RETRY;
+        assert!(allocs.place_with(t1, |_| true));
+        for id in ["a1", "a2"] {
+            assert!(allocs.allocs[id].placed, "{id}");
+            assert!(allocs.allocs[id].message.is_empty(), "{id}");
+        }
+        // Nothing waits: no retry.
+        assert_eq!(allocs.placement_retry_at(), None);
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -38,7 +38,7 @@ impl Allocs {
         }
         let claims = claims_by_plugin(volumes);
         let ids: Vec<String> = self.allocs.keys().cloned().collect();
-        let mut changed = self.place();
+        let mut changed = self.place(now);
         for id in ids {
             let Some(mut alloc) = self.allocs.remove(&id) else {
                 continue;
@@ -543,6 +543,7 @@ impl Allocs {
             }
             Allocs::next_template_change(alloc).map(&mut at);
         }
+        self.placement_retry_at().map(&mut at);
         next
     }
 

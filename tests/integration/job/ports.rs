@@ -351,3 +351,27 @@ fn dynamic_ports_come_from_the_agent_config_s_range() {
     rig.ok(&["job", "stop", "second"]);
     rig.wait_job("second", "the job to stop", |j| j.status == "dead");
 }
+
+#[test]
+fn an_alloc_waiting_for_a_port_held_outside_the_agent_runs_once_it_frees() {
+    if !require_root() {
+        return;
+    }
+    // The range's one port, held by this test: no alloc of the agent's
+    // holds it, so only a later look finds it free.
+    let outside = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = outside.local_addr().unwrap().port();
+    let rig = Rig::bare_with_config(&format!(
+        "client {{\n  min_dynamic_port = {port}\n  max_dynamic_port = {port}\n}}\n"
+    ));
+    let allocs = rig.run_job("held.hcl", &sleeper("held", 1, "      port \"http\" {}"));
+    rig.wait_job("held", "the alloc to wait", |j| {
+        j.allocs[0].status == "pending"
+            && j.allocs[0].message == "network: dynamic port selection failed"
+    });
+    drop(outside);
+    rig.wait_running("held", &allocs[0]);
+    assert_eq!(port_env(&allocs[0])["NOMAD_PORT_http"], port.to_string());
+    rig.ok(&["job", "stop", "held"]);
+    rig.wait_job("held", "the job to stop", |j| j.status == "dead");
+}
