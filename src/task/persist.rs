@@ -200,6 +200,7 @@ impl Allocs {
             }
             self.allocs.insert(alloc.id.clone(), alloc);
         }
+        self.ports_for_upgraded_allocs();
         let ids: Vec<String> = self.allocs.keys().cloned().collect();
         for id in ids {
             self.readopt(&id);

@@ -425,6 +425,79 @@ impl Allocs {
         changed
     }
 
+    /// Allocs an agent placed before it kept group ports have none: gives
+    /// each live one the ports its network asks for, so a task restarted
+    /// after the upgrade finds its `NOMAD_PORT_<label>`. A `static` port
+    /// is taken as written, even if another alloc of that agent holds it
+    /// too (both ran so before); a dynamic one as placement picks it.
+    pub(super) fn ports_for_upgraded_allocs(&mut self) {
+        let range = (
+            self.placement.client.min_dynamic_port,
+            self.placement.client.max_dynamic_port,
+        );
+        let mut held: BTreeSet<u16> = self
+            .allocs
+            .values()
+            .filter(|a| holds_room(a))
+            .flat_map(|a| a.ports.iter().map(|p| p.host))
+            .collect();
+        for alloc in self.allocs.values_mut().filter(|a| holds_room(a)) {
+            let Some(network) = &alloc.group.network else {
+                continue;
+            };
+            if network.ports.is_empty() || !alloc.ports.is_empty() {
+                continue;
+            }
+            let (fixed, dynamic): (Vec<_>, Vec<_>) = network
+                .ports
+                .iter()
+                .cloned()
+                .partition(|p| p.static_port.is_some());
+            let mut taken = held.clone();
+            taken.extend(fixed.iter().filter_map(|p| p.static_port));
+            let dynamic = crate::spec::Network {
+                ports: dynamic,
+                ..network.clone()
+            };
+            match ports::allocate(
+                Some(&dynamic),
+                range,
+                &taken,
+                &mut self.jitter,
+                ports::free_on_host,
+            ) {
+                Ok(picked) => {
+                    let mut all: Vec<ports::AllocPort> = fixed
+                        .iter()
+                        .filter_map(|p| {
+                            Some(ports::AllocPort {
+                                label: p.label.clone(),
+                                host: p.static_port?,
+                            })
+                        })
+                        .chain(picked)
+                        .collect();
+                    all.sort_by_key(|p| network.ports.iter().position(|n| n.label == p.label));
+                    held.extend(all.iter().map(|p| p.host));
+                    log::info!(
+                        "Alloc {}: given the ports of its group's network, which the agent that placed it did not keep: {}",
+                        alloc.id,
+                        all.iter()
+                            .map(|p| format!("{}={}", p.label, p.host))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                    alloc.ports = all;
+                }
+                Err(blocked) => log::error!(
+                    "Alloc {}: no ports for its group's network after the upgrade ({}); a task restarted will not find its NOMAD_PORT_ variables",
+                    alloc.id,
+                    blocked.message()
+                ),
+            }
+        }
+    }
+
     /// Checks a job against the node at `job run`: no group's `count`, nor
     /// their sum, past `max_allocs_per_job`, and no alloc that could not
     /// fit on the empty node.
@@ -635,6 +708,54 @@ mod tests {
         }
         // Nothing waits: no retry.
         assert_eq!(allocs.placement_retry_at(), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_alloc_placed_before_ports_were_kept_is_given_them_when_restored() {
+        let dir = std::env::temp_dir().join(format!("csi-agent-upgrade-{}", std::process::id()));
+        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
+        allocs.placement.client.min_dynamic_port = 31000;
+        allocs.placement.client.max_dynamic_port = 31999;
+        let text = "job \"j\" {\n  group \"g\" {\n    network {\n      port \"http\" {}\n      port \"db\" {\n        static = 5432\n      }\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n}\n";
+        // What an agent before group ports wrote: placed and running, no ports.
+        let saved = |id: &str, status: &str| crate::proto::state::Alloc {
+            id: id.to_string(),
+            job: "j".to_string(),
+            group: "g".to_string(),
+            status: status.to_string(),
+            placed: true,
+            job_hcl: text.to_string(),
+            job_file: "j.hcl".to_string(),
+            ..Default::default()
+        };
+        let (a, b, done) = ("upgraded-a", "upgraded-b", "upgraded-done");
+        allocs.restore(
+            &[],
+            &[
+                saved(a, "running"),
+                saved(b, "running"),
+                saved(done, "complete"),
+            ],
+        );
+        let ports = |id: &str| -> Vec<(String, u16)> {
+            allocs.allocs[id]
+                .ports
+                .iter()
+                .map(|p| (p.label.clone(), p.host))
+                .collect()
+        };
+        let (pa, pb) = (ports(a), ports(b));
+        for p in [&pa, &pb] {
+            assert_eq!(p.len(), 2, "{p:?}");
+            assert_eq!(p[0].0, "http");
+            assert!((31000..=31999).contains(&p[0].1), "{p:?}");
+            // Both ran with the static port before: both keep it.
+            assert_eq!(p[1], ("db".to_string(), 5432));
+        }
+        assert_ne!(pa[0].1, pb[0].1, "two allocs, one dynamic port");
+        // A dead alloc holds nothing and gets nothing.
+        assert!(ports(done).is_empty());
         let _ = fs::remove_dir_all(&dir);
     }
 }
