@@ -424,6 +424,23 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
             );
         }
     }
+    // One node holds a static port for one alloc at a time: the rest of
+    // the count waits, as Nomad's scheduler fails to place them.
+    if let (Some(block), true) = (network_block, count > 1) {
+        let fixed = block
+            .body
+            .blocks_named("port")
+            .find_map(|port| Some((port.body.attribute("static")?.value.pos(), port.label(0)?)));
+        if let Some((at, label)) = fixed {
+            g.dec().warn(
+                at,
+                format!(
+                    "{} has count = {count} and a static port {label:?}: this node runs one of its allocs at a time, and the others wait for the port (\"network: reserved port collision\"), as Nomad's scheduler places one per node",
+                    g.what()
+                ),
+            );
+        }
+    }
     let ignored = g.ignore(GROUP_IGNORED);
     g.finish();
     Group {

@@ -388,3 +388,24 @@ fn a_bad_port_is_an_error_at_its_position() {
         r#"test.hcl:5:12: port "db" is declared twice in network in group "g" (first at 4:12)"#,
     );
 }
+
+#[test]
+fn a_static_port_in_a_group_of_more_than_one_alloc_is_warned_about_at_its_position() {
+    let src = job_with(
+        "    count = 2\n    network {\n      port \"http\" {}\n      port \"db\" {\n        static = 5432\n      }\n    }",
+    );
+    let decoded = ok(job(&src));
+    assert_eq!(
+        warnings(&decoded.warnings),
+        [
+            r#"test.hcl:7:18: warning: group "g" has count = 2 and a static port "db": this node runs one of its allocs at a time, and the others wait for the port ("network: reserved port collision"), as Nomad's scheduler places one per node"#
+        ]
+    );
+    // One alloc, or no static port: nothing to say.
+    for quiet in [
+        src.replace("count = 2", "count = 1"),
+        src.replace("static = 5432", "to = 5432"),
+    ] {
+        assert!(warnings(&ok(job(&quiet)).warnings).is_empty(), "{quiet}");
+    }
+}
