@@ -136,6 +136,11 @@ impl Round {
 }
 
 impl Placement {
+    /// The `client` block's range of dynamic ports.
+    fn dynamic_range(&self) -> (u16, u16) {
+        (self.client.min_dynamic_port, self.client.max_dynamic_port)
+    }
+
     /// What allocs may have: the node less `reserved`.
     pub fn available(&self) -> Amounts {
         Amounts {
@@ -308,6 +313,15 @@ impl Allocs {
         (self.placement.node, reserved, used)
     }
 
+    /// The host ports of the allocs that hold room.
+    fn held_ports(&self) -> BTreeSet<u16> {
+        self.allocs
+            .values()
+            .filter(|a| holds_room(a))
+            .flat_map(|a| a.ports.iter().map(|p| p.host))
+            .collect()
+    }
+
     /// What placement depends on among the allocs now.
     fn placement_view(&self) -> View {
         let mut hasher = DefaultHasher::new();
@@ -363,12 +377,7 @@ impl Allocs {
             .map(|a| (a.created, a.index, a.id.clone()))
             .collect();
         waiting.sort();
-        let mut held: BTreeSet<u16> = self
-            .allocs
-            .values()
-            .filter(|a| holds_room(a))
-            .flat_map(|a| a.ports.iter().map(|p| p.host))
-            .collect();
+        let mut held = self.held_ports();
         let mut changed = false;
         for (_, _, id) in waiting {
             let Some(alloc) = self.allocs.get_mut(&id) else {
@@ -378,10 +387,7 @@ impl Allocs {
             let fit = match exhausted(available, used, ask) {
                 None => ports::allocate(
                     alloc.group.network.as_ref(),
-                    (
-                        self.placement.client.min_dynamic_port,
-                        self.placement.client.max_dynamic_port,
-                    ),
+                    self.placement.dynamic_range(),
                     &held,
                     &mut self.jitter,
                     &free,
@@ -431,16 +437,8 @@ impl Allocs {
     /// is taken as written, even if another alloc of that agent holds it
     /// too (both ran so before); a dynamic one as placement picks it.
     pub(super) fn ports_for_upgraded_allocs(&mut self) {
-        let range = (
-            self.placement.client.min_dynamic_port,
-            self.placement.client.max_dynamic_port,
-        );
-        let mut held: BTreeSet<u16> = self
-            .allocs
-            .values()
-            .filter(|a| holds_room(a))
-            .flat_map(|a| a.ports.iter().map(|p| p.host))
-            .collect();
+        let range = self.placement.dynamic_range();
+        let mut held = self.held_ports();
         for alloc in self.allocs.values_mut().filter(|a| holds_room(a)) {
             let Some(network) = &alloc.group.network else {
                 continue;
@@ -644,12 +642,19 @@ mod tests {
         assert_eq!(placement.ask(&g), amounts(4350, 856, 2));
     }
 
+    /// Allocs of an agent whose data dir is a temporary one named for
+    /// `test`, with the dynamic port range `range`.
+    fn allocs_with_ports(test: &str, range: (u16, u16)) -> (std::path::PathBuf, Allocs) {
+        let dir = std::env::temp_dir().join(format!("csi-agent-{test}-{}", std::process::id()));
+        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
+        allocs.placement.client.min_dynamic_port = range.0;
+        allocs.placement.client.max_dynamic_port = range.1;
+        (dir, allocs)
+    }
+
     #[test]
     fn a_wait_for_a_port_binds_again_only_when_allocs_change_or_the_retry_is_due() {
-        let dir = std::env::temp_dir().join(format!("csi-agent-placement-{}", std::process::id()));
-        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
-        allocs.placement.client.min_dynamic_port = 30000;
-        allocs.placement.client.max_dynamic_port = 30009;
+        let (dir, mut allocs) = allocs_with_ports("placement", (30000, 30009));
         let text = "job \"j\" {\n  group \"g\" {\n    network {\n      port \"http\" {}\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n}\n";
         let spec = Job::decode_with(text, "j.hcl", &Default::default())
             .expect("valid job")
@@ -713,10 +718,7 @@ mod tests {
 
     #[test]
     fn an_alloc_placed_before_ports_were_kept_is_given_them_when_restored() {
-        let dir = std::env::temp_dir().join(format!("csi-agent-upgrade-{}", std::process::id()));
-        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
-        allocs.placement.client.min_dynamic_port = 31000;
-        allocs.placement.client.max_dynamic_port = 31999;
+        let (dir, mut allocs) = allocs_with_ports("upgrade", (31000, 31999));
         let text = "job \"j\" {\n  group \"g\" {\n    network {\n      port \"http\" {}\n      port \"db\" {\n        static = 5432\n      }\n    }\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n  }\n}\n";
         // What an agent before group ports wrote: placed and running, no ports.
         let saved = |id: &str, status: &str| crate::proto::state::Alloc {
