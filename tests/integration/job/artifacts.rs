@@ -1,0 +1,185 @@
+//! A task's `artifact` blocks: fetched over HTTP into the task dir before
+//! the task starts, checked against their checksum, unpacked by their
+//! extension; a failed fetch is a "Failed Artifact Download" event and the
+//! task's restart policy decides what follows. Each job serves its own
+//! files: a prestart task writes them into the shared alloc dir and a
+//! prestart sidecar serves that dir with Python's `http.server`, as
+//! Nomad's own e2e job `chroot_dl_exec` does.
+
+use super::Rig;
+use crate::util::require_root;
+
+/// Nomad's e2e job, unchanged: a prestart task packs a script into
+/// `script.tar.gz`, a sidecar serves it, and the exec task fetches and
+/// unpacks it into `local/` and runs it.
+const CHROOT_DL_EXEC: &str = include_str!("../../fixtures/nomad/chroot_dl_exec.nomad");
+
+/// A job that serves `hello.txt` ("hello\n") and `hello.tar` (holding it)
+/// on its port, whose task `t` has `artifact` and runs `command`, tried
+/// twice at most.
+fn served(name: &str, artifact: &str, command: &str) -> String {
+    format!(
+        r#"job "{name}" {{
+  type = "batch"
+  group "g" {{
+    network {{
+      mode = "host"
+      port "http" {{}}
+    }}
+    restart {{
+      attempts = 1
+      interval = "1h"
+      delay    = "1s"
+      mode     = "fail"
+    }}
+    task "write" {{
+      driver = "raw_exec"
+      lifecycle {{
+        hook = "prestart"
+      }}
+      template {{
+        data        = "hello\n"
+        destination = "${{NOMAD_ALLOC_DIR}}/hello.txt"
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "cd ${{NOMAD_ALLOC_DIR}} && tar -cf hello.tar hello.txt"]
+      }}
+    }}
+    task "serve" {{
+      driver = "raw_exec"
+      lifecycle {{
+        hook    = "prestart"
+        sidecar = true
+      }}
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-m", "http.server", "${{NOMAD_PORT_http}}", "--bind", "127.0.0.1", "--directory", "${{NOMAD_ALLOC_DIR}}"]
+      }}
+    }}
+    task "t" {{
+      driver = "exec"
+{artifact}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "{command}"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+const HELLO_SHA256: &str = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03";
+
+#[test]
+fn nomads_chroot_dl_exec_runs_the_script_it_downloaded() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let allocs = rig.run_job("chroot_dl_exec.nomad", CHROOT_DL_EXEC);
+    let status = rig.wait_job("chroot_dl_exec", "the job to finish", |j| {
+        j.status == "dead"
+    });
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    let out = rig.ok(&["alloc", "logs", &allocs[0], "run-script"]);
+    assert_eq!(out, "this output is from a script\n");
+}
+
+#[test]
+fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = format!(
+        "      artifact {{\n        source      = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.txt\"\n        destination = \"local/in/greeting\"\n        mode        = \"file\"\n        options {{\n          checksum = \"sha256:{HELLO_SHA256}\"\n        }}\n      }}\n      artifact {{\n        source = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.tar\"\n        destination = \"local/unpacked\"\n      }}"
+    );
+    let job = served(
+        "plain",
+        &artifact,
+        "cat local/in/greeting local/unpacked/hello.txt",
+    );
+    let allocs = rig.run_job("plain.hcl", &job);
+    let status = rig.wait_job("plain", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "hello\nhello\n"
+    );
+}
+
+#[test]
+fn a_checksum_mismatch_fails_the_download_and_the_restart_policy_follows() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let wrong = "0".repeat(64);
+    let artifact = format!(
+        "      artifact {{\n        source = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.txt?checksum=sha256:{wrong}\"\n      }}"
+    );
+    rig.run_job("sum.hcl", &served("sum", &artifact, "cat local/hello.txt"));
+    let status = rig.wait_job("sum", "the job to fail", |j| j.status == "dead");
+    let alloc = &status.allocs[0];
+    assert_eq!(alloc.status, "failed", "{alloc:#?}");
+    let t = alloc.tasks.iter().find(|t| t.name == "t").unwrap();
+    let kinds: Vec<&str> = t.events.iter().map(|e| e.kind.as_str()).collect();
+    let downloads = kinds
+        .iter()
+        .filter(|k| **k == "Failed Artifact Download")
+        .count();
+    // One attempt and one restart, then the policy gives up.
+    assert_eq!(downloads, 2, "{kinds:?}");
+    assert!(kinds.contains(&"restarting"), "{kinds:?}");
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed.message.contains(&format!(
+            "checksum mismatch: expected sha256:{wrong}, got sha256:{HELLO_SHA256}"
+        )),
+        "{failed:?}"
+    );
+    let last = t.events.last().unwrap();
+    assert!(
+        last.kind == "failed" && last.message.contains("restart policy exhausted"),
+        "{last:?}"
+    );
+    // Nothing of the download is left in the task dir.
+    assert!(!t.events.iter().any(|e| e.kind == "started"), "{kinds:?}");
+}
+
+#[test]
+fn a_404_fails_naming_the_url_without_its_query() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/missing.sh?token=s3cret\"\n      }";
+    rig.run_job("gone.hcl", &served("gone", artifact, "true"));
+    let status = rig.wait_job("gone", "the job to fail", |j| j.status == "dead");
+    let alloc = &status.allocs[0];
+    assert_eq!(alloc.status, "failed", "{alloc:#?}");
+    let t = alloc.tasks.iter().find(|t| t.name == "t").unwrap();
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("/missing.sh?[REDACTED]: bad response code: 404"),
+        "{failed:?}"
+    );
+    assert!(failed.message.contains("http://127.0.0.1:"), "{failed:?}");
+    for e in &t.events {
+        assert!(!e.message.contains("s3cret"), "{e:?}");
+    }
+    assert!(!alloc.message.contains("s3cret"), "{alloc:?}");
+}
