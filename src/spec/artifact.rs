@@ -308,9 +308,9 @@ pub fn check_source(artifact: &Artifact, source: &str) -> Result<(), String> {
     }
     if artifact.unpacks(&split) {
         if let Some(kind) = archive_kind(url_path(&split.url))? {
-            if kind == ArchiveKind::Zip {
+            if kind != ArchiveKind::Gz && artifact.mode == ArtifactMode::File {
                 return Err(
-                    "csi-agent does not unpack .zip archives yet; give archive = false".into(),
+                    "mode \"file\" takes a plain or .gz file, not an archive of many files (give mode \"any\" or \"dir\", or archive = false)".into(),
                 );
             }
             if kind == ArchiveKind::Gz && artifact.mode != ArtifactMode::File {
@@ -473,6 +473,7 @@ mod tests {
             ("source = \"http://h/a\"\n        options {\n          depth = \"1\"\n        }", "j.hcl:9:11: unknown option \"depth\""),
             ("source = \"http://h/a\"\n        sources = 1", "j.hcl:8:9:"),
             ("source = \"http://h/a.gz\"", "a .gz file unpacks to one file"),
+            ("source = \"http://h/a.zip\"\n        mode = \"file\"\n        destination = \"local/a\"", "mode \"file\" takes a plain or .gz file"),
         ];
         for (body, want) in cases {
             let errs = errors(&format!("      artifact {{\n        {body}\n      }}"));

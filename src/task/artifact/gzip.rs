@@ -1,7 +1,8 @@
-//! gzip streams read through zlib's `inflate`, which the build already
-//! links (libz-sys, under grpcio-sys): a [`GzipReader`] turns a `.tar.gz`
-//! or `.gz` download into its plain bytes. Concatenated members are read
-//! one after another, as gzip(1) and Go's reader do.
+//! gzip streams, and the raw deflate data of zip entries, read through
+//! zlib's `inflate`, which the build already links (libz-sys, under
+//! grpcio-sys): a [`GzipReader`] turns a `.tar.gz` or `.gz` download into
+//! its plain bytes. Concatenated gzip members are read one after another,
+//! as gzip(1) and Go's reader do. [`crc32`] is zlib's too.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
 use std::io::{self, Read};
@@ -31,6 +32,8 @@ const Z_BUF_ERROR: c_int = -5;
 const Z_NO_FLUSH: c_int = 0;
 /// 15 bits of window, plus 16: a gzip header and trailer, not zlib's.
 const GZIP_WINDOW_BITS: c_int = 15 + 16;
+/// 15 bits of window, negated: raw deflate data, without a header.
+const RAW_WINDOW_BITS: c_int = -15;
 
 extern "C" {
     fn zlibVersion() -> *const c_char;
@@ -43,6 +46,16 @@ extern "C" {
     fn inflate(strm: *mut ZStream, flush: c_int) -> c_int;
     fn inflateReset(strm: *mut ZStream) -> c_int;
     fn inflateEnd(strm: *mut ZStream) -> c_int;
+    fn crc32(crc: c_ulong, buf: *const u8, len: c_uint) -> c_ulong;
+}
+
+/// `crc` (start at 0) carried over `data`, as zip's CRC-32.
+pub fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
+    for chunk in data.chunks(c_uint::MAX as usize) {
+        // SAFETY: `chunk` is live for its length, which fits a c_uint.
+        crc = unsafe { crc32(crc as c_ulong, chunk.as_ptr(), chunk.len() as c_uint) } as u32;
+    }
+    crc
 }
 
 /// Reads the plain bytes of the gzip stream `inner` holds.
@@ -56,10 +69,22 @@ pub struct GzipReader<R> {
     len: usize,
     /// A member ended; another may follow.
     member_ended: bool,
+    /// Whether another member may follow one that ended (gzip).
+    members: bool,
 }
 
 impl<R: Read> GzipReader<R> {
+    /// A reader of the gzip stream `inner`.
     pub fn new(inner: R) -> io::Result<GzipReader<R>> {
+        GzipReader::with_window(inner, GZIP_WINDOW_BITS)
+    }
+
+    /// A reader of the raw deflate data `inner` (a zip entry's).
+    pub fn raw(inner: R) -> io::Result<GzipReader<R>> {
+        GzipReader::with_window(inner, RAW_WINDOW_BITS)
+    }
+
+    fn with_window(inner: R, window_bits: c_int) -> io::Result<GzipReader<R>> {
         let mut stream = Box::new(ZStream {
             next_in: std::ptr::null(),
             avail_in: 0,
@@ -81,7 +106,7 @@ impl<R: Read> GzipReader<R> {
         let ret = unsafe {
             inflateInit2_(
                 &mut *stream,
-                GZIP_WINDOW_BITS,
+                window_bits,
                 zlibVersion(),
                 std::mem::size_of::<ZStream>() as c_int,
             )
@@ -96,6 +121,7 @@ impl<R: Read> GzipReader<R> {
             pos: 0,
             len: 0,
             member_ended: false,
+            members: window_bits == GZIP_WINDOW_BITS,
         })
     }
 
@@ -127,6 +153,9 @@ impl<R: Read> Read for GzipReader<R> {
             return Ok(0);
         }
         loop {
+            if self.member_ended && !self.members {
+                return Ok(0);
+            }
             let more = self.fill()?;
             if self.member_ended {
                 if !more {

@@ -17,6 +17,7 @@ mod gzip;
 mod http;
 mod tar;
 mod unpack;
+mod zip;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -254,8 +255,12 @@ fn place(
             tar::unpack(&mut gzip::GzipReader::new(open()?)?, &mut sink)?;
             Ok(dir)
         }
-        Some(ArchiveKind::Gz | ArchiveKind::Zip) => Err(io::Error::other(
-            "this archive needs mode \"file\" (checked at job run)",
+        Some(ArchiveKind::Zip) => {
+            zip::unpack(&mut open()?, &mut sink)?;
+            Ok(dir)
+        }
+        Some(ArchiveKind::Gz) => Err(io::Error::other(
+            "a .gz file needs mode \"file\" (checked at job run)",
         )),
     }
 }

@@ -14,8 +14,8 @@ use crate::util::require_root;
 /// unpacks it into `local/` and runs it.
 const CHROOT_DL_EXEC: &str = include_str!("../../fixtures/nomad/chroot_dl_exec.nomad");
 
-/// A job that serves `hello.txt` ("hello\n") and `hello.tar` (holding it)
-/// on its port, whose task `t` has `artifact` and runs `command`, tried
+/// A job that serves `hello.txt` ("hello\n"), and `hello.tar`,
+/// `hello.zip` and `hello.txt.gz` holding it, on its port, whose task `t` has `artifact` and runs `command`, tried
 /// twice at most.
 fn served(name: &str, artifact: &str, command: &str) -> String {
     format!(
@@ -43,7 +43,7 @@ fn served(name: &str, artifact: &str, command: &str) -> String {
       }}
       config {{
         command = "/bin/sh"
-        args    = ["-c", "cd ${{NOMAD_ALLOC_DIR}} && tar -cf hello.tar hello.txt"]
+        args    = ["-c", "cd ${{NOMAD_ALLOC_DIR}} && tar -cf hello.tar hello.txt && python3 -m zipfile -c hello.zip hello.txt && gzip -k hello.txt"]
       }}
     }}
     task "serve" {{
@@ -104,6 +104,23 @@ fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
     );
     let allocs = rig.run_job("plain.hcl", &job);
     let status = rig.wait_job("plain", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "hello\nhello\n"
+    );
+}
+
+#[test]
+fn a_zip_is_unpacked_and_a_gz_file_inflated_where_mode_file_says() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.zip\"\n        destination = \"local/z\"\n      }\n      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt.gz\"\n        destination = \"local/g/hello\"\n        mode        = \"file\"\n      }";
+    let job = served("zipped", artifact, "cat local/z/hello.txt local/g/hello");
+    let allocs = rig.run_job("zipped.hcl", &job);
+    let status = rig.wait_job("zipped", "the job to finish", |j| j.status == "dead");
     assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     assert_eq!(
         rig.ok(&["alloc", "logs", &allocs[0], "t"]),
