@@ -421,6 +421,116 @@ pub(crate) fn write_artifact(w: &mut Writer, a: &Artifact) {
     w.close();
 }
 
+/// Nomad's client `artifact { ... }` keys that tune getters csi-agent
+/// does not have, or its sandbox.
+const ARTIFACT_CONFIG_IGNORED: &[&str] = &[
+    "gcs_timeout",
+    "git_timeout",
+    "hg_timeout",
+    "s3_timeout",
+    "disable_filesystem_isolation",
+    "filesystem_isolation_extra_paths",
+    "set_environment_variables",
+];
+
+/// The agent config's `client { artifact { ... } }`: how far a fetch and
+/// an unpacking may go, with Nomad's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactConfig {
+    /// `http_read_timeout`: the longest wait for the server's next bytes.
+    pub http_read_timeout: std::time::Duration,
+    /// `http_max_size`: the largest download, in bytes.
+    pub http_max_size: u64,
+    /// `decompression_file_count_limit`: the most entries of an archive;
+    /// 0 for no limit, as in Nomad.
+    pub decompression_file_count_limit: u64,
+    /// `decompression_size_limit`: the most bytes an archive unpacks to;
+    /// 0 for no limit, as in Nomad.
+    pub decompression_size_limit: u64,
+}
+
+/// 100 GB, Nomad's `http_max_size` and `decompression_size_limit`.
+const HUNDRED_GB: u64 = 100_000_000_000;
+
+impl Default for ArtifactConfig {
+    fn default() -> ArtifactConfig {
+        ArtifactConfig {
+            http_read_timeout: std::time::Duration::from_secs(30 * 60),
+            http_max_size: HUNDRED_GB,
+            decompression_file_count_limit: 4096,
+            decompression_size_limit: HUNDRED_GB,
+        }
+    }
+}
+
+impl ArtifactConfig {
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.open("artifact", None);
+        w.duration("http_read_timeout", self.http_read_timeout);
+        w.plain("http_max_size", self.http_max_size);
+        w.plain(
+            "decompression_file_count_limit",
+            self.decompression_file_count_limit,
+        );
+        w.plain("decompression_size_limit", self.decompression_size_limit);
+        w.close();
+    }
+}
+
+/// A byte size written as a number or a string (`"100GB"`), at its
+/// position.
+fn size(f: &mut Fields<'_>, key: &'static str) -> Option<u64> {
+    if let Some(attr) = f.attr(key) {
+        if matches!(attr.value, crate::hcl::Expr::Number { .. }) {
+            return f.u64(key);
+        }
+    }
+    let (text, pos) = f.string_at(key)?;
+    match crate::units::parse_size(&text) {
+        Ok(n) => Some(n),
+        Err(err) => {
+            f.error(pos, format!("{key:?} in {}: {err}", f.what()));
+            None
+        }
+    }
+}
+
+/// Decodes `client { artifact { ... } }`.
+pub(crate) fn decode_artifact_config(f: &mut Fields<'_>) -> ArtifactConfig {
+    let mut config = ArtifactConfig::default();
+    if let Some(timeout) = f.duration("http_read_timeout") {
+        if timeout.is_zero() {
+            let pos = f
+                .attr("http_read_timeout")
+                .map_or(f.pos(), |a| a.value.pos());
+            f.error(
+                pos,
+                format!("\"http_read_timeout\" in {} must be more than 0", f.what()),
+            );
+        }
+        config.http_read_timeout = timeout;
+    }
+    if let Some(n) = size(f, "http_max_size") {
+        if n == 0 {
+            let pos = f.attr("http_max_size").map_or(f.pos(), |a| a.value.pos());
+            f.error(
+                pos,
+                format!("\"http_max_size\" in {} must be more than 0", f.what()),
+            );
+        }
+        config.http_max_size = n;
+    }
+    if let Some(n) = f.u64("decompression_file_count_limit") {
+        config.decompression_file_count_limit = n;
+    }
+    if let Some(n) = size(f, "decompression_size_limit") {
+        config.decompression_size_limit = n;
+    }
+    f.ignore(ARTIFACT_CONFIG_IGNORED);
+    f.finish();
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,7 +77,7 @@ pub use agent::{
 };
 pub use artifact::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
-    Artifact, ArtifactMode, Checksum, DigestKind, SourceUrl,
+    Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
 pub use docker::{

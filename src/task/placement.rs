@@ -242,6 +242,7 @@ impl Allocs {
             client: client.clone(),
             host_ip: Some(ports::host_ip()),
         };
+        self.artifact_limits = super::artifact::ArtifactLimits::from_config(&client.artifact);
     }
 
     /// The node's capacity, what is kept back, and what live allocs hold.

@@ -24,7 +24,6 @@ use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
-use std::time::Duration;
 
 pub use self::http::HttpLimits;
 pub use self::unpack::UnpackLimits;
@@ -32,32 +31,37 @@ use super::env::interpolate;
 use super::exec::User;
 use crate::spec::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
-    Artifact, ArtifactMode,
+    Artifact, ArtifactConfig, ArtifactMode,
 };
 
 /// The agent's bounds on fetching and unpacking (`client { artifact {
-/// ... } }`), with Nomad's defaults.
+/// ... } }`).
 #[derive(Debug, Clone, Copy)]
 pub struct ArtifactLimits {
     pub http: HttpLimits,
     pub unpack: UnpackLimits,
 }
 
-/// 100 GB, Nomad's `http_max_size` and `decompression_size_limit`.
-const HUNDRED_GB: u64 = 100_000_000_000;
+impl ArtifactLimits {
+    pub fn from_config(config: &ArtifactConfig) -> ArtifactLimits {
+        // Nomad's 0: no limit.
+        let or_none = |n: u64| if n == 0 { u64::MAX } else { n };
+        ArtifactLimits {
+            http: HttpLimits {
+                read_timeout: config.http_read_timeout,
+                max_size: config.http_max_size,
+            },
+            unpack: UnpackLimits {
+                file_count: or_none(config.decompression_file_count_limit),
+                size: or_none(config.decompression_size_limit),
+            },
+        }
+    }
+}
 
 impl Default for ArtifactLimits {
     fn default() -> ArtifactLimits {
-        ArtifactLimits {
-            http: HttpLimits {
-                read_timeout: Duration::from_secs(30 * 60),
-                max_size: HUNDRED_GB,
-            },
-            unpack: UnpackLimits {
-                file_count: 4096,
-                size: HUNDRED_GB,
-            },
-        }
+        ArtifactLimits::from_config(&ArtifactConfig::default())
     }
 }
 

@@ -200,3 +200,30 @@ fn a_404_fails_naming_the_url_without_its_query() {
     }
     assert!(!alloc.message.contains("s3cret"), "{alloc:?}");
 }
+
+#[test]
+fn the_agent_config_bounds_a_download() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare_with_config("client {\n  artifact {\n    http_max_size = 3\n  }\n}\n");
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n      }";
+    rig.run_job("big.hcl", &served("big", artifact, "true"));
+    let status = rig.wait_job("big", "the job to fail", |j| j.status == "dead");
+    let t = status.allocs[0]
+        .tasks
+        .iter()
+        .find(|t| t.name == "t")
+        .unwrap();
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("larger than 3 bytes (http_max_size)"),
+        "{failed:?}"
+    );
+}
