@@ -4,8 +4,8 @@
 //! checksum first.
 //!
 //! Nomad fetches through go-getter, which speaks many protocols; csi-agent
-//! fetches `http://` URLs itself and refuses every other getter (`git::`,
-//! `s3::`, local paths, `https://`, ...) here, at `validate` and `job run`,
+//! fetches `http://` and `https://` URLs itself and refuses every other
+//! getter (`git::`, `s3::`, local paths, ...) here, at `validate` and `job run`,
 //! naming the getter and the position, rather than failing at start. So are
 //! archives it does not unpack (`.tar.bz2`, `.xz`, `.zst`, ...) unless
 //! `archive = false`, unknown checksum types and malformed digests, and a
@@ -208,18 +208,13 @@ pub fn check_scheme(source: &str) -> Result<(), String> {
     if let Some((getter, _)) = source.split_once("::") {
         if !getter.contains('/') {
             return Err(format!(
-                "the {getter:?} getter is not supported: csi-agent fetches http:// URLs only"
+                "the {getter:?} getter is not supported: csi-agent fetches http:// and https:// URLs only"
             ));
         }
     }
     let lower = source.to_ascii_lowercase();
-    if lower.starts_with("http://") {
+    if lower.starts_with("http://") || lower.starts_with("https://") {
         return Ok(());
-    }
-    if lower.starts_with("https://") {
-        return Err(
-            "https:// is not supported yet: csi-agent fetches http:// URLs only (serve the file over http, with a checksum)".into(),
-        );
     }
     let getter = match lower.split_once("://") {
         Some((scheme, _)) => format!("the {scheme:?} getter"),
@@ -236,7 +231,7 @@ pub fn check_scheme(source: &str) -> Result<(), String> {
         None => "a source without a scheme (go-getter guesses a getter)".to_string(),
     };
     Err(format!(
-        "{getter} is not supported: csi-agent fetches http:// URLs only"
+        "{getter} is not supported: csi-agent fetches http:// and https:// URLs only"
     ))
 }
 
@@ -574,7 +569,6 @@ mod tests {
     fn bad_artifacts_are_errors_at_their_position() {
         let cases = [
             ("source = \"git::https://github.com/a/b\"", "j.hcl:7:18: artifact git::https://github.com/a/b: the \"git\" getter is not supported"),
-            ("source = \"https://h/a.tgz\"", "j.hcl:7:18: artifact https://h/a.tgz: https:// is not supported"),
             ("source = \"http://h/a.tar.xz\"", "j.hcl:7:18: artifact http://h/a.tar.xz: csi-agent does not unpack .tar.xz archives"),
             ("source = \"http://h/a?checksum=md5:12&token=s\"", "j.hcl:7:18: artifact http://h/a?[REDACTED]: md5 checksum \"12\" must be 32 hex digits"),
             ("source = \"http://h/a\"\n        mode = \"both\"", "j.hcl:8:16:"),
@@ -640,6 +634,7 @@ mod tests {
     #[test]
     fn other_getters_are_refused_by_name() {
         assert!(check_scheme("http://h/x").is_ok());
+        assert!(check_scheme("https://h/x").is_ok());
         for (source, named) in [
             ("git::https://github.com/a/b", "\"git\" getter"),
             ("s3::https://s3.amazonaws.com/b/k", "\"s3\" getter"),
@@ -648,7 +643,6 @@ mod tests {
             ("/srv/file", "\"file\" getter"),
             ("github.com/a/b", "\"git\" getter"),
             ("ftp://h/x", "\"ftp\" getter"),
-            ("https://h/x", "https:// is not supported"),
         ] {
             let err = check_scheme(source).unwrap_err();
             assert!(err.contains(named), "{source}: {err}");

@@ -1,5 +1,5 @@
 //! The artifact fetcher's HTTP/1.1 client: one `GET` per connection over a
-//! `TcpStream`, bodies by `Content-Length`, `chunked` or the connection's
+//! `TcpStream` (through TLS, `tls.rs`, for `https://`), bodies by `Content-Length`, `chunked` or the connection's
 //! end, redirects followed up to [`MAX_REDIRECTS`], a read timeout and a
 //! bound on the body's size. Messages name URLs without their query, where
 //! tokens live, and never the request's headers.
@@ -10,7 +10,39 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::Duration;
 
+use super::tls::TlsStream;
 use crate::spec::redacted;
+
+/// A connection, plain or through TLS.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
 
 /// Redirects followed before giving up, as Go's HTTP client (go-getter's).
 pub const MAX_REDIRECTS: usize = 10;
@@ -35,21 +67,29 @@ pub struct HttpLimits {
     pub max_size: u64,
 }
 
-/// Fetches `url` with `headers` into `out`; the bytes written.
+/// Fetches `url` with `headers` into `out`; the bytes written. An
+/// `https://` server's certificate is checked against the CAs of the file
+/// `ca`.
 pub fn get(
     url: &str,
     headers: &BTreeMap<String, String>,
     limits: HttpLimits,
+    ca: &str,
     out: &mut dyn Write,
 ) -> Result<u64, String> {
     let mut url = url.to_string();
+    let mut previous_tls = false;
     for _ in 0..=MAX_REDIRECTS {
         let target = Target::parse(&url)?;
-        let stream = connect(&target).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
-        stream
-            .set_read_timeout(Some(limits.read_timeout))
-            .and_then(|()| stream.set_write_timeout(Some(limits.read_timeout)))
-            .map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+        if previous_tls && !target.tls {
+            return Err(format!(
+                "GET {}: a redirect from https to http is refused",
+                redacted(&url)
+            ));
+        }
+        previous_tls = target.tls;
+        let mut stream =
+            open(&target, limits, ca).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
         let mut request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: csi-agent\r\nAccept-Encoding: identity\r\nConnection: close\r\n",
             target.path, target.host_header
@@ -63,11 +103,10 @@ pub fn get(
             request.push_str(&format!("{key}: {value}\r\n"));
         }
         request.push_str("\r\n");
-        let mut writer = &stream;
-        writer
+        stream
             .write_all(request.as_bytes())
             .map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
-        let mut reader = BufReader::new(&stream);
+        let mut reader = BufReader::new(stream);
         let head = read_head(&mut reader).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
         match head.status {
             200 => {
@@ -99,6 +138,21 @@ pub fn get(
     ))
 }
 
+/// Connects to `target`, through TLS for `https://`, with the read timeout.
+fn open(target: &Target, limits: HttpLimits, ca: &str) -> io::Result<Conn> {
+    let tcp = connect(target)?;
+    tcp.set_read_timeout(Some(limits.read_timeout))?;
+    tcp.set_write_timeout(Some(limits.read_timeout))?;
+    if target.tls {
+        return Ok(Conn::Tls(Box::new(TlsStream::connect(
+            tcp,
+            &target.host,
+            ca,
+        )?)));
+    }
+    Ok(Conn::Plain(tcp))
+}
+
 /// Connects, retrying a refused connection a bounded number of times.
 fn connect(target: &Target) -> io::Result<TcpStream> {
     let mut attempt = 0;
@@ -122,6 +176,8 @@ fn connect(target: &Target) -> io::Result<TcpStream> {
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
 struct Target {
+    /// `https://`.
+    tls: bool,
     host: String,
     port: u16,
     /// `host` or `host:port`, as the Host header carries it.
@@ -132,11 +188,12 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Target, String> {
-        let rest = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        let (tls, rest) = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
             _ => {
                 return Err(format!(
-                    "{}: csi-agent fetches http:// URLs only",
+                    "{}: csi-agent fetches http:// and https:// URLs only",
                     redacted(url)
                 ))
             }
@@ -175,9 +232,11 @@ impl Target {
             Some(p) => p
                 .parse()
                 .map_err(|_| format!("{}: bad port {p:?}", redacted(url)))?,
+            None if tls => 443,
             None => 80,
         };
         Ok(Target {
+            tls,
             host: host.to_string(),
             port,
             host_header: authority.to_string(),
@@ -191,12 +250,13 @@ fn resolve(target: &Target, location: &str) -> String {
     if location.contains("://") {
         return location.to_string();
     }
+    let scheme = if target.tls { "https" } else { "http" };
     if location.starts_with('/') {
-        return format!("http://{}{location}", target.host_header);
+        return format!("{scheme}://{}{location}", target.host_header);
     }
     let base = target.path.split('?').next().unwrap_or("/");
     let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
-    format!("http://{}{dir}{location}", target.host_header)
+    format!("{scheme}://{}{dir}{location}", target.host_header)
 }
 
 /// A response's status line and headers.
@@ -423,7 +483,10 @@ mod tests {
         assert_eq!(t.path, "/a/b.tgz?x=1");
         let t = Target::parse("http://[::1]/").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 80));
-        assert!(Target::parse("https://h/").is_err());
+        let t = Target::parse("https://h/x").unwrap();
+        assert!(t.tls && t.port == 443);
+        assert_eq!(resolve(&t, "/y"), "https://h/y");
+        assert!(Target::parse("ftp://h/").is_err());
         assert!(Target::parse("http://u:p@h/").is_err());
         let t = Target::parse("http://h:1/a/b").unwrap();
         assert_eq!(resolve(&t, "/c"), "http://h:1/c");
@@ -460,6 +523,7 @@ mod tests {
             &format!("http://127.0.0.1:{port}/start"),
             &BTreeMap::new(),
             limits,
+            "/nonexistent",
             &mut Vec::new(),
         )
         .unwrap_err();

@@ -1,7 +1,8 @@
 //! The artifact hook: a task's `artifact` blocks fetched into its task dir
 //! on a starter thread, after the dir is made and before the templates
 //! render (Nomad's hook order), for every driver. Each source is
-//! interpolated with the task's environment, fetched over HTTP (`http.rs`)
+//! interpolated with the task's environment, fetched over HTTP (`http.rs`,
+//! through BoringSSL's TLS for `https://`, `tls.rs`)
 //! into a file of the task dir's own, checked against its checksum
 //! (`digest.rs`) before anything is unpacked or moved, then unpacked by its
 //! extension (`tar.rs`, `gzip.rs`, `zip.rs`, into `unpack.rs`'s bounded
@@ -16,6 +17,7 @@ mod digest;
 mod gzip;
 mod http;
 mod tar;
+mod tls;
 mod unpack;
 mod zip;
 
@@ -202,7 +204,7 @@ fn download_to(r: &Resolved, download: &Path, limits: &ArtifactLimits) -> Result
         .open(download)
         .map_err(|e| format!("cannot create {}: {e}", download.display()))?;
     let mut out = BufWriter::new(file);
-    http::get(&r.url, &r.headers, limits.http, &mut out)?;
+    http::get(&r.url, &r.headers, limits.http, &tls::ca_file(), &mut out)?;
     out.flush()
         .map_err(|e| format!("cannot write {}: {e}", download.display()))
 }

@@ -6,6 +6,9 @@
 //! prestart sidecar serves that dir with Python's `http.server`, as
 //! Nomad's own e2e job `chroot_dl_exec` does.
 
+use std::path::Path;
+use std::process::Command;
+
 use super::Rig;
 use crate::util::require_root;
 
@@ -226,4 +229,101 @@ fn the_agent_config_bounds_a_download() {
             .contains("larger than 3 bytes (http_max_size)"),
         "{failed:?}"
     );
+}
+
+/// Python's file server behind TLS: `port dir cert key`.
+const TLS_SERVER: &str = "import functools, http.server, ssl, sys\nport, root, cert, key = sys.argv[1:5]\nhandler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)\nsrv = http.server.HTTPServer(('127.0.0.1', int(port)), handler)\nctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\nctx.load_cert_chain(cert, key)\nsrv.socket = ctx.wrap_socket(srv.socket, server_side=True)\nsrv.serve_forever()\n";
+
+/// Runs openssl(1) in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+#[test]
+fn https_is_fetched_from_a_server_the_agent_s_cas_vouch_for() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let dir = rig.agent.dir.mkdir("tls");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    openssl(&dir, &ca);
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&dir, &csr);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    std::fs::write(dir.join("serve.py"), TLS_SERVER).unwrap();
+    // The agent trusts the test's CA, as a host would trust its own.
+    rig.agent.env.push((
+        "SSL_CERT_FILE".into(),
+        dir.join("ca.crt").display().to_string(),
+    ));
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let plain_server = r#"args    = ["-m", "http.server", "${NOMAD_PORT_http}", "--bind", "127.0.0.1", "--directory", "${NOMAD_ALLOC_DIR}"]"#;
+    let tls_server = format!(
+        r#"args    = ["{}", "${{NOMAD_PORT_http}}", "${{NOMAD_ALLOC_DIR}}", "{}", "{}"]"#,
+        dir.join("serve.py").display(),
+        dir.join("srv.crt").display(),
+        dir.join("srv.key").display()
+    );
+    let artifact = "      artifact {\n        source = \"https://localhost:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/tls\"\n      }";
+    let job = served("tls", artifact, "cat local/tls/hello.txt");
+    assert!(job.contains(plain_server));
+    let job = job.replace(plain_server, &tls_server);
+    let allocs = rig.run_job("tls.hcl", &job);
+    let status = rig.wait_job("tls", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
 }
