@@ -92,6 +92,36 @@ fn nomads_chroot_dl_exec_runs_the_script_it_downloaded() {
 }
 
 #[test]
+fn validate_lists_the_artifact_and_job_run_checks_its_variables() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.ok(&[
+        "validate",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/nomad/chroot_dl_exec.nomad"
+        ),
+    ]);
+    assert!(
+        out.contains(
+            "artifact http://localhost:${NOMAD_PORT_http}/script.tar.gz into \"local/\" (mode any)"
+        ),
+        "{out}"
+    );
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_web}/hello.txt\"\n      }";
+    let out = rig.run_job_output("unknown.hcl", &served("unknown", artifact, "true"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("artifact http://127.0.0.1:${NOMAD_PORT_web}/hello.txt: source:"),
+        "{err}"
+    );
+    assert!(err.contains("NOMAD_PORT_web"), "{err}");
+}
+
+#[test]
 fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
     if !require_root() {
         return;
