@@ -162,6 +162,28 @@ fn a_zip_is_unpacked_and_a_gz_file_inflated_where_mode_file_says() {
 }
 
 #[test]
+fn chown_gives_the_artifact_to_the_task_s_user() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      user = \"nobody\"\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/mine\"\n        chown = true\n      }\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n        destination = \"local/root\"\n      }";
+    let job = served(
+        "owned",
+        artifact,
+        "stat -c %u local/mine local/mine/hello.txt local/root/hello.txt",
+    );
+    let allocs = rig.run_job("owned.hcl", &job);
+    let status = rig.wait_job("owned", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    // nobody's uid for what chown gave, root's for the other.
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "65534\n65534\n0\n"
+    );
+}
+
+#[test]
 fn a_checksum_mismatch_fails_the_download_and_the_restart_policy_follows() {
     if !require_root() {
         return;
