@@ -117,7 +117,7 @@ pub(super) fn check_interpolation(
         templates::destination(t, &ctx.task_dir(), &vars)
             .map_err(|e| format!("template {:?}: {e}", t.destination))?;
     }
-    artifact::check(&task.artifacts, &vars)?;
+    artifact::check(&task.artifacts, &vars, &ctx.task_dir())?;
     for vm in &task.volume_mounts {
         let dest = interpolate(&vm.destination, &vars)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;

@@ -79,7 +79,11 @@ struct Resolved {
 }
 
 /// Fills in an artifact's variables and checks what they name.
-fn resolve(a: &Artifact, vars: &BTreeMap<String, String>) -> Result<Resolved, String> {
+fn resolve(
+    a: &Artifact,
+    vars: &BTreeMap<String, String>,
+    task_dir: &Path,
+) -> Result<Resolved, String> {
     let source = interpolate(&a.source, vars).map_err(|e| format!("source: {e}"))?;
     check_source(a, &source)?;
     let split = split_source(&source);
@@ -93,8 +97,13 @@ fn resolve(a: &Artifact, vars: &BTreeMap<String, String>) -> Result<Resolved, St
         None
     };
     let dest = interpolate(&a.destination, vars).map_err(|e| format!("destination: {e}"))?;
+    // A raw_exec task's `${NOMAD_TASK_DIR}` is the host's path of its dir.
+    let relative = Path::new(&dest).strip_prefix(task_dir).map_or_else(
+        |_| dest.trim_start_matches('/').to_string(),
+        |rel| rel.to_string_lossy().into_owned(),
+    );
     let mut destination = Vec::new();
-    for component in Path::new(dest.trim_start_matches('/')).components() {
+    for component in Path::new(&relative).components() {
         match component {
             Component::Normal(part) => destination.push(part.to_string_lossy().into_owned()),
             Component::ParentDir if destination.pop().is_some() => {}
@@ -123,9 +132,13 @@ fn resolve(a: &Artifact, vars: &BTreeMap<String, String>) -> Result<Resolved, St
 
 /// Checks, at `job run`, what can be known of a task's artifacts before it
 /// starts: their variables, and the sources they make.
-pub(super) fn check(artifacts: &[Artifact], vars: &BTreeMap<String, String>) -> Result<(), String> {
+pub(super) fn check(
+    artifacts: &[Artifact],
+    vars: &BTreeMap<String, String>,
+    task_dir: &Path,
+) -> Result<(), String> {
     for a in artifacts {
-        resolve(a, vars).map_err(|e| format!("artifact {}: {e}", redacted(&a.source)))?;
+        resolve(a, vars, task_dir).map_err(|e| format!("artifact {}: {e}", redacted(&a.source)))?;
     }
     Ok(())
 }
@@ -139,8 +152,8 @@ pub(super) fn fetch_all(
     limits: &ArtifactLimits,
 ) -> Result<(), String> {
     for (i, a) in artifacts.iter().enumerate() {
-        let resolved =
-            resolve(a, vars).map_err(|e| format!("artifact {}: {e}", redacted(&a.source)))?;
+        let resolved = resolve(a, vars, task_dir)
+            .map_err(|e| format!("artifact {}: {e}", redacted(&a.source)))?;
         let placed = fetch(&resolved, a.mode, task_dir, i, limits)?;
         if let (true, Some(user)) = (a.chown, user) {
             give(&placed, user).map_err(|e| {

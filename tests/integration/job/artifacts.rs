@@ -184,6 +184,27 @@ fn chown_gives_the_artifact_to_the_task_s_user() {
 }
 
 #[test]
+fn a_raw_exec_task_s_task_dir_variable_names_its_own_dir() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n        destination = \"${NOMAD_TASK_DIR}/fetched\"\n      }";
+    let job = served("raw", artifact, "cat ${NOMAD_TASK_DIR}/fetched/hello.txt").replace(
+        "    task \"t\" {\n      driver = \"exec\"",
+        "    task \"t\" {\n      driver = \"raw_exec\"",
+    );
+    assert!(
+        job.contains("driver = \"raw_exec\"\n      artifact"),
+        "{job}"
+    );
+    let allocs = rig.run_job("raw.hcl", &job);
+    let status = rig.wait_job("raw", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
+}
+
+#[test]
 fn a_checksum_mismatch_fails_the_download_and_the_restart_policy_follows() {
     if !require_root() {
         return;
