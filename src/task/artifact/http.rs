@@ -77,6 +77,15 @@ pub fn get(
     ca: &str,
     out: &mut dyn Write,
 ) -> Result<u64, String> {
+    // Checked before anything is sent; the value is never shown.
+    for (key, value) in headers {
+        if key.is_empty() || key.contains(['\r', '\n', ':']) || value.contains(['\r', '\n']) {
+            return Err(format!(
+                "header {:?}: a name or value holds a line break (or the name a colon)",
+                key.replace(['\r', '\n'], " ")
+            ));
+        }
+    }
     let mut url = url.to_string();
     let mut previous_tls = false;
     for _ in 0..=MAX_REDIRECTS {
@@ -95,11 +104,6 @@ pub fn get(
             target.path, target.host_header
         );
         for (key, value) in headers {
-            if key.contains(['\r', '\n', ':']) || value.contains(['\r', '\n']) {
-                return Err(format!(
-                    "header {key:?}: a name or value holds a line break"
-                ));
-            }
             request.push_str(&format!("{key}: {value}\r\n"));
         }
         request.push_str("\r\n");
@@ -530,5 +534,49 @@ mod tests {
         assert!(err.contains("more than 10 redirects"), "{err}");
         assert!(!err.contains("token"), "{err}");
         assert_eq!(server.join().unwrap(), MAX_REDIRECTS + 1);
+    }
+
+    #[test]
+    fn headers_are_sent_and_line_breaks_in_them_refused() {
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                head.push_str(&line);
+                line.clear();
+            }
+            let body = "ok";
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            head
+        });
+        let limits = HttpLimits {
+            read_timeout: Duration::from_secs(60),
+            max_size: 100,
+        };
+        let headers = BTreeMap::from([("X-Token".to_string(), "s3cret".to_string())]);
+        let mut out = Vec::new();
+        let url = format!("http://127.0.0.1:{port}/a");
+        get(&url, &headers, limits, "/nonexistent", &mut out).unwrap();
+        assert_eq!(out, b"ok");
+        let head = server.join().unwrap();
+        assert!(head.starts_with("GET /a HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("\r\nX-Token: s3cret\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")),
+            "{head}"
+        );
+        let injected = BTreeMap::from([("X".to_string(), "a\r\nEvil: 1".to_string())]);
+        let err = get(&url, &injected, limits, "/nonexistent", &mut Vec::new()).unwrap_err();
+        assert!(err.contains("line break") && !err.contains("Evil"), "{err}");
     }
 }
