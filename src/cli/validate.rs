@@ -304,6 +304,22 @@ fn task_summary(out: &mut String, task: &Task) {
             template.destination, template.perms
         );
     }
+    for artifact in &task.artifacts {
+        // The URL without its query, where tokens live; never the headers.
+        let sum =
+            if artifact.options.contains_key("checksum") || artifact.source.contains("checksum=") {
+                ", checksum"
+            } else {
+                ""
+            };
+        let _ = writeln!(
+            out,
+            "      artifact {} into {:?} (mode {}{sum})",
+            crate::spec::redacted(&artifact.source),
+            artifact.destination,
+            artifact.mode.as_str()
+        );
+    }
     if let Some(plugin) = &task.csi_plugin {
         let _ = writeln!(
             out,

@@ -49,6 +49,7 @@
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
+mod artifact;
 mod cluster;
 mod decode;
 mod docker;
@@ -73,6 +74,10 @@ pub use agent::{
     AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
     DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
     DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT,
+};
+pub use artifact::{
+    archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
+    Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
 pub use docker::{

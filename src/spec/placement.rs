@@ -17,12 +17,21 @@
 //!   # from (Nomad's defaults).
 //!   min_dynamic_port = 20000
 //!   max_dynamic_port = 32000
+//!   # How far an artifact's fetch and unpacking may go (Nomad's
+//!   # defaults; the decompression limits take 0 for none).
+//!   artifact {
+//!     http_read_timeout              = "30m"
+//!     http_max_size                  = "100GB"
+//!     decompression_file_count_limit = 4096
+//!     decompression_size_limit       = "100GB"
+//!   }
 //! }
 //! ```
 //!
 //! Nomad's other client keys that may appear in a shared config (`enabled`,
 //! `servers`, `node_class`, ...) are accepted with a warning.
 
+use super::artifact::{decode_artifact_config, ArtifactConfig};
 use super::decode::Fields;
 use super::encode::Writer;
 
@@ -67,6 +76,8 @@ pub struct ClientConfig {
     /// it, of the ports the agent picks for a group's dynamic ports.
     pub min_dynamic_port: u16,
     pub max_dynamic_port: u16,
+    /// `artifact { ... }`: the bounds of tasks' artifact fetches.
+    pub artifact: ArtifactConfig,
 }
 
 impl Default for ClientConfig {
@@ -79,6 +90,7 @@ impl Default for ClientConfig {
             max_allocs_per_job: DEFAULT_MAX_ALLOCS_PER_JOB,
             min_dynamic_port: DEFAULT_MIN_DYNAMIC_PORT,
             max_dynamic_port: DEFAULT_MAX_DYNAMIC_PORT,
+            artifact: ArtifactConfig::default(),
         }
     }
 }
@@ -103,6 +115,7 @@ impl ClientConfig {
         w.plain("max_allocs_per_job", self.max_allocs_per_job);
         w.plain("min_dynamic_port", self.min_dynamic_port);
         w.plain("max_dynamic_port", self.max_dynamic_port);
+        self.artifact.write(w);
         w.close();
     }
 }
@@ -171,6 +184,9 @@ pub(crate) fn decode_client(f: &mut Fields<'_>) -> ClientConfig {
             ),
         );
     }
+    if let Some(block) = c.block("artifact") {
+        config.artifact = decode_artifact_config(&mut c.nested(block));
+    }
     c.ignore(CLIENT_IGNORED);
     c.finish();
     config
@@ -191,6 +207,42 @@ mod tests {
         assert!(decoded.warnings[0].to_string().contains("\"enabled\""));
         let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
         assert_eq!(again.spec.client, decoded.spec.client);
+    }
+
+    #[test]
+    fn the_artifact_bounds_decode_with_nomads_defaults_and_are_checked_at_their_position() {
+        let src = "client {\n  artifact {\n    http_read_timeout = \"5m\"\n    http_max_size = \"2GB\"\n    decompression_file_count_limit = 10\n    decompression_size_limit = 0\n    git_timeout = \"1m\"\n  }\n}\n";
+        let decoded = AgentConfig::decode(src, "agent.hcl").expect("valid");
+        let a = decoded.spec.client.artifact;
+        assert_eq!(a.http_read_timeout, std::time::Duration::from_secs(300));
+        assert_eq!(a.http_max_size, 2_000_000_000);
+        assert_eq!(a.decompression_file_count_limit, 10);
+        assert_eq!(a.decompression_size_limit, 0);
+        assert!(decoded.warnings[0].to_string().contains("\"git_timeout\""));
+        let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
+        assert_eq!(again.spec.client, decoded.spec.client);
+        let defaults = AgentConfig::decode("client {}\n", "agent.hcl").expect("valid");
+        assert_eq!(
+            defaults.spec.client.artifact.decompression_file_count_limit,
+            4096
+        );
+        assert_eq!(defaults.spec.client.artifact.http_max_size, 100_000_000_000);
+        for (body, want) in [
+            (
+                "http_max_size = \"lots\"",
+                "agent.hcl:3:21: \"http_max_size\" in artifact",
+            ),
+            (
+                "http_read_timeout = \"0s\"",
+                "agent.hcl:3:25: \"http_read_timeout\"",
+            ),
+            ("decompression_file_count_limit = -1", "agent.hcl:3:38:"),
+            ("http_timeout = \"1m\"", "agent.hcl:3:5:"),
+        ] {
+            let src = format!("client {{\n  artifact {{\n    {body}\n  }}\n}}\n");
+            let errs = AgentConfig::decode(&src, "agent.hcl").unwrap_err().errors;
+            assert!(errs[0].to_string().starts_with(want), "{body}: {errs:?}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::hcl::Pos;
 use crate::mount::Propagation;
 
 use super::agent::absolute_path;
+use super::artifact::{decode_artifact, write_artifact, Artifact};
 use super::decode::Fields;
 use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
@@ -38,7 +39,6 @@ use super::{keywords, Kept, PluginType};
 const TASK_IGNORED: &[&str] = &[
     "action",
     "affinity",
-    "artifact",
     "constraint",
     "consul",
     "dispatch_payload",
@@ -185,6 +185,8 @@ pub struct Task {
     pub services: Vec<Service>,
     /// Rendered into the task dir before the task starts.
     pub templates: Vec<TaskTemplate>,
+    /// Fetched into the task dir before its templates render.
+    pub artifacts: Vec<Artifact>,
     pub ignored: Vec<Kept>,
 }
 
@@ -361,6 +363,11 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_template(&mut f.nested(block)))
         .collect();
+    let artifacts = f
+        .blocks("artifact")
+        .into_iter()
+        .filter_map(|block| decode_artifact(&mut f.nested(block)))
+        .collect();
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -380,6 +387,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         csi_plugin,
         services,
         templates,
+        artifacts,
         ignored,
     }
 }
@@ -667,6 +675,9 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     }
     for template in &task.templates {
         write_template(w, template);
+    }
+    for artifact in &task.artifacts {
+        write_artifact(w, artifact);
     }
     w.kept(&task.ignored);
     w.close();

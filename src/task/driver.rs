@@ -158,6 +158,8 @@ pub(super) enum Exit {
     Lost(String),
     /// It could not be started.
     StartFailed(String),
+    /// Its artifacts could not be fetched, so it was not started.
+    ArtifactFailed(String),
 }
 
 impl Exit {
@@ -191,6 +193,7 @@ impl Exit {
             Exit::Lost(why) => format!("ended, how is unknown: {why}"),
             Exit::Vanished => "exited while the agent was not watching".to_string(),
             Exit::StartFailed(why) => format!("failed to start: {why}"),
+            Exit::ArtifactFailed(why) => format!("failed to download an artifact: {why}"),
         }
     }
 }

@@ -30,8 +30,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::artifact::{self, ArtifactLimits};
 use super::cgroup;
 use super::docker::{self, VolumeBind};
+use super::driver::Exit;
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
@@ -115,6 +117,7 @@ pub(super) fn check_interpolation(
         templates::destination(t, &ctx.task_dir(), &vars)
             .map_err(|e| format!("template {:?}: {e}", t.destination))?;
     }
+    artifact::check(&task.artifacts, &vars, &ctx.task_dir())?;
     for vm in &task.volume_mounts {
         let dest = interpolate(&vm.destination, &vars)
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
@@ -195,6 +198,8 @@ pub(super) struct StartPlan {
     pub chroot_env: Vec<ChrootEntry>,
     pub caps: Option<u64>,
     pub docker: Option<ContainerPlan>,
+    /// The agent's bounds on fetching the task's artifacts.
+    pub artifact_limits: ArtifactLimits,
 }
 
 /// Where a `volume_mount`'s volume is on the host.
@@ -258,6 +263,7 @@ impl Allocs {
             chroot_env: self.chroot_env.clone(),
             caps: self.task_caps(spec),
             docker,
+            artifact_limits: self.artifact_limits,
         })
     }
 }
@@ -282,10 +288,33 @@ fn mount_source(alloc: &Alloc, alias: &str) -> Result<MountSource, String> {
     })
 }
 
+/// Why a start failed: fetching its artifacts, or any other step.
+#[derive(Debug)]
+pub(super) enum StartFailure {
+    Artifact(String),
+    Other(String),
+}
+
+impl From<String> for StartFailure {
+    fn from(why: String) -> StartFailure {
+        StartFailure::Other(why)
+    }
+}
+
+impl StartFailure {
+    /// The task's end this failure is.
+    pub(super) fn into_exit(self) -> Exit {
+        match self {
+            StartFailure::Artifact(why) => Exit::ArtifactFailed(why),
+            StartFailure::Other(why) => Exit::StartFailed(why),
+        }
+    }
+}
+
 /// Carries out `plan`, off the loop: prepares the task dir, renders the
 /// templates, prepares the mounts, and starts the task with its driver (a
 /// docker task up to the container the driver's thread is to start).
-pub(super) fn prepare(plan: StartPlan) -> Result<Started, String> {
+pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     let spec = &plan.spec;
     let alloc_dir = &plan.alloc_dir;
     let ctx = TaskContext {
@@ -322,6 +351,16 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, String> {
     // The logs stay the agent's: it opens them on the host.
     make_dir(&task_dir.join("logs"), 0o755)?;
     let socket_dir = &plan.socket_dir;
+    // Fetched before the templates render, as Nomad's artifact hook.
+    let before = lookups(&plan.env, &plan.node);
+    artifact::fetch_all(
+        &spec.artifacts,
+        &task_dir,
+        &before,
+        user,
+        &plan.artifact_limits,
+    )
+    .map_err(StartFailure::Artifact)?;
     // Rendered before the driver starts, as Nomad's template hook.
     let env = templates::render_all(&spec.templates, &task_dir, plan.env, &plan.node)?;
     let vars = lookups(&env, &plan.node);

@@ -69,6 +69,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+mod artifact;
 pub mod calls;
 mod cgroup;
 mod docker;
@@ -397,6 +398,8 @@ pub struct Allocs {
     privileges: docker::Privileges,
     /// The threads that start tasks off the loop.
     starter: starter::Starter,
+    /// The config's `client { artifact { ... } }` bounds.
+    artifact_limits: artifact::ArtifactLimits,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -428,6 +431,7 @@ impl Allocs {
             placement: placement::Placement::default(),
             privileges: docker::Privileges::of_this_process(),
             starter: starter::Starter::new(),
+            artifact_limits: artifact::ArtifactLimits::default(),
         }
     }
 

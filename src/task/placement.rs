@@ -294,6 +294,7 @@ impl Allocs {
             host_ip: Some(ports::host_ip()),
             last_round: None,
         };
+        self.artifact_limits = super::artifact::ArtifactLimits::from_config(&client.artifact);
     }
 
     /// The node's capacity, what is kept back, and what live allocs hold.

@@ -420,10 +420,11 @@ impl Allocs {
         let driver = alloc.group.tasks[i].driver.as_str();
         count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];
-        let kind = if matches!(exit, Exit::StartFailed(_)) {
-            "failed"
-        } else {
-            "terminated"
+        let kind = match exit {
+            Exit::StartFailed(_) => "failed",
+            // Nomad's event type, which its users look for.
+            Exit::ArtifactFailed(_) => "Failed Artifact Download",
+            _ => "terminated",
         };
         task.event(kind, exit.describe());
         task.process = None;
@@ -677,7 +678,7 @@ fn claims_by_plugin(volumes: &VolumeManager) -> BTreeMap<String, Vec<(String, St
 /// Counts a task's end in the metrics: its outcome, and an OOM kill.
 fn count_exit(driver: &str, exit: &Exit) {
     let outcome = match exit {
-        Exit::StartFailed(_) => "start_failed",
+        Exit::StartFailed(_) | Exit::ArtifactFailed(_) => "start_failed",
         exit if exit.success() => "success",
         _ => "failure",
     };

@@ -7,7 +7,7 @@
 //! The loop plans a start from its own state ([`StartPlan`], owned
 //! values), marks the task `starting` and hands the plan over
 //! ([`Starter::submit`]); a thread carries it out (`launch::prepare`: the
-//! task dir, templates, mounts, the control group, the fork, or a
+//! task dir, artifacts, templates, mounts, the control group, the fork, or a
 //! container's spec) and reports what it started, or why it could not, on
 //! a channel the loop selects on ([`StartReport`], taken in by
 //! [`Allocs::started`]). At most [`IN_FLIGHT`] starts are handed over and
@@ -52,7 +52,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use super::cgroup;
 use super::driver::{Exit, Handle};
-use super::launch::{self, Runs, StartPlan, Started};
+use super::launch::{self, Runs, StartFailure, StartPlan, Started};
 use super::{exec, Alloc, Allocs, PluginEffect, Process, TaskState};
 use crate::plugin::PluginSpec;
 use crate::sys::cgroup::Group;
@@ -76,7 +76,7 @@ pub struct StartReport {
     pub(super) alloc: String,
     pub(super) task: String,
     /// What the start made, or why it failed; `None` for a cleanup.
-    pub(super) outcome: Option<Result<Started, String>>,
+    pub(super) outcome: Option<Result<Started, StartFailure>>,
 }
 
 /// What the threads do.
@@ -417,8 +417,9 @@ impl Allocs {
                         }
                     }
                     Err(why) => {
-                        log::warn!("Alloc {id}: task {task}: {why}");
-                        self.exited(&mut alloc, i, Exit::StartFailed(why), now);
+                        let exit = why.into_exit();
+                        log::warn!("Alloc {id}: task {task}: {}", exit.describe());
+                        self.exited(&mut alloc, i, exit, now);
                         self.dirty = true;
                     }
                 }
@@ -430,7 +431,7 @@ impl Allocs {
 }
 
 /// A start no task waits for: what it started is killed.
-fn discard(alloc: &str, task: &str, outcome: Result<Started, String>) {
+fn discard(alloc: &str, task: &str, outcome: Result<Started, StartFailure>) {
     let Ok(started) = outcome else { return };
     log::warn!("Alloc {alloc}: task {task} started, but nothing waits for it: killing it");
     match started.runs {

@@ -121,6 +121,8 @@ pub struct Agent {
     /// children it started.
     groups: Vec<libc::pid_t>,
     client: OnceCell<AgentClient>,
+    /// Environment variables every later start of the agent gets.
+    pub env: Vec<(String, String)>,
 }
 
 impl Agent {
@@ -223,6 +225,7 @@ impl Agent {
             child: None,
             groups: Vec::new(),
             client: OnceCell::new(),
+            env: Vec::new(),
         };
         agent.args = args(&agent);
         agent
@@ -256,6 +259,7 @@ impl Agent {
             .env("RUST_LOG", "debug")
             .env("TMPDIR", &self.dir.path)
             .env_remove(client::ADDRESS_ENV)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -1,0 +1,582 @@
+//! The artifact fetcher's HTTP/1.1 client: one `GET` per connection over a
+//! `TcpStream` (through TLS, `tls.rs`, for `https://`), bodies by `Content-Length`, `chunked` or the connection's
+//! end, redirects followed up to [`MAX_REDIRECTS`], a read timeout and a
+//! bound on the body's size. Messages name URLs without their query, where
+//! tokens live, and never the request's headers.
+
+use std::collections::BTreeMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::thread;
+use std::time::Duration;
+
+use super::tls::TlsStream;
+use crate::spec::redacted;
+
+/// A connection, plain or through TLS.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// Redirects followed before giving up, as Go's HTTP client (go-getter's).
+pub const MAX_REDIRECTS: usize = 10;
+
+/// The longest status line and header block read.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Connection attempts while the server refuses: a file server a prestart
+/// sidecar starts may not listen yet when the main task's start fetches
+/// from it. Bounded, and only for a refused connection.
+const CONNECT_ATTEMPTS: u32 = 20;
+
+/// The wait between refused attempts (20 × 250 ms: 5 s in all).
+const CONNECT_RETRY: Duration = Duration::from_millis(250);
+
+/// What fetching bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// The longest wait for the next bytes.
+    pub read_timeout: Duration,
+    /// The largest body taken.
+    pub max_size: u64,
+}
+
+/// Fetches `url` with `headers` into `out`; the bytes written. An
+/// `https://` server's certificate is checked against the CAs of the file
+/// `ca`.
+pub fn get(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    limits: HttpLimits,
+    ca: &str,
+    out: &mut dyn Write,
+) -> Result<u64, String> {
+    // Checked before anything is sent; the value is never shown.
+    for (key, value) in headers {
+        if key.is_empty() || key.contains(['\r', '\n', ':']) || value.contains(['\r', '\n']) {
+            return Err(format!(
+                "header {:?}: a name or value holds a line break (or the name a colon)",
+                key.replace(['\r', '\n'], " ")
+            ));
+        }
+    }
+    let mut url = url.to_string();
+    let mut previous_tls = false;
+    for _ in 0..=MAX_REDIRECTS {
+        let target = Target::parse(&url)?;
+        if previous_tls && !target.tls {
+            return Err(format!(
+                "GET {}: a redirect from https to http is refused",
+                redacted(&url)
+            ));
+        }
+        previous_tls = target.tls;
+        let mut stream =
+            open(&target, limits, ca).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+        let mut request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: csi-agent\r\nAccept-Encoding: identity\r\nConnection: close\r\n",
+            target.path, target.host_header
+        );
+        for (key, value) in headers {
+            request.push_str(&format!("{key}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+        let mut reader = BufReader::new(stream);
+        let head = read_head(&mut reader).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+        match head.status {
+            200 => {
+                return read_body(&mut reader, &head, limits.max_size, out)
+                    .map_err(|e| format!("GET {}: {e}", redacted(&url)));
+            }
+            301 | 302 | 303 | 307 | 308 => {
+                let Some(location) = head.header("location") else {
+                    return Err(format!(
+                        "GET {}: {} without a Location",
+                        redacted(&url),
+                        head.status
+                    ));
+                };
+                url = resolve(&target, location);
+            }
+            status => {
+                return Err(format!(
+                    "GET {}: bad response code: {status} {}",
+                    redacted(&url),
+                    head.reason
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "GET {}: more than {MAX_REDIRECTS} redirects",
+        redacted(&url)
+    ))
+}
+
+/// Connects to `target`, through TLS for `https://`, with the read timeout.
+fn open(target: &Target, limits: HttpLimits, ca: &str) -> io::Result<Conn> {
+    let tcp = connect(target)?;
+    tcp.set_read_timeout(Some(limits.read_timeout))?;
+    tcp.set_write_timeout(Some(limits.read_timeout))?;
+    if target.tls {
+        return Ok(Conn::Tls(Box::new(TlsStream::connect(
+            tcp,
+            &target.host,
+            ca,
+        )?)));
+    }
+    Ok(Conn::Plain(tcp))
+}
+
+/// Connects, retrying a refused connection a bounded number of times.
+fn connect(target: &Target) -> io::Result<TcpStream> {
+    let mut attempt = 0;
+    loop {
+        let addrs = (target.host.as_str(), target.port).to_socket_addrs()?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
+        for addr in addrs {
+            match TcpStream::connect(addr) {
+                Ok(stream) => return Ok(stream),
+                Err(err) => last = err,
+            }
+        }
+        attempt += 1;
+        if last.kind() != io::ErrorKind::ConnectionRefused || attempt >= CONNECT_ATTEMPTS {
+            return Err(last);
+        }
+        thread::sleep(CONNECT_RETRY);
+    }
+}
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    /// `https://`.
+    tls: bool,
+    host: String,
+    port: u16,
+    /// `host` or `host:port`, as the Host header carries it.
+    host_header: String,
+    /// The path and query.
+    path: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, String> {
+        let (tls, rest) = match url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
+            _ => {
+                return Err(format!(
+                    "{}: csi-agent fetches http:// and https:// URLs only",
+                    redacted(url)
+                ))
+            }
+        };
+        let rest = rest.split('#').next().unwrap_or("");
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let path = if path.starts_with('?') {
+            format!("/{path}")
+        } else {
+            path.to_string()
+        };
+        if authority.contains('@') {
+            return Err(format!(
+                "{}: user info in the URL is not supported; use headers",
+                redacted(url)
+            ));
+        }
+        let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
+            let (host, after) = inner
+                .split_once(']')
+                .ok_or_else(|| format!("{}: bad IPv6 host", redacted(url)))?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("{}: no host", redacted(url)));
+        }
+        let port = match port {
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("{}: bad port {p:?}", redacted(url)))?,
+            None if tls => 443,
+            None => 80,
+        };
+        Ok(Target {
+            tls,
+            host: host.to_string(),
+            port,
+            host_header: authority.to_string(),
+            path,
+        })
+    }
+}
+
+/// The URL a redirect's `location` names, from `target`.
+fn resolve(target: &Target, location: &str) -> String {
+    if location.contains("://") {
+        return location.to_string();
+    }
+    let scheme = if target.tls { "https" } else { "http" };
+    if location.starts_with('/') {
+        return format!("{scheme}://{}{location}", target.host_header);
+    }
+    let base = target.path.split('?').next().unwrap_or("/");
+    let dir = &base[..base.rfind('/').map_or(0, |i| i + 1)];
+    format!("{scheme}://{}{dir}{location}", target.host_header)
+}
+
+/// A response's status line and headers.
+#[derive(Debug)]
+pub struct Head {
+    pub status: u16,
+    pub reason: String,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn bad(message: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message.into())
+}
+
+/// Reads one line of the head, without its CRLF, counting toward `budget`.
+fn head_line(reader: &mut dyn BufRead, budget: &mut usize) -> io::Result<String> {
+    let mut line = Vec::new();
+    let n = reader
+        .take(*budget as u64 + 1)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Err(bad("the server closed the connection before answering"));
+    }
+    if n > *budget {
+        return Err(bad(format!("response head longer than {MAX_HEAD} bytes")));
+    }
+    *budget -= n;
+    if line.last() != Some(&b'\n') {
+        return Err(bad("the response head was cut short"));
+    }
+    line.pop();
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    String::from_utf8(line).map_err(|_| bad("the response head is not text"))
+}
+
+/// Reads the status line and headers.
+pub fn read_head(reader: &mut dyn BufRead) -> io::Result<Head> {
+    let mut budget = MAX_HEAD;
+    let status_line = head_line(reader, &mut budget)?;
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") {
+        return Err(bad(format!("not an HTTP/1 response: {status_line:?}")));
+    }
+    let status = parts
+        .next()
+        .and_then(|s| s.parse::<u16>().ok())
+        .filter(|s| (100..1000).contains(s))
+        .ok_or_else(|| bad(format!("bad status line {status_line:?}")))?;
+    let reason = parts.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let line = head_line(reader, &mut budget)?;
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| bad(format!("bad header line {line:?}")))?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    Ok(Head {
+        status,
+        reason,
+        headers,
+    })
+}
+
+/// Copies the body `head` announces into `out`, at most `max` bytes.
+pub fn read_body(
+    reader: &mut dyn BufRead,
+    head: &Head,
+    max: u64,
+    out: &mut dyn Write,
+) -> io::Result<u64> {
+    let chunked = head
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        return read_chunked(reader, max, out);
+    }
+    match head.header("content-length") {
+        Some(text) => {
+            let len: u64 = text
+                .parse()
+                .map_err(|_| bad(format!("bad Content-Length {text:?}")))?;
+            if len > max {
+                return Err(too_large(max));
+            }
+            let copied = io::copy(&mut reader.take(len), out)?;
+            if copied != len {
+                return Err(bad(format!("the body ended after {copied} of {len} bytes")));
+            }
+            Ok(len)
+        }
+        None => {
+            let copied = io::copy(&mut reader.take(max + 1), out)?;
+            if copied > max {
+                return Err(too_large(max));
+            }
+            Ok(copied)
+        }
+    }
+}
+
+fn too_large(max: u64) -> io::Error {
+    bad(format!(
+        "the body is larger than {max} bytes (http_max_size)"
+    ))
+}
+
+fn read_chunked(reader: &mut dyn BufRead, max: u64, out: &mut dyn Write) -> io::Result<u64> {
+    let mut total: u64 = 0;
+    loop {
+        let mut budget = MAX_HEAD;
+        let line = head_line(reader, &mut budget)?;
+        let size_text = line.split(';').next().unwrap_or("").trim();
+        let size = u64::from_str_radix(size_text, 16)
+            .map_err(|_| bad(format!("bad chunk size {size_text:?}")))?;
+        if size == 0 {
+            // Trailers, up to the empty line.
+            while !head_line(reader, &mut budget)?.is_empty() {}
+            return Ok(total);
+        }
+        total = total.checked_add(size).ok_or_else(|| too_large(max))?;
+        if total > max {
+            return Err(too_large(max));
+        }
+        let copied = io::copy(&mut reader.take(size), out)?;
+        if copied != size {
+            return Err(bad("the body ended inside a chunk"));
+        }
+        let mut crlf = [0u8; 2];
+        reader.read_exact(&mut crlf)?;
+        if &crlf != b"\r\n" {
+            return Err(bad("a chunk does not end with CRLF"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(response: &str, max: u64) -> io::Result<Vec<u8>> {
+        let mut reader = response.as_bytes();
+        let head = read_head(&mut reader)?;
+        let mut out = Vec::new();
+        read_body(&mut reader, &head, max, &mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn a_content_length_body_is_read_to_its_length() {
+        let out = body(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello world",
+            100,
+        )
+        .unwrap();
+        assert_eq!(out, b"hello");
+        let err = body("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello", 100).unwrap_err();
+        assert!(err.to_string().contains("after 5 of 9"), "{err}");
+        let err = body("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", 4).unwrap_err();
+        assert!(err.to_string().contains("larger than 4"), "{err}");
+    }
+
+    #[test]
+    fn a_chunked_body_is_joined_and_its_trailers_skipped() {
+        let response = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: t\r\n\r\n";
+        assert_eq!(body(response, 100).unwrap(), b"hello world");
+        assert!(body(response, 10).is_err());
+        let cut = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
+        assert!(body(cut, 100).is_err());
+        let bad_size = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        assert!(body(bad_size, 100)
+            .unwrap_err()
+            .to_string()
+            .contains("chunk size"));
+    }
+
+    #[test]
+    fn a_body_without_length_runs_to_the_end_within_the_bound() {
+        assert_eq!(body("HTTP/1.0 200 OK\r\n\r\nabc", 3).unwrap(), b"abc");
+        assert!(body("HTTP/1.0 200 OK\r\n\r\nabcd", 3).is_err());
+    }
+
+    #[test]
+    fn heads_are_parsed_and_bad_ones_refused() {
+        let mut reader: &[u8] = b"HTTP/1.1 404 Not Found\r\nLocation: /x\r\n\r\n";
+        let head = read_head(&mut reader).unwrap();
+        assert_eq!(head.status, 404);
+        assert_eq!(head.reason, "Not Found");
+        assert_eq!(head.header("location"), Some("/x"));
+        for bad in [
+            "SSH-2.0\r\n\r\n",
+            "HTTP/1.1 abc\r\n\r\n",
+            "",
+            "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+        ] {
+            let mut reader = bad.as_bytes();
+            assert!(read_head(&mut reader).is_err(), "{bad:?}");
+        }
+        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        let mut reader = long.as_bytes();
+        assert!(read_head(&mut reader).is_err());
+    }
+
+    #[test]
+    fn urls_and_redirects_resolve() {
+        let t = Target::parse("http://h:8080/a/b.tgz?x=1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("h", 8080));
+        assert_eq!(t.path, "/a/b.tgz?x=1");
+        let t = Target::parse("http://[::1]/").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 80));
+        let t = Target::parse("https://h/x").unwrap();
+        assert!(t.tls && t.port == 443);
+        assert_eq!(resolve(&t, "/y"), "https://h/y");
+        assert!(Target::parse("ftp://h/").is_err());
+        assert!(Target::parse("http://u:p@h/").is_err());
+        let t = Target::parse("http://h:1/a/b").unwrap();
+        assert_eq!(resolve(&t, "/c"), "http://h:1/c");
+        assert_eq!(resolve(&t, "c"), "http://h:1/a/c");
+        assert_eq!(resolve(&t, "http://o/d"), "http://o/d");
+    }
+
+    #[test]
+    fn redirects_stop_at_the_bound() {
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let mut served = 0;
+            for stream in listener.incoming().take(MAX_REDIRECTS + 1) {
+                let mut stream = stream.unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 2 {
+                    line.clear();
+                }
+                served += 1;
+                stream
+                    .write_all(b"HTTP/1.1 302 Found\r\nLocation: /again?token=s\r\nContent-Length: 0\r\n\r\n")
+                    .unwrap();
+            }
+            served
+        });
+        let limits = HttpLimits {
+            read_timeout: Duration::from_secs(60),
+            max_size: 100,
+        };
+        let err = get(
+            &format!("http://127.0.0.1:{port}/start"),
+            &BTreeMap::new(),
+            limits,
+            "/nonexistent",
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+        assert!(err.contains("more than 10 redirects"), "{err}");
+        assert!(!err.contains("token"), "{err}");
+        assert_eq!(server.join().unwrap(), MAX_REDIRECTS + 1);
+    }
+
+    #[test]
+    fn headers_are_sent_and_line_breaks_in_them_refused() {
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                head.push_str(&line);
+                line.clear();
+            }
+            let body = "ok";
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            head
+        });
+        let limits = HttpLimits {
+            read_timeout: Duration::from_secs(60),
+            max_size: 100,
+        };
+        let headers = BTreeMap::from([("X-Token".to_string(), "s3cret".to_string())]);
+        let mut out = Vec::new();
+        let url = format!("http://127.0.0.1:{port}/a");
+        get(&url, &headers, limits, "/nonexistent", &mut out).unwrap();
+        assert_eq!(out, b"ok");
+        let head = server.join().unwrap();
+        assert!(head.starts_with("GET /a HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("\r\nX-Token: s3cret\r\n"), "{head}");
+        assert!(
+            head.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")),
+            "{head}"
+        );
+        let injected = BTreeMap::from([("X".to_string(), "a\r\nEvil: 1".to_string())]);
+        let err = get(&url, &injected, limits, "/nonexistent", &mut Vec::new()).unwrap_err();
+        assert!(err.contains("line break") && !err.contains("Evil"), "{err}");
+    }
+}

@@ -1,0 +1,402 @@
+//! A task's `artifact` blocks: fetched over HTTP into the task dir before
+//! the task starts, checked against their checksum, unpacked by their
+//! extension; a failed fetch is a "Failed Artifact Download" event and the
+//! task's restart policy decides what follows. Each job serves its own
+//! files: a prestart task writes them into the shared alloc dir and a
+//! prestart sidecar serves that dir with Python's `http.server`, as
+//! Nomad's own e2e job `chroot_dl_exec` does.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::Rig;
+use crate::util::require_root;
+
+/// Nomad's e2e job, unchanged: a prestart task packs a script into
+/// `script.tar.gz`, a sidecar serves it, and the exec task fetches and
+/// unpacks it into `local/` and runs it.
+const CHROOT_DL_EXEC: &str = include_str!("../../fixtures/nomad/chroot_dl_exec.nomad");
+
+/// A job that serves `hello.txt` ("hello\n"), and `hello.tar`,
+/// `hello.zip` and `hello.txt.gz` holding it, on its port, whose task `t` has `artifact` and runs `command`, tried
+/// twice at most.
+fn served(name: &str, artifact: &str, command: &str) -> String {
+    format!(
+        r#"job "{name}" {{
+  type = "batch"
+  group "g" {{
+    network {{
+      mode = "host"
+      port "http" {{}}
+    }}
+    restart {{
+      attempts = 1
+      interval = "1h"
+      delay    = "1s"
+      mode     = "fail"
+    }}
+    task "write" {{
+      driver = "raw_exec"
+      lifecycle {{
+        hook = "prestart"
+      }}
+      template {{
+        data        = "hello\n"
+        destination = "${{NOMAD_ALLOC_DIR}}/hello.txt"
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "cd ${{NOMAD_ALLOC_DIR}} && tar -cf hello.tar hello.txt && python3 -m zipfile -c hello.zip hello.txt && gzip -k hello.txt"]
+      }}
+    }}
+    task "serve" {{
+      driver = "raw_exec"
+      lifecycle {{
+        hook    = "prestart"
+        sidecar = true
+      }}
+      config {{
+        command = "/usr/bin/python3"
+        args    = ["-m", "http.server", "${{NOMAD_PORT_http}}", "--bind", "127.0.0.1", "--directory", "${{NOMAD_ALLOC_DIR}}"]
+      }}
+    }}
+    task "t" {{
+      driver = "exec"
+{artifact}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "{command}"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+const HELLO_SHA256: &str = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03";
+
+#[test]
+fn nomads_chroot_dl_exec_runs_the_script_it_downloaded() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let allocs = rig.run_job("chroot_dl_exec.nomad", CHROOT_DL_EXEC);
+    let status = rig.wait_job("chroot_dl_exec", "the job to finish", |j| {
+        j.status == "dead"
+    });
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    let out = rig.ok(&["alloc", "logs", &allocs[0], "run-script"]);
+    assert_eq!(out, "this output is from a script\n");
+}
+
+#[test]
+fn validate_lists_the_artifact_and_job_run_checks_its_variables() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.ok(&[
+        "validate",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/nomad/chroot_dl_exec.nomad"
+        ),
+    ]);
+    assert!(
+        out.contains(
+            "artifact http://localhost:${NOMAD_PORT_http}/script.tar.gz into \"local/\" (mode any)"
+        ),
+        "{out}"
+    );
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_web}/hello.txt\"\n      }";
+    let out = rig.run_job_output("unknown.hcl", &served("unknown", artifact, "true"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("artifact http://127.0.0.1:${NOMAD_PORT_web}/hello.txt: source:"),
+        "{err}"
+    );
+    assert!(err.contains("NOMAD_PORT_web"), "{err}");
+}
+
+#[test]
+fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = format!(
+        "      artifact {{\n        source      = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.txt\"\n        destination = \"local/in/greeting\"\n        mode        = \"file\"\n        options {{\n          checksum = \"sha256:{HELLO_SHA256}\"\n        }}\n      }}\n      artifact {{\n        source = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.tar\"\n        destination = \"local/unpacked\"\n      }}"
+    );
+    let job = served(
+        "plain",
+        &artifact,
+        "cat local/in/greeting local/unpacked/hello.txt",
+    );
+    let allocs = rig.run_job("plain.hcl", &job);
+    let status = rig.wait_job("plain", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "hello\nhello\n"
+    );
+}
+
+#[test]
+fn a_zip_is_unpacked_and_a_gz_file_inflated_where_mode_file_says() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.zip\"\n        destination = \"local/z\"\n      }\n      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt.gz\"\n        destination = \"local/g/hello\"\n        mode        = \"file\"\n      }";
+    let job = served("zipped", artifact, "cat local/z/hello.txt local/g/hello");
+    let allocs = rig.run_job("zipped.hcl", &job);
+    let status = rig.wait_job("zipped", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "hello\nhello\n"
+    );
+}
+
+#[test]
+fn chown_gives_the_artifact_to_the_task_s_user() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      user = \"nobody\"\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/mine\"\n        chown = true\n      }\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n        destination = \"local/root\"\n      }";
+    let job = served(
+        "owned",
+        artifact,
+        "stat -c %u local/mine local/mine/hello.txt local/root/hello.txt",
+    );
+    let allocs = rig.run_job("owned.hcl", &job);
+    let status = rig.wait_job("owned", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    // nobody's uid for what chown gave, root's for the other.
+    assert_eq!(
+        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
+        "65534\n65534\n0\n"
+    );
+}
+
+#[test]
+fn a_raw_exec_task_s_task_dir_variable_names_its_own_dir() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n        destination = \"${NOMAD_TASK_DIR}/fetched\"\n      }";
+    let job = served("raw", artifact, "cat ${NOMAD_TASK_DIR}/fetched/hello.txt").replace(
+        "    task \"t\" {\n      driver = \"exec\"",
+        "    task \"t\" {\n      driver = \"raw_exec\"",
+    );
+    assert!(
+        job.contains("driver = \"raw_exec\"\n      artifact"),
+        "{job}"
+    );
+    let allocs = rig.run_job("raw.hcl", &job);
+    let status = rig.wait_job("raw", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
+}
+
+#[test]
+fn a_checksum_mismatch_fails_the_download_and_the_restart_policy_follows() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let wrong = "0".repeat(64);
+    let artifact = format!(
+        "      artifact {{\n        source = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.txt?checksum=sha256:{wrong}\"\n      }}"
+    );
+    rig.run_job("sum.hcl", &served("sum", &artifact, "cat local/hello.txt"));
+    let status = rig.wait_job("sum", "the job to fail", |j| j.status == "dead");
+    let alloc = &status.allocs[0];
+    assert_eq!(alloc.status, "failed", "{alloc:#?}");
+    let t = alloc.tasks.iter().find(|t| t.name == "t").unwrap();
+    let kinds: Vec<&str> = t.events.iter().map(|e| e.kind.as_str()).collect();
+    let downloads = kinds
+        .iter()
+        .filter(|k| **k == "Failed Artifact Download")
+        .count();
+    // One attempt and one restart, then the policy gives up.
+    assert_eq!(downloads, 2, "{kinds:?}");
+    assert!(kinds.contains(&"restarting"), "{kinds:?}");
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed.message.contains(&format!(
+            "checksum mismatch: expected sha256:{wrong}, got sha256:{HELLO_SHA256}"
+        )),
+        "{failed:?}"
+    );
+    let last = t.events.last().unwrap();
+    assert!(
+        last.kind == "failed" && last.message.contains("restart policy exhausted"),
+        "{last:?}"
+    );
+    // Nothing of the download is left in the task dir.
+    assert!(!t.events.iter().any(|e| e.kind == "started"), "{kinds:?}");
+}
+
+#[test]
+fn a_404_fails_naming_the_url_without_its_query() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/missing.sh?token=s3cret\"\n      }";
+    rig.run_job("gone.hcl", &served("gone", artifact, "true"));
+    let status = rig.wait_job("gone", "the job to fail", |j| j.status == "dead");
+    let alloc = &status.allocs[0];
+    assert_eq!(alloc.status, "failed", "{alloc:#?}");
+    let t = alloc.tasks.iter().find(|t| t.name == "t").unwrap();
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("/missing.sh?[REDACTED]: bad response code: 404"),
+        "{failed:?}"
+    );
+    assert!(failed.message.contains("http://127.0.0.1:"), "{failed:?}");
+    for e in &t.events {
+        assert!(!e.message.contains("s3cret"), "{e:?}");
+    }
+    assert!(!alloc.message.contains("s3cret"), "{alloc:?}");
+}
+
+#[test]
+fn the_agent_config_bounds_a_download() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare_with_config("client {\n  artifact {\n    http_max_size = 3\n  }\n}\n");
+    let artifact = "      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n      }";
+    rig.run_job("big.hcl", &served("big", artifact, "true"));
+    let status = rig.wait_job("big", "the job to fail", |j| j.status == "dead");
+    let t = status.allocs[0]
+        .tasks
+        .iter()
+        .find(|t| t.name == "t")
+        .unwrap();
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("larger than 3 bytes (http_max_size)"),
+        "{failed:?}"
+    );
+}
+
+/// Python's file server behind TLS: `port dir cert key`.
+const TLS_SERVER: &str = "import functools, http.server, ssl, sys\nport, root, cert, key = sys.argv[1:5]\nhandler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)\nsrv = http.server.HTTPServer(('127.0.0.1', int(port)), handler)\nctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\nctx.load_cert_chain(cert, key)\nsrv.socket = ctx.wrap_socket(srv.socket, server_side=True)\nsrv.serve_forever()\n";
+
+/// Runs openssl(1) in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+#[test]
+fn https_is_fetched_from_a_server_the_agent_s_cas_vouch_for() {
+    if !require_root() {
+        return;
+    }
+    let mut rig = Rig::bare();
+    let dir = rig.agent.dir.mkdir("tls");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]);
+    openssl(&dir, &ca);
+    let mut csr = vec!["req"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&dir, &csr);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+    std::fs::write(dir.join("serve.py"), TLS_SERVER).unwrap();
+    // The agent trusts the test's CA, as a host would trust its own.
+    rig.agent.env.push((
+        "SSL_CERT_FILE".into(),
+        dir.join("ca.crt").display().to_string(),
+    ));
+    assert_eq!(rig.agent.sigterm(), 0);
+    rig.agent.restart();
+    let plain_server = r#"args    = ["-m", "http.server", "${NOMAD_PORT_http}", "--bind", "127.0.0.1", "--directory", "${NOMAD_ALLOC_DIR}"]"#;
+    let tls_server = format!(
+        r#"args    = ["{}", "${{NOMAD_PORT_http}}", "${{NOMAD_ALLOC_DIR}}", "{}", "{}"]"#,
+        dir.join("serve.py").display(),
+        dir.join("srv.crt").display(),
+        dir.join("srv.key").display()
+    );
+    let artifact = "      artifact {\n        source = \"https://localhost:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/tls\"\n      }";
+    let job = served("tls", artifact, "cat local/tls/hello.txt");
+    assert!(job.contains(plain_server));
+    let job = job.replace(plain_server, &tls_server);
+    let allocs = rig.run_job("tls.hcl", &job);
+    let status = rig.wait_job("tls", "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
+}
