@@ -69,29 +69,29 @@ fn expand_checked(
     let mut content: Option<Block> = None;
     for item in block.body.items {
         match item {
-            Item::Attribute(attr) => {
-                match attr.key.name.as_str() {
-                    "for_each" => for_each = Some(attr.value),
-                    "labels" => labels = Some(attr.value),
-                    "iterator" => match attr.value {
-                        Expr::Reference { root, steps, .. } if steps.is_empty() => {
-                            iterator = Some(root.name)
-                        }
-                        other => return Err(at(
+            Item::Attribute(attr) => match attr.key.name.as_str() {
+                "for_each" => for_each = Some(attr.value),
+                "labels" => labels = Some(attr.value),
+                "iterator" => match attr.value {
+                    Expr::Reference { root, steps, .. } if steps.is_empty() => {
+                        iterator = Some(root.name)
+                    }
+                    other => {
+                        return Err(at(
                             other.pos(),
                             format!(
                                 "the iterator of {what} is a bare name, such as `iterator = item`"
                             ),
-                        )),
-                    },
-                    other => {
-                        return Err(at(
-                            attr.key.span.start,
-                            format!("unknown attribute {other:?} in {what}: it takes {KEYS}"),
                         ))
                     }
+                },
+                other => {
+                    return Err(at(
+                        attr.key.span.start,
+                        format!("unknown attribute {other:?} in {what}: it takes {KEYS}"),
+                    ))
                 }
-            }
+            },
             Item::Block(inner) if inner.kind.name == "content" && inner.labels.is_empty() => {
                 if let Some(first) = &content {
                     return Err(at(
