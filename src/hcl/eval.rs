@@ -220,9 +220,15 @@ pub fn evaluate(body: &mut Body, scope: &Scope<'_>, file: &str) -> Result<(), Ve
 /// [`evaluate`] on one body; each `dynamic` block in it is replaced by the
 /// blocks it makes (`dynamic.rs`).
 fn evaluate_body(body: &mut Body, scope: &Scope<'_>, file: &str, errors: &mut Vec<Error>) {
+    if body.syntax == Syntax::Json {
+        dynamic::expand_json_body(body, scope, file, errors);
+    }
     for item in std::mem::take(&mut body.items) {
         match item {
             Item::Attribute(mut attr) => {
+                if body.syntax == Syntax::Json {
+                    dynamic::expand_json(&mut attr.value, scope, file, errors);
+                }
                 if let Err(err) = evaluate_in_place(&mut attr.value, scope, file) {
                     errors.push(err);
                 }

@@ -129,3 +129,79 @@ fn the_shape_of_a_dynamic_block_is_checked() {
         assert_eq!(evaluation_error(src, &[]), want, "{src}");
     }
 }
+
+/// The JSON `src` evaluated with `vars`, rendered.
+fn json_evaluated(src: &str, vars: &[(&str, Value)]) -> String {
+    let mut body = super::json_ok(src);
+    if let Err(errors) =
+        crate::hcl::evaluate(&mut body, &super::expressions::scope(vars), "test.json")
+    {
+        panic!("expected {src:?} to evaluate, got {}", errors[0]);
+    }
+    super::render(&body)
+}
+
+/// The first error evaluating the JSON `src` with `vars`.
+fn json_evaluation_error(src: &str, vars: &[(&str, Value)]) -> String {
+    let mut body = super::json_ok(src);
+    match crate::hcl::evaluate(&mut body, &super::expressions::scope(vars), "test.json") {
+        Ok(()) => panic!("expected {src:?} to fail, got {}", super::render(&body)),
+        Err(errors) => errors[0].to_string(),
+    }
+}
+
+#[test]
+fn a_json_dynamic_property_makes_one_object_per_element() {
+    let src = r#"{"task": {"t": {
+  "template": {"destination": "local/x"},
+  "dynamic": {"template": {
+    "for_each": "${var.files}",
+    "iterator": "f",
+    "content": {"destination": "local/${f.value}", "data": "${f.key}: ${NOMAD_TASK_DIR}"}
+  }}
+}}}"#;
+    let out = json_evaluated(src, &[("files", list(&["a", "b"]))]);
+    assert_eq!(
+        out,
+        "\"task\" = { \"t\" = { \"template\" = [{ \"destination\" = \"local/x\" }, \
+         { \"destination\" = \"local/a\", \"data\" = \"0: ${NOMAD_TASK_DIR}\" }, \
+         { \"destination\" = \"local/b\", \"data\" = \"1: ${NOMAD_TASK_DIR}\" }] } }\n"
+    );
+}
+
+#[test]
+fn a_json_dynamic_property_with_labels_nests_each_object_in_them() {
+    let src = r#"{"dynamic": {"group": {
+  "for_each": {"web": 2, "db": 1},
+  "labels": ["${group.key}"],
+  "content": {"count": "${group.value}"}
+}}}"#;
+    assert_eq!(
+        json_evaluated(src, &[]),
+        "\"group\" = [{ \"db\" = { \"count\" = 1 } }, { \"web\" = { \"count\" = 2 } }]\n"
+    );
+}
+
+#[test]
+fn a_json_key_named_dynamic_in_a_map_is_left_alone() {
+    let out = json_evaluated(r#"{"env": {"dynamic": "yes"}}"#, &[]);
+    assert!(out.contains("dynamic"), "{out}");
+}
+
+#[test]
+fn json_dynamic_errors_point_at_their_place() {
+    assert_eq!(
+        json_evaluation_error(
+            "{\"dynamic\": {\"env\": {\n  \"for_each\": \"x\",\n  \"content\": {}\n}}}",
+            &[]
+        ),
+        "test.json:2:15: the for_each of dynamic \"env\" iterates over a list, a set, a map or an object, not a string"
+    );
+    assert_eq!(
+        json_evaluation_error(
+            "{\"dynamic\": {\"env\": {\n  \"for_each\": [],\n  \"each\": 1,\n  \"content\": {}\n}}}",
+            &[]
+        ),
+        "test.json:3:3: unknown key \"each\" in dynamic \"env\": it takes for_each, iterator, labels and one content block"
+    );
+}
