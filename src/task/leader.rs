@@ -22,6 +22,13 @@ pub(super) fn dead_leader(alloc: &Alloc) -> Option<&str> {
         .map(|(_, run)| run.name.as_str())
 }
 
+/// Whether another task's end ends task `i`: a task failed for good, or
+/// the leader, if `i` is not the leader, is dead.
+pub(super) fn ended_by_another(alloc: &Alloc, i: usize) -> bool {
+    alloc.tasks.iter().any(|t| t.failed)
+        || dead_leader(alloc).is_some_and(|leader| leader != alloc.tasks[i].name)
+}
+
 /// Whether task `i` runs and has not been sent its kill signal yet: the
 /// one whose next `kill_task` is a kill it should be told the reason of.
 fn about_to_be_killed(alloc: &Alloc, i: usize) -> bool {

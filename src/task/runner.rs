@@ -181,9 +181,7 @@ impl Allocs {
                 return changed;
             }
         }
-        if failing {
-            leader::note_sibling_failed(alloc);
-        }
+        leader::note_sibling_failed(alloc);
         // Poststop tasks run once the others are dead, with the volumes
         // still claimed; they are not killed.
         for i in 0..alloc.tasks.len() {
@@ -421,10 +419,7 @@ impl Allocs {
         // A poststop task runs because the alloc stops: it is never
         // killed, and follows its policy.
         let stopping = role != Role::Poststop
-            && (alloc.stop_wanted
-                || alloc.tasks.iter().any(|t| t.failed)
-                || wound_down
-                || leader::dead_leader(alloc).is_some_and(|l| l != alloc.tasks[i].name));
+            && (alloc.stop_wanted || wound_down || leader::ended_by_another(alloc, i));
         let driver = alloc.group.tasks[i].driver.as_str();
         count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];
