@@ -1,5 +1,5 @@
-//! Nomad's own e2e job files (`e2e/isolation/`, `e2e/taskevents/`,
-//! `e2e/lifecycle/` of hashicorp/nomad, copied unchanged into
+//! Nomad's own e2e job files (`e2e/isolation/`, `e2e/rawexec/`,
+//! `e2e/taskevents/`, `e2e/lifecycle/` of hashicorp/nomad, copied unchanged into
 //! `tests/fixtures/nomad/e2e/`), run with `job run` as they are, and held
 //! to what Nomad's Go tests assert on them: the files a chroot holds, the
 //! pid a task sees in its namespace, the order of task events, and the
@@ -28,6 +28,7 @@ const EXEC: &str = include_str!("../../fixtures/nomad/e2e/isolation/exec.nomad")
 const EXEC_HOST: &str = include_str!("../../fixtures/nomad/e2e/isolation/exec_host.nomad");
 const ECHO_PID: &str = include_str!("../../fixtures/nomad/e2e/isolation/echo_pid.nomad");
 const RAW_EXEC: &str = include_str!("../../fixtures/nomad/e2e/isolation/raw_exec.hcl");
+const OOMADJ: &str = include_str!("../../fixtures/nomad/e2e/rawexec/oomadj.hcl");
 const EXEC_CORES: &str = include_str!("../../fixtures/nomad/e2e/isolation/exec_cores.nomad");
 const SIMPLE_BATCH: &str = include_str!("../../fixtures/nomad/e2e/taskevents/simple_batch.nomad");
 const FAILED_BATCH: &str = include_str!("../../fixtures/nomad/e2e/taskevents/failed_batch.nomad");
@@ -127,6 +128,21 @@ fn nomads_raw_exec_job_sees_a_host_pid() {
     let rig = Rig::bare();
     let (_, logs) = run_to_end(&rig, "raw_exec.hcl", RAW_EXEC, "raw_exec", "bash");
     assert_ne!(pid_said(&logs), 1, "{logs:?}");
+}
+
+// e2e/rawexec/rawexec_test.go, testOomAdj: a raw_exec task starts with
+// an OOM score adjustment of 0, whatever the agent's (here 500, which
+// raising needs no privilege for).
+#[test]
+fn nomads_oomadj_job_reads_an_oom_score_adjustment_of_0() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let agent_adj = format!("/proc/{}/oom_score_adj", rig.agent.pid());
+    std::fs::write(&agent_adj, "500").unwrap();
+    let (_, logs) = run_to_end(&rig, "oomadj.hcl", OOMADJ, "oomadj", "cat");
+    assert_eq!(logs.trim(), "0", "{logs:?}");
 }
 
 // e2e/isolation/input/exec_cores.nomad writes `core`, a key Nomad's
