@@ -489,8 +489,13 @@ impl Step {
                 .map_err(|e| sys::report(b"cannot set no_new_privs", b"", e)),
             Step::JoinCgroup { procs } => sys::join_cgroup(procs)
                 .map_err(|e| sys::report(b"cannot join the cgroup ", procs.as_bytes(), e)),
-            Step::ResetOomScoreAdj => sys::reset_oom_score_adj()
-                .map_err(|e| sys::report(b"cannot reset the OOM score adjustment", b"", e)),
+            // Lowering it needs CAP_SYS_RESOURCE when a privileged
+            // parent raised the agent's; without it the task runs with
+            // the agent's adjustment rather than not at all.
+            Step::ResetOomScoreAdj => {
+                let _ = sys::reset_oom_score_adj();
+                Ok(())
+            }
         }
     }
 }
