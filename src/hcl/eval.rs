@@ -17,10 +17,13 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::ast::{BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, UnaryOp};
+use super::ast::{
+    BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, Syntax, UnaryOp,
+};
 use super::functions;
 
 mod collections;
+mod dynamic;
 
 /// A value that an expression evaluates to.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,15 +217,31 @@ pub fn evaluate(body: &mut Body, scope: &Scope<'_>, file: &str) -> Result<(), Ve
     }
 }
 
+/// [`evaluate`] on one body; each `dynamic` block in it is replaced by the
+/// blocks it makes (`dynamic.rs`).
 fn evaluate_body(body: &mut Body, scope: &Scope<'_>, file: &str, errors: &mut Vec<Error>) {
-    for item in &mut body.items {
+    if body.syntax == Syntax::Json {
+        dynamic::expand_json_body(body, scope, file, errors);
+    }
+    for item in std::mem::take(&mut body.items) {
         match item {
-            Item::Attribute(attr) => {
+            Item::Attribute(mut attr) => {
+                if body.syntax == Syntax::Json {
+                    dynamic::expand_json(&mut attr.value, scope, file, errors);
+                }
                 if let Err(err) = evaluate_in_place(&mut attr.value, scope, file) {
                     errors.push(err);
                 }
+                body.items.push(Item::Attribute(attr));
             }
-            Item::Block(block) => evaluate_body(&mut block.body, scope, file, errors),
+            Item::Block(block) if block.kind.name == "dynamic" && body.syntax == Syntax::Native => {
+                let made = dynamic::expand(block, scope, file, errors);
+                body.items.extend(made.into_iter().map(Item::Block));
+            }
+            Item::Block(mut block) => {
+                evaluate_body(&mut block.body, scope, file, errors);
+                body.items.push(Item::Block(block));
+            }
         }
     }
 }

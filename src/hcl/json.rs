@@ -92,6 +92,22 @@ struct Parser<'a> {
     line: usize,
     col: usize,
     depth: usize,
+    /// The names `dynamic` blocks around the current value bind, as the
+    /// native parser's `bound`: `${e.value}` in a `"content"` is HCL's.
+    bound: Vec<String>,
+    /// What the object that starts next is to a `"dynamic"` property.
+    next_object: DynamicRole,
+}
+
+/// The place of an object in a `"dynamic"` property: its value, whose
+/// keys are the labels of the blocks to make (each binding its name), or
+/// the value of one label, whose `"iterator"` names the binding instead.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum DynamicRole {
+    #[default]
+    None,
+    Labels,
+    Spec,
 }
 
 impl<'a> Parser<'a> {
@@ -106,6 +122,8 @@ impl<'a> Parser<'a> {
             line: 1,
             col: 1,
             depth: 0,
+            bound: Vec::new(),
+            next_object: DynamicRole::None,
         }
     }
 
@@ -185,9 +203,11 @@ impl<'a> Parser<'a> {
     /// completes "expected a value ..." in errors.
     fn parse_value(&mut self, owner: &str) -> Result<Expr, Error> {
         let start = self.pos();
+        let role = std::mem::take(&mut self.next_object);
         match self.peek() {
             Some('{') => {
                 self.enter(start)?;
+                self.next_object = role;
                 let (entries, span) = self.parse_object()?;
                 self.leave();
                 Ok(Expr::Object { entries, span })
@@ -239,6 +259,19 @@ impl<'a> Parser<'a> {
     /// Parses `{ "key": value, ... }`, the current character being `{`,
     /// into its entries and its span.
     fn parse_object(&mut self) -> Result<(Vec<(Key, Expr)>, Span), Error> {
+        let role = std::mem::take(&mut self.next_object);
+        let outer = self.bound.len();
+        let parsed = self.parse_object_entries(role);
+        self.bound.truncate(outer);
+        parsed
+    }
+
+    /// [`Parser::parse_object`], with the names of a `"dynamic"` property
+    /// bound as its `role` says.
+    fn parse_object_entries(
+        &mut self,
+        role: DynamicRole,
+    ) -> Result<(Vec<(Key, Expr)>, Span), Error> {
         let open = self.pos();
         self.bump();
         let mut entries: Vec<(Key, Expr)> = Vec::new();
@@ -277,7 +310,25 @@ impl<'a> Parser<'a> {
             }
             self.bump();
             self.skip_whitespace();
-            let value = self.parse_value(&format!("for {name:?}"))?;
+            let label_outer = self.bound.len();
+            match (role, name.as_str()) {
+                (DynamicRole::Labels, _) => {
+                    self.bound.push(name.clone());
+                    self.next_object = DynamicRole::Spec;
+                }
+                (DynamicRole::None, "dynamic") => self.next_object = DynamicRole::Labels,
+                _ => {}
+            }
+            let value = self.parse_value(&format!("for {name:?}"));
+            if role == DynamicRole::Labels {
+                self.bound.truncate(label_outer);
+            }
+            let value = value?;
+            if let (DynamicRole::Spec, "iterator", Expr::String { value, .. }) =
+                (role, name.as_str(), &value)
+            {
+                self.bound.push(value.clone());
+            }
             self.skip_whitespace();
             let next = self.peek();
             if !matches!(next, Some(',' | '}')) {

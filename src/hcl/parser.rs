@@ -133,6 +133,13 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 attributes_seen.insert(key.name.clone(), key.span.start);
+                if let (Some(("dynamic", _)), "iterator", Expr::Reference { root, steps, .. }) =
+                    (enclosing, key.name.as_str(), &attr.value)
+                {
+                    if steps.is_empty() {
+                        self.bound.push(root.name.clone());
+                    }
+                }
             }
             // One item per line: a newline, the end of the file or the
             // enclosing block's closing brace must come next; after an
@@ -245,7 +252,18 @@ impl<'a> Parser<'a> {
         }
         self.enter(open)?;
         self.advance()?;
-        let body = self.parse_body(Some((&kind.name, open)))?;
+        // A `dynamic "env"` block binds `env` (or the name its `iterator`
+        // gives) in its body: `${env.value}` there is HCL's, evaluated
+        // for each element when the block is expanded (`eval/dynamic.rs`).
+        let outer = self.bound.len();
+        if let [label] = labels.as_slice() {
+            if kind.name == "dynamic" {
+                self.bound.push(label.value.clone());
+            }
+        }
+        let body = self.parse_body(Some((&kind.name, open)));
+        self.bound.truncate(outer);
+        let body = body?;
         let close = self.advance()?;
         self.leave();
         let span = Span::new(kind.span.start, close.end);

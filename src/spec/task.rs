@@ -44,7 +44,6 @@ const TASK_IGNORED: &[&str] = &[
     "dispatch_payload",
     "identity",
     "kind",
-    "leader",
     "logs",
     "meta",
     "schedule",
@@ -173,6 +172,9 @@ pub struct Task {
     pub kill_timeout: Duration,
     /// `None` for a main task.
     pub lifecycle: Option<Lifecycle>,
+    /// Nomad's `leader`: once this task is dead, the group's other tasks
+    /// are stopped (`task::leader`).
+    pub leader: bool,
     /// The group's policy, with the task's own `restart` block over it.
     pub restart: Restart,
     /// An exec or raw_exec task's control group limits (`task::cgroup`),
@@ -326,6 +328,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
     let lifecycle = f
         .block("lifecycle")
         .and_then(|block| decode_lifecycle(&mut f.nested(block)));
+    let leader = f.bool("leader").unwrap_or(false);
     let restart = f
         .block("restart")
         .map(|block| decode_restart(&mut f.nested(block), restart))
@@ -381,6 +384,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         kill_signal,
         kill_timeout,
         lifecycle,
+        leader,
         restart,
         resources,
         volume_mounts,
@@ -644,6 +648,9 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
         w.string("hook", lifecycle.hook.as_str());
         w.plain("sidecar", lifecycle.sidecar);
         w.close();
+    }
+    if task.leader {
+        w.plain("leader", true);
     }
     write_restart(w, &task.restart);
     if let Some(resources) = &task.resources {

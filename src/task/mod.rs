@@ -60,6 +60,7 @@
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `starter.rs` | the threads that carry out starts off the loop, and a done task's cleanups; taking a start in |
+//! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
@@ -78,6 +79,7 @@ pub mod env;
 pub mod exec;
 mod jobs;
 mod launch;
+mod leader;
 mod leftovers;
 pub mod lifecycle;
 pub mod mounts;

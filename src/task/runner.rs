@@ -10,6 +10,7 @@ use crossbeam_channel::bounded;
 
 use super::cgroup;
 use super::driver::Exit;
+use super::leader;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
 use super::volume_hook::unmount_below;
@@ -105,6 +106,7 @@ impl Allocs {
         if lifecycle::main_done(&lifecycle_view(alloc)) {
             changed |= self.stop_sidecars(alloc, now);
         }
+        changed |= self.stop_for_leader(alloc, now);
         for i in 0..alloc.tasks.len() {
             let due = match alloc.tasks[i].state {
                 TaskState::Pending => lifecycle::may_start(&lifecycle_view(alloc), i),
@@ -179,6 +181,7 @@ impl Allocs {
                 return changed;
             }
         }
+        leader::note_sibling_failed(alloc);
         // Poststop tasks run once the others are dead, with the volumes
         // still claimed; they are not killed.
         for i in 0..alloc.tasks.len() {
@@ -416,7 +419,7 @@ impl Allocs {
         // A poststop task runs because the alloc stops: it is never
         // killed, and follows its policy.
         let stopping = role != Role::Poststop
-            && (alloc.stop_wanted || alloc.tasks.iter().any(|t| t.failed) || wound_down);
+            && (alloc.stop_wanted || wound_down || leader::ended_by_another(alloc, i));
         let driver = alloc.group.tasks[i].driver.as_str();
         count_exit(driver, &exit);
         let task = &mut alloc.tasks[i];

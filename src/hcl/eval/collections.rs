@@ -66,7 +66,7 @@ pub(super) fn traverse(
 /// The key and the value of each element of the collection `expr`
 /// names, in the order a `for` visits them; `what` names the `for` in the
 /// error for a value that is not a collection.
-fn elements(
+pub(super) fn elements(
     expr: &Expr,
     what: &str,
     scope: &Scope<'_>,
@@ -95,7 +95,7 @@ fn elements(
 }
 
 /// Counts one more element made by a `for` of the scope, at `pos`.
-fn count_iteration(scope: &Scope<'_>, file: &str, pos: Pos) -> Result<(), Error> {
+pub(super) fn count_iteration(scope: &Scope<'_>, file: &str, pos: Pos) -> Result<(), Error> {
     let made = scope.iterations.get() + 1;
     if made > MAX_ITERATIONS {
         return Err(Error::new(

@@ -26,13 +26,17 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("contains", 2, 2, |a| {
         Ok(Value::Bool(a.list(0)?.contains(&a.values[1])))
     }),
+    // As in go-cty, a map's keys and values come in the order of its
+    // keys, whatever the order it was written in.
     ("keys", 1, 1, |a| {
-        let keys = a.object(0)?.into_iter().map(|(k, _)| Value::String(k));
+        let keys = sorted(a.object(0)?)
+            .into_iter()
+            .map(|(k, _)| Value::String(k));
         Ok(Value::List(keys.collect()))
     }),
     ("values", 1, 1, |a| {
         Ok(Value::List(
-            a.object(0)?.into_iter().map(|(_, v)| v).collect(),
+            sorted(a.object(0)?).into_iter().map(|(_, v)| v).collect(),
         ))
     }),
     ("merge", 0, usize::MAX, merge),
@@ -142,4 +146,10 @@ pub(super) fn flatten(items: Vec<Value>) -> Vec<Value> {
         }
     }
     out
+}
+
+/// The entries of a map or object in the order of their keys.
+fn sorted(mut entries: Vec<(String, Value)>) -> Vec<(String, Value)> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries
 }

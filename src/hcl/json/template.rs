@@ -54,6 +54,7 @@ impl Parser<'_> {
         if sequences.is_empty() {
             return Ok(Expr::String { value, span });
         }
-        parser::Parser::for_templates(self.file, self.depth).template(value, &sequences, span)
+        parser::Parser::for_templates(self.file, self.depth, &self.bound)
+            .template(value, &sequences, span)
     }
 }

@@ -70,8 +70,9 @@ impl OpenKind {
 
 impl<'a> Parser<'a> {
     /// A parser with no input of its own, for the templates of HCL's JSON
-    /// syntax: strings nested `depth` deep in the file named `file`.
-    pub(crate) fn for_templates(file: &'a str, depth: usize) -> Parser<'a> {
+    /// syntax: strings nested `depth` deep in the file named `file`, with
+    /// the names of the `dynamic` blocks around them `bound`.
+    pub(crate) fn for_templates(file: &'a str, depth: usize, bound: &[String]) -> Parser<'a> {
         let pos = Pos::new(1, 1);
         Parser {
             lexer: Lexer::at("", file, pos),
@@ -82,7 +83,7 @@ impl<'a> Parser<'a> {
                 end: pos,
             },
             depth,
-            bound: Vec::new(),
+            bound: bound.to_vec(),
         }
     }
 

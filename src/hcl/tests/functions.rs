@@ -120,6 +120,9 @@ fn contains_keys_values() {
     assert_eq!(value(r#"contains(["a", "b"], "b")"#), "true");
     assert_eq!(value(r#"keys({a = 1, b = 2})"#), r#"["a", "b"]"#);
     assert_eq!(value(r#"values({a = 1, b = 2})"#), "[1, 2]");
+    // go-cty orders a map by its keys, not as it was written.
+    assert_eq!(value(r#"keys({b = 1, a = 2})"#), r#"["a", "b"]"#);
+    assert_eq!(value(r#"values({b = 1, a = 2})"#), "[2, 1]");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use super::{json, parse, Body, Error, Expr, Item};
 
+mod dynamic_blocks;
 mod errors;
 mod expressions;
 mod files;

@@ -101,6 +101,9 @@ pub(super) enum Step {
     JoinCgroup {
         procs: CString,
     },
+    /// Sets its OOM score adjustment to 0, as Nomad's executor starts a
+    /// task with, rather than keep the agent's.
+    ResetOomScoreAdj,
 }
 
 /// The child's side, prepared in the parent.
@@ -170,7 +173,7 @@ fn new_fs(
 impl ChildSetup {
     pub(super) fn new(launch: &Launch) -> mount::Result<ChildSetup> {
         let plan = &launch.namespace;
-        let mut early = Vec::new();
+        let mut early = vec![Step::ResetOomScoreAdj];
         for procs in &launch.cgroup_procs {
             early.push(Step::JoinCgroup { procs: c(procs)? });
         }
@@ -486,6 +489,13 @@ impl Step {
                 .map_err(|e| sys::report(b"cannot set no_new_privs", b"", e)),
             Step::JoinCgroup { procs } => sys::join_cgroup(procs)
                 .map_err(|e| sys::report(b"cannot join the cgroup ", procs.as_bytes(), e)),
+            // Lowering it needs CAP_SYS_RESOURCE when a privileged
+            // parent raised the agent's; without it the task runs with
+            // the agent's adjustment rather than not at all.
+            Step::ResetOomScoreAdj => {
+                let _ = sys::reset_oom_score_adj();
+                Ok(())
+            }
         }
     }
 }
@@ -580,6 +590,24 @@ pub(super) mod sys {
     /// Writes `0` (the writer) to a `cgroup.procs` file.
     pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
         let fd = open(procs, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+        // SAFETY: a live one-byte buffer.
+        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        let result = if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        close(fd);
+        result
+    }
+
+    /// Writes `0` to the caller's `/proc/self/oom_score_adj`.
+    pub fn reset_oom_score_adj() -> io::Result<()> {
+        let fd = open(
+            c"/proc/self/oom_score_adj",
+            libc::O_WRONLY | libc::O_CLOEXEC,
+            0,
+        )?;
         // SAFETY: a live one-byte buffer.
         let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
         let result = if n == 1 {
@@ -719,6 +747,7 @@ mod tests {
             Step::DropBounding { keep, .. } => format!("bounding {keep:#x}"),
             Step::SetCaps { caps, .. } => format!("caps {caps:#x}"),
             Step::NoNewPrivs => "no_new_privs".to_string(),
+            Step::ResetOomScoreAdj => "oom_score_adj 0".to_string(),
         }
     }
 
@@ -793,6 +822,7 @@ mod tests {
         assert_eq!(
             steps,
             [
+                "oom_score_adj 0",
                 "cgroup /cg/memory/csi-agent/a.t/cgroup.procs",
                 "pid /a/t.pid",
                 "namespaces pid=true ipc=false",
@@ -860,6 +890,7 @@ mod tests {
         assert_eq!(
             steps,
             [
+                "oom_score_adj 0",
                 "pid /a/t.pid",
                 "fork, exit in /a/t.exit",
                 "mount rec|slave /",

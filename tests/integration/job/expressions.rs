@@ -185,3 +185,54 @@ fn template_directives_build_a_task_s_environment_and_args() {
     wait_for_log(&rig, &alloc, "a:80,b:80,c:80|debug|0|ABC\n");
     rig.stop("directives");
 }
+
+/// A raw_exec job whose templates and environment come from `dynamic`
+/// blocks over a variable map, one of them nested in the other's content.
+const DYNAMIC_JOB: &str = r#"variable "settings" {
+  type    = map(string)
+  default = { port = "8080", mode = "fast" }
+}
+
+job "dynamic" {
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      dynamic "template" {
+        for_each = var.settings
+        iterator = s
+        content {
+          data        = "${upper(s.key)}=${s.value}\n"
+          destination = "local/${s.key}.env"
+          env         = true
+        }
+      }
+      dynamic "env" {
+        for_each = [keys(var.settings)]
+        content {
+          KEYS = join(",", env.value)
+          DIR  = "${NOMAD_TASK_DIR}"
+        }
+      }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo \"$MODE|$PORT|$KEYS|$(basename $DIR)\"; exec sleep 600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn dynamic_blocks_make_a_task_s_templates_and_environment() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let alloc = run_one(&rig, "dynamic", DYNAMIC_JOB);
+    wait_for_log(&rig, &alloc, "fast|8080|mode,port|local\n");
+    rig.stop("dynamic");
+}

@@ -158,3 +158,48 @@ fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
     rig.restart_adopts("greeter", pid);
     rig.stop("greeter");
 }
+
+/// A JSON job whose templates come from a `"dynamic"` property over a
+/// variable, in a task written right in the job's object.
+const DYNAMIC_JOB: &str = r#"{
+  "variable": {"names": {"default": ["one", "two"]}},
+  "job": {
+    "dyn": {
+      "task": {
+        "t": {
+          "driver": "raw_exec",
+          "dynamic": {
+            "template": {
+              "for_each": "${var.names}",
+              "iterator": "n",
+              "content": {
+                "data": "${upper(n.value)}=${n.key}\n",
+                "destination": "local/${n.value}.env",
+                "env": true
+              }
+            }
+          },
+          "config": {
+            "command": "/bin/sh",
+            "args": ["-c", "echo \"$ONE|$TWO|$NOMAD_GROUP_NAME\"; exec sleep 600"]
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_json_job_s_dynamic_templates_render_in_its_job_level_task() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.run_job_output("dyn.json", DYNAMIC_JOB);
+    assert!(out.status.success(), "{}", text(&out));
+    let alloc = rig.job("dyn").allocs[0].id.clone();
+    rig.wait_running("dyn", &alloc);
+    wait_for_log(&rig, &alloc, "0|1|t\n");
+    rig.stop("dyn");
+}

@@ -27,6 +27,7 @@ mod isolation;
 mod json;
 mod leftovers;
 mod lifecycle;
+mod nomad_e2e;
 mod placement;
 mod ports;
 mod poststop;
