@@ -43,7 +43,8 @@
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
-//! | `task.rs` | [`Task`]: exec config, volume mounts, `csi_plugin` |
+//! | `task.rs` | [`Task`]: exec config, resources, volume mounts |
+//! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
@@ -51,6 +52,7 @@
 mod agent;
 mod artifact;
 mod cluster;
+mod csi_plugin;
 mod decode;
 mod docker;
 mod encode;
@@ -80,6 +82,7 @@ pub use artifact::{
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
+pub use csi_plugin::CsiPlugin;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
     DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
@@ -96,8 +99,8 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    CsiPlugin, Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources,
-    Task, VolumeMount,
+    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources, Task,
+    VolumeMount,
 };
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};

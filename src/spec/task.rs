@@ -1,5 +1,5 @@
-//! Tasks: `task "<name>" { driver = "exec" ... }`, their volume mounts and
-//! the `csi_plugin` block that makes a task a CSI plugin.
+//! Tasks: `task "<name>" { driver = "exec" ... }` and their volume mounts
+//! (their `csi_plugin` block is `csi_plugin.rs`'s).
 //!
 //! csi-agent runs Nomad's `exec` tasks (in a root of their own),
 //! `raw_exec` tasks (on the host's root) and `docker` tasks (whose `config`
@@ -18,14 +18,13 @@
 //! field by field, as in Nomad.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 use std::time::Duration;
 
-use crate::hcl::Pos;
 use crate::mount::Propagation;
 
-use super::agent::absolute_path;
 use super::artifact::{decode_artifact, write_artifact, Artifact};
+use super::csi_plugin::{decode_csi_plugin, write_csi_plugin, CsiPlugin};
 use super::decode::Fields;
 use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
@@ -33,7 +32,7 @@ use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
 use super::template::{decode_template, write_template, TaskTemplate};
-use super::{keywords, Kept, PluginType};
+use super::{keywords, Kept};
 
 /// Keys of Nomad's `task` block that csi-agent ignores.
 const TASK_IGNORED: &[&str] = &[
@@ -243,23 +242,6 @@ pub struct VolumeMount {
     pub read_only: bool,
     pub propagation: Propagation,
     pub ignored: Vec<Kept>,
-}
-
-/// `csi_plugin { ... }`: the task is a CSI plugin, which the agent
-/// registers once its socket answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CsiPlugin {
-    pub id: String,
-    pub plugin_type: PluginType,
-    /// Where an exec task finds the directory of its socket, in its root
-    /// (default `/csi`): `CSI_ENDPOINT` is `unix://<mount_dir>/csi.sock`.
-    pub mount_dir: PathBuf,
-    /// Where an exec task finds the staging and publish directories, in its
-    /// root (default `/local/csi`), and the paths of its RPCs are; neither
-    /// inside `mount_dir` nor holding it.
-    pub stage_publish_base_dir: PathBuf,
-    /// How long the plugin has to become healthy after it starts.
-    pub health_timeout: Duration,
 }
 
 /// What a task's decoding needs of its group.
@@ -545,67 +527,6 @@ fn decode_volume_mount(
     })
 }
 
-fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
-    let id = f.string_at("id");
-    if let Some((id, pos)) = &id {
-        f.dec().check_id(*pos, "plugin ID", id);
-    }
-    let id = f.require("id", id);
-    let plugin_type = f.parsed("type");
-    let plugin_type = f.require("type", plugin_type);
-    let mount_dir = plain_path(f, "mount_dir");
-    let mount_dir_valid = mount_dir.is_some() || !f.has("mount_dir");
-    let (mount_dir, mount_dir_pos) = mount_dir.unwrap_or_else(|| (PathBuf::from("/csi"), f.pos()));
-    let base = plain_path(f, "stage_publish_base_dir");
-    let base_valid = base.is_some() || !f.has("stage_publish_base_dir");
-    let (base, base_pos) = base.unwrap_or_else(|| (PathBuf::from("/local/csi"), f.pos()));
-    if mount_dir_valid && base_valid && base.starts_with(&mount_dir) {
-        f.error(
-            base_pos,
-            format!(
-                "stage_publish_base_dir {:?} in {} must not be inside mount_dir {:?}: the plugin's socket directory would hide the volumes' mounts",
-                base.display().to_string(),
-                f.what(),
-                mount_dir.display().to_string()
-            ),
-        );
-    } else if mount_dir_valid && base_valid && mount_dir.starts_with(&base) {
-        f.error(
-            mount_dir_pos,
-            format!(
-                "mount_dir {:?} in {} must not be inside stage_publish_base_dir {:?}: the volumes' directory would hide the plugin's socket directory",
-                mount_dir.display().to_string(),
-                f.what(),
-                base.display().to_string()
-            ),
-        );
-    }
-    let health_timeout = f
-        .duration("health_timeout")
-        .unwrap_or(Duration::from_secs(30));
-    f.finish();
-    Some(CsiPlugin {
-        id: id?.0,
-        plugin_type: plugin_type?,
-        mount_dir,
-        stage_publish_base_dir: base,
-        health_timeout,
-    })
-}
-
-/// An absolute path without `..` components, with its position.
-fn plain_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
-    let (path, pos) = absolute_path(f, key)?;
-    if path.components().any(|c| c == Component::ParentDir) {
-        f.error(
-            pos,
-            format!("{key:?} in {} must not contain \"..\"", f.what()),
-        );
-        return None;
-    }
-    Some((path, pos))
-}
-
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
     w.string("driver", task.driver.as_str());
@@ -666,16 +587,7 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
         w.close();
     }
     if let Some(plugin) = &task.csi_plugin {
-        w.open("csi_plugin", None);
-        w.string("id", &plugin.id);
-        w.string("type", plugin.plugin_type.as_str());
-        w.string("mount_dir", &plugin.mount_dir.to_string_lossy());
-        w.string(
-            "stage_publish_base_dir",
-            &plugin.stage_publish_base_dir.to_string_lossy(),
-        );
-        w.duration("health_timeout", plugin.health_timeout);
-        w.close();
+        write_csi_plugin(w, plugin);
     }
     for service in &task.services {
         write_service(w, service);
