@@ -1076,12 +1076,15 @@ fn per_alloc_volumes_give_each_instance_its_own() {
         rig.wait_running("many", alloc);
     }
     for i in 0..2 {
+        // The shell creates the file before it writes the line: wait for
+        // the whole line.
         let index = rig.backing.join(format!("volumes/w[{i}]/index"));
+        let read = || fs::read_to_string(&index).unwrap_or_default();
         let start = Instant::now();
-        while !index.exists() && start.elapsed() < WAIT {
+        while !read().ends_with('\n') && start.elapsed() < WAIT {
             thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(fs::read_to_string(&index).unwrap(), format!("{i}\n"));
+        assert_eq!(read(), format!("{i}\n"));
     }
     rig.stop("many");
     rig.wait_no_mounts_left();
