@@ -70,7 +70,8 @@ pub struct Certs {
 
 impl Certs {
     /// Makes them in `dir`; the members' certificate names `addr` (and
-    /// 127.0.0.1), which is what a client checks it against.
+    /// 127.0.0.1 and `localhost`), which is what a client checks it
+    /// against. It serves any test's TLS server, too.
     pub fn make(dir: &Path, addr: IpAddr) -> Certs {
         let path = |name: &str| dir.join(name).display().to_string();
         let new_key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
@@ -86,7 +87,7 @@ impl Certs {
         // etcd also presents its certificate as a client, to itself (its
         // gRPC gateway), so the members' certificate is for both.
         let server_ext = format!(
-            "subjectAltName=IP:127.0.0.1,IP:{addr}\nextendedKeyUsage=serverAuth,clientAuth\n"
+            "subjectAltName=IP:127.0.0.1,IP:{addr},DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
         );
         for (name, extensions) in [
             ("server", server_ext.as_str()),

@@ -125,15 +125,34 @@ fn expand_checked(
         ));
     };
     let iterator = iterator.unwrap_or_else(|| kind.name.clone());
+    each_element(&for_each, &what, &iterator, scope, file, || {
+        make_one(&kind, labels.as_ref(), &content, scope, file, errors)
+    })
+}
+
+/// Calls `one` once for each element of `for_each`, in order, with
+/// `iterator` bound to it (its `key` and `value`) meanwhile; what `one`
+/// makes, in that order.
+fn each_element<T>(
+    for_each: &Expr,
+    what: &str,
+    iterator: &str,
+    scope: &Scope<'_>,
+    file: &str,
+    mut one: impl FnMut() -> Result<T, Error>,
+) -> Result<Vec<T>, Error> {
     let mut made = Vec::new();
-    for (key, value) in elements(&for_each, &format!("the for_each of {what}"), scope, file)? {
+    for (key, value) in elements(for_each, &format!("the for_each of {what}"), scope, file)? {
         count_iteration(scope, file, for_each.pos())?;
         let depth = scope.bound.borrow().len();
         let element = Value::Object(vec![("key".into(), key), ("value".into(), value)]);
-        scope.bound.borrow_mut().push((iterator.clone(), element));
-        let one = make_one(&kind, labels.as_ref(), &content, scope, file, errors);
+        scope
+            .bound
+            .borrow_mut()
+            .push((iterator.to_string(), element));
+        let made_one = one();
         scope.bound.borrow_mut().truncate(depth);
-        made.push(one?);
+        made.push(made_one?);
     }
     Ok(made)
 }
@@ -374,17 +393,9 @@ fn expand_json_one(
         name: kind.name.clone(),
         span: kind.span,
     };
-    let mut made = Vec::new();
-    for (key, value) in elements(&for_each, &format!("the for_each of {what}"), scope, file)? {
-        count_iteration(scope, file, for_each.pos())?;
-        let depth = scope.bound.borrow().len();
-        let element = Value::Object(vec![("key".into(), key), ("value".into(), value)]);
-        scope.bound.borrow_mut().push((iterator.clone(), element));
-        let one = json_one(&label_kind, labels.as_ref(), &content, scope, file, errors);
-        scope.bound.borrow_mut().truncate(depth);
-        made.push(one?);
-    }
-    Ok(made)
+    each_element(&for_each, &what, &iterator, scope, file, || {
+        json_one(&label_kind, labels.as_ref(), &content, scope, file, errors)
+    })
 }
 
 /// The object of one element: `content` evaluated, inside objects keyed

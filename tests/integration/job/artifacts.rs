@@ -6,10 +6,10 @@
 //! prestart sidecar serves that dir with Python's `http.server`, as
 //! Nomad's own e2e job `chroot_dl_exec` does.
 
-use std::path::Path;
-use std::process::Command;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::Rig;
+use crate::etcd::{require_openssl, Certs};
 use crate::util::require_root;
 
 /// Nomad's e2e job, unchanged: a prestart task packs a script into
@@ -17,9 +17,25 @@ use crate::util::require_root;
 /// unpacks it into `local/` and runs it.
 const CHROOT_DL_EXEC: &str = include_str!("../../fixtures/nomad/chroot_dl_exec.nomad");
 
+/// Runs `job`, named `name`, to its end, which must be `complete`, and
+/// returns the stdout of its task `t`.
+#[track_caller]
+fn run_complete(rig: &Rig, name: &str, job: &str) -> String {
+    let allocs = rig.run_job(&format!("{name}.hcl"), job);
+    let status = rig.wait_job(name, "the job to finish", |j| j.status == "dead");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    rig.ok(&["alloc", "logs", &allocs[0], "t"])
+}
+
+/// [`served`]'s job run to completion: its task `t`'s stdout.
+#[track_caller]
+fn run_served(rig: &Rig, name: &str, artifact: &str, command: &str) -> String {
+    run_complete(rig, name, &served(name, artifact, command))
+}
+
 /// A job that serves `hello.txt` ("hello\n"), and `hello.tar`,
-/// `hello.zip` and `hello.txt.gz` holding it, on its port, whose task `t` has `artifact` and runs `command`, tried
-/// twice at most.
+/// `hello.zip` and `hello.txt.gz` holding it, on its port, whose task `t`
+/// has `artifact` and runs `command`, tried twice at most.
 fn served(name: &str, artifact: &str, command: &str) -> String {
     format!(
         r#"job "{name}" {{
@@ -130,18 +146,13 @@ fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
     let artifact = format!(
         "      artifact {{\n        source      = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.txt\"\n        destination = \"local/in/greeting\"\n        mode        = \"file\"\n        options {{\n          checksum = \"sha256:{HELLO_SHA256}\"\n        }}\n      }}\n      artifact {{\n        source = \"http://127.0.0.1:${{NOMAD_PORT_http}}/hello.tar\"\n        destination = \"local/unpacked\"\n      }}"
     );
-    let job = served(
+    let logs = run_served(
+        &rig,
         "plain",
         &artifact,
         "cat local/in/greeting local/unpacked/hello.txt",
     );
-    let allocs = rig.run_job("plain.hcl", &job);
-    let status = rig.wait_job("plain", "the job to finish", |j| j.status == "dead");
-    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
-    assert_eq!(
-        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
-        "hello\nhello\n"
-    );
+    assert_eq!(logs, "hello\nhello\n");
 }
 
 #[test]
@@ -151,14 +162,13 @@ fn a_zip_is_unpacked_and_a_gz_file_inflated_where_mode_file_says() {
     }
     let rig = Rig::bare();
     let artifact = "      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.zip\"\n        destination = \"local/z\"\n      }\n      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt.gz\"\n        destination = \"local/g/hello\"\n        mode        = \"file\"\n      }";
-    let job = served("zipped", artifact, "cat local/z/hello.txt local/g/hello");
-    let allocs = rig.run_job("zipped.hcl", &job);
-    let status = rig.wait_job("zipped", "the job to finish", |j| j.status == "dead");
-    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
-    assert_eq!(
-        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
-        "hello\nhello\n"
+    let logs = run_served(
+        &rig,
+        "zipped",
+        artifact,
+        "cat local/z/hello.txt local/g/hello",
     );
+    assert_eq!(logs, "hello\nhello\n");
 }
 
 #[test]
@@ -168,19 +178,14 @@ fn chown_gives_the_artifact_to_the_task_s_user() {
     }
     let rig = Rig::bare();
     let artifact = "      user = \"nobody\"\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/mine\"\n        chown = true\n      }\n      artifact {\n        source = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.txt\"\n        destination = \"local/root\"\n      }";
-    let job = served(
+    let logs = run_served(
+        &rig,
         "owned",
         artifact,
         "stat -c %u local/mine local/mine/hello.txt local/root/hello.txt",
     );
-    let allocs = rig.run_job("owned.hcl", &job);
-    let status = rig.wait_job("owned", "the job to finish", |j| j.status == "dead");
-    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
     // nobody's uid for what chown gave, root's for the other.
-    assert_eq!(
-        rig.ok(&["alloc", "logs", &allocs[0], "t"]),
-        "65534\n65534\n0\n"
-    );
+    assert_eq!(logs, "65534\n65534\n0\n");
 }
 
 #[test]
@@ -198,10 +203,7 @@ fn a_raw_exec_task_s_task_dir_variable_names_its_own_dir() {
         job.contains("driver = \"raw_exec\"\n      artifact"),
         "{job}"
     );
-    let allocs = rig.run_job("raw.hcl", &job);
-    let status = rig.wait_job("raw", "the job to finish", |j| j.status == "dead");
-    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
-    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
+    assert_eq!(run_complete(&rig, "raw", &job), "hello\n");
 }
 
 #[test]
@@ -308,95 +310,31 @@ fn the_agent_config_bounds_a_download() {
 const TLS_SERVER: &str = "import functools, http.server, ssl, sys\nport, root, cert, key = sys.argv[1:5]\nhandler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)\nsrv = http.server.HTTPServer(('127.0.0.1', int(port)), handler)\nctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\nctx.load_cert_chain(cert, key)\nsrv.socket = ctx.wrap_socket(srv.socket, server_side=True)\nsrv.serve_forever()\n";
 
 /// Runs openssl(1) in `dir`.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 #[test]
 fn https_is_fetched_from_a_server_the_agent_s_cas_vouch_for() {
-    if !require_root() {
+    if !require_root() || !require_openssl() {
         return;
     }
     let mut rig = Rig::bare();
     let dir = rig.agent.dir.mkdir("tls");
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test CA",
-    ]);
-    openssl(&dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(&dir, &csr);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-    openssl(
-        &dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "srv.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-        ],
-    );
+    let certs = Certs::make(&dir, IpAddr::V4(Ipv4Addr::LOCALHOST));
     std::fs::write(dir.join("serve.py"), TLS_SERVER).unwrap();
     // The agent trusts the test's CA, as a host would trust its own.
-    rig.agent.env.push((
-        "SSL_CERT_FILE".into(),
-        dir.join("ca.crt").display().to_string(),
-    ));
+    rig.agent
+        .env
+        .push(("SSL_CERT_FILE".into(), certs.ca.display().to_string()));
     assert_eq!(rig.agent.sigterm(), 0);
     rig.agent.restart();
     let plain_server = r#"args    = ["-m", "http.server", "${NOMAD_PORT_http}", "--bind", "127.0.0.1", "--directory", "${NOMAD_ALLOC_DIR}"]"#;
     let tls_server = format!(
         r#"args    = ["{}", "${{NOMAD_PORT_http}}", "${{NOMAD_ALLOC_DIR}}", "{}", "{}"]"#,
         dir.join("serve.py").display(),
-        dir.join("srv.crt").display(),
-        dir.join("srv.key").display()
+        certs.server_cert.display(),
+        certs.server_key.display()
     );
     let artifact = "      artifact {\n        source = \"https://localhost:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"local/tls\"\n      }";
     let job = served("tls", artifact, "cat local/tls/hello.txt");
     assert!(job.contains(plain_server));
     let job = job.replace(plain_server, &tls_server);
-    let allocs = rig.run_job("tls.hcl", &job);
-    let status = rig.wait_job("tls", "the job to finish", |j| j.status == "dead");
-    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
-    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "hello\n");
+    assert_eq!(run_complete(&rig, "tls", &job), "hello\n");
 }
