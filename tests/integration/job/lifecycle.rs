@@ -666,3 +666,55 @@ fn a_prestart_that_fails_while_the_agent_is_killed_follows_its_policy_with_its_s
     );
     assert!(!shared_data(&rig, &allocs[0]).join("main-ran").exists());
 }
+
+/// The NUL-separated words of `/proc/<pid>/cmdline`.
+fn cmdline(pid: u32) -> Vec<String> {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect()
+}
+
+/// The agent starts a task through its start helper (a fresh exec of its
+/// own binary), never a fork of itself: the process it tracks, the task's
+/// waiter, is the helper, with the helper's command line rather than the
+/// agent's and the agent as its parent; its child, the task, alone has
+/// the task's environment.
+#[test]
+fn a_task_is_started_by_the_start_helper_not_a_fork_of_the_agent() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = "    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sleep\"\n        args    = [\"600\"]\n      }\n    }";
+    let allocs = rig.run_job("helper.hcl", &job("helper", "service", body));
+    let pid = rig.wait_running("helper", &allocs[0]);
+    assert_eq!(
+        cmdline(pid),
+        ["csi-agent", "__start-task"],
+        "the tracked process is not the start helper"
+    );
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ppid: u32 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ppid, rig.agent.pid(), "the agent is the helper's parent");
+    let task = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let task: u32 = task.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(cmdline(task), ["/bin/sleep", "600"]);
+    let wanted = format!("CSI_AGENT_ALLOC_ID={}", allocs[0]);
+    let has_alloc = |pid: u32| {
+        fs::read(format!("/proc/{pid}/environ"))
+            .unwrap()
+            .split(|&b| b == 0)
+            .any(|e| e == wanted.as_bytes())
+    };
+    assert!(has_alloc(task), "the task has its environment");
+    assert!(!has_alloc(pid), "the helper has none of it");
+    rig.stop("helper");
+}
