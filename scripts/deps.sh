@@ -30,6 +30,8 @@ command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 # The metrics tests check the agent's /metrics with promtool and scrape it
 # with a real prometheus server: both come in Debian's prometheus package.
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+# The start helper's test watches the agent's clones with strace.
+command -v strace >/dev/null 2>&1 || missing="$missing strace"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq

@@ -3,5 +3,10 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    csi_agent::cli::main(std::env::args().skip(1).collect())
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // The agent's start helper, before anything else runs.
+    if args.first().map(String::as_str) == Some(csi_agent::task::exec::helper::ARG) {
+        csi_agent::task::exec::helper::main();
+    }
+    csi_agent::cli::main(args)
 }

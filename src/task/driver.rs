@@ -7,7 +7,7 @@
 //!
 //! | | `exec`, `raw_exec` | `docker` |
 //! |---|---|---|
-//! | start | fork and exec on a starter thread ([`super::exec::spawn`]) | the container's spec on a starter thread, then the engine's calls on a thread of their own |
+//! | start | the start helper on a starter thread ([`super::exec::spawn`]) | the container's spec on a starter thread, then the engine's calls on a thread of their own |
 //! | signal | `kill(2)` to the task's process group | the engine's kill, on a thread |
 //! | end | SIGCHLD and `waitpid`; an adopted process by its start time going away, its status from its exit record | the engine's wait, on the task's thread, reported to the loop |
 //! | after a restart | the pid and start time, or the pid file the child wrote | the container, by the name the agent gave it |

@@ -64,7 +64,7 @@
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
-//! | [`exec`] | the drivers: fork, the child's namespace and root (`exec/child.rs`), exec |
+//! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
 //! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |

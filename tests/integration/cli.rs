@@ -360,3 +360,55 @@ fn output_into_a_closed_pipe_ends_quietly_with_the_command_s_own_code() {
         assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
+
+/// The start helper's hidden argument, which only the agent uses.
+const START_HELPER: &str = "__start-task";
+
+#[test]
+fn the_start_helper_is_hidden_and_refuses_to_run_by_hand() {
+    let help = run(&["-help"]);
+    assert!(!text(&help).contains(START_HELPER), "{}", text(&help));
+    let out = Command::new(bin())
+        .arg(START_HELPER)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not run by hand"), "{stderr}");
+}
+
+/// A start that is not one fails as a failing step does: a `csi-agent: `
+/// line on its stderr, and its errno to the agent on the socket.
+#[test]
+fn the_start_helper_refuses_a_corrupt_or_truncated_start() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    for (input, reason) in [
+        (&b"garbage, not a start"[..], "not a start from this agent"),
+        (&b"CSIs\x40\0\0\0\x07\0"[..], "truncated or corrupt"),
+        (&b""[..], "no start was sent"),
+    ] {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let child = Command::new(bin())
+            .arg(START_HELPER)
+            .stdin(std::os::fd::OwnedFd::from(theirs))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        ours.write_all(input).unwrap();
+        ours.shutdown(std::net::Shutdown::Write).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let mut status = Vec::new();
+        ours.read_to_end(&mut status).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{reason}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("csi-agent: cannot read the start from the agent: "),
+            "{stderr}"
+        );
+        assert!(stderr.contains(reason), "{stderr}");
+        assert_eq!(status, libc::EINVAL.to_le_bytes());
+    }
+}

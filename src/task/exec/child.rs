@@ -1,12 +1,15 @@
-//! The child's side of a start: what it does between `fork` and `exec`.
+//! The child's side of a start: what the process the agent tracks does
+//! before the task's `exec`.
 //!
 //! [`ChildSetup::new`] turns the launch's plans (the namespace plan, and
 //! for an `exec` task the root plan) into a list of [`Step`]s with every
-//! path already a C string; [`ChildSetup::run`], in the child, performs
-//! them in order with nothing but system calls: it allocates nothing,
-//! takes no lock and logs nothing, which is all a child of a
-//! multi-threaded process may do. A failing step writes one line naming
-//! it to the task's stderr log and returns its error.
+//! path already a C string; the agent hands them to the start helper
+//! ([`super::helper`], through [`super::encoding`]), whose
+//! [`ChildSetup::run`] performs them in order with nothing but system
+//! calls: it allocates nothing, takes no lock and logs nothing, which is
+//! what the task's process, forked by the helper ([`super::pid_ns`]), may
+//! do until its exec. A failing step writes one line naming it to the
+//! task's stderr log and returns its error.
 //!
 //! The order, for an `exec` task:
 //!
@@ -42,7 +45,7 @@ use libc::c_ulong;
 use super::{Launch, User};
 use crate::mount::{self, Propagation};
 
-/// One thing the child does, prepared in the parent.
+/// One thing the child does, prepared in the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Step {
     /// A mount(2) call: a bind, a propagation change, or a new file system
@@ -106,7 +109,8 @@ pub(super) enum Step {
     ResetOomScoreAdj,
 }
 
-/// The child's side, prepared in the parent.
+/// The child's side, prepared in the agent.
+#[derive(Debug, PartialEq, Eq)]
 pub(super) struct ChildSetup {
     /// What the child does before the namespaces: join its control groups
     /// and write its pid.
@@ -393,7 +397,7 @@ impl ChildSetup {
         })
     }
 
-    /// Runs in the child between fork and exec: system calls only.
+    /// Runs in the start helper before the task's exec: system calls only.
     pub(super) fn run(&self) -> io::Result<()> {
         sys::setsid().map_err(|e| sys::report(b"cannot start a session", b"", e))?;
         for step in &self.early {

@@ -2,24 +2,26 @@
 //! session and mount namespace; an `exec` task also in its own root
 //! ([`super::root`]), a `raw_exec` task on the host's.
 //!
-//! Everything the child needs is computed before `fork` (paths as C
-//! strings, mount flags, the user's ids): between `fork` and `exec` a child
-//! of a multi-threaded process may only make system calls, so the
-//! `pre_exec` hook (`child.rs`) allocates nothing, takes no lock and logs
-//! nothing. When a step fails it writes one line naming the step to the
-//! task's stderr log (already in place) and returns the error, which
-//! `spawn` reports; [`spawn`] adds that line to its error.
+//! The agent never forks itself: [`spawn`] computes every step of the
+//! child's side (`child.rs`: paths as C strings, mount flags, the user's
+//! ids) and hands them to the start helper ([`helper`]), this binary run
+//! afresh, which performs them and execs the task. When a step fails it
+//! writes one line naming the step to the task's stderr log (already in
+//! place) and the helper reports the error, which [`spawn`] returns with
+//! that line.
 //!
-//! The child writes its own pid to a file before exec, so an agent killed
-//! between `fork` and persisting the pid still finds the task on restart
-//! and never starts a second one. The task is the child's child
+//! The helper writes its own pid to a file before exec, so an agent killed
+//! between the start and persisting the pid still finds the task on
+//! restart and never starts a second one. The task is the helper's child
 //! ([`pid_ns`], in a PID namespace of its own when it has one): the
-//! child, which the agent tracks, records the task's exit status
+//! helper, which the agent tracks, records the task's exit status
 //! ([`exit_record`]) and ends as the task ends.
 
 pub mod caps;
 mod child;
+mod encoding;
 pub mod exit_record;
+pub mod helper;
 mod pid_ns;
 
 use std::collections::BTreeMap;
@@ -28,16 +30,15 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use super::mounts::NamespacePlan;
 use super::root::RootPlan;
 use crate::mount;
 use child::ChildSetup;
 
-/// A user to run as, resolved before fork.
+/// A user to run as, resolved before the start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct User {
     pub uid: libc::uid_t,
@@ -126,11 +127,12 @@ impl std::error::Error for Error {
     }
 }
 
-/// The prefix of the line a failing child writes to its stderr log.
+/// The prefix of the line a failing start writes to its stderr log.
 const CHILD_ERROR: &str = "csi-agent: ";
 
-/// Starts the task. The child runs in its own session (its pid is its
-/// process group, which [`signal_group`] signals) and mount namespace.
+/// Starts the task through the start helper, which runs in its own
+/// session (its pid is its process group, which [`signal_group`] signals)
+/// and mount namespace.
 pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     exit_record::clear(&launch.exit_record).map_err(|err| Error::ExitRecord {
         path: launch.exit_record.clone(),
@@ -140,26 +142,13 @@ pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     let stderr = open_log(&launch.stderr)?;
     let stderr_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
     let setup = ChildSetup::new(launch).map_err(Error::Mount)?;
-    let mut command = Command::new(&launch.command);
-    command
-        .args(&launch.args)
-        .env_clear()
-        .envs(&launch.env)
-        .current_dir(&launch.cwd)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr);
-    // SAFETY: the hook only makes system calls on data prepared before
-    // fork (see `ChildSetup::run`), which is what a child of a
-    // multi-threaded process may do.
-    unsafe {
-        command.pre_exec(move || setup.run());
-    }
-    command.spawn().map_err(|err| Error::Spawn {
+    let failed = |err| Error::Spawn {
         command: launch.command.clone(),
         step: child_error_line(&launch.stderr, stderr_start),
         err,
-    })
+    };
+    let input = helper::prepare(launch, setup).map_err(failed)?;
+    helper::start(launch, &input, stdout, stderr).map_err(failed)
 }
 
 /// Opens a log for appending; a symlink there (a task's doing) is refused.

@@ -1,8 +1,8 @@
 //! The process the agent tracks for an `exec` or `raw_exec` task, in the
-//! child between `fork` and `exec`: system calls only, like the rest of
-//! the child's side.
+//! start helper ([`super::helper`]) before the task's `exec`: system
+//! calls only, like the rest of the child's side.
 //!
-//! The child forks once more: the grandchild goes on to exec the task;
+//! The helper (the child) forks: the grandchild goes on to exec the task;
 //! the child stays behind, waits for it, records its exit status and
 //! exits as it did (the same status, or the same signal). The agent
 //! tracks the child: its end is the task's end, and the record
@@ -25,7 +25,7 @@
 //! task gets them; as PID 1 it gets only those it handles, and SIGKILL),
 //! and the grandchild dies with the child (`PR_SET_PDEATHSIG`). The child
 //! closes every descriptor but its stdio and the record's directory, the
-//! spawn's status pipe among them, so that the agent's `spawn` returns
+//! helper's status socket among them, so that the agent's `spawn` returns
 //! once the grandchild execs.
 
 use std::ffi::{CStr, CString};
@@ -88,7 +88,7 @@ pub(super) fn fork_waiter(record: &ExitRecord) -> io::Result<()> {
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     })?;
-    // SAFETY: fork(2) in a single-threaded child of the agent; both sides
+    // SAFETY: fork(2) in the single-threaded start helper; both sides
     // go on with system calls only.
     let child = match cvt(unsafe { libc::fork() }) {
         Ok(child) => child,

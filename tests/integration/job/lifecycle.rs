@@ -666,3 +666,116 @@ fn a_prestart_that_fails_while_the_agent_is_killed_follows_its_policy_with_its_s
     );
     assert!(!shared_data(&rig, &allocs[0]).join("main-ran").exists());
 }
+
+/// The NUL-separated words of `/proc/<pid>/cmdline`.
+fn cmdline(pid: u32) -> Vec<String> {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .split(|&b| b == 0)
+        .filter(|w| !w.is_empty())
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect()
+}
+
+/// The agent starts a task through its start helper (a fresh exec of its
+/// own binary), never a fork of itself: the process it tracks, the task's
+/// waiter, is the helper, with the helper's command line rather than the
+/// agent's and the agent as its parent; its child, the task, alone has
+/// the task's environment.
+#[test]
+fn a_task_is_started_by_the_start_helper_not_a_fork_of_the_agent() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let body = "    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sleep\"\n        args    = [\"600\"]\n      }\n    }";
+    let allocs = rig.run_job("helper.hcl", &job("helper", "service", body));
+    let pid = rig.wait_running("helper", &allocs[0]);
+    assert_eq!(
+        cmdline(pid),
+        ["csi-agent", "__start-task"],
+        "the tracked process is not the start helper"
+    );
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ppid: u32 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(ppid, rig.agent.pid(), "the agent is the helper's parent");
+    let task = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let task: u32 = task.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(cmdline(task), ["/bin/sleep", "600"]);
+    let wanted = format!("CSI_AGENT_ALLOC_ID={}", allocs[0]);
+    let has_alloc = |pid: u32| {
+        fs::read(format!("/proc/{pid}/environ"))
+            .unwrap()
+            .split(|&b| b == 0)
+            .any(|e| e == wanted.as_bytes())
+    };
+    assert!(has_alloc(task), "the task has its environment");
+    assert!(!has_alloc(pid), "the helper has none of it");
+    rig.stop("helper");
+}
+
+/// The agent never forks itself to start a task: strace, attached to its
+/// threads while tasks start, sees every clone they make share the
+/// agent's memory (`CLONE_VM`: its threads, and the `posix_spawn` of the
+/// start helper, `CLONE_VM|CLONE_VFORK`), none copy it.
+#[test]
+fn starting_tasks_never_forks_the_agent() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let agent = rig.agent.pid();
+    let trace = rig.agent.dir.join("clones.trace");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-e", "trace=clone,clone3,fork,vfork", "-o"])
+        .arg(&trace)
+        .args(["-p", &agent.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace (make deps installs it)");
+    let mut stderr = BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("attached") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "strace ended before it attached"
+        );
+    }
+    let body = "    count = 3\n    task \"t\" {\n      driver = \"raw_exec\"\n      config {\n        command = \"/bin/sleep\"\n        args    = [\"600\"]\n      }\n    }";
+    let allocs = rig.run_job("clones.hcl", &job("clones", "service", body));
+    for alloc in &allocs {
+        rig.wait_running("clones", alloc);
+    }
+    let threads: Vec<String> = fs::read_dir(format!("/proc/{agent}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    // strace detaches on SIGINT.
+    let strace_pid = strace.id() as libc::pid_t;
+    // SAFETY: kill(2) with plain integers.
+    assert_eq!(unsafe { libc::kill(strace_pid, libc::SIGINT) }, 0);
+    strace.wait().unwrap();
+    let trace = fs::read_to_string(&trace).unwrap();
+    let calls: Vec<&str> = trace
+        .lines()
+        .filter(|l| {
+            let mut words = l.splitn(2, ' ');
+            let tid = words.next().unwrap_or("");
+            let call = words.next().unwrap_or("");
+            threads.iter().any(|t| t == tid) && !call.starts_with("<...")
+        })
+        .collect();
+    let copies: Vec<&&str> = calls.iter().filter(|c| !c.contains("CLONE_VM")).collect();
+    assert!(copies.is_empty(), "the agent forked itself: {copies:#?}");
+    let spawns = calls.iter().filter(|c| c.contains("CLONE_VFORK")).count();
+    assert!(spawns >= 3, "no start helper spawned: {trace}");
+    rig.stop("clones");
+}
