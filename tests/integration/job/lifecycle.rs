@@ -734,7 +734,14 @@ fn starting_tasks_never_forks_the_agent() {
     let agent = rig.agent.pid();
     let trace = rig.agent.dir.join("clones.trace");
     let mut strace = Command::new("strace")
-        .args(["-f", "-e", "trace=clone,clone3,fork,vfork", "-o"])
+        .args([
+            "-f",
+            "-e",
+            "trace=clone,clone3,fork,vfork",
+            "-e",
+            "signal=none",
+            "-o",
+        ])
         .arg(&trace)
         .args(["-p", &agent.to_string()])
         .stderr(Stdio::piped())
@@ -770,7 +777,13 @@ fn starting_tasks_never_forks_the_agent() {
             let mut words = l.splitn(2, ' ');
             let tid = words.next().unwrap_or("");
             let call = words.next().unwrap_or("");
-            threads.iter().any(|t| t == tid) && !call.starts_with("<...")
+            // Only the calls themselves: not their `<... resumed>` ends,
+            // nor the signals (`--- SIGCHLD ...`) and exits (`+++`) strace
+            // also prints for a traced thread.
+            let is_call = ["clone(", "clone3(", "fork(", "vfork("]
+                .iter()
+                .any(|c| call.starts_with(c));
+            threads.iter().any(|t| t == tid) && is_call
         })
         .collect();
     let copies: Vec<&&str> = calls.iter().filter(|c| !c.contains("CLONE_VM")).collect();
