@@ -593,25 +593,17 @@ pub(super) mod sys {
 
     /// Writes `0` (the writer) to a `cgroup.procs` file.
     pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
-        let fd = open(procs, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
-        // SAFETY: a live one-byte buffer.
-        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        let result = if n == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        };
-        close(fd);
-        result
+        write_zero(procs)
     }
 
     /// Writes `0` to the caller's `/proc/self/oom_score_adj`.
     pub fn reset_oom_score_adj() -> io::Result<()> {
-        let fd = open(
-            c"/proc/self/oom_score_adj",
-            libc::O_WRONLY | libc::O_CLOEXEC,
-            0,
-        )?;
+        write_zero(c"/proc/self/oom_score_adj")
+    }
+
+    /// Writes the one byte `0` to the file `path`.
+    fn write_zero(path: &CStr) -> io::Result<()> {
+        let fd = open(path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
         // SAFETY: a live one-byte buffer.
         let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
         let result = if n == 1 {
