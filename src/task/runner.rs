@@ -13,6 +13,7 @@ use super::driver::Exit;
 use super::leader;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
+use super::starter::Lane;
 use super::volume_hook::unmount_below;
 use super::{Alloc, AllocStatus, Allocs, PluginEffect, TaskState, UseState, VolumeSource};
 use crate::mount::MountInfo;
@@ -516,18 +517,18 @@ impl Allocs {
 
     /// When the loop must next wake up for a task timer.
     pub fn next_wakeup(&self) -> Option<Instant> {
-        let (room, now) = (self.starter.has_room(), Instant::now());
+        let now = Instant::now();
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
         for alloc in self.allocs.values() {
             if alloc.status.is_terminal() {
                 continue;
             }
-            for task in &alloc.tasks {
+            for (task, spec) in alloc.tasks.iter().zip(&alloc.group.tasks) {
                 // A restart that is due waits for room in the starter,
                 // whose next report wakes the loop.
                 if let TaskState::Restarting { at: t } = task.state {
-                    if room || t > now {
+                    if t > now || self.starter.has_room(Lane::of(spec)) {
                         at(t);
                     }
                 }

@@ -36,6 +36,12 @@
 //! dir) behind; the next one removes it at start-up if it is empty and no
 //! task it runs owns it (`leftovers.rs`).
 //!
+//! Starts whose task has `artifact` blocks have a pool of their own
+//! ([`Lane::Fetch`], threads `task-fetch-<n>`, the same bounds): a fetch
+//! waits on a server outside the host, up to `http_read_timeout` for one
+//! that never answers, and must not hold a thread other starts need. The
+//! cleanups go with the other starts.
+//!
 //! The threads (`task-start-<n>`) start with the first work; at
 //! shutdown the queue is closed, the starts under way are waited for and
 //! taken in (so the last snapshot has their pids), the cleanups left are
@@ -75,8 +81,33 @@ pub(super) const IN_FLIGHT: usize = 4 * STARTER_THREADS;
 pub struct StartReport {
     pub(super) alloc: String,
     pub(super) task: String,
+    /// The pool that did it, whose room it frees.
+    pub(super) lane: Lane,
     /// What the start made, or why it failed; `None` for a cleanup.
     pub(super) outcome: Option<Result<Started, StartFailure>>,
+}
+
+/// Which of the starter's two pools does a start. One whose task has
+/// artifacts waits on servers outside the host, as long as
+/// `http_read_timeout` for a server that never answers: it has threads of
+/// its own, so that it never holds one that other starts, a CSI plugin's
+/// among them, need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lane {
+    /// Starts without artifacts, and the cleanups.
+    Start,
+    /// Starts that fetch artifacts.
+    Fetch,
+}
+
+impl Lane {
+    pub(super) fn of(task: &crate::spec::Task) -> Lane {
+        if task.artifacts.is_empty() {
+            Lane::Start
+        } else {
+            Lane::Fetch
+        }
+    }
 }
 
 /// What the threads do.
@@ -108,32 +139,105 @@ impl Work {
     }
 }
 
-/// The pool: its queue, its threads, and the starts under way.
-pub(super) struct Starter {
+/// One pool: its queue, its threads, and the work handed over.
+struct Pool {
+    lane: Lane,
     /// `None` once closed (at shutdown).
     queue: Option<Sender<Work>>,
     jobs: Receiver<Work>,
+    threads: Vec<JoinHandle<()>>,
+    /// Work handed over and not yet reported.
+    in_flight: usize,
+}
+
+impl Pool {
+    fn new(lane: Lane) -> Pool {
+        let (queue, jobs) = bounded(IN_FLIGHT);
+        Pool {
+            lane,
+            queue: Some(queue),
+            jobs,
+            threads: Vec::new(),
+            in_flight: 0,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.queue.is_some() && self.in_flight < IN_FLIGHT
+    }
+
+    /// Hands `work` to the threads, or gives it back when there is no room.
+    fn hand_over(&mut self, work: Work, reports: &Sender<StartReport>) -> Result<(), Work> {
+        if !self.has_room() {
+            return Err(work);
+        }
+        self.start_threads(reports);
+        let Some(queue) = &self.queue else {
+            return Err(work);
+        };
+        queue.try_send(work).map_err(|e| e.into_inner())?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Starts the threads, the first time.
+    fn start_threads(&mut self, reports: &Sender<StartReport>) {
+        let prefix = match self.lane {
+            Lane::Start => "task-start",
+            Lane::Fetch => "task-fetch",
+        };
+        while self.threads.len() < STARTER_THREADS {
+            let (jobs, reports, lane) = (self.jobs.clone(), reports.clone(), self.lane);
+            let name = format!("{prefix}-{}", self.threads.len());
+            match thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || work(&jobs, &reports, lane))
+            {
+                Ok(handle) => self.threads.push(handle),
+                Err(err) => {
+                    log::error!("Cannot start thread {name}: {err}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Closes the queue: the threads end after the work they hold. The
+    /// cleanups still queued are returned; the starts still queued are
+    /// dropped (their tasks stay `starting`, which the snapshot keeps as
+    /// pending).
+    fn close(&mut self) -> Vec<Work> {
+        self.queue = None;
+        let mut left = Vec::new();
+        while let Ok(work) = self.jobs.try_recv() {
+            self.in_flight = self.in_flight.saturating_sub(1);
+            if !matches!(work, Work::Start(_)) {
+                left.push(work);
+            }
+        }
+        left
+    }
+}
+
+/// The two pools, and the cleanups waiting for room in the first.
+pub(super) struct Starter {
+    starts: Pool,
+    fetches: Pool,
     /// Cleanups that found no room yet.
     cleanups: VecDeque<Work>,
     reports_tx: Sender<StartReport>,
     reports: Receiver<StartReport>,
-    threads: Vec<JoinHandle<()>>,
-    /// Work (starts and cleanups) handed over and not yet reported.
-    in_flight: usize,
 }
 
 impl Starter {
     pub(super) fn new() -> Starter {
-        let (queue, jobs) = bounded(IN_FLIGHT);
         let (reports_tx, reports) = unbounded();
         Starter {
-            queue: Some(queue),
-            jobs,
+            starts: Pool::new(Lane::Start),
+            fetches: Pool::new(Lane::Fetch),
             cleanups: VecDeque::new(),
             reports_tx,
             reports,
-            threads: Vec::new(),
-            in_flight: 0,
         }
     }
 
@@ -142,29 +246,32 @@ impl Starter {
         self.reports.clone()
     }
 
-    /// Whether more work may be handed over now.
-    pub(super) fn has_room(&self) -> bool {
-        self.queue.is_some() && self.in_flight < IN_FLIGHT
-    }
-
-    /// Hands `plan` to the threads; whether they took it (not when there
-    /// is no room: see [`Starter::has_room`]).
-    pub(super) fn submit(&mut self, plan: StartPlan) -> bool {
-        self.hand_over(Work::Start(Box::new(plan))).is_ok()
-    }
-
-    /// Hands `work` to the threads, or gives it back when there is no room.
-    fn hand_over(&mut self, work: Work) -> Result<(), Work> {
-        if !self.has_room() {
-            return Err(work);
+    fn pool(&self, lane: Lane) -> &Pool {
+        match lane {
+            Lane::Start => &self.starts,
+            Lane::Fetch => &self.fetches,
         }
-        self.start_threads();
-        let Some(queue) = &self.queue else {
-            return Err(work);
+    }
+
+    /// Whether a start of `lane` may be handed over now.
+    pub(super) fn has_room(&self, lane: Lane) -> bool {
+        self.pool(lane).has_room()
+    }
+
+    /// Work handed over to either pool and not yet reported.
+    fn in_flight(&self) -> usize {
+        self.starts.in_flight + self.fetches.in_flight
+    }
+
+    /// Hands `plan` to the threads of its lane; whether they took it (not
+    /// when there is no room: see [`Starter::has_room`]).
+    pub(super) fn submit(&mut self, plan: StartPlan) -> bool {
+        let pool = match Lane::of(&plan.spec) {
+            Lane::Start => &mut self.starts,
+            Lane::Fetch => &mut self.fetches,
         };
-        queue.try_send(work).map_err(|e| e.into_inner())?;
-        self.in_flight += 1;
-        Ok(())
+        pool.hand_over(Work::Start(Box::new(plan)), &self.reports_tx)
+            .is_ok()
     }
 
     /// Removes a done task's group on a thread, once there is room.
@@ -186,62 +293,48 @@ impl Starter {
     /// Hands over the cleanups that wait, as far as there is room.
     pub(super) fn pump(&mut self) {
         while let Some(work) = self.cleanups.pop_front() {
-            if let Err(work) = self.hand_over(work) {
+            if let Err(work) = self.starts.hand_over(work, &self.reports_tx) {
                 self.cleanups.push_front(work);
                 return;
             }
         }
     }
 
-    /// A report came in.
-    pub(super) fn received(&mut self) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+    /// A report of `lane` came in.
+    pub(super) fn received(&mut self, lane: Lane) {
+        let pool = match lane {
+            Lane::Start => &mut self.starts,
+            Lane::Fetch => &mut self.fetches,
+        };
+        pool.in_flight = pool.in_flight.saturating_sub(1);
     }
 
-    /// Starts the threads, the first time.
-    fn start_threads(&mut self) {
-        while self.threads.len() < STARTER_THREADS {
-            let jobs = self.jobs.clone();
-            let reports = self.reports_tx.clone();
-            let name = format!("task-start-{}", self.threads.len());
-            match thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || work(&jobs, &reports))
-            {
-                Ok(handle) => self.threads.push(handle),
-                Err(err) => {
-                    log::error!("Cannot start thread {name}: {err}");
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Closes the queue: the threads end after the work they hold. The
-    /// cleanups not handed over yet are returned, for the caller to do.
+    /// Closes both queues. The cleanups not handed over yet are returned,
+    /// for the caller to do.
     fn close(&mut self) -> Vec<Work> {
-        self.queue = None;
         let mut left: Vec<Work> = self.cleanups.drain(..).collect();
-        // Starts still queued are dropped: their tasks stay `starting`,
-        // which the snapshot keeps as pending.
-        while let Ok(work) = self.jobs.try_recv() {
-            self.in_flight = self.in_flight.saturating_sub(1);
-            if !matches!(work, Work::Start(_)) {
-                left.push(work);
-            }
-        }
+        left.extend(self.starts.close());
+        left.extend(self.fetches.close());
         left
+    }
+
+    /// Both pools' threads, for the caller to join.
+    fn take_threads(&mut self) -> Vec<JoinHandle<()>> {
+        let mut threads = std::mem::take(&mut self.starts.threads);
+        threads.append(&mut self.fetches.threads);
+        threads
     }
 }
 
 /// A thread of the pool: does the work handed over until the queue is
 /// closed.
-fn work(jobs: &Receiver<Work>, reports: &Sender<StartReport>) {
+fn work(jobs: &Receiver<Work>, reports: &Sender<StartReport>, lane: Lane) {
     for work in jobs {
         let report = match work {
             Work::Start(plan) => StartReport {
                 alloc: plan.alloc.clone(),
                 task: plan.spec.name.clone(),
+                lane,
                 outcome: Some(launch::prepare(*plan)),
             },
             cleanup => {
@@ -249,6 +342,7 @@ fn work(jobs: &Receiver<Work>, reports: &Sender<StartReport>) {
                 StartReport {
                     alloc: String::new(),
                     task: String::new(),
+                    lane,
                     outcome: None,
                 }
             }
@@ -267,7 +361,7 @@ impl Allocs {
     /// (a `starting` task is kept as pending), so the turn writes no
     /// snapshot for it; with the starter full, the task waits as it is.
     pub(super) fn start_task(&mut self, alloc: &mut Alloc, i: usize, now: Instant) -> bool {
-        if !self.starter.has_room() {
+        if !self.starter.has_room(Lane::of(&alloc.group.tasks[i])) {
             return false;
         }
         match self.plan_start(alloc, i) {
@@ -338,13 +432,13 @@ impl Allocs {
     pub fn finish_starts(&mut self, deadline: Instant) -> Vec<JoinHandle<()>> {
         let cleanups = self.starter.close();
         let reports = self.starter.reports();
-        while self.starter.in_flight > 0 {
+        while self.starter.in_flight() > 0 {
             match reports.recv_deadline(deadline) {
                 Ok(report) => self.started(report, Instant::now()),
                 Err(_) => {
                     log::warn!(
                         "{} task starts did not end in time; the next agent finds their tasks by their pid files",
-                        self.starter.in_flight
+                        self.starter.in_flight()
                     );
                     break;
                 }
@@ -353,18 +447,19 @@ impl Allocs {
         for cleanup in cleanups {
             cleanup.clean();
         }
-        std::mem::take(&mut self.starter.threads)
+        self.starter.take_threads()
     }
 
     /// Takes in a start the starter carried out: the task runs (or failed
     /// to start, which counts as an exit). A task stopped meanwhile is
     /// stopped now like any running one.
     pub fn started(&mut self, report: StartReport, now: Instant) {
-        self.starter.received();
+        self.starter.received(report.lane);
         let StartReport {
             alloc: id,
             task,
             outcome,
+            ..
         } = report;
         let Some(outcome) = outcome else {
             // A cleanup ended: its room is taken by the next turn's step.
@@ -463,23 +558,23 @@ mod tests {
             starter.remove_dir(d.clone());
         }
         // The bound holds: the rest wait in the loop's queue.
-        assert_eq!(starter.in_flight, IN_FLIGHT);
+        assert_eq!(starter.starts.in_flight, IN_FLIGHT);
         assert_eq!(starter.cleanups.len(), 3);
-        assert!(!starter.has_room());
+        assert!(!starter.has_room(Lane::Start));
         let reports = starter.reports();
-        while starter.in_flight > 0 || !starter.cleanups.is_empty() {
+        while starter.starts.in_flight > 0 || !starter.cleanups.is_empty() {
             let report = reports
                 .recv_timeout(Duration::from_secs(10))
                 .expect("a cleanup's end");
             assert!(report.outcome.is_none());
-            starter.received();
+            starter.received(Lane::Start);
             starter.pump();
         }
         assert!(dirs.iter().all(|d| !d.exists()));
         // Closed, it takes nothing more, and its threads end.
         assert!(starter.close().is_empty());
-        assert!(!starter.has_room());
-        for thread in std::mem::take(&mut starter.threads) {
+        assert!(!starter.has_room(Lane::Start));
+        for thread in starter.take_threads() {
             thread.join().unwrap();
         }
         let _ = fs::remove_dir_all(&dir);

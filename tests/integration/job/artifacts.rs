@@ -6,7 +6,8 @@
 //! prestart sidecar serves that dir with Python's `http.server`, as
 //! Nomad's own e2e job `chroot_dl_exec` does.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::thread;
 
 use super::Rig;
 use crate::etcd::{require_openssl, Certs};
@@ -337,4 +338,59 @@ fn https_is_fetched_from_a_server_the_agent_s_cas_vouch_for() {
     assert!(job.contains(plain_server));
     let job = job.replace(plain_server, &tls_server);
     assert_eq!(run_complete(&rig, "tls", &job), "hello\n");
+}
+
+/// Four allocs whose artifact server accepts and never answers, with no
+/// restart; their group's restart policy fails them once it closes.
+const STALLED: &str = r#"job "stalled" {
+  group "g" {
+    count = 4
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "raw_exec"
+      artifact {
+        source = "http://127.0.0.1:PORT/never.txt"
+      }
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn fetches_from_a_server_that_never_answers_hold_no_thread_other_starts_need() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    // As many stalled fetches as the agent has threads for starts.
+    let accepting = thread::spawn(move || {
+        (0..4)
+            .map(|_| server.accept().unwrap().0)
+            .collect::<Vec<TcpStream>>()
+    });
+    rig.run_job("stalled.hcl", &STALLED.replace("PORT", &port.to_string()));
+    let held = accepting.join().unwrap();
+    // Every fetch is under way and stalled: a job without artifacts
+    // still starts.
+    let free = rig.run_job("free.hcl", &super::sleepers("free", 1, 100, 64));
+    rig.wait_running("free", &free[0]);
+    let stalled = rig.job("stalled");
+    for alloc in &stalled.allocs {
+        assert_eq!(alloc.tasks[0].state, "starting", "{stalled:#?}");
+    }
+    // The server goes: the fetches fail, and so do their allocs.
+    drop(held);
+    rig.wait_job("stalled", "the stalled allocs to fail", |j| {
+        j.allocs.iter().all(|a| a.status == "failed")
+    });
+    rig.stop("free");
 }
