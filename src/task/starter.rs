@@ -253,6 +253,13 @@ impl Starter {
         }
     }
 
+    fn pool_mut(&mut self, lane: Lane) -> &mut Pool {
+        match lane {
+            Lane::Start => &mut self.starts,
+            Lane::Fetch => &mut self.fetches,
+        }
+    }
+
     /// Whether a start of `lane` may be handed over now.
     pub(super) fn has_room(&self, lane: Lane) -> bool {
         self.pool(lane).has_room()
@@ -266,11 +273,9 @@ impl Starter {
     /// Hands `plan` to the threads of its lane; whether they took it (not
     /// when there is no room: see [`Starter::has_room`]).
     pub(super) fn submit(&mut self, plan: StartPlan) -> bool {
-        let pool = match Lane::of(&plan.spec) {
-            Lane::Start => &mut self.starts,
-            Lane::Fetch => &mut self.fetches,
-        };
-        pool.hand_over(Work::Start(Box::new(plan)), &self.reports_tx)
+        let reports = self.reports_tx.clone();
+        self.pool_mut(Lane::of(&plan.spec))
+            .hand_over(Work::Start(Box::new(plan)), &reports)
             .is_ok()
     }
 
@@ -302,10 +307,7 @@ impl Starter {
 
     /// A report of `lane` came in.
     pub(super) fn received(&mut self, lane: Lane) {
-        let pool = match lane {
-            Lane::Start => &mut self.starts,
-            Lane::Fetch => &mut self.fetches,
-        };
+        let pool = self.pool_mut(lane);
         pool.in_flight = pool.in_flight.saturating_sub(1);
     }
 
