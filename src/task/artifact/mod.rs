@@ -50,7 +50,7 @@ impl ArtifactLimits {
         let or_none = |n: u64| if n == 0 { u64::MAX } else { n };
         ArtifactLimits {
             http: HttpLimits {
-                read_timeout: config.http_read_timeout,
+                deadline: config.http_read_timeout,
                 max_size: config.http_max_size,
             },
             unpack: UnpackLimits {
