@@ -1,10 +1,11 @@
 //! Small safe wrappers over the system calls the agent needs besides
 //! mounts (those live in [`crate::mount`]): control groups, inotify, peer credentials,
-//! signals, file locks, and the loop devices and sparse copies of the
+//! signals, file locks, names resolved beneath a dir (`openat2`), and the loop devices and sparse copies of the
 //! hostpath plugin's block volumes.
 //! Each libc call is one small function holding the only `unsafe` block
 //! for it.
 
+pub mod beneath;
 pub mod cgroup;
 pub mod flock;
 pub mod inotify;
