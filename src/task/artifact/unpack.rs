@@ -396,6 +396,54 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_gz_file_bomb_stops_at_the_size_limit_while_inflating() {
+        // What `mode = "file"` does with a .gz: 256 MiB of zeros, gzipped.
+        let dir = temp_dir("gz-bomb");
+        let bomb = dir.join("bomb.gz");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "head -c 268435456 /dev/zero | gzip -9 > {}",
+                bomb.display()
+            ))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let packed = fs::metadata(&bomb).unwrap().len();
+        let mut input = File::open(&bomb).unwrap();
+        let mut content = super::super::gzip::GzipReader::new(&mut input).unwrap();
+        let dest = Dir::open(&dir).unwrap();
+        let err = write_file(&dest, "out", 0o644, &mut content, 1 << 20, &|| {
+            "too large (decompression_size_limit)".into()
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("decompression_size_limit"),
+            "{err}"
+        );
+        drop(content);
+        // One 64 KiB buffer of about 260 KiB read.
+        use std::io::Seek;
+        let read = input.stream_position().unwrap();
+        assert!(read < packed / 2, "read {read} of {packed} bytes");
+        assert!(!dir.join("out").exists() && !dir.join(".out.artifact-part").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hard_link_inside_is_skipped_and_one_outside_refused() {
+        let dir = temp_dir("hard");
+        let mut sink = Sink::new(&dir, LIMITS).unwrap();
+        sink.hard_link("h", "a/b").unwrap();
+        assert!(!dir.join("h").exists());
+        for target in ["../x", "/etc/passwd", "a/../../x"] {
+            let err = sink.hard_link("h", target).unwrap_err();
+            assert!(err.to_string().contains("hard link \"h\""), "{err}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn limits_hold_while_writing() {
         let dir = temp_dir("limits");
         let mut sink = Sink::new(&dir, LIMITS).unwrap();
