@@ -187,8 +187,14 @@ pub fn unpack(file: &mut File, sink: &mut Sink) -> io::Result<()> {
         } else if kind == Some(0o120000) {
             let mut target = String::new();
             content(file, entry)?
-                .take(MAX_LINK)
+                .take(MAX_LINK + 1)
                 .read_to_string(&mut target)?;
+            if target.len() as u64 > MAX_LINK {
+                return Err(bad(format!(
+                    "symlink {:?} has a target longer than {MAX_LINK} bytes (MAX_LINK)",
+                    entry.name
+                )));
+            }
             sink.symlink(&entry.name, &target)?;
         } else {
             let mode = entry.mode.unwrap_or(0o644);
@@ -351,6 +357,18 @@ mod tests {
             assert_eq!(after, before, "{entries:?}");
             fs::remove_dir_all(&outer).unwrap();
         }
+    }
+
+    #[test]
+    fn a_symlink_target_longer_than_max_link_is_refused() {
+        let target = "t/".repeat(MAX_LINK as usize);
+        let bytes = stored_with_modes(&[("l", target.as_bytes(), 0o120777)]);
+        let (dest, result) = unpack_bytes("zip-link", &bytes);
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("\"l\""), "{err}");
+        assert!(err.to_string().contains("(MAX_LINK)"), "{err}");
+        assert!(fs::symlink_metadata(dest.join("l")).is_err());
+        fs::remove_dir_all(&dest).unwrap();
     }
 
     #[test]
