@@ -29,10 +29,18 @@ use crate::spec::redacted;
 struct Conn {
     stream: Stream,
     /// The socket under `stream` (a second descriptor of it), whose
-    /// timeouts are set to what is left before each read and write.
+    /// timeouts are set to what is left of the deadline.
     socket: TcpStream,
     deadline: Deadline,
+    /// When the socket's timeouts were last set: a read that starts later
+    /// may end that much past the deadline.
+    timeouts_set: Option<Instant>,
 }
+
+/// How stale the socket's timeouts may grow before they are set again:
+/// the most a read or write may overrun the deadline, and what keeps a
+/// fast download from two more system calls for every read.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(100);
 
 enum Stream {
     Plain(TcpStream),
@@ -44,8 +52,14 @@ impl Conn {
     /// left of the deadline; an error once it has passed names it.
     fn timed<T>(&mut self, io: impl FnOnce(&mut Stream) -> io::Result<T>) -> io::Result<T> {
         let left = self.deadline.left()?;
-        self.socket.set_read_timeout(Some(left))?;
-        self.socket.set_write_timeout(Some(left))?;
+        if self
+            .timeouts_set
+            .map_or(true, |set| set.elapsed() >= TIMEOUT_SLACK)
+        {
+            self.socket.set_read_timeout(Some(left))?;
+            self.socket.set_write_timeout(Some(left))?;
+            self.timeouts_set = Some(Instant::now());
+        }
         io(&mut self.stream).map_err(|err| match self.deadline.left() {
             Err(passed) => passed,
             Ok(_) => err,
@@ -274,6 +288,7 @@ fn open(target: &Target, deadline: Deadline, ca: &str) -> io::Result<Conn> {
         stream,
         socket,
         deadline,
+        timeouts_set: None,
     })
 }
 
