@@ -1,5 +1,5 @@
 //! Small safe wrappers over the system calls the agent needs besides
-//! mounts (those live in [`crate::mount`]): control groups, inotify, peer credentials,
+//! mounts (those live in [`crate::mount`]): control groups, inotify, poll, peer credentials,
 //! signals, file locks, and the loop devices and sparse copies of the
 //! hostpath plugin's block volumes.
 //! Each libc call is one small function holding the only `unsafe` block
@@ -10,5 +10,6 @@ pub mod flock;
 pub mod inotify;
 pub mod loop_dev;
 pub mod peercred;
+pub mod poll;
 pub mod process;
 pub mod sparse;

@@ -1,0 +1,3 @@
+//! The server with real sockets and real clients.
+
+use super::*;
