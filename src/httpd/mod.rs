@@ -30,7 +30,7 @@
 //! - the answer must be taken within [`WRITE_TIMEOUT`];
 //! - [`WORKERS`] threads run handlers.
 //!
-//! A connection thus holds at most `max_head` plus `max_body` bytes (and
+//! A connection thus holds about `max_head` plus `max_body` bytes (and
 //! its answer) and lives at most `request_timeout` plus the handler's time
 //! plus `write_timeout`, plus [`DRAIN_TIMEOUT`] to read what the client
 //! sent past its request before closing. Every answer closes its
