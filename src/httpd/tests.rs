@@ -276,7 +276,10 @@ fn clients_that_never_read_a_large_answer_hold_no_worker_and_are_closed_at_the_w
         server.open_connections() == 0
     });
     let closed = sent.elapsed();
-    assert!(closed >= WRITE_TIMEOUT, "closed after {closed:?}");
+    assert!(
+        closed >= WRITE_TIMEOUT && closed < WRITE_TIMEOUT + Duration::from_secs(3),
+        "closed after {closed:?}"
+    );
     for conn in &mut stuck {
         let mut got = Vec::new();
         let _ = conn.read_to_end(&mut got);
