@@ -1,5 +1,5 @@
 //! A client of the Docker Engine API, small and ours, for the `docker` task
-//! driver (issue 24).
+//! driver.
 //!
 //! It speaks API version **1.41** (every path is `/v1.41/...`): what
 //! Debian's `docker.io` 20.10 serves, and what newer engines still accept.
