@@ -1,4 +1,4 @@
-//! The metrics endpoint of the `telemetry` block (issue 25) with real
+//! The metrics endpoint of the `telemetry` block with real
 //! clients: an agent that has taken and released a claim, failed one,
 //! restarted a failing task and seen its plugin restart is scraped over
 //! loopback; `promtool check metrics` accepts what it serves, the

@@ -1,4 +1,4 @@
-//! The crate's import graph held to its architecture (issue 27): no arrow
+//! The crate's import graph held to its architecture: no arrow
 //! runs up the layers, no circle inside `volume/` or `csi/`, the control
 //! API's wire types (`proto::agent`) stay at its edge (`api/` and `cli/`),
 //! and no file has more than [`MAX_LINES`] lines of code before its tests.
@@ -21,9 +21,8 @@
 //! `volume::manager`, `src/lib.rs` is `crate`); a reference is an edge to
 //! the longest prefix of its path that is a file's module.
 //!
-//! Today's code breaks these rules in places that the refactor of issue 27
-//! removes. Each rule lists the violations it tolerates, and fails both on
-//! a new one and on a listed one that no longer occurs, so the lists only
+//! Where the code breaks these rules today, each rule lists the
+//! violations it tolerates, and fails both on a new one and on a listed one that no longer occurs, so the lists only
 //! shrink: when a test says a violation is fixed, delete its line.
 
 mod graph;
