@@ -2,15 +2,15 @@
 
 use std::io;
 
+use super::cvt;
+
 /// Sends `signal` to process `pid`.
 pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
     // SAFETY: kill(2) takes plain integers and has no memory effects; a
     // stale pid is an error (ESRCH), not undefined behaviour.
-    if unsafe { libc::kill(pid, signal) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::kill(pid, signal) })?;
     Ok(())
 }
 
@@ -23,9 +23,7 @@ pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Com
     // closure touches no memory but its own.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
+            cvt(libc::setsid())?;
             Ok(())
         })
     }

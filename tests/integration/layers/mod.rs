@@ -76,16 +76,18 @@ const LAYERS: &[&[&str]] = &[
     // Go's text/template with consul-template's functions, for Nomad's
     // `template` blocks: over the ground's JSON, base64 and dates.
     &["template"],
-    // The ground: the HCL parser; every mount system call; the other
-    // system calls; IDs that become paths; durations and sizes; latency
-    // trace points; the generated protobuf modules; a call's answer in the
-    // domain's terms (`CallError`, `ReplyTo`); JSON as data.
+    // The ground: the HCL parser; every mount system call; IDs that become
+    // paths; durations and sizes; latency trace points; the generated
+    // protobuf modules; a call's answer in the domain's terms (`CallError`,
+    // `ReplyTo`); metrics and events.
     &[
-        "hcl", "mount", "sys", "id", "units", "trace", "proto", "call", "json", "metrics", "events",
+        "hcl", "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
     ],
-    // Below the ground, for the HCL functions and the templates alike:
-    // regular expressions (Go's syntax, a Pike VM), which use nothing.
-    &["regex"],
+    // Below the ground, the primitives every layer shares, which use
+    // nothing: regular expressions (Go's syntax, a Pike VM); JSON as data,
+    // the one reader and writer; base64 and percent-encoding; the system
+    // calls besides mounts, with the `cvt` that `mount` uses too.
+    &["regex", "json", "encode", "sys"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.
