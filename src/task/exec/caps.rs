@@ -14,6 +14,8 @@
 use std::fs;
 use std::io;
 
+use crate::sys::cvt;
+
 /// The capabilities by number, without their `CAP_` prefix.
 pub const BY_NUMBER: [&str; 41] = [
     "CHOWN",
@@ -96,14 +98,6 @@ pub fn task_caps(allow: &[String], add: &[String], drop: &[String], last: u32) -
     caps | mask_of(add, last)
 }
 
-fn cvt(ret: libc::c_int) -> io::Result<()> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Drops from the bounding set every capability up to `last` not in
 /// `keep` (needs `CAP_SETPCAP`: before the task's user).
 pub fn drop_bounding(keep: u64, last: u32) -> io::Result<()> {
@@ -153,10 +147,7 @@ pub fn set(caps: u64, last: u32) -> io::Result<()> {
     ];
     // SAFETY: capset(2) reads a version 3 header and two data words, both
     // live for the call.
-    let ret = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) })?;
     for cap in 0..=last {
         if caps & (1u64 << cap) != 0 {
             // SAFETY: prctl(2) with integer arguments.
@@ -177,7 +168,7 @@ pub fn set(caps: u64, last: u32) -> io::Result<()> {
 /// Sets `no_new_privs`: no exec gives the task more privileges.
 pub fn no_new_privs() -> io::Result<()> {
     // SAFETY: prctl(2) with integer arguments.
-    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })
+    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
 }
 
 #[cfg(test)]

@@ -511,14 +511,7 @@ pub(super) mod sys {
 
     use super::super::{User, CHILD_ERROR};
     use crate::mount;
-
-    fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-        if ret == -1 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(ret)
-        }
-    }
+    use crate::sys::cvt;
 
     pub fn setsid() -> io::Result<()> {
         // SAFETY: setsid(2) takes no arguments.

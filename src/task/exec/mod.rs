@@ -216,14 +216,7 @@ pub fn lookup_user(name: &str) -> io::Result<User> {
 
 /// Sends `signal` to the task's process group (its session).
 pub fn signal_group(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pgid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill(2) with a negative pid signals a process group; plain
-    // integers, no memory effects.
-    if unsafe { libc::kill(-pgid, signal) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::process::kill_group(pid, signal)
 }
 
 /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`, in

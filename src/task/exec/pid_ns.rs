@@ -31,13 +31,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
+use crate::sys::cvt;
 
 /// The signals the child ignores while it waits: those a task is stopped
 /// with, and those a terminal or a closed pipe would send.
