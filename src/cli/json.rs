@@ -297,15 +297,9 @@ mod tests {
 
     #[test]
     fn message_bytes_are_padded_standard_base64() {
-        let cases: [(&[u8], &str); 7] = [
-            (b"", ""),
-            (b"f", "Zg=="),
-            (b"fo", "Zm8="),
-            (b"foo", "Zm9v"),
-            (b"foob", "Zm9vYg=="),
-            (b"fooba", "Zm9vYmE="),
-            (&[0xfb, 0xff, 0xbf], "+/+/"),
-        ];
+        // The padding and the alphabet's last two digits; the encoder's own
+        // tests have the rest.
+        let cases: [(&[u8], &str); 2] = [(b"f", "Zg=="), (&[0xfb, 0xff, 0xbf], "+/+/")];
         for (bytes, expected) in cases {
             let mut msg = BytesValue::new();
             msg.value = bytes.to_vec();
