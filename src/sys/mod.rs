@@ -1,7 +1,10 @@
 //! Small safe wrappers over the system calls the agent needs besides
-//! mounts (those live in [`crate::mount`]): control groups, inotify, peer credentials,
-//! signals, file locks, and the loop devices and sparse copies of the
-//! hostpath plugin's block volumes.
+//! mounts (those live in [`crate::mount`]): control groups, inotify, peer
+//! credentials, signals, file locks, the loop devices and sparse copies of
+//! the hostpath plugin's block volumes, the user database, and the calls
+//! the start helper makes before a task's exec (descriptors as integers,
+//! sessions, namespaces, fork, wait and exit, `set*id` and capabilities),
+//! which allocate nothing.
 //! Each libc call is one small function holding the only `unsafe` block
 //! for it; [`cvt`] turns the -1 of a failed call into the thread's `errno`,
 //! for these wrappers and for those of `mount` and the exec driver.
@@ -11,13 +14,16 @@
 
 use std::io;
 
+pub mod caps;
 pub mod cgroup;
+pub mod fd;
 pub mod flock;
 pub mod inotify;
 pub mod loop_dev;
 pub mod peercred;
 pub mod process;
 pub mod sparse;
+pub mod user;
 
 /// A libc return type whose `-1` says that the call failed and left the
 /// reason in `errno`: `int`, `long` (`syscall(2)`) and `ssize_t`.

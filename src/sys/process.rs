@@ -1,4 +1,5 @@
-//! Signals to child processes, and sessions of their own.
+//! Processes: signals to children and to groups, sessions, namespaces,
+//! and the start helper's fork, wait and exit.
 
 use std::io;
 
@@ -41,4 +42,96 @@ pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Com
             Ok(())
         })
     }
+}
+
+/// Calls setsid(2): the caller leads a new session and process group.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid(2) takes no arguments.
+    cvt(unsafe { libc::setsid() }).map(drop)
+}
+
+/// The caller's pid (getpid(2), which cannot fail).
+pub fn getpid() -> u32 {
+    // SAFETY: getpid(2) takes no arguments.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Calls unshare(2) with the `CLONE_NEW*` namespaces in `flags`.
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare(2) takes a flag word.
+    cvt(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// Calls fork(2): the child's pid in the parent, 0 in the child.
+///
+/// # Safety
+///
+/// The caller is single-threaded, or the child calls only
+/// async-signal-safe functions until it execs or exits.
+pub unsafe fn fork() -> io::Result<libc::pid_t> {
+    // SAFETY: the caller upholds the function's contract.
+    cvt(unsafe { libc::fork() })
+}
+
+/// Asks for `signal` when the parent dies (`PR_SET_PDEATHSIG`).
+pub fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl(2) with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) }).map(drop)
+}
+
+/// Ignores `signal` (`SIG_IGN`), which must be catchable.
+pub fn ignore_signal(signal: libc::c_int) {
+    // SAFETY: SIG_IGN installs no handler, so no code of ours runs.
+    unsafe { libc::signal(signal, libc::SIG_IGN) };
+}
+
+/// Waits for the child `pid` to end (waitpid(2), again after `EINTR`):
+/// its wait status.
+pub fn wait(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live c_int.
+        match cvt(unsafe { libc::waitpid(pid, &mut status, 0) }) {
+            Ok(_) => return Ok(status),
+            Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Ends the process at once with `code` (_exit(2)): no destructors, no
+/// atexit handlers, no flushing.
+pub fn exit_now(code: libc::c_int) -> ! {
+    // SAFETY: _exit(2) ends the process; nothing of ours runs after it.
+    unsafe { libc::_exit(code) }
+}
+
+/// Ends the process by `signal`, as a process killed by it ends, without
+/// a core file; with `128 + signal` should the signal not end it.
+pub fn exit_as_signalled(signal: libc::c_int) -> ! {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a live rlimit; the default action of `signal` then ends
+    // this process, without a core file.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(signal, libc::SIG_DFL);
+        libc::kill(libc::getpid(), signal);
+    }
+    exit_now(128 + signal)
+}
+
+/// The monotonic clock (`CLOCK_MONOTONIC`, clock_gettime(2)) in
+/// microseconds: the same clock in every process of the host.
+pub fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC exists
+    // on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
