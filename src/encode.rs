@@ -1,11 +1,12 @@
 //! Byte encodings that several layers speak: base64 (RFC 4648, the
 //! standard and the URL-safe alphabet, with `=` padding) and
 //! percent-encoding (RFC 3986's unreserved characters kept, as Go's
-//! `url.PathEscape` and `url.QueryEscape` for the bytes they escape).
+//! `url.QueryEscape` with `+` for a space; or any other set kept, as the
+//! hostpath plugin's file names and state words need).
 //!
-//! One encoder each, so that HCL's `base64encode`, the templates'
-//! `base64Encode`, the CLI's `-json` bytes and the engine's
-//! `X-Registry-Auth` header cannot drift apart.
+//! One encoder each, so that HCL's `base64encode` and `urlencode`, the
+//! templates' `base64Encode` and `urlquery`, the CLI's `-json` bytes and
+//! the engine's `X-Registry-Auth` header and URLs cannot drift apart.
 
 /// A base64 alphabet: which 64 characters stand for the 6-bit groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,14 +91,25 @@ pub enum Space {
 /// `text` with every byte but RFC 3986's unreserved ones (`A-Z a-z 0-9 - .
 /// _ ~`) written as `%XX` (upper-case hex), and a space as `space` says.
 pub fn percent(text: &str, space: Space) -> String {
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~');
+    let escaped = percent_except(text, unreserved);
+    match space {
+        Space::Percent => escaped,
+        // `%` itself is escaped, so every `%20` is a space.
+        Space::Plus => escaped.replace("%20", "+"),
+    }
+}
+
+/// `text` with every byte for which `keep` is false written as `%XX`
+/// (upper-case hex); `keep` must be false for `%`, or the text cannot be
+/// read back.
+pub fn percent_except(text: &str, keep: impl Fn(u8) -> bool) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(char::from(byte))
-            }
-            b' ' if space == Space::Plus => out.push('+'),
-            _ => out.push_str(&format!("%{byte:02X}")),
+        if keep(byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
         }
     }
     out
@@ -150,7 +162,7 @@ mod tests {
             percent("a b/c:d?e&f=g", Space::Percent),
             "a%20b%2Fc%3Ad%3Fe%26f%3Dg"
         );
-        assert_eq!(percent("a b+c", Space::Plus), "a+b%2Bc");
+        assert_eq!(percent("a b+c%20", Space::Plus), "a+b%2Bc%2520");
         assert_eq!(percent("é", Space::Plus), "%C3%A9");
     }
 }
