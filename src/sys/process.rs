@@ -16,9 +16,16 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
     raw_kill(-pid_t(pgid)?, signal)
 }
 
+/// `pid` as kill(2) takes it: 0, which kill(2) reads as the caller's own
+/// process group, is no process of ours to signal.
 fn pid_t(pid: u32) -> io::Result<libc::pid_t> {
-    libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))
+    match libc::pid_t::try_from(pid) {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pid out of range",
+        )),
+    }
 }
 
 /// Calls kill(2): a positive `pid` is a process, a negative one a group.
@@ -134,4 +141,37 @@ pub fn monotonic_us() -> u64 {
     // on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_zero_and_pids_beyond_pid_t_are_refused_not_read_as_our_own_group() {
+        for pid in [0, u32::MAX] {
+            assert_eq!(
+                kill(pid, 0).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+            assert_eq!(
+                kill_group(pid, 0).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        }
+        kill(getpid(), 0).unwrap();
+    }
+
+    #[test]
+    // The child is reaped by `wait`, which clippy does not see.
+    #[allow(clippy::zombie_processes)]
+    fn wait_gives_a_child_s_wait_status() {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .unwrap();
+        let status = wait(child.id() as libc::pid_t).unwrap();
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 7);
+    }
 }
