@@ -165,4 +165,11 @@ mod tests {
         assert_eq!(percent("a b+c%20", Space::Plus), "a+b%2Bc%2520");
         assert_eq!(percent("é", Space::Plus), "%C3%A9");
     }
+
+    #[test]
+    fn percent_except_keeps_only_what_it_is_told_to() {
+        let word = |b: u8| b.is_ascii_graphic() && b != b'%';
+        assert_eq!(percent_except("a b%c/é", word), "a%20b%25c/%C3%A9");
+        assert_eq!(percent_except("", word), "");
+    }
 }
