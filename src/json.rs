@@ -6,7 +6,13 @@
 //! exact; [`Value::as_i64`] and [`Value::as_u64`] read them), objects as
 //! ordered pairs (duplicate keys are kept; [`Value::get`] finds the first),
 //! a parser whose errors say `line:col` and which refuses nesting deeper
-//! than [`MAX_DEPTH`], and a writer that escapes what RFC 8259 requires.
+//! than [`MAX_DEPTH`], and a writer that escapes what RFC 8259 requires,
+//! compact ([`to_string`]), indented ([`Value::pretty`]) or HTML-safe as
+//! Go's `json.Marshal` ([`to_string_html_safe`]).
+//!
+//! It is the crate's one JSON reader and writer: the engine's API, the
+//! CLI's `-json` output, the templates' `parseJSON` and `toJSON`, and HCL's
+//! `jsondecode` and `jsonencode` all go through it.
 //!
 //! `hcl::json` is a different thing: HCL's JSON syntax, whose strings are
 //! templates (`${...}`). Data from outside goes through this module.
@@ -125,6 +131,12 @@ impl From<String> for Value {
     }
 }
 
+impl From<&String> for Value {
+    fn from(s: &String) -> Value {
+        Value::String(s.clone())
+    }
+}
+
 impl From<bool> for Value {
     fn from(b: bool) -> Value {
         Value::Bool(b)
@@ -152,71 +164,129 @@ impl From<u32> for Value {
 /// Compact JSON text: no whitespace between tokens.
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = String::new();
-        write_value(&mut out, self);
-        f.write_str(&out)
+        f.write_str(&to_string(self))
+    }
+}
+
+impl Value {
+    /// The value indented by two spaces per level, one element or member
+    /// per line, `": "` after a key; empty arrays and objects stay `[]` and
+    /// `{}`. No trailing newline. Go's `json.MarshalIndent(v, "", "  ")`
+    /// lays values out the same way.
+    pub fn pretty(&self) -> String {
+        Writer::text(self, true, false)
     }
 }
 
 /// The value as compact JSON text.
 pub fn to_string(value: &Value) -> String {
-    let mut out = String::new();
-    write_value(&mut out, value);
-    out
+    Writer::text(value, false, false)
 }
 
-fn write_value(out: &mut String, value: &Value) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => out.push_str(n),
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(members) => {
-            out.push('{');
-            for (i, (key, item)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_value(out, item);
-            }
-            out.push('}');
-        }
-    }
+/// The value as compact JSON text with `<`, `>`, `&`, U+2028 and U+2029
+/// escaped as well, as Go's `json.Marshal` writes strings (and so HCL's
+/// `jsonencode`): the text is safe inside HTML and JavaScript.
+pub fn to_string_html_safe(value: &Value) -> String {
+    Writer::text(value, false, true)
 }
 
-/// A JSON string literal: quotes, backslashes and control characters
-/// escaped; everything else as UTF-8.
-fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
+/// The one JSON writer: how it lays values out and escapes strings.
+struct Writer<'a> {
+    out: &'a mut String,
+    /// Two spaces a level, as [`Value::pretty`]; else compact.
+    indent: bool,
+    /// Escapes what [`to_string_html_safe`] says.
+    html_safe: bool,
+}
+
+impl Writer<'_> {
+    fn text(value: &Value, indent: bool, html_safe: bool) -> String {
+        let mut out = String::new();
+        Writer {
+            out: &mut out,
+            indent,
+            html_safe,
+        }
+        .value(value, 0);
+        out
+    }
+
+    fn value(&mut self, value: &Value, depth: usize) {
+        match value {
+            Value::Null => self.out.push_str("null"),
+            Value::Bool(true) => self.out.push_str("true"),
+            Value::Bool(false) => self.out.push_str("false"),
+            Value::Number(n) => self.out.push_str(n),
+            Value::String(s) => self.string(s),
+            Value::Array(items) if !items.is_empty() => {
+                self.out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    self.separator(i, depth + 1);
+                    self.value(item, depth + 1);
+                }
+                self.newline(depth);
+                self.out.push(']');
             }
-            c => out.push(c),
+            Value::Object(members) if !members.is_empty() => {
+                self.out.push('{');
+                for (i, (key, item)) in members.iter().enumerate() {
+                    self.separator(i, depth + 1);
+                    self.string(key);
+                    self.out.push_str(if self.indent { ": " } else { ":" });
+                    self.value(item, depth + 1);
+                }
+                self.newline(depth);
+                self.out.push('}');
+            }
+            Value::Array(_) => self.out.push_str("[]"),
+            Value::Object(_) => self.out.push_str("{}"),
         }
     }
-    out.push('"');
+
+    /// What comes before the `i`th element at `depth`: a comma after the
+    /// first, and a new line when indenting.
+    fn separator(&mut self, i: usize, depth: usize) {
+        if i > 0 {
+            self.out.push(',');
+        }
+        self.newline(depth);
+    }
+
+    fn newline(&mut self, depth: usize) {
+        if self.indent {
+            self.out.push('\n');
+            for _ in 0..depth {
+                self.out.push_str("  ");
+            }
+        }
+    }
+
+    /// A JSON string literal: quotes, backslashes and control characters
+    /// (DEL too) escaped, with the short forms where JSON has one;
+    /// everything else as UTF-8 unless `html_safe` says otherwise.
+    fn string(&mut self, s: &str) {
+        let out = &mut *self.out;
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                }
+                '<' | '>' | '&' | '\u{2028}' | '\u{2029}' if self.html_safe => {
+                    out.push_str(&format!("\\u{:04x}", c as u32));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
 }
 
 /// Why a document is not JSON, and where: 1-based line and column (in
@@ -637,6 +707,34 @@ mod tests {
         );
         assert_eq!(parse(&out).unwrap(), v);
         assert_eq!(v.to_string(), out);
+    }
+
+    #[test]
+    fn html_safe_escapes_what_go_escapes_and_parses_back() {
+        let text = "<a href='x'>&\u{2028}\u{2029}\u{8}\u{c}";
+        let v = Value::array([Value::from(text)]);
+        let out = to_string_html_safe(&v);
+        assert_eq!(out, r#"["\u003ca href='x'\u003e\u0026\u2028\u2029\b\f"]"#);
+        assert_eq!(parse(&out).unwrap(), v);
+        assert_eq!(to_string(&v), "[\"<a href='x'>&\u{2028}\u{2029}\\b\\f\"]");
+    }
+
+    #[test]
+    fn pretty_indents_by_two_spaces_and_keeps_empty_containers_on_one_line() {
+        let v = Value::object([
+            ("list", Value::array([])),
+            ("map", Value::object::<&str>([])),
+            (
+                "items",
+                Value::array([Value::from(1i64), Value::from("a\n")]),
+            ),
+        ]);
+        assert_eq!(
+            v.pretty(),
+            "{\n  \"list\": [],\n  \"map\": {},\n  \"items\": [\n    1,\n    \"a\\n\"\n  ]\n}"
+        );
+        assert_eq!(parse(&v.pretty()).unwrap(), v);
+        assert_eq!(Value::from("x").pretty(), r#""x""#);
     }
 
     #[test]

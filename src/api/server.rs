@@ -20,7 +20,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use grpcio::{RpcContext, RpcStatus, RpcStatusCode, ServerBuilder, UnarySink, UnarySinkResult};
+use grpcio::{RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
 
 use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::{block_on, grpc_environment};
@@ -251,13 +251,13 @@ impl Service {
             let (sending, code) = match result.map(answer) {
                 Ok(Some(resp)) => (sink.success(resp), "OK"),
                 Ok(None) => (
-                    sink.fail(status(&CallError::new(
+                    sink.fail(wire::status(&CallError::new(
                         ErrorKind::Internal,
                         format!("the agent answered {method} with another response"),
                     ))),
-                    code_name(ErrorKind::Internal),
+                    wire::code_name(ErrorKind::Internal),
                 ),
-                Err(err) => (sink.fail(status(&err)), code_name(err.kind)),
+                Err(err) => (sink.fail(wire::status(&err)), wire::code_name(err.kind)),
             };
             crate::metrics::API_CALLS.observe(&[method, code], arrived.elapsed().as_secs_f64());
             crate::trace::point("api-sent", method);
@@ -276,34 +276,6 @@ fn wait_until_sent(sent: Receiver<UnarySinkResult>) {
         if let Err(err) = block_on(sending) {
             log::debug!("A control API answer was not delivered: {err}");
         }
-    }
-}
-
-fn status(err: &CallError) -> RpcStatus {
-    let code = match err.kind {
-        ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
-        ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
-        ErrorKind::FailedPrecondition => RpcStatusCode::FAILED_PRECONDITION,
-        ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
-        ErrorKind::DeadlineExceeded => RpcStatusCode::DEADLINE_EXCEEDED,
-        ErrorKind::Aborted => RpcStatusCode::ABORTED,
-        ErrorKind::OutOfRange => RpcStatusCode::OUT_OF_RANGE,
-        ErrorKind::Internal => RpcStatusCode::INTERNAL,
-    };
-    RpcStatus::with_message(code, err.message.clone())
-}
-
-/// The name of the gRPC code [`status`] answers, for the metrics.
-fn code_name(kind: ErrorKind) -> &'static str {
-    match kind {
-        ErrorKind::NotFound => "NOT_FOUND",
-        ErrorKind::InvalidArgument => "INVALID_ARGUMENT",
-        ErrorKind::FailedPrecondition => "FAILED_PRECONDITION",
-        ErrorKind::Unavailable => "UNAVAILABLE",
-        ErrorKind::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        ErrorKind::Aborted => "ABORTED",
-        ErrorKind::OutOfRange => "OUT_OF_RANGE",
-        ErrorKind::Internal => "INTERNAL",
     }
 }
 
@@ -601,8 +573,8 @@ impl agent_grpc::Agent for Service {
                 _ => None,
             }),
             Err(err) => {
-                crate::metrics::API_CALLS.observe(&["Events", code_name(err.kind)], 0.0);
-                let _ = self.sent.send(sink.fail(status(&err)));
+                crate::metrics::API_CALLS.observe(&["Events", wire::code_name(err.kind)], 0.0);
+                let _ = self.sent.send(sink.fail(wire::status(&err)));
             }
         }
     }

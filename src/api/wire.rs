@@ -1,9 +1,11 @@
 //! The control API's protobuf messages, mapped to and from the agent's
-//! own request and answer types: the one place that knows both.
+//! own request and answer types, and error kinds to gRPC codes: the one
+//! place that knows both.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use grpcio::{RpcStatus, RpcStatusCode};
 use protobuf::MessageField;
 
 use crate::call::{CallError, ErrorKind};
@@ -23,6 +25,42 @@ fn ms(time: Option<SystemTime>) -> i64 {
 
 fn secrets(map: HashMap<String, String>) -> Secrets {
     map.into_iter().collect()
+}
+
+// ---- errors ----
+
+/// The gRPC code an error kind is answered with.
+fn grpc_code(kind: ErrorKind) -> RpcStatusCode {
+    match kind {
+        ErrorKind::NotFound => RpcStatusCode::NOT_FOUND,
+        ErrorKind::InvalidArgument => RpcStatusCode::INVALID_ARGUMENT,
+        ErrorKind::FailedPrecondition => RpcStatusCode::FAILED_PRECONDITION,
+        ErrorKind::Unavailable => RpcStatusCode::UNAVAILABLE,
+        ErrorKind::DeadlineExceeded => RpcStatusCode::DEADLINE_EXCEEDED,
+        ErrorKind::Aborted => RpcStatusCode::ABORTED,
+        ErrorKind::OutOfRange => RpcStatusCode::OUT_OF_RANGE,
+        ErrorKind::Internal => RpcStatusCode::INTERNAL,
+    }
+}
+
+/// An error as the status the control API answers it with.
+pub fn status(err: &CallError) -> RpcStatus {
+    RpcStatus::with_message(grpc_code(err.kind), err.message.clone())
+}
+
+/// The name of the gRPC code [`status`] answers `kind` with, for the
+/// metrics' `code` label.
+pub fn code_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::NotFound => "NOT_FOUND",
+        ErrorKind::InvalidArgument => "INVALID_ARGUMENT",
+        ErrorKind::FailedPrecondition => "FAILED_PRECONDITION",
+        ErrorKind::Unavailable => "UNAVAILABLE",
+        ErrorKind::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        ErrorKind::Aborted => "ABORTED",
+        ErrorKind::OutOfRange => "OUT_OF_RANGE",
+        ErrorKind::Internal => "INTERNAL",
+    }
 }
 
 // ---- requests ----

@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::args::{self, Args, Flag, UsageError};
-use super::json::Json;
+use super::json::string_map;
 use super::CliError;
 use crate::csi::model::{
     AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets,
 };
 use crate::csi::types::*;
 use crate::csi::{check_validation, Client, Endpoint, Validation};
+use crate::json::Value as Json;
 use crate::units;
 
 pub const USAGE: &str = "\
@@ -70,8 +71,8 @@ impl Output {
         Output {
             text: format!("{verb} {volume}"),
             json: Json::object([
-                ("volume_id", Json::str(volume)),
-                ("result", Json::str("ok")),
+                ("volume_id", Json::from(volume)),
+                ("result", Json::from("ok")),
             ]),
         }
     }
@@ -257,9 +258,9 @@ fn identity_info(client: &Client, args: &Args) -> Result<Output, CliError> {
         text.push_str(&format!("\nmanifest: {}", kv_text(&info.manifest)));
     }
     let json = Json::object([
-        ("name", Json::str(&info.name)),
-        ("vendor_version", Json::str(&info.vendor_version)),
-        ("manifest", Json::map(&info.manifest)),
+        ("name", Json::from(&info.name)),
+        ("vendor_version", Json::from(&info.vendor_version)),
+        ("manifest", string_map(&info.manifest)),
     ]);
     Ok(Output { text, json })
 }
@@ -279,13 +280,16 @@ fn node_info(client: &Client, args: &Args) -> Result<Output, CliError> {
         kv_text(&topology)
     );
     let json = Json::object([
-        ("node_id", Json::str(&info.node_id)),
-        ("max_volumes_per_node", Json::Int(info.max_volumes_per_node)),
+        ("node_id", Json::from(&info.node_id)),
+        (
+            "max_volumes_per_node",
+            Json::from(info.max_volumes_per_node),
+        ),
         (
             "accessible_topology",
             info.accessible_topology
                 .as_ref()
-                .map_or(Json::Null, Json::map),
+                .map_or(Json::Null, string_map),
         ),
     ]);
     Ok(Output { text, json })
@@ -335,10 +339,10 @@ fn node_stats(client: &Client, args: &Args) -> Result<Output, CliError> {
             u.unit, u.used, u.available, u.total
         ));
         usage_json.push(Json::object([
-            ("unit", Json::str(u.unit.to_string())),
-            ("used", Json::Int(u.used)),
-            ("available", Json::Int(u.available)),
-            ("total", Json::Int(u.total)),
+            ("unit", Json::from(u.unit.to_string())),
+            ("used", Json::from(u.used)),
+            ("available", Json::from(u.available)),
+            ("total", Json::from(u.total)),
         ]));
     }
     let condition = match &stats.condition {
@@ -350,7 +354,7 @@ fn node_stats(client: &Client, args: &Args) -> Result<Output, CliError> {
             ));
             Json::object([
                 ("abnormal", Json::Bool(c.abnormal)),
-                ("message", Json::str(&c.message)),
+                ("message", Json::from(&c.message)),
             ])
         }
         None => Json::Null,
@@ -383,20 +387,20 @@ fn node_expand(client: &Client, args: &Args) -> Result<Output, CliError> {
     Ok(Output {
         text: format!("expanded {volume}: {capacity} bytes"),
         json: Json::object([
-            ("volume_id", Json::str(volume)),
-            ("capacity_bytes", Json::Int(capacity)),
+            ("volume_id", Json::from(volume)),
+            ("capacity_bytes", Json::from(capacity)),
         ]),
     })
 }
 
 fn volume_json(v: &Volume) -> Json {
     Json::object([
-        ("volume_id", Json::str(&v.volume_id)),
-        ("capacity_bytes", Json::Int(v.capacity_bytes)),
-        ("volume_context", Json::map(&v.volume_context)),
+        ("volume_id", Json::from(&v.volume_id)),
+        ("capacity_bytes", Json::from(v.capacity_bytes)),
+        ("volume_context", string_map(&v.volume_context)),
         (
             "accessible_topology",
-            Json::Array(v.accessible_topology.iter().map(Json::map).collect()),
+            Json::Array(v.accessible_topology.iter().map(string_map).collect()),
         ),
     ])
 }
@@ -494,8 +498,8 @@ fn controller_publish(client: &Client, args: &Args) -> Result<Output, CliError> 
             .collect::<Vec<_>>()
             .join("\n"),
         json: Json::object([
-            ("volume_id", Json::str(volume)),
-            ("publish_context", Json::map(&context)),
+            ("volume_id", Json::from(volume)),
+            ("publish_context", string_map(&context)),
         ]),
     })
 }
@@ -522,7 +526,7 @@ fn controller_validate(client: &Client, args: &Args) -> Result<Output, CliError>
     Ok(Output {
         text: format!("confirmed {volume}: {}", confirmed.join(", ")),
         json: Json::object([
-            ("volume_id", Json::str(volume)),
+            ("volume_id", Json::from(volume)),
             ("confirmed", Json::strings(&confirmed)),
         ]),
     })
@@ -538,11 +542,14 @@ fn controller_capacity(client: &Client, args: &Args) -> Result<Output, CliError>
     if let Some(min) = capacity.minimum_volume_size {
         text.push_str(&format!("\nminimum_volume_size: {min}"));
     }
-    let opt = |v: Option<i64>| v.map_or(Json::Null, Json::Int);
+    let opt = |v: Option<i64>| v.map_or(Json::Null, Json::from);
     Ok(Output {
         text,
         json: Json::object([
-            ("available_capacity", Json::Int(capacity.available_capacity)),
+            (
+                "available_capacity",
+                Json::from(capacity.available_capacity),
+            ),
             ("maximum_volume_size", opt(capacity.maximum_volume_size)),
             ("minimum_volume_size", opt(capacity.minimum_volume_size)),
         ]),
@@ -580,8 +587,8 @@ fn controller_expand(client: &Client, args: &Args) -> Result<Output, CliError> {
             }
         ),
         json: Json::object([
-            ("volume_id", Json::str(volume)),
-            ("capacity_bytes", Json::Int(expanded.capacity_bytes)),
+            ("volume_id", Json::from(volume)),
+            ("capacity_bytes", Json::from(expanded.capacity_bytes)),
             (
                 "node_expansion_required",
                 Json::Bool(expanded.node_expansion_required),

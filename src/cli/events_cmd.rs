@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::args::{self, repeated, switch, value, Flag, UsageError};
-use super::json::Json;
+use super::json::from_message;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
 use crate::events::Topic;
@@ -69,7 +69,7 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         let resp = client.events(since, &topics, wait)?;
         for event in &resp.events {
             if json {
-                out::outln!("{}", Json::from_message(event));
+                out::outln!("{}", from_message(event));
             } else {
                 out::outln!("{}", line(event));
             }

@@ -10,7 +10,7 @@ use std::io;
 
 use super::args::{self, switch, value, Flag, UsageError};
 use super::job_inputs::{self, VAR_FLAGS};
-use super::json::Json;
+use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
@@ -160,9 +160,9 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let resp = connect(&args)?.job_status(name)?;
     if args.switch("json") {
         if name.is_empty() {
-            out::outln!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", from_message(&resp).pretty());
         } else if let Some(job) = resp.jobs.first() {
-            out::outln!("{}", Json::from_message(job).pretty());
+            out::outln!("{}", from_message(job).pretty());
         }
         return Ok(());
     }

@@ -1,137 +1,57 @@
-//! A minimal JSON value and writer for `-json` output.
+//! The values of `-json` output, written by [`crate::json`].
 //!
-//! Two kinds of answer reach it. `csi-agent csi` builds `Json` values from
+//! Two kinds of answer reach it. `csi-agent csi` builds JSON values from
 //! our own types, so that redaction applies to JSON exactly as to text: a
 //! value only reaches the output if the command put it there. The agent's
 //! control API answers with protobuf messages that the agent built with
 //! secrets already removed; those are printed through protobuf reflection
-//! ([`Json::from_message`]), so their `-json` form is derived from the
+//! ([`from_message`]), so their `-json` form is derived from the
 //! protobuf types rather than written by hand a second time.
 //!
-//! The output is compact ([`fmt::Display`]) or indented ([`Json::pretty`]);
-//! keys keep the order they were given in.
+//! The output is compact (`Display`) or indented (`Value::pretty`); keys
+//! keep the order they were given in.
 
 use std::collections::BTreeMap;
-use std::fmt::{self, Write};
 
 use protobuf::reflect::{
     FieldDescriptor, ReflectFieldRef, ReflectMapRef, ReflectValueRef, RuntimeFieldType, RuntimeType,
 };
 use protobuf::MessageDyn;
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Int(i64),
-    /// Only for values above `i64::MAX`, so that a number has one
-    /// representation; smaller unsigned values are `Int`.
-    UInt(u64),
-    /// Finite values print as JSON numbers; NaN and the infinities, which
-    /// JSON cannot express, print as the strings `"NaN"`, `"Infinity"` and
-    /// `"-Infinity"` (as protobuf's JSON mapping does).
-    Float(f64),
-    Str(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
+use crate::encode::{base64, Alphabet};
+use crate::json::Value as Json;
+
+/// A protobuf message as an object with one key per field, in
+/// declaration order, named as in the `.proto` file (snake_case).
+///
+/// - Scalars without presence (plain proto3 fields) are always present,
+///   defaults included, so every answer of a type has the same keys.
+/// - An unset message field, or an unset proto3 `optional` scalar, is
+///   `null`.
+/// - Members of a oneof are present only when set: at most one of them
+///   appears, and which one says which case the oneof holds.
+/// - Enums are the value's name, or its number if the name is unknown
+///   (a newer peer). 64-bit integers are numbers, not strings.
+/// - Finite floats are numbers; NaN and the infinities, which JSON cannot
+///   express, are the strings `"NaN"`, `"Infinity"` and `"-Infinity"` (as
+///   protobuf's JSON mapping writes them).
+/// - `bytes` are standard base64 with padding.
+/// - Repeated fields are arrays; maps are objects sorted by key.
+pub fn from_message(msg: &dyn MessageDyn) -> Json {
+    let fields = msg
+        .descriptor_dyn()
+        .fields()
+        .filter_map(|field| {
+            let value = field_value(&field, msg)?;
+            Some((field.name().to_owned(), value))
+        })
+        .collect();
+    Json::Object(fields)
 }
 
-impl Json {
-    /// An object from `(key, value)` pairs, in order.
-    pub fn object<K: Into<String>>(fields: impl IntoIterator<Item = (K, Json)>) -> Json {
-        Json::Object(fields.into_iter().map(|(k, v)| (k.into(), v)).collect())
-    }
-
-    pub fn str(s: impl Into<String>) -> Json {
-        Json::Str(s.into())
-    }
-
-    pub fn strings<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> Json {
-        Json::Array(items.into_iter().map(|s| Json::str(s.as_ref())).collect())
-    }
-
-    pub fn map(map: &BTreeMap<String, String>) -> Json {
-        Json::object(map.iter().map(|(k, v)| (k.clone(), Json::str(v))))
-    }
-
-    /// An unsigned number: `Int` when it fits, `UInt` above `i64::MAX`.
-    pub fn uint(n: u64) -> Json {
-        i64::try_from(n).map_or(Json::UInt(n), Json::Int)
-    }
-
-    /// A protobuf message as an object with one key per field, in
-    /// declaration order, named as in the `.proto` file (snake_case).
-    ///
-    /// - Scalars without presence (plain proto3 fields) are always present,
-    ///   defaults included, so every answer of a type has the same keys.
-    /// - An unset message field, or an unset proto3 `optional` scalar, is
-    ///   `null`.
-    /// - Members of a oneof are present only when set: at most one of them
-    ///   appears, and which one says which case the oneof holds.
-    /// - Enums are the value's name, or its number if the name is unknown
-    ///   (a newer peer). 64-bit integers are numbers, not strings.
-    /// - `bytes` are standard base64 with padding.
-    /// - Repeated fields are arrays; maps are objects sorted by key.
-    pub fn from_message(msg: &dyn MessageDyn) -> Json {
-        let fields = msg
-            .descriptor_dyn()
-            .fields()
-            .filter_map(|field| {
-                let value = field_value(&field, msg)?;
-                Some((field.name().to_owned(), value))
-            })
-            .collect();
-        Json::Object(fields)
-    }
-
-    /// The value indented by two spaces per level, one element or key per
-    /// line; empty arrays and objects stay `[]` and `{}`. No trailing newline.
-    pub fn pretty(&self) -> String {
-        let mut out = String::new();
-        self.write_pretty(&mut out, 0)
-            .expect("writing to a String cannot fail");
-        out
-    }
-
-    fn write_pretty(&self, out: &mut String, depth: usize) -> fmt::Result {
-        match self {
-            Json::Array(items) if !items.is_empty() => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, depth + 1);
-                    item.write_pretty(out, depth + 1)?;
-                }
-                newline(out, depth);
-                out.push(']');
-            }
-            Json::Object(fields) if !fields.is_empty() => {
-                out.push('{');
-                for (i, (key, value)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    newline(out, depth + 1);
-                    write_str(out, key)?;
-                    out.push_str(": ");
-                    value.write_pretty(out, depth + 1)?;
-                }
-                newline(out, depth);
-                out.push('}');
-            }
-            scalar_or_empty => write!(out, "{scalar_or_empty}")?,
-        }
-        Ok(())
-    }
-}
-
-fn newline(out: &mut String, depth: usize) {
-    out.push('\n');
-    for _ in 0..depth {
-        out.push_str("  ");
-    }
+/// A map of strings as an object, its keys in order.
+pub fn string_map(map: &BTreeMap<String, String>) -> Json {
+    Json::object(map.iter().map(|(k, v)| (k.as_str(), Json::from(v))))
 }
 
 /// One field of `msg`, or `None` when it is an unset oneof member.
@@ -162,20 +82,20 @@ fn has_presence(field: &FieldDescriptor) -> bool {
 
 fn value_json(value: ReflectValueRef<'_>) -> Json {
     match value {
-        ReflectValueRef::U32(n) => Json::Int(n.into()),
-        ReflectValueRef::U64(n) => Json::uint(n),
-        ReflectValueRef::I32(n) => Json::Int(n.into()),
-        ReflectValueRef::I64(n) => Json::Int(n),
-        ReflectValueRef::F32(x) => Json::Float(f32_to_f64(x)),
-        ReflectValueRef::F64(x) => Json::Float(x),
+        ReflectValueRef::U32(n) => Json::from(n),
+        ReflectValueRef::U64(n) => Json::from(n),
+        ReflectValueRef::I32(n) => Json::from(i64::from(n)),
+        ReflectValueRef::I64(n) => Json::from(n),
+        ReflectValueRef::F32(x) => float_json(f32_to_f64(x)),
+        ReflectValueRef::F64(x) => float_json(x),
         ReflectValueRef::Bool(b) => Json::Bool(b),
-        ReflectValueRef::String(s) => Json::str(s),
-        ReflectValueRef::Bytes(bytes) => Json::Str(base64(bytes)),
+        ReflectValueRef::String(s) => Json::from(s),
+        ReflectValueRef::Bytes(bytes) => Json::String(base64(bytes, Alphabet::Standard)),
         ReflectValueRef::Enum(descriptor, number) => match descriptor.value_by_number(number) {
-            Some(value) => Json::str(value.name()),
-            None => Json::Int(number.into()),
+            Some(value) => Json::from(value.name()),
+            None => Json::from(i64::from(number)),
         },
-        ReflectValueRef::Message(message) => Json::from_message(&*message),
+        ReflectValueRef::Message(message) => from_message(&*message),
     }
 }
 
@@ -234,89 +154,16 @@ fn map_json(map: &ReflectMapRef<'_>) -> Json {
     )
 }
 
-/// Standard base64 (RFC 4648 section 4) with `=` padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let group = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let sextet = (group >> (18 - 6 * i)) & 0x3f;
-                out.push(char::from(ALPHABET[sextet as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn write_str(out: &mut impl Write, s: &str) -> fmt::Result {
-    out.write_char('"')?;
-    for c in s.chars() {
-        match c {
-            '"' => out.write_str("\\\"")?,
-            '\\' => out.write_str("\\\\")?,
-            '\n' => out.write_str("\\n")?,
-            '\r' => out.write_str("\\r")?,
-            '\t' => out.write_str("\\t")?,
-            c if (c as u32) < 0x20 => write!(out, "\\u{:04x}", c as u32)?,
-            c => out.write_char(c)?,
-        }
-    }
-    out.write_char('"')
-}
-
-/// `Debug` is Rust's shortest round-trip form, and unlike `Display` it
-/// switches to an exponent (`1e300`, `1e-7`) for large and small values;
-/// both forms are valid JSON numbers.
-fn write_float(out: &mut fmt::Formatter<'_>, x: f64) -> fmt::Result {
+/// A float as a JSON number in Rust's shortest round-trip form (`Debug`,
+/// which unlike `Display` switches to an exponent, `1e300`, `1e-7`, for
+/// large and small values), or the name of a value JSON has no number for.
+fn float_json(x: f64) -> Json {
     if x.is_nan() {
-        write_str(out, "NaN")
+        Json::from("NaN")
     } else if x.is_infinite() {
-        write_str(out, if x > 0.0 { "Infinity" } else { "-Infinity" })
+        Json::from(if x > 0.0 { "Infinity" } else { "-Infinity" })
     } else {
-        write!(out, "{x:?}")
-    }
-}
-
-impl fmt::Display for Json {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Json::Null => f.write_str("null"),
-            Json::Bool(b) => write!(f, "{b}"),
-            Json::Int(n) => write!(f, "{n}"),
-            Json::UInt(n) => write!(f, "{n}"),
-            Json::Float(x) => write_float(f, *x),
-            Json::Str(s) => write_str(f, s),
-            Json::Array(items) => {
-                f.write_char('[')?;
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        f.write_char(',')?;
-                    }
-                    write!(f, "{item}")?;
-                }
-                f.write_char(']')
-            }
-            Json::Object(fields) => {
-                f.write_char('{')?;
-                for (i, (key, value)) in fields.iter().enumerate() {
-                    if i > 0 {
-                        f.write_char(',')?;
-                    }
-                    write_str(f, key)?;
-                    write!(f, ":{value}")?;
-                }
-                f.write_char('}')
-            }
-        }
+        Json::Number(format!("{x:?}"))
     }
 }
 
@@ -332,7 +179,7 @@ mod tests {
     use pb::volume_capability::{access_mode::Mode, AccessMode, MountVolume};
 
     fn compact(msg: &dyn MessageDyn) -> String {
-        Json::from_message(msg).to_string()
+        from_message(msg).to_string()
     }
 
     fn mount_capability(mode: Mode) -> pb::VolumeCapability {
@@ -345,21 +192,6 @@ mod tests {
         access.mode = EnumOrUnknown::new(mode);
         cap.access_mode = MessageField::some(access);
         cap
-    }
-
-    #[test]
-    fn writes_nested_values_with_escapes() {
-        let value = Json::object([
-            ("name", Json::str("a\"b\\c\n\u{1}")),
-            ("n", Json::Int(-3)),
-            ("ok", Json::Bool(true)),
-            ("none", Json::Null),
-            ("list", Json::strings(["x", "y"])),
-        ]);
-        assert_eq!(
-            value.to_string(),
-            r#"{"name":"a\"b\\c\n\u0001","n":-3,"ok":true,"none":null,"list":["x","y"]}"#
-        );
     }
 
     #[test]
@@ -465,15 +297,9 @@ mod tests {
 
     #[test]
     fn message_bytes_are_padded_standard_base64() {
-        let cases: [(&[u8], &str); 7] = [
-            (b"", ""),
-            (b"f", "Zg=="),
-            (b"fo", "Zm8="),
-            (b"foo", "Zm9v"),
-            (b"foob", "Zm9vYg=="),
-            (b"fooba", "Zm9vYmE="),
-            (&[0xfb, 0xff, 0xbf], "+/+/"),
-        ];
+        // The padding and the alphabet's last two digits; the encoder's own
+        // tests have the rest.
+        let cases: [(&[u8], &str); 2] = [(b"f", "Zg=="), (&[0xfb, 0xff, 0xbf], "+/+/")];
         for (bytes, expected) in cases {
             let mut msg = BytesValue::new();
             msg.value = bytes.to_vec();
@@ -511,13 +337,13 @@ mod tests {
         let mut msg = UInt64Value::new();
         msg.value = 7;
         assert_eq!(
-            Json::from_message(&msg),
-            Json::object([("value", Json::Int(7))])
+            from_message(&msg),
+            Json::object([("value", Json::from(7i64))])
         );
         msg.value = u64::MAX;
         assert_eq!(
-            Json::from_message(&msg),
-            Json::object([("value", Json::UInt(u64::MAX))])
+            from_message(&msg),
+            Json::object([("value", Json::from(u64::MAX))])
         );
         assert_eq!(compact(&msg), r#"{"value":18446744073709551615}"#);
     }
@@ -533,7 +359,7 @@ mod tests {
         ]);
         info.accessible_topology = MessageField::some(topology);
         assert_eq!(
-            Json::from_message(&info).pretty(),
+            from_message(&info).pretty(),
             concat!(
                 "{\n",
                 "  \"node_id\": \"n1\",\n",
@@ -547,20 +373,5 @@ mod tests {
                 "}"
             )
         );
-    }
-
-    #[test]
-    fn pretty_keeps_empty_containers_on_one_line() {
-        let value = Json::object([
-            ("list", Json::Array(vec![])),
-            ("map", Json::Object(vec![])),
-            ("items", Json::Array(vec![Json::Int(1), Json::Float(0.5)])),
-        ]);
-        assert_eq!(
-            value.pretty(),
-            "{\n  \"list\": [],\n  \"map\": {},\n  \"items\": [\n    1,\n    0.5\n  ]\n}"
-        );
-        assert_eq!(Json::Array(vec![]).pretty(), "[]");
-        assert_eq!(Json::str("x").pretty(), r#""x""#);
     }
 }

@@ -7,7 +7,7 @@ use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, switch, value, Flag, UsageError};
-use super::json::Json;
+use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
@@ -39,7 +39,7 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let socket = resolve_address(args.value("address"))?;
     let resp = AgentClient::connect(&socket)?.node_status()?;
     if args.switch("json") {
-        out::outln!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", from_message(&resp).pretty());
     } else {
         out::out!("{}", text(&resp, SystemTime::now()));
     }

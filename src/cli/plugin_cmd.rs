@@ -7,7 +7,7 @@ use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, switch, value, Flag, UsageError};
-use super::json::Json;
+use super::json::from_message;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
 use crate::plugin::fingerprint::from_unix_ms;
@@ -45,9 +45,9 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
     }
     if args.switch("json") {
         let json = if id.is_empty() {
-            Json::from_message(&resp)
+            from_message(&resp)
         } else {
-            Json::from_message(&resp.plugins[0])
+            from_message(&resp.plugins[0])
         };
         out::outln!("{}", json.pretty());
     } else if id.is_empty() {

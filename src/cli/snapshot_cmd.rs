@@ -11,7 +11,7 @@ use super::out;
 use std::time::SystemTime;
 
 use super::args::{self, repeated, switch, value, Args, Flag, UsageError};
-use super::json::Json;
+use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
@@ -97,7 +97,7 @@ fn create(argv: &[String]) -> Result<(), CliError> {
     };
     let resp = connect(&args)?.snapshot_create(&req)?;
     if args.switch("json") {
-        out::outln!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", from_message(&resp).pretty());
         return Ok(());
     }
     let snapshot = resp.snapshot.get_or_default();
@@ -137,7 +137,7 @@ fn list(argv: &[String]) -> Result<(), CliError> {
     };
     let resp = connect(&args)?.snapshot_list(&req)?;
     if args.switch("json") {
-        out::outln!("{}", Json::from_message(&resp).pretty());
+        out::outln!("{}", from_message(&resp).pretty());
     } else {
         out::out!("{}", table(&resp.snapshots));
     }

@@ -11,7 +11,7 @@ use super::out;
 use std::path::Path;
 
 use super::args::{self, switch, value, Args, Flag, UsageError};
-use super::json::Json;
+use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{self, resolve_address, AgentClient};
@@ -160,7 +160,7 @@ fn status(argv: &[String]) -> Result<(), CliError> {
         }
         let resp = connect(&args)?.volume_status_of_plugin(plugin)?;
         if args.switch("json") {
-            out::outln!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", from_message(&resp).pretty());
         } else {
             out::out!("{}", table(&resp.volumes));
             out::out!("{}", external_table(&resp));
@@ -170,7 +170,7 @@ fn status(argv: &[String]) -> Result<(), CliError> {
     let resp = connect(&args)?.volume_status(id, !id.is_empty())?;
     if id.is_empty() {
         if args.switch("json") {
-            out::outln!("{}", Json::from_message(&resp).pretty());
+            out::outln!("{}", from_message(&resp).pretty());
         } else {
             out::out!("{}", table(&resp.volumes));
         }
@@ -184,7 +184,7 @@ fn status(argv: &[String]) -> Result<(), CliError> {
         .into());
     };
     if args.switch("json") {
-        out::outln!("{}", Json::from_message(volume).pretty());
+        out::outln!("{}", from_message(volume).pretty());
     } else {
         out::out!("{}", details(volume));
     }

@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 
 use super::http::{encode, Request};
 use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
+use crate::encode::{base64, Alphabet};
 use crate::json::{self, Value};
 
 /// The longest progress message a pull's stream may send.
@@ -43,31 +44,9 @@ impl Auth {
             ("password", Value::from(self.password.as_str())),
             ("serveraddress", Value::from(self.server_address.as_str())),
         ]);
-        base64url(json::to_string(&json).as_bytes())
+        // Go's `base64.URLEncoding`, which the engine decodes it with.
+        base64(json::to_string(&json).as_bytes(), Alphabet::Url)
     }
-}
-
-/// Base64 with the URL-safe alphabet and padding (Go's
-/// `base64.URLEncoding`, which the engine decodes `X-Registry-Auth` with).
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// An image reference split for `fromImage` and `tag`: `repo:tag`,
@@ -196,15 +175,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64url_pads_and_uses_the_url_alphabet() {
-        assert_eq!(base64url(b""), "");
-        assert_eq!(base64url(b"f"), "Zg==");
-        assert_eq!(base64url(b"fo"), "Zm8=");
-        assert_eq!(base64url(b"foo"), "Zm9v");
-        assert_eq!(base64url(&[0xfb, 0xff, 0xbf]), "-_-_");
-    }
-
-    #[test]
     fn auth_debug_hides_the_password() {
         let auth = Auth {
             username: "u".into(),
@@ -214,9 +184,10 @@ mod tests {
         let text = format!("{auth:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("[REDACTED]"), "{text}");
+        // {"username":"u","password":"hunter2","serveraddress":"r.example"}
         assert_eq!(
-            base64url(br#"{"username":"u","password":"hunter2","serveraddress":"r.example"}"#),
-            auth.header()
+            auth.header(),
+            "eyJ1c2VybmFtZSI6InUiLCJwYXNzd29yZCI6Imh1bnRlcjIiLCJzZXJ2ZXJhZGRyZXNzIjoici5leGFtcGxlIn0="
         );
     }
 

@@ -46,7 +46,6 @@
 mod ast;
 mod eval;
 mod functions;
-pub(crate) use functions::{base64_decode, base64_encode};
 pub mod json;
 mod lexer;
 mod parser;

@@ -37,6 +37,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::state::State;
+use crate::encode::percent_except;
 use crate::sys::flock;
 
 /// A record: a volume (with its stagings and publishes) or a snapshot.
@@ -55,14 +56,10 @@ impl Key {
             Key::Volume(id) => ("volume", id),
             Key::Snapshot(id) => ("snapshot", id),
         };
-        let mut name = format!("{kind}-");
-        for byte in id.bytes() {
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-') {
-                name.push(char::from(byte));
-            } else {
-                name.push_str(&format!("%{byte:02X}"));
-            }
-        }
+        let escaped = percent_except(id, |b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')
+        });
+        let name = format!("{kind}-{escaped}");
         if name.len() <= 200 {
             return name;
         }

@@ -162,15 +162,7 @@ fn parse_source(word: &str) -> Option<ContentSource> {
 /// A CO's name as one word of the state file: printable ASCII but `%` as
 /// is, every other byte `%XX`.
 fn escape_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_graphic() && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    crate::encode::percent_except(name, |b| b.is_ascii_graphic() && b != b'%')
 }
 
 fn unescape_name(word: &str) -> Option<String> {

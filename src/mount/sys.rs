@@ -16,6 +16,7 @@ use libc::{c_int, c_ulong};
 use crate::mount::{
     bind_flags, Error, FsUsage, Mounter, Propagation, Result, UnmountMode, REMOUNT_READ_ONLY_FLAGS,
 };
+use crate::sys::cvt;
 
 /// `ST_NOSYMFOLLOW` from `<linux/statfs.h>`, which the libc crate lacks.
 const ST_NOSYMFOLLOW: c_ulong = 0x2000;
@@ -111,15 +112,6 @@ pub(crate) fn c_path(path: &Path) -> Result<CString> {
     })
 }
 
-/// Turns the -1 with which a libc call fails into the thread's `errno`.
-fn cvt(ret: c_int) -> io::Result<c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
 /// Calls mount(2) without a file system type or data, as bind mounts,
 /// remounts and propagation changes need neither.
 pub(crate) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<()> {
@@ -201,9 +193,7 @@ pub(crate) fn mount_setattr_read_only(target: &CStr, recursive: bool) -> io::Res
             std::mem::size_of::<MountAttr>(),
         )
     };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(ret)?;
     Ok(())
 }
 
@@ -213,9 +203,7 @@ pub(crate) fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
     // SAFETY: both are NUL-terminated strings that outlive the call; the
     // raw system call, as libc has no wrapper.
     let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(ret)?;
     Ok(())
 }
 
@@ -258,9 +246,7 @@ fn statx(path: &CStr, flags: libc::c_int, mask: libc::c_uint) -> io::Result<libc
             buf.as_mut_ptr(),
         )
     };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(ret)?;
     // SAFETY: statx succeeded, so it filled in `buf` (which was zeroed
     // before, so any field it left alone is zero too).
     Ok(unsafe { buf.assume_init() })

@@ -11,6 +11,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
+use super::cvt;
+
 /// Waits for an exclusive lock on `file`.
 pub fn lock_exclusive(file: &File) -> io::Result<()> {
     loop {
@@ -52,9 +54,7 @@ pub fn unlock(file: &File) -> io::Result<()> {
 fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
     // SAFETY: flock(2) takes a file descriptor, which `file` keeps open for
     // the duration of the call, and an integer; it touches no memory of ours.
-    if unsafe { libc::flock(file.as_raw_fd(), operation) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::flock(file.as_raw_fd(), operation) })?;
     Ok(())
 }
 

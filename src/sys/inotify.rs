@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use libc::c_int;
 
+use super::cvt;
 use super::poll::{poll, timeout_ms};
 
 /// The size of the fixed part of an event record, before its name.
@@ -207,15 +208,6 @@ pub fn poll_readable<const N: usize>(
     Ok(poll_fds.map(|poll_fd| poll_fd.revents & readable != 0))
 }
 
-/// Turns the -1 with which a libc call fails into the thread's `errno`.
-pub(super) fn cvt(ret: c_int) -> io::Result<c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
-
 /// Calls inotify_init1(2).
 fn inotify_init1(flags: c_int) -> io::Result<OwnedFd> {
     // SAFETY: inotify_init1 takes no pointers.
@@ -253,9 +245,7 @@ fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writing `buf.len()` bytes for the whole
     // call.
     let len = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if len == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(len)?;
     Ok(len as usize)
 }
 
@@ -264,9 +254,7 @@ fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: `buf` is valid for reading `buf.len()` bytes for the whole
     // call.
     let len = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
-    if len == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(len)?;
     Ok(len as usize)
 }
 

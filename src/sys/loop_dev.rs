@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use libc::c_int;
+use super::cvt;
 
 /// The loop control device.
 pub const LOOP_CONTROL: &str = "/dev/loop-control";
@@ -347,15 +347,6 @@ fn open_device(device: &LoopDevice, write: bool) -> Result<File, Error> {
             device: device.path(),
             err,
         })
-}
-
-/// Turns the -1 with which a libc call fails into the thread's `errno`.
-fn cvt(ret: c_int) -> io::Result<c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
 }
 
 /// `ioctl(control, LOOP_CTL_GET_FREE)`: the number of a free loop device,

@@ -13,6 +13,8 @@ use std::io;
 use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
 
+use super::cvt;
+
 /// The effective uid the peer of the connected unix socket `fd` had when
 /// it connected (or when the pair was created), from `SO_PEERCRED`.
 pub fn peer_uid(fd: RawFd) -> io::Result<u32> {
@@ -41,9 +43,7 @@ fn peer_cred(fd: RawFd) -> io::Result<libc::ucred> {
             &mut len,
         )
     };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(ret)?;
     if len as usize != mem::size_of::<libc::ucred>() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -81,9 +81,7 @@ mod tests {
         // this thread only, which the test spawned for this purpose.
         let ret =
             unsafe { libc::syscall(libc::SYS_setresuid, keep, libc::c_long::from(uid), keep) };
-        if ret == -1 {
-            return Err(io::Error::last_os_error());
-        }
+        cvt(ret)?;
         Ok(())
     }
 

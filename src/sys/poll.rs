@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use libc::c_int;
 
-use super::inotify::cvt;
+use super::cvt;
 
 /// What a descriptor is watched for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,16 +1,38 @@
-//! Signals to child processes, and sessions of their own.
+//! Processes: signals to children and to groups, sessions, namespaces,
+//! and the start helper's fork, wait and exit.
 
 use std::io;
 
+use super::cvt;
+
 /// Sends `signal` to process `pid`.
 pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
+    raw_kill(pid_t(pid)?, signal)
+}
+
+/// Sends `signal` to every process of the process group `pgid` (a
+/// session's leader's pid is its group's).
+pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
+    raw_kill(-pid_t(pgid)?, signal)
+}
+
+/// `pid` as kill(2) takes it: 0, which kill(2) reads as the caller's own
+/// process group, is no process of ours to signal.
+fn pid_t(pid: u32) -> io::Result<libc::pid_t> {
+    match libc::pid_t::try_from(pid) {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pid out of range",
+        )),
+    }
+}
+
+/// Calls kill(2): a positive `pid` is a process, a negative one a group.
+fn raw_kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill(2) takes plain integers and has no memory effects; a
     // stale pid is an error (ESRCH), not undefined behaviour.
-    if unsafe { libc::kill(pid, signal) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::kill(pid, signal) })?;
     Ok(())
 }
 
@@ -23,10 +45,133 @@ pub fn in_new_session(cmd: &mut std::process::Command) -> &mut std::process::Com
     // closure touches no memory but its own.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(io::Error::last_os_error());
-            }
+            cvt(libc::setsid())?;
             Ok(())
         })
+    }
+}
+
+/// Calls setsid(2): the caller leads a new session and process group.
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid(2) takes no arguments.
+    cvt(unsafe { libc::setsid() }).map(drop)
+}
+
+/// The caller's pid (getpid(2), which cannot fail).
+pub fn getpid() -> u32 {
+    // SAFETY: getpid(2) takes no arguments.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Calls unshare(2) with the `CLONE_NEW*` namespaces in `flags`.
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare(2) takes a flag word.
+    cvt(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// Calls fork(2): the child's pid in the parent, 0 in the child.
+///
+/// # Safety
+///
+/// The caller is single-threaded, or the child calls only
+/// async-signal-safe functions until it execs or exits.
+pub unsafe fn fork() -> io::Result<libc::pid_t> {
+    // SAFETY: the caller upholds the function's contract.
+    cvt(unsafe { libc::fork() })
+}
+
+/// Asks for `signal` when the parent dies (`PR_SET_PDEATHSIG`).
+pub fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: prctl(2) with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) }).map(drop)
+}
+
+/// Ignores `signal` (`SIG_IGN`), which must be catchable.
+pub fn ignore_signal(signal: libc::c_int) {
+    // SAFETY: SIG_IGN installs no handler, so no code of ours runs.
+    unsafe { libc::signal(signal, libc::SIG_IGN) };
+}
+
+/// Waits for the child `pid` to end (waitpid(2), again after `EINTR`):
+/// its wait status.
+pub fn wait(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a live c_int.
+        match cvt(unsafe { libc::waitpid(pid, &mut status, 0) }) {
+            Ok(_) => return Ok(status),
+            Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Ends the process at once with `code` (_exit(2)): no destructors, no
+/// atexit handlers, no flushing.
+pub fn exit_now(code: libc::c_int) -> ! {
+    // SAFETY: _exit(2) ends the process; nothing of ours runs after it.
+    unsafe { libc::_exit(code) }
+}
+
+/// Ends the process by `signal`, as a process killed by it ends, without
+/// a core file; with `128 + signal` should the signal not end it.
+pub fn exit_as_signalled(signal: libc::c_int) -> ! {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a live rlimit; the default action of `signal` then ends
+    // this process, without a core file.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::signal(signal, libc::SIG_DFL);
+        libc::kill(libc::getpid(), signal);
+    }
+    exit_now(128 + signal)
+}
+
+/// The monotonic clock (`CLOCK_MONOTONIC`, clock_gettime(2)) in
+/// microseconds: the same clock in every process of the host.
+pub fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC exists
+    // on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_zero_and_pids_beyond_pid_t_are_refused_not_read_as_our_own_group() {
+        for pid in [0, u32::MAX] {
+            assert_eq!(
+                kill(pid, 0).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+            assert_eq!(
+                kill_group(pid, 0).unwrap_err().kind(),
+                io::ErrorKind::InvalidInput
+            );
+        }
+        kill(getpid(), 0).unwrap();
+    }
+
+    #[test]
+    // The child is reaped by `wait`, which clippy does not see.
+    #[allow(clippy::zombie_processes)]
+    fn wait_gives_a_child_s_wait_status() {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .unwrap();
+        let status = wait(child.id() as libc::pid_t).unwrap();
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), 7);
     }
 }

@@ -11,6 +11,8 @@ use std::io;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 
+use super::cvt;
+
 /// The byte ranges of `file` that hold data, in order; the rest of its
 /// length reads as zeros. Moves the file offset: use positional I/O with
 /// the file afterwards.
@@ -43,12 +45,8 @@ fn lseek(file: &File, offset: u64, whence: libc::c_int) -> io::Result<u64> {
     // SAFETY: lseek takes a descriptor, an offset and a constant by value;
     // no memory is passed. The descriptor is `file`'s, open for the whole
     // call.
-    let ret = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret as u64)
-    }
+    let ret = cvt(unsafe { libc::lseek(file.as_raw_fd(), offset, whence) })?;
+    Ok(ret as u64)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Conversions and escapes for the function table: values to and from
 //! JSON (as Go's `encoding/json` does them), `toTitle`, and the escapes of
-//! `urlquery`, `html` and `js`.
+//! `html` and `js` (`urlquery` is [`crate::encode::percent`]).
 
 use super::exec::Value;
 
@@ -14,20 +14,6 @@ pub(super) fn title(s: &str) -> String {
             out.push(c);
         }
         start = !(c.is_alphanumeric() || c == '_' || c == '\'');
-    }
-    out
-}
-
-pub(super) fn urlquery(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(char::from(b))
-            }
-            b' ' => out.push('+'),
-            b => out.push_str(&format!("%{b:02X}")),
-        }
     }
     out
 }
@@ -91,35 +77,5 @@ pub(super) fn to_json(v: &Value) -> crate::json::Value {
         Value::Str(s) => J::String(s.clone()),
         Value::List(items) => J::Array(items.iter().map(to_json).collect()),
         Value::Map(m) => J::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
-    }
-}
-
-/// JSON indented by two spaces, as Go's `json.MarshalIndent(v, "", "  ")`.
-pub(super) fn pretty_json(v: &crate::json::Value, depth: usize) -> String {
-    use crate::json::Value as J;
-    let pad = |d: usize| "  ".repeat(d);
-    match v {
-        J::Array(items) if !items.is_empty() => {
-            let inner: Vec<String> = items
-                .iter()
-                .map(|i| format!("{}{}", pad(depth + 1), pretty_json(i, depth + 1)))
-                .collect();
-            format!("[\n{}\n{}]", inner.join(",\n"), pad(depth))
-        }
-        J::Object(members) if !members.is_empty() => {
-            let inner: Vec<String> = members
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{}{}: {}",
-                        pad(depth + 1),
-                        crate::json::to_string(&J::String(k.clone())),
-                        pretty_json(v, depth + 1)
-                    )
-                })
-                .collect();
-            format!("{{\n{}\n{}}}", inner.join(",\n"), pad(depth))
-        }
-        other => crate::json::to_string(other),
     }
 }

@@ -84,14 +84,7 @@ pub fn finish() -> io::Result<()> {
 
 /// The monotonic clock in microseconds.
 pub fn now_us() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC exists
-    // on every Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+    crate::sys::process::monotonic_us()
 }
 
 #[cfg(test)]

@@ -1,145 +1,93 @@
 //! Encoding functions: base64, JSON, URLs, and name-based UUIDs.
 
 use super::{Args, Function};
+use crate::encode::{base64, base64_decode, percent, Alphabet, Space};
+use crate::hcl::ast::Number;
 use crate::hcl::eval::Value;
+use crate::json;
 
 /// The encoding functions, by name, with how many arguments each takes (at least,
 /// at most).
 pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("base64encode", 1, 1, |a| {
-        Ok(Value::String(base64_encode(a.string(0)?.as_bytes())))
+        Ok(Value::String(base64(
+            a.string(0)?.as_bytes(),
+            Alphabet::Standard,
+        )))
     }),
     ("base64decode", 1, 1, |a| {
-        let bytes = base64_decode(&a.string(0)?).ok_or("base64decode: not valid base64")?;
+        let bytes = base64_decode(&a.string(0)?, Alphabet::Standard)
+            .ok_or("base64decode: not valid base64")?;
         String::from_utf8(bytes)
             .map(Value::String)
             .map_err(|_| "base64decode: the decoded bytes are not UTF-8".to_string())
     }),
     ("jsonencode", 1, 1, |a| {
-        let mut out = String::new();
-        json_encode(&a.values[0], &mut out);
-        Ok(Value::String(out))
+        Ok(Value::String(json_encode(&a.values[0])))
     }),
     ("jsondecode", 1, 1, json_decode),
     ("urlencode", 1, 1, |a| {
-        Ok(Value::String(url_encode(&a.string(0)?)))
+        // Go's `url.QueryEscape`, as Terraform's `urlencode`.
+        Ok(Value::String(percent(&a.string(0)?, Space::Plus)))
     }),
     // Name-based UUIDs only: uuid() and timestamp() would give a job
     // another value each time the agent decodes it.
     ("uuidv5", 2, 2, uuidv5),
 ];
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding, as Go's `base64.StdEncoding`.
-pub(crate) fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(BASE64[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// `jsonencode(value)`: objects with their keys sorted as cty does, and
+/// strings escaped as Go's `json.Marshal` escapes them.
+pub(super) fn json_encode(value: &Value) -> String {
+    json::to_string_html_safe(&to_json(value))
 }
 
-/// Decodes standard base64 with padding; `None` if it is not that.
-pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.as_bytes();
-    if text.len() % 4 != 0 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for (at, chunk) in text.chunks(4).enumerate() {
-        let last = at + 1 == text.len() / 4;
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &c in &chunk[..4 - pad] {
-            let digit = BASE64.iter().position(|&d| d == c)?;
-            n = (n << 6) | digit as u32;
-        }
-        n <<= 6 * pad as u32;
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    Some(out)
-}
-
-/// Writes `value` as JSON, objects with their keys sorted as cty does.
-pub(super) fn json_encode(value: &Value, out: &mut String) {
+fn to_json(value: &Value) -> json::Value {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(&b.to_string()),
-        Value::Number(n) => out.push_str(n.text()),
-        Value::String(s) => json_string(s, out),
-        Value::List(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json_encode(item, out);
-            }
-            out.push(']');
-        }
+        Value::Null => json::Value::Null,
+        Value::Bool(b) => json::Value::Bool(*b),
+        Value::Number(n) => json::Value::Number(n.text().to_string()),
+        Value::String(s) => json::Value::from(s),
+        Value::List(items) => json::Value::Array(items.iter().map(to_json).collect()),
         Value::Object(entries) => {
             let mut sorted: Vec<&(String, Value)> = entries.iter().collect();
             sorted.sort_by(|x, y| x.0.cmp(&y.0));
-            out.push('{');
-            for (i, (key, value)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                json_string(key, out);
-                out.push(':');
-                json_encode(value, out);
-            }
-            out.push('}');
+            json::Value::object(sorted.into_iter().map(|(k, v)| (k.as_str(), to_json(v))))
         }
     }
 }
 
-pub(super) fn json_string(text: &str, out: &mut String) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// `jsondecode(text)`, read with the JSON parser of HCL's JSON syntax.
+/// `jsondecode(text)`: `text` read as plain JSON (RFC 8259) by
+/// [`crate::json`], so a string is that string, `${` and `%{` included,
+/// and nesting stops at [`json::MAX_DEPTH`]. A key twice in one object is
+/// an error, as in cty.
 pub(super) fn json_decode(a: &Args<'_>) -> Result<Value, String> {
     let text = a.string(0)?;
-    let wrapped = format!("{{\"value\": {text}}}");
-    let body = crate::hcl::json::parse(&wrapped, "jsondecode")
-        .map_err(|err| format!("jsondecode: not valid JSON: {}", err.message))?;
-    let expr = &body
-        .attribute("value")
-        .ok_or("jsondecode: not valid JSON")?
-        .value;
-    crate::hcl::eval::eval(expr, &crate::hcl::eval::Scope::default(), "jsondecode")
-        .map_err(|err| err.message)
+    let value = json::parse(&text).map_err(|err| format!("jsondecode: {err}"))?;
+    from_json(&value)
+}
+
+fn from_json(value: &json::Value) -> Result<Value, String> {
+    Ok(match value {
+        json::Value::Null => Value::Null,
+        json::Value::Bool(b) => Value::Bool(*b),
+        json::Value::Number(n) => Value::Number(Number::new(n.clone())),
+        json::Value::String(s) => Value::String(s.clone()),
+        json::Value::Array(items) => {
+            Value::List(items.iter().map(from_json).collect::<Result<_, _>>()?)
+        }
+        json::Value::Object(members) => {
+            let mut entries: Vec<(String, Value)> = Vec::with_capacity(members.len());
+            for (key, member) in members {
+                if entries.iter().any(|(seen, _)| seen == key) {
+                    return Err(format!(
+                        "jsondecode: duplicate key {key:?} in a JSON object"
+                    ));
+                }
+                entries.push((key.clone(), from_json(member)?));
+            }
+            Value::Object(entries)
+        }
+    })
 }
 
 /// `uuidv5(namespace, name)`: the name-based UUID of RFC 4122, SHA-1 of
@@ -222,21 +170,6 @@ pub(super) fn sha1(data: &[u8]) -> [u8; 20] {
     let mut out = [0u8; 20];
     for (chunk, word) in out.chunks_mut(4).zip(h) {
         chunk.copy_from_slice(&word.to_be_bytes());
-    }
-    out
-}
-
-/// Percent-encoding as Go's `url.QueryEscape`: spaces become `+`.
-pub(super) fn url_encode(text: &str) -> String {
-    let mut out = String::new();
-    for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(char::from(byte))
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
     }
     out
 }

@@ -13,8 +13,6 @@ mod numbers;
 mod regex;
 mod strings;
 
-pub(crate) use encodings::{base64_decode, base64_encode};
-
 /// What a function gets: its name (for messages), its arguments and the
 /// files `file()` may read.
 pub(super) struct Args<'a> {

@@ -244,6 +244,63 @@ fn every_function_in_the_table_is_tested_here() {
 }
 
 #[test]
+fn json_decode_reads_plain_json_where_template_sequences_are_text() {
+    // `$${` and `%%{` are HCL's escapes: the argument holds `${x}` and
+    // `%{if y}`, which JSON reads as any other characters.
+    assert_eq!(
+        value(r#"jsondecode("{\"a\": \"$${x}\", \"b\": [\"%%{if y}\"]}")"#),
+        r#"{ "a" = "${x}", "b" = ["%{if y}"] }"#
+    );
+    assert_eq!(
+        value(r#"jsonencode(jsondecode("[\"$${x}\"]"))"#),
+        r#""[\"${x}\"]""#
+    );
+}
+
+#[test]
+fn json_decode_keeps_numbers_as_written() {
+    assert_eq!(
+        value(r#"jsondecode("[1.5e3, -0, 12345678901234567890, 0.1]")"#),
+        "[1.5e3, -0, 12345678901234567890, 0.1]"
+    );
+    assert_eq!(value(r#"jsondecode("2.5e1") + 1"#), "26");
+}
+
+#[test]
+fn json_decode_stops_at_the_json_nesting_limit() {
+    let depth = crate::json::MAX_DEPTH;
+    let deep = |n: usize| format!(r#"jsondecode("{}{}")"#, "[".repeat(n), "]".repeat(n));
+    assert!(!value(&deep(depth)).starts_with("error"));
+    assert_eq!(
+        value(&deep(depth + 1)),
+        format!(
+            "error: jsondecode: invalid JSON at 1:{}: nested deeper than {depth} levels",
+            depth + 1
+        )
+    );
+}
+
+#[test]
+fn json_decode_errors_say_where_and_refuse_duplicate_keys() {
+    assert_eq!(
+        value(r#"jsondecode("{\"a\": tru}")"#),
+        "error: jsondecode: invalid JSON at 1:7: expected a value"
+    );
+    assert_eq!(
+        value(r#"jsondecode("{\"a\": 1, \"a\": 2}")"#),
+        r#"error: jsondecode: duplicate key "a" in a JSON object"#
+    );
+}
+
+#[test]
+fn json_encode_escapes_as_go_json_marshal() {
+    assert_eq!(
+        value(r#"jsonencode("<&>\u0008\u000c\u2028")"#),
+        r#""\"\\u003c\\u0026\\u003e\\b\\f\\u2028\"""#
+    );
+}
+
+#[test]
 fn strings_stop_at_the_string_limit_before_they_are_built() {
     let err = value(&format!(
         "{}\"abcdefghijklmnop\"{}",

@@ -9,10 +9,13 @@
 //! capability gives the task more.
 //!
 //! The mask is computed in the parent; the child's side ([`drop_bounding`],
-//! [`set`], [`no_new_privs`]) is system calls only.
+//! [`set`], [`no_new_privs`]) is system calls only, those of
+//! [`crate::sys::caps`].
 
 use std::fs;
 use std::io;
+
+use crate::sys;
 
 /// The capabilities by number, without their `CAP_` prefix.
 pub const BY_NUMBER: [&str; 41] = [
@@ -96,79 +99,23 @@ pub fn task_caps(allow: &[String], add: &[String], drop: &[String], last: u32) -
     caps | mask_of(add, last)
 }
 
-fn cvt(ret: libc::c_int) -> io::Result<()> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Drops from the bounding set every capability up to `last` not in
 /// `keep` (needs `CAP_SETPCAP`: before the task's user).
 pub fn drop_bounding(keep: u64, last: u32) -> io::Result<()> {
     for cap in 0..=last {
         if keep & (1u64 << cap) == 0 {
-            // SAFETY: prctl(2) with integer arguments.
-            cvt(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) })?;
+            sys::caps::drop_bounding(cap)?;
         }
     }
     Ok(())
 }
 
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const CAP_VERSION_3: u32 = 0x2008_0522;
-
 /// Makes `caps` the effective, permitted, inheritable and ambient sets.
 pub fn set(caps: u64, last: u32) -> io::Result<()> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let word = |shift: u32| (caps >> shift) as u32;
-    let data = [
-        CapData {
-            effective: word(0),
-            permitted: word(0),
-            inheritable: word(0),
-        },
-        CapData {
-            effective: word(32),
-            permitted: word(32),
-            inheritable: word(32),
-        },
-    ];
-    // SAFETY: capset(2) reads a version 3 header and two data words, both
-    // live for the call.
-    let ret = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    sys::caps::set_sets(caps)?;
     for cap in 0..=last {
         if caps & (1u64 << cap) != 0 {
-            // SAFETY: prctl(2) with integer arguments.
-            cvt(unsafe {
-                libc::prctl(
-                    libc::PR_CAP_AMBIENT,
-                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
-                    cap as libc::c_ulong,
-                    0,
-                    0,
-                )
-            })?;
+            sys::caps::raise_ambient(cap)?;
         }
     }
     Ok(())
@@ -176,8 +123,7 @@ pub fn set(caps: u64, last: u32) -> io::Result<()> {
 
 /// Sets `no_new_privs`: no exec gives the task more privileges.
 pub fn no_new_privs() -> io::Result<()> {
-    // SAFETY: prctl(2) with integer arguments.
-    cvt(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })
+    sys::caps::set_no_new_privs()
 }
 
 #[cfg(test)]

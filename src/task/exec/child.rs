@@ -504,50 +504,32 @@ impl Step {
     }
 }
 
-/// The system calls of the child; nothing here allocates.
+/// The system calls of the child, over [`crate::sys`]'s; nothing here
+/// allocates.
 pub(super) mod sys {
     use std::ffi::CStr;
     use std::io;
 
     use super::super::{User, CHILD_ERROR};
     use crate::mount;
-
-    fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-        if ret == -1 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(ret)
-        }
-    }
+    use crate::sys::fd::{self, close, open};
+    use crate::sys::process;
 
     pub fn setsid() -> io::Result<()> {
-        // SAFETY: setsid(2) takes no arguments.
-        cvt(unsafe { libc::setsid() }).map(drop)
+        process::setsid()
     }
 
     pub fn unshare_mounts() -> io::Result<()> {
-        // SAFETY: unshare(2) takes a flag word; the child is single-threaded.
-        cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) }).map(drop)
-    }
-
-    fn write_all(fd: libc::c_int, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            // SAFETY: `bytes` is a live slice of the given length.
-            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-            if n <= 0 {
-                return;
-            }
-            bytes = &bytes[n as usize..];
-        }
+        process::unshare(libc::CLONE_NEWNS)
     }
 
     /// Writes `csi-agent: <what><path>` to stderr (the task's log) and
     /// gives back the error.
     pub fn report(what: &[u8], path: &[u8], err: io::Error) -> io::Error {
-        write_all(2, CHILD_ERROR.as_bytes());
-        write_all(2, what);
-        write_all(2, path);
-        write_all(2, b"\n");
+        fd::write_all(2, CHILD_ERROR.as_bytes());
+        fd::write_all(2, what);
+        fd::write_all(2, path);
+        fd::write_all(2, b"\n");
         err
     }
 
@@ -565,28 +547,15 @@ pub(super) mod sys {
         &buf[at..]
     }
 
-    fn open(path: &CStr, flags: libc::c_int, mode: libc::c_uint) -> io::Result<libc::c_int> {
-        // SAFETY: `path` is NUL-terminated; the flags and mode are plain
-        // integers.
-        cvt(unsafe { libc::open(path.as_ptr(), flags, mode) })
-    }
-
-    fn close(fd: libc::c_int) {
-        // SAFETY: `fd` was opened by this module and is closed once.
-        unsafe { libc::close(fd) };
-    }
-
     pub fn write_pid(path: &CStr) -> io::Result<()> {
         let fd = open(
             path,
             libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
             0o600,
         )?;
-        // SAFETY: getpid(2) cannot fail.
-        let pid = unsafe { libc::getpid() } as u32;
         let mut buf = [0u8; 12];
-        write_all(fd, decimal(pid, &mut buf));
-        write_all(fd, b"\n");
+        fd::write_all(fd, decimal(process::getpid(), &mut buf));
+        fd::write_all(fd, b"\n");
         close(fd);
         Ok(())
     }
@@ -604,20 +573,17 @@ pub(super) mod sys {
     /// Writes the one byte `0` to the file `path`.
     fn write_zero(path: &CStr) -> io::Result<()> {
         let fd = open(path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
-        // SAFETY: a live one-byte buffer.
-        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        let result = if n == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
+        let result = match fd::write(fd, b"0") {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(io::ErrorKind::WriteZero.into()),
+            Err(err) => Err(err),
         };
         close(fd);
         result
     }
 
     pub fn mkdir(path: &CStr) -> io::Result<()> {
-        // SAFETY: `path` is NUL-terminated; the mode is a plain integer.
-        cvt(unsafe { libc::mkdir(path.as_ptr(), 0o755) }).map(drop)
+        fd::mkdir(path, 0o755)
     }
 
     pub fn create_file(path: &CStr) -> io::Result<()> {
@@ -631,18 +597,7 @@ pub(super) mod sys {
     }
 
     pub fn symlink(target: &CStr, link: &CStr) -> io::Result<()> {
-        // SAFETY: both are NUL-terminated strings that outlive the call.
-        cvt(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) }).map(drop)
-    }
-
-    fn chdir(path: &CStr) -> io::Result<()> {
-        // SAFETY: `path` is NUL-terminated.
-        cvt(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
-    }
-
-    fn fchdir(fd: libc::c_int) -> io::Result<()> {
-        // SAFETY: a plain integer; a bad descriptor is an error, not UB.
-        cvt(unsafe { libc::fchdir(fd) }).map(drop)
+        fd::symlink(target, link)
     }
 
     /// Makes `root` the root of the mount namespace, as runc does: pivot
@@ -656,26 +611,19 @@ pub(super) mod sys {
             0,
         )?;
         let result = (|| {
-            chdir(root)?;
+            fd::chdir(root)?;
             mount::pivot_root(c".", c".")?;
-            fchdir(old)?;
+            fd::fchdir(old)?;
             mount::mount_raw(c"none", c".", libc::MS_SLAVE | libc::MS_REC)?;
             mount::umount_raw(c".", libc::MNT_DETACH)
         })();
         close(old);
         result?;
-        chdir(c"/")
+        fd::chdir(c"/")
     }
 
     pub fn become_user(user: User) -> io::Result<()> {
-        let groups = [user.gid];
-        // SAFETY: `groups` is a live array of one gid.
-        cvt(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
-        // SAFETY: plain integers.
-        cvt(unsafe { libc::setgid(user.gid) })?;
-        // SAFETY: plain integers; after this the child is the user.
-        cvt(unsafe { libc::setuid(user.uid) })?;
-        Ok(())
+        crate::sys::user::become_ids(user.uid, user.gid)
     }
 }
 

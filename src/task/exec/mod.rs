@@ -179,51 +179,21 @@ fn child_error_line(log: &Path, start: u64) -> Option<String> {
 /// Looks up a user by name (or numeric uid) in the user database.
 pub fn lookup_user(name: &str) -> io::Result<User> {
     let c_name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut pwd = std::mem::MaybeUninit::<libc::passwd>::uninit();
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is to live memory of the stated size; the
-    // function fills `pwd` (pointing into `buf`) and sets `result`.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            c_name.as_ptr(),
-            pwd.as_mut_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
+    match crate::sys::user::passwd_ids(&c_name)? {
+        Some((uid, gid)) => Ok(User { uid, gid }),
+        None => match name.parse::<u32>() {
+            Ok(uid) => Ok(User { uid, gid: uid }),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no user {name:?}"),
+            )),
+        },
     }
-    if result.is_null() {
-        if let Ok(uid) = name.parse::<u32>() {
-            return Ok(User { uid, gid: uid });
-        }
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no user {name:?}"),
-        ));
-    }
-    // SAFETY: getpwnam_r returned success with a non-null result, so `pwd`
-    // is initialised.
-    let pwd = unsafe { pwd.assume_init() };
-    Ok(User {
-        uid: pwd.pw_uid,
-        gid: pwd.pw_gid,
-    })
 }
 
 /// Sends `signal` to the task's process group (its session).
 pub fn signal_group(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pgid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill(2) with a negative pid signals a process group; plain
-    // integers, no memory effects.
-    if unsafe { libc::kill(-pgid, signal) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::process::kill_group(pid, signal)
 }
 
 /// The start time of process `pid` (field 22 of `/proc/<pid>/stat`, in

@@ -31,13 +31,7 @@
 use std::ffi::{CStr, CString};
 use std::io;
 
-fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
+use crate::sys::{fd, process};
 
 /// The signals the child ignores while it waits: those a task is stopped
 /// with, and those a terminal or a closed pipe would send.
@@ -73,36 +67,30 @@ pub(super) fn unshare(pid: bool, ipc: bool) -> io::Result<()> {
     if flags == 0 {
         return Ok(());
     }
-    // SAFETY: unshare(2) takes a flag word; the child is single-threaded.
-    cvt(unsafe { libc::unshare(flags) }).map(drop)
+    process::unshare(flags)
 }
 
 /// Forks the task's process: returns in the grandchild, which goes on to
 /// exec the task; the child waits for it, records its exit in `record`
 /// and ends as it did, never returning.
 pub(super) fn fork_waiter(record: &ExitRecord) -> io::Result<()> {
-    // SAFETY: `dir` is NUL-terminated; the flags are plain integers.
-    let dir = cvt(unsafe {
-        libc::open(
-            record.dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fork(2) in the single-threaded start helper; both sides
-    // go on with system calls only.
-    let child = match cvt(unsafe { libc::fork() }) {
+    let dir = fd::open(
+        &record.dir,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )?;
+    // SAFETY: the start helper is single-threaded; both sides go on with
+    // system calls only.
+    let child = match unsafe { process::fork() } {
         Ok(child) => child,
         Err(err) => {
-            // SAFETY: `dir` was opened above and is closed once.
-            unsafe { libc::close(dir) };
+            fd::close(dir);
             return Err(err);
         }
     };
     if child == 0 {
-        // SAFETY: `dir` is this process's copy, closed once.
-        unsafe { libc::close(dir) };
-        // SAFETY: prctl(2) with integer arguments.
-        cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })?;
+        fd::close(dir);
+        process::set_parent_death_signal(libc::SIGKILL)?;
         return Ok(());
     }
     wait_and_exit(child, dir, &record.name)
@@ -113,40 +101,16 @@ pub(super) fn fork_waiter(record: &ExitRecord) -> io::Result<()> {
 fn wait_and_exit(task: libc::pid_t, dir: libc::c_int, name: &CStr) -> ! {
     close_all_but(dir);
     for signal in IGNORED {
-        // SAFETY: SIG_IGN for a catchable signal; no handler runs.
-        unsafe { libc::signal(signal, libc::SIG_IGN) };
+        process::ignore_signal(signal);
     }
-    let mut status = 0;
-    loop {
-        // SAFETY: `status` is a live c_int.
-        let ret = unsafe { libc::waitpid(task, &mut status, 0) };
-        if ret == task {
-            break;
-        }
-        if ret == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            // SAFETY: _exit(2) ends the process at once.
-            unsafe { libc::_exit(127) };
-        }
-    }
+    let Ok(status) = process::wait(task) else {
+        process::exit_now(127)
+    };
     record_exit(dir, name, status);
     if libc::WIFSIGNALED(status) {
-        let signal = libc::WTERMSIG(status);
-        let no_core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: a live rlimit; the default action of `signal` then ends
-        // this process as it ended the task, without a core file.
-        unsafe {
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-            libc::signal(signal, libc::SIG_DFL);
-            libc::kill(libc::getpid(), signal);
-        }
-        // SAFETY: _exit(2) ends the process at once.
-        unsafe { libc::_exit(128 + signal) };
+        process::exit_as_signalled(libc::WTERMSIG(status))
     }
-    // SAFETY: _exit(2) ends the process at once.
-    unsafe { libc::_exit(libc::WEXITSTATUS(status)) }
+    process::exit_now(libc::WEXITSTATUS(status))
 }
 
 /// Writes `<pid> <wait status>\n` (this process's pid, the one the agent
@@ -154,25 +118,19 @@ fn wait_and_exit(task: libc::pid_t, dir: libc::c_int, name: &CStr) -> ! {
 /// its directory entry. Best effort: an agent that finds no record falls
 /// back to an unknown status.
 fn record_exit(dir: libc::c_int, name: &CStr, status: libc::c_int) {
-    // SAFETY: `name` is NUL-terminated; `dir` is an open directory.
-    let fd = unsafe {
-        libc::openat(
-            dir,
-            name.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
-    };
-    if fd == -1 {
+    let Ok(fd) = fd::openat(
+        dir,
+        name,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        0o600,
+    ) else {
         return;
-    }
-    // SAFETY: getpid(2) cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
+    };
     let mut line = [0u8; 32];
     let mut len = 0;
     let (mut pid_digits, mut status_digits) = ([0u8; 12], [0u8; 12]);
     for part in [
-        super::child::sys::decimal(pid, &mut pid_digits),
+        super::child::sys::decimal(process::getpid(), &mut pid_digits),
         b" ",
         super::child::sys::decimal(status as u32, &mut status_digits),
         b"\n",
@@ -180,34 +138,19 @@ fn record_exit(dir: libc::c_int, name: &CStr, status: libc::c_int) {
         line[len..len + part.len()].copy_from_slice(part);
         len += part.len();
     }
-    // SAFETY: `line` is a live buffer of at least `len` bytes; `fd` and
-    // `dir` are open descriptors of this process.
-    unsafe {
-        if libc::write(fd, line.as_ptr().cast(), len) == len as isize {
-            libc::fsync(fd);
-            libc::fsync(dir);
-        }
-        libc::close(fd);
+    if fd::write(fd, &line[..len]).ok() == Some(len) {
+        let _ = fd::fsync(fd);
+        let _ = fd::fsync(dir);
     }
+    fd::close(fd);
 }
 
 /// Closes every descriptor from 3 on but `keep`.
 fn close_all_but(keep: libc::c_int) {
     let keep = keep as libc::c_uint;
     for (first, last) in [(3, keep.wrapping_sub(1)), (keep + 1, libc::c_uint::MAX)] {
-        if first > last {
-            continue;
-        }
-        // SAFETY: close_range(2) with integer arguments; closes
-        // descriptors only.
-        let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
-        if ret == 0 {
-            continue;
-        }
-        for fd in first..=last.min(4095) {
-            // SAFETY: closing a descriptor that may not be open is
-            // harmless.
-            unsafe { libc::close(fd as libc::c_int) };
+        if first <= last {
+            fd::close_range(first, last);
         }
     }
 }

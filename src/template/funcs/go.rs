@@ -1,7 +1,8 @@
 //! Go's `text/template` built-ins.
 
 use super::{Args, Function};
-use crate::template::convert::{html, js, urlquery};
+use crate::encode::{percent, Space};
+use crate::template::convert::{html, js};
 use crate::template::exec::Value;
 use crate::template::fmt::{printf, sprint};
 
@@ -50,7 +51,7 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("gt", 2, 2, |a| ordered(a, |o| o.is_gt())),
     ("ge", 2, 2, |a| ordered(a, |o| o.is_ge())),
     ("urlquery", 0, usize::MAX, |a| {
-        Ok(Value::Str(urlquery(&sprint(&a.values, false))))
+        Ok(Value::Str(percent(&sprint(&a.values, false), Space::Plus)))
     }),
     ("html", 0, usize::MAX, |a| {
         Ok(Value::Str(html(&sprint(&a.values, false))))

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use super::go::compare;
 use super::{Args, Function};
-use crate::hcl::{base64_decode, base64_encode};
-use crate::template::convert::{from_json, pretty_json, to_json};
+use crate::encode::{base64, base64_decode, Alphabet};
+use crate::template::convert::{from_json, to_json};
 use crate::template::exec::Value;
 use crate::template::fmt::timestamp;
 use crate::template::MAX_ITEMS;
@@ -75,21 +75,20 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         Ok(Value::Str(crate::json::to_string(&to_json(&a.values[0]))))
     }),
     ("toJSONPretty", 1, 1, |a| {
-        Ok(Value::Str(pretty_json(&to_json(&a.values[0]), 0)))
+        Ok(Value::Str(to_json(&a.values[0]).pretty()))
     }),
     ("toUnescapedJSONPretty", 1, 1, |a| {
-        Ok(Value::Str(pretty_json(&to_json(&a.values[0]), 0)))
+        Ok(Value::Str(to_json(&a.values[0]).pretty()))
     }),
     ("base64Encode", 1, 1, |a| {
-        Ok(Value::Str(base64_encode(a.string(0)?.as_bytes())))
+        Ok(Value::Str(base64(
+            a.string(0)?.as_bytes(),
+            Alphabet::Standard,
+        )))
     }),
     ("base64Decode", 1, 1, |a| decode64(&a.string(0)?, false)),
     ("base64URLEncode", 1, 1, |a| {
-        Ok(Value::Str(
-            base64_encode(a.string(0)?.as_bytes())
-                .replace('+', "-")
-                .replace('/', "_"),
-        ))
+        Ok(Value::Str(base64(a.string(0)?.as_bytes(), Alphabet::Url)))
     }),
     ("base64URLDecode", 1, 1, |a| decode64(&a.string(0)?, true)),
     ("timestamp", 0, 1, |a| {
@@ -192,7 +191,7 @@ pub(super) fn decode64(s: &str, url: bool) -> Result<Value, String> {
     } else {
         s.to_string()
     };
-    let bytes = base64_decode(&s).ok_or("not valid base64")?;
+    let bytes = base64_decode(&s, Alphabet::Standard).ok_or("not valid base64")?;
     String::from_utf8(bytes)
         .map(Value::Str)
         .map_err(|_| "the decoded bytes are not UTF-8".into())

@@ -78,19 +78,19 @@ const LAYERS: &[&[&str]] = &[
     // The ground: the HCL parser; every mount system call; IDs that become
     // paths; durations and sizes; latency trace points; the generated
     // protobuf modules; a call's answer in the domain's terms (`CallError`,
-    // `ReplyTo`); JSON as data; the metrics (and their endpoint) and the
-    // events.
+    // `ReplyTo`); metrics and events.
     &[
-        "hcl", "mount", "id", "units", "trace", "proto", "call", "json", "metrics", "events",
+        "hcl", "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
     ],
     // Below the ground: the bounded HTTP/1.1 server of the agent's own
     // sockets (the metrics endpoint, Docker's volume plugin protocol),
     // over `sys`'s poll.
     &["httpd"],
-    // The floor: the system calls other than mounts, and regular
-    // expressions (Go's syntax, a Pike VM) for the HCL functions and the
-    // templates alike; neither uses anything.
-    &["sys", "regex"],
+    // The floor, the primitives every layer shares, which use nothing:
+    // regular expressions (Go's syntax, a Pike VM); JSON as data, the one
+    // reader and writer; base64 and percent-encoding; the system calls
+    // besides mounts, with the `cvt` that `mount` uses too.
+    &["regex", "json", "encode", "sys"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.
