@@ -86,6 +86,7 @@ pub mod mounts;
 mod persist;
 mod placement;
 mod ports;
+pub mod prepare;
 mod rerender;
 
 /// How long the pids of started tasks may wait for a snapshot (see
