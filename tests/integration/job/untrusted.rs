@@ -264,3 +264,58 @@ fn an_agent_restarted_with_a_template_bomb_in_its_data_dir_stays_up() {
     rig.stop("free");
     rig.ok(&["job", "stop", "bomb"]);
 }
+
+/// A job whose task `t` renders `{{range loop 1000000}}` twice nested
+/// around 10 KiB of text into `local/out`: 10^16 bytes, unless something
+/// stops it.
+fn memory_bomb() -> String {
+    let text = "x".repeat(10 * 1024);
+    format!(
+        r#"job "hog" {{
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      template {{
+        data        = "{{{{range loop 1000000}}}}{{{{range loop 1000000}}}}{text}{{{{end}}}}{{{{end}}}}"
+        destination = "local/out"
+      }}
+      config {{
+        command = "/bin/sleep"
+        args    = ["600"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+#[test]
+fn a_memory_bomb_ends_in_the_helper_s_address_space_not_the_host_s() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let allocs = rig.run_job("hog.hcl", &memory_bomb());
+    let status = rig.wait_job("hog", "the start to fail", |j| j.status == "dead");
+    let failed = events(&status, "failed");
+    let crashed = failed.iter().any(|e| {
+        e.message
+            .contains("template render crashed: killed by signal 6 (SIGABRT)")
+    });
+    let refused = failed
+        .iter()
+        .any(|e| e.message.contains("template \"local/out\""));
+    assert!(crashed || refused, "{status:#?}");
+    if crashed {
+        // Past RLIMIT_AS, an allocation failed: Rust's own last words.
+        let log = fs::read_to_string(rig.task_dir(&allocs[0], "t").join("logs/stderr")).unwrap();
+        assert!(log.contains("memory allocation of"), "{log}");
+    }
+    assert!(!rig.task_dir(&allocs[0], "t").join("local/out").exists());
+    assert!(rig.agent.try_status().is_ok());
+}
