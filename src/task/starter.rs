@@ -7,8 +7,9 @@
 //! The loop plans a start from its own state ([`StartPlan`], owned
 //! values), marks the task `starting` and hands the plan over
 //! ([`Starter::submit`]); a thread carries it out (`launch::prepare`: the
-//! task dir, artifacts, templates, mounts, the control group, the fork, or a
-//! container's spec) and reports what it started, or why it could not, on
+//! task dir, artifacts and templates in the prepare helper's process
+//! (`prepare/`), mounts, the control group, the spawn, or a container's
+//! spec) and reports what it started, or why it could not, on
 //! a channel the loop selects on ([`StartReport`], taken in by
 //! [`Allocs::started`]). At most [`IN_FLIGHT`] starts are handed over and
 //! not yet reported: the rest wait as pending tasks in the loop's state,
@@ -29,8 +30,12 @@
 //! group is made afresh, which kills anything left in it. A container is
 //! found again by its name. No task runs twice.
 //!
-//! Cleanups share the bound: those that find no room wait in a queue of
-//! the loop's and go before new starts. A cleanup reports nothing but its
+//! A running task's changed templates are rendered again on the same
+//! threads ([`Starter::rerender`], through the prepare helper too), so
+//! that no template renders on the loop; the report says which changed.
+//!
+//! Cleanups and re-renders share the bound: those that find no room wait
+//! in a queue of the loop's and go before new starts. A cleanup reports nothing but its
 //! end. Until it runs, what is left of a done task in its group runs on.
 //! An agent killed before then leaves the group (or the purged alloc's
 //! dir) behind; the next one removes it at start-up if it is empty and no
@@ -40,7 +45,8 @@
 //! ([`Lane::Fetch`], threads `task-fetch-<n>`, the same bounds): a fetch
 //! waits on a server outside the host, up to `http_read_timeout` for one
 //! that never answers, and must not hold a thread other starts need. The
-//! cleanups go with the other starts.
+//! fetch itself runs in the prepare helper; the thread holds while it
+//! waits for it. The cleanups go with the other starts.
 //!
 //! The threads (`task-start-<n>`) start with the first work; at
 //! shutdown the queue is closed, the starts under way are waited for and
