@@ -319,3 +319,69 @@ fn a_memory_bomb_ends_in_the_helper_s_address_space_not_the_host_s() {
     assert!(!rig.task_dir(&allocs[0], "t").join("local/out").exists());
     assert!(rig.agent.try_status().is_ok());
 }
+
+/// A running task whose template `local/in.tpl` (rendered from `FIRST`)
+/// is itself the template of `local/out`.
+const TWICE: &str = r#"job "twice" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data        = "FIRST"
+        destination = "local/in.tpl"
+        change_mode = "noop"
+      }
+      template {
+        source      = "local/in.tpl"
+        destination = "local/out"
+        change_mode = "noop"
+      }
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn a_template_bomb_in_a_re_render_leaves_the_task_and_the_agent_running() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let allocs = rig.run_job("twice.hcl", &TWICE.replace("FIRST", "ok"));
+    let pid = rig.wait_running("twice", &allocs[0]);
+    let task_dir = rig.task_dir(&allocs[0], "t");
+    assert_eq!(
+        fs::read_to_string(task_dir.join("local/out")).unwrap(),
+        "ok"
+    );
+    // The new first template copies the bomb into the second's source:
+    // the agent parses only `file`'s call.
+    fs::write(task_dir.join("local/bomb.tpl"), bomb()).unwrap();
+    let changed = TWICE.replace("FIRST", "{{ file \\\"local/bomb.tpl\\\" }}");
+    rig.run_job("twice.hcl", &changed);
+    let status = rig.wait_job("twice", "the re-render to fail", |j| {
+        events(j, "template")
+            .iter()
+            .any(|e| e.message.starts_with("cannot render the new templates"))
+    });
+    let failed = events(&status, "template");
+    assert!(
+        failed
+            .iter()
+            .any(|e| bomb_failed(&e.message) || e.message.contains("template \"local/out\"")),
+        "{failed:?}"
+    );
+    // The task runs on, on the files it had; the agent answers.
+    let task = rig.task("twice", &allocs[0]);
+    assert_eq!((task.state.as_str(), task.pid), ("running", pid));
+    assert_eq!(
+        fs::read_to_string(task_dir.join("local/out")).unwrap(),
+        "ok"
+    );
+    assert!(rig.agent.try_status().is_ok());
+    rig.stop("twice");
+}
