@@ -24,6 +24,13 @@ pub fn main() -> ! {
         );
         std::process::exit(2);
     }
+    // What the artifact code warns of (a tar entry skipped) goes to the
+    // task's stderr log, with the helper's other words; warnings only,
+    // whatever the agent's `RUST_LOG`, so nothing more detailed does.
+    let _ = env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .target(env_logger::Target::Stderr)
+        .try_init();
     match serve() {
         Ok(()) => std::process::exit(0),
         Err(line) => {

@@ -459,6 +459,68 @@ fn stderr_log(task_dir: &Path) -> Stdio {
 mod tests {
     use super::*;
 
+    fn input() -> Input {
+        Input {
+            work: Work::Start,
+            agent: std::process::id(),
+            task_dir: PathBuf::from("/nonexistent"),
+            user: None,
+            limits: ArtifactLimits::default(),
+            artifacts: Vec::new(),
+            env: BTreeMap::new(),
+            node: BTreeMap::new(),
+            templates: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_helper_silent_past_its_deadline_is_given_up_on_in_its_phase() {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let deadline = Duration::from_millis(200);
+        let (given_up, wait) = std::sync::mpsc::channel::<()>();
+        let helper = std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut input = Vec::new();
+            theirs.read_to_end(&mut input).unwrap();
+            assert!(wire::decode_input(&input).is_ok());
+            let begun = wire::encode_answer(&Answer::Phase(Phase::Templates));
+            theirs.write_all(&begun).unwrap();
+            // Then nothing, until the agent's side has given up.
+            let _ = wait.recv();
+        });
+        let started = Instant::now();
+        let err = exchange(&mut ours, &input(), started + deadline, deadline).unwrap_err();
+        assert!(started.elapsed() >= deadline);
+        assert_eq!(err.phase, Phase::Templates);
+        assert_eq!(
+            err.message,
+            "template render did not finish within 200ms: killed"
+        );
+        drop(given_up);
+        helper.join().unwrap();
+    }
+
+    #[test]
+    fn an_answer_over_the_limit_is_refused_unread() {
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut header = wire::ANSWER_MAGIC.to_vec();
+        header.extend_from_slice(&(ANSWER_LIMIT as u32 + 1).to_le_bytes());
+        theirs.write_all(&header).unwrap();
+        let err = read_message(&mut ours).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "a message of {} bytes is over ANSWER_LIMIT ({ANSWER_LIMIT} bytes)",
+                ANSWER_LIMIT + 1
+            )
+        );
+        // A socket that ends between messages ends the answers.
+        drop(theirs);
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        drop(theirs);
+        assert!(read_message(&mut ours).unwrap().is_none());
+    }
+
     #[test]
     fn a_crash_names_its_phase_and_signal() {
         let status = ExitStatus::from_raw(libc::SIGSEGV);
