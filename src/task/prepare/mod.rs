@@ -51,7 +51,6 @@ mod child;
 mod wire;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -158,12 +157,6 @@ pub(super) enum Answer {
 pub(super) struct Failure {
     pub phase: Phase,
     pub message: String,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 impl Failure {
