@@ -152,6 +152,19 @@ pub(super) enum Answer {
     Failed { phase: Phase, message: String },
 }
 
+impl Answer {
+    /// What kind of answer it is, without what it holds (an environment
+    /// may hold secrets).
+    fn kind(&self) -> &'static str {
+        match self {
+            Answer::Phase(_) => "a phase",
+            Answer::Started { .. } => "a start's outcome",
+            Answer::Rerendered { .. } => "a re-render's outcome",
+            Answer::Failed { .. } => "a failure",
+        }
+    }
+}
+
 /// Why the helper's work did not succeed, and in which phase.
 #[derive(Debug)]
 pub(super) struct Failure {
@@ -171,7 +184,7 @@ impl Failure {
 
 /// How long the helper may take for `input`: each artifact's fetch bound
 /// ([`fetch_bound`]), then [`TEMPLATE_DEADLINE`].
-pub(super) fn deadline(input: &Input) -> Duration {
+fn deadline(input: &Input) -> Duration {
     let fetches = u32::try_from(input.artifacts.len()).unwrap_or(u32::MAX);
     fetch_bound(&input.limits)
         .saturating_mul(fetches)
@@ -228,7 +241,7 @@ pub(super) fn for_start(
         }
         other => Err(failed(Failure::crashed(
             Phase::Templates,
-            &format!("it answered a start with {other:?}"),
+            &format!("it answered a start with {}", other.kind()),
         ))),
     }
 }
@@ -259,7 +272,7 @@ pub(super) fn rerender(
         Answer::Rerendered { changed } => Ok(changed.into_iter().map(|i| i as usize).collect()),
         other => Err(Failure::crashed(
             Phase::Templates,
-            &format!("it answered a re-render with {other:?}"),
+            &format!("it answered a re-render with {}", other.kind()),
         )
         .message),
     }
@@ -267,12 +280,7 @@ pub(super) fn rerender(
 
 /// Has the helper do `input`'s work for task `task` of `alloc`, and waits
 /// for its answer until `deadline` has passed (then kills it).
-pub(super) fn run(
-    input: &Input,
-    alloc: &str,
-    task: &str,
-    deadline: Duration,
-) -> Result<Answer, Failure> {
+fn run(input: &Input, alloc: &str, task: &str, deadline: Duration) -> Result<Answer, Failure> {
     let until = Instant::now() + deadline;
     let spawn_failed = |err: io::Error| Failure {
         phase: Phase::Setup,
