@@ -116,7 +116,7 @@ chmod 0755 "$tools/bin/musl-c++"
 # musl >= 1.2.4 declares off64_t only with _LARGEFILE64_SOURCE, and abseil
 # uses it. Newer clang makes a diagnostic in gRPC's basic_seq.h an error.
 #
-# The rest keeps the binary under 8 MiB (issue 15, row P5 of BENCHMARKS.md)
+# The rest keeps the binary under 8 MiB (row P5 of BENCHMARKS.md)
 # without leaving out anything the agent uses:
 # - OPENSSL_SMALL: BoringSSL's smaller, slower P-256 and X25519 code,
 #   without their large precomputed tables.

@@ -86,6 +86,7 @@ pub mod docker;
 pub mod events;
 pub mod hcl;
 pub mod hostpath;
+pub mod httpd;
 pub mod id;
 pub mod json;
 pub mod metrics;

@@ -115,7 +115,16 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
             total: 1,
         }));
     }
-    job_inputs::read_job_files(&mut inputs, &file, &hcl);
+    let unread = job_inputs::read_job_files(&mut inputs, &file, &hcl);
+    if !unread.is_empty() {
+        for err in &unread {
+            eprintln!("{err}");
+        }
+        return Err(CliError::Validate(super::validate::Failed {
+            invalid: 1,
+            total: 1,
+        }));
+    }
     let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {
         eprintln!("{warning}");

@@ -94,11 +94,20 @@ pub fn undeclared(inputs: &JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::
 /// so that they travel with it: the agent does not read the caller's
 /// files. Errors are left for the agent to report, with its checks. Only
 /// the environment values of the job's own variables go with it.
-pub fn read_job_files(inputs: &mut JobInputs, file: &str, hcl: &str) {
+///
+/// A file that `file()` names and cannot be read here (missing, or too
+/// long) would reach the agent only as "not sent": the decoding's errors
+/// are returned instead, which name the call's place and the cause.
+pub fn read_job_files(inputs: &mut JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::Error> {
     inputs.keep_declared_env(hcl, file);
-    let _ = Job::decode_with(hcl, file, inputs);
+    let decoded = Job::decode_with(hcl, file, inputs);
+    let unread = !inputs.files.unread.borrow().is_empty();
     inputs.files.given = inputs.files_read();
     inputs.files.dir = None;
+    match decoded {
+        Err(invalid) if unread => invalid.errors,
+        _ => Vec::new(),
+    }
 }
 
 /// The inputs as the control API carries them.

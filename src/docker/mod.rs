@@ -1,5 +1,5 @@
 //! A client of the Docker Engine API, small and ours, for the `docker` task
-//! driver (issue 24).
+//! driver.
 //!
 //! It speaks API version **1.41** (every path is `/v1.41/...`): what
 //! Debian's `docker.io` 20.10 serves, and what newer engines still accept.
@@ -383,5 +383,93 @@ mod tests {
             err.to_string(),
             "the container engine answered 502: status 502 without a message"
         );
+    }
+}
+
+/// The engine's answers are input too: a fake engine sends each bomb, and
+/// each is refused naming its bound, never read whole or parsed deep.
+#[cfg(test)]
+mod bound_tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::thread;
+
+    use super::*;
+
+    /// An engine at a socket of its own that answers one request with
+    /// `answer`, and `version()` asked of it.
+    fn version_answered_with(answer: impl Fn(&mut dyn Write) + Send + 'static) -> Error {
+        let dir = std::env::temp_dir().join(format!(
+            "csi-agent-engine-bounds-{}-{:?}",
+            std::process::id(),
+            thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("engine.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).unwrap();
+        let server = thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            answer(&mut stream);
+        });
+        let engine = Engine::new(&socket.display().to_string()).unwrap();
+        let err = engine.version().unwrap_err();
+        let _ = server.join();
+        std::fs::remove_dir_all(&dir).unwrap();
+        err
+    }
+
+    #[test]
+    fn an_endless_answer_is_refused_at_the_answer_bound() {
+        let err = version_answered_with(|w| {
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[");
+            let chunk = vec![b'1'; 1 << 20];
+            for _ in 0..(MAX_ANSWER >> 20) + 2 {
+                if w.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let text = crate::error_chain(&err);
+        assert!(
+            text.contains(&MAX_ANSWER.to_string()) || text.contains("16 MiB"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_deeply_nested_answer_is_refused_at_the_json_nesting_limit() {
+        let err = version_answered_with(|w| {
+            let body = "[".repeat(100_000);
+            let _ = write!(
+                w,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        });
+        let text = crate::error_chain(&err);
+        assert!(
+            text.contains(&format!("deeper than {} levels", json::MAX_DEPTH)),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_endless_header_is_refused_at_the_line_bound() {
+        let err = version_answered_with(|w| {
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nX-Long: ");
+            let chunk = vec![b'a'; 64 << 10];
+            for _ in 0..64 {
+                if w.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        assert!(matches!(err, Error::Protocol(_)), "{err:?}");
     }
 }

@@ -1,4 +1,4 @@
-//! The agent's events (issue 25): what happened, in the order the agent
+//! The agent's events: what happened, in the order the agent
 //! made it durable, for `csi-agent events` and its `-follow`.
 //!
 //! The part of the agent that does a thing says so where it happens:

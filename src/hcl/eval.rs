@@ -14,7 +14,7 @@
 //! written, for the agent to interpolate when a task starts.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::ast::{
@@ -87,6 +87,27 @@ impl Value {
         size
     }
 
+    /// How many bytes of text this one holds (strings and object keys),
+    /// all levels below included; found without recursion.
+    pub fn bytes(&self) -> usize {
+        let mut bytes = 0usize;
+        let mut stack = vec![self];
+        while let Some(value) = stack.pop() {
+            match value {
+                Value::String(text) => bytes = bytes.saturating_add(text.len()),
+                Value::List(items) => stack.extend(items),
+                Value::Object(entries) => {
+                    for (key, value) in entries {
+                        bytes = bytes.saturating_add(key.len());
+                        stack.push(value);
+                    }
+                }
+                _ => {}
+            }
+        }
+        bytes
+    }
+
     /// The entry `key` of an object.
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
@@ -142,6 +163,10 @@ pub struct FileSource {
     pub given: BTreeMap<String, String>,
     pub dir: Option<PathBuf>,
     pub read: RefCell<BTreeMap<String, String>>,
+    /// Files `file()` named and could not read from `dir` (missing, or
+    /// past [`MAX_STRING`]): the CLI reports these itself, since they are
+    /// not sent to the agent.
+    pub unread: RefCell<BTreeSet<String>>,
 }
 
 impl FileSource {
@@ -156,8 +181,24 @@ impl FileSource {
         let Some(dir) = &self.dir else {
             return Err(format!("file {path:?} was not sent with the job"));
         };
-        let text = std::fs::read_to_string(dir.join(path))
-            .map_err(|err| format!("cannot read {path:?}: {err}"))?;
+        // Read to one byte past the bound, so that a longer file (or
+        // `/dev/zero`) is refused, not read whole.
+        let mut text = String::new();
+        let read = std::fs::File::open(dir.join(path))
+            .and_then(|f| {
+                std::io::Read::read_to_string(
+                    &mut std::io::Read::take(f, MAX_STRING as u64 + 1),
+                    &mut text,
+                )
+            })
+            .map_err(|err| format!("cannot read {path:?}: {err}"))
+            .and_then(|_| {
+                within_string_limit(text.len()).map_err(|err| format!("{path:?}: {err}"))
+            });
+        if let Err(err) = read {
+            self.unread.borrow_mut().insert(path.to_string());
+            return Err(err);
+        }
         self.read
             .borrow_mut()
             .insert(path.to_string(), text.clone());
@@ -185,10 +226,32 @@ pub struct Scope<'a> {
     /// `for`s have copied so far, against [`MAX_COPIED`]: a file of a few
     /// lines that names a big local many times cannot take the memory.
     pub(crate) copied: Cell<usize>,
+    /// How many bytes of text those references have copied, against
+    /// [`MAX_COPIED_BYTES`]: a string local doubled through a chain of
+    /// locals grows past any memory in a few dozen lines.
+    pub(crate) copied_bytes: Cell<usize>,
 }
 
 /// How many values the references of one scope may copy in all.
 pub(crate) const MAX_COPIED: usize = 10_000_000;
+
+/// How many bytes of text the references of one scope may copy in all.
+pub const MAX_COPIED_BYTES: usize = 64 << 20;
+
+/// The longest string an expression may make: a string template, a
+/// function's result, a file `file()` reads.
+pub const MAX_STRING: usize = 16 << 20;
+
+/// Refuses a string of `len` bytes past [`MAX_STRING`], before it is made.
+pub(crate) fn within_string_limit(len: usize) -> Result<(), String> {
+    if len > MAX_STRING {
+        return Err(format!(
+            "a string of {len} bytes exceeds {} MiB (the HCL string limit)",
+            MAX_STRING >> 20
+        ));
+    }
+    Ok(())
+}
 
 impl Scope<'_> {
     /// Counts the values of `value`, which a reference copies, against
@@ -199,6 +262,14 @@ impl Scope<'_> {
         if total > MAX_COPIED {
             return Err(format!(
                 "the expressions copy more than {MAX_COPIED} values from variables and locals"
+            ));
+        }
+        let bytes = self.copied_bytes.get().saturating_add(value.bytes());
+        self.copied_bytes.set(bytes);
+        if bytes > MAX_COPIED_BYTES {
+            return Err(format!(
+                "the expressions copy more than {} MiB of text from variables and locals (the HCL copy limit)",
+                MAX_COPIED_BYTES >> 20
             ));
         }
         Ok(())
@@ -468,6 +539,8 @@ fn render(parts: &[Part], scope: &Scope<'_>, file: &str, out: &mut String) -> Re
                         ),
                     ));
                 };
+                within_string_limit(out.len() + text.len())
+                    .map_err(|message| Error::new(file, expr.pos(), message))?;
                 out.push_str(&text);
             }
             Part::If {

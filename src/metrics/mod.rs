@@ -1,4 +1,4 @@
-//! The agent's own metrics (issue 25), for a Prometheus scrape: a small
+//! The agent's own metrics, for a Prometheus scrape: a small
 //! registry of counters, gauges and histograms with labels, and the text
 //! exposition format (version 0.0.4) it is written in.
 //!

@@ -76,6 +76,34 @@ impl fmt::Display for TooMuchWork {
 
 impl std::error::Error for TooMuchWork {}
 
+/// The longest text [`Regex::replace_all`] builds: each match may expand
+/// into a replacement far longer than itself, so the result is bounded
+/// apart from the text.
+pub const MAX_REPLACED: usize = 16 << 20;
+
+/// Why [`Regex::replace_all`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplaceError {
+    TooMuchWork(TooMuchWork),
+    /// The result would exceed [`MAX_REPLACED`] bytes.
+    TooLong,
+}
+
+impl fmt::Display for ReplaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplaceError::TooMuchWork(e) => e.fmt(f),
+            ReplaceError::TooLong => write!(
+                f,
+                "the replaced text would exceed {} MiB (the replacement size limit)",
+                MAX_REPLACED >> 20
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReplaceError {}
+
 /// The steps a search for every match may take whatever its text, and per
 /// character of the text and instruction of the program: 8 times what a
 /// search that visits each character once with every thread alive takes,
@@ -200,8 +228,9 @@ impl Regex {
 
     /// `text` with every match replaced by `template` expanded as Go's
     /// `ReplaceAllString` does: `$1`, `${1}`, `$name`, `${name}` for a
-    /// group, `$$` for a `$`. Refused past [`Regex::step_limit`] steps.
-    pub fn replace_all(&self, text: &str, template: &str) -> Result<String, TooMuchWork> {
+    /// group, `$$` for a `$`. Refused past [`Regex::step_limit`] steps or
+    /// [`MAX_REPLACED`] bytes.
+    pub fn replace_all(&self, text: &str, template: &str) -> Result<String, ReplaceError> {
         let limit = self.step_limit(text);
         let mut budget = vm::Budget { taken: 0, limit };
         let mut out = String::new();
@@ -215,7 +244,7 @@ impl Regex {
             out.push_str(&text[last_end..from]);
             // An empty match right after another is not replaced again.
             if to > last_end || from == 0 {
-                self.expand(template, text, &found, &mut out);
+                self.expand(template, text, &found, &mut out)?;
             }
             last_end = to;
             let width = text[search..].chars().next().map_or(1, char::len_utf8);
@@ -226,10 +255,13 @@ impl Regex {
             };
         }
         if budget.exhausted() {
-            return Err(TooMuchWork { limit });
+            return Err(ReplaceError::TooMuchWork(TooMuchWork { limit }));
         }
         if last_end < text.len() {
             out.push_str(&text[last_end..]);
+        }
+        if out.len() > MAX_REPLACED {
+            return Err(ReplaceError::TooLong);
         }
         Ok(out)
     }
@@ -239,7 +271,15 @@ impl Regex {
     /// letters, digits and `_` (so `$1x` is the group named `1x`), an
     /// unknown group or one that took no part is empty, and a `$` that
     /// starts no valid reference is kept.
-    fn expand(&self, template: &str, text: &str, found: &Captures, out: &mut String) {
+    /// Stops at [`MAX_REPLACED`] bytes: one match's expansion alone may
+    /// repeat a long group many times.
+    fn expand(
+        &self,
+        template: &str,
+        text: &str,
+        found: &Captures,
+        out: &mut String,
+    ) -> Result<(), ReplaceError> {
         let mut rest = template;
         while let Some(at) = rest.find('$') {
             out.push_str(&rest[..at]);
@@ -271,9 +311,16 @@ impl Regex {
                 Err(_) => self.names.iter().position(|n| n.as_deref() == Some(name)),
             };
             if let Some(Some((from, to))) = index.and_then(|i| found.get(i)) {
+                if out.len() + (to - from) > MAX_REPLACED {
+                    return Err(ReplaceError::TooLong);
+                }
                 out.push_str(&text[*from..*to]);
             }
         }
+        if out.len() + rest.len() > MAX_REPLACED {
+            return Err(ReplaceError::TooLong);
+        }
         out.push_str(rest);
+        Ok(())
     }
 }

@@ -432,7 +432,9 @@ const ARTIFACT_CONFIG_IGNORED: &[&str] = &[
 /// an unpacking may go, with Nomad's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArtifactConfig {
-    /// `http_read_timeout`: the longest wait for the server's next bytes.
+    /// `http_read_timeout`: the longest one download may take, from
+    /// connecting to the body's last byte through every redirect (Nomad's
+    /// meaning: go-getter's whole-request deadline).
     pub http_read_timeout: std::time::Duration,
     /// `http_max_size`: the largest download, in bytes.
     pub http_max_size: u64,

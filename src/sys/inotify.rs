@@ -1,4 +1,5 @@
-//! Safe wrappers over inotify(7), eventfd(2) and poll(2).
+//! Safe wrappers over inotify(7) and eventfd(2), and a wait on a few
+//! descriptors through [`super::poll`].
 //!
 //! The agent learns that a plugin's socket exists from the kernel rather
 //! than by polling the file system: a plugin must be seen healthy within
@@ -21,6 +22,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use libc::c_int;
+
+use super::poll::{poll, timeout_ms};
 
 /// The size of the fixed part of an event record, before its name.
 const EVENT_HEADER_LEN: usize = mem::size_of::<libc::inotify_event>();
@@ -195,7 +198,7 @@ pub fn poll_readable<const N: usize>(
         events: libc::POLLIN,
         revents: 0,
     });
-    match poll(&mut poll_fds, poll_timeout_ms(timeout)) {
+    match poll(&mut poll_fds, timeout_ms(timeout)) {
         Err(err) if err.kind() == io::ErrorKind::Interrupted => return Ok([false; N]),
         Err(err) => return Err(err),
         Ok(_) => {}
@@ -204,20 +207,8 @@ pub fn poll_readable<const N: usize>(
     Ok(poll_fds.map(|poll_fd| poll_fd.revents & readable != 0))
 }
 
-/// The timeout argument of poll(2): milliseconds rounded up, so that a
-/// short timeout does not become a busy loop, and -1 for none.
-fn poll_timeout_ms(timeout: Option<Duration>) -> c_int {
-    match timeout {
-        None => -1,
-        Some(timeout) => {
-            let ms = timeout.as_nanos().div_ceil(1_000_000);
-            c_int::try_from(ms).unwrap_or(c_int::MAX)
-        }
-    }
-}
-
 /// Turns the -1 with which a libc call fails into the thread's `errno`.
-fn cvt(ret: c_int) -> io::Result<c_int> {
+pub(super) fn cvt(ret: c_int) -> io::Result<c_int> {
     if ret == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -277,13 +268,6 @@ fn write(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(len as usize)
-}
-
-/// Calls poll(2) on `fds`.
-fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> io::Result<c_int> {
-    // SAFETY: `fds` is valid for reading and writing `fds.len()` pollfd
-    // structures for the whole call.
-    cvt(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) })
 }
 
 #[cfg(test)]
@@ -498,14 +482,5 @@ mod tests {
         fs::create_dir(dir.0.join("sub")).unwrap();
         let ready = poll_readable([inotify.as_fd(), waker.as_fd()], LONG).unwrap();
         assert_eq!(ready, [true, false]);
-    }
-
-    #[test]
-    fn timeouts_round_up_to_whole_milliseconds() {
-        assert_eq!(poll_timeout_ms(None), -1);
-        assert_eq!(poll_timeout_ms(Some(Duration::ZERO)), 0);
-        assert_eq!(poll_timeout_ms(Some(Duration::from_micros(1))), 1);
-        assert_eq!(poll_timeout_ms(Some(Duration::from_millis(250))), 250);
-        assert_eq!(poll_timeout_ms(Some(Duration::MAX)), c_int::MAX);
     }
 }

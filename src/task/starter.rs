@@ -54,7 +54,7 @@
 //! done on the loop, and the threads are joined within the shutdown's
 //! deadline.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::path::PathBuf;
 use std::thread::{self, JoinHandle};
@@ -273,6 +273,9 @@ pub(super) struct Starter {
     fetches: Pool,
     /// Cleanups and re-renders that found no room yet.
     cleanups: VecDeque<Work>,
+    /// The tasks (alloc, task) whose re-render is on a thread: the next
+    /// waits for it, so that renders of one task are written in order.
+    rerendering: BTreeSet<(String, String)>,
     reports_tx: Sender<StartReport>,
     reports: Receiver<StartReport>,
 }
@@ -284,6 +287,7 @@ impl Starter {
             starts: Pool::new(Lane::Start),
             fetches: Pool::new(Lane::Fetch),
             cleanups: VecDeque::new(),
+            rerendering: BTreeSet::new(),
             reports_tx,
             reports,
         }
@@ -344,21 +348,48 @@ impl Starter {
     }
 
     /// Renders a running task's templates again on a thread, once there is
-    /// room; its report says which changed.
+    /// room and no other render of the task is under way; its report says
+    /// which changed. One waiting for the same task is replaced: the newer
+    /// templates are the task's.
     pub(super) fn rerender(&mut self, plan: RerenderPlan) {
+        self.cleanups.retain(
+            |w| !matches!(w, Work::Rerender(p) if p.alloc == plan.alloc && p.task == plan.task),
+        );
         self.cleanups.push_back(Work::Rerender(Box::new(plan)));
         self.pump();
     }
 
-    /// Hands over the cleanups and re-renders that wait, as far as there
-    /// is room.
+    /// Hands over the cleanups and re-renders that wait, in their order,
+    /// as far as there is room; a re-render of a task whose previous one
+    /// is under way keeps its place.
     pub(super) fn pump(&mut self) {
+        let mut held = VecDeque::new();
         while let Some(work) = self.cleanups.pop_front() {
-            if let Err(work) = self.starts.hand_over(work, &self.reports_tx) {
-                self.cleanups.push_front(work);
-                return;
+            let key = match &work {
+                Work::Rerender(p) => Some((p.alloc.clone(), p.task.clone())),
+                _ => None,
+            };
+            if key.as_ref().is_some_and(|k| self.rerendering.contains(k)) {
+                held.push_back(work);
+                continue;
+            }
+            match self.starts.hand_over(work, &self.reports_tx) {
+                Ok(()) => self.rerendering.extend(key),
+                Err(work) => {
+                    self.cleanups.push_front(work);
+                    break;
+                }
             }
         }
+        while let Some(work) = held.pop_back() {
+            self.cleanups.push_front(work);
+        }
+    }
+
+    /// A re-render of task `task` of `alloc` came in: the next may go.
+    pub(super) fn rerendered(&mut self, alloc: &str, task: &str) {
+        self.rerendering
+            .remove(&(alloc.to_string(), task.to_string()));
     }
 
     /// A report of `lane` came in.
@@ -531,7 +562,10 @@ impl Allocs {
         } = report;
         let outcome = match outcome {
             Outcome::Start(outcome) => outcome,
-            Outcome::Rerender(changed) => return self.rerendered(&id, &task, changed, now),
+            Outcome::Rerender(changed) => {
+                self.starter.rerendered(&id, &task);
+                return self.rerendered(&id, &task, changed, now);
+            }
             // A cleanup ended: its room is taken by the next turn's step.
             Outcome::Cleanup => return,
         };

@@ -7,13 +7,8 @@ use std::fmt::Write as _;
 use super::funcs;
 use super::lex::Pos;
 use super::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
-use super::{Context, Error, Template};
-
-/// The most output one template may produce, and the deepest nesting of
-/// `{{template}}` calls: a runaway template fails instead of filling the
-/// disk or the stack.
-const MAX_OUTPUT: usize = 16 << 20;
-const MAX_DEPTH: usize = 100;
+use super::scope::Scope;
+use super::{Context, Error, Template, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
 
 /// A value in a template: what Go's `interface{}` holds in consul-template.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,9 +115,13 @@ enum Flow {
 pub(super) struct State<'t> {
     tmpl: &'t Template,
     ctx: &'t Context<'t>,
-    vars: Vec<(String, Value)>,
+    vars: Scope<Value>,
     pub(super) out: String,
+    /// How deep the walk is in bodies, `{{template}}` calls and
+    /// parenthesised pipelines, against [`MAX_RENDER_DEPTH`].
     depth: usize,
+    /// Nodes and commands evaluated so far, against [`MAX_STEPS`].
+    steps: u64,
 }
 
 impl<'t> State<'t> {
@@ -130,9 +129,10 @@ impl<'t> State<'t> {
         State {
             tmpl,
             ctx,
-            vars: vec![(String::new(), Value::Nil)],
+            vars: Scope::new(Value::Nil),
             out: String::new(),
             depth: 0,
+            steps: 0,
         }
     }
 
@@ -140,8 +140,46 @@ impl<'t> State<'t> {
         self.list(nodes, dot).map(|_| ())
     }
 
+    /// Counts one step of the walk, or fails past [`MAX_STEPS`].
+    fn step(&mut self, pos: Pos) -> Result<(), Error> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS {
+            return Err(Error::new(
+                pos,
+                format!("rendering took more than {MAX_STEPS} steps (the template step limit)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` one level deeper, or fails at [`MAX_RENDER_DEPTH`].
+    fn deeper<T>(
+        &mut self,
+        pos: Pos,
+        f: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.depth >= MAX_RENDER_DEPTH {
+            return Err(Error::new(
+                pos,
+                format!(
+                    "templates nest too deeply: more than {MAX_RENDER_DEPTH} levels while rendering (the template render depth limit)"
+                ),
+            ));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
+    /// A body's nodes, one level deeper.
+    fn body(&mut self, nodes: &[Node], dot: &Value, pos: Pos) -> Result<Flow, Error> {
+        self.deeper(pos, |s| s.list(nodes, dot))
+    }
+
     fn list(&mut self, nodes: &[Node], dot: &Value) -> Result<Flow, Error> {
         for node in nodes {
+            self.step(node_pos(node))?;
             match node {
                 Node::Text(text) => self.write(text, Pos::default())?,
                 Node::Action(pipe) => {
@@ -155,7 +193,7 @@ impl<'t> State<'t> {
                     let flow = self.scoped(|s| {
                         let value = s.pipe(&b.pipe, dot)?;
                         let nodes = if value.truthy() { &b.body } else { &b.els };
-                        s.list(nodes, dot)
+                        s.body(nodes, dot, b.pipe.pos)
                     })?;
                     if !matches!(flow, Flow::Normal) {
                         return Ok(flow);
@@ -165,9 +203,9 @@ impl<'t> State<'t> {
                     let flow = self.scoped(|s| {
                         let value = s.pipe(&b.pipe, dot)?;
                         if value.truthy() {
-                            s.list(&b.body, &value)
+                            s.body(&b.body, &value, b.pipe.pos)
                         } else {
-                            s.list(&b.els, dot)
+                            s.body(&b.els, dot, b.pipe.pos)
                         }
                     })?;
                     if !matches!(flow, Flow::Normal) {
@@ -184,15 +222,9 @@ impl<'t> State<'t> {
                         Some(pipe) => self.pipe(pipe, dot)?,
                         None => Value::Nil,
                     };
-                    if self.depth >= MAX_DEPTH {
-                        return Err(Error::new(*pos, "templates nest too deeply"));
-                    }
-                    self.depth += 1;
-                    let saved =
-                        std::mem::replace(&mut self.vars, vec![(String::new(), arg.clone())]);
-                    let result = self.list(body, &arg);
+                    let saved = std::mem::replace(&mut self.vars, Scope::new(arg.clone()));
+                    let result = self.body(body, &arg, *pos);
                     self.vars = saved;
-                    self.depth -= 1;
                     result?;
                 }
                 Node::Break(_) => return Ok(Flow::Break),
@@ -213,7 +245,10 @@ impl<'t> State<'t> {
         if self.out.len() + text.len() > MAX_OUTPUT {
             return Err(Error::new(
                 pos,
-                format!("output exceeds {} MiB", MAX_OUTPUT >> 20),
+                format!(
+                    "output exceeds {} MiB (the template output limit)",
+                    MAX_OUTPUT >> 20
+                ),
             ));
         }
         self.out.push_str(text);
@@ -222,42 +257,46 @@ impl<'t> State<'t> {
 
     fn range(&mut self, b: &Branch, dot: &Value) -> Result<(), Error> {
         let value = self.pipe_value(&b.pipe, dot)?;
-        let items: Vec<(Value, Value)> = match value {
-            Value::List(items) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| (Value::Int(i as i64), v))
-                .collect(),
-            Value::Map(map) => map.into_iter().map(|(k, v)| (Value::Str(k), v)).collect(),
-            Value::Int(n) => (0..n.max(0))
-                .map(|i| (Value::Int(i), Value::Int(i)))
-                .collect(),
-            Value::Nil => Vec::new(),
+        let pos = b.pipe.pos;
+        // An integer is ranged over without making its list: `range N`
+        // costs steps, never memory.
+        let items: Box<dyn Iterator<Item = (Value, Value)>> = match value {
+            Value::List(items) => Box::new(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| (Value::Int(i as i64), v)),
+            ),
+            Value::Map(map) => Box::new(map.into_iter().map(|(k, v)| (Value::Str(k), v))),
+            Value::Int(n) => Box::new((0..n.max(0)).map(|i| (Value::Int(i), Value::Int(i)))),
+            Value::Nil => Box::new(std::iter::empty()),
             other => {
                 return Err(Error::new(
-                    b.pipe.pos,
+                    pos,
                     format!("range can't iterate over {}", other),
                 ))
             }
         };
-        if items.is_empty() {
-            self.list(&b.els, dot)?;
-            return Ok(());
-        }
         let mark = self.vars.len();
+        let mut empty = true;
         for (key, item) in items {
+            empty = false;
+            self.step(pos)?;
             self.vars.truncate(mark);
             match b.pipe.decl.as_slice() {
-                [v] => self.vars.push((v.clone(), item.clone())),
+                [v] => self.vars.push(v.clone(), item.clone()),
                 [k, v] => {
-                    self.vars.push((k.clone(), key));
-                    self.vars.push((v.clone(), item.clone()));
+                    self.vars.push(k.clone(), key);
+                    self.vars.push(v.clone(), item.clone());
                 }
                 _ => {}
             }
-            if let Flow::Break = self.list(&b.body, &item)? {
+            if let Flow::Break = self.body(&b.body, &item, pos)? {
                 break;
             }
+        }
+        if empty {
+            self.body(&b.els, dot, pos)?;
         }
         Ok(())
     }
@@ -267,11 +306,11 @@ impl<'t> State<'t> {
         let value = self.pipe_value(pipe, dot)?;
         if pipe.assign {
             let name = &pipe.decl[0];
-            if let Some(slot) = self.vars.iter_mut().rev().find(|(n, _)| n == name) {
-                slot.1 = value.clone();
+            if let Some(slot) = self.vars.get_mut(name) {
+                *slot = value.clone();
             }
         } else if let [name] = pipe.decl.as_slice() {
-            self.vars.push((name.clone(), value.clone()));
+            self.vars.push(name.clone(), value.clone());
         }
         Ok(value)
     }
@@ -279,6 +318,7 @@ impl<'t> State<'t> {
     fn pipe_value(&mut self, pipe: &Pipe, dot: &Value) -> Result<Value, Error> {
         let mut last = None;
         for cmd in &pipe.cmds {
+            self.step(cmd.pos)?;
             last = Some(self.cmd(cmd, dot, last)?);
         }
         Ok(last.unwrap_or(Value::Nil))
@@ -307,8 +347,11 @@ impl<'t> State<'t> {
     }
 
     fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
-        funcs::call(name, args, self.ctx)
-            .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))
+        let value = funcs::call(name, args, self.ctx)
+            .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
+        check_size(&value)
+            .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
+        Ok(value)
     }
 
     /// `and` and `or` evaluate their arguments only as far as they must.
@@ -334,23 +377,20 @@ impl<'t> State<'t> {
     }
 
     fn arg(&mut self, arg: &Arg, dot: &Value) -> Result<Value, Error> {
-        let mut value = match &arg.operand {
-            Operand::Dot => dot.clone(),
-            Operand::Nil => Value::Nil,
-            Operand::Bool(b) => Value::Bool(*b),
-            Operand::Int(n) => Value::Int(*n),
-            Operand::Float(f) => Value::Float(*f),
-            Operand::Str(s) => Value::Str(s.clone()),
-            Operand::Var(name) => self
-                .vars
-                .iter()
-                .rev()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-                .ok_or_else(|| Error::new(arg.pos, format!("undefined variable \"${name}\"")))?,
-            Operand::Func(name) => self.call(name, Vec::new(), arg.pos)?,
-            Operand::Sub(pipe) => self.pipe_value(pipe, dot)?,
-        };
+        let mut value =
+            match &arg.operand {
+                Operand::Dot => dot.clone(),
+                Operand::Nil => Value::Nil,
+                Operand::Bool(b) => Value::Bool(*b),
+                Operand::Int(n) => Value::Int(*n),
+                Operand::Float(f) => Value::Float(*f),
+                Operand::Str(s) => Value::Str(s.clone()),
+                Operand::Var(name) => self.vars.get(name).cloned().ok_or_else(|| {
+                    Error::new(arg.pos, format!("undefined variable \"${name}\""))
+                })?,
+                Operand::Func(name) => self.call(name, Vec::new(), arg.pos)?,
+                Operand::Sub(pipe) => self.deeper(arg.pos, |s| s.pipe_value(pipe, dot))?,
+            };
         for field in &arg.fields {
             value = match value {
                 Value::Map(mut map) => match map.remove(field) {
@@ -378,6 +418,38 @@ impl<'t> State<'t> {
             };
         }
         Ok(value)
+    }
+}
+
+/// Where a node is, for the step limit's error.
+fn node_pos(node: &Node) -> Pos {
+    match node {
+        Node::Text(_) => Pos::default(),
+        Node::Action(pipe) => pipe.pos,
+        Node::If(b) | Node::Range(b) | Node::With(b) => b.pipe.pos,
+        Node::Template(_, _, pos) | Node::Break(pos) | Node::Continue(pos) => *pos,
+    }
+}
+
+/// A function's value within the bounds every value keeps: a string of
+/// at most [`MAX_OUTPUT`] bytes, a list or map of at most [`MAX_ITEMS`]
+/// entries, so that a value doubled in a loop stops at the bound.
+fn check_size(value: &Value) -> Result<(), String> {
+    match value {
+        Value::Str(s) if s.len() > MAX_OUTPUT => Err(format!(
+            "a string of {} bytes exceeds the template value limit of {} MiB",
+            s.len(),
+            MAX_OUTPUT >> 20
+        )),
+        Value::List(items) if items.len() > MAX_ITEMS => Err(format!(
+            "a list of {} items exceeds the template limit of {MAX_ITEMS}",
+            items.len()
+        )),
+        Value::Map(map) if map.len() > MAX_ITEMS => Err(format!(
+            "a map of {} entries exceeds the template limit of {MAX_ITEMS}",
+            map.len()
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -4,9 +4,11 @@
 use std::time::SystemTime;
 
 use super::exec::{format_float, Value};
+use super::MAX_OUTPUT;
 
 /// `fmt.Sprint` (spaces between operands when neither is a string) or
-/// `fmt.Sprintln` (spaces always, and a newline).
+/// `fmt.Sprintln` (spaces always, and a newline). Stops once past
+/// [`MAX_OUTPUT`] bytes, which the caller then refuses.
 pub(super) fn sprint(values: &[Value], line: bool) -> String {
     let mut out = String::new();
     for (i, v) in values.iter().enumerate() {
@@ -15,6 +17,9 @@ pub(super) fn sprint(values: &[Value], line: bool) -> String {
             out.push(' ');
         }
         out.push_str(&v.to_string());
+        if out.len() > MAX_OUTPUT {
+            return out;
+        }
     }
     if line {
         out.push('\n');
@@ -22,8 +27,14 @@ pub(super) fn sprint(values: &[Value], line: bool) -> String {
     out
 }
 
+/// The largest width or precision read whole, as Go's `tooLarge`: one
+/// more digit ends the format (`%!(NOVERB)`), so no padding passes ten
+/// million characters.
+const MAX_WIDTH: usize = 1_000_000;
+
 /// `fmt.Sprintf` with the verbs `%v %s %q %d %f %F %e %E %g %G %x %X %o
-/// %b %c %t %%`, the flags `- + 0 space` and width and precision.
+/// %b %c %t %%`, the flags `- + 0 space` and width and precision. Stops
+/// once past [`MAX_OUTPUT`] bytes, which the caller then refuses.
 pub(super) fn printf(format: &str, args: &[Value]) -> String {
     let mut out = String::new();
     let mut next = 0;
@@ -45,9 +56,15 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
             }
             chars.next();
         }
+        // As Go's `parsenum`: a number past a million is taken for a
+        // mistake, and the rest of the format with it.
         let number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
             let mut n = None;
             while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
+                if n.unwrap_or(0) > MAX_WIDTH {
+                    chars.by_ref().for_each(drop);
+                    return None;
+                }
                 n = Some(n.unwrap_or(0) * 10 + d as usize);
                 chars.next();
             }
@@ -118,6 +135,9 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
             _ => {}
         }
         out.push_str(&text);
+        if out.len() > MAX_OUTPUT {
+            return out;
+        }
     }
     if next < args.len() {
         out.push_str("%!(EXTRA ");

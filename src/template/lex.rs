@@ -58,6 +58,11 @@ struct Lexer<'s> {
     right: &'s str,
     /// Byte offsets where lines start.
     lines: Vec<usize>,
+    /// The last position asked for, as (byte offset, its `Pos`): positions
+    /// are asked for in order, so each column is counted on from the last
+    /// one rather than from the line's start, which on a long line would
+    /// make lexing quadratic.
+    last: (usize, Pos),
 }
 
 /// Splits `src` into text and actions between `left` and `right`.
@@ -69,6 +74,7 @@ pub(super) fn lex(src: &str, left: &str, right: &str) -> Result<Vec<Item>, Error
         at: 0,
         right,
         lines,
+        last: (0, Pos { line: 1, col: 1 }),
     };
     let mut items = Vec::new();
     let mut trim_next = false;
@@ -126,13 +132,18 @@ fn is_space(c: char) -> bool {
 }
 
 impl Lexer<'_> {
-    fn pos(&self, at: usize) -> Pos {
+    fn pos(&mut self, at: usize) -> Pos {
         let line = self.lines.partition_point(|&start| start <= at);
         let start = self.lines[line - 1];
-        Pos {
-            line,
-            col: self.src[start..at].chars().count() + 1,
-        }
+        let (last_at, last_pos) = self.last;
+        let col = if last_pos.line == line && (start..=at).contains(&last_at) {
+            last_pos.col + self.src[last_at..at].chars().count()
+        } else {
+            self.src[start..at].chars().count() + 1
+        };
+        let pos = Pos { line, col };
+        self.last = (at, pos);
+        pos
     }
 
     /// Skips white space; whether there was any.

@@ -19,6 +19,18 @@
 //! function, its line and what it needs; so is any unknown name. Every
 //! error carries the `line:col` of the template's text.
 //!
+//! Templates are input someone else wrote, so every walk over one is
+//! bounded, each by a named limit that its error names: the parser's
+//! nesting ([`MAX_NESTING`]: blocks, `else if`s and parentheses, each a
+//! level of its recursion), the renderer's depth ([`MAX_RENDER_DEPTH`]:
+//! bodies, `{{template}}` calls and parentheses as they run) and steps
+//! ([`MAX_STEPS`]: a `range` over a large number ends, it does not spin),
+//! the output ([`MAX_OUTPUT`]) and every value a function returns (a
+//! string of at most [`MAX_OUTPUT`] bytes, a list or map of at most
+//! [`MAX_ITEMS`] entries; functions that would build more refuse before
+//! they allocate it). Both depths are small enough for a 2 MiB thread
+//! stack, which the tests check on a thread of that size.
+//!
 //! The files: `lex.rs` (text, actions, tokens), `parse.rs` (the tree),
 //! `exec.rs` (values and the executor), `funcs.rs` (the function table),
 //! `fmt.rs` (`printf` and time layouts), `convert.rs` (JSON and escapes).
@@ -29,6 +41,7 @@ mod fmt;
 mod funcs;
 mod lex;
 mod parse;
+mod scope;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,6 +49,27 @@ use std::time::SystemTime;
 
 pub use exec::Value;
 pub use lex::Pos;
+
+/// How deeply blocks (`if`, `range`, `with`, `define`, `block`, and each
+/// `else if`) and parenthesised pipelines may nest in a template's text.
+/// Real templates nest a handful of levels; Go grows its stack instead.
+pub const MAX_NESTING: usize = 100;
+
+/// How deeply rendering may go: bodies, `{{template}}` calls (a template
+/// that calls itself ends here) and parenthesised pipelines as they run.
+pub const MAX_RENDER_DEPTH: usize = 200;
+
+/// The most nodes, commands and `range` iterations one rendering may
+/// evaluate: about a second's work, far past any real template.
+pub const MAX_STEPS: u64 = 10_000_000;
+
+/// The most output one rendering may produce, and the longest string a
+/// function may return.
+pub const MAX_OUTPUT: usize = 16 << 20;
+
+/// The most items a list (or entries a map) a function returns may hold,
+/// as many as `loop` may count.
+pub const MAX_ITEMS: usize = 1_000_000;
 
 /// A template error at a line and column of the template's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +151,8 @@ impl Context<'_> {
 /// The text of `path` in `dir`, for `file` and a template's `source`:
 /// relative to `dir` (an absolute path is read as the task sees it,
 /// inside `dir`, unless it already names a path in `dir`), and refused if
-/// it leads outside, through `..` or a symlink.
+/// it leads outside, through `..` or a symlink, or if it is longer than
+/// [`MAX_OUTPUT`].
 pub fn read_in_dir(dir: &Path, path: &str) -> Result<String, String> {
     let full = if Path::new(path).starts_with(dir) {
         Path::new(path).to_path_buf()
@@ -133,8 +168,27 @@ pub fn read_in_dir(dir: &Path, path: &str) -> Result<String, String> {
     if !real.starts_with(&root) {
         return Err(format!("file {path:?} is outside the task dir"));
     }
-    std::fs::read_to_string(&real).map_err(|e| format!("file {path:?}: {e}"))
+    // Read to one byte past the bound, so a longer file is refused rather
+    // than read whole.
+    let mut text = String::new();
+    std::fs::File::open(&real)
+        .and_then(|file| {
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(file, MAX_OUTPUT as u64 + 1),
+                &mut text,
+            )
+        })
+        .map_err(|e| format!("file {path:?}: {e}"))?;
+    if text.len() > MAX_OUTPUT {
+        return Err(format!(
+            "file {path:?} is larger than the template value limit of {} MiB",
+            MAX_OUTPUT >> 20
+        ));
+    }
+    Ok(text)
 }
 
+#[cfg(test)]
+mod bounds_tests;
 #[cfg(test)]
 mod tests;

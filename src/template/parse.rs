@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use super::funcs;
 use super::lex::{Item, Pos, Tok, Token};
-use super::Error;
+use super::scope::Scope;
+use super::{Error, MAX_NESTING};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Node {
@@ -83,8 +84,11 @@ pub(super) struct Parser {
     items: std::vec::IntoIter<Item>,
     pub defines: Defines,
     /// Variables in scope, for "undefined variable" errors.
-    vars: Vec<String>,
+    vars: Scope<()>,
     range_depth: usize,
+    /// How deep the parse is in blocks, `else if`s and parentheses: the
+    /// parser recurses at each, so [`MAX_NESTING`] bounds its stack.
+    depth: usize,
 }
 
 impl Parser {
@@ -92,8 +96,9 @@ impl Parser {
         let mut p = Parser {
             items: items.into_iter(),
             defines: BTreeMap::new(),
-            vars: vec![String::new()],
+            vars: Scope::new(()),
             range_depth: 0,
+            depth: 0,
         };
         let (nodes, end) = p.list()?;
         match end {
@@ -164,7 +169,7 @@ impl Parser {
                         no_more(&rest[1..], keyword)?;
                         None
                     };
-                    let saved = std::mem::replace(&mut self.vars, vec![String::new()]);
+                    let saved = std::mem::replace(&mut self.vars, Scope::new(()));
                     let body = self.body(pos, keyword);
                     self.vars = saved;
                     let (body, _) = body?;
@@ -199,8 +204,27 @@ impl Parser {
         Ok((nodes, Stop::Eof))
     }
 
+    /// Runs `f` one level deeper, or fails at [`MAX_NESTING`] levels.
+    fn nested<T>(
+        &mut self,
+        pos: Pos,
+        f: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.depth >= MAX_NESTING {
+            return Err(Error::new(pos, nesting_error()));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
     /// A body up to its `end`: nodes, and the `else` nodes.
     fn body(&mut self, pos: Pos, what: &str) -> Result<(Vec<Node>, Vec<Node>), Error> {
+        self.nested(pos, |p| p.body_nested(pos, what))
+    }
+
+    fn body_nested(&mut self, pos: Pos, what: &str) -> Result<(Vec<Node>, Vec<Node>), Error> {
         let (body, end) = self.list()?;
         match end {
             Stop::End(_) => Ok((body, Vec::new())),
@@ -326,7 +350,9 @@ impl Parser {
                 ));
             }
         } else {
-            self.vars.extend(decl.iter().cloned());
+            for name in &decl {
+                self.vars.push(name.clone(), ());
+            }
         }
         Ok(Pipe {
             decl,
@@ -393,7 +419,9 @@ impl Parser {
             Tok::LParen => {
                 let close = matching_paren(tokens)
                     .ok_or_else(|| Error::new(t.pos, "unclosed left paren"))?;
-                let pipe = self.pipeline(&tokens[1..close], t.pos, "parenthesized pipeline")?;
+                let pipe = self.nested(t.pos, |p| {
+                    p.pipeline(&tokens[1..close], t.pos, "parenthesized pipeline")
+                })?;
                 if !pipe.decl.is_empty() {
                     return Err(Error::new(t.pos, "a declaration inside parentheses"));
                 }
@@ -468,6 +496,11 @@ fn matching_paren(tokens: &[Token]) -> Option<usize> {
         }
     }
     None
+}
+
+/// What a template nested past [`MAX_NESTING`] is told.
+pub(super) fn nesting_error() -> String {
+    format!("nested deeper than {MAX_NESTING} levels (the template nesting limit)")
 }
 
 fn no_more(rest: &[Token], what: &str) -> Result<(), Error> {

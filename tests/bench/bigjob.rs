@@ -5,7 +5,7 @@
 //! long a call waits for the loop. Task starts run on the starter's
 //! threads (`src/task/starter.rs`), so the loop keeps answering while
 //! they fork; before them a `count = 2000` made every call wait for the
-//! whole start (12.9 s, issue 26 §5).
+//! whole start (12.9 s).
 //!
 //! Calls are made one after the other with 5 ms between them, idle first
 //! (200 calls), then from the `job run` until every task runs; every

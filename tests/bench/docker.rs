@@ -1,4 +1,4 @@
-//! P8, the docker driver (issue 24), against a private dockerd the row
+//! P8, the docker driver, against a private dockerd the row
 //! starts in its dir ([`crate::containers`]), with images made offline:
 //! busybox, and the hostpath plugin (this build's `csi-agent` and the
 //! libraries it links, on the busybox root).

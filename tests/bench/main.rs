@@ -367,8 +367,8 @@ fn run(opts: &Options, root: &Path) -> Table {
             &idle::run(opts, root, &opts.agent_bin, "p3", false),
             None,
         );
-        // Telemetry on, scraped as Prometheus would: issue 25 asks that
-        // it keep the idle agent within the same targets.
+        // Telemetry on, scraped as Prometheus would: the idle targets hold
+        // for an agent that is scraped too.
         idle_row(
             &mut table,
             &idle::run(opts, root, &opts.agent_bin, "p3-telemetry", true),

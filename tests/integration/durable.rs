@@ -1,4 +1,4 @@
-//! Nothing acknowledged that is not durable (issue 12 §7): the agent's
+//! Nothing acknowledged that is not durable: the agent's
 //! data dir on a small tmpfs that the test fills up, with a real hostpath
 //! plugin, real claims and mounts, and SIGKILL.
 //!

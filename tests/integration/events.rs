@@ -1,4 +1,4 @@
-//! `csi-agent events` (issue 25): the agent's events through the real
+//! `csi-agent events`: the agent's events through the real
 //! CLI and control API, with a real hostpath plugin, claims, a plugin
 //! restart and a job's task. A claim's steps and its plugin's health
 //! changes are told in the order they happened, each with the next

@@ -1,9 +1,10 @@
-//! The metrics endpoint of the `telemetry` block (issue 25) with real
+//! The metrics endpoint of the `telemetry` block with real
 //! clients: an agent that has taken and released a claim, failed one,
 //! restarted a failing task and seen its plugin restart is scraped over
 //! loopback; `promtool check metrics` accepts what it serves, the
-//! families moved, other paths are 404, and a client that connects and
-//! says nothing does not keep a second one from its answer. A real `prometheus` scraping the agent every second
+//! families moved, other paths are 404, and a scrape is answered within a
+//! second beside 100 idle clients, 20 that sent half a request line and
+//! one that trickles. A real `prometheus` scraping the agent every second
 //! sees `up == 1` and the claim counted.
 //!
 //! `promtool` and `prometheus` come from Debian's `prometheus` package
@@ -255,16 +256,34 @@ fn an_agent_s_metrics_pass_promtool_and_count_claims_failures_and_restarts() {
     let other = get(port, "/other");
     assert!(other.starts_with("HTTP/1.1 404 "), "{other}");
 
-    // A client that connects and says nothing holds the one request slot
-    // for its 2 s at most; the next is answered after it.
-    let _silent = TcpStream::connect((LOOPBACK, port)).unwrap();
+    // Clients that connect and say nothing, or half a request line, or
+    // trickle a byte every 100 ms, hold nothing a scraper needs.
+    let idle: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect((LOOPBACK, port)).unwrap())
+        .collect();
+    let stalled: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut conn = TcpStream::connect((LOOPBACK, port)).unwrap();
+            conn.write_all(b"GET /metr").unwrap();
+            conn
+        })
+        .collect();
+    let mut trickler = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let trickling = thread::spawn(move || {
+        for byte in b"GET /metrics HTTP/1.1\r\n\r\n" {
+            if trickler.write_all(&[*byte]).is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
     let started = Instant::now();
-    scrape(port);
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
+    let body = scrape(port);
+    let took = started.elapsed();
+    assert!(body.contains("# TYPE csi_agent_claims gauge\n"), "{body}");
+    assert!(took < Duration::from_secs(1), "the scrape took {took:?}");
+    trickling.join().unwrap();
+    drop((idle, stalled));
 }
 
 /// A `prometheus` server scraping `port` every second, with its data in

@@ -34,6 +34,12 @@ use crate::csi::rpc::{block_on, grpc_environment};
 use crate::proto::etcd as pb;
 use crate::proto::etcd_grpc::{KvClient, LeaseClient, WatchClient};
 
+/// The largest answer read from etcd: gRPC refuses a longer message before
+/// it is decoded (and the protobuf decoder bounds nesting at its own
+/// recursion limit). A range of every volume and claim set of a large
+/// cluster stays far below it.
+pub const MAX_ANSWER: i32 = 64 << 20;
+
 /// How long one call may take on one member by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -271,6 +277,7 @@ impl Etcd {
         for endpoint in endpoints {
             let target = target(endpoint, tls.is_some())?;
             let builder = ChannelBuilder::new(grpc_environment())
+                .max_receive_message_len(MAX_ANSWER)
                 .initial_reconnect_backoff(Duration::from_millis(100))
                 .max_reconnect_backoff(Duration::from_secs(1))
                 .use_local_subchannel_pool(true);

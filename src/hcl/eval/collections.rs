@@ -141,6 +141,10 @@ pub(super) fn render_for(
     for element in elements(collection, "'%{ for }'", scope, file)? {
         count_iteration(scope, file, collection.pos())?;
         with_bound(scope, names, element, || render(body, scope, file, out))?;
+        // The body's literal text is not checked as it is appended: each
+        // turn adds at most a body's worth past the bound.
+        super::within_string_limit(out.len())
+            .map_err(|message| Error::new(file, collection.pos(), message))?;
     }
     Ok(())
 }

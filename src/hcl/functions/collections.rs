@@ -42,9 +42,13 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("merge", 0, usize::MAX, merge),
     ("flatten", 1, 1, |a| Ok(Value::List(flatten(a.list(0)?)))),
     ("distinct", 1, 1, |a| {
+        // Equal values print alike: the set of their printed forms finds
+        // a repeat at once, where a search of the list so far made a long
+        // list quadratic.
+        let mut seen = std::collections::HashSet::new();
         let mut out: Vec<Value> = Vec::new();
         for item in a.list(0)? {
-            if !out.contains(&item) {
+            if seen.insert(format!("{item:?}")) {
                 out.push(item);
             }
         }

@@ -1,7 +1,7 @@
 //! String functions: formatting, splitting and joining, case, trimming.
 
 use super::{Args, Function};
-use crate::hcl::eval::Value;
+use crate::hcl::eval::{within_string_limit, Value};
 
 /// The string functions, by name, with how many arguments each takes (at least,
 /// at most).
@@ -16,9 +16,17 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         Ok(Value::String(a.string(0)?.to_uppercase()))
     }),
     ("replace", 3, 3, |a| {
-        Ok(Value::String(
-            a.string(0)?.replace(&a.string(1)?, &a.string(2)?),
-        ))
+        let (text, from, to) = (a.string(0)?, a.string(1)?, a.string(2)?);
+        // An empty `from` matches around every character.
+        let places = if from.is_empty() {
+            text.chars().count() + 1
+        } else {
+            text.matches(from.as_str()).count()
+        };
+        let len = (text.len() - places.saturating_mul(from.len()).min(text.len()))
+            .saturating_add(places.saturating_mul(to.len()));
+        within_string_limit(len).map_err(|e| format!("replace: {e}"))?;
+        Ok(Value::String(text.replace(&from, &to)))
     }),
     ("trimspace", 1, 1, |a| {
         Ok(Value::String(a.string(0)?.trim().to_string()))
@@ -83,6 +91,7 @@ pub(super) fn format(a: &Args<'_>) -> Result<Value, String> {
             other => return Err(format!("format: unsupported verb %{other}")),
         }
         next += 1;
+        within_string_limit(out.len()).map_err(|e| format!("format: {e}"))?;
     }
     if next < a.values.len() {
         return Err(format!(
@@ -96,12 +105,16 @@ pub(super) fn format(a: &Args<'_>) -> Result<Value, String> {
 pub(super) fn join(a: &Args<'_>) -> Result<Value, String> {
     let sep = a.string(0)?;
     let items = a.list(1)?;
-    let texts = items
-        .iter()
-        .map(|item| item.as_text().ok_or("join: elements must be strings"));
-    Ok(Value::String(
-        texts.collect::<Result<Vec<_>, _>>()?.join(&sep),
-    ))
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        let text = item.as_text().ok_or("join: elements must be strings")?;
+        let sep = if i > 0 { sep.as_str() } else { "" };
+        within_string_limit(out.len() + sep.len() + text.len())
+            .map_err(|e| format!("join: {e}"))?;
+        out.push_str(sep);
+        out.push_str(&text);
+    }
+    Ok(Value::String(out))
 }
 
 pub(super) fn split(a: &Args<'_>) -> Result<Value, String> {

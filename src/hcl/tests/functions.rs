@@ -242,3 +242,34 @@ fn every_function_in_the_table_is_tested_here() {
         assert!(tests.contains(&format!("{name}(")), "no test calls {name}");
     }
 }
+
+#[test]
+fn strings_stop_at_the_string_limit_before_they_are_built() {
+    let err = value(&format!(
+        "{}\"abcdefghijklmnop\"{}",
+        "replace(".repeat(4),
+        ", \"\", \"abcdefghijklmnopabcdefghijklmnop\")".repeat(4)
+    ));
+    assert!(err.contains("the HCL string limit"), "{err}");
+    let x64 = "abcdefghijklmnop".repeat(4);
+    let err = value(&format!(
+        "join({}\"abcdefghijklmnop\"{}, split(\",\", \"a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t\"))",
+        "replace(".repeat(3),
+        format!(", \"\", \"{x64}\")").repeat(3)
+    ));
+    assert!(
+        err.contains("join: a string of") && err.contains("the HCL string limit"),
+        "{err}"
+    );
+}
+
+#[test]
+fn distinct_of_a_long_list_takes_one_pass() {
+    // A search of the list so far made 100,000 distinct values take
+    // minutes.
+    let commas = ",".repeat(99_999);
+    let out = value(&format!(
+        "length(distinct([for i, c in split(\",\", \"{commas}\") : i]))"
+    ));
+    assert_eq!(out, "100000");
+}

@@ -1,46 +1,128 @@
 //! The artifact fetcher's HTTP/1.1 client: one `GET` per connection over a
-//! `TcpStream` (through TLS, `tls.rs`, for `https://`), bodies by `Content-Length`, `chunked` or the connection's
-//! end, redirects followed up to [`MAX_REDIRECTS`], a read timeout and a
-//! bound on the body's size. Messages name URLs without their query, where
-//! tokens live, and never the request's headers.
+//! `TcpStream` (through TLS, `tls.rs`, for `https://`), bodies by
+//! `Content-Length`, `chunked` or the connection's end, redirects followed
+//! up to [`MAX_REDIRECTS`], and a bound on the body's size.
+//!
+//! As Go's HTTP client (go-getter's, so Nomad's) does:
+//! - one deadline bounds the whole fetch (connecting, every redirect hop,
+//!   the TLS handshake, the heads and the whole body): a server that
+//!   trickles a byte now and then cannot hold a start for longer;
+//! - the user's headers go with every hop, except the credentials
+//!   ([`SENSITIVE_HEADERS`]), which go only to the first URL's host and its
+//!   subdomains: once a redirect leaves them, they are dropped for the rest
+//!   of the fetch.
+//!
+//! Messages name URLs without their query, where tokens live, and never the
+//! request's headers.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::tls::TlsStream;
 use crate::spec::redacted;
 
-/// A connection, plain or through TLS.
-enum Conn {
+/// A connection, plain or through TLS, whose every read and write ends
+/// by the fetch's deadline.
+struct Conn {
+    stream: Stream,
+    /// The socket under `stream` (a second descriptor of it), whose
+    /// timeouts are set to what is left of the deadline.
+    socket: TcpStream,
+    deadline: Deadline,
+    /// When the socket's timeouts were last set: a read that starts later
+    /// may end that much past the deadline.
+    timeouts_set: Option<Instant>,
+}
+
+/// How stale the socket's timeouts may grow before they are set again:
+/// the most a read or write may overrun the deadline, and what keeps a
+/// fast download from two more system calls for every read.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(100);
+
+enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream>),
 }
 
+impl Conn {
+    /// Runs `io` on the stream with the socket's timeouts set to what is
+    /// left of the deadline; an error once it has passed names it.
+    fn timed<T>(&mut self, io: impl FnOnce(&mut Stream) -> io::Result<T>) -> io::Result<T> {
+        let left = self.deadline.left()?;
+        if self
+            .timeouts_set
+            .map_or(true, |set| set.elapsed() >= TIMEOUT_SLACK)
+        {
+            self.socket.set_read_timeout(Some(left))?;
+            self.socket.set_write_timeout(Some(left))?;
+            self.timeouts_set = Some(Instant::now());
+        }
+        io(&mut self.stream).map_err(|err| match self.deadline.left() {
+            Err(passed) => passed,
+            Ok(_) => err,
+        })
+    }
+}
+
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.read(buf),
-            Conn::Tls(s) => s.read(buf),
-        }
+        self.timed(|s| match s {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        })
     }
 }
 
 impl Write for Conn {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Plain(s) => s.write(buf),
-            Conn::Tls(s) => s.write(buf),
-        }
+        self.timed(|s| match s {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Conn::Plain(s) => s.flush(),
-            Conn::Tls(s) => s.flush(),
+        self.timed(|s| match s {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        })
+    }
+}
+
+/// When a fetch must be done by, and the limit it came from.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    end: Instant,
+    limit: Duration,
+}
+
+impl Deadline {
+    fn after(limit: Duration) -> Deadline {
+        Deadline {
+            // A limit too far to add is no limit: a year stands in.
+            end: Instant::now()
+                .checked_add(limit)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600)),
+            limit,
         }
+    }
+
+    /// What is left, or the error that names the limit once none is.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the fetch took longer than {} (http_read_timeout)",
+                    crate::units::format_duration(self.limit)
+                ),
+            ));
+        }
+        Ok(left)
     }
 }
 
@@ -58,11 +140,44 @@ const CONNECT_ATTEMPTS: u32 = 20;
 /// The wait between refused attempts (20 × 250 ms: 5 s in all).
 const CONNECT_RETRY: Duration = Duration::from_millis(250);
 
+/// The headers that carry credentials, which a redirect to another host
+/// drops: Go's list (`net/http`'s `makeHeadersCopier`), compared without
+/// regard to case.
+pub const SENSITIVE_HEADERS: &[&str] = &[
+    "Authorization",
+    "WWW-Authenticate",
+    "Cookie",
+    "Cookie2",
+    "Proxy-Authorization",
+    "Proxy-Authenticate",
+];
+
+fn is_sensitive(name: &str) -> bool {
+    SENSITIVE_HEADERS
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(name))
+}
+
+/// Whether `sub` is `parent` or a subdomain of it, as Go's
+/// `isDomainOrSubdomain` decides (ports play no part; an IPv6 address is
+/// only itself).
+fn is_domain_or_subdomain(sub: &str, parent: &str) -> bool {
+    let (sub, parent) = (sub.to_ascii_lowercase(), parent.to_ascii_lowercase());
+    if sub == parent {
+        return true;
+    }
+    if sub.contains([':', '%']) {
+        return false;
+    }
+    sub.strip_suffix(&parent)
+        .is_some_and(|rest| rest.ends_with('.'))
+}
+
 /// What fetching bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
-    /// The longest wait for the next bytes.
-    pub read_timeout: Duration,
+    /// The longest a whole fetch may take, redirects and body included.
+    pub deadline: Duration,
     /// The largest body taken.
     pub max_size: u64,
 }
@@ -86,8 +201,13 @@ pub fn get(
             ));
         }
     }
+    let deadline = Deadline::after(limits.deadline);
     let mut url = url.to_string();
     let mut previous_tls = false;
+    let first_host = Target::parse(&url)?.host;
+    // Set once a hop leaves the first host's domain, and kept, as Go does:
+    // a later redirect back does not bring the credentials back.
+    let mut strip_sensitive = false;
     for _ in 0..=MAX_REDIRECTS {
         let target = Target::parse(&url)?;
         if previous_tls && !target.tls {
@@ -97,13 +217,17 @@ pub fn get(
             ));
         }
         previous_tls = target.tls;
+        strip_sensitive |= !is_domain_or_subdomain(&target.host, &first_host);
         let mut stream =
-            open(&target, limits, ca).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+            open(&target, deadline, ca).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
         let mut request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: csi-agent\r\nAccept-Encoding: identity\r\nConnection: close\r\n",
             target.path, target.host_header
         );
         for (key, value) in headers {
+            if strip_sensitive && is_sensitive(key) {
+                continue;
+            }
             request.push_str(&format!("{key}: {value}\r\n"));
         }
         request.push_str("\r\n");
@@ -142,38 +266,52 @@ pub fn get(
     ))
 }
 
-/// Connects to `target`, through TLS for `https://`, with the read timeout.
-fn open(target: &Target, limits: HttpLimits, ca: &str) -> io::Result<Conn> {
-    let tcp = connect(target)?;
-    tcp.set_read_timeout(Some(limits.read_timeout))?;
-    tcp.set_write_timeout(Some(limits.read_timeout))?;
-    if target.tls {
-        return Ok(Conn::Tls(Box::new(TlsStream::connect(
-            tcp,
-            &target.host,
-            ca,
-        )?)));
-    }
-    Ok(Conn::Plain(tcp))
+/// Connects to `target`, through TLS for `https://`, by `deadline`.
+fn open(target: &Target, deadline: Deadline, ca: &str) -> io::Result<Conn> {
+    let tcp = connect(target, deadline)?;
+    let socket = tcp.try_clone()?;
+    let stream = if target.tls {
+        // The handshake reads and writes the socket too.
+        let left = deadline.left()?;
+        tcp.set_read_timeout(Some(left))?;
+        tcp.set_write_timeout(Some(left))?;
+        let tls =
+            TlsStream::connect(tcp, &target.host, ca).map_err(|err| match deadline.left() {
+                Err(passed) => passed,
+                Ok(_) => err,
+            })?;
+        Stream::Tls(Box::new(tls))
+    } else {
+        Stream::Plain(tcp)
+    };
+    Ok(Conn {
+        stream,
+        socket,
+        deadline,
+        timeouts_set: None,
+    })
 }
 
-/// Connects, retrying a refused connection a bounded number of times.
-fn connect(target: &Target) -> io::Result<TcpStream> {
+/// Connects by `deadline`, retrying a refused connection a bounded number
+/// of times.
+fn connect(target: &Target, deadline: Deadline) -> io::Result<TcpStream> {
     let mut attempt = 0;
     loop {
+        // Name resolution is the system resolver's, bounded by its own
+        // timeouts (resolv.conf's), not by the deadline.
         let addrs = (target.host.as_str(), target.port).to_socket_addrs()?;
         let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
         for addr in addrs {
-            match TcpStream::connect(addr) {
+            match TcpStream::connect_timeout(&addr, deadline.left()?) {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last = err,
             }
         }
         attempt += 1;
         if last.kind() != io::ErrorKind::ConnectionRefused || attempt >= CONNECT_ATTEMPTS {
-            return Err(last);
+            return Err(deadline.left().err().unwrap_or(last));
         }
-        thread::sleep(CONNECT_RETRY);
+        thread::sleep(CONNECT_RETRY.min(deadline.left()?));
     }
 }
 
@@ -520,7 +658,7 @@ mod tests {
             served
         });
         let limits = HttpLimits {
-            read_timeout: Duration::from_secs(60),
+            deadline: Duration::from_secs(60),
             max_size: 100,
         };
         let err = get(
@@ -534,6 +672,179 @@ mod tests {
         assert!(err.contains("more than 10 redirects"), "{err}");
         assert!(!err.contains("token"), "{err}");
         assert_eq!(server.join().unwrap(), MAX_REDIRECTS + 1);
+    }
+
+    /// A server that answers each of its connections in turn with the next
+    /// of `answers`; the request heads it read.
+    fn serve(
+        listener: std::net::TcpListener,
+        answers: Vec<String>,
+    ) -> thread::JoinHandle<Vec<String>> {
+        thread::spawn(move || {
+            let mut heads = Vec::new();
+            for answer in answers {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 2 {
+                    head.push_str(&line);
+                    line.clear();
+                }
+                heads.push(head);
+                stream.write_all(answer.as_bytes()).unwrap();
+            }
+            heads
+        })
+    }
+
+    fn listen(ip: &str) -> (std::net::TcpListener, u16) {
+        let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (listener, port)
+    }
+
+    fn redirect(to: &str) -> String {
+        format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n")
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+    fn user_headers() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("Authorization".to_string(), "Bearer s3cret".to_string()),
+            ("cookie".to_string(), "session=s3cret".to_string()),
+            ("X-Trace".to_string(), "t-1".to_string()),
+        ])
+    }
+
+    fn fetch_ok(url: &str) {
+        let limits = HttpLimits {
+            deadline: Duration::from_secs(60),
+            max_size: 100,
+        };
+        let mut out = Vec::new();
+        get(url, &user_headers(), limits, "/nonexistent", &mut out).unwrap();
+        assert_eq!(out, b"ok");
+    }
+
+    fn has_credentials(head: &str) -> bool {
+        let has = head.contains("\r\nAuthorization: Bearer s3cret\r\n");
+        assert_eq!(
+            has,
+            head.contains("\r\ncookie: session=s3cret\r\n"),
+            "{head}"
+        );
+        has
+    }
+
+    #[test]
+    fn credentials_are_not_sent_to_the_host_a_redirect_names() {
+        let (first, first_port) = listen("127.0.0.1");
+        let (other, other_port) = listen("127.0.0.2");
+        let first = serve(
+            first,
+            vec![redirect(&format!("http://127.0.0.2:{other_port}/b"))],
+        );
+        let other = serve(other, vec![OK.to_string()]);
+        fetch_ok(&format!("http://127.0.0.1:{first_port}/a"));
+        let first = first.join().unwrap();
+        let other = other.join().unwrap();
+        assert!(has_credentials(&first[0]), "{first:?}");
+        assert!(!has_credentials(&other[0]), "{other:?}");
+        assert!(!other[0].contains("s3cret"), "{other:?}");
+        assert!(other[0].contains("\r\nX-Trace: t-1\r\n"), "{other:?}");
+    }
+
+    #[test]
+    fn credentials_follow_a_redirect_to_the_same_host_on_any_port() {
+        let (first, first_port) = listen("127.0.0.1");
+        let (same, same_port) = listen("127.0.0.1");
+        let first = serve(
+            first,
+            vec![
+                redirect("/b"),
+                redirect(&format!("http://127.0.0.1:{same_port}/c")),
+            ],
+        );
+        let same = serve(same, vec![OK.to_string()]);
+        fetch_ok(&format!("http://127.0.0.1:{first_port}/a"));
+        let first = first.join().unwrap();
+        let same = same.join().unwrap();
+        assert!(first[1].starts_with("GET /b "), "{first:?}");
+        assert!(first.iter().all(|h| has_credentials(h)), "{first:?}");
+        assert!(has_credentials(&same[0]), "{same:?}");
+    }
+
+    #[test]
+    fn credentials_once_dropped_stay_dropped_when_a_redirect_comes_back() {
+        let (first, first_port) = listen("127.0.0.1");
+        let (other, other_port) = listen("127.0.0.2");
+        let first = serve(
+            first,
+            vec![
+                redirect(&format!("http://127.0.0.2:{other_port}/b")),
+                OK.to_string(),
+            ],
+        );
+        let other = serve(
+            other,
+            vec![redirect(&format!("http://127.0.0.1:{first_port}/c"))],
+        );
+        fetch_ok(&format!("http://127.0.0.1:{first_port}/a"));
+        let first = first.join().unwrap();
+        other.join().unwrap();
+        assert!(first[1].starts_with("GET /c "), "{first:?}");
+        assert!(!has_credentials(&first[1]), "{first:?}");
+        assert!(first[1].contains("\r\nX-Trace: t-1\r\n"), "{first:?}");
+    }
+
+    #[test]
+    fn subdomains_keep_credentials_as_go_decides() {
+        assert!(is_domain_or_subdomain("example.com", "example.com"));
+        assert!(is_domain_or_subdomain("files.Example.com", "example.COM"));
+        assert!(!is_domain_or_subdomain("example.com", "files.example.com"));
+        assert!(!is_domain_or_subdomain("badexample.com", "example.com"));
+        assert!(!is_domain_or_subdomain("127.0.0.2", "127.0.0.1"));
+        assert!(!is_domain_or_subdomain("::1%.example.com", "example.com"));
+        assert!(is_sensitive("www-authenticate") && is_sensitive("COOKIE2"));
+        assert!(!is_sensitive("X-Trace"));
+    }
+
+    #[test]
+    fn a_server_that_trickles_is_stopped_by_the_deadline() {
+        // A byte every 100 ms: inside the status line, then inside a body.
+        for prefix in ["", "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n"] {
+            let (listener, port) = listen("127.0.0.1");
+            let server = thread::spawn(move || {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream.write_all(prefix.as_bytes()).unwrap();
+                // Until the client hangs up.
+                while stream.write_all(b"H").is_ok() {
+                    thread::sleep(Duration::from_millis(100));
+                }
+            });
+            let limits = HttpLimits {
+                deadline: Duration::from_secs(1),
+                max_size: 1 << 20,
+            };
+            let started = Instant::now();
+            let err = get(
+                &format!("http://127.0.0.1:{port}/slow"),
+                &BTreeMap::new(),
+                limits,
+                "/nonexistent",
+                &mut Vec::new(),
+            )
+            .unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                err.contains("the fetch took longer than 1s (http_read_timeout)"),
+                "{err}"
+            );
+            assert!(took < Duration::from_secs(3), "{took:?}");
+            server.join().unwrap();
+        }
     }
 
     #[test]
@@ -560,7 +871,7 @@ mod tests {
             head
         });
         let limits = HttpLimits {
-            read_timeout: Duration::from_secs(60),
+            deadline: Duration::from_secs(60),
             max_size: 100,
         };
         let headers = BTreeMap::from([("X-Token".to_string(), "s3cret".to_string())]);

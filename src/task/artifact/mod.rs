@@ -50,7 +50,7 @@ impl ArtifactLimits {
         let or_none = |n: u64| if n == 0 { u64::MAX } else { n };
         ArtifactLimits {
             http: HttpLimits {
-                read_timeout: config.http_read_timeout,
+                deadline: config.http_read_timeout,
                 max_size: config.http_max_size,
             },
             unpack: UnpackLimits {
@@ -240,7 +240,7 @@ fn place(
     };
     if mode == ArtifactMode::File {
         let (last, dirs) = parts.split_last().expect("checked by resolve");
-        let path = unpack::make_dirs(task_dir, dirs)?.join(last);
+        let dir = unpack::make_dirs(task_dir, dirs)?;
         let mut content: Box<dyn io::Read> = match r.archive {
             None => Box::new(open()?),
             Some(ArchiveKind::Gz) => Box::new(gzip::GzipReader::new(open()?)?),
@@ -250,11 +250,18 @@ fn place(
                 ))
             }
         };
-        unpack::write_file(&path, 0o644, &mut content, limits.unpack.size, &too_large)?;
-        return Ok(path);
+        unpack::write_file(
+            &dir,
+            last,
+            0o644,
+            &mut content,
+            limits.unpack.size,
+            &too_large,
+        )?;
+        return Ok(dir.path.join(last));
     }
     let dir = unpack::make_dirs(task_dir, &parts)?;
-    let mut sink = unpack::Sink::new(&dir, limits.unpack);
+    let placed = dir.path.clone();
     match r.archive {
         None => {
             let name = Path::new(url_path(&r.url))
@@ -262,21 +269,30 @@ fn place(
                 .map(|n| n.to_string_lossy().into_owned())
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| "index.html".into());
-            let path = dir.join(&name);
-            unpack::write_file(&path, 0o644, &mut open()?, limits.unpack.size, &too_large)?;
-            Ok(path)
+            unpack::write_file(
+                &dir,
+                &name,
+                0o644,
+                &mut open()?,
+                limits.unpack.size,
+                &too_large,
+            )?;
+            Ok(placed.join(&name))
         }
         Some(ArchiveKind::Tar) => {
+            let mut sink = unpack::Sink::in_dir(dir, limits.unpack);
             tar::unpack(&mut io::BufReader::new(open()?), &mut sink)?;
-            Ok(dir)
+            Ok(placed)
         }
         Some(ArchiveKind::TarGz) => {
+            let mut sink = unpack::Sink::in_dir(dir, limits.unpack);
             tar::unpack(&mut gzip::GzipReader::new(open()?)?, &mut sink)?;
-            Ok(dir)
+            Ok(placed)
         }
         Some(ArchiveKind::Zip) => {
+            let mut sink = unpack::Sink::in_dir(dir, limits.unpack);
             zip::unpack(&mut open()?, &mut sink)?;
-            Ok(dir)
+            Ok(placed)
         }
         Some(ArchiveKind::Gz) => Err(io::Error::other(
             "a .gz file needs mode \"file\" (checked at job run)",

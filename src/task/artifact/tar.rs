@@ -2,7 +2,8 @@
 //! `linkpath` records) unpacked into a [`Sink`]: regular files with their
 //! mode bits (an executable stays executable), dirs and symlinks; other
 //! entries (hard links, devices, fifos) are skipped with a warning, as
-//! go-getter skips them.
+//! go-getter skips them, and a hard link that names something outside the
+//! destination is refused.
 
 use std::io::{self, Read};
 
@@ -120,7 +121,7 @@ fn pax(data: &[u8]) -> io::Result<(Option<String>, Option<String>)> {
 }
 
 /// Unpacks the tar stream `reader` into `sink`.
-pub fn unpack(reader: &mut dyn Read, sink: &mut Sink<'_>) -> io::Result<()> {
+pub fn unpack(reader: &mut dyn Read, sink: &mut Sink) -> io::Result<()> {
     let mut block = [0u8; BLOCK];
     let mut long_name: Option<String> = None;
     let mut long_link: Option<String> = None;
@@ -194,6 +195,13 @@ pub fn unpack(reader: &mut dyn Read, sink: &mut Sink<'_>) -> io::Result<()> {
                     size + (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64,
                 )?;
             }
+            b'1' => {
+                sink.hard_link(&name, &link)?;
+                skip(
+                    reader,
+                    size + (BLOCK as u64 - size % BLOCK as u64) % BLOCK as u64,
+                )?;
+            }
             b'2' => {
                 sink.symlink(&name, &link)?;
                 skip(
@@ -244,7 +252,7 @@ pub(crate) mod tests {
         h
     }
 
-    pub(crate) fn archive(entries: &[(&str, u8, &[u8], &str)]) -> Vec<u8> {
+    pub(crate) fn archive(entries: &[Entry]) -> Vec<u8> {
         let mut out = Vec::new();
         for (name, kind, data, link) in entries {
             out.extend(header(name, *kind, data.len(), link));
@@ -276,7 +284,7 @@ pub(crate) mod tests {
                 .unwrap();
             assert!(status.success());
             let dest = temp_dir("tar-dest");
-            let mut sink = Sink::new(&dest, LIMITS);
+            let mut sink = Sink::new(&dest, LIMITS).unwrap();
             unpack(&mut fs::File::open(&packed).unwrap(), &mut sink).unwrap();
             let mode = fs::metadata(dest.join("run.sh"))
                 .unwrap()
@@ -303,18 +311,175 @@ pub(crate) mod tests {
             vec![("l", b'2', &b""[..], "/etc")],
         ] {
             let dest = temp_dir("tar-evil");
-            let mut sink = Sink::new(&dest, LIMITS);
+            let mut sink = Sink::new(&dest, LIMITS).unwrap();
             let err = unpack(&mut &archive(&entries)[..], &mut sink).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{entries:?}: {err}");
             fs::remove_dir_all(&dest).unwrap();
         }
     }
 
+    /// Every path under `dir`, with what it is and holds.
+    pub(crate) fn listing(dir: &std::path::Path) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                let meta = fs::symlink_metadata(&path).unwrap();
+                let what = if meta.is_dir() {
+                    todo.push(path.clone());
+                    "dir".to_string()
+                } else if meta.file_type().is_symlink() {
+                    format!("-> {}", fs::read_link(&path).unwrap().display())
+                } else {
+                    format!("{:?}", fs::read(&path).unwrap())
+                };
+                out.push((path.display().to_string(), what));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// An entry of [`archive`]: name, type, data, link target.
+    pub(crate) type Entry<'a> = (&'a str, u8, &'a [u8], &'a str);
+
+    /// Archives that try to write outside their destination, each with
+    /// the entry its error must name.
+    pub(crate) const ESCAPES: &[(&[Entry], &str)] = &[
+        // `b -> a/..` is `..` once `a -> .`: the text of it stays inside.
+        (
+            &[
+                ("a", b'2', b"", "."),
+                ("b", b'2', b"", "a/.."),
+                ("b/escape", b'0', b"x", ""),
+            ],
+            "\"b\"",
+        ),
+        (&[("l", b'2', b"", "/tmp")], "\"l\""),
+        (&[("d/l", b'2', b"", "../../outside")], "\"d/l\""),
+        (&[("../escape", b'0', b"x", "")], "\"../escape\""),
+        (&[("d/../../escape", b'0', b"x", "")], "\"d/../../escape\""),
+        (&[("/tmp/escape", b'0', b"x", "")], "\"/tmp/escape\""),
+        (&[("h", b'1', b"", "../secret")], "\"h\""),
+        (&[("h", b'1', b"", "/etc/passwd")], "\"h\""),
+        // A link to a file outside, then a file of the same name.
+        (
+            &[
+                ("secret", b'2', b"", "../secret"),
+                ("secret", b'0', b"x", ""),
+            ],
+            "\"secret\"",
+        ),
+    ];
+
+    #[test]
+    fn entries_that_try_to_leave_fail_naming_themselves_and_write_nothing_outside() {
+        for (entries, names) in ESCAPES {
+            let outer = temp_dir("tar-escape");
+            fs::write(outer.join("secret"), "s").unwrap();
+            let dest = outer.join("dest");
+            fs::create_dir(&dest).unwrap();
+            let before = listing(&outer);
+            let mut sink = Sink::new(&dest, LIMITS).unwrap();
+            let err = unpack(&mut &archive(entries)[..], &mut sink).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{entries:?}: {err}");
+            assert!(err.to_string().contains(names), "{entries:?}: {err}");
+            let after: Vec<_> = listing(&outer)
+                .into_iter()
+                .filter(|(path, _)| !path.starts_with(&format!("{}/", dest.display())))
+                .collect();
+            assert_eq!(after, before, "{entries:?}");
+            fs::remove_dir_all(&outer).unwrap();
+        }
+    }
+
+    #[test]
+    fn absurd_header_sizes_are_refused_without_reading_them() {
+        let limits = UnpackLimits {
+            file_count: 100,
+            size: 1000,
+        };
+        let dest = temp_dir("tar-absurd");
+        // An octal size of 64 GiB over a few bytes: the size limit stops it.
+        let mut big = header("big", b'0', 0, "");
+        big[124..135].copy_from_slice(b"77777777777");
+        big[148..156].copy_from_slice(b"        ");
+        let sum: u32 = big.iter().map(|&b| b as u32).sum();
+        big[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        big.extend([7u8; 4096]);
+        let mut sink = Sink::new(&dest, limits).unwrap();
+        let err = unpack(&mut &big[..], &mut sink).unwrap_err();
+        assert!(
+            err.to_string().contains("decompression_size_limit"),
+            "{err}"
+        );
+        assert!(!dest.join("big").exists());
+        // GNU's base-256 beyond 64 bits.
+        let mut huge = header("huge", b'0', 0, "");
+        huge[124] = 0x80;
+        huge[125..136].fill(0xff);
+        huge[148..156].copy_from_slice(b"        ");
+        let sum: u32 = huge.iter().map(|&b| b as u32).sum();
+        huge[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        let err = unpack(&mut &huge[..], &mut sink).unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        // A long name of 1 GiB.
+        let mut long = header("././@LongLink", b'L', 1 << 30, "");
+        long.extend([b'n'; 512]);
+        let err = unpack(&mut &long[..], &mut sink).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("a metadata entry of 1073741824 bytes"),
+            "{err}"
+        );
+        fs::remove_dir_all(&dest).unwrap();
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_size_limit_while_inflating() {
+        // 256 MiB of zeros in one entry, gzipped to a few hundred KiB.
+        let src = temp_dir("tar-bomb");
+        let bomb = src.join("bomb.tar.gz");
+        let script = "import tarfile, sys\nt = tarfile.open(sys.argv[1], 'w:gz', compresslevel=9)\ni = tarfile.TarInfo('zeros')\ni.size = 256 << 20\nt.addfile(i, open('/dev/zero', 'rb'))\nt.close()\n";
+        let status = Command::new("python3")
+            .args(["-c", script])
+            .arg(&bomb)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let packed = fs::metadata(&bomb).unwrap().len();
+        let dest = temp_dir("tar-bomb-dest");
+        let limits = UnpackLimits {
+            file_count: 100,
+            size: 1 << 20,
+        };
+        let mut sink = Sink::new(&dest, limits).unwrap();
+        let mut file = fs::File::open(&bomb).unwrap();
+        let err = unpack(
+            &mut super::super::gzip::GzipReader::new(&mut file).unwrap(),
+            &mut sink,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("decompression_size_limit"),
+            "{err}"
+        );
+        // Inflating stopped at the limit: one 64 KiB buffer of the input
+        // read, of about 260 KiB.
+        use std::io::Seek;
+        let read = file.stream_position().unwrap();
+        assert!(read < packed / 2, "read {read} of {packed} bytes");
+        assert_eq!(listing(&dest), vec![]);
+        fs::remove_dir_all(&dest).unwrap();
+        fs::remove_dir_all(&src).unwrap();
+    }
+
     #[test]
     fn a_bad_checksum_or_a_cut_archive_is_an_error() {
         let mut packed = archive(&[("a", b'0', b"hello", "")]);
         let dest = temp_dir("tar-bad");
-        let mut sink = Sink::new(&dest, LIMITS);
+        let mut sink = Sink::new(&dest, LIMITS).unwrap();
         assert!(unpack(&mut &packed[..BLOCK + 3], &mut sink).is_err());
         packed[0] = b'b';
         let err = unpack(&mut &packed[..], &mut sink).unwrap_err();
@@ -329,7 +494,7 @@ pub(crate) mod tests {
             file_count: 2,
             size: 100,
         };
-        let mut sink = Sink::new(&dest, limits);
+        let mut sink = Sink::new(&dest, limits).unwrap();
         let packed = archive(&[
             ("a", b'0', b"1", ""),
             ("b", b'0', b"2", ""),

@@ -301,7 +301,7 @@ mod tests {
 
     fn fetch(url: &str, ca: &Path) -> Result<Vec<u8>, String> {
         let limits = HttpLimits {
-            read_timeout: Duration::from_secs(60),
+            deadline: Duration::from_secs(60),
             max_size: 1 << 20,
         };
         let mut out = Vec::new();

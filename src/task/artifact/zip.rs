@@ -19,6 +19,9 @@ const EOCD_LEN: u64 = 22;
 const MAX_COMMENT: u64 = 0xffff;
 /// The longest symlink target read.
 const MAX_LINK: u64 = 4096;
+/// The largest central directory read into memory: room for the most
+/// entries a zip without zip64 holds (65,535), with names of 1 KiB.
+pub const MAX_DIRECTORY: u64 = 64 << 20;
 
 fn bad(message: impl Into<String>) -> io::Error {
     io::Error::new(
@@ -71,6 +74,11 @@ fn directory(file: &mut File) -> io::Result<Vec<Entry>> {
     }
     if offset as u64 + size as u64 > len {
         return Err(bad("the central directory lies past the end"));
+    }
+    if size as u64 > MAX_DIRECTORY {
+        return Err(bad(format!(
+            "a central directory of {size} bytes, more than {MAX_DIRECTORY} (MAX_DIRECTORY)"
+        )));
     }
     let mut dir = vec![0u8; size as usize];
     file.seek(SeekFrom::Start(offset as u64))?;
@@ -170,7 +178,7 @@ fn content<'f>(file: &'f mut File, entry: &Entry) -> io::Result<Box<dyn Read + '
 }
 
 /// Unpacks the zip archive `file` into `sink`.
-pub fn unpack(file: &mut File, sink: &mut Sink<'_>) -> io::Result<()> {
+pub fn unpack(file: &mut File, sink: &mut Sink) -> io::Result<()> {
     let entries = directory(file)?;
     for entry in &entries {
         let kind = entry.mode.map(|m| m & 0o170000);
@@ -179,8 +187,14 @@ pub fn unpack(file: &mut File, sink: &mut Sink<'_>) -> io::Result<()> {
         } else if kind == Some(0o120000) {
             let mut target = String::new();
             content(file, entry)?
-                .take(MAX_LINK)
+                .take(MAX_LINK + 1)
                 .read_to_string(&mut target)?;
+            if target.len() as u64 > MAX_LINK {
+                return Err(bad(format!(
+                    "symlink {:?} has a target longer than {MAX_LINK} bytes (MAX_LINK)",
+                    entry.name
+                )));
+            }
             sink.symlink(&entry.name, &target)?;
         } else {
             let mode = entry.mode.unwrap_or(0o644);
@@ -207,9 +221,15 @@ mod tests {
     /// A zip of `(name, data)` entries, stored, made by us: zip(1) will
     /// not write names with `..`.
     fn stored(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let with_modes: Vec<_> = entries.iter().map(|(n, d)| (*n, *d, 0)).collect();
+        stored_with_modes(&with_modes)
+    }
+
+    /// [`stored`], each entry with a unix mode (0 for none).
+    fn stored_with_modes(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut central = Vec::new();
-        for (name, data) in entries {
+        for (name, data, mode) in entries {
             let offset = out.len() as u32;
             let crc = crc32_update(0, data);
             let mut local = Vec::new();
@@ -224,12 +244,14 @@ mod tests {
             out.extend(&local);
             out.extend(*data);
             central.extend(CENTRAL_SIG.to_le_bytes());
-            central.extend([20, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            // Made on unix (3), so the external attributes hold a mode.
+            central.extend([20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
             central.extend(crc.to_le_bytes());
             central.extend((data.len() as u32).to_le_bytes());
             central.extend((data.len() as u32).to_le_bytes());
             central.extend((name.len() as u16).to_le_bytes());
-            central.extend([0u8; 12]);
+            central.extend([0u8; 8]);
+            central.extend((mode << 16).to_le_bytes());
             central.extend(offset.to_le_bytes());
             central.extend(name.as_bytes());
         }
@@ -250,7 +272,7 @@ mod tests {
         let path = src.join("a.zip");
         fs::write(&path, bytes).unwrap();
         let dest = temp_dir(name);
-        let mut sink = Sink::new(&dest, LIMITS);
+        let mut sink = Sink::new(&dest, LIMITS).unwrap();
         let result = unpack(&mut File::open(&path).unwrap(), &mut sink);
         fs::remove_dir_all(&src).unwrap();
         (dest, result)
@@ -268,7 +290,7 @@ mod tests {
             .unwrap();
         assert!(status.success());
         let dest = temp_dir("zip-py-dest");
-        let mut sink = Sink::new(&dest, LIMITS);
+        let mut sink = Sink::new(&dest, LIMITS).unwrap();
         unpack(&mut File::open(&zip).unwrap(), &mut sink).unwrap();
         let run = dest.join("bin/run.sh");
         assert_eq!(
@@ -300,6 +322,124 @@ mod tests {
             assert!(!dest.parent().unwrap().join("evil").exists());
             fs::remove_dir_all(&dest).unwrap();
         }
+    }
+
+    #[test]
+    fn entries_that_try_to_leave_fail_naming_themselves_and_write_nothing_outside() {
+        use super::super::tar::tests::{listing, ESCAPES};
+        // The tar cases zip can carry: files and symlinks.
+        for (entries, names) in ESCAPES {
+            if entries.iter().any(|e| e.1 == b'1') {
+                continue;
+            }
+            let zipped: Vec<(&str, &[u8], u32)> = entries
+                .iter()
+                .map(|&(name, kind, data, link)| match kind {
+                    b'2' => (name, link.as_bytes(), 0o120777),
+                    _ => (name, data, 0o100644),
+                })
+                .collect();
+            let outer = temp_dir("zip-escape");
+            fs::write(outer.join("secret"), "s").unwrap();
+            let zip = outer.join("a.zip");
+            fs::write(&zip, stored_with_modes(&zipped)).unwrap();
+            let dest = outer.join("dest");
+            fs::create_dir(&dest).unwrap();
+            let before = listing(&outer);
+            let mut sink = Sink::new(&dest, LIMITS).unwrap();
+            let err = unpack(&mut File::open(&zip).unwrap(), &mut sink).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{entries:?}: {err}");
+            assert!(err.to_string().contains(names), "{entries:?}: {err}");
+            let after: Vec<_> = listing(&outer)
+                .into_iter()
+                .filter(|(path, _)| !path.starts_with(&format!("{}/", dest.display())))
+                .collect();
+            assert_eq!(after, before, "{entries:?}");
+            fs::remove_dir_all(&outer).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_symlink_target_longer_than_max_link_is_refused() {
+        let target = "t/".repeat(MAX_LINK as usize);
+        let bytes = stored_with_modes(&[("l", target.as_bytes(), 0o120777)]);
+        let (dest, result) = unpack_bytes("zip-link", &bytes);
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("\"l\""), "{err}");
+        assert!(err.to_string().contains("(MAX_LINK)"), "{err}");
+        assert!(fs::symlink_metadata(dest.join("l")).is_err());
+        fs::remove_dir_all(&dest).unwrap();
+    }
+
+    #[test]
+    fn a_deflate_bomb_stops_at_the_size_limit_while_inflating() {
+        let src = temp_dir("zip-bomb");
+        let zip = src.join("bomb.zip");
+        // 256 MiB of zeros, deflated to a few hundred KiB, written as a stream.
+        let script = "import zipfile, sys\nz = zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED, compresslevel=9)\nw = z.open('zeros', 'w')\nfor _ in range(256):\n    w.write(bytes(1 << 20))\nw.close()\nz.close()\n";
+        let status = Command::new("python3")
+            .args(["-c", script])
+            .arg(&zip)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let packed = fs::metadata(&zip).unwrap().len();
+        let dest = temp_dir("zip-bomb-dest");
+        let limits = UnpackLimits {
+            file_count: 100,
+            size: 1 << 20,
+        };
+        let mut sink = Sink::new(&dest, limits).unwrap();
+        let mut file = File::open(&zip).unwrap();
+        let err = unpack(&mut file, &mut sink).unwrap_err();
+        assert!(
+            err.to_string().contains("decompression_size_limit"),
+            "{err}"
+        );
+        // Inflating stopped at the limit: one 64 KiB buffer of the entry
+        // read, of about 260 KiB.
+        let read = file.stream_position().unwrap();
+        assert!(read < packed / 2, "read {read} of {packed} bytes");
+        assert_eq!(fs::read_dir(&dest).unwrap().count(), 0);
+        fs::remove_dir_all(&dest).unwrap();
+        fs::remove_dir_all(&src).unwrap();
+    }
+
+    #[test]
+    fn the_file_count_limit_and_a_huge_central_directory_are_refused() {
+        let limits = UnpackLimits {
+            file_count: 2,
+            size: 100,
+        };
+        let src = temp_dir("zip-count");
+        let zip = src.join("a.zip");
+        fs::write(&zip, stored(&[("a", b"1"), ("b", b"2"), ("c", b"3")])).unwrap();
+        let dest = temp_dir("zip-count-dest");
+        let mut sink = Sink::new(&dest, limits).unwrap();
+        let err = unpack(&mut File::open(&zip).unwrap(), &mut sink).unwrap_err();
+        assert!(
+            err.to_string().contains("decompression_file_count_limit"),
+            "{err}"
+        );
+        assert!(!dest.join("c").exists());
+        // A sparse file whose end record claims a directory of 96 MiB.
+        let huge = src.join("huge.zip");
+        let file = File::create(&huge).unwrap();
+        let size: u32 = 96 << 20;
+        file.set_len(size as u64).unwrap();
+        let mut end = Vec::new();
+        end.extend(EOCD_SIG.to_le_bytes());
+        end.extend([0, 0, 0, 0, 1, 0, 1, 0]);
+        end.extend(size.to_le_bytes());
+        end.extend(0u32.to_le_bytes());
+        end.extend([0, 0]);
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&end, size as u64).unwrap();
+        let mut sink = Sink::new(&dest, limits).unwrap();
+        let err = unpack(&mut File::open(&huge).unwrap(), &mut sink).unwrap_err();
+        assert!(err.to_string().contains("(MAX_DIRECTORY)"), "{err}");
+        fs::remove_dir_all(&src).unwrap();
+        fs::remove_dir_all(&dest).unwrap();
     }
 
     #[test]

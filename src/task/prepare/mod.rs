@@ -191,10 +191,12 @@ fn deadline(input: &Input) -> Duration {
         .saturating_add(TEMPLATE_DEADLINE)
 }
 
-/// How long one artifact's fetch may take: `http_read_timeout`, which in
-/// Nomad bounds a whole download.
+/// How long one artifact may take: its download's deadline
+/// (`http_read_timeout`, which bounds a whole fetch as in Nomad), and as
+/// long again to check and unpack what it brought (bounded in size, not
+/// in time, by the artifact limits).
 fn fetch_bound(limits: &ArtifactLimits) -> Duration {
-    limits.http.read_timeout
+    limits.http.deadline.saturating_mul(2)
 }
 
 /// Fetches the artifacts of task `spec` of `alloc` into `task_dir`, then

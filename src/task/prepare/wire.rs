@@ -36,13 +36,10 @@ pub(super) fn encode_input(input: &Input) -> Vec<u8> {
         w.u32(user.gid);
     }
     let ArtifactLimits {
-        http: HttpLimits {
-            read_timeout,
-            max_size,
-        },
+        http: HttpLimits { deadline, max_size },
         unpack: UnpackLimits { file_count, size },
     } = input.limits;
-    duration(&mut w, read_timeout);
+    duration(&mut w, deadline);
     w.u64(max_size);
     w.u64(file_count);
     w.u64(size);
@@ -96,7 +93,7 @@ pub(super) fn decode_input(bytes: &[u8]) -> Result<Input, Corrupt> {
     };
     let limits = ArtifactLimits {
         http: HttpLimits {
-            read_timeout: read_duration(&mut r, "http_read_timeout")?,
+            deadline: read_duration(&mut r, "http_read_timeout")?,
             max_size: r.u64("http_max_size")?,
         },
         unpack: UnpackLimits {
@@ -371,10 +368,7 @@ mod tests {
         assert_eq!(back.agent, input.agent);
         assert_eq!(back.task_dir, input.task_dir);
         assert_eq!(back.user, input.user);
-        assert_eq!(
-            back.limits.http.read_timeout,
-            input.limits.http.read_timeout
-        );
+        assert_eq!(back.limits.http.deadline, input.limits.http.deadline);
         assert_eq!(back.limits.unpack.size, input.limits.unpack.size);
         assert_eq!(back.artifacts, input.artifacts);
         assert_eq!(back.env, input.env);

@@ -5,6 +5,7 @@ use super::{Args, Function};
 use crate::regex::Regex;
 use crate::template::convert::title;
 use crate::template::exec::Value;
+use crate::template::{MAX_ITEMS, MAX_OUTPUT};
 
 /// The environment, file and string functions, by name, with how many
 /// arguments each takes (at least, at most).
@@ -68,12 +69,32 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     }),
     ("replaceAll", 3, 3, |a| {
         let (from, to, s) = (a.string(0)?, a.string(1)?, a.string(2)?);
+        // Go's `Replace` with an empty `from` puts `to` around every
+        // character: one more place than there are characters.
+        let places = if from.is_empty() {
+            s.chars().count() + 1
+        } else {
+            s.matches(from.as_str()).count()
+        };
+        let len = (s.len() - places.saturating_mul(from.len()).min(s.len()))
+            .saturating_add(places.saturating_mul(to.len()));
+        within_value_limit(len)?;
         Ok(Value::Str(s.replace(&from, &to)))
     }),
     ("split", 2, 2, |a| {
         let (sep, s) = (a.string(0)?, a.string(1)?);
         if s.is_empty() {
             return Ok(Value::List(Vec::new()));
+        }
+        let parts = if sep.is_empty() {
+            s.chars().count()
+        } else {
+            s.matches(sep.as_str()).count() + 1
+        };
+        if parts > MAX_ITEMS {
+            return Err(format!(
+                "{parts} parts exceed the template list limit of {MAX_ITEMS}"
+            ));
         }
         Ok(Value::List(
             s.split(sep.as_str())
@@ -84,19 +105,22 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
     ("join", 2, 2, |a| {
         let sep = a.string(0)?;
         let items = a.list(1)?;
-        Ok(Value::Str(
-            items
-                .iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>()
-                .join(&sep),
-        ))
+        let mut out = String::new();
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(&sep);
+            }
+            out.push_str(&item.to_string());
+            within_value_limit(out.len())?;
+        }
+        Ok(Value::Str(out))
     }),
     ("indent", 2, 2, |a| {
-        let n = a.int(0)?;
-        let pad =
-            " ".repeat(usize::try_from(n).map_err(|_| "indent must be at least 0".to_string())?);
+        let n = usize::try_from(a.int(0)?).map_err(|_| "indent must be at least 0".to_string())?;
         let s = a.string(1)?;
+        let lines = s.split('\n').count();
+        within_value_limit(n.saturating_mul(lines).saturating_add(s.len()))?;
+        let pad = " ".repeat(n);
         Ok(Value::Str(
             s.split('\n')
                 .map(|l| format!("{pad}{l}"))
@@ -127,6 +151,18 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         Ok(Value::Str(replaced))
     }),
 ];
+
+/// Refuses a string of `len` bytes before it is built, past the limit
+/// every template value keeps.
+fn within_value_limit(len: usize) -> Result<(), String> {
+    if len > MAX_OUTPUT {
+        return Err(format!(
+            "the result would be {len} bytes, over the template value limit of {} MiB",
+            MAX_OUTPUT >> 20
+        ));
+    }
+    Ok(())
+}
 
 /// Whether `haystack` (a list, a map's keys, or a string) holds `needle`.
 pub(super) fn holds(haystack: &Value, needle: &Value) -> bool {

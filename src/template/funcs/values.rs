@@ -8,6 +8,7 @@ use crate::hcl::{base64_decode, base64_encode};
 use crate::template::convert::{from_json, pretty_json, to_json};
 use crate::template::exec::Value;
 use crate::template::fmt::timestamp;
+use crate::template::MAX_ITEMS;
 
 /// The conversion, time and number functions, by name, with how many arguments each takes (at least,
 /// at most).
@@ -106,10 +107,10 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         } else {
             (a.int(0)?, a.int(1)?)
         };
-        if end.saturating_sub(start) > 1_000_000 {
+        if end.saturating_sub(start) > MAX_ITEMS as i64 {
             return Err(format!(
-                "loop of {} iterations: at most 1000000",
-                end - start
+                "loop of {} iterations: at most {MAX_ITEMS} (the template list limit)",
+                end.saturating_sub(start)
             ));
         }
         Ok(Value::List((start..end).map(Value::Int).collect()))

@@ -301,7 +301,7 @@ fn device_of(path: &Path) -> String {
     }
 }
 
-/// The claim's state in the words of the issue and Nomad.
+/// The claim's state in the words of the docs and Nomad.
 fn claim_state(v: &Volume, claim: &Claim) -> &'static str {
     if claim.failure.is_some() {
         return "failed";

@@ -6,8 +6,10 @@
 //! prestart sidecar serves that dir with Python's `http.server`, as
 //! Nomad's own e2e job `chroot_dl_exec` does.
 
+use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use super::Rig;
 use crate::etcd::{require_openssl, Certs};
@@ -393,4 +395,136 @@ fn fetches_from_a_server_that_never_answers_hold_no_thread_other_starts_need() {
         j.allocs.iter().all(|a| a.status == "failed")
     });
     rig.stop("free");
+}
+
+/// A batch job whose task `t` fetches `source` (with `headers`, an HCL
+/// map's body) into `local/`, without restarts, and runs `command`.
+fn fetching(name: &str, source: &str, headers: &str, command: &str) -> String {
+    format!(
+        r#"job "{name}" {{
+  type = "batch"
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      artifact {{
+        source = "{source}"
+        headers {{
+{headers}
+        }}
+      }}
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", "{command}"]
+      }}
+    }}
+  }}
+}}
+"#
+    )
+}
+
+/// Accepts one connection on `listener`, reads the request head and
+/// answers `answer`; the head.
+fn answer_once(listener: TcpListener, answer: String) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut head = String::new();
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap() > 2 {
+            head.push_str(&line);
+            line.clear();
+        }
+        stream.write_all(answer.as_bytes()).unwrap();
+        head
+    })
+}
+
+#[test]
+fn a_redirect_to_another_host_gets_the_headers_but_not_the_credentials() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    // Two hosts on the loopback interface: 127.0.0.1 and 127.0.0.2.
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let first_port = first.local_addr().unwrap().port();
+    let other = TcpListener::bind("127.0.0.2:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let first = answer_once(
+        first,
+        format!("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.2:{other_port}/hello.txt\r\nContent-Length: 0\r\n\r\n"),
+    );
+    let other = answer_once(
+        other,
+        "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello\n".to_string(),
+    );
+    let headers = "          Authorization = \"Bearer s3cret\"\n          Cookie = \"session=s3cret\"\n          X-Trace = \"t-1\"";
+    let job = fetching(
+        "scoped",
+        &format!("http://127.0.0.1:{first_port}/hello.txt"),
+        headers,
+        "cat local/hello.txt",
+    );
+    assert_eq!(run_complete(&rig, "scoped", &job), "hello\n");
+    let first = first.join().unwrap();
+    let other = other.join().unwrap();
+    assert!(
+        first.contains("\r\nAuthorization: Bearer s3cret\r\n"),
+        "{first}"
+    );
+    assert!(first.contains("\r\nCookie: session=s3cret\r\n"), "{first}");
+    assert!(!other.contains("s3cret"), "{other}");
+    assert!(other.contains("\r\nX-Trace: t-1\r\n"), "{other}");
+}
+
+#[test]
+fn the_deadline_cuts_off_a_server_that_trickles() {
+    if !require_root() {
+        return;
+    }
+    let rig =
+        Rig::bare_with_config("client {\n  artifact {\n    http_read_timeout = \"1s\"\n  }\n}\n");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // A head, then a byte of the body every 100 ms, until the client goes.
+    let server = thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut sent = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            .is_ok();
+        while sent {
+            thread::sleep(Duration::from_millis(100));
+            sent = stream.write_all(b"x").is_ok();
+        }
+    });
+    let job = fetching(
+        "trickle",
+        &format!("http://127.0.0.1:{port}/slow.txt"),
+        "",
+        "true",
+    );
+    let started = Instant::now();
+    rig.run_job("trickle.hcl", &job);
+    let status = rig.wait_job("trickle", "the job to fail", |j| j.status == "dead");
+    let took = started.elapsed();
+    let t = &status.allocs[0].tasks[0];
+    let failed = t
+        .events
+        .iter()
+        .find(|e| e.kind == "Failed Artifact Download")
+        .unwrap();
+    assert!(
+        failed
+            .message
+            .contains("the fetch took longer than 1s (http_read_timeout)"),
+        "{failed:?}"
+    );
+    // One second of fetching, and the agent's own pace around it.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    server.join().unwrap();
 }
