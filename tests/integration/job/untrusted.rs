@@ -385,3 +385,57 @@ fn a_template_bomb_in_a_re_render_leaves_the_task_and_the_agent_running() {
     assert!(rig.agent.try_status().is_ok());
     rig.stop("twice");
 }
+
+/// The CPU time process `pid` has used, in clock ticks (user and system).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(end) = stat.rfind(')') else { return 0 };
+    let fields: Vec<&str> = stat[end + 1..].split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime); `fields` starts at field 3.
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    tick(11) + tick(12)
+}
+
+#[test]
+fn a_rendering_helper_killed_fails_the_start_naming_the_render() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    // Renders until the engine's step bound, seconds of work: long enough
+    // to be killed in the middle of it.
+    let job = memory_bomb()
+        .replace("hog", "slow")
+        .replace(&"x".repeat(10 * 1024), "");
+    let allocs = rig.run_job("slow.hcl", &job);
+    let start = std::time::Instant::now();
+    let helper = loop {
+        // Past its setup (reading a few KiB): rendering, on the CPU.
+        if let Some(&pid) = helpers_of(&allocs[0]).iter().find(|p| cpu_ticks(**p) >= 10) {
+            break pid;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no helper renders for {}",
+            allocs[0]
+        );
+        thread::yield_now();
+    };
+    // SAFETY: kill(2) with plain integers.
+    let killed = unsafe { libc::kill(helper as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(killed, 0);
+    let status = rig.wait_job("slow", "the start to fail", |j| j.status == "dead");
+    let failed = events(&status, "failed");
+    assert!(
+        failed.iter().any(|e| e
+            .message
+            .contains("template render crashed: killed by signal 9 (SIGKILL)")),
+        "{status:#?}"
+    );
+    assert!(rig.agent.try_status().is_ok());
+}
