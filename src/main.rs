@@ -8,5 +8,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(csi_agent::task::exec::helper::ARG) {
         csi_agent::task::exec::helper::main();
     }
+    // The helper that fetches a task's artifacts and renders its templates.
+    if args.first().map(String::as_str) == Some(csi_agent::task::prepare::ARG) {
+        csi_agent::task::prepare::main();
+    }
     csi_agent::cli::main(args)
 }

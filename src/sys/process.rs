@@ -1,5 +1,7 @@
 //! Processes: signals to children and to groups, sessions, namespaces,
-//! and the start helper's fork, wait and exit.
+//! the start helper's fork, wait and exit, and what a helper process asks
+//! of the kernel for itself (its parent's death, bounds on its address
+//! space and its core dumps).
 
 use std::io;
 
@@ -141,6 +143,37 @@ pub fn monotonic_us() -> u64 {
     // on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// This process's parent.
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid(2) cannot fail and touches no memory.
+    let pid = unsafe { libc::getppid() };
+    u32::try_from(pid).unwrap_or(0)
+}
+
+/// Bounds this process's address space to `bytes` (`RLIMIT_AS`, soft and
+/// hard): past it, an allocation fails, which ends a Rust process.
+pub fn limit_address_space(bytes: u64) -> io::Result<()> {
+    let limit = rlimit(bytes);
+    // SAFETY: setrlimit(2) reads the live `limit` for the call's length.
+    cvt(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }).map(drop)
+}
+
+/// Makes this process leave no core dump when it crashes (`RLIMIT_CORE`
+/// 0): its memory may hold secrets.
+pub fn no_core_dumps() -> io::Result<()> {
+    let limit = rlimit(0);
+    // SAFETY: setrlimit(2) reads the live `limit` for the call's length.
+    cvt(unsafe { libc::setrlimit(libc::RLIMIT_CORE, &limit) }).map(drop)
+}
+
+/// A limit of `value`, soft and hard.
+fn rlimit(value: u64) -> libc::rlimit {
+    libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    }
 }
 
 #[cfg(test)]

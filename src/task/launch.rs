@@ -2,14 +2,16 @@
 //! the root of an `exec` task and the namespace plan, the spawn; for a
 //! plugin task, its socket dir, the shared `csi/` root, and the spec the
 //! agent registers. Also the checks `job run` makes on a task's `${VAR}`s
-//! and destinations (a template's too). A task's templates render
-//! (`templates.rs`) once its dirs exist, before any driver starts it.
+//! and destinations (a template's too). A task's artifacts are fetched and
+//! its templates render once its dirs exist, before any driver starts it,
+//! in the prepare helper's process (`prepare/`).
 //!
 //! A start has two halves: [`Allocs::plan_start`], on the main loop, takes
 //! what the start needs from the loop's state as owned values (a
 //! [`StartPlan`]); [`prepare`], on a starter thread (`starter.rs`), does
-//! the slow part with them alone (directories, templates, mounts, the
-//! control group, the fork; for a docker task, the container's spec) and
+//! the slow part with them alone (directories, artifacts and templates
+//! through the prepare helper, mounts, the control group, the spawn; for a
+//! docker task, the container's spec) and
 //! returns what it [`Started`], for the loop to take in.
 //!
 //! A plugin task in its own root gets Nomad's directory contract: its
@@ -38,6 +40,7 @@ use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
 use super::ports;
+use super::prepare;
 use super::root::{check_destination, PluginDir, RootPlan};
 use super::templates;
 use super::{Alloc, Allocs, UseState, VolumeSource};
@@ -351,18 +354,17 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     // The logs stay the agent's: it opens them on the host.
     make_dir(&task_dir.join("logs"), 0o755)?;
     let socket_dir = &plan.socket_dir;
-    // Fetched before the templates render, as Nomad's artifact hook.
-    let before = lookups(&plan.env, &plan.node);
-    artifact::fetch_all(
-        &spec.artifacts,
+    // Fetched, then rendered, before the driver starts (Nomad's artifact
+    // hook, then its template hook), in a process of their own.
+    let env = prepare::for_start(
+        &plan.alloc,
+        spec,
         &task_dir,
-        &before,
         user,
-        &plan.artifact_limits,
-    )
-    .map_err(StartFailure::Artifact)?;
-    // Rendered before the driver starts, as Nomad's template hook.
-    let env = templates::render_all(&spec.templates, &task_dir, plan.env, &plan.node)?;
+        plan.env,
+        &plan.node,
+        plan.artifact_limits,
+    )?;
     let vars = lookups(&env, &plan.node);
     let args = spec
         .config

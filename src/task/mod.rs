@@ -59,7 +59,8 @@
 //! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
-//! | `starter.rs` | the threads that carry out starts off the loop, and a done task's cleanups; taking a start in |
+//! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
+//! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
@@ -86,6 +87,7 @@ pub mod mounts;
 mod persist;
 mod placement;
 mod ports;
+pub mod prepare;
 mod rerender;
 
 /// How long the pids of started tasks may wait for a snapshot (see

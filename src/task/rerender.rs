@@ -9,16 +9,23 @@
 //! policy. Of several changed templates the strongest mode wins (restart,
 //! then signal, then noop) and the longest splay.
 //!
+//! The templates render in the prepare helper's process (`prepare/`),
+//! waited for on a starter thread, never on the loop: the loop hands the
+//! task's templates and environment to the starter and takes the report
+//! ([`Allocs::rerendered`]) in a later turn. A render that fails or
+//! crashes is an event, and the task keeps running on the files it has.
+//!
 //! A task that is not running renders its new templates when it starts.
 //! Any other change to the job replaces its allocations, as before. A
-//! change waiting for its splay, or a restart under way, is not kept
-//! across an agent restart: the files are written, and the next change
-//! (or restart) of the task takes them.
+//! change waiting for its splay or its render, or a restart under way, is
+//! not kept across an agent restart: the files written stay, and the next
+//! change (or restart) of the task takes them.
 
 use std::time::{Duration, Instant};
 
 use super::calls::{JobFile, JobRun};
-use super::{templates, Alloc, Allocs, TaskRun, TaskState};
+use super::starter::RerenderPlan;
+use super::{Alloc, Allocs, TaskRun, TaskState};
 use crate::csi::backoff::{Jitter, SplitMix64};
 use crate::spec::{ChangeMode, Job};
 use crate::units::format_duration;
@@ -37,8 +44,6 @@ impl Allocs {
         if job.stop_wanted || live.is_empty() || !only_templates_differ(&job.spec, spec) {
             return None;
         }
-        let now = Instant::now();
-        let mut jitter = SplitMix64::from_entropy();
         for id in live {
             let Some(mut alloc) = self.allocs.remove(id) else {
                 continue;
@@ -50,14 +55,14 @@ impl Allocs {
                 alloc.job_inputs = req.inputs.clone();
                 for i in 0..alloc.tasks.len() {
                     if old.tasks[i].templates != alloc.group.tasks[i].templates {
-                        self.rerender_task(&mut alloc, i, now, &mut jitter);
+                        self.rerender_task(&mut alloc, i);
                     }
                 }
             }
             self.allocs.insert(id.clone(), alloc);
         }
         log::info!(
-            "Job {}: its templates changed; re-rendered in place",
+            "Job {}: its templates changed; re-rendering them in place",
             spec.name
         );
         let entry = self.jobs.get_mut(&spec.name).expect("looked up above");
@@ -74,25 +79,52 @@ impl Allocs {
         })
     }
 
-    /// Renders task `i`'s new templates, if it runs, and schedules its
-    /// change mode when a file changed.
-    fn rerender_task(
-        &mut self,
-        alloc: &mut Alloc,
-        i: usize,
-        now: Instant,
-        jitter: &mut SplitMix64,
-    ) {
+    /// Hands task `i`'s new templates to the starter to render, if it
+    /// runs: the prepare helper renders them off the loop, and
+    /// [`Allocs::rerendered`] takes its report.
+    fn rerender_task(&mut self, alloc: &mut Alloc, i: usize) {
         if alloc.tasks[i].state != TaskState::Running {
             return;
         }
         let spec = &alloc.group.tasks[i];
-        let task_dir = self.alloc_dir(&alloc.id).join(&spec.name);
-        let rendered = self
-            .task_environment(alloc, i)
-            .and_then(|env| templates::rerender(&spec.templates, &task_dir, &env, &self.node));
-        let task = &mut alloc.tasks[i];
-        let changed = match rendered {
+        let env = match self.task_environment(alloc, i) {
+            Ok(env) => env,
+            Err(err) => {
+                // The task keeps running on the files it has.
+                alloc.tasks[i].event(
+                    "template",
+                    format!("cannot render the new templates: {err}"),
+                );
+                return;
+            }
+        };
+        self.starter.rerender(RerenderPlan {
+            alloc: alloc.id.clone(),
+            task: spec.name.clone(),
+            templates: spec.templates.clone(),
+            task_dir: self.alloc_dir(&alloc.id).join(&spec.name),
+            env,
+            node: self.node.clone(),
+        });
+    }
+
+    /// Takes in a re-render of task `task` of alloc `id`: the change mode
+    /// and splay of each template whose file changed, which is scheduled
+    /// if the task still runs, or why it failed.
+    pub(super) fn rerendered(
+        &mut self,
+        id: &str,
+        task: &str,
+        changed: Result<Vec<(ChangeMode, Duration)>, String>,
+        now: Instant,
+    ) {
+        let Some(alloc) = self.allocs.get_mut(id) else {
+            return;
+        };
+        let Some(task) = alloc.tasks.iter_mut().find(|t| t.name == task) else {
+            return;
+        };
+        let changed = match changed {
             Ok(changed) => changed,
             Err(err) => {
                 // The task keeps running on the files it has.
@@ -100,21 +132,26 @@ impl Allocs {
                     "template",
                     format!("cannot render the new templates: {err}"),
                 );
+                self.dirty = true;
                 return;
             }
         };
+        self.dirty = true;
         if changed.is_empty() {
             task.event("template", "templates re-rendered: no file changed");
             return;
         }
-        let changed: Vec<_> = changed.iter().map(|&t| &spec.templates[t]).collect();
+        if task.state != TaskState::Running {
+            // It starts again with the new files anyway.
+            return;
+        }
         let mode = changed
             .iter()
-            .map(|t| t.change_mode)
+            .map(|(mode, _)| *mode)
             .max_by_key(|m| strength(*m))
             .expect("at least one changed");
-        let splay = changed.iter().map(|t| t.splay).max().unwrap_or_default();
-        let wait = splay.mul_f64(jitter.unit());
+        let splay = changed.iter().map(|(_, s)| *s).max().unwrap_or_default();
+        let wait = splay.mul_f64(SplitMix64::from_entropy().unit());
         task.template_change = Some((now + wait, mode));
         task.event(
             "template",

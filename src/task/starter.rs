@@ -7,8 +7,9 @@
 //! The loop plans a start from its own state ([`StartPlan`], owned
 //! values), marks the task `starting` and hands the plan over
 //! ([`Starter::submit`]); a thread carries it out (`launch::prepare`: the
-//! task dir, artifacts, templates, mounts, the control group, the fork, or a
-//! container's spec) and reports what it started, or why it could not, on
+//! task dir, artifacts and templates in the prepare helper's process
+//! (`prepare/`), mounts, the control group, the spawn, or a container's
+//! spec) and reports what it started, or why it could not, on
 //! a channel the loop selects on ([`StartReport`], taken in by
 //! [`Allocs::started`]). At most [`IN_FLIGHT`] starts are handed over and
 //! not yet reported: the rest wait as pending tasks in the loop's state,
@@ -29,8 +30,12 @@
 //! group is made afresh, which kills anything left in it. A container is
 //! found again by its name. No task runs twice.
 //!
-//! Cleanups share the bound: those that find no room wait in a queue of
-//! the loop's and go before new starts. A cleanup reports nothing but its
+//! A running task's changed templates are rendered again on the same
+//! threads ([`Starter::rerender`], through the prepare helper too), so
+//! that no template renders on the loop; the report says which changed.
+//!
+//! Cleanups and re-renders share the bound: those that find no room wait
+//! in a queue of the loop's and go before new starts. A cleanup reports nothing but its
 //! end. Until it runs, what is left of a done task in its group runs on.
 //! An agent killed before then leaves the group (or the purged alloc's
 //! dir) behind; the next one removes it at start-up if it is empty and no
@@ -40,7 +45,8 @@
 //! ([`Lane::Fetch`], threads `task-fetch-<n>`, the same bounds): a fetch
 //! waits on a server outside the host, up to `http_read_timeout` for one
 //! that never answers, and must not hold a thread other starts need. The
-//! cleanups go with the other starts.
+//! fetch itself runs in the prepare helper; the thread holds while it
+//! waits for it. The cleanups go with the other starts.
 //!
 //! The threads (`task-start-<n>`) start with the first work; at
 //! shutdown the queue is closed, the starts under way are waited for and
@@ -48,7 +54,7 @@
 //! done on the loop, and the threads are joined within the shutdown's
 //! deadline.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::path::PathBuf;
 use std::thread::{self, JoinHandle};
@@ -59,8 +65,9 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use super::cgroup;
 use super::driver::{Exit, Handle};
 use super::launch::{self, Runs, StartFailure, StartPlan, Started};
-use super::{exec, Alloc, Allocs, PluginEffect, Process, TaskState};
+use super::{exec, prepare, Alloc, Allocs, PluginEffect, Process, TaskState};
 use crate::plugin::PluginSpec;
+use crate::spec::{ChangeMode, TaskTemplate};
 use crate::sys::cgroup::Group;
 
 /// How many threads start tasks at once. A start is mostly system calls
@@ -77,14 +84,53 @@ pub(super) const STARTER_THREADS: usize = 4;
 /// and the control API's worst wait more than doubled (0.5 s).
 pub(super) const IN_FLIGHT: usize = 4 * STARTER_THREADS;
 
-/// A start or a cleanup carried out, for the loop.
+/// A start, a re-render or a cleanup carried out, for the loop.
 pub struct StartReport {
     pub(super) alloc: String,
     pub(super) task: String,
     /// The pool that did it, whose room it frees.
     pub(super) lane: Lane,
-    /// What the start made, or why it failed; `None` for a cleanup.
-    pub(super) outcome: Option<Result<Started, StartFailure>>,
+    pub(super) outcome: Outcome,
+}
+
+/// What a thread's work came to.
+pub(super) enum Outcome {
+    /// What the start made, or why it failed.
+    Start(Result<Started, StartFailure>),
+    /// The change mode and splay of each template a re-render changed,
+    /// or why it failed.
+    Rerender(Result<Vec<(ChangeMode, Duration)>, String>),
+    Cleanup,
+}
+
+/// A running task's templates to render again (`rerender.rs`), with what
+/// the prepare helper needs.
+pub(super) struct RerenderPlan {
+    pub alloc: String,
+    pub task: String,
+    pub templates: Vec<TaskTemplate>,
+    pub task_dir: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub node: BTreeMap<String, String>,
+}
+
+impl RerenderPlan {
+    /// Renders in the prepare helper, waiting for it on this thread.
+    fn carry_out(&self) -> Result<Vec<(ChangeMode, Duration)>, String> {
+        let changed = prepare::rerender(
+            &self.alloc,
+            &self.task,
+            &self.templates,
+            &self.task_dir,
+            self.env.clone(),
+            &self.node,
+        )?;
+        Ok(changed
+            .into_iter()
+            .filter_map(|i| self.templates.get(i))
+            .map(|t| (t.change_mode, t.splay))
+            .collect())
+    }
 }
 
 /// Which of the starter's two pools does a start. One whose task has
@@ -113,6 +159,7 @@ impl Lane {
 /// What the threads do.
 enum Work {
     Start(Box<StartPlan>),
+    Rerender(Box<RerenderPlan>),
     /// A done task's control group: what is left in it is killed, and it
     /// is removed.
     RemoveGroup {
@@ -128,7 +175,7 @@ impl Work {
     /// Does a cleanup.
     fn clean(self) {
         match self {
-            Work::Start(_) => {}
+            Work::Start(_) | Work::Rerender(_) => {}
             Work::RemoveGroup { alloc, task, group } => cgroup::remove(&alloc, &task, &group),
             Work::RemoveDir(dir) => {
                 if let Err(err) = fs::remove_dir_all(&dir) {
@@ -205,13 +252,14 @@ impl Pool {
     /// Closes the queue: the threads end after the work they hold. The
     /// cleanups still queued are returned; the starts still queued are
     /// dropped (their tasks stay `starting`, which the snapshot keeps as
-    /// pending).
+    /// pending), and so are the re-renders (their tasks keep the files
+    /// they have until they start again).
     fn close(&mut self) -> Vec<Work> {
         self.queue = None;
         let mut left = Vec::new();
         while let Ok(work) = self.jobs.try_recv() {
             self.in_flight = self.in_flight.saturating_sub(1);
-            if !matches!(work, Work::Start(_)) {
+            if matches!(work, Work::RemoveGroup { .. } | Work::RemoveDir(_)) {
                 left.push(work);
             }
         }
@@ -223,8 +271,11 @@ impl Pool {
 pub(super) struct Starter {
     starts: Pool,
     fetches: Pool,
-    /// Cleanups that found no room yet.
+    /// Cleanups and re-renders that found no room yet.
     cleanups: VecDeque<Work>,
+    /// The tasks (alloc, task) whose re-render is on a thread: the next
+    /// waits for it, so that renders of one task are written in order.
+    rerendering: BTreeSet<(String, String)>,
     reports_tx: Sender<StartReport>,
     reports: Receiver<StartReport>,
 }
@@ -236,6 +287,7 @@ impl Starter {
             starts: Pool::new(Lane::Start),
             fetches: Pool::new(Lane::Fetch),
             cleanups: VecDeque::new(),
+            rerendering: BTreeSet::new(),
             reports_tx,
             reports,
         }
@@ -295,14 +347,49 @@ impl Starter {
         self.pump();
     }
 
-    /// Hands over the cleanups that wait, as far as there is room.
+    /// Renders a running task's templates again on a thread, once there is
+    /// room and no other render of the task is under way; its report says
+    /// which changed. One waiting for the same task is replaced: the newer
+    /// templates are the task's.
+    pub(super) fn rerender(&mut self, plan: RerenderPlan) {
+        self.cleanups.retain(
+            |w| !matches!(w, Work::Rerender(p) if p.alloc == plan.alloc && p.task == plan.task),
+        );
+        self.cleanups.push_back(Work::Rerender(Box::new(plan)));
+        self.pump();
+    }
+
+    /// Hands over the cleanups and re-renders that wait, in their order,
+    /// as far as there is room; a re-render of a task whose previous one
+    /// is under way keeps its place.
     pub(super) fn pump(&mut self) {
+        let mut held = VecDeque::new();
         while let Some(work) = self.cleanups.pop_front() {
-            if let Err(work) = self.starts.hand_over(work, &self.reports_tx) {
-                self.cleanups.push_front(work);
-                return;
+            let key = match &work {
+                Work::Rerender(p) => Some((p.alloc.clone(), p.task.clone())),
+                _ => None,
+            };
+            if key.as_ref().is_some_and(|k| self.rerendering.contains(k)) {
+                held.push_back(work);
+                continue;
+            }
+            match self.starts.hand_over(work, &self.reports_tx) {
+                Ok(()) => self.rerendering.extend(key),
+                Err(work) => {
+                    self.cleanups.push_front(work);
+                    break;
+                }
             }
         }
+        while let Some(work) = held.pop_back() {
+            self.cleanups.push_front(work);
+        }
+    }
+
+    /// A re-render of task `task` of `alloc` came in: the next may go.
+    pub(super) fn rerendered(&mut self, alloc: &str, task: &str) {
+        self.rerendering
+            .remove(&(alloc.to_string(), task.to_string()));
     }
 
     /// A report of `lane` came in.
@@ -314,7 +401,11 @@ impl Starter {
     /// Closes both queues. The cleanups not handed over yet are returned,
     /// for the caller to do.
     fn close(&mut self) -> Vec<Work> {
-        let mut left: Vec<Work> = self.cleanups.drain(..).collect();
+        let mut left: Vec<Work> = self
+            .cleanups
+            .drain(..)
+            .filter(|w| !matches!(w, Work::Rerender(_)))
+            .collect();
         left.extend(self.starts.close());
         left.extend(self.fetches.close());
         left
@@ -337,7 +428,13 @@ fn work(jobs: &Receiver<Work>, reports: &Sender<StartReport>, lane: Lane) {
                 alloc: plan.alloc.clone(),
                 task: plan.spec.name.clone(),
                 lane,
-                outcome: Some(launch::prepare(*plan)),
+                outcome: Outcome::Start(launch::prepare(*plan)),
+            },
+            Work::Rerender(plan) => StartReport {
+                outcome: Outcome::Rerender(plan.carry_out()),
+                alloc: plan.alloc,
+                task: plan.task,
+                lane,
             },
             cleanup => {
                 cleanup.clean();
@@ -345,7 +442,7 @@ fn work(jobs: &Receiver<Work>, reports: &Sender<StartReport>, lane: Lane) {
                     alloc: String::new(),
                     task: String::new(),
                     lane,
-                    outcome: None,
+                    outcome: Outcome::Cleanup,
                 }
             }
         };
@@ -463,9 +560,14 @@ impl Allocs {
             outcome,
             ..
         } = report;
-        let Some(outcome) = outcome else {
+        let outcome = match outcome {
+            Outcome::Start(outcome) => outcome,
+            Outcome::Rerender(changed) => {
+                self.starter.rerendered(&id, &task);
+                return self.rerendered(&id, &task, changed, now);
+            }
             // A cleanup ended: its room is taken by the next turn's step.
-            return;
+            Outcome::Cleanup => return,
         };
         let Some(mut alloc) = self.allocs.remove(&id) else {
             return discard(&id, &task, outcome);
@@ -568,7 +670,7 @@ mod tests {
             let report = reports
                 .recv_timeout(Duration::from_secs(10))
                 .expect("a cleanup's end");
-            assert!(report.outcome.is_none());
+            assert!(matches!(report.outcome, Outcome::Cleanup));
             starter.received(Lane::Start);
             starter.pump();
         }

@@ -1,7 +1,9 @@
 //! A task's `template` blocks, rendered before it starts, for every
 //! driver: each into its destination in the task dir, and the `KEY=value`
 //! lines of an `env = true` template into the task's environment, over
-//! its `env` block, as Nomad's task environment builder puts them.
+//! its `env` block, as Nomad's task environment builder puts them. They
+//! render in the prepare helper's process (`prepare/`), never the agent's:
+//! `job run` only checks their destinations and the names they give.
 //!
 //! A template's `env` function sees the task's environment (Nomad's
 //! variables and the `env` block); `file` and `source` read inside the
@@ -70,15 +72,17 @@ pub(super) fn destination(
 }
 
 /// Renders every template of a task into `task_dir`, and returns `env`
-/// with the variables of its `env = true` templates over it.
+/// with the variables of its `env = true` templates over it, and the size
+/// of each template's text.
 pub(super) fn render_all(
     templates: &[TaskTemplate],
     task_dir: &Path,
     mut env: BTreeMap<String, String>,
     node: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<(BTreeMap<String, String>, Vec<usize>), String> {
     let vars = lookups(&env, node);
     let mut added = BTreeMap::new();
+    let mut sizes = Vec::with_capacity(templates.len());
     for t in templates {
         let name = &t.destination;
         let text = render(t, task_dir, &env).map_err(|e| format!("template {name:?}: {e}"))?;
@@ -88,14 +92,10 @@ pub(super) fn render_all(
         if t.env {
             added.extend(parse_env(&text).map_err(|e| format!("template {name:?}: {e}"))?);
         }
-        log::info!(
-            "Task dir {}: template {name:?} rendered ({} bytes)",
-            task_dir.display(),
-            text.len()
-        );
+        sizes.push(text.len());
     }
     env.extend(added);
-    Ok(env)
+    Ok((env, sizes))
 }
 
 /// Renders `templates` again into a running task's `task_dir`: the
@@ -342,7 +342,8 @@ mod tests {
         );
         vars.env = true;
         let plain = template("id {{ env \"NOMAD_ALLOC_ID\" }}\n", "/local/id");
-        let got = render_all(&[vars, plain], &dir, env(), &BTreeMap::new()).unwrap();
+        let (got, sizes) = render_all(&[vars, plain], &dir, env(), &BTreeMap::new()).unwrap();
+        assert_eq!(sizes, [44, 12]);
         assert_eq!(got["A"], "1-override");
         assert_eq!(got["B"], "two");
         assert_eq!(got["C"], "x\"y");

@@ -39,7 +39,7 @@ pub(super) struct Start {
 
 /// Input the helper cannot read.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Corrupt(String);
+pub(in crate::task) struct Corrupt(pub(in crate::task) String);
 
 impl fmt::Display for Corrupt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,29 +69,46 @@ pub(super) fn encode(start: &Start) -> Vec<u8> {
             body.step(step);
         }
     }
-    let mut out = Vec::with_capacity(body.0.len() + 8);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(body.0.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body.0);
+    frame(MAGIC, &body.0)
+}
+
+/// `body` behind `magic` and its length: one message of the encoding.
+pub(in crate::task) fn frame(magic: &[u8; 4], body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 8);
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
     out
 }
 
-pub(super) fn decode(bytes: &[u8]) -> Result<Start, Corrupt> {
+/// The body of the message `bytes` (from [`frame`]), which must be
+/// exactly one message behind `magic`; `what` names the message.
+pub(in crate::task) fn unframe<'a>(
+    magic: &[u8; 4],
+    bytes: &'a [u8],
+    what: &str,
+) -> Result<&'a [u8], Corrupt> {
     if bytes.is_empty() {
-        return Err(Corrupt("no start was sent (empty input)".into()));
+        return Err(Corrupt(format!("no {what} was sent (empty input)")));
     }
-    if bytes.len() < 8 || &bytes[..4] != MAGIC {
-        return Err(Corrupt("the input is not a start from this agent".into()));
+    if bytes.len() < 8 || &bytes[..4] != magic {
+        return Err(Corrupt(format!(
+            "the input is not a {what} from this agent"
+        )));
     }
     let len = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
     let body = &bytes[8..];
     if body.len() != len {
         return Err(Corrupt(format!(
-            "the start is {} bytes long, not the {len} it announces (truncated or corrupt)",
+            "the {what} is {} bytes long, not the {len} it announces (truncated or corrupt)",
             body.len()
         )));
     }
-    let mut r = Reader(body);
+    Ok(body)
+}
+
+pub(super) fn decode(bytes: &[u8]) -> Result<Start, Corrupt> {
+    let mut r = Reader(unframe(MAGIC, bytes, "start")?);
     let command = r.cstr("the command")?;
     let argv = r.cstrs("the argument count", "an argument")?;
     let env = r.cstrs("the environment's size", "an environment entry")?;
@@ -120,30 +137,32 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Start, Corrupt> {
     })
 }
 
-struct Writer(Vec<u8>);
+/// Writes the encoding's items; also the prepare helper's
+/// (`task/prepare/`).
+pub(in crate::task) struct Writer(pub(in crate::task) Vec<u8>);
 
 impl Writer {
-    fn u8(&mut self, v: u8) {
+    pub(in crate::task) fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
-    fn flag(&mut self, v: bool) {
+    pub(in crate::task) fn flag(&mut self, v: bool) {
         self.u8(u8::from(v));
     }
-    fn u32(&mut self, v: impl TryInto<u32>) {
+    pub(in crate::task) fn u32(&mut self, v: impl TryInto<u32>) {
         let v: u32 = v.try_into().ok().expect("a start's sizes fit in u32");
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn u64(&mut self, v: u64) {
+    pub(in crate::task) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn bytes(&mut self, v: &[u8]) {
+    pub(in crate::task) fn bytes(&mut self, v: &[u8]) {
         self.u32(v.len());
         self.0.extend_from_slice(v);
     }
-    fn cstr(&mut self, v: &CStr) {
+    pub(in crate::task) fn cstr(&mut self, v: &CStr) {
         self.bytes(v.to_bytes());
     }
-    fn opt_cstr(&mut self, v: Option<&CString>) {
+    pub(in crate::task) fn opt_cstr(&mut self, v: Option<&CString>) {
         self.flag(v.is_some());
         if let Some(v) = v {
             self.cstr(v);
@@ -227,40 +246,41 @@ impl Writer {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reads the encoding's items, each error naming `what` was read.
+pub(in crate::task) struct Reader<'a>(pub(in crate::task) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Corrupt> {
+    pub(in crate::task) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], Corrupt> {
         if self.0.len() < n {
-            return Err(Corrupt(format!("the start ends inside {what}")));
+            return Err(Corrupt(format!("the message ends inside {what}")));
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
-    fn u8(&mut self, what: &str) -> Result<u8, Corrupt> {
+    pub(in crate::task) fn u8(&mut self, what: &str) -> Result<u8, Corrupt> {
         Ok(self.take(1, what)?[0])
     }
-    fn flag(&mut self, what: &str) -> Result<bool, Corrupt> {
+    pub(in crate::task) fn flag(&mut self, what: &str) -> Result<bool, Corrupt> {
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
             other => Err(Corrupt(format!("{what} is {other}, neither 0 nor 1"))),
         }
     }
-    fn u32(&mut self, what: &str) -> Result<u32, Corrupt> {
+    pub(in crate::task) fn u32(&mut self, what: &str) -> Result<u32, Corrupt> {
         Ok(u32::from_le_bytes(
             self.take(4, what)?.try_into().expect("4 bytes"),
         ))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, Corrupt> {
+    pub(in crate::task) fn u64(&mut self, what: &str) -> Result<u64, Corrupt> {
         Ok(u64::from_le_bytes(
             self.take(8, what)?.try_into().expect("8 bytes"),
         ))
     }
     /// A count of items, each at least one byte: a count larger than the
     /// bytes left is corrupt (and allocates nothing).
-    fn len(&mut self, what: &str) -> Result<usize, Corrupt> {
+    pub(in crate::task) fn len(&mut self, what: &str) -> Result<usize, Corrupt> {
         let n = self.u32(what)? as usize;
         if n > self.0.len() {
             return Err(Corrupt(format!(
@@ -270,14 +290,18 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
-    fn bytes(&mut self, what: &str) -> Result<&'a [u8], Corrupt> {
+    pub(in crate::task) fn bytes(&mut self, what: &str) -> Result<&'a [u8], Corrupt> {
         let n = self.u32(what)? as usize;
         self.take(n, what)
     }
-    fn cstr(&mut self, what: &str) -> Result<CString, Corrupt> {
+    pub(in crate::task) fn cstr(&mut self, what: &str) -> Result<CString, Corrupt> {
         CString::new(self.bytes(what)?).map_err(|_| Corrupt(format!("{what} holds a NUL byte")))
     }
-    fn cstrs(&mut self, count: &str, what: &str) -> Result<Vec<CString>, Corrupt> {
+    pub(in crate::task) fn cstrs(
+        &mut self,
+        count: &str,
+        what: &str,
+    ) -> Result<Vec<CString>, Corrupt> {
         let n = self.len(count)?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
@@ -285,7 +309,7 @@ impl<'a> Reader<'a> {
         }
         Ok(out)
     }
-    fn opt_cstr(&mut self, what: &str) -> Result<Option<CString>, Corrupt> {
+    pub(in crate::task) fn opt_cstr(&mut self, what: &str) -> Result<Option<CString>, Corrupt> {
         if self.flag(what)? {
             self.cstr(what).map(Some)
         } else {

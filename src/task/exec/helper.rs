@@ -171,7 +171,7 @@ pub fn main() -> ! {
 }
 
 /// Whether fd 0 is a socket (the agent's), not a terminal or a file.
-fn stdin_is_socket() -> bool {
+pub(in crate::task) fn stdin_is_socket() -> bool {
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat(2) fills the live buffer when it returns 0.
     if unsafe { libc::fstat(0, stat.as_mut_ptr()) } != 0 {

@@ -19,7 +19,7 @@
 
 pub mod caps;
 mod child;
-mod encoding;
+pub(super) mod encoding;
 pub mod exit_record;
 pub mod helper;
 mod pid_ns;

@@ -776,7 +776,7 @@ fn starting_tasks_never_forks_the_agent() {
         .filter(|l| {
             let mut words = l.splitn(2, ' ');
             let tid = words.next().unwrap_or("");
-            // strace pads the tid to five columns: `4787  clone3(`.
+            // strace pads the tid to a width: one space or more.
             let call = words.next().unwrap_or("").trim_start();
             // Only the calls themselves: not their `<... resumed>` ends,
             // nor the signals (`--- SIGCHLD ...`) and exits (`+++`) strace

@@ -34,6 +34,7 @@ mod ports;
 mod poststop;
 pub(crate) mod root;
 mod templates;
+mod untrusted;
 mod variables;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
