@@ -252,3 +252,24 @@ fn a_search_for_all_matches_past_its_step_limit_is_refused() {
     assert_eq!(fine.captures_all(&text).unwrap().len(), 20_000);
     assert_eq!(fine.replace_all(&text, "b").unwrap(), "b".repeat(20_000));
 }
+
+#[test]
+fn octal_escapes_read_as_go_reads_them() {
+    // RE2's search table: `\141` is 'a', `\0600` is '0' then '0', `\608` is
+    // `\60` ('0') then '8', `\018` is `\01` then '8'.
+    assert_eq!(matched(r"\141", "a").as_deref(), Some("a"));
+    assert_eq!(matched(r"\060", "0").as_deref(), Some("0"));
+    assert_eq!(matched(r"\0600", "00").as_deref(), Some("00"));
+    assert_eq!(matched(r"\608", "08").as_deref(), Some("08"));
+    assert_eq!(matched(r"\01", "\x01").as_deref(), Some("\x01"));
+    assert_eq!(matched(r"\018", "\x018").as_deref(), Some("\x018"));
+    assert_eq!(matched(r"[\141-\143]+", "xabcd").as_deref(), Some("abc"));
+    // A lone digit would be a backreference, which RE2 does not have.
+    assert!(
+        error(r"\1").contains("unsupported escape"),
+        "{}",
+        error(r"\1")
+    );
+    assert!(error(r"(a)\1").contains("unsupported escape"));
+    assert!(error(r"\8").contains("unsupported escape"));
+}
