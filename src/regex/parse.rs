@@ -584,7 +584,8 @@ impl Parser {
     /// `[:alpha:]` and the other ASCII classes of POSIX, inside a class.
     fn posix_class(&mut self, at: usize) -> Result<Vec<(char, char)>, Error> {
         let rest: String = self.chars[self.at..].iter().take(12).collect();
-        let Some(end) = rest.find(":]") else {
+        // The `:]` that closes it comes after the `[:` (in `[:]` it does not).
+        let Some(end) = rest.get(2..).and_then(|r| r.find(":]")).map(|i| i + 2) else {
             return Err(self.error(at, "'[:' is not closed by ':]'"));
         };
         let name = &rest[2..end];

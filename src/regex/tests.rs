@@ -273,3 +273,15 @@ fn octal_escapes_read_as_go_reads_them() {
     assert!(error(r"(a)\1").contains("unsupported escape"));
     assert!(error(r"\8").contains("unsupported escape"));
 }
+
+#[test]
+fn a_posix_class_opened_and_closed_at_once_is_refused() {
+    // Found by fuzzing: `[:]` closed the class before its name began.
+    assert!(
+        error("[?[:]z]").contains("not closed by ':]'"),
+        "{}",
+        error("[?[:]z]")
+    );
+    assert!(error("[[:]").contains("not closed"));
+    assert_eq!(matched("[[:digit:]]+", "ab12").as_deref(), Some("12"));
+}
