@@ -22,6 +22,10 @@ pub(super) fn sprint(values: &[Value], line: bool) -> String {
     out
 }
 
+/// The largest width or precision `printf` pads to, as in Go's `fmt`
+/// (its `tooLarge`): past it the format ends with `%!(NOVERB)`.
+pub(super) const MAX_WIDTH: usize = 1_000_000;
+
 /// `fmt.Sprintf` with the verbs `%v %s %q %d %f %F %e %E %g %G %x %X %o
 /// %b %c %t %%`, the flags `- + 0 space` and width and precision.
 pub(super) fn printf(format: &str, args: &[Value]) -> String {
@@ -46,9 +50,9 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
             chars.next();
         }
         let number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
-            let mut n = None;
+            let mut n: Option<usize> = None;
             while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
-                n = Some(n.unwrap_or(0) * 10 + d as usize);
+                n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(d as usize));
                 chars.next();
             }
             n
@@ -60,6 +64,12 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
         } else {
             None
         };
+        // Go's fmt gives up on the rest of the format at a width or a
+        // precision past its bound.
+        if width.max(prec).is_some_and(|n| n > MAX_WIDTH) {
+            out.push_str("%!(NOVERB)");
+            break;
+        }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");
             break;
