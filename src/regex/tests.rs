@@ -285,3 +285,19 @@ fn a_posix_class_opened_and_closed_at_once_is_refused() {
     assert!(error("[[:]").contains("not closed"));
     assert_eq!(matched("[[:digit:]]+", "ab12").as_deref(), Some("12"));
 }
+
+#[test]
+fn a_loop_whose_body_may_match_empty_prefers_the_empty_pass_as_go_does() {
+    // RE2's search table: leftmost-first takes the empty alternative first,
+    // and a loop of it is done.
+    assert_eq!(matched("(?:|a)*", "aaa").as_deref(), Some(""));
+    assert_eq!(matched("(?:|a)+", "aaa").as_deref(), Some(""));
+    assert_eq!(matched("^(?:(?:|a)*)$", "aaa").as_deref(), Some("aaa"));
+    assert_eq!(matched("(?:a|)*", "aaa").as_deref(), Some("aaa"));
+    assert_eq!(matched("(a*)*", "aa").as_deref(), Some("aa"));
+    assert_eq!(
+        find("(a*)+", "b"),
+        Some(vec![Some(String::new()), Some(String::new())])
+    );
+    assert_eq!(matched("(?:|a)*?b", "aab").as_deref(), Some("aab"));
+}
