@@ -7,7 +7,8 @@
 # here for archive (the first byte of an archive input picks its format).
 # Seeds are only added: what earlier runs found stays.
 #
-# Usage: scripts/fuzz-seeds.sh [TARGET...]   (all targets when none)
+# Usage: scripts/fuzz-seeds.sh [TARGET...]   (all targets when none; python3
+# reads the corpora and makes the archives)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
