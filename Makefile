@@ -19,8 +19,10 @@ STATIC_BIN := target/x86_64-unknown-linux-musl/static/csi-agent
 # build first, unless BIN names another (BIN=$(STATIC_BIN) after `make static`).
 BIN        ?= $(DEBUG_BIN)
 NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
-# How long `make fuzz` runs, in seconds.
+# How long `make fuzz` runs each target, in seconds, and which targets
+# (all of them unless FUZZ_TARGETS names some, e.g. FUZZ_TARGETS="json regex").
 FUZZ_TIME ?= 300
+FUZZ_TARGETS ?= hcl_parse template json regex archive
 # The format version `make upgrade-fixture` writes a fixture for:
 # tests/fixtures/datadir-$(FIXTURE_VERSION).
 FIXTURE_VERSION ?= v1
@@ -28,7 +30,7 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz upgrade-fixture install uninstall install-test clean
+.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -83,14 +85,31 @@ e2e: install-test
 	BIN='$(BIN)' scripts/e2e.sh
 	BIN='$(BIN)' scripts/e2e-docker.sh
 
-## fuzz: fuzz the HCL parsers (native and JSON) for FUZZ_TIME seconds (cargo-fuzz on nightly,
-## both installed when missing; not part of `test` or CI)
+## fuzz: fuzz each of FUZZ_TARGETS (the HCL parsers, the template engine, the
+## JSON reader, the regex engine, the archive readers) for FUZZ_TIME seconds,
+## one after the other, at the lowest priority and on one core, each seeded
+## from the fixtures and the external corpora under tests/corpora
+## (scripts/fuzz-seeds.sh); cargo-fuzz on nightly, both installed when
+## missing; not part of `test` or CI
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	mkdir -p fuzz/corpus/hcl_parse
-	cp tests/fixtures/*.hcl tests/fixtures/*.json fuzz/corpus/hcl_parse/
-	$(CARGO) +nightly fuzz run hcl_parse -- -max_total_time=$(FUZZ_TIME) -max_len=4096
+	scripts/fuzz-seeds.sh $(FUZZ_TARGETS)
+	@set -e; for target in $(FUZZ_TARGETS); do \
+		echo "== fuzzing $$target for $(FUZZ_TIME) s"; \
+		nice -n 19 $(CARGO) +nightly fuzz run $$target -- \
+			-max_total_time=$(FUZZ_TIME) -max_len=4096 -timeout=10; \
+	done
+
+## fuzz-check: that every fuzz target still compiles (a plain nightly
+## `cargo check` of fuzz/, about half a minute of CPU; CI runs it), skipped
+## with a note where no nightly toolchain is installed
+fuzz-check:
+	@if rustup toolchain list | grep -q '^nightly'; then \
+		$(CARGO) +nightly check --locked --manifest-path fuzz/Cargo.toml --bins; \
+	else \
+		echo "fuzz-check: skipped, no nightly toolchain (rustup toolchain install nightly)"; \
+	fi
 
 ## upgrade-fixture: as root, the data dirs $(BIN) leaves for the upgrade test
 ## (scripts/upgrade-fixture.sh), in tests/fixtures/datadir-$(FIXTURE_VERSION); only

@@ -6,14 +6,21 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// The parsers, compiled from the crate's own source.
+// The parsers, compiled from the crate's own source, with the regex
+// engine that HCL's functions use.
 #[allow(dead_code, unused_imports)]
 #[path = "../../src/hcl/mod.rs"]
 mod hcl;
+#[allow(dead_code)]
+#[path = "../../src/regex/mod.rs"]
+mod regex;
 
 fuzz_target!(|data: &[u8]| {
     let src = String::from_utf8_lossy(data);
-    for parsed in [hcl::parse(&src, "fuzz.hcl"), hcl::json::parse(&src, "fuzz.json")] {
+    for parsed in [
+        hcl::parse(&src, "fuzz.hcl"),
+        hcl::json::parse(&src, "fuzz.json"),
+    ] {
         match parsed {
             Ok(body) => read_every_property(&body),
             Err(err) => {

@@ -3,8 +3,9 @@
 //! `regex_replace` and the template functions `regexMatch` and
 //! `regexReplaceAll`, which Nomad evaluates with Go's package.
 //!
-//! The subset is what job files use: literals and escapes, `.`, classes
-//! (`[a-z]`, `[^...]`, `[[:alpha:]]`, `\d \w \s` and their negations),
+//! The subset is what job files use: literals and escapes (octal `\141`
+//! too), `.`, classes (`[a-z]`, `[^...]`, `[[:alpha:]]`, `\d \w \s` and
+//! their negations),
 //! anchors (`^ $ \A \z \b \B`), groups (capturing, `(?:...)`,
 //! `(?P<name>...)`), alternation, repetition (`* + ? {n} {n,} {n,m}` and
 //! their lazy forms) and the flags `i m s U`. Unicode classes (`\pL`) and

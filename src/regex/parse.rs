@@ -461,7 +461,10 @@ impl Parser {
     }
 
     /// The character an escape stands for (after its `\`, at `at`):
-    /// punctuation as itself, `\t \n \r \f \v \a`, `\xHH` and `\x{H...}`.
+    /// punctuation as itself, `\t \n \r \f \v \a`, `\xHH`, `\x{H...}`
+    /// and octal codes as Go reads them: `\0` and up to two more octal
+    /// digits, or a digit 1 to 7 followed by one or two (a lone `\1` would
+    /// be a backreference, which RE2 has not).
     fn escaped_char(&mut self, at: usize) -> Result<char, Error> {
         let Some(c) = self.peek() else {
             return Err(self.error(at, "the pattern ends with '\\'"));
@@ -475,6 +478,17 @@ impl Parser {
             'r' => '\r',
             'v' => '\x0b',
             'x' => return self.hex(at),
+            '0'..='7' if c == '0' || self.peek().is_some_and(|d| d.is_digit(8)) => {
+                let mut code = c.to_digit(8).unwrap_or(0);
+                for _ in 0..2 {
+                    let Some(digit) = self.peek().and_then(|d| d.to_digit(8)) else {
+                        break;
+                    };
+                    code = code * 8 + digit;
+                    self.at += 1;
+                }
+                char::from_u32(code).unwrap_or('\0')
+            }
             c if c.is_ascii_punctuation() => c,
             c => return Err(self.error(at, format!("unknown or unsupported escape '\\{c}'"))),
         })
@@ -570,7 +584,8 @@ impl Parser {
     /// `[:alpha:]` and the other ASCII classes of POSIX, inside a class.
     fn posix_class(&mut self, at: usize) -> Result<Vec<(char, char)>, Error> {
         let rest: String = self.chars[self.at..].iter().take(12).collect();
-        let Some(end) = rest.find(":]") else {
+        // The `:]` that closes it comes after the `[:` (in `[:]` it does not).
+        let Some(end) = rest.get(2..).and_then(|r| r.find(":]")).map(|i| i + 2) else {
             return Err(self.error(at, "'[:' is not closed by ':]'"));
         };
         let name = &rest[2..end];

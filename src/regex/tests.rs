@@ -252,3 +252,52 @@ fn a_search_for_all_matches_past_its_step_limit_is_refused() {
     assert_eq!(fine.captures_all(&text).unwrap().len(), 20_000);
     assert_eq!(fine.replace_all(&text, "b").unwrap(), "b".repeat(20_000));
 }
+
+#[test]
+fn octal_escapes_read_as_go_reads_them() {
+    // RE2's search table: `\141` is 'a', `\0600` is '0' then '0', `\608` is
+    // `\60` ('0') then '8', `\018` is `\01` then '8'.
+    assert_eq!(matched(r"\141", "a").as_deref(), Some("a"));
+    assert_eq!(matched(r"\060", "0").as_deref(), Some("0"));
+    assert_eq!(matched(r"\0600", "00").as_deref(), Some("00"));
+    assert_eq!(matched(r"\608", "08").as_deref(), Some("08"));
+    assert_eq!(matched(r"\01", "\x01").as_deref(), Some("\x01"));
+    assert_eq!(matched(r"\018", "\x018").as_deref(), Some("\x018"));
+    assert_eq!(matched(r"[\141-\143]+", "xabcd").as_deref(), Some("abc"));
+    // A lone digit would be a backreference, which RE2 does not have.
+    assert!(
+        error(r"\1").contains("unsupported escape"),
+        "{}",
+        error(r"\1")
+    );
+    assert!(error(r"(a)\1").contains("unsupported escape"));
+    assert!(error(r"\8").contains("unsupported escape"));
+}
+
+#[test]
+fn a_posix_class_opened_and_closed_at_once_is_refused() {
+    // Found by fuzzing: `[:]` closed the class before its name began.
+    assert!(
+        error("[?[:]z]").contains("not closed by ':]'"),
+        "{}",
+        error("[?[:]z]")
+    );
+    assert!(error("[[:]").contains("not closed"));
+    assert_eq!(matched("[[:digit:]]+", "ab12").as_deref(), Some("12"));
+}
+
+#[test]
+fn a_loop_whose_body_may_match_empty_prefers_the_empty_pass_as_go_does() {
+    // RE2's search table: leftmost-first takes the empty alternative first,
+    // and a loop of it is done.
+    assert_eq!(matched("(?:|a)*", "aaa").as_deref(), Some(""));
+    assert_eq!(matched("(?:|a)+", "aaa").as_deref(), Some(""));
+    assert_eq!(matched("^(?:(?:|a)*)$", "aaa").as_deref(), Some("aaa"));
+    assert_eq!(matched("(?:a|)*", "aaa").as_deref(), Some("aaa"));
+    assert_eq!(matched("(a*)*", "aa").as_deref(), Some("aa"));
+    assert_eq!(
+        find("(a*)+", "b"),
+        Some(vec![Some(String::new()), Some(String::new())])
+    );
+    assert_eq!(matched("(?:|a)*?b", "aab").as_deref(), Some("aab"));
+}

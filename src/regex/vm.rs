@@ -174,6 +174,20 @@ impl Compiler {
             self.node(node)?;
         }
         match max {
+            None if nullable(node) => {
+                // A body that may match empty loops as `(body+)?`, as Go
+                // compiles it: split(body, out); body; split(body, out).
+                // With `L: split; body; jmp L` an empty pass would run into
+                // L, already seen, and die, leaving the non-empty passes to
+                // win where Go's leftmost-first prefers the empty one
+                // (`(?:|a)*` on "aaa" matches "").
+                let first = self.push(Inst::Split(0, 0))?;
+                self.node(node)?;
+                let again = self.push(Inst::Split(0, 0))?;
+                let out = self.insts.len();
+                self.set_split(first, first + 1, out, greedy);
+                self.set_split(again, first + 1, out, greedy);
+            }
             None => {
                 // L: split(body, out); body; jmp L
                 let split = self.push(Inst::Split(0, 0))?;
@@ -206,6 +220,18 @@ impl Compiler {
         } else {
             Inst::Split(out, body)
         };
+    }
+}
+
+/// Whether `node` can match the empty string.
+fn nullable(node: &Node) -> bool {
+    match node {
+        Node::Empty | Node::Assert(_) => true,
+        Node::Char { .. } | Node::Class(_) | Node::Any { .. } => false,
+        Node::Group { node, .. } => nullable(node),
+        Node::Concat(items) => items.iter().all(nullable),
+        Node::Alternate(branches) => branches.iter().any(nullable),
+        Node::Repeat { node, min, .. } => *min == 0 || nullable(node),
     }
 }
 

@@ -164,16 +164,23 @@ fn values_that_grow_in_a_loop_stop_at_the_value_limit() {
 fn functions_refuse_results_past_the_bounds_before_building_them() {
     let err = refused(r#"{{ indent 100000000000000 "x" }}"#.into());
     assert!(err.contains("the template value limit"), "{err}");
-    let err = refused(r#"{{ "ab" | replaceAll "" (printf "%9999999s" "") }}"#.into());
+    let err =
+        refused(r#"{{ "abcdefghijklmnopqrst" | replaceAll "" (printf "%1000000s" "") }}"#.into());
     assert!(err.contains("the template value limit"), "{err}");
-    let err = refused(r#"{{ printf "%9999999d%9999999d" 1 2 }}"#.into());
+    let err = refused(format!(
+        "{{{{ printf \"{}\" {}}}}}",
+        "%1000000s".repeat(17),
+        "\"\" ".repeat(17)
+    ));
     assert!(err.contains("the template value limit"), "{err}");
     let err = refused(r#"{{ range loop 1000001 }}{{ end }}"#.into());
     assert!(err.contains("the template list limit"), "{err}");
-    let err = refused(r#"{{ split "" (printf "%1000001s" "") }}"#.into());
+    let err = refused(r#"{{ split "" (printf "%1000000s%1000000s" "" "") }}"#.into());
     assert!(err.contains("the template list limit"), "{err}");
-    let err =
-        refused(r#"{{ regexReplaceAll "." "$0$0$0$0$0$0$0$0" (printf "%9999999s" "") }}"#.into());
+    let err = refused(format!(
+        "{{{{ regexReplaceAll \".\" \"{}\" (printf \"%1000000s\" \"\") }}}}",
+        "$0".repeat(20)
+    ));
     assert!(err.contains("the replacement size limit"), "{err}");
 }
 

@@ -27,10 +27,9 @@ pub(super) fn sprint(values: &[Value], line: bool) -> String {
     out
 }
 
-/// The largest width or precision read whole, as Go's `tooLarge`: one
-/// more digit ends the format (`%!(NOVERB)`), so no padding passes ten
-/// million characters.
-const MAX_WIDTH: usize = 1_000_000;
+/// The largest width or precision `printf` pads to, as in Go's `fmt`
+/// (its `tooLarge`): past it the format ends with `%!(NOVERB)`.
+pub(super) const MAX_WIDTH: usize = 1_000_000;
 
 /// `fmt.Sprintf` with the verbs `%v %s %q %d %f %F %e %E %g %G %x %X %o
 /// %b %c %t %%`, the flags `- + 0 space` and width and precision. Stops
@@ -56,16 +55,10 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
             }
             chars.next();
         }
-        // As Go's `parsenum`: a number past a million is taken for a
-        // mistake, and the rest of the format with it.
         let number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
-            let mut n = None;
+            let mut n: Option<usize> = None;
             while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
-                if n.unwrap_or(0) > MAX_WIDTH {
-                    chars.by_ref().for_each(drop);
-                    return None;
-                }
-                n = Some(n.unwrap_or(0) * 10 + d as usize);
+                n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(d as usize));
                 chars.next();
             }
             n
@@ -77,6 +70,12 @@ pub(super) fn printf(format: &str, args: &[Value]) -> String {
         } else {
             None
         };
+        // Go's fmt gives up on the rest of the format at a width or a
+        // precision past its bound.
+        if width.max(prec).is_some_and(|n| n > MAX_WIDTH) {
+            out.push_str("%!(NOVERB)");
+            break;
+        }
         let Some(verb) = chars.next() else {
             out.push_str("%!(NOVERB)");
             break;

@@ -177,6 +177,33 @@ fn go_builtins() {
         "s-7- 3.14-\"q\"-ff-true-005-l  |"
     );
     assert_eq!(render(r#"{{ printf "%d %d" 1 }}"#), "1 %!d(MISSING)");
+    // Go's printf takes a string format (its exec tests bug16a-d).
+    for text in [
+        "{{ true | printf }}",
+        "{{ 1 | printf }}",
+        "{{ 1.1 | printf }}",
+        "{{ 'x' | printf }}",
+    ] {
+        assert!(
+            error(text).contains("the format is a"),
+            "{text}: {}",
+            error(text)
+        );
+    }
+    assert_eq!(render(r#"{{ "aaa" | printf }}"#), "aaa");
+    // A width or precision past Go's bound ends the format, the arguments
+    // left over listed, as in Go; one too large for a usize (found by
+    // fuzzing) is no overflow.
+    let huge = format!(
+        "{{{{ printf \"%{}d|%.{}f|%d\" 1 2.0 3 }}}}",
+        "9".repeat(30),
+        7
+    );
+    assert_eq!(render(&huge), "%!(NOVERB)%!(EXTRA int=1, float64=2, int=3)");
+    let over = format!("{{{{ printf \"%.{}f\" 2.0 }}}}", fmt::MAX_WIDTH + 1);
+    assert_eq!(render(&over), "%!(NOVERB)%!(EXTRA float64=2)");
+    let at = format!("{{{{ printf \"%{}d\" 1 }}}}", fmt::MAX_WIDTH);
+    assert_eq!(render(&at).len(), fmt::MAX_WIDTH);
     assert_eq!(
         render(
             r#"{{ eq 1 2 1 }} {{ ne "a" "b" }} {{ lt 1 2 }} {{ le 2 2 }} {{ gt "b" "a" }} {{ ge 1.5 2 }}"#

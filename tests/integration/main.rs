@@ -8,7 +8,9 @@
 //! etcd, on hosts of their own (network namespaces made by the test); the
 //! upgrade from data dirs an earlier binary wrote (our fixtures); and the
 //! crate's import graph, read from `src/`, held to its layers (`layers`);
-//! and the container engine client against a private dockerd per test.
+//! the container engine client against a private dockerd per test; and
+//! external corpora (RE2, JSONTestSuite, HCL's specsuite, Go's template
+//! tests) against the hand-written engines (`corpus`).
 
 mod agent;
 mod block;
@@ -26,6 +28,7 @@ mod cluster_netns;
 mod cluster_quorum;
 mod cluster_relay;
 mod cluster_writers;
+mod corpus;
 mod docker_engine;
 mod dockerd;
 mod durable;

@@ -29,8 +29,15 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         Ok(Value::Str(sprint(&a.values, true)))
     }),
     ("printf", 1, usize::MAX, |a| {
-        let format = a.string(0)?;
-        Ok(Value::Str(printf(&format, &a.values[1..])))
+        // Go's printf takes a string format: a number or a bool piped into
+        // a bare `printf` is an error, not a format.
+        let Value::Str(format) = &a.values[0] else {
+            return Err(format!(
+                "the format is a {}, not a string",
+                a.values[0].kind()
+            ));
+        };
+        Ok(Value::Str(printf(format, &a.values[1..])))
     }),
     ("eq", 1, usize::MAX, |a| {
         let first = &a.values[0];
