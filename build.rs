@@ -1,5 +1,6 @@
 //! Generates the CSI, control API and state protobuf messages and the
-//! grpcio service stubs from `proto/` at build time.
+//! grpcio service stubs from `proto/` at build time, and compiles the
+//! artifact fetcher's C shim (`src/task/artifact/ffi.c`).
 //!
 //! Generated code is not committed: `proto/*.proto` is the single source of
 //! truth, and no `protoc` is needed, because both generators run on
@@ -23,6 +24,7 @@ const PROTOS: &[&str] = &[
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {
+    compile_artifact_ffi()?;
     for proto in PROTOS {
         println!("cargo:rerun-if-changed={proto}");
     }
@@ -67,5 +69,57 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mod_rs: String = modules.iter().map(|m| format!("pub mod {m};\n")).collect();
     fs::write(out.join("mod.rs"), mod_rs)?;
+    Ok(())
+}
+
+/// The artifact fetcher's C shim, against the headers of the BoringSSL and
+/// zlib the binary links, so that the compiler checks every call into them.
+///
+/// BoringSSL: grpcio-sys builds the sources of the boringssl-src crate and
+/// links them statically (it exports no `DEP_` metadata of its own), and
+/// those sources' `include/` is the one its build copies next to the
+/// libraries. zlib: libz-sys names the directory of the `zlib.h` it built
+/// with (none when it found a system zlib in the default include path).
+///
+/// The warnings that flag a type that does not match a library's
+/// declaration are errors, and so is a definition without a prototype in
+/// `ffi.h`. The shim must compile without warnings under gcc and clang
+/// (zig's, for `make static`).
+fn compile_artifact_ffi() -> Result<(), Box<dyn Error>> {
+    const SHIM: &str = "src/task/artifact/ffi.c";
+    println!("cargo:rerun-if-changed={SHIM}");
+    println!("cargo:rerun-if-changed=src/task/artifact/ffi.h");
+    let boringssl_include = boringssl_src::source_dir().join("src").join("include");
+    if !boringssl_include.join("openssl").join("ssl.h").is_file() {
+        return Err(format!(
+            "BoringSSL's headers are not in {}",
+            boringssl_include.display()
+        )
+        .into());
+    }
+    let mut build = cc::Build::new();
+    build
+        .file(SHIM)
+        .include(&boringssl_include)
+        .define("CSI_FFI_BORINGSSL", None)
+        .std("c11")
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true);
+    for flag in [
+        "-Wconversion",
+        "-Wsign-conversion",
+        "-Wmissing-prototypes",
+        "-Wstrict-prototypes",
+    ] {
+        build.flag(flag);
+    }
+    println!("cargo:rerun-if-env-changed=DEP_Z_INCLUDE");
+    if let Ok(dirs) = std::env::var("DEP_Z_INCLUDE") {
+        for dir in dirs.split(',').filter(|d| !d.is_empty()) {
+            build.include(dir);
+        }
+    }
+    build.try_compile("csi_artifact_ffi")?;
     Ok(())
 }

@@ -14,6 +14,7 @@
 //! their query and never the headers.
 
 mod digest;
+mod ffi;
 mod gzip;
 mod http;
 mod tar;
