@@ -19,6 +19,9 @@ mod hcl;
 #[path = "../../src/json.rs"]
 mod json;
 #[allow(dead_code)]
+#[path = "../../src/encode.rs"]
+mod encode;
+#[allow(dead_code)]
 #[path = "../../src/regex/mod.rs"]
 mod regex;
 #[allow(dead_code, unused_imports)]
