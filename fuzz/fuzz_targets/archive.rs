@@ -1,7 +1,8 @@
 //! Fuzzes the archive readers (`src/task/artifact/`): tar, gzip'd tar,
 //! zip and a lone gzip file, each unpacked into the bounded sink in a
-//! fresh temp dir, as the artifact hook does. The input's first byte picks
-//! the format. No input may panic a reader, write outside the temp dir or
+//! fresh temp dir, opened and held as the artifact hook holds a task's
+//! (so every entry is written by the kernel's beneath-resolving calls of
+//! `sys::beneath`). The input's first byte picks the format. No input may panic a reader, write outside the temp dir or
 //! get past the sink's bounds.
 
 #![no_main]
@@ -14,10 +15,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use libfuzzer_sys::fuzz_target;
 
 // The readers and their sink, compiled from the crate's own source; they
-// name each other as `super::`, which is this crate's root here.
+// name each other as `super::`, which is this crate's root here, and the
+// sink names `crate::sys`. The C shim under `ffi` is compiled by build.rs.
+#[allow(dead_code)]
+#[path = "../../src/task/artifact/ffi.rs"]
+mod ffi;
 #[allow(dead_code)]
 #[path = "../../src/task/artifact/gzip.rs"]
 mod gzip;
+#[allow(dead_code)]
+#[path = "../../src/sys/mod.rs"]
+mod sys;
 #[allow(dead_code)]
 #[path = "../../src/task/artifact/tar.rs"]
 mod tar;
@@ -28,11 +36,7 @@ mod unpack;
 #[path = "../../src/task/artifact/zip.rs"]
 mod zip;
 
-// gzip.rs calls zlib, which the agent gets through grpcio-sys.
-#[link(name = "z")]
-extern "C" {}
-
-use unpack::{Sink, UnpackLimits};
+use unpack::{Dir, Sink, UnpackLimits};
 
 const LIMITS: UnpackLimits = UnpackLimits {
     file_count: 64,
@@ -57,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn unpack(kind: u8, archive: &[u8], base: &Path, dest: &Path) -> io::Result<()> {
-    let mut sink = Sink::new(dest, LIMITS);
+    let mut sink = Sink::in_dir(Dir::open(dest)?, LIMITS);
     match kind {
         0 => tar::unpack(&mut io::Cursor::new(archive), &mut sink),
         1 => {
