@@ -4,7 +4,8 @@
 # and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
 # and `make cluster-demo`, openssl for the certificates of the TLS tests,
 # dockerd and a static busybox for the docker engine tests, promtool and
-# prometheus for the metrics tests.
+# prometheus for the metrics tests, OpenSSL's and zlib's headers for the
+# fuzz crate.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -32,6 +33,12 @@ command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 # The start helper's test watches the agent's clones with strace.
 command -v strace >/dev/null 2>&1 || missing="$missing strace"
+# Only the fuzz crate (fuzz/, `make fuzz` and `make fuzz-check`) needs
+# these: it compiles the artifact fetcher's C shim against the system's
+# OpenSSL and zlib, where the agent uses the BoringSSL and zlib that
+# grpcio-sys builds.
+dpkg -s libssl-dev >/dev/null 2>&1 || missing="$missing libssl-dev"
+dpkg -s zlib1g-dev >/dev/null 2>&1 || missing="$missing zlib1g-dev"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq
