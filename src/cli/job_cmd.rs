@@ -99,32 +99,29 @@ fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
     )?)?)
 }
 
+/// Prints `errors`, one a line, and fails as `validate` fails one file,
+/// if there are any.
+fn refuse_if_any(errors: &[impl std::fmt::Display]) -> Result<(), CliError> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    for err in errors {
+        eprintln!("{err}");
+    }
+    Err(CliError::Validate(super::validate::Failed {
+        invalid: 1,
+        total: 1,
+    }))
+}
+
 fn run_job(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(RUN_FLAGS, argv)?;
     args.at_most(1)?;
     let path = args.positional(0, "the job FILE")?;
     let (file, hcl) = job_inputs::read_source(path, "job file")?;
     let mut inputs = job_inputs::gather(&args, path)?;
-    let undeclared = job_inputs::undeclared(&inputs, &file, &hcl);
-    if !undeclared.is_empty() {
-        for err in &undeclared {
-            eprintln!("{err}");
-        }
-        return Err(CliError::Validate(super::validate::Failed {
-            invalid: 1,
-            total: 1,
-        }));
-    }
-    let unread = job_inputs::read_job_files(&mut inputs, &file, &hcl);
-    if !unread.is_empty() {
-        for err in &unread {
-            eprintln!("{err}");
-        }
-        return Err(CliError::Validate(super::validate::Failed {
-            invalid: 1,
-            total: 1,
-        }));
-    }
+    refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
+    refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
     let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {
         eprintln!("{warning}");
