@@ -236,7 +236,9 @@ impl Parser {
                 Err(Error::new(at, format!("unexpected {{{{else}}}} in {what}")))
             }
             Stop::Else(tokens, at) if tokens.is_empty() => {
-                let (els, end) = self.list()?;
+                // A range's `else` runs when it iterates not at all:
+                // `break` and `continue` there belong to no loop of it.
+                let (els, end) = self.outside_range(what, |p| p.list())?;
                 match end {
                     Stop::End(_) => Ok((body, els)),
                     Stop::Eof => Err(Error::new(
@@ -264,7 +266,7 @@ impl Parser {
                         ))
                     }
                 };
-                let inner = self.branch(&tokens[1..], at, &kind)?;
+                let inner = self.outside_range(what, |p| p.branch(&tokens[1..], at, &kind))?;
                 let node = if kind == "if" {
                     Node::If(inner)
                 } else {
@@ -273,6 +275,20 @@ impl Parser {
                 Ok((body, vec![node]))
             }
         }
+    }
+
+    /// Runs `f` with the range `what` (if it is one) not counted as a
+    /// loop `break` and `continue` may leave.
+    fn outside_range<T>(&mut self, what: &str, f: impl FnOnce(&mut Self) -> T) -> T {
+        let range = what == "range";
+        if range {
+            self.range_depth -= 1;
+        }
+        let result = f(self);
+        if range {
+            self.range_depth += 1;
+        }
+        result
     }
 
     fn branch(&mut self, tokens: &[Token], pos: Pos, what: &str) -> Result<Branch, Error> {
@@ -321,6 +337,28 @@ impl Parser {
         loop {
             let (cmd, used) = self.command(rest, pos)?;
             rest = &rest[used..];
+            // As Go's `checkPipeline`: a value that is not a function, a
+            // field or a variable cannot take the piped value.
+            if !cmds.is_empty()
+                && matches!(
+                    cmd.args[0].operand,
+                    Operand::Dot
+                        | Operand::Nil
+                        | Operand::Bool(_)
+                        | Operand::Int(_)
+                        | Operand::Float(_)
+                        | Operand::Str(_)
+                )
+                && cmd.args[0].fields.is_empty()
+            {
+                return Err(Error::new(
+                    cmd.pos,
+                    format!(
+                        "non executable command in pipeline stage {}",
+                        cmds.len() + 1
+                    ),
+                ));
+            }
             cmds.push(cmd);
             match rest.first() {
                 None => break,
@@ -370,6 +408,13 @@ impl Parser {
             if matches!(t.tok, Tok::Pipe | Tok::RParen) {
                 break;
             }
+            // Go's parser wants operands apart: `printf 3`x``, `$x+2`.
+            if !args.is_empty() && !t.spaced {
+                return Err(Error::new(
+                    t.pos,
+                    format!("missing space before {}", describe(&t.tok)),
+                ));
+            }
             let (arg, used) = self.operand(&tokens[i..])?;
             args.push(arg);
             i += used;
@@ -378,6 +423,9 @@ impl Parser {
             let at = tokens.first().map_or(pos, |t| t.pos);
             return Err(Error::new(at, "missing value for command"));
         };
+        if matches!(first.operand, Operand::Nil) && first.fields.is_empty() {
+            return Err(Error::new(first.pos, "nil is not a command"));
+        }
         let cmd_pos = first.pos;
         Ok((Cmd { args, pos: cmd_pos }, i))
     }

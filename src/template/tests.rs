@@ -72,7 +72,9 @@ fn literals_print_as_go_prints_them() {
         ),
         "a\tbé|raw\\n|42|-7|31|1.5|1e+21|true|97"
     );
-    assert_eq!(render("{{ nil }}"), "<no value>");
+    // As Go: nil is a value, never a command.
+    assert_eq!(error("{{ nil }}"), "line 1:4: nil is not a command");
+    assert_eq!(render("{{ print nil }}"), "<nil>");
 }
 
 #[test]
@@ -224,7 +226,14 @@ fn pipelines_pass_the_value_last() {
         render(r#"{{ "Hello" | toUpper | printf "%s!" }}"#),
         "HELLO!"
     );
-    assert!(error(r#"{{ "x" | "y" }}"#).contains("can't give argument to non-function"));
+    assert_eq!(
+        error(r#"{{ "x" | "y" }}"#),
+        "line 1:10: non executable command in pipeline stage 2"
+    );
+    assert_eq!(
+        error("{{ printf 3`x` }}"),
+        "line 1:12: missing space before \"x\""
+    );
 }
 
 #[test]

@@ -24,9 +24,6 @@ use super::{check_known, dir};
 
 /// Exec cases whose result differs from Go's, by name, each with why.
 const KNOWN_EXEC: &[(&str, &str)] = &[
-    ("nil action", "Go refuses `{{nil}}` (nil is not a command); we print <no value>"),
-    ("ideal nil without type", "as \"nil action\""),
-    ("if nil", "Go refuses `if nil` (nil is not a command); we take it as false"),
     ("NIL", "Go prints a nil pointer as <nil>; our data has one nil, printed as a missing value is"),
     (
         "printf dot",
@@ -39,41 +36,15 @@ const KNOWN_EXEC: &[(&str, &str)] = &[
 
 /// Parse cases whose acceptance differs from Go's, by name, with why.
 const KNOWN_PARSE: &[(&str, &str)] = &[
-    ("dot applied to parentheses", SPACING),
-    ("adjacent args", SPACING),
-    ("adjacent args with .", SPACING),
-    ("bug1b", SPACING),
     (
         "dot after dot",
         "Go refuses `..E`; our parser reads it as `.E`",
-    ),
-    ("wrong pipeline dot", NOT_A_COMMAND),
-    ("wrong pipeline number", NOT_A_COMMAND),
-    ("wrong pipeline string", NOT_A_COMMAND),
-    ("wrong pipeline char", NOT_A_COMMAND),
-    ("wrong pipeline boolean", NOT_A_COMMAND),
-    ("wrong pipeline nil", NOT_A_COMMAND),
-    (
-        "break in range else",
-        "Go refuses break in a range's else; our parser accepts it",
-    ),
-    (
-        "continue in range else",
-        "Go refuses continue in a range's else; our parser accepts it",
     ),
     (
         "bug2b",
         "our parser refuses an assignment to a variable not declared; Go's leaves it to execution",
     ),
 ];
-
-/// Why some parse cases differ: Go's parser wants a space between
-/// operands (`{{printf 3`x`}}`, `$x+2`); ours does not check.
-const SPACING: &str = "Go refuses operands not separated by spaces; our parser accepts them";
-
-/// Why some parse cases differ: Go's parser refuses a literal or the dot
-/// as a later stage of a pipeline (`{{12|.}}`); ours leaves it to render.
-const NOT_A_COMMAND: &str = "Go refuses a non-command after '|' at parse; our parser accepts it";
 
 fn cases(file: &str) -> Vec<Value> {
     std::fs::read_to_string(dir("go-template").join(file))
