@@ -32,6 +32,10 @@ use super::types::*;
 
 /// The deadline of an ordinary RPC when the caller sets none (Nomad's and
 /// kubelet's is 2 minutes; plugins doing real attach work need it).
+/// The largest answer read from a plugin: gRPC refuses a longer one
+/// before it is decoded, and the call fails.
+pub const MAX_ANSWER: usize = 64 << 20;
+
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Probe's deadline: a probe that takes longer than this is a failed probe.
@@ -57,7 +61,7 @@ impl Client {
     pub fn new(endpoint: &Endpoint) -> Client {
         let channel = ChannelBuilder::new(grpc_environment())
             // Plugins answer large ListVolumes pages; don't cap at 4 MiB.
-            .max_receive_message_len(64 << 20)
+            .max_receive_message_len(MAX_ANSWER as i32)
             // A local plugin that restarts is back within milliseconds:
             // reconnect quickly, and on a channel of our own, so a new
             // client never inherits another one's reconnect backoff.

@@ -29,6 +29,9 @@ pub mod proto;
 pub mod rpc;
 pub mod types;
 
+#[cfg(test)]
+mod bound_tests;
+
 pub use backoff::Backoff;
 pub use client::Client;
 pub use compare::{check_validation, Mismatch, Validation};
