@@ -23,6 +23,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use grpcio::{CallOption, ChannelBuilder, RpcStatusCode, WriteFlags};
 
+#[cfg(test)]
+mod bound_tests;
 mod txn;
 mod watch;
 
