@@ -20,7 +20,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use grpcio::{RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
+use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
 
 use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::{block_on, grpc_environment};
@@ -102,6 +102,11 @@ impl SentThread {
     }
 }
 
+/// The largest request the control API reads (gRPC's own default, named):
+/// a job file with every file it reads travels in one, and a longer one is
+/// refused before it is decoded.
+pub const MAX_REQUEST: usize = 4 << 20;
+
 impl ControlServer {
     /// Serves the control API at `path`, sending every call to `calls`.
     pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
@@ -111,7 +116,11 @@ impl ControlServer {
             .name("control-api-sent".into())
             .spawn(move || wait_until_sent(sending))
             .map_err(Error::Thread)?;
+        let args = ChannelBuilder::new(grpc_environment())
+            .max_receive_message_len(MAX_REQUEST as i32)
+            .build_args();
         let mut server = ServerBuilder::new(grpc_environment())
+            .channel_args(args)
             .register_service(agent_grpc::create_agent(Service { calls, sent }))
             .build()
             .map_err(Error::Grpc)?;

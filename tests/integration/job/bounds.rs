@@ -195,6 +195,27 @@ fn bombs() -> Vec<Bomb> {
     ]
 }
 
+#[test]
+fn a_job_file_past_the_control_api_s_request_bound_is_refused_and_the_agent_answers() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let big = "x".repeat(csi_agent::api::server::MAX_REQUEST);
+    let file = job(
+        "too-big",
+        &format!("      meta {{\n        big = \"{big}\"\n      }}"),
+    );
+    let out = rig.run_job_output("too-big.hcl", &file);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let says = text(&out);
+    assert!(
+        says.contains("RESOURCE_EXHAUSTED") || says.contains("larger than"),
+        "{says}"
+    );
+    rig.ok(&["job", "status"]);
+}
+
 fn file_name(bomb: &Bomb) -> String {
     let ext = if bomb.file.starts_with('{') {
         "json"
