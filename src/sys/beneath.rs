@@ -20,6 +20,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::cvt;
+
 /// Set once `openat2` answered `ENOSYS`, so later opens walk at once.
 static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
@@ -111,7 +113,7 @@ fn openat2(
     // SAFETY: `path` is a NUL-terminated string and `how` an initialised
     // open_how, both alive for the call, whose size is passed with it; the
     // kernel only reads them. `dir` is an open descriptor for the call.
-    let fd = unsafe {
+    let fd = cvt(unsafe {
         libc::syscall(
             libc::SYS_openat2,
             dir.as_raw_fd(),
@@ -119,10 +121,7 @@ fn openat2(
             &how as *const libc::open_how,
             std::mem::size_of::<libc::open_how>(),
         )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
     Ok(unsafe { File::from(OwnedFd::from_raw_fd(fd as libc::c_int)) })
 }
@@ -131,17 +130,14 @@ fn openat2(
 fn openat(dir: &File, name: &std::ffi::CStr, flags: libc::c_int, mode: u32) -> io::Result<File> {
     // SAFETY: `name` is a NUL-terminated string alive for the call and
     // `dir` an open descriptor; the mode is passed by value.
-    let fd = unsafe {
+    let fd = cvt(unsafe {
         libc::openat(
             dir.as_raw_fd(),
             name.as_ptr(),
             flags | ALWAYS,
             mode as libc::c_uint,
         )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    })?;
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
     Ok(unsafe { File::from(OwnedFd::from_raw_fd(fd)) })
 }
@@ -151,11 +147,7 @@ pub fn mkdir_at(dir: &File, name: &OsStr, mode: u32) -> io::Result<()> {
     let name = single(name)?;
     // SAFETY: `name` is a NUL-terminated string alive for the call and
     // `dir` an open descriptor.
-    let ret = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// `symlinkat(target, dir, name)`: a link named `name` in `dir`.
@@ -163,11 +155,7 @@ pub fn symlink_at(target: &OsStr, dir: &File, name: &OsStr) -> io::Result<()> {
     let (target, name) = (c_name(target)?, single(name)?);
     // SAFETY: both strings are NUL-terminated and alive for the call;
     // `dir` is an open descriptor.
-    let ret = unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }).map(drop)
 }
 
 /// `renameat(dir, from, dir, to)`: whatever `to` was (a symlink too) is
@@ -176,12 +164,8 @@ pub fn rename_at(dir: &File, from: &OsStr, to: &OsStr) -> io::Result<()> {
     let (from, to) = (single(from)?, single(to)?);
     // SAFETY: both strings are NUL-terminated and alive for the call;
     // `dir` is an open descriptor, passed for both names.
-    let ret =
-        unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    cvt(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) })
+        .map(drop)
 }
 
 /// `unlinkat(dir, name, 0)`: removes a file or symlink, not a dir.
@@ -189,11 +173,7 @@ pub fn unlink_at(dir: &File, name: &OsStr) -> io::Result<()> {
     let name = single(name)?;
     // SAFETY: `name` is a NUL-terminated string alive for the call and
     // `dir` an open descriptor.
-    let ret = unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
 }
 
 /// What a name in a dir is, the name itself (a symlink is a symlink).
@@ -213,20 +193,18 @@ pub fn kind_at(dir: &File, name: &OsStr) -> io::Result<Option<Kind>> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `name` is a NUL-terminated string and `st` a writable stat,
     // both alive for the call; `dir` is an open descriptor.
-    let ret = unsafe {
+    let ret = cvt(unsafe {
         libc::fstatat(
             dir.as_raw_fd(),
             name.as_ptr(),
             &mut st,
             libc::AT_SYMLINK_NOFOLLOW,
         )
-    };
-    if ret < 0 {
-        let err = io::Error::last_os_error();
-        if err.kind() == io::ErrorKind::NotFound {
-            return Ok(None);
-        }
-        return Err(err);
+    });
+    match ret {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err),
+        Ok(_) => {}
     }
     Ok(Some(match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => Kind::Dir,
