@@ -36,6 +36,7 @@ use std::process::{Child, Command, Stdio};
 
 use super::encoding::{self, Start};
 use super::Launch;
+use crate::sys::cvt;
 
 /// The helper's first argument; `csi-agent` lists it nowhere.
 pub const ARG: &str = "__start-task";
@@ -186,15 +187,10 @@ pub(in crate::task) fn stdin_is_socket() -> bool {
 /// and gives stdin `/dev/null`; returns the socket's descriptor.
 fn set_up_stdio() -> io::Result<libc::c_int> {
     // SAFETY: fcntl(2) on this process's stdin; plain integers.
-    let status = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) };
-    if status == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    let status = cvt(unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) })?;
     let null = File::open("/dev/null")?;
     // SAFETY: both descriptors are open; dup2(2) replaces stdin.
-    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    cvt(unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) })?;
     Ok(status)
 }
 
