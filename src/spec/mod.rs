@@ -99,8 +99,8 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources, Task,
-    VolumeMount,
+    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, MemoryMax, NamespaceMode, Resources,
+    Task, VolumeMount,
 };
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
