@@ -454,6 +454,14 @@ impl Agent {
                 self.events.read(req, reply, Instant::now());
                 None
             }
+            Request::AllocExecTarget(req) => {
+                reply.send(self.allocs.exec_target(&req).map(Response::AllocExecTarget));
+                None
+            }
+            Request::AllocFsRoot { alloc_id } => {
+                reply.send(self.allocs.fs_root(&alloc_id).map(Response::AllocFsRoot));
+                None
+            }
         };
         if let Some(dispatch) = dispatch {
             self.gate.hold(Effect::Submit(dispatch));

@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod server;
+mod session;
 mod wire;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use crate::task::calls::{JobFile, JobRun, JobStatus, LogsRequest};
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
+pub use session::MAX_SESSIONS;
 
 /// The socket's file name inside `data_dir`.
 pub const SOCKET_NAME: &str = "control.sock";
@@ -63,6 +65,12 @@ pub enum Request {
     AllocLogs(LogsRequest),
     /// Events after an index, waiting for one up to `wait`.
     Events(EventsRequest),
+    /// `alloc exec`'s lookup of the running task (`session.rs`).
+    AllocExecTarget(crate::task::exec_target::ExecLookup),
+    /// `alloc fs`'s lookup of the alloc's dir (`session.rs`).
+    AllocFsRoot {
+        alloc_id: String,
+    },
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -98,6 +106,8 @@ impl Request {
             Request::JobStatus { .. } => Access::Read,
             Request::AllocLogs(_) => Access::Read,
             Request::Events(_) => Access::Read,
+            Request::AllocExecTarget(_) => Access::Read,
+            Request::AllocFsRoot { .. } => Access::Read,
             // Snapshots live in the plugin: the agent keeps nothing of them.
             Request::SnapshotCreate(_) => Access::Read,
             Request::SnapshotDelete(_) => Access::Read,
@@ -133,6 +143,9 @@ pub enum Response {
     /// The log file's path.
     AllocLogs(PathBuf),
     Events(crate::events::Page),
+    AllocExecTarget(crate::task::exec_target::ExecTarget),
+    /// The alloc's dir.
+    AllocFsRoot(PathBuf),
 }
 
 /// Where the answer to a call goes.

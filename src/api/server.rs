@@ -121,7 +121,11 @@ impl ControlServer {
             .build_args();
         let mut server = ServerBuilder::new(grpc_environment())
             .channel_args(args)
-            .register_service(agent_grpc::create_agent(Service { calls, sent }))
+            .register_service(agent_grpc::create_agent(Service {
+                sessions: super::session::Sessions::new(calls.clone()),
+                calls,
+                sent,
+            }))
             .build()
             .map_err(Error::Grpc)?;
         server.start();
@@ -243,6 +247,8 @@ fn accept_loop(listener: &UnixListener, server: &mut grpcio::Server, stopping: &
 struct Service {
     calls: Sender<Call>,
     sent: Sender<UnarySinkResult>,
+    /// `alloc exec` and `alloc fs`, each on a thread of its own.
+    sessions: super::session::Sessions,
 }
 
 impl Service {
@@ -586,6 +592,26 @@ impl agent_grpc::Agent for Service {
                 let _ = self.sent.send(sink.fail(wire::status(&err)));
             }
         }
+    }
+
+    fn alloc_exec(
+        &mut self,
+        ctx: RpcContext,
+        stream: grpcio::RequestStream<api::AllocExecInput>,
+        sink: grpcio::DuplexSink<api::AllocExecOutput>,
+    ) {
+        crate::trace::point("api-call", "AllocExec");
+        self.sessions.exec(&ctx, stream, sink);
+    }
+
+    fn alloc_fs(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocFsRequest,
+        sink: UnarySink<api::AllocFsResponse>,
+    ) {
+        crate::trace::point("api-call", "AllocFs");
+        self.sessions.fs(&ctx, req, sink);
     }
 }
 

@@ -42,9 +42,13 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
 
 pub const ALLOC_USAGE: &str = "\
 usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
+       csi-agent alloc exec [-task TASK] [-i=BOOL] [-t=BOOL] ALLOC COMMAND [ARGS...]
+       csi-agent alloc fs [-stat] [-H] ALLOC [PATH]
 
-  Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
-  unique prefix of an allocation ID.";
+  logs prints a task's stdout (or its stderr with -stderr); exec runs a
+  command in a running task (see `csi-agent alloc exec -h`); fs lists or
+  prints what is beneath the alloc dir (see `csi-agent alloc fs -h`).
+  ALLOC may be a unique prefix of an allocation ID.";
 
 const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1], VAR_FLAGS[2]];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
@@ -65,10 +69,13 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
 
 pub fn alloc(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the alloc command (logs)").into());
+        return Err(UsageError::new("missing the alloc command (logs, exec, fs)").into());
     };
-    if verb != "logs" {
-        return Err(UsageError::new(format!("unknown alloc command {verb:?}")).into());
+    match verb.as_str() {
+        "logs" => {}
+        "exec" => return super::alloc_exec_cmd::run(rest),
+        "fs" => return super::alloc_fs_cmd::run(rest),
+        _ => return Err(UsageError::new(format!("unknown alloc command {verb:?}")).into()),
     }
     let args = args::parse(LOGS_FLAGS, rest)?;
     args.at_most(2)?;

@@ -5,6 +5,8 @@
 //! Errors print their whole `source()` chain, numbered.
 
 pub mod agent_cmd;
+pub mod alloc_exec_cmd;
+pub mod alloc_fs_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
@@ -34,7 +36,7 @@ commands:
   volume     register, create, claim, release and show volumes
   node       show the agents of this agent's cluster (node status)
   job        run, stop and show jobs (exec tasks, CSI plugin tasks)
-  alloc      show a task's logs (alloc logs)
+  alloc      a task's logs, a command in a task, the alloc dir (logs, exec, fs)
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -190,14 +192,25 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 Some(with_logging("warn", || job_cmd::run(rest)))
             },
         ),
-        "alloc" => (
-            job_cmd::ALLOC_USAGE,
-            if wants_help {
-                None
-            } else {
-                Some(with_logging("warn", || job_cmd::alloc(rest)))
-            },
-        ),
+        "alloc" => {
+            let (usage, wants_help) = match rest.first().map(String::as_str) {
+                // The command's own flags are not ours.
+                Some("exec") => (
+                    alloc_exec_cmd::USAGE,
+                    alloc_exec_cmd::wants_help(&rest[1..]),
+                ),
+                Some("fs") => (alloc_fs_cmd::USAGE, wants_help),
+                _ => (job_cmd::ALLOC_USAGE, wants_help),
+            };
+            (
+                usage,
+                if wants_help {
+                    None
+                } else {
+                    Some(with_logging("warn", || job_cmd::alloc(rest)))
+                },
+            )
+        }
         "events" => (
             events_cmd::USAGE,
             if wants_help {

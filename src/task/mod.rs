@@ -71,6 +71,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+pub mod alloc_fs;
 mod artifact;
 pub mod calls;
 mod cgroup;
@@ -78,6 +79,7 @@ mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
+pub mod exec_target;
 mod jobs;
 mod launch;
 mod leader;
