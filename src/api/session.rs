@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -173,8 +173,10 @@ impl Sessions {
         mut stream: RequestStream<pb::AllocExecInput>,
         mut sink: DuplexSink<pb::AllocExecOutput>,
     ) {
-        let start = match block_on(stream.next()) {
-            Some(Ok(input)) if input.start.is_some() => input.start.unwrap_or_default(),
+        let (start, stdin_closed) = match block_on(stream.next()) {
+            Some(Ok(input)) if input.start.is_some() => {
+                (input.start.clone().unwrap_or_default(), input.stdin_closed)
+            }
             Some(Err(err)) => {
                 log::debug!("An alloc exec call ended before its start: {err}");
                 return;
@@ -223,9 +225,16 @@ impl Sessions {
             pty,
         } = started;
         let group = child.id();
-        let input = thread::Builder::new()
-            .name("api-session-in".into())
-            .spawn(move || pump_input(stream, stdin, pty, group));
+        // Without -i (or a caller's stdin already empty), a pipe's end
+        // closes at once; a TTY stays open, as a terminal does.
+        let stdin = (!stdin_closed || pty.is_some()).then_some(stdin);
+        let finished = Arc::new(AtomicBool::new(false));
+        let input = {
+            let finished = finished.clone();
+            thread::Builder::new()
+                .name("api-session-in".into())
+                .spawn(move || pump_input(stream, stdin, pty, group, &finished))
+        };
         if input.is_err() {
             let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
         }
@@ -238,6 +247,9 @@ impl Sessions {
             Ok(status) => enter::exit_code(status),
             Err(_) => 1,
         };
+        // From here the call ends: its stream's end is no caller gone, and
+        // the command's pid is no longer ours to signal.
+        finished.store(true, Ordering::SeqCst);
         if sent {
             let _ = send(&mut sink, wire::exec_exited(code));
             let _ = block_on(sink.close());
@@ -264,11 +276,11 @@ fn send(sink: &mut DuplexSink<pb::AllocExecOutput>, msg: pb::AllocExecOutput) ->
 /// away) kills the command's process group.
 fn pump_input(
     mut stream: RequestStream<pb::AllocExecInput>,
-    stdin: File,
+    mut stdin: Option<File>,
     pty: Option<File>,
     group: u32,
+    finished: &AtomicBool,
 ) {
-    let mut stdin = Some(stdin);
     loop {
         match block_on(stream.next()) {
             Some(Ok(input)) => {
@@ -289,8 +301,10 @@ fn pump_input(
                 }
             }
             Some(Err(err)) => {
-                log::debug!("An alloc exec caller went away: {err}");
-                let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
+                if !finished.load(Ordering::SeqCst) {
+                    log::debug!("An alloc exec caller went away: {err}");
+                    let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
+                }
                 return;
             }
             None => return,

@@ -46,6 +46,46 @@ pub fn openpty(rows: u16, cols: u16) -> io::Result<Pty> {
     Ok(pty)
 }
 
+/// Opens a pseudo-terminal pair from the `ptmx` at `ptmx` (another devpts
+/// instance's, such as a task's `/proc/<pid>/root/dev/pts/ptmx`), so that
+/// the slave is a `/dev/pts/N` of that instance; the slave comes from the
+/// master itself (TIOCGPTPEER), with no path looked up. Anything at
+/// `ptmx` but a pty multiplexer (character device 5:2) is refused.
+pub fn openpty_at(ptmx: &std::path::Path, rows: u16, cols: u16) -> io::Result<Pty> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let master = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(ptmx)?;
+    let meta = master.metadata()?;
+    if !meta.file_type().is_char_device() || meta.rdev() != libc::makedev(5, 2) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a pty multiplexer", ptmx.display()),
+        ));
+    }
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one live c_int.
+    cvt(unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) })?;
+    // SAFETY: TIOCGPTPEER takes open flags and returns a new descriptor.
+    let slave = cvt(unsafe {
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: the ioctl succeeded: `slave` is an open descriptor now ours.
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    let pty = Pty {
+        master: OwnedFd::from(master),
+        slave,
+    };
+    set_window_size(pty.master.as_fd(), rows, cols)?;
+    Ok(pty)
+}
+
 fn winsize(rows: u16, cols: u16) -> libc::winsize {
     libc::winsize {
         ws_row: rows,
@@ -165,5 +205,16 @@ mod tests {
         let mut byte = [0u8; 1];
         master.read_exact(&mut byte).unwrap();
         assert_eq!(&byte, b"x");
+    }
+
+    #[test]
+    fn a_pty_opens_from_a_ptmx_and_nothing_else() {
+        let pty = openpty_at(std::path::Path::new("/dev/ptmx"), 12, 34).unwrap();
+        assert!(is_terminal(pty.slave.as_fd()));
+        assert_eq!(window_size(pty.slave.as_fd()), Some((12, 34)));
+        let err = openpty_at(std::path::Path::new("/dev/null"), 12, 34)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not a pty multiplexer"), "{err}");
     }
 }

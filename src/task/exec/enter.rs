@@ -93,7 +93,17 @@ pub fn start(target: &ExecTarget, argv: &[String], tty: Option<(u16, u16)>) -> i
     command.env_clear().envs(env);
     let started = match tty {
         Some((rows, cols)) => {
-            let pty = tty::openpty(rows, cols)?;
+            // An exec task has a devpts of its own: the pty comes from
+            // it, so that the command's terminal is a /dev/pts/N there.
+            let pty = if target.own_root {
+                tty::openpty_at(
+                    &PathBuf::from(format!("/proc/{pid}/root/dev/pts/ptmx")),
+                    rows,
+                    cols,
+                )?
+            } else {
+                tty::openpty(rows, cols)?
+            };
             let slave =
                 |pty: &tty::Pty| -> io::Result<Stdio> { Ok(Stdio::from(pty.slave.try_clone()?)) };
             command
