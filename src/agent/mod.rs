@@ -49,11 +49,8 @@ mod signals;
 mod telemetry;
 mod wakeup;
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::path::PathBuf;
-use std::thread;
 use std::time::{Duration, Instant};
+use std::{collections::BTreeMap, fs, path::PathBuf, thread};
 
 use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
 use signal_hook::consts::{SIGCHLD, SIGHUP};
@@ -454,12 +451,8 @@ impl Agent {
                 self.events.read(req, reply, Instant::now());
                 None
             }
-            Request::AllocExecTarget(req) => {
-                reply.send(self.allocs.exec_target(&req).map(Response::AllocExecTarget));
-                None
-            }
-            Request::AllocFsRoot { alloc_id } => {
-                reply.send(self.allocs.fs_root(&alloc_id).map(Response::AllocFsRoot));
+            Request::Session(lookup) => {
+                reply.send(self.allocs.session(&lookup).map(Response::Session));
                 None
             }
         };

@@ -65,12 +65,9 @@ pub enum Request {
     AllocLogs(LogsRequest),
     /// Events after an index, waiting for one up to `wait`.
     Events(EventsRequest),
-    /// `alloc exec`'s lookup of the running task (`session.rs`).
-    AllocExecTarget(crate::task::exec_target::ExecLookup),
-    /// `alloc fs`'s lookup of the alloc's dir (`session.rs`).
-    AllocFsRoot {
-        alloc_id: String,
-    },
+    /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
+    /// alloc's dir (`session.rs`).
+    Session(crate::task::exec_target::SessionLookup),
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -106,8 +103,7 @@ impl Request {
             Request::JobStatus { .. } => Access::Read,
             Request::AllocLogs(_) => Access::Read,
             Request::Events(_) => Access::Read,
-            Request::AllocExecTarget(_) => Access::Read,
-            Request::AllocFsRoot { .. } => Access::Read,
+            Request::Session(_) => Access::Read,
             // Snapshots live in the plugin: the agent keeps nothing of them.
             Request::SnapshotCreate(_) => Access::Read,
             Request::SnapshotDelete(_) => Access::Read,
@@ -143,9 +139,7 @@ pub enum Response {
     /// The log file's path.
     AllocLogs(PathBuf),
     Events(crate::events::Page),
-    AllocExecTarget(crate::task::exec_target::ExecTarget),
-    /// The alloc's dir.
-    AllocFsRoot(PathBuf),
+    Session(crate::task::exec_target::SessionTarget),
 }
 
 /// Where the answer to a call goes.

@@ -1,8 +1,8 @@
 //! The control API's sessions: each `alloc exec` and each `alloc fs` call
 //! runs on a thread of its own ("api-session"), at most [`MAX_SESSIONS`]
 //! at once. The main loop only looks up what the call names (the running
-//! task, the alloc's dir: [`Request::AllocExecTarget`],
-//! [`Request::AllocFsRoot`]); the bytes never pass through it.
+//! task, the alloc's dir: [`Request::Session`]); the bytes never pass
+//! through it.
 //!
 //! An exec session's thread starts the command
 //! ([`crate::task::exec::enter`]), hands the call's input stream to a
@@ -28,6 +28,7 @@ use crate::csi::rpc::block_on;
 use crate::proto::agent as pb;
 use crate::sys::poll::{poll_many, Want};
 use crate::task::exec::enter;
+use crate::task::exec_target::{SessionLookup, SessionTarget};
 
 /// The most `alloc exec` and `alloc fs` calls served at once; one more is
 /// refused (`Unavailable`) with an error naming this bound.
@@ -123,10 +124,11 @@ impl Sessions {
             let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
                 return;
             };
-            let answer = match sessions.ask(Request::AllocFsRoot {
+            let lookup = SessionLookup::Fs {
                 alloc_id: req.alloc_id.clone(),
-            }) {
-                Ok(Response::AllocFsRoot(root)) => {
+            };
+            let answer = match sessions.ask(Request::Session(lookup)) {
+                Ok(Response::Session(SessionTarget::Fs(root))) => {
                     crate::task::alloc_fs::read(&root, &wire::fs_request(&req))
                 }
                 Ok(_) => Err(other_response()),
@@ -195,8 +197,9 @@ impl Sessions {
             let _ = block_on(sink.fail(wire::status(&err)));
             return;
         }
-        let target = match self.ask(Request::AllocExecTarget(wire::exec_lookup(&start))) {
-            Ok(Response::AllocExecTarget(target)) => target,
+        let lookup = SessionLookup::Exec(wire::exec_lookup(&start));
+        let target = match self.ask(Request::Session(lookup)) {
+            Ok(Response::Session(SessionTarget::Exec(target))) => target,
             Ok(_) => {
                 let _ = block_on(sink.fail(wire::status(&other_response())));
                 return;
@@ -272,8 +275,8 @@ fn send(sink: &mut DuplexSink<pb::AllocExecOutput>, msg: pb::AllocExecOutput) ->
 }
 
 /// Writes the caller's stdin to the command and applies its window sizes
-/// until the caller's stream ends; a stream that fails (the caller went
-/// away) kills the command's process group.
+/// until the caller's stream ends; a stream that ends or fails while the
+/// command runs (the caller went away) kills the command's process group.
 fn pump_input(
     mut stream: RequestStream<pb::AllocExecInput>,
     mut stdin: Option<File>,
@@ -300,14 +303,17 @@ fn pump_input(
                     stdin = None;
                 }
             }
-            Some(Err(err)) => {
+            // A call cancelled may end as an error or as the stream's end:
+            // either way, while the command runs, the caller is gone (a
+            // caller keeps its side open until it has the exit code).
+            ended => {
                 if !finished.load(Ordering::SeqCst) {
-                    log::debug!("An alloc exec caller went away: {err}");
+                    let why = ended.and_then(Result::err).map(|e| e.to_string());
+                    log::debug!("An alloc exec caller went away: {why:?}");
                     let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
                 }
                 return;
             }
-            None => return,
         }
     }
 }

@@ -17,6 +17,24 @@ pub struct ExecLookup {
     pub task: String,
 }
 
+/// What a session (`alloc exec`, `alloc fs`) asks the main loop for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionLookup {
+    Exec(ExecLookup),
+    /// The dir of alloc `alloc_id` (an ID or a prefix of one).
+    Fs {
+        alloc_id: String,
+    },
+}
+
+/// The main loop's answer to a [`SessionLookup`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionTarget {
+    Exec(ExecTarget),
+    /// The alloc's dir.
+    Fs(PathBuf),
+}
+
 /// A running `exec` (`own_root`) or `raw_exec` task to run a command in:
 /// the process the agent tracks (the start helper, whose child is the
 /// task, in its PID namespace when it has one) and the task's dir on the
@@ -29,6 +47,14 @@ pub struct ExecTarget {
 }
 
 impl Allocs {
+    /// Answers a session's lookup, from the loop's state only.
+    pub fn session(&self, lookup: &SessionLookup) -> Result<SessionTarget, CallError> {
+        match lookup {
+            SessionLookup::Exec(req) => self.exec_target(req).map(SessionTarget::Exec),
+            SessionLookup::Fs { alloc_id } => self.fs_root(alloc_id).map(SessionTarget::Fs),
+        }
+    }
+
     /// The alloc named by an ID or a prefix of one.
     fn alloc_by_prefix(&self, id: &str) -> Result<&Alloc, CallError> {
         let matches: Vec<&Alloc> = self
@@ -47,7 +73,7 @@ impl Allocs {
     }
 
     /// `alloc exec`: the running task a command joins.
-    pub fn exec_target(&self, req: &ExecLookup) -> Result<ExecTarget, CallError> {
+    fn exec_target(&self, req: &ExecLookup) -> Result<ExecTarget, CallError> {
         let alloc = self.alloc_by_prefix(&req.alloc_id)?;
         let names: Vec<&str> = alloc.tasks.iter().map(|t| t.name.as_str()).collect();
         let task = if req.task.is_empty() {
@@ -118,7 +144,7 @@ impl Allocs {
     }
 
     /// `alloc fs`: the alloc's dir.
-    pub fn fs_root(&self, alloc_id: &str) -> Result<PathBuf, CallError> {
+    fn fs_root(&self, alloc_id: &str) -> Result<PathBuf, CallError> {
         let alloc = self.alloc_by_prefix(alloc_id)?;
         Ok(self.alloc_dir(&alloc.id))
     }
