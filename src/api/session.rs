@@ -14,8 +14,9 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
@@ -231,7 +232,7 @@ impl Sessions {
         // Without -i (or a caller's stdin already empty), a pipe's end
         // closes at once; a TTY stays open, as a terminal does.
         let stdin = (!stdin_closed || pty.is_some()).then_some(stdin);
-        let finished = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(Reaped::default());
         let input = {
             let finished = finished.clone();
             thread::Builder::new()
@@ -241,18 +242,15 @@ impl Sessions {
         if input.is_err() {
             let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
         }
-        let sent = pump_output(&mut sink, &mut child, stdout, stderr);
+        let sent = pump_output(&mut sink, &mut child, stdout, stderr, &finished);
         if !sent {
             // The caller is gone: so is its command.
-            let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
+            finished.kill_unless_reaped(group);
         }
-        let code = match child.wait() {
+        let code = match finished.wait(&mut child) {
             Ok(status) => enter::exit_code(status),
             Err(_) => 1,
         };
-        // From here the call ends: its stream's end is no caller gone, and
-        // the command's pid is no longer ours to signal.
-        finished.store(true, Ordering::SeqCst);
         if sent {
             let _ = send(&mut sink, wire::exec_exited(code));
             let _ = block_on(sink.close());
@@ -260,6 +258,45 @@ impl Sessions {
         // The input thread ends with the call's stream, which the caller
         // closes once it has the exit code; it is not waited for.
         drop(input);
+    }
+}
+
+/// Whether a session's command is reaped: its pid is signalled only
+/// before, under the same lock as the reaping, so never a later process's.
+#[derive(Default)]
+struct Reaped(Mutex<bool>);
+
+impl Reaped {
+    fn try_reap(&self, child: &mut std::process::Child) -> bool {
+        let mut reaped = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *reaped = *reaped || matches!(child.try_wait(), Ok(Some(_)));
+        *reaped
+    }
+
+    /// Waits for the command to end, looking every [`EXIT_CHECK`] with
+    /// the lock let go between looks, so that a caller gone meanwhile
+    /// still kills it.
+    fn wait(&self, child: &mut std::process::Child) -> io::Result<std::process::ExitStatus> {
+        loop {
+            {
+                let mut reaped = self.0.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(status) = child.try_wait()? {
+                    *reaped = true;
+                    return Ok(status);
+                }
+            }
+            thread::sleep(EXIT_CHECK);
+        }
+    }
+
+    /// Kills the process group `group` unless its leader is reaped;
+    /// whether it did.
+    fn kill_unless_reaped(&self, group: u32) -> bool {
+        let reaped = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !*reaped {
+            let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
+        }
+        !*reaped
     }
 }
 
@@ -282,7 +319,7 @@ fn pump_input(
     mut stdin: Option<File>,
     pty: Option<File>,
     group: u32,
-    finished: &AtomicBool,
+    finished: &Reaped,
 ) {
     loop {
         match block_on(stream.next()) {
@@ -307,10 +344,9 @@ fn pump_input(
             // either way, while the command runs, the caller is gone (a
             // caller keeps its side open until it has the exit code).
             ended => {
-                if !finished.load(Ordering::SeqCst) {
-                    let why = ended.and_then(Result::err).map(|e| e.to_string());
+                let why = ended.and_then(Result::err).map(|e| e.to_string());
+                if finished.kill_unless_reaped(group) {
                     log::debug!("An alloc exec caller went away: {why:?}");
-                    let _ = crate::sys::process::kill_group(group, libc::SIGKILL);
                 }
                 return;
             }
@@ -342,6 +378,7 @@ fn pump_output(
     child: &mut std::process::Child,
     stdout: File,
     stderr: Option<File>,
+    finished: &Reaped,
 ) -> bool {
     let mut outputs: Vec<(File, bool)> = vec![(stdout, false)];
     if let Some(stderr) = stderr {
@@ -405,8 +442,10 @@ fn pump_output(
         if exited {
             break;
         }
-        // Once the command ends, one more pass drains what it left.
-        exited = matches!(child.try_wait(), Ok(Some(_)));
+        // Once the command ends, one more pass drains what it left. Once
+        // it is reaped, its pid is no longer ours to signal, and the call's
+        // end is no caller gone.
+        exited = finished.try_reap(child);
     }
     true
 }
