@@ -49,8 +49,21 @@ fn exec(rig: &Rig, args: &[&str], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // A CLI that never ends fails the test rather than hanging it.
+    let pid = child.id();
+    let (done, watched) = crossbeam_channel::bounded::<()>(0);
+    let watchdog = std::thread::spawn(move || {
+        let waited = watched.recv_timeout(3 * crate::harness::WAIT);
+        if waited == Err(crossbeam_channel::RecvTimeoutError::Timeout) {
+            // SAFETY: kill(2) of the CLI this test started and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    });
     child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
+    let out = child.wait_with_output().unwrap();
+    drop(done);
+    watchdog.join().unwrap();
+    out
 }
 
 fn stdout(out: &Output) -> String {
