@@ -180,6 +180,29 @@ fn pty(rows: u16, cols: u16) -> (File, OwnedFd) {
     unsafe { (File::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) }
 }
 
+/// Reads what `master` has (waiting for some) into `seen`; false at its
+/// end (EIO once no one holds the slave).
+fn read_chunk(master: &mut File, seen: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 4096];
+    match master.read(&mut buf) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            seen.extend_from_slice(&buf[..n]);
+            true
+        }
+    }
+}
+
+/// Reads until `seen` holds `marker` (true) or `master` ends (false).
+fn read_until(master: &mut File, seen: &mut Vec<u8>, marker: &str) -> bool {
+    while !String::from_utf8_lossy(seen).contains(marker) {
+        if !read_chunk(master, seen) {
+            return false;
+        }
+    }
+    true
+}
+
 #[test]
 fn exec_with_a_tty_has_a_terminal_of_the_callers_size() {
     if !require_root() {
@@ -192,41 +215,63 @@ fn exec_with_a_tty_has_a_terminal_of_the_callers_size() {
         &shell_job("tty", "echo ready; exec sleep 600", "", ""),
     );
     let (mut master, slave) = pty(37, 101);
+    // Each line typed, it looks at its size again, until it is 50x120.
+    let script = "tty; stty size;         while read x; do stty size | grep -qx '50 120' && break; done; echo resized; exit 5";
     let mut cli = Command::new(bin());
-    cli.args([
-        "alloc",
-        "exec",
-        &alloc,
-        "sh",
-        "-c",
-        "tty; stty size; exit 5",
-    ])
-    .env(
-        client::ADDRESS_ENV,
-        format!("unix://{}", rig.agent.socket.display()),
-    )
-    .env_remove("RUST_LOG")
-    .stdin(Stdio::from(slave.try_clone().unwrap()))
-    .stdout(Stdio::from(slave.try_clone().unwrap()))
-    .stderr(Stdio::from(slave.try_clone().unwrap()));
+    cli.args(["alloc", "exec", &alloc, "sh", "-c", script])
+        .env(
+            client::ADDRESS_ENV,
+            format!("unix://{}", rig.agent.socket.display()),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave.try_clone().unwrap()));
     let mut child = cli.spawn().unwrap();
     drop(cli);
     drop(slave);
-    // Read until the CLI's end closes the last slave (EIO).
     let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match master.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
+    assert!(
+        read_until(&mut master, &mut seen, "37 101"),
+        "not the caller's size:\n{}",
+        String::from_utf8_lossy(&seen)
+    );
+    // The caller's terminal grows: SIGWINCH tells the CLI, which passes
+    // the size on.
+    let size = libc::winsize {
+        ws_row: 50,
+        ws_col: 120,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let mut typist = master.try_clone().unwrap();
+    // SAFETY: TIOCSWINSZ reads one live winsize; the fd is the test's.
+    assert_eq!(
+        unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) },
+        0
+    );
+    // SAFETY: kill(2) of the CLI this test started and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGWINCH) };
+    let deadline = std::time::Instant::now() + crate::harness::WAIT;
+    while !String::from_utf8_lossy(&seen).contains("resized") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new size did not reach the command:\n{}",
+            String::from_utf8_lossy(&seen)
+        );
+        // A line typed: the command's terminal echoes it, so the read
+        // below has something to return.
+        typist.write_all(b"\n").unwrap();
+        if !read_chunk(&mut master, &mut seen) {
+            break;
         }
     }
+    // The rest, until the CLI's end closes the last slave (EIO).
+    read_until(&mut master, &mut seen, "never printed");
     let status = child.wait().unwrap();
     let seen = String::from_utf8_lossy(&seen);
     assert_eq!(status.code(), Some(5), "{seen}");
     assert!(seen.contains("/dev/pts/"), "no pty:\n{seen}");
-    assert!(seen.contains("37 101"), "not the caller's size:\n{seen}");
-    let _ = master.as_raw_fd();
 }
 
 #[test]
