@@ -246,10 +246,8 @@ fn exec_with_a_tty_has_a_terminal_of_the_callers_size() {
     };
     let mut typist = master.try_clone().unwrap();
     // SAFETY: TIOCSWINSZ reads one live winsize; the fd is the test's.
-    assert_eq!(
-        unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) },
-        0
-    );
+    let resized = unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+    assert_eq!(resized, 0);
     // SAFETY: kill(2) of the CLI this test started and has not reaped.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGWINCH) };
     let deadline = std::time::Instant::now() + crate::harness::WAIT;
