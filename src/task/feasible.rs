@@ -314,6 +314,20 @@ pub fn report_unplaced(job: &str, unplaced: &[Unplaced]) {
 }
 
 impl Allocs {
+    /// The agent config, re-read on SIGHUP: the node attributes that come
+    /// from it (`meta`, `client { meta node_class node_pool }`, the
+    /// datacenter and region) and the host's fingerprint are taken again;
+    /// the node's name, ID and host name stay those of the agent's start.
+    pub fn reconfigure_node(&mut self, config: &crate::spec::AgentConfig) {
+        let kept = |key: &str| self.node.get(key).cloned().unwrap_or_default();
+        self.node = super::env::node_attributes(
+            &kept("node.unique.id"),
+            &kept("node.unique.name"),
+            &kept("attr.unique.hostname"),
+            config,
+        );
+    }
+
     /// The group instances of `spec` this node cannot take ([`unplaced`]).
     pub(super) fn unplaced(&self, spec: &Job) -> Vec<Unplaced> {
         unplaced(spec, &self.constraint_node())

@@ -353,3 +353,20 @@ fn validate_reads_nomads_constraints_without_warnings_and_refuses_bad_ones() {
         text(&out)
     );
 }
+
+#[test]
+fn client_meta_given_on_sighup_is_what_the_next_job_run_matches() {
+    if !require_root() {
+        return;
+    }
+    // Started without a client block; the block comes with SIGHUP.
+    let rig = Rig::bare_with_config(CLIENT);
+    let out = rig.agent.dir.join("reloaded");
+    let job = batch(
+        "reloaded",
+        ["", "", &constraint("${meta.rack}", "=", "r7")],
+        &format!("echo ok > {}", out.display()),
+    );
+    rig.run_job("reloaded.hcl", &job);
+    assert_eq!(wait_text(&out), "ok\n");
+}
