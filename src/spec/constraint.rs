@@ -45,7 +45,16 @@ pub struct Inherited {
 pub(crate) fn decode_placement(f: &mut Fields<'_>) -> Inherited {
     Inherited {
         meta: f.map("meta").unwrap_or_default(),
-        constraints: decode_constraints(f),
+        constraints: decode_constraints(f, false),
+    }
+}
+
+/// A task's `meta` and `constraint`s, which may not count allocs: the
+/// `distinct_*` operators are the job's or the group's, as in Nomad.
+pub(crate) fn decode_task_placement(f: &mut Fields<'_>) -> Inherited {
+    Inherited {
+        meta: f.map("meta").unwrap_or_default(),
+        constraints: decode_constraints(f, true),
     }
 }
 
@@ -159,11 +168,21 @@ impl Constraint {
 }
 
 /// Decodes the `constraint` blocks of a job, group or task.
-pub(crate) fn decode_constraints(f: &mut Fields<'_>) -> Vec<Constraint> {
+fn decode_constraints(f: &mut Fields<'_>, task_level: bool) -> Vec<Constraint> {
     let mut constraints = Vec::new();
     for block in f.blocks("constraint") {
         let mut c = f.nested(block);
         if let Some(constraint) = decode_constraint(&mut c) {
+            if task_level && constraint.op().is_distinct() {
+                c.error(
+                    c.pos(),
+                    format!(
+                        "operator {:?} in {} cannot be used at task level, as in Nomad: put it in the group or the job",
+                        constraint.operator,
+                        c.what()
+                    ),
+                );
+            }
             constraints.push(constraint);
         }
         c.finish();
@@ -323,14 +342,15 @@ pub(crate) fn write_constraints(w: &mut Writer, constraints: &[Constraint]) {
 mod tests {
     use crate::spec::Job;
 
+    /// A job with `constraint` in its group.
     fn job_with(constraint: &str) -> String {
         format!(
             r#"job "j" {{
   group "g" {{
+    {constraint}
     task "t" {{
       driver = "raw_exec"
       config {{ command = "/bin/true" }}
-      {constraint}
     }}
   }}
 }}"#
@@ -345,7 +365,7 @@ mod tests {
 
     fn constraints_of(constraint: &str) -> Vec<super::Constraint> {
         let decoded = Job::decode(&job_with(constraint), "j.hcl").unwrap_or_else(|e| panic!("{e}"));
-        decoded.spec.groups[0].tasks[0].constraints.clone()
+        decoded.spec.groups[0].placement.constraints.clone()
     }
 
     #[test]
@@ -474,5 +494,25 @@ value = "2" }"#,
         assert_eq!(pairs, [("owner", "group"), ("rack", "r2"), ("tier", "1")]);
         let again = Job::decode(&job.to_hcl(), "again.hcl").unwrap().spec;
         assert_eq!(job, again);
+    }
+
+    #[test]
+    fn a_task_cannot_count_allocs() {
+        let src = r#"job "j" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      constraint {
+        distinct_hosts = true
+      }
+    }
+  }
+}"#;
+        let err = Job::decode(src, "j.hcl").unwrap_err().to_string();
+        assert!(
+            err.contains("j.hcl:6:7: operator \"distinct_hosts\" in constraint in task \"t\" cannot be used at task level"),
+            "{err}"
+        );
     }
 }

@@ -356,7 +356,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_artifact(&mut f.nested(block)))
         .collect();
-    let placement = super::constraint::decode_placement(f);
+    let placement = super::constraint::decode_task_placement(f);
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {

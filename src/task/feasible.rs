@@ -22,8 +22,9 @@
 //! one host, so `distinct_hosts` lets at most one alloc of its scope on
 //! it, and `distinct_property` at most `value` (default 1) allocs sharing
 //! the node's one value of the property (none if the node lacks it). The
-//! scope is the job for a job-level constraint, the group otherwise (a
-//! task's counts as its group's). Allocs past the bound are not placed.
+//! scope is the job for a job-level constraint, the group for a
+//! group-level one (a task may not have them, as in Nomad). Allocs past
+//! the bound are not placed.
 //!
 //! A group instance that cannot be placed gets no alloc: `job run`
 //! answers, the agent's events say, and `job status` shows which
@@ -245,12 +246,7 @@ fn distinct_bound(
     job_placed: u64,
 ) -> (u64, Option<String>) {
     let job_level = group.inherited.constraints.iter().map(|c| (c, true));
-    let group_level = group
-        .placement
-        .constraints
-        .iter()
-        .chain(group.tasks.iter().flat_map(|t| &t.constraints))
-        .map(|c| (c, false));
+    let group_level = group.placement.constraints.iter().map(|c| (c, false));
     let mut placed = group.count;
     let mut cut_by = None;
     for (c, of_job) in job_level.chain(group_level) {
