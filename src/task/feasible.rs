@@ -251,6 +251,16 @@ fn distinct_bound(
     let mut cut_by = None;
     for (c, of_job) in job_level.chain(group_level) {
         let bound = match c.op() {
+            // Nomad's `value = "false"` (Go's `ParseBool` spellings) turns
+            // the constraint off; no value is true.
+            Operator::DistinctHosts
+                if matches!(
+                    c.value.as_str(),
+                    "false" | "False" | "FALSE" | "f" | "F" | "0"
+                ) =>
+            {
+                continue
+            }
             Operator::DistinctHosts => 1,
             Operator::DistinctProperty => match resolve(&c.attribute, node) {
                 Some(_) => c.distinct_limit(),
@@ -559,6 +569,24 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn distinct_hosts_with_the_value_false_is_off() {
+        let spec = job(r#"job "j" {
+  group "a" {
+    count = 2
+    constraint {
+      operator = "distinct_hosts"
+      value    = "false"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        assert_eq!(unplaced(&spec, &node()), Vec::new());
     }
 
     #[test]
