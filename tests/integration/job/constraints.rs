@@ -322,6 +322,14 @@ fn validate_reads_nomads_constraints_without_warnings_and_refuses_bad_ones() {
     let all = text(&out);
     assert!(!all.contains("\"constraint\""), "{all}");
     assert!(!all.contains("\"meta\""), "{all}");
+    // The summary names each constraint as Nomad does.
+    assert!(
+        all.contains(&format!(
+            "{}: job \"exec\"\n  constraint ${{attr.kernel.name}} = linux\n",
+            files[0]
+        )),
+        "{all}"
+    );
 
     let dir = crate::util::TestDir::new();
     let bad = dir.join("bad.hcl");
