@@ -612,6 +612,17 @@ mod tests {
     }
 
     #[test]
+    fn the_host_says_its_kernel_and_drivers_and_a_silent_engine_is_no_docker() {
+        let attrs = host_attributes("unix:///nonexistent/docker.sock");
+        assert_eq!(attrs["attr.driver.raw_exec"], "1");
+        assert_eq!(attrs["attr.driver.exec"], "1");
+        assert!(!attrs.contains_key("attr.driver.docker"), "{attrs:?}");
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(attrs["attr.kernel.version"], release.trim());
+        assert_eq!(attrs["attr.kernel.arch"], std::env::consts::ARCH);
+    }
+
+    #[test]
     fn os_release_values_are_unquoted() {
         let text = "NAME=\"Debian GNU/Linux\"\nID=debian\nVERSION_ID=\"12\"\n";
         assert_eq!(os_release_value(text, "ID").as_deref(), Some("debian"));
