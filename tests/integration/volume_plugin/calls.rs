@@ -11,7 +11,7 @@ use csi_agent::json::Value;
 use super::{Docker, Host};
 use crate::harness::{agent_refusing, config_text, text, Agent};
 use crate::util::{require_root, Plugin};
-use crate::volume_util::{connect, spec, try_volume};
+use crate::volume_util::{connect, spawn_call, spec, try_volume, wait_for_calls, LONG};
 
 #[test]
 fn activate_says_volume_driver_and_capabilities_say_local() {
@@ -146,11 +146,17 @@ fn get_of_an_unknown_name_is_an_error_and_fast() {
 }
 
 #[test]
-fn a_silent_client_holds_nothing_a_get_needs() {
+fn neither_silent_clients_nor_a_waiting_mount_hold_up_a_get() {
     if !require_root() {
         return;
     }
-    let host = Host::start();
+    let host = Host::start_with("  mount_timeout = \"5s\"\n");
+    host.docker().create("slow", &[]).ok();
+    // A Mount whose publish hangs holds its worker until mount_timeout.
+    host.plugin.set_faults("NodePublishVolume hang count=1\n");
+    let docker = host.docker();
+    let mount = spawn_call(move || docker.try_call_mount("slow", "m"));
+    wait_for_calls(&host.plugin, "NodePublishVolume", 1);
     // More silent connections than the endpoint has workers.
     let silent: Vec<UnixStream> = (0..csi_agent::volume_plugin::WORKERS + 4)
         .map(|_| UnixStream::connect(&host.socket).unwrap())
@@ -158,12 +164,15 @@ fn a_silent_client_holds_nothing_a_get_needs() {
     let start = Instant::now();
     let message = host.docker().named("Get", "nobody").failed();
     assert_eq!(message, "volume \"nobody\" not found");
+    host.docker().named("Get", "slow").ok();
     assert!(
-        start.elapsed() < Duration::from_secs(1),
+        start.elapsed() < Duration::from_secs(2),
         "{:?}",
         start.elapsed()
     );
     drop(silent);
+    let answer = mount.recv_timeout(LONG).unwrap().unwrap();
+    assert!(answer.failed().contains("mount_timeout"));
 }
 
 #[test]
