@@ -11,7 +11,9 @@ use csi_agent::json::Value;
 use super::{Docker, Host};
 use crate::harness::{agent_refusing, config_text, text, Agent};
 use crate::util::{require_root, Plugin};
-use crate::volume_util::{connect, spawn_call, spec, try_volume, wait_for_calls, LONG};
+use crate::volume_util::{
+    connect, spawn_call, spec, try_volume, wait_for_calls, wait_volume, LONG,
+};
 
 #[test]
 fn activate_says_volume_driver_and_capabilities_say_local() {
@@ -381,4 +383,33 @@ fn remove_of_a_registered_volume_only_deregisters_it() {
         .plugin
         .trace_methods()
         .contains(&"DeleteVolume".to_string()));
+}
+
+#[test]
+fn a_create_past_mount_timeout_says_it_goes_on_and_a_later_create_finds_it() {
+    if !require_root() {
+        return;
+    }
+    let host = Host::start_with("  mount_timeout = \"1s\"\n");
+    host.plugin.set_faults("CreateVolume sleep=3s count=1\n");
+    let message = host.docker().create("late", &[("size", "1MiB")]).failed();
+    assert_eq!(
+        message,
+        "volume \"late\" is still being created (see `csi-agent volume status late`) after 1s (volume_plugin's mount_timeout)"
+    );
+    wait_volume(
+        &host.agent,
+        "late",
+        "created",
+        |v| v.created && !v.creating,
+        LONG,
+    );
+    host.docker().create("late", &[("size", "1MiB")]).ok();
+    let creates = host
+        .plugin
+        .trace_methods()
+        .iter()
+        .filter(|m| *m == "CreateVolume")
+        .count();
+    assert_eq!(creates, 1);
 }
