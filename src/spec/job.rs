@@ -187,7 +187,8 @@ pub struct NetworkPort {
     pub label: String,
     /// The host port; a dynamic one when `None`.
     pub static_port: Option<u16>,
-    /// The port inside the task's network namespace.
+    /// The port inside the task's network namespace; the host's port when
+    /// `None` (left out, or Nomad's -1).
     pub to: Option<u16>,
     pub ignored: Vec<Kept>,
 }
@@ -502,7 +503,7 @@ fn decode_network(f: &mut Fields<'_>) -> Network {
         ports.push(NetworkPort {
             label,
             static_port: p.port_number("static"),
-            to: p.port_number("to"),
+            to: p.port_inside("to"),
             ignored: p.ignore(PORT_IGNORED),
         });
         p.finish();

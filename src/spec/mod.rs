@@ -39,6 +39,7 @@
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
+//! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
@@ -71,6 +72,7 @@ mod template;
 mod variables;
 mod version;
 mod volume;
+mod volume_plugin;
 
 use std::fmt;
 
@@ -104,14 +106,18 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources, Task,
-    VolumeMount,
+    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, MemoryMax, NamespaceMode, Resources,
+    Task, VolumeMount,
 };
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
 pub use version::{Flavor, Version, VersionConstraint};
-pub use volume::{Topology, TopologyRequest, VolumeSpec};
+pub use volume::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
+pub use volume_plugin::{
+    VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
+    DOCKERD_PLUGIN_TIMEOUT, DOCKER_PLUGIN_DIR,
+};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]

@@ -229,8 +229,26 @@ pub struct Resources {
     pub cpu: Option<u64>,
     pub cores: Option<u64>,
     pub memory: Option<u64>,
-    pub memory_max: Option<u64>,
+    pub memory_max: Option<MemoryMax>,
     pub ignored: Vec<Kept>,
+}
+
+/// `memory_max`: a hard limit above `memory`, or none at all (Nomad's -1,
+/// for tasks that must not be OOM-killed by their group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryMax {
+    MiB(u64),
+    Unlimited,
+}
+
+impl MemoryMax {
+    /// The value as a job file writes it.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            MemoryMax::MiB(mib) => i64::try_from(mib).unwrap_or(i64::MAX),
+            MemoryMax::Unlimited => -1,
+        }
+    }
 }
 
 /// `volume_mount { volume, destination, read_only, propagation_mode }`.
@@ -453,7 +471,7 @@ pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
         cpu: f.u64("cpu"),
         cores: f.u64("cores"),
         memory: f.u64("memory"),
-        memory_max: f.u64("memory_max"),
+        memory_max: f.memory_max("memory_max"),
         ignored: f.ignore(RESOURCES_IGNORED),
     };
     f.finish();
@@ -616,11 +634,13 @@ pub(crate) fn write_resources(w: &mut Writer, resources: &Resources) {
         ("cpu", resources.cpu),
         ("cores", resources.cores),
         ("memory", resources.memory),
-        ("memory_max", resources.memory_max),
     ] {
         if let Some(value) = value {
             w.plain(key, value);
         }
+    }
+    if let Some(max) = resources.memory_max {
+        w.plain("memory_max", max.as_i64());
     }
     w.kept(&resources.ignored);
     w.close();
