@@ -63,6 +63,18 @@ pub(crate) fn write_placement(w: &mut Writer, placement: &Inherited) {
     write_constraints(w, &placement.constraints);
 }
 
+impl super::Job {
+    /// Adds `meta` at job level, over what the job block says, as Nomad's
+    /// `job dispatch -meta` does: every group inherits it, and a group's or
+    /// task's own keys still win.
+    pub fn extend_meta(&mut self, meta: &BTreeMap<String, String>) {
+        self.placement.meta.extend(meta.clone());
+        for group in &mut self.groups {
+            group.inherited.meta = self.placement.meta.clone();
+        }
+    }
+}
+
 /// Nomad's constraint operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operator {
@@ -340,6 +352,8 @@ pub(crate) fn write_constraints(w: &mut Writer, constraints: &[Constraint]) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use crate::spec::Job;
 
     /// A job with `constraint` in its group.
@@ -494,6 +508,20 @@ value = "2" }"#,
         assert_eq!(pairs, [("owner", "group"), ("rack", "r2"), ("tier", "1")]);
         let again = Job::decode(&job.to_hcl(), "again.hcl").unwrap().spec;
         assert_eq!(job, again);
+
+        // Dispatched meta lands at job level: the group's own key wins.
+        let mut dispatched = job.clone();
+        let given = BTreeMap::from([
+            ("owner".to_string(), "dispatch".to_string()),
+            ("run".to_string(), "7".to_string()),
+        ]);
+        dispatched.extend_meta(&given);
+        let group = &dispatched.groups[0];
+        let meta = group.task_meta(&group.tasks[0]);
+        assert_eq!(meta["owner"], "group");
+        assert_eq!(meta["run"], "7");
+        let again = Job::decode(&dispatched.to_hcl(), "again.hcl").unwrap().spec;
+        assert_eq!(dispatched, again);
     }
 
     #[test]
