@@ -378,3 +378,42 @@ fn client_meta_given_on_sighup_is_what_the_next_job_run_matches() {
     rig.run_job("reloaded.hcl", &job);
     assert_eq!(wait_text(&out), "ok\n");
 }
+
+#[test]
+fn the_docker_driver_is_an_attribute_while_the_engine_answers() {
+    if !crate::dockerd::require_docker() {
+        return;
+    }
+    let dockerd = crate::dockerd::Dockerd::start();
+    let endpoint = format!("unix://{}", dockerd.socket.display());
+    let agent = Agent::start_with_config(&format!("docker {{\n  endpoint = {endpoint:?}\n}}\n"));
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let needs_docker = |name: &str| {
+        batch(
+            name,
+            ["", &constraint("${attr.driver.docker}", "=", "1"), ""],
+            "true",
+        )
+    };
+    let out = rig.agent.dir.join("docker");
+    rig.run_job(
+        "docker.hcl",
+        &needs_docker("docker").replace("\"true\"", &format!("\"echo ok > {}\"", out.display())),
+    );
+    assert_eq!(wait_text(&out), "ok\n");
+
+    // The engine gone, SIGHUP fingerprints the node again without it.
+    drop(dockerd);
+    rig.agent.sighup();
+    rig.agent.wait_for_log("SIGHUP: reloaded", WAIT);
+    let run = rig.run_job_output("gone.hcl", &needs_docker("gone"));
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    assert!(
+        text(&run).contains("Constraint \"${attr.driver.docker} = 1\": 1 nodes excluded by filter"),
+        "{}",
+        text(&run)
+    );
+}
