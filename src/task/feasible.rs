@@ -239,7 +239,7 @@ pub fn unplaced(spec: &Job, node: &BTreeMap<String, String>) -> Vec<Unplaced> {
 
 /// How many of `group`'s instances its `distinct_*` constraints let on
 /// this node, when `job_placed` allocs of its job are placed already, and
-/// the first that cut its count.
+/// the one that cut it most.
 fn distinct_bound(
     group: &Group,
     node: &BTreeMap<String, String>,
@@ -273,19 +273,14 @@ fn distinct_bound(
         } else {
             bound
         };
+        // A tighter bound names the filter: Nomad names a distinct
+        // filter by its operator.
         if room < placed {
             placed = room;
-            cut_by.get_or_insert_with(|| c.op_name());
+            cut_by = Some(c.operator.clone());
         }
     }
     (placed, cut_by)
-}
-
-impl Constraint {
-    /// How a `distinct_*` filter is named: by its operator, as Nomad's.
-    fn op_name(&self) -> String {
-        self.operator.clone()
-    }
 }
 
 /// How many of `group`'s instances get an alloc.
