@@ -569,6 +569,7 @@ impl Agent {
             self.options.config.exec.clone(),
             &self.options.config.client,
         );
+        self.allocs.reconfigure_node(&self.options.config);
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
     }

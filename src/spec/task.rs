@@ -38,13 +38,11 @@ use super::{keywords, Kept};
 const TASK_IGNORED: &[&str] = &[
     "action",
     "affinity",
-    "constraint",
     "consul",
     "dispatch_payload",
     "identity",
     "kind",
     "logs",
-    "meta",
     "schedule",
     "scaling",
     "vault",
@@ -188,6 +186,11 @@ pub struct Task {
     pub templates: Vec<TaskTemplate>,
     /// Fetched into the task dir before its templates render.
     pub artifacts: Vec<Artifact>,
+    /// The task's own `meta`, merged over its group's and job's in its
+    /// `NOMAD_META_*` ([`super::Group::task_meta`]).
+    pub meta: std::collections::BTreeMap<String, String>,
+    /// The task's own `constraint`s, which its group's allocs must meet.
+    pub constraints: Vec<super::Constraint>,
     pub ignored: Vec<Kept>,
 }
 
@@ -371,6 +374,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_artifact(&mut f.nested(block)))
         .collect();
+    let placement = super::constraint::decode_task_placement(f);
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -392,6 +396,8 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         services,
         templates,
         artifacts,
+        meta: placement.meta,
+        constraints: placement.constraints,
         ignored,
     }
 }
@@ -548,6 +554,8 @@ fn decode_volume_mount(
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
     w.string("driver", task.driver.as_str());
+    w.map("meta", &task.meta);
+    super::constraint::write_constraints(w, &task.constraints);
     if let Some(docker) = &task.docker {
         write_docker_config(w, docker);
     } else {
