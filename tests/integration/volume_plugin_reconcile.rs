@@ -3,6 +3,7 @@
 //! the volume plugin's reconciler matches its claims against.
 
 use csi_agent::docker::{ContainerSpec, ContainerVolumes, Engine, Mount};
+use csi_agent::volume_plugin::reconcile::volumes_in_use;
 
 use crate::dockerd::{require_docker, Dockerd};
 
@@ -87,6 +88,13 @@ fn the_engine_lists_each_containers_state_and_named_volumes() {
     assert_eq!(exited.state, "exited");
     assert_eq!(names(exited), [("gamma", "local")]);
     assert_eq!(listed(&containers, &created).state, "created");
+
+    // What the reconciler makes of it: the running and the created
+    // containers' volumes are in use, the exited one's is not; another
+    // driver's name matches none.
+    let in_use: Vec<String> = volumes_in_use(&containers, "local").into_iter().collect();
+    assert_eq!(in_use, ["alpha", "beta", "delta"]);
+    assert!(volumes_in_use(&containers, "csi").is_empty());
 
     engine.remove(&runner, true).unwrap();
     let containers = engine.volume_mounts().unwrap();

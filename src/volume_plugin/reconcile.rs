@@ -1,0 +1,619 @@
+//! Lost unmounts: the thread `volume-plugin-reconcile` releases a plugin
+//! claim once no container of its engine uses its volume any more.
+//!
+//! dockerd never sends `Unmount` for the containers that were running when
+//! it was killed or restarted, and `docker cp` makes Mount/Unmount pairs
+//! of its own: a claim can outlive every container that used it. The
+//! engines' own list of containers (`GET /containers/json?all=1`, through
+//! [`crate::docker::Engine`], on dockerd's socket from the `docker` block
+//! and on Podman's from `podman_endpoint`) is the truth checked here. A
+//! container lists its volumes by name and driver, not by the mount ID the
+//! plugin was sent, so the match is by volume: a claim of engine E is in
+//! use while a container of E that may hold mounts mounts the claim's
+//! volume through this plugin's driver name.
+//!
+//! The rule, in [`decide`] (pure, tested without an engine):
+//! - A container holds its mounts in every state but `exited`, `dead` and
+//!   Podman's `stopped` ([`may_hold_mounts`]): `created` counts as in use
+//!   (dockerd mounts volumes while the container is still `created`, in
+//!   the middle of its start) and so does `removing` (it may still be
+//!   running its way out), and so does a state this code does not know.
+//! - A claim is released once its volume has been seen unused in every
+//!   round for [`unmount_grace`](crate::spec::volume_plugin::VolumePluginConfig)
+//!   without a break, counted from the last time it was seen in use, from
+//!   when the thread first saw the claim (its taking, as seen from here,
+//!   or the agent's start), or from the engine's last failed round,
+//!   whichever is latest.
+//! - An engine that cannot be reached or answers an error releases
+//!   nothing: a down dockerd proves nothing about its containers. The
+//!   outage is logged once, and its end too.
+//! - Two claims of one volume with one container using it: the volume is
+//!   in use, so both are kept; the stale one goes once no container uses
+//!   the volume.
+//! - An engine with no endpoint (Podman without `podman_endpoint`) is
+//!   never asked: its claims stay until `Unmount` or `csi-agent volume
+//!   release`, as the warning at start says.
+//!
+//! The thread is a client of the main loop like any other: it reads the
+//! claims with [`Request::VolumeStatus`] and releases with
+//! [`Request::VolumeRelease`] on the calls channel, and never touches the
+//! agent's state. It asks an engine only when that engine has claims.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{after, bounded, select, Receiver, Sender};
+
+use super::{engine_of_claim, EngineKind};
+use crate::api::{Call, Request, Response};
+use crate::docker::{ContainerVolumes, Engine};
+use crate::spec::AgentConfig;
+use crate::volume::calls::{Answer, ReleaseRequest, StatusRequest};
+
+/// How often the claims are checked against the engines (and once at
+/// start).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+
+/// The longest the thread waits for the main loop's answer to one of its
+/// calls; past it the round ends (a release goes on in the agent
+/// regardless) and the next one asks again.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(120);
+
+/// The thread's name.
+pub const THREAD_NAME: &str = "volume-plugin-reconcile";
+
+/// A claim the plugin took for an engine's mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginClaim {
+    pub volume_id: String,
+    pub alloc_id: String,
+    pub engine: EngineKind,
+}
+
+/// What one engine said in a round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sighting {
+    /// It answered: the volumes that its containers which may hold mounts
+    /// mount through the plugin's driver.
+    InUse(BTreeSet<String>),
+    /// It could not be reached, or answered an error.
+    Unreachable,
+}
+
+/// A claim [`decide`] releases, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub claim: PluginClaim,
+    /// How long its volume has been seen unused.
+    pub unused_for: Duration,
+}
+
+/// When each claim's grace started: the last time it was seen in use, it
+/// was first seen, or its engine failed a round.
+#[derive(Debug, Default)]
+pub struct Clocks {
+    since: BTreeMap<(String, String), Instant>,
+}
+
+/// Whether a container in engine state `state` may hold its volumes
+/// mounted: every state but the stopped ones.
+pub fn may_hold_mounts(state: &str) -> bool {
+    !matches!(state, "exited" | "dead" | "stopped")
+}
+
+/// The volumes that `containers` which may hold mounts mount through the
+/// volume driver `driver`.
+pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet<String> {
+    containers
+        .iter()
+        .filter(|c| may_hold_mounts(&c.state))
+        .flat_map(|c| &c.volumes)
+        .filter(|m| m.driver == driver)
+        .map(|m| m.name.clone())
+        .collect()
+}
+
+/// The claims to release at `now`: those whose engine answered
+/// (`sightings`) with their volume unused for at least `grace` since
+/// their clock started. Claims of an engine with no sighting (not
+/// configured) are kept and not timed. Updates `clocks` and forgets the
+/// claims that are gone.
+pub fn decide(
+    claims: &[PluginClaim],
+    sightings: &[(EngineKind, Sighting)],
+    clocks: &mut Clocks,
+    now: Instant,
+    grace: Duration,
+) -> Vec<Release> {
+    let present: BTreeSet<(String, String)> = claims
+        .iter()
+        .map(|c| (c.volume_id.clone(), c.alloc_id.clone()))
+        .collect();
+    clocks.since.retain(|key, _| present.contains(key));
+    let mut releases = Vec::new();
+    for claim in claims {
+        let key = (claim.volume_id.clone(), claim.alloc_id.clone());
+        let since = clocks.since.entry(key).or_insert(now);
+        let sighting = sightings.iter().find(|(kind, _)| *kind == claim.engine);
+        match sighting.map(|(_, sighting)| sighting) {
+            None => {}
+            Some(Sighting::Unreachable) => *since = now,
+            Some(Sighting::InUse(volumes)) if volumes.contains(&claim.volume_id) => *since = now,
+            Some(Sighting::InUse(_)) => {
+                let unused_for = now.saturating_duration_since(*since);
+                if unused_for >= grace {
+                    releases.push(Release {
+                        claim: claim.clone(),
+                        unused_for,
+                    });
+                }
+            }
+        }
+    }
+    releases
+}
+
+/// The plugin's claims among the agent's volumes.
+pub fn plugin_claims(volumes: &[crate::volume::calls::VolumeStatus]) -> Vec<PluginClaim> {
+    volumes
+        .iter()
+        .flat_map(|v| {
+            v.claims.iter().filter_map(move |c| {
+                Some(PluginClaim {
+                    volume_id: v.id.clone(),
+                    alloc_id: c.alloc_id.clone(),
+                    engine: engine_of_claim(&c.alloc_id)?,
+                })
+            })
+        })
+        .collect()
+}
+
+/// The engine's name in log lines.
+fn engine_name(kind: EngineKind) -> &'static str {
+    match kind {
+        EngineKind::Docker => "dockerd",
+        EngineKind::Podman => "Podman",
+    }
+}
+
+/// An engine the thread asks, and whether it is in an outage (logged
+/// once).
+struct Watched {
+    kind: EngineKind,
+    engine: Engine,
+    down: bool,
+}
+
+/// The running thread; dropping it stops the thread and waits for it (a
+/// round under way ends at its next call to the loop, or within the
+/// engine's [`crate::docker::CALL_TIMEOUT`]).
+pub struct Reconciler {
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reconciler {
+    /// Starts the thread for the `volume_plugin` block of `config`, asking
+    /// the main loop through `calls`. `None` without the block, when no
+    /// engine has an endpoint (each engine without one is warned about),
+    /// or when the thread cannot start (logged).
+    pub fn start(config: &AgentConfig, calls: &Sender<Call>) -> Option<Reconciler> {
+        let plugin = config.volume_plugin.as_ref()?;
+        let endpoints = [
+            (EngineKind::Docker, Some(config.docker.endpoint.clone())),
+            (
+                EngineKind::Podman,
+                plugin
+                    .podman_endpoint
+                    .as_ref()
+                    .map(|p| p.display().to_string()),
+            ),
+        ];
+        let mut engines = Vec::new();
+        for (kind, endpoint) in endpoints {
+            let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+                let setting = match kind {
+                    EngineKind::Docker => "the docker block has no endpoint",
+                    EngineKind::Podman => "volume_plugin has no podman_endpoint",
+                };
+                log::warn!(
+                    "Lost unmounts of {} are not reconciled ({setting}): its volume plugin claims stay until its Unmount or `csi-agent volume release`",
+                    engine_name(kind)
+                );
+                continue;
+            };
+            match Engine::new(&endpoint) {
+                Ok(engine) => engines.push(Watched {
+                    kind,
+                    engine,
+                    down: false,
+                }),
+                Err(err) => log::warn!(
+                    "Lost unmounts of {} are not reconciled: {err}; its volume plugin claims stay until Unmount or `csi-agent volume release`",
+                    engine_name(kind)
+                ),
+            }
+        }
+        if engines.is_empty() {
+            return None;
+        }
+        let driver = plugin.name.clone();
+        let grace = plugin.unmount_grace;
+        let calls = calls.clone();
+        let (stop, stopped) = bounded(0);
+        let spawned = thread::Builder::new()
+            .name(THREAD_NAME.to_string())
+            .spawn(move || run(engines, &driver, grace, &calls, &stopped));
+        match spawned {
+            Ok(thread) => Some(Reconciler {
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+            Err(err) => {
+                log::error!(
+                    "Cannot start the thread {THREAD_NAME}, so lost unmounts are not reconciled: {err}"
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                log::error!("The thread {THREAD_NAME} panicked");
+            }
+        }
+    }
+}
+
+/// Why a round ended early.
+enum Stop {
+    /// The thread was asked to stop, or the loop is gone.
+    Asked,
+    /// The loop did not answer, or answered an error: try next round.
+    Round(String),
+}
+
+fn run(
+    mut engines: Vec<Watched>,
+    driver: &str,
+    grace: Duration,
+    calls: &Sender<Call>,
+    stopped: &Receiver<()>,
+) {
+    let mut clocks = Clocks::default();
+    loop {
+        match round(&mut engines, driver, grace, calls, stopped, &mut clocks) {
+            Ok(()) => {}
+            Err(Stop::Asked) => return,
+            Err(Stop::Round(why)) => log::debug!("Lost-unmount round ended early: {why}"),
+        }
+        select! {
+            recv(stopped) -> _ => return,
+            recv(after(RECONCILE_PERIOD)) -> _ => {}
+        }
+    }
+}
+
+/// One round: the claims, each engine's containers, the releases.
+fn round(
+    engines: &mut [Watched],
+    driver: &str,
+    grace: Duration,
+    calls: &Sender<Call>,
+    stopped: &Receiver<()>,
+    clocks: &mut Clocks,
+) -> Result<(), Stop> {
+    let status = ask(
+        calls,
+        stopped,
+        Request::VolumeStatus(StatusRequest::default()),
+    )?;
+    let Answer::Status(status) = status else {
+        return Err(Stop::Round(format!("VolumeStatus answered {status:?}")));
+    };
+    let claims = plugin_claims(&status.volumes);
+    let mut sightings = Vec::new();
+    for watched in engines.iter_mut() {
+        if !claims.iter().any(|c| c.engine == watched.kind) {
+            continue;
+        }
+        let sighting = match watched.engine.volume_mounts() {
+            Ok(containers) => {
+                if watched.down {
+                    log::info!(
+                        "{} at {} answers again: its lost unmounts are reconciled once their grace has passed again",
+                        engine_name(watched.kind),
+                        watched.engine.endpoint()
+                    );
+                    watched.down = false;
+                }
+                Sighting::InUse(volumes_in_use(&containers, driver))
+            }
+            Err(err) => {
+                if !watched.down {
+                    log::warn!(
+                        "Cannot list the containers of {} at {} for lost unmounts, so none of its claims is released until it answers: {}",
+                        engine_name(watched.kind),
+                        watched.engine.endpoint(),
+                        crate::error_chain(&err)
+                    );
+                    watched.down = true;
+                }
+                Sighting::Unreachable
+            }
+        };
+        sightings.push((watched.kind, sighting));
+    }
+    for release in decide(&claims, &sightings, clocks, Instant::now(), grace) {
+        let PluginClaim {
+            volume_id,
+            alloc_id,
+            engine,
+        } = &release.claim;
+        log::info!(
+            "Releasing claim {alloc_id} of volume {volume_id}: no container of {} that may hold mounts has mounted it through driver {driver} for {:?} (unmount_grace {grace:?}), a lost unmount",
+            engine_name(*engine),
+            release.unused_for
+        );
+        let request = Request::VolumeRelease(ReleaseRequest {
+            volume_id: volume_id.clone(),
+            alloc_id: alloc_id.clone(),
+        });
+        match ask(calls, stopped, request) {
+            Ok(answer) => log::debug!("Release of {alloc_id} of {volume_id}: {answer:?}"),
+            Err(Stop::Round(why)) => {
+                log::warn!("Cannot release claim {alloc_id} of volume {volume_id}: {why}")
+            }
+            Err(Stop::Asked) => return Err(Stop::Asked),
+        }
+    }
+    Ok(())
+}
+
+/// Sends `request` to the main loop and waits for its answer, up to
+/// [`ANSWER_WAIT`], or until the thread is asked to stop.
+fn ask(calls: &Sender<Call>, stopped: &Receiver<()>, request: Request) -> Result<Answer, Stop> {
+    let (reply, answer) = bounded(1);
+    calls
+        .send(Call {
+            request,
+            reply: reply.into(),
+        })
+        .map_err(|_| Stop::Asked)?;
+    select! {
+        recv(answer) -> answer => match answer {
+            Ok(Ok(Response::Volume(answer))) => Ok(answer),
+            Ok(Ok(other)) => Err(Stop::Round(format!("the agent answered {other:?}"))),
+            Ok(Err(err)) => Err(Stop::Round(err.to_string())),
+            // The loop dropped the call unanswered: it is stopping.
+            Err(_) => Err(Stop::Asked),
+        },
+        recv(stopped) -> _ => Err(Stop::Asked),
+        recv(after(ANSWER_WAIT)) -> _ => Err(Stop::Round(format!(
+            "the agent did not answer within {ANSWER_WAIT:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::VolumeMount;
+
+    const GRACE: Duration = Duration::from_secs(30);
+
+    fn claim(volume: &str, alloc: &str, engine: EngineKind) -> PluginClaim {
+        PluginClaim {
+            volume_id: volume.into(),
+            alloc_id: alloc.into(),
+            engine,
+        }
+    }
+
+    fn container(state: &str, mounts: &[(&str, &str)]) -> ContainerVolumes {
+        ContainerVolumes {
+            id: "c".into(),
+            state: state.into(),
+            volumes: mounts
+                .iter()
+                .map(|(name, driver)| VolumeMount {
+                    name: name.to_string(),
+                    driver: driver.to_string(),
+                })
+                .collect(),
+        }
+    }
+
+    fn docker(sighting: Sighting) -> Vec<(EngineKind, Sighting)> {
+        vec![(EngineKind::Docker, sighting)]
+    }
+
+    fn in_use(containers: &[ContainerVolumes]) -> Vec<(EngineKind, Sighting)> {
+        docker(Sighting::InUse(volumes_in_use(containers, "csi")))
+    }
+
+    #[test]
+    fn an_unused_claim_is_released_once_its_grace_has_passed() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let none = in_use(&[]);
+        assert!(decide(&claims, &none, &mut clocks, t0, GRACE).is_empty());
+        let almost = t0 + GRACE - Duration::from_millis(1);
+        assert!(decide(&claims, &none, &mut clocks, almost, GRACE).is_empty());
+        let released = decide(&claims, &none, &mut clocks, t0 + GRACE, GRACE);
+        assert_eq!(
+            released,
+            [Release {
+                claim: claims[0].clone(),
+                unused_for: GRACE
+            }]
+        );
+    }
+
+    #[test]
+    fn a_claim_a_running_container_uses_is_never_released() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let t0 = Instant::now();
+        for state in ["running", "restarting", "paused", "created", "removing"] {
+            let mut clocks = Clocks::default();
+            let sighting = in_use(&[container(state, &[("v", "csi")])]);
+            for step in 0..10 {
+                let now = t0 + GRACE * step;
+                assert!(
+                    decide(&claims, &sighting, &mut clocks, now, GRACE).is_empty(),
+                    "{state} at {step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_volume_used_only_by_exited_containers_is_released() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let sighting = in_use(&[
+            container("exited", &[("v", "csi")]),
+            container("dead", &[("v", "csi")]),
+            container("running", &[("v", "local"), ("w", "csi")]),
+        ]);
+        decide(&claims, &sighting, &mut clocks, t0, GRACE);
+        assert_eq!(
+            decide(&claims, &sighting, &mut clocks, t0 + GRACE, GRACE).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn being_seen_in_use_restarts_the_grace() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let used = in_use(&[container("running", &[("v", "csi")])]);
+        let unused = in_use(&[container("exited", &[("v", "csi")])]);
+        decide(&claims, &unused, &mut clocks, t0, GRACE);
+        decide(&claims, &used, &mut clocks, t0 + GRACE / 2, GRACE);
+        assert!(decide(&claims, &unused, &mut clocks, t0 + GRACE, GRACE).is_empty());
+        let later = t0 + GRACE / 2 + GRACE;
+        assert_eq!(decide(&claims, &unused, &mut clocks, later, GRACE).len(), 1);
+    }
+
+    #[test]
+    fn an_unreachable_engine_releases_nothing_and_restarts_the_grace() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let down = docker(Sighting::Unreachable);
+        let unused = in_use(&[]);
+        decide(&claims, &unused, &mut clocks, t0, GRACE);
+        for step in 1..5 {
+            let now = t0 + GRACE * step;
+            assert!(decide(&claims, &down, &mut clocks, now, GRACE).is_empty());
+        }
+        // Back up: the grace counts from the last failed round.
+        let back = t0 + GRACE * 4;
+        assert!(decide(&claims, &unused, &mut clocks, back + GRACE / 2, GRACE).is_empty());
+        assert_eq!(
+            decide(&claims, &unused, &mut clocks, back + GRACE, GRACE).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn two_claims_of_a_volume_in_use_are_both_kept() {
+        let claims = [
+            claim("v", "docker-m1", EngineKind::Docker),
+            claim("v", "docker-m2", EngineKind::Docker),
+        ];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let used = in_use(&[container("running", &[("v", "csi")])]);
+        decide(&claims, &used, &mut clocks, t0, GRACE);
+        assert!(decide(&claims, &used, &mut clocks, t0 + GRACE * 3, GRACE).is_empty());
+        // Once no container uses it, both go.
+        let unused = in_use(&[container("exited", &[("v", "csi")])]);
+        decide(&claims, &unused, &mut clocks, t0 + GRACE * 4, GRACE);
+        assert_eq!(
+            decide(&claims, &unused, &mut clocks, t0 + GRACE * 5, GRACE).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn each_engine_answers_for_its_own_claims_only() {
+        let claims = [
+            claim("v", "docker-m1", EngineKind::Docker),
+            claim("v", "podman-x", EngineKind::Podman),
+        ];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        // Podman's container uses v; dockerd has none. Podman's claim
+        // stays, dockerd's goes.
+        let sightings = [
+            (EngineKind::Docker, Sighting::InUse(BTreeSet::new())),
+            (
+                EngineKind::Podman,
+                Sighting::InUse(BTreeSet::from(["v".to_string()])),
+            ),
+        ];
+        decide(&claims, &sightings, &mut clocks, t0, GRACE);
+        let released = decide(&claims, &sightings, &mut clocks, t0 + GRACE, GRACE);
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].claim.engine, EngineKind::Docker);
+    }
+
+    #[test]
+    fn an_engine_without_an_endpoint_keeps_its_claims() {
+        let claims = [claim("v", "podman-x", EngineKind::Podman)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let only_docker = in_use(&[]);
+        for step in 0..5 {
+            let now = t0 + GRACE * step;
+            assert!(decide(&claims, &only_docker, &mut clocks, now, GRACE).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_claim_taken_again_starts_a_new_grace() {
+        let claims = [claim("v", "docker-m1", EngineKind::Docker)];
+        let mut clocks = Clocks::default();
+        let t0 = Instant::now();
+        let unused = in_use(&[]);
+        decide(&claims, &unused, &mut clocks, t0, GRACE);
+        // Gone (an Unmount came), then taken again under the same ID.
+        decide(&[], &unused, &mut clocks, t0 + GRACE, GRACE);
+        let again = t0 + GRACE * 2;
+        assert!(decide(&claims, &unused, &mut clocks, again, GRACE).is_empty());
+        assert_eq!(
+            decide(&claims, &unused, &mut clocks, again + GRACE, GRACE).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_stopped_states_are_the_only_ones_without_mounts() {
+        for state in ["exited", "dead", "stopped"] {
+            assert!(!may_hold_mounts(state), "{state}");
+        }
+        for state in [
+            "created",
+            "running",
+            "paused",
+            "restarting",
+            "removing",
+            "configured",
+            "something-new",
+        ] {
+            assert!(may_hold_mounts(state), "{state}");
+        }
+    }
+}
