@@ -52,8 +52,18 @@ use crate::spec::AgentConfig;
 use crate::volume::calls::{Answer, ReleaseRequest, StatusRequest};
 
 /// How often the claims are checked against the engines (and once at
-/// start).
+/// start), unless half the `unmount_grace` is shorter ([`period`]).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+
+/// The shortest period, however short the grace.
+pub const MIN_RECONCILE_PERIOD: Duration = Duration::from_millis(500);
+
+/// The time between two rounds for `grace`: [`RECONCILE_PERIOD`], or half
+/// the grace when that is shorter (at least [`MIN_RECONCILE_PERIOD`]), so
+/// that a claim goes within about one and a half graces of its last use.
+pub fn period(grace: Duration) -> Duration {
+    RECONCILE_PERIOD.min(grace / 2).max(MIN_RECONCILE_PERIOD)
+}
 
 /// The longest the thread waits for the main loop's answer to one of its
 /// calls; past it the round ends (a release goes on in the agent
@@ -296,7 +306,7 @@ fn run(
         }
         select! {
             recv(stopped) -> _ => return,
-            recv(after(RECONCILE_PERIOD)) -> _ => {}
+            recv(after(period(grace))) -> _ => {}
         }
     }
 }
@@ -597,6 +607,13 @@ mod tests {
             decide(&claims, &unused, &mut clocks, again + GRACE, GRACE).len(),
             1
         );
+    }
+
+    #[test]
+    fn the_period_is_at_most_half_the_grace_within_its_bounds() {
+        assert_eq!(period(Duration::from_secs(30)), RECONCILE_PERIOD);
+        assert_eq!(period(Duration::from_secs(4)), Duration::from_secs(2));
+        assert_eq!(period(Duration::ZERO), MIN_RECONCILE_PERIOD);
     }
 
     #[test]
