@@ -8,7 +8,7 @@
 //! not done by then goes on in the agent (`volume status` shows it
 //! `creating`), and the answer says so.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
@@ -92,6 +92,8 @@ impl Plugin {
             Ok(body) => body,
             Err(err) => return wire::error(engine, 500, &format!("{path}: {err}")),
         };
+        // One bound for the whole call, however many requests it makes.
+        let deadline = Instant::now() + self.wait;
         let answer = match path {
             "/Plugin.Activate" => Ok(wire::ok(
                 engine,
@@ -104,28 +106,31 @@ impl Plugin {
                     Value::object([("Scope", Value::from(self.scope))]),
                 )]),
             )),
-            "/VolumeDriver.List" => self.list(engine),
+            "/VolumeDriver.List" => self.list(engine, deadline),
             _ => match body.name() {
                 Err(err) => Err(format!("{path}: {err}")),
                 Ok(name) => match path {
-                    "/VolumeDriver.Create" => self.create(engine, name, &body.opts),
-                    "/VolumeDriver.Remove" => self.remove(engine, name),
+                    "/VolumeDriver.Create" => self.create(engine, name, &body.opts, deadline),
+                    "/VolumeDriver.Remove" => self.remove(engine, name, deadline),
                     "/VolumeDriver.Mount" => {
-                        self.mount(engine, name, body.id.as_deref().unwrap_or(""))
+                        let id = body.id.as_deref().unwrap_or("");
+                        self.mount(engine, name, id, deadline)
                     }
                     "/VolumeDriver.Unmount" => {
-                        self.unmount(engine, name, body.id.as_deref().unwrap_or(""))
+                        let id = body.id.as_deref().unwrap_or("");
+                        self.unmount(engine, name, id, deadline)
                     }
-                    "/VolumeDriver.Path" => self.path(engine, name),
-                    _ => self.get(engine, name),
+                    "/VolumeDriver.Path" => self.path(engine, name, deadline),
+                    _ => self.get(engine, name, deadline),
                 },
             },
         };
         answer.unwrap_or_else(|message| wire::error(engine, 500, &message))
     }
 
-    /// Sends `request` to the loop and waits for its answer.
-    fn ask(&self, request: api::Request) -> Result<Answer, Unanswered> {
+    /// Sends `request` to the loop and waits for its answer until
+    /// `deadline`.
+    fn ask(&self, request: api::Request, deadline: Instant) -> Result<Answer, Unanswered> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let call = Call {
             request,
@@ -134,7 +139,7 @@ impl Plugin {
         if self.calls.send(call).is_err() {
             return Err(Unanswered::Stopping);
         }
-        match rx.recv_timeout(self.wait) {
+        match rx.recv_deadline(deadline) {
             Ok(Ok(ApiResponse::Volume(answer))) => Ok(answer),
             Ok(Ok(other)) => Err(Unanswered::Failed(CallError::new(
                 ErrorKind::Internal,
@@ -148,7 +153,7 @@ impl Plugin {
     }
 
     /// A volume's status, or `None` when the agent knows no such volume.
-    fn status(&self, name: &str) -> Result<Option<VolumeStatus>, String> {
+    fn status(&self, name: &str, deadline: Instant) -> Result<Option<VolumeStatus>, String> {
         if crate::id::validate("volume ID", name).is_err() {
             return Ok(None);
         }
@@ -156,7 +161,7 @@ impl Plugin {
             id: name.to_string(),
             ..Default::default()
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Status(mut status)) => Ok(status.volumes.pop()),
             Ok(other) => Err(unexpected(name, &other)),
             Err(Unanswered::Failed(err)) if err.kind == ErrorKind::NotFound => Ok(None),
@@ -165,20 +170,20 @@ impl Plugin {
     }
 
     /// A status that must exist.
-    fn existing(&self, name: &str) -> Result<VolumeStatus, String> {
-        self.status(name)?
+    fn existing(&self, name: &str, deadline: Instant) -> Result<VolumeStatus, String> {
+        self.status(name, deadline)?
             .ok_or_else(|| format!("volume {name:?} not found"))
     }
 
-    fn get(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn get(&self, engine: EngineKind, name: &str, deadline: Instant) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let volume = wire::volume(&status.id, mountpoint(&status), Some(status_map(&status)));
         Ok(wire::ok(engine, &Value::object([("Volume", volume)])))
     }
 
-    fn list(&self, engine: EngineKind) -> Result<Response, String> {
+    fn list(&self, engine: EngineKind, deadline: Instant) -> Result<Response, String> {
         let request = api::Request::VolumeStatus(StatusRequest::default());
-        let volumes = match self.ask(request) {
+        let volumes = match self.ask(request, deadline) {
             Ok(Answer::Status(status)) => status.volumes,
             Ok(other) => return Err(unexpected("", &other)),
             Err(why) => return Err(self.unanswered("", "the list of volumes", why)),
@@ -192,8 +197,8 @@ impl Plugin {
         ))
     }
 
-    fn path(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn path(&self, engine: EngineKind, name: &str, deadline: Instant) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         Ok(wire::mountpoint(engine, mountpoint(&status)))
     }
 
@@ -202,11 +207,12 @@ impl Plugin {
         engine: EngineKind,
         name: &str,
         opts: &[(String, String)],
+        deadline: Instant,
     ) -> Result<Response, String> {
         crate::id::validate("volume name", name).map_err(|e| e.to_string())?;
         let parsed = options::parse(name, opts, self.default_plugin.as_deref())
             .map_err(|e| format!("volume {name:?}: {e}"))?;
-        if let Some(status) = self.status(name)? {
+        if let Some(status) = self.status(name, deadline)? {
             let differences = parsed.differences(&status);
             if !differences.is_empty() {
                 return Err(format!(
@@ -227,7 +233,7 @@ impl Plugin {
             file: format!("the options of volume {name:?}"),
             hcl: parsed.spec.to_hcl(),
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(_) => Ok(wire::done(engine)),
             Err(Unanswered::TimedOut) => Err(format!(
                 "{} after {} (volume_plugin's mount_timeout)",
@@ -238,8 +244,13 @@ impl Plugin {
         }
     }
 
-    fn remove(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn remove(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let holders: Vec<&str> = status
             .claims
             .iter()
@@ -264,13 +275,19 @@ impl Plugin {
             (api::Request::VolumeDeregister(req), "the deregistration")
         };
         log::info!("Volume plugin: removing volume {name} ({what})");
-        self.ask(request)
+        self.ask(request, deadline)
             .map(|_| wire::done(engine))
             .map_err(|why| self.unanswered(name, what, why))
     }
 
-    fn mount(&self, engine: EngineKind, name: &str, mount_id: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn mount(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        mount_id: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let file_system: Vec<&str> = status
             .capabilities
             .iter()
@@ -295,7 +312,7 @@ impl Plugin {
             read_only,
             ..Default::default()
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Claimed(claimed)) => Ok(wire::mountpoint(engine, &claimed.publish_path)),
             Ok(other) => Err(unexpected(name, &other)),
             Err(Unanswered::TimedOut) => {
@@ -328,7 +345,13 @@ impl Plugin {
         }
     }
 
-    fn unmount(&self, engine: EngineKind, name: &str, mount_id: &str) -> Result<Response, String> {
+    fn unmount(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        mount_id: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
         let alloc_id = claim_alloc_id(engine, mount_id);
         log::info!(
             "Volume plugin: unmount {mount_id:?} of volume {name} releases alloc {alloc_id}"
@@ -337,7 +360,7 @@ impl Plugin {
             volume_id: name.to_string(),
             alloc_id: alloc_id.clone(),
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Released(released)) if released.released => Ok(wire::done(engine)),
             Ok(Answer::Released(released)) => Err(format!(
                 "the release of alloc {alloc_id}'s claim of volume {name:?} is not done: {}; the agent keeps retrying",
@@ -461,7 +484,197 @@ fn status_map(status: &VolumeStatus) -> Value {
 mod tests {
     use super::*;
     use crate::json;
-    use crate::volume::calls::ClaimStatus;
+    use crate::volume::calls::{ClaimStatus, Claimed, Released, Status};
+
+    /// A plugin whose calls go to the returned receiver, the loop's side.
+    fn plugin(wait: Duration) -> (Plugin, crossbeam_channel::Receiver<Call>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let config = VolumePluginConfig {
+            mount_timeout: wait,
+            plugin_id: Some("hp".into()),
+            ..Default::default()
+        };
+        (Plugin::new(&config, tx, false), rx)
+    }
+
+    fn post(path: &str, content_type: Option<&str>, body: &str) -> Request {
+        Request {
+            method: "POST".into(),
+            target: path.into(),
+            headers: content_type
+                .map(|t| vec![("Content-Type".to_string(), t.to_string())])
+                .unwrap_or_default(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn err_of(response: &Response) -> String {
+        let body = json::parse_bytes(response.body()).unwrap();
+        body.get("Err")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn volume_with(capabilities: &[&str]) -> VolumeStatus {
+        VolumeStatus {
+            id: "v".into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Answers the loop's side: each call with what `answer` gives for it.
+    fn serve(
+        rx: crossbeam_channel::Receiver<Call>,
+        answer: impl Fn(&api::Request) -> Option<crate::call::Answer<Answer>> + Send + 'static,
+    ) -> std::thread::JoinHandle<Vec<String>> {
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for call in rx.iter() {
+                seen.push(format!("{:?}", call.request));
+                if let Some(a) = answer(&call.request) {
+                    call.reply.send(a.map(ApiResponse::Volume));
+                } else {
+                    // Unanswered: held as the loop holds a waiting claim.
+                    std::mem::forget(call.reply);
+                }
+            }
+            seen
+        })
+    }
+
+    #[test]
+    fn activate_and_capabilities_need_no_loop_and_unknowns_are_refused() {
+        let (plugin, _rx) = plugin(Duration::from_secs(1));
+        let answer = plugin.handle(&post("/Plugin.Activate", None, ""));
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body(), br#"{"Implements":["VolumeDriver"]}"#);
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Capabilities",
+            Some("application/vnd.docker.plugins.v1.2+json"),
+            "{}",
+        ));
+        assert_eq!(answer.body(), br#"{"Capabilities":{"Scope":"local"}}"#);
+        let answer = plugin.handle(&post("/VolumeDriver.Nope", None, "{}"));
+        assert_eq!(answer.status, 404);
+        assert_eq!(err_of(&answer), "unknown call /VolumeDriver.Nope");
+        let answer = plugin.handle(&post("/Plugin.Activate", Some("text/plain"), ""));
+        assert_eq!(answer.status, 415);
+        let get = Request {
+            method: "GET".into(),
+            ..post("/Plugin.Activate", None, "")
+        };
+        let answer = plugin.handle(&get);
+        assert_eq!(answer.status, 405);
+        assert_eq!(err_of(&answer), "/Plugin.Activate takes POST, not GET");
+    }
+
+    #[test]
+    fn a_podman_mount_claims_for_podman_and_answers_the_publish_path() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                volumes: vec![volume_with(&["single-node-reader-only/file-system"])],
+                ..Default::default()
+            }))),
+            api::Request::VolumeClaim(claim) => Some(Ok(Answer::Claimed(Claimed {
+                publish_path: format!("/p/{}/{}", claim.alloc_id, claim.read_only),
+                target: String::new(),
+            }))),
+            _ => None,
+        });
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Mount",
+            Some("application/vnd.docker.plugins.v1.1+json"),
+            r#"{"Name":"v","ID":"fixed"}"#,
+        ));
+        assert_eq!(answer.status, 200);
+        // A reader-only volume is claimed for reading.
+        assert_eq!(answer.body(), br#"{"Mountpoint":"/p/podman-fixed/true"}"#);
+        drop(plugin);
+        let seen = loop_side.join().unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[1].contains("alloc_id: \"podman-fixed\""), "{seen:?}");
+    }
+
+    #[test]
+    fn a_mount_not_answered_in_time_releases_its_claim() {
+        let (plugin, rx) = plugin(Duration::from_millis(200));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                volumes: vec![volume_with(&["single-node-writer/file-system"])],
+                ..Default::default()
+            }))),
+            _ => None,
+        });
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Mount",
+            None,
+            r#"{"Name":"v","ID":"m1"}"#,
+        ));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the mount of volume \"v\" (claim of alloc docker-m1) was not done within 200ms (volume_plugin's mount_timeout): its claim is released"
+        );
+        drop(plugin);
+        let seen = loop_side.join().unwrap();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen[2].starts_with("VolumeRelease"), "{seen:?}");
+        assert!(seen[2].contains("alloc_id: \"docker-m1\""), "{seen:?}");
+    }
+
+    #[test]
+    fn unmount_of_an_unknown_volume_or_claim_succeeds_and_a_pending_release_is_an_error() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeRelease(r) if r.volume_id == "gone" => Some(Err(
+                CallError::not_found("no volume \"gone\" is registered"),
+            )),
+            api::Request::VolumeRelease(r) if r.volume_id == "stuck" => {
+                Some(Ok(Answer::Released(Released {
+                    released: false,
+                    message: "NodeUnpublishVolume failed".into(),
+                })))
+            }
+            api::Request::VolumeRelease(_) => Some(Ok(Answer::Released(Released {
+                released: true,
+                message: String::new(),
+            }))),
+            _ => None,
+        });
+        for name in ["gone", "v"] {
+            let body = format!(r#"{{"Name":"{name}","ID":"m"}}"#);
+            let answer = plugin.handle(&post("/VolumeDriver.Unmount", None, &body));
+            assert_eq!(answer.status, 200, "{name}");
+            assert_eq!(answer.body(), b"{}");
+        }
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Unmount",
+            None,
+            r#"{"Name":"stuck","ID":"m"}"#,
+        ));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the release of alloc docker-m's claim of volume \"stuck\" is not done: NodeUnpublishVolume failed; the agent keeps retrying"
+        );
+        drop(plugin);
+        loop_side.join().unwrap();
+    }
+
+    #[test]
+    fn a_stopping_agent_is_said_so() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        drop(rx);
+        let answer = plugin.handle(&post("/VolumeDriver.Get", None, r#"{"Name":"v"}"#));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the status of volume \"v\": the agent is shutting down"
+        );
+    }
 
     #[test]
     fn a_cause_names_the_volume_once() {
