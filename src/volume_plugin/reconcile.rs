@@ -34,6 +34,9 @@
 //!   never asked: its claims stay until `Unmount` or `csi-agent volume
 //!   release`, as the warning at start says.
 //!
+//! Rounds come every [`period`] (at most [`RECONCILE_PERIOD`], at most half
+//! the grace), the first at start.
+//!
 //! The thread is a client of the main loop like any other: it reads the
 //! claims with [`Request::VolumeStatus`] and releases with
 //! [`Request::VolumeRelease`] on the calls channel, and never touches the
