@@ -73,6 +73,9 @@ pub fn period(grace: Duration) -> Duration {
 /// regardless) and the next one asks again.
 pub const ANSWER_WAIT: Duration = Duration::from_secs(120);
 
+/// The type of the `claim` event told as the thread releases a claim.
+pub const LOST_UNMOUNT_EVENT: &str = "LostUnmount";
+
 /// The thread's name.
 pub const THREAD_NAME: &str = "volume-plugin-reconcile";
 
@@ -370,10 +373,17 @@ fn round(
             alloc_id,
             engine,
         } = &release.claim;
-        log::info!(
-            "Releasing claim {alloc_id} of volume {volume_id}: no container of {} that may hold mounts has mounted it through driver {driver} for {:?} (unmount_grace {grace:?}), a lost unmount",
+        let why = format!(
+            "no container of {} that may hold mounts has mounted it through driver {driver} for {:.1?} (unmount_grace {grace:?}), a lost unmount",
             engine_name(*engine),
             release.unused_for
+        );
+        log::info!("Releasing claim {alloc_id} of volume {volume_id}: {why}");
+        crate::events::emit(
+            crate::events::Topic::Claim,
+            LOST_UNMOUNT_EVENT,
+            volume_id.clone(),
+            format!("alloc {alloc_id}: {why}"),
         );
         let request = Request::VolumeRelease(ReleaseRequest {
             volume_id: volume_id.clone(),

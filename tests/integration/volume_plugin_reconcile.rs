@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use csi_agent::api::client::AgentClient;
 use csi_agent::docker::{ContainerSpec, ContainerVolumes, Engine, Mount};
-use csi_agent::volume_plugin::reconcile::volumes_in_use;
+use csi_agent::volume_plugin::reconcile::{volumes_in_use, LOST_UNMOUNT_EVENT};
 
 use crate::dockerd::{require_docker, Dockerd};
 use crate::harness::{healthy, Agent, WAIT};
@@ -405,6 +405,23 @@ fn an_engine_that_cannot_be_reached_releases_nothing_and_a_crash_lost_unmount_go
         assert!(
             log.contains(&format!("Releasing claim {alloc} of volume down")),
             "{log}"
+        );
+    }
+    // And tells it as a claim event naming the alloc.
+    let events = host
+        .client
+        .events(0, &["claim".to_string()], Duration::ZERO)
+        .unwrap()
+        .events;
+    let lost: Vec<_> = events
+        .iter()
+        .filter(|e| e.type_ == LOST_UNMOUNT_EVENT && e.key == "down")
+        .collect();
+    assert_eq!(lost.len(), held.len(), "{events:#?}");
+    for alloc in &held {
+        assert!(
+            lost.iter().any(|e| e.message.contains(alloc.as_str())),
+            "{lost:#?}"
         );
     }
 }
