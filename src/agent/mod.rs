@@ -125,7 +125,11 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
     let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
-    let _reconcile = crate::volume_plugin::reconcile::Reconciler::start(&options.config, &calls_tx);
+    let _reconcile = crate::volume_plugin::reconcile::Reconciler::start(
+        &options.config,
+        &node_name(&options.config),
+        &calls_tx,
+    );
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();

@@ -52,7 +52,7 @@ use super::{engine_of_claim, EngineKind};
 use crate::api::{Call, Request, Response};
 use crate::docker::{ContainerVolumes, Engine};
 use crate::spec::AgentConfig;
-use crate::volume::calls::{Answer, ReleaseRequest, StatusRequest};
+use crate::volume::calls::{Answer, ReleaseRequest, StatusRequest, VolumeStatus};
 
 /// How often the claims are checked against the engines (and once at
 /// start), unless half the `unmount_grace` is shorter ([`period`]).
@@ -170,18 +170,24 @@ pub fn decide(
     releases
 }
 
-/// The plugin's claims among the agent's volumes.
-pub fn plugin_claims(volumes: &[crate::volume::calls::VolumeStatus]) -> Vec<PluginClaim> {
+/// The plugin's claims on this node (`node`, the agent's node name) among
+/// the agent's volumes. In a cluster the status also lists other nodes'
+/// claims (with their node): their containers are on other engines, so
+/// they are never this thread's to judge.
+pub fn plugin_claims(volumes: &[VolumeStatus], node: &str) -> Vec<PluginClaim> {
     volumes
         .iter()
         .flat_map(|v| {
-            v.claims.iter().filter_map(move |c| {
-                Some(PluginClaim {
-                    volume_id: v.id.clone(),
-                    alloc_id: c.alloc_id.clone(),
-                    engine: engine_of_claim(&c.alloc_id)?,
+            v.claims
+                .iter()
+                .filter(|c| c.node.is_empty() || c.node == node)
+                .filter_map(move |c| {
+                    Some(PluginClaim {
+                        volume_id: v.id.clone(),
+                        alloc_id: c.alloc_id.clone(),
+                        engine: engine_of_claim(&c.alloc_id)?,
+                    })
                 })
-            })
         })
         .collect()
 }
@@ -215,7 +221,7 @@ impl Reconciler {
     /// the main loop through `calls`. `None` without the block, when no
     /// engine has an endpoint (each engine without one is warned about),
     /// or when the thread cannot start (logged).
-    pub fn start(config: &AgentConfig, calls: &Sender<Call>) -> Option<Reconciler> {
+    pub fn start(config: &AgentConfig, node: &str, calls: &Sender<Call>) -> Option<Reconciler> {
         let plugin = config.volume_plugin.as_ref()?;
         let endpoints = [
             (EngineKind::Docker, Some(config.docker.endpoint.clone())),
@@ -255,13 +261,19 @@ impl Reconciler {
         if engines.is_empty() {
             return None;
         }
-        let driver = plugin.name.clone();
-        let grace = plugin.unmount_grace;
-        let calls = calls.clone();
         let (stop, stopped) = bounded(0);
+        let rounds = Rounds {
+            engines,
+            driver: plugin.name.clone(),
+            node: node.to_string(),
+            grace: plugin.unmount_grace,
+            calls: calls.clone(),
+            stopped,
+            clocks: Clocks::default(),
+        };
         let spawned = thread::Builder::new()
             .name(THREAD_NAME.to_string())
-            .spawn(move || run(engines, &driver, grace, &calls, &stopped));
+            .spawn(move || rounds.run());
         match spawned {
             Ok(thread) => Some(Reconciler {
                 stop: Some(stop),
@@ -296,87 +308,67 @@ enum Stop {
     Round(String),
 }
 
-fn run(
-    mut engines: Vec<Watched>,
-    driver: &str,
+/// The thread's state between rounds.
+struct Rounds {
+    engines: Vec<Watched>,
+    /// The plugin's driver name.
+    driver: String,
+    /// This agent's node name.
+    node: String,
     grace: Duration,
-    calls: &Sender<Call>,
-    stopped: &Receiver<()>,
-) {
-    let mut clocks = Clocks::default();
-    loop {
-        match round(&mut engines, driver, grace, calls, stopped, &mut clocks) {
-            Ok(()) => {}
-            Err(Stop::Asked) => return,
-            Err(Stop::Round(why)) => log::debug!("Lost-unmount round ended early: {why}"),
-        }
-        select! {
-            recv(stopped) -> _ => return,
-            recv(after(period(grace))) -> _ => {}
-        }
-    }
+    calls: Sender<Call>,
+    stopped: Receiver<()>,
+    clocks: Clocks,
 }
 
-/// One round: the claims, each engine's containers, the releases.
-fn round(
-    engines: &mut [Watched],
-    driver: &str,
-    grace: Duration,
-    calls: &Sender<Call>,
-    stopped: &Receiver<()>,
-    clocks: &mut Clocks,
-) -> Result<(), Stop> {
-    let status = ask(
-        calls,
-        stopped,
-        Request::VolumeStatus(StatusRequest::default()),
-    )?;
-    let Answer::Status(status) = status else {
-        return Err(Stop::Round(format!("VolumeStatus answered {status:?}")));
-    };
-    let claims = plugin_claims(&status.volumes);
-    let mut sightings = Vec::new();
-    for watched in engines.iter_mut() {
-        if !claims.iter().any(|c| c.engine == watched.kind) {
-            continue;
+impl Rounds {
+    fn run(mut self) {
+        loop {
+            match self.round() {
+                Ok(()) => {}
+                Err(Stop::Asked) => return,
+                Err(Stop::Round(why)) => log::debug!("Lost-unmount round ended early: {why}"),
+            }
+            select! {
+                recv(self.stopped) -> _ => return,
+                recv(after(period(self.grace))) -> _ => {}
+            }
         }
-        let sighting = match watched.engine.volume_mounts() {
-            Ok(containers) => {
-                if watched.down {
-                    log::info!(
-                        "{} at {} answers again: its lost unmounts are reconciled once their grace has passed again",
-                        engine_name(watched.kind),
-                        watched.engine.endpoint()
-                    );
-                    watched.down = false;
-                }
-                Sighting::InUse(volumes_in_use(&containers, driver))
-            }
-            Err(err) => {
-                if !watched.down {
-                    log::warn!(
-                        "Cannot list the containers of {} at {} for lost unmounts, so none of its claims is released until it answers: {}",
-                        engine_name(watched.kind),
-                        watched.engine.endpoint(),
-                        crate::error_chain(&err)
-                    );
-                    watched.down = true;
-                }
-                Sighting::Unreachable
-            }
-        };
-        sightings.push((watched.kind, sighting));
     }
-    for release in decide(&claims, &sightings, clocks, Instant::now(), grace) {
+
+    /// One round: the claims, each engine's containers, the releases.
+    fn round(&mut self) -> Result<(), Stop> {
+        let status = self.ask(Request::VolumeStatus(StatusRequest::default()))?;
+        let Answer::Status(status) = status else {
+            return Err(Stop::Round(format!("VolumeStatus answered {status:?}")));
+        };
+        let claims = plugin_claims(&status.volumes, &self.node);
+        let mut sightings = Vec::new();
+        for watched in self.engines.iter_mut() {
+            if claims.iter().any(|c| c.engine == watched.kind) {
+                sightings.push((watched.kind, watched.look(&self.driver)));
+            }
+        }
+        let now = Instant::now();
+        for release in decide(&claims, &sightings, &mut self.clocks, now, self.grace) {
+            self.release(&release)?;
+        }
+        Ok(())
+    }
+
+    /// Releases a claim [`decide`] gave up on, and tells why.
+    fn release(&self, release: &Release) -> Result<(), Stop> {
         let PluginClaim {
             volume_id,
             alloc_id,
             engine,
         } = &release.claim;
         let why = format!(
-            "no container of {} that may hold mounts has mounted it through driver {driver} for {:.1?} (unmount_grace {grace:?}), a lost unmount",
+            "no container of {} that may hold mounts has mounted it through driver {} for {:.1?} (unmount_grace {:?}), a lost unmount",
             engine_name(*engine),
-            release.unused_for
+            self.driver,
+            release.unused_for,
+            self.grace
         );
         log::info!("Releasing claim {alloc_id} of volume {volume_id}: {why}");
         crate::events::emit(
@@ -389,39 +381,72 @@ fn round(
             volume_id: volume_id.clone(),
             alloc_id: alloc_id.clone(),
         });
-        match ask(calls, stopped, request) {
+        match self.ask(request) {
             Ok(answer) => log::debug!("Release of {alloc_id} of {volume_id}: {answer:?}"),
             Err(Stop::Round(why)) => {
                 log::warn!("Cannot release claim {alloc_id} of volume {volume_id}: {why}")
             }
             Err(Stop::Asked) => return Err(Stop::Asked),
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Sends `request` to the main loop and waits for its answer, up to
+    /// [`ANSWER_WAIT`], or until the thread is asked to stop.
+    fn ask(&self, request: Request) -> Result<Answer, Stop> {
+        let (reply, answer) = bounded(1);
+        self.calls
+            .send(Call {
+                request,
+                reply: reply.into(),
+            })
+            .map_err(|_| Stop::Asked)?;
+        select! {
+            recv(answer) -> answer => match answer {
+                Ok(Ok(Response::Volume(answer))) => Ok(answer),
+                Ok(Ok(other)) => Err(Stop::Round(format!("the agent answered {other:?}"))),
+                Ok(Err(err)) => Err(Stop::Round(err.to_string())),
+                // The loop dropped the call unanswered: it is stopping.
+                Err(_) => Err(Stop::Asked),
+            },
+            recv(self.stopped) -> _ => Err(Stop::Asked),
+            recv(after(ANSWER_WAIT)) -> _ => Err(Stop::Round(format!(
+                "the agent did not answer within {ANSWER_WAIT:?}"
+            ))),
+        }
+    }
 }
 
-/// Sends `request` to the main loop and waits for its answer, up to
-/// [`ANSWER_WAIT`], or until the thread is asked to stop.
-fn ask(calls: &Sender<Call>, stopped: &Receiver<()>, request: Request) -> Result<Answer, Stop> {
-    let (reply, answer) = bounded(1);
-    calls
-        .send(Call {
-            request,
-            reply: reply.into(),
-        })
-        .map_err(|_| Stop::Asked)?;
-    select! {
-        recv(answer) -> answer => match answer {
-            Ok(Ok(Response::Volume(answer))) => Ok(answer),
-            Ok(Ok(other)) => Err(Stop::Round(format!("the agent answered {other:?}"))),
-            Ok(Err(err)) => Err(Stop::Round(err.to_string())),
-            // The loop dropped the call unanswered: it is stopping.
-            Err(_) => Err(Stop::Asked),
-        },
-        recv(stopped) -> _ => Err(Stop::Asked),
-        recv(after(ANSWER_WAIT)) -> _ => Err(Stop::Round(format!(
-            "the agent did not answer within {ANSWER_WAIT:?}"
-        ))),
+impl Watched {
+    /// What the engine says this round: the volumes its containers use
+    /// through `driver`, or that it cannot say; an outage is logged at
+    /// its start and its end.
+    fn look(&mut self, driver: &str) -> Sighting {
+        match self.engine.volume_mounts() {
+            Ok(containers) => {
+                if self.down {
+                    log::info!(
+                        "{} at {} answers again: its lost unmounts are reconciled once their grace has passed again",
+                        engine_name(self.kind),
+                        self.engine.endpoint()
+                    );
+                    self.down = false;
+                }
+                Sighting::InUse(volumes_in_use(&containers, driver))
+            }
+            Err(err) => {
+                if !self.down {
+                    log::warn!(
+                        "Cannot list the containers of {} at {} for lost unmounts, so none of its claims is released until it answers: {}",
+                        engine_name(self.kind),
+                        self.engine.endpoint(),
+                        crate::error_chain(&err)
+                    );
+                    self.down = true;
+                }
+                Sighting::Unreachable
+            }
+        }
     }
 }
 
@@ -619,6 +644,34 @@ mod tests {
         assert_eq!(
             decide(&claims, &unused, &mut clocks, again + GRACE, GRACE).len(),
             1
+        );
+    }
+
+    #[test]
+    fn only_this_nodes_claims_of_container_engines_are_judged() {
+        use crate::volume::calls::ClaimStatus;
+        let claim_on = |alloc: &str, node: &str| ClaimStatus {
+            alloc_id: alloc.into(),
+            node: node.into(),
+            ..Default::default()
+        };
+        let volumes = [VolumeStatus {
+            id: "v".into(),
+            claims: vec![
+                claim_on("docker-here", "a"),
+                claim_on("podman-alone", ""),
+                claim_on("docker-there", "b"),
+                claim_on("0b7c6a1e-task-alloc", "a"),
+            ],
+            ..Default::default()
+        }];
+        let claims = plugin_claims(&volumes, "a");
+        assert_eq!(
+            claims,
+            [
+                claim("v", "docker-here", EngineKind::Docker),
+                claim("v", "podman-alone", EngineKind::Podman),
+            ]
         );
     }
 
