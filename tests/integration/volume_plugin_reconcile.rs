@@ -425,3 +425,135 @@ fn an_engine_that_cannot_be_reached_releases_nothing_and_a_crash_lost_unmount_go
         );
     }
 }
+
+/// Podman's API service on a store of the test's own (`--root`,
+/// `--runroot`, the `vfs` driver, nothing mounted), killed in `Drop`.
+struct PodmanService {
+    dir: crate::util::TestDir,
+    socket: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl PodmanService {
+    /// `None` (a skip) without root or podman; under CI, podman missing
+    /// is a failure.
+    fn start() -> Option<PodmanService> {
+        if !crate::util::require_root() {
+            return None;
+        }
+        let present = Command::new("podman")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !present {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("podman is missing; `make deps` installs it");
+            }
+            eprintln!("skipping: podman is missing (`make deps` installs it)");
+            return None;
+        }
+        let dir = crate::util::TestDir::new();
+        let socket = dir.join("podman.sock");
+        let mut service = PodmanService {
+            child: Command::new("podman")
+                .args(PodmanService::store_args(&dir))
+                .args(["system", "service", "--time", "0"])
+                .arg(format!("unix://{}", socket.display()))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(dir.join("service.log")).unwrap())
+                .spawn()
+                .expect("start podman system service"),
+            dir,
+            socket,
+        };
+        let engine = service.engine();
+        let start = Instant::now();
+        while engine.ping().is_err() {
+            let exited = service.child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && start.elapsed() < Duration::from_secs(60),
+                "podman system service did not answer ({exited:?}): {}",
+                std::fs::read_to_string(service.dir.join("service.log")).unwrap_or_default()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        Some(service)
+    }
+
+    fn store_args(dir: &crate::util::TestDir) -> Vec<String> {
+        vec![
+            "--root".into(),
+            dir.join("root").display().to_string(),
+            "--runroot".into(),
+            dir.join("run").display().to_string(),
+            "--storage-driver".into(),
+            "vfs".into(),
+        ]
+    }
+
+    /// `podman ARGS` on this store, which must succeed; its stdout.
+    fn podman(&self, args: &[&str]) -> String {
+        let out = Command::new("podman")
+            .args(PodmanService::store_args(&self.dir))
+            .args(args)
+            .output()
+            .expect("run podman");
+        assert!(
+            out.status.success(),
+            "podman {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn engine(&self) -> Engine {
+        Engine::new(&self.socket.display().to_string()).unwrap()
+    }
+}
+
+impl Drop for PodmanService {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn podmans_compat_api_lists_containers_and_volumes_the_same_way() {
+    let Some(podman) = PodmanService::start() else {
+        return;
+    };
+    let rootfs = crate::dockerd::busybox_rootfs(&podman.dir.mkdir("rootfs"));
+    let tarball = podman.dir.join("rootfs.tar");
+    let tar = Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .arg("-cf")
+        .arg(&tarball)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    podman.podman(&["import", &tarball.display().to_string(), IMAGE]);
+    podman.podman(&["volume", "create", "omega"]);
+    let id = podman.podman(&[
+        "create",
+        "--network",
+        "none",
+        "-v",
+        "omega:/data",
+        IMAGE,
+        "sleep",
+        "1000",
+    ]);
+
+    let containers = podman.engine().volume_mounts().unwrap();
+    let created = listed(&containers, &id);
+    assert_eq!(created.state, "created");
+    assert_eq!(names(created), [("omega", "local")]);
+    let in_use: Vec<String> = volumes_in_use(&containers, "local").into_iter().collect();
+    assert_eq!(in_use, ["omega"]);
+    podman.podman(&["rm", "-f", &id]);
+    assert!(podman.engine().volume_mounts().unwrap().is_empty());
+}
