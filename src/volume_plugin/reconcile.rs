@@ -170,6 +170,19 @@ pub fn decide(
     releases
 }
 
+/// The releases of `releases` whose volume `fresh`, the engines' answers
+/// of a moment later, still finds unused: one whose engine is now
+/// unreachable, or has a container using the volume, is kept.
+pub fn still_unused(releases: Vec<Release>, fresh: &[(EngineKind, Sighting)]) -> Vec<Release> {
+    releases
+        .into_iter()
+        .filter(|r| {
+            let sighting = fresh.iter().find(|(kind, _)| *kind == r.claim.engine);
+            matches!(sighting, Some((_, Sighting::InUse(volumes))) if !volumes.contains(&r.claim.volume_id))
+        })
+        .collect()
+}
+
 /// The plugin's claims on this node (`node`, the agent's node name) among
 /// the agent's volumes. In a cluster the status also lists other nodes'
 /// claims (with their node): their containers are on other engines, so
@@ -350,7 +363,20 @@ impl Rounds {
             }
         }
         let now = Instant::now();
-        for release in decide(&claims, &sightings, &mut self.clocks, now, self.grace) {
+        let releases = decide(&claims, &sightings, &mut self.clocks, now, self.grace);
+        if releases.is_empty() {
+            return Ok(());
+        }
+        // A container may have started in the meantime, mounting a volume
+        // about to be released: the engines are asked once more, right
+        // before the releases.
+        let mut fresh = Vec::new();
+        for watched in self.engines.iter_mut() {
+            if releases.iter().any(|r| r.claim.engine == watched.kind) {
+                fresh.push((watched.kind, watched.look(&self.driver)));
+            }
+        }
+        for release in still_unused(releases, &fresh) {
             self.release(&release)?;
         }
         Ok(())
@@ -673,6 +699,20 @@ mod tests {
                 claim("v", "podman-alone", EngineKind::Podman),
             ]
         );
+    }
+
+    #[test]
+    fn a_release_is_kept_if_the_engine_says_otherwise_a_moment_later() {
+        let release = |volume: &str| Release {
+            claim: claim(volume, "docker-m1", EngineKind::Docker),
+            unused_for: GRACE,
+        };
+        let releases = vec![release("v"), release("w")];
+        let fresh = in_use(&[container("running", &[("w", "csi")])]);
+        assert_eq!(still_unused(releases.clone(), &fresh), [release("v")]);
+        let down = docker(Sighting::Unreachable);
+        assert!(still_unused(releases.clone(), &down).is_empty());
+        assert!(still_unused(releases, &[]).is_empty());
     }
 
     #[test]
