@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, bounded, select, Receiver, Sender};
+use crossbeam_channel::{after, bounded, select, Receiver, RecvTimeoutError, Sender};
 
 use super::{engine_of_claim, EngineKind};
 use crate::api::{Call, Request, Response};
@@ -221,11 +221,18 @@ struct Watched {
     down: bool,
 }
 
-/// The running thread; dropping it stops the thread and waits for it (a
-/// round under way ends at its next call to the loop, or within the
-/// engine's [`crate::docker::CALL_TIMEOUT`]).
+/// The longest the agent's end waits for the thread: a round under way
+/// ends at its next call to the loop, at once, but an engine call may take
+/// up to [`crate::docker::CALL_TIMEOUT`]; past this the thread is left to
+/// end with the process (it holds no state).
+pub const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// The running thread; dropping it stops the thread and waits for it, up
+/// to [`STOP_WAIT`].
 pub struct Reconciler {
     stop: Option<Sender<()>>,
+    /// Disconnected when the thread ends.
+    ended: Receiver<()>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -275,6 +282,7 @@ impl Reconciler {
             return None;
         }
         let (stop, stopped) = bounded(0);
+        let (ending, ended) = bounded::<()>(0);
         let rounds = Rounds {
             engines,
             driver: plugin.name.clone(),
@@ -286,10 +294,14 @@ impl Reconciler {
         };
         let spawned = thread::Builder::new()
             .name(THREAD_NAME.to_string())
-            .spawn(move || rounds.run());
+            .spawn(move || {
+                let _ending = ending;
+                rounds.run();
+            });
         match spawned {
             Ok(thread) => Some(Reconciler {
                 stop: Some(stop),
+                ended,
                 thread: Some(thread),
             }),
             Err(err) => {
@@ -305,9 +317,17 @@ impl Reconciler {
 impl Drop for Reconciler {
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                log::error!("The thread {THREAD_NAME} panicked");
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        match self.ended.recv_timeout(STOP_WAIT) {
+            Err(RecvTimeoutError::Timeout) => log::warn!(
+                "The thread {THREAD_NAME} still waits for a container engine after {STOP_WAIT:?}; leaving it"
+            ),
+            _ => {
+                if thread.join().is_err() {
+                    log::error!("The thread {THREAD_NAME} panicked");
+                }
             }
         }
     }
@@ -738,5 +758,159 @@ mod tests {
         ] {
             assert!(may_hold_mounts(state), "{state}");
         }
+    }
+}
+
+/// The thread itself, against a fake engine on a real unix socket and a
+/// fake main loop on the calls channel.
+#[cfg(test)]
+mod thread_tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
+
+    use crossbeam_channel::{unbounded, Receiver};
+
+    use super::*;
+    use crate::spec::VolumePluginConfig;
+    use crate::volume::calls::{ClaimStatus, Released, Status};
+
+    const GRACE: Duration = Duration::from_secs(30);
+
+    /// A directory of the test's own, removed when dropped.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(name: &str) -> Dir {
+            let path = std::env::temp_dir()
+                .join(format!("csi-agent-reconcile-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Dir(path)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// An engine at `socket` that answers every request with `answer`, or
+    /// holds every connection open in silence when `answer` is `None`.
+    fn engine(socket: &std::path::Path, answer: Option<&'static str>) {
+        let listener = UnixListener::bind(socket).unwrap();
+        thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let Some(body) = answer else {
+                    held.push(stream);
+                    continue;
+                };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                    line.clear();
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+    }
+
+    fn config(docker: &std::path::Path, grace: Duration) -> AgentConfig {
+        let mut config = AgentConfig::default();
+        config.docker.endpoint = format!("unix://{}", docker.display());
+        config.volume_plugin = Some(VolumePluginConfig {
+            unmount_grace: grace,
+            ..VolumePluginConfig::default()
+        });
+        config
+    }
+
+    /// A main loop whose one volume `v` has the claim `docker-m1` until it
+    /// is released; each release's alloc goes to the channel returned.
+    fn fake_loop(calls: Receiver<Call>) -> Receiver<String> {
+        let (released_tx, released) = unbounded();
+        thread::spawn(move || {
+            let mut claims = vec!["docker-m1".to_string()];
+            for call in calls {
+                let answer = match call.request {
+                    Request::VolumeStatus(_) => Answer::Status(Status {
+                        volumes: vec![VolumeStatus {
+                            id: "v".into(),
+                            claims: claims
+                                .iter()
+                                .map(|alloc| ClaimStatus {
+                                    alloc_id: alloc.clone(),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                    Request::VolumeRelease(req) => {
+                        claims.retain(|c| *c != req.alloc_id);
+                        let _ = released_tx.send(req.alloc_id);
+                        Answer::Released(Released {
+                            released: true,
+                            message: String::new(),
+                        })
+                    }
+                    other => panic!("unexpected call {other:?}"),
+                };
+                call.reply.send(Ok(Response::Volume(answer)));
+            }
+        });
+        released
+    }
+
+    #[test]
+    fn an_unused_claim_is_released_through_the_loop() {
+        let dir = Dir::new("release");
+        let socket = dir.0.join("docker.sock");
+        engine(&socket, Some("[]"));
+        let (calls_tx, calls) = unbounded();
+        let released = fake_loop(calls);
+        let grace = Duration::from_secs(1);
+        let reconciler = Reconciler::start(&config(&socket, grace), "n", &calls_tx).unwrap();
+        let start = Instant::now();
+        let alloc = released.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(alloc, "docker-m1");
+        assert!(start.elapsed() >= grace, "{:?}", start.elapsed());
+        drop(reconciler);
+    }
+
+    #[test]
+    fn a_silent_engine_releases_nothing_and_holds_up_the_end_at_most_stop_wait() {
+        let dir = Dir::new("silent");
+        let socket = dir.0.join("docker.sock");
+        engine(&socket, None);
+        let (calls_tx, calls) = unbounded();
+        let released = fake_loop(calls);
+        let grace = Duration::from_millis(100);
+        let reconciler = Reconciler::start(&config(&socket, grace), "n", &calls_tx).unwrap();
+        assert!(released.recv_timeout(grace * 10).is_err());
+        let start = Instant::now();
+        drop(reconciler);
+        let took = start.elapsed();
+        assert!(
+            took >= STOP_WAIT && took < STOP_WAIT + Duration::from_secs(1),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn without_the_block_or_any_endpoint_no_thread_starts() {
+        let (calls_tx, _calls) = unbounded();
+        assert!(Reconciler::start(&AgentConfig::default(), "n", &calls_tx).is_none());
+        let mut config = config(std::path::Path::new("/nonexistent.sock"), GRACE);
+        config.docker.endpoint = String::new();
+        assert!(Reconciler::start(&config, "n", &calls_tx).is_none());
     }
 }
