@@ -19,7 +19,7 @@
 //!   the middle of its start) and so does `removing` (it may still be
 //!   running its way out), and so does a state this code does not know.
 //! - A claim is released once its volume has been seen unused in every
-//!   round for [`unmount_grace`](crate::spec::volume_plugin::VolumePluginConfig)
+//!   round for [`unmount_grace`](crate::spec::VolumePluginConfig)
 //!   without a break, counted from the last time it was seen in use, from
 //!   when the thread first saw the claim (its taking, as seen from here,
 //!   or the agent's start), or from the engine's last failed round,
@@ -33,6 +33,14 @@
 //! - An engine with no endpoint (Podman without `podman_endpoint`) is
 //!   never asked: its claims stay until `Unmount` or `csi-agent volume
 //!   release`, as the warning at start says.
+//!
+//! - Only this node's claims are judged ([`plugin_claims`]): in a cluster
+//!   the others' containers run on other engines.
+//! - Right before a release the engine is asked once more, and a claim
+//!   whose volume a container has started to use meanwhile is kept
+//!   ([`still_unused`]).
+//! - Each release is logged and told as a `claim` event
+//!   [`LOST_UNMOUNT_EVENT`], with the reason.
 //!
 //! Rounds come every [`period`] (at most [`RECONCILE_PERIOD`], at most half
 //! the grace), the first at start.
