@@ -72,6 +72,7 @@ use crate::task::Allocs;
 use crate::volume::layout::Paths;
 use crate::volume::manager::VolumeManager;
 use crate::volume::ops::OpDone;
+use crate::volume_plugin::reconcile::Reconciler;
 use dev::DevPlugin;
 use errands::Errands;
 pub use error::Error;
@@ -125,6 +126,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
     let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
+    let _reconcile = Reconciler::start(&options.config, &node_name(&options.config), &calls_tx);
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();

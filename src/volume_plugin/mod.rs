@@ -43,6 +43,7 @@
 
 mod calls;
 mod options;
+pub mod reconcile;
 mod socket;
 mod wire;
 

@@ -56,6 +56,7 @@ mod validate;
 mod volume;
 mod volume_commands;
 mod volume_plugin;
+mod volume_plugin_reconcile;
 mod volume_sources;
 mod volume_status;
 mod volume_util;
