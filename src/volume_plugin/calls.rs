@@ -8,6 +8,8 @@
 //! not done by then goes on in the agent (`volume status` shows it
 //! `creating`), and the answer says so.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -45,6 +47,56 @@ pub(super) struct Plugin {
     default_plugin: Option<String>,
     wait: Duration,
     scope: &'static str,
+    /// How many Mounts of each claim (by alloc ID) are not unmounted yet.
+    mounts: MountCounts,
+}
+
+/// The Mounts of each claim that no Unmount has matched yet, as this
+/// process has answered them.
+///
+/// dockerd sends one mount ID for more than one user of a volume: `docker
+/// cp` on a running container mounts and unmounts the volume with the
+/// container's own mount ID (moby/moby#47964). So an Unmount releases the
+/// claim only when it matches the last Mount of its ID. The counts live in
+/// memory: after the agent restarts, a claim's count is unknown, and its
+/// first Unmount releases it (a `docker cp` that spans an agent restart
+/// is the one case that loses a claim still in use; the container's next
+/// start claims it again).
+#[derive(Default)]
+struct MountCounts(Mutex<HashMap<String, u32>>);
+
+impl MountCounts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        // A handler that panicked left the map as it was: still good.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether a Mount of `alloc_id` is outstanding.
+    fn held(&self, alloc_id: &str) -> bool {
+        self.lock().contains_key(alloc_id)
+    }
+
+    fn mounted(&self, alloc_id: &str) {
+        *self.lock().entry(alloc_id.to_string()).or_insert(0) += 1;
+    }
+
+    /// Counts an Unmount: whether it was the last outstanding Mount (or
+    /// one the count does not know), which releases the claim.
+    fn unmounted(&self, alloc_id: &str) -> bool {
+        let mut mounts = self.lock();
+        match mounts.get_mut(alloc_id) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            _ => {
+                mounts.remove(alloc_id);
+                true
+            }
+        }
+    }
 }
 
 /// Why the loop gave no answer.
@@ -63,6 +115,7 @@ impl Plugin {
             default_plugin: config.plugin_id.clone(),
             wait: config.mount_timeout,
             scope: if cluster { "global" } else { "local" },
+            mounts: MountCounts::default(),
         }
     }
 
@@ -312,9 +365,18 @@ impl Plugin {
             read_only,
             ..Default::default()
         });
+        // A claim some earlier Mount holds is answered at once as a
+        // repeat; its release is for that Mount's Unmount.
+        let held = self.mounts.held(&alloc_id);
         match self.ask(request, deadline) {
-            Ok(Answer::Claimed(claimed)) => Ok(wire::mountpoint(engine, &claimed.publish_path)),
+            Ok(Answer::Claimed(claimed)) => {
+                self.mounts.mounted(&alloc_id);
+                Ok(wire::mountpoint(engine, &claimed.publish_path))
+            }
             Ok(other) => Err(unexpected(name, &other)),
+            Err(Unanswered::TimedOut) if held => {
+                Err(self.unanswered(name, "the mount", Unanswered::TimedOut))
+            }
             Err(Unanswered::TimedOut) => {
                 self.release_unwaited(name, &alloc_id);
                 Err(format!(
@@ -353,6 +415,12 @@ impl Plugin {
         deadline: Instant,
     ) -> Result<Response, String> {
         let alloc_id = claim_alloc_id(engine, mount_id);
+        if !self.mounts.unmounted(&alloc_id) {
+            log::info!(
+                "Volume plugin: unmount {mount_id:?} of volume {name} leaves alloc {alloc_id}'s claim to the other Mounts of that ID"
+            );
+            return Ok(wire::done(engine));
+        }
         log::info!(
             "Volume plugin: unmount {mount_id:?} of volume {name} releases alloc {alloc_id}"
         );
@@ -662,6 +730,68 @@ mod tests {
         );
         drop(plugin);
         loop_side.join().unwrap();
+    }
+
+    #[test]
+    fn an_unmount_releases_only_when_it_matches_the_last_mount_of_its_id() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                volumes: vec![volume_with(&["single-node-writer/file-system"])],
+                ..Default::default()
+            }))),
+            api::Request::VolumeClaim(_) => Some(Ok(Answer::Claimed(Claimed {
+                publish_path: "/p".into(),
+                target: String::new(),
+            }))),
+            _ => Some(Ok(Answer::Released(Released {
+                released: true,
+                message: String::new(),
+            }))),
+        });
+        let mount = || {
+            plugin.handle(&post(
+                "/VolumeDriver.Mount",
+                None,
+                r#"{"Name":"v","ID":"c1"}"#,
+            ))
+        };
+        let unmount = || {
+            plugin.handle(&post(
+                "/VolumeDriver.Unmount",
+                None,
+                r#"{"Name":"v","ID":"c1"}"#,
+            ))
+        };
+        // The container's Mount, then docker cp's with the same ID.
+        assert_eq!(mount().status, 200);
+        assert_eq!(mount().status, 200);
+        // docker cp's Unmount: the container still uses the claim.
+        assert_eq!(unmount().status, 200);
+        // The container's own: the last one releases.
+        assert_eq!(unmount().status, 200);
+        // One more (dockerd retrying) is sent on and is harmless.
+        assert_eq!(unmount().status, 200);
+        drop(plugin);
+        let seen = loop_side.join().unwrap();
+        let releases: Vec<&String> = seen
+            .iter()
+            .filter(|s| s.starts_with("VolumeRelease"))
+            .collect();
+        assert_eq!(releases.len(), 2, "{seen:?}");
+        // The first release came only after both Mounts' Unmounts.
+        let first = seen
+            .iter()
+            .position(|s| s.starts_with("VolumeRelease"))
+            .unwrap();
+        assert_eq!(
+            seen[..first]
+                .iter()
+                .filter(|s| s.starts_with("VolumeClaim"))
+                .count(),
+            2,
+            "{seen:?}"
+        );
     }
 
     #[test]
