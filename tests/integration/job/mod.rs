@@ -20,7 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod artifacts;
 mod big;
 mod bounds;
-mod containers;
+pub(crate) mod containers;
 mod docker;
 mod docker_demo;
 mod expressions;
