@@ -232,6 +232,36 @@ impl Server {
         handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
     ) -> io::Result<Server> {
         let (listener, bound) = listen.bind()?;
+        Server::serve(name, listener, bound, limits, handler)
+    }
+
+    /// Serves `listener`, a unix socket the caller bound at `path` itself
+    /// (under the name and with the permissions it chose), as
+    /// [`Server::start`] serves what it binds; `path` is removed when the
+    /// server stops.
+    pub fn serve_unix(
+        name: &str,
+        listener: UnixListener,
+        path: PathBuf,
+        limits: Limits,
+        handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
+    ) -> io::Result<Server> {
+        Server::serve(
+            name,
+            Listener::Unix(listener),
+            Listen::Unix(path),
+            limits,
+            handler,
+        )
+    }
+
+    fn serve(
+        name: &str,
+        listener: Listener,
+        bound: Listen,
+        limits: Limits,
+        handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
+    ) -> io::Result<Server> {
         listener.set_nonblocking()?;
         let mut server = Server {
             name: name.to_string(),

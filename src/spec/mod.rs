@@ -39,6 +39,7 @@
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
+//! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
@@ -67,6 +68,7 @@ mod telemetry;
 mod template;
 mod variables;
 mod volume;
+mod volume_plugin;
 
 use std::fmt;
 
@@ -105,7 +107,11 @@ pub use task::{
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
-pub use volume::{Topology, TopologyRequest, VolumeSpec};
+pub use volume::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
+pub use volume_plugin::{
+    VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
+    DOCKER_PLUGIN_DIR,
+};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]
