@@ -35,14 +35,16 @@ fn a_docker_volume_is_created_listed_inspected_used_in_turn_and_removed() {
     let agent_side = host.volume("data1").expect("the agent has the volume");
     assert_eq!(agent_side.plugin_id, crate::volume_util::PLUGIN);
 
-    // Inspect shows the driver's Status (from Get), and no secret.
+    // Inspect shows the driver's Status (from Get), without the secret.
+    // (The engine itself keeps the create's `-o` options and shows them
+    // as `Options`, secrets too: that part is not the driver's to hide.)
     let inspect = host.docker_ok(&["volume", "inspect", "data1"]);
-    assert!(!inspect.contains(SECRET), "{inspect}");
     let status = host.docker_ok(&["volume", "inspect", "-f", "{{json .Status}}", "data1"]);
     assert!(
-        status.trim().starts_with('{') && status.trim() != "{}" && status.trim() != "null",
+        status.trim().starts_with('{') && status.trim() != "{}",
         "no Status in inspect: {inspect}"
     );
+    assert!(!status.contains(SECRET), "{status}");
     assert!(
         status.contains(crate::volume_util::PLUGIN),
         "Status names no plugin: {status}"
