@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{require_client, require_docker_cli, Host, IMAGE};
+use super::{find_files, require_client, require_docker_cli, Host, IMAGE};
 use crate::harness::{text, WAIT};
 
 /// The project name: the volume is `<project>_shared`.
@@ -132,4 +132,7 @@ fn a_compose_project_shares_a_driver_volume_and_down_v_removes_it() {
     compose_ok(&host, &dir, &["down", "-v"]);
     assert_eq!(host.docker_volumes(), Vec::<String>::new());
     assert!(host.volume(VOLUME).is_none(), "{}", host.logs());
+    // Deleted in the plugin (DeleteVolume), not only forgotten.
+    let base = &host.plugin.as_ref().unwrap().base;
+    assert!(find_files(base, "left").is_empty(), "{}", host.logs());
 }

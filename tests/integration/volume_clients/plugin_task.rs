@@ -101,6 +101,8 @@ fn a_plugin_run_as_a_docker_task_serves_a_plain_docker_run_container() {
     host.assert_nothing_mounted();
     host.docker_ok(&["volume", "rm", "served"]);
     assert!(host.volume("served").is_none(), "{}", host.logs());
+    // Deleted in the plugin (DeleteVolume), not only forgotten.
+    assert!(find_files(&backing, "f").is_empty(), "{}", host.logs());
     let stop = host.agent.cli(&["job", "stop", "plugin"]);
     assert!(stop.status.success(), "job stop: {}", text(&stop));
 }
