@@ -110,7 +110,7 @@ pub use variables::JobInputs;
 pub use volume::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
 pub use volume_plugin::{
     VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
-    DOCKER_PLUGIN_DIR,
+    DOCKERD_PLUGIN_TIMEOUT, DOCKER_PLUGIN_DIR,
 };
 
 /// A spec decoded without errors, with the warnings found on the way.

@@ -27,11 +27,16 @@ pub const DEFAULT_VOLUME_PLUGIN_NAME: &str = "csi";
 /// Where dockerd looks for plugin sockets: `<dir>/<name>.sock`.
 pub const DOCKER_PLUGIN_DIR: &str = "/run/docker/plugins";
 
+/// dockerd's timeout of a call to a volume plugin: `defaultTimeOut`, 30
+/// (seconds), in moby's `pkg/plugins/client.go`. `mount_timeout` must be
+/// shorter, so that dockerd reads the agent's answer (an error that says
+/// what happened, after which the claim is released) rather than giving
+/// up on its own.
+pub const DOCKERD_PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How long a Mount or Create waits for its claim or volume unless
-/// `mount_timeout` says otherwise. It must stay under dockerd's plugin
-/// client timeout, 30 s (`defaultTimeOut` in moby's
-/// `pkg/plugins/client.go`), so that dockerd reads the agent's answer
-/// rather than a timeout of its own.
+/// `mount_timeout` says otherwise: under [`DOCKERD_PLUGIN_TIMEOUT`], with
+/// room for the answer to travel.
 pub const DEFAULT_MOUNT_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// How long a plugin claim whose mount no container uses any more is kept
@@ -144,20 +149,24 @@ pub(super) fn decode_volume_plugin(f: &mut Fields<'_>) -> VolumePluginConfig {
             config.plugin_id = Some(id);
         }
     }
-    for (key, out) in [
-        ("mount_timeout", &mut config.mount_timeout),
-        ("unmount_grace", &mut config.unmount_grace),
-    ] {
-        if let Some(value) = f.duration(key) {
-            *out = value;
+    if let Some((text, pos)) = f.string_at("mount_timeout") {
+        match crate::units::parse_duration(&text) {
+            Ok(timeout) if !timeout.is_zero() && timeout < DOCKERD_PLUGIN_TIMEOUT => {
+                config.mount_timeout = timeout;
+            }
+            Ok(_) => f.error(
+                pos,
+                format!(
+                    "\"mount_timeout\" in {} must be more than 0 and under dockerd's plugin timeout ({}), found {text:?}",
+                    f.what(),
+                    crate::units::format_duration(DOCKERD_PLUGIN_TIMEOUT)
+                ),
+            ),
+            Err(err) => f.error(pos, format!("\"mount_timeout\" in {}: {err}", f.what())),
         }
     }
-    if config.mount_timeout.is_zero() {
-        let pos = f.pos();
-        f.error(
-            pos,
-            format!("\"mount_timeout\" in {} must not be zero", f.what()),
-        );
+    if let Some(grace) = f.duration("unmount_grace") {
+        config.unmount_grace = grace;
     }
     f.finish();
     config
@@ -230,6 +239,14 @@ mod tests {
                 "\"podman_endpoint\"",
             ),
             ("volume_plugin {\n  plugin_id = \"a/b\"\n}\n", "plugin ID"),
+            (
+                "volume_plugin {\n  mount_timeout = \"30s\"\n}\n",
+                "under dockerd's plugin timeout (30s), found \"30s\"",
+            ),
+            (
+                "volume_plugin {\n  mount_timeout = \"0s\"\n}\n",
+                "must be more than 0",
+            ),
             ("volume_plugin {\n  plugins = \"x\"\n}\n", "plugins"),
         ] {
             let err = AgentConfig::decode(src, "agent.hcl")

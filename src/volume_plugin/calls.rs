@@ -8,7 +8,7 @@
 //! not done by then goes on in the agent (`volume status` shows it
 //! `creating`), and the answer says so.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
@@ -92,6 +92,8 @@ impl Plugin {
             Ok(body) => body,
             Err(err) => return wire::error(engine, 500, &format!("{path}: {err}")),
         };
+        // One bound for the whole call, however many requests it makes.
+        let deadline = Instant::now() + self.wait;
         let answer = match path {
             "/Plugin.Activate" => Ok(wire::ok(
                 engine,
@@ -104,28 +106,31 @@ impl Plugin {
                     Value::object([("Scope", Value::from(self.scope))]),
                 )]),
             )),
-            "/VolumeDriver.List" => self.list(engine),
+            "/VolumeDriver.List" => self.list(engine, deadline),
             _ => match body.name() {
                 Err(err) => Err(format!("{path}: {err}")),
                 Ok(name) => match path {
-                    "/VolumeDriver.Create" => self.create(engine, name, &body.opts),
-                    "/VolumeDriver.Remove" => self.remove(engine, name),
+                    "/VolumeDriver.Create" => self.create(engine, name, &body.opts, deadline),
+                    "/VolumeDriver.Remove" => self.remove(engine, name, deadline),
                     "/VolumeDriver.Mount" => {
-                        self.mount(engine, name, body.id.as_deref().unwrap_or(""))
+                        let id = body.id.as_deref().unwrap_or("");
+                        self.mount(engine, name, id, deadline)
                     }
                     "/VolumeDriver.Unmount" => {
-                        self.unmount(engine, name, body.id.as_deref().unwrap_or(""))
+                        let id = body.id.as_deref().unwrap_or("");
+                        self.unmount(engine, name, id, deadline)
                     }
-                    "/VolumeDriver.Path" => self.path(engine, name),
-                    _ => self.get(engine, name),
+                    "/VolumeDriver.Path" => self.path(engine, name, deadline),
+                    _ => self.get(engine, name, deadline),
                 },
             },
         };
         answer.unwrap_or_else(|message| wire::error(engine, 500, &message))
     }
 
-    /// Sends `request` to the loop and waits for its answer.
-    fn ask(&self, request: api::Request) -> Result<Answer, Unanswered> {
+    /// Sends `request` to the loop and waits for its answer until
+    /// `deadline`.
+    fn ask(&self, request: api::Request, deadline: Instant) -> Result<Answer, Unanswered> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let call = Call {
             request,
@@ -134,7 +139,7 @@ impl Plugin {
         if self.calls.send(call).is_err() {
             return Err(Unanswered::Stopping);
         }
-        match rx.recv_timeout(self.wait) {
+        match rx.recv_deadline(deadline) {
             Ok(Ok(ApiResponse::Volume(answer))) => Ok(answer),
             Ok(Ok(other)) => Err(Unanswered::Failed(CallError::new(
                 ErrorKind::Internal,
@@ -148,7 +153,7 @@ impl Plugin {
     }
 
     /// A volume's status, or `None` when the agent knows no such volume.
-    fn status(&self, name: &str) -> Result<Option<VolumeStatus>, String> {
+    fn status(&self, name: &str, deadline: Instant) -> Result<Option<VolumeStatus>, String> {
         if crate::id::validate("volume ID", name).is_err() {
             return Ok(None);
         }
@@ -156,7 +161,7 @@ impl Plugin {
             id: name.to_string(),
             ..Default::default()
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Status(mut status)) => Ok(status.volumes.pop()),
             Ok(other) => Err(unexpected(name, &other)),
             Err(Unanswered::Failed(err)) if err.kind == ErrorKind::NotFound => Ok(None),
@@ -165,20 +170,20 @@ impl Plugin {
     }
 
     /// A status that must exist.
-    fn existing(&self, name: &str) -> Result<VolumeStatus, String> {
-        self.status(name)?
+    fn existing(&self, name: &str, deadline: Instant) -> Result<VolumeStatus, String> {
+        self.status(name, deadline)?
             .ok_or_else(|| format!("volume {name:?} not found"))
     }
 
-    fn get(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn get(&self, engine: EngineKind, name: &str, deadline: Instant) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let volume = wire::volume(&status.id, mountpoint(&status), Some(status_map(&status)));
         Ok(wire::ok(engine, &Value::object([("Volume", volume)])))
     }
 
-    fn list(&self, engine: EngineKind) -> Result<Response, String> {
+    fn list(&self, engine: EngineKind, deadline: Instant) -> Result<Response, String> {
         let request = api::Request::VolumeStatus(StatusRequest::default());
-        let volumes = match self.ask(request) {
+        let volumes = match self.ask(request, deadline) {
             Ok(Answer::Status(status)) => status.volumes,
             Ok(other) => return Err(unexpected("", &other)),
             Err(why) => return Err(self.unanswered("", "the list of volumes", why)),
@@ -192,8 +197,8 @@ impl Plugin {
         ))
     }
 
-    fn path(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn path(&self, engine: EngineKind, name: &str, deadline: Instant) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         Ok(wire::mountpoint(engine, mountpoint(&status)))
     }
 
@@ -202,11 +207,12 @@ impl Plugin {
         engine: EngineKind,
         name: &str,
         opts: &[(String, String)],
+        deadline: Instant,
     ) -> Result<Response, String> {
         crate::id::validate("volume name", name).map_err(|e| e.to_string())?;
         let parsed = options::parse(name, opts, self.default_plugin.as_deref())
             .map_err(|e| format!("volume {name:?}: {e}"))?;
-        if let Some(status) = self.status(name)? {
+        if let Some(status) = self.status(name, deadline)? {
             let differences = parsed.differences(&status);
             if !differences.is_empty() {
                 return Err(format!(
@@ -227,7 +233,7 @@ impl Plugin {
             file: format!("the options of volume {name:?}"),
             hcl: parsed.spec.to_hcl(),
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(_) => Ok(wire::done(engine)),
             Err(Unanswered::TimedOut) => Err(format!(
                 "{} after {} (volume_plugin's mount_timeout)",
@@ -238,8 +244,13 @@ impl Plugin {
         }
     }
 
-    fn remove(&self, engine: EngineKind, name: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn remove(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let holders: Vec<&str> = status
             .claims
             .iter()
@@ -264,13 +275,19 @@ impl Plugin {
             (api::Request::VolumeDeregister(req), "the deregistration")
         };
         log::info!("Volume plugin: removing volume {name} ({what})");
-        self.ask(request)
+        self.ask(request, deadline)
             .map(|_| wire::done(engine))
             .map_err(|why| self.unanswered(name, what, why))
     }
 
-    fn mount(&self, engine: EngineKind, name: &str, mount_id: &str) -> Result<Response, String> {
-        let status = self.existing(name)?;
+    fn mount(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        mount_id: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
+        let status = self.existing(name, deadline)?;
         let file_system: Vec<&str> = status
             .capabilities
             .iter()
@@ -295,7 +312,7 @@ impl Plugin {
             read_only,
             ..Default::default()
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Claimed(claimed)) => Ok(wire::mountpoint(engine, &claimed.publish_path)),
             Ok(other) => Err(unexpected(name, &other)),
             Err(Unanswered::TimedOut) => {
@@ -328,7 +345,13 @@ impl Plugin {
         }
     }
 
-    fn unmount(&self, engine: EngineKind, name: &str, mount_id: &str) -> Result<Response, String> {
+    fn unmount(
+        &self,
+        engine: EngineKind,
+        name: &str,
+        mount_id: &str,
+        deadline: Instant,
+    ) -> Result<Response, String> {
         let alloc_id = claim_alloc_id(engine, mount_id);
         log::info!(
             "Volume plugin: unmount {mount_id:?} of volume {name} releases alloc {alloc_id}"
@@ -337,7 +360,7 @@ impl Plugin {
             volume_id: name.to_string(),
             alloc_id: alloc_id.clone(),
         });
-        match self.ask(request) {
+        match self.ask(request, deadline) {
             Ok(Answer::Released(released)) if released.released => Ok(wire::done(engine)),
             Ok(Answer::Released(released)) => Err(format!(
                 "the release of alloc {alloc_id}'s claim of volume {name:?} is not done: {}; the agent keeps retrying",

@@ -58,6 +58,7 @@ mod validate;
 mod volume;
 mod volume_clients;
 mod volume_commands;
+mod volume_plugin;
 mod volume_sources;
 mod volume_status;
 mod volume_util;
