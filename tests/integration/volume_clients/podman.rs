@@ -178,6 +178,12 @@ fn podman_creates_mounts_with_its_fixed_id_and_removes_a_volume() {
     ]);
     let claims = host.wait_claims("pvol", 1);
     assert_eq!(claims, [format!("podman-{PODMAN_MOUNT_ID}")]);
+    // `volume status` lists one claim, Podman's.
+    let shown = host.agent.cli(&["volume", "status", "pvol"]);
+    assert!(shown.status.success(), "{}", text(&shown));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let claim_lines = shown.lines().filter(|l| l.starts_with("podman-")).count();
+    assert_eq!(claim_lines, 1, "{shown}");
     // ...also with a second container reading it at once: Podman counts
     // the users of the mount itself.
     let read = podman.ok(&["run", "--rm", "-v", "pvol:/data", IMAGE, "cat", "/data/f"]);
@@ -187,6 +193,12 @@ fn podman_creates_mounts_with_its_fixed_id_and_removes_a_volume() {
     podman.ok(&["rm", "--force", "--time", "0", "holder"]);
     host.wait_claims("pvol", 0);
     host.assert_nothing_mounted();
+    let shown = host.agent.cli(&["volume", "status", "pvol"]);
+    assert!(
+        !String::from_utf8_lossy(&shown.stdout).contains("podman-"),
+        "{}",
+        text(&shown)
+    );
 
     podman.ok(&["volume", "rm", "pvol"]);
     assert!(host.volume("pvol").is_none(), "{}", host.logs());
