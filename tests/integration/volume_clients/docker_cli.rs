@@ -267,3 +267,27 @@ fn a_multi_writer_volume_is_shared_by_two_running_containers() {
     host.wait_claims("shared", 0);
     host.assert_nothing_mounted();
 }
+
+#[test]
+fn a_name_the_agent_does_not_know_stays_the_engines_local_volume() {
+    if !require_docker_cli() {
+        return;
+    }
+    let host = Host::start();
+    // No driver named: the engine asks every plugin's Get about the name,
+    // the agent's among them, and makes a `local` volume when none has it.
+    host.docker_ok(&[
+        "run",
+        "--rm",
+        "-v",
+        "nobodys:/data",
+        IMAGE,
+        "sh",
+        "-c",
+        "echo local > /data/l",
+    ]);
+    let driver = host.docker_ok(&["volume", "inspect", "-f", "{{.Driver}}", "nobodys"]);
+    assert_eq!(driver.trim(), "local");
+    assert!(host.volume("nobodys").is_none(), "{}", host.logs());
+    assert_eq!(host.docker_volumes(), Vec::<String>::new());
+}
