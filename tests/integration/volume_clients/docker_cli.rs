@@ -6,6 +6,7 @@
 use std::fs;
 
 use super::{find_files, require_docker_cli, Host, IMAGE};
+use crate::harness::text;
 use crate::volume_util::spec;
 
 /// What `-o secrets.token=...` carries: never shown by inspect.
@@ -98,7 +99,7 @@ fn a_volume_made_with_csi_agent_volume_create_is_used_by_its_name() {
     let out = host
         .agent
         .cli(&["volume", "create", &file.display().to_string()]);
-    assert!(out.status.success(), "{}", crate::harness::text(&out));
+    assert!(out.status.success(), "{}", text(&out));
     // Listed by the engine without a docker create...
     assert_eq!(host.docker_volumes(), ["prepared"]);
     // ...and found by name by a container that names no driver.
@@ -290,4 +291,27 @@ fn a_name_the_agent_does_not_know_stays_the_engines_local_volume() {
     assert_eq!(driver.trim(), "local");
     assert!(host.volume("nobodys").is_none(), "{}", host.logs());
     assert_eq!(host.docker_volumes(), Vec::<String>::new());
+}
+
+#[test]
+fn a_second_docker_create_with_other_options_is_the_engines_old_volume() {
+    if !require_docker_cli() {
+        return;
+    }
+    let host = Host::start();
+    let create = |mode: &str| {
+        let option = format!("access_mode={mode}");
+        host.docker(&["volume", "create", "-d", &host.name, "-o", &option, "again"])
+    };
+    assert!(create("single-node-writer").status.success());
+    let creates = |host: &Host| host.agent.log().matches("/VolumeDriver.Create").count();
+    assert_eq!(creates(&host), 1, "{}", host.logs());
+    // The engine answers a create of a name its store has by itself: the
+    // driver is not asked, so the agent cannot refuse other options, and
+    // the volume keeps the first ones.
+    let again = create("single-node-multi-writer");
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(creates(&host), 1, "{}", host.logs());
+    let volume = host.volume("again").unwrap();
+    assert_eq!(volume.capabilities, ["single-node-writer/file-system"]);
 }

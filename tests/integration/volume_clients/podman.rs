@@ -16,6 +16,7 @@ use super::{kill_processes_under, require_client, Host};
 use crate::dockerd::busybox_rootfs;
 use crate::harness::text;
 use crate::util::require_root;
+use crate::volume_util::spec;
 
 /// The ID Podman sends with every Mount and Unmount of a plugin volume
 /// (`pseudoCtrID` in libpod's `volume_internal_linux.go`, seen on the
@@ -202,4 +203,58 @@ fn podman_creates_mounts_with_its_fixed_id_and_removes_a_volume() {
 
     podman.ok(&["volume", "rm", "pvol"]);
     assert!(host.volume("pvol").is_none(), "{}", host.logs());
+}
+
+#[test]
+fn a_volume_made_with_csi_agent_is_adopted_by_podman_volume_create() {
+    if !(require_root() && require_client("podman", "podman")) {
+        return;
+    }
+    let host = Host::without_engine();
+    let podman = Podman::new(&host);
+    let file = host.agent.dir.join("prepared.hcl");
+    fs::write(&file, spec("prepared", &["single-node-writer"], None)).unwrap();
+    let out = host
+        .agent
+        .cli(&["volume", "create", &file.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Podman asks no plugin about a name it does not know at `run`: the
+    // name is made Podman's with `volume create --driver`, whose Get finds
+    // the volume, so no Create is sent and the options given are not
+    // compared: the volume keeps its own.
+    podman.ok(&[
+        "volume",
+        "create",
+        "--driver",
+        &host.name,
+        "-o",
+        "access_mode=single-node-multi-writer",
+        "prepared",
+    ]);
+    let creates = host.agent.log().matches("/VolumeDriver.Create").count();
+    assert_eq!(creates, 0, "{}", host.logs());
+    let volume = host.volume("prepared").unwrap();
+    assert_eq!(volume.capabilities, ["single-node-writer/file-system"]);
+    podman.ok(&[
+        "run",
+        "--rm",
+        "-v",
+        "prepared:/data",
+        IMAGE,
+        "sh",
+        "-c",
+        "echo adopted > /data/a",
+    ]);
+    let read = podman.ok(&[
+        "run",
+        "--rm",
+        "-v",
+        "prepared:/data",
+        IMAGE,
+        "cat",
+        "/data/a",
+    ]);
+    assert_eq!(read, "adopted\n");
+    host.wait_claims("prepared", 0);
+    host.assert_nothing_mounted();
 }
