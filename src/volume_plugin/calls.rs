@@ -484,7 +484,197 @@ fn status_map(status: &VolumeStatus) -> Value {
 mod tests {
     use super::*;
     use crate::json;
-    use crate::volume::calls::ClaimStatus;
+    use crate::volume::calls::{ClaimStatus, Claimed, Released, Status};
+
+    /// A plugin whose calls go to the returned receiver, the loop's side.
+    fn plugin(wait: Duration) -> (Plugin, crossbeam_channel::Receiver<Call>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let config = VolumePluginConfig {
+            mount_timeout: wait,
+            plugin_id: Some("hp".into()),
+            ..Default::default()
+        };
+        (Plugin::new(&config, tx, false), rx)
+    }
+
+    fn post(path: &str, content_type: Option<&str>, body: &str) -> Request {
+        Request {
+            method: "POST".into(),
+            target: path.into(),
+            headers: content_type
+                .map(|t| vec![("Content-Type".to_string(), t.to_string())])
+                .unwrap_or_default(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn err_of(response: &Response) -> String {
+        let body = json::parse_bytes(response.body()).unwrap();
+        body.get("Err")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn volume_with(capabilities: &[&str]) -> VolumeStatus {
+        VolumeStatus {
+            id: "v".into(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Answers the loop's side: each call with what `answer` gives for it.
+    fn serve(
+        rx: crossbeam_channel::Receiver<Call>,
+        answer: impl Fn(&api::Request) -> Option<crate::call::Answer<Answer>> + Send + 'static,
+    ) -> std::thread::JoinHandle<Vec<String>> {
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for call in rx.iter() {
+                seen.push(format!("{:?}", call.request));
+                if let Some(a) = answer(&call.request) {
+                    call.reply.send(a.map(ApiResponse::Volume));
+                } else {
+                    // Unanswered: held as the loop holds a waiting claim.
+                    std::mem::forget(call.reply);
+                }
+            }
+            seen
+        })
+    }
+
+    #[test]
+    fn activate_and_capabilities_need_no_loop_and_unknowns_are_refused() {
+        let (plugin, _rx) = plugin(Duration::from_secs(1));
+        let answer = plugin.handle(&post("/Plugin.Activate", None, ""));
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body(), br#"{"Implements":["VolumeDriver"]}"#);
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Capabilities",
+            Some("application/vnd.docker.plugins.v1.2+json"),
+            "{}",
+        ));
+        assert_eq!(answer.body(), br#"{"Capabilities":{"Scope":"local"}}"#);
+        let answer = plugin.handle(&post("/VolumeDriver.Nope", None, "{}"));
+        assert_eq!(answer.status, 404);
+        assert_eq!(err_of(&answer), "unknown call /VolumeDriver.Nope");
+        let answer = plugin.handle(&post("/Plugin.Activate", Some("text/plain"), ""));
+        assert_eq!(answer.status, 415);
+        let get = Request {
+            method: "GET".into(),
+            ..post("/Plugin.Activate", None, "")
+        };
+        let answer = plugin.handle(&get);
+        assert_eq!(answer.status, 405);
+        assert_eq!(err_of(&answer), "/Plugin.Activate takes POST, not GET");
+    }
+
+    #[test]
+    fn a_podman_mount_claims_for_podman_and_answers_the_publish_path() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                volumes: vec![volume_with(&["single-node-reader-only/file-system"])],
+                ..Default::default()
+            }))),
+            api::Request::VolumeClaim(claim) => Some(Ok(Answer::Claimed(Claimed {
+                publish_path: format!("/p/{}/{}", claim.alloc_id, claim.read_only),
+                target: String::new(),
+            }))),
+            _ => None,
+        });
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Mount",
+            Some("application/vnd.docker.plugins.v1.1+json"),
+            r#"{"Name":"v","ID":"fixed"}"#,
+        ));
+        assert_eq!(answer.status, 200);
+        // A reader-only volume is claimed for reading.
+        assert_eq!(answer.body(), br#"{"Mountpoint":"/p/podman-fixed/true"}"#);
+        drop(plugin);
+        let seen = loop_side.join().unwrap();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(seen[1].contains("alloc_id: \"podman-fixed\""), "{seen:?}");
+    }
+
+    #[test]
+    fn a_mount_not_answered_in_time_releases_its_claim() {
+        let (plugin, rx) = plugin(Duration::from_millis(200));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                volumes: vec![volume_with(&["single-node-writer/file-system"])],
+                ..Default::default()
+            }))),
+            _ => None,
+        });
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Mount",
+            None,
+            r#"{"Name":"v","ID":"m1"}"#,
+        ));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the mount of volume \"v\" (claim of alloc docker-m1) was not done within 200ms (volume_plugin's mount_timeout): its claim is released"
+        );
+        drop(plugin);
+        let seen = loop_side.join().unwrap();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen[2].starts_with("VolumeRelease"), "{seen:?}");
+        assert!(seen[2].contains("alloc_id: \"docker-m1\""), "{seen:?}");
+    }
+
+    #[test]
+    fn unmount_of_an_unknown_volume_or_claim_succeeds_and_a_pending_release_is_an_error() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        let loop_side = serve(rx, |request| match request {
+            api::Request::VolumeRelease(r) if r.volume_id == "gone" => Some(Err(
+                CallError::not_found("no volume \"gone\" is registered"),
+            )),
+            api::Request::VolumeRelease(r) if r.volume_id == "stuck" => {
+                Some(Ok(Answer::Released(Released {
+                    released: false,
+                    message: "NodeUnpublishVolume failed".into(),
+                })))
+            }
+            api::Request::VolumeRelease(_) => Some(Ok(Answer::Released(Released {
+                released: true,
+                message: String::new(),
+            }))),
+            _ => None,
+        });
+        for name in ["gone", "v"] {
+            let body = format!(r#"{{"Name":"{name}","ID":"m"}}"#);
+            let answer = plugin.handle(&post("/VolumeDriver.Unmount", None, &body));
+            assert_eq!(answer.status, 200, "{name}");
+            assert_eq!(answer.body(), b"{}");
+        }
+        let answer = plugin.handle(&post(
+            "/VolumeDriver.Unmount",
+            None,
+            r#"{"Name":"stuck","ID":"m"}"#,
+        ));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the release of alloc docker-m's claim of volume \"stuck\" is not done: NodeUnpublishVolume failed; the agent keeps retrying"
+        );
+        drop(plugin);
+        loop_side.join().unwrap();
+    }
+
+    #[test]
+    fn a_stopping_agent_is_said_so() {
+        let (plugin, rx) = plugin(Duration::from_secs(5));
+        drop(rx);
+        let answer = plugin.handle(&post("/VolumeDriver.Get", None, r#"{"Name":"v"}"#));
+        assert_eq!(answer.status, 500);
+        assert_eq!(
+            err_of(&answer),
+            "the status of volume \"v\": the agent is shutting down"
+        );
+    }
 
     #[test]
     fn a_cause_names_the_volume_once() {

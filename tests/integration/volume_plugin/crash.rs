@@ -90,3 +90,33 @@ fn an_agent_killed_during_unmount_leaves_nothing_once_it_is_sent_again() {
     assert_eq!(mount_state(&again), Some(false));
     host.docker().unmount("vol", MOUNT_ID);
 }
+
+#[test]
+fn a_mount_waiting_when_the_agent_stops_hears_so_and_holds_up_nothing() {
+    if !require_root() {
+        return;
+    }
+    let mut host = Host::start();
+    host.docker().create("vol", &[]).ok();
+    host.plugin.set_faults("NodePublishVolume hang count=1\n");
+    let docker = host.docker();
+    let answer = spawn_call(move || docker.try_call_mount("vol", MOUNT_ID));
+    wait_for_calls(&host.plugin, "NodePublishVolume", 1);
+    let start = std::time::Instant::now();
+    assert_eq!(host.agent.sigterm(), 0);
+    let answer = answer
+        .recv_timeout(LONG)
+        .expect("the Mount is answered")
+        .expect("an answer, not a broken connection");
+    assert_eq!(
+        answer.failed(),
+        "the mount of volume \"vol\": the agent is shutting down"
+    );
+    // Not held until mount_timeout (25 s) past the agent's own shutdown.
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(fs::symlink_metadata(&host.socket).is_err());
+}
