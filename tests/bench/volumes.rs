@@ -184,6 +184,10 @@ impl Cli {
 /// the agent took to answer it.
 struct Proxy {
     socket: PathBuf,
+    /// Told when the proxy goes; the listener then stops at its next
+    /// connection, which `Drop` makes.
+    stop: Sender<()>,
+    listener: Option<thread::JoinHandle<()>>,
 }
 
 impl Proxy {
@@ -191,11 +195,15 @@ impl Proxy {
         let _ = fs::remove_file(socket);
         let listener = UnixListener::bind(socket).expect("bind the counting proxy");
         let (tx, rx) = mpsc::channel();
+        let (stop, stopped) = mpsc::channel();
         let upstream = upstream.to_path_buf();
-        thread::Builder::new()
+        let listener = thread::Builder::new()
             .name("p10-proxy".into())
             .spawn(move || {
                 for conn in listener.incoming() {
+                    if stopped.try_recv().is_ok() {
+                        break;
+                    }
                     let Ok(conn) = conn else { break };
                     let tx = tx.clone();
                     let upstream = upstream.clone();
@@ -205,19 +213,23 @@ impl Proxy {
                 }
             })
             .expect("start the proxy thread");
-        (
-            Proxy {
-                socket: socket.to_path_buf(),
-            },
-            rx,
-        )
+        let proxy = Proxy {
+            socket: socket.to_path_buf(),
+            stop,
+            listener: Some(listener),
+        };
+        (proxy, rx)
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        // The listening thread stays parked in accept until the process
-        // ends; dockerd finds no socket any more.
+        let _ = self.stop.send(());
+        // Wakes the listener from accept; it sees the stop and returns.
+        let _ = UnixStream::connect(&self.socket);
+        if let Some(listener) = self.listener.take() {
+            let _ = listener.join();
+        }
         let _ = fs::remove_file(&self.socket);
     }
 }
