@@ -3,9 +3,10 @@
 # cmake and g++ for gRPC's C++ core (and the BoringSSL it links), clippy
 # and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
 # and `make cluster-demo`, openssl for the certificates of the TLS tests,
-# dockerd and a static busybox for the docker engine tests, podman for the
-# volume plugin's, promtool and prometheus for the metrics tests, OpenSSL's
-# and zlib's headers for the fuzz crate.
+# dockerd and a static busybox for the docker engine tests, the
+# docker-compose and podman clients of the docker volume tests, promtool and
+# prometheus for the metrics tests, OpenSSL's and zlib's headers for the
+# fuzz crate.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -25,8 +26,13 @@ command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
 # image with no libc (Debian's plain busybox package is dynamic).
 command -v dockerd >/dev/null 2>&1 || missing="$missing docker.io"
 dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
-# The volume plugin's tests ask Podman's API service (podman system
-# service, on a store of the test's own) for its containers.
+# The docker volume tests drive the agent's volume plugin socket with the
+# clients users have: Debian's docker-compose (Compose 1.29, which talks to
+# the private dockerd through DOCKER_HOST) and podman (rootful, with a
+# root, run root and containers.conf of the test's own).
+command -v docker-compose >/dev/null 2>&1 || missing="$missing docker-compose"
+# Podman's API service (podman system service, on a store of the test's
+# own) also answers the volume plugin's reconciler tests.
 command -v podman >/dev/null 2>&1 || missing="$missing podman"
 # The TLS cluster tests make a CA and certificates with the openssl CLI,
 # which a minimal Debian lacks.

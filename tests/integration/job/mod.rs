@@ -21,7 +21,7 @@ mod artifacts;
 mod big;
 mod bounds;
 mod constraints;
-mod containers;
+pub(crate) mod containers;
 mod docker;
 mod docker_demo;
 mod expressions;
