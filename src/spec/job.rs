@@ -43,8 +43,6 @@ const JOB_IGNORED: &[&str] = &[
     "name",
     "namespace",
     "node_pool",
-    "parameterized",
-    "periodic",
     "priority",
     "region",
     "reschedule",
@@ -90,6 +88,10 @@ pub struct Job {
     pub name: String,
     pub job_type: JobType,
     pub groups: Vec<Group>,
+    /// `periodic`: the job launches children on a schedule, never runs.
+    pub periodic: Option<super::Periodic>,
+    /// `parameterized`: the job launches a child per `job dispatch`.
+    pub parameterized: Option<super::Parameterized>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
@@ -288,6 +290,11 @@ impl Job {
         w.open("job", Some(&self.name));
         w.string("type", self.job_type.as_str());
         w.kept(&inside);
+        super::periodic::write_schedule(
+            &mut w,
+            self.periodic.as_ref(),
+            self.parameterized.as_ref(),
+        );
         for group in &self.groups {
             write_group(&mut w, group);
         }
@@ -310,6 +317,8 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
             name: String::new(),
             job_type: JobType::Service,
             groups: Vec::new(),
+            periodic: None,
+            parameterized: None,
             ignored,
         };
     };
@@ -325,6 +334,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     dec.check_id(block.labels[0].span.start, "job ID", name);
     let mut j = f.labeled(block, name);
     let job_type = j.parsed("type").unwrap_or(JobType::Service);
+    let (periodic, parameterized) = super::periodic::decode_schedule(&mut j, job_type);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
         groups.push(decode_group(&j, group, group_name, job_type));
@@ -338,6 +348,8 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
         name: name.clone(),
         job_type,
         groups,
+        periodic,
+        parameterized,
         ignored,
     }
 }

@@ -47,11 +47,14 @@
 //! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
+//! | `periodic.rs` | [`Periodic`] and [`Parameterized`], a job's `periodic` and `parameterized` blocks |
+//! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
 mod artifact;
 mod cluster;
+mod cron;
 mod csi_plugin;
 mod decode;
 mod docker;
@@ -59,6 +62,7 @@ mod encode;
 mod exec_settings;
 mod job;
 mod job_level_tasks;
+mod periodic;
 mod placement;
 mod service;
 mod suggest;
@@ -82,6 +86,7 @@ pub use artifact::{
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
+pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
@@ -92,6 +97,7 @@ pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{
     Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
 };
+pub use periodic::{Parameterized, PayloadRule, Periodic};
 pub use placement::{
     ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
 };

@@ -1,0 +1,194 @@
+//! A job's `periodic` and `parameterized` blocks: jobs that do not run
+//! themselves but launch children, on a schedule (`periodic`) or when
+//! dispatched (`parameterized`, `job dispatch`).
+//!
+//! As in Nomad, both are for `batch` and `sysbatch` jobs. A job that is
+//! both (Nomad dispatches a periodic child of it) is refused here: the
+//! agent runs one kind of parent or the other. Cron expressions are in
+//! `cron.rs`; they are evaluated in UTC, the only `time_zone` accepted (the
+//! agent reads no zone database).
+
+use super::cron::CronExpr;
+use super::decode::Fields;
+use super::encode::Writer;
+use super::job::JobType;
+use super::keywords;
+
+/// The time zones a `periodic` block may name: both are UTC, Nomad's
+/// default.
+const UTC_NAMES: &[&str] = &["UTC", "Etc/UTC"];
+
+/// `periodic { cron crons prohibit_overlap time_zone enabled }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Periodic {
+    /// `cron`, or the `crons` list: a launch is due at the earliest time
+    /// any of them matches.
+    pub crons: Vec<CronExpr>,
+    /// A launch is skipped while an earlier child still runs.
+    pub prohibit_overlap: bool,
+    /// When false, the job is kept but nothing is launched on schedule.
+    pub enabled: bool,
+    /// As written; always UTC.
+    pub time_zone: String,
+}
+
+impl Periodic {
+    /// The first launch after `after` (seconds since the epoch), `None`
+    /// when no expression matches within the search's bound.
+    pub fn next_after(&self, after: i64) -> Option<i64> {
+        self.crons.iter().filter_map(|c| c.next_after(after)).min()
+    }
+}
+
+keywords! {
+    /// Whether a dispatch gives the child a payload.
+    pub enum PayloadRule ("payload") {
+        /// A payload may be given.
+        Optional = "optional",
+        /// A payload must be given.
+        Required = "required",
+        /// No payload may be given.
+        Forbidden = "forbidden",
+    }
+}
+
+/// `parameterized { payload meta_required meta_optional }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameterized {
+    pub payload: PayloadRule,
+    /// Meta keys every dispatch must give.
+    pub meta_required: Vec<String>,
+    /// Meta keys a dispatch may give; no others are allowed.
+    pub meta_optional: Vec<String>,
+}
+
+/// Decodes the job block's `periodic` and `parameterized` blocks and
+/// checks them against the job's type.
+pub(crate) fn decode_schedule(
+    j: &mut Fields<'_>,
+    job_type: JobType,
+) -> (Option<Periodic>, Option<Parameterized>) {
+    let periodic_block = j.block("periodic");
+    let periodic = periodic_block.map(|block| decode_periodic(&mut j.nested(block)));
+    let parameterized_block = j.block("parameterized");
+    let parameterized = parameterized_block.map(|block| decode_parameterized(&mut j.nested(block)));
+    for (block, kind) in [
+        (periodic_block, "periodic"),
+        (parameterized_block, "parameterized"),
+    ] {
+        if let (Some(block), false) = (block, job_type.runs_to_completion()) {
+            j.error(
+                block.kind.span.start,
+                format!(
+                    "{kind} in {} needs a batch or sysbatch job, not {job_type}",
+                    j.what()
+                ),
+            );
+        }
+    }
+    if let (Some(_), Some(block)) = (periodic_block, parameterized_block) {
+        j.error(
+            block.kind.span.start,
+            format!(
+                "{} is both periodic and parameterized: csi-agent runs one or the other (Nomad would launch a parameterized child on the schedule)",
+                j.what()
+            ),
+        );
+    }
+    (periodic, parameterized)
+}
+
+fn decode_periodic(f: &mut Fields<'_>) -> Periodic {
+    let mut texts: Vec<(String, crate::hcl::Pos)> = Vec::new();
+    let cron = f.string_at("cron");
+    let crons = f.strings_at("crons");
+    match (cron, crons) {
+        (Some(_), Some(_)) => f.error(
+            f.pos(),
+            format!(
+                "{} has both cron and crons: give one expression in cron, or a list in crons",
+                f.what()
+            ),
+        ),
+        (Some(one), None) => texts.push(one),
+        (None, Some(list)) => texts = list,
+        (None, None) => f.missing("cron"),
+    }
+    if texts.is_empty() && f.has("crons") {
+        f.error(f.pos(), format!("crons in {} is empty", f.what()));
+    }
+    let mut crons = Vec::new();
+    for (text, pos) in texts {
+        match CronExpr::parse(&text) {
+            Ok(expr) => crons.push(expr),
+            Err(err) => f.error(pos, format!("{}: {err}", f.what())),
+        }
+    }
+    let time_zone = match f.string_at("time_zone") {
+        Some((zone, pos)) if !UTC_NAMES.contains(&zone.as_str()) => {
+            f.error(
+                pos,
+                format!(
+                    "time_zone {zone:?} in {}: csi-agent evaluates cron expressions in UTC only; write the expression in UTC and leave time_zone out",
+                    f.what()
+                ),
+            );
+            zone
+        }
+        Some((zone, _)) => zone,
+        None => "UTC".to_string(),
+    };
+    let periodic = Periodic {
+        crons,
+        prohibit_overlap: f.bool("prohibit_overlap").unwrap_or(false),
+        enabled: f.bool("enabled").unwrap_or(true),
+        time_zone,
+    };
+    f.finish();
+    periodic
+}
+
+fn decode_parameterized(f: &mut Fields<'_>) -> Parameterized {
+    let payload = f.parsed("payload").unwrap_or(PayloadRule::Optional);
+    let meta_required = f.strings("meta_required").unwrap_or_default();
+    let meta_optional = f.strings("meta_optional").unwrap_or_default();
+    if let Some(both) = meta_required.iter().find(|k| meta_optional.contains(k)) {
+        f.error(
+            f.pos(),
+            format!(
+                "meta key {both:?} in {} is both required and optional",
+                f.what()
+            ),
+        );
+    }
+    f.finish();
+    Parameterized {
+        payload,
+        meta_required,
+        meta_optional,
+    }
+}
+
+/// Writes the blocks back as HCL that decodes to them.
+pub(crate) fn write_schedule(
+    w: &mut Writer,
+    periodic: Option<&Periodic>,
+    parameterized: Option<&Parameterized>,
+) {
+    if let Some(p) = periodic {
+        w.open("periodic", None);
+        let crons: Vec<String> = p.crons.iter().map(|c| c.as_str().to_string()).collect();
+        w.strings("crons", &crons);
+        w.plain("prohibit_overlap", p.prohibit_overlap);
+        w.plain("enabled", p.enabled);
+        w.string("time_zone", &p.time_zone);
+        w.close();
+    }
+    if let Some(p) = parameterized {
+        w.open("parameterized", None);
+        w.string("payload", p.payload.as_str());
+        w.strings("meta_required", &p.meta_required);
+        w.strings("meta_optional", &p.meta_optional);
+        w.close();
+    }
+}
