@@ -264,9 +264,9 @@ impl CronExpr {
             years: None,
         };
         if let Some(second) = second {
-            expr.seconds = plain_field(second, SECOND).map_err(fail)? as u64;
+            expr.seconds = plain_field(second, SECOND).map_err(fail)?;
         }
-        expr.minutes = plain_field(rest[0], MINUTE).map_err(fail)? as u64;
+        expr.minutes = plain_field(rest[0], MINUTE).map_err(fail)?;
         expr.hours = plain_field(rest[1], HOUR).map_err(fail)? as u32;
         expr.day_of_month(rest[2]).map_err(fail)?;
         expr.months = plain_field(rest[3], MONTH).map_err(fail)? as u16;

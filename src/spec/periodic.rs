@@ -192,3 +192,128 @@ pub(crate) fn write_schedule(
         w.close();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::Job;
+
+    fn job(job_type: &str, blocks: &str, task_extra: &str) -> String {
+        format!(
+            r#"job "j" {{
+  type = "{job_type}"
+{blocks}
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{ command = "/bin/true" }}
+{task_extra}
+    }}
+  }}
+}}
+"#
+        )
+    }
+
+    fn refused(text: &str) -> String {
+        Job::decode(text, "j.hcl").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn periodic_blocks_decode_cron_or_crons() {
+        let one = Job::decode(&job("batch", "periodic { cron = \"@daily\" }", ""), "j.hcl")
+            .unwrap()
+            .spec;
+        let periodic = one.periodic.unwrap();
+        assert_eq!(periodic.crons.len(), 1);
+        assert!(periodic.enabled && !periodic.prohibit_overlap);
+        assert_eq!(periodic.time_zone, "UTC");
+        let two = Job::decode(
+            &job(
+                "sysbatch",
+                "periodic {\n crons = [\"0 3 * * *\", \"30 1 * * *\"]\n time_zone = \"Etc/UTC\"\n enabled = false\n}",
+                "",
+            ),
+            "j.hcl",
+        )
+        .unwrap()
+        .spec;
+        let periodic = two.periodic.unwrap();
+        // 01:30 comes before 03:00.
+        assert_eq!(periodic.next_after(0), Some(5400));
+        assert!(!periodic.enabled);
+    }
+
+    #[test]
+    fn a_periodic_job_written_back_decodes_the_same() {
+        let text = job(
+            "batch",
+            "periodic {\n crons = [\"*/5 * * * *\"]\n prohibit_overlap = true\n}\nparameterized {}",
+            "dispatch_payload { file = \"in/x\" }",
+        );
+        // Both blocks are refused together; each alone round-trips.
+        assert!(refused(&text).contains("both periodic and parameterized"));
+        for blocks in [
+            "periodic {\n crons = [\"*/5 * * * *\"]\n prohibit_overlap = true\n}",
+            "parameterized {\n payload = \"required\"\n meta_required = [\"a\"]\n}",
+        ] {
+            let spec = Job::decode(
+                &job("batch", blocks, "dispatch_payload { file = \"in/x\" }"),
+                "j.hcl",
+            )
+            .unwrap()
+            .spec;
+            let again = Job::decode(&spec.to_hcl(), "again.hcl").unwrap().spec;
+            assert_eq!(again.periodic, spec.periodic);
+            assert_eq!(again.parameterized, spec.parameterized);
+            assert_eq!(
+                again.groups[0].tasks[0].dispatch_payload.as_deref(),
+                Some("in/x")
+            );
+        }
+    }
+
+    #[test]
+    fn what_nomad_or_this_agent_cannot_run_is_refused_by_name() {
+        assert!(
+            refused(&job("service", "periodic { cron = \"@daily\" }", ""))
+                .contains("periodic in job \"j\" needs a batch or sysbatch job, not service")
+        );
+        assert!(refused(&job("service", "parameterized {}", ""))
+            .contains("parameterized in job \"j\" needs a batch or sysbatch job"));
+        assert!(
+            refused(&job("batch", "periodic { time_zone = \"Europe/Berlin\"\n cron = \"@daily\" }", ""))
+                .contains("time_zone \"Europe/Berlin\" in periodic in job \"j\": csi-agent evaluates cron expressions in UTC only")
+        );
+        assert!(refused(&job(
+            "batch",
+            "periodic {\n cron = \"@daily\"\n crons = [\"@daily\"]\n}",
+            ""
+        ))
+        .contains("has both cron and crons"));
+        assert!(
+            refused(&job("batch", "periodic { cron = \"61 * * * *\" }", ""))
+                .contains("minute field: \"61\"")
+        );
+        assert!(refused(&job("batch", "periodic { enabled = true }", "")).contains("cron"));
+        assert!(refused(&job(
+            "batch",
+            "parameterized {\n meta_required = [\"a\"]\n meta_optional = [\"a\"]\n}",
+            ""
+        ))
+        .contains("meta key \"a\""));
+        assert!(
+            refused(&job("batch", "parameterized { payload = \"maybe\" }", "")).contains("payload")
+        );
+        for file in ["../x", "/etc/x", ""] {
+            let text = job(
+                "batch",
+                "parameterized {}",
+                &format!("dispatch_payload {{ file = \"{file}\" }}"),
+            );
+            assert!(
+                refused(&text).contains("inside the task's local/ dir"),
+                "{file}"
+            );
+        }
+    }
+}

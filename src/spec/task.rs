@@ -40,7 +40,6 @@ const TASK_IGNORED: &[&str] = &[
     "affinity",
     "constraint",
     "consul",
-    "dispatch_payload",
     "identity",
     "kind",
     "logs",
@@ -188,6 +187,9 @@ pub struct Task {
     pub templates: Vec<TaskTemplate>,
     /// Fetched into the task dir before its templates render.
     pub artifacts: Vec<Artifact>,
+    /// `dispatch_payload { file }`: where, under the task's `local/` dir,
+    /// a dispatched child's payload is written.
+    pub dispatch_payload: Option<String>,
     pub ignored: Vec<Kept>,
 }
 
@@ -353,6 +355,9 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_artifact(&mut f.nested(block)))
         .collect();
+    let dispatch_payload = f
+        .block("dispatch_payload")
+        .and_then(|block| decode_dispatch_payload(&mut f.nested(block)));
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -374,8 +379,27 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         services,
         templates,
         artifacts,
+        dispatch_payload,
         ignored,
     }
+}
+
+/// `dispatch_payload { file }`: a path that stays inside `local/`.
+fn decode_dispatch_payload(f: &mut Fields<'_>) -> Option<String> {
+    let file = f.string_at("file");
+    let (file, pos) = f.require("file", file)?;
+    f.finish();
+    if file.is_empty() || !super::template::stays_inside(&file) || file.starts_with('/') {
+        f.error(
+            pos,
+            format!(
+                "file {file:?} in {} must be a relative path that stays inside the task's local/ dir",
+                f.what()
+            ),
+        );
+        return None;
+    }
+    Some(file)
 }
 
 fn decode_lifecycle(f: &mut Fields<'_>) -> Option<Lifecycle> {
@@ -572,6 +596,11 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     }
     if task.leader {
         w.plain("leader", true);
+    }
+    if let Some(file) = &task.dispatch_payload {
+        w.open("dispatch_payload", None);
+        w.string("file", file);
+        w.close();
     }
     write_restart(w, &task.restart);
     if let Some(resources) = &task.resources {
