@@ -21,7 +21,11 @@
 //! skipped; `job periodic force` launches anyway, as Nomad's does.
 //!
 //! Stopping a parent ends its launches and dispatches; its children go on,
-//! as in Nomad, and are stopped by name.
+//! as in Nomad, and are stopped by name. A parent keeps its last
+//! [`MAX_DEAD_CHILDREN`] finished children; older ones are forgotten with
+//! their allocs and alloc dirs (as a purged job is), as Nomad's garbage
+//! collector forgets dead jobs, so a launch every second does not grow the
+//! state without end.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +34,10 @@ use super::calls::{ChildStatus, JobFile, JobRun};
 use super::{invalid, Allocs, JobEntry};
 use crate::call::CallError;
 use crate::spec::Job;
+
+/// How many finished (dead) children a parent keeps; at each launch the
+/// oldest ones past it are purged.
+pub const MAX_DEAD_CHILDREN: usize = 50;
 
 /// What makes a job a child.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -173,6 +181,7 @@ impl Allocs {
                 next_launch: None,
             },
         );
+        self.forget_old_children(parent);
         self.dirty = true;
         Ok(JobRun {
             job: name,
@@ -180,6 +189,30 @@ impl Allocs {
             unchanged: false,
             warnings: Vec::new(),
         })
+    }
+
+    /// Purges the oldest finished children of `parent` past
+    /// [`MAX_DEAD_CHILDREN`] (`runner.rs` forgets them once marked).
+    fn forget_old_children(&mut self, parent: &str) {
+        let mut dead: Vec<(SystemTime, String)> = self
+            .jobs
+            .values()
+            .filter(|j| j.child.as_ref().is_some_and(|c| c.parent == parent))
+            .filter(|j| !j.purge && self.job_state(j) == "dead")
+            .map(|j| (j.submitted, j.name.clone()))
+            .collect();
+        if dead.len() <= MAX_DEAD_CHILDREN {
+            return;
+        }
+        dead.sort();
+        let past = dead.len() - MAX_DEAD_CHILDREN;
+        for (_, name) in dead.into_iter().take(past) {
+            if let Some(job) = self.jobs.get_mut(&name) {
+                log::info!("Job {name}: forgotten, past the {MAX_DEAD_CHILDREN} finished children its parent keeps");
+                job.stop_wanted = true;
+                job.purge = true;
+            }
+        }
     }
 
     /// `job periodic force`: launches the periodic job `name` now, whatever
@@ -492,6 +525,32 @@ job "nightly" {
             "nightly"
         );
         assert_eq!(third.allocs.len(), 1);
+    }
+
+    #[test]
+    fn a_parent_keeps_its_last_max_dead_children_finished_children() {
+        static NOW: AtomicI64 = AtomicI64::new(BEFORE_THREE);
+        fn clock() -> SystemTime {
+            UNIX_EPOCH + Duration::from_secs(NOW.load(Ordering::SeqCst) as u64)
+        }
+        let (_dir, mut allocs) = allocs(clock);
+        allocs.run_job(&job_file(NIGHTLY)).unwrap();
+        let mut launched = Vec::new();
+        for n in 0..MAX_DEAD_CHILDREN as i64 + 4 {
+            NOW.store(BEFORE_THREE + n, Ordering::SeqCst);
+            let run = allocs.force_periodic("nightly").unwrap();
+            for id in &run.alloc_ids {
+                allocs.allocs.get_mut(id).unwrap().status = super::super::AllocStatus::Complete;
+            }
+            launched.push(run.job);
+        }
+        let purged: Vec<&String> = launched
+            .iter()
+            .filter(|name| allocs.jobs[name.as_str()].purge)
+            .collect();
+        // The last launch found MAX_DEAD_CHILDREN + 3 finished before it.
+        assert_eq!(purged, launched.iter().take(3).collect::<Vec<_>>());
+        assert!(!allocs.jobs["nightly"].purge);
     }
 
     #[test]
