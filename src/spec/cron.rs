@@ -29,8 +29,10 @@
 //! every day of the week), and `@midnight` (cronexpr does not know it and
 //! fails on it as a missing field; `@daily` is the same time).
 //!
-//! Times are seconds since the Unix epoch, in UTC: the search looks at
-//! civil dates only, so a day is always 86,400 seconds. The search is
+//! Times are seconds since the Unix epoch. [`CronExpr::next_after`]
+//! matches UTC's civil dates and times; [`CronExpr::next_after_in`] those
+//! of a zone's local time (`zone.rs`), turning each matching local time
+//! into the instants that have it. The search is
 //! bounded by [`MAX_SEARCH_YEARS`]: an expression no date matches (the
 //! 30th of February) ends with `None` rather than searching for ever.
 //! cronexpr searches the rest of this year and the next and ignores the year
@@ -38,6 +40,9 @@
 //! next 29th of February from any date.
 
 use std::fmt;
+
+pub use super::civil::format_utc;
+use super::civil::{civil_from_days, days_from_civil, days_in_month, weekday, SECS_PER_DAY};
 
 /// How many years after the time searched from [`CronExpr::next_after`]
 /// looks for a match before it gives up: enough to reach the next 29th of
@@ -49,8 +54,6 @@ pub const MAX_SEARCH_YEARS: i64 = 8;
 /// The longest expression read, in bytes: a list of every minute written
 /// out is under 200, so a longer text is not a cron expression.
 pub const MAX_EXPRESSION_LEN: usize = 1024;
-
-const SECS_PER_DAY: i64 = 86_400;
 
 /// A cron expression, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,6 +378,65 @@ impl CronExpr {
         }
     }
 
+    /// The first time after `after` (seconds since the epoch) that matches
+    /// in `zone`'s local time, or `None` within [`MAX_SEARCH_YEARS`].
+    ///
+    /// Local dates and times are matched; each local time is then the
+    /// instants whose offset makes it that time. A local time that a
+    /// change to summer time skips has none, and is skipped, as cronexpr
+    /// skips it; one that the change back repeats has two, and both match,
+    /// as in cronexpr.
+    pub fn next_after_in(&self, after: i64, zone: &super::zone::Zone) -> Option<i64> {
+        if zone.is_utc() {
+            return self.next_after(after);
+        }
+        let offsets = zone.offsets();
+        let (low, high) = (*offsets.first()?, *offsets.last()?);
+        // The local day of the earliest instant after `after` may be the
+        // one before `after`'s own, with the largest offset gone.
+        let first_day = (after + low).div_euclid(SECS_PER_DAY) - 1;
+        let (start_year, _, _) = civil_from_days(first_day);
+        let mut best: Option<i64> = None;
+        for day in first_day.. {
+            let (year, month, dom) = civil_from_days(day);
+            if year > start_year + MAX_SEARCH_YEARS || year > YEAR.max {
+                return best;
+            }
+            // No later day holds an earlier instant.
+            if best.is_some_and(|b| day * SECS_PER_DAY - high > b) {
+                return best;
+            }
+            if !self.date_matches(year, month, dom, day) {
+                continue;
+            }
+            for second in self.seconds_of_day() {
+                let local = day * SECS_PER_DAY + second;
+                if best.is_some_and(|b| local - high > b) {
+                    break;
+                }
+                for &offset in &offsets {
+                    let utc = local - offset;
+                    if utc > after
+                        && zone.offset_at(utc) == offset
+                        && best.map_or(true, |b| utc < b)
+                    {
+                        best = Some(utc);
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// Every matching second of a day, in order.
+    fn seconds_of_day(&self) -> impl Iterator<Item = i64> + '_ {
+        next_bits(u64::from(self.hours), 0, 23).flat_map(move |h| {
+            next_bits(self.minutes, 0, 59).flat_map(move |m| {
+                next_bits(self.seconds, 0, 59).map(move |s| h * 3600 + m * 60 + s)
+            })
+        })
+    }
+
     /// The first matching second of a day at or after `from`.
     fn time_from(&self, from: i64) -> Option<i64> {
         let (h0, m0, s0) = (from / 3600, from / 60 % 60, from % 60);
@@ -578,68 +640,6 @@ fn nearest_workday(year: i64, month: i64, n: i64, last: i64) -> i64 {
     }
 }
 
-/// 0 for Sunday; 1970-01-01 was a Thursday.
-fn weekday(days: i64) -> i64 {
-    (days + 4).rem_euclid(7)
-}
-
-fn is_leap(year: i64) -> bool {
-    year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-}
-
-pub(crate) fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar,
-/// counted in 400-year eras of 146,097 days that start on the 1st of March.
-pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date (year, month, day) `days` after 1970-01-01.
-pub(crate) fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` of seconds since the epoch, as `job status`
-/// shows a launch.
-pub fn format_utc(secs: i64) -> String {
-    let (y, mo, d) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
-    let s = secs.rem_euclid(SECS_PER_DAY);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -824,6 +824,53 @@ mod tests {
         assert!(refused("* L * * *").contains("hour field"));
         let long = "1,".repeat(MAX_EXPRESSION_LEN) + "1 * * * *";
         assert!(refused(&long).contains("MAX_EXPRESSION_LEN"));
+    }
+
+    #[test]
+    fn a_zone_s_local_time_is_matched_across_its_summer_time() {
+        let berlin = crate::spec::zone::Zone::load("Europe/Berlin").unwrap();
+        let next = |expr: &str, after: i64| {
+            CronExpr::parse(expr)
+                .unwrap()
+                .next_after_in(after, &berlin)
+                .map(format_utc)
+        };
+        // 03:00 in Berlin is 02:00Z in winter, 01:00Z in summer.
+        let jan = at(2026, 1, 15, 12, 0, 0);
+        assert_eq!(next("0 3 * * *", jan).unwrap(), "2026-01-16T02:00:00Z");
+        let jul = at(2026, 7, 15, 12, 0, 0);
+        assert_eq!(next("0 3 * * *", jul).unwrap(), "2026-07-16T01:00:00Z");
+        // 02:30 does not exist on 2026-03-29: that day is skipped.
+        let before_spring = at(2026, 3, 28, 12, 0, 0);
+        assert_eq!(
+            next("30 2 * * *", before_spring).unwrap(),
+            "2026-03-30T00:30:00Z"
+        );
+        // 02:30 happens twice on 2026-10-25, in summer time and then in
+        // winter time.
+        let before_autumn = at(2026, 10, 24, 12, 0, 0);
+        let first = next("30 2 * * *", before_autumn).unwrap();
+        assert_eq!(first, "2026-10-25T00:30:00Z");
+        let first_at = at(2026, 10, 25, 0, 30, 0);
+        assert_eq!(
+            next("30 2 * * *", first_at).unwrap(),
+            "2026-10-25T01:30:00Z"
+        );
+        let second_at = at(2026, 10, 25, 1, 30, 0);
+        assert_eq!(
+            next("30 2 * * *", second_at).unwrap(),
+            "2026-10-26T01:30:00Z"
+        );
+        // Midnight of the month's first day, in local time.
+        assert_eq!(next("@monthly", jul).unwrap(), "2026-07-31T22:00:00Z");
+        // Every second goes on through the change.
+        let change = at(2026, 3, 29, 0, 59, 59);
+        assert_eq!(
+            next("* * * * * * *", change).unwrap(),
+            "2026-03-29T01:00:00Z"
+        );
+        // An impossible date still ends.
+        assert_eq!(next("0 0 30 2 *", jan), None);
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub struct Job {
     pub job_type: JobType,
     pub groups: Vec<Group>,
     /// `periodic`: the job launches children on a schedule, never runs.
-    pub periodic: Option<super::Periodic>,
+    pub periodic: Option<Box<super::Periodic>>,
     /// `parameterized`: the job launches a child per `job dispatch`.
     pub parameterized: Option<super::Parameterized>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
@@ -292,7 +292,7 @@ impl Job {
         w.kept(&inside);
         super::periodic::write_schedule(
             &mut w,
-            self.periodic.as_ref(),
+            self.periodic.as_deref(),
             self.parameterized.as_ref(),
         );
         for group in &self.groups {

@@ -48,11 +48,14 @@
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
 //! | `periodic.rs` | [`Periodic`] and [`Parameterized`], a job's `periodic` and `parameterized` blocks |
+//! | `civil.rs` | civil dates and seconds since the epoch, for `cron.rs` |
 //! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
+//! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
 mod artifact;
+mod civil;
 mod cluster;
 mod cron;
 mod csi_plugin;
@@ -71,6 +74,7 @@ mod telemetry;
 mod template;
 mod variables;
 mod volume;
+mod zone;
 
 use std::fmt;
 
@@ -112,6 +116,7 @@ pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
 pub use volume::{Topology, TopologyRequest, VolumeSpec};
+pub use zone::{Zone, ZoneError, MAX_ZONE_FILE, ZONEINFO};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,18 +5,15 @@
 //! As in Nomad, both are for `batch` and `sysbatch` jobs. A job that is
 //! both (Nomad dispatches a periodic child of it) is refused here: the
 //! agent runs one kind of parent or the other. Cron expressions are in
-//! `cron.rs`; they are evaluated in UTC, the only `time_zone` accepted (the
-//! agent reads no zone database).
+//! `cron.rs`; they are evaluated in the local time of `time_zone` (UTC
+//! unless given), read from the host's zone files (`zone.rs`) when the job
+//! is decoded.
 
 use super::cron::CronExpr;
 use super::decode::Fields;
 use super::encode::Writer;
 use super::job::JobType;
 use super::keywords;
-
-/// The time zones a `periodic` block may name: both are UTC, Nomad's
-/// default.
-const UTC_NAMES: &[&str] = &["UTC", "Etc/UTC"];
 
 /// `periodic { cron crons prohibit_overlap time_zone enabled }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,15 +25,20 @@ pub struct Periodic {
     pub prohibit_overlap: bool,
     /// When false, the job is kept but nothing is launched on schedule.
     pub enabled: bool,
-    /// As written; always UTC.
+    /// As written; `UTC` unless given.
     pub time_zone: String,
+    /// The zone's offsets, read when the job was decoded.
+    pub zone: super::zone::Zone,
 }
 
 impl Periodic {
     /// The first launch after `after` (seconds since the epoch), `None`
     /// when no expression matches within the search's bound.
     pub fn next_after(&self, after: i64) -> Option<i64> {
-        self.crons.iter().filter_map(|c| c.next_after(after)).min()
+        self.crons
+            .iter()
+            .filter_map(|c| c.next_after_in(after, &self.zone))
+            .min()
     }
 }
 
@@ -67,9 +69,9 @@ pub struct Parameterized {
 pub(crate) fn decode_schedule(
     j: &mut Fields<'_>,
     job_type: JobType,
-) -> (Option<Periodic>, Option<Parameterized>) {
+) -> (Option<Box<Periodic>>, Option<Parameterized>) {
     let periodic_block = j.block("periodic");
-    let periodic = periodic_block.map(|block| decode_periodic(&mut j.nested(block)));
+    let periodic = periodic_block.map(|block| Box::new(decode_periodic(&mut j.nested(block))));
     let parameterized_block = j.block("parameterized");
     let parameterized = parameterized_block.map(|block| decode_parameterized(&mut j.nested(block)));
     for (block, kind) in [
@@ -124,25 +126,22 @@ fn decode_periodic(f: &mut Fields<'_>) -> Periodic {
             Err(err) => f.error(pos, format!("{}: {err}", f.what())),
         }
     }
-    let time_zone = match f.string_at("time_zone") {
-        Some((zone, pos)) if !UTC_NAMES.contains(&zone.as_str()) => {
-            f.error(
-                pos,
-                format!(
-                    "time_zone {zone:?} in {}: csi-agent evaluates cron expressions in UTC only; write the expression in UTC and leave time_zone out",
-                    f.what()
-                ),
-            );
-            zone
-        }
-        Some((zone, _)) => zone,
-        None => "UTC".to_string(),
+    let (time_zone, zone) = match f.string_at("time_zone") {
+        Some((name, pos)) => match super::zone::Zone::load(&name) {
+            Ok(zone) => (name, zone),
+            Err(err) => {
+                f.error(pos, format!("{err} in {}", f.what()));
+                (name, super::zone::Zone::utc())
+            }
+        },
+        None => ("UTC".to_string(), super::zone::Zone::utc()),
     };
     let periodic = Periodic {
         crons,
         prohibit_overlap: f.bool("prohibit_overlap").unwrap_or(false),
         enabled: f.bool("enabled").unwrap_or(true),
         time_zone,
+        zone,
     };
     f.finish();
     periodic
@@ -241,6 +240,20 @@ mod tests {
         // 01:30 comes before 03:00.
         assert_eq!(periodic.next_after(0), Some(5400));
         assert!(!periodic.enabled);
+        let berlin = Job::decode(
+            &job(
+                "batch",
+                "periodic {\n cron = \"0 3 * * *\"\n time_zone = \"Europe/Berlin\"\n}",
+                "",
+            ),
+            "j.hcl",
+        )
+        .unwrap()
+        .spec
+        .periodic
+        .unwrap();
+        // 03:00 in Berlin on 1970-01-01 was 02:00Z.
+        assert_eq!(berlin.next_after(0), Some(7200));
     }
 
     #[test]
@@ -280,10 +293,12 @@ mod tests {
         );
         assert!(refused(&job("service", "parameterized {}", ""))
             .contains("parameterized in job \"j\" needs a batch or sysbatch job"));
-        assert!(
-            refused(&job("batch", "periodic { time_zone = \"Europe/Berlin\"\n cron = \"@daily\" }", ""))
-                .contains("time_zone \"Europe/Berlin\" in periodic in job \"j\": csi-agent evaluates cron expressions in UTC only")
-        );
+        assert!(refused(&job(
+            "batch",
+            "periodic { time_zone = \"Mars/Olympus\"\n cron = \"@daily\" }",
+            ""
+        ))
+        .contains("time zone \"Mars/Olympus\": cannot read /usr/share/zoneinfo/Mars/Olympus"));
         assert!(refused(&job(
             "batch",
             "periodic {\n cron = \"@daily\"\n crons = [\"@daily\"]\n}",
