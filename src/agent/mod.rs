@@ -30,7 +30,7 @@
 //! | `signals.rs` | the signal thread |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
-//! | `wakeup.rs` | when the loop must wake up without a message |
+//! | `wakeup.rs` | when the loop must wake up without a message, and what it does then |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
@@ -82,7 +82,6 @@ use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{another_agent_answers, create_private_dir, remove_temporary_data_dir};
 pub use setup::{host_name, load_config, node_name, temp_data_dir};
 use signals::SignalThread;
-use wakeup::Deadlines;
 
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -448,6 +447,16 @@ impl Agent {
                 self.gate.hold(Effect::Reply(Reply::new(reply, result)));
                 None
             }
+            Request::JobPeriodicForce { name } => {
+                let result = self.allocs.force_periodic(&name).map(Response::JobRun);
+                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
+                None
+            }
+            Request::JobDispatch(req) => {
+                let result = self.allocs.dispatch(req).map(Response::JobRun);
+                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
+                None
+            }
             Request::JobStatus { name } => {
                 reply.send(self.allocs.status(&name).map(Response::JobStatus));
                 None
@@ -576,51 +585,12 @@ impl Agent {
         self.sync_plugins();
     }
 
-    /// What the loop waits for besides messages.
-    fn deadlines(&self) -> Deadlines {
-        Deadlines {
-            volumes: self.volumes.next_wakeup(),
-            tasks: self.allocs.next_wakeup(),
-            state_write: self.gate.next_retry(),
-            dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
-            adopted_tasks: self
-                .allocs
-                .watches_adopted()
-                .then(|| self.adopted_looked + wakeup::ADOPTED_POLL),
-            cluster: self.disconnect_deadline(),
-            events: self.events.next_deadline(),
-            starts_saved: self.starts_due,
-        }
-    }
-
     /// SIGCHLD: a task or `-dev`'s plugin may have exited.
     fn child_exited(&mut self) {
         self.adopted_looked = Instant::now();
         self.allocs.reap(self.adopted_looked);
         if let Some(dev) = &mut self.dev {
             dev.supervise();
-        }
-    }
-
-    /// The earliest of [`Agent::deadlines`] passed: do what is due. Retries
-    /// and task timers are taken up by the end of the turn.
-    fn deadline_passed(&mut self) {
-        let now = Instant::now();
-        if let Some(dev) = &mut self.dev {
-            dev.supervise();
-        }
-        // Adopted tasks' exits are noticed here.
-        self.adopted_looked = now;
-        self.allocs.reap(now);
-        self.volumes.expire_claims(now);
-        self.stop_if_disconnected(now);
-        self.events.expire(now);
-        // Due: the pids are now what the next write must keep (with a
-        // full disk, until a write succeeds; the due time itself is gone,
-        // so the loop does not wake for it again).
-        if self.starts_due.is_some_and(|at| at <= now) {
-            self.starts_due = None;
-            self.dirty = true;
         }
     }
 

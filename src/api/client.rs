@@ -383,6 +383,27 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// `job periodic force`.
+    pub fn job_periodic_force(&self, name: &str) -> Result<api::JobRunResponse, Error> {
+        let req = api::JobPeriodicForceRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_periodic_force_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `job dispatch`.
+    pub fn job_dispatch(
+        &self,
+        req: &api::JobDispatchRequest,
+    ) -> Result<api::JobRunResponse, Error> {
+        self.client
+            .job_dispatch_opt(req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// One job, or every job when `name` is empty.
     pub fn job_status(&self, name: &str) -> Result<api::JobStatusResponse, Error> {
         let req = api::JobStatusRequest {

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
-use crate::task::calls::{JobFile, JobRun, JobStatus, LogsRequest};
+use crate::task::calls::{DispatchRequest, JobFile, JobRun, JobStatus, LogsRequest};
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
@@ -56,6 +56,11 @@ pub enum Request {
         name: String,
         purge: bool,
     },
+    /// `job periodic force`.
+    JobPeriodicForce {
+        name: String,
+    },
+    JobDispatch(DispatchRequest),
     /// Job `name`, or every job when empty.
     JobStatus {
         name: String,
@@ -114,6 +119,8 @@ impl Request {
             Request::VolumeRelease(_) => Access::Change,
             Request::JobRun(_) => Access::Change,
             Request::JobStop { .. } => Access::Change,
+            Request::JobPeriodicForce { .. } => Access::Change,
+            Request::JobDispatch(_) => Access::Change,
         }
     }
 }
@@ -182,6 +189,8 @@ mod tests {
                 name: "web".into(),
                 purge: false,
             },
+            Request::JobPeriodicForce { name: "web".into() },
+            Request::JobDispatch(Default::default()),
         ];
         for request in changes {
             assert_eq!(request.access(), Access::Change, "{request:?}");

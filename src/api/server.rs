@@ -516,6 +516,40 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn job_periodic_force(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobPeriodicForceRequest,
+        sink: UnarySink<api::JobRunResponse>,
+    ) {
+        self.forward(
+            "JobPeriodicForce",
+            Request::JobPeriodicForce { name: req.name },
+            sink,
+            |resp| match resp {
+                Response::JobRun(run) => Some(wire::job_run(run)),
+                _ => None,
+            },
+        );
+    }
+
+    fn job_dispatch(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobDispatchRequest,
+        sink: UnarySink<api::JobRunResponse>,
+    ) {
+        self.forward(
+            "JobDispatch",
+            Request::JobDispatch(wire::dispatch_request(req)),
+            sink,
+            |resp| match resp {
+                Response::JobRun(run) => Some(wire::job_run(run)),
+                _ => None,
+            },
+        );
+    }
+
     fn job_stop(
         &mut self,
         _ctx: RpcContext,

@@ -471,7 +471,30 @@ fn job(j: task::JobStatus) -> pb::JobStatus {
         stop_wanted: j.stop_wanted,
         allocs: j.allocs.into_iter().map(alloc).collect(),
         unplaced: j.unplaced.iter().map(unplaced).collect(),
+        parent: j.parent,
+        parent_kind: j.parent_kind,
+        next_launch_unix: j.next_launch.unwrap_or(0),
+        children: j
+            .children
+            .into_iter()
+            .map(|c| pb::JobChild {
+                name: c.name,
+                status: c.status,
+                submitted_unix_ms: ms(c.submitted),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
+    }
+}
+
+/// `job dispatch`'s request, for the loop.
+pub fn dispatch_request(req: pb::JobDispatchRequest) -> task::DispatchRequest {
+    task::DispatchRequest {
+        job: req.name,
+        meta: req.meta.into_iter().collect(),
+        payload: req.payload,
+        id_prefix_template: req.id_prefix_template,
     }
 }
 

@@ -35,7 +35,13 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
                           summary of its allocations by status, then its
-                          allocations, tasks and recent task events
+                          allocations, tasks and recent task events; of a
+                          periodic or parameterized job, its next launch
+                          and its children
+  periodic force NAME     launch a periodic job's child now
+  dispatch [-meta KEY=VALUE]... [-id-prefix-template PREFIX] NAME [FILE]
+                          launch a parameterized job's child with meta and
+                          the payload in FILE (stdin for -; at most 16 KiB)
 
   -address ADDR           the agent's control socket (default
                           $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
@@ -59,6 +65,8 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         "run" => run_job(rest),
         "stop" => stop(rest),
         "status" => status(rest),
+        "periodic" => super::job_children::periodic(rest),
+        "dispatch" => super::job_children::dispatch(rest),
         other => Err(UsageError::new(format!("unknown job command {other:?}")).into()),
     }
 }
@@ -262,6 +270,7 @@ fn details(job: &api::JobStatus) -> String {
         job.file,
         format_timestamp(from_unix_ms(job.submitted_unix_ms))
     );
+    out.push_str(&super::job_children::details(job));
     out.push_str(&summary(&job.allocs));
     if !job.unplaced.is_empty() {
         out.push_str("\nPlacement Failure\n");

@@ -8,6 +8,7 @@ pub mod agent_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
+pub mod job_children;
 pub mod job_cmd;
 pub mod job_inputs;
 pub mod json;

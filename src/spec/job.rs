@@ -19,6 +19,7 @@ use crate::hcl::{Block, Body, Pos};
 use super::constraint::{decode_placement, write_placement, Constraint, Inherited};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
+use super::network::{decode_network, write_network, Network};
 use super::service::{decode_service, write_service, Service};
 use super::task::{decode_task, write_task, OfGroup};
 use super::variables::JobInputs;
@@ -43,8 +44,6 @@ const JOB_IGNORED: &[&str] = &[
     "name",
     "namespace",
     "node_pool",
-    "parameterized",
-    "periodic",
     "priority",
     "region",
     "reschedule",
@@ -73,11 +72,6 @@ const GROUP_IGNORED: &[&str] = &[
     "vault",
 ];
 
-/// Keys of Nomad's group `network` block, and of its ports, that csi-agent
-/// ignores.
-const NETWORK_IGNORED: &[&str] = &["cni", "dns", "hostname", "mbits"];
-const PORT_IGNORED: &[&str] = &["host_network", "ignore_collision"];
-
 const RESTART_IGNORED: &[&str] = &["render_templates"];
 
 const VOLUME_IGNORED: &[&str] = &["sticky"];
@@ -91,6 +85,10 @@ pub struct Job {
     /// The job block's `meta` and `constraint`s, which every group
     /// inherits ([`Group::inherited`]).
     pub placement: Inherited,
+    /// `periodic`: the job launches children on a schedule, never runs.
+    pub periodic: Option<Box<super::Periodic>>,
+    /// `parameterized`: the job launches a child per `job dispatch`.
+    pub parameterized: Option<super::Parameterized>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
@@ -169,28 +167,6 @@ impl Group {
             .chain(&self.placement.constraints)
             .chain(self.tasks.iter().flat_map(|t| &t.constraints))
     }
-}
-
-/// A group's `network` block: the ports the agent allocates to each alloc
-/// (see `task::ports`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Network {
-    /// `host`, `bridge`, ... as written; empty when not given.
-    pub mode: String,
-    pub ports: Vec<NetworkPort>,
-    pub ignored: Vec<Kept>,
-}
-
-/// `port "label" { static to }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetworkPort {
-    pub label: String,
-    /// The host port; a dynamic one when `None`.
-    pub static_port: Option<u16>,
-    /// The port inside the task's network namespace; the host's port when
-    /// `None` (left out, or Nomad's -1).
-    pub to: Option<u16>,
-    pub ignored: Vec<Kept>,
 }
 
 /// What to do when a task fails: restart it up to `attempts` times within
@@ -315,6 +291,11 @@ impl Job {
         w.string("type", self.job_type.as_str());
         write_placement(&mut w, &self.placement);
         w.kept(&inside);
+        super::periodic::write_schedule(
+            &mut w,
+            self.periodic.as_deref(),
+            self.parameterized.as_ref(),
+        );
         for group in &self.groups {
             write_group(&mut w, group);
         }
@@ -338,6 +319,8 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
             job_type: JobType::Service,
             groups: Vec::new(),
             placement: Inherited::default(),
+            periodic: None,
+            parameterized: None,
             ignored,
         };
     };
@@ -354,6 +337,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     let mut j = f.labeled(block, name);
     let job_type = j.parsed("type").unwrap_or(JobType::Service);
     let placement = decode_placement(&mut j);
+    let (periodic, parameterized) = super::periodic::decode_schedule(&mut j, job_type);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
         groups.push(decode_group(&j, group, group_name, job_type, &placement));
@@ -368,6 +352,8 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
         job_type,
         groups,
         placement,
+        periodic,
+        parameterized,
         ignored,
     }
 }
@@ -491,28 +477,6 @@ fn decode_group(
         tasks,
         placement,
         inherited: inherited.clone(),
-        ignored,
-    }
-}
-
-fn decode_network(f: &mut Fields<'_>) -> Network {
-    let mode = f.string("mode").unwrap_or_default();
-    let mut ports = Vec::new();
-    for (block, label) in f.labeled_blocks("port") {
-        let mut p = f.labeled(block, &label);
-        ports.push(NetworkPort {
-            label,
-            static_port: p.port_number("static"),
-            to: p.port_inside("to"),
-            ignored: p.ignore(PORT_IGNORED),
-        });
-        p.finish();
-    }
-    let ignored = f.ignore(NETWORK_IGNORED);
-    f.finish();
-    Network {
-        mode,
-        ports,
         ignored,
     }
 }
@@ -655,22 +619,7 @@ fn write_group(w: &mut Writer, group: &Group) {
         write_service(w, service);
     }
     if let Some(network) = &group.network {
-        w.open("network", None);
-        if !network.mode.is_empty() {
-            w.string("mode", &network.mode);
-        }
-        for port in &network.ports {
-            w.open("port", Some(&port.label));
-            for (key, value) in [("static", port.static_port), ("to", port.to)] {
-                if let Some(value) = value {
-                    w.plain(key, value);
-                }
-            }
-            w.kept(&port.ignored);
-            w.close();
-        }
-        w.kept(&network.ignored);
-        w.close();
+        write_network(w, network);
     }
     for task in &group.tasks {
         write_task(w, task);

@@ -50,12 +50,18 @@
 //! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
+//! | `periodic.rs` | [`Periodic`] and [`Parameterized`], a job's `periodic` and `parameterized` blocks |
+//! | `civil.rs` | civil dates and seconds since the epoch, for `cron.rs` |
+//! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
+//! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
 mod artifact;
+mod civil;
 mod cluster;
 mod constraint;
+mod cron;
 mod csi_plugin;
 mod decode;
 mod docker;
@@ -63,6 +69,8 @@ mod encode;
 mod exec_settings;
 mod job;
 mod job_level_tasks;
+mod network;
+mod periodic;
 mod placement;
 mod service;
 mod suggest;
@@ -73,6 +81,7 @@ mod variables;
 mod version;
 mod volume;
 mod volume_plugin;
+mod zone;
 
 use std::fmt;
 
@@ -89,6 +98,7 @@ pub use artifact::{
 };
 pub use cluster::etcd_target;
 pub use constraint::{Constraint, Inherited, Operator};
+pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
@@ -96,9 +106,9 @@ pub use docker::{
     DEFAULT_DOCKER_ENDPOINT,
 };
 pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
-pub use job::{
-    Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
-};
+pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};
+pub use network::{Network, NetworkPort};
+pub use periodic::{Parameterized, PayloadRule, Periodic};
 pub use placement::{
     ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
 };
@@ -118,6 +128,7 @@ pub use volume_plugin::{
     VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
     DOCKERD_PLUGIN_TIMEOUT, DOCKER_PLUGIN_DIR,
 };
+pub use zone::{Zone, ZoneError, MAX_ZONE_FILE, ZONEINFO};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]

@@ -45,6 +45,35 @@ pub struct JobStatus {
     /// The group instances the node's constraints keep off it, checked
     /// again now; empty once the job is stopped.
     pub unplaced: Vec<Unplaced>,
+    /// A child's parent; empty for any other job.
+    pub parent: String,
+    /// `periodic`, `parameterized`, or empty for a job that runs itself.
+    pub parent_kind: String,
+    /// A periodic parent's next launch, in seconds since the epoch.
+    pub next_launch: Option<i64>,
+    /// A parent's children, oldest first.
+    pub children: Vec<ChildStatus>,
+}
+
+/// A child of a periodic or parameterized job, as its parent's `job
+/// status` lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChildStatus {
+    pub name: String,
+    /// `running`, `stopping` or `dead`.
+    pub status: String,
+    pub submitted: Option<SystemTime>,
+}
+
+/// `job dispatch`: a child of a parameterized job, with its meta and
+/// payload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatchRequest {
+    pub job: String,
+    pub meta: std::collections::BTreeMap<String, String>,
+    pub payload: Vec<u8>,
+    /// Put in the child's name before its time (`-id-prefix-template`).
+    pub id_prefix_template: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

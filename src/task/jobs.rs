@@ -30,6 +30,9 @@ impl Allocs {
             .filter(|a| a.job == spec.name && !a.status.is_terminal() && !a.stop_wanted)
             .map(|a| a.id.clone())
             .collect();
+        if spec.periodic.is_some() || spec.parameterized.is_some() {
+            return Ok(self.run_parent(spec, req, &live, warnings));
+        }
         if let Some(job) = self.jobs.get(&spec.name) {
             if job.spec == spec && !job.stop_wanted && !live.is_empty() {
                 return Ok(JobRun {
@@ -90,6 +93,9 @@ impl Allocs {
                 submitted: now,
                 stop_wanted: false,
                 purge: false,
+                child: None,
+                last_launch: None,
+                next_launch: None,
             },
         );
         self.dirty = true;
@@ -179,14 +185,21 @@ impl Allocs {
                     exec::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
-                launch::check_interpolation(group, task, &spec.name, &self.chroot_env, &self.node)
-                    .map_err(|e| invalid(format!("{what}: {e}")))?;
+                launch::check_interpolation(
+                    group,
+                    task,
+                    &spec.name,
+                    &self.chroot_env,
+                    &self.node,
+                    &super::dispatch::child_env_names(spec),
+                )
+                .map_err(|e| invalid(format!("{what}: {e}")))?;
             }
         }
         Ok(())
     }
 
-    fn new_alloc_id(&mut self) -> String {
+    pub(super) fn new_alloc_id(&mut self) -> String {
         loop {
             let id = format!("{:08x}", self.jitter.next_u64() as u32);
             if !self.allocs.contains_key(&id) {
@@ -336,7 +349,7 @@ impl Allocs {
         }
     }
 
-    fn no_job(&self, name: &str) -> CallError {
+    pub(super) fn no_job(&self, name: &str) -> CallError {
         let known: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         CallError::not_found(if known.is_empty() {
             format!("no job {name:?} (no jobs are known)")
@@ -355,20 +368,36 @@ impl Allocs {
         Ok(jobs.into_iter().map(|j| self.job_status(j)).collect())
     }
 
+    /// `running`, `stopping` or `dead`; a periodic or parameterized parent,
+    /// which has no allocs, is `running` until it is stopped, as in Nomad.
+    pub(super) fn job_state(&self, job: &JobEntry) -> &'static str {
+        if job.spec.periodic.is_some() || job.spec.parameterized.is_some() {
+            return if job.stop_wanted { "dead" } else { "running" };
+        }
+        let live = self
+            .allocs
+            .values()
+            .any(|a| a.job == job.name && !a.status.is_terminal());
+        match (live, job.stop_wanted) {
+            (false, _) => "dead",
+            (true, true) => "stopping",
+            (true, false) => "running",
+        }
+    }
+
     fn job_status(&self, job: &JobEntry) -> JobStatus {
         let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
-        let live = allocs.iter().any(|a| !a.status.is_terminal());
-        let unplaced = if job.stop_wanted {
+        // A parent never runs, so nothing of it is placed or unplaced.
+        let parent = job.spec.periodic.is_some() || job.spec.parameterized.is_some();
+        let unplaced = if job.stop_wanted || parent {
             Vec::new()
         } else {
             self.unplaced(&job.spec)
         };
-        let status = match (live, job.stop_wanted) {
+        let status = match self.job_state(job) {
             // Nomad's job waits for a node it fits.
-            (false, false) if allocs.is_empty() && !unplaced.is_empty() => "pending",
-            (false, _) => "dead",
-            (true, true) => "stopping",
-            (true, false) => "running",
+            "dead" if !job.stop_wanted && allocs.is_empty() && !unplaced.is_empty() => "pending",
+            state => state,
         };
         let mut allocs: Vec<calls::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
         allocs.sort_by_key(|a| a.created);
@@ -381,6 +410,19 @@ impl Allocs {
             stop_wanted: job.stop_wanted,
             allocs,
             unplaced,
+            parent: job
+                .child
+                .as_ref()
+                .map(|c| c.parent.clone())
+                .unwrap_or_default(),
+            parent_kind: match (&job.spec.periodic, &job.spec.parameterized) {
+                (Some(_), _) => "periodic",
+                (_, Some(_)) => "parameterized",
+                _ => "",
+            }
+            .to_string(),
+            next_launch: job.next_launch.filter(|_| !job.stop_wanted),
+            children: self.children_of(&job.name),
         }
     }
 

@@ -53,6 +53,8 @@
 //! |---|---|
 //! | `mod.rs` | the alloc and task records, [`Allocs`] and its small queries |
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
+//! | `periodic.rs` | periodic and parameterized parents: their children, the schedule, `job periodic force` |
+//! | `dispatch.rs` | `job dispatch`: its checks, the payload written into a task's `local/`, the meta in its environment |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
@@ -75,6 +77,7 @@
 mod artifact;
 pub mod calls;
 mod cgroup;
+mod dispatch;
 mod docker;
 mod driver;
 pub mod env;
@@ -86,6 +89,7 @@ mod leader;
 mod leftovers;
 pub mod lifecycle;
 pub mod mounts;
+mod periodic;
 mod persist;
 mod placement;
 mod ports;
@@ -114,6 +118,7 @@ use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
 use crate::spec::{ChrootEntry, DockerSettings, ExecSettings, Group, HostVolume, Job, JobInputs};
+pub use dispatch::MAX_DISPATCH_PAYLOAD;
 pub use docker::ContainerEvent;
 use restart::Window;
 pub use starter::StartReport;
@@ -365,6 +370,16 @@ struct JobEntry {
     submitted: SystemTime,
     stop_wanted: bool,
     purge: bool,
+    /// A periodic or dispatched child: its parent, payload and meta.
+    child: Option<periodic::ChildOf>,
+    /// A periodic parent's last launch, in seconds since the epoch; until
+    /// the first, when the job was run (Nomad's rule, for the launch
+    /// missed while the agent was down).
+    last_launch: Option<i64>,
+    /// A periodic parent's next launch, in seconds since the epoch: from
+    /// the time it was run or the agent started, then from each launch.
+    /// Not kept in the snapshot.
+    next_launch: Option<i64>,
 }
 
 /// The jobs and allocations of this agent, owned by the main loop.
@@ -406,6 +421,8 @@ pub struct Allocs {
     starter: starter::Starter,
     /// The config's `client { artifact { ... } }` bounds.
     artifact_limits: artifact::ArtifactLimits,
+    /// The wall clock of periodic launches: the system's, or a test's.
+    clock: fn() -> SystemTime,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -438,6 +455,7 @@ impl Allocs {
             privileges: docker::Privileges::of_this_process(),
             starter: starter::Starter::new(),
             artifact_limits: artifact::ArtifactLimits::default(),
+            clock: SystemTime::now,
         }
     }
 

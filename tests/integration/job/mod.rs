@@ -30,6 +30,7 @@ mod json;
 mod leftovers;
 mod lifecycle;
 mod nomad_e2e;
+mod periodic;
 mod placement;
 mod ports;
 mod poststop;
