@@ -29,6 +29,7 @@
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `signals.rs` | the signal thread |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
+//! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
 //! | `wakeup.rs` | when the loop must wake up without a message |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
@@ -47,6 +48,7 @@ mod plugins;
 mod setup;
 mod signals;
 mod telemetry;
+mod volume_plugin;
 mod wakeup;
 
 use std::collections::BTreeMap;
@@ -122,6 +124,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let (calls_tx, calls) = unbounded();
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
+    let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();
@@ -287,6 +290,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     // The answers the agent still held go with it; then the thread that
     // sent the others ends.
     drop(agent);
+    drop(volume_plugin);
     sent.join_within(SENT_LIMIT);
     if let Err(err) = crate::trace::finish() {
         log::warn!(
@@ -554,13 +558,7 @@ impl Agent {
                 return;
             }
         };
-        if config.data_dir != self.options.config.data_dir && !self.options.dev {
-            log::warn!(
-                "SIGHUP: data_dir changed to {}; it takes effect at the next start",
-                config.data_dir.display()
-            );
-        }
-        telemetry::reloaded(&self.options.config.telemetry, &config.telemetry);
+        setup::changed_for_next_start(&self.options.config, &config, self.options.dev);
         let data_dir = self.options.config.data_dir.clone();
         self.options.config = AgentConfig { data_dir, ..config };
         self.allocs.configure(
@@ -571,6 +569,7 @@ impl Agent {
             self.options.config.exec.clone(),
             &self.options.config.client,
         );
+        self.allocs.reconfigure_node(&self.options.config);
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
     }

@@ -432,6 +432,17 @@ pub fn job_run(run: task::JobRun) -> pb::JobRunResponse {
         alloc_ids: run.alloc_ids,
         unchanged: run.unchanged,
         warnings: run.warnings,
+        unplaced: run.unplaced.iter().map(unplaced).collect(),
+        ..Default::default()
+    }
+}
+
+fn unplaced(u: &task::Unplaced) -> pb::Unplaced {
+    pb::Unplaced {
+        group: u.group.clone(),
+        count: u.count,
+        constraint: u.constraint.clone(),
+        message: u.message(),
         ..Default::default()
     }
 }
@@ -459,6 +470,7 @@ fn job(j: task::JobStatus) -> pb::JobStatus {
         submitted_unix_ms: ms(j.submitted),
         stop_wanted: j.stop_wanted,
         allocs: j.allocs.into_iter().map(alloc).collect(),
+        unplaced: j.unplaced.iter().map(unplaced).collect(),
         ..Default::default()
     }
 }

@@ -134,7 +134,33 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     for id in &resp.alloc_ids {
         out::outln!("  alloc {id}");
     }
-    Ok(())
+    if resp.unplaced.is_empty() {
+        return Ok(());
+    }
+    out::outln!("Failed to place all allocations:");
+    out::out!("{}", placement_failures(&resp.unplaced));
+    Err(CliError::NotPlaced {
+        job: resp.job.clone(),
+        groups: resp.unplaced.len(),
+    })
+}
+
+/// Nomad's lines for groups the node filtered: each group, how many
+/// allocs, and the constraint.
+fn placement_failures(unplaced: &[api::Unplaced]) -> String {
+    let mut out = String::new();
+    for u in unplaced {
+        out.push_str(&format!(
+            "  Task Group {:?} (failed to place {} allocation{}):
+    * {}
+",
+            u.group,
+            u.count,
+            if u.count == 1 { "" } else { "s" },
+            u.message
+        ));
+    }
+    out
 }
 
 fn stop(argv: &[String]) -> Result<(), CliError> {
@@ -237,6 +263,10 @@ fn details(job: &api::JobStatus) -> String {
         format_timestamp(from_unix_ms(job.submitted_unix_ms))
     );
     out.push_str(&summary(&job.allocs));
+    if !job.unplaced.is_empty() {
+        out.push_str("\nPlacement Failure\n");
+        out.push_str(&placement_failures(&job.unplaced));
+    }
     for alloc in &job.allocs {
         out.push_str(&format!(
             "\nAlloc {} (group {:?} [{}]): {}{}\n",

@@ -69,8 +69,20 @@ pub enum CliError {
     Validate(validate::Failed),
     Agent(crate::agent::Error),
     Api(crate::api::client::Error),
-    Config { path: PathBuf, reason: String },
-    Io { what: String, err: std::io::Error },
+    Config {
+        path: PathBuf,
+        reason: String,
+    },
+    Io {
+        what: String,
+        err: std::io::Error,
+    },
+    /// `job run` left groups unplaced: the node does not meet their
+    /// constraints.
+    NotPlaced {
+        job: String,
+        groups: usize,
+    },
 }
 
 impl fmt::Display for CliError {
@@ -87,6 +99,11 @@ impl fmt::Display for CliError {
                 write!(f, "invalid agent config {}: {reason}", path.display())
             }
             CliError::Io { what, .. } => f.write_str(what),
+            CliError::NotPlaced { job, groups } => write!(
+                f,
+                "job {job:?}: {groups} task group{} could not be placed on this node",
+                if *groups == 1 { "" } else { "s" }
+            ),
         }
     }
 }

@@ -510,7 +510,8 @@ impl<'a> Lexer<'a> {
 
     /// Lexes a heredoc starting at `start` (the first `<`): `<<EOF` or
     /// `<<-EOF`, a newline, the lines of text, and a line holding only the
-    /// delimiter (which may be indented).
+    /// delimiter (which may be indented, and followed by spaces or tabs, as
+    /// HCL's own scanner allows).
     fn lex_heredoc(&mut self, start: Pos) -> Result<TokenKind, Error> {
         self.bump();
         self.bump();
@@ -547,7 +548,7 @@ impl<'a> Lexer<'a> {
             self.bump_while(|c| c != '\n');
             let line = self.slice_from(line_begin);
             let line = line.strip_suffix('\r').unwrap_or(line);
-            if line.trim_start_matches([' ', '\t']) == delimiter {
+            if line.trim_matches([' ', '\t']) == delimiter {
                 // The newline after the delimiter ends the attribute, so it
                 // is left for the next token.
                 break;

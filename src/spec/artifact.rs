@@ -240,7 +240,8 @@ pub fn check_scheme(source: &str) -> Result<(), String> {
 pub struct Artifact {
     /// The URL as written; may name `${NOMAD_...}` variables.
     pub source: String,
-    /// Relative to the task dir; may name `${NOMAD_...}` variables.
+    /// Relative to the task dir, inside the alloc dir (`../alloc/x` is the
+    /// shared dir); may name `${NOMAD_...}` variables.
     pub destination: String,
     pub mode: ArtifactMode,
     /// `options { ... }` as written.
@@ -271,10 +272,13 @@ impl Artifact {
     }
 }
 
-/// Whether `destination`, joined to a task dir, stays inside it (the task
-/// dir itself included).
-fn stays_in_task_dir(destination: &str) -> bool {
-    let mut depth: usize = 0;
+/// Whether `destination`, joined to a task dir, stays inside the alloc dir
+/// that holds it (the task dir itself included): as in Nomad, an artifact
+/// may go to `../alloc/...`, the alloc's shared dir, but not above the
+/// alloc.
+fn stays_in_alloc_dir(destination: &str) -> bool {
+    // The task dir is one below the alloc dir.
+    let mut depth: usize = 1;
     for component in Path::new(destination.trim_start_matches('/')).components() {
         match component {
             Component::ParentDir => match depth.checked_sub(1) {
@@ -355,10 +359,10 @@ pub(crate) fn decode_artifact(f: &mut Fields<'_>) -> Option<Artifact> {
         options.insert(entry.key, entry.value);
     }
     if let Some((dest, pos)) = &destination {
-        if !dest.contains("${") && !stays_in_task_dir(dest) {
+        if !dest.contains("${") && !stays_in_alloc_dir(dest) {
             f.error(
                 *pos,
-                format!("\"destination\" {dest:?} in {what} leads outside the task dir"),
+                format!("\"destination\" {dest:?} in {what} leads outside the alloc dir"),
             );
         }
     }
@@ -574,7 +578,8 @@ mod tests {
             ("source = \"http://h/a.tar.xz\"", "j.hcl:7:18: artifact http://h/a.tar.xz: csi-agent does not unpack .tar.xz archives"),
             ("source = \"http://h/a?checksum=md5:12&token=s\"", "j.hcl:7:18: artifact http://h/a?[REDACTED]: md5 checksum \"12\" must be 32 hex digits"),
             ("source = \"http://h/a\"\n        mode = \"both\"", "j.hcl:8:16:"),
-            ("source = \"http://h/a\"\n        destination = \"../x\"", "j.hcl:8:23: \"destination\" \"../x\""),
+            ("source = \"http://h/a\"\n        destination = \"../../x\"", "j.hcl:8:23: \"destination\" \"../../x\" in artifact in task \"t\" leads outside the alloc dir"),
+            ("source = \"http://h/a\"\n        destination = \"local/../../../x\"", "j.hcl:8:23: \"destination\" \"local/../../../x\""),
             ("source = \"http://h/a\"\n        options {\n          checksum = \"crc:00\"\n        }", "j.hcl:9:22: options in artifact"),
             ("source = \"http://h/a\"\n        options {\n          depth = \"1\"\n        }", "j.hcl:9:11: unknown option \"depth\""),
             ("source = \"http://h/a\"\n        sources = 1", "j.hcl:8:9:"),
@@ -588,6 +593,9 @@ mod tests {
                 "{body}: {errs:?}"
             );
         }
+        // As in Nomad, the alloc's shared dir is a destination too.
+        let src = job("      artifact {\n        source = \"http://h/a\"\n        destination = \"../alloc/data\"\n      }");
+        assert!(Job::decode(&src, "j.hcl").is_ok());
         // archive = false takes any extension as a plain file.
         let src = job("      artifact {\n        source = \"http://h/a.tar.xz\"\n        options {\n          archive = false\n        }\n      }");
         assert!(Job::decode(&src, "j.hcl").is_ok());

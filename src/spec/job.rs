@@ -10,11 +10,13 @@
 //! mount options, and a single-node mode shared by several instances needs
 //! `per_alloc`, which gives instance N the volume `source[N]`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountOptions};
 use crate::hcl::{Block, Body, Pos};
 
+use super::constraint::{decode_placement, write_placement, Constraint, Inherited};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
 use super::service::{decode_service, write_service, Service};
@@ -32,12 +34,10 @@ const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
 const JOB_IGNORED: &[&str] = &[
     "affinity",
     "all_at_once",
-    "constraint",
     "consul",
     "consul_token",
     "datacenters",
     "id",
-    "meta",
     "migrate",
     "multiregion",
     "name",
@@ -58,12 +58,10 @@ const JOB_IGNORED: &[&str] = &[
 /// Keys of Nomad's `group` block that csi-agent ignores.
 const GROUP_IGNORED: &[&str] = &[
     "affinity",
-    "constraint",
     "consul",
     "disconnect",
     "ephemeral_disk",
     "max_client_disconnect",
-    "meta",
     "migrate",
     "prevent_reschedule_on_lost",
     "reschedule",
@@ -90,6 +88,9 @@ pub struct Job {
     pub name: String,
     pub job_type: JobType,
     pub groups: Vec<Group>,
+    /// The job block's `meta` and `constraint`s, which every group
+    /// inherits ([`Group::inherited`]).
+    pub placement: Inherited,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
@@ -136,6 +137,11 @@ pub struct Group {
     /// tasks name in their `ports`.
     pub network: Option<Network>,
     pub tasks: Vec<super::Task>,
+    /// The group block's own `meta` and `constraint`s.
+    pub placement: Inherited,
+    /// The job block's, a copy of [`Job::placement`], so that an alloc's
+    /// group holds all that applies to it.
+    pub inherited: Inherited,
     pub ignored: Vec<Kept>,
 }
 
@@ -143,6 +149,25 @@ impl Group {
     /// The volume with this alias.
     pub fn volume(&self, alias: &str) -> Option<&GroupVolume> {
         self.volumes.iter().find(|v| v.alias == alias)
+    }
+
+    /// Task `task`'s `meta` as Nomad merges it: the job's, then the
+    /// group's, then the task's own, a later key replacing an earlier.
+    pub fn task_meta(&self, task: &super::Task) -> BTreeMap<String, String> {
+        let mut meta = self.inherited.meta.clone();
+        meta.extend(self.placement.meta.clone());
+        meta.extend(task.meta.clone());
+        meta
+    }
+
+    /// Every constraint an alloc of the group must meet: the job's, the
+    /// group's, then each task's.
+    pub fn constraints(&self) -> impl Iterator<Item = &Constraint> {
+        self.inherited
+            .constraints
+            .iter()
+            .chain(&self.placement.constraints)
+            .chain(self.tasks.iter().flat_map(|t| &t.constraints))
     }
 }
 
@@ -162,7 +187,8 @@ pub struct NetworkPort {
     pub label: String,
     /// The host port; a dynamic one when `None`.
     pub static_port: Option<u16>,
-    /// The port inside the task's network namespace.
+    /// The port inside the task's network namespace; the host's port when
+    /// `None` (left out, or Nomad's -1).
     pub to: Option<u16>,
     pub ignored: Vec<Kept>,
 }
@@ -287,6 +313,7 @@ impl Job {
         w.kept(&top);
         w.open("job", Some(&self.name));
         w.string("type", self.job_type.as_str());
+        write_placement(&mut w, &self.placement);
         w.kept(&inside);
         for group in &self.groups {
             write_group(&mut w, group);
@@ -310,6 +337,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
             name: String::new(),
             job_type: JobType::Service,
             groups: Vec::new(),
+            placement: Inherited::default(),
             ignored,
         };
     };
@@ -325,9 +353,10 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     dec.check_id(block.labels[0].span.start, "job ID", name);
     let mut j = f.labeled(block, name);
     let job_type = j.parsed("type").unwrap_or(JobType::Service);
+    let placement = decode_placement(&mut j);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
-        groups.push(decode_group(&j, group, group_name, job_type));
+        groups.push(decode_group(&j, group, group_name, job_type, &placement));
     }
     if groups.is_empty() {
         j.error(j.pos(), format!("{} needs at least one group", j.what()));
@@ -338,6 +367,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
         name: name.clone(),
         job_type,
         groups,
+        placement,
         ignored,
     }
 }
@@ -349,8 +379,15 @@ fn first_item_pos(body: &Body) -> Pos {
         .map_or(Pos::new(1, 1), |item| item.span().start)
 }
 
-fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) -> Group {
+fn decode_group(
+    f: &Fields<'_>,
+    block: &Block,
+    name: String,
+    job_type: JobType,
+    inherited: &Inherited,
+) -> Group {
     let mut g = f.labeled(block, &name);
+    let placement = decode_placement(&mut g);
     g.dec()
         .check_id(block.labels[0].span.start, "group name", &name);
     let count_at = g.u64_at("count");
@@ -452,6 +489,8 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
         services,
         network,
         tasks,
+        placement,
+        inherited: inherited.clone(),
         ignored,
     }
 }
@@ -464,7 +503,7 @@ fn decode_network(f: &mut Fields<'_>) -> Network {
         ports.push(NetworkPort {
             label,
             static_port: p.port_number("static"),
-            to: p.port_number("to"),
+            to: p.port_inside("to"),
             ignored: p.ignore(PORT_IGNORED),
         });
         p.finish();
@@ -595,6 +634,7 @@ fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &st
 fn write_group(w: &mut Writer, group: &Group) {
     w.open("group", Some(&group.name));
     w.plain("count", group.count);
+    write_placement(w, &group.placement);
     write_restart(w, &group.restart);
     for volume in &group.volumes {
         w.open("volume", Some(&volume.alias));

@@ -39,10 +39,13 @@
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
+//! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
-//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
+//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes, `meta` and `constraint`s handed down |
+//! | `constraint.rs` | [`Constraint`]: a job's, group's or task's `constraint` blocks, checked as Nomad checks them; `meta` and constraints handed down ([`Inherited`]) |
+//! | `version.rs` | [`Version`] and [`VersionConstraint`]: go-version's and SemVer's rules for the `version` and `semver` operators |
 //! | `task.rs` | [`Task`]: exec config, resources, volume mounts |
 //! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
@@ -52,6 +55,7 @@
 mod agent;
 mod artifact;
 mod cluster;
+mod constraint;
 mod csi_plugin;
 mod decode;
 mod docker;
@@ -66,7 +70,9 @@ mod task;
 mod telemetry;
 mod template;
 mod variables;
+mod version;
 mod volume;
+mod volume_plugin;
 
 use std::fmt;
 
@@ -82,6 +88,7 @@ pub use artifact::{
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
+pub use constraint::{Constraint, Inherited, Operator};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
@@ -99,13 +106,18 @@ pub use service::{
     Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
 };
 pub use task::{
-    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, NamespaceMode, Resources, Task,
-    VolumeMount,
+    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, MemoryMax, NamespaceMode, Resources,
+    Task, VolumeMount,
 };
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
-pub use volume::{Topology, TopologyRequest, VolumeSpec};
+pub use version::{Flavor, Version, VersionConstraint};
+pub use volume::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
+pub use volume_plugin::{
+    VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
+    DOCKERD_PLUGIN_TIMEOUT, DOCKER_PLUGIN_DIR,
+};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]

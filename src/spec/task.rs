@@ -38,13 +38,11 @@ use super::{keywords, Kept};
 const TASK_IGNORED: &[&str] = &[
     "action",
     "affinity",
-    "constraint",
     "consul",
     "dispatch_payload",
     "identity",
     "kind",
     "logs",
-    "meta",
     "schedule",
     "scaling",
     "vault",
@@ -188,6 +186,11 @@ pub struct Task {
     pub templates: Vec<TaskTemplate>,
     /// Fetched into the task dir before its templates render.
     pub artifacts: Vec<Artifact>,
+    /// The task's own `meta`, merged over its group's and job's in its
+    /// `NOMAD_META_*` ([`super::Group::task_meta`]).
+    pub meta: std::collections::BTreeMap<String, String>,
+    /// The task's own `constraint`s, which its group's allocs must meet.
+    pub constraints: Vec<super::Constraint>,
     pub ignored: Vec<Kept>,
 }
 
@@ -226,8 +229,26 @@ pub struct Resources {
     pub cpu: Option<u64>,
     pub cores: Option<u64>,
     pub memory: Option<u64>,
-    pub memory_max: Option<u64>,
+    pub memory_max: Option<MemoryMax>,
     pub ignored: Vec<Kept>,
+}
+
+/// `memory_max`: a hard limit above `memory`, or none at all (Nomad's -1,
+/// for tasks that must not be OOM-killed by their group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryMax {
+    MiB(u64),
+    Unlimited,
+}
+
+impl MemoryMax {
+    /// The value as a job file writes it.
+    pub fn as_i64(self) -> i64 {
+        match self {
+            MemoryMax::MiB(mib) => i64::try_from(mib).unwrap_or(i64::MAX),
+            MemoryMax::Unlimited => -1,
+        }
+    }
 }
 
 /// `volume_mount { volume, destination, read_only, propagation_mode }`.
@@ -353,6 +374,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_artifact(&mut f.nested(block)))
         .collect();
+    let placement = super::constraint::decode_task_placement(f);
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -374,6 +396,8 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         services,
         templates,
         artifacts,
+        meta: placement.meta,
+        constraints: placement.constraints,
         ignored,
     }
 }
@@ -447,7 +471,7 @@ pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
         cpu: f.u64("cpu"),
         cores: f.u64("cores"),
         memory: f.u64("memory"),
-        memory_max: f.u64("memory_max"),
+        memory_max: f.memory_max("memory_max"),
         ignored: f.ignore(RESOURCES_IGNORED),
     };
     f.finish();
@@ -530,6 +554,8 @@ fn decode_volume_mount(
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
     w.string("driver", task.driver.as_str());
+    w.map("meta", &task.meta);
+    super::constraint::write_constraints(w, &task.constraints);
     if let Some(docker) = &task.docker {
         write_docker_config(w, docker);
     } else {
@@ -608,11 +634,13 @@ pub(crate) fn write_resources(w: &mut Writer, resources: &Resources) {
         ("cpu", resources.cpu),
         ("cores", resources.cores),
         ("memory", resources.memory),
-        ("memory_max", resources.memory_max),
     ] {
         if let Some(value) = value {
             w.plain(key, value);
         }
+    }
+    if let Some(max) = resources.memory_max {
+        w.plain("memory_max", max.as_i64());
     }
     w.kept(&resources.ignored);
     w.close();

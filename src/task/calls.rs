@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+pub use super::feasible::Unplaced;
 use crate::spec::JobInputs;
 
 /// A job file to run: its path as the caller named it (for messages and
@@ -23,6 +24,9 @@ pub struct JobRun {
     /// The same job is running already: nothing was done.
     pub unchanged: bool,
     pub warnings: Vec<String>,
+    /// The group instances the node's attributes keep off it, and the
+    /// constraint that filtered each group.
+    pub unplaced: Vec<Unplaced>,
 }
 
 /// A job, its allocs and their tasks, as `job status` shows them.
@@ -38,6 +42,9 @@ pub struct JobStatus {
     pub stop_wanted: bool,
     /// Oldest first.
     pub allocs: Vec<AllocStatus>,
+    /// The group instances the node's constraints keep off it, checked
+    /// again now; empty once the job is stopped.
+    pub unplaced: Vec<Unplaced>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

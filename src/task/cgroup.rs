@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `memory` (MiB), no `memory_max` | `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes`: no swap) | `memory.max` (and `memory.swap.max` 0) |
 //! | `memory_max` with `memory` | hard limit `memory_max`, `memory.soft_limit_in_bytes` `memory` | `memory.max` `memory_max`, `memory.low` `memory` |
+//! | `memory_max = -1` (Nomad's "no limit") with `memory` | no hard limit, `memory.soft_limit_in_bytes` `memory` | no `memory.max`, `memory.low` `memory` |
 //! | `cpu` (MHz) | `cpu.shares` = MHz | `cpu.weight` mapped from the shares |
 //! | `cores` | `cpuset.cpus`: that many CPUs, the first no other task holds | the same |
 //!
@@ -30,7 +31,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::driver::Exit;
-use crate::spec::Resources;
+use crate::spec::{MemoryMax, Resources};
 use crate::sys::cgroup::{Group, Hierarchy, Limits};
 
 /// How long the killed leftovers of a task have to leave its group.
@@ -46,7 +47,8 @@ pub(super) fn limits(resources: Option<&Resources>) -> Limits {
         return Limits::default();
     };
     let (memory_max, memory_soft) = match (r.memory, r.memory_max) {
-        (soft, Some(hard)) if hard > 0 => (Some(hard), soft),
+        (soft, Some(MemoryMax::MiB(hard))) if hard > 0 => (Some(hard), soft),
+        (soft, Some(MemoryMax::Unlimited)) => (None, soft),
         (hard, _) => (hard, None),
     };
     Limits {
@@ -160,12 +162,15 @@ pub(super) fn remove(alloc: &str, task: &str, group: &Group) {
 mod tests {
     use super::*;
 
-    fn resources(cpu: Option<u64>, memory: Option<u64>, memory_max: Option<u64>) -> Resources {
+    fn resources(cpu: Option<u64>, memory: Option<u64>, memory_max: Option<i64>) -> Resources {
         Resources {
             cpu,
             cores: None,
             memory,
-            memory_max,
+            memory_max: memory_max.map(|max| match max {
+                -1 => MemoryMax::Unlimited,
+                mib => MemoryMax::MiB(mib as u64),
+            }),
             ignored: Vec::new(),
         }
     }
@@ -221,6 +226,16 @@ mod tests {
         assert_eq!(
             limits(Some(&resources(None, Some(20), Some(0)))).memory_max,
             Some(20 * MIB)
+        );
+        // Nomad's -1: no hard limit at all, `memory` the soft one.
+        assert_eq!(
+            limits(Some(&resources(None, Some(20), Some(-1)))),
+            Limits {
+                memory_max: None,
+                memory_soft: Some(20 * MIB),
+                cpu_shares: None,
+                cores: None,
+            }
         );
     }
 }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use super::calls::{self, JobFile, JobRun, JobStatus, LogsRequest};
+use super::feasible::{self, report_unplaced};
 use super::{
     exec, invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState,
     UseState, VolumeSource, VolumeUse,
@@ -22,6 +23,7 @@ impl Allocs {
         self.check_job(&spec, &req.file)?;
         self.check_placement(&spec, &req.file, &req.hcl)?;
         let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
+        let unplaced = self.unplaced(&spec);
         let live: Vec<String> = self
             .allocs
             .values()
@@ -35,6 +37,7 @@ impl Allocs {
                     alloc_ids: live,
                     unchanged: true,
                     warnings,
+                    unplaced,
                 });
             }
         }
@@ -43,8 +46,9 @@ impl Allocs {
         }
         let now = SystemTime::now();
         let mut created = Vec::new();
+        report_unplaced(&spec.name, &unplaced);
         for group in &spec.groups {
-            for index in 0..group.count {
+            for index in 0..feasible::placeable(group, &unplaced) {
                 let old = self
                     .allocs
                     .values()
@@ -94,6 +98,7 @@ impl Allocs {
             alloc_ids: created,
             unchanged: false,
             warnings,
+            unplaced,
         })
     }
 
@@ -353,7 +358,14 @@ impl Allocs {
     fn job_status(&self, job: &JobEntry) -> JobStatus {
         let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
         let live = allocs.iter().any(|a| !a.status.is_terminal());
+        let unplaced = if job.stop_wanted {
+            Vec::new()
+        } else {
+            self.unplaced(&job.spec)
+        };
         let status = match (live, job.stop_wanted) {
+            // Nomad's job waits for a node it fits.
+            (false, false) if allocs.is_empty() && !unplaced.is_empty() => "pending",
             (false, _) => "dead",
             (true, true) => "stopping",
             (true, false) => "running",
@@ -368,6 +380,7 @@ impl Allocs {
             submitted: Some(job.submitted),
             stop_wanted: job.stop_wanted,
             allocs,
+            unplaced,
         }
     }
 

@@ -92,7 +92,9 @@ pub(super) fn check_interpolation(
             }
         }
     }
-    let mut env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    let meta = group.task_meta(task);
+    let mut env =
+        task_env(&base, node, &meta, &task.env).map_err(|(key, e)| format!("{key}: {e}"))?;
     for t in &task.templates {
         for name in templates::env_names(t) {
             env.entry(name).or_default();
@@ -560,7 +562,8 @@ impl Allocs {
             let socket_dir = self.plugin_socket_dir(&alloc.id);
             base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
         }
-        task_env(&base, &self.node, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+        let meta = alloc.group.task_meta(spec);
+        task_env(&base, &self.node, &meta, &spec.env).map_err(|(key, e)| format!("{key}: {e}"))
     }
 }
 

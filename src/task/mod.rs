@@ -63,6 +63,7 @@
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
+//! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
@@ -78,6 +79,7 @@ mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
+pub mod feasible;
 mod jobs;
 mod launch;
 mod leader;

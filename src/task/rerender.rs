@@ -76,6 +76,7 @@ impl Allocs {
             alloc_ids: live.to_vec(),
             unchanged: false,
             warnings: warnings.to_vec(),
+            unplaced: self.unplaced(spec),
         })
     }
 

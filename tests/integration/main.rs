@@ -55,6 +55,7 @@ mod util;
 mod validate;
 mod volume;
 mod volume_commands;
+mod volume_plugin;
 mod volume_sources;
 mod volume_status;
 mod volume_util;

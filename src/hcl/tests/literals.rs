@@ -65,6 +65,13 @@ fn heredoc_closing_delimiter_may_be_indented() {
 }
 
 #[test]
+fn heredoc_closing_delimiter_may_have_trailing_blanks() {
+    // Nomad's e2e/metrics/input/prometheus.hcl ends a heredoc with "EOH  ".
+    let src = "x = <<EOH\nEOH x\nEOH \t\ny = 1\n";
+    assert_eq!(string_of(src), "EOH x\n");
+}
+
+#[test]
 fn indented_heredoc_strips_common_leading_whitespace() {
     let src = "x = <<-EOT\n    hello\n      world\n\n    ${NOMAD_ALLOC_DIR}\n    EOT\n";
     assert_eq!(string_of(src), "hello\n  world\n\n${NOMAD_ALLOC_DIR}\n");

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::Fields;
 use crate::hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
+use crate::spec::MemoryMax;
 
 /// A number, or a string that holds one: HCL converts such a string where
 /// a number is wanted, so Nomad takes `static = "9015"` (as its own
@@ -166,6 +167,48 @@ impl<'d> Fields<'d> {
                     pos,
                     format!(
                         "{key:?} in {} must be a port from 1 to 65535, found {value}",
+                        self.what
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A port inside a task's network namespace (a port's `to`): 1 to
+    /// 65535, or Nomad's -1, which means the same as leaving it out (the
+    /// port inside is the one the host gets).
+    pub(crate) fn port_inside(&mut self, key: &'static str) -> Option<u16> {
+        let (value, pos) = self.i64_at(key)?;
+        if value == -1 {
+            return None;
+        }
+        match u16::try_from(value) {
+            Ok(port) if port > 0 => Some(port),
+            _ => {
+                self.error(
+                    pos,
+                    format!(
+                        "{key:?} in {} must be a port from 1 to 65535 (or -1, the host's port), found {value}",
+                        self.what
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A task's `memory_max`: MiB, or Nomad's -1 for no hard limit.
+    pub(crate) fn memory_max(&mut self, key: &'static str) -> Option<MemoryMax> {
+        let (value, pos) = self.i64_at(key)?;
+        match value {
+            -1 => Some(MemoryMax::Unlimited),
+            mib if mib >= 0 => Some(MemoryMax::MiB(mib as u64)),
+            _ => {
+                self.error(
+                    pos,
+                    format!(
+                        "{key:?} in {} must be a whole number of MiB, or -1 for no limit, found {value}",
                         self.what
                     ),
                 );

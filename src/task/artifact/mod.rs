@@ -74,7 +74,9 @@ struct Resolved {
     url: String,
     checksum: Option<crate::spec::Checksum>,
     archive: Option<ArchiveKind>,
-    /// Relative to the task dir, checked to stay inside it.
+    /// Relative to the alloc dir (the task's dir name first, unless it
+    /// goes to `../alloc` or another of the alloc's dirs, as Nomad
+    /// allows), checked to stay inside it.
     destination: Vec<String>,
     headers: BTreeMap<String, String>,
 }
@@ -98,23 +100,26 @@ fn resolve(
         None
     };
     let dest = interpolate(&a.destination, vars).map_err(|e| format!("destination: {e}"))?;
-    // A raw_exec task's `${NOMAD_TASK_DIR}` is the host's path of its dir.
-    let relative = Path::new(&dest).strip_prefix(task_dir).map_or_else(
-        |_| dest.trim_start_matches('/').to_string(),
-        |rel| rel.to_string_lossy().into_owned(),
+    let (alloc_dir, task) = alloc_dir_of(task_dir);
+    // A raw_exec task's `${NOMAD_TASK_DIR}` and `${NOMAD_ALLOC_DIR}` are
+    // the host's paths of its dirs; anything else is relative to the task
+    // dir.
+    let relative = Path::new(&dest).strip_prefix(alloc_dir).map_or_else(
+        |_| Path::new(task).join(dest.trim_start_matches('/')),
+        Path::to_path_buf,
     );
     let mut destination = Vec::new();
-    for component in Path::new(&relative).components() {
+    for component in relative.components() {
         match component {
             Component::Normal(part) => destination.push(part.to_string_lossy().into_owned()),
             Component::ParentDir if destination.pop().is_some() => {}
             Component::ParentDir => {
-                return Err(format!("destination {dest:?} leads outside the task dir"))
+                return Err(format!("destination {dest:?} leads outside the alloc dir"))
             }
             _ => {}
         }
     }
-    if a.mode == ArtifactMode::File && destination.is_empty() {
+    if a.mode == ArtifactMode::File && (destination.is_empty() || destination == [task]) {
         return Err("mode \"file\" needs a destination that names the file".into());
     }
     let mut headers = BTreeMap::new();
@@ -129,6 +134,16 @@ fn resolve(
         destination,
         headers,
     })
+}
+
+/// The alloc dir that holds `task_dir`, and the task dir's name in it.
+fn alloc_dir_of(task_dir: &Path) -> (&Path, &str) {
+    let alloc_dir = task_dir.parent().unwrap_or(Path::new("/"));
+    let task = task_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default();
+    (alloc_dir, task)
 }
 
 /// Checks, at `job run`, what can be known of a task's artifacts before it
@@ -241,7 +256,7 @@ fn place(
     };
     if mode == ArtifactMode::File {
         let (last, dirs) = parts.split_last().expect("checked by resolve");
-        let dir = unpack::make_dirs(task_dir, dirs)?;
+        let dir = unpack::make_dirs(alloc_dir_of(task_dir).0, dirs)?;
         let mut content: Box<dyn io::Read> = match r.archive {
             None => Box::new(open()?),
             Some(ArchiveKind::Gz) => Box::new(gzip::GzipReader::new(open()?)?),
@@ -261,7 +276,7 @@ fn place(
         )?;
         return Ok(dir.path.join(last));
     }
-    let dir = unpack::make_dirs(task_dir, &parts)?;
+    let dir = unpack::make_dirs(alloc_dir_of(task_dir).0, &parts)?;
     let placed = dir.path.clone();
     match r.archive {
         None => {

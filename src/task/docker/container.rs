@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::docker::{ContainerSpec, Device, Mount, PortBinding};
 use crate::mount::Propagation;
-use crate::spec::{BindPropagation, DockerConfig, DockerMountType, Network, Task};
+use crate::spec::{BindPropagation, DockerConfig, DockerMountType, MemoryMax, Network, Task};
 use crate::task::env::interpolate;
 use crate::task::exec::caps::{last_cap, BY_NUMBER};
 use crate::task::root::PluginDir;
@@ -268,14 +268,20 @@ pub(in crate::task) fn container_spec(
     }
     if let Some(resources) = &inputs.task.resources {
         let mib = |m: u64| m * 1024 * 1024;
-        let max = resources.memory_max.or(config.memory_hard_limit);
+        let max = resources
+            .memory_max
+            .or(config.memory_hard_limit.map(MemoryMax::MiB));
         match (resources.memory, max) {
-            (Some(memory), Some(max)) if max > memory => {
+            // Nomad's -1: the engine's default, no limit, with `memory`
+            // as the reservation.
+            (memory, Some(MemoryMax::Unlimited)) => spec.memory_reservation = memory.map(mib),
+            (Some(memory), Some(MemoryMax::MiB(max))) if max > memory => {
                 spec.memory = Some(mib(max));
                 spec.memory_reservation = Some(mib(memory));
             }
             (Some(memory), _) => spec.memory = Some(mib(memory)),
-            (None, max) => spec.memory = max.map(mib),
+            (None, Some(MemoryMax::MiB(max))) => spec.memory = Some(mib(max)),
+            (None, None) => {}
         }
         spec.cpu_shares = resources.cpu;
     }

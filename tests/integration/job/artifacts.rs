@@ -159,6 +159,28 @@ fn a_plain_file_lands_where_mode_file_says_after_its_checksum() {
 }
 
 #[test]
+fn an_artifact_may_land_in_the_alloc_s_shared_dir_as_nomad_allows() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    // `../alloc/...`: the exec task reads it at /alloc, its view of the
+    // shared dir.
+    let artifact = "      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"../alloc/shared\"\n      }";
+    let logs = run_served(&rig, "shared", artifact, "cat /alloc/shared/hello.txt");
+    assert_eq!(logs, "hello\n");
+    // Above the alloc dir is still refused, at job run.
+    let artifact = "      artifact {\n        source      = \"http://127.0.0.1:${NOMAD_PORT_http}/hello.tar\"\n        destination = \"../../up\"\n      }";
+    let out = rig.run_job_output("up.hcl", &served("up", artifact, "true"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("\"../../up\" in artifact in task \"t\" leads outside the alloc dir"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_zip_is_unpacked_and_a_gz_file_inflated_where_mode_file_says() {
     if !require_root() {
         return;

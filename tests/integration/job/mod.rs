@@ -20,6 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod artifacts;
 mod big;
 mod bounds;
+mod constraints;
 mod containers;
 mod docker;
 mod docker_demo;

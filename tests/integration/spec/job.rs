@@ -390,6 +390,28 @@ fn a_bad_port_is_an_error_at_its_position() {
 }
 
 #[test]
+fn nomads_minus_one_means_the_host_s_port_for_to_and_no_limit_for_memory_max() {
+    let src = job_with("    network {\n      port \"http\" {\n        to = -1\n      }\n    }")
+        .replace(
+            "        command = \"/bin/true\"\n      }",
+            "        command = \"/bin/true\"\n      }\n      resources {\n        memory     = 64\n        memory_max = -1\n      }",
+        );
+    let spec = job(&src).unwrap().spec;
+    let group = &spec.groups[0];
+    assert_eq!(group.network.as_ref().unwrap().ports[0].to, None);
+    let resources = group.tasks[0].resources.as_ref().unwrap();
+    assert_eq!(
+        resources.memory_max,
+        Some(csi_agent::spec::MemoryMax::Unlimited)
+    );
+    // Any other negative number is still refused, at its position.
+    assert_one_error(
+        &job_with("    network {\n      port \"db\" {\n        to = -2\n      }\n    }"),
+        r#"test.hcl:5:14: "to" in port "db" must be a port from 1 to 65535 (or -1, the host's port), found -2"#,
+    );
+}
+
+#[test]
 fn a_static_port_in_a_group_of_more_than_one_alloc_is_warned_about_at_its_position() {
     let src = job_with(
         "    count = 2\n    network {\n      port \"http\" {}\n      port \"db\" {\n        static = 5432\n      }\n    }",
