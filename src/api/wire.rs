@@ -490,6 +490,9 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
                         ..Default::default()
                     })
                     .collect(),
+                lifecycle: t.lifecycle,
+                cpu_mhz: t.cpu_mhz,
+                memory_mb: t.memory_mb,
                 ..Default::default()
             })
             .collect(),
@@ -506,8 +509,20 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
             })
             .collect(),
         created_unix_ms: ms(a.created),
+        ports: alloc_ports(a.ports),
         ..Default::default()
     }
+}
+
+fn alloc_ports(ports: Vec<(String, u16)>) -> Vec<pb::AllocPort> {
+    ports
+        .into_iter()
+        .map(|(label, host)| pb::AllocPort {
+            label,
+            host: u32::from(host),
+            ..Default::default()
+        })
+        .collect()
 }
 
 pub fn logs(path: std::path::PathBuf) -> pb::AllocLogsResponse {

@@ -10,6 +10,7 @@ use std::io;
 
 use super::args::{self, switch, value, Flag, UsageError};
 use super::job_inputs::{self, VAR_FLAGS};
+use super::job_watch;
 use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
@@ -21,9 +22,16 @@ use crate::units::format_timestamp;
 pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
-  run [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE
+  run [-detach] [-verbose] [-timeout DURATION] [-var NAME=VALUE]...
+      [-var-file FILE]... [-hcl2-strict=false] FILE
                           validate a job file and start its allocations
-                          (one per group instance); prints their IDs; FILE
+                          (one per group instance); prints their IDs, then
+                          watches them until every one runs (a plugin
+                          task: until its plugin is healthy) or completed
+                          (exit 0), one failed (exit 1), or -timeout
+                          (default 5m) ran out (exit 1, with what is still
+                          pending); -detach returns at once; -verbose
+                          shows full IDs and every event; FILE
                           is read as JSON when it ends in .json, from
                           stdin when it is -; -var, -var-file and
                           NOMAD_VAR_<NAME> in the environment give its
@@ -46,7 +54,15 @@ usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
   Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
   unique prefix of an allocation ID.";
 
-const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1], VAR_FLAGS[2]];
+const RUN_FLAGS: &[Flag] = &[
+    value("address"),
+    VAR_FLAGS[0],
+    VAR_FLAGS[1],
+    VAR_FLAGS[2],
+    switch("detach"),
+    switch("verbose"),
+    value("timeout"),
+];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
 const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
@@ -122,7 +138,13 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     let mut inputs = job_inputs::gather(&args, path)?;
     refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
     refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
-    let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
+    let watch = job_watch::options(&args)?;
+    let client = connect(&args)?;
+    let since = match &watch {
+        Some(_) => job_watch::start_index(&client)?,
+        None => 0,
+    };
+    let resp = client.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {
         eprintln!("{warning}");
     }
@@ -134,7 +156,10 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     for id in &resp.alloc_ids {
         out::outln!("  alloc {id}");
     }
-    Ok(())
+    match watch {
+        Some(options) => job_watch::watch(&client, &resp.job, &resp.alloc_ids, since, &options),
+        None => Ok(()),
+    }
 }
 
 fn stop(argv: &[String]) -> Result<(), CliError> {

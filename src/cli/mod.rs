@@ -10,6 +10,7 @@ pub mod csi_cmd;
 pub mod events_cmd;
 pub mod job_cmd;
 pub mod job_inputs;
+pub mod job_watch;
 pub mod json;
 pub mod node_cmd;
 pub mod out;
@@ -69,8 +70,16 @@ pub enum CliError {
     Validate(validate::Failed),
     Agent(crate::agent::Error),
     Api(crate::api::client::Error),
-    Config { path: PathBuf, reason: String },
-    Io { what: String, err: std::io::Error },
+    Config {
+        path: PathBuf,
+        reason: String,
+    },
+    Io {
+        what: String,
+        err: std::io::Error,
+    },
+    /// `job run`'s watch saw the job fail, or gave up waiting.
+    Watch(String),
 }
 
 impl fmt::Display for CliError {
@@ -87,6 +96,7 @@ impl fmt::Display for CliError {
                 write!(f, "invalid agent config {}: {reason}", path.display())
             }
             CliError::Io { what, .. } => f.write_str(what),
+            CliError::Watch(why) => f.write_str(why),
         }
     }
 }

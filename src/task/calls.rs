@@ -50,6 +50,8 @@ pub struct AllocStatus {
     pub tasks: Vec<TaskStatus>,
     pub volumes: Vec<AllocVolume>,
     pub created: Option<SystemTime>,
+    /// The host ports of its group's network: label and port.
+    pub ports: Vec<(String, u16)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +65,11 @@ pub struct TaskStatus {
     /// The plugin the task serves, if it is a `csi_plugin` task.
     pub plugin_id: String,
     pub events: Vec<TaskEvent>,
+    /// Its lifecycle hook; empty for a main task.
+    pub lifecycle: String,
+    /// What its `resources` ask for (0: not given).
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
 }
 
 /// Something that happened to a task (it started, exited, was

@@ -36,6 +36,7 @@ pub(crate) mod root;
 mod templates;
 mod untrusted;
 mod variables;
+mod watch;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
