@@ -20,7 +20,9 @@ use std::path::PathBuf;
 
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
-use crate::task::calls::{JobFile, JobRun, JobStatus, LogsRequest};
+use crate::task::calls::{
+    AllocControl, AllocControlled, JobFile, JobInspected, JobRun, JobStatus, LogsRequest,
+};
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
@@ -63,6 +65,12 @@ pub enum Request {
     AllocLogs(LogsRequest),
     /// Events after an index, waiting for one up to `wait`.
     Events(EventsRequest),
+    /// `alloc signal`, `alloc restart`, `alloc stop`.
+    AllocControl(AllocControl),
+    /// `job inspect` of job `name`.
+    JobInspect {
+        name: String,
+    },
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -114,6 +122,8 @@ impl Request {
             Request::VolumeRelease(_) => Access::Change,
             Request::JobRun(_) => Access::Change,
             Request::JobStop { .. } => Access::Change,
+            Request::AllocControl(_) => Access::Change,
+            Request::JobInspect { .. } => Access::Read,
         }
     }
 }
@@ -133,6 +143,8 @@ pub enum Response {
     /// The log file's path.
     AllocLogs(PathBuf),
     Events(crate::events::Page),
+    AllocControl(AllocControlled),
+    JobInspect(JobInspected),
 }
 
 /// Where the answer to a call goes.
@@ -162,6 +174,7 @@ mod tests {
             },
             Request::AllocLogs(Default::default()),
             Request::Events(Default::default()),
+            Request::JobInspect { name: "web".into() },
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");
@@ -182,6 +195,11 @@ mod tests {
                 name: "web".into(),
                 purge: false,
             },
+            Request::AllocControl(crate::task::calls::AllocControl {
+                alloc_id: "a1".into(),
+                task: String::new(),
+                action: crate::task::calls::AllocAction::Restart,
+            }),
         ];
         for request in changes {
             assert_eq!(request.access(), Access::Change, "{request:?}");

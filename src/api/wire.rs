@@ -574,3 +574,73 @@ pub fn events(page: Page) -> pb::EventsResponse {
         ..Default::default()
     }
 }
+
+// ---- alloc control and job inspect ----
+
+/// `alloc signal`/`restart`/`stop`'s request; an unknown action or signal
+/// is refused before it reaches the loop.
+pub fn alloc_control(req: pb::AllocControlRequest) -> Result<task::AllocControl, CallError> {
+    let action = match req.action.as_str() {
+        "signal" => task::AllocAction::Signal(signal(&req.signal)?),
+        "restart" => task::AllocAction::Restart,
+        "stop" => task::AllocAction::Stop,
+        other => {
+            return Err(CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown alloc action {other:?} (signal, restart, stop)"),
+            ))
+        }
+    };
+    Ok(task::AllocControl {
+        alloc_id: req.alloc_id,
+        task: req.task,
+        action,
+    })
+}
+
+/// A signal's name, with or without its `SIG`; empty is SIGKILL, the
+/// default of Nomad's `alloc signal`.
+fn signal(name: &str) -> Result<crate::spec::KillSignal, CallError> {
+    use crate::spec::KillSignal;
+    if name.is_empty() {
+        return Ok(KillSignal::Kill);
+    }
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    KillSignal::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == full)
+        .ok_or_else(|| {
+            let known: Vec<&str> = KillSignal::ALL.iter().map(|s| s.as_str()).collect();
+            CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown signal {name:?} (known: {})", known.join(", ")),
+            )
+        })
+}
+
+pub fn alloc_controlled(done: task::AllocControlled) -> pb::AllocControlResponse {
+    pb::AllocControlResponse {
+        alloc_id: done.alloc_id,
+        tasks: done.tasks,
+        replacement: done.replacement.unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+pub fn job_inspected(job: task::JobInspected) -> pb::JobInspectResponse {
+    pb::JobInspectResponse {
+        name: job.name,
+        file: job.file,
+        hcl: job.hcl,
+        submitted_unix_ms: ms(job.submitted),
+        type_: job.job_type,
+        groups: job.groups,
+        ..Default::default()
+    }
+}

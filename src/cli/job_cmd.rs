@@ -8,6 +8,7 @@
 use super::out;
 use std::io;
 
+use super::alloc_cmd;
 use super::args::{self, switch, value, Flag, UsageError};
 use super::job_inputs::{self, VAR_FLAGS};
 use super::job_watch;
@@ -44,15 +45,30 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
                           summary of its allocations by status, then its
                           allocations, tasks and recent task events
+  inspect [-json] NAME    the job file as it was submitted; -json: the
+                          agent's record of it (name, file, text, type,
+                          groups)
 
   -address ADDR           the agent's control socket (default
                           $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
 
 pub const ALLOC_USAGE: &str = "\
-usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
+usage: csi-agent alloc COMMAND [-address ADDR] ARGS
 
-  Prints a task's stdout (or its stderr with -stderr). ALLOC may be a
-  unique prefix of an allocation ID.";
+  logs [-stderr] ALLOC TASK
+                          a task's stdout (or its stderr with -stderr)
+  status [-json] ALLOC    the alloc, its ports and volumes, and each task's
+                          state, resources and recent events
+  signal [-s SIGNAL] ALLOC [TASK]
+                          send SIGNAL (default SIGKILL) to the task, or to
+                          every running task
+  restart ALLOC [TASK]    stop the task (or every running task) and start
+                          it again at once, in place, outside its restart
+                          policy
+  stop ALLOC              stop the alloc; a service or system job's is
+                          replaced by a new alloc of the same group
+
+  ALLOC may be a unique prefix of an allocation ID.";
 
 const RUN_FLAGS: &[Flag] = &[
     value("address"),
@@ -69,22 +85,29 @@ const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the job command (run, stop, status)").into());
+        return Err(UsageError::new("missing the job command (run, stop, status, inspect)").into());
     };
     match verb.as_str() {
         "run" => run_job(rest),
         "stop" => stop(rest),
         "status" => status(rest),
+        "inspect" => alloc_cmd::inspect(rest),
         other => Err(UsageError::new(format!("unknown job command {other:?}")).into()),
     }
 }
 
 pub fn alloc(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the alloc command (logs)").into());
+        return Err(UsageError::new(
+            "missing the alloc command (logs, status, signal, restart, stop)",
+        )
+        .into());
     };
-    if verb != "logs" {
-        return Err(UsageError::new(format!("unknown alloc command {verb:?}")).into());
+    match verb.as_str() {
+        "logs" => {}
+        "status" => return alloc_cmd::status(rest),
+        "signal" | "restart" | "stop" => return alloc_cmd::control(verb, rest),
+        other => return Err(alloc_cmd::unknown(other)),
     }
     let args = args::parse(LOGS_FLAGS, rest)?;
     args.at_most(2)?;

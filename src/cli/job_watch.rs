@@ -107,7 +107,7 @@ pub fn start_index(client: &AgentClient) -> Result<u64, CliError> {
 }
 
 /// Watches `job`'s allocs `ids` from event `since` on; Ok when the job
-/// came up, a [`CliError::Watch`] when it failed or the bound ran out.
+/// came up, a [`CliError::Failed`] when it failed or the bound ran out.
 pub fn watch(
     client: &AgentClient,
     job: &str,
@@ -122,7 +122,7 @@ pub fn watch(
         let status = client.job_status(job)?;
         let Some(job_status) = status.jobs.into_iter().find(|j| j.name == job) else {
             progress.clear();
-            return Err(CliError::Watch(format!("job {job:?} is gone")));
+            return Err(CliError::Failed(format!("job {job:?} is gone")));
         };
         let plugins = plugin_health(client, &job_status, ids)?;
         let now_ms = unix_ms_now();
@@ -152,9 +152,9 @@ pub fn watch(
                         Ok(())
                     }
                     Verdict::Failed(why) => {
-                        Err(CliError::Watch(format!("job {job:?} failed: {why}")))
+                        Err(CliError::Failed(format!("job {job:?} failed: {why}")))
                     }
-                    Verdict::Pending(what) => Err(CliError::Watch(format!(
+                    Verdict::Pending(what) => Err(CliError::Failed(format!(
                         "job {job:?} is not up after {} (-timeout); still pending: {}",
                         format_duration(options.timeout),
                         what.join("; ")

@@ -5,6 +5,7 @@
 //! Errors print their whole `source()` chain, numbered.
 
 pub mod agent_cmd;
+pub mod alloc_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
@@ -34,8 +35,8 @@ commands:
   plugin     show the plugins the agent supervises (plugin status)
   volume     register, create, claim, release and show volumes
   node       show the agents of this agent's cluster (node status)
-  job        run, stop and show jobs (exec tasks, CSI plugin tasks)
-  alloc      show a task's logs (alloc logs)
+  job        run (and watch), stop, show and inspect jobs
+  alloc      look at an alloc and its tasks' logs, signal, restart, stop it
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -78,8 +79,9 @@ pub enum CliError {
         what: String,
         err: std::io::Error,
     },
-    /// `job run`'s watch saw the job fail, or gave up waiting.
-    Watch(String),
+    /// An operation failed for the reason given (`job run`'s watch saw the
+    /// job fail or gave up waiting, no alloc has the ID asked for).
+    Failed(String),
 }
 
 impl fmt::Display for CliError {
@@ -96,7 +98,7 @@ impl fmt::Display for CliError {
                 write!(f, "invalid agent config {}: {reason}", path.display())
             }
             CliError::Io { what, .. } => f.write_str(what),
-            CliError::Watch(why) => f.write_str(why),
+            CliError::Failed(why) => f.write_str(why),
         }
     }
 }

@@ -100,3 +100,41 @@ pub struct LogsRequest {
     pub task: String,
     pub stderr: bool,
 }
+
+/// What `alloc signal`, `alloc restart` and `alloc stop` ask of an alloc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocAction {
+    Signal(crate::spec::KillSignal),
+    Restart,
+    Stop,
+}
+
+/// An [`AllocAction`] on an alloc (ID or unique prefix) and one task of
+/// it, or every running task when `task` is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocControl {
+    pub alloc_id: String,
+    pub task: String,
+    pub action: AllocAction,
+}
+
+/// What an [`AllocControl`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocControlled {
+    pub alloc_id: String,
+    /// The tasks signaled or restarted.
+    pub tasks: Vec<String>,
+    /// The alloc that replaces a stopped one.
+    pub replacement: Option<String>,
+}
+
+/// `job inspect`: the job as submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobInspected {
+    pub name: String,
+    pub file: String,
+    pub hcl: String,
+    pub submitted: Option<SystemTime>,
+    pub job_type: String,
+    pub groups: Vec<String>,
+}

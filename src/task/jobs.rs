@@ -181,7 +181,7 @@ impl Allocs {
         Ok(())
     }
 
-    fn new_alloc_id(&mut self) -> String {
+    pub(super) fn new_alloc_id(&mut self) -> String {
         loop {
             let id = format!("{:08x}", self.jitter.next_u64() as u32);
             if !self.allocs.contains_key(&id) {

@@ -53,6 +53,7 @@
 //! |---|---|
 //! | `mod.rs` | the alloc and task records, [`Allocs`] and its small queries |
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
+//! | `alloc_ops.rs` | an operator's hand on one alloc: `alloc signal`, `alloc restart`, `alloc stop`; `job inspect` |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
@@ -71,6 +72,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+mod alloc_ops;
 mod artifact;
 pub mod calls;
 mod cgroup;
@@ -242,7 +244,8 @@ struct TaskRun {
     /// A changed template's `change_mode`, due after its splay
     /// (`rerender.rs`).
     template_change: Option<(Instant, crate::spec::ChangeMode)>,
-    /// Stopped for a changed template: starts again at once.
+    /// Stopped for a changed template or by `alloc restart`: starts again
+    /// at once, outside the restart policy.
     template_restart: bool,
 }
 

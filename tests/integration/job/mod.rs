@@ -17,6 +17,7 @@ use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
 use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
+mod alloc_ops;
 mod artifacts;
 mod big;
 mod bounds;
