@@ -261,3 +261,22 @@ job "img" {
     assert!(said.contains("error: job \"img\" failed: alloc "), "{said}");
     assert!(said.contains("no-such-image"), "{said}");
 }
+
+#[test]
+fn job_run_shows_the_claim_its_alloc_takes_before_its_task_starts() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    let hcl = super::consumer("c", "echo hi > /data/hi", "", false);
+    let out = watch(&rig, "c.hcl", &hcl, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = stdout(&out);
+    let claim = said.find("volume \"v1\": ClaimTaken: alloc ");
+    let started = said.find("task \"main\": Started");
+    assert!(claim.is_some() && claim < started, "{said}");
+    assert!(
+        said.contains("Job \"c\" is up: 1 alloc 1 complete"),
+        "{said}"
+    );
+}
