@@ -32,6 +32,12 @@ pub const MIN_HEALTHY_TIME: Duration = Duration::from_secs(10);
 /// again at least this often, whatever the stream says.
 const POLL: Duration = Duration::from_secs(2);
 
+/// How long a watch that has its verdict goes on reading events, until
+/// one read waits this long for nothing: the events of the last turn
+/// are published once it is durable, a moment after `job status` tells
+/// of it.
+const SETTLE: Duration = Duration::from_millis(300);
+
 /// The topics a watch reads.
 const TOPICS: [&str; 3] = ["job", "plugin", "claim"];
 
@@ -133,18 +139,29 @@ pub fn watch(
         let pending = match verdict {
             Verdict::Pending(what) if now < deadline => what,
             _ => {
-                // The events up to this status are shown before the
-                // verdict.
-                show_events(
-                    client,
-                    since,
-                    Duration::ZERO,
-                    job,
-                    ids,
-                    &job_status,
-                    options,
-                    &mut progress,
-                )?;
+                // `job status` answers from memory while events wait for
+                // their turn to be durable: the last ones may be a moment
+                // behind. They are shown before the verdict.
+                let settle = Instant::now() + SETTLE;
+                let mut wait = Duration::ZERO;
+                loop {
+                    let (next, shown) = show_events(
+                        client,
+                        since,
+                        wait,
+                        job,
+                        ids,
+                        &job_status,
+                        options,
+                        &mut progress,
+                    )?;
+                    since = next;
+                    let now = Instant::now();
+                    if (shown == 0 && !wait.is_zero()) || now >= settle {
+                        break;
+                    }
+                    wait = SETTLE.min(settle - now);
+                }
                 progress.clear();
                 return match verdict {
                     Verdict::Up => {
@@ -178,12 +195,13 @@ pub fn watch(
             &job_status,
             options,
             &mut progress,
-        )?;
+        )?
+        .0;
     }
 }
 
 /// Prints the events after `since` that concern the job (waiting up to
-/// `wait` for one); the index to go on from.
+/// `wait` for one); the index to go on from, and how many events came.
 #[allow(clippy::too_many_arguments)]
 fn show_events(
     client: &AgentClient,
@@ -194,7 +212,7 @@ fn show_events(
     status: &api::JobStatus,
     options: &Options,
     progress: &mut Progress,
-) -> Result<u64, CliError> {
+) -> Result<(u64, usize), CliError> {
     let topics: Vec<String> = TOPICS.iter().map(|t| t.to_string()).collect();
     let resp = client.events(since, &topics, wait)?;
     for event in &resp.events {
@@ -202,9 +220,10 @@ fn show_events(
             progress.line(&line);
         }
     }
-    Ok(resp
+    let next = resp
         .last_index
-        .max(resp.events.last().map_or(since, |e| e.index)))
+        .max(resp.events.last().map_or(since, |e| e.index));
+    Ok((next, resp.events.len()))
 }
 
 fn unix_ms_now() -> i64 {
@@ -309,6 +328,15 @@ pub fn judge(
                 state if main => pending.push(format!("{label} ({state})")),
                 _ => {}
             }
+        }
+        // A batch alloc whose tasks are done settles (its claims are
+        // released) before it is complete.
+        if batch
+            && !pending
+                .iter()
+                .any(|p| p.starts_with(&format!("alloc {name} ")))
+        {
+            pending.push(format!("alloc {name} to complete"));
         }
     }
     if pending.is_empty() {
@@ -528,6 +556,12 @@ mod tests {
         assert_eq!(
             judge(&batch, &[], NOW, &|_| true),
             Verdict::Pending(vec!["alloc 01234567 task \"t\" to complete".into()])
+        );
+        // Its task done, the alloc still releases its claims.
+        batch.allocs[0].tasks[0].state = "dead".into();
+        assert_eq!(
+            judge(&batch, &[], NOW, &|_| true),
+            Verdict::Pending(vec!["alloc 01234567 to complete".into()])
         );
     }
 

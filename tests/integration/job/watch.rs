@@ -149,7 +149,7 @@ fn job_run_detach_returns_at_once_whatever_becomes_of_the_job() {
     let out = watch(
         &rig,
         "d.hcl",
-        &job("d", "service", "sleep 0.5; exit 3", ""),
+        &job("d", "service", "sleep 5; exit 3", ""),
         &["-detach"],
     );
     assert!(out.status.success(), "{}", text(&out));
@@ -171,11 +171,11 @@ fn job_run_stops_watching_at_its_timeout_saying_what_is_pending() {
     let restart =
         "attempts = 3\n      interval = \"1h\"\n      delay = \"10m\"\n      mode = \"delay\"";
     let hcl = job("slow", "service", "exit 1", restart);
-    let out = watch(&rig, "slow.hcl", &hcl, &["-timeout", "2s"]);
+    let out = watch(&rig, "slow.hcl", &hcl, &["-timeout", "5s"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let said = text(&out);
     assert!(
-        said.contains("error: job \"slow\" is not up after 2s (-timeout); still pending: alloc ")
+        said.contains("error: job \"slow\" is not up after 5s (-timeout); still pending: alloc ")
             && said.contains("task \"t\" (restarting)"),
         "{said}"
     );
