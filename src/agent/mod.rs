@@ -27,6 +27,7 @@
 //! | `persist.rs` | the end of a turn: plan, make the turn durable, then submit the plugin jobs and send the replies |
 //! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
+//! | `job_calls.rs` | the job and alloc calls of the control API, handed to the job runner |
 //! | `signals.rs` | the signal thread |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
@@ -42,6 +43,7 @@ mod errands;
 mod error;
 mod events;
 pub mod guard;
+mod job_calls;
 mod persist;
 mod plugin_tasks;
 mod plugins;
@@ -62,7 +64,6 @@ use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
 use crate::api::{self, Access, Call, Request, Response};
-use crate::call::Reply;
 use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
 use crate::plugin::{Health, InstanceKey, Registry, RegistryEvent, Report, Service, Source};
@@ -437,32 +438,15 @@ impl Agent {
                 self.force_detach(volume_id, node, reply);
                 None
             }
-            Request::JobRun(req) => {
-                let result = self.allocs.run_job(&req).map(Response::JobRun);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobStop { name, purge } => {
-                let result = self.allocs.stop_job(&name, purge).map(Response::JobStop);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobPeriodicForce { name } => {
-                let result = self.allocs.force_periodic(&name).map(Response::JobRun);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobDispatch(req) => {
-                let result = self.allocs.dispatch(req).map(Response::JobRun);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobStatus { name } => {
-                reply.send(self.allocs.status(&name).map(Response::JobStatus));
-                None
-            }
-            Request::AllocLogs(req) => {
-                reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
+            request @ (Request::JobRun(_)
+            | Request::JobStop { .. }
+            | Request::JobPeriodicForce { .. }
+            | Request::JobDispatch(_)
+            | Request::JobStatus { .. }
+            | Request::AllocLogs(_)
+            | Request::AllocControl(_)
+            | Request::JobInspect { .. }) => {
+                self.job_call(request, reply);
                 None
             }
             Request::Events(req) => {

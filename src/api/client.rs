@@ -432,6 +432,39 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// `alloc signal` (`action` "signal", with `signal`), `alloc
+    /// restart` ("restart") or `alloc stop` ("stop") of `alloc` (an ID or
+    /// a unique prefix) and `task` (empty: every running task).
+    pub fn alloc_control(
+        &self,
+        alloc: &str,
+        task: &str,
+        action: &str,
+        signal: &str,
+    ) -> Result<api::AllocControlResponse, Error> {
+        let req = api::AllocControlRequest {
+            alloc_id: alloc.to_string(),
+            task: task.to_string(),
+            action: action.to_string(),
+            signal: signal.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .alloc_control_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `job inspect`: job `name` as submitted.
+    pub fn job_inspect(&self, name: &str) -> Result<api::JobInspectResponse, Error> {
+        let req = api::JobInspectRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_inspect_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// The agent's events after `since` of `topics` (all when empty),
     /// waiting up to `wait` for one when there is none yet.
     pub fn events(

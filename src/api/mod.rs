@@ -20,7 +20,10 @@ use std::path::PathBuf;
 
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
-use crate::task::calls::{DispatchRequest, JobFile, JobRun, JobStatus, LogsRequest};
+use crate::task::calls::{
+    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobRun, JobStatus,
+    LogsRequest,
+};
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
@@ -68,6 +71,12 @@ pub enum Request {
     AllocLogs(LogsRequest),
     /// Events after an index, waiting for one up to `wait`.
     Events(EventsRequest),
+    /// `alloc signal`, `alloc restart`, `alloc stop`.
+    AllocControl(AllocControl),
+    /// `job inspect` of job `name`.
+    JobInspect {
+        name: String,
+    },
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -121,6 +130,8 @@ impl Request {
             Request::JobStop { .. } => Access::Change,
             Request::JobPeriodicForce { .. } => Access::Change,
             Request::JobDispatch(_) => Access::Change,
+            Request::AllocControl(_) => Access::Change,
+            Request::JobInspect { .. } => Access::Read,
         }
     }
 }
@@ -140,6 +151,8 @@ pub enum Response {
     /// The log file's path.
     AllocLogs(PathBuf),
     Events(crate::events::Page),
+    AllocControl(AllocControlled),
+    JobInspect(JobInspected),
 }
 
 /// Where the answer to a call goes.
@@ -169,6 +182,7 @@ mod tests {
             },
             Request::AllocLogs(Default::default()),
             Request::Events(Default::default()),
+            Request::JobInspect { name: "web".into() },
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");
@@ -191,6 +205,11 @@ mod tests {
             },
             Request::JobPeriodicForce { name: "web".into() },
             Request::JobDispatch(Default::default()),
+            Request::AllocControl(crate::task::calls::AllocControl {
+                alloc_id: "a1".into(),
+                task: String::new(),
+                action: crate::task::calls::AllocAction::Restart,
+            }),
         ];
         for request in changes {
             assert_eq!(request.access(), Access::Change, "{request:?}");

@@ -604,6 +604,49 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn alloc_control(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::AllocControlRequest,
+        sink: UnarySink<api::AllocControlResponse>,
+    ) {
+        let request = match wire::alloc_control(req) {
+            Ok(request) => request,
+            Err(err) => {
+                crate::metrics::API_CALLS
+                    .observe(&["AllocControl", wire::code_name(err.kind)], 0.0);
+                let _ = self.sent.send(sink.fail(wire::status(&err)));
+                return;
+            }
+        };
+        self.forward(
+            "AllocControl",
+            Request::AllocControl(request),
+            sink,
+            |resp| match resp {
+                Response::AllocControl(done) => Some(wire::alloc_controlled(done)),
+                _ => None,
+            },
+        );
+    }
+
+    fn job_inspect(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobInspectRequest,
+        sink: UnarySink<api::JobInspectResponse>,
+    ) {
+        self.forward(
+            "JobInspect",
+            Request::JobInspect { name: req.name },
+            sink,
+            |resp| match resp {
+                Response::JobInspect(job) => Some(wire::job_inspected(job)),
+                _ => None,
+            },
+        );
+    }
+
     fn events(
         &mut self,
         _ctx: RpcContext,

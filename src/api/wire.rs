@@ -525,6 +525,9 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
                         ..Default::default()
                     })
                     .collect(),
+                lifecycle: t.lifecycle,
+                cpu_mhz: t.cpu_mhz,
+                memory_mb: t.memory_mb,
                 ..Default::default()
             })
             .collect(),
@@ -541,8 +544,20 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
             })
             .collect(),
         created_unix_ms: ms(a.created),
+        ports: alloc_ports(a.ports),
         ..Default::default()
     }
+}
+
+fn alloc_ports(ports: Vec<(String, u16)>) -> Vec<pb::AllocPort> {
+    ports
+        .into_iter()
+        .map(|(label, host)| pb::AllocPort {
+            label,
+            host: u32::from(host),
+            ..Default::default()
+        })
+        .collect()
 }
 
 pub fn logs(path: std::path::PathBuf) -> pb::AllocLogsResponse {
@@ -591,6 +606,76 @@ pub fn events(page: Page) -> pb::EventsResponse {
             })
             .collect(),
         last_index: page.last_index,
+        ..Default::default()
+    }
+}
+
+// ---- alloc control and job inspect ----
+
+/// `alloc signal`/`restart`/`stop`'s request; an unknown action or signal
+/// is refused before it reaches the loop.
+pub fn alloc_control(req: pb::AllocControlRequest) -> Result<task::AllocControl, CallError> {
+    let action = match req.action.as_str() {
+        "signal" => task::AllocAction::Signal(signal(&req.signal)?),
+        "restart" => task::AllocAction::Restart,
+        "stop" => task::AllocAction::Stop,
+        other => {
+            return Err(CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown alloc action {other:?} (signal, restart, stop)"),
+            ))
+        }
+    };
+    Ok(task::AllocControl {
+        alloc_id: req.alloc_id,
+        task: req.task,
+        action,
+    })
+}
+
+/// A signal's name, with or without its `SIG`; empty is SIGKILL, the
+/// default of Nomad's `alloc signal`.
+fn signal(name: &str) -> Result<crate::spec::KillSignal, CallError> {
+    use crate::spec::KillSignal;
+    if name.is_empty() {
+        return Ok(KillSignal::Kill);
+    }
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    KillSignal::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == full)
+        .ok_or_else(|| {
+            let known: Vec<&str> = KillSignal::ALL.iter().map(|s| s.as_str()).collect();
+            CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown signal {name:?} (known: {})", known.join(", ")),
+            )
+        })
+}
+
+pub fn alloc_controlled(done: task::AllocControlled) -> pb::AllocControlResponse {
+    pb::AllocControlResponse {
+        alloc_id: done.alloc_id,
+        tasks: done.tasks,
+        replacement: done.replacement.unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+pub fn job_inspected(job: task::JobInspected) -> pb::JobInspectResponse {
+    pb::JobInspectResponse {
+        name: job.name,
+        file: job.file,
+        hcl: job.hcl,
+        submitted_unix_ms: ms(job.submitted),
+        type_: job.job_type,
+        groups: job.groups,
         ..Default::default()
     }
 }

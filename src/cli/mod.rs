@@ -5,12 +5,14 @@
 //! Errors print their whole `source()` chain, numbered.
 
 pub mod agent_cmd;
+pub mod alloc_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
 pub mod job_children;
 pub mod job_cmd;
 pub mod job_inputs;
+pub mod job_watch;
 pub mod json;
 pub mod node_cmd;
 pub mod out;
@@ -34,8 +36,8 @@ commands:
   plugin     show the plugins the agent supervises (plugin status)
   volume     register, create, claim, release and show volumes
   node       show the agents of this agent's cluster (node status)
-  job        run, stop and show jobs (exec tasks, CSI plugin tasks)
-  alloc      show a task's logs (alloc logs)
+  job        run (and watch), stop, show and inspect jobs
+  alloc      look at an alloc and its tasks' logs, signal, restart, stop it
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -84,6 +86,9 @@ pub enum CliError {
         job: String,
         groups: usize,
     },
+    /// An operation failed for the reason given (`job run`'s watch saw the
+    /// job fail or gave up waiting, no alloc has the ID asked for).
+    Failed(String),
 }
 
 impl fmt::Display for CliError {
@@ -105,6 +110,7 @@ impl fmt::Display for CliError {
                 "job {job:?}: {groups} task group{} could not be placed on this node",
                 if *groups == 1 { "" } else { "s" }
             ),
+            CliError::Failed(why) => f.write_str(why),
         }
     }
 }

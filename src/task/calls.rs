@@ -86,6 +86,8 @@ pub struct AllocStatus {
     pub tasks: Vec<TaskStatus>,
     pub volumes: Vec<AllocVolume>,
     pub created: Option<SystemTime>,
+    /// The host ports of its group's network: label and port.
+    pub ports: Vec<(String, u16)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,6 +101,11 @@ pub struct TaskStatus {
     /// The plugin the task serves, if it is a `csi_plugin` task.
     pub plugin_id: String,
     pub events: Vec<TaskEvent>,
+    /// Its lifecycle hook; empty for a main task.
+    pub lifecycle: String,
+    /// What its `resources` ask for (0: not given).
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
 }
 
 /// Something that happened to a task (it started, exited, was
@@ -128,4 +135,42 @@ pub struct LogsRequest {
     pub alloc_id: String,
     pub task: String,
     pub stderr: bool,
+}
+
+/// What `alloc signal`, `alloc restart` and `alloc stop` ask of an alloc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocAction {
+    Signal(crate::spec::KillSignal),
+    Restart,
+    Stop,
+}
+
+/// An [`AllocAction`] on an alloc (ID or unique prefix) and one task of
+/// it, or every running task when `task` is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocControl {
+    pub alloc_id: String,
+    pub task: String,
+    pub action: AllocAction,
+}
+
+/// What an [`AllocControl`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocControlled {
+    pub alloc_id: String,
+    /// The tasks signaled or restarted.
+    pub tasks: Vec<String>,
+    /// The alloc that replaces a stopped one.
+    pub replacement: Option<String>,
+}
+
+/// `job inspect`: the job as submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobInspected {
+    pub name: String,
+    pub file: String,
+    pub hcl: String,
+    pub submitted: Option<SystemTime>,
+    pub job_type: String,
+    pub groups: Vec<String>,
 }

@@ -485,6 +485,7 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
                     .map(|p| p.key.plugin_id.clone())
                     .unwrap_or_default(),
                 events: t.events.iter().cloned().collect(),
+                ..task_spec_status(a, &t.name)
             })
             .collect(),
         volumes: a
@@ -505,6 +506,25 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
             })
             .collect(),
         created: Some(a.created),
+        ports: a.ports.iter().map(|p| (p.label.clone(), p.host)).collect(),
+    }
+}
+
+/// What `alloc status` shows of task `name`'s spec: its lifecycle hook
+/// and the resources it asks for.
+fn task_spec_status(a: &Alloc, name: &str) -> calls::TaskStatus {
+    let Some(spec) = a.group.tasks.iter().find(|t| t.name == name) else {
+        return calls::TaskStatus::default();
+    };
+    let resources = spec.resources.as_ref();
+    calls::TaskStatus {
+        lifecycle: spec
+            .lifecycle
+            .map(|l| l.hook.as_str().to_string())
+            .unwrap_or_default(),
+        cpu_mhz: resources.and_then(|r| r.cpu).unwrap_or_default(),
+        memory_mb: resources.and_then(|r| r.memory).unwrap_or_default(),
+        ..Default::default()
     }
 }
 

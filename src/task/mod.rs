@@ -55,6 +55,7 @@
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
 //! | `periodic.rs` | periodic and parameterized parents: their children, the schedule, `job periodic force` |
 //! | `dispatch.rs` | `job dispatch`: its checks, the payload written into a task's `local/`, the meta in its environment |
+//! | `alloc_ops.rs` | an operator's hand on one alloc: `alloc signal`, `alloc restart`, `alloc stop`; `job inspect` |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
@@ -74,6 +75,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+mod alloc_ops;
 mod artifact;
 pub mod calls;
 mod cgroup;
@@ -249,7 +251,8 @@ struct TaskRun {
     /// A changed template's `change_mode`, due after its splay
     /// (`rerender.rs`).
     template_change: Option<(Instant, crate::spec::ChangeMode)>,
-    /// Stopped for a changed template: starts again at once.
+    /// Stopped for a changed template or by `alloc restart`: starts again
+    /// at once, outside the restart policy.
     template_restart: bool,
 }
 

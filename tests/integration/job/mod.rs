@@ -17,6 +17,7 @@ use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
 use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
+mod alloc_ops;
 mod artifacts;
 mod big;
 mod bounds;
@@ -38,6 +39,7 @@ pub(crate) mod root;
 mod templates;
 mod untrusted;
 mod variables;
+mod watch;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
