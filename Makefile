@@ -1,10 +1,15 @@
 # csi-agent: build, test and install.
 #
 # Everything but `make static` and `make bench` uses cargo's dev profile,
-# whose dependencies are compiled optimised (see Cargo.toml): gRPC's C++ core
-# is built once, with BoringSSL (15-25 minutes on two cores), and shared by build, test, lint,
-# demo and e2e. `make static` is a release build for musl, and `make bench`
-# the optimised bench profile; each compiles it once more.
+# whose dependencies are compiled optimised (see Cargo.toml), shared by
+# build, test, lint, demo and e2e. By default (GRPC=system) it links the
+# system's gRPC core and OpenSSL (Debian's libgrpc-dev, which `make deps`
+# installs) through pkg-config, so no C++ is compiled: a first build takes
+# minutes. GRPC=vendored builds gRPC's C++ core and BoringSSL from source
+# instead, as the shipped binary has them (15-25 minutes on two cores, once).
+# `make static` always builds from source, as a release build for musl, and
+# so does `make bench`, in the optimised bench profile; each compiles gRPC
+# once more.
 
 # Where `make install` puts things (see scripts/install.sh): the binary in
 # $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
@@ -15,6 +20,20 @@ UNITDIR    ?= $(PREFIX)/lib/systemd/system
 CARGO      ?= cargo
 DEBUG_BIN  := target/debug/csi-agent
 STATIC_BIN := target/x86_64-unknown-linux-musl/static/csi-agent
+# Where the dev profile's gRPC core comes from: "system" (Debian's
+# libgrpc-dev through pkg-config, with the system's OpenSSL) or "vendored"
+# (grpcio-sys builds gRPC 1.56 and BoringSSL from source). Both set
+# grpcio-sys's own switch, GRPCIO_SYS_USE_PKG_CONFIG, for every recipe;
+# .cargo/config.toml makes "1" the default of a plain `cargo build` too.
+# Switching rebuilds grpcio-sys and what depends on it in target/.
+GRPC ?= system
+ifeq ($(GRPC),system)
+export GRPCIO_SYS_USE_PKG_CONFIG := 1
+else ifeq ($(GRPC),vendored)
+export GRPCIO_SYS_USE_PKG_CONFIG := 0
+else
+$(error GRPC must be "system" or "vendored", not "$(GRPC)")
+endif
 # The binary install, install-test and e2e use: the debug build, which they
 # build first, unless BIN names another (BIN=$(STATIC_BIN) after `make static`).
 BIN        ?= $(DEBUG_BIN)
@@ -30,7 +49,7 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps build static test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
+.PHONY: all deps grpc-check build static test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -39,16 +58,28 @@ all: build
 deps:
 	@scripts/deps.sh
 
-## build: the csi-agent binary, checked not to link libsystemd
-build:
+## build: the csi-agent binary, checked not to link libsystemd; GRPC=vendored
+## builds gRPC's C++ core and BoringSSL from source rather than linking the
+## system's (GRPC=system, the default)
+build: grpc-check
 	$(CARGO) build --locked
 	@if ldd $(DEBUG_BIN) | grep -q libsystemd; then \
 		echo "error: $(DEBUG_BIN) links libsystemd (grpcio-sys found libsystemd-dev); remove libsystemd-dev and run 'cargo clean -p grpcio-sys'" >&2; \
 		exit 1; \
 	fi
 
+# With GRPC=system, that pkg-config finds the system's gRPC core before cargo
+# starts, rather than grpcio-sys's panic in the middle of the build.
+grpc-check:
+	@if [ '$(GRPC)' = system ] && ! pkg-config --exists grpc; then \
+		echo "error: pkg-config finds no grpc: run 'make deps' (Debian's libgrpc-dev), or build gRPC from source with GRPC=vendored" >&2; \
+		exit 1; \
+	fi
+
 ## static: a fully static, stripped x86_64 musl binary, $(STATIC_BIN),
-## built with zig through cargo-zigbuild (both installed from PyPI when missing)
+## built with zig through cargo-zigbuild (both installed from PyPI when
+## missing), with gRPC's C++ core and BoringSSL built from source whatever
+## GRPC says
 static:
 	scripts/static.sh
 
@@ -57,14 +88,16 @@ test: build lint
 	$(CARGO) test --locked
 
 ## lint: formatting and clippy with warnings as errors
-lint:
+lint: grpc-check
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
 ## bench: the performance table of BENCHMARKS.md (root; optimised bench
-## profile, whose first build compiles gRPC's C++ core once more)
+## profile, whose first build compiles gRPC's C++ core once more: always
+## from source, whatever GRPC says, so that it measures the gRPC and
+## BoringSSL the shipped binary has)
 bench:
-	$(CARGO) bench --locked --bench agent -- $(BENCH_ARGS)
+	GRPCIO_SYS_USE_PKG_CONFIG=0 $(CARGO) bench --locked --bench agent -- $(BENCH_ARGS)
 
 ## demo: `agent -dev`, then claim the volume demo with -target, write a file, release it
 demo: build

@@ -72,36 +72,56 @@ fn main() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// The artifact fetcher's C shim, against the headers of the BoringSSL and
-/// zlib the binary links, so that the compiler checks every call into them.
+/// The artifact fetcher's C shim, against the headers of the TLS library
+/// and zlib the binary links, so that the compiler checks every call into
+/// them.
 ///
-/// BoringSSL: grpcio-sys builds the sources of the boringssl-src crate and
-/// links them statically (it exports no `DEP_` metadata of its own), and
-/// those sources' `include/` is the one its build copies next to the
-/// libraries. zlib: libz-sys names the directory of the `zlib.h` it built
-/// with (none when it found a system zlib in the default include path).
+/// Which TLS library that is depends on how grpcio-sys gets gRPC's core:
+/// - built from source (the default of grpcio-sys, and `make static`'s and
+///   `GRPC=vendored` builds): grpcio-sys builds the sources of the
+///   boringssl-src crate and links them statically (it exports no `DEP_`
+///   metadata of its own), and those sources' `include/` is the one its
+///   build copies next to the libraries.
+/// - `GRPCIO_SYS_USE_PKG_CONFIG=1` (`make build` and the other development
+///   targets): grpcio-sys links the system's gRPC core through pkg-config,
+///   and with it the system's OpenSSL (Debian's `libgrpc-dev` requires
+///   `libssl-dev`), whose headers are in the default include path; no
+///   BoringSSL is built or linked.
+///
+/// zlib: libz-sys names the directory of the `zlib.h` it built with (none
+/// when it found a system zlib in the default include path), the same in
+/// both builds.
 ///
 /// The warnings that flag a type that does not match a library's
 /// declaration are errors, and so is a definition without a prototype in
 /// `ffi.h`. The shim must compile without warnings under gcc and clang
-/// (zig's, for `make static`).
+/// (zig's, for `make static`), against BoringSSL's headers and OpenSSL's.
 fn compile_artifact_ffi() -> Result<(), Box<dyn Error>> {
     const SHIM: &str = "src/task/artifact/ffi.c";
     println!("cargo:rerun-if-changed={SHIM}");
     println!("cargo:rerun-if-changed=src/task/artifact/ffi.h");
-    let boringssl_include = boringssl_src::source_dir().join("src").join("include");
-    if !boringssl_include.join("openssl").join("ssl.h").is_file() {
-        return Err(format!(
-            "BoringSSL's headers are not in {}",
-            boringssl_include.display()
-        )
-        .into());
-    }
+    // grpcio-sys's own switch, read the way it reads it.
+    println!("cargo:rerun-if-env-changed=GRPCIO_SYS_USE_PKG_CONFIG");
+    let system_grpc = std::env::var("GRPCIO_SYS_USE_PKG_CONFIG").is_ok_and(|v| v == "1");
     let mut build = cc::Build::new();
+    if system_grpc {
+        // The shim refuses BoringSSL's headers under this define.
+        build.define("CSI_FFI_SYSTEM_OPENSSL", None);
+    } else {
+        let boringssl_include = boringssl_src::source_dir().join("src").join("include");
+        if !boringssl_include.join("openssl").join("ssl.h").is_file() {
+            return Err(format!(
+                "BoringSSL's headers are not in {}",
+                boringssl_include.display()
+            )
+            .into());
+        }
+        build
+            .include(&boringssl_include)
+            .define("CSI_FFI_BORINGSSL", None);
+    }
     build
         .file(SHIM)
-        .include(&boringssl_include)
-        .define("CSI_FFI_BORINGSSL", None)
         .std("c11")
         .warnings(true)
         .extra_warnings(true)
@@ -120,6 +140,22 @@ fn compile_artifact_ffi() -> Result<(), Box<dyn Error>> {
             build.include(dir);
         }
     }
-    build.try_compile("csi_artifact_ffi")?;
+    if let Err(e) = build.try_compile("csi_artifact_ffi") {
+        if system_grpc {
+            return Err(format!(
+                "the artifact shim does not compile against the system's OpenSSL \
+                 (GRPCIO_SYS_USE_PKG_CONFIG=1 needs libssl-dev: make deps): {e}"
+            )
+            .into());
+        }
+        return Err(e.into());
+    }
+    if system_grpc {
+        // After the shim's static library, which needs them: the system's
+        // libssl and libcrypto, which the system's gRPC core links too.
+        for lib in ["ssl", "crypto"] {
+            println!("cargo:rustc-link-lib={lib}");
+        }
+    }
     Ok(())
 }

@@ -1,15 +1,23 @@
 #!/bin/sh
 # Installs what building csi-agent needs on Debian, when it is missing:
-# cmake and g++ for gRPC's C++ core (and the BoringSSL it links), clippy
-# and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
+# Debian's gRPC core (libgrpc-dev, with pkg-config and the OpenSSL, zlib,
+# re2, c-ares and abseil headers it requires), which the development build
+# links; g++ for grpcio-sys's C++ wrapper; cmake for gRPC's C++ core and
+# BoringSSL when they are built from source (`make static`, `make bench`,
+# GRPC=vendored); clippy and rustfmt for `make lint`, etcd, ip and nsenter for the cluster tests
 # and `make cluster-demo`, openssl for the certificates of the TLS tests,
-# dockerd and a static busybox for the docker engine tests, promtool and
+# dockerd and a static busybox for the docker engine tests, the
+# docker-compose and podman clients of the docker volume tests, promtool and
 # prometheus for the metrics tests, OpenSSL's and zlib's headers for the
-# fuzz crate.
+# artifact shim of the development build and of the fuzz crate.
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
 missing=""
+# grpcio-sys links it through pkg-config under GRPCIO_SYS_USE_PKG_CONFIG=1
+# (`make build` and every development target): no C++ core to compile.
+dpkg -s libgrpc-dev >/dev/null 2>&1 || missing="$missing libgrpc-dev"
+command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
 command -v g++ >/dev/null 2>&1 || missing="$missing g++"
 command -v make >/dev/null 2>&1 || missing="$missing make"
@@ -25,6 +33,14 @@ command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
 # image with no libc (Debian's plain busybox package is dynamic).
 command -v dockerd >/dev/null 2>&1 || missing="$missing docker.io"
 dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
+# The docker volume tests drive the agent's volume plugin socket with the
+# clients users have: Debian's docker-compose (Compose 1.29, which talks to
+# the private dockerd through DOCKER_HOST) and podman (rootful, with a
+# root, run root and containers.conf of the test's own).
+command -v docker-compose >/dev/null 2>&1 || missing="$missing docker-compose"
+# Podman's API service (podman system service, on a store of the test's
+# own) also answers the volume plugin's reconciler tests.
+command -v podman >/dev/null 2>&1 || missing="$missing podman"
 # The TLS cluster tests make a CA and certificates with the openssl CLI,
 # which a minimal Debian lacks.
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
@@ -33,10 +49,11 @@ command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
 # The start helper's test watches the agent's clones with strace.
 command -v strace >/dev/null 2>&1 || missing="$missing strace"
-# Only the fuzz crate (fuzz/, `make fuzz` and `make fuzz-check`) needs
-# these: it compiles the artifact fetcher's C shim against the system's
-# OpenSSL and zlib, where the agent uses the BoringSSL and zlib that
-# grpcio-sys builds.
+# The artifact fetcher's C shim is compiled against the system's OpenSSL
+# by the development build (which links it, with the system's gRPC) and by
+# the fuzz crate (fuzz/, `make fuzz` and `make fuzz-check`); the builds of
+# gRPC from source compile it against the BoringSSL they build. libgrpc-dev
+# depends on both, named here for the fuzz crate's sake.
 dpkg -s libssl-dev >/dev/null 2>&1 || missing="$missing libssl-dev"
 dpkg -s zlib1g-dev >/dev/null 2>&1 || missing="$missing zlib1g-dev"
 if [ -n "$missing" ]; then
@@ -67,6 +84,8 @@ for component in clippy rustfmt; do
     fi
 done
 if dpkg -s libsystemd-dev >/dev/null 2>&1; then
-    echo "warning: libsystemd-dev is installed: grpcio-sys would link libsystemd, which 'make build' refuses" >&2
+    # Debian's gRPC core does not link libsystemd: only grpcio-sys's own
+    # cmake build of it finds libsystemd-dev and links it.
+    echo "warning: libsystemd-dev is installed: grpcio-sys's build of gRPC from source (make GRPC=vendored, make bench) would link libsystemd, which 'make build' refuses" >&2
 fi
 echo "build dependencies are present"

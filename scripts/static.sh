@@ -140,6 +140,10 @@ flags="-D_LARGEFILE64_SOURCE -DOPENSSL_SMALL -fno-unwind-tables -fno-asynchronou
 export CFLAGS_x86_64_unknown_linux_musl="$flags"
 export CXXFLAGS_x86_64_unknown_linux_musl="$flags -DGRPC_NO_XDS -DGRPC_NO_RLS -DGRPC_ARES=0 -fno-exceptions -fno-rtti -Wno-error=missing-template-arg-list-after-template-kw"
 export CXX="$tools/bin/musl-c++"
+# gRPC's C++ core and BoringSSL from source, linked statically, whatever
+# `make GRPC=...` or .cargo/config.toml ask of the development build: no
+# system gRPC (nor pkg-config) for musl exists to link.
+export GRPCIO_SYS_USE_PKG_CONFIG=0
 export PATH="$tools/venv/bin:$PATH"
 
 start=$(date +%s)

@@ -62,9 +62,32 @@ pub fn validate(what: &str, id: &str) -> Result<(), InvalidId> {
     Ok(())
 }
 
+/// 32 hex digits of the 128-bit FNV-1a hash of `text`: a short stand-in,
+/// valid as an ID, for a name that is not one. Not cryptographic: the
+/// names hashed come from the host's own engine or plugin.
+pub fn digest_hex(text: &str) -> String {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013b;
+    let hash = text.bytes().fold(OFFSET, |hash, byte| {
+        (hash ^ u128::from(byte)).wrapping_mul(PRIME)
+    });
+    format!("{hash:032x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_digest_is_32_hex_digits_and_tells_names_apart() {
+        let (a, b) = (digest_hex("a"), digest_hex("b"));
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, digest_hex("a"));
+        // FNV-1a 128's published value for the empty input.
+        assert_eq!(digest_hex(""), "6c62272e07bb014262b821756295c58d");
+    }
 
     #[test]
     fn accepts_ordinary_ids() {

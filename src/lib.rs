@@ -27,6 +27,7 @@
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
+//! | [`volume_plugin`] | Docker's Volume Plugin protocol on a socket of its own, for `docker`, `docker compose` and `podman`: each call sent to the main loop as a control API request |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents, the monotonic clock, and the start helper's (raw descriptors, fork, wait and exit, namespaces, the user database and `set*id`, capabilities); [`sys::cvt`], the one turn of a libc call's -1 into `errno` |
 //! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) and the parser of HCL's JSON syntax (`*.json`), both with line:col positions, into one syntax tree |
@@ -104,6 +105,7 @@ pub mod template;
 pub mod trace;
 pub mod units;
 pub mod volume;
+pub mod volume_plugin;
 
 /// An error and its `source()` chain on one line: `a: b: c`.
 pub fn error_chain(err: &dyn std::error::Error) -> String {

@@ -50,3 +50,12 @@ rpc_timeout = "2m"
 #   prometheus_metrics = true
 #   listen             = "127.0.0.1:9108"
 # }
+
+# Docker's Volume Plugin protocol (docs/docker-volumes.md), off by default:
+# docker volume create -d csi ..., docker run -v NAME:/data, compose, podman.
+#
+# volume_plugin {
+#   name          = "csi"        # socket /run/docker/plugins/csi.sock
+#   plugin_id     = "hostpath"   # the CSI plugin of a Create without -o plugin_id
+#   mount_timeout = "25s"        # under dockerd's 30s plugin timeout
+# }

@@ -27,6 +27,8 @@ pub enum Error {
     },
     /// The cluster membership cannot start, or the node name is taken.
     Cluster(String),
+    /// The `volume_plugin` block's endpoint cannot start.
+    VolumePlugin(crate::volume_plugin::Error),
 }
 
 impl fmt::Display for Error {
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
                 write!(f, "cannot serve the metrics at {listen} (telemetry)")
             }
             Error::Cluster(message) => write!(f, "cluster: {message}"),
+            Error::VolumePlugin(_) => f.write_str("cannot serve the volume plugin (volume_plugin)"),
         }
     }
 }
@@ -64,6 +67,7 @@ impl std::error::Error for Error {
             Error::AlreadyRunning { .. } | Error::Cluster(_) => None,
             Error::State(err) => Some(err),
             Error::Api(err) => Some(err),
+            Error::VolumePlugin(err) => Some(err),
         }
     }
 }

@@ -27,9 +27,11 @@
 //! | `persist.rs` | the end of a turn: plan, make the turn durable, then submit the plugin jobs and send the replies |
 //! | `plugins.rs` | the config's and `-dev`'s plugins: registry, instance threads, their reports, `plugin status` |
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
+//! | `job_calls.rs` | the job and alloc calls of the control API, handed to the job runner |
 //! | `signals.rs` | the signal thread |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
-//! | `wakeup.rs` | when the loop must wake up without a message |
+//! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
+//! | `wakeup.rs` | when the loop must wake up without a message, and what it does then |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
@@ -41,12 +43,14 @@ mod errands;
 mod error;
 mod events;
 pub mod guard;
+mod job_calls;
 mod persist;
 mod plugin_tasks;
 mod plugins;
 mod setup;
 mod signals;
 mod telemetry;
+mod volume_plugin;
 mod wakeup;
 
 use std::time::{Duration, Instant};
@@ -57,7 +61,6 @@ use signal_hook::consts::{SIGCHLD, SIGHUP};
 
 use crate::api::server::ControlServer;
 use crate::api::{self, Access, Call, Request, Response};
-use crate::call::Reply;
 use crate::plugin::instance::InstanceReport;
 use crate::plugin::watch::SocketWatcher;
 use crate::plugin::{Health, InstanceKey, Registry, RegistryEvent, Report, Service, Source};
@@ -67,6 +70,7 @@ use crate::task::Allocs;
 use crate::volume::layout::Paths;
 use crate::volume::manager::VolumeManager;
 use crate::volume::ops::OpDone;
+use crate::volume_plugin::reconcile::Reconciler;
 use dev::DevPlugin;
 use errands::Errands;
 pub use error::Error;
@@ -76,7 +80,6 @@ use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{another_agent_answers, create_private_dir, remove_temporary_data_dir};
 pub use setup::{host_name, load_config, node_name, temp_data_dir};
 use signals::SignalThread;
-use wakeup::Deadlines;
 
 /// How long shutdown waits for the instances' last reports.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,6 +122,8 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let (calls_tx, calls) = unbounded();
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
+    let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
+    let _reconcile = Reconciler::start(&options.config, &node_name(&options.config), &calls_tx);
     let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();
@@ -284,6 +289,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     // The answers the agent still held go with it; then the thread that
     // sent the others ends.
     drop(agent);
+    drop(volume_plugin);
     sent.join_within(SENT_LIMIT);
     if let Err(err) = crate::trace::finish() {
         log::warn!(
@@ -429,22 +435,15 @@ impl Agent {
                 self.force_detach(volume_id, node, reply);
                 None
             }
-            Request::JobRun(req) => {
-                let result = self.allocs.run_job(&req).map(Response::JobRun);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobStop { name, purge } => {
-                let result = self.allocs.stop_job(&name, purge).map(Response::JobStop);
-                self.gate.hold(Effect::Reply(Reply::new(reply, result)));
-                None
-            }
-            Request::JobStatus { name } => {
-                reply.send(self.allocs.status(&name).map(Response::JobStatus));
-                None
-            }
-            Request::AllocLogs(req) => {
-                reply.send(self.allocs.logs(&req).map(Response::AllocLogs));
+            request @ (Request::JobRun(_)
+            | Request::JobStop { .. }
+            | Request::JobPeriodicForce { .. }
+            | Request::JobDispatch(_)
+            | Request::JobStatus { .. }
+            | Request::AllocLogs(_)
+            | Request::AllocControl(_)
+            | Request::JobInspect { .. }) => {
+                self.job_call(request, reply);
                 None
             }
             Request::Events(req) => {
@@ -555,13 +554,7 @@ impl Agent {
                 return;
             }
         };
-        if config.data_dir != self.options.config.data_dir && !self.options.dev {
-            log::warn!(
-                "SIGHUP: data_dir changed to {}; it takes effect at the next start",
-                config.data_dir.display()
-            );
-        }
-        telemetry::reloaded(&self.options.config.telemetry, &config.telemetry);
+        setup::changed_for_next_start(&self.options.config, &config, self.options.dev);
         let data_dir = self.options.config.data_dir.clone();
         self.options.config = AgentConfig { data_dir, ..config };
         self.allocs.configure(
@@ -572,25 +565,9 @@ impl Agent {
             self.options.config.exec.clone(),
             &self.options.config.client,
         );
+        self.allocs.reconfigure_node(&self.options.config);
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
-    }
-
-    /// What the loop waits for besides messages.
-    fn deadlines(&self) -> Deadlines {
-        Deadlines {
-            volumes: self.volumes.next_wakeup(),
-            tasks: self.allocs.next_wakeup(),
-            state_write: self.gate.next_retry(),
-            dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
-            adopted_tasks: self
-                .allocs
-                .watches_adopted()
-                .then(|| self.adopted_looked + wakeup::ADOPTED_POLL),
-            cluster: self.disconnect_deadline(),
-            events: self.events.next_deadline(),
-            starts_saved: self.starts_due,
-        }
     }
 
     /// SIGCHLD: a task or `-dev`'s plugin may have exited.
@@ -599,28 +576,6 @@ impl Agent {
         self.allocs.reap(self.adopted_looked);
         if let Some(dev) = &mut self.dev {
             dev.supervise();
-        }
-    }
-
-    /// The earliest of [`Agent::deadlines`] passed: do what is due. Retries
-    /// and task timers are taken up by the end of the turn.
-    fn deadline_passed(&mut self) {
-        let now = Instant::now();
-        if let Some(dev) = &mut self.dev {
-            dev.supervise();
-        }
-        // Adopted tasks' exits are noticed here.
-        self.adopted_looked = now;
-        self.allocs.reap(now);
-        self.volumes.expire_claims(now);
-        self.stop_if_disconnected(now);
-        self.events.expire(now);
-        // Due: the pids are now what the next write must keep (with a
-        // full disk, until a write succeeds; the due time itself is gone,
-        // so the loop does not wake for it again).
-        if self.starts_due.is_some_and(|at| at <= now) {
-            self.starts_due = None;
-            self.dirty = true;
         }
     }
 

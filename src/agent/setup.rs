@@ -161,6 +161,20 @@ pub(super) fn remove_temporary_data_dir(path: &Path) {
     }
 }
 
+/// Says at a reload what changed that takes effect only at the next
+/// start: the data dir (but for `-dev`'s own), the endpoints of the
+/// `telemetry` and `volume_plugin` blocks.
+pub(super) fn changed_for_next_start(running: &AgentConfig, read: &AgentConfig, dev: bool) {
+    if read.data_dir != running.data_dir && !dev {
+        log::warn!(
+            "SIGHUP: data_dir changed to {}; it takes effect at the next start",
+            read.data_dir.display()
+        );
+    }
+    super::telemetry::reloaded(&running.telemetry, &read.telemetry);
+    super::volume_plugin::reloaded(running, read);
+}
+
 #[cfg(test)]
 mod tests {
     use super::{is_uuid, node_id};

@@ -5,16 +5,24 @@
 //! The deadlines are a volume step's retry and a claim waiter's deadline
 //! (the volume manager keeps both in heaps), a task's restart, kill or
 //! plugin health timer, the next try to write a state that could not be
-//! persisted, the restart of `-dev`'s plugin, and `stop_after_disconnect`
-//! while the node is cut off from its cluster. The exit of a child
+//! persisted, the restart of `-dev`'s plugin, `stop_after_disconnect`
+//! while the node is cut off from its cluster, and a periodic job's next
+//! launch (a time of the wall clock, turned into the monotonic clock's
+//! each turn, so a wall clock set back or forth moves it). The exit of a child
 //! (a task, `-dev`'s plugin) comes as SIGCHLD. Only the exit of a task
 //! adopted after an agent restart has neither a deadline nor a message (it
 //! is not the agent's child): while there is one, the loop looks every
 //! [`ADOPTED_POLL`]. That deadline counts from the last look, not from the
 //! turn: a turn comes with every message, and a client asking for status
 //! every few milliseconds must not put the look off for ever.
+//!
+//! The agent's side is here too: gathering each part's deadline
+//! ([`Agent::deadlines`]) and doing what is due when one passes.
 
 use std::time::{Duration, Instant};
+
+use super::dev::DevPlugin;
+use super::Agent;
 
 /// How often the loop looks whether an adopted task still runs.
 pub(super) const ADOPTED_POLL: Duration = Duration::from_millis(500);
@@ -41,6 +49,8 @@ pub(super) struct Deadlines {
     /// The snapshot that must have the pids of tasks started since the
     /// last one.
     pub starts_saved: Option<Instant>,
+    /// A periodic job's next launch.
+    pub periodic: Option<Instant>,
 }
 
 impl Deadlines {
@@ -55,10 +65,54 @@ impl Deadlines {
             self.adopted_tasks,
             self.events,
             self.starts_saved,
+            self.periodic,
         ]
         .into_iter()
         .flatten()
         .min()
+    }
+}
+
+impl Agent {
+    /// What the loop waits for besides messages.
+    pub(super) fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            volumes: self.volumes.next_wakeup(),
+            tasks: self.allocs.next_wakeup(),
+            periodic: self.allocs.next_launch_wakeup(Instant::now()),
+            state_write: self.gate.next_retry(),
+            dev_restart: self.dev.as_ref().and_then(DevPlugin::restart_at),
+            adopted_tasks: self
+                .allocs
+                .watches_adopted()
+                .then(|| self.adopted_looked + ADOPTED_POLL),
+            cluster: self.disconnect_deadline(),
+            events: self.events.next_deadline(),
+            starts_saved: self.starts_due,
+        }
+    }
+
+    /// The earliest of [`Agent::deadlines`] passed: do what is due. Retries
+    /// and task timers are taken up by the end of the turn.
+    pub(super) fn deadline_passed(&mut self) {
+        let now = Instant::now();
+        if let Some(dev) = &mut self.dev {
+            dev.supervise();
+        }
+        // Adopted tasks' exits are noticed here.
+        self.adopted_looked = now;
+        self.allocs.reap(now);
+        self.allocs.launch_due();
+        self.volumes.expire_claims(now);
+        self.stop_if_disconnected(now);
+        self.events.expire(now);
+        // Due: the pids are now what the next write must keep (with a
+        // full disk, until a write succeeds; the due time itself is gone,
+        // so the loop does not wake for it again).
+        if self.starts_due.is_some_and(|at| at <= now) {
+            self.starts_due = None;
+            self.dirty = true;
+        }
     }
 }
 
@@ -83,6 +137,7 @@ mod tests {
             cluster: None,
             events: None,
             starts_saved: None,
+            periodic: None,
         };
         assert_eq!(deadlines.next(), Some(now + Duration::from_secs(2)));
     }
@@ -122,6 +177,10 @@ mod tests {
             },
             Deadlines {
                 starts_saved: Some(at),
+                ..Default::default()
+            },
+            Deadlines {
+                periodic: Some(at),
                 ..Default::default()
             },
         ];

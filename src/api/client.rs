@@ -388,6 +388,27 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// `job periodic force`.
+    pub fn job_periodic_force(&self, name: &str) -> Result<api::JobRunResponse, Error> {
+        let req = api::JobPeriodicForceRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_periodic_force_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `job dispatch`.
+    pub fn job_dispatch(
+        &self,
+        req: &api::JobDispatchRequest,
+    ) -> Result<api::JobRunResponse, Error> {
+        self.client
+            .job_dispatch_opt(req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// One job, or every job when `name` is empty.
     pub fn job_status(&self, name: &str) -> Result<api::JobStatusResponse, Error> {
         let req = api::JobStatusRequest {
@@ -413,6 +434,39 @@ impl AgentClient {
         };
         self.client
             .alloc_logs_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `alloc signal` (`action` "signal", with `signal`), `alloc
+    /// restart` ("restart") or `alloc stop` ("stop") of `alloc` (an ID or
+    /// a unique prefix) and `task` (empty: every running task).
+    pub fn alloc_control(
+        &self,
+        alloc: &str,
+        task: &str,
+        action: &str,
+        signal: &str,
+    ) -> Result<api::AllocControlResponse, Error> {
+        let req = api::AllocControlRequest {
+            alloc_id: alloc.to_string(),
+            task: task.to_string(),
+            action: action.to_string(),
+            signal: signal.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .alloc_control_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `job inspect`: job `name` as submitted.
+    pub fn job_inspect(&self, name: &str) -> Result<api::JobInspectResponse, Error> {
+        let req = api::JobInspectRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .job_inspect_opt(&req, Self::opt(STATUS_TIMEOUT))
             .map_err(|e| self.error(e))
     }
 

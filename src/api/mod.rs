@@ -10,18 +10,23 @@
 //!
 //! The parts of the agent that answer speak their own types (requests,
 //! answers, [`CallError`]); `wire.rs` alone maps them to and from the
-//! protobuf messages and the error kinds to gRPC codes.
+//! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
+//! those of `alloc exec` and `alloc fs`).
 
 pub mod client;
 pub mod server;
 mod session;
 mod wire;
+mod wire_session;
 
 use std::path::PathBuf;
 
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
-use crate::task::calls::{JobFile, JobRun, JobStatus, LogsRequest};
+use crate::task::calls::{
+    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobRun, JobStatus,
+    LogsRequest,
+};
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
@@ -58,6 +63,11 @@ pub enum Request {
         name: String,
         purge: bool,
     },
+    /// `job periodic force`.
+    JobPeriodicForce {
+        name: String,
+    },
+    JobDispatch(DispatchRequest),
     /// Job `name`, or every job when empty.
     JobStatus {
         name: String,
@@ -65,6 +75,12 @@ pub enum Request {
     AllocLogs(LogsRequest),
     /// Events after an index, waiting for one up to `wait`.
     Events(EventsRequest),
+    /// `alloc signal`, `alloc restart`, `alloc stop`.
+    AllocControl(AllocControl),
+    /// `job inspect` of job `name`.
+    JobInspect {
+        name: String,
+    },
     /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
     /// alloc's dir (`session.rs`).
     Session(crate::task::exec_target::SessionLookup),
@@ -120,6 +136,10 @@ impl Request {
             Request::VolumeRelease(_) => Access::Change,
             Request::JobRun(_) => Access::Change,
             Request::JobStop { .. } => Access::Change,
+            Request::JobPeriodicForce { .. } => Access::Change,
+            Request::JobDispatch(_) => Access::Change,
+            Request::AllocControl(_) => Access::Change,
+            Request::JobInspect { .. } => Access::Read,
         }
     }
 }
@@ -139,6 +159,8 @@ pub enum Response {
     /// The log file's path.
     AllocLogs(PathBuf),
     Events(crate::events::Page),
+    AllocControl(AllocControlled),
+    JobInspect(JobInspected),
     Session(crate::task::exec_target::SessionTarget),
 }
 
@@ -169,6 +191,7 @@ mod tests {
             },
             Request::AllocLogs(Default::default()),
             Request::Events(Default::default()),
+            Request::JobInspect { name: "web".into() },
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");
@@ -189,6 +212,13 @@ mod tests {
                 name: "web".into(),
                 purge: false,
             },
+            Request::JobPeriodicForce { name: "web".into() },
+            Request::JobDispatch(Default::default()),
+            Request::AllocControl(crate::task::calls::AllocControl {
+                alloc_id: "a1".into(),
+                task: String::new(),
+                action: crate::task::calls::AllocAction::Restart,
+            }),
         ];
         for request in changes {
             assert_eq!(request.access(), Access::Change, "{request:?}");

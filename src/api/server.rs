@@ -119,12 +119,13 @@ impl ControlServer {
         let args = ChannelBuilder::new(grpc_environment())
             .max_receive_message_len(MAX_REQUEST as i32)
             .build_args();
+        let sessions = super::session::Sessions::new(calls.clone());
         let mut server = ServerBuilder::new(grpc_environment())
             .channel_args(args)
             .register_service(agent_grpc::create_agent(Service {
-                sessions: super::session::Sessions::new(calls.clone()),
                 calls,
                 sent,
+                sessions,
             }))
             .build()
             .map_err(Error::Grpc)?;
@@ -522,6 +523,40 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn job_periodic_force(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobPeriodicForceRequest,
+        sink: UnarySink<api::JobRunResponse>,
+    ) {
+        self.forward(
+            "JobPeriodicForce",
+            Request::JobPeriodicForce { name: req.name },
+            sink,
+            |resp| match resp {
+                Response::JobRun(run) => Some(wire::job_run(run)),
+                _ => None,
+            },
+        );
+    }
+
+    fn job_dispatch(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobDispatchRequest,
+        sink: UnarySink<api::JobRunResponse>,
+    ) {
+        self.forward(
+            "JobDispatch",
+            Request::JobDispatch(wire::dispatch_request(req)),
+            sink,
+            |resp| match resp {
+                Response::JobRun(run) => Some(wire::job_run(run)),
+                _ => None,
+            },
+        );
+    }
+
     fn job_stop(
         &mut self,
         _ctx: RpcContext,
@@ -576,6 +611,49 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn alloc_control(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::AllocControlRequest,
+        sink: UnarySink<api::AllocControlResponse>,
+    ) {
+        let request = match wire::alloc_control(req) {
+            Ok(request) => request,
+            Err(err) => {
+                crate::metrics::API_CALLS
+                    .observe(&["AllocControl", wire::code_name(err.kind)], 0.0);
+                let _ = self.sent.send(sink.fail(wire::status(&err)));
+                return;
+            }
+        };
+        self.forward(
+            "AllocControl",
+            Request::AllocControl(request),
+            sink,
+            |resp| match resp {
+                Response::AllocControl(done) => Some(wire::alloc_controlled(done)),
+                _ => None,
+            },
+        );
+    }
+
+    fn job_inspect(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobInspectRequest,
+        sink: UnarySink<api::JobInspectResponse>,
+    ) {
+        self.forward(
+            "JobInspect",
+            Request::JobInspect { name: req.name },
+            sink,
+            |resp| match resp {
+                Response::JobInspect(job) => Some(wire::job_inspected(job)),
+                _ => None,
+            },
+        );
+    }
+
     fn events(
         &mut self,
         _ctx: RpcContext,
@@ -600,7 +678,6 @@ impl agent_grpc::Agent for Service {
         stream: grpcio::RequestStream<api::AllocExecInput>,
         sink: grpcio::DuplexSink<api::AllocExecOutput>,
     ) {
-        crate::trace::point("api-call", "AllocExec");
         self.sessions.exec(&ctx, stream, sink);
     }
 
@@ -610,7 +687,6 @@ impl agent_grpc::Agent for Service {
         req: api::AllocFsRequest,
         sink: UnarySink<api::AllocFsResponse>,
     ) {
-        crate::trace::point("api-call", "AllocFs");
         self.sessions.fs(&ctx, req, sink);
     }
 }

@@ -24,7 +24,7 @@ use crossbeam_channel::Sender;
 use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
 use grpcio::{DuplexSink, RequestStream, RpcContext, UnarySink, WriteFlags};
 
-use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
+use super::{wire, wire_session, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::block_on;
 use crate::proto::agent as pb;
 use crate::sys::poll::{poll_many, Want};
@@ -118,6 +118,7 @@ impl Sessions {
         req: pb::AllocFsRequest,
         sink: UnarySink<pb::AllocFsResponse>,
     ) {
+        crate::trace::point("api-call", "AllocFs");
         let sessions = self.clone();
         let sink = Arc::new(std::sync::Mutex::new(Some(sink)));
         let held = sink.clone();
@@ -130,13 +131,13 @@ impl Sessions {
             };
             let answer = match sessions.ask(Request::Session(lookup)) {
                 Ok(Response::Session(SessionTarget::Fs(root))) => {
-                    crate::task::alloc_fs::read(&root, &wire::fs_request(&req))
+                    crate::task::alloc_fs::read(&root, &wire_session::fs_request(&req))
                 }
                 Ok(_) => Err(other_response()),
                 Err(err) => Err(err),
             };
             let sending = match answer {
-                Ok(answer) => sink.success(wire::fs_answer(answer)),
+                Ok(answer) => sink.success(wire_session::fs_answer(answer)),
                 Err(err) => sink.fail(wire::status(&err)),
             };
             if let Err(err) = block_on(sending) {
@@ -156,6 +157,7 @@ impl Sessions {
         stream: RequestStream<pb::AllocExecInput>,
         sink: DuplexSink<pb::AllocExecOutput>,
     ) {
+        crate::trace::point("api-call", "AllocExec");
         let sessions = self.clone();
         let call = Arc::new(std::sync::Mutex::new(Some((stream, sink))));
         let held = call.clone();
@@ -198,7 +200,7 @@ impl Sessions {
             let _ = block_on(sink.fail(wire::status(&err)));
             return;
         }
-        let lookup = SessionLookup::Exec(wire::exec_lookup(&start));
+        let lookup = SessionLookup::Exec(wire_session::exec_lookup(&start));
         let target = match self.ask(Request::Session(lookup)) {
             Ok(Response::Session(SessionTarget::Exec(target))) => target,
             Ok(_) => {
@@ -210,13 +212,18 @@ impl Sessions {
                 return;
             }
         };
-        let tty = start.tty.then(|| wire::terminal_size(start.size.as_ref()));
+        let tty = start
+            .tty
+            .then(|| wire_session::terminal_size(start.size.as_ref()));
         let started = match enter::start(&target, &start.command, tty) {
             Ok(started) => started,
             Err(err) => {
                 let (code, message) = enter::start_failure(&start.command[0], &err);
-                let _ = send(&mut sink, wire::exec_output(b"", message.as_bytes()));
-                let _ = send(&mut sink, wire::exec_exited(code));
+                let _ = send(
+                    &mut sink,
+                    wire_session::exec_output(b"", message.as_bytes()),
+                );
+                let _ = send(&mut sink, wire_session::exec_exited(code));
                 let _ = block_on(sink.close());
                 return;
             }
@@ -252,7 +259,7 @@ impl Sessions {
             Err(_) => 1,
         };
         if sent {
-            let _ = send(&mut sink, wire::exec_exited(code));
+            let _ = send(&mut sink, wire_session::exec_exited(code));
             let _ = block_on(sink.close());
         }
         // The input thread ends with the call's stream, which the caller
@@ -325,7 +332,7 @@ fn pump_input(
         match block_on(stream.next()) {
             Some(Ok(input)) => {
                 if let (Some(size), Some(pty)) = (input.resize.as_ref(), &pty) {
-                    let (rows, cols) = wire::terminal_size(Some(size));
+                    let (rows, cols) = wire_session::terminal_size(Some(size));
                     let _ = crate::sys::tty::set_window_size(pty.as_fd(), rows, cols);
                 }
                 if !input.stdin.is_empty() {
@@ -410,9 +417,9 @@ fn pump_output(
                     }
                     Ok(n) => {
                         let msg = if *is_stderr {
-                            wire::exec_output(b"", &buf[..n])
+                            wire_session::exec_output(b"", &buf[..n])
                         } else {
-                            wire::exec_output(&buf[..n], b"")
+                            wire_session::exec_output(&buf[..n], b"")
                         };
                         if !send(sink, msg) {
                             return false;

@@ -432,6 +432,17 @@ pub fn job_run(run: task::JobRun) -> pb::JobRunResponse {
         alloc_ids: run.alloc_ids,
         unchanged: run.unchanged,
         warnings: run.warnings,
+        unplaced: run.unplaced.iter().map(unplaced).collect(),
+        ..Default::default()
+    }
+}
+
+fn unplaced(u: &task::Unplaced) -> pb::Unplaced {
+    pb::Unplaced {
+        group: u.group.clone(),
+        count: u.count,
+        constraint: u.constraint.clone(),
+        message: u.message(),
         ..Default::default()
     }
 }
@@ -459,7 +470,31 @@ fn job(j: task::JobStatus) -> pb::JobStatus {
         submitted_unix_ms: ms(j.submitted),
         stop_wanted: j.stop_wanted,
         allocs: j.allocs.into_iter().map(alloc).collect(),
+        unplaced: j.unplaced.iter().map(unplaced).collect(),
+        parent: j.parent,
+        parent_kind: j.parent_kind,
+        next_launch_unix: j.next_launch.unwrap_or(0),
+        children: j
+            .children
+            .into_iter()
+            .map(|c| pb::JobChild {
+                name: c.name,
+                status: c.status,
+                submitted_unix_ms: ms(c.submitted),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
+    }
+}
+
+/// `job dispatch`'s request, for the loop.
+pub fn dispatch_request(req: pb::JobDispatchRequest) -> task::DispatchRequest {
+    task::DispatchRequest {
+        job: req.name,
+        meta: req.meta.into_iter().collect(),
+        payload: req.payload,
+        id_prefix_template: req.id_prefix_template,
     }
 }
 
@@ -490,6 +525,9 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
                         ..Default::default()
                     })
                     .collect(),
+                lifecycle: t.lifecycle,
+                cpu_mhz: t.cpu_mhz,
+                memory_mb: t.memory_mb,
                 ..Default::default()
             })
             .collect(),
@@ -506,8 +544,20 @@ fn alloc(a: task::AllocStatus) -> pb::AllocStatus {
             })
             .collect(),
         created_unix_ms: ms(a.created),
+        ports: alloc_ports(a.ports),
         ..Default::default()
     }
+}
+
+fn alloc_ports(ports: Vec<(String, u16)>) -> Vec<pb::AllocPort> {
+    ports
+        .into_iter()
+        .map(|(label, host)| pb::AllocPort {
+            label,
+            host: u32::from(host),
+            ..Default::default()
+        })
+        .collect()
 }
 
 pub fn logs(path: std::path::PathBuf) -> pb::AllocLogsResponse {
@@ -560,68 +610,72 @@ pub fn events(page: Page) -> pb::EventsResponse {
     }
 }
 
-// ---- alloc exec and alloc fs (`session.rs`) ----
+// ---- alloc control and job inspect ----
 
-pub fn exec_lookup(start: &pb::AllocExecStart) -> crate::task::exec_target::ExecLookup {
-    crate::task::exec_target::ExecLookup {
-        alloc_id: start.alloc_id.clone(),
-        task: start.task.clone(),
-    }
-}
-
-/// A terminal size as rows and columns; a missing or zero one is 24x80,
-/// a terminal's customary default.
-pub fn terminal_size(size: Option<&pb::TerminalSize>) -> (u16, u16) {
-    let clamp = |n: u32, default: u16| match u16::try_from(n) {
-        Ok(0) => default,
-        Ok(n) => n,
-        Err(_) => u16::MAX,
+/// `alloc signal`/`restart`/`stop`'s request; an unknown action or signal
+/// is refused before it reaches the loop.
+pub fn alloc_control(req: pb::AllocControlRequest) -> Result<task::AllocControl, CallError> {
+    let action = match req.action.as_str() {
+        "signal" => task::AllocAction::Signal(signal(&req.signal)?),
+        "restart" => task::AllocAction::Restart,
+        "stop" => task::AllocAction::Stop,
+        other => {
+            return Err(CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown alloc action {other:?} (signal, restart, stop)"),
+            ))
+        }
     };
-    size.map_or((24, 80), |s| (clamp(s.rows, 24), clamp(s.cols, 80)))
+    Ok(task::AllocControl {
+        alloc_id: req.alloc_id,
+        task: req.task,
+        action,
+    })
 }
 
-pub fn exec_output(stdout: &[u8], stderr: &[u8]) -> pb::AllocExecOutput {
-    pb::AllocExecOutput {
-        stdout: stdout.to_vec(),
-        stderr: stderr.to_vec(),
+/// A signal's name, with or without its `SIG`; empty is SIGKILL, the
+/// default of Nomad's `alloc signal`.
+fn signal(name: &str) -> Result<crate::spec::KillSignal, CallError> {
+    use crate::spec::KillSignal;
+    if name.is_empty() {
+        return Ok(KillSignal::Kill);
+    }
+    let upper = name.to_ascii_uppercase();
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    KillSignal::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == full)
+        .ok_or_else(|| {
+            let known: Vec<&str> = KillSignal::ALL.iter().map(|s| s.as_str()).collect();
+            CallError::new(
+                ErrorKind::InvalidArgument,
+                format!("unknown signal {name:?} (known: {})", known.join(", ")),
+            )
+        })
+}
+
+pub fn alloc_controlled(done: task::AllocControlled) -> pb::AllocControlResponse {
+    pb::AllocControlResponse {
+        alloc_id: done.alloc_id,
+        tasks: done.tasks,
+        replacement: done.replacement.unwrap_or_default(),
         ..Default::default()
     }
 }
 
-pub fn exec_exited(code: i32) -> pb::AllocExecOutput {
-    pb::AllocExecOutput {
-        exited: true,
-        exit_code: code,
-        ..Default::default()
-    }
-}
-
-pub fn fs_request(req: &pb::AllocFsRequest) -> crate::task::alloc_fs::FsRequest {
-    crate::task::alloc_fs::FsRequest {
-        path: req.path.clone(),
-        stat: req.stat,
-        offset: req.offset,
-    }
-}
-
-fn fs_entry(entry: crate::task::alloc_fs::FsEntry) -> pb::AllocFsEntry {
-    pb::AllocFsEntry {
-        name: entry.name,
-        size: entry.size,
-        mode: entry.mode,
-        modified_unix: entry.modified_unix,
-        is_dir: entry.is_dir,
-        link_target: entry.link_target,
-        ..Default::default()
-    }
-}
-
-pub fn fs_answer(answer: crate::task::alloc_fs::FsAnswer) -> pb::AllocFsResponse {
-    pb::AllocFsResponse {
-        entry: MessageField::some(fs_entry(answer.entry)),
-        entries: answer.entries.into_iter().map(fs_entry).collect(),
-        data: answer.data,
-        eof: answer.eof,
+pub fn job_inspected(job: task::JobInspected) -> pb::JobInspectResponse {
+    pb::JobInspectResponse {
+        name: job.name,
+        file: job.file,
+        hcl: job.hcl,
+        submitted_unix_ms: ms(job.submitted),
+        type_: job.job_type,
+        groups: job.groups,
         ..Default::default()
     }
 }

@@ -8,8 +8,10 @@
 use super::out;
 use std::io;
 
+use super::alloc_cmd;
 use super::args::{self, switch, value, Flag, UsageError};
 use super::job_inputs::{self, VAR_FLAGS};
+use super::job_watch;
 use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
@@ -21,9 +23,16 @@ use crate::units::format_timestamp;
 pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
-  run [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE
+  run [-detach] [-verbose] [-timeout DURATION] [-var NAME=VALUE]...
+      [-var-file FILE]... [-hcl2-strict=false] FILE
                           validate a job file and start its allocations
-                          (one per group instance); prints their IDs; FILE
+                          (one per group instance); prints their IDs, then
+                          watches them until every one runs (a plugin
+                          task: until its plugin is healthy) or completed
+                          (exit 0), one failed (exit 1), or -timeout
+                          (default 5m) ran out (exit 1, with what is still
+                          pending); -detach returns at once; -verbose
+                          shows full IDs and every event; FILE
                           is read as JSON when it ends in .json, from
                           stdin when it is -; -var, -var-file and
                           NOMAD_VAR_<NAME> in the environment give its
@@ -35,47 +44,86 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
                           summary of its allocations by status, then its
-                          allocations, tasks and recent task events
+                          allocations, tasks and recent task events; of a
+                          periodic or parameterized job, its next launch
+                          and its children
+  periodic force NAME     launch a periodic job's child now
+  dispatch [-meta KEY=VALUE]... [-id-prefix-template PREFIX] NAME [FILE]
+                          launch a parameterized job's child with meta and
+                          the payload in FILE (stdin for -; at most 16 KiB)
+  inspect [-json] NAME    the job file as it was submitted; -json: the
+                          agent's record of it (name, file, text, type,
+                          groups)
 
   -address ADDR           the agent's control socket (default
                           $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
 
 pub const ALLOC_USAGE: &str = "\
-usage: csi-agent alloc logs [-stderr] [-address ADDR] ALLOC TASK
-       csi-agent alloc exec [-task TASK] [-i=BOOL] [-t=BOOL] ALLOC COMMAND [ARGS...]
-       csi-agent alloc fs [-stat] [-H] ALLOC [PATH]
+usage: csi-agent alloc COMMAND [-address ADDR] ARGS
 
-  logs prints a task's stdout (or its stderr with -stderr); exec runs a
-  command in a running task (see `csi-agent alloc exec -h`); fs lists or
-  prints what is beneath the alloc dir (see `csi-agent alloc fs -h`).
+  logs [-stderr] ALLOC TASK
+                          a task's stdout (or its stderr with -stderr)
+  status [-json] ALLOC    the alloc, its ports and volumes, and each task's
+                          state, resources and recent events
+  signal [-s SIGNAL] ALLOC [TASK]
+                          send SIGNAL (default SIGKILL) to the task, or to
+                          every running task
+  restart ALLOC [TASK]    stop the task (or every running task) and start
+                          it again at once, in place, outside its restart
+                          policy
+  stop ALLOC              stop the alloc; a service or system job's is
+                          replaced by a new alloc of the same group
+  exec [-task TASK] [-i=BOOL] [-t=BOOL] ALLOC COMMAND [ARGS...]
+                          run a command in a running task (a TTY with -t);
+                          see `csi-agent alloc exec -h`
+  fs [-stat] [-H] ALLOC [PATH]
+                          list, print or stat what is beneath the alloc
+                          dir; see `csi-agent alloc fs -h`
+
   ALLOC may be a unique prefix of an allocation ID.";
 
-const RUN_FLAGS: &[Flag] = &[value("address"), VAR_FLAGS[0], VAR_FLAGS[1], VAR_FLAGS[2]];
+const RUN_FLAGS: &[Flag] = &[
+    value("address"),
+    VAR_FLAGS[0],
+    VAR_FLAGS[1],
+    VAR_FLAGS[2],
+    switch("detach"),
+    switch("verbose"),
+    value("timeout"),
+];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
 const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the job command (run, stop, status)").into());
+        return Err(UsageError::new("missing the job command (run, stop, status, inspect)").into());
     };
     match verb.as_str() {
         "run" => run_job(rest),
         "stop" => stop(rest),
         "status" => status(rest),
+        "periodic" => super::job_children::periodic(rest),
+        "dispatch" => super::job_children::dispatch(rest),
+        "inspect" => alloc_cmd::inspect(rest),
         other => Err(UsageError::new(format!("unknown job command {other:?}")).into()),
     }
 }
 
 pub fn alloc(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the alloc command (logs, exec, fs)").into());
+        return Err(UsageError::new(
+            "missing the alloc command (logs, status, signal, restart, stop, exec, fs)",
+        )
+        .into());
     };
     match verb.as_str() {
         "logs" => {}
+        "status" => return alloc_cmd::status(rest),
+        "signal" | "restart" | "stop" => return alloc_cmd::control(verb, rest),
         "exec" => return super::alloc_exec_cmd::run(rest),
         "fs" => return super::alloc_fs_cmd::run(rest),
-        _ => return Err(UsageError::new(format!("unknown alloc command {verb:?}")).into()),
+        other => return Err(alloc_cmd::unknown(other)),
     }
     let args = args::parse(LOGS_FLAGS, rest)?;
     args.at_most(2)?;
@@ -129,7 +177,13 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     let mut inputs = job_inputs::gather(&args, path)?;
     refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
     refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
-    let resp = connect(&args)?.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
+    let watch = job_watch::options(&args)?;
+    let client = connect(&args)?;
+    let since = match &watch {
+        Some(_) => job_watch::start_index(&client)?,
+        None => 0,
+    };
+    let resp = client.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
     for warning in &resp.warnings {
         eprintln!("{warning}");
     }
@@ -141,7 +195,35 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     for id in &resp.alloc_ids {
         out::outln!("  alloc {id}");
     }
-    Ok(())
+    if !resp.unplaced.is_empty() {
+        // Nothing to watch come up where the node filtered the job.
+        out::outln!("Failed to place all allocations:");
+        out::out!("{}", placement_failures(&resp.unplaced));
+        return Err(CliError::NotPlaced {
+            job: resp.job.clone(),
+            groups: resp.unplaced.len(),
+        });
+    }
+    match watch {
+        Some(options) => job_watch::watch(&client, &resp.job, &resp.alloc_ids, since, &options),
+        None => Ok(()),
+    }
+}
+
+/// Nomad's lines for groups the node filtered: each group, how many
+/// allocs, and the constraint.
+fn placement_failures(unplaced: &[api::Unplaced]) -> String {
+    let mut out = String::new();
+    for u in unplaced {
+        out.push_str(&format!(
+            "  Task Group {:?} (failed to place {} allocation{}):\n    * {}\n",
+            u.group,
+            u.count,
+            if u.count == 1 { "" } else { "s" },
+            u.message
+        ));
+    }
+    out
 }
 
 fn stop(argv: &[String]) -> Result<(), CliError> {
@@ -243,7 +325,12 @@ fn details(job: &api::JobStatus) -> String {
         job.file,
         format_timestamp(from_unix_ms(job.submitted_unix_ms))
     );
+    out.push_str(&super::job_children::details(job));
     out.push_str(&summary(&job.allocs));
+    if !job.unplaced.is_empty() {
+        out.push_str("\nPlacement Failure\n");
+        out.push_str(&placement_failures(&job.unplaced));
+    }
     for alloc in &job.allocs {
         out.push_str(&format!(
             "\nAlloc {} (group {:?} [{}]): {}{}\n",

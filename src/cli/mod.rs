@@ -5,13 +5,16 @@
 //! Errors print their whole `source()` chain, numbered.
 
 pub mod agent_cmd;
+pub mod alloc_cmd;
 pub mod alloc_exec_cmd;
 pub mod alloc_fs_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
+pub mod job_children;
 pub mod job_cmd;
 pub mod job_inputs;
+pub mod job_watch;
 pub mod json;
 pub mod node_cmd;
 pub mod out;
@@ -35,8 +38,9 @@ commands:
   plugin     show the plugins the agent supervises (plugin status)
   volume     register, create, claim, release and show volumes
   node       show the agents of this agent's cluster (node status)
-  job        run, stop and show jobs (exec tasks, CSI plugin tasks)
-  alloc      a task's logs, a command in a task, the alloc dir (logs, exec, fs)
+  job        run (and watch), stop, show and inspect jobs
+  alloc      look at an alloc and its tasks' logs, signal, restart, stop it,
+             run a command in a task (exec), read its dir (fs)
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -71,8 +75,23 @@ pub enum CliError {
     Validate(validate::Failed),
     Agent(crate::agent::Error),
     Api(crate::api::client::Error),
-    Config { path: PathBuf, reason: String },
-    Io { what: String, err: std::io::Error },
+    Config {
+        path: PathBuf,
+        reason: String,
+    },
+    Io {
+        what: String,
+        err: std::io::Error,
+    },
+    /// `job run` left groups unplaced: the node does not meet their
+    /// constraints.
+    NotPlaced {
+        job: String,
+        groups: usize,
+    },
+    /// An operation failed for the reason given (`job run`'s watch saw the
+    /// job fail or gave up waiting, no alloc has the ID asked for).
+    Failed(String),
 }
 
 impl fmt::Display for CliError {
@@ -89,6 +108,12 @@ impl fmt::Display for CliError {
                 write!(f, "invalid agent config {}: {reason}", path.display())
             }
             CliError::Io { what, .. } => f.write_str(what),
+            CliError::NotPlaced { job, groups } => write!(
+                f,
+                "job {job:?}: {groups} task group{} could not be placed on this node",
+                if *groups == 1 { "" } else { "s" }
+            ),
+            CliError::Failed(why) => f.write_str(why),
         }
     }
 }

@@ -216,6 +216,7 @@ fn volume_summary(out: &mut String, name: &str, volume: &VolumeSpec) {
 
 fn job_summary(out: &mut String, name: &str, job: &Job) {
     let _ = writeln!(out, "{name}: job {:?}", job.name);
+    placement_summary(out, "  ", &job.placement.meta, &job.placement.constraints);
     for group in &job.groups {
         group_summary(out, group);
     }
@@ -232,6 +233,12 @@ fn group_summary(out: &mut String, group: &Group) {
         format_duration(restart.interval),
         format_duration(restart.delay),
         restart.mode
+    );
+    placement_summary(
+        out,
+        "    ",
+        &group.placement.meta,
+        &group.placement.constraints,
     );
     for volume in &group.volumes {
         let source = if volume.per_alloc && group.count > 0 {
@@ -258,6 +265,23 @@ fn group_summary(out: &mut String, group: &Group) {
     }
 }
 
+/// A level's `meta` keys (not their values, as for `env`) and its
+/// constraints as Nomad names them.
+fn placement_summary(
+    out: &mut String,
+    indent: &str,
+    meta: &std::collections::BTreeMap<String, String>,
+    constraints: &[crate::spec::Constraint],
+) {
+    if !meta.is_empty() {
+        let keys: Vec<&str> = meta.keys().map(String::as_str).collect();
+        let _ = writeln!(out, "{indent}meta: {}", keys.join(", "));
+    }
+    for c in constraints {
+        let _ = writeln!(out, "{indent}constraint {}", c.describe());
+    }
+}
+
 fn task_summary(out: &mut String, task: &Task) {
     // A docker task runs its image; an exec or raw_exec task its command.
     let (what, args) = match &task.docker {
@@ -275,6 +299,7 @@ fn task_summary(out: &mut String, task: &Task) {
         task.name,
         task.driver.as_str(),
     );
+    placement_summary(out, "      ", &task.meta, &task.constraints);
     if let Some(docker) = &task.docker {
         if docker.privileged {
             let _ = writeln!(out, "      privileged (needs the agent's allow_privileged)");

@@ -2,7 +2,9 @@
 //! of `cluster { tls { ca_file cert_file key_file } }`, read and checked
 //! once when the agent starts, and made into gRPC channel credentials for
 //! each member. TLS itself is BoringSSL inside gRPC's core, linked into
-//! the binary (grpcio's `boringssl` feature).
+//! the binary (grpcio's `boringssl` feature), or, in the development build
+//! that links the system's gRPC core (`GRPCIO_SYS_USE_PKG_CONFIG=1`), the
+//! system's OpenSSL that core links.
 //!
 //! Apart from the client because it handles files and key material: the
 //! private key is held only to be handed to gRPC, and never shown.

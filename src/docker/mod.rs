@@ -22,18 +22,22 @@
 //! The files split by concern: `images.rs` (presence, pull, import, the
 //! registry's credentials), `containers.rs` (create, start, inspect, list,
 //! wait, kill, remove), `spec.rs` (what a container is asked to be),
-//! `logs.rs` (the multiplexed log stream), `http.rs` (the wire).
+//! `logs.rs` (the multiplexed log stream), `volume_mounts.rs` (which
+//! containers mount which named volumes, for the volume plugin's
+//! reconciler), `http.rs` (the wire).
 
 mod containers;
 pub mod http;
 mod images;
 mod logs;
 mod spec;
+mod volume_mounts;
 
 pub use containers::Container;
 pub use images::Auth;
 pub use logs::{demultiplex, Demux};
 pub use spec::{ContainerSpec, Device, Mount, PortBinding};
+pub use volume_mounts::{ContainerVolumes, VolumeMount};
 
 use std::fmt;
 use std::io;

@@ -63,12 +63,7 @@ pub fn snapshot_id(name: &str) -> String {
     if id.len() <= crate::id::MAX_LEN {
         return id;
     }
-    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
-    const PRIME: u128 = 0x0000000001000000000000000000013b;
-    let hash = name.bytes().fold(OFFSET, |hash, byte| {
-        (hash ^ u128::from(byte)).wrapping_mul(PRIME)
-    });
-    format!("[h]{hash:032x}")
+    format!("[h]{}", crate::id::digest_hex(name))
 }
 
 /// Copies the data of a volume or snapshot of `kind` at `from` to the new

@@ -28,7 +28,10 @@
 //!   [`MAX_BODY`] bytes, from its `Content-Length` (else 413); a body sent
 //!   chunked is refused (501), a head that is not HTTP/1.x too (400, 505);
 //! - the answer must be taken within [`WRITE_TIMEOUT`];
-//! - [`WORKERS`] threads run handlers.
+//! - [`WORKERS`] threads run handlers. A handler that waits holds its
+//!   worker meanwhile: the volume plugin's, whose Mount waits for a claim,
+//!   sets more (`volume_plugin::WORKERS`) so that quick calls still find
+//!   one.
 //!
 //! A connection thus holds about `max_head` plus `max_body` bytes (and
 //! its answer) and lives at most `request_timeout` plus the handler's time
@@ -36,6 +39,10 @@
 //! sent past its request before closing. Every answer closes its
 //! connection (`Connection: close`); a `HEAD` is answered without the
 //! body. A handler that panics is answered 500 and the server carries on.
+//!
+//! A server binds its address itself ([`Server::start`]), or serves a unix
+//! socket its caller bound ([`Server::serve_unix`]: the volume plugin's,
+//! made private before it is reachable).
 //!
 //! [`Server::stop`] wakes the poll thread, which closes every connection;
 //! the workers finish the handler they run, skip the requests queued, and
@@ -232,6 +239,36 @@ impl Server {
         handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
     ) -> io::Result<Server> {
         let (listener, bound) = listen.bind()?;
+        Server::serve(name, listener, bound, limits, handler)
+    }
+
+    /// Serves `listener`, a unix socket the caller bound at `path` itself
+    /// (under the name and with the permissions it chose), as
+    /// [`Server::start`] serves what it binds; `path` is removed when the
+    /// server stops.
+    pub fn serve_unix(
+        name: &str,
+        listener: UnixListener,
+        path: PathBuf,
+        limits: Limits,
+        handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
+    ) -> io::Result<Server> {
+        Server::serve(
+            name,
+            Listener::Unix(listener),
+            Listen::Unix(path),
+            limits,
+            handler,
+        )
+    }
+
+    fn serve(
+        name: &str,
+        listener: Listener,
+        bound: Listen,
+        limits: Limits,
+        handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
+    ) -> io::Result<Server> {
         listener.set_nonblocking()?;
         let mut server = Server {
             name: name.to_string(),

@@ -53,6 +53,7 @@ use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
 use super::exec_settings::{ExecSettings, TASK_ROOT_DIRS};
 use super::telemetry::{decode_telemetry, TelemetryConfig};
+use super::volume_plugin::{decode_volume_plugin, VolumePluginConfig};
 use super::{ClientConfig, Decoded, Invalid, PluginType};
 
 /// Where the agent keeps its state unless `data_dir` says otherwise.
@@ -105,6 +106,9 @@ pub struct AgentConfig {
     pub telemetry: TelemetryConfig,
     /// `client { reserved { cpu memory } ... }`: placement ([`ClientConfig`]).
     pub client: ClientConfig,
+    /// `volume_plugin { ... }`: Docker's volume plugin protocol, off
+    /// unless the block is present.
+    pub volume_plugin: Option<VolumePluginConfig>,
 }
 
 /// Nomad's client defaults for `datacenter` and `region`.
@@ -168,6 +172,7 @@ impl Default for AgentConfig {
             exec: ExecSettings::default(),
             telemetry: TelemetryConfig::default(),
             client: ClientConfig::default(),
+            volume_plugin: None,
         }
     }
 }
@@ -303,6 +308,9 @@ impl AgentConfig {
         self.exec.write(&mut w);
         self.telemetry.write(&mut w);
         self.client.write(&mut w);
+        if let Some(volume_plugin) = &self.volume_plugin {
+            volume_plugin.write(&mut w);
+        }
         if let Some(cluster) = &self.cluster {
             w.open("cluster", None);
             w.strings("etcd", &cluster.etcd);
@@ -453,6 +461,9 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(block) = f.block("telemetry") {
         config.telemetry = decode_telemetry(&mut f.nested(block));
+    }
+    if let Some(block) = f.block("volume_plugin") {
+        config.volume_plugin = Some(decode_volume_plugin(&mut f.nested(block)));
     }
     f.finish();
     config

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::decode::Fields;
-use super::job::Network;
+use super::network::Network;
 use super::{keywords, Kept};
 
 mod settings;

@@ -10,13 +10,16 @@
 //! mount options, and a single-node mode shared by several instances needs
 //! `per_alloc`, which gives instance N the volume `source[N]`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountOptions};
 use crate::hcl::{Block, Body, Pos};
 
+use super::constraint::{decode_placement, write_placement, Constraint, Inherited};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
+use super::network::{decode_network, write_network, Network};
 use super::service::{decode_service, write_service, Service};
 use super::task::{decode_task, write_task, OfGroup};
 use super::variables::JobInputs;
@@ -32,19 +35,15 @@ const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
 const JOB_IGNORED: &[&str] = &[
     "affinity",
     "all_at_once",
-    "constraint",
     "consul",
     "consul_token",
     "datacenters",
     "id",
-    "meta",
     "migrate",
     "multiregion",
     "name",
     "namespace",
     "node_pool",
-    "parameterized",
-    "periodic",
     "priority",
     "region",
     "reschedule",
@@ -58,12 +57,10 @@ const JOB_IGNORED: &[&str] = &[
 /// Keys of Nomad's `group` block that csi-agent ignores.
 const GROUP_IGNORED: &[&str] = &[
     "affinity",
-    "constraint",
     "consul",
     "disconnect",
     "ephemeral_disk",
     "max_client_disconnect",
-    "meta",
     "migrate",
     "prevent_reschedule_on_lost",
     "reschedule",
@@ -75,11 +72,6 @@ const GROUP_IGNORED: &[&str] = &[
     "vault",
 ];
 
-/// Keys of Nomad's group `network` block, and of its ports, that csi-agent
-/// ignores.
-const NETWORK_IGNORED: &[&str] = &["cni", "dns", "hostname", "mbits"];
-const PORT_IGNORED: &[&str] = &["host_network", "ignore_collision"];
-
 const RESTART_IGNORED: &[&str] = &["render_templates"];
 
 const VOLUME_IGNORED: &[&str] = &["sticky"];
@@ -90,6 +82,13 @@ pub struct Job {
     pub name: String,
     pub job_type: JobType,
     pub groups: Vec<Group>,
+    /// The job block's `meta` and `constraint`s, which every group
+    /// inherits ([`Group::inherited`]).
+    pub placement: Inherited,
+    /// `periodic`: the job launches children on a schedule, never runs.
+    pub periodic: Option<Box<super::Periodic>>,
+    /// `parameterized`: the job launches a child per `job dispatch`.
+    pub parameterized: Option<super::Parameterized>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
@@ -136,6 +135,11 @@ pub struct Group {
     /// tasks name in their `ports`.
     pub network: Option<Network>,
     pub tasks: Vec<super::Task>,
+    /// The group block's own `meta` and `constraint`s.
+    pub placement: Inherited,
+    /// The job block's, a copy of [`Job::placement`], so that an alloc's
+    /// group holds all that applies to it.
+    pub inherited: Inherited,
     pub ignored: Vec<Kept>,
 }
 
@@ -144,28 +148,25 @@ impl Group {
     pub fn volume(&self, alias: &str) -> Option<&GroupVolume> {
         self.volumes.iter().find(|v| v.alias == alias)
     }
-}
 
-/// A group's `network` block: the ports the agent allocates to each alloc
-/// (see `task::ports`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Network {
-    /// `host`, `bridge`, ... as written; empty when not given.
-    pub mode: String,
-    pub ports: Vec<NetworkPort>,
-    pub ignored: Vec<Kept>,
-}
+    /// Task `task`'s `meta` as Nomad merges it: the job's, then the
+    /// group's, then the task's own, a later key replacing an earlier.
+    pub fn task_meta(&self, task: &super::Task) -> BTreeMap<String, String> {
+        let mut meta = self.inherited.meta.clone();
+        meta.extend(self.placement.meta.clone());
+        meta.extend(task.meta.clone());
+        meta
+    }
 
-/// `port "label" { static to }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetworkPort {
-    pub label: String,
-    /// The host port; a dynamic one when `None`.
-    pub static_port: Option<u16>,
-    /// The port inside the task's network namespace; the host's port when
-    /// `None` (left out, or Nomad's -1).
-    pub to: Option<u16>,
-    pub ignored: Vec<Kept>,
+    /// Every constraint an alloc of the group must meet: the job's, the
+    /// group's, then each task's.
+    pub fn constraints(&self) -> impl Iterator<Item = &Constraint> {
+        self.inherited
+            .constraints
+            .iter()
+            .chain(&self.placement.constraints)
+            .chain(self.tasks.iter().flat_map(|t| &t.constraints))
+    }
 }
 
 /// What to do when a task fails: restart it up to `attempts` times within
@@ -288,7 +289,13 @@ impl Job {
         w.kept(&top);
         w.open("job", Some(&self.name));
         w.string("type", self.job_type.as_str());
+        write_placement(&mut w, &self.placement);
         w.kept(&inside);
+        super::periodic::write_schedule(
+            &mut w,
+            self.periodic.as_deref(),
+            self.parameterized.as_ref(),
+        );
         for group in &self.groups {
             write_group(&mut w, group);
         }
@@ -311,6 +318,9 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
             name: String::new(),
             job_type: JobType::Service,
             groups: Vec::new(),
+            placement: Inherited::default(),
+            periodic: None,
+            parameterized: None,
             ignored,
         };
     };
@@ -326,9 +336,11 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     dec.check_id(block.labels[0].span.start, "job ID", name);
     let mut j = f.labeled(block, name);
     let job_type = j.parsed("type").unwrap_or(JobType::Service);
+    let placement = decode_placement(&mut j);
+    let (periodic, parameterized) = super::periodic::decode_schedule(&mut j, job_type);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
-        groups.push(decode_group(&j, group, group_name, job_type));
+        groups.push(decode_group(&j, group, group_name, job_type, &placement));
     }
     if groups.is_empty() {
         j.error(j.pos(), format!("{} needs at least one group", j.what()));
@@ -339,6 +351,9 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
         name: name.clone(),
         job_type,
         groups,
+        placement,
+        periodic,
+        parameterized,
         ignored,
     }
 }
@@ -350,8 +365,15 @@ fn first_item_pos(body: &Body) -> Pos {
         .map_or(Pos::new(1, 1), |item| item.span().start)
 }
 
-fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) -> Group {
+fn decode_group(
+    f: &Fields<'_>,
+    block: &Block,
+    name: String,
+    job_type: JobType,
+    inherited: &Inherited,
+) -> Group {
     let mut g = f.labeled(block, &name);
+    let placement = decode_placement(&mut g);
     g.dec()
         .check_id(block.labels[0].span.start, "group name", &name);
     let count_at = g.u64_at("count");
@@ -453,28 +475,8 @@ fn decode_group(f: &Fields<'_>, block: &Block, name: String, job_type: JobType) 
         services,
         network,
         tasks,
-        ignored,
-    }
-}
-
-fn decode_network(f: &mut Fields<'_>) -> Network {
-    let mode = f.string("mode").unwrap_or_default();
-    let mut ports = Vec::new();
-    for (block, label) in f.labeled_blocks("port") {
-        let mut p = f.labeled(block, &label);
-        ports.push(NetworkPort {
-            label,
-            static_port: p.port_number("static"),
-            to: p.port_inside("to"),
-            ignored: p.ignore(PORT_IGNORED),
-        });
-        p.finish();
-    }
-    let ignored = f.ignore(NETWORK_IGNORED);
-    f.finish();
-    Network {
-        mode,
-        ports,
+        placement,
+        inherited: inherited.clone(),
         ignored,
     }
 }
@@ -596,6 +598,7 @@ fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &st
 fn write_group(w: &mut Writer, group: &Group) {
     w.open("group", Some(&group.name));
     w.plain("count", group.count);
+    write_placement(w, &group.placement);
     write_restart(w, &group.restart);
     for volume in &group.volumes {
         w.open("volume", Some(&volume.alias));
@@ -616,22 +619,7 @@ fn write_group(w: &mut Writer, group: &Group) {
         write_service(w, service);
     }
     if let Some(network) = &group.network {
-        w.open("network", None);
-        if !network.mode.is_empty() {
-            w.string("mode", &network.mode);
-        }
-        for port in &network.ports {
-            w.open("port", Some(&port.label));
-            for (key, value) in [("static", port.static_port), ("to", port.to)] {
-                if let Some(value) = value {
-                    w.plain(key, value);
-                }
-            }
-            w.kept(&port.ignored);
-            w.close();
-        }
-        w.kept(&network.ignored);
-        w.close();
+        write_network(w, network);
     }
     for task in &group.tasks {
         write_task(w, task);

@@ -39,19 +39,29 @@
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
+//! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
 //! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
-//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes |
+//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes, `meta` and `constraint`s handed down |
+//! | `constraint.rs` | [`Constraint`]: a job's, group's or task's `constraint` blocks, checked as Nomad checks them; `meta` and constraints handed down ([`Inherited`]) |
+//! | `version.rs` | [`Version`] and [`VersionConstraint`]: go-version's and SemVer's rules for the `version` and `semver` operators |
 //! | `task.rs` | [`Task`]: exec config, resources, volume mounts |
 //! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
+//! | `periodic.rs` | [`Periodic`] and [`Parameterized`], a job's `periodic` and `parameterized` blocks |
+//! | `civil.rs` | civil dates and seconds since the epoch, for `cron.rs` |
+//! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
+//! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
 
 mod agent;
 mod artifact;
+mod civil;
 mod cluster;
+mod constraint;
+mod cron;
 mod csi_plugin;
 mod decode;
 mod docker;
@@ -59,6 +69,8 @@ mod encode;
 mod exec_settings;
 mod job;
 mod job_level_tasks;
+mod network;
+mod periodic;
 mod placement;
 mod service;
 mod suggest;
@@ -66,7 +78,10 @@ mod task;
 mod telemetry;
 mod template;
 mod variables;
+mod version;
 mod volume;
+mod volume_plugin;
+mod zone;
 
 use std::fmt;
 
@@ -82,6 +97,8 @@ pub use artifact::{
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
 pub use cluster::etcd_target;
+pub use constraint::{Constraint, Inherited, Operator};
+pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
     capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
@@ -89,9 +106,9 @@ pub use docker::{
     DEFAULT_DOCKER_ENDPOINT,
 };
 pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
-pub use job::{
-    Group, GroupVolume, Job, JobType, Network, NetworkPort, Restart, RestartMode, VolumeType,
-};
+pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};
+pub use network::{Network, NetworkPort};
+pub use periodic::{Parameterized, PayloadRule, Periodic};
 pub use placement::{
     ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
 };
@@ -105,7 +122,13 @@ pub use task::{
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;
-pub use volume::{Topology, TopologyRequest, VolumeSpec};
+pub use version::{Flavor, Version, VersionConstraint};
+pub use volume::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
+pub use volume_plugin::{
+    VolumePluginConfig, DEFAULT_MOUNT_TIMEOUT, DEFAULT_UNMOUNT_GRACE, DEFAULT_VOLUME_PLUGIN_NAME,
+    DOCKERD_PLUGIN_TIMEOUT, DOCKER_PLUGIN_DIR,
+};
+pub use zone::{Zone, ZoneError, MAX_ZONE_FILE, ZONEINFO};
 
 /// A spec decoded without errors, with the warnings found on the way.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,6 +17,14 @@
 //!   # from (Nomad's defaults).
 //!   min_dynamic_port = 20000
 //!   max_dynamic_port = 32000
+//!   # The node's own key/value pairs, `${meta.KEY}` in job files and
+//!   # their constraints (merged over the top-level `meta`), and its
+//!   # class and pool, `${node.class}` and `${node.pool}`.
+//!   meta {
+//!     rack = "r7"
+//!   }
+//!   node_class = "storage"
+//!   node_pool  = "default"
 //!   # How far an artifact's fetch and unpacking may go (Nomad's
 //!   # defaults; the decompression limits take 0 for none).
 //!   artifact {
@@ -30,6 +38,8 @@
 //!
 //! Nomad's other client keys that may appear in a shared config (`enabled`,
 //! `servers`, `node_class`, ...) are accepted with a warning.
+
+use std::collections::BTreeMap;
 
 use super::artifact::{decode_artifact_config, ArtifactConfig};
 use super::decode::Fields;
@@ -48,8 +58,6 @@ const CLIENT_IGNORED: &[&str] = &[
     "enabled",
     "servers",
     "server_join",
-    "node_class",
-    "node_pool",
     "network_interface",
     "state_dir",
     "alloc_dir",
@@ -78,6 +86,13 @@ pub struct ClientConfig {
     pub max_dynamic_port: u16,
     /// `artifact { ... }`: the bounds of tasks' artifact fetches.
     pub artifact: ArtifactConfig,
+    /// `meta { ... }`: the node's key/value pairs, over the agent
+    /// config's top-level `meta`.
+    pub meta: BTreeMap<String, String>,
+    /// `node_class`: `${node.class}`, empty unless set.
+    pub node_class: String,
+    /// `node_pool`: `${node.pool}`, Nomad's `default` unless set.
+    pub node_pool: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -91,6 +106,9 @@ impl Default for ClientConfig {
             min_dynamic_port: DEFAULT_MIN_DYNAMIC_PORT,
             max_dynamic_port: DEFAULT_MAX_DYNAMIC_PORT,
             artifact: ArtifactConfig::default(),
+            meta: BTreeMap::new(),
+            node_class: String::new(),
+            node_pool: None,
         }
     }
 }
@@ -116,6 +134,13 @@ impl ClientConfig {
         w.plain("min_dynamic_port", self.min_dynamic_port);
         w.plain("max_dynamic_port", self.max_dynamic_port);
         self.artifact.write(w);
+        w.map("meta", &self.meta);
+        if !self.node_class.is_empty() {
+            w.string("node_class", &self.node_class);
+        }
+        if let Some(pool) = &self.node_pool {
+            w.string("node_pool", pool);
+        }
         w.close();
     }
 }
@@ -187,6 +212,9 @@ pub(crate) fn decode_client(f: &mut Fields<'_>) -> ClientConfig {
     if let Some(block) = c.block("artifact") {
         config.artifact = decode_artifact_config(&mut c.nested(block));
     }
+    config.meta = c.map("meta").unwrap_or_default();
+    config.node_class = c.string("node_class").unwrap_or_default();
+    config.node_pool = c.string("node_pool");
     c.ignore(CLIENT_IGNORED);
     c.finish();
     config
@@ -198,12 +226,15 @@ mod tests {
 
     #[test]
     fn the_client_block_decodes_and_writes_back() {
-        let src = "client {\n  reserved {\n    cpu = 500\n    memory = 512\n  }\n  max_allocs_per_job = 4\n  enabled = true\n}\n";
+        let src = "client {\n  reserved {\n    cpu = 500\n    memory = 512\n  }\n  max_allocs_per_job = 4\n  enabled = true\n  node_class = \"storage\"\n  meta {\n    rack = \"r7\"\n  }\n}\n";
         let decoded = AgentConfig::decode(src, "agent.hcl").expect("valid");
         let client = &decoded.spec.client;
         assert_eq!((client.reserved_cpu, client.reserved_memory), (500, 512));
         assert_eq!(client.max_allocs_per_job, 4);
         assert_eq!(client.cpu_total_compute, None);
+        assert_eq!(client.node_class, "storage");
+        assert_eq!(client.node_pool, None);
+        assert_eq!(client.meta["rack"], "r7");
         assert!(decoded.warnings[0].to_string().contains("\"enabled\""));
         let again = AgentConfig::decode(&decoded.spec.to_hcl(), "again.hcl").expect("valid");
         assert_eq!(again.spec.client, decoded.spec.client);

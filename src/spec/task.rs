@@ -28,7 +28,8 @@ use super::csi_plugin::{decode_csi_plugin, write_csi_plugin, CsiPlugin};
 use super::decode::Fields;
 use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
-use super::job::{decode_restart, write_restart, GroupVolume, Network, Restart};
+use super::job::{decode_restart, write_restart, GroupVolume, Restart};
+use super::network::Network;
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
 use super::template::{decode_template, write_template, TaskTemplate};
@@ -36,18 +37,7 @@ use super::{keywords, Kept};
 
 /// Keys of Nomad's `task` block that csi-agent ignores.
 const TASK_IGNORED: &[&str] = &[
-    "action",
-    "affinity",
-    "constraint",
-    "consul",
-    "dispatch_payload",
-    "identity",
-    "kind",
-    "logs",
-    "meta",
-    "schedule",
-    "scaling",
-    "vault",
+    "action", "affinity", "consul", "identity", "kind", "logs", "schedule", "scaling", "vault",
 ];
 
 /// Keys of Nomad's exec driver `config` that csi-agent ignores.
@@ -188,6 +178,14 @@ pub struct Task {
     pub templates: Vec<TaskTemplate>,
     /// Fetched into the task dir before its templates render.
     pub artifacts: Vec<Artifact>,
+    /// The task's own `meta`, merged over its group's and job's in its
+    /// `NOMAD_META_*` ([`super::Group::task_meta`]).
+    pub meta: std::collections::BTreeMap<String, String>,
+    /// The task's own `constraint`s, which its group's allocs must meet.
+    pub constraints: Vec<super::Constraint>,
+    /// `dispatch_payload { file }`: where, under the task's `local/` dir,
+    /// a dispatched child's payload is written.
+    pub dispatch_payload: Option<String>,
     pub ignored: Vec<Kept>,
 }
 
@@ -371,6 +369,10 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         .into_iter()
         .filter_map(|block| decode_artifact(&mut f.nested(block)))
         .collect();
+    let placement = super::constraint::decode_task_placement(f);
+    let dispatch_payload = f
+        .block("dispatch_payload")
+        .and_then(|block| decode_dispatch_payload(&mut f.nested(block)));
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -392,8 +394,29 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
         services,
         templates,
         artifacts,
+        meta: placement.meta,
+        constraints: placement.constraints,
+        dispatch_payload,
         ignored,
     }
+}
+
+/// `dispatch_payload { file }`: a path that stays inside `local/`.
+fn decode_dispatch_payload(f: &mut Fields<'_>) -> Option<String> {
+    let file = f.string_at("file");
+    let (file, pos) = f.require("file", file)?;
+    f.finish();
+    if file.is_empty() || !super::template::stays_inside(&file) || file.starts_with('/') {
+        f.error(
+            pos,
+            format!(
+                "file {file:?} in {} must be a relative path that stays inside the task's local/ dir",
+                f.what()
+            ),
+        );
+        return None;
+    }
+    Some(file)
 }
 
 fn decode_lifecycle(f: &mut Fields<'_>) -> Option<Lifecycle> {
@@ -548,6 +571,8 @@ fn decode_volume_mount(
 pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     w.open("task", Some(&task.name));
     w.string("driver", task.driver.as_str());
+    w.map("meta", &task.meta);
+    super::constraint::write_constraints(w, &task.constraints);
     if let Some(docker) = &task.docker {
         write_docker_config(w, docker);
     } else {
@@ -590,6 +615,11 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
     }
     if task.leader {
         w.plain("leader", true);
+    }
+    if let Some(file) = &task.dispatch_payload {
+        w.open("dispatch_payload", None);
+        w.string("file", file);
+        w.close();
     }
     write_restart(w, &task.restart);
     if let Some(resources) = &task.resources {

@@ -370,9 +370,7 @@ fn size(f: &mut Fields<'_>, key: &'static str) -> Option<u64> {
             expected: "a whole number of bytes",
         }),
         value => match value.as_str() {
-            Some(text) => {
-                parse_size(text).or_else(|err| parse_size(&canonical_unit(text)).map_err(|_| err))
-            }
+            Some(text) => parse_capacity(text),
             None => {
                 f.error(
                     value.pos(),
@@ -389,6 +387,13 @@ fn size(f: &mut Fields<'_>, key: &'static str) -> Option<u64> {
     result
         .map_err(|err| f.error(attr.value.pos(), format!("{key:?} in {}: {err}", f.what())))
         .ok()
+}
+
+/// A capacity as a volume spec reads it: a size with a unit
+/// ([`parse_size`]), or a unit Nomad accepts in another case or without its
+/// `B` (`"50gib"`, `"200G"`).
+pub fn parse_capacity(text: &str) -> Result<u64, UnitError> {
+    parse_size(text).or_else(|err| parse_size(&canonical_unit(text)).map_err(|_| err))
 }
 
 /// `text` with its unit spelled as [`parse_size`] expects, if it is a unit

@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+pub use super::feasible::Unplaced;
 use crate::spec::JobInputs;
 
 /// A job file to run: its path as the caller named it (for messages and
@@ -23,6 +24,9 @@ pub struct JobRun {
     /// The same job is running already: nothing was done.
     pub unchanged: bool,
     pub warnings: Vec<String>,
+    /// The group instances the node's attributes keep off it, and the
+    /// constraint that filtered each group.
+    pub unplaced: Vec<Unplaced>,
 }
 
 /// A job, its allocs and their tasks, as `job status` shows them.
@@ -38,6 +42,38 @@ pub struct JobStatus {
     pub stop_wanted: bool,
     /// Oldest first.
     pub allocs: Vec<AllocStatus>,
+    /// The group instances the node's constraints keep off it, checked
+    /// again now; empty once the job is stopped.
+    pub unplaced: Vec<Unplaced>,
+    /// A child's parent; empty for any other job.
+    pub parent: String,
+    /// `periodic`, `parameterized`, or empty for a job that runs itself.
+    pub parent_kind: String,
+    /// A periodic parent's next launch, in seconds since the epoch.
+    pub next_launch: Option<i64>,
+    /// A parent's children, oldest first.
+    pub children: Vec<ChildStatus>,
+}
+
+/// A child of a periodic or parameterized job, as its parent's `job
+/// status` lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChildStatus {
+    pub name: String,
+    /// `running`, `stopping` or `dead`.
+    pub status: String,
+    pub submitted: Option<SystemTime>,
+}
+
+/// `job dispatch`: a child of a parameterized job, with its meta and
+/// payload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatchRequest {
+    pub job: String,
+    pub meta: std::collections::BTreeMap<String, String>,
+    pub payload: Vec<u8>,
+    /// Put in the child's name before its time (`-id-prefix-template`).
+    pub id_prefix_template: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,6 +86,8 @@ pub struct AllocStatus {
     pub tasks: Vec<TaskStatus>,
     pub volumes: Vec<AllocVolume>,
     pub created: Option<SystemTime>,
+    /// The host ports of its group's network: label and port.
+    pub ports: Vec<(String, u16)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +101,11 @@ pub struct TaskStatus {
     /// The plugin the task serves, if it is a `csi_plugin` task.
     pub plugin_id: String,
     pub events: Vec<TaskEvent>,
+    /// Its lifecycle hook; empty for a main task.
+    pub lifecycle: String,
+    /// What its `resources` ask for (0: not given).
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
 }
 
 /// Something that happened to a task (it started, exited, was
@@ -92,4 +135,42 @@ pub struct LogsRequest {
     pub alloc_id: String,
     pub task: String,
     pub stderr: bool,
+}
+
+/// What `alloc signal`, `alloc restart` and `alloc stop` ask of an alloc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocAction {
+    Signal(crate::spec::KillSignal),
+    Restart,
+    Stop,
+}
+
+/// An [`AllocAction`] on an alloc (ID or unique prefix) and one task of
+/// it, or every running task when `task` is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocControl {
+    pub alloc_id: String,
+    pub task: String,
+    pub action: AllocAction,
+}
+
+/// What an [`AllocControl`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocControlled {
+    pub alloc_id: String,
+    /// The tasks signaled or restarted.
+    pub tasks: Vec<String>,
+    /// The alloc that replaces a stopped one.
+    pub replacement: Option<String>,
+}
+
+/// `job inspect`: the job as submitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobInspected {
+    pub name: String,
+    pub file: String,
+    pub hcl: String,
+    pub submitted: Option<SystemTime>,
+    pub job_type: String,
+    pub groups: Vec<String>,
 }

@@ -2,7 +2,9 @@
 //!
 //! Every task gets Nomad's own variables, so a Nomad job file runs with
 //! only its driver changed, and csi-agent's (`CSI_AGENT_ALLOC_ID`, and
-//! `CSI_AGENT_TASK_DIR`, the task dir on the host). As in Nomad, the
+//! `CSI_AGENT_TASK_DIR`, the task dir on the host), and its `meta`,
+//! merged job → group → task, as `NOMAD_META_<key>` and
+//! `NOMAD_META_<KEY>` ([`meta_env`]). As in Nomad, the
 //! directories are named as the task sees them: an `exec` task, in its own
 //! root, has `NOMAD_TASK_DIR=/local`, `NOMAD_SECRETS_DIR=/secrets`,
 //! `NOMAD_ALLOC_DIR=/alloc`; a `raw_exec` task, on the host's root, gets
@@ -75,8 +77,10 @@ impl TaskContext<'_> {
 /// client gives them: `node.unique.name` is the agent's node name,
 /// `node.unique.id` the UUID the agent made for its data dir once,
 /// `attr.unique.hostname` the host's name, `attr.cpu.arch` Go's name for
-/// the architecture; `node.datacenter`, `node.region` and `meta.<key>`
-/// come from the agent config.
+/// the architecture; `node.datacenter`, `node.region`, `node.class`,
+/// `node.pool` and `meta.<key>` (the top-level `meta`, then `client {
+/// meta }`) come from the agent config; the rest of the host's fingerprint is
+/// [`super::feasible::host_attributes`].
 pub fn node_attributes(
     node_id: &str,
     node_name: &str,
@@ -98,9 +102,14 @@ pub fn node_attributes(
         ("attr.kernel.name".to_string(), "linux".to_string()),
         ("attr.cpu.arch".to_string(), arch.to_string()),
     ]);
-    for (key, value) in &config.meta {
+    for (key, value) in config.meta.iter().chain(&config.client.meta) {
         attributes.insert(format!("meta.{key}"), value.clone());
     }
+    attributes.insert("node.class".into(), config.client.node_class.clone());
+    if let Some(pool) = &config.client.node_pool {
+        attributes.insert("node.pool".into(), pool.clone());
+    }
+    attributes.extend(super::feasible::host_attributes(&config.docker.endpoint));
     attributes
 }
 
@@ -129,20 +138,54 @@ impl fmt::Display for UnknownVariable {
 
 impl std::error::Error for UnknownVariable {}
 
-/// The task's whole environment: `base`, then `env` with its values
-/// interpolated from `base` and the `node`'s attributes.
+/// The task's whole environment: `base`, then its `meta` as
+/// `NOMAD_META_*` ([`meta_env`]), then `env` with its values interpolated
+/// from those and the `node`'s attributes.
 pub fn task_env(
     base: &BTreeMap<String, String>,
     node: &BTreeMap<String, String>,
+    meta: &BTreeMap<String, String>,
     env: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, (String, UnknownVariable)> {
-    let vars = lookups(base, node);
     let mut all = base.clone();
+    all.extend(meta_env(meta, &lookups(base, node))?);
+    let vars = lookups(&all, node);
     for (key, value) in env {
-        let value = interpolate(value, &vars).map_err(|e| (key.clone(), e))?;
+        let value = interpolate(value, &vars).map_err(|e| (format!("env {key}"), e))?;
         all.insert(key.clone(), value);
     }
     Ok(all)
+}
+
+/// Nomad's variables of a task's merged `meta`: for each key, its value
+/// (interpolated from `vars`) as `NOMAD_META_<key>` and, upper-cased,
+/// `NOMAD_META_<KEY>`; in both names a character other than a letter, a
+/// digit or `_` becomes `_`, as Nomad cleans them.
+pub fn meta_env(
+    meta: &BTreeMap<String, String>,
+    vars: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, (String, UnknownVariable)> {
+    let mut env = BTreeMap::new();
+    for (key, value) in meta {
+        let value = interpolate(value, vars).map_err(|e| (format!("meta {key}"), e))?;
+        for name in [key.to_uppercase(), key.clone()] {
+            env.insert(clean_env_name(&format!("NOMAD_META_{name}")), value.clone());
+        }
+    }
+    Ok(env)
+}
+
+/// `name` with every character but ASCII letters, digits and `_` made `_`.
+fn clean_env_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// Replaces every `${NAME}` in `text` with the variable's value. A `$` not
@@ -264,12 +307,12 @@ mod tests {
         let mut env = BTreeMap::new();
         env.insert("DATA".to_string(), "${NOMAD_TASK_DIR}/data".to_string());
         env.insert("PATH".to_string(), "/opt/bin".to_string());
-        let all = task_env(&base, &BTreeMap::new(), &env).unwrap();
+        let all = task_env(&base, &BTreeMap::new(), &BTreeMap::new(), &env).unwrap();
         assert_eq!(all["DATA"], "/local/data");
         assert_eq!(all["PATH"], "/opt/bin");
         env.insert("BAD".to_string(), "${NOPE}".to_string());
-        let (key, err) = task_env(&base, &BTreeMap::new(), &env).unwrap_err();
-        assert_eq!(key, "BAD");
+        let (key, err) = task_env(&base, &BTreeMap::new(), &BTreeMap::new(), &env).unwrap_err();
+        assert_eq!(key, "env BAD");
         assert_eq!(err.name, "NOPE");
     }
 
@@ -286,7 +329,7 @@ mod tests {
             "WHERE".to_string(),
             "${node.unique.name}@${attr.unique.hostname}".to_string(),
         );
-        let all = task_env(&vars(), &node, &env).unwrap();
+        let all = task_env(&vars(), &node, &BTreeMap::new(), &env).unwrap();
         assert_eq!(all["WHERE"], "node-1@host-a");
         assert!(!all.contains_key("node.unique.name"));
         let arg = interpolate(
@@ -319,5 +362,25 @@ mod tests {
             &lookups(&vars(), &node),
         );
         assert_eq!(arg.unwrap(), "europe/eu-1/r7");
+    }
+
+    #[test]
+    fn meta_is_in_the_environment_as_given_and_upper_cased() {
+        let meta = BTreeMap::from([
+            ("owner".to_string(), "ops".to_string()),
+            ("build.id".to_string(), "${NOMAD_JOB_NAME}-7".to_string()),
+        ]);
+        let mut env = BTreeMap::new();
+        env.insert("WHO".to_string(), "${NOMAD_META_owner}".to_string());
+        let all = task_env(&vars(), &BTreeMap::new(), &meta, &env).unwrap();
+        assert_eq!(all["NOMAD_META_owner"], "ops");
+        assert_eq!(all["NOMAD_META_OWNER"], "ops");
+        // Nomad cleans what may not be in a variable's name.
+        assert_eq!(all["NOMAD_META_build_id"], "web-7");
+        assert_eq!(all["NOMAD_META_BUILD_ID"], "web-7");
+        assert_eq!(all["WHO"], "ops");
+        let bad = BTreeMap::from([("x".to_string(), "${nope}".to_string())]);
+        let (key, err) = task_env(&vars(), &BTreeMap::new(), &bad, &env).unwrap_err();
+        assert_eq!((key.as_str(), err.name.as_str()), ("meta x", "nope"));
     }
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::{invalid, Alloc, Allocs, TaskState};
+use super::{invalid, Allocs, TaskState};
 use crate::call::{CallError, ErrorKind};
 use crate::spec::Driver;
 
@@ -55,26 +55,9 @@ impl Allocs {
         }
     }
 
-    /// The alloc named by an ID or a prefix of one.
-    fn alloc_by_prefix(&self, id: &str) -> Result<&Alloc, CallError> {
-        let matches: Vec<&Alloc> = self
-            .allocs
-            .values()
-            .filter(|a| !id.is_empty() && a.id.starts_with(id))
-            .collect();
-        match matches.as_slice() {
-            [one] => Ok(one),
-            [] => Err(CallError::not_found(format!("no alloc {id:?}"))),
-            _ => Err(invalid(format!(
-                "alloc ID prefix {id:?} is ambiguous ({} allocs)",
-                matches.len()
-            ))),
-        }
-    }
-
     /// `alloc exec`: the running task a command joins.
     fn exec_target(&self, req: &ExecLookup) -> Result<ExecTarget, CallError> {
-        let alloc = self.alloc_by_prefix(&req.alloc_id)?;
+        let alloc = &self.allocs[&self.alloc_by_prefix(&req.alloc_id)?];
         let names: Vec<&str> = alloc.tasks.iter().map(|t| t.name.as_str()).collect();
         let task = if req.task.is_empty() {
             match alloc.tasks.as_slice() {
@@ -145,7 +128,6 @@ impl Allocs {
 
     /// `alloc fs`: the alloc's dir.
     fn fs_root(&self, alloc_id: &str) -> Result<PathBuf, CallError> {
-        let alloc = self.alloc_by_prefix(alloc_id)?;
-        Ok(self.alloc_dir(&alloc.id))
+        Ok(self.alloc_dir(&self.alloc_by_prefix(alloc_id)?))
     }
 }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use super::calls::{self, JobFile, JobRun, JobStatus, LogsRequest};
+use super::feasible::{self, report_unplaced};
 use super::{
     exec, invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState,
     UseState, VolumeSource, VolumeUse,
@@ -22,12 +23,16 @@ impl Allocs {
         self.check_job(&spec, &req.file)?;
         self.check_placement(&spec, &req.file, &req.hcl)?;
         let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
+        let unplaced = self.unplaced(&spec);
         let live: Vec<String> = self
             .allocs
             .values()
             .filter(|a| a.job == spec.name && !a.status.is_terminal() && !a.stop_wanted)
             .map(|a| a.id.clone())
             .collect();
+        if spec.periodic.is_some() || spec.parameterized.is_some() {
+            return Ok(self.run_parent(spec, req, &live, warnings));
+        }
         if let Some(job) = self.jobs.get(&spec.name) {
             if job.spec == spec && !job.stop_wanted && !live.is_empty() {
                 return Ok(JobRun {
@@ -35,6 +40,7 @@ impl Allocs {
                     alloc_ids: live,
                     unchanged: true,
                     warnings,
+                    unplaced,
                 });
             }
         }
@@ -43,8 +49,9 @@ impl Allocs {
         }
         let now = SystemTime::now();
         let mut created = Vec::new();
+        report_unplaced(&spec.name, &unplaced);
         for group in &spec.groups {
-            for index in 0..group.count {
+            for index in 0..feasible::placeable(group, &unplaced) {
                 let old = self
                     .allocs
                     .values()
@@ -86,6 +93,9 @@ impl Allocs {
                 submitted: now,
                 stop_wanted: false,
                 purge: false,
+                child: None,
+                last_launch: None,
+                next_launch: None,
             },
         );
         self.dirty = true;
@@ -94,6 +104,7 @@ impl Allocs {
             alloc_ids: created,
             unchanged: false,
             warnings,
+            unplaced,
         })
     }
 
@@ -174,14 +185,21 @@ impl Allocs {
                     exec::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
-                launch::check_interpolation(group, task, &spec.name, &self.chroot_env, &self.node)
-                    .map_err(|e| invalid(format!("{what}: {e}")))?;
+                launch::check_interpolation(
+                    group,
+                    task,
+                    &spec.name,
+                    &self.chroot_env,
+                    &self.node,
+                    &super::dispatch::child_env_names(spec),
+                )
+                .map_err(|e| invalid(format!("{what}: {e}")))?;
             }
         }
         Ok(())
     }
 
-    fn new_alloc_id(&mut self) -> String {
+    pub(super) fn new_alloc_id(&mut self) -> String {
         loop {
             let id = format!("{:08x}", self.jitter.next_u64() as u32);
             if !self.allocs.contains_key(&id) {
@@ -331,7 +349,7 @@ impl Allocs {
         }
     }
 
-    fn no_job(&self, name: &str) -> CallError {
+    pub(super) fn no_job(&self, name: &str) -> CallError {
         let known: Vec<&str> = self.jobs.keys().map(String::as_str).collect();
         CallError::not_found(if known.is_empty() {
             format!("no job {name:?} (no jobs are known)")
@@ -350,13 +368,36 @@ impl Allocs {
         Ok(jobs.into_iter().map(|j| self.job_status(j)).collect())
     }
 
-    fn job_status(&self, job: &JobEntry) -> JobStatus {
-        let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
-        let live = allocs.iter().any(|a| !a.status.is_terminal());
-        let status = match (live, job.stop_wanted) {
+    /// `running`, `stopping` or `dead`; a periodic or parameterized parent,
+    /// which has no allocs, is `running` until it is stopped, as in Nomad.
+    pub(super) fn job_state(&self, job: &JobEntry) -> &'static str {
+        if job.spec.periodic.is_some() || job.spec.parameterized.is_some() {
+            return if job.stop_wanted { "dead" } else { "running" };
+        }
+        let live = self
+            .allocs
+            .values()
+            .any(|a| a.job == job.name && !a.status.is_terminal());
+        match (live, job.stop_wanted) {
             (false, _) => "dead",
             (true, true) => "stopping",
             (true, false) => "running",
+        }
+    }
+
+    fn job_status(&self, job: &JobEntry) -> JobStatus {
+        let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
+        // A parent never runs, so nothing of it is placed or unplaced.
+        let parent = job.spec.periodic.is_some() || job.spec.parameterized.is_some();
+        let unplaced = if job.stop_wanted || parent {
+            Vec::new()
+        } else {
+            self.unplaced(&job.spec)
+        };
+        let status = match self.job_state(job) {
+            // Nomad's job waits for a node it fits.
+            "dead" if !job.stop_wanted && allocs.is_empty() && !unplaced.is_empty() => "pending",
+            state => state,
         };
         let mut allocs: Vec<calls::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
         allocs.sort_by_key(|a| a.created);
@@ -368,6 +409,20 @@ impl Allocs {
             submitted: Some(job.submitted),
             stop_wanted: job.stop_wanted,
             allocs,
+            unplaced,
+            parent: job
+                .child
+                .as_ref()
+                .map(|c| c.parent.clone())
+                .unwrap_or_default(),
+            parent_kind: match (&job.spec.periodic, &job.spec.parameterized) {
+                (Some(_), _) => "periodic",
+                (_, Some(_)) => "parameterized",
+                _ => "",
+            }
+            .to_string(),
+            next_launch: job.next_launch.filter(|_| !job.stop_wanted),
+            children: self.children_of(&job.name),
         }
     }
 
@@ -430,6 +485,7 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
                     .map(|p| p.key.plugin_id.clone())
                     .unwrap_or_default(),
                 events: t.events.iter().cloned().collect(),
+                ..task_spec_status(a, &t.name)
             })
             .collect(),
         volumes: a
@@ -450,6 +506,25 @@ fn alloc_status(a: &Alloc) -> calls::AllocStatus {
             })
             .collect(),
         created: Some(a.created),
+        ports: a.ports.iter().map(|p| (p.label.clone(), p.host)).collect(),
+    }
+}
+
+/// What `alloc status` shows of task `name`'s spec: its lifecycle hook
+/// and the resources it asks for.
+fn task_spec_status(a: &Alloc, name: &str) -> calls::TaskStatus {
+    let Some(spec) = a.group.tasks.iter().find(|t| t.name == name) else {
+        return calls::TaskStatus::default();
+    };
+    let resources = spec.resources.as_ref();
+    calls::TaskStatus {
+        lifecycle: spec
+            .lifecycle
+            .map(|l| l.hook.as_str().to_string())
+            .unwrap_or_default(),
+        cpu_mhz: resources.and_then(|r| r.cpu).unwrap_or_default(),
+        memory_mb: resources.and_then(|r| r.memory).unwrap_or_default(),
+        ..Default::default()
     }
 }
 

@@ -54,12 +54,15 @@ use crate::spec::{
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
 /// the task's root (an exec task's; a container's root is its image).
+/// `children` is what a child of the job adds to the environment
+/// (`dispatch::child_env_names`).
 pub(super) fn check_interpolation(
     group: &Group,
     task: &Task,
     job: &str,
     chroot_env: &[ChrootEntry],
     node: &BTreeMap<String, String>,
+    children: &BTreeMap<String, String>,
 ) -> Result<(), String> {
     let alloc_dir = Path::new("/alloc/00000000");
     let ctx = TaskContext {
@@ -73,6 +76,7 @@ pub(super) fn check_interpolation(
         own_root: task.driver != Driver::RawExec,
     };
     let mut base = ctx.base();
+    base.extend(children.clone());
     let host_ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     base.extend(ports::port_env(
         group,
@@ -92,7 +96,9 @@ pub(super) fn check_interpolation(
             }
         }
     }
-    let mut env = task_env(&base, node, &task.env).map_err(|(key, e)| format!("env {key}: {e}"))?;
+    let meta = group.task_meta(task);
+    let mut env =
+        task_env(&base, node, &meta, &task.env).map_err(|(key, e)| format!("{key}: {e}"))?;
     for t in &task.templates {
         for name in templates::env_names(t) {
             env.entry(name).or_default();
@@ -203,6 +209,9 @@ pub(super) struct StartPlan {
     pub docker: Option<ContainerPlan>,
     /// The agent's bounds on fetching the task's artifacts.
     pub artifact_limits: ArtifactLimits,
+    /// A dispatched child's payload and the file under `local/` it goes
+    /// to (`dispatch.rs`).
+    pub payload: Option<(String, Vec<u8>)>,
 }
 
 /// Where a `volume_mount`'s volume is on the host.
@@ -267,6 +276,7 @@ impl Allocs {
             caps: self.task_caps(spec),
             docker,
             artifact_limits: self.artifact_limits,
+            payload: self.payload_for(alloc, i),
         })
     }
 }
@@ -353,6 +363,11 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     }
     // The logs stay the agent's: it opens them on the host.
     make_dir(&task_dir.join("logs"), 0o755)?;
+    // Before the artifacts and templates, which may read it, as Nomad's
+    // dispatch hook.
+    if let Some((file, payload)) = &plan.payload {
+        super::dispatch::write_payload(&task_dir.join("local"), file, payload, user)?;
+    }
     let socket_dir = &plan.socket_dir;
     // Fetched, then rendered, before the driver starts (Nomad's artifact
     // hook, then its template hook), in a process of their own.
@@ -556,11 +571,13 @@ impl Allocs {
             .host_ip
             .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         base.extend(ports::port_env(&alloc.group, &alloc.ports, host_ip));
+        base.extend(self.child_env(alloc));
         if let Some(csi) = &spec.csi_plugin {
             let socket_dir = self.plugin_socket_dir(&alloc.id);
             base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
         }
-        task_env(&base, &self.node, &spec.env).map_err(|(key, e)| format!("env {key}: {e}"))
+        let meta = alloc.group.task_meta(spec);
+        task_env(&base, &self.node, &meta, &spec.env).map_err(|(key, e)| format!("{key}: {e}"))
     }
 }
 

@@ -53,6 +53,9 @@
 //! |---|---|
 //! | `mod.rs` | the alloc and task records, [`Allocs`] and its small queries |
 //! | `jobs.rs` | the API: `job run` (and its checks), `job stop`, `job status`, `alloc logs` |
+//! | `periodic.rs` | periodic and parameterized parents: their children, the schedule, `job periodic force` |
+//! | `dispatch.rs` | `job dispatch`: its checks, the payload written into a task's `local/`, the meta in its environment |
+//! | `alloc_ops.rs` | an operator's hand on one alloc: `alloc signal`, `alloc restart`, `alloc stop`; `job inspect` |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
@@ -63,6 +66,7 @@
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
+//! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
@@ -72,20 +76,24 @@
 //! | [`restart`] | the restart policy |
 
 pub mod alloc_fs;
+mod alloc_ops;
 mod artifact;
 pub mod calls;
 mod cgroup;
+mod dispatch;
 mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
 pub mod exec_target;
+pub mod feasible;
 mod jobs;
 mod launch;
 mod leader;
 mod leftovers;
 pub mod lifecycle;
 pub mod mounts;
+mod periodic;
 mod persist;
 mod placement;
 mod ports;
@@ -114,6 +122,7 @@ use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::plugin::{InstanceKey, PluginSpec};
 use crate::spec::{ChrootEntry, DockerSettings, ExecSettings, Group, HostVolume, Job, JobInputs};
+pub use dispatch::MAX_DISPATCH_PAYLOAD;
 pub use docker::ContainerEvent;
 use restart::Window;
 pub use starter::StartReport;
@@ -244,7 +253,8 @@ struct TaskRun {
     /// A changed template's `change_mode`, due after its splay
     /// (`rerender.rs`).
     template_change: Option<(Instant, crate::spec::ChangeMode)>,
-    /// Stopped for a changed template: starts again at once.
+    /// Stopped for a changed template or by `alloc restart`: starts again
+    /// at once, outside the restart policy.
     template_restart: bool,
 }
 
@@ -365,6 +375,16 @@ struct JobEntry {
     submitted: SystemTime,
     stop_wanted: bool,
     purge: bool,
+    /// A periodic or dispatched child: its parent, payload and meta.
+    child: Option<periodic::ChildOf>,
+    /// A periodic parent's last launch, in seconds since the epoch; until
+    /// the first, when the job was run (Nomad's rule, for the launch
+    /// missed while the agent was down).
+    last_launch: Option<i64>,
+    /// A periodic parent's next launch, in seconds since the epoch: from
+    /// the time it was run or the agent started, then from each launch.
+    /// Not kept in the snapshot.
+    next_launch: Option<i64>,
 }
 
 /// The jobs and allocations of this agent, owned by the main loop.
@@ -406,6 +426,8 @@ pub struct Allocs {
     starter: starter::Starter,
     /// The config's `client { artifact { ... } }` bounds.
     artifact_limits: artifact::ArtifactLimits,
+    /// The wall clock of periodic launches: the system's, or a test's.
+    clock: fn() -> SystemTime,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -438,6 +460,7 @@ impl Allocs {
             privileges: docker::Privileges::of_this_process(),
             starter: starter::Starter::new(),
             artifact_limits: artifact::ArtifactLimits::default(),
+            clock: SystemTime::now,
         }
     }
 

@@ -9,6 +9,7 @@ use super::docker;
 use super::driver::{Exit, Handle};
 use super::exec;
 use super::launch::plugin_spec;
+use super::periodic::{child_spec, ChildOf};
 use super::restart::Window;
 use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,
@@ -31,6 +32,27 @@ impl Allocs {
                 submitted_unix_ms: unix_ms(j.submitted),
                 stop_wanted: j.stop_wanted,
                 purge: j.purge,
+                parent: j
+                    .child
+                    .as_ref()
+                    .map(|c| c.parent.clone())
+                    .unwrap_or_default(),
+                last_launch_unix: j.last_launch.unwrap_or(0),
+                payload: j
+                    .child
+                    .as_ref()
+                    .map(|c| c.payload.clone())
+                    .unwrap_or_default(),
+                dispatch_meta: j
+                    .child
+                    .iter()
+                    .flat_map(|c| &c.meta)
+                    .map(|(name, text)| pb::NamedText {
+                        name: name.clone(),
+                        text: text.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
                 ..Default::default()
             })
             .collect()
@@ -90,6 +112,19 @@ impl Allocs {
             let inputs = inputs_from_proto(&j.inputs);
             match Job::decode_with(&j.hcl, &j.file, &inputs) {
                 Ok(decoded) => {
+                    let child = (!j.parent.is_empty()).then(|| ChildOf {
+                        parent: j.parent.clone(),
+                        payload: j.payload.clone(),
+                        meta: j
+                            .dispatch_meta
+                            .iter()
+                            .map(|m| (m.name.clone(), m.text.clone()))
+                            .collect(),
+                    });
+                    let spec = match &child {
+                        Some(_) => child_spec(&decoded.spec, &j.name),
+                        None => decoded.spec,
+                    };
                     self.jobs.insert(
                         j.name.clone(),
                         JobEntry {
@@ -97,10 +132,13 @@ impl Allocs {
                             file: j.file.clone(),
                             hcl: j.hcl.clone(),
                             inputs,
-                            spec: decoded.spec,
+                            last_launch: (j.last_launch_unix != 0).then_some(j.last_launch_unix),
+                            spec,
                             submitted: from_unix_ms(j.submitted_unix_ms),
                             stop_wanted: j.stop_wanted,
                             purge: j.purge,
+                            child,
+                            next_launch: None,
                         },
                     );
                 }
@@ -206,6 +244,7 @@ impl Allocs {
             self.readopt(&id);
         }
         self.sweep_leftovers();
+        self.restore_schedule();
     }
 
     /// After a restart: adopt the processes that still run, and send the

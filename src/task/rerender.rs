@@ -76,6 +76,7 @@ impl Allocs {
             alloc_ids: live.to_vec(),
             unchanged: false,
             warnings: warnings.to_vec(),
+            unplaced: self.unplaced(spec),
         })
     }
 
@@ -210,14 +211,30 @@ impl Allocs {
 }
 
 impl TaskRun {
-    /// A task stopped for a changed template starts again at once, outside
-    /// its restart policy: true if this exit was that.
+    /// A task stopped for a changed template (or by `alloc restart`, which
+    /// uses the same flag) starts again at once, outside its restart
+    /// policy: true if this exit was that.
     pub(super) fn restarts_for_template(&mut self, now: Instant) -> bool {
         if !std::mem::take(&mut self.template_restart) {
             return false;
         }
         self.state = TaskState::Restarting { at: now };
-        self.event("restarting", "starting again with its changed templates");
+        // The last "restart signaled" says who asked: a changed template
+        // or `alloc restart`.
+        let asked = self
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "restart signaled")
+            .is_some_and(|e| e.message == super::alloc_ops::RESTART_ASKED);
+        if asked {
+            self.event(
+                "restarting",
+                "starting again at once, outside its restart policy: asked by alloc restart",
+            );
+        } else {
+            self.event("restarting", "starting again with its changed templates");
+        }
         true
     }
 }

@@ -10,8 +10,10 @@
 //! three hosts of a cluster (etcd), P8 the docker driver: a plugin's
 //! container start to healthy, and a container task's claim to running
 //! beside an exec task's (a private dockerd), P9 the control API's
-//! latency while a job of 2,000 allocs starts, next to idle. Each
-//! module's docs define its measurement.
+//! latency while a job of 2,000 allocs starts, next to idle, P10 the
+//! agent as Docker's volume plugin: `docker run -v` with a csi-agent
+//! volume beside a `local` one, and the plugin calls a container makes.
+//! Each module's docs define its measurement.
 //!
 //! Needs root (the agent and the hostpath plugin mount). Run it through
 //! `make bench BENCH_ARGS="..."`, or `cargo bench --bench agent -- ARGS`;
@@ -33,6 +35,7 @@ mod rig;
 mod size;
 mod stats;
 mod storm;
+mod volumes;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -50,9 +53,10 @@ const USAGE: &str = "\
 usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
 
   --only ROWS          comma-separated rows to run, of C,P1,P2,P2L,P3,P4,P4L,
-                       P5,P6,P7,P8,P9 (default: all; P4 runs the storm of P2 to
-                       set up, P4L the large storm of P2L; P7 needs etcd, P8
-                       dockerd and busybox-static)
+                       P5,P6,P7,P8,P9,P10 (default: all; P4 runs the storm of
+                       P2 to set up, P4L the large storm of P2L; P7 needs etcd,
+                       P8 dockerd and busybox-static, P10 those and the docker
+                       CLI)
   --runs N             P1: claims and releases measured (default 200)
   --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
   --storm N            P2/P4: claims (default 1000)
@@ -72,6 +76,8 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
   --docker-runs N      P8: plugin starts, and claims of each driver, measured
                        (default 10)
   --big-job N          P9: allocs of the big job (default 2000)
+  --volume-runs N      P10: containers run with each volume, csi-agent's and
+                       local (default 20)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -107,6 +113,7 @@ pub struct Options {
     pub cluster_runs: usize,
     pub docker_runs: usize,
     pub big_job: usize,
+    pub volume_runs: usize,
     pub heartbeat: Duration,
     pub keep: bool,
     pub dir: PathBuf,
@@ -133,6 +140,7 @@ impl Options {
             cluster_runs: 100,
             docker_runs: 10,
             big_job: 2000,
+            volume_runs: 20,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
@@ -184,6 +192,7 @@ impl Options {
                 "--cluster-runs" => opts.cluster_runs = number(value()?)?,
                 "--docker-runs" => opts.docker_runs = number(value()?)?,
                 "--big-job" => opts.big_job = number(value()?)?,
+                "--volume-runs" => opts.volume_runs = number(value()?)?,
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
@@ -210,8 +219,8 @@ impl Options {
     }
 }
 
-const ROWS: [&str; 12] = [
-    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9",
+const ROWS: [&str; 13] = [
+    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9", "P10",
 ];
 
 fn main() -> ExitCode {
@@ -413,7 +422,69 @@ fn run(opts: &Options, root: &Path) -> Table {
     if opts.wants("P9") {
         big_job_row(&mut table, &bigjob::run(opts, root));
     }
+    if opts.wants("P10") {
+        volume_rows(&mut table, opts, root);
+    }
     table
+}
+
+/// P10: `docker run -v` with a csi-agent volume against a `local` one,
+/// and the plugin calls each container makes.
+fn volume_rows(table: &mut Table, opts: &Options, root: &Path) {
+    if !(containers::available() && volumes::available()) {
+        table.push(Row {
+            id: "P10",
+            what: "docker run -v with a csi-agent volume".into(),
+            agent: "skipped: dockerd, busybox-static or the docker CLI missing (make deps)".into(),
+            reference: "-".into(),
+            ratio: "-".into(),
+            target: "-",
+            met: None,
+        });
+        return;
+    }
+    let r = volumes::run(opts, root);
+    let high = if r.csi.len() < 100 { "max" } else { "p99" };
+    let spread = |s: &stats::Samples| format!("{} / {}", ms(s.p50()), ms(s.p99()));
+    let x = ratio(r.csi.p50(), r.local.p50());
+    table.push(Row {
+        id: "P10",
+        what: format!(
+            "docker run --rm -v VOL:/data busybox true, p50 / {high} ({} runs each, alternating)",
+            r.csi.len()
+        ),
+        agent: format!("csi-agent volume {}", spread(&r.csi)),
+        reference: format!("local volume {}", spread(&r.local)),
+        ratio: format!("{x:.2}x"),
+        target: "≤ 1.15x at p50",
+        met: Some(x <= 1.15),
+    });
+    let per_container = |n: usize| n as f64 / r.counted_runs as f64;
+    let mut calls = Vec::new();
+    let mut total = Duration::ZERO;
+    for (name, samples) in &r.calls {
+        calls.push(format!(
+            "{name} x{} ({} p50)",
+            per_container(samples.len()),
+            ms(samples.p50())
+        ));
+        total += samples.sum();
+    }
+    table.push(Row {
+        id: "P10",
+        what: format!(
+            "plugin calls dockerd makes per container, answer time p50 ({} containers through a counting proxy)",
+            r.counted_runs
+        ),
+        agent: calls.join(", "),
+        reference: format!(
+            "{} in the agent per container",
+            ms(total / r.counted_runs as u32)
+        ),
+        ratio: "-".into(),
+        target: "-",
+        met: None,
+    });
 }
 
 fn big_job_row(table: &mut Table, r: &bigjob::BigJob) {

@@ -32,6 +32,11 @@ impl Samples {
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
 
+    /// Every sample added up.
+    pub fn sum(&self) -> Duration {
+        self.0.iter().sum()
+    }
+
     pub fn p50(&self) -> Duration {
         self.percentile(50.0)
     }

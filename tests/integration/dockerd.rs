@@ -79,21 +79,41 @@ impl Dockerd {
         let dir = TestDir::new();
         let socket = dir.join("sock");
         let log = dir.join("dockerd.log");
+        let mut dockerd = Dockerd {
+            dir,
+            socket,
+            log,
+            child: None,
+        };
+        dockerd.launch();
+        dockerd
+    }
+
+    /// Starts the engine on the test's dirs (again, after
+    /// [`Dockerd::stop`] or [`Dockerd::sigkill`]: it finds its containers
+    /// there) and waits until it answers.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "dockerd is running");
         // The containerd namespaces name the run, in case two engines
         // ever share a containerd.
-        let namespace = dir
+        let namespace = self
+            .dir
             .path
             .file_name()
             .unwrap()
             .to_string_lossy()
             .replace(|c: char| !c.is_ascii_alphanumeric(), "-");
-        let path = |name: &str| dir.join(name).display().to_string();
-        let log_file = fs::File::create(&log).unwrap();
+        let path = |name: &str| self.dir.join(name).display().to_string();
+        let log_file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new("dockerd")
             .args(["--data-root", &path("data")])
             .args(["--exec-root", &path("exec")])
             .args(["--pidfile", &path("pid")])
-            .args(["-H", &format!("unix://{}", socket.display())])
+            .args(["-H", &format!("unix://{}", self.socket.display())])
             .args(["--bridge=none", "--iptables=false", "--ip6tables=false"])
             .args(["--containerd-namespace", &format!("it-{namespace}")])
             .args([
@@ -107,14 +127,36 @@ impl Dockerd {
             .stderr(log_file)
             .spawn()
             .expect("start dockerd");
-        let mut dockerd = Dockerd {
-            dir,
-            socket,
-            log,
-            child: Some(child),
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Kills the engine with SIGKILL and reaps it, as a crash does: it
+    /// sends no plugin call on its way out, and its containers live on in
+    /// their shims. Its containerd dies with it (dockerd starts it with a
+    /// parent-death signal): this waits until that process is reaped, or a
+    /// [`Dockerd::launch`] would find its pid alive and wait for a
+    /// containerd that is no more.
+    pub fn sigkill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let pid_file = self.dir.join("exec/containerd/containerd.pid");
+        let Some(pid) = fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        else {
+            return;
         };
-        dockerd.wait_ready();
-        dockerd
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "dockerd's containerd (pid {pid}) outlived it by 20 s"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn wait_ready(&mut self) {

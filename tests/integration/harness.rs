@@ -505,7 +505,14 @@ impl Agent {
     /// Runs `csi-agent ARGS` with `CSI_AGENT_ADDR` pointing at this agent;
     /// `RUST_LOG` is cleared so that stderr holds only what the command
     /// itself says.
+    /// Runs `csi-agent ARGS` against this agent. `job run` gets
+    /// `-detach`: a test that wants its watch runs [`Agent::cli_watch`].
     pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_watch(&detached(args))
+    }
+
+    /// Runs `csi-agent ARGS` as given, `job run` watching.
+    pub fn cli_watch(&self, args: &[&str]) -> Output {
         Command::new(bin())
             .args(args)
             .env(
@@ -524,6 +531,15 @@ impl Agent {
 
     fn log_dump(&self) -> String {
         format!("--- agent log ---\n{}--- end of agent log ---", self.log())
+    }
+}
+
+/// `args` with `-detach` after `job run`, so that it returns once the job
+/// is submitted, as before `job run` watched.
+pub fn detached<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    match args {
+        ["job", "run", rest @ ..] => [&["job", "run", "-detach"][..], rest].concat(),
+        _ => args.to_vec(),
     }
 }
 

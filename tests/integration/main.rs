@@ -8,7 +8,9 @@
 //! etcd, on hosts of their own (network namespaces made by the test); the
 //! upgrade from data dirs an earlier binary wrote (our fixtures); and the
 //! crate's import graph, read from `src/`, held to its layers (`layers`);
-//! the container engine client against a private dockerd per test; and
+//! the container engine client against a private dockerd per test; the
+//! agent's Docker volume plugin socket driven by the `docker` CLI,
+//! `docker-compose` and `podman` (`volume_clients`); and
 //! external corpora (RE2, JSONTestSuite, HCL's specsuite, Go's template
 //! tests) against the hand-written engines (`corpus`).
 
@@ -54,7 +56,10 @@ mod upgrade;
 mod util;
 mod validate;
 mod volume;
+mod volume_clients;
 mod volume_commands;
+mod volume_plugin;
+mod volume_plugin_reconcile;
 mod volume_sources;
 mod volume_status;
 mod volume_util;

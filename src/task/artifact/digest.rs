@@ -1,6 +1,8 @@
-//! Checksums of fetched files (md5, sha1, sha256, sha512) through
-//! BoringSSL's `EVP_Digest*` functions, which the build already links for
-//! gRPC, by way of the C shim (`ffi`): a [`Hasher`] is a `Write` the downloaded bytes are copied into.
+//! Checksums of fetched files (md5, sha1, sha256, sha512) through the
+//! `EVP_Digest*` functions of the TLS library the build already links for
+//! gRPC (BoringSSL, or the system's OpenSSL in the development build), by
+//! way of the C shim (`ffi`): a [`Hasher`] is a `Write` the downloaded
+//! bytes are copied into.
 
 use std::ffi::CStr;
 use std::io::{self, Write};
@@ -22,7 +24,7 @@ impl Hasher {
             DigestKind::Sha256 => c"sha256",
             DigestKind::Sha512 => c"sha512",
         };
-        // Fails only out of memory: BoringSSL knows all four algorithms.
+        // Fails only out of memory: BoringSSL and OpenSSL know all four algorithms.
         let digest = Digest::new(algorithm).expect("cannot start a digest");
         Hasher { digest, kind }
     }

@@ -29,6 +29,12 @@
 #if defined(CSI_FFI_BORINGSSL) && !defined(OPENSSL_IS_BORINGSSL)
 #error "the OpenSSL headers found are not BoringSSL's, which the build links"
 #endif
+/* And CSI_FFI_SYSTEM_OPENSSL when the build links the system's gRPC core
+ * and OpenSSL (GRPCIO_SYS_USE_PKG_CONFIG=1): refuse BoringSSL's headers
+ * there. */
+#if defined(CSI_FFI_SYSTEM_OPENSSL) && defined(OPENSSL_IS_BORINGSSL)
+#error "the OpenSSL headers found are BoringSSL's, but the build links the system's OpenSSL"
+#endif
 
 /* ---- TLS client connections ------------------------------------------ */
 

@@ -1,10 +1,12 @@
 //! The artifact fetcher's C functions: TLS sessions and digests through the
-//! BoringSSL that gRPC links, inflate and CRC-32 through zlib, each behind a
-//! safe handle.
+//! TLS library that gRPC links (BoringSSL, or the system's OpenSSL in the
+//! development build), inflate and CRC-32 through zlib, each behind a safe
+//! handle.
 //!
 //! Rust declares none of the libraries' functions, only those of our own
 //! shim, `ffi.h` (mirrored by the `extern` block below). The shim, `ffi.c`,
-//! is compiled by `build.rs` against BoringSSL's and zlib's own headers, so
+//! is compiled by `build.rs` against the linked TLS library's and zlib's
+//! own headers, so
 //! the C compiler checks each call into them: a library whose declarations
 //! change fails the build instead of misbehaving at run time. The shim's
 //! API is narrow and ours (opaque handles, integers, byte buffers with
@@ -92,12 +94,12 @@ pub struct Tls {
 }
 
 // SAFETY: the handle moves between threads but is never shared (every call
-// that changes it takes `&mut self`); BoringSSL's objects have no thread
-// affinity.
+// that changes it takes `&mut self`); BoringSSL's and OpenSSL's objects
+// have no thread affinity.
 unsafe impl Send for Tls {}
 
 impl Tls {
-    /// A client context; `None` when BoringSSL cannot make one (see
+    /// A client context; `None` when the TLS library cannot make one (see
     /// [`tls_pop_error`]).
     pub fn new() -> Option<Tls> {
         // SAFETY: no arguments; the result is null or a handle that `Drop`
@@ -133,14 +135,14 @@ impl Tls {
     /// name it.
     pub fn expect_host(&mut self, host: &CStr) -> bool {
         // SAFETY: the handle is live; the string is NUL-terminated and
-        // copied by BoringSSL.
+        // copied by the TLS library.
         unsafe { csi_tls_expect_host(self.raw.as_ptr(), host.as_ptr()) == 1 }
     }
 
     /// Requires the certificate to name the IP address `ip`.
     pub fn expect_ip(&mut self, ip: &CStr) -> bool {
         // SAFETY: the handle is live; the string is NUL-terminated and
-        // copied by BoringSSL.
+        // copied by the TLS library.
         unsafe { csi_tls_expect_ip(self.raw.as_ptr(), ip.as_ptr()) == 1 }
     }
 

@@ -2,7 +2,7 @@
 //! on a starter thread, after the dir is made and before the templates
 //! render (Nomad's hook order), for every driver. Each source is
 //! interpolated with the task's environment, fetched over HTTP (`http.rs`,
-//! through BoringSSL's TLS for `https://`, `tls.rs`)
+//! through the TLS library gRPC links for `https://`, `tls.rs`)
 //! into a file of the task dir's own, checked against its checksum
 //! (`digest.rs`) before anything is unpacked or moved, then unpacked by its
 //! extension (`tar.rs`, `gzip.rs`, `zip.rs`, into `unpack.rs`'s bounded

@@ -1,6 +1,6 @@
-//! `https://` for artifacts: a TLS client connection through the
-//! BoringSSL that the build already links for gRPC (by way of the C shim,
-//! `ffi`), with the server's certificate verified against the system's CAs
+//! `https://` for artifacts: a TLS client connection through the TLS
+//! library that the build already links for gRPC (BoringSSL, or the
+//! system's OpenSSL in the development build; by way of the C shim, `ffi`), with the server's certificate verified against the system's CAs
 //! (the file `SSL_CERT_FILE` names, or Debian's
 //! `/etc/ssl/certs/ca-certificates.crt`) and its name checked against the
 //! URL's host.
@@ -14,7 +14,7 @@ use super::ffi::{self, Tls, CSI_TLS_ERROR_SYSCALL, CSI_TLS_ERROR_ZERO_RETURN};
 /// Where the CAs are when `SSL_CERT_FILE` names none.
 const DEFAULT_CA_FILE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// The oldest error of this thread's BoringSSL queue, as text.
+/// The oldest error of this thread's TLS library queue, as text.
 fn queued_error(what: &str) -> io::Error {
     io::Error::other(format!("TLS: {what}: {}", ffi::tls_pop_error()))
 }

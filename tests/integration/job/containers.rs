@@ -119,7 +119,7 @@ fn hostpath_image(dockerd: &Dockerd) {
 
 /// A root of the busybox, with the binary under test at `/bin/csi-agent`
 /// and the shared libraries it links, in the engine's dir `name`.
-pub(super) fn hostpath_rootfs(dockerd: &Dockerd, name: &str) -> PathBuf {
+pub(crate) fn hostpath_rootfs(dockerd: &Dockerd, name: &str) -> PathBuf {
     let rootfs = busybox_rootfs(&dockerd.dir.mkdir(name));
     fs::copy(bin(), rootfs.join("bin/csi-agent")).unwrap();
     let ldd = Command::new("ldd").arg(bin()).output().unwrap();

@@ -138,7 +138,7 @@ fn a_json_job_file_s_variables_take_var_flags_and_the_environment() {
     );
 
     let out = std::process::Command::new(crate::util::bin())
-        .args(["job", "run", "-var", "greeting=hello", &path])
+        .args(["job", "run", "-detach", "-var", "greeting=hello", &path])
         .env(
             csi_agent::api::client::ADDRESS_ENV,
             format!("unix://{}", rig.agent.socket.display()),

@@ -19,7 +19,7 @@ use crate::util::{bin, require_root};
 /// to it.
 fn cli_with(rig: &Rig, args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
     let mut child = Command::new(bin())
-        .args(args)
+        .args(crate::harness::detached(args))
         .env(
             csi_agent::api::client::ADDRESS_ENV,
             format!("unix://{}", rig.agent.socket.display()),

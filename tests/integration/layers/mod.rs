@@ -49,6 +49,9 @@ const LAYERS: &[&[&str]] = &[
     // and answers the control API's calls; signals, `-dev`, the cluster
     // membership and the writers' guard.
     &["agent"],
+    // Docker's Volume Plugin protocol: an edge beside the control API's,
+    // whose calls it sends to the main loop as the API's own requests.
+    &["volume_plugin"],
     // The control API's edge: its server (with the `SO_PEERCRED` check) and
     // the CLI's client; the requests and answers, mapped between domain
     // types and `proto::agent`.

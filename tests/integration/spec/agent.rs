@@ -61,6 +61,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         exec: Default::default(),
         telemetry: Default::default(),
         client: Default::default(),
+        volume_plugin: None,
         host_volumes: vec![
             HostVolume {
                 name: "certs".to_string(),

@@ -1,0 +1,41 @@
+//! The loop's side of the job and alloc calls of the control API: each
+//! goes to the job runner (`task::Allocs`); a change's answer waits in the
+//! gate for the state it made to be durable, a read is answered at once.
+
+use std::time::Instant;
+
+use super::persist::Effect;
+use super::Agent;
+use crate::api::{ReplyTo, Request, Response};
+use crate::call::Reply;
+
+impl Agent {
+    /// Answers `request`, one of the job and alloc calls.
+    pub(super) fn job_call(&mut self, request: Request, reply: ReplyTo) {
+        let change = match request {
+            Request::JobRun(req) => self.allocs.run_job(&req).map(Response::JobRun),
+            Request::JobStop { name, purge } => {
+                self.allocs.stop_job(&name, purge).map(Response::JobStop)
+            }
+            Request::JobPeriodicForce { name } => {
+                self.allocs.force_periodic(&name).map(Response::JobRun)
+            }
+            Request::JobDispatch(req) => self.allocs.dispatch(req).map(Response::JobRun),
+            Request::AllocControl(req) => self
+                .allocs
+                .control(&req, Instant::now())
+                .map(Response::AllocControl),
+            Request::JobStatus { name } => {
+                return reply.send(self.allocs.status(&name).map(Response::JobStatus))
+            }
+            Request::AllocLogs(req) => {
+                return reply.send(self.allocs.logs(&req).map(Response::AllocLogs))
+            }
+            Request::JobInspect { name } => {
+                return reply.send(self.allocs.inspect(&name).map(Response::JobInspect))
+            }
+            other => unreachable!("not a job call: {other:?}"),
+        };
+        self.gate.hold(Effect::Reply(Reply::new(reply, change)));
+    }
+}

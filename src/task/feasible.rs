@@ -1,0 +1,627 @@
+//! Constraints checked against this node, as Nomad's scheduler checks
+//! them (its `feasible.go`), at `job run`.
+//!
+//! A constraint's `attribute` and `value` are each a literal or one
+//! `${...}` of the node: `${node.unique.id}`, `${node.unique.name}`,
+//! `${node.datacenter}`, `${node.region}`, `${node.class}` (empty: the
+//! agent has no node class), `${node.pool}` (`default`), `${attr.<name>}`
+//! (the fingerprint: [`host_attributes`] and the placement fingerprint's
+//! numbers, [`Allocs::constraint_node`]) and `${meta.<key>}` (the agent
+//! config's `client { meta }`). An attribute the node does not have is
+//! unset: it fails every operator but `!=` (Nomad compares it as the
+//! empty string) and `is_not_set`.
+//!
+//! The ordering operators compare as whole numbers when both sides are
+//! ones, else as floating-point numbers when both are, else as text
+//! (Nomad's `checkOrder`). `set_contains` (`set_contains_all`) and
+//! `set_contains_any` split both sides on commas, spaces trimmed.
+//! `regexp` is the crate's RE2 engine, unanchored as Go's `MatchString`.
+//! `version` and `semver` are `spec::version`'s.
+//!
+//! `distinct_hosts` and `distinct_property` count allocs: this agent is
+//! one host, so `distinct_hosts` lets at most one alloc of its scope on
+//! it, and `distinct_property` at most `value` (default 1) allocs sharing
+//! the node's one value of the property (none if the node lacks it). The
+//! scope is the job for a job-level constraint, the group for a
+//! group-level one (a task may not have them, as in Nomad). Allocs past
+//! the bound are not placed.
+//!
+//! A group instance that cannot be placed gets no alloc: `job run`
+//! answers, the agent's events say, and `job status` shows which
+//! constraint filtered the node, in Nomad's words ([`Unplaced::message`]).
+//! Nothing is retried on its own: running the job again checks again.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use super::Allocs;
+use crate::spec::{Constraint, Flavor, Group, Job, Operator, Version, VersionConstraint};
+
+/// Where `${node.pool}` points when the agent config names no pool: the
+/// pool Nomad puts a client in.
+pub const DEFAULT_NODE_POOL: &str = "default";
+
+/// A group's instances that cannot be placed on this node, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unplaced {
+    pub group: String,
+    /// How many of the group's `count` get no alloc.
+    pub count: u64,
+    /// The constraint that filtered the node, as Nomad names it.
+    pub constraint: String,
+}
+
+impl Unplaced {
+    /// Nomad's line for the filter.
+    pub fn message(&self) -> String {
+        format!(
+            "Constraint {:?}: 1 nodes excluded by filter",
+            self.constraint
+        )
+    }
+}
+
+/// What the host says of itself, read once, with Nomad's attribute names:
+/// `kernel.version` and `kernel.arch` (`uname -r`, `-m`), `os.name` and
+/// `os.version` (`/etc/os-release`'s `ID` and `VERSION_ID`),
+/// `cpu.modelname`, and the drivers csi-agent has: `driver.raw_exec` and
+/// `driver.exec` always, `driver.docker` (with `driver.docker.version`)
+/// when the engine at `docker_endpoint` answers.
+pub fn host_attributes(docker_endpoint: &str) -> BTreeMap<String, String> {
+    let mut attrs = BTreeMap::new();
+    let mut put = |key: &str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            attrs.insert(format!("attr.{key}"), value);
+        }
+    };
+    let read = |path: &str| fs::read_to_string(path).ok().map(|t| t.trim().to_string());
+    put("kernel.version", read("/proc/sys/kernel/osrelease"));
+    put("kernel.arch", Some(std::env::consts::ARCH.to_string()));
+    let os_release = fs::read_to_string("/etc/os-release").unwrap_or_default();
+    put("os.name", os_release_value(&os_release, "ID"));
+    put("os.version", os_release_value(&os_release, "VERSION_ID"));
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    put(
+        "cpu.modelname",
+        cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(_, name)| name.trim().to_string()),
+    );
+    put("driver.raw_exec", Some("1".into()));
+    put("driver.exec", Some("1".into()));
+    if let Ok(engine) = crate::docker::Engine::new(docker_endpoint) {
+        if let Ok(version) = engine.version() {
+            put("driver.docker", Some("1".into()));
+            put("driver.docker.version", Some(version.version));
+        }
+    }
+    attrs
+}
+
+/// The value of `key` in an `/etc/os-release` text, unquoted.
+fn os_release_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(key)?.strip_prefix('=')?;
+        Some(
+            value
+                .trim()
+                .trim_matches('"')
+                .trim_matches('\'')
+                .to_string(),
+        )
+    })
+}
+
+/// A target's value on `node`: a literal as it is, `${name}` looked up;
+/// `None` when the node lacks it.
+pub fn resolve(target: &str, node: &BTreeMap<String, String>) -> Option<String> {
+    let Some(inner) = target.strip_prefix("${") else {
+        return Some(target.to_string());
+    };
+    let name = inner.strip_suffix('}').unwrap_or(inner).trim();
+    match name {
+        "node.class" => Some(node.get(name).cloned().unwrap_or_default()),
+        "node.pool" => Some(
+            node.get(name)
+                .cloned()
+                .unwrap_or_else(|| DEFAULT_NODE_POOL.into()),
+        ),
+        _ => node.get(name).cloned(),
+    }
+}
+
+/// Whether `node` meets `constraint`; the `distinct_*` operators, which
+/// count allocs, always do here ([`unplaced`] counts them).
+pub fn meets(constraint: &Constraint, node: &BTreeMap<String, String>) -> bool {
+    let left = resolve(&constraint.attribute, node);
+    let right = resolve(&constraint.value, node);
+    let both = || Some((left.as_deref()?, right.as_deref()?));
+    match constraint.op() {
+        Operator::DistinctHosts | Operator::DistinctProperty => true,
+        Operator::IsSet => left.is_some(),
+        Operator::IsNotSet => left.is_none(),
+        Operator::NotEqual => left.unwrap_or_default() != right.unwrap_or_default(),
+        op => both().is_some_and(|(l, r)| check(op, l, r)),
+    }
+}
+
+/// The operators that need both sides set.
+fn check(op: Operator, left: &str, right: &str) -> bool {
+    match op {
+        Operator::Equal => left == right,
+        Operator::Less | Operator::LessEqual | Operator::Greater | Operator::GreaterEqual => {
+            let order = order(left, right);
+            match op {
+                Operator::Less => order.is_lt(),
+                Operator::LessEqual => order.is_le(),
+                Operator::Greater => order.is_gt(),
+                _ => order.is_ge(),
+            }
+        }
+        Operator::Regexp => crate::regex::Regex::new(right).is_ok_and(|re| re.is_match(left)),
+        Operator::SetContainsAll => {
+            let have = set(left);
+            set(right).iter().all(|item| have.contains(item))
+        }
+        Operator::SetContainsAny => {
+            let have = set(left);
+            set(right).iter().any(|item| have.contains(item))
+        }
+        Operator::Version | Operator::Semver => {
+            let flavor = if op == Operator::Version {
+                Flavor::Version
+            } else {
+                Flavor::Semver
+            };
+            match (
+                Version::parse(left),
+                VersionConstraint::parse(right, flavor),
+            ) {
+                (Some(version), Ok(constraint)) => constraint.matches(&version),
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Nomad's order of two values: as integers, else as floats, else as text.
+fn order(left: &str, right: &str) -> std::cmp::Ordering {
+    if let (Ok(l), Ok(r)) = (left.parse::<i64>(), right.parse::<i64>()) {
+        return l.cmp(&r);
+    }
+    if let (Ok(l), Ok(r)) = (left.parse::<f64>(), right.parse::<f64>()) {
+        if let Some(order) = l.partial_cmp(&r) {
+            return order;
+        }
+    }
+    left.cmp(right)
+}
+
+fn set(text: &str) -> Vec<&str> {
+    text.split(',').map(str::trim).collect()
+}
+
+/// The groups of `spec` whose instances, or some of them, cannot be
+/// placed on `node`, in file order: the first node constraint (job's,
+/// group's, tasks') that fails filters the whole group; otherwise the
+/// `distinct_*` bounds cut its count.
+pub fn unplaced(spec: &Job, node: &BTreeMap<String, String>) -> Vec<Unplaced> {
+    let mut out = Vec::new();
+    // How many allocs of the job the earlier groups placed.
+    let mut job_placed: u64 = 0;
+    for group in &spec.groups {
+        let filtered = group
+            .constraints()
+            .find(|c| !c.op().is_distinct() && !meets(c, node));
+        if let Some(c) = filtered {
+            out.push(Unplaced {
+                group: group.name.clone(),
+                count: group.count,
+                constraint: c.describe(),
+            });
+            continue;
+        }
+        let (placed, cut_by) = distinct_bound(group, node, job_placed);
+        job_placed += placed;
+        if let Some(c) = cut_by {
+            out.push(Unplaced {
+                group: group.name.clone(),
+                count: group.count - placed,
+                constraint: c,
+            });
+        }
+    }
+    out
+}
+
+/// How many of `group`'s instances its `distinct_*` constraints let on
+/// this node, when `job_placed` allocs of its job are placed already, and
+/// the one that cut it most.
+fn distinct_bound(
+    group: &Group,
+    node: &BTreeMap<String, String>,
+    job_placed: u64,
+) -> (u64, Option<String>) {
+    let job_level = group.inherited.constraints.iter().map(|c| (c, true));
+    let group_level = group.placement.constraints.iter().map(|c| (c, false));
+    let mut placed = group.count;
+    let mut cut_by = None;
+    for (c, of_job) in job_level.chain(group_level) {
+        let bound = match c.op() {
+            // Nomad's `value = "false"` (Go's `ParseBool` spellings) turns
+            // the constraint off; no value is true.
+            Operator::DistinctHosts
+                if matches!(
+                    c.value.as_str(),
+                    "false" | "False" | "FALSE" | "f" | "F" | "0"
+                ) =>
+            {
+                continue
+            }
+            Operator::DistinctHosts => 1,
+            Operator::DistinctProperty => match resolve(&c.attribute, node) {
+                Some(_) => c.distinct_limit(),
+                None => 0,
+            },
+            _ => continue,
+        };
+        let room = if of_job {
+            bound.saturating_sub(job_placed)
+        } else {
+            bound
+        };
+        // A tighter bound names the filter: Nomad names a distinct
+        // filter by its operator.
+        if room < placed {
+            placed = room;
+            cut_by = Some(c.operator.clone());
+        }
+    }
+    (placed, cut_by)
+}
+
+/// How many of `group`'s instances get an alloc.
+pub fn placeable(group: &Group, unplaced: &[Unplaced]) -> u64 {
+    let cut: u64 = unplaced
+        .iter()
+        .filter(|u| u.group == group.name)
+        .map(|u| u.count)
+        .sum();
+    group.count.saturating_sub(cut)
+}
+
+/// Logs and emits a `PlacementFailed` job event for each group of job
+/// `job` that the node filtered.
+pub fn report_unplaced(job: &str, unplaced: &[Unplaced]) {
+    for u in unplaced {
+        let message = format!(
+            "Task Group {:?} (failed to place {} allocation{}): {}",
+            u.group,
+            u.count,
+            if u.count == 1 { "" } else { "s" },
+            u.message()
+        );
+        log::warn!("Job {job}: {message}");
+        crate::events::emit(
+            crate::events::Topic::Job,
+            "PlacementFailed",
+            format!("{job}/{}", u.group),
+            message,
+        );
+    }
+}
+
+impl Allocs {
+    /// The agent config, re-read on SIGHUP: the node attributes that come
+    /// from it (`meta`, `client { meta node_class node_pool }`, the
+    /// datacenter and region) and the host's fingerprint are taken again;
+    /// the node's name, ID and host name stay those of the agent's start.
+    pub fn reconfigure_node(&mut self, config: &crate::spec::AgentConfig) {
+        let kept = |key: &str| self.node.get(key).cloned().unwrap_or_default();
+        self.node = super::env::node_attributes(
+            &kept("node.unique.id"),
+            &kept("node.unique.name"),
+            &kept("attr.unique.hostname"),
+            config,
+        );
+    }
+
+    /// The group instances of `spec` this node cannot take ([`unplaced`]).
+    pub(super) fn unplaced(&self, spec: &Job) -> Vec<Unplaced> {
+        unplaced(spec, &self.constraint_node())
+    }
+
+    /// What constraints see of the node: the attributes of the agent's
+    /// start (`env::node_attributes`), and the placement fingerprint's
+    /// `cpu.numcores`, `cpu.frequency`, `cpu.totalcompute`,
+    /// `memory.totalbytes` and `unique.network.ip-address`.
+    pub fn constraint_node(&self) -> BTreeMap<String, String> {
+        let mut node = self.node.clone();
+        let n = self.placement.node;
+        let known = |v: u64| v != u64::MAX;
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                node.insert(format!("attr.{key}"), value);
+            }
+        };
+        put("cpu.numcores", known(n.cores).then(|| n.cores.to_string()));
+        put("cpu.frequency", Some(n.mhz_per_core.to_string()));
+        put("cpu.totalcompute", known(n.cpu).then(|| n.cpu.to_string()));
+        put(
+            "memory.totalbytes",
+            known(n.memory).then(|| n.memory.saturating_mul(1024 * 1024).to_string()),
+        );
+        put(
+            "unique.network.ip-address",
+            self.placement.host_ip.map(|ip| ip.to_string()),
+        );
+        node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> BTreeMap<String, String> {
+        [
+            ("node.unique.name", "n1"),
+            ("node.datacenter", "dc1"),
+            ("attr.kernel.name", "linux"),
+            ("attr.kernel.version", "5.15.0-91-generic"),
+            ("attr.os.version", "12.4"),
+            ("attr.cpu.arch", "amd64"),
+            ("attr.cpu.numcores", "8"),
+            ("attr.nomad.version", "1.7.3-beta.1"),
+            ("attr.ratio", "2.5"),
+            ("meta.rack", "r7"),
+            ("meta.zones", "a, b,c"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn holds(attribute: &str, operator: &str, value: &str) -> bool {
+        meets(
+            &Constraint {
+                attribute: attribute.into(),
+                operator: operator.into(),
+                value: value.into(),
+            },
+            &node(),
+        )
+    }
+
+    #[test]
+    fn equality_has_nomads_three_spellings_and_two_negations() {
+        for op in ["=", "==", "is"] {
+            assert!(holds("${attr.kernel.name}", op, "linux"));
+            assert!(!holds("${attr.kernel.name}", op, "windows"));
+        }
+        for op in ["!=", "not"] {
+            assert!(holds("${attr.kernel.name}", op, "windows"));
+            assert!(!holds("${attr.kernel.name}", op, "linux"));
+        }
+        // Both sides may name the node.
+        assert!(holds("${node.unique.name}", "=", "${node.unique.name}"));
+        assert!(holds("${node.class}", "=", ""));
+        assert!(holds("${node.pool}", "=", "default"));
+    }
+
+    #[test]
+    fn an_unset_attribute_fails_all_but_not_equal_and_is_not_set() {
+        for op in [
+            "=",
+            "<",
+            ">=",
+            "regexp",
+            "set_contains",
+            "version",
+            "semver",
+        ] {
+            assert!(!holds("${attr.nope}", op, "1"), "{op}");
+        }
+        assert!(holds("${attr.nope}", "!=", "windows"));
+        assert!(!holds("${attr.nope}", "!=", ""));
+        assert!(holds("${attr.nope}", "is_not_set", ""));
+        assert!(!holds("${attr.nope}", "is_set", ""));
+        assert!(holds("${meta.rack}", "is_set", ""));
+        assert!(!holds("${meta.rack}", "is_not_set", ""));
+    }
+
+    #[test]
+    fn order_is_numeric_when_both_sides_are_numbers_else_lexical() {
+        // 8 >= 10 is false as numbers, true as text.
+        assert!(!holds("${attr.cpu.numcores}", ">=", "10"));
+        assert!(holds("${attr.cpu.numcores}", ">=", "4"));
+        assert!(holds("${attr.cpu.numcores}", "<", "10"));
+        assert!(holds("${attr.ratio}", ">", "2.25"));
+        assert!(holds("${attr.ratio}", "<=", "2.5"));
+        // Text: "r7" > "r10" lexically.
+        assert!(holds("${meta.rack}", ">", "r10"));
+        assert!(holds("${attr.kernel.name}", "<", "windows"));
+    }
+
+    #[test]
+    fn regexp_matches_anywhere_unless_anchored() {
+        assert!(holds("${attr.kernel.version}", "regexp", "generic"));
+        assert!(holds("${attr.kernel.version}", "regexp", "^5\\.1[0-9]\\."));
+        assert!(!holds("${attr.kernel.version}", "regexp", "^4\\."));
+        assert!(!holds("${attr.kernel.version}", "regexp", "a(b"));
+    }
+
+    #[test]
+    fn sets_split_on_commas() {
+        assert!(holds("${meta.zones}", "set_contains", "a,c"));
+        assert!(holds("${meta.zones}", "set_contains_all", "b"));
+        assert!(!holds("${meta.zones}", "set_contains", "a,d"));
+        assert!(holds("${meta.zones}", "set_contains_any", "d, c"));
+        assert!(!holds("${meta.zones}", "set_contains_any", "d,e"));
+    }
+
+    #[test]
+    fn versions_follow_their_flavour() {
+        assert!(holds("${attr.os.version}", "version", ">= 12, < 13"));
+        // As in Nomad, Ubuntu's "5.15.0-91-generic" is a pre-release to
+        // go-version, outside a range of releases.
+        assert!(!holds("${attr.kernel.version}", "version", ">= 5.4"));
+        assert!(holds("${attr.kernel.version}", "semver", ">= 5.4.0"));
+        // go-version: a pre-release is outside a range of releases.
+        assert!(!holds("${attr.nomad.version}", "version", ">= 1.6"));
+        assert!(holds("${attr.nomad.version}", "semver", ">= 1.6.0"));
+        assert!(holds("${attr.nomad.version}", "semver", "< 1.7.3"));
+        assert!(!holds("${attr.kernel.name}", "version", ">= 1"));
+    }
+
+    fn job(src: &str) -> Job {
+        Job::decode(src, "j.hcl")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .spec
+    }
+
+    #[test]
+    fn the_first_failing_constraint_filters_the_whole_group() {
+        let spec = job(r#"job "j" {
+  constraint {
+    attribute = "${attr.kernel.name}"
+    value     = "linux"
+  }
+  group "win" {
+    count = 2
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      constraint {
+        attribute = "${attr.kernel.name}"
+        value     = "windows"
+      }
+    }
+  }
+  group "ok" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        let unplaced = unplaced(&spec, &node());
+        assert_eq!(unplaced.len(), 1);
+        assert_eq!(unplaced[0].group, "win");
+        assert_eq!(unplaced[0].count, 2);
+        assert_eq!(
+            unplaced[0].message(),
+            "Constraint \"${attr.kernel.name} = windows\": 1 nodes excluded by filter"
+        );
+    }
+
+    #[test]
+    fn distinct_hosts_lets_one_alloc_of_its_scope_on_this_host() {
+        let spec = job(r#"job "j" {
+  group "a" {
+    count = 3
+    constraint { distinct_hosts = true }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+  group "b" {
+    count = 2
+    constraint {
+      distinct_property = "${meta.rack}"
+      value             = "2"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+  group "c" {
+    constraint { distinct_property = "${meta.row}" }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        let unplaced = unplaced(&spec, &node());
+        assert_eq!(
+            unplaced,
+            vec![
+                Unplaced {
+                    group: "a".into(),
+                    count: 2,
+                    constraint: "distinct_hosts".into()
+                },
+                Unplaced {
+                    group: "c".into(),
+                    count: 1,
+                    constraint: "distinct_property".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn distinct_hosts_with_the_value_false_is_off() {
+        let spec = job(r#"job "j" {
+  group "a" {
+    count = 2
+    constraint {
+      operator = "distinct_hosts"
+      value    = "false"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        assert_eq!(unplaced(&spec, &node()), Vec::new());
+    }
+
+    #[test]
+    fn a_job_level_distinct_hosts_counts_across_groups() {
+        let spec = job(r#"job "j" {
+  constraint { distinct_hosts = true }
+  group "a" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+  group "b" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        let unplaced = unplaced(&spec, &node());
+        assert_eq!(unplaced.len(), 1);
+        assert_eq!((unplaced[0].group.as_str(), unplaced[0].count), ("b", 1));
+    }
+
+    #[test]
+    fn the_host_says_its_kernel_and_drivers_and_a_silent_engine_is_no_docker() {
+        let attrs = host_attributes("unix:///nonexistent/docker.sock");
+        assert_eq!(attrs["attr.driver.raw_exec"], "1");
+        assert_eq!(attrs["attr.driver.exec"], "1");
+        assert!(!attrs.contains_key("attr.driver.docker"), "{attrs:?}");
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(attrs["attr.kernel.version"], release.trim());
+        assert_eq!(attrs["attr.kernel.arch"], std::env::consts::ARCH);
+    }
+
+    #[test]
+    fn os_release_values_are_unquoted() {
+        let text = "NAME=\"Debian GNU/Linux\"\nID=debian\nVERSION_ID=\"12\"\n";
+        assert_eq!(os_release_value(text, "ID").as_deref(), Some("debian"));
+        assert_eq!(os_release_value(text, "VERSION_ID").as_deref(), Some("12"));
+        assert_eq!(os_release_value(text, "ID_LIKE"), None);
+    }
+}
