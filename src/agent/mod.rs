@@ -53,11 +53,8 @@ mod telemetry;
 mod volume_plugin;
 mod wakeup;
 
-use std::collections::BTreeMap;
-use std::fs;
-use std::path::PathBuf;
-use std::thread;
 use std::time::{Duration, Instant};
+use std::{collections::BTreeMap, fs, path::PathBuf, thread};
 
 use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
 use signal_hook::consts::{SIGCHLD, SIGHUP};
@@ -451,6 +448,10 @@ impl Agent {
             }
             Request::Events(req) => {
                 self.events.read(req, reply, Instant::now());
+                None
+            }
+            Request::Session(lookup) => {
+                reply.send(self.allocs.session(&lookup).map(Response::Session));
                 None
             }
         };

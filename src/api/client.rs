@@ -162,6 +162,11 @@ impl AgentClient {
         CallOption::default().timeout(timeout)
     }
 
+    /// The error of a streaming call (`alloc exec`), as a unary call's.
+    pub fn stream_error(&self, err: grpcio::Error) -> Error {
+        self.error(err)
+    }
+
     fn error(&self, err: grpcio::Error) -> Error {
         match err {
             // The agent's server cancels the calls it still has when it
@@ -462,6 +467,44 @@ impl AgentClient {
         };
         self.client
             .job_inspect_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// Opens an `alloc exec` call: the caller sends the start first,
+    /// then stdin and window sizes, and reads output until the exit code.
+    /// No deadline: a session lasts as long as its command.
+    #[allow(clippy::type_complexity)]
+    pub fn alloc_exec(
+        &self,
+    ) -> Result<
+        (
+            grpcio::ClientDuplexSender<api::AllocExecInput>,
+            grpcio::ClientDuplexReceiver<api::AllocExecOutput>,
+        ),
+        Error,
+    > {
+        self.client
+            .alloc_exec_opt(CallOption::default())
+            .map_err(|e| self.error(e))
+    }
+
+    /// `alloc fs`: a listing, a stat, or a part of a file from `offset`.
+    pub fn alloc_fs(
+        &self,
+        alloc_id: &str,
+        path: &str,
+        stat: bool,
+        offset: u64,
+    ) -> Result<api::AllocFsResponse, Error> {
+        let req = api::AllocFsRequest {
+            alloc_id: alloc_id.to_string(),
+            path: path.to_string(),
+            stat,
+            offset,
+            ..Default::default()
+        };
+        self.client
+            .alloc_fs_opt(&req, Self::opt(STATUS_TIMEOUT))
             .map_err(|e| self.error(e))
     }
 

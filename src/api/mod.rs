@@ -10,11 +10,14 @@
 //!
 //! The parts of the agent that answer speak their own types (requests,
 //! answers, [`CallError`]); `wire.rs` alone maps them to and from the
-//! protobuf messages and the error kinds to gRPC codes.
+//! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
+//! those of `alloc exec` and `alloc fs`).
 
 pub mod client;
 pub mod server;
+mod session;
 mod wire;
+mod wire_session;
 
 use std::path::PathBuf;
 
@@ -27,6 +30,7 @@ use crate::task::calls::{
 use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
+pub use session::MAX_SESSIONS;
 
 /// The socket's file name inside `data_dir`.
 pub const SOCKET_NAME: &str = "control.sock";
@@ -77,6 +81,9 @@ pub enum Request {
     JobInspect {
         name: String,
     },
+    /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
+    /// alloc's dir (`session.rs`).
+    Session(crate::task::exec_target::SessionLookup),
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -112,6 +119,7 @@ impl Request {
             Request::JobStatus { .. } => Access::Read,
             Request::AllocLogs(_) => Access::Read,
             Request::Events(_) => Access::Read,
+            Request::Session(_) => Access::Read,
             // Snapshots live in the plugin: the agent keeps nothing of them.
             Request::SnapshotCreate(_) => Access::Read,
             Request::SnapshotDelete(_) => Access::Read,
@@ -153,6 +161,7 @@ pub enum Response {
     Events(crate::events::Page),
     AllocControl(AllocControlled),
     JobInspect(JobInspected),
+    Session(crate::task::exec_target::SessionTarget),
 }
 
 /// Where the answer to a call goes.

@@ -119,9 +119,14 @@ impl ControlServer {
         let args = ChannelBuilder::new(grpc_environment())
             .max_receive_message_len(MAX_REQUEST as i32)
             .build_args();
+        let sessions = super::session::Sessions::new(calls.clone());
         let mut server = ServerBuilder::new(grpc_environment())
             .channel_args(args)
-            .register_service(agent_grpc::create_agent(Service { calls, sent }))
+            .register_service(agent_grpc::create_agent(Service {
+                calls,
+                sent,
+                sessions,
+            }))
             .build()
             .map_err(Error::Grpc)?;
         server.start();
@@ -243,6 +248,8 @@ fn accept_loop(listener: &UnixListener, server: &mut grpcio::Server, stopping: &
 struct Service {
     calls: Sender<Call>,
     sent: Sender<UnarySinkResult>,
+    /// `alloc exec` and `alloc fs`, each on a thread of its own.
+    sessions: super::session::Sessions,
 }
 
 impl Service {
@@ -663,6 +670,24 @@ impl agent_grpc::Agent for Service {
                 let _ = self.sent.send(sink.fail(wire::status(&err)));
             }
         }
+    }
+
+    fn alloc_exec(
+        &mut self,
+        ctx: RpcContext,
+        stream: grpcio::RequestStream<api::AllocExecInput>,
+        sink: grpcio::DuplexSink<api::AllocExecOutput>,
+    ) {
+        self.sessions.exec(&ctx, stream, sink);
+    }
+
+    fn alloc_fs(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocFsRequest,
+        sink: UnarySink<api::AllocFsResponse>,
+    ) {
+        self.sessions.fs(&ctx, req, sink);
     }
 }
 

@@ -73,6 +73,12 @@ usage: csi-agent alloc COMMAND [-address ADDR] ARGS
                           policy
   stop ALLOC              stop the alloc; a service or system job's is
                           replaced by a new alloc of the same group
+  exec [-task TASK] [-i=BOOL] [-t=BOOL] ALLOC COMMAND [ARGS...]
+                          run a command in a running task (a TTY with -t);
+                          see `csi-agent alloc exec -h`
+  fs [-stat] [-H] ALLOC [PATH]
+                          list, print or stat what is beneath the alloc
+                          dir; see `csi-agent alloc fs -h`
 
   ALLOC may be a unique prefix of an allocation ID.";
 
@@ -107,7 +113,7 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
 pub fn alloc(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
         return Err(UsageError::new(
-            "missing the alloc command (logs, status, signal, restart, stop)",
+            "missing the alloc command (logs, status, signal, restart, stop, exec, fs)",
         )
         .into());
     };
@@ -115,6 +121,8 @@ pub fn alloc(argv: &[String]) -> Result<(), CliError> {
         "logs" => {}
         "status" => return alloc_cmd::status(rest),
         "signal" | "restart" | "stop" => return alloc_cmd::control(verb, rest),
+        "exec" => return super::alloc_exec_cmd::run(rest),
+        "fs" => return super::alloc_fs_cmd::run(rest),
         other => return Err(alloc_cmd::unknown(other)),
     }
     let args = args::parse(LOGS_FLAGS, rest)?;

@@ -6,6 +6,8 @@
 
 pub mod agent_cmd;
 pub mod alloc_cmd;
+pub mod alloc_exec_cmd;
+pub mod alloc_fs_cmd;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;
@@ -37,7 +39,8 @@ commands:
   volume     register, create, claim, release and show volumes
   node       show the agents of this agent's cluster (node status)
   job        run (and watch), stop, show and inspect jobs
-  alloc      look at an alloc and its tasks' logs, signal, restart, stop it
+  alloc      look at an alloc and its tasks' logs, signal, restart, stop it,
+             run a command in a task (exec), read its dir (fs)
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -214,14 +217,25 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 Some(with_logging("warn", || job_cmd::run(rest)))
             },
         ),
-        "alloc" => (
-            job_cmd::ALLOC_USAGE,
-            if wants_help {
-                None
-            } else {
-                Some(with_logging("warn", || job_cmd::alloc(rest)))
-            },
-        ),
+        "alloc" => {
+            let (usage, wants_help) = match rest.first().map(String::as_str) {
+                // The command's own flags are not ours.
+                Some("exec") => (
+                    alloc_exec_cmd::USAGE,
+                    alloc_exec_cmd::wants_help(&rest[1..]),
+                ),
+                Some("fs") => (alloc_fs_cmd::USAGE, wants_help),
+                _ => (job_cmd::ALLOC_USAGE, wants_help),
+            };
+            (
+                usage,
+                if wants_help {
+                    None
+                } else {
+                    Some(with_logging("warn", || job_cmd::alloc(rest)))
+                },
+            )
+        }
         "events" => (
             events_cmd::USAGE,
             if wants_help {

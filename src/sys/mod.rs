@@ -26,6 +26,7 @@ pub mod peercred;
 pub mod poll;
 pub mod process;
 pub mod sparse;
+pub mod tty;
 pub mod user;
 
 /// A libc return type whose `-1` says that the call failed and left the

@@ -46,7 +46,7 @@ impl Allocs {
         }
     }
 
-    fn alloc_by_prefix(&self, prefix: &str) -> Result<String, CallError> {
+    pub(super) fn alloc_by_prefix(&self, prefix: &str) -> Result<String, CallError> {
         let matches: Vec<&Alloc> = self
             .allocs
             .values()

@@ -75,6 +75,7 @@
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
 
+pub mod alloc_fs;
 mod alloc_ops;
 mod artifact;
 pub mod calls;
@@ -84,6 +85,7 @@ mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
+pub mod exec_target;
 pub mod feasible;
 mod jobs;
 mod launch;

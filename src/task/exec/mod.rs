@@ -20,6 +20,7 @@
 pub mod caps;
 mod child;
 pub(super) mod encoding;
+pub mod enter;
 pub mod exit_record;
 pub mod helper;
 mod pid_ns;

@@ -17,6 +17,8 @@ use csi_agent::proto::agent::{AllocStatus, JobStatus, TaskStatus};
 use crate::harness::{config_text, healthy, text, Agent, WAIT};
 use crate::util::{bin, mounts_under, require_root, NODE};
 
+mod alloc_exec;
+mod alloc_fs;
 mod alloc_ops;
 mod artifacts;
 mod big;

@@ -1,0 +1,284 @@
+//! `alloc exec`'s command, started in a running task: for a `raw_exec`
+//! task on the host, with the task's environment and working dir; for an
+//! `exec` task through the enter helper (`csi-agent __exec-in-task`, this
+//! binary run afresh, single-threaded as setns(2) into a mount namespace
+//! needs), which joins the task's control groups, its IPC, PID and mount
+//! namespaces and its root, becomes the task's user, and runs the command
+//! as its child (a PID namespace takes only children), passing back its
+//! exit code.
+//!
+//! The command's stdio is a pseudo-terminal the agent holds the master of
+//! (`-t`), or three pipes. The command leads a session of its own, whose
+//! controlling terminal is the pty.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use crate::sys::tty;
+use crate::task::exec_target::ExecTarget;
+
+/// The enter helper's first argument.
+pub const ARG: &str = "__exec-in-task";
+
+/// The exit code of a command that is not found, as a shell's.
+pub const NOT_FOUND: i32 = 127;
+/// The exit code of a command that cannot be run (not executable).
+pub const CANNOT_RUN: i32 = 126;
+
+/// A started command: its process and the agent's ends of its stdio.
+pub struct Started {
+    pub child: Child,
+    /// Where its stdin goes (the pty's master with a TTY).
+    pub stdin: File,
+    /// Its stdout (the pty's master with a TTY, stdout and stderr in one).
+    pub stdout: File,
+    /// Its stderr; `None` with a TTY.
+    pub stderr: Option<File>,
+    /// The pty's master, to resize; `None` without a TTY.
+    pub pty: Option<File>,
+}
+
+/// The task's own process: the start helper's child, or the helper's pid
+/// itself when it has none.
+pub fn task_pid(helper: u32) -> u32 {
+    fs::read_to_string(format!("/proc/{helper}/task/{helper}/children"))
+        .ok()
+        .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .unwrap_or(helper)
+}
+
+/// The environment of process `pid`.
+fn environ(pid: u32) -> io::Result<Vec<(String, String)>> {
+    let raw = fs::read(format!("/proc/{pid}/environ"))?;
+    Ok(raw
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let entry = String::from_utf8_lossy(entry);
+            let (key, value) = entry.split_once('=')?;
+            Some((key.to_string(), value.to_string()))
+        })
+        .collect())
+}
+
+/// Starts `argv` in the task `target`, with a TTY of `tty` rows and
+/// columns or pipes.
+pub fn start(target: &ExecTarget, argv: &[String], tty: Option<(u16, u16)>) -> io::Result<Started> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command to run"))?;
+    let pid = task_pid(target.pid);
+    let env = environ(pid)?;
+    let mut command = if target.own_root {
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg0("csi-agent")
+            .arg(ARG)
+            .arg(pid.to_string())
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .current_dir("/");
+        command
+    } else {
+        let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or(target.task_dir.clone());
+        let mut command = Command::new(program);
+        command.args(args).current_dir(cwd);
+        command
+    };
+    command.env_clear().envs(env);
+    let started = match tty {
+        Some((rows, cols)) => {
+            // An exec task has a devpts of its own: the pty comes from
+            // it, so that the command's terminal is a /dev/pts/N there.
+            let pty = if target.own_root {
+                tty::openpty_at(
+                    &PathBuf::from(format!("/proc/{pid}/root/dev/pts/ptmx")),
+                    rows,
+                    cols,
+                )?
+            } else {
+                tty::openpty(rows, cols)?
+            };
+            let slave =
+                |pty: &tty::Pty| -> io::Result<Stdio> { Ok(Stdio::from(pty.slave.try_clone()?)) };
+            command
+                .stdin(slave(&pty)?)
+                .stdout(slave(&pty)?)
+                .stderr(slave(&pty)?);
+            // SAFETY: between fork and exec only setsid(2) and ioctl(2),
+            // both async-signal-safe, touching no memory of the parent's.
+            unsafe {
+                command.pre_exec(|| {
+                    crate::sys::process::setsid()?;
+                    tty::take_controlling_terminal()
+                });
+            }
+            let child = command.spawn()?;
+            drop(command);
+            let master = File::from(pty.master);
+            Started {
+                child,
+                stdin: master.try_clone()?,
+                stdout: master.try_clone()?,
+                stderr: None,
+                pty: Some(master),
+            }
+        }
+        None => {
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            crate::sys::process::in_new_session(&mut command);
+            let mut child = command.spawn()?;
+            let pipe = |fd: Option<OwnedFd>| {
+                fd.map(File::from)
+                    .ok_or_else(|| io::Error::other("the command's pipe is missing"))
+            };
+            let stdin = pipe(child.stdin.take().map(OwnedFd::from))?;
+            let stdout = pipe(child.stdout.take().map(OwnedFd::from))?;
+            let stderr = pipe(child.stderr.take().map(OwnedFd::from))?;
+            Started {
+                child,
+                stdin,
+                stdout,
+                stderr: Some(stderr),
+                pty: None,
+            }
+        }
+    };
+    tty::set_nonblocking(started.stdout.as_fd())?;
+    if let Some(stderr) = &started.stderr {
+        tty::set_nonblocking(stderr.as_fd())?;
+    }
+    Ok(started)
+}
+
+/// The exit code a shell would give for `status`: the code, or 128 plus
+/// the signal that ended it.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => 1,
+    }
+}
+
+/// The exit code and message for a command that could not be started.
+pub fn start_failure(program: &str, err: &io::Error) -> (i32, String) {
+    match err.kind() {
+        io::ErrorKind::NotFound => (
+            NOT_FOUND,
+            format!("csi-agent: {program}: command not found\n"),
+        ),
+        io::ErrorKind::PermissionDenied => (
+            CANNOT_RUN,
+            format!("csi-agent: {program}: permission denied\n"),
+        ),
+        _ => (
+            CANNOT_RUN,
+            format!("csi-agent: cannot run {program}: {err}\n"),
+        ),
+    }
+}
+
+/// The enter helper's `main`: `ARG <pid> -- <command> [args...]`.
+pub fn main(args: &[String]) -> ! {
+    let (pid, argv) = match args {
+        [_, pid, dash, argv @ ..] if dash == "--" && !argv.is_empty() => match pid.parse::<u32>() {
+            Ok(pid) => (pid, argv),
+            Err(_) => usage(),
+        },
+        _ => usage(),
+    };
+    if let Err((what, err)) = enter(pid) {
+        eprintln!("csi-agent: cannot enter the task (pid {pid}): {what}: {err}");
+        std::process::exit(CANNOT_RUN);
+    }
+    let status = Command::new(&argv[0]).args(&argv[1..]).status();
+    match status {
+        Ok(status) => std::process::exit(exit_code(status)),
+        Err(err) => {
+            let (code, message) = start_failure(&argv[0], &err);
+            eprint!("{message}");
+            std::process::exit(code);
+        }
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "csi-agent: {ARG} is how the agent runs alloc exec's command in a task and is not run by hand"
+    );
+    std::process::exit(2);
+}
+
+/// Joins task `pid`'s control groups, namespaces, root and user.
+fn enter(pid: u32) -> Result<(), (&'static str, io::Error)> {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let owner = fs::metadata(&proc_dir).map_err(|e| ("its /proc entry", e))?;
+    join_cgroups(pid).map_err(|e| ("its control groups", e))?;
+    let open = |name: &str| File::open(proc_dir.join(name));
+    let ipc = open("ns/ipc").map_err(|e| ("its IPC namespace", e))?;
+    let pid_ns = open("ns/pid").map_err(|e| ("its PID namespace", e))?;
+    let mnt = open("ns/mnt").map_err(|e| ("its mount namespace", e))?;
+    let root = open("root").map_err(|e| ("its root", e))?;
+    tty::setns(ipc.as_fd()).map_err(|e| ("setns into its IPC namespace", e))?;
+    tty::setns(pid_ns.as_fd()).map_err(|e| ("setns into its PID namespace", e))?;
+    tty::setns(mnt.as_fd()).map_err(|e| ("setns into its mount namespace", e))?;
+    crate::sys::fd::fchdir(std::os::fd::AsRawFd::as_raw_fd(&root))
+        .map_err(|e| ("chdir into its root", e))?;
+    tty::chroot(c".").map_err(|e| ("chroot into its root", e))?;
+    crate::sys::fd::chdir(c"/").map_err(|e| ("chdir to /", e))?;
+    if owner.uid() != 0 {
+        crate::sys::user::become_ids(owner.uid(), owner.gid())
+            .map_err(|e| ("become its user", e))?;
+    }
+    Ok(())
+}
+
+/// Moves this process into the control groups of `pid`: each hierarchy
+/// of `/proc/<pid>/cgroup` found under `/sys/fs/cgroup` (the unified one
+/// at its root, a v1 controller's at its name).
+fn join_cgroups(pid: u32) -> io::Result<()> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let base = if controllers.is_empty() {
+            PathBuf::from("/sys/fs/cgroup")
+        } else {
+            PathBuf::from("/sys/fs/cgroup").join(controllers.trim_start_matches("name="))
+        };
+        let procs = base.join(path.trim_start_matches('/')).join("cgroup.procs");
+        if !procs.exists() {
+            continue;
+        }
+        fs::write(&procs, crate::sys::process::getpid().to_string())?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_a_shells() {
+        let status = |raw| ExitStatus::from_raw(raw);
+        assert_eq!(exit_code(status(3 << 8)), 3);
+        assert_eq!(exit_code(status(libc::SIGKILL)), 128 + libc::SIGKILL);
+        let missing = io::Error::from(io::ErrorKind::NotFound);
+        assert_eq!(start_failure("nope", &missing).0, NOT_FOUND);
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert_eq!(start_failure("nope", &denied).0, CANNOT_RUN);
+    }
+}
