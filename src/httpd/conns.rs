@@ -15,7 +15,7 @@ use crate::sys::inotify::Waker;
 use crate::sys::poll::{poll_many, Want};
 
 use super::message::{head_end, parse_head, Head, Refusal, Response};
-use super::{Done, Job, Limits, Listener, DRAIN_TIMEOUT};
+use super::{Done, Job, Limits, Listener, DRAIN_TIMEOUT, STOP_DRAIN};
 
 /// The most bytes read from a socket at once.
 const READ_CHUNK: usize = 4096;
@@ -331,12 +331,72 @@ impl Poller {
         }
     }
 
-    /// Serves until the server stops; then every connection is closed.
+    /// Serves until the server stops; then the answers of the handlers
+    /// running are written ([`Poller::finish`]) and every connection is
+    /// closed.
     pub(super) fn run(mut self) {
         while !self.stop.load(Ordering::SeqCst) {
             if let Err(err) = self.turn() {
                 log::error!("HTTP poll: {err}");
                 std::thread::sleep(ACCEPT_PAUSE);
+            }
+        }
+        self.finish();
+    }
+
+    /// After a stop: no request is read or accepted any more, but a
+    /// request a worker holds still gets its answer, and an answer being
+    /// written is finished, all within [`STOP_DRAIN`]; a client told "the
+    /// agent is shutting down" hears it rather than a closed connection.
+    fn finish(mut self) {
+        let until = Instant::now() + STOP_DRAIN;
+        loop {
+            self.take_answers();
+            self.conns.retain(|c| {
+                matches!(
+                    c.state,
+                    State::Handling | State::Writing { .. } | State::Draining { .. }
+                )
+            });
+            let now = Instant::now();
+            if self.conns.is_empty() || now >= until {
+                return;
+            }
+            let mut polled = Vec::new();
+            let ready = {
+                let mut fds = vec![(self.waker.as_fd(), Want::Read)];
+                for (i, conn) in self.conns.iter().enumerate() {
+                    if let Some(want) = conn.want() {
+                        fds.push((conn.stream.as_fd(), want));
+                        polled.push(i);
+                    }
+                }
+                let deadline = self
+                    .conns
+                    .iter()
+                    .filter_map(|c| c.deadline(&self.limits))
+                    .fold(until, Instant::min);
+                match poll_many(&fds, Some(deadline.saturating_duration_since(now))) {
+                    Ok(ready) => ready,
+                    Err(err) => {
+                        log::error!("HTTP poll while stopping: {err}");
+                        return;
+                    }
+                }
+            };
+            if ready[0] {
+                let _ = self.waker.drain();
+            }
+            for (k, &i) in polled.iter().enumerate() {
+                if ready[1 + k] {
+                    self.conns[i].advance(&self.limits, &self.jobs);
+                }
+            }
+            let now = Instant::now();
+            for conn in &mut self.conns {
+                if conn.deadline(&self.limits).is_some_and(|d| d <= now) {
+                    conn.state = State::Closed;
+                }
             }
         }
     }

@@ -44,9 +44,11 @@
 //! socket its caller bound ([`Server::serve_unix`]: the volume plugin's,
 //! made private before it is reachable).
 //!
-//! [`Server::stop`] wakes the poll thread, which closes every connection;
-//! the workers finish the handler they run, skip the requests queued, and
-//! every thread is joined.
+//! [`Server::stop`] wakes the poll thread, which reads and accepts
+//! nothing more; the workers finish the handler they run and skip the
+//! requests queued, and the poll thread writes those handlers' answers
+//! for at most [`STOP_DRAIN`], then closes every connection; every thread
+//! is joined.
 
 mod conns;
 mod message;
@@ -91,6 +93,10 @@ pub const WORKERS: usize = 4;
 /// is read after the answer, so that closing does not reset the connection
 /// before the client has read the answer.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long a stopping server still writes the answers of the handlers
+/// running when it was stopped, before it closes their connections.
+pub const STOP_DRAIN: Duration = Duration::from_secs(1);
 
 /// The bounds of one server; [`Limits::default`] holds the constants.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,12 +15,20 @@ const WAIT: Duration = Duration::from_secs(10);
 /// connection, so that writing it waits for the client to read.
 const BIG: usize = 32 << 20;
 
+/// Set once a `/slow` request's handler runs.
+static SLOW_STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Answers `<method> <path> <body>`; `/big` with [`BIG`] bytes, `/panic`
-/// by panicking.
+/// by panicking, `/slow` after 300 ms.
 fn echo(request: &Request) -> Response {
     match request.path() {
         "/big" => Response::new(200, "application/octet-stream", vec![b'x'; BIG]),
         "/panic" => panic!("the handler panics, as a test asks"),
+        "/slow" => {
+            SLOW_STARTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+            Response::text(200, "slow answer")
+        }
         path => Response::text(
             200,
             &format!(
@@ -336,12 +344,28 @@ fn stopping_closes_every_connection_and_joins_at_once() {
     wait_until("both taken", || server.open_connections() == 2);
     let started = Instant::now();
     server.stop();
+    // The answer being written to a client that does not read holds the
+    // stop for STOP_DRAIN at most.
     assert!(
-        started.elapsed() < Duration::from_secs(1),
+        started.elapsed() < STOP_DRAIN + Duration::from_millis(500),
         "{:?}",
         started.elapsed()
     );
     assert_eq!(idle.read(&mut [0u8; 1]).unwrap(), 0);
     let _ = stuck.read_to_end(&mut Vec::new());
     assert!(TcpStream::connect(addr).is_err(), "still listening");
+}
+
+#[test]
+fn a_handler_running_when_the_server_stops_still_has_its_answer_written() {
+    let (server, addr) = start(Limits::default());
+    let mut slow = connect(addr);
+    slow.write_all(b"GET /slow HTTP/1.1\r\n\r\n").unwrap();
+    wait_until("the handler runs", || {
+        SLOW_STARTED.load(std::sync::atomic::Ordering::SeqCst)
+    });
+    server.stop();
+    let answer = answer_of(&mut slow);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert!(answer.ends_with("slow answer"), "{answer:?}");
 }

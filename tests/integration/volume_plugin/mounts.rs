@@ -40,9 +40,13 @@ fn a_mount_is_a_claim_whose_files_outlive_it_and_unmount_releases_it() {
         Path::new(docker.named("Path", "data").ok().field("Mountpoint")),
         mountpoint
     );
-    // The same Mount again is the same claim.
+    // The same Mount again (docker cp on a running container sends the
+    // container's own ID) is the same claim, held until its Unmount too.
     assert_eq!(docker.mount("data", id), mountpoint);
     assert_eq!(claims(&host, "data"), [format!("docker-{id}")]);
+    docker.unmount("data", id);
+    assert_eq!(claims(&host, "data"), [format!("docker-{id}")]);
+    assert_eq!(mount_state(&mountpoint), Some(false), "unmounted too soon");
 
     docker.unmount("data", id);
     assert!(claims(&host, "data").is_empty());
@@ -72,9 +76,14 @@ fn podman_s_fixed_mount_id_is_one_claim_named_for_podman() {
     host.docker().create("pod", &[]).ok();
     let podman = host.podman();
     // Podman sends the same placeholder ID for every mount.
+    // Podman counts its users itself: Mount on the first, Unmount after
+    // the last. Mounts of the one ID are one claim, which the Unmount
+    // matching the last of them releases.
     let first = podman.mount("pod", "placeholder");
     let second = podman.mount("pod", "placeholder");
     assert_eq!(first, second);
+    assert_eq!(claims(&host, "pod"), ["podman-placeholder"]);
+    podman.unmount("pod", "placeholder");
     assert_eq!(claims(&host, "pod"), ["podman-placeholder"]);
     podman.unmount("pod", "placeholder");
     assert!(claims(&host, "pod").is_empty());
