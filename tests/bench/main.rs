@@ -77,7 +77,8 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
                        (default 10)
   --big-job N          P9: allocs of the big job (default 2000)
   --volume-runs N      P10: containers run with each volume, csi-agent's and
-                       local (default 20)
+                       local (default 60: the engine's own time varies
+                       by more than the agent's share over 20)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -140,7 +141,7 @@ impl Options {
             cluster_runs: 100,
             docker_runs: 10,
             big_job: 2000,
-            volume_runs: 20,
+            volume_runs: 60,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
