@@ -96,6 +96,22 @@ fn read_payload(path: &str) -> Result<Vec<u8>, CliError> {
     Ok(payload)
 }
 
+/// What `job run` of a parent says instead of watching it: when a
+/// periodic job launches next, or how a parameterized one is launched.
+pub fn launches(job: &api::JobStatus) -> String {
+    match job.parent_kind.as_str() {
+        "periodic" if job.next_launch_unix != 0 => format!(
+            "Approximate next launch time: {}\n",
+            crate::spec::format_utc(job.next_launch_unix)
+        ),
+        "periodic" => "No launch is due (the job is disabled, or no date matches)\n".to_string(),
+        _ => format!(
+            "Job {:?} is parameterized: launch it with csi-agent job dispatch\n",
+            job.name
+        ),
+    }
+}
+
 /// What `job status NAME` shows of a parent (its next launch, its
 /// children) or of a child (its parent).
 pub fn details(job: &api::JobStatus) -> String {

@@ -204,10 +204,23 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
             groups: resp.unplaced.len(),
         });
     }
-    match watch {
-        Some(options) => job_watch::watch(&client, &resp.job, &resp.alloc_ids, since, &options),
-        None => Ok(()),
+    let Some(options) = watch else {
+        return Ok(());
+    };
+    if resp.alloc_ids.is_empty() {
+        // A periodic or parameterized job runs nothing itself: as Nomad's
+        // job run, say when it launches and return.
+        let status = client.job_status(&resp.job)?;
+        if let Some(parent) = status
+            .jobs
+            .iter()
+            .find(|j| j.name == resp.job && !j.parent_kind.is_empty())
+        {
+            out::out!("{}", super::job_children::launches(parent));
+            return Ok(());
+        }
     }
+    job_watch::watch(&client, &resp.job, &resp.alloc_ids, since, &options)
 }
 
 /// Nomad's lines for groups the node filtered: each group, how many

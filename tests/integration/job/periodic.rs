@@ -134,6 +134,35 @@ fn a_periodic_job_launches_children_on_its_schedule_and_never_runs_itself() {
 }
 
 #[test]
+fn job_run_of_a_periodic_job_says_when_it_launches_rather_than_watching() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let path = rig.agent.dir.join("watched.hcl");
+    std::fs::write(
+        &path,
+        periodic_job("watched", "    cron = \"@yearly\"", "true"),
+    )
+    .unwrap();
+    // Without -detach: the CLI would watch a job that runs nothing.
+    let out = rig
+        .agent
+        .cli_watch(&["job", "run", &path.display().to_string()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Approximate next launch time: "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("is up"), "{stdout}");
+}
+
+#[test]
 fn job_periodic_force_launches_now_whatever_the_schedule() {
     if !require_root() {
         return;
