@@ -64,6 +64,14 @@ pub struct Parameterized {
     pub meta_optional: Vec<String>,
 }
 
+impl super::Job {
+    /// Whether the job is a periodic or parameterized parent, which runs
+    /// nothing itself and launches children.
+    pub fn launches_children(&self) -> bool {
+        self.periodic.is_some() || self.parameterized.is_some()
+    }
+}
+
 /// Decodes the job block's `periodic` and `parameterized` blocks and
 /// checks them against the job's type.
 pub(crate) fn decode_schedule(

@@ -183,7 +183,7 @@ fn meta_env(env: &mut BTreeMap<String, String>, key: &str, value: &str) {
 /// of a parameterized job.
 pub(super) fn child_env_names(spec: &crate::spec::Job) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
-    if spec.periodic.is_none() && spec.parameterized.is_none() {
+    if !spec.launches_children() {
         return env;
     }
     env.insert("NOMAD_JOB_PARENT_ID".into(), spec.name.clone());

@@ -30,7 +30,7 @@ impl Allocs {
             .filter(|a| a.job == spec.name && !a.status.is_terminal() && !a.stop_wanted)
             .map(|a| a.id.clone())
             .collect();
-        if spec.periodic.is_some() || spec.parameterized.is_some() {
+        if spec.launches_children() {
             return Ok(self.run_parent(spec, req, &live, warnings));
         }
         if let Some(job) = self.jobs.get(&spec.name) {
@@ -84,19 +84,7 @@ impl Allocs {
         }
         self.jobs.insert(
             spec.name.clone(),
-            JobEntry {
-                name: spec.name.clone(),
-                file: req.file.clone(),
-                hcl: req.hcl.clone(),
-                inputs: req.inputs.clone(),
-                spec: spec.clone(),
-                submitted: now,
-                stop_wanted: false,
-                purge: false,
-                child: None,
-                last_launch: None,
-                next_launch: None,
-            },
+            JobEntry::submitted(spec.clone(), req, now),
         );
         self.dirty = true;
         Ok(JobRun {
@@ -371,7 +359,7 @@ impl Allocs {
     /// `running`, `stopping` or `dead`; a periodic or parameterized parent,
     /// which has no allocs, is `running` until it is stopped, as in Nomad.
     pub(super) fn job_state(&self, job: &JobEntry) -> &'static str {
-        if job.spec.periodic.is_some() || job.spec.parameterized.is_some() {
+        if job.spec.launches_children() {
             return if job.stop_wanted { "dead" } else { "running" };
         }
         let live = self
@@ -388,8 +376,7 @@ impl Allocs {
     fn job_status(&self, job: &JobEntry) -> JobStatus {
         let allocs: Vec<&Alloc> = self.allocs.values().filter(|a| a.job == job.name).collect();
         // A parent never runs, so nothing of it is placed or unplaced.
-        let parent = job.spec.periodic.is_some() || job.spec.parameterized.is_some();
-        let unplaced = if job.stop_wanted || parent {
+        let unplaced = if job.stop_wanted || job.spec.launches_children() {
             Vec::new()
         } else {
             self.unplaced(&job.spec)

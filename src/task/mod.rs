@@ -387,6 +387,26 @@ struct JobEntry {
     next_launch: Option<i64>,
 }
 
+impl JobEntry {
+    /// A job as `job run` (or a launch) submits it at `now`: not stopping,
+    /// no child of anything, no launch yet.
+    fn submitted(spec: Job, req: &calls::JobFile, now: SystemTime) -> JobEntry {
+        JobEntry {
+            name: spec.name.clone(),
+            file: req.file.clone(),
+            hcl: req.hcl.clone(),
+            inputs: req.inputs.clone(),
+            spec,
+            submitted: now,
+            stop_wanted: false,
+            purge: false,
+            child: None,
+            last_launch: None,
+            next_launch: None,
+        }
+    }
+}
+
 /// The jobs and allocations of this agent, owned by the main loop.
 pub struct Allocs {
     data_dir: PathBuf,

@@ -107,22 +107,10 @@ impl Allocs {
                 crate::spec::format_utc(at)
             );
         }
-        self.jobs.insert(
-            spec.name.clone(),
-            JobEntry {
-                name: spec.name.clone(),
-                file: req.file.clone(),
-                hcl: req.hcl.clone(),
-                inputs: req.inputs.clone(),
-                spec: spec.clone(),
-                submitted: now,
-                stop_wanted: false,
-                purge: false,
-                child: None,
-                last_launch: spec.periodic.is_some().then_some(last_launch),
-                next_launch,
-            },
-        );
+        let mut entry = JobEntry::submitted(spec.clone(), req, now);
+        entry.last_launch = spec.periodic.is_some().then_some(last_launch);
+        entry.next_launch = next_launch;
+        self.jobs.insert(spec.name.clone(), entry);
         self.dirty = true;
         JobRun {
             job: spec.name,
@@ -174,22 +162,9 @@ impl Allocs {
                 created.push(id);
             }
         }
-        self.jobs.insert(
-            name.clone(),
-            JobEntry {
-                name: name.clone(),
-                file: req.file,
-                hcl: req.hcl,
-                inputs: req.inputs,
-                spec,
-                submitted: now,
-                stop_wanted: false,
-                purge: false,
-                child: Some(child),
-                last_launch: None,
-                next_launch: None,
-            },
-        );
+        let mut entry = JobEntry::submitted(spec, &req, now);
+        entry.child = Some(child);
+        self.jobs.insert(name.clone(), entry);
         self.forget_old_children(parent);
         self.dirty = true;
         Ok(JobRun {
