@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
 
-use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
+use super::{wire, wire_services, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
 use crate::sys::peercred;
@@ -649,6 +649,24 @@ impl agent_grpc::Agent for Service {
             sink,
             |resp| match resp {
                 Response::JobInspect(job) => Some(wire::job_inspected(job)),
+                _ => None,
+            },
+        );
+    }
+
+    fn service_list(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::ServiceListRequest,
+        sink: UnarySink<api::ServiceListResponse>,
+    ) {
+        let name = Some(req.name).filter(|n| !n.is_empty());
+        self.forward(
+            "ServiceList",
+            Request::Services { name },
+            sink,
+            |resp| match resp {
+                Response::Services(found) => Some(wire_services::services(found)),
                 _ => None,
             },
         );
