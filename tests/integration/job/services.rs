@@ -4,7 +4,8 @@
 //! as Nomad prints them, templates that read the registry rendered again
 //! with their `change_mode` when it changes, the registry rebuilt from
 //! what runs after an agent restart, and Nomad's NFS demo's template
-//! finding its server through the registry.
+//! finding its server through the registry. In a cluster, every agent
+//! sees every host's services, and a lost host's go with its lease.
 
 use std::fs;
 use std::thread;
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 use csi_agent::json::{self, Value};
 
 use super::Rig;
-use crate::harness::WAIT;
+use crate::cluster_agents::cluster_block;
+use crate::etcd::{require_etcd, Cluster};
+use crate::harness::{Agent, WAIT};
 use crate::util::require_root;
 
 /// A raw_exec job `name` that sleeps, with a group service and a task
@@ -300,4 +303,40 @@ fn the_nfs_demo_s_plugin_template_finds_the_server_through_the_registry() {
         &allocs[0],
         &format!("nfs-server={address}:/srv/nfs\n"),
     );
+}
+
+/// An agent of `cluster` named `node`, in a rig of its own.
+fn cluster_rig(cluster: &Cluster, node: &str) -> Rig {
+    let agent = Agent::start_with_config(&cluster_block(cluster, node));
+    Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    }
+}
+
+#[test]
+fn in_a_cluster_every_host_sees_the_services_and_a_lost_host_s_go_with_its_lease() {
+    if !require_root() || !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let mut a = cluster_rig(&cluster, "node-a");
+    let b = cluster_rig(&cluster, "node-b");
+    let reader = b.run_job("r.hcl", READER);
+    b.wait_running("reader", &reader[0]);
+    wait_for_log_end(&b, &reader[0], "start\nservers:\n");
+
+    // Registered on node-a, read on node-b.
+    let store = a.run_job("s.hcl", &server("store", "nfs"));
+    a.wait_running("store", &store[0]);
+    wait_listed(&b, &["nfs", "store-g-t"]);
+    let first = instance(&b, "nfs");
+    assert_eq!(first, instance(&a, "nfs"));
+    wait_for_log_end(&b, &reader[0], &format!("hup\nservers: {first}\n"));
+
+    // node-a is lost (its task runs on): its lease expires, its services
+    // are gone from node-b's registry and template.
+    a.agent.sigkill();
+    wait_listed(&b, &[]);
+    wait_for_log_end(&b, &reader[0], "hup\nservers:\n");
 }
