@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod server;
+mod server_error;
 mod session;
 mod wire;
 mod wire_services;
