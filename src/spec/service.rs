@@ -209,12 +209,13 @@ pub(crate) fn decode_service(f: &mut Fields<'_>) -> Service {
         Some((provider, _)) if provider == Provider::Nomad => provider,
         other => {
             let pos = other.map_or(f.pos(), |(_, pos)| pos);
+            let what = f.what();
+            let place = what.strip_prefix("service ").unwrap_or(what);
+            let name = name.as_deref().unwrap_or("(default name)");
             f.dec().warn(
                 pos,
                 format!(
-                    "service {:?} in {} has provider \"consul\" (Nomad's default): csi-agent has no Consul and registers it nowhere; provider = \"nomad\" registers it in csi-agent's registry",
-                    name.as_deref().unwrap_or("(default name)"),
-                    f.what()
+                    "service {name:?} {place} has provider \"consul\" (Nomad's default): csi-agent has no Consul and registers it nowhere (provider = \"nomad\" registers it in csi-agent's registry)"
                 ),
             );
             Provider::Consul
