@@ -121,6 +121,7 @@ impl Allocs {
         changed: Result<Vec<(ChangeMode, Duration)>, String>,
         now: Instant,
     ) {
+        let quiet = self.services.take_quiet(id, task);
         let Some(alloc) = self.allocs.get_mut(id) else {
             return;
         };
@@ -141,7 +142,9 @@ impl Allocs {
         };
         self.dirty = true;
         if changed.is_empty() {
-            task.event("template", "templates re-rendered: no file changed");
+            if !quiet {
+                task.event("template", "templates re-rendered: no file changed");
+            }
             return;
         }
         if task.state != TaskState::Running {

@@ -45,6 +45,26 @@ pub(super) struct RegistryView {
     running: Vec<(String, Vec<bool>)>,
     /// Problems already told in a task's events, not to repeat them.
     told: BTreeSet<(String, String)>,
+    /// How many re-renders of each task, by (alloc, task), were for a
+    /// change of the registry: such a re-render that changes no file says
+    /// nothing, since the registry's changes are mostly other services'.
+    quiet: BTreeMap<(String, String), u32>,
+}
+
+impl RegistryView {
+    /// Whether the re-render of `task` of `alloc` was the registry's
+    /// (and forgets it).
+    pub(super) fn take_quiet(&mut self, alloc: &str, task: &str) -> bool {
+        let key = (alloc.to_string(), task.to_string());
+        match self.quiet.get_mut(&key) {
+            Some(1) => self.quiet.remove(&key).is_some(),
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Allocs {
@@ -245,9 +265,9 @@ impl Allocs {
             };
             match alloc.group.tasks.iter().position(|t| t.name == task) {
                 Some(i) if alloc.tasks[i].state == TaskState::Running && !alloc.stop_wanted => {
-                    self.services
-                        .rendered
-                        .insert((id.clone(), task), generation);
+                    let key = (id.clone(), task);
+                    self.services.rendered.insert(key.clone(), generation);
+                    *self.services.quiet.entry(key).or_default() += 1;
                     self.rerender_task(&mut alloc, i);
                 }
                 Some(i) if alloc.tasks[i].state != TaskState::Dead && !alloc.stop_wanted => {

@@ -234,6 +234,15 @@ fn a_template_that_reads_a_service_renders_again_with_its_change_mode_when_it_ch
         format!("start\nservers:\nhup\nservers: {first}\nhup\nservers:\n")
     );
     assert_eq!(rig.wait_running("reader", &reader[0]), pid);
+    // The registry's changes that left the file as it was are not events.
+    let task = rig.task("reader", &reader[0]);
+    assert!(
+        !task
+            .events
+            .iter()
+            .any(|e| e.message.contains("no file changed")),
+        "{task:#?}"
+    );
 }
 
 #[test]
