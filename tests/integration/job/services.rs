@@ -19,8 +19,9 @@ use crate::etcd::{require_etcd, Cluster};
 use crate::harness::{Agent, WAIT};
 use crate::util::require_root;
 
-/// A raw_exec job `name` that sleeps, with a group service and a task
-/// service (default name) on a dynamic port `nfs`, restarted never.
+/// An exec job `name` that prints its port and sleeps, with a group
+/// service and a task service (default name) on a dynamic port `nfs`,
+/// restarted never.
 fn server(name: &str, service: &str) -> String {
     format!(
         r#"
@@ -48,7 +49,7 @@ job "{name}" {{
       mode     = "fail"
     }}
     task "t" {{
-      driver = "raw_exec"
+      driver = "exec"
       service {{
         provider = "nomad"
         port     = 8080
@@ -348,4 +349,35 @@ fn in_a_cluster_every_host_sees_the_services_and_a_lost_host_s_go_with_its_lease
     a.agent.sigkill();
     wait_listed(&b, &[]);
     wait_for_log_end(&b, &reader[0], "hup\nservers:\n");
+}
+
+#[test]
+fn a_service_past_a_bound_is_not_registered_and_its_task_says_why() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let job = server("bad", "under_score");
+    let allocs = rig.run_job("b.hcl", &job);
+    rig.wait_running("bad", &allocs[0]);
+    wait_listed(&rig, &["bad-g-t"]);
+    let status = rig.wait_job("bad", "the refusal's event", |j| {
+        j.allocs[0].tasks[0]
+            .events
+            .iter()
+            .any(|e| e.kind == "service")
+    });
+    let event = status.allocs[0].tasks[0]
+        .events
+        .iter()
+        .find(|e| e.kind == "service")
+        .unwrap();
+    assert!(
+        event
+            .message
+            .starts_with("service \"under_score\" not registered")
+            && event.message.contains("MAX_NAME"),
+        "{}",
+        event.message
+    );
 }
