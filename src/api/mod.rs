@@ -11,12 +11,13 @@
 //! The parts of the agent that answer speak their own types (requests,
 //! answers, [`CallError`]); `wire.rs` alone maps them to and from the
 //! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
-//! those of `alloc exec` and `alloc fs`).
+//! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s).
 
 pub mod client;
 pub mod server;
 mod session;
 mod wire;
+mod wire_plan;
 mod wire_session;
 
 use std::path::PathBuf;
@@ -24,8 +25,8 @@ use std::path::PathBuf;
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
 use crate::task::calls::{
-    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobRun, JobStatus,
-    LogsRequest,
+    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobPlanned, JobRun,
+    JobStatus, LogsRequest,
 };
 use crate::volume::calls as volume;
 
@@ -81,6 +82,8 @@ pub enum Request {
     JobInspect {
         name: String,
     },
+    /// `job plan`: what `job run` of the file would do, nothing done.
+    JobPlan(JobFile),
     /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
     /// alloc's dir (`session.rs`).
     Session(crate::task::exec_target::SessionLookup),
@@ -140,6 +143,7 @@ impl Request {
             Request::JobDispatch(_) => Access::Change,
             Request::AllocControl(_) => Access::Change,
             Request::JobInspect { .. } => Access::Read,
+            Request::JobPlan(_) => Access::Read,
         }
     }
 }
@@ -161,6 +165,7 @@ pub enum Response {
     Events(crate::events::Page),
     AllocControl(AllocControlled),
     JobInspect(JobInspected),
+    JobPlan(JobPlanned),
     Session(crate::task::exec_target::SessionTarget),
 }
 
@@ -192,6 +197,7 @@ mod tests {
             Request::AllocLogs(Default::default()),
             Request::Events(Default::default()),
             Request::JobInspect { name: "web".into() },
+            Request::JobPlan(Default::default()),
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");

@@ -654,6 +654,23 @@ impl agent_grpc::Agent for Service {
         );
     }
 
+    fn job_plan(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::JobRunRequest,
+        sink: UnarySink<api::JobPlanResponse>,
+    ) {
+        self.forward(
+            "JobPlan",
+            Request::JobPlan(wire::job_file(req)),
+            sink,
+            |resp| match resp {
+                Response::JobPlan(plan) => Some(super::wire_plan::job_planned(plan)),
+                _ => None,
+            },
+        );
+    }
+
     fn events(
         &mut self,
         _ctx: RpcContext,

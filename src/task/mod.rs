@@ -96,6 +96,7 @@ pub mod mounts;
 mod periodic;
 mod persist;
 mod placement;
+mod plan;
 mod ports;
 pub mod prepare;
 mod rerender;
@@ -385,12 +386,15 @@ struct JobEntry {
     /// the time it was run or the agent started, then from each launch.
     /// Not kept in the snapshot.
     next_launch: Option<i64>,
+    /// Nomad's job modify index: the agent's job index when the job was
+    /// last changed (submitted with a change, or stopped).
+    modify_index: u64,
 }
 
 impl JobEntry {
     /// A job as `job run` (or a launch) submits it at `now`: not stopping,
     /// no child of anything, no launch yet.
-    fn submitted(spec: Job, req: &calls::JobFile, now: SystemTime) -> JobEntry {
+    fn submitted(spec: Job, req: &calls::JobFile, now: SystemTime, index: u64) -> JobEntry {
         JobEntry {
             name: spec.name.clone(),
             file: req.file.clone(),
@@ -403,6 +407,7 @@ impl JobEntry {
             child: None,
             last_launch: None,
             next_launch: None,
+            modify_index: index,
         }
     }
 }
@@ -448,6 +453,8 @@ pub struct Allocs {
     artifact_limits: artifact::ArtifactLimits,
     /// The wall clock of periodic launches: the system's, or a test's.
     clock: fn() -> SystemTime,
+    /// The last job modify index given out ([`JobEntry::modify_index`]).
+    job_index: u64,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -481,6 +488,7 @@ impl Allocs {
             starter: starter::Starter::new(),
             artifact_limits: artifact::ArtifactLimits::default(),
             clock: SystemTime::now,
+            job_index: 0,
         }
     }
 
