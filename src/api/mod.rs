@@ -13,6 +13,7 @@
 //! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
 //! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s).
 
+mod accept;
 pub mod client;
 pub mod server;
 mod session;
