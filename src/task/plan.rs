@@ -226,3 +226,185 @@ pub fn annotate(diff: &mut ObjectDiff, updates: &Updates) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    const NIGHTLY: &str = r#"
+job "nightly" {
+  type = "batch"
+  periodic { crons = ["0 3 * * *"] }
+  group "g" {
+    count = 2
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}
+"#;
+
+    /// 2026-11-28T02:59:00Z.
+    fn before_three() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_834_740)
+    }
+
+    fn allocs(name: &str) -> (std::path::PathBuf, Allocs) {
+        let dir =
+            std::env::temp_dir().join(format!("csi-agent-plan-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut allocs = Allocs::new(&dir, &dir.join("sock"));
+        allocs.clock = before_three;
+        (dir, allocs)
+    }
+
+    fn file(hcl: &str, check_index: Option<u64>) -> JobFile {
+        JobFile {
+            file: "nightly.hcl".into(),
+            hcl: hcl.into(),
+            inputs: Default::default(),
+            check_index,
+        }
+    }
+
+    #[test]
+    fn a_periodic_job_plans_no_alloc_and_says_its_next_launch() {
+        let (dir, allocs) = allocs("periodic");
+        let plan = allocs.plan_job(&file(NIGHTLY, None)).unwrap();
+        assert_eq!(plan.diff.kind, DiffType::Added);
+        assert!(plan.diff.children[0].updates.is_empty(), "{plan:#?}");
+        assert_eq!(plan.next_launch, Some(1_795_834_800));
+        assert_eq!(plan.modify_index, 0);
+        assert!(allocs.jobs.is_empty());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn check_index_refuses_a_job_changed_since_with_nomads_messages() {
+        let (dir, mut allocs) = allocs("check");
+        let err = allocs.run_job(&file(NIGHTLY, Some(3))).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::FailedPrecondition);
+        assert_eq!(
+            err.message,
+            "Enforcing job modify index 3: job does not exist"
+        );
+        allocs.run_job(&file(NIGHTLY, Some(0))).unwrap();
+        let index = allocs.jobs["nightly"].modify_index;
+        assert_eq!(index, 1);
+        let changed = NIGHTLY.replace("0 3 * * *", "0 4 * * *");
+        let err = allocs.run_job(&file(&changed, Some(0))).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Enforcing job modify index 0: job already exists"
+        );
+        let err = allocs.run_job(&file(&changed, Some(9))).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Enforcing job modify index 9: job exists with conflicting job modify index: 1"
+        );
+        // Refused: the job is the one it was.
+        assert_eq!(
+            allocs.plan_job(&file(NIGHTLY, None)).unwrap().diff.kind,
+            DiffType::None
+        );
+        allocs.run_job(&file(&changed, Some(1))).unwrap();
+        assert_eq!(allocs.jobs["nightly"].modify_index, 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn changes_and_stops_take_new_indexes_and_a_restore_gives_none_twice() {
+        let (dir, mut allocs) = allocs("index");
+        allocs.run_job(&file(NIGHTLY, None)).unwrap();
+        // The same job again changes nothing.
+        allocs.run_job(&file(NIGHTLY, None)).unwrap();
+        assert_eq!(allocs.jobs["nightly"].modify_index, 1);
+        let stopped = allocs.plan_job(&file(NIGHTLY, None)).unwrap();
+        assert_eq!(stopped.diff.kind, DiffType::None);
+        allocs.stop_job("nightly", false).unwrap();
+        assert_eq!(allocs.jobs["nightly"].modify_index, 2);
+        // A stopped job's plan shows the stop undone.
+        let plan = allocs.plan_job(&file(NIGHTLY, None)).unwrap();
+        assert_eq!(plan.diff.kind, DiffType::Edited);
+        let stop = plan.diff.fields.iter().find(|f| f.name == "Stop").unwrap();
+        assert_eq!((stop.old.as_str(), stop.new.as_str()), ("true", "false"));
+        assert_eq!(plan.modify_index, 2);
+
+        // The counter is kept apart from the jobs: an index of a purged
+        // job is not given again.
+        let mut again = Allocs::new(&dir, &dir.join("sock"));
+        again.restore(&allocs.jobs_to_proto(), &allocs.allocs_to_proto());
+        again.restore_job_index(7);
+        assert_eq!(again.jobs["nightly"].modify_index, 2);
+        again.run_job(&file(NIGHTLY, None)).unwrap();
+        assert_eq!(again.jobs["nightly"].modify_index, 8);
+        // A snapshot from before the counter was kept starts after its
+        // jobs' indexes.
+        let mut old = Allocs::new(&dir, &dir.join("sock"));
+        old.restore(&again.jobs_to_proto(), &[]);
+        old.restore_job_index(0);
+        assert_eq!(old.job_index(), 8);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn group(kind: DiffType, count: (&str, &str), task: DiffType) -> ObjectDiff {
+        let object = |kind, name: &str| ObjectDiff {
+            kind,
+            name: name.to_string(),
+            fields: Vec::new(),
+            objects: Vec::new(),
+            children: Vec::new(),
+            annotations: Vec::new(),
+            updates: BTreeMap::new(),
+        };
+        let mut g = object(kind, "g");
+        g.fields.push(FieldDiff {
+            kind: DiffType::Edited,
+            name: "Count".into(),
+            old: count.0.into(),
+            new: count.1.into(),
+            annotations: Vec::new(),
+        });
+        g.children.push(object(task, "t"));
+        g.children.push(object(DiffType::None, "u"));
+        let mut job = object(DiffType::Edited, "j");
+        job.children.push(g);
+        job
+    }
+
+    fn annotated(diff: &mut ObjectDiff, kind: &'static str) -> (Vec<String>, Vec<String>) {
+        let updates = Updates::from([("g".to_string(), BTreeMap::from([(kind, 1)]))]);
+        annotate(diff, &updates);
+        let g = &diff.children[0];
+        assert!(g.children[1].annotations.is_empty(), "an unchanged task");
+        (
+            g.fields[0].annotations.clone(),
+            g.children[0].annotations.clone(),
+        )
+    }
+
+    #[test]
+    fn annotations_follow_nomads_rules() {
+        let mut d = group(DiffType::Edited, ("1", "3"), DiffType::Edited);
+        assert_eq!(
+            annotated(&mut d, DESTRUCTIVE),
+            (vec![FORCES_CREATE.into()], vec![FORCES_DESTRUCTIVE.into()])
+        );
+        assert_eq!(d.children[0].updates[DESTRUCTIVE], 1);
+        let mut d = group(DiffType::Edited, ("3", "1"), DiffType::Edited);
+        assert_eq!(
+            annotated(&mut d, IN_PLACE),
+            (vec![FORCES_DESTROY.into()], vec![FORCES_IN_PLACE.into()])
+        );
+        let mut d = group(DiffType::Added, ("", "1"), DiffType::Added);
+        assert_eq!(annotated(&mut d, CREATE).1, vec![FORCES_CREATE.to_string()]);
+        let mut d = group(DiffType::Deleted, ("1", ""), DiffType::Deleted);
+        assert_eq!(
+            annotated(&mut d, DESTROY).1,
+            vec![FORCES_DESTROY.to_string()]
+        );
+    }
+}
