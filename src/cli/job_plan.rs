@@ -160,10 +160,19 @@ fn creates_or_destroys(resp: &api::JobPlanResponse) -> bool {
 /// Nomad's "Scheduler dry-run:" lines.
 fn dry_run(resp: &api::JobPlanResponse) -> String {
     let mut out = String::new();
+    let system = resp.diff.as_ref().is_some_and(|d| {
+        d.fields
+            .iter()
+            .any(|f| f.name == "Type" && f.new == "system")
+    });
     if resp.unplaced.is_empty() {
         out.push_str("- All tasks successfully allocated.\n");
     } else {
-        out.push_str("- WARNING: Failed to place all allocations.\n");
+        out.push_str(if system {
+            "- WARNING: Failed to place allocations on all nodes.\n"
+        } else {
+            "- WARNING: Failed to place all allocations.\n"
+        });
         for u in &resp.unplaced {
             out.push_str(&format!(
                 "  Task Group {:?} (failed to place {} allocation{}):\n    * {}\n\n",
@@ -176,9 +185,15 @@ fn dry_run(resp: &api::JobPlanResponse) -> String {
         out.truncate(out.trim_end_matches('\n').len() + 1);
     }
     if resp.next_periodic_launch_unix != 0 {
-        let at = crate::spec::format_utc(resp.next_periodic_launch_unix);
+        let at = resp.next_periodic_launch_unix;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let from_now = u64::try_from(at).unwrap_or(0).saturating_sub(now);
         out.push_str(&format!(
-            "- If submitted now, next periodic launch would be at {at}.\n"
+            "- If submitted now, next periodic launch would be at {} ({} from now).\n",
+            crate::spec::format_utc(at),
+            crate::units::format_duration(std::time::Duration::from_secs(from_now))
         ));
     }
     out.trim_end_matches('\n').to_string()
@@ -491,6 +506,38 @@ mod tests {
         assert_eq!(
             format_field(&field("Deleted", "Env[A]", "1", ""), 0, 2, 1),
             "-   Env[A]:  \"1\""
+        );
+    }
+
+    #[test]
+    fn the_dry_run_names_each_group_that_cannot_be_placed() {
+        let mut resp = api::JobPlanResponse::default();
+        assert_eq!(dry_run(&resp), "- All tasks successfully allocated.");
+        resp.unplaced = vec![api::Unplaced {
+            group: "g".into(),
+            count: 2,
+            message: "Constraint \"${attr.kernel.name} = windows\": 1 nodes excluded by filter"
+                .into(),
+            ..Default::default()
+        }];
+        assert_eq!(
+            dry_run(&resp),
+            "- WARNING: Failed to place all allocations.\n  Task Group \"g\" (failed to place 2 allocations):\n    * Constraint \"${attr.kernel.name} = windows\": 1 nodes excluded by filter"
+        );
+        let mut job = object("Added", "j");
+        job.fields = vec![field("Added", "Type", "", "system")];
+        resp.diff = protobuf::MessageField::some(job);
+        assert!(
+            dry_run(&resp).starts_with("- WARNING: Failed to place allocations on all nodes.\n")
+        );
+        resp.unplaced.clear();
+        resp.next_periodic_launch_unix = 4_102_444_800;
+        assert!(
+            dry_run(&resp).starts_with(
+                "- All tasks successfully allocated.\n- If submitted now, next periodic launch would be at 2100-01-01T00:00:00Z ("
+            ),
+            "{}",
+            dry_run(&resp)
         );
     }
 
