@@ -13,8 +13,8 @@
 //! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
 //! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s).
 
-mod accept;
 pub mod client;
+mod listen;
 pub mod server;
 mod session;
 mod wire;

@@ -6,7 +6,7 @@
 //! (`add_channel_from_fd`): a refused peer is closed before it can send a
 //! request. The socket is bound under a temporary name, made 0600, and
 //! renamed into place, so it is never reachable with looser permissions
-//! (both in `accept.rs`).
+//! (`listen.rs`).
 
 use std::fmt;
 use std::fs;
@@ -108,7 +108,7 @@ pub const MAX_REQUEST: usize = 4 << 20;
 impl ControlServer {
     /// Serves the control API at `path`, sending every call to `calls`.
     pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
-        let listener = super::accept::bind_private(path)?;
+        let listener = super::listen::bind_private(path)?;
         let (sent, sending) = unbounded();
         let sent_thread = thread::Builder::new()
             .name("control-api-sent".into())
@@ -134,7 +134,7 @@ impl ControlServer {
             thread::Builder::new()
                 .name("control-api".into())
                 .spawn(move || {
-                    super::accept::accept_loop(&listener, &mut server, &stopping);
+                    super::listen::accept_loop(&listener, &mut server, &stopping);
                     let _ = block_on(server.shutdown());
                 })
                 .map_err(Error::Thread)?

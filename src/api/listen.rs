@@ -1,7 +1,6 @@
-//! The control API's socket: bound so that it is never reachable with
-//! looser permissions than 0600, and each connection's peer checked with
-//! `SO_PEERCRED` before gRPC sees a byte of it (`server.rs` runs both on
-//! its "control-api" thread).
+//! The control API's socket: bound private to the agent's user, and its
+//! connections accepted only from root or that user (peer credentials),
+//! each handed to the gRPC server.
 
 use std::fs;
 use std::io;
