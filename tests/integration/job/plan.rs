@@ -363,3 +363,20 @@ fn run_check_index_runs_only_the_job_the_plan_saw() {
     rig.ok(&["job", "stop", "web"]);
     assert!(rig.job("web").job_modify_index > changed);
 }
+
+#[test]
+fn a_plan_that_cannot_be_made_exits_255_and_a_usage_error_2() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let out = rig.plan("bad.hcl", "job \"web\" {\n  group \"g\" {}\n}\n", &[]);
+    assert_eq!(out.status.code(), Some(255), "{}", text(&out));
+    assert!(
+        text(&out).contains("needs at least one task"),
+        "{}",
+        text(&out)
+    );
+    let out = rig.agent.cli(&["job", "plan", "-diff=maybe", "x.hcl"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
