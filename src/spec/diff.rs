@@ -511,9 +511,10 @@ job "web" {
             "",
             &format!("{}\n{}", tmpl("a", "local/a"), tmpl("b", "local/b")),
         );
+        // In another order: matched by destination, not by place.
         let new = web(
             "",
-            &format!("{}\n{}", tmpl("a", "local/a"), tmpl("c", "local/b")),
+            &format!("{}\n{}", tmpl("c", "local/b"), tmpl("a", "local/a")),
         );
         let diff = diff_jobs(Some(&old), &new);
         let templates: Vec<&ObjectDiff> = task(&diff)
@@ -522,6 +523,7 @@ job "web" {
             .filter(|o| o.name == "Template")
             .collect();
         assert_eq!(templates.len(), 2);
+        assert_eq!(templates.iter().filter(|t| t.changed()).count(), 1);
         let edited = templates.iter().find(|t| t.changed()).unwrap();
         assert_eq!(edited.kind, DiffType::Edited);
         let data = field(edited, "EmbeddedTmpl");
