@@ -18,6 +18,10 @@
 //! by its kind. A task's `config` is flattened whole, keys as written, as
 //! Nomad flattens a driver's config. Constraints are a set, as Nomad's:
 //! a changed one is one deleted and one added.
+//!
+//! Secrets are compared but never shown: a docker task's registry
+//! `password` and a volume's `mount_flags` read `[REDACTED]` on both
+//! sides, edited or not.
 
 use std::collections::BTreeMap;
 
@@ -315,15 +319,28 @@ fn diff_fields(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -
                 (Some(o), Some(n)) if o != n => DiffType::Edited,
                 _ => DiffType::None,
             };
+            let shown = |value: Option<&String>| match value {
+                Some(_) if is_secret(name) => REDACTED.to_string(),
+                value => value.cloned().unwrap_or_default(),
+            };
             FieldDiff {
                 kind,
                 name: name.clone(),
-                old: o.cloned().unwrap_or_default(),
-                new: n.cloned().unwrap_or_default(),
+                old: shown(o),
+                new: shown(n),
                 annotations: Vec::new(),
             }
         })
         .collect()
+}
+
+/// What a secret's value is shown as.
+const REDACTED: &str = "[REDACTED]";
+
+/// Whether field `name` holds a secret: a docker config's registry
+/// password (`auth[0][password]`) or a volume's mount flags.
+fn is_secret(name: &str) -> bool {
+    (name.starts_with("auth[") && name.ends_with("[password]")) || name.starts_with("MountFlags[")
 }
 
 /// The nested objects of both sides, matched by kind and key; a set's
@@ -529,6 +546,54 @@ job "web" {
         let data = field(edited, "EmbeddedTmpl");
         assert_eq!((data.old.as_str(), data.new.as_str()), ("b", "c"));
         assert_eq!(field(edited, "DestPath").kind, DiffType::None);
+    }
+
+    #[test]
+    fn secrets_are_compared_but_never_shown() {
+        let docker = |password: &str, flag: &str| {
+            job(&format!(
+                r#"job "web" {{
+  group "g" {{
+    volume "v" {{
+      type            = "csi"
+      source          = "vol"
+      attachment_mode = "file-system"
+      access_mode     = "single-node-writer"
+      mount_options {{ mount_flags = [{flag:?}] }}
+    }}
+    task "t" {{
+      driver = "docker"
+      config {{
+        image = "busybox"
+        auth {{
+          username = "me"
+          password = {password:?}
+        }}
+      }}
+    }}
+  }}
+}}"#
+            ))
+        };
+        let diff = diff_jobs(
+            Some(&docker("hunter2", "noatime")),
+            &docker("hunter3", "nodev"),
+        );
+        let shown = format!("{diff:?}");
+        for secret in ["hunter2", "hunter3", "noatime", "nodev"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let password = field(object(task(&diff), "Config"), "auth[0][password]");
+        assert_eq!(
+            (password.kind, password.old.as_str(), password.new.as_str()),
+            (DiffType::Edited, REDACTED, REDACTED)
+        );
+        let options = object(object(&diff.children[0], "Volume"), "MountOptions");
+        assert_eq!(field(options, "MountFlags[0]").kind, DiffType::Edited);
+        assert_eq!(
+            field(object(task(&diff), "Config"), "auth[0][username]").new,
+            "me"
+        );
     }
 
     #[test]
