@@ -1,6 +1,7 @@
 //! The loop's side of the job and alloc calls of the control API: each
 //! goes to the job runner (`task::Allocs`); a change's answer waits in the
-//! gate for the state it made to be durable, a read is answered at once.
+//! gate for the state it made to be durable, a read (and `job plan`, which
+//! changes nothing) is answered at once.
 
 use std::time::Instant;
 
@@ -33,6 +34,10 @@ impl Agent {
             }
             Request::JobInspect { name } => {
                 return reply.send(self.allocs.inspect(&name).map(Response::JobInspect))
+            }
+            // A plan changes nothing: answered at once, as a read.
+            Request::JobPlan(req) => {
+                return reply.send(self.allocs.plan_job(&req).map(Response::JobPlan))
             }
             other => unreachable!("not a job call: {other:?}"),
         };

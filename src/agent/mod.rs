@@ -158,6 +158,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         &options.config,
     ));
     allocs.restore(&loaded.state.jobs, &loaded.state.allocs);
+    allocs.restore_job_index(loaded.state.job_index);
     let mut registry = restore_registry(&loaded.state);
     let registry_events = registry.subscribe();
     let mut agent = Agent {
@@ -463,7 +464,8 @@ impl Agent {
             | Request::JobStatus { .. }
             | Request::AllocLogs(_)
             | Request::AllocControl(_)
-            | Request::JobInspect { .. }) => {
+            | Request::JobInspect { .. }
+            | Request::JobPlan(_)) => {
                 self.job_call(request, reply);
                 None
             }

@@ -486,6 +486,7 @@ impl Agent {
             volumes: self.volumes.to_proto(),
             jobs: self.allocs.jobs_to_proto(),
             allocs: self.allocs.allocs_to_proto(),
+            job_index: self.allocs.job_index(),
             ..Default::default()
         }
     }

@@ -366,10 +366,24 @@ impl AgentClient {
         hcl: &str,
         inputs: api::JobInputs,
     ) -> Result<api::JobRunResponse, Error> {
+        self.job_run_checked(file, hcl, inputs, None)
+    }
+
+    /// `job run -check-index`: runs the job only if its modify index is
+    /// still `check_index` (0: only if there is no such job).
+    pub fn job_run_checked(
+        &self,
+        file: &str,
+        hcl: &str,
+        inputs: api::JobInputs,
+        check_index: Option<u64>,
+    ) -> Result<api::JobRunResponse, Error> {
         let req = api::JobRunRequest {
             file: file.to_string(),
             hcl: hcl.to_string(),
             inputs: protobuf::MessageField::some(inputs),
+            enforce_index: check_index.is_some(),
+            job_modify_index: check_index.unwrap_or(0),
             ..Default::default()
         };
         self.client
@@ -478,6 +492,24 @@ impl AgentClient {
         };
         self.client
             .service_list_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `job plan`: what `job run` of the file would do, nothing done.
+    pub fn job_plan(
+        &self,
+        file: &str,
+        hcl: &str,
+        inputs: api::JobInputs,
+    ) -> Result<api::JobPlanResponse, Error> {
+        let req = api::JobRunRequest {
+            file: file.to_string(),
+            hcl: hcl.to_string(),
+            inputs: protobuf::MessageField::some(inputs),
+            ..Default::default()
+        };
+        self.client
+            .job_plan_opt(&req, Self::opt(STATUS_TIMEOUT))
             .map_err(|e| self.error(e))
     }
 

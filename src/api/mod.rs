@@ -11,13 +11,15 @@
 //! The parts of the agent that answer speak their own types (requests,
 //! answers, [`CallError`]); `wire.rs` alone maps them to and from the
 //! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
-//! those of `alloc exec` and `alloc fs`).
+//! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s).
 
 pub mod client;
+mod listen;
 pub mod server;
 mod server_error;
 mod session;
 mod wire;
+mod wire_plan;
 mod wire_services;
 mod wire_session;
 
@@ -26,8 +28,8 @@ use std::path::PathBuf;
 use crate::cluster::node::NodeStatus;
 use crate::plugin::StatusReport;
 use crate::task::calls::{
-    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobRun, JobStatus,
-    LogsRequest,
+    AllocControl, AllocControlled, DispatchRequest, JobFile, JobInspected, JobPlanned, JobRun,
+    JobStatus, LogsRequest,
 };
 use crate::volume::calls as volume;
 
@@ -83,6 +85,8 @@ pub enum Request {
     JobInspect {
         name: String,
     },
+    /// `job plan`: what `job run` of the file would do, nothing done.
+    JobPlan(JobFile),
     /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
     /// alloc's dir (`session.rs`).
     Session(crate::task::exec_target::SessionLookup),
@@ -147,6 +151,7 @@ impl Request {
             Request::AllocControl(_) => Access::Change,
             Request::JobInspect { .. } => Access::Read,
             Request::Services { .. } => Access::Read,
+            Request::JobPlan(_) => Access::Read,
         }
     }
 }
@@ -168,6 +173,7 @@ pub enum Response {
     Events(crate::events::Page),
     AllocControl(AllocControlled),
     JobInspect(JobInspected),
+    JobPlan(JobPlanned),
     Session(crate::task::exec_target::SessionTarget),
     /// The registered service instances asked for.
     Services(Vec<crate::services::Registration>),
@@ -201,6 +207,7 @@ mod tests {
             Request::AllocLogs(Default::default()),
             Request::Events(Default::default()),
             Request::JobInspect { name: "web".into() },
+            Request::JobPlan(Default::default()),
         ];
         for request in reads {
             assert_eq!(request.access(), Access::Read, "{request:?}");

@@ -144,6 +144,7 @@ pub fn job_file(req: pb::JobRunRequest) -> task::JobFile {
         file: req.file,
         hcl: req.hcl,
         inputs: job_inputs,
+        check_index: req.enforce_index.then_some(req.job_modify_index),
     }
 }
 
@@ -437,7 +438,7 @@ pub fn job_run(run: task::JobRun) -> pb::JobRunResponse {
     }
 }
 
-fn unplaced(u: &task::Unplaced) -> pb::Unplaced {
+pub fn unplaced(u: &task::Unplaced) -> pb::Unplaced {
     pb::Unplaced {
         group: u.group.clone(),
         count: u.count,
@@ -474,6 +475,7 @@ fn job(j: task::JobStatus) -> pb::JobStatus {
         parent: j.parent,
         parent_kind: j.parent_kind,
         next_launch_unix: j.next_launch.unwrap_or(0),
+        job_modify_index: j.modify_index,
         children: j
             .children
             .into_iter()
@@ -670,6 +672,7 @@ pub fn alloc_controlled(done: task::AllocControlled) -> pb::AllocControlResponse
 
 pub fn job_inspected(job: task::JobInspected) -> pb::JobInspectResponse {
     pb::JobInspectResponse {
+        job_modify_index: job.modify_index,
         name: job.name,
         file: job.file,
         hcl: job.hcl,

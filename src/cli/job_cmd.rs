@@ -23,8 +23,8 @@ use crate::units::format_timestamp;
 pub const USAGE: &str = "\
 usage: csi-agent job COMMAND [-address ADDR] ARGS
 
-  run [-detach] [-verbose] [-timeout DURATION] [-var NAME=VALUE]...
-      [-var-file FILE]... [-hcl2-strict=false] FILE
+  run [-detach] [-verbose] [-timeout DURATION] [-check-index INDEX]
+      [-var NAME=VALUE]... [-var-file FILE]... [-hcl2-strict=false] FILE
                           validate a job file and start its allocations
                           (one per group instance); prints their IDs, then
                           watches them until every one runs (a plugin
@@ -39,7 +39,14 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
                           variables values (later ones win: env, then
                           var files, then -var); a value for a variable
                           the file does not declare is an error (a
-                          warning with -hcl2-strict=false), as in Nomad
+                          warning with -hcl2-strict=false), as in Nomad;
+                          -check-index runs it only if the job's modify
+                          index (job plan's) is still INDEX (0: only if
+                          there is no such job)
+  plan [-diff=BOOL] [-verbose] [-json] [-var ...] [-var-file ...] FILE
+                          what job run of FILE would change, nothing done:
+                          the diff, the dry run, the job modify index; see
+                          `csi-agent job plan -h`
   stop [-purge] NAME      stop every allocation of a job; -purge also forgets
                           the job once they are stopped
   status [-json] [NAME]   without NAME, a table of jobs; with NAME, a
@@ -53,7 +60,7 @@ usage: csi-agent job COMMAND [-address ADDR] ARGS
                           the payload in FILE (stdin for -; at most 16 KiB)
   inspect [-json] NAME    the job file as it was submitted; -json: the
                           agent's record of it (name, file, text, type,
-                          groups)
+                          groups, job modify index)
 
   -address ADDR           the agent's control socket (default
                           $CSI_AGENT_ADDR, else /var/lib/csi-agent/control.sock)";
@@ -90,6 +97,7 @@ const RUN_FLAGS: &[Flag] = &[
     switch("detach"),
     switch("verbose"),
     value("timeout"),
+    value("check-index"),
 ];
 const STOP_FLAGS: &[Flag] = &[switch("purge"), value("address")];
 const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
@@ -97,7 +105,9 @@ const LOGS_FLAGS: &[Flag] = &[switch("stderr"), value("address")];
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let Some((verb, rest)) = argv.split_first() else {
-        return Err(UsageError::new("missing the job command (run, stop, status, inspect)").into());
+        return Err(
+            UsageError::new("missing the job command (run, plan, stop, status, inspect)").into(),
+        );
     };
     match verb.as_str() {
         "run" => run_job(rest),
@@ -106,6 +116,7 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         "periodic" => super::job_children::periodic(rest),
         "dispatch" => super::job_children::dispatch(rest),
         "inspect" => alloc_cmd::inspect(rest),
+        "plan" => super::job_plan::run(rest),
         other => Err(UsageError::new(format!("unknown job command {other:?}")).into()),
     }
 }
@@ -156,7 +167,7 @@ fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
 
 /// Prints `errors`, one a line, and fails as `validate` fails one file,
 /// if there are any.
-fn refuse_if_any(errors: &[impl std::fmt::Display]) -> Result<(), CliError> {
+pub(super) fn refuse_if_any(errors: &[impl std::fmt::Display]) -> Result<(), CliError> {
     if errors.is_empty() {
         return Ok(());
     }
@@ -178,12 +189,20 @@ fn run_job(argv: &[String]) -> Result<(), CliError> {
     refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
     refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
     let watch = job_watch::options(&args)?;
+    let check_index = match args.value("check-index") {
+        None => None,
+        Some(text) => Some(text.parse::<u64>().map_err(|_| {
+            UsageError::new(format!(
+                "-check-index takes a job modify index (a whole number), not {text:?}"
+            ))
+        })?),
+    };
     let client = connect(&args)?;
     let since = match &watch {
         Some(_) => job_watch::start_index(&client)?,
         None => 0,
     };
-    let resp = client.job_run(&file, &hcl, job_inputs::to_api(&inputs))?;
+    let resp = client.job_run_checked(&file, &hcl, job_inputs::to_api(&inputs), check_index)?;
     for warning in &resp.warnings {
         eprintln!("{warning}");
     }
@@ -338,6 +357,7 @@ fn details(job: &api::JobStatus) -> String {
         job.file,
         format_timestamp(from_unix_ms(job.submitted_unix_ms))
     );
+    out.push_str(&format!("Job Modify Index = {}\n", job.job_modify_index));
     out.push_str(&super::job_children::details(job));
     out.push_str(&summary(&job.allocs));
     if !job.unplaced.is_empty() {

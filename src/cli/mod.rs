@@ -14,6 +14,7 @@ pub mod events_cmd;
 pub mod job_children;
 pub mod job_cmd;
 pub mod job_inputs;
+pub mod job_plan;
 pub mod job_watch;
 pub mod json;
 pub mod node_cmd;
@@ -212,7 +213,11 @@ pub fn main(argv: Vec<String>) -> ExitCode {
             },
         ),
         "job" => (
-            job_cmd::USAGE,
+            if rest.first().map(String::as_str) == Some("plan") {
+                job_plan::USAGE
+            } else {
+                job_cmd::USAGE
+            },
             if wants_help {
                 None
             } else {
@@ -298,7 +303,7 @@ pub fn main(argv: Vec<String>) -> ExitCode {
 }
 
 /// Prints an error and its numbered causes.
-fn print_error(err: &dyn std::error::Error) {
+pub(super) fn print_error(err: &dyn std::error::Error) {
     eprintln!("error: {err}");
     let mut source = err.source();
     let mut n = 1;

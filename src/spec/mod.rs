@@ -64,6 +64,7 @@ mod constraint;
 mod cron;
 mod csi_plugin;
 mod decode;
+pub mod diff;
 mod docker;
 mod encode;
 mod exec_settings;

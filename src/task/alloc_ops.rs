@@ -132,6 +132,7 @@ impl Allocs {
                     file: alloc.job_file.clone(),
                     hcl: alloc.job_hcl.clone(),
                     inputs: alloc.job_inputs.clone(),
+                    check_index: None,
                 };
                 let (group, index) = (alloc.group.clone(), alloc.index);
                 let new_id = self.new_alloc_id();
@@ -183,6 +184,7 @@ impl Allocs {
             submitted: Some(job.submitted),
             job_type: job.spec.job_type.as_str().to_string(),
             groups: job.spec.groups.iter().map(|g| g.name.clone()).collect(),
+            modify_index: job.modify_index,
         })
     }
 }

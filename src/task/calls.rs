@@ -13,6 +13,9 @@ pub struct JobFile {
     pub file: String,
     pub hcl: String,
     pub inputs: JobInputs,
+    /// `job run -check-index`: run only if the job's modify index is
+    /// still this (0: only if there is no such job).
+    pub check_index: Option<u64>,
 }
 
 /// `job run`'s answer.
@@ -53,6 +56,8 @@ pub struct JobStatus {
     pub next_launch: Option<i64>,
     /// A parent's children, oldest first.
     pub children: Vec<ChildStatus>,
+    /// Nomad's job modify index: changed by each change of the job.
+    pub modify_index: u64,
 }
 
 /// A child of a periodic or parameterized job, as its parent's `job
@@ -173,4 +178,21 @@ pub struct JobInspected {
     pub submitted: Option<SystemTime>,
     pub job_type: String,
     pub groups: Vec<String>,
+    pub modify_index: u64,
+}
+
+/// `job plan`'s answer: what `job run` of the same file would change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobPlanned {
+    pub job: String,
+    /// The file's job against the agent's, each group with the updates
+    /// of its allocs and each changed task with what it forces.
+    pub diff: crate::spec::diff::ObjectDiff,
+    pub unplaced: Vec<Unplaced>,
+    /// The job's modify index now; 0 when there is no such job.
+    pub modify_index: u64,
+    pub warnings: Vec<String>,
+    /// A periodic job's next launch were it run now, in seconds since the
+    /// epoch.
+    pub next_launch: Option<i64>,
 }

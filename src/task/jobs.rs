@@ -20,6 +20,7 @@ impl Allocs {
         let decoded = Job::decode_with(&req.hcl, &req.file, &req.inputs)
             .map_err(|e| invalid(e.to_string().trim_end()))?;
         let spec = decoded.spec;
+        self.check_modify_index(&spec.name, req.check_index)?;
         self.check_job(&spec, &req.file)?;
         self.check_placement(&spec, &req.file, &req.hcl)?;
         let warnings: Vec<String> = decoded.warnings.iter().map(|w| w.to_string()).collect();
@@ -82,9 +83,10 @@ impl Allocs {
                 self.stop_alloc(id, "the job was updated");
             }
         }
+        let index = self.next_job_index();
         self.jobs.insert(
             spec.name.clone(),
-            JobEntry::submitted(spec.clone(), req, now),
+            JobEntry::submitted(spec.clone(), req, now, index),
         );
         self.dirty = true;
         Ok(JobRun {
@@ -98,7 +100,7 @@ impl Allocs {
 
     /// Checks what the spec decoder cannot know: host volumes, plugin IDs
     /// of other jobs and the config, users, and `${VAR}` names.
-    fn check_job(&self, spec: &Job, file: &str) -> Result<(), CallError> {
+    pub(super) fn check_job(&self, spec: &Job, file: &str) -> Result<(), CallError> {
         // This job's plugin instances so far: (ID, type, task).
         let mut provided: Vec<(&str, crate::spec::PluginType, &str)> = Vec::new();
         for group in &spec.groups {
@@ -297,10 +299,13 @@ impl Allocs {
 
     /// `job stop`: the allocs stopping.
     pub fn stop_job(&mut self, name: &str, purge: bool) -> Result<Vec<String>, CallError> {
-        let Some(job) = self.jobs.get_mut(name) else {
+        if !self.jobs.contains_key(name) {
             return Err(self.no_job(name));
-        };
+        }
+        let index = self.next_job_index();
+        let job = self.jobs.get_mut(name).expect("looked up above");
         job.stop_wanted = true;
+        job.modify_index = index;
         job.purge |= purge;
         let ids: Vec<String> = self
             .allocs
@@ -410,6 +415,7 @@ impl Allocs {
             .to_string(),
             next_launch: job.next_launch.filter(|_| !job.stop_wanted),
             children: self.children_of(&job.name),
+            modify_index: job.modify_index,
         }
     }
 

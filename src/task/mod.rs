@@ -97,6 +97,7 @@ pub mod mounts;
 mod periodic;
 mod persist;
 mod placement;
+mod plan;
 mod ports;
 pub mod prepare;
 mod rerender;
@@ -387,12 +388,15 @@ struct JobEntry {
     /// the time it was run or the agent started, then from each launch.
     /// Not kept in the snapshot.
     next_launch: Option<i64>,
+    /// Nomad's job modify index: the agent's job index when the job was
+    /// last changed (submitted with a change, or stopped).
+    modify_index: u64,
 }
 
 impl JobEntry {
     /// A job as `job run` (or a launch) submits it at `now`: not stopping,
     /// no child of anything, no launch yet.
-    fn submitted(spec: Job, req: &calls::JobFile, now: SystemTime) -> JobEntry {
+    fn submitted(spec: Job, req: &calls::JobFile, now: SystemTime, index: u64) -> JobEntry {
         JobEntry {
             name: spec.name.clone(),
             file: req.file.clone(),
@@ -405,6 +409,7 @@ impl JobEntry {
             child: None,
             last_launch: None,
             next_launch: None,
+            modify_index: index,
         }
     }
 }
@@ -452,6 +457,8 @@ pub struct Allocs {
     clock: fn() -> SystemTime,
     /// The service registry as templates read it (`services.rs`).
     services: services::RegistryView,
+    /// The last job modify index given out ([`JobEntry::modify_index`]).
+    job_index: u64,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -486,6 +493,7 @@ impl Allocs {
             artifact_limits: artifact::ArtifactLimits::default(),
             clock: SystemTime::now,
             services: services::RegistryView::default(),
+            job_index: 0,
         }
     }
 

@@ -107,7 +107,8 @@ impl Allocs {
                 crate::spec::format_utc(at)
             );
         }
-        let mut entry = JobEntry::submitted(spec.clone(), req, now);
+        let index = self.next_job_index();
+        let mut entry = JobEntry::submitted(spec.clone(), req, now, index);
         entry.last_launch = spec.periodic.is_some().then_some(last_launch);
         entry.next_launch = next_launch;
         self.jobs.insert(spec.name.clone(), entry);
@@ -147,6 +148,7 @@ impl Allocs {
             file: entry.file.clone(),
             hcl: entry.hcl.clone(),
             inputs: entry.inputs.clone(),
+            check_index: None,
         };
         // A child is placed as any job is: the node must meet its
         // constraints.
@@ -162,7 +164,8 @@ impl Allocs {
                 created.push(id);
             }
         }
-        let mut entry = JobEntry::submitted(spec, &req, now);
+        let index = self.next_job_index();
+        let mut entry = JobEntry::submitted(spec, &req, now, index);
         entry.child = Some(child);
         self.jobs.insert(name.clone(), entry);
         self.forget_old_children(parent);
@@ -359,6 +362,7 @@ mod tests {
             file: "nightly.hcl".into(),
             hcl: hcl.into(),
             inputs: Default::default(),
+            check_index: None,
         }
     }
 

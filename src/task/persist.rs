@@ -53,9 +53,23 @@ impl Allocs {
                         ..Default::default()
                     })
                     .collect(),
+                modify_index: j.modify_index,
                 ..Default::default()
             })
             .collect()
+    }
+
+    /// The last job modify index given out, for the snapshot.
+    pub fn job_index(&self) -> u64 {
+        self.job_index
+    }
+
+    /// Takes the snapshot's last job modify index, after [`Allocs::restore`]:
+    /// no index given out before is given again (a snapshot from before
+    /// the index was kept starts after its jobs' own).
+    pub fn restore_job_index(&mut self, index: u64) {
+        let highest = self.jobs.values().map(|j| j.modify_index).max();
+        self.job_index = index.max(highest.unwrap_or(0)).max(self.job_index);
     }
 
     pub fn allocs_to_proto(&self) -> Vec<pb::Alloc> {
@@ -139,6 +153,7 @@ impl Allocs {
                             purge: j.purge,
                             child,
                             next_launch: None,
+                            modify_index: j.modify_index,
                         },
                     );
                 }

@@ -664,6 +664,7 @@ mod tests {
             file: "j.hcl".to_string(),
             hcl: text.to_string(),
             inputs: Default::default(),
+            check_index: None,
         };
         let add = |allocs: &mut Allocs, id: &str| {
             let alloc = allocs.new_alloc(

@@ -65,7 +65,9 @@ impl Allocs {
             "Job {}: its templates changed; re-rendering them in place",
             spec.name
         );
+        let index = self.next_job_index();
         let entry = self.jobs.get_mut(&spec.name).expect("looked up above");
+        entry.modify_index = index;
         entry.spec = spec.clone();
         entry.hcl = req.hcl.clone();
         entry.file = req.file.clone();
@@ -245,7 +247,7 @@ impl TaskRun {
 }
 
 /// Whether `old` and `new` differ in their tasks' templates only.
-fn only_templates_differ(old: &Job, new: &Job) -> bool {
+pub(super) fn only_templates_differ(old: &Job, new: &Job) -> bool {
     if old.groups.len() != new.groups.len() {
         return false;
     }

@@ -35,6 +35,7 @@ mod lifecycle;
 mod nomad_e2e;
 mod periodic;
 mod placement;
+mod plan;
 mod ports;
 mod poststop;
 pub(crate) mod root;
