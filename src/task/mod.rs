@@ -67,6 +67,7 @@
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
+//! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
@@ -98,6 +99,7 @@ mod persist;
 mod placement;
 mod ports;
 pub mod prepare;
+mod refit;
 mod rerender;
 
 /// How long the pids of started tasks may wait for a snapshot (see

@@ -37,6 +37,7 @@ mod periodic;
 mod placement;
 mod ports;
 mod poststop;
+mod refit;
 pub(crate) mod root;
 mod templates;
 mod untrusted;
