@@ -14,8 +14,10 @@
 //! those of `alloc exec` and `alloc fs`).
 
 pub mod client;
+mod listen;
 pub mod server;
 mod session;
+mod session_reads;
 mod wire;
 mod wire_session;
 

@@ -5,14 +5,13 @@
 //! `SO_PEERCRED`, and only then hands the connection to gRPC
 //! (`add_channel_from_fd`): a refused peer is closed before it can send a
 //! request. The socket is bound under a temporary name, made 0600, and
-//! renamed into place, so it is never reachable with looser permissions.
+//! renamed into place, so it is never reachable with looser permissions
+//! (`listen.rs`).
 
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, IntoRawFd};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,7 +24,6 @@ use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, UnarySink, UnarySinkResu
 use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
-use crate::sys::peercred;
 use crate::volume::calls::Answer;
 
 #[derive(Debug)]
@@ -110,7 +108,7 @@ pub const MAX_REQUEST: usize = 4 << 20;
 impl ControlServer {
     /// Serves the control API at `path`, sending every call to `calls`.
     pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
-        let listener = bind_private(path)?;
+        let listener = super::listen::bind_private(path)?;
         let (sent, sending) = unbounded();
         let sent_thread = thread::Builder::new()
             .name("control-api-sent".into())
@@ -136,7 +134,7 @@ impl ControlServer {
             thread::Builder::new()
                 .name("control-api".into())
                 .spawn(move || {
-                    accept_loop(&listener, &mut server, &stopping);
+                    super::listen::accept_loop(&listener, &mut server, &stopping);
                     let _ = block_on(server.shutdown());
                 })
                 .map_err(Error::Thread)?
@@ -176,65 +174,6 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.shut();
-    }
-}
-
-/// Binds a temporary name next to `path`, makes it 0600, and renames it to
-/// `path`, replacing a stale socket of an earlier run.
-fn bind_private(path: &Path) -> Result<UnixListener, Error> {
-    let temp = path.with_file_name(format!(".control-{}.sock", std::process::id()));
-    let _ = fs::remove_file(&temp);
-    let listener = UnixListener::bind(&temp).map_err(|err| Error::Bind {
-        path: temp.clone(),
-        err,
-    })?;
-    let restricted = fs::set_permissions(&temp, fs::Permissions::from_mode(0o600));
-    if let Err(err) = restricted {
-        let _ = fs::remove_file(&temp);
-        return Err(Error::Permissions { path: temp, err });
-    }
-    if let Err(err) = fs::rename(&temp, path) {
-        let _ = fs::remove_file(&temp);
-        return Err(Error::Rename {
-            path: path.to_path_buf(),
-            err,
-        });
-    }
-    Ok(listener)
-}
-
-fn accept_loop(listener: &UnixListener, server: &mut grpcio::Server, stopping: &AtomicBool) {
-    let agent_uid = peercred::current_uid();
-    loop {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-            Err(err) => {
-                log::error!("The control API cannot accept connections: {err}");
-                return;
-            }
-        };
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        match peercred::peer_uid(stream.as_raw_fd()) {
-            Ok(uid) if uid == 0 || uid == agent_uid => {}
-            Ok(uid) => {
-                log::warn!("Refused a control API connection from uid {uid}");
-                continue;
-            }
-            Err(err) => {
-                log::warn!("Refused a control API connection whose peer is unknown: {err}");
-                continue;
-            }
-        }
-        if let Err(err) = stream.set_nonblocking(true) {
-            log::warn!("Dropped a control API connection: {err}");
-            continue;
-        }
-        // SAFETY: the fd is a connected stream socket that we own, and
-        // `into_raw_fd` gives up ownership: gRPC closes it.
-        unsafe { server.add_channel_from_fd(stream.into_raw_fd()) };
     }
 }
 
@@ -688,6 +627,24 @@ impl agent_grpc::Agent for Service {
         sink: UnarySink<api::AllocFsResponse>,
     ) {
         self.sessions.fs(&ctx, req, sink);
+    }
+
+    fn alloc_stats(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocStatsRequest,
+        sink: UnarySink<api::AllocStatsResponse>,
+    ) {
+        self.sessions.stats(&ctx, req, sink);
+    }
+
+    fn alloc_fs_follow(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocFsRequest,
+        sink: grpcio::ServerStreamingSink<api::AllocFsResponse>,
+    ) {
+        self.sessions.fs_follow(&ctx, req, sink);
     }
 }
 

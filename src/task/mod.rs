@@ -78,6 +78,7 @@
 
 pub mod alloc_fs;
 mod alloc_ops;
+pub mod alloc_stats;
 mod artifact;
 pub mod calls;
 mod cgroup;

@@ -20,6 +20,7 @@ use crate::util::{bin, mounts_under, require_root, NODE};
 mod alloc_exec;
 mod alloc_fs;
 mod alloc_ops;
+mod alloc_stats;
 mod artifacts;
 mod big;
 mod bounds;
