@@ -56,6 +56,7 @@
 //! | `periodic.rs` | periodic and parameterized parents: their children, the schedule, `job periodic force` |
 //! | `dispatch.rs` | `job dispatch`: its checks, the payload written into a task's `local/`, the meta in its environment |
 //! | `alloc_ops.rs` | an operator's hand on one alloc: `alloc signal`, `alloc restart`, `alloc stop`; `job inspect` |
+//! | [`alloc_stats`] | `alloc status`'s resource usage: where each task's figures are, and their reading on a session thread |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |

@@ -141,6 +141,31 @@ fn a_raw_exec_task_s_memory_is_its_group_s_and_grows_when_it_allocates() {
 }
 
 #[test]
+fn an_exec_task_s_memory_and_cpu_come_from_its_group() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let hcl = super::root::shell_job(
+        "ex",
+        "x=$(head -c 30000000 /dev/zero | tr '\\0' a); echo ready; while :; do :; done",
+        "",
+        "resources {\n        memory = 256\n      }",
+    );
+    let alloc = rig.run_job("ex.hcl", &hcl).remove(0);
+    super::root::wait_for_log(&rig, &alloc, "ready");
+    let u = usage(&rig, &alloc);
+    assert!(u.source.starts_with("cgroup v"), "{u:#?}");
+    assert!(u.memory.usage > 25 * MIB, "{u:#?}");
+    assert!(
+        u.memory.usage.abs_diff(file_usage(&alloc)) < 8 * MIB,
+        "{u:#?}"
+    );
+    assert!(u.cpu.percent > 5.0, "{u:#?}");
+    rig.ok(&["job", "stop", "ex"]);
+}
+
+#[test]
 fn a_busy_task_uses_cpu_and_an_idle_one_hardly_any() {
     if !require_root() {
         return;
