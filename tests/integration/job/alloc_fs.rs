@@ -132,6 +132,17 @@ fn alloc_fs_follow_sees_appended_lines_and_ends_when_the_alloc_stops() {
     let alloc = rig.run_job("follow.hcl", &hcl).remove(0);
     wait_for_log(&rig, &alloc, "ready");
     let mut child = spawn_fs(&rig, &["-f", &alloc, "alloc/data/log"]);
+    // A follow that never ends fails the test rather than hanging it.
+    let pid = child.id();
+    let (done, watched) = crossbeam_channel::bounded::<()>(0);
+    let watchdog = std::thread::spawn(move || {
+        if watched.recv_timeout(3 * crate::harness::WAIT)
+            == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        {
+            // SAFETY: kill(2) of the CLI this test started and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "first");
     let data = rig
@@ -146,6 +157,8 @@ fn alloc_fs_follow_sees_appended_lines_and_ends_when_the_alloc_stops() {
     rig.ok(&["job", "stop", "follow"]);
     assert!(lines.next().is_none());
     let status = child.wait().unwrap();
+    drop(done);
+    watchdog.join().unwrap();
     assert!(status.success(), "{status:?}");
 
     // A symlink out of the alloc dir is not followed either.
@@ -155,4 +168,55 @@ fn alloc_fs_follow_sees_appended_lines_and_ends_when_the_alloc_stops() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("symlink"), "{}", text(&out));
+}
+
+#[test]
+fn follows_count_among_the_sessions_and_one_whose_caller_left_frees_its_place() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let hcl = shell_job("many", "echo ready; exec sleep 600", "", "");
+    let alloc = rig.run_job("many.hcl", &hcl).remove(0);
+    wait_for_log(&rig, &alloc, "ready");
+    let mut follows: Vec<std::process::Child> = (0..8)
+        .map(|_| spawn_fs(&rig, &["-f", &alloc, "t/logs/stdout"]))
+        .collect();
+    // Each has printed the log once it is admitted.
+    for child in &mut follows {
+        use std::io::Read;
+        let mut first = [0u8; 5];
+        child
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut first)
+            .unwrap();
+        assert_eq!(&first, b"ready");
+    }
+    let out = rig.agent.cli(&["alloc", "fs", &alloc]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("MAX_SESSIONS (8)"), "{}", text(&out));
+    // A caller killed: its session ends at its next heartbeat at the
+    // latest.
+    let mut gone = follows.pop().unwrap();
+    gone.kill().unwrap();
+    gone.wait().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let out = rig.agent.cli(&["alloc", "fs", &alloc]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < csi_agent::api::FOLLOW_HEARTBEAT + crate::harness::WAIT,
+            "{}",
+            text(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for mut child in follows {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
