@@ -35,7 +35,12 @@ pub fn status(argv: &[String]) -> Result<(), CliError> {
     // The usage of a task that is not running says so; a failed call
     // (the alloc gone meanwhile, the agent's sessions all busy) leaves the
     // figures out and says why.
-    let stats = client.alloc_stats(&alloc.id).map_err(|err| err.to_string());
+    // `-json` alone prints the alloc only, and needs no sample.
+    let stats = if args.switch("json") && !args.switch("stats") {
+        Err(String::new())
+    } else {
+        client.alloc_stats(&alloc.id).map_err(|err| err.to_string())
+    };
     if args.switch("json") {
         let mut json = from_message(alloc);
         if args.switch("stats") {
