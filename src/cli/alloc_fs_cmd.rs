@@ -1,7 +1,11 @@
 //! `csi-agent alloc fs`: an alloc dir's listing, a file's content, or one
-//! entry's stat (`-stat`), as Nomad's `alloc fs` shows them. The agent
-//! reads beneath the alloc dir and returns a bounded part of a file per
-//! call (`MAX_FS_READ`); this command asks again until the end.
+//! entry's stat (`-stat`), as Nomad's `alloc fs` shows them, as a table
+//! or `-json`. The agent reads beneath the alloc dir and returns a bounded
+//! part of a file per call (`MAX_FS_READ`); this command asks again until
+//! the end. `-tail` starts at the last `-c` bytes, or the last `-n` lines
+//! (found by reading back from the end `TAIL_CHUNK` at a time); `-f`
+//! takes the agent's stream of what is appended (`AllocFsFollow`) until
+//! the agent ends it, the alloc done.
 
 use std::io::{self, Write};
 use std::time::{Duration, UNIX_EPOCH};
