@@ -167,7 +167,7 @@ impl AgentClient {
         self.error(err)
     }
 
-    fn error(&self, err: grpcio::Error) -> Error {
+    pub fn error(&self, err: grpcio::Error) -> Error {
         match err {
             // The agent's server cancels the calls it still has when it
             // stops: as unavailable as a refused connection.
@@ -548,6 +548,36 @@ impl AgentClient {
         };
         self.client
             .alloc_fs_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `alloc status`'s resource usage of each task of `alloc_id`.
+    pub fn alloc_stats(&self, alloc_id: &str) -> Result<api::AllocStatsResponse, Error> {
+        let req = api::AllocStatsRequest {
+            alloc_id: alloc_id.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .alloc_stats_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
+    /// `alloc fs -f`: the file `path` of `alloc_id` from `offset`, then
+    /// what is appended to it until the alloc is done; no timeout.
+    pub fn alloc_fs_follow(
+        &self,
+        alloc_id: &str,
+        path: &str,
+        offset: u64,
+    ) -> Result<grpcio::ClientSStreamReceiver<api::AllocFsResponse>, Error> {
+        let req = api::AllocFsRequest {
+            alloc_id: alloc_id.to_string(),
+            path: path.to_string(),
+            offset,
+            ..Default::default()
+        };
+        self.client
+            .alloc_fs_follow_opt(&req, CallOption::default())
             .map_err(|e| self.error(e))
     }
 

@@ -18,6 +18,7 @@ mod listen;
 pub mod server;
 mod server_error;
 mod session;
+mod session_reads;
 mod wire;
 mod wire_plan;
 mod wire_services;
@@ -35,6 +36,7 @@ use crate::volume::calls as volume;
 
 pub use crate::call::{CallError, ErrorKind};
 pub use session::MAX_SESSIONS;
+pub use session_reads::{FOLLOW_HEARTBEAT, FOLLOW_POLL};
 
 /// The socket's file name inside `data_dir`.
 pub const SOCKET_NAME: &str = "control.sock";

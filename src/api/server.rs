@@ -628,6 +628,24 @@ impl agent_grpc::Agent for Service {
     ) {
         self.sessions.fs(&ctx, req, sink);
     }
+
+    fn alloc_stats(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocStatsRequest,
+        sink: UnarySink<api::AllocStatsResponse>,
+    ) {
+        self.sessions.stats(&ctx, req, sink);
+    }
+
+    fn alloc_fs_follow(
+        &mut self,
+        ctx: RpcContext,
+        req: api::AllocFsRequest,
+        sink: grpcio::ServerStreamingSink<api::AllocFsResponse>,
+    ) {
+        self.sessions.fs_follow(&ctx, req, sink);
+    }
 }
 
 fn status_response(resp: Response) -> Option<api::VolumeStatusResponse> {

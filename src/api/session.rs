@@ -50,7 +50,7 @@ pub(super) struct Sessions {
 }
 
 /// One admitted session; dropping it frees its place.
-struct Admitted(Arc<AtomicUsize>);
+pub(super) struct Admitted(Arc<AtomicUsize>);
 
 impl Drop for Admitted {
     fn drop(&mut self) {
@@ -86,7 +86,7 @@ impl Sessions {
     }
 
     /// Asks the main loop and waits for its answer.
-    fn ask(&self, request: Request) -> Result<Response, CallError> {
+    pub(super) fn ask(&self, request: Request) -> Result<Response, CallError> {
         let (answered, answer) = crossbeam_channel::bounded(1);
         let reply = ReplyTo::sink(move |result| {
             let _ = answered.send(result);
@@ -98,7 +98,10 @@ impl Sessions {
         answer.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    fn spawn(&self, work: impl FnOnce(Admitted) + Send + 'static) -> Result<(), CallError> {
+    pub(super) fn spawn(
+        &self,
+        work: impl FnOnce(Admitted) + Send + 'static,
+    ) -> Result<(), CallError> {
         let admitted = self.admit()?;
         thread::Builder::new()
             .name("api-session".into())
@@ -307,7 +310,7 @@ impl Reaped {
     }
 }
 
-fn other_response() -> CallError {
+pub(super) fn other_response() -> CallError {
     CallError::new(
         ErrorKind::Internal,
         "the agent answered a session's lookup with another response",

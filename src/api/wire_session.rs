@@ -69,3 +69,65 @@ pub fn fs_answer(answer: crate::task::alloc_fs::FsAnswer) -> pb::AllocFsResponse
         ..Default::default()
     }
 }
+
+pub fn stats(
+    alloc_id: &str,
+    usage: Vec<crate::task::alloc_stats::Usage>,
+) -> pb::AllocStatsResponse {
+    pb::AllocStatsResponse {
+        alloc_id: alloc_id.to_string(),
+        tasks: usage.into_iter().map(task_usage).collect(),
+        ..Default::default()
+    }
+}
+
+fn task_usage(u: crate::task::alloc_stats::Usage) -> pb::TaskUsage {
+    let mut memory = pb::MemoryUsage::default();
+    let mut put = |name: &str, value: Option<u64>, field: &mut u64| {
+        if let Some(v) = value {
+            *field = v;
+            memory.measured.push(name.to_string());
+        }
+    };
+    let m = u.memory;
+    let (mut rss, mut cache, mut swap, mut usage, mut max) = (0, 0, 0, 0, 0);
+    put("RSS", m.rss, &mut rss);
+    put("Cache", m.cache, &mut cache);
+    put("Swap", m.swap, &mut swap);
+    put("Usage", m.usage, &mut usage);
+    put("Max Usage", m.max_usage, &mut max);
+    memory.rss = rss;
+    memory.cache = cache;
+    memory.swap = swap;
+    memory.usage = usage;
+    memory.max_usage = max;
+    let c = u.cpu;
+    let mut cpu = pb::CpuUsage {
+        percent: c.percent.unwrap_or_default(),
+        user_mode: c.user_mode.unwrap_or_default(),
+        system_mode: c.system_mode.unwrap_or_default(),
+        throttled_periods: c.throttled_periods.unwrap_or_default(),
+        throttled_time: c.throttled_time_ns.unwrap_or_default(),
+        total_mhz: c.total_mhz.unwrap_or_default(),
+        ..Default::default()
+    };
+    for (name, there) in [
+        ("Percent", c.percent.is_some()),
+        ("System Mode", c.system_mode.is_some()),
+        ("Throttled Periods", c.throttled_periods.is_some()),
+        ("Throttled Time", c.throttled_time_ns.is_some()),
+        ("User Mode", c.user_mode.is_some()),
+    ] {
+        if there {
+            cpu.measured.push(name.to_string());
+        }
+    }
+    pb::TaskUsage {
+        task: u.task,
+        source: u.source,
+        note: u.note,
+        memory: MessageField::some(memory),
+        cpu: MessageField::some(cpu),
+        ..Default::default()
+    }
+}

@@ -8,11 +8,12 @@ use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
+use crate::json::Value as Json;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::format_timestamp;
 
-const STATUS_FLAGS: &[Flag] = &[switch("json"), value("address")];
+const STATUS_FLAGS: &[Flag] = &[switch("json"), switch("stats"), value("address")];
 const SIGNAL_FLAGS: &[Flag] = &[value("s"), value("address")];
 const PLAIN_FLAGS: &[Flag] = &[value("address")];
 const INSPECT_FLAGS: &[Flag] = &[switch("json"), value("address")];
@@ -23,17 +24,35 @@ fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
     )?)?)
 }
 
-/// `alloc status [-json] ALLOC`.
+/// `alloc status [-json] [-stats] ALLOC`.
 pub fn status(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(STATUS_FLAGS, argv)?;
     args.at_most(1)?;
     let prefix = args.positional(0, "the ALLOC ID")?;
-    let jobs = connect(&args)?.job_status("")?.jobs;
+    let client = connect(&args)?;
+    let jobs = client.job_status("")?.jobs;
     let (job, alloc) = find(&jobs, prefix)?;
-    if args.switch("json") {
-        out::outln!("{}", from_message(alloc).pretty());
+    // The usage of a task that is not running says so; a failed call
+    // (the alloc gone meanwhile, the agent's sessions all busy) leaves the
+    // figures out and says why.
+    // `-json` alone prints the alloc only, and needs no sample.
+    let stats = if args.switch("json") && !args.switch("stats") {
+        Err(String::new())
     } else {
-        out::out!("{}", details(job, alloc));
+        client.alloc_stats(&alloc.id).map_err(|err| err.to_string())
+    };
+    if args.switch("json") {
+        let mut json = from_message(alloc);
+        if args.switch("stats") {
+            let stats = match &stats {
+                Ok(stats) => from_message(stats),
+                Err(why) => Json::object([("error", Json::from(why.as_str()))]),
+            };
+            json = Json::object([("alloc", json), ("stats", stats)]);
+        }
+        out::outln!("{}", json.pretty());
+    } else {
+        out::out!("{}", details(job, alloc, &stats, args.switch("stats")));
     }
     Ok(())
 }
@@ -67,8 +86,14 @@ fn time(unix_ms: i64) -> String {
 }
 
 /// Nomad's `alloc status` layout: the alloc, its ports, then each task
-/// with its resources, volumes and recent events.
-fn details(job: &api::JobStatus, alloc: &api::AllocStatus) -> String {
+/// with its resources (with `-stats`, the detailed figures), volumes and
+/// recent events.
+fn details(
+    job: &api::JobStatus,
+    alloc: &api::AllocStatus,
+    stats: &Result<api::AllocStatsResponse, String>,
+    verbose: bool,
+) -> String {
     let modified = alloc
         .tasks
         .iter()
@@ -126,32 +151,30 @@ fn details(job: &api::JobStatus, alloc: &api::AllocStatus) -> String {
         out.push_str(&columns(&rows));
     }
     for task in &alloc.tasks {
-        out.push_str(&task_section(task));
+        let usage = match stats {
+            Ok(stats) => Ok(stats.tasks.iter().find(|u| u.task == task.name)),
+            Err(why) => Err(why.as_str()),
+        };
+        out.push_str(&task_section(task, &alloc.ports, usage, verbose));
     }
     out
 }
 
-fn task_section(task: &api::TaskStatus) -> String {
+fn task_section(
+    task: &api::TaskStatus,
+    ports: &[api::AllocPort],
+    usage: Result<Option<&api::TaskUsage>, &str>,
+    verbose: bool,
+) -> String {
     let mut out = format!("\nTask {:?} is {:?}", task.name, task.state);
     if !task.lifecycle.is_empty() {
         out.push_str(&format!(" ({})", task.lifecycle));
     }
     out.push('\n');
-    out.push_str("Task Resources:\n");
-    let mut rows = vec![["CPU", "Memory", "Restarts", "PID", "Plugin"]
-        .map(str::to_string)
-        .to_vec()];
+    out.push_str(&super::alloc_usage::resources(task, ports, usage, verbose));
+    out.push('\n');
+    let mut rows = vec![["Restarts", "PID", "Plugin"].map(str::to_string).to_vec()];
     rows.push(vec![
-        if task.cpu_mhz == 0 {
-            "-".to_string()
-        } else {
-            format!("{} MHz", task.cpu_mhz)
-        },
-        if task.memory_mb == 0 {
-            "-".to_string()
-        } else {
-            format!("{} MiB", task.memory_mb)
-        },
         task.restarts.to_string(),
         if task.pid == 0 {
             "-".to_string()

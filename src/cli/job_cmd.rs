@@ -70,8 +70,10 @@ usage: csi-agent alloc COMMAND [-address ADDR] ARGS
 
   logs [-stderr] ALLOC TASK
                           a task's stdout (or its stderr with -stderr)
-  status [-json] ALLOC    the alloc, its ports and volumes, and each task's
-                          state, resources and recent events
+  status [-json] [-stats] ALLOC
+                          the alloc, its ports and volumes, and each task's
+                          state, resources used and asked for (-stats: in
+                          detail) and recent events
   signal [-s SIGNAL] ALLOC [TASK]
                           send SIGNAL (default SIGKILL) to the task, or to
                           every running task
@@ -83,9 +85,9 @@ usage: csi-agent alloc COMMAND [-address ADDR] ARGS
   exec [-task TASK] [-i=BOOL] [-t=BOOL] ALLOC COMMAND [ARGS...]
                           run a command in a running task (a TTY with -t);
                           see `csi-agent alloc exec -h`
-  fs [-stat] [-H] ALLOC [PATH]
-                          list, print or stat what is beneath the alloc
-                          dir; see `csi-agent alloc fs -h`
+  fs [-stat] [-H] [-json] [-f] [-tail [-n LINES|-c BYTES]] ALLOC [PATH]
+                          list, print, follow or stat what is beneath the
+                          alloc dir; see `csi-agent alloc fs -h`
 
   ALLOC may be a unique prefix of an allocation ID.";
 

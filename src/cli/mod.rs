@@ -8,6 +8,7 @@ pub mod agent_cmd;
 pub mod alloc_cmd;
 pub mod alloc_exec_cmd;
 pub mod alloc_fs_cmd;
+mod alloc_usage;
 pub mod args;
 pub mod csi_cmd;
 pub mod events_cmd;

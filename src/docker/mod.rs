@@ -31,12 +31,14 @@ pub mod http;
 mod images;
 mod logs;
 mod spec;
+mod stats;
 mod volume_mounts;
 
 pub use containers::Container;
 pub use images::Auth;
 pub use logs::{demultiplex, Demux};
 pub use spec::{ContainerSpec, Device, Mount, PortBinding};
+pub use stats::ContainerStats;
 pub use volume_mounts::{ContainerVolumes, VolumeMount};
 
 use std::fmt;

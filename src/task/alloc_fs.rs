@@ -2,7 +2,9 @@
 //! alloc's dir. Every path is opened beneath the alloc dir
 //! ([`crate::sys::beneath`]): no `..`, absolute path or symlink leads out
 //! of it, and a symlink is listed with its target, never followed. Runs on
-//! the API session's thread, never on the main loop.
+//! the API session's thread, never on the main loop; `alloc fs -f` reads
+//! again from where it stopped at each look (`api/session_reads.rs`), the
+//! path opened beneath the alloc dir each time.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};

@@ -25,6 +25,14 @@ pub enum SessionLookup {
     Fs {
         alloc_id: String,
     },
+    /// Where the figures of alloc `alloc_id`'s tasks are (`alloc_stats.rs`).
+    Stats {
+        alloc_id: String,
+    },
+    /// Whether alloc `alloc_id` is done (`alloc fs -f` ends then).
+    Done {
+        alloc_id: String,
+    },
 }
 
 /// The main loop's answer to a [`SessionLookup`].
@@ -33,6 +41,9 @@ pub enum SessionTarget {
     Exec(ExecTarget),
     /// The alloc's dir.
     Fs(PathBuf),
+    Stats(super::alloc_stats::StatsTarget),
+    /// Whether the alloc is done: terminal, or no longer known.
+    Done(bool),
 }
 
 /// A running `exec` (`own_root`) or `raw_exec` task to run a command in:
@@ -52,6 +63,14 @@ impl Allocs {
         match lookup {
             SessionLookup::Exec(req) => self.exec_target(req).map(SessionTarget::Exec),
             SessionLookup::Fs { alloc_id } => self.fs_root(alloc_id).map(SessionTarget::Fs),
+            SessionLookup::Stats { alloc_id } => {
+                self.stats_target(alloc_id).map(SessionTarget::Stats)
+            }
+            SessionLookup::Done { alloc_id } => Ok(SessionTarget::Done(
+                self.allocs
+                    .get(alloc_id)
+                    .map_or(true, |a| a.status.is_terminal()),
+            )),
         }
     }
 

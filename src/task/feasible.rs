@@ -29,7 +29,8 @@
 //! A group instance that cannot be placed gets no alloc: `job run`
 //! answers, the agent's events say, and `job status` shows which
 //! constraint filtered the node, in Nomad's words ([`Unplaced::message`]).
-//! Nothing is retried on its own: running the job again checks again.
+//! Running the job again checks again, and so does a SIGHUP that changes
+//! the node's `meta`, class or pool (`refit.rs`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -319,6 +320,7 @@ impl Allocs {
     /// from it (`meta`, `client { meta node_class node_pool }`, the
     /// datacenter and region) and the host's fingerprint are taken again;
     /// the node's name, ID and host name stay those of the agent's start.
+    /// Then every job is placed again against the new node (`refit.rs`).
     pub fn reconfigure_node(&mut self, config: &crate::spec::AgentConfig) {
         let kept = |key: &str| self.node.get(key).cloned().unwrap_or_default();
         self.node = super::env::node_attributes(
@@ -327,6 +329,7 @@ impl Allocs {
             &kept("attr.unique.hostname"),
             config,
         );
+        self.refit();
     }
 
     /// The group instances of `spec` this node cannot take ([`unplaced`]).

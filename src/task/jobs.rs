@@ -384,7 +384,7 @@ impl Allocs {
         let unplaced = if job.stop_wanted || job.spec.launches_children() {
             Vec::new()
         } else {
-            self.unplaced(&job.spec)
+            self.still_unplaced(&job.name, self.unplaced(&job.spec))
         };
         let status = match self.job_state(job) {
             // Nomad's job waits for a node it fits.

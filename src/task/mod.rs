@@ -56,6 +56,7 @@
 //! | `periodic.rs` | periodic and parameterized parents: their children, the schedule, `job periodic force` |
 //! | `dispatch.rs` | `job dispatch`: its checks, the payload written into a task's `local/`, the meta in its environment |
 //! | `alloc_ops.rs` | an operator's hand on one alloc: `alloc signal`, `alloc restart`, `alloc stop`; `job inspect` |
+//! | [`alloc_stats`] | `alloc status`'s resource usage: where each task's figures are, and their reading on a session thread |
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
@@ -68,6 +69,7 @@
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
+//! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
@@ -78,6 +80,7 @@
 
 pub mod alloc_fs;
 mod alloc_ops;
+pub mod alloc_stats;
 mod artifact;
 pub mod calls;
 mod cgroup;
@@ -100,6 +103,7 @@ mod placement;
 mod plan;
 mod ports;
 pub mod prepare;
+mod refit;
 mod rerender;
 mod services;
 

@@ -122,6 +122,14 @@ impl Docker {
         }
     }
 
+    /// The engine's endpoint, or why the config's is not one.
+    pub(super) fn endpoint(&self) -> Result<String, String> {
+        self.engine
+            .as_ref()
+            .map(|e| e.endpoint().to_string())
+            .map_err(Clone::clone)
+    }
+
     /// Uses another engine from now on (the agent config changed).
     pub(super) fn set_engine(&mut self, endpoint: &str) {
         self.engine = engine(endpoint);
