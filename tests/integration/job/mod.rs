@@ -38,6 +38,7 @@ mod placement;
 mod ports;
 mod poststop;
 pub(crate) mod root;
+mod sockaddr;
 mod templates;
 mod untrusted;
 mod variables;
