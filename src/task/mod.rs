@@ -65,6 +65,7 @@
 //! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
+//! | `max_run.rs` | a batch group's `max_run_duration`: when it counts from, the alloc stopped when it runs out |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
@@ -92,6 +93,7 @@ mod launch;
 mod leader;
 mod leftovers;
 pub mod lifecycle;
+mod max_run;
 pub mod mounts;
 mod periodic;
 mod persist;
@@ -342,6 +344,8 @@ struct Alloc {
     /// The host ports of its group's network, chosen when it was placed
     /// ([`ports`]).
     ports: Vec<ports::AllocPort>,
+    /// Its group's `max_run_duration` counts from here ([`max_run`]).
+    max_run: max_run::Bound,
 }
 
 impl Alloc {

@@ -32,6 +32,7 @@ mod isolation;
 mod json;
 mod leftovers;
 mod lifecycle;
+mod max_run;
 mod nomad_e2e;
 mod periodic;
 mod placement;
