@@ -50,25 +50,34 @@ pub fn interface_addrs() -> io::Result<Vec<InterfaceAddr>> {
         let Some((addr, prefix)) = entry_addr(entry) else {
             continue;
         };
-        if out.len() == MAX_INTERFACE_ADDRS {
-            return Err(io::Error::other(format!(
-                "more than MAX_INTERFACE_ADDRS ({MAX_INTERFACE_ADDRS}) interface addresses"
-            )));
-        }
         // SAFETY: getifaddrs gives every entry a NUL-terminated name.
         let name = unsafe { CStr::from_ptr(entry.ifa_name) };
         // SAFETY: `name` is NUL-terminated; if_nametoindex only reads it.
         let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        out.push(InterfaceAddr {
-            name: name.to_string_lossy().into_owned(),
-            index,
-            flags: entry.ifa_flags,
-            addr,
-            prefix,
-        });
+        push_bounded(
+            &mut out,
+            InterfaceAddr {
+                name: name.to_string_lossy().into_owned(),
+                index,
+                flags: entry.ifa_flags,
+                addr,
+                prefix,
+            },
+        )?;
     }
     out.sort_by_key(|a| a.index);
     Ok(out)
+}
+
+/// Adds `addr` to `out` unless `out` holds [`MAX_INTERFACE_ADDRS`].
+fn push_bounded(out: &mut Vec<InterfaceAddr>, addr: InterfaceAddr) -> io::Result<()> {
+    if out.len() == MAX_INTERFACE_ADDRS {
+        return Err(io::Error::other(format!(
+            "more than MAX_INTERFACE_ADDRS ({MAX_INTERFACE_ADDRS}) interface addresses"
+        )));
+    }
+    out.push(addr);
+    Ok(())
 }
 
 /// Frees the list of `getifaddrs` when dropped.
@@ -234,6 +243,46 @@ mod tests {
              {zero} 00 {zero} 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth2\n"
         );
         assert_eq!(default_v6(&table).as_deref(), Some("eth2"));
+    }
+
+    #[test]
+    fn more_addresses_than_max_interface_addrs_are_refused() {
+        let addr = InterfaceAddr {
+            name: "eth0".into(),
+            index: 2,
+            flags: 0,
+            addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            prefix: 8,
+        };
+        let mut out = vec![addr.clone(); MAX_INTERFACE_ADDRS - 1];
+        push_bounded(&mut out, addr.clone()).unwrap();
+        let err = push_bounded(&mut out, addr).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "more than MAX_INTERFACE_ADDRS (65536) interface addresses"
+        );
+    }
+
+    #[test]
+    fn a_route_table_longer_than_max_route_table_is_refused() {
+        let path = std::env::temp_dir().join(format!("route-{}", std::process::id()));
+        let line = "eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\n";
+        let mut text = line.repeat(MAX_ROUTE_TABLE as usize / line.len());
+        text.push_str(&"x".repeat(MAX_ROUTE_TABLE as usize - text.len()));
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(
+            read_table(path.to_str().unwrap()).unwrap().len(),
+            text.len()
+        );
+        text.push('\n');
+        std::fs::write(&path, &text).unwrap();
+        let err = read_table(path.to_str().unwrap()).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            err.to_string()
+                .ends_with("is longer than MAX_ROUTE_TABLE (16777216 bytes)"),
+            "{err}"
+        );
     }
 
     #[test]
