@@ -136,6 +136,9 @@ pub struct Group {
     /// tasks name in their `ports`.
     pub network: Option<Network>,
     pub tasks: Vec<super::Task>,
+    /// `max_run_duration` (batch and sysbatch jobs only): the alloc is
+    /// stopped once it has run this long since it was placed.
+    pub max_run_duration: Option<Duration>,
     /// The group block's own `meta` and `constraint`s.
     pub placement: Inherited,
     /// The job block's, a copy of [`Job::placement`], so that an alloc's
@@ -413,6 +416,7 @@ fn decode_group(
         .collect();
     let network_block = g.block("network");
     let network = network_block.map(|block| decode_network(&mut g.nested(block)));
+    let max_run_duration = decode_max_run_duration(&mut g, job_type);
     let mut tasks = Vec::new();
     for (block, task_name) in g.labeled_blocks("task") {
         let mut t = g.labeled(block, &task_name);
@@ -476,10 +480,43 @@ fn decode_group(
         services,
         network,
         tasks,
+        max_run_duration,
         placement,
         inherited: inherited.clone(),
         ignored,
     }
+}
+
+/// A group's `max_run_duration`: Nomad bounds only batch and sysbatch
+/// allocs with it, so in a service or system job, which it would not
+/// bound, it is refused rather than dropped.
+fn decode_max_run_duration(g: &mut Fields<'_>, job_type: JobType) -> Option<Duration> {
+    let (text, pos) = g.string_at("max_run_duration")?;
+    let value = match crate::units::parse_duration(&text) {
+        Ok(value) => value,
+        Err(err) => {
+            g.error(pos, format!("\"max_run_duration\" in {}: {err}", g.what()));
+            return None;
+        }
+    };
+    if !job_type.runs_to_completion() {
+        g.error(
+            pos,
+            format!(
+                "max_run_duration in {} bounds batch and sysbatch jobs only, and this is a {job_type} job",
+                g.what()
+            ),
+        );
+        return None;
+    }
+    if value.is_zero() {
+        g.error(
+            pos,
+            format!("max_run_duration in {} must be longer than zero", g.what()),
+        );
+        return None;
+    }
+    Some(value)
 }
 
 /// Decodes a `restart` block; what it does not set comes from `defaults`
@@ -599,6 +636,9 @@ fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &st
 fn write_group(w: &mut Writer, group: &Group) {
     w.open("group", Some(&group.name));
     w.plain("count", group.count);
+    if let Some(bound) = group.max_run_duration {
+        w.duration("max_run_duration", bound);
+    }
     write_placement(w, &group.placement);
     write_restart(w, &group.restart);
     for volume in &group.volumes {

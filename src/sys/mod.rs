@@ -1,6 +1,7 @@
 //! Small safe wrappers over the system calls the agent needs besides
 //! mounts (those live in [`crate::mount`]): control groups, inotify, poll,
-//! peer credentials, signals, file locks, names resolved beneath a dir
+//! peer credentials, signals, file locks, the interface addresses and
+//! default route the templates' `sockaddr` reads, names resolved beneath a dir
 //! (`openat2`), the loop devices and sparse copies of the hostpath
 //! plugin's block volumes, the user database, and the calls the start
 //! helper makes before a task's exec (descriptors as integers, sessions,
@@ -20,6 +21,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod fd;
 pub mod flock;
+pub mod ifaddrs;
 pub mod inotify;
 pub mod loop_dev;
 pub mod peercred;

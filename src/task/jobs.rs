@@ -246,6 +246,7 @@ impl Allocs {
             replaces,
             placed: false,
             ports: Vec::new(),
+            max_run: Default::default(),
         };
         alloc.volumes = self.volume_uses(group, index);
         for task in &mut alloc.tasks {

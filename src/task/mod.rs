@@ -67,6 +67,7 @@
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `services.rs` | the `service` blocks of running tasks as registrations, and templates that read the registry rendered again when it changes |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
+//! | `max_run.rs` | a batch group's `max_run_duration`: when it counts from, the alloc stopped when it runs out |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
 //! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
@@ -96,6 +97,7 @@ mod launch;
 mod leader;
 mod leftovers;
 pub mod lifecycle;
+mod max_run;
 pub mod mounts;
 mod periodic;
 mod persist;
@@ -349,6 +351,8 @@ struct Alloc {
     /// The host ports of its group's network, chosen when it was placed
     /// ([`ports`]).
     ports: Vec<ports::AllocPort>,
+    /// Its group's `max_run_duration` counts from here ([`max_run`]).
+    max_run: max_run::Bound,
 }
 
 impl Alloc {

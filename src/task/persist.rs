@@ -105,6 +105,7 @@ impl Allocs {
                 job_inputs: inputs_to_proto(&a.job_inputs),
                 replaces: a.replaces.clone().unwrap_or_default(),
                 placed: a.placed,
+                max_run_since_unix_ms: a.max_run.since.map_or(0, unix_ms),
                 ports: a
                     .ports
                     .iter()
@@ -188,6 +189,11 @@ impl Allocs {
                 replaces: (!a.replaces.is_empty()).then(|| a.replaces.clone()),
                 // Before placement was kept, an alloc past pending was placed.
                 placed: a.placed || AllocStatus::parse(&a.status) != AllocStatus::Pending,
+                max_run: super::max_run::Bound::restored(
+                    (a.max_run_since_unix_ms != 0).then(|| from_unix_ms(a.max_run_since_unix_ms)),
+                    group.max_run_duration,
+                    std::time::Instant::now(),
+                ),
                 ports: a
                     .ports
                     .iter()

@@ -68,7 +68,7 @@ impl Allocs {
         }
         let mut changed = self.poll_claims(alloc, now);
         changed |= self.escalate(alloc, now);
-        changed |= self.template_changes_due(alloc, now);
+        changed |= self.template_changes_due(alloc, now) | self.enforce_max_run(alloc, now);
         let failing = alloc.tasks.iter().any(|t| t.failed);
         if alloc.stop_wanted || failing {
             return self.stop_step(alloc, volumes, registry, claims, now) || changed;
@@ -546,7 +546,7 @@ impl Allocs {
                     at(t);
                 }
             }
-            Allocs::next_template_change(alloc).map(&mut at);
+            Allocs::next_alloc_timer(alloc).map(&mut at);
         }
         self.placement_retry_at().map(&mut at);
         next

@@ -347,7 +347,7 @@ impl<'t> State<'t> {
     }
 
     fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
-        let value = funcs::call(name, args, self.ctx)
+        let value = funcs::call(self.tmpl.functions, name, args, self.ctx)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
         check_size(&value)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;

@@ -14,11 +14,15 @@
 //!
 //! The functions are `funcs.rs`'s table: Go's built-ins, the
 //! consul-template functions that need neither Consul, Vault nor Nomad's
-//! variables, and `nomadService`/`nomadServices`, which read the snapshot
-//! of csi-agent's service registry given in the [`Context`]. A template
-//! that calls `key`, `service`, `secret`, `nomadVar` or the like is
-//! refused when it is parsed, naming the function, its line and what it
-//! needs; so is any unknown name. Every
+//! variables, `nomadService`/`nomadServices`, which read the snapshot
+//! of csi-agent's service registry given in the [`Context`], and
+//! `sockaddr`, whose text is a template of its own over go-sockaddr's
+//! functions (`funcs/sockaddr/`: the host's interface addresses, read
+//! when it renders), parsed and rendered with the same bounds, its text
+//! at most [`MAX_SOCKADDR_TEXT`] bytes. A template that calls `key`,
+//! `service`, `secret`, `nomadVar` or the like is refused when it is
+//! parsed, naming the function, its line and what it needs; so is any
+//! unknown name. Every
 //! error carries the `line:col` of the template's text.
 //!
 //! Templates are input someone else wrote, so every walk over one is
@@ -50,6 +54,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 pub use exec::Value;
+pub use funcs::MAX_SOCKADDR_TEXT;
 pub use lex::Pos;
 
 /// How deeply blocks (`if`, `range`, `with`, `define`, `block`, and each
@@ -106,6 +111,7 @@ impl std::error::Error for Error {}
 pub struct Template {
     nodes: Vec<parse::Node>,
     defines: BTreeMap<String, Vec<parse::Node>>,
+    functions: funcs::FunctionSet,
 }
 
 /// What a template renders with.
@@ -146,16 +152,35 @@ impl Template {
     pub fn parse(text: &str, left: &str, right: &str) -> Result<Template, Error> {
         let left = if left.is_empty() { "{{" } else { left };
         let right = if right.is_empty() { "}}" } else { right };
+        Template::parse_with(text, left, right, funcs::FunctionSet::ConsulTemplate)
+    }
+
+    /// Parses `text` with the functions of `functions`.
+    fn parse_with(
+        text: &str,
+        left: &str,
+        right: &str,
+        functions: funcs::FunctionSet,
+    ) -> Result<Template, Error> {
         let items = lex::lex(text, left, right)?;
-        let (nodes, defines) = parse::Parser::parse(items)?;
-        Ok(Template { nodes, defines })
+        let (nodes, defines) = parse::Parser::parse(items, functions)?;
+        Ok(Template {
+            nodes,
+            defines,
+            functions,
+        })
     }
 
     /// Renders the template; the dot starts as `nil`, as in
     /// consul-template.
     pub fn render(&self, ctx: &Context<'_>) -> Result<String, Error> {
+        self.render_from(ctx, &Value::Nil)
+    }
+
+    /// Renders the template with `dot` as the dot.
+    fn render_from(&self, ctx: &Context<'_>, dot: &Value) -> Result<String, Error> {
         let mut state = exec::State::new(self, ctx);
-        state.run(&self.nodes, &Value::Nil)?;
+        state.run(&self.nodes, dot)?;
         Ok(state.out)
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::funcs;
+use super::funcs::{self, FunctionSet};
 use super::lex::{Item, Pos, Tok, Token};
 use super::scope::Scope;
 use super::{Error, MAX_NESTING};
@@ -89,16 +89,22 @@ pub(super) struct Parser {
     /// How deep the parse is in blocks, `else if`s and parentheses: the
     /// parser recurses at each, so [`MAX_NESTING`] bounds its stack.
     depth: usize,
+    /// The functions a command may name.
+    functions: FunctionSet,
 }
 
 impl Parser {
-    pub(super) fn parse(items: Vec<Item>) -> Result<(Vec<Node>, Defines), Error> {
+    pub(super) fn parse(
+        items: Vec<Item>,
+        functions: FunctionSet,
+    ) -> Result<(Vec<Node>, Defines), Error> {
         let mut p = Parser {
             items: items.into_iter(),
             defines: BTreeMap::new(),
             vars: Scope::new(()),
             range_depth: 0,
             depth: 0,
+            functions,
         };
         let (nodes, end) = p.list()?;
         match end {
@@ -460,7 +466,8 @@ impl Parser {
                     ))
                 }
                 name => {
-                    funcs::check(name).map_err(|message| Error::new(t.pos, message))?;
+                    funcs::check(self.functions, name)
+                        .map_err(|message| Error::new(t.pos, message))?;
                     Operand::Func(name.to_string())
                 }
             },

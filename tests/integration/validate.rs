@@ -508,6 +508,7 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
         "nomad/hostpath-redis.nomad",
         "nomad/kadalu-nodeplugin.nomad",
         "nomad/cephrbd-node.nomad",
+        "nomad/ceph.nomad",
         "nomad-docker-job.hcl",
     ] {
         let job = fixture(name);
@@ -525,6 +526,13 @@ fn nomads_csi_demo_docker_jobs_validate_with_warnings_only() {
     assert!(
         stdout(&out)
             .contains("      template \"${NOMAD_TASK_DIR}/env\" from data: perms 644, env\n"),
+        "{}",
+        stdout(&out)
+    );
+    // The Ceph demo finds its monitor's address with `sockaddr`.
+    let out = validate(&[&fixture("nomad/ceph.nomad")]);
+    assert!(
+        stdout(&out).contains("      template \"${NOMAD_TASK_DIR}/ceph/ceph.conf\" from data"),
         "{}",
         stdout(&out)
     );

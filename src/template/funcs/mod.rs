@@ -7,14 +7,21 @@
 //! by name, as are the two Nomad itself denies (`plugin`,
 //! `writeToFile`); any other name is an unknown function. Nomad's service
 //! registry is csi-agent's own (`nomad.rs`).
+//!
+//! A second, smaller set serves the text `sockaddr` evaluates: Go's
+//! built-ins and go-sockaddr's functions (`sockaddr/`), as go-sockaddr's
+//! own templates have them; see [`FunctionSet`].
 
 use super::exec::Value;
 use super::Context;
 
 mod go;
 pub(super) mod nomad;
+mod sockaddr;
 mod strings;
 mod values;
+
+pub use sockaddr::MAX_SOCKADDR_TEXT;
 
 pub(super) type Function = fn(&mut Args<'_>) -> Result<Value, String>;
 
@@ -24,6 +31,16 @@ pub(super) struct Args<'a> {
     pub ctx: &'a Context<'a>,
 }
 
+/// Which functions a template may call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FunctionSet {
+    /// A `template` block's: Go's built-ins and consul-template's.
+    ConsulTemplate,
+    /// The text `sockaddr` evaluates: Go's built-ins and go-sockaddr's
+    /// (whose `sort`, `join` and `include` work on interface addresses).
+    Sockaddr,
+}
+
 /// The functions by family, each a table of names with how many arguments
 /// each takes (at least, at most): one table, in parts.
 const TABLE: &[&[(&str, usize, usize, Function)]] = &[
@@ -31,11 +48,19 @@ const TABLE: &[&[(&str, usize, usize, Function)]] = &[
     strings::FUNCTIONS,
     values::FUNCTIONS,
     nomad::FUNCTIONS,
+    sockaddr::TEMPLATE_FUNCTIONS,
 ];
 
-/// The entry of `name` in [`TABLE`].
-fn entry(name: &str) -> Option<&'static (&'static str, usize, usize, Function)> {
-    TABLE
+/// The table of [`FunctionSet::Sockaddr`].
+const SOCKADDR_TABLE: &[&[(&str, usize, usize, Function)]] = &[sockaddr::FUNCTIONS, go::FUNCTIONS];
+
+/// The entry of `name` in the table of `set`.
+fn entry(set: FunctionSet, name: &str) -> Option<&'static (&'static str, usize, usize, Function)> {
+    let table = match set {
+        FunctionSet::ConsulTemplate => TABLE,
+        FunctionSet::Sockaddr => SOCKADDR_TABLE,
+    };
+    table
         .iter()
         .flat_map(|family| family.iter())
         .find(|(n, ..)| *n == name)
@@ -75,9 +100,14 @@ const REFUSED: &[(&str, &str)] = &[
 ];
 
 /// Whether a template may call `name`: an error that says why not.
-pub(super) fn check(name: &str) -> Result<(), String> {
-    if entry(name).is_some() {
+pub(super) fn check(set: FunctionSet, name: &str) -> Result<(), String> {
+    if entry(set, name).is_some() {
         return Ok(());
+    }
+    if set == FunctionSet::Sockaddr {
+        return Err(format!(
+            "function {name:?} not defined in sockaddr's templates"
+        ));
     }
     if let Some((_, needs)) = REFUSED.iter().find(|(n, _)| *n == name) {
         return Err(format!(
@@ -88,8 +118,7 @@ pub(super) fn check(name: &str) -> Result<(), String> {
         "plugin" | "writeToFile" => {
             format!("function {name:?} is denied, as Nomad denies it by default")
         }
-        "sockaddr" | "sha256Hex" | "md5sum" | "toYAML" | "parseYAML" | "toTOML"
-        | "executeTemplate" => {
+        "sha256Hex" | "md5sum" | "toYAML" | "parseYAML" | "toTOML" | "executeTemplate" => {
             format!("function {name:?} is not supported by csi-agent")
         }
         _ if name.starts_with("sprig_") => {
@@ -100,8 +129,14 @@ pub(super) fn check(name: &str) -> Result<(), String> {
 }
 
 /// Calls `name`, which [`check`] accepted, with `values`.
-pub(super) fn call(name: &str, values: Vec<Value>, ctx: &Context<'_>) -> Result<Value, String> {
-    let (_, min, max, f) = entry(name).ok_or_else(|| format!("function {name:?} not defined"))?;
+pub(super) fn call(
+    set: FunctionSet,
+    name: &str,
+    values: Vec<Value>,
+    ctx: &Context<'_>,
+) -> Result<Value, String> {
+    let (_, min, max, f) =
+        entry(set, name).ok_or_else(|| format!("function {name:?} not defined"))?;
     if values.len() < *min || values.len() > *max {
         let want = if min == max {
             min.to_string()
