@@ -41,7 +41,7 @@ const TASK_IGNORED: &[&str] = &[
 ];
 
 /// Keys of Nomad's exec driver `config` that csi-agent ignores.
-const EXEC_CONFIG_IGNORED: &[&str] = &["work_dir"];
+const EXEC_CONFIG_IGNORED: &[&str] = &[];
 
 /// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
 const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
@@ -49,7 +49,6 @@ const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
     "cgroup_v2_override",
     "denied_envvars",
     "oom_score_adj",
-    "work_dir",
 ];
 
 const RESOURCES_IGNORED: &[&str] = &["device", "disk", "iops", "network", "numa"];
@@ -205,6 +204,11 @@ pub struct ExecConfig {
     /// `CAP_`; `ALL` in `cap_drop` drops every one.
     pub cap_add: Vec<String>,
     pub cap_drop: Vec<String>,
+    /// The task's working directory (`work_dir`): absolute, in the task's
+    /// root for `exec` and on the host for `raw_exec`; may name
+    /// `${NOMAD_...}` variables. `None`: `/` of an exec task's root, a
+    /// raw_exec task's dir.
+    pub work_dir: Option<String>,
     pub ignored: Vec<Kept>,
 }
 
@@ -456,10 +460,28 @@ fn decode_exec_config(f: &mut Fields<'_>, driver: Driver, ignored: &[&'static st
         ipc_mode,
         cap_add,
         cap_drop,
+        work_dir: work_dir(f),
         ignored: f.ignore(ignored),
     };
     f.finish();
     config
+}
+
+/// `work_dir` of an exec or raw_exec task's config: an absolute path, as
+/// Nomad's drivers take it, or one that starts with a `${...}` variable
+/// (checked once interpolated, at `job run` and at each start).
+fn work_dir(f: &mut Fields<'_>) -> Option<String> {
+    let (dir, pos) = f.string_at("work_dir")?;
+    if !dir.starts_with('/') && !dir.starts_with("${") {
+        f.error(
+            pos,
+            format!(
+                "\"work_dir\" in {} must be an absolute path, found {dir:?}",
+                f.what()
+            ),
+        );
+    }
+    Some(dir)
 }
 
 /// `key` of an exec task's config: `private`, `""` or `host`.
@@ -587,6 +609,7 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
                 w.string(key, "host");
             }
         }
+        w.opt_string("work_dir", task.config.work_dir.as_deref());
         for (key, caps) in [
             ("cap_add", &task.config.cap_add),
             ("cap_drop", &task.config.cap_drop),

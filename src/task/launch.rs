@@ -111,6 +111,7 @@ pub(super) fn check_interpolation(
     for arg in &task.config.args {
         interpolate(arg, &vars).map_err(|e| format!("config.args: {e}"))?;
     }
+    work_dir(task, &vars)?;
     if let Some(docker) = &task.docker {
         for (key, text) in docker_strings(docker) {
             interpolate(text, &vars).map_err(|e| format!("config.{key}: {e}"))?;
@@ -135,6 +136,19 @@ pub(super) fn check_interpolation(
             .map_err(|e| format!("volume_mount {:?}: {e}", vm.volume))?;
     }
     Ok(())
+}
+
+/// An exec or raw_exec task's `work_dir`, interpolated: absolute, as
+/// Nomad's drivers take it.
+fn work_dir(task: &Task, vars: &BTreeMap<String, String>) -> Result<Option<PathBuf>, String> {
+    let Some(dir) = task.config.work_dir.as_deref() else {
+        return Ok(None);
+    };
+    let dir = interpolate(dir, vars).map_err(|e| format!("config.work_dir: {e}"))?;
+    if !dir.starts_with('/') {
+        return Err(format!("config.work_dir: {dir:?} is not an absolute path"));
+    }
+    Ok(Some(PathBuf::from(dir)))
 }
 
 /// The strings of a docker task's config that the runtime interpolates,
@@ -388,6 +402,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
         .map(|a| interpolate(a, &vars))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("config.args: {e}"))?;
+    let work_dir = work_dir(spec, &vars)?;
     let mut mounts = Vec::new();
     let mut binds = Vec::new();
     for (vm, used) in spec.volume_mounts.iter().zip(&plan.volumes) {
@@ -509,6 +524,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
         args,
         env,
         cwd: task_dir.clone(),
+        work_dir,
         stdout: task_dir.join("logs/stdout"),
         stderr: task_dir.join("logs/stderr"),
         pid_file: alloc_dir.join(format!("{}.pid", spec.name)),

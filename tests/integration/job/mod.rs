@@ -30,6 +30,7 @@ mod docker_demo;
 mod expressions;
 mod isolation;
 mod json;
+mod keys;
 mod leftovers;
 mod lifecycle;
 mod nomad_e2e;
