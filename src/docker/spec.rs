@@ -65,6 +65,14 @@ pub struct ContainerSpec {
     pub storage_opt: BTreeMap<String, String>,
     /// -1000 to 1000.
     pub oom_score_adj: Option<i64>,
+    /// `PidsLimit`.
+    pub pids_limit: Option<u64>,
+    /// `CpuPeriod` and `CpuQuota`, microseconds.
+    pub cpu_quota: Option<(u64, u64)>,
+    pub cpuset_cpus: Option<String>,
+    pub runtime: Option<String>,
+    /// `LogConfig`: the log driver and its options.
+    pub log_config: Option<(String, BTreeMap<String, String>)>,
 }
 
 /// A host device made visible in the container.
@@ -218,6 +226,24 @@ impl ContainerSpec {
         }
         if let Some(adj) = self.oom_score_adj {
             host.push("OomScoreAdj", adj.into());
+        }
+        if let Some(limit) = self.pids_limit {
+            host.push("PidsLimit", limit.into());
+        }
+        if let Some((period, quota)) = self.cpu_quota {
+            host.push("CpuPeriod", period.into());
+            host.push("CpuQuota", quota.into());
+        }
+        optional(&mut host, "CpusetCpus", &self.cpuset_cpus);
+        optional(&mut host, "Runtime", &self.runtime);
+        if let Some((driver, config)) = &self.log_config {
+            host.push(
+                "LogConfig",
+                Value::object([
+                    ("Type", Value::from(driver.as_str())),
+                    ("Config", string_map(config)),
+                ]),
+            );
         }
         host
     }

@@ -101,9 +101,9 @@ pub use constraint::{Constraint, Inherited, Operator};
 pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
-    capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
-    DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
-    DEFAULT_DOCKER_ENDPOINT,
+    capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerLogging,
+    DockerMount, DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
+    DEFAULT_DOCKER_ENDPOINT, MAX_CFS_PERIOD, MIN_CFS_PERIOD,
 };
 pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};

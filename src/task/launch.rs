@@ -242,6 +242,9 @@ pub(super) struct ContainerPlan {
     pub labels: BTreeMap<String, String>,
     pub privileges: docker::Privileges,
     pub host_paths: bool,
+    /// The node's MHz (`cpu_total_compute` or its fingerprint) per core,
+    /// for `cpu_hard_limit`.
+    pub mhz_per_core: u64,
 }
 
 impl Allocs {
@@ -266,6 +269,8 @@ impl Allocs {
             labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
             privileges: self.privileges.clone(),
             host_paths: self.docker_settings.volumes_enabled,
+            // Nomad's share of the node's MHz times its cores.
+            mhz_per_core: self.placement.node.cpu / self.placement.node.cores.max(1),
         });
         Ok(StartPlan {
             alloc: alloc.id.clone(),
@@ -483,6 +488,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
             network: plan.network.as_ref(),
             privileges: &container.privileges,
             host_paths: container.host_paths,
+            mhz_per_core: container.mhz_per_core,
         })?;
         let run = docker::Run {
             alloc: plan.alloc.clone(),

@@ -317,6 +317,19 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
     if run.stopping.load(Ordering::SeqCst) {
         return failed("stopped before it started".to_string());
     }
+    if let Some(runtime) = &run.spec.runtime {
+        match engine.runtimes() {
+            Ok(known) if !known.contains(runtime) => {
+                return failed(format!(
+                    "config.runtime: the engine at {} has no runtime {runtime:?} (it has {})",
+                    engine.endpoint(),
+                    known.join(", ")
+                ))
+            }
+            Ok(_) => {}
+            Err(err) => return failed(err.to_string()),
+        }
+    }
     let id = match engine.create(&run.name, &run.spec) {
         Ok(id) => id,
         Err(err) => return failed(err.to_string()),

@@ -1,10 +1,14 @@
 //! Keys of Nomad's job files that csi-agent once accepted and ignored and
-//! now acts on: an exec or raw_exec task's `work_dir`.
+//! now acts on: an exec or raw_exec task's `work_dir`; a docker task's
+//! `pids_limit`, `cpu_hard_limit`, `cpuset_cpus`, `runtime` and `logging`
+//! (against the private engine, [`Dockerd`]).
 
 use std::fs;
 
+use super::containers::{job_text, rig, script_job, wait_done, BUSYBOX};
 use super::root::{shell_job, wait_for_log};
 use super::Rig;
+use crate::dockerd::{require_docker, Dockerd};
 use crate::harness::text;
 use crate::util::require_root;
 
@@ -88,4 +92,91 @@ fn a_work_dir_that_is_missing_fails_the_start_and_a_relative_one_is_refused() {
         err.contains("relwd.hcl:14:20: \"work_dir\" in config in task \"t\" must be an absolute path, found \"local\""),
         "{err}"
     );
+}
+
+/// The container's limits as its cgroup shows them, on either cgroup
+/// version: `pids <max>`, `cpu <quota> <period>`, `cpus <list>`.
+const LIMITS: &str = r#"if [ -f /sys/fs/cgroup/cpu.max ]; then
+  echo pids $(cat /sys/fs/cgroup/pids.max); echo cpu $(cat /sys/fs/cgroup/cpu.max); echo cpus $(cat /sys/fs/cgroup/cpuset.cpus.effective)
+else
+  echo pids $(cat /sys/fs/cgroup/pids/pids.max); echo cpu $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us); echo cpus $(cat /sys/fs/cgroup/cpuset/cpuset.cpus)
+fi"#;
+
+#[test]
+fn a_container_gets_its_pids_limit_cfs_quota_cpuset_runtime_and_log_driver() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = Rig::bare_with_config(&format!(
+        "docker {{\n  endpoint = \"unix://{}\"\n}}\nclient {{\n  cpu_total_compute = 4000\n}}\n",
+        dockerd.socket.display()
+    ));
+    let job = script_job(
+        "limits",
+        "batch",
+        LIMITS,
+        "      resources {\n        cpu = 1000\n      }\n",
+    )
+    .replace(
+        "        command = \"sh\"\n",
+        "        command = \"sh\"\n        pids_limit = 64\n        cpu_hard_limit = true\n        cpu_cfs_period = 50000\n        cpuset_cpus = \"0\"\n        runtime = \"runc\"\n        logging {\n          type = \"local\"\n          config {\n            max-size = \"1m\"\n          }\n        }\n",
+    );
+    let allocs = rig.run_job("limits.hcl", &job);
+    let status = wait_done(&rig, "limits", "the task to finish");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    // Nomad's quota: the task's share of the node's MHz, times its cores,
+    // of each period.
+    let log = rig.agent.log();
+    let cores: u64 = log
+        .split("Node: 4000 MHz (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no node line in the agent log:\n{log}"));
+    let quota = 50_000 * 1000 * cores / 4000;
+    // The `local` driver's output, read back through the engine.
+    let out = rig.ok(&["alloc", "logs", &allocs[0], "t"]);
+    assert_eq!(
+        out,
+        format!("pids 64\ncpu {quota} 50000\ncpus 0\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_runtime_the_engine_lacks_fails_the_task_and_a_log_driver_without_reads_says_so() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    let job = script_job("rt", "batch", "true", "").replace(
+        "        command = \"sh\"\n",
+        "        command = \"sh\"\n        runtime = \"no-such-runtime\"\n",
+    );
+    rig.run_job("rt.hcl", &job);
+    let status = wait_done(&rig, "rt", "the task to fail");
+    let events = job_text(&rig, "rt");
+    assert_eq!(status.allocs[0].status, "failed", "{events}");
+    assert!(
+        events.contains("has no runtime \"no-such-runtime\" (it has ") && events.contains("runc"),
+        "{events}"
+    );
+
+    let job = script_job("quiet", "batch", "echo unseen", "").replace(
+        "        command = \"sh\"\n",
+        "        command = \"sh\"\n        logging {\n          type = \"none\"\n        }\n",
+    );
+    let allocs = rig.run_job("quiet.hcl", &job);
+    let status = wait_done(&rig, "quiet", "the task to finish");
+    assert_eq!(status.allocs[0].status, "complete", "{status:#?}");
+    let events = job_text(&rig, "quiet");
+    assert!(
+        events.contains("logging driver \"none\": the engine cannot read the container's output back, so alloc logs shows none of it"),
+        "{events}"
+    );
+    assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "");
 }
