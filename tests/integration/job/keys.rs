@@ -1,12 +1,14 @@
 //! Keys of Nomad's job files that csi-agent once accepted and ignored and
 //! now acts on: an exec or raw_exec task's `work_dir`; a docker task's
 //! `pids_limit`, `cpu_hard_limit`, `cpuset_cpus`, `runtime` and `logging`
-//! (against the private engine, [`Dockerd`]).
+//! (against the private engine, [`Dockerd`]); a template's `once` and
+//! `wait`.
 
 use std::fs;
 
 use super::containers::{job_text, rig, script_job, wait_done, BUSYBOX};
 use super::root::{shell_job, wait_for_log};
+use super::templates::{log_of, reloading, wait_for_log_end};
 use super::Rig;
 use crate::dockerd::{require_docker, Dockerd};
 use crate::harness::text;
@@ -179,4 +181,63 @@ fn a_runtime_the_engine_lacks_fails_the_task_and_a_log_driver_without_reads_says
         "{events}"
     );
     assert_eq!(rig.ok(&["alloc", "logs", &allocs[0], "t"]), "");
+}
+
+/// Waits until task "t" of `alloc` of job "reloading" has an event whose
+/// message starts with `start`; how many it has.
+#[track_caller]
+fn wait_for_event(rig: &Rig, alloc: &str, start: &str) -> usize {
+    let count = |j: &csi_agent::proto::agent::JobStatus| {
+        j.allocs
+            .iter()
+            .filter(|a| a.id == alloc)
+            .flat_map(|a| a.tasks[0].events.iter())
+            .filter(|e| e.message.starts_with(start))
+            .count()
+    };
+    count(&rig.wait_job("reloading", start, |j| count(j) > 0))
+}
+
+#[test]
+fn a_template_rendered_once_is_not_rendered_again_while_its_task_runs() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let mode = "change_mode = \"signal\"\n        change_signal = \"SIGHUP\"\n        once = true";
+    let alloc = rig.run_job("once.hcl", &reloading("one", mode)).remove(0);
+    wait_for_log_end(&rig, &alloc, "start\none\n");
+    rig.run_job("once.hcl", &reloading("two", mode));
+    wait_for_event(
+        &rig,
+        &alloc,
+        "1 template(s) with once = true kept as first rendered",
+    );
+    let conf = rig.task_dir(&alloc, "t").join("local/app.conf");
+    assert_eq!(fs::read_to_string(conf).unwrap(), "one\n");
+    assert_eq!(log_of(&rig, &alloc), "start\none\n");
+}
+
+#[test]
+fn a_template_wait_renders_changes_in_a_row_once() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    let mode = "change_mode = \"signal\"\n        change_signal = \"SIGHUP\"\n        wait {\n          min = \"2s\"\n          max = \"20s\"\n        }";
+    let alloc = rig.run_job("wait.hcl", &reloading("one", mode)).remove(0);
+    wait_for_log_end(&rig, &alloc, "start\none\n");
+    rig.run_job("wait.hcl", &reloading("two", mode));
+    rig.run_job("wait.hcl", &reloading("three", mode));
+    // Held back: the file is still the first one.
+    let conf = rig.task_dir(&alloc, "t").join("local/app.conf");
+    assert_eq!(fs::read_to_string(&conf).unwrap(), "one\n");
+    // Then one render of the last text, one signal.
+    wait_for_log_end(&rig, &alloc, "start\none\nhup\nthree\n");
+    assert_eq!(fs::read_to_string(&conf).unwrap(), "three\n");
+    assert_eq!(wait_for_event(&rig, &alloc, "1 template(s) changed"), 1);
+    assert_eq!(
+        wait_for_event(&rig, &alloc, "templates changed; rendering in"),
+        2
+    );
 }
