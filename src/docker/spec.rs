@@ -65,6 +65,9 @@ pub struct ContainerSpec {
     pub storage_opt: BTreeMap<String, String>,
     /// -1000 to 1000.
     pub oom_score_adj: Option<i64>,
+    pub dns_search: Vec<String>,
+    pub dns_options: Vec<String>,
+    pub group_add: Vec<String>,
     /// `PidsLimit`.
     pub pids_limit: Option<u64>,
     /// `CpuPeriod` and `CpuQuota`, microseconds.
@@ -219,6 +222,9 @@ impl ContainerSpec {
         host.push("Ulimits", Value::array(ulimits));
         host.push("ExtraHosts", Value::strings(&self.extra_hosts));
         host.push("Dns", Value::strings(&self.dns));
+        host.push("DnsSearch", Value::strings(&self.dns_search));
+        host.push("DnsOptions", Value::strings(&self.dns_options));
+        host.push("GroupAdd", Value::strings(&self.group_add));
         optional(&mut host, "UsernsMode", &self.userns_mode);
         optional(&mut host, "UTSMode", &self.uts_mode);
         if !self.storage_opt.is_empty() {

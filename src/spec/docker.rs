@@ -35,25 +35,27 @@ pub(crate) use write::write_docker_config;
 
 /// Keys of Nomad's docker driver `config` that csi-agent accepts and does
 /// not act on.
-const DOCKER_CONFIG_IGNORED: &[&str] = &[
+pub(super) const DOCKER_CONFIG_IGNORED: &[&str] = &[
     "advertise_ipv6_address",
     "auth_soft_fail",
-    "dns_options",
-    "dns_search_domains",
-    "group_add",
     "healthchecks",
     "image_pull_timeout",
-    "ipv4_address",
-    "ipv6_address",
     "isolation",
-    "load",
-    "network_aliases",
-    "port_map",
-    "volume_driver",
+];
+
+/// Keys of Nomad's docker driver `config` that csi-agent refuses, with
+/// what a job relying on each would lose.
+const DOCKER_CONFIG_REFUSED: &[(&str, &str)] = &[
+    ("ipv4_address", "csi-agent attaches no container to a network of its choosing, so it cannot give it an address there"),
+    ("ipv6_address", "csi-agent attaches no container to a network of its choosing, so it cannot give it an address there"),
+    ("load", "csi-agent loads no image from an artifact's archive: the engine must have or pull \"image\""),
+    ("network_aliases", "csi-agent attaches no container to a network of its choosing, so it cannot give it aliases there"),
+    ("port_map", "it is Nomad's pre-0.12 port mapping: name the group network's ports in \"ports\", with their \"to\""),
+    ("volume_driver", "csi-agent configures none of the engine's volume plugins: use a volume_mount of a CSI or host volume"),
 ];
 
 /// Keys of a mount's `volume_options` that csi-agent does not act on.
-const VOLUME_OPTIONS_IGNORED: &[&str] = &["driver_config"];
+pub(super) const VOLUME_OPTIONS_IGNORED: &[&str] = &["driver_config"];
 
 /// The Linux capability names, without their `CAP_` prefix.
 pub const CAPABILITIES: &[&str] = &[
@@ -159,6 +161,12 @@ pub struct DockerConfig {
     /// MiB the container may use above `resources.memory`: Nomad's older
     /// spelling of `resources.memory_max`.
     pub memory_hard_limit: Option<u64>,
+    /// The container's resolver's search domains and options
+    /// (`DnsSearch`, `DnsOptions`).
+    pub dns_search_domains: Vec<String>,
+    pub dns_options: Vec<String>,
+    /// More groups for the container's user (`GroupAdd`).
+    pub group_add: Vec<String>,
     /// The container's bound on its processes (`PidsLimit`; 0: none).
     pub pids_limit: Option<u64>,
     /// `resources.cpu` as a hard CFS quota, over `cpu_cfs_period`
@@ -383,6 +391,9 @@ pub(crate) fn decode_docker_config(f: &mut Fields<'_>, network: Option<&Network>
         security_opt: f.strings("security_opt").unwrap_or_default(),
         extra_hosts: f.strings("extra_hosts").unwrap_or_default(),
         dns_servers: f.strings("dns_servers").unwrap_or_default(),
+        dns_search_domains: f.strings("dns_search_domains").unwrap_or_default(),
+        dns_options: f.strings("dns_options").unwrap_or_default(),
+        group_add: f.strings("group_add").unwrap_or_default(),
         mac_address: f.string("mac_address"),
         userns_mode: host_or_empty(f, "userns_mode"),
         uts_mode: host_or_empty(f, "uts_mode"),
@@ -457,6 +468,7 @@ pub(crate) fn decode_docker_config(f: &mut Fields<'_>, network: Option<&Network>
         c.ports.push(label);
     }
     decode_limits(f, &mut c);
+    f.refuse(DOCKER_CONFIG_REFUSED);
     c.ignored = f.ignore(DOCKER_CONFIG_IGNORED);
     f.finish();
     c

@@ -55,6 +55,8 @@
 //! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
 //! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
+//! | `task_keys.rs` | the keys of a task (its config, resources, volume mounts) ignored or refused |
+//! | `ignored_keys.rs` | (test) the keys accepted and ignored, held to docs/jobs.md's table of them |
 
 mod agent;
 mod artifact;
@@ -67,6 +69,8 @@ mod decode;
 mod docker;
 mod encode;
 mod exec_settings;
+#[cfg(test)]
+mod ignored_keys;
 mod job;
 mod job_level_tasks;
 mod network;
@@ -75,6 +79,7 @@ mod placement;
 mod service;
 mod suggest;
 mod task;
+mod task_keys;
 mod telemetry;
 mod template;
 mod variables;

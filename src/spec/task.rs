@@ -32,28 +32,12 @@ use super::job::{decode_restart, write_restart, GroupVolume, Restart};
 use super::network::Network;
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
+use super::task_keys::{
+    EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_REFUSED, RESOURCES_IGNORED,
+    RESOURCES_REFUSED, TASK_IGNORED, TASK_REFUSED, VOLUME_MOUNT_IGNORED,
+};
 use super::template::{decode_template, write_template, TaskTemplate};
 use super::{keywords, Kept};
-
-/// Keys of Nomad's `task` block that csi-agent ignores.
-const TASK_IGNORED: &[&str] = &[
-    "action", "affinity", "consul", "identity", "kind", "logs", "schedule", "scaling", "vault",
-];
-
-/// Keys of Nomad's exec driver `config` that csi-agent ignores.
-const EXEC_CONFIG_IGNORED: &[&str] = &[];
-
-/// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
-const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
-    "cgroup_v1_override",
-    "cgroup_v2_override",
-    "denied_envvars",
-    "oom_score_adj",
-];
-
-const RESOURCES_IGNORED: &[&str] = &["device", "disk", "iops", "network", "numa"];
-
-const VOLUME_MOUNT_IGNORED: &[&str] = &["selinux_label"];
 
 /// How long a task has to exit after SIGTERM, as in Nomad.
 const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -377,6 +361,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
     let dispatch_payload = f
         .block("dispatch_payload")
         .and_then(|block| decode_dispatch_payload(&mut f.nested(block)));
+    f.refuse(TASK_REFUSED);
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -461,7 +446,12 @@ fn decode_exec_config(f: &mut Fields<'_>, driver: Driver, ignored: &[&'static st
         cap_add,
         cap_drop,
         work_dir: work_dir(f),
-        ignored: f.ignore(ignored),
+        ignored: {
+            if driver == Driver::RawExec {
+                f.refuse(RAW_EXEC_CONFIG_REFUSED);
+            }
+            f.ignore(ignored)
+        },
     };
     f.finish();
     config
@@ -511,7 +501,10 @@ pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
         cores: f.u64("cores"),
         memory: f.u64("memory"),
         memory_max: f.memory_max("memory_max"),
-        ignored: f.ignore(RESOURCES_IGNORED),
+        ignored: {
+            f.refuse(RESOURCES_REFUSED);
+            f.ignore(RESOURCES_IGNORED)
+        },
     };
     f.finish();
     resources

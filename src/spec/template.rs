@@ -25,7 +25,7 @@ use crate::template::Template;
 
 /// `vault_grace` tunes Vault leases, which csi-agent never reads;
 /// `change_script` only serves `change_mode = "script"`, which is refused.
-const TEMPLATE_IGNORED: &[&str] = &["vault_grace", "change_script"];
+pub(super) const TEMPLATE_IGNORED: &[&str] = &["vault_grace", "change_script"];
 
 /// The longest `wait { max }` (and `min`) of a template: a re-render is
 /// never held back longer than this.

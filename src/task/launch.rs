@@ -47,9 +47,7 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{
-    ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Network, Task,
-};
+use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, NamespaceMode, Network, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -113,7 +111,7 @@ pub(super) fn check_interpolation(
     }
     work_dir(task, &vars)?;
     if let Some(docker) = &task.docker {
-        for (key, text) in docker_strings(docker) {
+        for (key, text) in docker::docker_strings(docker) {
             interpolate(text, &vars).map_err(|e| format!("config.{key}: {e}"))?;
         }
     }
@@ -149,33 +147,6 @@ fn work_dir(task: &Task, vars: &BTreeMap<String, String>) -> Result<Option<PathB
         return Err(format!("config.work_dir: {dir:?} is not an absolute path"));
     }
     Ok(Some(PathBuf::from(dir)))
-}
-
-/// The strings of a docker task's config that the runtime interpolates,
-/// each with its key.
-fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
-    let mut out = vec![("image", c.image.as_str())];
-    let lists = [("entrypoint", &c.entrypoint), ("args", &c.args)];
-    for (key, list) in lists {
-        out.extend(list.iter().map(|s| (key, s.as_str())));
-    }
-    for (key, value) in [
-        ("command", &c.command),
-        ("hostname", &c.hostname),
-        ("work_dir", &c.work_dir),
-    ] {
-        out.extend(value.as_deref().map(|s| (key, s)));
-    }
-    for volume in &c.volumes {
-        out.push(("volumes", volume.source.as_str()));
-        out.push(("volumes", volume.target.as_str()));
-    }
-    for mount in &c.mounts {
-        out.push(("mount.source", mount.source.as_str()));
-        out.push(("mount.target", mount.target.as_str()));
-    }
-    out.extend(c.labels.values().map(|v| ("labels", v.as_str())));
-    out
 }
 
 /// A task started on a starter thread (`starter.rs`): what runs it; for a

@@ -142,6 +142,9 @@ const EVERY_KEY: &str = r#"
         interactive  = true
         oom_score_adj = -500
         memory_hard_limit = 512
+        dns_search_domains = ["svc.local"]
+        dns_options = ["ndots:2"]
+        group_add   = ["video"]
         pids_limit  = 100
         cpu_hard_limit = true
         cpu_cfs_period = 50000
@@ -159,6 +162,9 @@ const EVERY_KEY: &str = r#"
 fn every_key_decodes() {
     let c = decode(EVERY_KEY);
     assert_eq!(c.pids_limit, Some(100));
+    assert_eq!(c.dns_search_domains, ["svc.local"]);
+    assert_eq!(c.dns_options, ["ndots:2"]);
+    assert_eq!(c.group_add, ["video"]);
     assert!(c.cpu_hard_limit);
     assert_eq!(c.cpu_cfs_period, Some(50000));
     assert_eq!(c.cpuset_cpus.as_deref(), Some("0-1,3"));
@@ -497,7 +503,7 @@ fn keys_csi_agent_does_not_act_on_are_warnings() {
         r#"image = "x"
         auth_soft_fail = true
         image_pull_timeout = "10m"
-        dns_search_domains = ["example.com"]
+        isolation = "process"
         mount {
           source = "v"
           target = "/v"
@@ -513,7 +519,7 @@ fn keys_csi_agent_does_not_act_on_are_warnings() {
         [
             "\"auth_soft_fail\" in config in task \"t\" is ignored by csi-agent",
             "\"image_pull_timeout\" in config in task \"t\" is ignored by csi-agent",
-            "\"dns_search_domains\" in config in task \"t\" is ignored by csi-agent",
+            "\"isolation\" in config in task \"t\" is ignored by csi-agent",
             "\"driver_config\" in volume_options in task \"t\" is ignored by csi-agent",
         ]
     );
@@ -766,5 +772,23 @@ fn limits_out_of_range_are_errors_at_their_values() {
     assert!(
         errors[3].starts_with(&at(6)) && errors[3].contains("not both"),
         "{errors:?}"
+    );
+}
+
+#[test]
+fn keys_a_job_relies_on_that_csi_agent_lacks_are_refused_at_their_lines() {
+    let errors = errors(
+        r#"image = "x"
+        load = "redis.tar"
+        port_map {
+          http = 80
+        }"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            format!("job.hcl:{}:9: \"load\" in config in task \"t\" is not supported by csi-agent: csi-agent loads no image from an artifact's archive: the engine must have or pull \"image\"", CONFIG_LINE + 2),
+            format!("job.hcl:{}:9: \"port_map\" in config in task \"t\" is not supported by csi-agent: it is Nomad's pre-0.12 port mapping: name the group network's ports in \"ports\", with their \"to\"", CONFIG_LINE + 3),
+        ]
     );
 }

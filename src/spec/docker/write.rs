@@ -18,6 +18,9 @@ pub(crate) fn write_docker_config(w: &mut Writer, c: &DockerConfig) {
         ("security_opt", &c.security_opt),
         ("extra_hosts", &c.extra_hosts),
         ("dns_servers", &c.dns_servers),
+        ("dns_search_domains", &c.dns_search_domains),
+        ("dns_options", &c.dns_options),
+        ("group_add", &c.group_add),
     ] {
         if !list.is_empty() {
             w.strings(key, list);

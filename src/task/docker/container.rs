@@ -117,6 +117,33 @@ pub(in crate::task) struct Inputs<'a> {
     pub mhz_per_core: u64,
 }
 
+/// The strings of a docker task's config that the runtime interpolates,
+/// each with its key.
+pub(in crate::task) fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
+    let mut out = vec![("image", c.image.as_str())];
+    let lists = [("entrypoint", &c.entrypoint), ("args", &c.args)];
+    for (key, list) in lists {
+        out.extend(list.iter().map(|s| (key, s.as_str())));
+    }
+    for (key, value) in [
+        ("command", &c.command),
+        ("hostname", &c.hostname),
+        ("work_dir", &c.work_dir),
+    ] {
+        out.extend(value.as_deref().map(|s| (key, s)));
+    }
+    for volume in &c.volumes {
+        out.push(("volumes", volume.source.as_str()));
+        out.push(("volumes", volume.target.as_str()));
+    }
+    for mount in &c.mounts {
+        out.push(("mount.source", mount.source.as_str()));
+        out.push(("mount.target", mount.target.as_str()));
+    }
+    out.extend(c.labels.values().map(|v| ("labels", v.as_str())));
+    out
+}
+
 /// The CFS period of a container whose `cpu_cfs_period` is not given:
 /// the kernel's default, 100 ms.
 pub(in crate::task) const DEFAULT_CFS_PERIOD: u64 = 100_000;
@@ -207,6 +234,9 @@ pub(in crate::task) fn container_spec(
         uts_mode: config.uts_mode.clone().filter(|m| !m.is_empty()),
         storage_opt: config.storage_opt.clone(),
         oom_score_adj: config.oom_score_adj,
+        dns_search: config.dns_search_domains.clone(),
+        dns_options: config.dns_options.clone(),
+        group_add: config.group_add.clone(),
         pids_limit: config.pids_limit,
         cpu_quota: None,
         cpuset_cpus: config.cpuset_cpus.clone(),

@@ -39,7 +39,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::driver::Exit;
 use crate::docker::{Auth, Container, ContainerSpec, Engine};
 
-pub(super) use container::{container_spec, Inputs, Privileges, VolumeBind};
+pub(super) use container::{container_spec, docker_strings, Inputs, Privileges, VolumeBind};
 
 /// The label every container of this agent carries: its data dir, which
 /// tells it from another agent's on the same engine.

@@ -241,3 +241,54 @@ fn a_template_wait_renders_changes_in_a_row_once() {
         2
     );
 }
+
+#[test]
+fn keys_a_job_relies_on_that_csi_agent_cannot_honour_are_refused_at_their_lines() {
+    let dir = tempfile_dir();
+    let path = dir.join("refused.hcl");
+    fs::write(
+        &path,
+        r#"job "refused" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command        = "/bin/true"
+        denied_envvars = ["SECRET_*"]
+      }
+      schedule {
+        cron {
+          start = "0 9 * * *"
+        }
+      }
+      resources {
+        device "nvidia/gpu" {}
+      }
+    }
+  }
+}
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::util::bin())
+        .args(["validate", &path.display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "refused.hcl:7:9: \"denied_envvars\" in config in task \"t\" is not supported by csi-agent",
+        "refused.hcl:9:7: \"schedule\" in task \"t\" is not supported by csi-agent",
+        "refused.hcl:15:9: \"device\" in resources in task \"t\" is not supported by csi-agent",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// A fresh directory of this test's own.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("csi-agent-keys-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
