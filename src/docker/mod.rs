@@ -214,6 +214,16 @@ impl Engine {
         })
     }
 
+    /// The names of the engine's runtimes (`GET /info`'s `Runtimes`).
+    pub fn runtimes(&self) -> Result<Vec<String>, Error> {
+        let answer = self.get_json("/info")?;
+        let runtimes = answer
+            .get("Runtimes")
+            .and_then(Value::as_object)
+            .ok_or_else(|| Error::Protocol("GET /info has no Runtimes".to_string()))?;
+        Ok(runtimes.iter().map(|(name, _)| name.clone()).collect())
+    }
+
     /// Connects and sends `request` (its target without the version
     /// prefix, which is added here) with `timeout` on every read and write.
     fn send(

@@ -65,6 +65,17 @@ pub struct ContainerSpec {
     pub storage_opt: BTreeMap<String, String>,
     /// -1000 to 1000.
     pub oom_score_adj: Option<i64>,
+    pub dns_search: Vec<String>,
+    pub dns_options: Vec<String>,
+    pub group_add: Vec<String>,
+    /// `PidsLimit`.
+    pub pids_limit: Option<u64>,
+    /// `CpuPeriod` and `CpuQuota`, microseconds.
+    pub cpu_quota: Option<(u64, u64)>,
+    pub cpuset_cpus: Option<String>,
+    pub runtime: Option<String>,
+    /// `LogConfig`: the log driver and its options.
+    pub log_config: Option<(String, BTreeMap<String, String>)>,
 }
 
 /// A host device made visible in the container.
@@ -211,6 +222,9 @@ impl ContainerSpec {
         host.push("Ulimits", Value::array(ulimits));
         host.push("ExtraHosts", Value::strings(&self.extra_hosts));
         host.push("Dns", Value::strings(&self.dns));
+        host.push("DnsSearch", Value::strings(&self.dns_search));
+        host.push("DnsOptions", Value::strings(&self.dns_options));
+        host.push("GroupAdd", Value::strings(&self.group_add));
         optional(&mut host, "UsernsMode", &self.userns_mode);
         optional(&mut host, "UTSMode", &self.uts_mode);
         if !self.storage_opt.is_empty() {
@@ -218,6 +232,24 @@ impl ContainerSpec {
         }
         if let Some(adj) = self.oom_score_adj {
             host.push("OomScoreAdj", adj.into());
+        }
+        if let Some(limit) = self.pids_limit {
+            host.push("PidsLimit", limit.into());
+        }
+        if let Some((period, quota)) = self.cpu_quota {
+            host.push("CpuPeriod", period.into());
+            host.push("CpuQuota", quota.into());
+        }
+        optional(&mut host, "CpusetCpus", &self.cpuset_cpus);
+        optional(&mut host, "Runtime", &self.runtime);
+        if let Some((driver, config)) = &self.log_config {
+            host.push(
+                "LogConfig",
+                Value::object([
+                    ("Type", Value::from(driver.as_str())),
+                    ("Config", string_map(config)),
+                ]),
+            );
         }
         host
     }

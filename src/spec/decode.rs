@@ -454,6 +454,27 @@ impl<'d> Fields<'d> {
         })
     }
 
+    /// Registers Nomad's keys that csi-agent refuses, each with why (what
+    /// a job relying on it would lose): each one present is an error at
+    /// its line.
+    pub(crate) fn refuse(&mut self, keys: &[(&'static str, &'static str)]) {
+        for (key, _) in keys {
+            self.known.push(key);
+        }
+        for item in &self.body.items {
+            let name = item_name(item);
+            if let Some((_, why)) = keys.iter().find(|(key, _)| *key == name) {
+                self.dec.error(
+                    item.span().start,
+                    format!(
+                        "{name:?} in {} is not supported by csi-agent: {why}",
+                        self.what
+                    ),
+                );
+            }
+        }
+    }
+
     /// Registers `keys` and keeps their items as written without a
     /// warning: the caller reports them its own way.
     pub(crate) fn keep_silently(&mut self, keys: &[&'static str]) -> Vec<Kept> {

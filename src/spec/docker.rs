@@ -35,31 +35,27 @@ pub(crate) use write::write_docker_config;
 
 /// Keys of Nomad's docker driver `config` that csi-agent accepts and does
 /// not act on.
-const DOCKER_CONFIG_IGNORED: &[&str] = &[
+pub(super) const DOCKER_CONFIG_IGNORED: &[&str] = &[
     "advertise_ipv6_address",
     "auth_soft_fail",
-    "cpu_cfs_period",
-    "cpu_hard_limit",
-    "cpuset_cpus",
-    "dns_options",
-    "dns_search_domains",
-    "group_add",
     "healthchecks",
     "image_pull_timeout",
-    "ipv4_address",
-    "ipv6_address",
     "isolation",
-    "load",
-    "logging",
-    "network_aliases",
-    "pids_limit",
-    "port_map",
-    "runtime",
-    "volume_driver",
+];
+
+/// Keys of Nomad's docker driver `config` that csi-agent refuses, with
+/// what a job relying on each would lose.
+const DOCKER_CONFIG_REFUSED: &[(&str, &str)] = &[
+    ("ipv4_address", "csi-agent attaches no container to a network of its choosing, so it cannot give it an address there"),
+    ("ipv6_address", "csi-agent attaches no container to a network of its choosing, so it cannot give it an address there"),
+    ("load", "csi-agent loads no image from an artifact's archive: the engine must have or pull \"image\""),
+    ("network_aliases", "csi-agent attaches no container to a network of its choosing, so it cannot give it aliases there"),
+    ("port_map", "it is Nomad's pre-0.12 port mapping: name the group network's ports in \"ports\", with their \"to\""),
+    ("volume_driver", "csi-agent configures none of the engine's volume plugins: use a volume_mount of a CSI or host volume"),
 ];
 
 /// Keys of a mount's `volume_options` that csi-agent does not act on.
-const VOLUME_OPTIONS_IGNORED: &[&str] = &["driver_config"];
+pub(super) const VOLUME_OPTIONS_IGNORED: &[&str] = &["driver_config"];
 
 /// The Linux capability names, without their `CAP_` prefix.
 pub const CAPABILITIES: &[&str] = &[
@@ -165,8 +161,41 @@ pub struct DockerConfig {
     /// MiB the container may use above `resources.memory`: Nomad's older
     /// spelling of `resources.memory_max`.
     pub memory_hard_limit: Option<u64>,
+    /// The container's resolver's search domains and options
+    /// (`DnsSearch`, `DnsOptions`).
+    pub dns_search_domains: Vec<String>,
+    pub dns_options: Vec<String>,
+    /// More groups for the container's user (`GroupAdd`).
+    pub group_add: Vec<String>,
+    /// The container's bound on its processes (`PidsLimit`; 0: none).
+    pub pids_limit: Option<u64>,
+    /// `resources.cpu` as a hard CFS quota, over `cpu_cfs_period`
+    /// microseconds (the kernel's 100000 when not given).
+    pub cpu_hard_limit: bool,
+    pub cpu_cfs_period: Option<u64>,
+    /// The CPUs the container may run on, Linux's list form (`0-2,4`).
+    pub cpuset_cpus: Option<String>,
+    /// The engine's runtime (`runc`, `runsc`, ...), which it must have.
+    pub runtime: Option<String>,
+    /// The engine's log driver for the container.
+    pub logging: Option<DockerLogging>,
     pub ignored: Vec<Kept>,
 }
+
+/// `logging { type config { ... } }` (`driver` is Nomad's newer name for
+/// `type`): the engine's log driver and its options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DockerLogging {
+    /// Empty: the engine's default driver, with `config` as its options.
+    pub driver: String,
+    pub config: BTreeMap<String, String>,
+}
+
+/// The longest CFS period the kernel takes, in microseconds (one second);
+/// the shortest is [`MIN_CFS_PERIOD`].
+pub const MAX_CFS_PERIOD: u64 = 1_000_000;
+/// The shortest CFS period (and quota) the kernel takes: 1 ms.
+pub const MIN_CFS_PERIOD: u64 = 1_000;
 
 /// `auth { username password email server_address }`: registry
 /// credentials. `Debug` does not show the password.
@@ -362,6 +391,9 @@ pub(crate) fn decode_docker_config(f: &mut Fields<'_>, network: Option<&Network>
         security_opt: f.strings("security_opt").unwrap_or_default(),
         extra_hosts: f.strings("extra_hosts").unwrap_or_default(),
         dns_servers: f.strings("dns_servers").unwrap_or_default(),
+        dns_search_domains: f.strings("dns_search_domains").unwrap_or_default(),
+        dns_options: f.strings("dns_options").unwrap_or_default(),
+        group_add: f.strings("group_add").unwrap_or_default(),
         mac_address: f.string("mac_address"),
         userns_mode: host_or_empty(f, "userns_mode"),
         uts_mode: host_or_empty(f, "uts_mode"),
@@ -435,9 +467,77 @@ pub(crate) fn decode_docker_config(f: &mut Fields<'_>, network: Option<&Network>
         }
         c.ports.push(label);
     }
+    decode_limits(f, &mut c);
+    f.refuse(DOCKER_CONFIG_REFUSED);
     c.ignored = f.ignore(DOCKER_CONFIG_IGNORED);
     f.finish();
     c
+}
+
+/// `pids_limit`, `cpu_hard_limit`, `cpu_cfs_period`, `cpuset_cpus`,
+/// `runtime` and `logging`.
+fn decode_limits(f: &mut Fields<'_>, c: &mut DockerConfig) {
+    c.pids_limit = f.u64("pids_limit");
+    c.cpu_hard_limit = f.bool("cpu_hard_limit").unwrap_or(false);
+    if let Some((period, pos)) = f.u64_at("cpu_cfs_period") {
+        if !(MIN_CFS_PERIOD..=MAX_CFS_PERIOD).contains(&period) {
+            f.error(
+                pos,
+                format!(
+                    "\"cpu_cfs_period\" in {} must be from {MIN_CFS_PERIOD} to {MAX_CFS_PERIOD} microseconds (the kernel's MIN_CFS_PERIOD and MAX_CFS_PERIOD), found {period}",
+                    f.what()
+                ),
+            );
+        }
+        c.cpu_cfs_period = Some(period);
+    }
+    if let Some((cpus, pos)) = f.string_at("cpuset_cpus") {
+        if !is_cpu_list(&cpus) {
+            f.error(
+                pos,
+                format!(
+                    "\"cpuset_cpus\" in {} must be a list of CPUs such as \"0-2,4\", found {cpus:?}",
+                    f.what()
+                ),
+            );
+        }
+        c.cpuset_cpus = Some(cpus);
+    }
+    if let Some((runtime, pos)) = f.string_at("runtime") {
+        if runtime.is_empty() {
+            f.error(
+                pos,
+                format!("\"runtime\" in {} must not be empty", f.what()),
+            );
+        }
+        c.runtime = Some(runtime);
+    }
+    if let Some(block) = f.block("logging") {
+        let mut l = f.nested(block);
+        let driver = l.string_at("type");
+        let newer = l.string_at("driver");
+        if let (Some(_), Some((_, pos))) = (&driver, &newer) {
+            l.error(
+                *pos,
+                format!("{} takes \"type\" or \"driver\", not both", l.what()),
+            );
+        }
+        c.logging = Some(DockerLogging {
+            driver: driver.or(newer).map(|(d, _)| d).unwrap_or_default(),
+            config: l.map("config").unwrap_or_default(),
+        });
+        l.finish();
+    }
+}
+
+/// Whether `text` is a CPU list as cpuset takes it: `0`, `0-3`, `0,2-4`.
+fn is_cpu_list(text: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    !text.is_empty()
+        && text.split(',').all(|part| match part.split_once('-') {
+            Some((low, high)) => number(low) && number(high),
+            None => number(part),
+        })
 }
 
 /// `cap_add` or `cap_drop`, each name checked and normalized.

@@ -29,10 +29,10 @@ use super::{keywords, Decoded, Invalid, Kept};
 /// Top-level blocks of Nomad job files (HCL2 variables) that csi-agent
 /// ignores in HCL's JSON syntax; in the native syntax they are read
 /// (`variables.rs`) and taken out before decoding.
-const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
+pub(super) const FILE_IGNORED: &[&str] = &["locals", "variable", "variables"];
 
 /// Keys of Nomad's `job` block that csi-agent ignores.
-const JOB_IGNORED: &[&str] = &[
+pub(super) const JOB_IGNORED: &[&str] = &[
     "affinity",
     "all_at_once",
     "consul",
@@ -55,7 +55,7 @@ const JOB_IGNORED: &[&str] = &[
 ];
 
 /// Keys of Nomad's `group` block that csi-agent ignores.
-const GROUP_IGNORED: &[&str] = &[
+pub(super) const GROUP_IGNORED: &[&str] = &[
     "affinity",
     "consul",
     "disconnect",
@@ -72,9 +72,9 @@ const GROUP_IGNORED: &[&str] = &[
     "vault",
 ];
 
-const RESTART_IGNORED: &[&str] = &["render_templates"];
+pub(super) const RESTART_IGNORED: &[&str] = &["render_templates"];
 
-const VOLUME_IGNORED: &[&str] = &["sticky"];
+pub(super) const VOLUME_IGNORED: &[&str] = &["sticky"];
 
 /// A job: its name and its groups.
 #[derive(Debug, Clone, PartialEq)]

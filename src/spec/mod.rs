@@ -55,6 +55,8 @@
 //! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
 //! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
+//! | `task_keys.rs` | the keys of a task (its config, resources, volume mounts) ignored or refused |
+//! | `ignored_keys.rs` | (test) the keys accepted and ignored, held to docs/jobs.md's table of them |
 
 mod agent;
 mod artifact;
@@ -68,6 +70,8 @@ pub mod diff;
 mod docker;
 mod encode;
 mod exec_settings;
+#[cfg(test)]
+mod ignored_keys;
 mod job;
 mod job_level_tasks;
 mod network;
@@ -76,6 +80,7 @@ mod placement;
 mod service;
 mod suggest;
 mod task;
+mod task_keys;
 mod telemetry;
 mod template;
 mod variables;
@@ -102,9 +107,9 @@ pub use constraint::{Constraint, Inherited, Operator};
 pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
 pub use docker::{
-    capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerMount,
-    DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
-    DEFAULT_DOCKER_ENDPOINT,
+    capability, BindPropagation, DockerAuth, DockerConfig, DockerDevice, DockerLogging,
+    DockerMount, DockerMountType, DockerSettings, DockerVolume, DockerVolumeOptions, CAPABILITIES,
+    DEFAULT_DOCKER_ENDPOINT, MAX_CFS_PERIOD, MIN_CFS_PERIOD,
 };
 pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
 pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};

@@ -7,8 +7,8 @@ use super::Kept;
 
 /// Keys of Nomad's group `network` block, and of its ports, that csi-agent
 /// ignores.
-const NETWORK_IGNORED: &[&str] = &["cni", "dns", "hostname", "mbits"];
-const PORT_IGNORED: &[&str] = &["host_network", "ignore_collision"];
+pub(super) const NETWORK_IGNORED: &[&str] = &["cni", "dns", "hostname", "mbits"];
+pub(super) const PORT_IGNORED: &[&str] = &["host_network", "ignore_collision"];
 
 /// A group's `network` block: the ports the agent allocates to each alloc
 /// (see `task::ports`).

@@ -32,29 +32,12 @@ use super::job::{decode_restart, write_restart, GroupVolume, Restart};
 use super::network::Network;
 use super::service::{decode_service, write_service, Service};
 use super::suggest::nearest;
+use super::task_keys::{
+    EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_REFUSED, RESOURCES_IGNORED,
+    RESOURCES_REFUSED, TASK_IGNORED, TASK_REFUSED, VOLUME_MOUNT_IGNORED,
+};
 use super::template::{decode_template, write_template, TaskTemplate};
 use super::{keywords, Kept};
-
-/// Keys of Nomad's `task` block that csi-agent ignores.
-const TASK_IGNORED: &[&str] = &[
-    "action", "affinity", "consul", "identity", "kind", "logs", "schedule", "scaling", "vault",
-];
-
-/// Keys of Nomad's exec driver `config` that csi-agent ignores.
-const EXEC_CONFIG_IGNORED: &[&str] = &["work_dir"];
-
-/// Keys of Nomad's raw_exec driver `config` that csi-agent ignores.
-const RAW_EXEC_CONFIG_IGNORED: &[&str] = &[
-    "cgroup_v1_override",
-    "cgroup_v2_override",
-    "denied_envvars",
-    "oom_score_adj",
-    "work_dir",
-];
-
-const RESOURCES_IGNORED: &[&str] = &["device", "disk", "iops", "network", "numa"];
-
-const VOLUME_MOUNT_IGNORED: &[&str] = &["selinux_label"];
 
 /// How long a task has to exit after SIGTERM, as in Nomad.
 const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -206,6 +189,11 @@ pub struct ExecConfig {
     /// `CAP_`; `ALL` in `cap_drop` drops every one.
     pub cap_add: Vec<String>,
     pub cap_drop: Vec<String>,
+    /// The task's working directory (`work_dir`): absolute, in the task's
+    /// root for `exec` and on the host for `raw_exec`; may name
+    /// `${NOMAD_...}` variables. `None`: `/` of an exec task's root, a
+    /// raw_exec task's dir.
+    pub work_dir: Option<String>,
     pub ignored: Vec<Kept>,
 }
 
@@ -374,6 +362,7 @@ pub(crate) fn decode_task(f: &mut Fields<'_>, name: String, of: &OfGroup<'_>) ->
     let dispatch_payload = f
         .block("dispatch_payload")
         .and_then(|block| decode_dispatch_payload(&mut f.nested(block)));
+    f.refuse(TASK_REFUSED);
     let ignored = f.ignore(TASK_IGNORED);
     f.finish();
     Task {
@@ -457,10 +446,33 @@ fn decode_exec_config(f: &mut Fields<'_>, driver: Driver, ignored: &[&'static st
         ipc_mode,
         cap_add,
         cap_drop,
-        ignored: f.ignore(ignored),
+        work_dir: work_dir(f),
+        ignored: {
+            if driver == Driver::RawExec {
+                f.refuse(RAW_EXEC_CONFIG_REFUSED);
+            }
+            f.ignore(ignored)
+        },
     };
     f.finish();
     config
+}
+
+/// `work_dir` of an exec or raw_exec task's config: an absolute path, as
+/// Nomad's drivers take it, or one that starts with a `${...}` variable
+/// (checked once interpolated, at `job run` and at each start).
+fn work_dir(f: &mut Fields<'_>) -> Option<String> {
+    let (dir, pos) = f.string_at("work_dir")?;
+    if !dir.starts_with('/') && !dir.starts_with("${") {
+        f.error(
+            pos,
+            format!(
+                "\"work_dir\" in {} must be an absolute path, found {dir:?}",
+                f.what()
+            ),
+        );
+    }
+    Some(dir)
 }
 
 /// `key` of an exec task's config: `private`, `""` or `host`.
@@ -490,7 +502,10 @@ pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
         cores: f.u64("cores"),
         memory: f.u64("memory"),
         memory_max: f.memory_max("memory_max"),
-        ignored: f.ignore(RESOURCES_IGNORED),
+        ignored: {
+            f.refuse(RESOURCES_REFUSED);
+            f.ignore(RESOURCES_IGNORED)
+        },
     };
     f.finish();
     resources
@@ -588,6 +603,7 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
                 w.string(key, "host");
             }
         }
+        w.opt_string("work_dir", task.config.work_dir.as_deref());
         for (key, caps) in [
             ("cap_add", &task.config.cap_add),
             ("cap_drop", &task.config.cap_drop),

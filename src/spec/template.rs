@@ -9,9 +9,10 @@
 //! that need Consul, Vault or Nomad's variables) with the template's line.
 //! `${...}` in `data` is HCL's, as in Nomad: the decoder's evaluation of
 //! variables has already run; `{{ env "NOMAD_..." }}` is how a template
-//! reads the task's environment. `wait`, `vault_grace`, `change_script`
-//! and `once` tune what csi-agent does not do (re-render on a change in
-//! Consul or Vault) and are kept with a warning.
+//! reads the task's environment. `once` keeps a running task's file as
+//! first rendered; `wait { min max }` holds a re-render back until changes
+//! settle (`task::rerender`). `vault_grace` (Vault's) and `change_script`
+//! (for `change_mode = "script"`, refused) are kept with a warning.
 
 use std::path::{Component, Path};
 use std::time::Duration;
@@ -22,7 +23,21 @@ use super::task::KillSignal;
 use super::Kept;
 use crate::template::Template;
 
-const TEMPLATE_IGNORED: &[&str] = &["wait", "vault_grace", "change_script", "once"];
+/// `vault_grace` tunes Vault leases, which csi-agent never reads;
+/// `change_script` only serves `change_mode = "script"`, which is refused.
+pub(super) const TEMPLATE_IGNORED: &[&str] = &["vault_grace", "change_script"];
+
+/// The longest `wait { max }` (and `min`) of a template: a re-render is
+/// never held back longer than this.
+pub const MAX_TEMPLATE_WAIT: Duration = Duration::from_secs(3600);
+
+/// `wait { min max }` of a template: a change is rendered once no other
+/// came for `min`, and at the latest `max` after the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TemplateWait {
+    pub min: Duration,
+    pub max: Duration,
+}
 
 /// What a re-rendered template does to its task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +69,9 @@ pub struct TaskTemplate {
     pub change_mode: ChangeMode,
     pub splay: Duration,
     pub error_on_missing_key: bool,
+    /// Rendered when the task starts, never re-rendered while it runs.
+    pub once: bool,
+    pub wait: Option<TemplateWait>,
     pub ignored: Vec<Kept>,
 }
 
@@ -107,6 +125,10 @@ pub(crate) fn decode_template(f: &mut Fields<'_>) -> Option<TaskTemplate> {
     let signal = f.parsed_at::<KillSignal>("change_signal");
     let splay = f.duration("splay").unwrap_or(Duration::from_secs(5));
     let error_on_missing_key = f.bool("error_on_missing_key").unwrap_or(false);
+    let once = f.bool("once").unwrap_or(false);
+    let wait = f
+        .block("wait")
+        .and_then(|block| decode_wait(&mut f.nested(block)));
     let ignored = f.ignore(TEMPLATE_IGNORED);
     let what = f.what().to_string();
     if let Some((dest, pos)) = &destination {
@@ -209,7 +231,43 @@ pub(crate) fn decode_template(f: &mut Fields<'_>) -> Option<TaskTemplate> {
         change_mode: change_mode?,
         splay,
         error_on_missing_key,
+        once,
+        wait,
         ignored,
+    })
+}
+
+/// `wait { min max }`: `max` defaults to `min` (and `min` to 0), `min`
+/// is at most `max`, both at most [`MAX_TEMPLATE_WAIT`].
+fn decode_wait(f: &mut Fields<'_>) -> Option<TemplateWait> {
+    let min = f.duration_at("min");
+    let max = f.duration_at("max");
+    let what = f.what().to_string();
+    let mut ok = true;
+    for (key, value) in [("min", &min), ("max", &max)] {
+        if let Some((d, pos)) = value {
+            if *d > MAX_TEMPLATE_WAIT {
+                f.error(
+                    *pos,
+                    format!(
+                        "{key:?} in {what} is over MAX_TEMPLATE_WAIT ({})",
+                        crate::units::format_duration(MAX_TEMPLATE_WAIT)
+                    ),
+                );
+                ok = false;
+            }
+        }
+    }
+    let min_d = min.as_ref().map_or(Duration::ZERO, |(d, _)| *d);
+    let max_d = max.as_ref().map_or(min_d, |(d, _)| *d);
+    if let (Some((_, pos)), true) = (&max, max_d < min_d) {
+        f.error(*pos, format!("\"max\" in {what} is shorter than \"min\""));
+        ok = false;
+    }
+    f.finish();
+    ok.then_some(TemplateWait {
+        min: min_d,
+        max: max_d,
     })
 }
 
@@ -251,6 +309,15 @@ pub(crate) fn write_template(w: &mut Writer, t: &TaskTemplate) {
     }
     w.duration("splay", t.splay);
     w.plain("error_on_missing_key", t.error_on_missing_key);
+    if t.once {
+        w.plain("once", true);
+    }
+    if let Some(wait) = t.wait {
+        w.open("wait", None);
+        w.duration("min", wait.min);
+        w.duration("max", wait.max);
+        w.close();
+    }
     w.kept(&t.ignored);
     w.close();
 }
@@ -359,9 +426,40 @@ mod tests {
             let errs = errors(&format!("      template {{\n        {body}\n      }}"));
             assert!(errs.iter().any(|e| e.contains(want)), "{body}: {errs:?}");
         }
-        let src = job("      template {\n        data = \"x\"\n        destination = \"local/x\"\n        wait {\n          min = \"2s\"\n        }\n      }");
+        let src = job("      template {\n        data = \"x\"\n        destination = \"local/x\"\n        vault_grace = \"15s\"\n      }");
         let decoded = Job::decode(&src, "j.hcl").unwrap();
         assert_eq!(decoded.warnings.len(), 1, "{:?}", decoded.warnings);
-        assert!(decoded.warnings[0].message.contains("\"wait\""));
+        assert!(decoded.warnings[0].message.contains("\"vault_grace\""));
+    }
+
+    #[test]
+    fn once_and_wait_decode_and_wait_is_bounded() {
+        let template = |extra: &str| {
+            format!("      template {{\n        data = \"x\"\n        destination = \"local/x\"\n{extra}\n      }}")
+        };
+        let src = job(&template(
+            "        once = true\n        wait {\n          min = \"2s\"\n        }",
+        ));
+        let decoded = Job::decode(&src, "j.hcl").unwrap();
+        assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+        let t = &decoded.spec.groups[0].tasks[0].templates[0];
+        assert!(t.once);
+        let two = Duration::from_secs(2);
+        assert_eq!(t.wait, Some(TemplateWait { min: two, max: two }));
+        let errs = errors(&template(
+            "        wait {\n          min = \"1h1s\"\n        }",
+        ));
+        assert_eq!(
+            errs,
+            ["j.hcl:11:17: \"min\" in wait in task \"t\" is over MAX_TEMPLATE_WAIT (1h)"]
+        );
+        let errs = errors(&template(
+            "        wait {\n          min = \"5s\"\n          max = \"1s\"\n        }",
+        ));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("j.hcl:12:17:") && errs[0].contains("shorter than \"min\""),
+            "{errs:?}"
+        );
     }
 }

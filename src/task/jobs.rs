@@ -233,6 +233,7 @@ impl Allocs {
                     window: None,
                     events: VecDeque::new(),
                     template_change: None,
+                    template_render: None,
                     template_restart: false,
                     plugin: t.csi_plugin.as_ref().map(|p| PluginRun {
                         key: InstanceKey::new(&p.id, p.plugin_type),

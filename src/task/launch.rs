@@ -47,9 +47,7 @@ use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
 use crate::plugin::{PluginSpec, Source};
-use crate::spec::{
-    ChrootEntry, CsiPlugin, DockerConfig, Driver, Group, NamespaceMode, Network, Task,
-};
+use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, NamespaceMode, Network, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -111,8 +109,9 @@ pub(super) fn check_interpolation(
     for arg in &task.config.args {
         interpolate(arg, &vars).map_err(|e| format!("config.args: {e}"))?;
     }
+    work_dir(task, &vars)?;
     if let Some(docker) = &task.docker {
-        for (key, text) in docker_strings(docker) {
+        for (key, text) in docker::docker_strings(docker) {
             interpolate(text, &vars).map_err(|e| format!("config.{key}: {e}"))?;
         }
     }
@@ -137,31 +136,17 @@ pub(super) fn check_interpolation(
     Ok(())
 }
 
-/// The strings of a docker task's config that the runtime interpolates,
-/// each with its key.
-fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
-    let mut out = vec![("image", c.image.as_str())];
-    let lists = [("entrypoint", &c.entrypoint), ("args", &c.args)];
-    for (key, list) in lists {
-        out.extend(list.iter().map(|s| (key, s.as_str())));
+/// An exec or raw_exec task's `work_dir`, interpolated: absolute, as
+/// Nomad's drivers take it.
+fn work_dir(task: &Task, vars: &BTreeMap<String, String>) -> Result<Option<PathBuf>, String> {
+    let Some(dir) = task.config.work_dir.as_deref() else {
+        return Ok(None);
+    };
+    let dir = interpolate(dir, vars).map_err(|e| format!("config.work_dir: {e}"))?;
+    if !dir.starts_with('/') {
+        return Err(format!("config.work_dir: {dir:?} is not an absolute path"));
     }
-    for (key, value) in [
-        ("command", &c.command),
-        ("hostname", &c.hostname),
-        ("work_dir", &c.work_dir),
-    ] {
-        out.extend(value.as_deref().map(|s| (key, s)));
-    }
-    for volume in &c.volumes {
-        out.push(("volumes", volume.source.as_str()));
-        out.push(("volumes", volume.target.as_str()));
-    }
-    for mount in &c.mounts {
-        out.push(("mount.source", mount.source.as_str()));
-        out.push(("mount.target", mount.target.as_str()));
-    }
-    out.extend(c.labels.values().map(|v| ("labels", v.as_str())));
-    out
+    Ok(Some(PathBuf::from(dir)))
 }
 
 /// A task started on a starter thread (`starter.rs`): what runs it; for a
@@ -229,6 +214,9 @@ pub(super) struct ContainerPlan {
     pub labels: BTreeMap<String, String>,
     pub privileges: docker::Privileges,
     pub host_paths: bool,
+    /// The node's MHz (`cpu_total_compute` or its fingerprint) per core,
+    /// for `cpu_hard_limit`.
+    pub mhz_per_core: u64,
 }
 
 impl Allocs {
@@ -253,6 +241,8 @@ impl Allocs {
             labels: docker::labels(&self.data_dir, &alloc.id, &alloc.job, &spec.name),
             privileges: self.privileges.clone(),
             host_paths: self.docker_settings.volumes_enabled,
+            // Nomad's share of the node's MHz times its cores.
+            mhz_per_core: self.placement.node.cpu / self.placement.node.cores.max(1),
         });
         Ok(StartPlan {
             alloc: alloc.id.clone(),
@@ -390,6 +380,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
         .map(|a| interpolate(a, &vars))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("config.args: {e}"))?;
+    let work_dir = work_dir(spec, &vars)?;
     let mut mounts = Vec::new();
     let mut binds = Vec::new();
     for (vm, used) in spec.volume_mounts.iter().zip(&plan.volumes) {
@@ -470,6 +461,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
             network: plan.network.as_ref(),
             privileges: &container.privileges,
             host_paths: container.host_paths,
+            mhz_per_core: container.mhz_per_core,
         })?;
         let run = docker::Run {
             alloc: plan.alloc.clone(),
@@ -511,6 +503,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
         args,
         env,
         cwd: task_dir.clone(),
+        work_dir,
         stdout: task_dir.join("logs/stdout"),
         stderr: task_dir.join("logs/stderr"),
         pid_file: alloc_dir.join(format!("{}.pid", spec.name)),

@@ -262,6 +262,10 @@ struct TaskRun {
     /// A changed template's `change_mode`, due after its splay
     /// (`rerender.rs`).
     template_change: Option<(Instant, crate::spec::ChangeMode)>,
+    /// Changed templates held back by their `wait`: rendered at the first
+    /// instant, pushed back by each further change up to the second
+    /// (`rerender.rs`).
+    template_render: Option<(Instant, Instant)>,
     /// Stopped for a changed template or by `alloc restart`: starts again
     /// at once, outside the restart policy.
     template_restart: bool,

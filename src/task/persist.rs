@@ -230,6 +230,7 @@ impl Allocs {
                         .map(|t| t.events.iter().map(event_from_proto).collect())
                         .unwrap_or_default(),
                     template_change: None,
+                    template_render: None,
                     template_restart: false,
                     plugin: spec.csi_plugin.as_ref().map(|p| PluginRun {
                         key: InstanceKey::new(&p.id, p.plugin_type),

@@ -15,6 +15,12 @@
 //! ([`Allocs::rerendered`]) in a later turn. A render that fails or
 //! crashes is an event, and the task keeps running on the files it has.
 //!
+//! A template with `once = true` keeps the file it rendered when the task
+//! started: it is left out of the re-render. A template with `wait { min
+//! max }` holds the re-render back until no change came for `min`, and at
+//! most `max` after the first (the task's longest of each), so that several
+//! `job run`s in a row render and take their change mode once.
+//!
 //! A task that is not running renders its new templates when it starts.
 //! Any other change to the job replaces its allocations, as before. A
 //! change waiting for its splay or its render, or a restart under way, is
@@ -55,7 +61,7 @@ impl Allocs {
                 alloc.job_inputs = req.inputs.clone();
                 for i in 0..alloc.tasks.len() {
                     if old.tasks[i].templates != alloc.group.tasks[i].templates {
-                        self.rerender_task(&mut alloc, i);
+                        self.templates_changed(&mut alloc, i, Instant::now());
                     }
                 }
             }
@@ -90,6 +96,18 @@ impl Allocs {
             return;
         }
         let spec = &alloc.group.tasks[i];
+        let once = spec.templates.iter().filter(|t| t.once).count();
+        if once > 0 {
+            alloc.tasks[i].event(
+                "template",
+                format!("{once} template(s) with once = true kept as first rendered"),
+            );
+        }
+        let templates: Vec<_> = spec.templates.iter().filter(|t| !t.once).cloned().collect();
+        if templates.is_empty() {
+            self.dirty = true;
+            return;
+        }
         let env = match self.task_environment(alloc, i) {
             Ok(env) => env,
             Err(err) => {
@@ -105,12 +123,43 @@ impl Allocs {
         self.starter.rerender(RerenderPlan {
             alloc: alloc.id.clone(),
             task: spec.name.clone(),
-            templates: spec.templates.clone(),
+            templates,
             task_dir: self.alloc_dir(&alloc.id).join(&spec.name),
             env,
             node: self.node.clone(),
             services,
         });
+    }
+
+    /// Task `i`'s templates changed: rendered now, or once changes have
+    /// settled for the longest `wait { min }` of its templates, and at
+    /// the latest their longest `wait { max }` after the first change.
+    fn templates_changed(&mut self, alloc: &mut Alloc, i: usize, now: Instant) {
+        let waits = alloc.group.tasks[i]
+            .templates
+            .iter()
+            .filter(|t| !t.once)
+            .filter_map(|t| t.wait);
+        let (min, max) = waits.fold((Duration::ZERO, Duration::ZERO), |(min, max), w| {
+            (min.max(w.min), max.max(w.max))
+        });
+        if max.is_zero() || alloc.tasks[i].state != TaskState::Running {
+            return self.rerender_task(alloc, i);
+        }
+        let task = &mut alloc.tasks[i];
+        let deadline = task
+            .template_render
+            .map_or(now + max, |(_, deadline)| deadline);
+        let at = (now + min).min(deadline);
+        task.template_render = Some((at, deadline));
+        task.event(
+            "template",
+            format!(
+                "templates changed; rendering in {} unless another change comes (wait)",
+                format_duration(round_ms(at - now))
+            ),
+        );
+        self.dirty = true;
     }
 
     /// Takes in a re-render of task `task` of alloc `id`: the change mode
@@ -177,6 +226,15 @@ impl Allocs {
     pub(super) fn template_changes_due(&mut self, alloc: &mut Alloc, now: Instant) -> bool {
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
+            if let Some((at, _)) = alloc.tasks[i].template_render {
+                if at <= now {
+                    alloc.tasks[i].template_render = None;
+                    changed = true;
+                    if !alloc.stop_wanted {
+                        self.rerender_task(alloc, i);
+                    }
+                }
+            }
             let Some((at, mode)) = alloc.tasks[i].template_change else {
                 continue;
             };
@@ -212,7 +270,12 @@ impl Allocs {
         alloc
             .tasks
             .iter()
-            .filter_map(|t| t.template_change.map(|(at, _)| at))
+            .flat_map(|t| {
+                let change = t.template_change.map(|(at, _)| at);
+                change
+                    .into_iter()
+                    .chain(t.template_render.map(|(at, _)| at))
+            })
             .min()
     }
 }

@@ -316,6 +316,8 @@ mod tests {
             change_mode: ChangeMode::Restart,
             splay: Duration::from_secs(5),
             error_on_missing_key: false,
+            once: false,
+            wait: None,
             ignored: Vec::new(),
         }
     }

@@ -219,9 +219,14 @@ impl<'d> Fields<'d> {
 
     /// A duration written as a string, such as `"30s"` or `"1h30m"`.
     pub(crate) fn duration(&mut self, key: &'static str) -> Option<Duration> {
+        self.duration_at(key).map(|(value, _)| value)
+    }
+
+    /// Like [`Fields::duration`], with the value's position.
+    pub(crate) fn duration_at(&mut self, key: &'static str) -> Option<(Duration, Pos)> {
         let (text, pos) = self.string_at(key)?;
         match crate::units::parse_duration(&text) {
-            Ok(value) => Some(value),
+            Ok(value) => Some((value, pos)),
             Err(err) => {
                 self.error(pos, format!("{key:?} in {}: {err}", self.what));
                 None

@@ -142,11 +142,40 @@ const EVERY_KEY: &str = r#"
         interactive  = true
         oom_score_adj = -500
         memory_hard_limit = 512
+        dns_search_domains = ["svc.local"]
+        dns_options = ["ndots:2"]
+        group_add   = ["video"]
+        pids_limit  = 100
+        cpu_hard_limit = true
+        cpu_cfs_period = 50000
+        cpuset_cpus = "0-1,3"
+        runtime     = "runsc"
+        logging {
+          type = "syslog"
+          config {
+            tag = "app"
+          }
+        }
 "#;
 
 #[test]
 fn every_key_decodes() {
     let c = decode(EVERY_KEY);
+    assert_eq!(c.pids_limit, Some(100));
+    assert_eq!(c.dns_search_domains, ["svc.local"]);
+    assert_eq!(c.dns_options, ["ndots:2"]);
+    assert_eq!(c.group_add, ["video"]);
+    assert!(c.cpu_hard_limit);
+    assert_eq!(c.cpu_cfs_period, Some(50000));
+    assert_eq!(c.cpuset_cpus.as_deref(), Some("0-1,3"));
+    assert_eq!(c.runtime.as_deref(), Some("runsc"));
+    assert_eq!(
+        c.logging,
+        Some(DockerLogging {
+            driver: "syslog".into(),
+            config: [("tag".to_string(), "app".to_string())].into(),
+        })
+    );
     assert_eq!(c.image, "registry.example/app:1.2");
     assert_eq!(c.command.as_deref(), Some("/bin/app"));
     assert_eq!(c.entrypoint, ["/init", "--"]);
@@ -472,11 +501,9 @@ fn modes_and_limits_are_checked() {
 fn keys_csi_agent_does_not_act_on_are_warnings() {
     let warnings = warnings(
         r#"image = "x"
-        logging {
-          type = "journald"
-        }
+        auth_soft_fail = true
         image_pull_timeout = "10m"
-        dns_search_domains = ["example.com"]
+        isolation = "process"
         mount {
           source = "v"
           target = "/v"
@@ -490,9 +517,9 @@ fn keys_csi_agent_does_not_act_on_are_warnings() {
     assert_eq!(
         warnings,
         [
-            "\"logging\" in config in task \"t\" is ignored by csi-agent",
+            "\"auth_soft_fail\" in config in task \"t\" is ignored by csi-agent",
             "\"image_pull_timeout\" in config in task \"t\" is ignored by csi-agent",
-            "\"dns_search_domains\" in config in task \"t\" is ignored by csi-agent",
+            "\"isolation\" in config in task \"t\" is ignored by csi-agent",
             "\"driver_config\" in volume_options in task \"t\" is ignored by csi-agent",
         ]
     );
@@ -713,4 +740,55 @@ fn a_string_holding_a_number_or_a_bool_converts_as_hcl_converts_it() {
 
 fn job_text_with_static(value: &str) -> String {
     job("image = \"redis:7\"").replace("static = 8080", &format!("static = {value}"))
+}
+
+#[test]
+fn limits_out_of_range_are_errors_at_their_values() {
+    let at = |n: usize| format!("job.hcl:{}:", CONFIG_LINE + 1 + n);
+    let errors = errors(
+        r#"image = "x"
+        cpu_cfs_period = 999
+        cpuset_cpus = "0-"
+        runtime = ""
+        logging {
+          type   = "syslog"
+          driver = "journald"
+        }"#,
+    );
+    assert_eq!(errors.len(), 4, "{errors:?}");
+    assert!(errors[0].starts_with(&at(1)), "{errors:?}");
+    assert!(
+        errors[0].ends_with("\"cpu_cfs_period\" in config in task \"t\" must be from 1000 to 1000000 microseconds (the kernel's MIN_CFS_PERIOD and MAX_CFS_PERIOD), found 999"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].starts_with(&at(2)) && errors[1].contains("\"0-2,4\""),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].starts_with(&at(3)) && errors[2].contains("\"runtime\""),
+        "{errors:?}"
+    );
+    assert!(
+        errors[3].starts_with(&at(6)) && errors[3].contains("not both"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn keys_a_job_relies_on_that_csi_agent_lacks_are_refused_at_their_lines() {
+    let errors = errors(
+        r#"image = "x"
+        load = "redis.tar"
+        port_map {
+          http = 80
+        }"#,
+    );
+    assert_eq!(
+        errors,
+        [
+            format!("job.hcl:{}:9: \"load\" in config in task \"t\" is not supported by csi-agent: csi-agent loads no image from an artifact's archive: the engine must have or pull \"image\"", CONFIG_LINE + 2),
+            format!("job.hcl:{}:9: \"port_map\" in config in task \"t\" is not supported by csi-agent: it is Nomad's pre-0.12 port mapping: name the group network's ports in \"ports\", with their \"to\"", CONFIG_LINE + 3),
+        ]
+    );
 }

@@ -18,6 +18,9 @@ pub(crate) fn write_docker_config(w: &mut Writer, c: &DockerConfig) {
         ("security_opt", &c.security_opt),
         ("extra_hosts", &c.extra_hosts),
         ("dns_servers", &c.dns_servers),
+        ("dns_search_domains", &c.dns_search_domains),
+        ("dns_options", &c.dns_options),
+        ("group_add", &c.group_add),
     ] {
         if !list.is_empty() {
             w.strings(key, list);
@@ -31,6 +34,8 @@ pub(crate) fn write_docker_config(w: &mut Writer, c: &DockerConfig) {
         ("mac_address", &c.mac_address),
         ("userns_mode", &c.userns_mode),
         ("uts_mode", &c.uts_mode),
+        ("cpuset_cpus", &c.cpuset_cpus),
+        ("runtime", &c.runtime),
     ] {
         w.opt_string(key, value.as_deref());
     }
@@ -44,6 +49,7 @@ pub(crate) fn write_docker_config(w: &mut Writer, c: &DockerConfig) {
         ("readonly_rootfs", c.readonly_rootfs),
         ("tty", c.tty),
         ("interactive", c.interactive),
+        ("cpu_hard_limit", c.cpu_hard_limit),
     ] {
         if value {
             w.plain(key, value);
@@ -57,6 +63,20 @@ pub(crate) fn write_docker_config(w: &mut Writer, c: &DockerConfig) {
     }
     if let Some(limit) = c.memory_hard_limit {
         w.plain("memory_hard_limit", limit);
+    }
+    if let Some(limit) = c.pids_limit {
+        w.plain("pids_limit", limit);
+    }
+    if let Some(period) = c.cpu_cfs_period {
+        w.plain("cpu_cfs_period", period);
+    }
+    if let Some(logging) = &c.logging {
+        w.open("logging", None);
+        if !logging.driver.is_empty() {
+            w.string("type", &logging.driver);
+        }
+        w.map("config", &logging.config);
+        w.close();
     }
     for (key, map) in [
         ("labels", &c.labels),

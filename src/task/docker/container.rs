@@ -6,7 +6,8 @@
 //! `csi/<plugin>` at `stage_publish_base_dir`, both `rshared`, so what it
 //! mounts there reaches the host); its resources as Nomad maps them
 //! (`memory` the hard limit, or the reservation under `memory_max`; `cpu`
-//! the CPU shares).
+//! the CPU shares, and with `cpu_hard_limit` a CFS quota); `pids_limit`,
+//! `cpuset_cpus`, `runtime` and `logging` as the engine's own.
 //!
 //! `privileged = true` on a host where the agent itself lacks some
 //! capability (it runs in a container or a sandbox) is refused by the
@@ -21,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use crate::docker::{ContainerSpec, Device, Mount, PortBinding};
 use crate::mount::Propagation;
-use crate::spec::{BindPropagation, DockerConfig, DockerMountType, MemoryMax, Network, Task};
+use crate::spec::{
+    BindPropagation, DockerConfig, DockerLogging, DockerMountType, MemoryMax, Network, Task,
+};
 use crate::task::env::interpolate;
 use crate::task::exec::caps::{last_cap, BY_NUMBER};
 use crate::task::root::PluginDir;
@@ -109,6 +112,63 @@ pub(in crate::task) struct Inputs<'a> {
     /// The agent config's `volumes { enabled }`: host paths outside the
     /// task dir may be bound.
     pub host_paths: bool,
+    /// The MHz of one of the node's cores, which `cpu_hard_limit` turns
+    /// `resources.cpu` into a share of.
+    pub mhz_per_core: u64,
+}
+
+/// The strings of a docker task's config that the runtime interpolates,
+/// each with its key.
+pub(in crate::task) fn docker_strings(c: &DockerConfig) -> Vec<(&'static str, &str)> {
+    let mut out = vec![("image", c.image.as_str())];
+    let lists = [("entrypoint", &c.entrypoint), ("args", &c.args)];
+    for (key, list) in lists {
+        out.extend(list.iter().map(|s| (key, s.as_str())));
+    }
+    for (key, value) in [
+        ("command", &c.command),
+        ("hostname", &c.hostname),
+        ("work_dir", &c.work_dir),
+    ] {
+        out.extend(value.as_deref().map(|s| (key, s)));
+    }
+    for volume in &c.volumes {
+        out.push(("volumes", volume.source.as_str()));
+        out.push(("volumes", volume.target.as_str()));
+    }
+    for mount in &c.mounts {
+        out.push(("mount.source", mount.source.as_str()));
+        out.push(("mount.target", mount.target.as_str()));
+    }
+    out.extend(c.labels.values().map(|v| ("labels", v.as_str())));
+    out
+}
+
+/// The CFS period of a container whose `cpu_cfs_period` is not given:
+/// the kernel's default, 100 ms.
+pub(in crate::task) const DEFAULT_CFS_PERIOD: u64 = 100_000;
+
+/// `cpu_hard_limit`'s period and quota, as Nomad computes them: `cpu` MHz
+/// is `cpu / mhz_per_core` cores' worth of each period (Nomad's share of
+/// the node's MHz times its cores), at least the kernel's 1 ms.
+pub(in crate::task) fn cfs_quota(cpu: u64, config: &DockerConfig, mhz_per_core: u64) -> (u64, u64) {
+    let period = config.cpu_cfs_period.unwrap_or(DEFAULT_CFS_PERIOD);
+    let quota = period.saturating_mul(cpu) / mhz_per_core.max(1);
+    (period, quota.max(crate::spec::MIN_CFS_PERIOD))
+}
+
+/// What the task's events say of a log driver whose output the engine
+/// cannot read back (`none`, or dual logging's cache turned off): the
+/// task's logs stay empty.
+fn unreadable_logs(logging: &DockerLogging) -> Option<String> {
+    let cache_off = logging.config.get("cache-disabled").map(String::as_str) == Some("true");
+    (logging.driver == "none" || cache_off).then(|| {
+        format!(
+            "logging driver {:?}{}: the engine cannot read the container's output back, so alloc logs shows none of it",
+            logging.driver,
+            if cache_off { " with cache-disabled" } else { "" }
+        )
+    })
 }
 
 /// The container to create for a task, and what the task's events must
@@ -174,7 +234,21 @@ pub(in crate::task) fn container_spec(
         uts_mode: config.uts_mode.clone().filter(|m| !m.is_empty()),
         storage_opt: config.storage_opt.clone(),
         oom_score_adj: config.oom_score_adj,
+        dns_search: config.dns_search_domains.clone(),
+        dns_options: config.dns_options.clone(),
+        group_add: config.group_add.clone(),
+        pids_limit: config.pids_limit,
+        cpu_quota: None,
+        cpuset_cpus: config.cpuset_cpus.clone(),
+        runtime: config.runtime.clone(),
+        log_config: config
+            .logging
+            .as_ref()
+            .map(|l| (l.driver.clone(), l.config.clone())),
     };
+    if let Some(note) = config.logging.as_ref().and_then(unreadable_logs) {
+        notes.push(note);
+    }
     if config.tty || config.interactive {
         notes.push(
             "tty and interactive are not given to the container: its output is kept as the task's logs, stdout and stderr apart, which a terminal would merge".to_string(),
@@ -284,6 +358,16 @@ pub(in crate::task) fn container_spec(
             (None, None) => {}
         }
         spec.cpu_shares = resources.cpu;
+    }
+    if config.cpu_hard_limit {
+        let cpu = inputs.task.resources.as_ref().and_then(|r| r.cpu);
+        match cpu {
+            Some(cpu) => spec.cpu_quota = Some(cfs_quota(cpu, config, inputs.mhz_per_core)),
+            None => notes.push(
+                "cpu_hard_limit without resources.cpu: the container's CPU time is not bounded"
+                    .to_string(),
+            ),
+        }
     }
     if config.privileged {
         match inputs.privileges {

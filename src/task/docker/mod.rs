@@ -39,7 +39,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use super::driver::Exit;
 use crate::docker::{Auth, Container, ContainerSpec, Engine};
 
-pub(super) use container::{container_spec, Inputs, Privileges, VolumeBind};
+pub(super) use container::{container_spec, docker_strings, Inputs, Privileges, VolumeBind};
 
 /// The label every container of this agent carries: its data dir, which
 /// tells it from another agent's on the same engine.
@@ -324,6 +324,19 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
     }
     if run.stopping.load(Ordering::SeqCst) {
         return failed("stopped before it started".to_string());
+    }
+    if let Some(runtime) = &run.spec.runtime {
+        match engine.runtimes() {
+            Ok(known) if !known.contains(runtime) => {
+                return failed(format!(
+                    "config.runtime: the engine at {} has no runtime {runtime:?} (it has {})",
+                    engine.endpoint(),
+                    known.join(", ")
+                ))
+            }
+            Ok(_) => {}
+            Err(err) => return failed(err.to_string()),
+        }
     }
     let id = match engine.create(&run.name, &run.spec) {
         Ok(id) => id,

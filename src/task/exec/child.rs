@@ -31,7 +31,8 @@
 //!    runc does), and detached; the cwd becomes `/`;
 //! 7. its capabilities' bounding set, the task's user, then for a task
 //!    running as root its other capability sets ([`super::caps`]), and
-//!    `no_new_privs`.
+//!    `no_new_privs`;
+//! 8. the task's `work_dir`, if it has one, as its user.
 //!
 //! A `raw_exec` task skips the IPC and PID namespaces of 1 (not the fork),
 //! and 3, 4 and 6, and gets the control socket covered instead.
@@ -107,6 +108,10 @@ pub(super) enum Step {
     /// Sets its OOM score adjustment to 0, as Nomad's executor starts a
     /// task with, rather than keep the agent's.
     ResetOomScoreAdj,
+    /// Enters the task's `work_dir`.
+    Chdir {
+        path: CString,
+    },
 }
 
 /// The child's side, prepared in the agent.
@@ -380,6 +385,9 @@ impl ChildSetup {
         if launch.no_new_privs {
             steps.push(Step::NoNewPrivs);
         }
+        if let Some(dir) = &launch.work_dir {
+            steps.push(Step::Chdir { path: c(dir)? });
+        }
         let record_dir = launch.exit_record.parent().unwrap_or(Path::new("/"));
         let record_name = launch
             .exit_record
@@ -478,6 +486,9 @@ impl Step {
                 .map_err(|e| sys::report(b"cannot create the file ", path.as_bytes(), e)),
             Step::Symlink { target, link } => sys::symlink(target, link)
                 .map_err(|e| sys::report(b"cannot create the symlink ", link.as_bytes(), e)),
+            Step::Chdir { path } => crate::sys::fd::chdir(path).map_err(|e| {
+                sys::report(b"cannot enter the working directory ", path.as_bytes(), e)
+            }),
             Step::WritePid { path } => sys::write_pid(path)
                 .map_err(|e| sys::report(b"cannot write the pid file ", path.as_bytes(), e)),
             Step::PivotRoot { root } => sys::enter_root(root)
@@ -691,6 +702,7 @@ mod tests {
             Step::DropBounding { keep, .. } => format!("bounding {keep:#x}"),
             Step::SetCaps { caps, .. } => format!("caps {caps:#x}"),
             Step::NoNewPrivs => "no_new_privs".to_string(),
+            Step::Chdir { path } => format!("cd {}", text(path)),
             Step::ResetOomScoreAdj => "oom_score_adj 0".to_string(),
         }
     }
@@ -725,6 +737,7 @@ mod tests {
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: PathBuf::from("/t"),
+            work_dir: None,
             stdout: PathBuf::from("/t/logs/stdout"),
             stderr: PathBuf::from("/t/logs/stderr"),
             pid_file: PathBuf::from("/a/t.pid"),
@@ -812,6 +825,7 @@ mod tests {
             args: Vec::new(),
             env: BTreeMap::new(),
             cwd: PathBuf::from("/t"),
+            work_dir: None,
             stdout: PathBuf::from("/t/logs/stdout"),
             stderr: PathBuf::from("/t/logs/stderr"),
             pid_file: PathBuf::from("/a/t.pid"),

@@ -242,6 +242,10 @@ impl Writer {
                 self.cstr(procs);
             }
             Step::ResetOomScoreAdj => self.u8(12),
+            Step::Chdir { path } => {
+                self.u8(13);
+                self.cstr(path);
+            }
         }
     }
 }
@@ -379,6 +383,9 @@ impl<'a> Reader<'a> {
                 procs: self.cstr("a cgroup.procs file")?,
             },
             12 => Step::ResetOomScoreAdj,
+            13 => Step::Chdir {
+                path: self.cstr("the working directory")?,
+            },
             tag => return Err(Corrupt(format!("unknown step tag {tag}"))),
         };
         Ok(step)
@@ -462,6 +469,9 @@ mod tests {
                     Step::SetCaps {
                         caps: u64::MAX,
                         last: 63,
+                    },
+                    Step::Chdir {
+                        path: s("/srv/data"),
                     },
                     Step::NoNewPrivs,
                 ],

@@ -3,7 +3,8 @@
 //! `exec` task through the enter helper (`csi-agent __exec-in-task`, this
 //! binary run afresh, single-threaded as setns(2) into a mount namespace
 //! needs), which joins the task's control groups, its IPC, PID and mount
-//! namespaces and its root, becomes the task's user, and runs the command
+//! namespaces and its root, enters its working dir, becomes the task's
+//! user, and runs the command
 //! as its child (a PID namespace takes only children), passing back its
 //! exit code.
 //!
@@ -228,6 +229,9 @@ fn enter(pid: u32) -> Result<(), (&'static str, io::Error)> {
     let pid_ns = open("ns/pid").map_err(|e| ("its PID namespace", e))?;
     let mnt = open("ns/mnt").map_err(|e| ("its mount namespace", e))?;
     let root = open("root").map_err(|e| ("its root", e))?;
+    // Its working dir (its `work_dir`), entered once in its root; one
+    // that cannot be opened leaves the command at `/`.
+    let cwd = open("cwd").ok();
     tty::setns(ipc.as_fd()).map_err(|e| ("setns into its IPC namespace", e))?;
     tty::setns(pid_ns.as_fd()).map_err(|e| ("setns into its PID namespace", e))?;
     tty::setns(mnt.as_fd()).map_err(|e| ("setns into its mount namespace", e))?;
@@ -235,6 +239,10 @@ fn enter(pid: u32) -> Result<(), (&'static str, io::Error)> {
         .map_err(|e| ("chdir into its root", e))?;
     tty::chroot(c".").map_err(|e| ("chroot into its root", e))?;
     crate::sys::fd::chdir(c"/").map_err(|e| ("chdir to /", e))?;
+    if let Some(cwd) = &cwd {
+        crate::sys::fd::fchdir(std::os::fd::AsRawFd::as_raw_fd(cwd))
+            .map_err(|e| ("chdir to its working dir", e))?;
+    }
     if owner.uid() != 0 {
         crate::sys::user::become_ids(owner.uid(), owner.gid())
             .map_err(|e| ("become its user", e))?;

@@ -53,6 +53,9 @@ pub struct Launch {
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    /// The task's `work_dir`, entered as the last step before exec (in an
+    /// `exec` task's root, after it became its user).
+    pub work_dir: Option<PathBuf>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
     pub pid_file: PathBuf,

@@ -182,6 +182,8 @@ pub(super) fn decode_input(bytes: &[u8]) -> Result<Input, Corrupt> {
             // The agent's to take; the helper only renders.
             change_mode: ChangeMode::Noop,
             splay: Duration::ZERO,
+            once: false,
+            wait: None,
             ignored: Vec::new(),
         });
     }
@@ -378,6 +380,8 @@ mod tests {
             error_on_missing_key: true,
             change_mode: ChangeMode::Noop,
             splay: Duration::ZERO,
+            once: false,
+            wait: None,
             ignored: Vec::new(),
         };
         Input {

@@ -56,7 +56,7 @@ job "{name}" {{
 
 /// Waits until every alloc of `job` is complete or failed.
 #[track_caller]
-fn wait_done(rig: &Rig, job: &str, what: &str) -> JobStatus {
+pub(super) fn wait_done(rig: &Rig, job: &str, what: &str) -> JobStatus {
     rig.wait_job(job, what, |j| {
         j.allocs
             .iter()
@@ -386,7 +386,7 @@ fn a_plugin_container_killed_behind_the_agents_back_is_restarted_and_claims_hold
 
 /// The recent events of the alloc's first task, as `job status` prints
 /// them.
-fn job_text(rig: &Rig, job: &str) -> String {
+pub(super) fn job_text(rig: &Rig, job: &str) -> String {
     rig.ok(&["job", "status", job])
 }
 

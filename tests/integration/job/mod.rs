@@ -31,6 +31,7 @@ mod docker_demo;
 mod expressions;
 mod isolation;
 mod json;
+mod keys;
 mod leftovers;
 mod lifecycle;
 mod max_run;

@@ -231,7 +231,7 @@ job "raw" {
 
 /// A raw_exec task that prints its config file each time it starts and
 /// each time it gets SIGHUP; its template's change mode is `MODE`.
-fn reloading(data: &str, mode: &str) -> String {
+pub(super) fn reloading(data: &str, mode: &str) -> String {
     r#"
 job "reloading" {
   group "g" {
@@ -256,12 +256,12 @@ job "reloading" {
 }
 
 /// The output of `job`'s only task so far.
-fn log_of(rig: &Rig, alloc: &str) -> String {
+pub(super) fn log_of(rig: &Rig, alloc: &str) -> String {
     rig.ok(&["alloc", "logs", alloc, "t"])
 }
 
 #[track_caller]
-fn wait_for_log_end(rig: &Rig, alloc: &str, end: &str) -> String {
+pub(super) fn wait_for_log_end(rig: &Rig, alloc: &str, end: &str) -> String {
     let start = Instant::now();
     loop {
         let log = log_of(rig, alloc);
