@@ -16,6 +16,7 @@
 pub mod client;
 pub mod server;
 mod session;
+mod session_docker;
 mod wire;
 mod wire_session;
 

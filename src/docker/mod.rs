@@ -24,9 +24,11 @@
 //! wait, kill, remove), `spec.rs` (what a container is asked to be),
 //! `logs.rs` (the multiplexed log stream), `volume_mounts.rs` (which
 //! containers mount which named volumes, for the volume plugin's
-//! reconciler), `http.rs` (the wire).
+//! reconciler), `exec.rs` (commands run in a running container), `http.rs`
+//! (the wire).
 
 mod containers;
+mod exec;
 pub mod http;
 mod images;
 mod logs;
@@ -34,6 +36,7 @@ mod spec;
 mod volume_mounts;
 
 pub use containers::Container;
+pub use exec::{ExecState, ExecStream};
 pub use images::Auth;
 pub use logs::{demultiplex, Demux};
 pub use spec::{ContainerSpec, Device, Mount, PortBinding};

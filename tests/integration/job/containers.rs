@@ -18,10 +18,10 @@ use crate::harness::{healthy, unhealthy, WAIT};
 use crate::util::{bin, NODE};
 
 /// The image of the test's busybox.
-const BUSYBOX: &str = "csi-test/busybox:1";
+pub(super) const BUSYBOX: &str = "csi-test/busybox:1";
 
 /// A rig whose agent uses `dockerd`, with `extra` in its docker block.
-fn rig(dockerd: &Dockerd, extra: &str) -> Rig {
+pub(super) fn rig(dockerd: &Dockerd, extra: &str) -> Rig {
     Rig::bare_with_config(&format!(
         "docker {{\n  endpoint = \"unix://{}\"\n{extra}}}\n",
         dockerd.socket.display()
@@ -30,7 +30,7 @@ fn rig(dockerd: &Dockerd, extra: &str) -> Rig {
 
 /// A job of one docker task running `script` under `sh -c` in the
 /// busybox image; `task_extra` goes in the task block.
-fn script_job(name: &str, job_type: &str, script: &str, task_extra: &str) -> String {
+pub(super) fn script_job(name: &str, job_type: &str, script: &str, task_extra: &str) -> String {
     format!(
         r#"
 job "{name}" {{

@@ -27,6 +27,7 @@ mod constraints;
 pub(crate) mod containers;
 mod docker;
 mod docker_demo;
+mod docker_exec;
 mod expressions;
 mod isolation;
 mod json;
