@@ -43,6 +43,7 @@ mod templates;
 mod untrusted;
 mod variables;
 mod watch;
+mod watch_pull;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
