@@ -1,14 +1,17 @@
 //! `alloc exec` into docker tasks against a private engine ([`Dockerd`]):
 //! the command runs in the task's container through the engine's exec
-//! API, with its output apart, its stdin, its exit code, and a TTY driven
-//! through a pty the test holds.
+//! API, with its output apart, its stdin, its exit code, a TTY driven
+//! through a pty the test holds, and its end when its caller goes away.
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use csi_agent::api::client;
+use csi_agent::api::client::{self, AgentClient};
+use csi_agent::csi::rpc::block_on;
+use csi_agent::proto::agent as api;
+use futures_util::{SinkExt as _, StreamExt as _};
 
 use super::alloc_exec::{exec, pty, read_chunk, read_until, stdout};
 use super::containers::{rig, script_job, BUSYBOX};
@@ -122,6 +125,17 @@ fn exec_into_a_docker_task_with_a_tty_follows_the_callers_window() {
     let mut child = cli.spawn().unwrap();
     drop(cli);
     drop(slave);
+    // A CLI that never ends is killed, which ends the reads below (the
+    // last slave closed) and fails the test rather than hanging it.
+    let pid = child.id();
+    let (done, watched) = crossbeam_channel::bounded::<()>(0);
+    let watchdog = std::thread::spawn(move || {
+        let waited = watched.recv_timeout(3 * WAIT);
+        if waited == Err(crossbeam_channel::RecvTimeoutError::Timeout) {
+            // SAFETY: kill(2) of the CLI this test started and has not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    });
     let mut typist = master.try_clone().unwrap();
     let mut seen = Vec::new();
     assert!(
@@ -162,7 +176,55 @@ fn exec_into_a_docker_task_with_a_tty_follows_the_callers_window() {
     }
     read_until(&mut master, &mut seen, "never printed");
     let status = child.wait().unwrap();
+    drop(done);
+    watchdog.join().unwrap();
     let seen = String::from_utf8_lossy(&seen);
     assert_eq!(status.code(), Some(5), "{seen}");
     assert!(seen.contains("/dev/pts/"), "no pty:\n{seen}");
+}
+
+/// The host's processes whose command line is `sleep SECONDS`.
+fn sleepers(seconds: &str) -> Vec<String> {
+    let want = format!("sleep\0{seconds}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_docker_exec_whose_caller_goes_away_is_killed() {
+    if !require_docker() {
+        return;
+    }
+    let dockerd = Dockerd::start();
+    dockerd.busybox_image(BUSYBOX);
+    let rig = rig(&dockerd, "");
+    let alloc = sleeper(&rig, "dg");
+    let client = AgentClient::connect(&rig.agent.socket).unwrap();
+    let (mut tx, mut rx) = client.alloc_exec().unwrap();
+    let start = api::AllocExecInput {
+        start: protobuf::MessageField::some(api::AllocExecStart {
+            alloc_id: alloc.clone(),
+            command: vec!["sh".into(), "-c".into(), "echo up; exec sleep 777".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    block_on(tx.send((start, grpcio::WriteFlags::default()))).unwrap();
+    let first = block_on(rx.next()).unwrap().unwrap();
+    assert_eq!(first.stdout, b"up\n");
+    assert_eq!(sleepers("777").len(), 1, "the exec's command runs");
+    tx.cancel();
+    let deadline = Instant::now() + WAIT;
+    while !sleepers("777").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the exec outlived its caller: {:?}",
+            sleepers("777")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
