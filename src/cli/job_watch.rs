@@ -231,8 +231,7 @@ fn show_events(
             if event.type_ == PULLING {
                 progress.pulling(&event.key, &line);
             } else {
-                // A task's other news ends what its pull showed.
-                progress.pulls.remove(&event.key);
+                progress.end_pull(&event.key);
                 progress.line(&line);
             }
         }
@@ -526,6 +525,24 @@ impl Progress {
         out::out!("\r\x1b[K{text}");
         self.last = text;
         self.shown = true;
+    }
+
+    /// A task's other news ends what its pull showed: the progress line
+    /// goes on without it.
+    fn end_pull(&mut self, key: &str) {
+        if self.pulls.remove(key).is_some() {
+            let mut last = self
+                .last
+                .split(" | ")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            for pull in self.pulls.values() {
+                last.push_str(" | ");
+                last.push_str(pull);
+            }
+            self.last = last;
+        }
     }
 
     /// A task's pull progress, `line` as [`describe`] wrote it: on a

@@ -49,7 +49,7 @@ pub(super) const LABEL_JOB: &str = "csi-agent.job";
 pub(super) const LABEL_TASK: &str = "csi-agent.task";
 
 /// How often at most a start tells the loop how far its image's pull is
-/// (its first news at once).
+/// (its first news, once a layer's size is known, at once).
 pub(super) const PULL_REPORT: Duration = Duration::from_secs(1);
 
 /// How long after a container's SIGKILL exit the engine may still learn
@@ -321,8 +321,9 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
     if run.force_pull || !present {
         report.send(Happened::Note(format!("pulling image {image}")));
         let mut last: Option<Instant> = None;
-        let mut progress = |progress| {
-            if last.is_some_and(|at| at.elapsed() < PULL_REPORT) {
+        let mut progress = |progress: crate::docker::PullProgress| {
+            // Nothing to tell before a layer's size is known.
+            if progress.total == 0 || last.is_some_and(|at| at.elapsed() < PULL_REPORT) {
                 return;
             }
             last = Some(Instant::now());

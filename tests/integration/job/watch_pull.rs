@@ -3,17 +3,18 @@
 //! shows the pull start, its progress and its end.
 
 use std::fs;
+use std::process::Command;
 
 use super::Rig;
 use crate::dockerd::{busybox_rootfs, require_docker, Dockerd};
 use crate::harness::text;
 use crate::registry::Registry;
+use crate::util::bin;
 
-#[test]
-fn job_run_shows_a_docker_image_pull_its_progress_and_its_end() {
-    if !require_docker() {
-        return;
-    }
+/// Serves an image, and runs a batch job of it with `job run`, on a
+/// terminal (`script`'s pty) or not: the registry's host, the image and
+/// what `job run` said (its stdout, and its exit code).
+fn run_pulled(tty: bool) -> (Registry, String, String) {
     let dockerd = Dockerd::start();
     let rootfs = busybox_rootfs(&dockerd.dir.mkdir("rootfs-pulled"));
     let registry = Registry::serve("csi-test/pulled", "1", &rootfs);
@@ -41,11 +42,38 @@ job "pull" {{
     );
     let path = rig.agent.dir.join("pull.hcl");
     fs::write(&path, hcl).unwrap();
-    let out = rig
-        .agent
-        .cli_watch(&["job", "run", &path.display().to_string()]);
-    let said = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{said}");
+    let out = if tty {
+        // util-linux's script runs the command on a pty of its own.
+        let command = format!("{} job run {}", bin(), path.display());
+        Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env(
+                csi_agent::api::client::ADDRESS_ENV,
+                format!("unix://{}", rig.agent.socket.display()),
+            )
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    } else {
+        rig.agent
+            .cli_watch(&["job", "run", &path.display().to_string()])
+    };
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    drop(rig);
+    drop(dockerd);
+    (
+        registry,
+        image,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn job_run_shows_a_docker_image_pull_its_progress_and_its_end() {
+    if !require_docker() {
+        return;
+    }
+    let (registry, image, said) = run_pulled(false);
     let at = |needle: &str| {
         said.find(needle)
             .unwrap_or_else(|| panic!("no {needle:?} in:\n{said}"))
@@ -75,5 +103,34 @@ job "pull" {{
             .iter()
             .any(|r| r.starts_with("GET /v2/csi-test/pulled/blobs/")),
         "{requests:?}"
+    );
+}
+
+#[test]
+fn job_run_on_a_terminal_shows_a_pull_in_its_progress_line() {
+    if !require_docker() {
+        return;
+    }
+    let (_registry, image, said) = run_pulled(true);
+    let pulls: Vec<usize> = said
+        .match_indices(&format!("task \"t\": Pulling: image {image}: "))
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!pulls.is_empty(), "no pull progress in {said:?}");
+    // Each in the progress line, after its summary, never a line of its
+    // own with a time.
+    for at in pulls {
+        let cleared = said[..at].rfind("\r\x1b[K").map_or(0, |i| i + 4);
+        let new_line = said[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = &said[cleared.max(new_line)..at];
+        assert!(line.starts_with("1 alloc 1 "), "{line:?} in {said:?}");
+        assert!(
+            line.contains(" to complete | alloc "),
+            "{line:?} in {said:?}"
+        );
+    }
+    assert!(
+        said.contains(&format!("Driver: pulled image {image} (")),
+        "{said:?}"
     );
 }
