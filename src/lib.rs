@@ -26,6 +26,7 @@
 //! | [`docker`] | a client of the Docker Engine API 1.41 over its unix socket, for the `docker` task driver: images (presence, pull, import), containers (create from a typed spec, start, inspect, list, wait, kill, remove), demultiplexed logs; its own HTTP/1.1 |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
+//! | [`services`] | the registry of Nomad's built-in service discovery (`service { provider = "nomad" }`): this host's registrations, synced by the loop each turn, and in a cluster every host's through etcd on each node's lease |
 //! | [`api`] | the control API (`proto/agent.proto`): the server with the `SO_PEERCRED` check, and the CLI's client |
 //! | [`volume_plugin`] | Docker's Volume Plugin protocol on a socket of its own, for `docker`, `docker compose` and `podman`: each call sent to the main loop as a control API request |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
@@ -97,6 +98,7 @@ pub mod mount;
 pub mod plugin;
 pub mod proto;
 pub mod regex;
+pub mod services;
 pub mod spec;
 pub mod state;
 pub mod sys;

@@ -399,6 +399,9 @@ impl Agent {
 
     /// A report of the member thread.
     pub(super) fn cluster_event(&mut self, event: MemberEvent) {
+        if let MemberEvent::Alive { lease, .. } = event {
+            self.service_lease(lease);
+        }
         let Some(cluster) = &mut self.cluster else {
             return;
         };

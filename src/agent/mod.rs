@@ -32,6 +32,7 @@
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
 //! | `wakeup.rs` | when the loop must wake up without a message, and what it does then |
+//! | `services.rs` | the service registry kept up with what runs, in etcd in a cluster; `service list`/`service info` |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
@@ -47,6 +48,7 @@ mod job_calls;
 mod persist;
 mod plugin_tasks;
 mod plugins;
+mod services;
 mod setup;
 mod signals;
 mod telemetry;
@@ -178,6 +180,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         events: EventLog::default(),
         starts_due: None,
         fatal: None,
+        services: crate::services::Registry::default(),
+        service_sync: None,
+        service_lease: 0,
         options,
     };
     if agent.options.dev {
@@ -187,6 +192,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     }
     agent.sync_plugins();
     agent.start_cluster()?;
+    agent
+        .start_service_sync()
+        .map_err(|e| Error::Cluster(format!("cannot start the service sync thread: {e}")))?;
     agent.end_turn();
     log::info!(
         "Agent running with data dir {} ({} plugins)",
@@ -208,6 +216,11 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         .cluster
         .as_ref()
         .map(|c| c.volume_events.clone())
+        .unwrap_or_else(never);
+    let service_others = agent
+        .service_sync
+        .as_ref()
+        .map(|s| s.others().clone())
         .unwrap_or_else(never);
     let containers = agent.allocs.container_events();
     let starts = agent.allocs.start_reports();
@@ -241,6 +254,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             },
             recv(starts) -> report => if let Ok(report) = report {
                 agent.allocs.started(report, Instant::now());
+            },
+            recv(service_others) -> others => if let Ok(others) = others {
+                agent.services.set_remote(others);
             },
         }
         // Group commit: what else is already waiting joins this turn, so
@@ -344,6 +360,11 @@ struct Agent {
     /// next look is due [`wakeup::ADOPTED_POLL`] after it, however many
     /// messages come meanwhile.
     adopted_looked: Instant,
+    /// Nomad's service registry (`services.rs`), and in a cluster the
+    /// thread that keeps it in etcd, with the node's lease.
+    services: crate::services::Registry,
+    service_sync: Option<crate::services::cluster::ServiceSync>,
+    service_lease: i64,
 }
 
 impl Agent {
@@ -448,6 +469,10 @@ impl Agent {
             }
             Request::Events(req) => {
                 self.events.read(req, reply, Instant::now());
+                None
+            }
+            Request::Services { name } => {
+                self.service_call(name, reply);
                 None
             }
             Request::Session(lookup) => {

@@ -253,6 +253,7 @@ impl Agent {
                 self.starts_due = Some(Instant::now() + crate::task::STARTS_SAVED_WITHIN);
             }
         }
+        self.sync_services();
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.
         for _ in 0..8 {

@@ -470,6 +470,17 @@ impl AgentClient {
             .map_err(|e| self.error(e))
     }
 
+    /// `service list` (`name` empty) and `service info NAME`.
+    pub fn service_list(&self, name: &str) -> Result<api::ServiceListResponse, Error> {
+        let req = api::ServiceListRequest {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        self.client
+            .service_list_opt(&req, Self::opt(STATUS_TIMEOUT))
+            .map_err(|e| self.error(e))
+    }
+
     /// Opens an `alloc exec` call: the caller sends the start first,
     /// then stdin and window sizes, and reads output until the exit code.
     /// No deadline: a session lasts as long as its command.

@@ -15,9 +15,11 @@
 
 pub mod client;
 pub mod server;
+mod server_error;
 mod session;
 mod session_docker;
 mod wire;
+mod wire_services;
 mod wire_session;
 
 use std::path::PathBuf;
@@ -85,6 +87,10 @@ pub enum Request {
     /// `alloc exec`'s lookup of the running task, `alloc fs`'s of the
     /// alloc's dir (`session.rs`).
     Session(crate::task::exec_target::SessionLookup),
+    /// `service list` (no name) and `service info NAME`.
+    Services {
+        name: Option<String>,
+    },
 }
 
 /// The longest an `Events` call waits for an event: the CLI asks again.
@@ -141,6 +147,7 @@ impl Request {
             Request::JobDispatch(_) => Access::Change,
             Request::AllocControl(_) => Access::Change,
             Request::JobInspect { .. } => Access::Read,
+            Request::Services { .. } => Access::Read,
         }
     }
 }
@@ -163,6 +170,8 @@ pub enum Response {
     AllocControl(AllocControlled),
     JobInspect(JobInspected),
     Session(crate::task::exec_target::SessionTarget),
+    /// The registered service instances asked for.
+    Services(Vec<crate::services::Registration>),
 }
 
 /// Where the answer to a call goes.

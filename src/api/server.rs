@@ -7,7 +7,6 @@
 //! request. The socket is bound under a temporary name, made 0600, and
 //! renamed into place, so it is never reachable with looser permissions.
 
-use std::fmt;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd};
@@ -22,46 +21,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
 
-use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request, Response};
+use super::{wire, wire_services, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::{block_on, grpc_environment};
 use crate::proto::{agent as api, agent_grpc};
 use crate::sys::peercred;
 use crate::volume::calls::Answer;
 
-#[derive(Debug)]
-pub enum Error {
-    Bind { path: PathBuf, err: io::Error },
-    Permissions { path: PathBuf, err: io::Error },
-    Rename { path: PathBuf, err: io::Error },
-    Grpc(grpcio::Error),
-    Thread(io::Error),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Bind { path, .. } => write!(f, "cannot listen on {}", path.display()),
-            Error::Permissions { path, .. } => {
-                write!(f, "cannot restrict {} to mode 0600", path.display())
-            }
-            Error::Rename { path, .. } => write!(f, "cannot put the socket at {}", path.display()),
-            Error::Grpc(_) => f.write_str("cannot start the gRPC server"),
-            Error::Thread(_) => f.write_str("cannot start the control API thread"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Bind { err, .. }
-            | Error::Permissions { err, .. }
-            | Error::Rename { err, .. }
-            | Error::Thread(err) => Some(err),
-            Error::Grpc(err) => Some(err),
-        }
-    }
-}
+pub use super::server_error::Error;
 
 /// The running server; [`ControlServer::stop`] removes the socket.
 pub struct ControlServer {
@@ -649,6 +615,24 @@ impl agent_grpc::Agent for Service {
             sink,
             |resp| match resp {
                 Response::JobInspect(job) => Some(wire::job_inspected(job)),
+                _ => None,
+            },
+        );
+    }
+
+    fn service_list(
+        &mut self,
+        _ctx: RpcContext,
+        req: api::ServiceListRequest,
+        sink: UnarySink<api::ServiceListResponse>,
+    ) {
+        let name = Some(req.name).filter(|n| !n.is_empty());
+        self.forward(
+            "ServiceList",
+            Request::Services { name },
+            sink,
+            |resp| match resp {
+                Response::Services(found) => Some(wire_services::services(found)),
                 _ => None,
             },
         );

@@ -19,6 +19,7 @@ pub mod json;
 pub mod node_cmd;
 pub mod out;
 pub mod plugin_cmd;
+pub mod service_cmd;
 pub mod snapshot_cmd;
 pub mod validate;
 pub mod volume_cmd;
@@ -41,6 +42,7 @@ commands:
   job        run (and watch), stop, show and inspect jobs
   alloc      look at an alloc and its tasks' logs, signal, restart, stop it,
              run a command in a task (exec), read its dir (fs)
+  service    show the services jobs registered (service list, service info)
   events     show the agent's events, or follow them (-follow)
   hostpath   run the built-in hostpath CSI plugin
   csi        call a CSI plugin directly (debugging, like csc)
@@ -236,6 +238,14 @@ pub fn main(argv: Vec<String>) -> ExitCode {
                 },
             )
         }
+        "service" => (
+            service_cmd::USAGE,
+            if wants_help {
+                None
+            } else {
+                Some(with_logging("warn", || service_cmd::run(rest)))
+            },
+        ),
         "events" => (
             events_cmd::USAGE,
             if wants_help {

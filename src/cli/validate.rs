@@ -372,10 +372,11 @@ fn service_summary(out: &mut String, indent: &str, service: &Service) {
     } else {
         ""
     };
-    let _ = writeln!(
-        out,
-        "{indent}service {name:?}{checks}{sidecar} (not run by csi-agent)"
-    );
+    let what = match service.provider {
+        crate::spec::Provider::Nomad => "registered while it runs; checks not run",
+        crate::spec::Provider::Consul => "provider consul: registered nowhere",
+    };
+    let _ = writeln!(out, "{indent}service {name:?}{checks}{sidecar} ({what})");
 }
 
 /// `label: a, b` for a non-empty list of keys.

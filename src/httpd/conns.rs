@@ -358,46 +358,20 @@ impl Poller {
                     State::Handling | State::Writing { .. } | State::Draining { .. }
                 )
             });
-            let now = Instant::now();
-            if self.conns.is_empty() || now >= until {
+            if self.conns.is_empty() || Instant::now() >= until {
                 return;
             }
-            let mut polled = Vec::new();
-            let ready = {
-                let mut fds = vec![(self.waker.as_fd(), Want::Read)];
-                for (i, conn) in self.conns.iter().enumerate() {
-                    if let Some(want) = conn.want() {
-                        fds.push((conn.stream.as_fd(), want));
-                        polled.push(i);
-                    }
-                }
-                let deadline = self
-                    .conns
-                    .iter()
-                    .filter_map(|c| c.deadline(&self.limits))
-                    .fold(until, Instant::min);
-                match poll_many(&fds, Some(deadline.saturating_duration_since(now))) {
-                    Ok(ready) => ready,
-                    Err(err) => {
-                        log::error!("HTTP poll while stopping: {err}");
-                        return;
-                    }
+            let ready = match self.wait(false, Some(until)) {
+                Ok(ready) => ready,
+                Err(err) => {
+                    log::error!("HTTP poll while stopping: {err}");
+                    return;
                 }
             };
-            if ready[0] {
+            if ready.waker {
                 let _ = self.waker.drain();
             }
-            for (k, &i) in polled.iter().enumerate() {
-                if ready[1 + k] {
-                    self.conns[i].advance(&self.limits, &self.jobs);
-                }
-            }
-            let now = Instant::now();
-            for conn in &mut self.conns {
-                if conn.deadline(&self.limits).is_some_and(|d| d <= now) {
-                    conn.state = State::Closed;
-                }
-            }
+            self.advance(&ready.conns);
         }
     }
 
@@ -408,38 +382,60 @@ impl Poller {
             self.accept_paused_until = None;
         }
         let listening = self.accept_paused_until.is_none();
-        let mut deadline = self.accept_paused_until;
-        let mut polled = Vec::with_capacity(self.conns.len());
-        let ready = {
-            let mut fds = vec![(self.waker.as_fd(), Want::Read)];
-            if listening {
-                fds.push((self.listener.as_fd(), Want::Read));
-            }
-            for (i, conn) in self.conns.iter().enumerate() {
-                if let Some(want) = conn.want() {
-                    fds.push((conn.stream.as_fd(), want));
-                    polled.push(i);
-                }
-                deadline = earliest(deadline, conn.deadline(&self.limits));
-            }
-            let timeout = deadline.map(|d| d.saturating_duration_since(now));
-            poll_many(&fds, timeout)?
-        };
-        if ready[0] {
+        let ready = self.wait(listening, self.accept_paused_until)?;
+        if ready.waker {
             self.waker.drain()?;
             self.take_answers();
         }
         if self.stop.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let first = if listening { 2 } else { 1 };
-        for (k, &i) in polled.iter().enumerate() {
-            if ready[first + k] {
-                self.conns[i].advance(&self.limits, &self.jobs);
-            }
-        }
-        if listening && ready[1] {
+        self.advance(&ready.conns);
+        if ready.listener {
             self.accept();
+        }
+        self.conns.retain(|c| !matches!(c.state, State::Closed));
+        self.open.store(self.conns.len(), Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Waits on the waker, on the listener when `listening`, and on every
+    /// connection that wants to read or write, until one is ready or the
+    /// earliest of the connections' deadlines and `until` passes.
+    fn wait(&self, listening: bool, until: Option<Instant>) -> io::Result<Ready> {
+        let mut fds = vec![(self.waker.as_fd(), Want::Read)];
+        if listening {
+            fds.push((self.listener.as_fd(), Want::Read));
+        }
+        let mut polled = Vec::with_capacity(self.conns.len());
+        let mut deadline = until;
+        for (i, conn) in self.conns.iter().enumerate() {
+            if let Some(want) = conn.want() {
+                fds.push((conn.stream.as_fd(), want));
+                polled.push(i);
+            }
+            deadline = earliest(deadline, conn.deadline(&self.limits));
+        }
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let ready = poll_many(&fds, timeout)?;
+        let first = if listening { 2 } else { 1 };
+        Ok(Ready {
+            waker: ready[0],
+            listener: listening && ready[1],
+            conns: polled
+                .into_iter()
+                .enumerate()
+                .filter(|&(k, _)| ready[first + k])
+                .map(|(_, i)| i)
+                .collect(),
+        })
+    }
+
+    /// Moves each ready connection on, then closes those past their
+    /// deadline.
+    fn advance(&mut self, ready: &[usize]) {
+        for &i in ready {
+            self.conns[i].advance(&self.limits, &self.jobs);
         }
         let now = Instant::now();
         for conn in &mut self.conns {
@@ -448,9 +444,6 @@ impl Poller {
                 conn.state = State::Closed;
             }
         }
-        self.conns.retain(|c| !matches!(c.state, State::Closed));
-        self.open.store(self.conns.len(), Ordering::SeqCst);
-        Ok(())
     }
 
     /// The workers' answers, each to its connection's writing.
@@ -536,6 +529,14 @@ fn is_out_of_resources(err: &io::Error) -> bool {
         err.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
     )
+}
+
+/// What one [`Poller::wait`] found ready: the indices in `conns` are of
+/// the poller's connections.
+struct Ready {
+    waker: bool,
+    listener: bool,
+    conns: Vec<usize>,
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

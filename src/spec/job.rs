@@ -129,7 +129,8 @@ pub struct Group {
     pub restart: Restart,
     /// The volumes tasks may mount, by alias, in file order.
     pub volumes: Vec<GroupVolume>,
-    /// Parsed and validated, not run by csi-agent.
+    /// Registered while any task of the alloc runs when their provider is
+    /// `nomad` (`services/`); their checks are not run.
     pub services: Vec<Service>,
     /// `network { mode port "label" { static to } }`: the ports docker
     /// tasks name in their `ports`.

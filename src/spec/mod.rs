@@ -113,7 +113,8 @@ pub use placement::{
     ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
 };
 pub use service::{
-    Check, CheckType, Connect, Proxy, Service, SidecarService, SidecarTask, Upstream,
+    AddressMode, Check, CheckType, Connect, Provider, Proxy, Service, SidecarService, SidecarTask,
+    Upstream,
 };
 pub use task::{
     Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, MemoryMax, NamespaceMode, Resources,

@@ -1,10 +1,12 @@
 //! `service` blocks, in groups and tasks alike: name, port, tags, health
 //! checks and Consul Connect sidecars.
 //!
-//! csi-agent registers no services and runs no sidecars. It decodes and
-//! validates these blocks all the same, so that a Nomad job keeps working
-//! unchanged and its mistakes are still caught, and keeps them in the spec
-//! for whatever registers services later.
+//! A `provider = "nomad"` service is registered in csi-agent's own
+//! registry while its task (a group's: its alloc) runs (`services/`), with
+//! its `address`, `address_mode`, tags and `meta`. csi-agent has no
+//! Consul: a service of the default provider, `consul`, is decoded and
+//! validated but registered nowhere, and the job says so in a warning.
+//! Checks are decoded and validated but not run, and no sidecar runs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,8 +19,6 @@ use super::task::{decode_resources, write_resources, Resources};
 use super::{keywords, Kept};
 
 const SERVICE_IGNORED: &[&str] = &[
-    "address",
-    "address_mode",
     "canary_meta",
     "canary_tags",
     "check_restart",
@@ -26,9 +26,7 @@ const SERVICE_IGNORED: &[&str] = &[
     "enable_tag_override",
     "identity",
     "kind",
-    "meta",
     "on_update",
-    "provider",
     "tagged_addresses",
     "task",
     "weights",
@@ -89,13 +87,40 @@ const SIDECAR_TASK_IGNORED: &[&str] = &[
     "volume_mount",
 ];
 
-/// A service to register, with its checks. Not run by csi-agent.
+keywords! {
+    /// Which registry a service goes to: Nomad's own (csi-agent's
+    /// registry) or Consul (which csi-agent does not have).
+    pub enum Provider ("service provider") {
+        Consul = "consul",
+        Nomad = "nomad",
+    }
+}
+
+keywords! {
+    /// Which address a service advertises: `auto` and `host` the node's,
+    /// `alloc` the alloc's own (here the node's too: allocs share the
+    /// host's network), `driver` the task driver's (a container's IP).
+    pub enum AddressMode ("address_mode") {
+        Auto = "auto",
+        Host = "host",
+        Alloc = "alloc",
+        Driver = "driver",
+    }
+}
+
+/// A service to register, with its checks, which are not run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Service {
     /// `None` lets the registrar name it, as Nomad does.
     pub name: Option<String>,
     /// A port label or a port number, as written.
     pub port: Option<String>,
+    /// Nomad's default is Consul.
+    pub provider: Provider,
+    /// An address to advertise instead of the one `address_mode` picks.
+    pub address: Option<String>,
+    pub address_mode: AddressMode,
+    pub meta: BTreeMap<String, String>,
     pub tags: Vec<String>,
     pub checks: Vec<Check>,
     pub connect: Option<Connect>,
@@ -173,7 +198,29 @@ pub struct SidecarTask {
 pub(crate) fn decode_service(f: &mut Fields<'_>) -> Service {
     let name = non_empty(f, "name");
     let port = port(f, "port");
+    let provider = f.parsed_at::<Provider>("provider");
+    let address = non_empty(f, "address");
+    let address_mode = f
+        .parsed::<AddressMode>("address_mode")
+        .unwrap_or(AddressMode::Auto);
+    let meta = f.map("meta").unwrap_or_default();
     let tags = f.strings("tags").unwrap_or_default();
+    let provider = match provider {
+        Some((provider, _)) if provider == Provider::Nomad => provider,
+        other => {
+            let pos = other.map_or(f.pos(), |(_, pos)| pos);
+            let what = f.what();
+            let place = what.strip_prefix("service ").unwrap_or(what);
+            let name = name.as_deref().unwrap_or("(default name)");
+            f.dec().warn(
+                pos,
+                format!(
+                    "service {name:?} {place} has provider \"consul\" (Nomad's default): csi-agent has no Consul and registers it nowhere (provider = \"nomad\" registers it in csi-agent's registry)"
+                ),
+            );
+            Provider::Consul
+        }
+    };
     let checks = f
         .blocks("check")
         .into_iter()
@@ -185,6 +232,10 @@ pub(crate) fn decode_service(f: &mut Fields<'_>) -> Service {
     let service = Service {
         name,
         port,
+        provider,
+        address,
+        address_mode,
+        meta,
         tags,
         checks,
         connect,
@@ -314,6 +365,14 @@ pub(crate) fn write_service(w: &mut Writer, service: &Service) {
     w.open("service", None);
     w.opt_string("name", service.name.as_deref());
     write_port(w, service.port.as_deref());
+    w.string("provider", service.provider.as_str());
+    w.opt_string("address", service.address.as_deref());
+    if service.address_mode != AddressMode::Auto {
+        w.string("address_mode", service.address_mode.as_str());
+    }
+    if !service.meta.is_empty() {
+        w.map("meta", &service.meta);
+    }
     w.strings("tags", &service.tags);
     for check in &service.checks {
         w.open("check", None);

@@ -172,7 +172,8 @@ pub struct Task {
     pub volume_mounts: Vec<VolumeMount>,
     /// Set when the task is a CSI plugin.
     pub csi_plugin: Option<CsiPlugin>,
-    /// Parsed and validated, not run by csi-agent.
+    /// Registered while the task runs when their provider is `nomad`
+    /// (`services/`); their checks are not run.
     pub services: Vec<Service>,
     /// Rendered into the task dir before the task starts.
     pub templates: Vec<TaskTemplate>,

@@ -201,6 +201,7 @@ pub(super) struct StartPlan {
     /// The environment before the templates render.
     pub env: BTreeMap<String, String>,
     pub node: BTreeMap<String, String>,
+    pub services: Vec<crate::template::NomadService>,
     pub plugin: Option<(PluginSpec, Duration)>,
     /// The source of each of the task's `volume_mount`s, in their order.
     pub volumes: Vec<MountSource>,
@@ -270,6 +271,7 @@ impl Allocs {
             control_socket: self.control_socket.clone(),
             env,
             node: self.node.clone(),
+            services: self.services_for(&alloc.id, spec),
             plugin,
             volumes,
             chroot_env: self.chroot_env.clone(),
@@ -377,7 +379,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
         &task_dir,
         user,
         plan.env,
-        &plan.node,
+        prepare::Reads(&plan.node, &plan.services),
         plan.artifact_limits,
     )?;
     let vars = lookups(&env, &plan.node);

@@ -64,6 +64,7 @@
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
+//! | `services.rs` | the `service` blocks of running tasks as registrations, and templates that read the registry rendered again when it changes |
 //! | `leader.rs` | a dead `leader` task or a failed one stopping the group's other tasks |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
@@ -99,6 +100,7 @@ mod placement;
 mod ports;
 pub mod prepare;
 mod rerender;
+mod services;
 
 /// How long the pids of started tasks may wait for a snapshot (see
 /// [`Allocs::take_unsaved_starts`]): short enough that `job status` after
@@ -461,6 +463,8 @@ pub struct Allocs {
     artifact_limits: artifact::ArtifactLimits,
     /// The wall clock of periodic launches: the system's, or a test's.
     clock: fn() -> SystemTime,
+    /// The service registry as templates read it (`services.rs`).
+    services: services::RegistryView,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -494,6 +498,7 @@ impl Allocs {
             starter: starter::Starter::new(),
             artifact_limits: artifact::ArtifactLimits::default(),
             clock: SystemTime::now,
+            services: services::RegistryView::default(),
         }
     }
 

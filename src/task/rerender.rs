@@ -83,7 +83,7 @@ impl Allocs {
     /// Hands task `i`'s new templates to the starter to render, if it
     /// runs: the prepare helper renders them off the loop, and
     /// [`Allocs::rerendered`] takes its report.
-    fn rerender_task(&mut self, alloc: &mut Alloc, i: usize) {
+    pub(super) fn rerender_task(&mut self, alloc: &mut Alloc, i: usize) {
         if alloc.tasks[i].state != TaskState::Running {
             return;
         }
@@ -99,6 +99,7 @@ impl Allocs {
                 return;
             }
         };
+        let services = self.services_for(&alloc.id, spec);
         self.starter.rerender(RerenderPlan {
             alloc: alloc.id.clone(),
             task: spec.name.clone(),
@@ -106,6 +107,7 @@ impl Allocs {
             task_dir: self.alloc_dir(&alloc.id).join(&spec.name),
             env,
             node: self.node.clone(),
+            services,
         });
     }
 
@@ -119,6 +121,7 @@ impl Allocs {
         changed: Result<Vec<(ChangeMode, Duration)>, String>,
         now: Instant,
     ) {
+        let quiet = self.services.take_quiet(id, task);
         let Some(alloc) = self.allocs.get_mut(id) else {
             return;
         };
@@ -139,7 +142,9 @@ impl Allocs {
         };
         self.dirty = true;
         if changed.is_empty() {
-            task.event("template", "templates re-rendered: no file changed");
+            if !quiet {
+                task.event("template", "templates re-rendered: no file changed");
+            }
             return;
         }
         if task.state != TaskState::Running {

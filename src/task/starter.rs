@@ -112,6 +112,7 @@ pub(super) struct RerenderPlan {
     pub task_dir: PathBuf,
     pub env: BTreeMap<String, String>,
     pub node: BTreeMap<String, String>,
+    pub services: Vec<crate::template::NomadService>,
 }
 
 impl RerenderPlan {
@@ -124,6 +125,7 @@ impl RerenderPlan {
             &self.task_dir,
             self.env.clone(),
             &self.node,
+            &self.services,
         )?;
         Ok(changed
             .into_iter()

@@ -33,7 +33,7 @@ use std::time::SystemTime;
 
 use super::env::{interpolate, lookups};
 use crate::spec::{stays_inside, TaskTemplate};
-use crate::template::{read_in_dir, Context, Template};
+use crate::template::{read_in_dir, Context, NomadService, Template};
 
 /// Where template `t` renders in `task_dir`: its destination with its
 /// `${VAR}`s from `vars`, inside the task dir.
@@ -79,13 +79,15 @@ pub(super) fn render_all(
     task_dir: &Path,
     mut env: BTreeMap<String, String>,
     node: &BTreeMap<String, String>,
+    services: &[NomadService],
 ) -> Result<(BTreeMap<String, String>, Vec<usize>), String> {
     let vars = lookups(&env, node);
     let mut added = BTreeMap::new();
     let mut sizes = Vec::with_capacity(templates.len());
     for t in templates {
         let name = &t.destination;
-        let text = render(t, task_dir, &env).map_err(|e| format!("template {name:?}: {e}"))?;
+        let text =
+            render(t, task_dir, &env, services).map_err(|e| format!("template {name:?}: {e}"))?;
         let path =
             destination(t, task_dir, &vars).map_err(|e| format!("template {name:?}: {e}"))?;
         write_file(task_dir, &path, &text, t).map_err(|e| format!("template {name:?}: {e}"))?;
@@ -106,12 +108,14 @@ pub(super) fn rerender(
     task_dir: &Path,
     env: &BTreeMap<String, String>,
     node: &BTreeMap<String, String>,
+    services: &[NomadService],
 ) -> Result<Vec<usize>, String> {
     let vars = lookups(env, node);
     let mut changed = Vec::new();
     for (i, t) in templates.iter().enumerate() {
         let name = &t.destination;
-        let text = render(t, task_dir, env).map_err(|e| format!("template {name:?}: {e}"))?;
+        let text =
+            render(t, task_dir, env, services).map_err(|e| format!("template {name:?}: {e}"))?;
         let path =
             destination(t, task_dir, &vars).map_err(|e| format!("template {name:?}: {e}"))?;
         if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
@@ -128,6 +132,7 @@ fn render(
     t: &TaskTemplate,
     task_dir: &Path,
     env: &BTreeMap<String, String>,
+    services: &[NomadService],
 ) -> Result<String, String> {
     let parsed = match (&t.source, t.parsed()) {
         (_, Some(parsed)) => parsed,
@@ -142,6 +147,7 @@ fn render(
         task_dir: Some(task_dir),
         error_on_missing_key: t.error_on_missing_key,
         now: SystemTime::now(),
+        services,
     };
     parsed
         .and_then(|parsed| parsed.render(&ctx))
@@ -342,7 +348,7 @@ mod tests {
         );
         vars.env = true;
         let plain = template("id {{ env \"NOMAD_ALLOC_ID\" }}\n", "/local/id");
-        let (got, sizes) = render_all(&[vars, plain], &dir, env(), &BTreeMap::new()).unwrap();
+        let (got, sizes) = render_all(&[vars, plain], &dir, env(), &BTreeMap::new(), &[]).unwrap();
         assert_eq!(sizes, [44, 12]);
         assert_eq!(got["A"], "1-override");
         assert_eq!(got["B"], "two");
@@ -359,6 +365,7 @@ mod tests {
             &dir,
             env(),
             &BTreeMap::new(),
+            &[],
         )
         .unwrap();
         assert_eq!(fs::read_to_string(dir.join("local/id")).unwrap(), "new");
@@ -389,11 +396,19 @@ mod tests {
             &dir,
             env(),
             &BTreeMap::new(),
+            &[],
         )
         .unwrap_err();
         assert!(err.contains("is not a directory (a symlink?)"), "{err}");
         std::os::unix::fs::symlink(outside.join("target"), dir.join("local/f")).unwrap();
-        render_all(&[template("x", "local/f")], &dir, env(), &BTreeMap::new()).unwrap();
+        render_all(
+            &[template("x", "local/f")],
+            &dir,
+            env(),
+            &BTreeMap::new(),
+            &[],
+        )
+        .unwrap();
         assert!(!outside.join("target").exists());
         assert!(fs::symlink_metadata(dir.join("local/f")).unwrap().is_file());
         let err = render_all(
@@ -401,6 +416,7 @@ mod tests {
             &dir,
             env(),
             &BTreeMap::new(),
+            &[],
         )
         .unwrap_err();
         assert!(err.contains("leads outside the task dir"), "{err}");
@@ -416,6 +432,7 @@ mod tests {
             &dir,
             env(),
             &BTreeMap::new(),
+            &[],
         )
         .unwrap_err();
         assert_eq!(err, "template \"local/x\": line 2:4: error calling parseInt: parsing \"x1\": invalid syntax");
@@ -424,6 +441,7 @@ mod tests {
             &dir,
             env(),
             &BTreeMap::new(),
+            &[],
         )
         .unwrap_err();
         assert!(
@@ -433,7 +451,7 @@ mod tests {
         assert!(!err.contains("hunter2"), "{err}");
         let mut bad = template("not a variable line", "local/e");
         bad.env = true;
-        let err = render_all(&[bad], &dir, env(), &BTreeMap::new()).unwrap_err();
+        let err = render_all(&[bad], &dir, env(), &BTreeMap::new(), &[]).unwrap_err();
         assert!(
             err.contains("line 1 of the rendered text is not KEY=value"),
             "{err}"
@@ -442,7 +460,7 @@ mod tests {
         source.data = None;
         source.source = Some("local/in.tpl".into());
         fs::write(dir.join("local/in.tpl"), "from {{ \"source\" }}").unwrap();
-        render_all(&[source], &dir, env(), &BTreeMap::new()).unwrap();
+        render_all(&[source], &dir, env(), &BTreeMap::new(), &[]).unwrap();
         assert_eq!(
             fs::read_to_string(dir.join("local/from-source")).unwrap(),
             "from source"

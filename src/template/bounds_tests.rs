@@ -27,6 +27,7 @@ fn run(text: String, dir: Option<&Path>) -> Result<String, Error> {
                 task_dir: dir.as_deref(),
                 error_on_missing_key: false,
                 now: SystemTime::UNIX_EPOCH,
+                services: &[],
             };
             Template::parse(&text, "", "")?.render(&ctx)
         })

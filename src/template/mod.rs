@@ -12,11 +12,13 @@
 //! and `nil`. Values are [`Value`]s: what consul-template's functions
 //! hand around as Go's `interface{}`.
 //!
-//! The functions are `funcs.rs`'s table: Go's built-ins and the
+//! The functions are `funcs.rs`'s table: Go's built-ins, the
 //! consul-template functions that need neither Consul, Vault nor Nomad's
-//! variables. A template that calls `key`, `service`, `secret`,
-//! `nomadVar` or the like is refused when it is parsed, naming the
-//! function, its line and what it needs; so is any unknown name. Every
+//! variables, and `nomadService`/`nomadServices`, which read the snapshot
+//! of csi-agent's service registry given in the [`Context`]. A template
+//! that calls `key`, `service`, `secret`, `nomadVar` or the like is
+//! refused when it is parsed, naming the function, its line and what it
+//! needs; so is any unknown name. Every
 //! error carries the `line:col` of the template's text.
 //!
 //! Templates are input someone else wrote, so every walk over one is
@@ -117,6 +119,25 @@ pub struct Context<'a> {
     pub error_on_missing_key: bool,
     /// What `timestamp` prints.
     pub now: SystemTime,
+    /// What `nomadService` and `nomadServices` read: the registered
+    /// services, in any order.
+    pub services: &'a [NomadService],
+}
+
+/// A registered service instance as consul-template's `NomadService`
+/// shows it to a template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NomadService {
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    pub node_id: String,
+    pub datacenter: String,
+    pub address: String,
+    pub port: u16,
+    pub tags: Vec<String>,
+    pub job_id: String,
+    pub alloc_id: String,
 }
 
 impl Template {
@@ -190,5 +211,7 @@ pub fn read_in_dir(dir: &Path, path: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod service_tests;
 #[cfg(test)]
 mod tests;

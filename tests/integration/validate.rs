@@ -58,11 +58,35 @@ fn validate_summarizes_each_kind_of_file() {
 }
 
 #[test]
-fn validate_says_services_are_not_run() {
+fn validate_says_which_services_are_registered() {
     let out = validate(&[&fixture("job-web.hcl")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("    service \"web\", 1 check, connect (not run by csi-agent)\n"),
+        stdout(&out).contains(
+            "    service \"web\", 1 check, connect (provider consul: registered nowhere)\n"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("csi-agent has no Consul"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Nomad's NFS demo (`demo/csi/nfs/jobs/`): every job validates as it is,
+/// the server's service registered by provider `nomad`.
+#[test]
+fn nomad_s_nfs_demo_validates_with_its_services_registered() {
+    let dir = fixture("nomad/nfs");
+    for file in ["nfs", "controller-plugin", "node-plugin", "web"] {
+        let out = validate(&[&format!("{dir}/{file}.nomad.hcl")]);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
+    }
+    let out = validate(&[&format!("{dir}/nfs.nomad.hcl")]);
+    assert!(
+        stdout(&out).contains("    service \"nfs\" (registered while it runs; checks not run)\n"),
         "{}",
         stdout(&out)
     );

@@ -74,8 +74,13 @@ fn work(input: &Input, begin: &mut dyn FnMut(Phase) -> io::Result<()>) -> io::Re
     let task_dir = &input.task_dir;
     if input.work == Work::Rerender {
         begin(Phase::Templates)?;
-        let answer = match templates::rerender(&input.templates, task_dir, &input.env, &input.node)
-        {
+        let answer = match templates::rerender(
+            &input.templates,
+            task_dir,
+            &input.env,
+            &input.node,
+            &input.services,
+        ) {
             Ok(changed) => Answer::Rerendered {
                 changed: changed.into_iter().map(|i| i as u32).collect(),
             },
@@ -103,16 +108,21 @@ fn work(input: &Input, begin: &mut dyn FnMut(Phase) -> io::Result<()>) -> io::Re
         }
     }
     begin(Phase::Templates)?;
-    let answer =
-        match templates::render_all(&input.templates, task_dir, input.env.clone(), &input.node) {
-            Ok((env, sizes)) => Answer::Started {
-                env,
-                sizes: sizes.into_iter().map(|n| n as u64).collect(),
-            },
-            Err(message) => Answer::Failed {
-                phase: Phase::Templates,
-                message,
-            },
-        };
+    let answer = match templates::render_all(
+        &input.templates,
+        task_dir,
+        input.env.clone(),
+        &input.node,
+        &input.services,
+    ) {
+        Ok((env, sizes)) => Answer::Started {
+            env,
+            sizes: sizes.into_iter().map(|n| n as u64).collect(),
+        },
+        Err(message) => Answer::Failed {
+            phase: Phase::Templates,
+            message,
+        },
+    };
     Ok(answer)
 }

@@ -67,6 +67,7 @@ use super::artifact::ArtifactLimits;
 use super::exec::User;
 use super::launch::StartFailure;
 use crate::spec::{Artifact, Task, TaskTemplate};
+use crate::template::NomadService;
 use crate::units::format_duration;
 
 /// The helper's first argument; `csi-agent` lists it nowhere.
@@ -112,6 +113,8 @@ pub(super) struct Input {
     /// The environment before the templates render.
     pub env: BTreeMap<String, String>,
     pub node: BTreeMap<String, String>,
+    /// The service registry's snapshot that `nomadService` reads.
+    pub services: Vec<NomadService>,
     pub templates: Vec<TaskTemplate>,
 }
 
@@ -199,6 +202,10 @@ fn fetch_bound(limits: &ArtifactLimits) -> Duration {
     limits.http.deadline.saturating_mul(2)
 }
 
+/// What a start's templates read besides the task's environment: the
+/// node's attributes and the service registry's snapshot.
+pub(super) struct Reads<'a>(pub &'a BTreeMap<String, String>, pub &'a [NomadService]);
+
 /// Fetches the artifacts of task `spec` of `alloc` into `task_dir`, then
 /// renders its templates there, in the helper: the task's environment,
 /// `env` (the one before the templates) with the `env = true` templates'
@@ -209,9 +216,10 @@ pub(super) fn for_start(
     task_dir: &Path,
     user: Option<User>,
     env: BTreeMap<String, String>,
-    node: &BTreeMap<String, String>,
+    reads: Reads<'_>,
     limits: ArtifactLimits,
 ) -> Result<BTreeMap<String, String>, StartFailure> {
+    let Reads(node, services) = reads;
     if spec.artifacts.is_empty() && spec.templates.is_empty() {
         return Ok(env);
     }
@@ -224,6 +232,7 @@ pub(super) fn for_start(
         artifacts: spec.artifacts.clone(),
         env,
         node: node.clone(),
+        services: services.to_vec(),
         templates: spec.templates.clone(),
     };
     let failed = |failure: Failure| match failure.phase {
@@ -258,6 +267,7 @@ pub(super) fn rerender(
     task_dir: &Path,
     env: BTreeMap<String, String>,
     node: &BTreeMap<String, String>,
+    services: &[NomadService],
 ) -> Result<Vec<usize>, String> {
     let input = Input {
         work: Work::Rerender,
@@ -268,6 +278,7 @@ pub(super) fn rerender(
         artifacts: Vec::new(),
         env,
         node: node.clone(),
+        services: services.to_vec(),
         templates: templates.to_vec(),
     };
     match run(&input, alloc, task, deadline(&input)).map_err(|f| f.message)? {
@@ -472,6 +483,7 @@ mod tests {
             artifacts: Vec::new(),
             env: BTreeMap::new(),
             node: BTreeMap::new(),
+            services: Vec::new(),
             templates: Vec::new(),
         }
     }

@@ -18,6 +18,7 @@ use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
 use crate::task::exec::User;
+use crate::template::NomadService;
 
 pub(super) const INPUT_MAGIC: &[u8; 4] = b"CSIp";
 pub(super) const ANSWER_MAGIC: &[u8; 4] = b"CSIa";
@@ -58,6 +59,26 @@ pub(super) fn encode_input(input: &Input) -> Vec<u8> {
     }
     map(&mut w, &input.env);
     map(&mut w, &input.node);
+    w.u32(input.services.len());
+    for s in &input.services {
+        for text in [
+            &s.id,
+            &s.name,
+            &s.namespace,
+            &s.node_id,
+            &s.datacenter,
+            &s.address,
+        ] {
+            string(&mut w, text);
+        }
+        w.u32(u32::from(s.port));
+        w.u32(s.tags.len());
+        for tag in &s.tags {
+            string(&mut w, tag);
+        }
+        string(&mut w, &s.job_id);
+        string(&mut w, &s.alloc_id);
+    }
     w.u32(input.templates.len());
     for t in &input.templates {
         opt_string(&mut w, t.data.as_deref());
@@ -120,6 +141,30 @@ pub(super) fn decode_input(bytes: &[u8]) -> Result<Input, Corrupt> {
     }
     let env = read_map(&mut r, "the environment")?;
     let node = read_map(&mut r, "the node's attributes")?;
+    let count = r.len("the service count")?;
+    let mut services = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut text = || read_string(&mut r, "a service's field");
+        let (id, name, namespace, node_id, datacenter, address) =
+            (text()?, text()?, text()?, text()?, text()?, text()?);
+        let port = u16::try_from(r.u32("a service's port")?)
+            .map_err(|_| Corrupt("a service's port past 65535".into()))?;
+        let tags = (0..r.len("a service's tag count")?)
+            .map(|_| read_string(&mut r, "a service's tag"))
+            .collect::<Result<_, _>>()?;
+        services.push(NomadService {
+            id,
+            name,
+            namespace,
+            node_id,
+            datacenter,
+            address,
+            port,
+            tags,
+            job_id: read_string(&mut r, "a service's job")?,
+            alloc_id: read_string(&mut r, "a service's alloc")?,
+        });
+    }
     let count = r.len("the template count")?;
     let mut templates = Vec::with_capacity(count);
     for _ in 0..count {
@@ -155,6 +200,7 @@ pub(super) fn decode_input(bytes: &[u8]) -> Result<Input, Corrupt> {
         artifacts,
         env,
         node,
+        services,
         templates,
     })
 }
@@ -353,6 +399,14 @@ mod tests {
             }],
             env: BTreeMap::from([("A".into(), "1".into()), ("EMPTY".into(), String::new())]),
             node: BTreeMap::from([("node.unique.name".into(), "n".into())]),
+            services: vec![NomadService {
+                id: "_nomad-task-a-group-g-nfs-nfs".into(),
+                name: "nfs".into(),
+                address: "10.0.0.7".into(),
+                port: 2049,
+                tags: vec!["a".into(), "b".into()],
+                ..NomadService::default()
+            }],
             templates: vec![
                 template(Some("{{ env \"A\" }}\n\0"), None),
                 template(None, Some("local/in.tpl")),
@@ -373,6 +427,7 @@ mod tests {
         assert_eq!(back.artifacts, input.artifacts);
         assert_eq!(back.env, input.env);
         assert_eq!(back.node, input.node);
+        assert_eq!(back.services, input.services);
         assert_eq!(back.templates, input.templates);
     }
 

@@ -3,14 +3,16 @@
 //! Vault nor Nomad's variables. The piped value comes last, as in
 //! consul-template (`{{ "a,b" | split "," }}` is `split "," "a,b"`).
 //!
-//! The functions that read Consul, Vault or Nomad's variables and service
-//! registry are refused by name, as are the two Nomad itself denies
-//! (`plugin`, `writeToFile`); any other name is an unknown function.
+//! The functions that read Consul, Vault or Nomad's variables are refused
+//! by name, as are the two Nomad itself denies (`plugin`,
+//! `writeToFile`); any other name is an unknown function. Nomad's service
+//! registry is csi-agent's own (`nomad.rs`).
 
 use super::exec::Value;
 use super::Context;
 
 mod go;
+pub(super) mod nomad;
 mod strings;
 mod values;
 
@@ -24,8 +26,12 @@ pub(super) struct Args<'a> {
 
 /// The functions by family, each a table of names with how many arguments
 /// each takes (at least, at most): one table, in parts.
-const TABLE: &[&[(&str, usize, usize, Function)]] =
-    &[go::FUNCTIONS, strings::FUNCTIONS, values::FUNCTIONS];
+const TABLE: &[&[(&str, usize, usize, Function)]] = &[
+    go::FUNCTIONS,
+    strings::FUNCTIONS,
+    values::FUNCTIONS,
+    nomad::FUNCTIONS,
+];
 
 /// The entry of `name` in [`TABLE`].
 fn entry(name: &str) -> Option<&'static (&'static str, usize, usize, Function)> {
@@ -66,8 +72,6 @@ const REFUSED: &[(&str, &str)] = &[
     ("nomadVarList", "Nomad's variables"),
     ("nomadVarListSafe", "Nomad's variables"),
     ("nomadVarExists", "Nomad's variables"),
-    ("nomadService", "Nomad's service registry"),
-    ("nomadServices", "Nomad's service registry"),
 ];
 
 /// Whether a template may call `name`: an error that says why not.

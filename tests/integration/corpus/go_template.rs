@@ -65,6 +65,7 @@ fn render(template: &str) -> Result<String, String> {
         task_dir: None,
         error_on_missing_key: false,
         now: UNIX_EPOCH,
+        services: &[],
     };
     let tmpl = Template::parse(template, "", "").map_err(|e| e.to_string())?;
     tmpl.render(&ctx).map_err(|e| e.to_string())

@@ -39,6 +39,7 @@ mod placement;
 mod ports;
 mod poststop;
 pub(crate) mod root;
+mod services;
 mod templates;
 mod untrusted;
 mod variables;

@@ -62,8 +62,10 @@ const LAYERS: &[&[&str]] = &[
     &["task"],
     // Volume records and claims, the pure planner, the steps' RPCs and host
     // binds, and the manager (admission, the protocol, retries,
-    // reconciliation, the cluster side).
-    &["volume"],
+    // reconciliation, the cluster side); the service registry of Nomad's
+    // built-in service discovery, this host's and, through etcd, the
+    // cluster's.
+    &["volume", "services"],
     // Services: the registry of plugin instances and their threads; many
     // hosts through etcd (claim sets, leaders, fencing); the built-in
     // hostpath plugin, a CSI server.

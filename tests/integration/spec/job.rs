@@ -183,6 +183,8 @@ fn nomad_keys_csi_agent_does_not_act_on_warn_once_each_and_are_kept() {
             r#"test.hcl:8:3: warning: "region" in job "web" is ignored by csi-agent"#,
             r#"test.hcl:9:3: warning: "priority" in job "web" is ignored by csi-agent"#,
             r#"test.hcl:11:3: warning: "update" in job "web" is ignored by csi-agent"#,
+            r#"test.hcl:31:5: warning: service "web" in group "frontend" has provider "consul" (Nomad's default): csi-agent has no Consul and registers it nowhere (provider = "nomad" registers it in csi-agent's registry)"#,
+            r#"test.hcl:86:7: warning: service "web-admin" in task "server" has provider "consul" (Nomad's default): csi-agent has no Consul and registers it nowhere (provider = "nomad" registers it in csi-agent's registry)"#,
         ]
     );
     let kept: Vec<(&str, &str)> = decoded
