@@ -19,6 +19,7 @@ pub mod server;
 mod server_error;
 mod session;
 mod session_reads;
+mod session_docker;
 mod wire;
 mod wire_plan;
 mod wire_services;

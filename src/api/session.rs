@@ -9,7 +9,8 @@
 //! second thread that writes stdin and applies window sizes, and itself
 //! polls the command's stdout and stderr (or its pty) and sends them, then
 //! the exit code. A caller that goes away has the command's process group
-//! killed.
+//! killed. A docker task's command is an exec of its container instead
+//! (`session_docker.rs`), with the same limits.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -36,11 +37,11 @@ use crate::task::exec_target::{SessionLookup, SessionTarget};
 pub const MAX_SESSIONS: usize = 8;
 
 /// The most bytes of output one message carries.
-const CHUNK: usize = 32 * 1024;
+pub(super) const CHUNK: usize = 32 * 1024;
 
 /// How often the output loop looks whether the command ended while
 /// something else (a background process) holds its output open.
-const EXIT_CHECK: Duration = Duration::from_millis(100);
+pub(super) const EXIT_CHECK: Duration = Duration::from_millis(100);
 
 /// The sessions of one server: how many run, and where lookups go.
 #[derive(Clone)]
@@ -206,6 +207,10 @@ impl Sessions {
         let lookup = SessionLookup::Exec(wire_session::exec_lookup(&start));
         let target = match self.ask(Request::Session(lookup)) {
             Ok(Response::Session(SessionTarget::Exec(target))) => target,
+            Ok(Response::Session(SessionTarget::Docker(target))) => {
+                super::session_docker::run(&target, &start, stdin_closed, stream, sink);
+                return;
+            }
             Ok(_) => {
                 let _ = block_on(sink.fail(wire::status(&other_response())));
                 return;
@@ -317,7 +322,7 @@ pub(super) fn other_response() -> CallError {
     )
 }
 
-fn send(sink: &mut DuplexSink<pb::AllocExecOutput>, msg: pb::AllocExecOutput) -> bool {
+pub(super) fn send(sink: &mut DuplexSink<pb::AllocExecOutput>, msg: pb::AllocExecOutput) -> bool {
     block_on(sink.send((msg, WriteFlags::default()))).is_ok()
 }
 

@@ -27,7 +27,8 @@ usage: csi-agent alloc exec [-task TASK] [-i=BOOL] [-t=BOOL] [-address ADDR] ALL
 
   Runs COMMAND in a running task of an allocation: in an exec task's
   root, namespaces and control groups, as the task's user; in a raw_exec
-  task's environment and working dir. -task names the task (needed when
+  task's environment and working dir; in a docker task's container, as
+  docker exec runs it. -task names the task (needed when
   the alloc has more than one). -i passes stdin (default true); -t gives
   the command a TTY (default: when stdin and stdout are terminals; needs
   -i). Exits with the command's exit code (126: it cannot be run, 127:

@@ -45,6 +45,7 @@ const TOPICS: [&str; 3] = ["job", "plugin", "claim"];
 /// events, and of the `plugin` and `claim` topics).
 const SHOWN: &[&str] = &[
     "Driver",
+    PULLING,
     "Started",
     "Running",
     "Adopted",
@@ -62,6 +63,16 @@ const SHOWN: &[&str] = &[
     "ClaimTaken",
     "ClaimFailed",
 ];
+
+/// The type of a task's image pull progress events, which come at most
+/// every second (the docker driver's `PULL_REPORT`): on a terminal they
+/// go in the progress line, otherwise a line of them at most every
+/// [`PLAIN_PULL_EVERY`].
+const PULLING: &str = "Pulling";
+
+/// How often at most a watch without a terminal prints a task's pull
+/// progress as a line of its own (the first one at once).
+pub const PLAIN_PULL_EVERY: Duration = Duration::from_secs(10);
 
 /// How a watch is to behave.
 #[derive(Clone, Debug)]
@@ -217,7 +228,12 @@ fn show_events(
     let resp = client.events(since, &topics, wait)?;
     for event in &resp.events {
         if let Some(line) = describe(event, job, ids, status, options.verbose) {
-            progress.line(&line);
+            if event.type_ == PULLING {
+                progress.pulling(&event.key, &line);
+            } else {
+                progress.end_pull(&event.key);
+                progress.line(&line);
+            }
         }
     }
     let next = resp
@@ -477,6 +493,12 @@ struct Progress {
     tty: bool,
     shown: bool,
     last: String,
+    /// The last pull progress of each task (by its events' key) whose
+    /// pull goes on: on a terminal, part of the progress line.
+    pulls: std::collections::BTreeMap<String, String>,
+    /// Without a terminal: when each task's pull progress was last
+    /// printed.
+    pull_printed: std::collections::BTreeMap<String, Instant>,
 }
 
 impl Progress {
@@ -485,16 +507,70 @@ impl Progress {
             tty,
             shown: false,
             last: String::new(),
+            pulls: Default::default(),
+            pull_printed: Default::default(),
         }
     }
 
+    /// Shows `text` as the progress line, with the pulls going on.
     fn show(&mut self, text: &str) {
         if !self.tty {
             return;
         }
+        let mut text = text.to_string();
+        for pull in self.pulls.values() {
+            text.push_str(" | ");
+            text.push_str(pull);
+        }
         out::out!("\r\x1b[K{text}");
-        self.last = text.to_string();
+        self.last = text;
         self.shown = true;
+    }
+
+    /// A task's other news ends what its pull showed: the progress line
+    /// goes on without it.
+    fn end_pull(&mut self, key: &str) {
+        if self.pulls.remove(key).is_some() {
+            let mut last = self
+                .last
+                .split(" | ")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            for pull in self.pulls.values() {
+                last.push_str(" | ");
+                last.push_str(pull);
+            }
+            self.last = last;
+        }
+    }
+
+    /// A task's pull progress, `line` as [`describe`] wrote it: on a
+    /// terminal the progress line shows it at once; otherwise it is a line
+    /// if the task's last was [`PLAIN_PULL_EVERY`] ago.
+    fn pulling(&mut self, key: &str, line: &str) {
+        if self.tty {
+            // The progress line has no room for the time.
+            let text = line.split_once("  ").map_or(line, |(_, rest)| rest);
+            self.pulls.insert(key.to_string(), text.to_string());
+            let last = self
+                .last
+                .split(" | ")
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            self.show(&last);
+            return;
+        }
+        let now = Instant::now();
+        let due = self
+            .pull_printed
+            .get(key)
+            .map_or(true, |at| now.duration_since(*at) >= PLAIN_PULL_EVERY);
+        if due {
+            self.pull_printed.insert(key.to_string(), now);
+            self.line(line);
+        }
     }
 
     /// Prints `text` as a line of its own, above the progress line.

@@ -105,18 +105,58 @@ pub fn exchange_on<S: Read + Write>(
     mut stream: S,
     request: &Request,
 ) -> Result<Response<S>, HttpError> {
-    stream.write_all(&head_of(request))?;
-    if let Some((_, body)) = &request.body {
-        stream.write_all(body)?;
-    }
-    stream.flush()?;
+    write_request(&mut stream, request, "close")?;
     read_response(BufReader::new(stream), request.method == "HEAD")
 }
 
-/// The request line and headers.
-fn head_of(request: &Request) -> Vec<u8> {
+/// What a request to take over its connection gets: the connection, now a
+/// raw stream both ways (with what the engine sent past its head already
+/// in the reader's buffer), or an ordinary answer (an error).
+pub enum Hijack<S> {
+    Upgraded(BufReader<S>),
+    Refused(Response<S>),
+}
+
+/// Sends `request` asking to take over the connection (`Upgrade: tcp`, as
+/// the engine's attach and exec start take it) and reads the answer's
+/// head: `101 Switching Protocols`, or a `200` whose content type is one
+/// of the engine's raw streams (an engine that switches without saying
+/// so), is the connection handed over.
+pub fn hijack_on<S: Read + Write>(
+    mut stream: S,
+    request: &Request,
+) -> Result<Hijack<S>, HttpError> {
+    write_request(&mut stream, request, "Upgrade\r\nUpgrade: tcp")?;
+    let mut reader = BufReader::new(stream);
+    let status_line = read_line(&mut reader)?;
+    if parse_status(&status_line)? == 101 {
+        read_headers(&mut reader)?;
+        return Ok(Hijack::Upgraded(reader));
+    }
+    let response = response_after(status_line, reader, false)?;
+    let raw = response.header("content-type").is_some_and(|t| {
+        t.starts_with("application/vnd.docker.raw-stream")
+            || t.starts_with("application/vnd.docker.multiplexed-stream")
+    });
+    if response.status == 200 && raw {
+        return Ok(Hijack::Upgraded(response.body.reader));
+    }
+    Ok(Hijack::Refused(response))
+}
+
+fn write_request<S: Write>(stream: &mut S, request: &Request, connection: &str) -> io::Result<()> {
+    stream.write_all(&head_of(request, connection))?;
+    if let Some((_, body)) = &request.body {
+        stream.write_all(body)?;
+    }
+    stream.flush()
+}
+
+/// The request line and headers, with `connection` as its `Connection`
+/// header.
+fn head_of(request: &Request, connection: &str) -> Vec<u8> {
     let mut head = format!(
-        "{} {} HTTP/1.1\r\nHost: docker\r\nUser-Agent: csi-agent\r\nConnection: close\r\n",
+        "{} {} HTTP/1.1\r\nHost: docker\r\nUser-Agent: csi-agent\r\nConnection: {connection}\r\n",
         request.method, request.target
     );
     for (name, value) in &request.headers {
@@ -144,6 +184,16 @@ fn read_response<S: Read>(
         read_headers(&mut reader)?;
         status_line = read_line(&mut reader)?;
     }
+    response_after(status_line, reader, head_only)
+}
+
+/// The response whose status line is `status_line`: its headers, and its
+/// body's framing.
+fn response_after<S: Read>(
+    status_line: String,
+    mut reader: BufReader<S>,
+    head_only: bool,
+) -> Result<Response<S>, HttpError> {
     let status = parse_status(&status_line)?;
     let headers = read_headers(&mut reader)?;
     let find = |name: &str| {
@@ -557,5 +607,50 @@ mod tests {
             "{err:?}"
         );
         drop(go);
+    }
+
+    #[test]
+    fn a_hijack_hands_over_the_connection_with_what_came_past_the_head() {
+        let (stream, request, go) = serve(pieces(&[
+            "HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\nfirst bytes",
+        ]));
+        drop(go);
+        let req = Request::new("POST", "/v1.41/exec/x/start".into());
+        let Hijack::Upgraded(mut reader) = hijack_on(stream, &req).unwrap() else {
+            panic!("not handed over");
+        };
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"first bytes");
+        let head = request.recv().unwrap();
+        assert!(
+            head.contains("Connection: Upgrade\nUpgrade: tcp\n"),
+            "{head}"
+        );
+        // An engine that switches with a 200 of its raw stream.
+        let (stream, _, go) = serve(pieces(&[
+            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\nraw",
+        ]));
+        drop(go);
+        let Hijack::Upgraded(mut reader) = hijack_on(stream, &req).unwrap() else {
+            panic!("not handed over");
+        };
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"raw");
+    }
+
+    #[test]
+    fn a_refused_hijack_is_an_answer_with_its_body() {
+        let (stream, _, go) = serve(pieces(&[
+            "HTTP/1.1 409 Conflict\r\nContent-Length: 13\r\n\r\n{\"message\":1}",
+        ]));
+        drop(go);
+        let req = Request::new("POST", "/v1.41/exec/x/start".into());
+        let Hijack::Refused(response) = hijack_on(stream, &req).unwrap() else {
+            panic!("handed over");
+        };
+        assert_eq!(response.status, 409);
+        assert_eq!(response.read_all(100).unwrap(), b"{\"message\":1}");
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! A pull and an import answer with a stream of JSON progress messages;
 //! one with `error` (or `errorDetail`) means the operation failed even
-//! though the status was 200.
+//! though the status was 200. A pull's messages also tell its layers'
+//! progress (`pull_progress.rs`).
 
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 
 use super::http::{encode, Request};
+use super::pull_progress::{PullProgress, Tally};
 use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
 use crate::encode::{base64, Alphabet};
 use crate::json::{self, Value};
@@ -75,11 +77,18 @@ impl Engine {
     }
 
     /// `POST /images/create?fromImage=&tag=`: pulls `image` from its
-    /// registry, with `auth` if given, and returns when the engine has it.
+    /// registry, with `auth` if given, and returns when the engine has it,
+    /// with how far it got. `progress` is called with each change of the
+    /// download's progress.
     /// The engine may stay silent for at most [`PROGRESS_TIMEOUT`] at a
     /// time. Every failure the engine reports is [`Error::Pull`]; a
     /// connection that fails is [`Error::Connect`] or [`Error::Io`].
-    pub fn pull(&self, image: &str, auth: Option<&Auth>) -> Result<(), Error> {
+    pub fn pull(
+        &self,
+        image: &str,
+        auth: Option<&Auth>,
+        progress: &mut dyn FnMut(PullProgress),
+    ) -> Result<PullProgress, Error> {
         let (name, tag) = split_reference(image);
         let mut target = format!("/images/create?fromImage={}", encode(name));
         if !tag.is_empty() {
@@ -93,8 +102,14 @@ impl Engine {
             image: image.to_string(),
             message,
         };
-        match self.progress(&request) {
-            Ok(Ok(())) => Ok(()),
+        let mut tally = Tally::default();
+        let mut each = |message: &Value| {
+            if tally.take(message) {
+                progress(tally.progress());
+            }
+        };
+        match self.progress(&request, &mut each) {
+            Ok(Ok(())) => Ok(tally.progress()),
             Ok(Err(message)) => Err(pull_error(message)),
             Err(
                 Error::Api { message, .. } | Error::NotFound(message) | Error::Conflict(message),
@@ -119,7 +134,7 @@ impl Engine {
         }
         let mut request = Engine::request("POST", &target);
         request.body = Some(("application/x-tar", tarball));
-        match self.progress(&request)? {
+        match self.progress(&request, &mut |_| {})? {
             Ok(()) => Ok(()),
             Err(message) => Err(Error::Api {
                 status: 200,
@@ -128,9 +143,14 @@ impl Engine {
         }
     }
 
-    /// Sends `request` and reads its progress stream to its end: `Ok(Err)`
-    /// with the engine's message when the stream reports an error.
-    fn progress(&self, request: &Request) -> Result<Result<(), String>, Error> {
+    /// Sends `request` and reads its progress stream to its end, each
+    /// message handed to `each`: `Ok(Err)` with the engine's message when
+    /// the stream reports an error.
+    fn progress(
+        &self,
+        request: &Request,
+        each: &mut dyn FnMut(&Value),
+    ) -> Result<Result<(), String>, Error> {
         let response = self.send(request, Some(PROGRESS_TIMEOUT))?;
         if response.status != 200 {
             let status = response.status;
@@ -149,25 +169,26 @@ impl Engine {
             if read == 0 {
                 return Ok(Ok(()));
             }
-            if let Some(message) = progress_error(&line)? {
-                return Ok(Err(message));
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
             }
+            let message = super::parse("a progress message", &line)?;
+            if let Some(error) = progress_error(&message) {
+                return Ok(Err(error));
+            }
+            each(&message);
         }
     }
 }
 
 /// The error a progress message reports, if any.
-fn progress_error(line: &[u8]) -> Result<Option<String>, Error> {
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let message = super::parse("a progress message", line)?;
+fn progress_error(message: &Value) -> Option<String> {
     let detail = message
         .get("errorDetail")
         .and_then(|d| d.get("message"))
         .and_then(Value::as_str);
     let error = message.get("error").and_then(Value::as_str);
-    Ok(error.or(detail).map(str::to_string))
+    error.or(detail).map(str::to_string)
 }
 
 #[cfg(test)]
@@ -205,12 +226,11 @@ mod tests {
 
     #[test]
     fn progress_errors_are_found() {
-        assert_eq!(progress_error(br#"{"status":"Pulling"}"#).unwrap(), None);
-        assert_eq!(progress_error(b"\r\n").unwrap(), None);
+        let error = |text: &str| progress_error(&json::parse(text).unwrap());
+        assert_eq!(error(r#"{"status":"Pulling"}"#), None);
         assert_eq!(
-            progress_error(br#"{"errorDetail":{"message":"denied"},"error":"denied"}"#).unwrap(),
+            error(r#"{"errorDetail":{"message":"denied"},"error":"denied"}"#),
             Some("denied".to_string())
         );
-        assert!(progress_error(b"not json").is_err());
     }
 }

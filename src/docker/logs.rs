@@ -4,7 +4,8 @@
 //! A container without a TTY (the only kind [`super::ContainerSpec`]
 //! makes) has its stdout and stderr multiplexed on one stream of frames:
 //! an 8-byte header (the stream, 1 for stdout and 2 for stderr, three zero
-//! bytes, and the payload's length as a big-endian `u32`) and the payload.
+//! bytes, and the payload's length as a big-endian `u32`, at most
+//! [`MAX_FRAME`]) and the payload. An exec without a TTY has the same.
 
 use std::io::{self, Read, Write};
 
@@ -14,6 +15,11 @@ use super::{Engine, Error};
 /// The most payload copied at a time: a frame's length comes from the
 /// engine and is not allocated.
 const COPY_BUFFER: usize = 32 * 1024;
+
+/// The longest frame a stream may have: the engine writes a frame per
+/// write of the container's (a log line, a pipe's read), far below this;
+/// one that says it is longer is not the engine's.
+pub const MAX_FRAME: usize = 16 << 20;
 
 impl Engine {
     /// Follows the logs of container `id` from `since` (Unix seconds; 0:
@@ -76,6 +82,11 @@ pub fn demultiplex(
             other => return Err(Demux::Frame(format!("a frame of unknown stream {other}"))),
         };
         let mut left = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        if left > MAX_FRAME {
+            return Err(Demux::Frame(format!(
+                "a frame of {left} bytes, more than MAX_FRAME ({MAX_FRAME})"
+            )));
+        }
         while left > 0 {
             let want = left.min(buffer.len());
             let read = match stream.read(&mut buffer[..want]) {
@@ -169,6 +180,13 @@ mod tests {
         assert!(
             matches!(&cut, Demux::Frame(m) if m.contains("header")),
             "{cut:?}"
+        );
+        let mut huge = vec![1, 0, 0, 0];
+        huge.extend_from_slice(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        let huge = demultiplex(&mut huge.as_slice(), &mut out, &mut err).unwrap_err();
+        assert!(
+            matches!(&huge, Demux::Frame(m) if m.contains("MAX_FRAME")),
+            "{huge:?}"
         );
         let unknown = demultiplex(&mut frame(7, b"x").as_slice(), &mut out, &mut err);
         assert!(matches!(unknown, Err(Demux::Frame(_))));

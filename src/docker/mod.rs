@@ -20,23 +20,29 @@
 //! create body and `containers.rs` reads the engine's answers.
 //!
 //! The files split by concern: `images.rs` (presence, pull, import, the
-//! registry's credentials), `containers.rs` (create, start, inspect, list,
+//! registry's credentials), `pull_progress.rs` (a pull's bytes and
+//! layers), `containers.rs` (create, start, inspect, list,
 //! wait, kill, remove), `spec.rs` (what a container is asked to be),
 //! `logs.rs` (the multiplexed log stream), `volume_mounts.rs` (which
 //! containers mount which named volumes, for the volume plugin's
-//! reconciler), `http.rs` (the wire).
+//! reconciler), `exec.rs` (commands run in a running container), `http.rs`
+//! (the wire).
 
 mod containers;
+mod exec;
 pub mod http;
 mod images;
 mod logs;
+mod pull_progress;
 mod spec;
 mod stats;
 mod volume_mounts;
 
 pub use containers::Container;
+pub use exec::{ExecState, ExecStream};
 pub use images::Auth;
-pub use logs::{demultiplex, Demux};
+pub use logs::{demultiplex, Demux, MAX_FRAME};
+pub use pull_progress::{PullProgress, MAX_PULL_LAYERS};
 pub use spec::{ContainerSpec, Device, Mount, PortBinding};
 pub use stats::ContainerStats;
 pub use volume_mounts::{ContainerVolumes, VolumeMount};

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use super::driver::Handle;
 use super::{invalid, Allocs, TaskState};
 use crate::call::{CallError, ErrorKind};
 use crate::spec::Driver;
@@ -39,6 +40,7 @@ pub enum SessionLookup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SessionTarget {
     Exec(ExecTarget),
+    Docker(DockerTarget),
     /// The alloc's dir.
     Fs(PathBuf),
     Stats(super::alloc_stats::StatsTarget),
@@ -57,11 +59,19 @@ pub struct ExecTarget {
     pub task_dir: PathBuf,
 }
 
+/// A running `docker` task to run a command in: its container, on the
+/// engine at `endpoint`. The session's thread makes the engine's calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DockerTarget {
+    pub endpoint: String,
+    pub container: String,
+}
+
 impl Allocs {
     /// Answers a session's lookup, from the loop's state only.
     pub fn session(&self, lookup: &SessionLookup) -> Result<SessionTarget, CallError> {
         match lookup {
-            SessionLookup::Exec(req) => self.exec_target(req).map(SessionTarget::Exec),
+            SessionLookup::Exec(req) => self.exec_target(req),
             SessionLookup::Fs { alloc_id } => self.fs_root(alloc_id).map(SessionTarget::Fs),
             SessionLookup::Stats { alloc_id } => {
                 self.stats_target(alloc_id).map(SessionTarget::Stats)
@@ -75,7 +85,7 @@ impl Allocs {
     }
 
     /// `alloc exec`: the running task a command joins.
-    fn exec_target(&self, req: &ExecLookup) -> Result<ExecTarget, CallError> {
+    fn exec_target(&self, req: &ExecLookup) -> Result<SessionTarget, CallError> {
         let alloc = &self.allocs[&self.alloc_by_prefix(&req.alloc_id)?];
         let names: Vec<&str> = alloc.tasks.iter().map(|t| t.name.as_str()).collect();
         let task = if req.task.is_empty() {
@@ -130,19 +140,19 @@ impl Allocs {
             .find(|t| t.name == task.name)
             .ok_or_else(not_running)?;
         if spec.driver == Driver::Docker {
-            return Err(CallError::new(
-                ErrorKind::FailedPrecondition,
-                format!(
-                    "task {:?} of alloc {} is a docker task: alloc exec runs commands in exec and raw_exec tasks",
-                    task.name, alloc.id
-                ),
-            ));
+            let Handle::Container { name, .. } = &process.handle else {
+                return Err(not_running());
+            };
+            return Ok(SessionTarget::Docker(DockerTarget {
+                endpoint: self.docker_settings.endpoint.clone(),
+                container: name.clone(),
+            }));
         }
-        Ok(ExecTarget {
+        Ok(SessionTarget::Exec(ExecTarget {
             pid,
             own_root: spec.driver == Driver::Exec,
             task_dir: self.alloc_dir(&alloc.id).join(&task.name),
-        })
+        }))
     }
 
     /// `alloc fs`: the alloc's dir.

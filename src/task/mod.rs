@@ -293,6 +293,19 @@ impl TaskRun {
     }
 }
 
+impl TaskRun {
+    /// A task event that tells how far a step is: on the event stream as
+    /// any other, and in the task's events in place of the one before it
+    /// of the same kind, so that a long step's news does not push the
+    /// others out of the [`EVENTS_KEPT`].
+    fn progress_event(&mut self, kind: &str, message: impl Into<String>) {
+        if self.events.back().is_some_and(|e| e.kind == kind) {
+            self.events.pop_back();
+        }
+        self.event(kind, message);
+    }
+}
+
 /// The event stream's type of a task event: its kind as Nomad's task
 /// events name theirs (`Started`, `Restarting`, ...).
 fn task_event_type(kind: &str) -> String {

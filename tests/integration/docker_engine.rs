@@ -102,7 +102,7 @@ fn a_pull_on_an_offline_host_fails_naming_the_image() {
     }
     let dockerd = Dockerd::start();
     let image = "csi-agent-test/absent:1";
-    let err = dockerd.engine().pull(image, None).unwrap_err();
+    let err = dockerd.engine().pull(image, None, &mut |_| {}).unwrap_err();
     assert!(
         matches!(&err, Error::Pull { image: i, .. } if i == image),
         "{err:?}"
@@ -121,7 +121,10 @@ fn a_pull_on_an_offline_host_fails_naming_the_image() {
         server_address: "registry.invalid".into(),
     };
     let image = "registry.invalid/team/app:2";
-    let err = dockerd.engine().pull(image, Some(&auth)).unwrap_err();
+    let err = dockerd
+        .engine()
+        .pull(image, Some(&auth), &mut |_| {})
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Pull { image: i, .. } if i == image),
         "{err:?}"

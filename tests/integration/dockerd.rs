@@ -27,7 +27,7 @@ const BUSYBOX: &str = "/bin/busybox";
 /// The applets the test images have as commands.
 const APPLETS: &[&str] = &[
     "sh", "sleep", "echo", "cat", "ls", "mount", "grep", "head", "tr", "true", "test", "[", "dd",
-    "printf", "touch", "mkdir", "hostname", "rm",
+    "printf", "touch", "mkdir", "hostname", "rm", "stty", "tty",
 ];
 
 /// Whether the docker tests can run: as root, with dockerd and a static

@@ -44,6 +44,7 @@ mod metrics;
 mod metrics_families;
 mod migration;
 mod netns;
+mod registry;
 mod requests;
 mod snapshots;
 mod snapshots_cli;

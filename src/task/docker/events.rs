@@ -36,8 +36,21 @@ impl Allocs {
                 )
         });
         if let Some(i) = current {
+            // A pull's progress is news for the event stream; the state
+            // written to disk waits for the next step.
+            self.dirty |= !matches!(what, Happened::Pulling { .. });
             match what {
                 Happened::Note(message) => alloc.tasks[i].event("driver", message),
+                Happened::Pulling { image, progress } => {
+                    let message = format!(
+                        "image {image}: {} of {} ({} of {} layers)",
+                        crate::units::format_size(progress.done),
+                        crate::units::format_size(progress.total),
+                        progress.layers_done,
+                        progress.layers
+                    );
+                    alloc.tasks[i].progress_event("pulling", message);
+                }
                 Happened::Running {
                     id: container,
                     pid,
@@ -72,7 +85,6 @@ impl Allocs {
                 }
                 Happened::Own(_) => unreachable!("taken above"),
             }
-            self.dirty = true;
         }
         self.allocs.insert(id, alloc);
         current.is_some()

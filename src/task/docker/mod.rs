@@ -9,7 +9,7 @@
 //! (so a task is never started twice, even by an agent killed between the
 //! engine's create and its own snapshot: the engine refuses a second
 //! container of one name); the image is pulled when missing (or
-//! `force_pull`); the container is created, started and found (its init's
+//! `force_pull`), its progress told at most every [`PULL_REPORT`]; the container is created, started and found (its init's
 //! pid on the host, which the writers' guard may kill); then the thread
 //! copies the container's output to the task's logs until it ends, takes
 //! its exit code (and whether the OOM killer ended it), removes it, and
@@ -48,6 +48,10 @@ pub(super) const LABEL_ALLOC: &str = "csi-agent.alloc";
 pub(super) const LABEL_JOB: &str = "csi-agent.job";
 pub(super) const LABEL_TASK: &str = "csi-agent.task";
 
+/// How often at most a start tells the loop how far its image's pull is
+/// (its first news, once a layer's size is known, at once).
+pub(super) const PULL_REPORT: Duration = Duration::from_secs(1);
+
 /// How long after a container's SIGKILL exit the engine may still learn
 /// that the OOM killer sent it.
 const OOM_NEWS: Duration = Duration::from_secs(2);
@@ -68,6 +72,12 @@ pub(super) enum Happened {
     /// A step worth a task event (the image is being pulled, privileges
     /// granted otherwise).
     Note(String),
+    /// How far the pull of `image` is; sent at most every
+    /// [`PULL_REPORT`].
+    Pulling {
+        image: String,
+        progress: crate::docker::PullProgress,
+    },
     /// The container runs; `adopted` if it ran already.
     Running {
         id: String,
@@ -318,8 +328,25 @@ fn start_and_watch(engine: &Engine, run: &Run, report: &Reporter<'_>) {
     };
     if run.force_pull || !present {
         report.send(Happened::Note(format!("pulling image {image}")));
-        if let Err(err) = engine.pull(image, run.auth.as_ref()) {
-            return failed(err.to_string());
+        let mut last: Option<Instant> = None;
+        let mut progress = |progress: crate::docker::PullProgress| {
+            // Nothing to tell before a layer's size is known.
+            if progress.total == 0 || last.is_some_and(|at| at.elapsed() < PULL_REPORT) {
+                return;
+            }
+            last = Some(Instant::now());
+            report.send(Happened::Pulling {
+                image: image.clone(),
+                progress,
+            });
+        };
+        match engine.pull(image, run.auth.as_ref(), &mut progress) {
+            Ok(pulled) => report.send(Happened::Note(format!(
+                "pulled image {image} ({} in {} layers)",
+                crate::units::format_size(pulled.total),
+                pulled.layers
+            ))),
+            Err(err) => return failed(err.to_string()),
         }
     }
     if run.stopping.load(Ordering::SeqCst) {

@@ -34,7 +34,7 @@ fn running(rig: &Rig, file: &str, hcl: &str) -> String {
 }
 
 /// `csi-agent alloc exec ARGS` with `stdin` piped in.
-fn exec(rig: &Rig, args: &[&str], stdin: &[u8]) -> Output {
+pub(super) fn exec(rig: &Rig, args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(bin())
         .arg("alloc")
         .arg("exec")
@@ -66,7 +66,7 @@ fn exec(rig: &Rig, args: &[&str], stdin: &[u8]) -> Output {
     out
 }
 
-fn stdout(out: &Output) -> String {
+pub(super) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -157,7 +157,7 @@ fn exec_into_a_raw_exec_task_has_its_env_and_passes_stdin() {
 
 /// A pseudo-terminal pair of `rows` x `cols`: the test's master, and the
 /// slave the CLI gets as its stdin, stdout and stderr.
-fn pty(rows: u16, cols: u16) -> (File, OwnedFd) {
+pub(super) fn pty(rows: u16, cols: u16) -> (File, OwnedFd) {
     let (mut master, mut slave) = (-1, -1);
     let size = libc::winsize {
         ws_row: rows,
@@ -182,7 +182,7 @@ fn pty(rows: u16, cols: u16) -> (File, OwnedFd) {
 
 /// Reads what `master` has (waiting for some) into `seen`; false at its
 /// end (EIO once no one holds the slave).
-fn read_chunk(master: &mut File, seen: &mut Vec<u8>) -> bool {
+pub(super) fn read_chunk(master: &mut File, seen: &mut Vec<u8>) -> bool {
     let mut buf = [0u8; 4096];
     match master.read(&mut buf) {
         Ok(0) | Err(_) => false,
@@ -194,7 +194,7 @@ fn read_chunk(master: &mut File, seen: &mut Vec<u8>) -> bool {
 }
 
 /// Reads until `seen` holds `marker` (true) or `master` ends (false).
-fn read_until(master: &mut File, seen: &mut Vec<u8>, marker: &str) -> bool {
+pub(super) fn read_until(master: &mut File, seen: &mut Vec<u8>, marker: &str) -> bool {
     while !String::from_utf8_lossy(seen).contains(marker) {
         if !read_chunk(master, seen) {
             return false;

@@ -28,6 +28,7 @@ mod constraints;
 pub(crate) mod containers;
 mod docker;
 mod docker_demo;
+mod docker_exec;
 mod expressions;
 mod isolation;
 mod json;
@@ -49,6 +50,7 @@ mod templates;
 mod untrusted;
 mod variables;
 mod watch;
+mod watch_pull;
 
 pub(crate) const PLUGIN_ID: &str = "hp";
 const USAGE: &str = "rw-file-system-single-node-writer";
