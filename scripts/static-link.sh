@@ -4,7 +4,8 @@
 # it do, then lld links the same inputs again with identical code folding,
 # which zig's `cc` front end does not let through (`-Wl,--icf=...` is an
 # "unsupported linker arg" to it). Folding merges the many functions of
-# gRPC's C++ templates that compile to the same bytes.
+# gRPC's C++ templates that compile to the same bytes. BENCHMARKS.md's P5
+# note has what each option saves.
 #
 # --icf=safe folds only the sections an object's address-significance
 # table (.llvm_addrsig) leaves out: functions whose address is never taken
@@ -12,7 +13,12 @@
 # code that compares function pointers, as abseil and gRPC do, keeps
 # distinct addresses; rustc writes none, so lld folds no Rust code (LLVM
 # already merged identical Rust functions under LTO). --icf=all would fold
-# address-taken functions too, and is not used.
+# address-taken functions too, and is not used. (lld reads the tables of
+# the few objects cc-rs builds, zlib's and the C shims, as unusable, and
+# folds nothing of theirs.) -O2 adds lld's string tail merging.
+#
+# A change to this script does not make cargo link again: touch
+# src/main.rs before `make static`.
 #
 # Environment (set by scripts/static.sh):
 #   STATIC_LINK_TARGET  the Rust target, e.g. x86_64-unknown-linux-musl
@@ -61,4 +67,5 @@ set -f
 # shellcheck disable=SC2086
 set -- ${line#ld.lld }
 rm -f "$log"
-exec python-zig ld.lld "$@" --icf="$icf"
+# -O2 also merges string constants that are the tail of another.
+exec python-zig ld.lld "$@" --icf="$icf" -O2
