@@ -20,6 +20,9 @@ UNITDIR    ?= $(PREFIX)/lib/systemd/system
 CARGO      ?= cargo
 DEBUG_BIN  := target/debug/csi-agent
 STATIC_BIN := target/x86_64-unknown-linux-musl/static/csi-agent
+# The static binary's size budget in bytes: 8 MiB (BENCHMARKS.md, row P5).
+# `make static-check` fails above it.
+STATIC_BUDGET ?= 8388608
 # Where the dev profile's gRPC core comes from: "system" (Debian's
 # libgrpc-dev through pkg-config, with the system's OpenSSL) or "vendored"
 # (grpcio-sys builds gRPC 1.56 and BoringSSL from source). Both set
@@ -49,7 +52,7 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps grpc-check build static test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
+.PHONY: all deps grpc-check build static static-check test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -82,6 +85,13 @@ grpc-check:
 ## GRPC says
 static:
 	scripts/static.sh
+
+## static-check: that $(STATIC_BIN) (after `make static`) is fully static,
+## stripped, and at most STATIC_BUDGET bytes (8 MiB); CI runs it, then
+## `make e2e BIN=$(STATIC_BIN)`
+static-check:
+	scripts/static.sh -check $(STATIC_BIN)
+	scripts/size-check.sh $(STATIC_BIN) $(STATIC_BUDGET)
 
 ## test: lint, then every unit and integration test (root-only tests need root)
 test: build lint

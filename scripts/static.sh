@@ -146,8 +146,14 @@ export CXX="$tools/bin/musl-c++"
 export GRPCIO_SYS_USE_PKG_CONFIG=0
 export PATH="$tools/venv/bin:$PATH"
 
+# The binary's final link goes through scripts/static-link.sh, which folds
+# identical C++ functions (lld's --icf=safe) after zig's link; only the
+# csi-agent binary gets that linker, so the other crates are built as by
+# `cargo zigbuild`. STATIC_LINK_ICF=none links as zig alone does.
+export STATIC_LINK_TARGET="$target"
 start=$(date +%s)
-cargo zigbuild --locked --profile static --target "$target"
+cargo-zigbuild rustc --locked --profile static --target "$target" --bin csi-agent \
+    -- -C linker="$PWD/scripts/static-link.sh"
 echo "built in $(($(date +%s) - start))s"
 
 strip "$bin"

@@ -12,7 +12,9 @@
 //! agent's Docker volume plugin socket driven by the `docker` CLI,
 //! `docker-compose` and `podman` (`volume_clients`); and
 //! external corpora (RE2, JSONTestSuite, HCL's specsuite, Go's template
-//! tests) against the hand-written engines (`corpus`).
+//! tests) against the hand-written engines (`corpus`); and the checks CI
+//! runs on the static binary, static and within its size budget
+//! (`static_build`).
 
 mod agent;
 mod block;
@@ -51,6 +53,7 @@ mod snapshots_cli;
 mod spec;
 mod split;
 mod split_hostpath;
+mod static_build;
 mod strict;
 mod targets;
 mod upgrade;
