@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds csi-agent as one fully static x86_64 musl executable, and refuses the
-# result unless `file` and `ldd` both say it is static.
+# Builds csi-agent as one fully static musl executable for x86_64 (the
+# default) or aarch64 (ARCH=aarch64), and refuses the result unless `file`
+# and the ELF headers (and, for the host's own architecture, `ldd`) say it
+# is static.
 #
 # gRPC's C++ core needs a C++ compiler and standard library for musl, which
 # Debian does not package (musl-gcc is C only). zig ships both, so zig is the
@@ -10,11 +12,25 @@
 # Usage: scripts/static.sh        (`make static`; about 25 minutes on two cores
 #                                  the first time: gRPC's C++ core is compiled
 #                                  again, for musl)
-#        scripts/static.sh -check FILE   (only the checks, on FILE)
+#        ARCH=aarch64 scripts/static.sh   (`make static ARCH=aarch64`: the
+#                                  same for 64-bit ARM, cross-compiled by zig;
+#                                  its own gRPC build, as long again)
+#        scripts/static.sh -check FILE   (only the checks, on FILE, of
+#                                  either architecture)
 # Prints the path of the stripped binary and its size.
 set -euo pipefail
 
-target=x86_64-unknown-linux-musl
+# The architectures a static binary is built for, as Rust's target triples
+# spell them: x86_64-unknown-linux-musl, aarch64-unknown-linux-musl.
+arch=${ARCH:-x86_64}
+case "$arch" in
+x86_64 | aarch64) ;;
+*) echo "error: ARCH must be x86_64 or aarch64, not \"$arch\"" >&2; exit 1 ;;
+esac
+target=$arch-unknown-linux-musl
+# The spelling of the target in the environment variables cc-rs, cmake-rs
+# and cargo-zigbuild read (CFLAGS_aarch64_unknown_linux_musl, ...).
+target_var=${target//-/_}
 # The versions `make static` was last seen to work with. A newer clang (in a
 # newer zig) may turn another warning in gRPC's sources into an error.
 ziglang_version=${ZIGLANG_VERSION:-0.17.0}
@@ -27,22 +43,45 @@ fail() {
 
 # Refuses anything that is not fully static, as Firecracker's release script
 # does: a binary that still needs a loader or a shared library is not the
-# one to ship. Sets `description` and `ldd_out` for the summary.
+# one to ship. `file` must say so, and the ELF headers must agree: no
+# PT_INTERP program header (no loader) and no DT_NEEDED entry (no shared
+# library). ldd runs the host's loader, so it is asked only about a binary
+# of the host's own architecture; for another one (aarch64 on an x86_64
+# host) the headers are the check. Sets `description` and `ldd_out` for the
+# summary.
 check_static() {
     description=$(file -b "$1")
     case "$description" in
     *"statically linked"*) ;;
     *) fail "$1 is not statically linked: file says: $description" ;;
     esac
-    ldd_out=$(ldd "$1" 2>&1 || true)
-    case "$ldd_out" in
-    *"not a dynamic executable"*) ;;
-    *) fail "$1 is not static: ldd says: $ldd_out" ;;
-    esac
+    local headers
+    headers=$(LC_ALL=C readelf -W -l -d "$1" 2>&1) || fail "readelf cannot read $1: $headers"
+    if grep -q 'INTERP' <<<"$headers"; then
+        fail "$1 is not static: it names a program interpreter (readelf -l shows INTERP)"
+    fi
+    if grep -q '(NEEDED)' <<<"$headers"; then
+        fail "$1 is not static: it needs shared libraries (readelf -d): $(grep '(NEEDED)' <<<"$headers" | tr -s ' ')"
+    fi
+    if [ "$(elf_machine "$1")" = "$(elf_machine /proc/self/exe)" ]; then
+        ldd_out=$(ldd "$1" 2>&1 || true)
+        case "$ldd_out" in
+        *"not a dynamic executable"*) ;;
+        *) fail "$1 is not static: ldd says: $ldd_out" ;;
+        esac
+    else
+        ldd_out="not run (built for $(elf_machine "$1"), this host is $(elf_machine /proc/self/exe)); readelf shows no INTERP and no NEEDED"
+    fi
     case "$description" in
     *", stripped"*) ;;
     *) fail "$1 is not stripped: file says: $description" ;;
     esac
+}
+
+# The machine an ELF file is built for, as readelf names it (e.g.
+# "Advanced Micro Devices X86-64", "AArch64").
+elf_machine() {
+    LC_ALL=C readelf -h "$1" | sed -n 's/^ *Machine: *//p'
 }
 
 case "${1:-}" in
@@ -102,16 +141,23 @@ fi
 # grpcio-sys hands $CXX to cmake as CMAKE_CXX_COMPILER, and without it
 # hard-codes g++ for musl targets. cargo-zigbuild generates a zig c++ wrapper
 # for the target, under a hashed name, and exports its path to the build
-# scripts as CXX_x86_64_unknown_linux_musl; this forwarder runs that wrapper.
+# scripts as CXX_<target> (CXX_aarch64_unknown_linux_musl, ...); this forwarder, one
+# per architecture, runs that wrapper.
 # (cargo-zigbuild's cmake toolchain file names the same wrapper, so that is
 # what CMakeCache.txt records.)
+# The x86_64 one keeps the name it had before there were two: cc-rs has
+# cargo rerun grpcio-sys's build script (all of gRPC) when $CXX changes.
+case "$arch" in
+x86_64) cxx="$tools/bin/musl-c++" ;;
+*) cxx="$tools/bin/$arch-musl-c++" ;;
+esac
 mkdir -p "$tools/bin"
-cat >"$tools/bin/musl-c++" <<'EOF'
+cat >"$cxx" <<EOF
 #!/bin/sh
 # Written by scripts/static.sh: the C++ compiler gRPC's cmake build uses.
-exec "${CXX_x86_64_unknown_linux_musl:?not set: run through cargo zigbuild (scripts/static.sh)}" "$@"
+exec "\${CXX_$target_var:?not set: run through cargo zigbuild (scripts/static.sh)}" "\$@"
 EOF
-chmod 0755 "$tools/bin/musl-c++"
+chmod 0755 "$cxx"
 
 # musl >= 1.2.4 declares off64_t only with _LARGEFILE64_SOURCE, and abseil
 # uses it. Newer clang makes a diagnostic in gRPC's basic_seq.h an error.
@@ -137,9 +183,9 @@ chmod 0755 "$tools/bin/musl-c++"
 #   c-ares. Only etcd endpoints are host names; plugins and the control
 #   API are unix sockets.
 flags="-D_LARGEFILE64_SOURCE -DOPENSSL_SMALL -fno-unwind-tables -fno-asynchronous-unwind-tables"
-export CFLAGS_x86_64_unknown_linux_musl="$flags"
-export CXXFLAGS_x86_64_unknown_linux_musl="$flags -DGRPC_NO_XDS -DGRPC_NO_RLS -DGRPC_ARES=0 -fno-exceptions -fno-rtti -Wno-error=missing-template-arg-list-after-template-kw"
-export CXX="$tools/bin/musl-c++"
+export "CFLAGS_$target_var=$flags"
+export "CXXFLAGS_$target_var=$flags -DGRPC_NO_XDS -DGRPC_NO_RLS -DGRPC_ARES=0 -fno-exceptions -fno-rtti -Wno-error=missing-template-arg-list-after-template-kw"
+export CXX="$cxx"
 # gRPC's C++ core and BoringSSL from source, linked statically, whatever
 # `make GRPC=...` or .cargo/config.toml ask of the development build: no
 # system gRPC (nor pkg-config) for musl exists to link.
@@ -156,8 +202,18 @@ cargo-zigbuild rustc --locked --profile static --target "$target" --bin csi-agen
     -- -C linker="$PWD/scripts/static-link.sh"
 echo "built in $(($(date +%s) - start))s"
 
-strip "$bin"
+# The static profile strips already (strip = true, through the linker);
+# the host's strip makes sure of it where it knows the architecture.
+# Debian's x86_64 binutils does not know aarch64: check_static then
+# refuses a binary the linker left unstripped.
+if [ "$(elf_machine "$bin")" = "$(elf_machine /proc/self/exe)" ]; then
+    strip "$bin"
+fi
 check_static "$bin"
+case "$arch:$description" in
+x86_64:*"x86-64"* | aarch64:*"ARM aarch64"*) ;;
+*) fail "$bin is not an $arch executable: file says: $description" ;;
+esac
 
 size=$(stat -c %s "$bin")
 echo "$bin: $size bytes ($(numfmt --to=si --suffix=B "$size")), static, stripped"

@@ -267,7 +267,17 @@ pub(super) fn statx_mount_id(path: &CStr) -> io::Result<Option<u64>> {
         libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
         mask,
     )?;
-    Ok((st.stx_mask & mask != 0).then_some(st.stx_mnt_id))
+    Ok(reported_mount_id(st.stx_mask & mask, st.stx_mnt_id))
+}
+
+/// The mount ID of a statx(2) answer whose mask had `mask_bits` of the ones
+/// asked for. Zero is no ID: the unique ones start above 2^31, and a
+/// reusable 0 could only be the first mount made at boot, never one a
+/// volume is on. It is what a translator of the call that sets the mask
+/// bit but does not copy the field leaves (qemu-user 7.2 does so), and
+/// taking it for an ID would make every path seem to be on one mount.
+fn reported_mount_id(mask_bits: libc::c_uint, id: u64) -> Option<u64> {
+    (mask_bits != 0 && id != 0).then_some(id)
 }
 
 /// Calls statvfs(3) on `path`.
@@ -326,6 +336,17 @@ mod tests {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_NOSYMFOLLOW
         );
         assert_eq!(locked_mount_flags(libc::ST_NODEV), libc::MS_NODEV);
+    }
+
+    #[test]
+    fn a_zero_mount_id_is_no_id_even_when_the_mask_says_it_was_filled() {
+        assert_eq!(
+            reported_mount_id(STATX_MNT_ID_UNIQUE, 2_147_483_671),
+            Some(2_147_483_671)
+        );
+        assert_eq!(reported_mount_id(STATX_MNT_ID, 27), Some(27));
+        assert_eq!(reported_mount_id(STATX_MNT_ID_UNIQUE, 0), None);
+        assert_eq!(reported_mount_id(0, 27), None);
     }
 
     #[test]

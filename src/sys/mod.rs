@@ -6,7 +6,8 @@
 //! plugin's block volumes, the user database, and the calls the start
 //! helper makes before a task's exec (descriptors as integers, sessions,
 //! namespaces, fork, wait and exit, `set*id` and capabilities), which
-//! allocate nothing.
+//! allocate nothing; and whether the process runs under a user-mode
+//! emulator (`emulation`, for the tests).
 //! Each libc call is one small function holding the only `unsafe` block
 //! for it; [`cvt`] turns the -1 of a failed call into the thread's `errno`,
 //! for these wrappers and for those of `mount` and the exec driver.
@@ -19,6 +20,7 @@ use std::io;
 pub mod beneath;
 pub mod caps;
 pub mod cgroup;
+pub mod emulation;
 pub mod fd;
 pub mod flock;
 pub mod ifaddrs;
