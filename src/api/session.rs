@@ -171,8 +171,11 @@ impl Sessions {
             }
         });
         if let Err(err) = started {
-            if let Some((_, sink)) = call.lock().ok().and_then(|mut c| c.take()) {
-                ctx.spawn(sink.fail(wire::status(&err)).map(drop));
+            if let Some((stream, sink)) = call.lock().ok().and_then(|mut c| c.take()) {
+                // gRPC cancels a call whose request stream is dropped
+                // unfinished: the stream lives until the refusal is sent,
+                // or the caller would hear CANCELLED rather than why.
+                ctx.spawn(sink.fail(wire::status(&err)).map(move |_| drop(stream)));
             }
         }
     }
