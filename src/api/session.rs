@@ -126,7 +126,7 @@ impl Sessions {
         let sessions = self.clone();
         let sink = Arc::new(std::sync::Mutex::new(Some(sink)));
         let held = sink.clone();
-        let started = self.spawn(move |_admitted| {
+        let started = self.spawn(move |admitted| {
             let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
                 return;
             };
@@ -144,6 +144,10 @@ impl Sessions {
                 Ok(answer) => sink.success(wire_session::fs_answer(answer)),
                 Err(err) => sink.fail(wire::status(&err)),
             };
+            // The place is free before the caller has the answer, so that
+            // its next call (`alloc fs -f` follows its first read) is never
+            // refused for this one.
+            drop(admitted);
             if let Err(err) = block_on(sending) {
                 log::debug!("An alloc fs answer was not delivered: {err}");
             }

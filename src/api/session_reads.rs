@@ -41,7 +41,7 @@ impl Sessions {
         let sessions = self.clone();
         let sink = Arc::new(Mutex::new(Some(sink)));
         let held = sink.clone();
-        let started = self.spawn(move |_admitted| {
+        let started = self.spawn(move |admitted| {
             let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
                 return;
             };
@@ -56,6 +56,9 @@ impl Sessions {
                 Ok(_) => sink.fail(wire::status(&other_response())),
                 Err(err) => sink.fail(wire::status(&err)),
             };
+            // The place is free before the caller has the answer, so that
+            // its next call is never refused for this one.
+            drop(admitted);
             if let Err(err) = block_on(sending) {
                 log::debug!("An alloc stats answer was not delivered: {err}");
             }

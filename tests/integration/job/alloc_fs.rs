@@ -186,12 +186,11 @@ fn follows_count_among_the_sessions_and_one_whose_caller_left_frees_its_place() 
     for child in &mut follows {
         use std::io::Read;
         let mut first = [0u8; 5];
-        child
-            .stdout
-            .as_mut()
-            .unwrap()
-            .read_exact(&mut first)
-            .unwrap();
+        if let Err(err) = child.stdout.as_mut().unwrap().read_exact(&mut first) {
+            let mut said = String::new();
+            let _ = child.stderr.as_mut().unwrap().read_to_string(&mut said);
+            panic!("a follow printed no log ({err}): {said}");
+        }
         assert_eq!(&first, b"ready");
     }
     let out = rig.agent.cli(&["alloc", "fs", &alloc]);
