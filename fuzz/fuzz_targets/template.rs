@@ -30,6 +30,9 @@ mod template;
 #[allow(dead_code)]
 #[path = "../../src/units.rs"]
 mod units;
+#[allow(dead_code)]
+#[path = "shim/sys.rs"]
+mod sys;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -50,6 +53,7 @@ fuzz_target!(|data: &[u8]| {
         task_dir: None,
         error_on_missing_key: false,
         now: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        services: &[],
     };
     if let Err(err) = tmpl.render(&ctx) {
         assert!(err.pos.line >= 1 && err.pos.line <= lines, "{err}");

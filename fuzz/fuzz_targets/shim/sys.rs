@@ -1,0 +1,18 @@
+//! The part of the crate's `sys` module the template engine reaches
+//! (`sockaddr` reads the host's interface addresses): `ifaddrs`, from
+//! the crate's own source, and the one helper it takes from its parent.
+
+use std::io;
+
+#[allow(dead_code)]
+#[path = "../../../src/sys/ifaddrs.rs"]
+pub mod ifaddrs;
+
+/// As the crate's `sys::cvt`: a libc call's -1 as the OS error.
+pub fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
