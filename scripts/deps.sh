@@ -47,6 +47,9 @@ command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 # The metrics tests check the agent's /metrics with promtool and scrape it
 # with a real prometheus server: both come in Debian's prometheus package.
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+# The static binary's checks (scripts/static.sh -check, their tests, and
+# test-arm64's e2e) ask file what a binary is.
+command -v file >/dev/null 2>&1 || missing="$missing file"
 # The start helper's test watches the agent's clones with strace.
 command -v strace >/dev/null 2>&1 || missing="$missing strace"
 # The artifact fetcher's C shim is compiled against the system's OpenSSL
