@@ -116,40 +116,34 @@ impl Sessions {
             })
     }
 
-    pub(super) fn fs(
+    /// A unary call served on a session thread: `work`'s answer, or its
+    /// error, goes to `sink`. The place is free before the answer is
+    /// sent, so that the caller's next call (`alloc fs -f` follows its
+    /// first read) is never refused for this one; a session that cannot
+    /// start is refused on `sink`.
+    pub(super) fn unary<T: 'static>(
         &self,
         ctx: &RpcContext,
-        req: pb::AllocFsRequest,
-        sink: UnarySink<pb::AllocFsResponse>,
-    ) {
-        crate::trace::point("api-call", "AllocFs");
+        sink: UnarySink<T>,
+        what: &'static str,
+        work: impl FnOnce(&Sessions) -> Result<T, CallError> + Send + 'static,
+    ) where
+        UnarySink<T>: Send,
+    {
         let sessions = self.clone();
-        let sink = Arc::new(std::sync::Mutex::new(Some(sink)));
+        let sink = Arc::new(Mutex::new(Some(sink)));
         let held = sink.clone();
         let started = self.spawn(move |admitted| {
             let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
                 return;
             };
-            let lookup = SessionLookup::Fs {
-                alloc_id: req.alloc_id.clone(),
-            };
-            let answer = match sessions.ask(Request::Session(lookup)) {
-                Ok(Response::Session(SessionTarget::Fs(root))) => {
-                    crate::task::alloc_fs::read(&root, &wire_session::fs_request(&req))
-                }
-                Ok(_) => Err(other_response()),
-                Err(err) => Err(err),
-            };
-            let sending = match answer {
-                Ok(answer) => sink.success(wire_session::fs_answer(answer)),
+            let sending = match work(&sessions) {
+                Ok(answer) => sink.success(answer),
                 Err(err) => sink.fail(wire::status(&err)),
             };
-            // The place is free before the caller has the answer, so that
-            // its next call (`alloc fs -f` follows its first read) is never
-            // refused for this one.
             drop(admitted);
             if let Err(err) = block_on(sending) {
-                log::debug!("An alloc fs answer was not delivered: {err}");
+                log::debug!("An {what} answer was not delivered: {err}");
             }
         });
         if let Err(err) = started {
@@ -157,6 +151,27 @@ impl Sessions {
                 ctx.spawn(sink.fail(wire::status(&err)).map(drop));
             }
         }
+    }
+
+    pub(super) fn fs(
+        &self,
+        ctx: &RpcContext,
+        req: pb::AllocFsRequest,
+        sink: UnarySink<pb::AllocFsResponse>,
+    ) {
+        crate::trace::point("api-call", "AllocFs");
+        self.unary(ctx, sink, "alloc fs", move |sessions| {
+            let lookup = SessionLookup::Fs {
+                alloc_id: req.alloc_id.clone(),
+            };
+            match sessions.ask(Request::Session(lookup))? {
+                Response::Session(SessionTarget::Fs(root)) => {
+                    crate::task::alloc_fs::read(&root, &wire_session::fs_request(&req))
+                        .map(wire_session::fs_answer)
+                }
+                _ => Err(other_response()),
+            }
+        });
     }
 
     pub(super) fn exec(

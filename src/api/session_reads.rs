@@ -38,36 +38,18 @@ impl Sessions {
         sink: UnarySink<pb::AllocStatsResponse>,
     ) {
         crate::trace::point("api-call", "AllocStats");
-        let sessions = self.clone();
-        let sink = Arc::new(Mutex::new(Some(sink)));
-        let held = sink.clone();
-        let started = self.spawn(move |admitted| {
-            let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
-                return;
-            };
+        self.unary(ctx, sink, "alloc stats", move |sessions| {
             let lookup = SessionLookup::Stats {
                 alloc_id: req.alloc_id.clone(),
             };
-            let sending = match sessions.ask(Request::Session(lookup)) {
-                Ok(Response::Session(SessionTarget::Stats(target))) => {
+            match sessions.ask(Request::Session(lookup))? {
+                Response::Session(SessionTarget::Stats(target)) => {
                     let usage = crate::task::alloc_stats::sample(&target);
-                    sink.success(wire_session::stats(&target.alloc_id, usage))
+                    Ok(wire_session::stats(&target.alloc_id, usage))
                 }
-                Ok(_) => sink.fail(wire::status(&other_response())),
-                Err(err) => sink.fail(wire::status(&err)),
-            };
-            // The place is free before the caller has the answer, so that
-            // its next call is never refused for this one.
-            drop(admitted);
-            if let Err(err) = block_on(sending) {
-                log::debug!("An alloc stats answer was not delivered: {err}");
+                _ => Err(other_response()),
             }
         });
-        if let Err(err) = started {
-            if let Some(sink) = sink.lock().ok().and_then(|mut s| s.take()) {
-                ctx.spawn(sink.fail(wire::status(&err)).map(drop));
-            }
-        }
     }
 
     pub(super) fn fs_follow(
