@@ -203,6 +203,41 @@ pub(super) fn read_until(master: &mut File, seen: &mut Vec<u8>, marker: &str) ->
     true
 }
 
+/// Grows the caller's terminal (`master`'s pty) to 50x120 and tells the
+/// CLI `child` with SIGWINCH, then waits until the command in the task
+/// prints "resized": typing a line into `typist` (which the terminal
+/// echoes) each round, so that the read has something to return.
+pub(super) fn resize_and_wait(
+    child: &std::process::Child,
+    master: &mut File,
+    typist: &mut File,
+    seen: &mut Vec<u8>,
+) {
+    let size = libc::winsize {
+        ws_row: 50,
+        ws_col: 120,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one live winsize; the fd is the test's.
+    let resized = unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+    assert_eq!(resized, 0);
+    // SAFETY: kill(2) of the CLI this test started and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGWINCH) };
+    let deadline = std::time::Instant::now() + crate::harness::WAIT;
+    while !String::from_utf8_lossy(seen).contains("resized") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new size did not reach the command:\n{}",
+            String::from_utf8_lossy(seen)
+        );
+        typist.write_all(b"\n").unwrap();
+        if !read_chunk(master, seen) {
+            break;
+        }
+    }
+}
+
 #[test]
 fn exec_with_a_tty_has_a_terminal_of_the_callers_size() {
     if !require_root() {
@@ -238,32 +273,8 @@ fn exec_with_a_tty_has_a_terminal_of_the_callers_size() {
     );
     // The caller's terminal grows: SIGWINCH tells the CLI, which passes
     // the size on.
-    let size = libc::winsize {
-        ws_row: 50,
-        ws_col: 120,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
     let mut typist = master.try_clone().unwrap();
-    // SAFETY: TIOCSWINSZ reads one live winsize; the fd is the test's.
-    let resized = unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) };
-    assert_eq!(resized, 0);
-    // SAFETY: kill(2) of the CLI this test started and has not reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGWINCH) };
-    let deadline = std::time::Instant::now() + crate::harness::WAIT;
-    while !String::from_utf8_lossy(&seen).contains("resized") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new size did not reach the command:\n{}",
-            String::from_utf8_lossy(&seen)
-        );
-        // A line typed: the command's terminal echoes it, so the read
-        // below has something to return.
-        typist.write_all(b"\n").unwrap();
-        if !read_chunk(&mut master, &mut seen) {
-            break;
-        }
-    }
+    resize_and_wait(&child, &mut master, &mut typist, &mut seen);
     // The rest, until the CLI's end closes the last slave (EIO).
     read_until(&mut master, &mut seen, "never printed");
     let status = child.wait().unwrap();

@@ -4,7 +4,6 @@
 //! through a pty the test holds, and its end when its caller goes away.
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -13,7 +12,7 @@ use csi_agent::csi::rpc::block_on;
 use csi_agent::proto::agent as api;
 use futures_util::{SinkExt as _, StreamExt as _};
 
-use super::alloc_exec::{exec, pty, read_chunk, read_until, stdout};
+use super::alloc_exec::{exec, pty, read_until, resize_and_wait, stdout};
 use super::containers::{rig, script_job, BUSYBOX};
 use super::root::wait_for_log;
 use super::Rig;
@@ -149,31 +148,7 @@ fn exec_into_a_docker_task_with_a_tty_follows_the_callers_window() {
         "not the caller's size:\n{}",
         String::from_utf8_lossy(&seen)
     );
-    let size = libc::winsize {
-        ws_row: 50,
-        ws_col: 120,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCSWINSZ reads one live winsize; the fd is the test's.
-    let resized = unsafe { libc::ioctl(typist.as_raw_fd(), libc::TIOCSWINSZ, &size) };
-    assert_eq!(resized, 0);
-    // SAFETY: kill(2) of the CLI this test started and has not reaped.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGWINCH) };
-    let deadline = Instant::now() + WAIT;
-    while !String::from_utf8_lossy(&seen).contains("resized") {
-        assert!(
-            Instant::now() < deadline,
-            "the new size did not reach the command:\n{}",
-            String::from_utf8_lossy(&seen)
-        );
-        // A line typed: the command's terminal echoes it, so the read
-        // below has something to return.
-        typist.write_all(b"\n").unwrap();
-        if !read_chunk(&mut master, &mut seen) {
-            break;
-        }
-    }
+    resize_and_wait(&child, &mut master, &mut typist, &mut seen);
     read_until(&mut master, &mut seen, "never printed");
     let status = child.wait().unwrap();
     drop(done);
