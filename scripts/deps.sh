@@ -14,9 +14,16 @@
 set -eu
 
 missing=""
+# Whether a Debian package is installed. With another dpkg architecture
+# added (scripts/test-arm64.sh adds arm64 and installs libgrpc-dev:arm64),
+# a bare name that is installed for both is ambiguous and `dpkg -s` fails,
+# so the host's own architecture is asked for then.
+installed() {
+    dpkg -s "$1" >/dev/null 2>&1 || dpkg -s "$1:$(dpkg --print-architecture)" >/dev/null 2>&1
+}
 # grpcio-sys links it through pkg-config under GRPCIO_SYS_USE_PKG_CONFIG=1
 # (`make build` and every development target): no C++ core to compile.
-dpkg -s libgrpc-dev >/dev/null 2>&1 || missing="$missing libgrpc-dev"
+installed libgrpc-dev || missing="$missing libgrpc-dev"
 command -v pkg-config >/dev/null 2>&1 || missing="$missing pkg-config"
 command -v cmake >/dev/null 2>&1 || missing="$missing cmake"
 command -v g++ >/dev/null 2>&1 || missing="$missing g++"
@@ -32,7 +39,7 @@ command -v nsenter >/dev/null 2>&1 || missing="$missing util-linux"
 # offline from a static busybox: busybox-static's /bin/busybox runs in an
 # image with no libc (Debian's plain busybox package is dynamic).
 command -v dockerd >/dev/null 2>&1 || missing="$missing docker.io"
-dpkg -s busybox-static >/dev/null 2>&1 || missing="$missing busybox-static"
+installed busybox-static || missing="$missing busybox-static"
 # The docker volume tests drive the agent's volume plugin socket with the
 # clients users have: Debian's docker-compose (Compose 1.29, which talks to
 # the private dockerd through DOCKER_HOST) and podman (rootful, with a
@@ -57,8 +64,8 @@ command -v strace >/dev/null 2>&1 || missing="$missing strace"
 # the fuzz crate (fuzz/, `make fuzz` and `make fuzz-check`); the builds of
 # gRPC from source compile it against the BoringSSL they build. libgrpc-dev
 # depends on both, named here for the fuzz crate's sake.
-dpkg -s libssl-dev >/dev/null 2>&1 || missing="$missing libssl-dev"
-dpkg -s zlib1g-dev >/dev/null 2>&1 || missing="$missing zlib1g-dev"
+installed libssl-dev || missing="$missing libssl-dev"
+installed zlib1g-dev || missing="$missing zlib1g-dev"
 if [ -n "$missing" ]; then
     echo "installing:$missing"
     apt-get update -qq
@@ -86,7 +93,7 @@ for component in clippy rustfmt; do
         fi
     fi
 done
-if dpkg -s libsystemd-dev >/dev/null 2>&1; then
+if installed libsystemd-dev; then
     # Debian's gRPC core does not link libsystemd: only grpcio-sys's own
     # cmake build of it finds libsystemd-dev and links it.
     echo "warning: libsystemd-dev is installed: grpcio-sys's build of gRPC from source (make GRPC=vendored, make bench) would link libsystemd, which 'make build' refuses" >&2
