@@ -42,6 +42,7 @@
 //! | [`regex`] | regular expressions in Go's (RE2's) syntax, matched by a Pike VM in time linear in the text, for HCL's and the templates' regex functions |
 //! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks; the crate's one JSON reader and writer (the CLI's `-json`, the templates' and HCL's JSON functions) |
 //! | [`encode`] | base64 (standard and URL alphabets) and percent-encoding, one encoder each for HCL, the templates, the CLI and the engine's API |
+//! | [`order`] | sorting with one copy of the sort algorithm in the binary (a permutation sorted through one comparison type, then applied): the crate's only sort, outside tests |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`template`] | Go's `text/template` with consul-template's functions that need no Consul or Vault, for Nomad's `template` blocks |
@@ -78,6 +79,12 @@
 //!   does not repeat its `source()`; the CLI prints the whole chain.
 //! - Every `unsafe` block has a `// SAFETY:` comment (enforced by
 //!   `clippy::undocumented_unsafe_blocks`) and lives in a small function.
+//! - Sorts go through [`order`] (clippy's `disallowed_methods` refuses the
+//!   slice sorts outside tests): each slice sort compiles its own copy of
+//!   the algorithm.
+
+// Tests sort with the standard library's sorts: they are not in the binary.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod agent;
 pub mod api;
@@ -95,6 +102,7 @@ pub mod id;
 pub mod json;
 pub mod metrics;
 pub mod mount;
+pub mod order;
 pub mod plugin;
 pub mod proto;
 pub mod regex;

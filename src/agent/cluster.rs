@@ -37,6 +37,7 @@ use crate::volume::model::Volume;
 
 use super::guard::{self, Writer, Writers};
 use super::Agent;
+use crate::order;
 
 /// What a controller candidate campaigns with: a new endpoint or new
 /// capabilities (a plugin restarted as another version) start it over.
@@ -247,7 +248,7 @@ impl Agent {
                 kill_timeout,
             })
             .collect();
-        tasks.sort_by_key(|w| (w.pid, w.start_ticks));
+        order::sort_by_key(&mut tasks, |w| (w.pid, w.start_ticks));
         tasks.dedup();
         let text = Writers { stop_after, tasks }.render();
         let path = self.options.config.data_dir.join(guard::WRITERS_FILE);

@@ -14,6 +14,7 @@ use crate::proto::cluster as pb;
 
 use super::cluster::Connection;
 use super::Agent;
+use crate::order;
 
 impl Agent {
     /// `plugin status` in a cluster: this host's answer (`local`), with
@@ -98,7 +99,7 @@ impl Agent {
                     .map(|records| {
                         let mut resp = base;
                         resp.nodes = records.into_iter().map(ClusterNode::from_record).collect();
-                        resp.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+                        order::sort_by(&mut resp.nodes, |a, b| a.name.cmp(&b.name));
                         Response::NodeStatus(resp)
                     })
                     .map_err(|err| {
@@ -226,7 +227,7 @@ fn counted_over(
             Health::Unhealthy
         };
     }
-    resp.plugins.sort_by(|a, b| a.id.cmp(&b.id));
+    order::sort_by(&mut resp.plugins, |a, b| a.id.cmp(&b.id));
     Ok(resp)
 }
 

@@ -6,6 +6,7 @@
 //! line under the table says why.
 
 use super::plugin_cmd::columns;
+use crate::order;
 use crate::proto::agent as api;
 
 /// The "Task Resources" section of `task`; `usage` is its figures, none
@@ -112,7 +113,7 @@ fn measured(names: &[String], name: &str) -> bool {
 /// A header of the measured names, sorted, and a row of their values.
 fn figures(names: &[String], value: impl Fn(&str) -> String) -> String {
     let mut names: Vec<&String> = names.iter().collect();
-    names.sort();
+    order::sort(&mut names);
     columns(&[
         names.iter().map(|n| n.to_string()).collect(),
         names.iter().map(|n| value(n)).collect(),

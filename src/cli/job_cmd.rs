@@ -16,6 +16,7 @@ use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
+use crate::order;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::format_timestamp;
@@ -326,7 +327,7 @@ fn summary(allocs: &[api::AllocStatus]) -> String {
     }
     let mut groups: Vec<&str> = allocs.iter().map(|a| a.group.as_str()).collect();
     groups.dedup();
-    groups.sort_unstable();
+    order::sort(&mut groups);
     groups.dedup();
     let mut rows = vec![["Task Group", "Starting", "Running", "Failed", "Complete"]
         .map(str::to_string)

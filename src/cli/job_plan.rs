@@ -13,6 +13,7 @@ use super::job_inputs::{self, VAR_FLAGS};
 use super::json::from_message;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
+use crate::order;
 use crate::proto::agent as api;
 
 pub const USAGE: &str = "\
@@ -276,7 +277,7 @@ fn format_group(group: &api::PlanDiff, prefix: usize, verbose: bool) -> String {
         group.name
     );
     let mut updates: Vec<&api::PlanUpdate> = group.updates.iter().collect();
-    updates.sort_by(|a, b| a.kind.cmp(&b.kind));
+    order::sort_by(&mut updates, |a, b| a.kind.cmp(&b.kind));
     if updates.is_empty() {
         out.push('\n');
     } else {

@@ -20,6 +20,7 @@ use protobuf::MessageDyn;
 
 use crate::encode::{base64, Alphabet};
 use crate::json::Value as Json;
+use crate::order;
 
 /// A protobuf message as an object with one key per field, in
 /// declaration order, named as in the `.proto` file (snake_case).
@@ -145,7 +146,7 @@ fn map_json(map: &ReflectMapRef<'_>) -> Json {
         .into_iter()
         .map(|(key, value)| (MapKey::new(key), value_json(value)))
         .collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    order::sort_by(&mut entries, |a, b| a.0.cmp(&b.0));
     Json::Object(
         entries
             .into_iter()

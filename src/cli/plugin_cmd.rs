@@ -10,6 +10,7 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::json::from_message;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
+use crate::order;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::{format_duration, format_timestamp};
@@ -225,12 +226,12 @@ fn instance_details(p: &api::Plugin, now: SystemTime) -> String {
         Some(f) => {
             let topology: Vec<String> = {
                 let mut pairs: Vec<_> = f.topology.iter().collect();
-                pairs.sort();
+                order::sort(&mut pairs);
                 pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
             };
             let manifest: Vec<String> = {
                 let mut pairs: Vec<_> = f.manifest.iter().collect();
-                pairs.sort();
+                order::sort(&mut pairs);
                 pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
             };
             lines.extend([

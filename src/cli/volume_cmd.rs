@@ -16,6 +16,7 @@ use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{self, resolve_address, AgentClient};
 use crate::mount::Propagation;
+use crate::order;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::{format_size, format_timestamp};
@@ -376,7 +377,7 @@ fn list(items: &[String]) -> String {
 
 fn pairs(map: &std::collections::HashMap<String, String>) -> String {
     let mut pairs: Vec<_> = map.iter().collect();
-    pairs.sort();
+    order::sort(&mut pairs);
     let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     list(&pairs)
 }

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::mount::MountInfo;
+use crate::order;
 use crate::sys::sparse;
 
 /// The size of one read while copying data.
@@ -204,7 +205,7 @@ fn copy_dir(from: &Path, to: &Path, meta: &fs::Metadata, boundary: &Boundary) ->
         .collect::<io::Result<Vec<_>>>()
         .map_err(read(from))?;
     // A stable order makes copies of one tree alike.
-    entries.sort();
+    order::sort(&mut entries);
     for name in entries {
         let source = from.join(&name);
         let copy = to.join(&name);

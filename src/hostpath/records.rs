@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 
 use super::state::State;
 use crate::encode::percent_except;
+use crate::order;
 use crate::sys::flock;
 
 /// A record: a volume (with its stagings and publishes) or a snapshot.
@@ -158,7 +159,7 @@ impl SharedState {
     /// order of the keys, whatever the order given.
     pub fn lock(&self, keys: &[Key]) -> io::Result<StateGuard<'_>> {
         let mut keys = keys.to_vec();
-        keys.sort();
+        order::sort(&mut keys);
         keys.dedup();
         let mut guard = StateGuard {
             shared: self,

@@ -24,6 +24,7 @@ mod families;
 pub mod http;
 mod text;
 
+use crate::order;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -269,7 +270,7 @@ impl Registry {
     /// copy the values, never while `out` (a client's socket) is written.
     pub fn write(&self, families: &[&Family], out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let mut sorted: Vec<&Family> = families.to_vec();
-        sorted.sort_by_key(|f| f.name);
+        order::sort_by_key(&mut sorted, |f| f.name);
         let snapshot = self
             .families
             .lock()

@@ -9,6 +9,7 @@
 //! [`MAX_REPEAT`], as in Go, so no pattern can exhaust the stack.
 
 use super::Error;
+use crate::order;
 
 /// How deeply groups may nest.
 pub(super) const MAX_NESTING: usize = 100;
@@ -626,7 +627,7 @@ fn class_ranges(class: &Class) -> Vec<(char, char)> {
         return class.ranges.clone();
     }
     let mut ranges = class.ranges.clone();
-    ranges.sort();
+    order::sort(&mut ranges);
     let mut out = Vec::new();
     // The first character not yet covered, `None` past the last.
     let mut next = Some('\0');

@@ -21,6 +21,7 @@
 
 pub mod cluster;
 
+use crate::order;
 use std::collections::BTreeMap;
 
 /// The most services the registry holds, this host's and the others'
@@ -222,7 +223,7 @@ impl Registry {
     /// then ID.
     pub fn all(&self) -> Vec<&Registration> {
         let mut all: Vec<&Registration> = self.local.values().chain(self.remote.values()).collect();
-        all.sort_by(|a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
+        order::sort_by(&mut all, |a, b| (&a.name, &a.id).cmp(&(&b.name, &b.id)));
         all
     }
 

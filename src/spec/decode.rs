@@ -32,6 +32,7 @@ use super::encode::kept_text;
 use super::suggest::nearest;
 use super::variables::{self, JobInputs};
 use super::{Decoded, Invalid, Kept, Warning};
+use crate::order;
 pub(crate) use values::MapEntry;
 
 /// The collected errors and warnings of one file, and its source text (to
@@ -99,8 +100,8 @@ impl<'a> Decoder<'a> {
         errors.retain(|err| seen.insert((err.pos, err.message.clone())));
         // Blocks report their unknown keys when they end, so sort the
         // messages back into reading order.
-        errors.sort_by_key(|err| err.pos);
-        warnings.sort_by_key(|warning| warning.pos);
+        order::sort_by_key(&mut errors, |err| err.pos);
+        order::sort_by_key(&mut warnings, |warning| warning.pos);
         if errors.is_empty() {
             Ok(Decoded { spec, warnings })
         } else {

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use super::Job;
 use crate::hcl::{Body, Expr};
+use crate::order;
 
 /// What happened to a field or an object between the two versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,7 +308,7 @@ fn diff_trees(old: Option<&Tree>, new: Option<&Tree>, name: &str) -> ObjectDiff 
 /// Every field of either side, sorted by name, with what happened to it.
 fn diff_fields(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<FieldDiff> {
     let mut names: Vec<&String> = old.keys().chain(new.keys()).collect();
-    names.sort();
+    order::sort(&mut names);
     names.dedup();
     names
         .into_iter()
@@ -365,7 +366,7 @@ fn diff_objects(old: &[Tree], new: &[Tree]) -> Vec<ObjectDiff> {
             out.push(diff_trees(Some(o), None, &o.name));
         }
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    order::sort_by(&mut out, |a, b| a.name.cmp(&b.name));
     out
 }
 
@@ -388,7 +389,7 @@ fn diff_with_children(old: Option<&Tree>, new: Option<&Tree>, name: &str) -> Obj
                 .push(diff_with_children(Some(o), None, &o.name));
         }
     }
-    diff.children.sort_by(|a, b| a.name.cmp(&b.name));
+    order::sort_by(&mut diff.children, |a, b| a.name.cmp(&b.name));
     if diff.kind == DiffType::None && diff.children.iter().any(ObjectDiff::changed) {
         diff.kind = DiffType::Edited;
     }

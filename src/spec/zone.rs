@@ -9,6 +9,7 @@
 //! transitions end early and whose footer rule gives the rest, is refused
 //! by name rather than read wrong.
 
+use crate::order;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -122,7 +123,7 @@ impl Zone {
             .chain(self.transitions.iter().map(|(_, o)| *o))
             .map(i64::from)
             .collect();
-        all.sort_unstable();
+        order::sort(&mut all);
         all.dedup();
         all
     }

@@ -19,6 +19,7 @@
 //! by writing its pid (or `0`, itself) to each dir's `cgroup.procs`
 //! (which [`Group::create`] gives), as the task's child does before `exec`.
 
+use crate::order;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
@@ -380,7 +381,7 @@ impl Group {
                     .collect::<Vec<u32>>()
             })
             .collect();
-        pids.sort_unstable();
+        order::sort(&mut pids);
         pids.dedup();
         pids
     }
@@ -512,7 +513,7 @@ pub fn choose_cpus(available: &[u32], held: &[u32], n: u64) -> Vec<u32> {
     let free = available.iter().filter(|c| !held.contains(c));
     let taken = available.iter().filter(|c| held.contains(c));
     let mut out: Vec<u32> = free.chain(taken).take(n).copied().collect();
-    out.sort_unstable();
+    order::sort(&mut out);
     out
 }
 

@@ -7,6 +7,7 @@
 //! over a netlink socket the thread opens, and `/proc/thread-self/net` is
 //! that thread's view (`/proc/self/net` would be the process leader's).
 
+use crate::order;
 use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -65,7 +66,7 @@ pub fn interface_addrs() -> io::Result<Vec<InterfaceAddr>> {
             },
         )?;
     }
-    out.sort_by_key(|a| a.index);
+    order::sort_by_key(&mut out, |a| a.index);
     Ok(out)
 }
 

@@ -23,6 +23,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::cvt;
+use crate::order;
 
 /// The loop control device.
 pub const LOOP_CONTROL: &str = "/dev/loop-control";
@@ -246,7 +247,7 @@ pub fn list() -> Result<Vec<(LoopDevice, PathBuf)>, Error> {
         };
         devices.push((device, PathBuf::from(shown)));
     }
-    devices.sort();
+    order::sort(&mut devices);
     Ok(devices)
 }
 

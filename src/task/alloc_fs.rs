@@ -12,6 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
 use crate::call::{CallError, ErrorKind};
+use crate::order;
 use crate::sys::beneath;
 
 /// The most bytes of a file one `alloc fs` call returns; the CLI asks
@@ -161,7 +162,7 @@ fn list(dir: &File) -> io::Result<Vec<FsEntry>> {
             break;
         }
     }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    order::sort_by(&mut entries, |a, b| a.name.cmp(&b.name));
     Ok(entries)
 }
 

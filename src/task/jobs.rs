@@ -12,6 +12,7 @@ use super::{
     UseState, VolumeSource, VolumeUse,
 };
 use crate::call::CallError;
+use crate::order;
 use crate::plugin::InstanceKey;
 use crate::spec::{DockerConfig, DockerMountType, DockerSettings, Driver, Group, Job};
 
@@ -394,7 +395,7 @@ impl Allocs {
             state => state,
         };
         let mut allocs: Vec<calls::AllocStatus> = allocs.iter().map(|a| alloc_status(a)).collect();
-        allocs.sort_by_key(|a| a.created);
+        order::sort_by_key(&mut allocs, |a| a.created);
         JobStatus {
             name: job.name.clone(),
             status: status.to_string(),

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::calls::{ChildStatus, JobFile, JobRun};
 use super::{invalid, Allocs, JobEntry};
 use crate::call::CallError;
+use crate::order;
 use crate::spec::Job;
 
 /// How many finished (dead) children a parent keeps; at each launch the
@@ -192,7 +193,7 @@ impl Allocs {
         if dead.len() <= MAX_DEAD_CHILDREN {
             return;
         }
-        dead.sort();
+        order::sort(&mut dead);
         let past = dead.len() - MAX_DEAD_CHILDREN;
         for (_, name) in dead.into_iter().take(past) {
             if let Some(job) = self.jobs.get_mut(&name) {
@@ -345,7 +346,7 @@ impl Allocs {
                 submitted: Some(j.submitted),
             })
             .collect();
-        children.sort_by_key(|c| c.submitted);
+        order::sort_by_key(&mut children, |c| c.submitted);
         children
     }
 }

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use super::ports::{self, PortsBlocked};
 use super::{invalid, Alloc, AllocStatus, Allocs};
 use crate::call::CallError;
+use crate::order;
 use crate::spec::{ClientConfig, Group, Job, Task};
 
 /// Nomad's `cpu` of a task without one, MHz.
@@ -377,7 +378,7 @@ impl Allocs {
             .filter(|a| waits_for_room(a))
             .map(|a| (a.created, a.index, a.id.clone()))
             .collect();
-        waiting.sort();
+        order::sort(&mut waiting);
         let mut held = self.held_ports();
         let mut changed = false;
         for (_, _, id) in waiting {
@@ -476,7 +477,7 @@ impl Allocs {
                         })
                         .chain(picked)
                         .collect();
-                    all.sort_by_key(|p| network.ports.iter().position(|n| n.label == p.label));
+                    order::sort_by_key(&mut all, |p| network.ports.iter().position(|n| n.label == p.label));
                     held.extend(all.iter().map(|p| p.host));
                     log::info!(
                         "Alloc {}: given the ports of its group's network, which the agent that placed it did not keep: {}",

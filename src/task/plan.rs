@@ -18,6 +18,7 @@ use super::periodic::unix_secs;
 use super::rerender::only_templates_differ;
 use super::{invalid, Alloc, Allocs};
 use crate::call::{CallError, ErrorKind};
+use crate::order;
 use crate::spec::diff::{diff_jobs, DiffType, FieldDiff, ObjectDiff};
 use crate::spec::Job;
 
@@ -63,7 +64,7 @@ impl Allocs {
                 new: "false".to_string(),
                 annotations: Vec::new(),
             });
-            diff.fields.sort_by(|a, b| a.name.cmp(&b.name));
+            order::sort_by(&mut diff.fields, |a, b| a.name.cmp(&b.name));
             if job.stop_wanted && diff.kind == DiffType::None {
                 diff.kind = DiffType::Edited;
             }

@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 
 use crate::csi::backoff::SplitMix64;
+use crate::order;
 use crate::spec::DEFAULT_MIN_DYNAMIC_PORT as MIN_DYNAMIC_PORT;
 use crate::spec::{Group, Network};
 
@@ -110,7 +111,9 @@ pub fn allocate(
         });
     }
     // In the block's order.
-    out.sort_by_key(|p| network.ports.iter().position(|n| n.label == p.label));
+    order::sort_by_key(&mut out, |p| {
+        network.ports.iter().position(|n| n.label == p.label)
+    });
     Ok(out)
 }
 

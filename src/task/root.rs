@@ -37,6 +37,7 @@ use std::path::{Component, Path, PathBuf};
 use super::exec::User;
 use super::mounts::{prepare_target, DestinationError};
 use crate::mount::Propagation;
+use crate::order;
 use crate::spec::{ChrootEntry, TASK_ROOT_DIRS};
 
 /// The host's device nodes a task's `/dev` holds, when the host has them.
@@ -128,7 +129,7 @@ impl RootPlan {
         let mut entries: Vec<&ChrootEntry> =
             chroot_env.iter().filter(|e| e.source.exists()).collect();
         // A parent's bind first, so that a nested destination lands on it.
-        entries.sort_by_key(|e| e.destination.components().count());
+        order::sort_by_key(&mut entries, |e| e.destination.components().count());
         RootPlan {
             dir: dir.to_path_buf(),
             binds: entries

@@ -3,6 +3,8 @@
 //! benchmark adds points of its own to the agent's, on the same clock:
 //! `claim`/`claimed` and `release`/`released` around each call.
 
+use crate::order;
+
 /// The phases of a call, in the order they happen.
 pub const PHASES: [&str; 8] = [
     "control API",
@@ -117,7 +119,7 @@ pub fn medians(calls: &[&[Point]]) -> Phases {
         return out;
     }
     let median = |mut v: Vec<u64>| {
-        v.sort_unstable();
+        order::sort(&mut v);
         v[(v.len() - 1) / 2]
     };
     for (i, slot) in out.phases.iter_mut().enumerate() {

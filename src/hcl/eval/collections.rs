@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use super::{eval, index, render, Scope, Value};
 use crate::hcl::ast::{Error, Expr, ForExpr, Ident, Part, Pos, Step};
+use crate::order;
 
 /// How many elements the `for` expressions of one scope may make in all:
 /// far more than any job file needs.
@@ -79,7 +80,7 @@ pub(super) fn elements(
             .map(|(i, item)| (Value::number(i as f64), item))
             .collect()),
         Value::Object(mut entries) => {
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            order::sort_by(&mut entries, |a, b| a.0.cmp(&b.0));
             let entries = entries.into_iter();
             Ok(entries.map(|(k, v)| (Value::String(k), v)).collect())
         }

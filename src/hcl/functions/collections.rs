@@ -2,6 +2,7 @@
 
 use super::{Args, Function};
 use crate::hcl::eval::Value;
+use crate::order;
 
 /// The collection and conversion functions, by name, with how many arguments each takes (at least,
 /// at most).
@@ -154,6 +155,6 @@ pub(super) fn flatten(items: Vec<Value>) -> Vec<Value> {
 
 /// The entries of a map or object in the order of their keys.
 fn sorted(mut entries: Vec<(String, Value)>) -> Vec<(String, Value)> {
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    order::sort_by(&mut entries, |a, b| a.0.cmp(&b.0));
     entries
 }

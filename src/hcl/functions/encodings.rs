@@ -5,6 +5,7 @@ use crate::encode::{base64, base64_decode, percent, Alphabet, Space};
 use crate::hcl::ast::Number;
 use crate::hcl::eval::Value;
 use crate::json;
+use crate::order;
 
 /// The encoding functions, by name, with how many arguments each takes (at least,
 /// at most).
@@ -50,7 +51,7 @@ fn to_json(value: &Value) -> json::Value {
         Value::List(items) => json::Value::Array(items.iter().map(to_json).collect()),
         Value::Object(entries) => {
             let mut sorted: Vec<&(String, Value)> = entries.iter().collect();
-            sorted.sort_by(|x, y| x.0.cmp(&y.0));
+            order::sort_by(&mut sorted, |x, y| x.0.cmp(&y.0));
             json::Value::object(sorted.into_iter().map(|(k, v)| (k.as_str(), to_json(v))))
         }
     }

@@ -5,6 +5,7 @@
 
 use super::{Args, Function};
 use crate::hcl::eval::Value;
+use crate::order;
 use crate::regex::{Captures, Regex};
 
 /// The regex functions, by name, with how many arguments each takes (at
@@ -83,7 +84,7 @@ impl Shape {
                     .zip(&found[1..])
                     .map(|(name, span)| (name.clone().unwrap_or_default(), group(span)))
                     .collect();
-                entries.sort_by(|x, y| x.0.cmp(&y.0));
+                order::sort_by(&mut entries, |x, y| x.0.cmp(&y.0));
                 Value::Object(entries)
             }
         }

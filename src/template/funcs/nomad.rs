@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Function;
+use crate::order;
 use crate::template::exec::Value;
 use crate::template::{NomadService, MAX_ITEMS};
 
@@ -47,7 +48,7 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         let query = ServiceQuery::parse(&query)?;
         let mut found: Vec<&NomadService> =
             a.ctx.services.iter().filter(|s| query.matches(s)).collect();
-        found.sort_by(|x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
+        order::sort_by(&mut found, |x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
         if let Some((count, key)) = choose {
             found = choose_by_key(found, count, &key);
         }
@@ -190,9 +191,9 @@ fn choose_by_key<'s>(
         .enumerate()
         .map(|(i, s)| (fnv1a(&[key.as_bytes(), b"\0", s.id.as_bytes()]), i))
         .collect();
-    scored.sort_by(|a, b| b.cmp(a));
+    order::sort_by(&mut scored, |a, b| b.cmp(a));
     let mut picked: Vec<usize> = scored.into_iter().take(count).map(|(_, i)| i).collect();
-    picked.sort_unstable();
+    order::sort(&mut picked);
     picked.into_iter().map(|i| found[i]).collect()
 }
 
@@ -219,7 +220,7 @@ fn strings<'a>(items: impl IntoIterator<Item = &'a str>) -> Value {
 fn instance(s: &NomadService) -> Value {
     let text = |v: &str| Value::Str(v.to_string());
     let mut tags: Vec<&str> = s.tags.iter().map(String::as_str).collect();
-    tags.sort_unstable();
+    order::sort(&mut tags);
     Value::Map(BTreeMap::from([
         ("ID".to_string(), text(&s.id)),
         ("Name".to_string(), text(&s.name)),

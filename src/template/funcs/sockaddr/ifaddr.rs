@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::rfc;
+use crate::order;
 use crate::regex::Regex;
 
 /// Go's `net.Flags`, in the order its `String` prints them.
@@ -394,7 +395,7 @@ pub fn sort(
         .split(',')
         .map(|key| sort_key(key, default_interface.map(str::to_owned)))
         .collect::<Result<Vec<Compare>, String>>()?;
-    addrs.sort_by(|a, b| {
+    order::sort_by(&mut addrs, |a, b| {
         compares
             .iter()
             .map(|c| c(a, b))
