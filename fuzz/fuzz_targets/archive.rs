@@ -35,6 +35,9 @@ mod unpack;
 #[allow(dead_code)]
 #[path = "../../src/task/artifact/zip.rs"]
 mod zip;
+#[allow(dead_code)]
+#[path = "../../src/order.rs"]
+mod order;
 
 use unpack::{Dir, Sink, UnpackLimits};
 

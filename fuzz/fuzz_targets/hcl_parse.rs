@@ -20,6 +20,9 @@ mod encode;
 #[allow(dead_code)]
 #[path = "../../src/regex/mod.rs"]
 mod regex;
+#[allow(dead_code)]
+#[path = "../../src/order.rs"]
+mod order;
 
 fuzz_target!(|data: &[u8]| {
     let src = String::from_utf8_lossy(data);

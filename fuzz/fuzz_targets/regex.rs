@@ -10,6 +10,9 @@ use libfuzzer_sys::fuzz_target;
 #[allow(dead_code)]
 #[path = "../../src/regex/mod.rs"]
 mod regex;
+#[allow(dead_code)]
+#[path = "../../src/order.rs"]
+mod order;
 
 fuzz_target!(|data: &[u8]| {
     let input = String::from_utf8_lossy(data);

@@ -33,6 +33,9 @@ mod units;
 #[allow(dead_code)]
 #[path = "shim/sys.rs"]
 mod sys;
+#[allow(dead_code)]
+#[path = "../../src/order.rs"]
+mod order;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
