@@ -98,8 +98,7 @@ mod tests {
             for _ in 0..20 {
                 // Few distinct keys, so that stability is tested: the
                 // second field is the element's first position.
-                let mut items: Vec<(u64, usize)> =
-                    (0..len).map(|i| (rng.next(5), i)).collect();
+                let mut items: Vec<(u64, usize)> = (0..len).map(|i| (rng.next(5), i)).collect();
                 let mut expected = items.clone();
                 expected.sort_by_key(|item| item.0);
                 sort_by_key(&mut items, |item| item.0);

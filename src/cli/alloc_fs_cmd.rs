@@ -88,7 +88,7 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
             first.entries
         };
         if args.switch("json") {
-            let items: Vec<Json> = shown.iter().map(|e| from_message(e)).collect();
+            let items: Vec<Json> = shown.iter().map(from_message).collect();
             let json = if args.switch("stat") {
                 items.into_iter().next().unwrap_or(Json::Null)
             } else {
