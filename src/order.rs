@@ -10,6 +10,11 @@
 //! then move the elements into that order; only the small move stays
 //! generic.
 //!
+//! `collect()` into a `BTreeMap` or `BTreeSet` sorts its input first, with
+//! a copy of the sort for each call site too; [`map`] and [`set`] build
+//! them by inserting instead, through the insert each map type compiles
+//! once.
+//!
 //! Every sort here is stable (equal elements keep their order), which also
 //! serves the places that would do with an unstable one. The lists the
 //! agent sorts are a job's groups, a listing's rows, a directory's entries:
@@ -18,6 +23,7 @@
 //! refused outside tests by clippy's `disallowed_methods` (clippy.toml).
 
 use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Sorts `items` by `compare`, keeping equal elements in their order.
 pub fn sort_by<T>(items: &mut [T], mut compare: impl FnMut(&T, &T) -> Ordering) {
@@ -36,6 +42,21 @@ pub fn sort_by_key<T, K: Ord>(items: &mut [T], mut key: impl FnMut(&T) -> K) {
 /// order.
 pub fn sort<T: Ord>(items: &mut [T]) {
     sort_by(items, T::cmp);
+}
+
+/// A map of `entries`, inserted one at a time: of two entries with the
+/// same key, the later one is kept, as by `collect()`.
+pub fn map<K: Ord, V>(entries: impl IntoIterator<Item = (K, V)>) -> BTreeMap<K, V> {
+    let mut map = BTreeMap::new();
+    map.extend(entries);
+    map
+}
+
+/// A set of `items`, inserted one at a time.
+pub fn set<T: Ord>(items: impl IntoIterator<Item = T>) -> BTreeSet<T> {
+    let mut set = BTreeSet::new();
+    set.extend(items);
+    set
 }
 
 /// The indices `0..len` in the order `compare` puts them, equal ones in
@@ -124,6 +145,17 @@ mod tests {
         let mut empty: Vec<String> = Vec::new();
         sort(&mut empty);
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn builds_maps_and_sets_as_collect_does() {
+        let entries = [("b", 1), ("a", 2), ("b", 3), ("c", 4)];
+        let collected: BTreeMap<&str, i32> = entries.into_iter().collect();
+        assert_eq!(map(entries), collected);
+        assert_eq!(map(entries).get("b"), Some(&3), "the later entry wins");
+        let items = ["pear", "fig", "pear", "apple"];
+        let collected: BTreeSet<&str> = items.into_iter().collect();
+        assert_eq!(set(items), collected);
     }
 
     #[test]

@@ -277,11 +277,8 @@ impl Agent {
         let Some(cluster) = &mut self.cluster else {
             return;
         };
-        let wanted: BTreeMap<String, Campaigning> = self
-            .registry
-            .ids()
-            .into_iter()
-            .filter_map(|id| {
+        let wanted: BTreeMap<String, Campaigning> =
+            order::map(self.registry.ids().into_iter().filter_map(|id| {
                 let r = self
                     .registry
                     .serving(id, Service::Controller)
@@ -302,8 +299,7 @@ impl Agent {
                     capabilities,
                 };
                 Some((id.to_string(), campaigning))
-            })
-            .collect();
+            }));
         let gone: Vec<String> = cluster
             .candidates
             .iter()

@@ -10,6 +10,7 @@ use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
 use crate::json::Value as Json;
+use crate::order;
 use crate::proto::agent as api;
 
 pub const USAGE: &str = "\
@@ -130,7 +131,7 @@ fn address(s: &api::ServiceRegistration) -> String {
 /// Nomad's `ServiceRegistration`, with csi-agent's `Task` and `Meta`.
 fn registration_json(s: &api::ServiceRegistration) -> Json {
     let text = |v: &str| Json::String(v.to_string());
-    let meta: BTreeMap<&String, &String> = s.meta.iter().collect();
+    let meta: BTreeMap<&String, &String> = order::map(s.meta.iter());
     Json::object([
         ("ID", text(&s.id)),
         ("ServiceName", text(&s.name)),

@@ -16,6 +16,7 @@ use super::types::{
     CapacityRange, NodeCapability, PluginCapability, StringMap, Topology, TopologyRequirement,
     Usage, UsageUnit, Volume, VolumeCondition,
 };
+use crate::order;
 
 /// A message that does not hold what CSI requires.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +47,7 @@ pub(crate) fn to_hash_map(map: &StringMap) -> HashMap<String, String> {
 }
 
 pub(crate) fn from_hash_map(map: &HashMap<String, String>) -> StringMap {
-    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    order::map(map.iter().map(|(k, v)| (k.clone(), v.clone())))
 }
 
 pub(crate) fn secrets_to_proto(secrets: &Secrets) -> HashMap<String, String> {

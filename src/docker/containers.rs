@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::http::encode;
 use super::{parse, ContainerSpec, Engine, Error, CALL_TIMEOUT};
 use crate::json::{self, Value};
+use crate::order;
 
 /// A container as the engine reports it. [`Engine::inspect`] fills every
 /// field; [`Engine::list`] only `id`, `name`, `image`, `labels`, `status`
@@ -41,10 +42,11 @@ fn text(value: Option<&Value>) -> String {
 
 fn labels(value: Option<&Value>) -> BTreeMap<String, String> {
     let members = value.and_then(Value::as_object).unwrap_or(&[]);
-    members
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect()
+    order::map(
+        members
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))),
+    )
 }
 
 impl Container {

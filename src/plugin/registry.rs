@@ -20,6 +20,7 @@ use super::fingerprint::{from_unix_ms, unix_ms};
 use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report, Service, Source};
 use crate::csi::types::PluginCapability;
 use crate::events::{self, Topic};
+use crate::order;
 use crate::proto::state as pb;
 
 /// How many health events each plugin keeps.
@@ -299,7 +300,7 @@ impl Registry {
             count_instance(record.key(), record.health, 1.0);
         }
         Registry {
-            plugins: records.into_iter().map(|r| (r.key(), r)).collect(),
+            plugins: order::map(records.into_iter().map(|r| (r.key(), r))),
             subscribers: Vec::new(),
         }
     }

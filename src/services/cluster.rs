@@ -24,6 +24,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use super::{Registration, MAX_SERVICES};
 use crate::cluster::etcd::{Error, Etcd, Event, Kv};
 use crate::json::{self, Value};
+use crate::order;
 
 /// The backoff between attempts while etcd cannot be reached.
 const RETRY: Duration = Duration::from_secs(1);
@@ -203,7 +204,7 @@ impl Syncer {
     }
 
     fn others_of(&self, seen: &BTreeMap<Vec<u8>, Registration>) -> BTreeMap<String, Registration> {
-        seen.values().map(|r| (r.id.clone(), r.clone())).collect()
+        order::map(seen.values().map(|r| (r.id.clone(), r.clone())))
     }
 
     /// Puts what `want` has that etcd does not (or with another lease),
@@ -215,15 +216,12 @@ impl Syncer {
         if *lease == 0 {
             return Ok(());
         }
-        let wanted: BTreeMap<String, Vec<u8>> = local
-            .values()
-            .map(|r| {
-                (
-                    format!("{}{}", self.own, r.id),
-                    json::to_string(&to_json(r)).into_bytes(),
-                )
-            })
-            .collect();
+        let wanted: BTreeMap<String, Vec<u8>> = order::map(local.values().map(|r| {
+            (
+                format!("{}{}", self.own, r.id),
+                json::to_string(&to_json(r)).into_bytes(),
+            )
+        }));
         let gone: Vec<String> = written
             .keys()
             .filter(|k| !wanted.contains_key(*k))
@@ -310,10 +308,12 @@ pub fn from_json(value: &Value) -> Option<Registration> {
             .map(|t| t.as_str().map(str::to_string))
             .collect::<Option<_>>()?,
         meta: match value.get("Meta").and_then(Value::as_object) {
-            Some(members) => members
-                .iter()
-                .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect::<Option<_>>()?,
+            Some(members) => order::map(
+                members
+                    .iter()
+                    .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
             None => BTreeMap::new(),
         },
     })

@@ -201,11 +201,12 @@ impl Registry {
     /// anything changed.
     pub fn set_remote(&mut self, others: BTreeMap<String, Registration>) -> bool {
         let room = MAX_SERVICES.saturating_sub(self.local.len());
-        let others: BTreeMap<String, Registration> = others
-            .into_iter()
-            .filter(|(id, r)| !self.local.contains_key(id) && r.check().is_ok())
-            .take(room)
-            .collect();
+        let others: BTreeMap<String, Registration> = order::map(
+            others
+                .into_iter()
+                .filter(|(id, r)| !self.local.contains_key(id) && r.check().is_ok())
+                .take(room),
+        );
         if others == self.remote {
             return false;
         }

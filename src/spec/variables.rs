@@ -22,6 +22,7 @@ use crate::hcl::{
 mod json;
 
 use super::Warning;
+use crate::order;
 
 /// What a caller gives a job file's variables, as it gave them, kept with
 /// the job so that decoding it again gives the same job.
@@ -562,11 +563,12 @@ fn evaluate_locals(
     file: &str,
     scope: &mut Scope<'_>,
 ) -> Result<(), Error> {
-    let index: BTreeMap<&str, usize> = locals
-        .iter()
-        .enumerate()
-        .map(|(i, attr)| (attr.key.name.as_str(), i))
-        .collect();
+    let index: BTreeMap<&str, usize> = order::map(
+        locals
+            .iter()
+            .enumerate()
+            .map(|(i, attr)| (attr.key.name.as_str(), i)),
+    );
     let deps: Vec<Vec<usize>> = locals
         .iter()
         .map(|attr| {

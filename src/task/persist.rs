@@ -15,6 +15,7 @@ use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,
     UseState,
 };
+use crate::order;
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
 use crate::plugin::{InstanceKey, PluginSpec};
 use crate::proto::state as pb;
@@ -130,11 +131,11 @@ impl Allocs {
                     let child = (!j.parent.is_empty()).then(|| ChildOf {
                         parent: j.parent.clone(),
                         payload: j.payload.clone(),
-                        meta: j
-                            .dispatch_meta
-                            .iter()
-                            .map(|m| (m.name.clone(), m.text.clone()))
-                            .collect(),
+                        meta: order::map(
+                            j.dispatch_meta
+                                .iter()
+                                .map(|m| (m.name.clone(), m.text.clone())),
+                        ),
                     });
                     let spec = match &child {
                         Some(_) => child_spec(&decoded.spec, &j.name),

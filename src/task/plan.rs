@@ -204,7 +204,7 @@ fn templates(group: Option<&crate::spec::Group>) -> Option<Vec<&[crate::spec::Ta
 pub fn annotate(diff: &mut ObjectDiff, updates: &Updates) {
     for group in &mut diff.children {
         if let Some(counts) = updates.get(&group.name) {
-            group.updates = counts.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+            group.updates = order::map(counts.iter().map(|(k, n)| (k.to_string(), *n)));
         }
         if let Some(count) = group.fields.iter_mut().find(|f| f.name == "Count") {
             let n = |s: &str| s.parse::<u64>().unwrap_or(0);

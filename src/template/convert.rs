@@ -3,6 +3,7 @@
 //! `html` and `js` (`urlquery` is [`crate::encode::percent`]).
 
 use super::exec::Value;
+use crate::order;
 
 pub(super) fn title(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -57,12 +58,9 @@ pub(super) fn from_json(v: &crate::json::Value) -> Value {
         J::Number(n) => n.parse::<f64>().map(Value::Float).unwrap_or(Value::Nil),
         J::String(s) => Value::Str(s.clone()),
         J::Array(items) => Value::List(items.iter().map(from_json).collect()),
-        J::Object(members) => Value::Map(
-            members
-                .iter()
-                .map(|(k, v)| (k.clone(), from_json(v)))
-                .collect(),
-        ),
+        J::Object(members) => Value::Map(order::map(
+            members.iter().map(|(k, v)| (k.clone(), from_json(v))),
+        )),
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::Fields;
 use crate::hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
+use crate::order;
 use crate::spec::MemoryMax;
 
 /// A number, or a string that holds one: HCL converts such a string where
@@ -303,12 +304,9 @@ impl<'d> Fields<'d> {
     /// text, as in HCL's `map(string)`.
     pub(crate) fn map(&mut self, key: &'static str) -> Option<BTreeMap<String, String>> {
         let entries = self.map_entries(key)?;
-        Some(
-            entries
-                .into_iter()
-                .map(|entry| (entry.key, entry.value))
-                .collect(),
-        )
+        Some(order::map(
+            entries.into_iter().map(|entry| (entry.key, entry.value)),
+        ))
     }
 
     /// Like [`Fields::map`], with each entry's positions, in source order.

@@ -38,6 +38,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::driver::Exit;
 use crate::docker::{Auth, Container, ContainerSpec, Engine};
+use crate::order;
 
 pub(super) use container::{container_spec, docker_strings, Inputs, Privileges, VolumeBind};
 
@@ -478,15 +479,15 @@ pub(super) fn labels(
     job: &str,
     task: &str,
 ) -> BTreeMap<String, String> {
-    [
-        (LABEL_AGENT, data_dir.display().to_string()),
-        (LABEL_ALLOC, alloc.to_string()),
-        (LABEL_JOB, job.to_string()),
-        (LABEL_TASK, task.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    order::map(
+        [
+            (LABEL_AGENT, data_dir.display().to_string()),
+            (LABEL_ALLOC, alloc.to_string()),
+            (LABEL_JOB, job.to_string()),
+            (LABEL_TASK, task.to_string()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    )
 }
 
 /// The name of a task's container, as Nomad names it: `<task>-<alloc>`.

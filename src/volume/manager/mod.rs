@@ -59,6 +59,7 @@ use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::Backoff;
+use crate::order;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::state as pb;
 use crate::spec::PluginType;
@@ -503,7 +504,7 @@ impl VolumeManager {
     /// Loads the snapshot's volumes, then the journal's records in order.
     pub fn restore(&mut self, snapshot: &[pb::Volume], journal: &[Vec<u8>]) {
         let mut records: BTreeMap<String, pb::Volume> =
-            snapshot.iter().map(|v| (v.id.clone(), v.clone())).collect();
+            order::map(snapshot.iter().map(|v| (v.id.clone(), v.clone())));
         for bytes in journal {
             match pb::JournalRecord::parse_from_bytes(bytes) {
                 Ok(record) => match record.change {

@@ -37,6 +37,7 @@ use crate::cluster::claims::{ClaimRequest, Promise};
 use crate::cluster::ops::{Answer, Op};
 use crate::cluster::volumes::VolumeEvent;
 use crate::csi::types::{CapabilitySet, ControllerCapability};
+use crate::order;
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
 use crate::volume::manager::engine::lost::LostClaims;
@@ -473,7 +474,7 @@ impl VolumeManager {
                 claims,
                 cluster_id,
             } => {
-                side.claim_sets = claims.into_iter().collect();
+                side.claim_sets = order::map(claims);
                 side.synced = true;
                 side.cluster_id = cluster_id;
                 let in_etcd: std::collections::BTreeSet<String> =
