@@ -10,10 +10,11 @@
 //! then move the elements into that order; only the small move stays
 //! generic.
 //!
-//! `collect()` into a `BTreeMap` or `BTreeSet` sorts its input first, with
-//! a copy of the sort for each call site too; [`map`] and [`set`] build
-//! them by inserting instead, through the insert each map type compiles
-//! once.
+//! `collect()` into a `BTreeMap` sorts its input first, with a copy of the
+//! sort for each call site too (the iterator's type is part of it); [`map`]
+//! builds one by inserting instead, through the insert each map type
+//! compiles once. (A `BTreeSet` collected sorts with one copy per element
+//! type, not per call site.)
 //!
 //! Every sort here is stable (equal elements keep their order), which also
 //! serves the places that would do with an unstable one. The lists the
@@ -23,7 +24,7 @@
 //! refused outside tests by clippy's `disallowed_methods` (clippy.toml).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Sorts `items` by `compare`, keeping equal elements in their order.
 pub fn sort_by<T>(items: &mut [T], mut compare: impl FnMut(&T, &T) -> Ordering) {
@@ -50,13 +51,6 @@ pub fn map<K: Ord, V>(entries: impl IntoIterator<Item = (K, V)>) -> BTreeMap<K, 
     let mut map = BTreeMap::new();
     map.extend(entries);
     map
-}
-
-/// A set of `items`, inserted one at a time.
-pub fn set<T: Ord>(items: impl IntoIterator<Item = T>) -> BTreeSet<T> {
-    let mut set = BTreeSet::new();
-    set.extend(items);
-    set
 }
 
 /// The indices `0..len` in the order `compare` puts them, equal ones in
@@ -148,14 +142,11 @@ mod tests {
     }
 
     #[test]
-    fn builds_maps_and_sets_as_collect_does() {
+    fn builds_maps_as_collect_does() {
         let entries = [("b", 1), ("a", 2), ("b", 3), ("c", 4)];
         let collected: BTreeMap<&str, i32> = entries.into_iter().collect();
         assert_eq!(map(entries), collected);
         assert_eq!(map(entries).get("b"), Some(&3), "the later entry wins");
-        let items = ["pear", "fig", "pear", "apple"];
-        let collected: BTreeSet<&str> = items.into_iter().collect();
-        assert_eq!(set(items), collected);
     }
 
     #[test]
