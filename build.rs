@@ -73,7 +73,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|f| f.trim_end_matches(".proto").to_string())
         .collect();
     for generated in grpcio_compiler::codegen::gen(&descriptors, &to_generate) {
-        fs::write(out.join(&generated.name), generated.content)?;
+        // The method constants are made public so that a server may
+        // register a method by the generated name without the generated
+        // typed handler (api/methods.rs serves most of the control API's
+        // methods through one byte-level handler).
+        let content =
+            String::from_utf8(generated.content)?.replace("\nconst METHOD_", "\npub const METHOD_");
+        fs::write(out.join(&generated.name), content)?;
         modules.push(generated.name.trim_end_matches(".rs").to_string());
     }
 

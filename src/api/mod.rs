@@ -15,6 +15,7 @@
 
 pub mod client;
 mod listen;
+mod methods;
 pub mod server;
 mod server_error;
 mod session;

@@ -17,12 +17,11 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, UnarySink, UnarySinkResult};
+use grpcio::{ChannelBuilder, ServerBuilder, UnarySink, UnarySinkResult};
 
-use super::{wire, wire_services, Call, CallError, ErrorKind, ReplyTo, Request, Response};
+use super::methods::{self, Unary};
+use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request};
 use crate::csi::rpc::{block_on, grpc_environment};
-use crate::proto::{agent as api, agent_grpc};
-use crate::volume::calls::Answer;
 
 pub use super::server_error::Error;
 
@@ -85,7 +84,7 @@ impl ControlServer {
         let sessions = super::session::Sessions::new(calls.clone());
         let mut server = ServerBuilder::new(grpc_environment())
             .channel_args(args)
-            .register_service(agent_grpc::create_agent(Service {
+            .register_service(methods::create(Service {
                 calls,
                 sent,
                 sessions,
@@ -149,38 +148,60 @@ impl Drop for ControlServer {
 /// must live on until the send is done (gRPC cancels a server call let go
 /// before it completes), which the `control-api-sent` thread waits for.
 #[derive(Clone)]
-struct Service {
+pub(super) struct Service {
     calls: Sender<Call>,
     sent: Sender<UnarySinkResult>,
     /// `alloc exec` and `alloc fs`, each on a thread of its own.
-    sessions: super::session::Sessions,
+    pub(super) sessions: super::session::Sessions,
 }
 
 impl Service {
-    fn forward<Resp: Send + 'static>(
+    /// Serves the unary method `method` (named `name` in metrics and
+    /// traces): decodes `bytes` and forwards the request to the loop.
+    pub(super) fn unary(
         &self,
-        method: &'static str,
-        request: Request,
-        sink: UnarySink<Resp>,
-        answer: fn(Response) -> Option<Resp>,
+        method: Unary,
+        name: &'static str,
+        bytes: &[u8],
+        sink: UnarySink<Vec<u8>>,
     ) {
-        crate::trace::point("api-call", method);
+        match methods::request(method, name, bytes) {
+            Ok(request) => self.forward(method, name, request, sink),
+            Err(err) => {
+                crate::metrics::API_CALLS.observe(&[name, wire::code_name(err.kind)], 0.0);
+                let _ = self.sent.send(sink.fail(wire::status(&err)));
+            }
+        }
+    }
+
+    fn forward(
+        &self,
+        method: Unary,
+        name: &'static str,
+        request: Request,
+        sink: UnarySink<Vec<u8>>,
+    ) {
+        crate::trace::point("api-call", name);
         let arrived = Instant::now();
         let sent = self.sent.clone();
         let reply = ReplyTo::sink(move |result| {
-            let (sending, code) = match result.map(answer) {
-                Ok(Some(resp)) => (sink.success(resp), "OK"),
-                Ok(None) => (
-                    sink.fail(wire::status(&CallError::new(
-                        ErrorKind::Internal,
-                        format!("the agent answered {method} with another response"),
-                    ))),
-                    wire::code_name(ErrorKind::Internal),
-                ),
+            let encoded = result.and_then(|resp| match methods::answer(method, resp) {
+                Some(Ok(bytes)) => Ok(bytes),
+                Some(Err(err)) => Err(CallError::new(
+                    ErrorKind::Internal,
+                    format!("{name}: the answer does not encode: {err}"),
+                )),
+                None => Err(CallError::new(
+                    ErrorKind::Internal,
+                    format!("the agent answered {name} with another response"),
+                )),
+            });
+            let (sending, code) = match encoded {
+                Ok(bytes) => (sink.success(bytes), "OK"),
                 Err(err) => (sink.fail(wire::status(&err)), wire::code_name(err.kind)),
             };
-            crate::metrics::API_CALLS.observe(&[method, code], arrived.elapsed().as_secs_f64());
-            crate::trace::point("api-sent", method);
+            crate::metrics::API_CALLS.observe(&[name, code], arrived.elapsed().as_secs_f64());
+            crate::trace::point("api-sent", name);
             let _ = sent.send(sending);
         });
         // A loop that is gone dropped the call, and its reply answers
@@ -196,462 +217,6 @@ fn wait_until_sent(sent: Receiver<UnarySinkResult>) {
         if let Err(err) = block_on(sending) {
             log::debug!("A control API answer was not delivered: {err}");
         }
-    }
-}
-
-impl agent_grpc::Agent for Service {
-    fn plugin_status(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::PluginStatusRequest,
-        sink: UnarySink<api::PluginStatusResponse>,
-    ) {
-        self.forward(
-            "PluginStatus",
-            Request::PluginStatus { id: req.id },
-            sink,
-            |resp| match resp {
-                Response::PluginStatus(report) => Some(wire::plugin_status(report)),
-                _ => None,
-            },
-        );
-    }
-
-    fn volume_register(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeSpecRequest,
-        sink: UnarySink<api::VolumeStatusResponse>,
-    ) {
-        self.forward(
-            "VolumeRegister",
-            Request::VolumeRegister(wire::spec_request(req)),
-            sink,
-            status_response,
-        );
-    }
-
-    fn volume_create(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeSpecRequest,
-        sink: UnarySink<api::VolumeStatusResponse>,
-    ) {
-        self.forward(
-            "VolumeCreate",
-            Request::VolumeCreate(wire::spec_request(req)),
-            sink,
-            status_response,
-        );
-    }
-
-    fn volume_deregister(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeDeregisterRequest,
-        sink: UnarySink<api::VolumeDeregisterResponse>,
-    ) {
-        self.forward(
-            "VolumeDeregister",
-            Request::VolumeDeregister(wire::deregister_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::Deregistered) => Some(Default::default()),
-                _ => None,
-            },
-        );
-    }
-
-    fn volume_delete(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeDeregisterRequest,
-        sink: UnarySink<api::VolumeDeregisterResponse>,
-    ) {
-        self.forward(
-            "VolumeDelete",
-            Request::VolumeDelete(wire::deregister_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::Deregistered) => Some(Default::default()),
-                _ => None,
-            },
-        );
-    }
-
-    fn volume_status(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeStatusRequest,
-        sink: UnarySink<api::VolumeStatusResponse>,
-    ) {
-        self.forward(
-            "VolumeStatus",
-            Request::VolumeStatus(wire::status_request(req)),
-            sink,
-            status_response,
-        );
-    }
-
-    fn volume_claim(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeClaimRequest,
-        sink: UnarySink<api::VolumeClaimResponse>,
-    ) {
-        self.forward(
-            "VolumeClaim",
-            Request::VolumeClaim(wire::claim_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::Claimed(c)) => Some(wire::claimed(c)),
-                _ => None,
-            },
-        );
-    }
-
-    fn volume_release(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeReleaseRequest,
-        sink: UnarySink<api::VolumeReleaseResponse>,
-    ) {
-        self.forward(
-            "VolumeRelease",
-            Request::VolumeRelease(wire::release_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::Released(r)) => Some(wire::released(r)),
-                _ => None,
-            },
-        );
-    }
-
-    fn snapshot_create(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::SnapshotCreateRequest,
-        sink: UnarySink<api::SnapshotCreateResponse>,
-    ) {
-        self.forward(
-            "SnapshotCreate",
-            Request::SnapshotCreate(wire::snapshot_create_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::SnapshotCreated(s)) => Some(wire::snapshot_created(s)),
-                _ => None,
-            },
-        );
-    }
-
-    fn snapshot_delete(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::SnapshotDeleteRequest,
-        sink: UnarySink<api::SnapshotDeleteResponse>,
-    ) {
-        self.forward(
-            "SnapshotDelete",
-            Request::SnapshotDelete(wire::snapshot_delete_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::SnapshotDeleted) => Some(Default::default()),
-                _ => None,
-            },
-        );
-    }
-
-    fn snapshot_list(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::SnapshotListRequest,
-        sink: UnarySink<api::SnapshotListResponse>,
-    ) {
-        self.forward(
-            "SnapshotList",
-            Request::SnapshotList(wire::snapshot_list_request(req)),
-            sink,
-            |resp| match resp {
-                Response::Volume(Answer::Snapshots(all)) => Some(wire::snapshots(all)),
-                _ => None,
-            },
-        );
-    }
-
-    fn volume_force_detach(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::VolumeForceDetachRequest,
-        sink: UnarySink<api::VolumeForceDetachResponse>,
-    ) {
-        self.forward(
-            "VolumeForceDetach",
-            Request::VolumeForceDetach {
-                volume_id: req.volume_id,
-                node: req.node,
-            },
-            sink,
-            |resp| match resp {
-                Response::VolumeForceDetach => Some(Default::default()),
-                _ => None,
-            },
-        );
-    }
-
-    fn node_status(
-        &mut self,
-        _ctx: RpcContext,
-        _req: api::NodeStatusRequest,
-        sink: UnarySink<api::NodeStatusResponse>,
-    ) {
-        self.forward("NodeStatus", Request::NodeStatus, sink, |resp| match resp {
-            Response::NodeStatus(status) => Some(wire::node_status(status)),
-            _ => None,
-        });
-    }
-
-    fn job_run(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobRunRequest,
-        sink: UnarySink<api::JobRunResponse>,
-    ) {
-        self.forward(
-            "JobRun",
-            Request::JobRun(wire::job_file(req)),
-            sink,
-            |resp| match resp {
-                Response::JobRun(run) => Some(wire::job_run(run)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_periodic_force(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobPeriodicForceRequest,
-        sink: UnarySink<api::JobRunResponse>,
-    ) {
-        self.forward(
-            "JobPeriodicForce",
-            Request::JobPeriodicForce { name: req.name },
-            sink,
-            |resp| match resp {
-                Response::JobRun(run) => Some(wire::job_run(run)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_dispatch(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobDispatchRequest,
-        sink: UnarySink<api::JobRunResponse>,
-    ) {
-        self.forward(
-            "JobDispatch",
-            Request::JobDispatch(wire::dispatch_request(req)),
-            sink,
-            |resp| match resp {
-                Response::JobRun(run) => Some(wire::job_run(run)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_stop(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobStopRequest,
-        sink: UnarySink<api::JobStopResponse>,
-    ) {
-        self.forward(
-            "JobStop",
-            Request::JobStop {
-                name: req.name,
-                purge: req.purge,
-            },
-            sink,
-            |resp| match resp {
-                Response::JobStop(ids) => Some(wire::job_stop(ids)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_status(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobStatusRequest,
-        sink: UnarySink<api::JobStatusResponse>,
-    ) {
-        self.forward(
-            "JobStatus",
-            Request::JobStatus { name: req.name },
-            sink,
-            |resp| match resp {
-                Response::JobStatus(jobs) => Some(wire::job_status(jobs)),
-                _ => None,
-            },
-        );
-    }
-
-    fn alloc_logs(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::AllocLogsRequest,
-        sink: UnarySink<api::AllocLogsResponse>,
-    ) {
-        self.forward(
-            "AllocLogs",
-            Request::AllocLogs(wire::logs_request(req)),
-            sink,
-            |resp| match resp {
-                Response::AllocLogs(path) => Some(wire::logs(path)),
-                _ => None,
-            },
-        );
-    }
-
-    fn alloc_control(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::AllocControlRequest,
-        sink: UnarySink<api::AllocControlResponse>,
-    ) {
-        let request = match wire::alloc_control(req) {
-            Ok(request) => request,
-            Err(err) => {
-                crate::metrics::API_CALLS
-                    .observe(&["AllocControl", wire::code_name(err.kind)], 0.0);
-                let _ = self.sent.send(sink.fail(wire::status(&err)));
-                return;
-            }
-        };
-        self.forward(
-            "AllocControl",
-            Request::AllocControl(request),
-            sink,
-            |resp| match resp {
-                Response::AllocControl(done) => Some(wire::alloc_controlled(done)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_inspect(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobInspectRequest,
-        sink: UnarySink<api::JobInspectResponse>,
-    ) {
-        self.forward(
-            "JobInspect",
-            Request::JobInspect { name: req.name },
-            sink,
-            |resp| match resp {
-                Response::JobInspect(job) => Some(wire::job_inspected(job)),
-                _ => None,
-            },
-        );
-    }
-
-    fn service_list(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::ServiceListRequest,
-        sink: UnarySink<api::ServiceListResponse>,
-    ) {
-        let name = Some(req.name).filter(|n| !n.is_empty());
-        self.forward(
-            "ServiceList",
-            Request::Services { name },
-            sink,
-            |resp| match resp {
-                Response::Services(found) => Some(wire_services::services(found)),
-                _ => None,
-            },
-        );
-    }
-
-    fn job_plan(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::JobRunRequest,
-        sink: UnarySink<api::JobPlanResponse>,
-    ) {
-        self.forward(
-            "JobPlan",
-            Request::JobPlan(wire::job_file(req)),
-            sink,
-            |resp| match resp {
-                Response::JobPlan(plan) => Some(super::wire_plan::job_planned(plan)),
-                _ => None,
-            },
-        );
-    }
-
-    fn events(
-        &mut self,
-        _ctx: RpcContext,
-        req: api::EventsRequest,
-        sink: UnarySink<api::EventsResponse>,
-    ) {
-        match wire::events_request(req) {
-            Ok(req) => self.forward("Events", Request::Events(req), sink, |resp| match resp {
-                Response::Events(page) => Some(wire::events(page)),
-                _ => None,
-            }),
-            Err(err) => {
-                crate::metrics::API_CALLS.observe(&["Events", wire::code_name(err.kind)], 0.0);
-                let _ = self.sent.send(sink.fail(wire::status(&err)));
-            }
-        }
-    }
-
-    fn alloc_exec(
-        &mut self,
-        ctx: RpcContext,
-        stream: grpcio::RequestStream<api::AllocExecInput>,
-        sink: grpcio::DuplexSink<api::AllocExecOutput>,
-    ) {
-        self.sessions.exec(&ctx, stream, sink);
-    }
-
-    fn alloc_fs(
-        &mut self,
-        ctx: RpcContext,
-        req: api::AllocFsRequest,
-        sink: UnarySink<api::AllocFsResponse>,
-    ) {
-        self.sessions.fs(&ctx, req, sink);
-    }
-
-    fn alloc_stats(
-        &mut self,
-        ctx: RpcContext,
-        req: api::AllocStatsRequest,
-        sink: UnarySink<api::AllocStatsResponse>,
-    ) {
-        self.sessions.stats(&ctx, req, sink);
-    }
-
-    fn alloc_fs_follow(
-        &mut self,
-        ctx: RpcContext,
-        req: api::AllocFsRequest,
-        sink: grpcio::ServerStreamingSink<api::AllocFsResponse>,
-    ) {
-        self.sessions.fs_follow(&ctx, req, sink);
-    }
-}
-
-fn status_response(resp: Response) -> Option<api::VolumeStatusResponse> {
-    match resp {
-        Response::Volume(Answer::Status(status)) => Some(wire::volume_status(status)),
-        _ => None,
     }
 }
 
@@ -692,6 +257,36 @@ mod tests {
             before + 1.0
         );
         drop(client);
+        assert!(server.stop().join_within(Duration::from_secs(10)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_undecodable_request_is_refused_naming_its_method() {
+        use grpcio::RpcStatusCode;
+        let dir = std::env::temp_dir().join(format!("csi-agent-api-d-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("control.sock");
+        let (calls_tx, calls) = unbounded();
+        let server = ControlServer::start(&socket, calls_tx).unwrap();
+        let channel = ChannelBuilder::new(grpc_environment())
+            .use_local_subchannel_pool(true)
+            .connect(&format!("unix:{}", socket.display()));
+        // Field 1 with wire type 7, which protobuf does not have.
+        let garbage = vec![0x0f, 0xff, 0xff];
+        let name = crate::proto::agent_grpc::METHOD_AGENT_VOLUME_CLAIM.name;
+        match methods::call_raw(channel, name, &garbage) {
+            Err(grpcio::Error::RpcFailure(status)) => {
+                assert_eq!(status.code(), RpcStatusCode::INVALID_ARGUMENT);
+                assert!(
+                    status.message().starts_with("VolumeClaim: "),
+                    "{}",
+                    status.message()
+                );
+            }
+            other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+        }
+        assert!(calls.try_recv().is_err(), "the request reached the loop");
         assert!(server.stop().join_within(Duration::from_secs(10)));
         fs::remove_dir_all(&dir).unwrap();
     }
