@@ -139,14 +139,14 @@ fn make_static_check_fails_a_static_binary_over_a_small_budget() {
 }
 
 #[test]
-fn make_static_check_passes_a_static_binary_within_its_10_mib_ceiling() {
+fn make_static_check_passes_a_static_binary_within_its_8_mib_budget() {
     let Some(binary) = static_binary() else {
         return;
     };
     let (ok, out) = make_static_check(binary, None);
     assert!(ok, "{out}");
     assert!(
-        out.contains("within its size budget of 10485760 bytes"),
+        out.contains("within its size budget of 8388608 bytes"),
         "{out}"
     );
 }
