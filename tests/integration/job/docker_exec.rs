@@ -191,6 +191,11 @@ fn a_docker_exec_whose_caller_goes_away_is_killed() {
     block_on(tx.send((start, grpcio::WriteFlags::default()))).unwrap();
     let first = block_on(rx.next()).unwrap().unwrap();
     assert_eq!(first.stdout, b"up\n");
+    // The shell prints before it execs the sleep: wait for the sleep.
+    let deadline = Instant::now() + WAIT;
+    while sleepers("777").is_empty() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert_eq!(sleepers("777").len(), 1, "the exec's command runs");
     tx.cancel();
     let deadline = Instant::now() + WAIT;

@@ -7,10 +7,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::templates::wait_for_log;
 use super::{processes_with_env, Rig};
-use crate::harness::text;
+use crate::harness::{text, WAIT};
 use crate::util::require_root;
 
 /// A server, a prestart sidecar that serves its `local/` dir on
@@ -58,16 +60,25 @@ fn sleeper(name: &str, count: u32, network: &str) -> String {
 }
 
 /// The `NOMAD_*` port variables of task `t` of `alloc`, from the
-/// environment of one of its processes.
+/// environment of one of its processes. The task may be running by the
+/// agent's word a moment before its command is exec'd with that
+/// environment, so its process is waited for.
 fn port_env(alloc: &str) -> BTreeMap<String, String> {
     let id = format!("CSI_AGENT_ALLOC_ID={alloc}");
-    let task = processes_with_env(|e| e == id.as_bytes())
-        .into_iter()
-        .find(|pid| {
-            fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == b"NOMAD_TASK_NAME=t"))
-        })
-        .unwrap_or_else(|| panic!("no process of task t of alloc {alloc}"));
+    let deadline = Instant::now() + WAIT;
+    let task = loop {
+        let found = processes_with_env(|e| e == id.as_bytes())
+            .into_iter()
+            .find(|pid| {
+                fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == b"NOMAD_TASK_NAME=t"))
+            });
+        match found {
+            Some(pid) => break pid,
+            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            None => panic!("no process of task t of alloc {alloc}"),
+        }
+    };
     let environ = fs::read(format!("/proc/{task}/environ")).unwrap();
     environ
         .split(|&b| b == 0)
