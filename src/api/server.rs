@@ -20,7 +20,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use grpcio::{ChannelBuilder, ServerBuilder, UnarySink, UnarySinkResult};
 
 use super::methods::{self, Unary};
-use super::{wire, Call, CallError, ErrorKind, ReplyTo, Request};
+use super::{wire, Call, CallError, ErrorKind, ReplyTo};
 use crate::csi::rpc::{block_on, grpc_environment};
 
 pub use super::server_error::Error;
@@ -157,28 +157,13 @@ pub(super) struct Service {
 
 impl Service {
     /// Serves the unary method `method` (named `name` in metrics and
-    /// traces): decodes `bytes` and forwards the request to the loop.
+    /// traces): decodes `bytes` and forwards the request to the loop, or
+    /// refuses one that does not decode, through the same reply.
     pub(super) fn unary(
         &self,
         method: Unary,
         name: &'static str,
         bytes: &[u8],
-        sink: UnarySink<Vec<u8>>,
-    ) {
-        match methods::request(method, name, bytes) {
-            Ok(request) => self.forward(method, name, request, sink),
-            Err(err) => {
-                crate::metrics::API_CALLS.observe(&[name, wire::code_name(err.kind)], 0.0);
-                let _ = self.sent.send(sink.fail(wire::status(&err)));
-            }
-        }
-    }
-
-    fn forward(
-        &self,
-        method: Unary,
-        name: &'static str,
-        request: Request,
         sink: UnarySink<Vec<u8>>,
     ) {
         crate::trace::point("api-call", name);
@@ -204,9 +189,14 @@ impl Service {
             crate::trace::point("api-sent", name);
             let _ = sent.send(sending);
         });
-        // A loop that is gone dropped the call, and its reply answers
-        // that the agent is shutting down.
-        let _ = self.calls.send(Call { request, reply });
+        match methods::request(method, name, bytes) {
+            // A loop that is gone dropped the call, and its reply answers
+            // that the agent is shutting down.
+            Ok(request) => {
+                let _ = self.calls.send(Call { request, reply });
+            }
+            Err(err) => reply.send(Err(err)),
+        }
     }
 }
 
