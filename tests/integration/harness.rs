@@ -30,8 +30,8 @@ use crate::util::{bin, TestDir};
 /// purpose: no test asserts how fast anything is.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// How often [`Agent::wait_for`] asks for the status.
-const POLL: Duration = Duration::from_millis(10);
+/// How often [`Agent::wait_for`] and the tests that wait for a condition ask.
+pub const POLL: Duration = Duration::from_millis(10);
 
 /// The heartbeat of test configs: short, so that a killed plugin is noticed
 /// soon, but not so short that heartbeats crowd the log.

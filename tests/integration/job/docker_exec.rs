@@ -17,7 +17,7 @@ use super::containers::{rig, script_job, BUSYBOX};
 use super::root::wait_for_log;
 use super::Rig;
 use crate::dockerd::{require_docker, Dockerd};
-use crate::harness::{text, WAIT};
+use crate::harness::{text, POLL, WAIT};
 use crate::util::bin;
 
 /// Starts a service job of one docker task that logs `ready` and sleeps:
@@ -194,7 +194,7 @@ fn a_docker_exec_whose_caller_goes_away_is_killed() {
     // The shell prints before it execs the sleep: wait for the sleep.
     let deadline = Instant::now() + WAIT;
     while sleepers("777").is_empty() && Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(POLL);
     }
     assert_eq!(sleepers("777").len(), 1, "the exec's command runs");
     tx.cancel();

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::net::TcpListener;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::templates::wait_for_log;
 use super::{processes_with_env, Rig};
-use crate::harness::{text, WAIT};
+use crate::harness::{text, POLL, WAIT};
 use crate::util::require_root;
 
 /// A server, a prestart sidecar that serves its `local/` dir on
@@ -75,7 +75,7 @@ fn port_env(alloc: &str) -> BTreeMap<String, String> {
             });
         match found {
             Some(pid) => break pid,
-            None if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            None if Instant::now() < deadline => thread::sleep(POLL),
             None => panic!("no process of task t of alloc {alloc}"),
         }
     };
