@@ -16,6 +16,7 @@
 pub mod client;
 mod listen;
 mod methods;
+mod outbound;
 pub mod server;
 mod server_error;
 mod session;

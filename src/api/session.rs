@@ -22,9 +22,10 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
-use grpcio::{DuplexSink, RequestStream, RpcContext, UnarySink, WriteFlags};
+use futures_util::{FutureExt as _, StreamExt as _};
+use grpcio::{DuplexSink, RequestStream, RpcContext, UnarySink};
 
+use super::outbound::Outbound;
 use super::{wire, wire_session, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::block_on;
 use crate::proto::agent as pb;
@@ -202,8 +203,9 @@ impl Sessions {
     fn exec_session(
         &self,
         mut stream: RequestStream<pb::AllocExecInput>,
-        mut sink: DuplexSink<pb::AllocExecOutput>,
+        sink: DuplexSink<pb::AllocExecOutput>,
     ) {
+        let mut sink = Outbound::new(sink);
         let (start, stdin_closed) = match block_on(stream.next()) {
             Some(Ok(input)) if input.start.is_some() => {
                 (input.start.clone().unwrap_or_default(), input.stdin_closed)
@@ -217,13 +219,13 @@ impl Sessions {
                     ErrorKind::InvalidArgument,
                     "the first input of alloc exec must carry its start",
                 );
-                let _ = block_on(sink.fail(wire::status(&err)));
+                sink.fail(wire::status(&err));
                 return;
             }
         };
         if start.command.is_empty() {
             let err = CallError::new(ErrorKind::InvalidArgument, "alloc exec needs a command");
-            let _ = block_on(sink.fail(wire::status(&err)));
+            sink.fail(wire::status(&err));
             return;
         }
         let lookup = SessionLookup::Exec(wire_session::exec_lookup(&start));
@@ -234,11 +236,11 @@ impl Sessions {
                 return;
             }
             Ok(_) => {
-                let _ = block_on(sink.fail(wire::status(&other_response())));
+                sink.fail(wire::status(&other_response()));
                 return;
             }
             Err(err) => {
-                let _ = block_on(sink.fail(wire::status(&err)));
+                sink.fail(wire::status(&err));
                 return;
             }
         };
@@ -249,12 +251,9 @@ impl Sessions {
             Ok(started) => started,
             Err(err) => {
                 let (code, message) = enter::start_failure(&start.command[0], &err);
-                let _ = send(
-                    &mut sink,
-                    wire_session::exec_output(b"", message.as_bytes()),
-                );
-                let _ = send(&mut sink, wire_session::exec_exited(code));
-                let _ = block_on(sink.close());
+                sink.send(wire_session::exec_output(b"", message.as_bytes()));
+                sink.send(wire_session::exec_exited(code));
+                sink.close();
                 return;
             }
         };
@@ -289,8 +288,8 @@ impl Sessions {
             Err(_) => 1,
         };
         if sent {
-            let _ = send(&mut sink, wire_session::exec_exited(code));
-            let _ = block_on(sink.close());
+            sink.send(wire_session::exec_exited(code));
+            sink.close();
         }
         // The input thread ends with the call's stream, which the caller
         // closes once it has the exit code; it is not waited for.
@@ -344,9 +343,8 @@ pub(super) fn other_response() -> CallError {
     )
 }
 
-pub(super) fn send(sink: &mut DuplexSink<pb::AllocExecOutput>, msg: pb::AllocExecOutput) -> bool {
-    block_on(sink.send((msg, WriteFlags::default()))).is_ok()
-}
+/// An `alloc exec` call's output side.
+pub(super) type ExecSink = Outbound<DuplexSink<pb::AllocExecOutput>>;
 
 /// Writes the caller's stdin to the command and applies its window sizes
 /// until the caller's stream ends; a stream that ends or fails while the
@@ -411,7 +409,7 @@ fn write_all(file: &mut File, mut bytes: &[u8]) -> io::Result<()> {
 /// Sends the command's output until it is closed, or until the command
 /// ended and nothing more is there to read; whether the caller took it all.
 fn pump_output(
-    sink: &mut DuplexSink<pb::AllocExecOutput>,
+    sink: &mut ExecSink,
     child: &mut std::process::Child,
     stdout: File,
     stderr: Option<File>,
@@ -451,7 +449,7 @@ fn pump_output(
                         } else {
                             wire_session::exec_output(&buf[..n], b"")
                         };
-                        if !send(sink, msg) {
+                        if !sink.send(msg) {
                             return false;
                         }
                         if !exited {

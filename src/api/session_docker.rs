@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt as _, StreamExt as _};
-use grpcio::{DuplexSink, RequestStream};
+use futures_util::StreamExt as _;
+use grpcio::RequestStream;
 
-use super::session::{send, CHUNK, EXIT_CHECK};
+use super::session::{ExecSink, CHUNK, EXIT_CHECK};
 use super::{wire, wire_session, CallError, ErrorKind};
 use crate::csi::rpc::block_on;
 use crate::docker::{demultiplex, Demux, Engine, Error as EngineError};
@@ -50,7 +50,7 @@ pub(super) fn run(
     start: &pb::AllocExecStart,
     stdin_closed: bool,
     stream: RequestStream<pb::AllocExecInput>,
-    mut sink: DuplexSink<pb::AllocExecOutput>,
+    mut sink: ExecSink,
 ) {
     let started = Engine::new(&target.endpoint)
         .map_err(|err| engine_failure(target, &err))
@@ -66,7 +66,7 @@ pub(super) fn run(
     let (engine, id, exec) = match started {
         Ok(started) => started,
         Err(err) => {
-            let _ = block_on(sink.fail(wire::status(&err)));
+            sink.fail(wire::status(&err));
             return;
         }
     };
@@ -113,10 +113,7 @@ pub(super) fn run(
         Ok(sent) => sent,
         Err(message) => {
             let message = format!("alloc exec: {message}\n");
-            send(
-                &mut sink,
-                wire_session::exec_output(b"", message.as_bytes()),
-            )
+            sink.send(wire_session::exec_output(b"", message.as_bytes()))
         }
     };
     if !sent {
@@ -127,14 +124,11 @@ pub(super) fn run(
     }
     let code = exec_id.exit_code().unwrap_or_else(|message| {
         let message = format!("alloc exec: {message}\n");
-        let _ = send(
-            &mut sink,
-            wire_session::exec_output(b"", message.as_bytes()),
-        );
+        sink.send(wire_session::exec_output(b"", message.as_bytes()));
         NO_EXIT_CODE
     });
-    if send(&mut sink, wire_session::exec_exited(code)) {
-        let _ = block_on(sink.close());
+    if sink.send(wire_session::exec_exited(code)) {
+        sink.close();
     }
     // The input thread ends with the call's stream, which the caller
     // closes once it has the exit code; it is not waited for.
@@ -211,16 +205,13 @@ impl Exec {
 
 /// Sends a TTY's output as it comes until it ends: `Ok(false)` if the
 /// caller is gone.
-fn pump_raw(
-    sink: &mut DuplexSink<pb::AllocExecOutput>,
-    output: &mut impl Read,
-) -> Result<bool, String> {
+fn pump_raw(sink: &mut ExecSink, output: &mut impl Read) -> Result<bool, String> {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match output.read(&mut buf) {
             Ok(0) => return Ok(true),
             Ok(n) => {
-                if !send(sink, wire_session::exec_output(&buf[..n], b"")) {
+                if !sink.send(wire_session::exec_output(&buf[..n], b"")) {
                     return Ok(false);
                 }
             }
@@ -232,10 +223,7 @@ fn pump_raw(
 
 /// Sends stdout's and stderr's frames as they come until the stream ends:
 /// `Ok(false)` if the caller is gone.
-fn pump_frames(
-    sink: &mut DuplexSink<pb::AllocExecOutput>,
-    output: &mut impl Read,
-) -> Result<bool, String> {
+fn pump_frames(sink: &mut ExecSink, output: &mut impl Read) -> Result<bool, String> {
     let sink = RefCell::new(sink);
     let mut out = ToCaller(&sink, false);
     let mut err = ToCaller(&sink, true);
@@ -248,7 +236,7 @@ fn pump_frames(
 }
 
 /// stdout (`false`) or stderr (`true`) of the command, sent to the caller.
-struct ToCaller<'a, 'b>(&'a RefCell<&'b mut DuplexSink<pb::AllocExecOutput>>, bool);
+struct ToCaller<'a, 'b>(&'a RefCell<&'b mut ExecSink>, bool);
 
 impl Write for ToCaller<'_, '_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
@@ -258,7 +246,7 @@ impl Write for ToCaller<'_, '_> {
                 true => wire_session::exec_output(b"", chunk),
                 false => wire_session::exec_output(chunk, b""),
             };
-            if !send(&mut sink, msg) {
+            if !sink.send(msg) {
                 return Err(io::ErrorKind::BrokenPipe.into());
             }
         }

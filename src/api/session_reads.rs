@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use futures_util::{FutureExt as _, SinkExt as _};
-use grpcio::{RpcContext, ServerStreamingSink, UnarySink, WriteFlags};
+use futures_util::FutureExt as _;
+use grpcio::{RpcContext, ServerStreamingSink, UnarySink};
 
+use super::outbound::Outbound;
 use super::session::{other_response, Sessions};
 use super::{wire, wire_session, CallError, ErrorKind, Request, Response};
-use crate::csi::rpc::block_on;
 use crate::proto::agent as pb;
 use crate::task::alloc_fs::{self, FsRequest};
 use crate::task::exec_target::{SessionLookup, SessionTarget};
@@ -63,16 +63,13 @@ impl Sessions {
         let sink = Arc::new(Mutex::new(Some(sink)));
         let held = sink.clone();
         let started = self.spawn(move |_admitted| {
-            let Some(mut sink) = held.lock().ok().and_then(|mut s| s.take()) else {
+            let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
                 return;
             };
+            let mut sink = Outbound::new(sink);
             match sessions.follow(&req, &mut sink) {
-                Ok(()) => {
-                    let _ = block_on(sink.close());
-                }
-                Err(Some(err)) => {
-                    let _ = block_on(sink.fail(wire::status(&err)));
-                }
+                Ok(()) => sink.close(),
+                Err(Some(err)) => sink.fail(wire::status(&err)),
                 // The caller went away.
                 Err(None) => {}
             }
@@ -90,7 +87,7 @@ impl Sessions {
     fn follow(
         &self,
         req: &pb::AllocFsRequest,
-        sink: &mut ServerStreamingSink<pb::AllocFsResponse>,
+        sink: &mut FollowSink,
     ) -> Result<(), Option<CallError>> {
         let root = match self.ask(Request::Session(SessionLookup::Fs {
             alloc_id: req.alloc_id.clone(),
@@ -147,9 +144,10 @@ impl Sessions {
     }
 }
 
-fn send(
-    sink: &mut ServerStreamingSink<pb::AllocFsResponse>,
-    msg: pb::AllocFsResponse,
-) -> Result<(), Option<CallError>> {
-    block_on(sink.send((msg, WriteFlags::default()))).map_err(|_| None)
+/// An `alloc fs -f` call's output side.
+type FollowSink = Outbound<ServerStreamingSink<pb::AllocFsResponse>>;
+
+/// Sends `msg`: `Err(None)` if the caller is gone.
+fn send(sink: &mut FollowSink, msg: pb::AllocFsResponse) -> Result<(), Option<CallError>> {
+    sink.send(msg).then_some(()).ok_or(None)
 }
