@@ -100,21 +100,43 @@ impl Sessions {
         answer.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    pub(super) fn spawn(
+    /// Runs `work` with `call` (what it answers on) on a session thread
+    /// of its own. A session that cannot start (every place taken, or no
+    /// thread) hands `call` back with why, for the caller's refusal.
+    pub(super) fn start<C: Send + 'static>(
         &self,
-        work: impl FnOnce(Admitted) + Send + 'static,
-    ) -> Result<(), CallError> {
-        let admitted = self.admit()?;
-        thread::Builder::new()
+        call: C,
+        work: impl FnOnce(Admitted, C) + Send + 'static,
+    ) -> Result<(), (C, CallError)> {
+        let admitted = match self.admit() {
+            Ok(admitted) => admitted,
+            Err(err) => return Err((call, err)),
+        };
+        // A thread that cannot start drops its closure: the call waits
+        // outside it, to be taken back.
+        let call = Arc::new(Mutex::new(Some(call)));
+        let held = call.clone();
+        let spawned = thread::Builder::new()
             .name("api-session".into())
-            .spawn(move || work(admitted))
-            .map(drop)
-            .map_err(|err| {
-                CallError::new(
+            .spawn(move || {
+                if let Some(call) = held.lock().ok().and_then(|mut c| c.take()) {
+                    work(admitted, call);
+                }
+            });
+        match spawned {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let err = CallError::new(
                     ErrorKind::Unavailable,
                     format!("cannot start a session thread: {err}"),
-                )
-            })
+                );
+                match call.lock().ok().and_then(|mut c| c.take()) {
+                    Some(call) => Err((call, err)),
+                    // Taken by a thread that did start after all.
+                    None => Ok(()),
+                }
+            }
+        }
     }
 
     /// A unary call served on a session thread: `work`'s answer, or its
@@ -132,12 +154,7 @@ impl Sessions {
         UnarySink<T>: Send,
     {
         let sessions = self.clone();
-        let sink = Arc::new(Mutex::new(Some(sink)));
-        let held = sink.clone();
-        let started = self.spawn(move |admitted| {
-            let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
-                return;
-            };
+        let started = self.start(sink, move |admitted, sink| {
             let sending = match work(&sessions) {
                 Ok(answer) => sink.success(answer),
                 Err(err) => sink.fail(wire::status(&err)),
@@ -147,10 +164,8 @@ impl Sessions {
                 log::debug!("An {what} answer was not delivered: {err}");
             }
         });
-        if let Err(err) = started {
-            if let Some(sink) = sink.lock().ok().and_then(|mut s| s.take()) {
-                ctx.spawn(sink.fail(wire::status(&err)).map(drop));
-            }
+        if let Err((sink, err)) = started {
+            ctx.spawn(sink.fail(wire::status(&err)).map(drop));
         }
     }
 
@@ -183,20 +198,14 @@ impl Sessions {
     ) {
         crate::trace::point("api-call", "AllocExec");
         let sessions = self.clone();
-        let call = Arc::new(std::sync::Mutex::new(Some((stream, sink))));
-        let held = call.clone();
-        let started = self.spawn(move |_admitted| {
-            if let Some((stream, sink)) = held.lock().ok().and_then(|mut c| c.take()) {
-                sessions.exec_session(stream, sink);
-            }
+        let started = self.start((stream, sink), move |_admitted, (stream, sink)| {
+            sessions.exec_session(stream, sink);
         });
-        if let Err(err) = started {
-            if let Some((stream, sink)) = call.lock().ok().and_then(|mut c| c.take()) {
-                // gRPC cancels a call whose request stream is dropped
-                // unfinished: the stream lives until the refusal is sent,
-                // or the caller would hear CANCELLED rather than why.
-                ctx.spawn(sink.fail(wire::status(&err)).map(move |_| drop(stream)));
-            }
+        if let Err(((stream, sink), err)) = started {
+            // gRPC cancels a call whose request stream is dropped
+            // unfinished: the stream lives until the refusal is sent, or
+            // the caller would hear CANCELLED rather than why.
+            ctx.spawn(sink.fail(wire::status(&err)).map(move |_| drop(stream)));
         }
     }
 

@@ -10,7 +10,6 @@
 //! and ends once the alloc is done and the file read to its end, or when
 //! the caller goes away.
 
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -60,12 +59,7 @@ impl Sessions {
     ) {
         crate::trace::point("api-call", "AllocFsFollow");
         let sessions = self.clone();
-        let sink = Arc::new(Mutex::new(Some(sink)));
-        let held = sink.clone();
-        let started = self.spawn(move |_admitted| {
-            let Some(sink) = held.lock().ok().and_then(|mut s| s.take()) else {
-                return;
-            };
+        let started = self.start(sink, move |_admitted, sink| {
             let mut sink = Outbound::new(sink);
             match sessions.follow(&req, &mut sink) {
                 Ok(()) => sink.close(),
@@ -74,10 +68,8 @@ impl Sessions {
                 Err(None) => {}
             }
         });
-        if let Err(err) = started {
-            if let Some(sink) = sink.lock().ok().and_then(|mut s| s.take()) {
-                ctx.spawn(sink.fail(wire::status(&err)).map(drop));
-            }
+        if let Err((sink, err)) = started {
+            ctx.spawn(sink.fail(wire::status(&err)).map(drop));
         }
     }
 
