@@ -19,12 +19,12 @@
 //! stream, and `AllocFs`, `AllocStats`, which run on session threads) keep
 //! their generated typed constants.
 
-use grpcio::{GrpcSlice, Marshaller, MessageReader, Method, MethodType, ServiceBuilder};
+use grpcio::ServiceBuilder;
 use protobuf::Message;
-use std::io::Read;
 
 use super::server::Service;
 use super::{wire, wire_services, CallError, ErrorKind, Request, Response};
+use crate::csi::rpc::bytes_method;
 use crate::proto::{agent as api, agent_grpc as g};
 use crate::volume::calls::Answer;
 
@@ -93,35 +93,6 @@ pub(super) const UNARY: [(Unary, &str); 24] = [
     (Unary::JobPlan, g::METHOD_AGENT_JOB_PLAN.name),
     (Unary::Events, g::METHOD_AGENT_EVENTS.name),
 ];
-
-/// Plain bytes in and out: the dispatcher does the protobuf work.
-pub const BYTES: Marshaller<Vec<u8>> = Marshaller {
-    ser: ser_bytes,
-    de: de_bytes,
-};
-
-fn ser_bytes(bytes: &Vec<u8>, buf: &mut GrpcSlice) -> grpcio::Result<()> {
-    *buf = GrpcSlice::from(bytes.as_slice());
-    Ok(())
-}
-
-fn de_bytes(mut reader: MessageReader) -> grpcio::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(reader.len());
-    reader
-        .read_to_end(&mut bytes)
-        .map_err(|err| grpcio::Error::Codec(err.into()))?;
-    Ok(bytes)
-}
-
-/// The unary method `name` (a full gRPC name) over plain bytes.
-pub fn bytes_method(name: &'static str) -> Method<Vec<u8>, Vec<u8>> {
-    Method {
-        ty: MethodType::Unary,
-        name,
-        req_mar: BYTES,
-        resp_mar: BYTES,
-    }
-}
 
 /// The short name of a method (`PluginStatus`), as metrics and traces
 /// name it.

@@ -86,8 +86,8 @@ mod tests {
     };
 
     use super::*;
-    use crate::api::methods::BYTES;
     use crate::csi::rpc::grpc_environment;
+    use crate::csi::rpc::BYTES;
 
     const ECHO: Method<Vec<u8>, Vec<u8>> = Method {
         ty: MethodType::Duplex,

@@ -1,7 +1,8 @@
 //! What every CSI call shares, whichever service it goes to: the
 //! process-wide gRPC environment, blocking on an answer without an async
-//! runtime, an RPC sent whose answer is taken later ([`Sent`]), and a
-//! grpcio failure mapped to a classified [`Error`].
+//! runtime, an RPC sent whose answer is taken later ([`Sent`]), a
+//! grpcio failure mapped to a classified [`Error`], and methods served
+//! over plain bytes ([`bytes_method`]).
 
 use std::future::Future;
 use std::pin::pin;
@@ -10,7 +11,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Instant;
 
-use grpcio::{EnvBuilder, Environment};
+use std::io::Read;
+
+use grpcio::{EnvBuilder, Environment, GrpcSlice, Marshaller, MessageReader, Method, MethodType};
 
 use super::convert::ConvertError;
 use super::error::{Code, Error, Rpc};
@@ -21,6 +24,37 @@ pub fn grpc_environment() -> Arc<Environment> {
     static ENV: OnceLock<Arc<Environment>> = OnceLock::new();
     ENV.get_or_init(|| Arc::new(EnvBuilder::new().cq_count(2).name_prefix("grpc-cq").build()))
         .clone()
+}
+
+/// Plain bytes in and out, for a server whose dispatcher does the
+/// protobuf work: grpcio compiles its server machinery once per handler
+/// closure type, and byte methods all share one.
+pub const BYTES: Marshaller<Vec<u8>> = Marshaller {
+    ser: ser_bytes,
+    de: de_bytes,
+};
+
+fn ser_bytes(bytes: &Vec<u8>, buf: &mut GrpcSlice) -> grpcio::Result<()> {
+    *buf = GrpcSlice::from(bytes.as_slice());
+    Ok(())
+}
+
+fn de_bytes(mut reader: MessageReader) -> grpcio::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(reader.len());
+    reader
+        .read_to_end(&mut bytes)
+        .map_err(|err| grpcio::Error::Codec(err.into()))?;
+    Ok(bytes)
+}
+
+/// The unary method `name` (a full gRPC name) over plain bytes.
+pub fn bytes_method(name: &'static str) -> Method<Vec<u8>, Vec<u8>> {
+    Method {
+        ty: MethodType::Unary,
+        name,
+        req_mar: BYTES,
+        resp_mar: BYTES,
+    }
 }
 
 /// Runs a future to completion on this thread: enough for the one future a

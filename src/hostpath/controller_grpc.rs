@@ -3,24 +3,20 @@
 //! serves it (in [`super::controller`] and its siblings). RPCs of
 //! capabilities the plugin does not advertise answer UNIMPLEMENTED.
 
-use grpcio::{RpcContext, UnarySink};
+use grpcio::RpcContext;
+
+use super::methods::Sink;
 
 use super::controller::capabilities;
 use super::faults::Action;
 use super::strict::{Call, ContentSource};
-use super::{status, trace_fields, Received, Service};
+use super::{status, trace_fields, Received, RpcResult, Service};
 use crate::csi::convert;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
-use crate::csi::proto::csi_grpc;
 
-impl csi_grpc::Controller for Service {
-    fn create_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::CreateVolumeRequest,
-        sink: UnarySink<pb::CreateVolumeResponse>,
-    ) {
+impl Service {
+    pub(super) fn create_volume(&self, ctx: &RpcContext, req: pb::CreateVolumeRequest, sink: Sink) {
         let fields = trace_fields(&[("name", &req.name)]);
         let content_source = req.volume_content_source.as_ref().and_then(|s| {
             if s.has_snapshot() {
@@ -36,28 +32,23 @@ impl csi_grpc::Controller for Service {
             content_source,
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.create_volume(&req));
+        self.serve(ctx, received, sink, move |p, _| p.create_volume(&req));
     }
 
-    fn delete_volume(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::DeleteVolumeRequest,
-        sink: UnarySink<pb::DeleteVolumeResponse>,
-    ) {
+    pub(super) fn delete_volume(&self, ctx: &RpcContext, req: pb::DeleteVolumeRequest, sink: Sink) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
         let call = Call::DeleteVolume {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.delete_volume(&req));
+        self.serve(ctx, received, sink, move |p, _| p.delete_volume(&req));
     }
 
-    fn controller_publish_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_publish_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerPublishVolumeRequest,
-        sink: UnarySink<pb::ControllerPublishVolumeResponse>,
+        sink: Sink,
     ) {
         let ro = if req.readonly { "true" } else { "" };
         let fields = trace_fields(&[
@@ -72,14 +63,14 @@ impl csi_grpc::Controller for Service {
             answer: super::publish_context(&req.node_id),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.controller_publish(&req));
+        self.serve(ctx, received, sink, move |p, _| p.controller_publish(&req));
     }
 
-    fn controller_unpublish_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_unpublish_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerUnpublishVolumeRequest,
-        sink: UnarySink<pb::ControllerUnpublishVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("node", &req.node_id)]);
         let call = Call::ControllerUnpublishVolume {
@@ -87,55 +78,43 @@ impl csi_grpc::Controller for Service {
             node: req.node_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| {
+        self.serve(ctx, received, sink, move |p, _| {
             p.controller_unpublish(&req)
         });
     }
 
-    fn validate_volume_capabilities(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn validate_volume_capabilities(
+        &self,
+        ctx: &RpcContext,
         req: pb::ValidateVolumeCapabilitiesRequest,
-        sink: UnarySink<pb::ValidateVolumeCapabilitiesResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
         let call = Call::ValidateVolumeCapabilities {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
-            p.validate(&req, fault)
-        });
+        self.serve(ctx, received, sink, move |p, fault| p.validate(&req, fault));
     }
 
-    fn list_volumes(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ListVolumesRequest,
-        sink: UnarySink<pb::ListVolumesResponse>,
-    ) {
+    pub(super) fn list_volumes(&self, ctx: &RpcContext, req: pb::ListVolumesRequest, sink: Sink) {
         let received = Received::new(Call::ListVolumes, &req, String::new());
-        self.serve(&ctx, received, sink, move |p, _| p.list_volumes(&req));
+        self.serve(ctx, received, sink, move |p, _| p.list_volumes(&req));
     }
 
-    fn get_capacity(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetCapacityRequest,
-        sink: UnarySink<pb::GetCapacityResponse>,
-    ) {
+    pub(super) fn get_capacity(&self, ctx: &RpcContext, req: pb::GetCapacityRequest, sink: Sink) {
         let received = Received::new(Call::GetCapacity, &req, String::new());
-        self.serve(&ctx, received, sink, move |p, _| p.get_capacity(&req));
+        self.serve(ctx, received, sink, move |p, _| p.get_capacity(&req));
     }
 
-    fn controller_get_capabilities(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_get_capabilities(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerGetCapabilitiesRequest,
-        sink: UnarySink<pb::ControllerGetCapabilitiesResponse>,
+        sink: Sink,
     ) {
         let received = Received::new(Call::ControllerGetCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |plugin, _| {
+        self.serve(ctx, received, sink, |plugin, _| {
             let mut resp = pb::ControllerGetCapabilitiesResponse::new();
             resp.capabilities = capabilities(&plugin.config)
                 .map(convert::controller_capability_to_proto)
@@ -144,18 +123,18 @@ impl csi_grpc::Controller for Service {
         });
     }
 
-    fn controller_expand_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_expand_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerExpandVolumeRequest,
-        sink: UnarySink<pb::ControllerExpandVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
         let call = Call::ControllerExpandVolume {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
+        self.serve(ctx, received, sink, move |p, fault| {
             let mut resp = p.controller_expand(&req)?;
             // A plugin whose file systems grow on the node asks for its
             // expansion every time; the fault makes this one do so too.
@@ -164,57 +143,57 @@ impl csi_grpc::Controller for Service {
         });
     }
 
-    fn create_snapshot(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn create_snapshot(
+        &self,
+        ctx: &RpcContext,
         req: pb::CreateSnapshotRequest,
-        sink: UnarySink<pb::CreateSnapshotResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.source_volume_id)]);
         let call = Call::CreateSnapshot {
             source_volume: req.source_volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.create_snapshot(&req));
+        self.serve(ctx, received, sink, move |p, _| p.create_snapshot(&req));
     }
 
-    fn delete_snapshot(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn delete_snapshot(
+        &self,
+        ctx: &RpcContext,
         req: pb::DeleteSnapshotRequest,
-        sink: UnarySink<pb::DeleteSnapshotResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("snapshot", &req.snapshot_id)]);
         let received = Received::new(Call::DeleteSnapshot, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.delete_snapshot(&req));
+        self.serve(ctx, received, sink, move |p, _| p.delete_snapshot(&req));
     }
 
-    fn list_snapshots(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn list_snapshots(
+        &self,
+        ctx: &RpcContext,
         req: pb::ListSnapshotsRequest,
-        sink: UnarySink<pb::ListSnapshotsResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[
             ("snapshot", &req.snapshot_id),
             ("volume", &req.source_volume_id),
         ]);
         let received = Received::new(Call::ListSnapshots, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.list_snapshots(&req));
+        self.serve(ctx, received, sink, move |p, _| p.list_snapshots(&req));
     }
 
-    fn controller_get_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_get_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerGetVolumeRequest,
-        sink: UnarySink<pb::ControllerGetVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
         let call = Call::ControllerGetVolume {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| {
+        self.serve(ctx, received, sink, move |p, _| {
             p.controller_get_volume(&req)
         });
     }
@@ -222,39 +201,35 @@ impl csi_grpc::Controller for Service {
     // The RPCs of capabilities the plugin does not advertise: UNIMPLEMENTED,
     // unless strict mode refuses them first as a CO's mistake.
 
-    fn get_snapshot(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::GetSnapshotRequest,
-        sink: UnarySink<pb::GetSnapshotResponse>,
-    ) {
+    pub(super) fn get_snapshot(&self, ctx: &RpcContext, req: pb::GetSnapshotRequest, sink: Sink) {
         let received = Received::new(Call::GetSnapshot, &req, String::new());
-        self.unimplemented(&ctx, received, sink);
+        self.unimplemented::<pb::GetSnapshotResponse>(ctx, received, sink);
     }
 
-    fn controller_modify_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn controller_modify_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::ControllerModifyVolumeRequest,
-        sink: UnarySink<pb::ControllerModifyVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id)]);
         let volume = req.volume_id.clone();
         let call = Call::ControllerModifyVolume { volume };
-        self.unimplemented(&ctx, Received::new(call, &req, fields), sink);
+        let received = Received::new(call, &req, fields);
+        self.unimplemented::<pb::ControllerModifyVolumeResponse>(ctx, received, sink);
     }
 }
 
 impl Service {
     /// Serves an RPC the plugin does not implement.
-    fn unimplemented<Resp: Default + Send + 'static>(
+    fn unimplemented<Resp: protobuf::Message>(
         &self,
         ctx: &RpcContext,
         received: Received,
-        sink: UnarySink<Resp>,
+        sink: Sink,
     ) {
         let rpc = received.rpc();
-        self.serve(ctx, received, sink, move |_, _| {
+        self.serve(ctx, received, sink, move |_, _| -> RpcResult<Resp> {
             Err(status(
                 Code::Unimplemented,
                 format!("{rpc} is not implemented"),

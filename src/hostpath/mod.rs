@@ -94,6 +94,7 @@ mod controller;
 mod controller_grpc;
 pub mod faults;
 pub mod in_flight;
+mod methods;
 mod node;
 pub mod records;
 mod service;
@@ -113,7 +114,6 @@ use grpcio::{RpcStatus, RpcStatusCode, ServerBuilder, ServerCredentials};
 use crate::csi::endpoint::Endpoint;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
-use crate::csi::proto::csi_grpc;
 use crate::csi::types::CapacityRange;
 use crate::spec::PluginType;
 use faults::{Faults, Trace};
@@ -369,9 +369,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     }));
     let env = crate::csi::rpc::grpc_environment();
     let mut server = ServerBuilder::new(env)
-        .register_service(csi_grpc::create_identity(service.clone()))
-        .register_service(csi_grpc::create_controller(service.clone()))
-        .register_service(csi_grpc::create_node(service))
+        .register_service(methods::create(service))
         .build()
         .map_err(Error::Grpc)?;
     // Bind under a temporary name and rename once serving, so that the

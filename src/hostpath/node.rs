@@ -12,7 +12,9 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use grpcio::{RpcContext, UnarySink};
+use grpcio::RpcContext;
+
+use super::methods::Sink;
 use protobuf::MessageField;
 
 use super::controller::check_no_shrink;
@@ -27,7 +29,6 @@ use crate::csi::convert::{self, from_hash_map};
 use crate::csi::error::Code;
 use crate::csi::model::Capability;
 use crate::csi::proto::csi as pb;
-use crate::csi::proto::csi_grpc;
 use crate::csi::types::{NodeCapability, Usage, UsageUnit};
 use crate::mount::{self, Mounter, SysMounter, UnmountMode};
 
@@ -491,12 +492,12 @@ fn path_fields(volume: &str, staging: &str, target: &str, readonly: bool) -> Str
     ])
 }
 
-impl csi_grpc::Node for Service {
-    fn node_stage_volume(
-        &mut self,
-        ctx: RpcContext,
+impl Service {
+    pub(super) fn node_stage_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeStageVolumeRequest,
-        sink: UnarySink<pb::NodeStageVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
         let call = Call::NodeStageVolume {
@@ -505,14 +506,14 @@ impl csi_grpc::Node for Service {
             publish_context: from_hash_map(&req.publish_context),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.node_stage(&req));
+        self.serve(ctx, received, sink, move |p, _| p.node_stage(&req));
     }
 
-    fn node_unstage_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_unstage_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeUnstageVolumeRequest,
-        sink: UnarySink<pb::NodeUnstageVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = path_fields(&req.volume_id, &req.staging_target_path, "", false);
         let call = Call::NodeUnstageVolume {
@@ -520,7 +521,7 @@ impl csi_grpc::Node for Service {
             staging: PathBuf::from(&req.staging_target_path),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
+        self.serve(ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
                 return p.forget(&req.volume_id, |state| {
                     state.staged.remove(Path::new(&req.staging_target_path));
@@ -530,11 +531,11 @@ impl csi_grpc::Node for Service {
         });
     }
 
-    fn node_publish_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_publish_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodePublishVolumeRequest,
-        sink: UnarySink<pb::NodePublishVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = path_fields(
             &req.volume_id,
@@ -549,14 +550,14 @@ impl csi_grpc::Node for Service {
             publish_context: from_hash_map(&req.publish_context),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.node_publish(&req));
+        self.serve(ctx, received, sink, move |p, _| p.node_publish(&req));
     }
 
-    fn node_unpublish_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_unpublish_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeUnpublishVolumeRequest,
-        sink: UnarySink<pb::NodeUnpublishVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = path_fields(&req.volume_id, "", &req.target_path, false);
         let call = Call::NodeUnpublishVolume {
@@ -564,7 +565,7 @@ impl csi_grpc::Node for Service {
             target: PathBuf::from(&req.target_path),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, fault| {
+        self.serve(ctx, received, sink, move |p, fault| {
             if fault == Some(Action::Skip) {
                 return p.forget(&req.volume_id, |state| {
                     state.published.remove(Path::new(&req.target_path));
@@ -574,42 +575,42 @@ impl csi_grpc::Node for Service {
         });
     }
 
-    fn node_get_volume_stats(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_get_volume_stats(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeGetVolumeStatsRequest,
-        sink: UnarySink<pb::NodeGetVolumeStatsResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
         let call = Call::NodeGetVolumeStats {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.node_stats(&req));
+        self.serve(ctx, received, sink, move |p, _| p.node_stats(&req));
     }
 
-    fn node_expand_volume(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_expand_volume(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeExpandVolumeRequest,
-        sink: UnarySink<pb::NodeExpandVolumeResponse>,
+        sink: Sink,
     ) {
         let fields = trace_fields(&[("volume", &req.volume_id), ("path", &req.volume_path)]);
         let call = Call::NodeExpandVolume {
             volume: req.volume_id.clone(),
         };
         let received = Received::new(call, &req, fields);
-        self.serve(&ctx, received, sink, move |p, _| p.node_expand(&req));
+        self.serve(ctx, received, sink, move |p, _| p.node_expand(&req));
     }
 
-    fn node_get_capabilities(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn node_get_capabilities(
+        &self,
+        ctx: &RpcContext,
         req: pb::NodeGetCapabilitiesRequest,
-        sink: UnarySink<pb::NodeGetCapabilitiesResponse>,
+        sink: Sink,
     ) {
         let received = Received::new(Call::NodeGetCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |_, _| {
+        self.serve(ctx, received, sink, |_, _| {
             let mut resp = pb::NodeGetCapabilitiesResponse::new();
             resp.capabilities = CAPABILITIES
                 .iter()
@@ -619,13 +620,8 @@ impl csi_grpc::Node for Service {
         });
     }
 
-    fn node_get_info(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::NodeGetInfoRequest,
-        sink: UnarySink<pb::NodeGetInfoResponse>,
-    ) {
+    pub(super) fn node_get_info(&self, ctx: &RpcContext, req: pb::NodeGetInfoRequest, sink: Sink) {
         let received = Received::new(Call::NodeGetInfo, &req, String::new());
-        self.serve(&ctx, received, sink, |p, _| Ok(p.node_info()));
+        self.serve(ctx, received, sink, |p, _| Ok(p.node_info()));
     }
 }

@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::thread;
 
-use grpcio::{RpcContext, RpcStatus, UnarySink};
+use grpcio::{RpcContext, RpcStatus};
 
 use super::faults::Action;
+use super::methods::Sink;
 use super::strict::{Call, Service as CsiService};
 use super::{status, Plugin, RpcResult, PLUGIN_NAME, PUBLISH_CONTEXT_KEY};
 use crate::csi::convert;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
-use crate::csi::proto::csi_grpc;
 use crate::csi::rpc::block_on;
 use crate::csi::types::{PluginCapability, StringMap};
 
@@ -53,14 +53,9 @@ impl Service {
     /// Records the call, then runs `work` on its own thread after strict
     /// mode admitted it (if on) and any injected fault applied, and answers
     /// through `sink`.
-    pub(super) fn serve<Resp, F>(
-        &self,
-        ctx: &RpcContext,
-        received: Received,
-        sink: UnarySink<Resp>,
-        work: F,
-    ) where
-        Resp: Default + Send + 'static,
+    pub(super) fn serve<Resp, F>(&self, ctx: &RpcContext, received: Received, sink: Sink, work: F)
+    where
+        Resp: protobuf::Message,
         F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
     {
         self.serve_boxed(ctx, received, Box::new(Typed { sink, work }));
@@ -159,14 +154,14 @@ trait Reply: Send {
     fn refuse(self: Box<Self>, method: &str, fields: &str, refusal: RpcStatus);
 }
 
-struct Typed<Resp, F> {
-    sink: UnarySink<Resp>,
+struct Typed<F> {
+    sink: Sink,
     work: F,
 }
 
-impl<Resp, F> Reply for Typed<Resp, F>
+impl<Resp, F> Reply for Typed<F>
 where
-    Resp: Default + Send + 'static,
+    Resp: protobuf::Message,
     F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
 {
     fn run(
@@ -179,7 +174,15 @@ where
     ) {
         let result = run_work(plugin, method, fault, self.work);
         ended(result.is_ok());
-        answer(self.sink, method, fields, result);
+        let encoded = result.and_then(|resp| {
+            resp.write_to_bytes().map_err(|err| {
+                status(
+                    Code::Internal,
+                    format!("{method}: the answer does not encode: {err}"),
+                )
+            })
+        });
+        answer(self.sink, method, fields, encoded);
     }
 
     fn refuse(self: Box<Self>, method: &str, fields: &str, refusal: RpcStatus) {
@@ -190,7 +193,7 @@ where
 /// Logs a call's result and sends it, waiting until it is sent: dropping
 /// the last reference to a call whose final batch is still in flight
 /// makes gRPC core cancel it, and the client would see CANCELLED.
-fn answer<Resp>(sink: UnarySink<Resp>, method: &str, fields: &str, result: RpcResult<Resp>) {
+fn answer(sink: Sink, method: &str, fields: &str, result: RpcResult<Vec<u8>>) {
     match &result {
         Ok(_) => log::debug!("{method} {fields}: OK"),
         Err(s) => log::debug!("{method} {fields}: {:?} {}", s.code(), s.message()),
@@ -247,15 +250,15 @@ pub(crate) fn publish_context(node: &str) -> StringMap {
     [(PUBLISH_CONTEXT_KEY.to_string(), node.to_string())].into()
 }
 
-impl csi_grpc::Identity for Service {
-    fn get_plugin_info(
-        &mut self,
-        ctx: RpcContext,
+impl Service {
+    pub(super) fn get_plugin_info(
+        &self,
+        ctx: &RpcContext,
         req: pb::GetPluginInfoRequest,
-        sink: UnarySink<pb::GetPluginInfoResponse>,
+        sink: Sink,
     ) {
         let received = Received::new(Call::GetPluginInfo, &req, String::new());
-        self.serve(&ctx, received, sink, |_, _| {
+        self.serve(ctx, received, sink, |_, _| {
             let mut resp = pb::GetPluginInfoResponse::new();
             resp.name = PLUGIN_NAME.to_string();
             resp.vendor_version = env!("CARGO_PKG_VERSION").to_string();
@@ -263,14 +266,14 @@ impl csi_grpc::Identity for Service {
         });
     }
 
-    fn get_plugin_capabilities(
-        &mut self,
-        ctx: RpcContext,
+    pub(super) fn get_plugin_capabilities(
+        &self,
+        ctx: &RpcContext,
         req: pb::GetPluginCapabilitiesRequest,
-        sink: UnarySink<pb::GetPluginCapabilitiesResponse>,
+        sink: Sink,
     ) {
         let received = Received::new(Call::GetPluginCapabilities, &req, String::new());
-        self.serve(&ctx, received, sink, |plugin, _| {
+        self.serve(ctx, received, sink, |plugin, _| {
             let mut resp = pb::GetPluginCapabilitiesResponse::new();
             // A node process does not serve the controller service, and
             // says so; the others are the whole plugin's.
@@ -290,14 +293,9 @@ impl csi_grpc::Identity for Service {
         });
     }
 
-    fn probe(
-        &mut self,
-        ctx: RpcContext,
-        req: pb::ProbeRequest,
-        sink: UnarySink<pb::ProbeResponse>,
-    ) {
+    pub(super) fn probe(&self, ctx: &RpcContext, req: pb::ProbeRequest, sink: Sink) {
         let received = Received::new(Call::Probe, &req, String::new());
-        self.serve(&ctx, received, sink, |_, fault| {
+        self.serve(ctx, received, sink, |_, fault| {
             let mut resp = pb::ProbeResponse::new();
             resp.ready =
                 protobuf::MessageField::some(protobuf::well_known_types::wrappers::BoolValue {

@@ -399,3 +399,26 @@ fn secrets_on_an_rpc_that_takes_none_are_refused() {
     let log = fs::read_to_string(plugin.dir.join("plugin.log")).unwrap();
     assert!(!log.contains("s3cret"), "secrets never reach the log");
 }
+
+#[test]
+fn a_request_that_does_not_decode_is_refused_naming_its_rpc_and_the_plugin_serves_on() {
+    let plugin = Plugin::start_lenient_with(&[], &[]);
+    let raw = grpcio::Client::new(channel(&plugin));
+    let stage = csi_agent::csi::rpc::bytes_method(csi_grpc::METHOD_NODE_NODE_STAGE_VOLUME.name);
+    // Field 31 with wire type 7, which protobuf does not have.
+    let err = raw.unary_call(&stage, &vec![0xff], opt()).unwrap_err();
+    match err {
+        grpcio::Error::RpcFailure(status) => {
+            assert_eq!(status.code(), RpcStatusCode::INVALID_ARGUMENT);
+            assert!(
+                status
+                    .message()
+                    .starts_with("/csi.v1.Node/NodeStageVolume: the request does not decode: "),
+                "{}",
+                status.message()
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(plugin.client().probe().is_ok(), "the plugin serves on");
+}

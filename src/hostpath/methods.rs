@@ -1,0 +1,186 @@
+//! How the plugin's 26 RPCs are registered with grpcio.
+//!
+//! grpcio compiles its server machinery (`Handler<F>::handle`, the
+//! request's decoding, `UnarySink<T>::complete`) once per handler closure
+//! type, and the generated `create_identity`, `create_controller` and
+//! `create_node` give each RPC a closure of its own. Here every RPC is a
+//! method over plain bytes ([`bytes_method`], named by the generated
+//! `METHOD_*` constants so that the names cannot drift), registered with
+//! one closure type, and its entry in [`RPCS`] decodes the request with
+//! protobuf and hands it to the RPC's method on [`Service`]; the answer is
+//! encoded where it is sent (`service.rs`).
+//!
+//! A request that does not decode is answered INVALID_ARGUMENT naming the
+//! RPC, and is neither traced nor judged by strict mode: it never became a
+//! call.
+
+use futures_util::FutureExt as _;
+use grpcio::{RpcContext, ServiceBuilder, UnarySink};
+use protobuf::Message;
+
+use super::service::Service;
+use super::status;
+use crate::csi::error::Code;
+use crate::csi::proto::csi_grpc as g;
+use crate::csi::rpc::bytes_method;
+
+/// Where an RPC's answer goes: encoded, as the byte methods send it.
+pub(super) type Sink = UnarySink<Vec<u8>>;
+
+/// An RPC's entry: decodes its request and serves it.
+type Entry = fn(&Service, &RpcContext, &[u8], Sink);
+
+/// Every RPC of the three services with its full gRPC name.
+const RPCS: [(&str, Entry); 26] = [
+    (g::METHOD_IDENTITY_GET_PLUGIN_INFO.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::get_plugin_info)
+    }),
+    (
+        g::METHOD_IDENTITY_GET_PLUGIN_CAPABILITIES.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::get_plugin_capabilities),
+    ),
+    (g::METHOD_IDENTITY_PROBE.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::probe)
+    }),
+    (g::METHOD_CONTROLLER_CREATE_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::create_volume)
+    }),
+    (g::METHOD_CONTROLLER_DELETE_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::delete_volume)
+    }),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_PUBLISH_VOLUME.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_publish_volume),
+    ),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_UNPUBLISH_VOLUME.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_unpublish_volume),
+    ),
+    (
+        g::METHOD_CONTROLLER_VALIDATE_VOLUME_CAPABILITIES.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::validate_volume_capabilities),
+    ),
+    (g::METHOD_CONTROLLER_LIST_VOLUMES.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::list_volumes)
+    }),
+    (g::METHOD_CONTROLLER_GET_CAPACITY.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::get_capacity)
+    }),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_GET_CAPABILITIES.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_get_capabilities),
+    ),
+    (g::METHOD_CONTROLLER_CREATE_SNAPSHOT.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::create_snapshot)
+    }),
+    (g::METHOD_CONTROLLER_DELETE_SNAPSHOT.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::delete_snapshot)
+    }),
+    (g::METHOD_CONTROLLER_LIST_SNAPSHOTS.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::list_snapshots)
+    }),
+    (g::METHOD_CONTROLLER_GET_SNAPSHOT.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::get_snapshot)
+    }),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_EXPAND_VOLUME.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_expand_volume),
+    ),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_GET_VOLUME.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_get_volume),
+    ),
+    (
+        g::METHOD_CONTROLLER_CONTROLLER_MODIFY_VOLUME.name,
+        |s, c, b, k| decoded(s, c, b, k, Service::controller_modify_volume),
+    ),
+    (g::METHOD_NODE_NODE_STAGE_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_stage_volume)
+    }),
+    (g::METHOD_NODE_NODE_UNSTAGE_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_unstage_volume)
+    }),
+    (g::METHOD_NODE_NODE_PUBLISH_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_publish_volume)
+    }),
+    (g::METHOD_NODE_NODE_UNPUBLISH_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_unpublish_volume)
+    }),
+    (g::METHOD_NODE_NODE_GET_VOLUME_STATS.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_get_volume_stats)
+    }),
+    (g::METHOD_NODE_NODE_EXPAND_VOLUME.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_expand_volume)
+    }),
+    (g::METHOD_NODE_NODE_GET_CAPABILITIES.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_get_capabilities)
+    }),
+    (g::METHOD_NODE_NODE_GET_INFO.name, |s, c, b, k| {
+        decoded(s, c, b, k, Service::node_get_info)
+    }),
+];
+
+/// The plugin's Identity, Controller and Node services, as one grpcio
+/// service of byte methods.
+pub(super) fn create(service: Service) -> grpcio::Service {
+    let mut builder = ServiceBuilder::new();
+    for (name, entry) in RPCS {
+        let service = service.clone();
+        builder = builder.add_unary_handler(&bytes_method(name), move |ctx, bytes, sink| {
+            entry(&service, &ctx, &bytes, sink)
+        });
+    }
+    builder.build()
+}
+
+/// Decodes `bytes` as `serve`'s request and serves it; a request that
+/// does not decode is refused.
+fn decoded<Req: Message>(
+    service: &Service,
+    ctx: &RpcContext,
+    bytes: &[u8],
+    sink: Sink,
+    serve: fn(&Service, &RpcContext, Req, Sink),
+) {
+    match Req::parse_from_bytes(bytes) {
+        Ok(req) => serve(service, ctx, req, sink),
+        Err(err) => {
+            let method = String::from_utf8_lossy(ctx.method()).into_owned();
+            let refusal = status(
+                Code::InvalidArgument,
+                format!("{method}: the request does not decode: {err}"),
+            );
+            log::debug!("{method}: refused: the request does not decode: {err}");
+            // Sent from the grpcio thread: a refusal does no work first.
+            ctx.spawn(sink.fail(refusal).map(drop));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RPC added to `csi.proto` but not here would be answered
+    /// UNIMPLEMENTED by grpcio: every `rpc` of the three services is
+    /// registered, once.
+    #[test]
+    fn every_rpc_of_the_csi_services_is_registered_once() {
+        let proto = include_str!("../../proto/csi.proto");
+        let mut declared: Vec<&str> = proto
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("rpc "))
+            .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+            .collect();
+        let mut registered: Vec<&str> = RPCS
+            .iter()
+            .map(|(name, _)| name.rsplit('/').next().unwrap_or(name))
+            .collect();
+        crate::order::sort(&mut declared);
+        crate::order::sort(&mut registered);
+        assert_eq!(registered, declared);
+        for (name, _) in RPCS {
+            assert!(name.starts_with("/csi.v1."), "{name}");
+        }
+    }
+}
