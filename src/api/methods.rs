@@ -276,6 +276,7 @@ pub(super) fn call_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::csi::rpc::testing::rpcs_of;
 
     /// The methods [`create`] registers with their typed handlers.
     const SESSIONS: [&str; 4] = ["AllocExec", "AllocFs", "AllocStats", "AllocFsFollow"];
@@ -284,19 +285,13 @@ mod tests {
     /// UNIMPLEMENTED: every `rpc` of the service is served, once.
     #[test]
     fn every_rpc_of_the_agent_service_is_registered_once() {
-        let proto = include_str!("../../proto/agent.proto");
-        let mut declared: Vec<&str> = proto
-            .lines()
-            .filter_map(|line| line.trim().strip_prefix("rpc "))
-            .map(|rest| rest.split('(').next().unwrap().trim())
-            .collect();
+        let declared = rpcs_of(include_str!("../../proto/agent.proto"));
         let mut served: Vec<&str> = UNARY
             .iter()
             .map(|(_, name)| short_name(name))
             .chain(SESSIONS)
             .collect();
-        declared.sort();
-        served.sort();
+        crate::order::sort(&mut served);
         assert_eq!(served, declared);
         for (_, name) in UNARY {
             assert!(name.starts_with("/csi_agent.v1.Agent/"), "{name}");

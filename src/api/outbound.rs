@@ -80,13 +80,11 @@ mod tests {
 
     use crossbeam_channel::{bounded, Sender};
     use futures_util::{SinkExt as _, StreamExt as _};
-    use grpcio::{
-        CallOption, ChannelBuilder, Client, Method, MethodType, ServerBuilder, ServerCredentials,
-        ServiceBuilder,
-    };
+    use grpcio::{CallOption, ChannelBuilder, Client, Method, MethodType, ServiceBuilder};
 
     use super::*;
     use crate::csi::rpc::grpc_environment;
+    use crate::csi::rpc::testing::serve_unix;
     use crate::csi::rpc::BYTES;
 
     const ECHO: Method<Vec<u8>, Vec<u8>> = Method {
@@ -131,18 +129,7 @@ mod tests {
                 let _ = sessions.send(session);
             })
             .build();
-        let mut server = ServerBuilder::new(grpc_environment())
-            .register_service(service)
-            .build()
-            .unwrap();
-        server
-            .add_listening_port(
-                format!("unix:{}", socket.display()),
-                ServerCredentials::insecure(),
-            )
-            .unwrap();
-        server.start();
-        server
+        serve_unix(socket, service)
     }
 
     #[test]

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, ServerCredentials, UnarySink};
+use grpcio::{RpcContext, UnarySink};
 
 use super::client::{Client, MAX_ANSWER};
 use super::endpoint::Endpoint;
 use super::proto::{csi as pb, csi_grpc};
-use super::rpc::grpc_environment;
+use super::rpc::testing::serve_unix;
 
 /// The size of the name a fake plugin answers GetPluginInfo with.
 #[derive(Clone)]
@@ -57,22 +57,7 @@ fn plugin_info_with_name_of(len: usize) -> Result<String, String> {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("plugin.sock");
-    // A server sends as much as it is asked to: the bound is the client's.
-    let args = ChannelBuilder::new(grpc_environment())
-        .max_send_message_len(-1)
-        .build_args();
-    let mut server = ServerBuilder::new(grpc_environment())
-        .channel_args(args)
-        .register_service(csi_grpc::create_identity(Answering(Arc::new(len))))
-        .build()
-        .unwrap();
-    server
-        .add_listening_port(
-            format!("unix:{}", socket.display()),
-            ServerCredentials::insecure(),
-        )
-        .unwrap();
-    server.start();
+    let server = serve_unix(&socket, csi_grpc::create_identity(Answering(Arc::new(len))));
     let client = Client::new(&Endpoint::from_path(&socket).unwrap());
     let result = client
         .plugin_info()

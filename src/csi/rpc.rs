@@ -178,3 +178,45 @@ pub(super) fn invalid(rpc: Rpc, err: ConvertError) -> Error {
         format!("plugin sent an invalid reply: {err}"),
     )
 }
+
+/// For tests of gRPC servers and clients.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    use grpcio::{ChannelBuilder, Server, ServerBuilder, ServerCredentials};
+
+    use super::grpc_environment;
+
+    /// Serves `service` on the unix socket `socket`, sending answers of
+    /// any size (a client's bound is what is tested).
+    pub(crate) fn serve_unix(socket: &Path, service: grpcio::Service) -> Server {
+        let args = ChannelBuilder::new(grpc_environment())
+            .max_send_message_len(-1)
+            .build_args();
+        let mut server = ServerBuilder::new(grpc_environment())
+            .channel_args(args)
+            .register_service(service)
+            .build()
+            .unwrap();
+        server
+            .add_listening_port(
+                format!("unix:{}", socket.display()),
+                ServerCredentials::insecure(),
+            )
+            .unwrap();
+        server.start();
+        server
+    }
+
+    /// The names of the `rpc`s a `.proto` file declares, in order.
+    pub(crate) fn rpcs_of(proto: &str) -> Vec<&str> {
+        let mut declared: Vec<&str> = proto
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("rpc "))
+            .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+            .collect();
+        crate::order::sort(&mut declared);
+        declared
+    }
+}

@@ -30,94 +30,68 @@ pub(super) type Sink = UnarySink<Vec<u8>>;
 /// An RPC's entry: decodes its request and serves it.
 type Entry = fn(&Service, &RpcContext, &[u8], Sink);
 
+/// An entry of [`RPCS`]: the RPC's generated method constant and its
+/// method on [`Service`].
+macro_rules! rpc {
+    ($method:ident, $serve:ident) => {
+        (g::$method.name, |service, ctx, bytes, sink| {
+            decoded(service, ctx, bytes, sink, Service::$serve)
+        })
+    };
+}
+
 /// Every RPC of the three services with its full gRPC name.
 const RPCS: [(&str, Entry); 26] = [
-    (g::METHOD_IDENTITY_GET_PLUGIN_INFO.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::get_plugin_info)
-    }),
-    (
-        g::METHOD_IDENTITY_GET_PLUGIN_CAPABILITIES.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::get_plugin_capabilities),
+    rpc!(METHOD_IDENTITY_GET_PLUGIN_INFO, get_plugin_info),
+    rpc!(
+        METHOD_IDENTITY_GET_PLUGIN_CAPABILITIES,
+        get_plugin_capabilities
     ),
-    (g::METHOD_IDENTITY_PROBE.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::probe)
-    }),
-    (g::METHOD_CONTROLLER_CREATE_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::create_volume)
-    }),
-    (g::METHOD_CONTROLLER_DELETE_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::delete_volume)
-    }),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_PUBLISH_VOLUME.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_publish_volume),
+    rpc!(METHOD_IDENTITY_PROBE, probe),
+    rpc!(METHOD_CONTROLLER_CREATE_VOLUME, create_volume),
+    rpc!(METHOD_CONTROLLER_DELETE_VOLUME, delete_volume),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_PUBLISH_VOLUME,
+        controller_publish_volume
     ),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_UNPUBLISH_VOLUME.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_unpublish_volume),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_UNPUBLISH_VOLUME,
+        controller_unpublish_volume
     ),
-    (
-        g::METHOD_CONTROLLER_VALIDATE_VOLUME_CAPABILITIES.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::validate_volume_capabilities),
+    rpc!(
+        METHOD_CONTROLLER_VALIDATE_VOLUME_CAPABILITIES,
+        validate_volume_capabilities
     ),
-    (g::METHOD_CONTROLLER_LIST_VOLUMES.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::list_volumes)
-    }),
-    (g::METHOD_CONTROLLER_GET_CAPACITY.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::get_capacity)
-    }),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_GET_CAPABILITIES.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_get_capabilities),
+    rpc!(METHOD_CONTROLLER_LIST_VOLUMES, list_volumes),
+    rpc!(METHOD_CONTROLLER_GET_CAPACITY, get_capacity),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_GET_CAPABILITIES,
+        controller_get_capabilities
     ),
-    (g::METHOD_CONTROLLER_CREATE_SNAPSHOT.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::create_snapshot)
-    }),
-    (g::METHOD_CONTROLLER_DELETE_SNAPSHOT.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::delete_snapshot)
-    }),
-    (g::METHOD_CONTROLLER_LIST_SNAPSHOTS.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::list_snapshots)
-    }),
-    (g::METHOD_CONTROLLER_GET_SNAPSHOT.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::get_snapshot)
-    }),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_EXPAND_VOLUME.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_expand_volume),
+    rpc!(METHOD_CONTROLLER_CREATE_SNAPSHOT, create_snapshot),
+    rpc!(METHOD_CONTROLLER_DELETE_SNAPSHOT, delete_snapshot),
+    rpc!(METHOD_CONTROLLER_LIST_SNAPSHOTS, list_snapshots),
+    rpc!(METHOD_CONTROLLER_GET_SNAPSHOT, get_snapshot),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_EXPAND_VOLUME,
+        controller_expand_volume
     ),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_GET_VOLUME.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_get_volume),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_GET_VOLUME,
+        controller_get_volume
     ),
-    (
-        g::METHOD_CONTROLLER_CONTROLLER_MODIFY_VOLUME.name,
-        |s, c, b, k| decoded(s, c, b, k, Service::controller_modify_volume),
+    rpc!(
+        METHOD_CONTROLLER_CONTROLLER_MODIFY_VOLUME,
+        controller_modify_volume
     ),
-    (g::METHOD_NODE_NODE_STAGE_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_stage_volume)
-    }),
-    (g::METHOD_NODE_NODE_UNSTAGE_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_unstage_volume)
-    }),
-    (g::METHOD_NODE_NODE_PUBLISH_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_publish_volume)
-    }),
-    (g::METHOD_NODE_NODE_UNPUBLISH_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_unpublish_volume)
-    }),
-    (g::METHOD_NODE_NODE_GET_VOLUME_STATS.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_get_volume_stats)
-    }),
-    (g::METHOD_NODE_NODE_EXPAND_VOLUME.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_expand_volume)
-    }),
-    (g::METHOD_NODE_NODE_GET_CAPABILITIES.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_get_capabilities)
-    }),
-    (g::METHOD_NODE_NODE_GET_INFO.name, |s, c, b, k| {
-        decoded(s, c, b, k, Service::node_get_info)
-    }),
+    rpc!(METHOD_NODE_NODE_STAGE_VOLUME, node_stage_volume),
+    rpc!(METHOD_NODE_NODE_UNSTAGE_VOLUME, node_unstage_volume),
+    rpc!(METHOD_NODE_NODE_PUBLISH_VOLUME, node_publish_volume),
+    rpc!(METHOD_NODE_NODE_UNPUBLISH_VOLUME, node_unpublish_volume),
+    rpc!(METHOD_NODE_NODE_GET_VOLUME_STATS, node_get_volume_stats),
+    rpc!(METHOD_NODE_NODE_EXPAND_VOLUME, node_expand_volume),
+    rpc!(METHOD_NODE_NODE_GET_CAPABILITIES, node_get_capabilities),
+    rpc!(METHOD_NODE_NODE_GET_INFO, node_get_info),
 ];
 
 /// The plugin's Identity, Controller and Node services, as one grpcio
@@ -160,23 +134,18 @@ fn decoded<Req: Message>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::csi::rpc::testing::rpcs_of;
 
     /// An RPC added to `csi.proto` but not here would be answered
     /// UNIMPLEMENTED by grpcio: every `rpc` of the three services is
     /// registered, once.
     #[test]
     fn every_rpc_of_the_csi_services_is_registered_once() {
-        let proto = include_str!("../../proto/csi.proto");
-        let mut declared: Vec<&str> = proto
-            .lines()
-            .filter_map(|line| line.trim().strip_prefix("rpc "))
-            .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
-            .collect();
+        let declared = rpcs_of(include_str!("../../proto/csi.proto"));
         let mut registered: Vec<&str> = RPCS
             .iter()
             .map(|(name, _)| name.rsplit('/').next().unwrap_or(name))
             .collect();
-        crate::order::sort(&mut declared);
         crate::order::sort(&mut registered);
         assert_eq!(registered, declared);
         for (name, _) in RPCS {
