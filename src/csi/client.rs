@@ -1,7 +1,8 @@
 //! A blocking CSI client with a deadline on every call.
 //!
-//! One [`Client`] holds one grpcio channel to one plugin socket and the three
-//! service stubs over it. Every method sends one RPC with the client's
+//! One [`Client`] holds one grpcio channel to one plugin socket, over which
+//! every RPC goes as a byte method of `rpc.rs`'s `Stub` (one copy of
+//! grpcio's client code for all of them). Every method sends one RPC with the client's
 //! deadline, converts the answer to our types, and maps any failure to a
 //! classified [`Error`]. The client does not retry: callers wrap calls in
 //! [`super::backoff::retry`] or their own schedule, because only they know
@@ -26,8 +27,7 @@ use super::endpoint::Endpoint;
 use super::error::{Error, Rpc};
 use super::model::{Capability, Secrets};
 use super::proto::csi as pb;
-use super::proto::csi_grpc::{IdentityClient, NodeClient};
-use super::rpc::{call, grpc_environment, invalid, send, Sent};
+use super::rpc::{call, grpc_environment, invalid, send, Sent, Stub};
 use super::types::*;
 
 /// The deadline of an ordinary RPC when the caller sets none (Nomad's and
@@ -47,8 +47,8 @@ pub struct Client {
     endpoint: Endpoint,
     timeout: Duration,
     probe_timeout: Duration,
-    identity: IdentityClient,
-    node: NodeClient,
+    /// The identity and node services.
+    stub: Stub,
     controller: Controller,
     /// The plugin's ID, which the metrics of its calls name
     /// (`driver_name`); empty for a client of no plugin of the agent's.
@@ -73,8 +73,7 @@ impl Client {
             endpoint: endpoint.clone(),
             timeout: DEFAULT_TIMEOUT,
             probe_timeout: PROBE_TIMEOUT,
-            identity: IdentityClient::new(channel.clone()),
-            node: NodeClient::new(channel.clone()),
+            stub: Stub::new(channel.clone()),
             controller: Controller::on_socket(channel, DEFAULT_TIMEOUT),
             driver: Arc::from(""),
         }
@@ -118,10 +117,9 @@ impl Client {
 
     pub fn plugin_info(&self) -> Result<PluginInfo, Error> {
         let rpc = Rpc::GetPluginInfo;
-        let resp = call(rpc, &self.driver, || {
-            self.identity
-                .get_plugin_info_opt(&pb::GetPluginInfoRequest::new(), self.opt())
-        })?;
+        let req = pb::GetPluginInfoRequest::new();
+        let resp: pb::GetPluginInfoResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &req, self.opt()))?;
         if resp.name.is_empty() {
             return Err(invalid(rpc, ConvertError::new("name", "is required")));
         }
@@ -133,10 +131,10 @@ impl Client {
     }
 
     pub fn plugin_capabilities(&self) -> Result<CapabilitySet<PluginCapability>, Error> {
+        let rpc = Rpc::GetPluginCapabilities;
         let req = pb::GetPluginCapabilitiesRequest::new();
-        let resp = call(Rpc::GetPluginCapabilities, &self.driver, || {
-            self.identity.get_plugin_capabilities_opt(&req, self.opt())
-        })?;
+        let resp: pb::GetPluginCapabilitiesResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &req, self.opt()))?;
         Ok(convert::plugin_capabilities_from_proto(&resp.capabilities))
     }
 
@@ -145,8 +143,9 @@ impl Client {
     /// [`PROBE_TIMEOUT`] at most.
     pub fn probe(&self) -> Result<bool, Error> {
         let opt = CallOption::default().timeout(self.probe_timeout);
-        let resp = call(Rpc::Probe, &self.driver, || {
-            self.identity.probe_opt(&pb::ProbeRequest::new(), opt)
+        let req = pb::ProbeRequest::new();
+        let resp: pb::ProbeResponse = call(Rpc::Probe, &self.driver, || {
+            self.stub.call(Rpc::Probe, &req, opt)
         })?;
         Ok(resp.ready.as_ref().map_or(true, |ready| ready.value))
     }
@@ -155,10 +154,9 @@ impl Client {
 
     pub fn node_info(&self) -> Result<NodeInfo, Error> {
         let rpc = Rpc::NodeGetInfo;
-        let resp = call(rpc, &self.driver, || {
-            self.node
-                .node_get_info_opt(&pb::NodeGetInfoRequest::new(), self.opt())
-        })?;
+        let req = pb::NodeGetInfoRequest::new();
+        let resp: pb::NodeGetInfoResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &req, self.opt()))?;
         if resp.node_id.is_empty() {
             return Err(invalid(rpc, ConvertError::new("node_id", "is required")));
         }
@@ -173,10 +171,10 @@ impl Client {
     }
 
     pub fn node_capabilities(&self) -> Result<CapabilitySet<NodeCapability>, Error> {
+        let rpc = Rpc::NodeGetCapabilities;
         let req = pb::NodeGetCapabilitiesRequest::new();
-        let resp = call(Rpc::NodeGetCapabilities, &self.driver, || {
-            self.node.node_get_capabilities_opt(&req, self.opt())
-        })?;
+        let resp: pb::NodeGetCapabilitiesResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &req, self.opt()))?;
         Ok(convert::node_capabilities_from_proto(&resp.capabilities))
     }
 
@@ -193,11 +191,12 @@ impl Client {
         wire.volume_capability = convert::capability_to_field(&req.capability);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
+        let rpc = Rpc::NodeStageVolume;
         send(
-            Rpc::NodeStageVolume,
+            rpc,
             self.driver.clone(),
-            self.node.node_stage_volume_async_opt(&wire, self.opt()),
-            drop,
+            self.stub.start(rpc, &wire, self.opt()),
+            drop::<pb::NodeStageVolumeResponse>,
         )
     }
 
@@ -211,11 +210,12 @@ impl Client {
         let mut wire = pb::NodeUnstageVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.staging_target_path = path_string(staging_target_path);
+        let rpc = Rpc::NodeUnstageVolume;
         send(
-            Rpc::NodeUnstageVolume,
+            rpc,
             self.driver.clone(),
-            self.node.node_unstage_volume_async_opt(&wire, self.opt()),
-            drop,
+            self.stub.start(rpc, &wire, self.opt()),
+            drop::<pb::NodeUnstageVolumeResponse>,
         )
     }
 
@@ -238,11 +238,12 @@ impl Client {
         wire.readonly = req.read_only;
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
+        let rpc = Rpc::NodePublishVolume;
         send(
-            Rpc::NodePublishVolume,
+            rpc,
             self.driver.clone(),
-            self.node.node_publish_volume_async_opt(&wire, self.opt()),
-            drop,
+            self.stub.start(rpc, &wire, self.opt()),
+            drop::<pb::NodePublishVolumeResponse>,
         )
     }
 
@@ -255,11 +256,12 @@ impl Client {
         let mut wire = pb::NodeUnpublishVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.target_path = path_string(target_path);
+        let rpc = Rpc::NodeUnpublishVolume;
         send(
-            Rpc::NodeUnpublishVolume,
+            rpc,
             self.driver.clone(),
-            self.node.node_unpublish_volume_async_opt(&wire, self.opt()),
-            drop,
+            self.stub.start(rpc, &wire, self.opt()),
+            drop::<pb::NodeUnpublishVolumeResponse>,
         )
     }
 
@@ -274,9 +276,8 @@ impl Client {
         wire.volume_id = volume_id.to_string();
         wire.volume_path = path_string(volume_path);
         wire.staging_target_path = staging_target_path.map(path_string).unwrap_or_default();
-        let resp = call(rpc, &self.driver, || {
-            self.node.node_get_volume_stats_opt(&wire, self.opt())
-        })?;
+        let resp: pb::NodeGetVolumeStatsResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &wire, self.opt()))?;
         let usage = resp
             .usage
             .iter()
@@ -305,9 +306,9 @@ impl Client {
             wire.volume_capability = convert::capability_to_field(cap);
         }
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = call(Rpc::NodeExpandVolume, &self.driver, || {
-            self.node.node_expand_volume_opt(&wire, self.opt())
-        })?;
+        let rpc = Rpc::NodeExpandVolume;
+        let resp: pb::NodeExpandVolumeResponse =
+            call(rpc, &self.driver, || self.stub.call(rpc, &wire, self.opt()))?;
         Ok(resp.capacity_bytes)
     }
 }

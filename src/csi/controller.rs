@@ -25,8 +25,7 @@ use super::convert::{self, ConvertError};
 use super::error::{Error, Rpc};
 use super::model::{Capability, Secrets};
 use super::proto::csi as pb;
-use super::proto::csi_grpc::ControllerClient;
-use super::rpc::{call, invalid, send, Sent};
+use super::rpc::{call, invalid, send, Sent, Stub};
 use super::types::*;
 
 /// Carries controller calls, encoded as on the wire, to a controller and
@@ -57,7 +56,7 @@ pub struct Controller {
 #[derive(Clone)]
 enum Route {
     /// The plugin's socket.
-    Socket(ControllerClient),
+    Socket(Stub),
     /// A carrier of encoded calls.
     Carried(Arc<dyn Carrier>),
 }
@@ -66,7 +65,7 @@ impl Controller {
     /// The controller service on `channel`, a plugin's socket.
     pub(super) fn on_socket(channel: Channel, timeout: Duration) -> Controller {
         Controller {
-            route: Route::Socket(ControllerClient::new(channel)),
+            route: Route::Socket(Stub::new(channel)),
             timeout,
             driver: Arc::from(""),
         }
@@ -100,38 +99,32 @@ impl Controller {
         CallOption::default().timeout(self.timeout)
     }
 
-    /// Controller RPC `rpc` with `wire`: `direct` on the plugin's socket,
-    /// or through the carrier.
+    /// Controller RPC `rpc` with `wire`, on the plugin's socket or through
+    /// the carrier.
     fn controller_call<Req: Message, Resp: Message>(
         &self,
         rpc: Rpc,
         wire: &Req,
-        direct: impl FnOnce(&ControllerClient, &Req, CallOption) -> grpcio::Result<Resp>,
     ) -> Result<Resp, Error> {
         call(rpc, &self.driver, || match &self.route {
-            Route::Socket(stub) => direct(stub, wire, self.opt()),
+            Route::Socket(stub) => stub.call(rpc, wire, self.opt()),
             Route::Carried(carrier) => carried(carrier.as_ref(), rpc, wire, self.timeout),
         })
     }
 
     /// Like [`Controller::controller_call`], but without waiting for the
     /// answer on the plugin's socket.
-    fn controller_send<Req: Message, Resp: Message + Unpin, T: 'static>(
+    fn controller_send<Req: Message, Resp: Message, T: 'static>(
         &self,
         rpc: Rpc,
         wire: &Req,
-        direct: impl FnOnce(
-            &ControllerClient,
-            &Req,
-            CallOption,
-        ) -> grpcio::Result<grpcio::ClientUnaryReceiver<Resp>>,
         convert: impl FnOnce(Resp) -> T + 'static,
     ) -> Sent<T> {
         match &self.route {
             Route::Socket(stub) => send(
                 rpc,
                 self.driver.clone(),
-                direct(stub, wire, self.opt()),
+                stub.start(rpc, wire, self.opt()),
                 convert,
             ),
             Route::Carried(carrier) => Sent::known(
@@ -145,9 +138,10 @@ impl Controller {
 
     pub fn controller_capabilities(&self) -> Result<CapabilitySet<ControllerCapability>, Error> {
         let req = pb::ControllerGetCapabilitiesRequest::new();
-        let resp = self.controller_call(Rpc::ControllerGetCapabilities, &req, |c, w, o| {
-            c.controller_get_capabilities_opt(w, o)
-        })?;
+        let resp = self.controller_call::<_, pb::ControllerGetCapabilitiesResponse>(
+            Rpc::ControllerGetCapabilities,
+            &req,
+        )?;
         Ok(convert::controller_capabilities_from_proto(
             &resp.capabilities,
         ))
@@ -171,7 +165,7 @@ impl Controller {
         if let Some(source) = &req.content_source {
             wire.volume_content_source = protobuf::MessageField::some(source.into());
         }
-        let resp = self.controller_call(rpc, &wire, |c, w, o| c.create_volume_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::CreateVolumeResponse>(rpc, &wire)?;
         let volume = resp
             .volume
             .as_ref()
@@ -183,10 +177,8 @@ impl Controller {
         let mut wire = pb::DeleteVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        self.controller_call(Rpc::DeleteVolume, &wire, |c, w, o| {
-            c.delete_volume_opt(w, o)
-        })
-        .map(drop)
+        self.controller_call::<_, pb::DeleteVolumeResponse>(Rpc::DeleteVolume, &wire)
+            .map(drop)
     }
 
     /// ControllerPublishVolume; answers the publish context, which the
@@ -205,10 +197,9 @@ impl Controller {
         wire.readonly = req.read_only;
         wire.secrets = convert::secrets_to_proto(&req.secrets);
         wire.volume_context = convert::to_hash_map(&req.volume_context);
-        self.controller_send(
+        self.controller_send::<_, pb::ControllerPublishVolumeResponse, _>(
             Rpc::ControllerPublishVolume,
             &wire,
-            |c, w, o| c.controller_publish_volume_async_opt(w, o),
             |resp| convert::from_hash_map(&resp.publish_context),
         )
     }
@@ -235,10 +226,9 @@ impl Controller {
         wire.volume_id = volume_id.to_string();
         wire.node_id = node_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        self.controller_send(
+        self.controller_send::<_, pb::ControllerUnpublishVolumeResponse, _>(
             Rpc::ControllerUnpublishVolume,
             &wire,
-            |c, w, o| c.controller_unpublish_volume_async_opt(w, o),
             drop,
         )
     }
@@ -257,9 +247,7 @@ impl Controller {
             .collect();
         wire.parameters = convert::to_hash_map(&req.parameters);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = self.controller_call(rpc, &wire, |c, w, o| {
-            c.validate_volume_capabilities_opt(w, o)
-        })?;
+        let resp = self.controller_call::<_, pb::ValidateVolumeCapabilitiesResponse>(rpc, &wire)?;
         match resp.confirmed.as_ref() {
             None => {
                 log::debug!("{rpc}: plugin did not confirm: {}", resp.message);
@@ -283,7 +271,7 @@ impl Controller {
         let mut wire = pb::ListVolumesRequest::new();
         wire.max_entries = max_entries;
         wire.starting_token = starting_token.to_string();
-        let resp = self.controller_call(rpc, &wire, |c, w, o| c.list_volumes_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::ListVolumesResponse>(rpc, &wire)?;
         let mut entries = Vec::with_capacity(resp.entries.len());
         for entry in &resp.entries {
             let status = entry.status.as_ref();
@@ -317,8 +305,7 @@ impl Controller {
             wire.accessible_topology =
                 protobuf::MessageField::some(convert::topology_to_proto(topology));
         }
-        let resp =
-            self.controller_call(Rpc::GetCapacity, &wire, |c, w, o| c.get_capacity_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::GetCapacityResponse>(Rpc::GetCapacity, &wire)?;
         Ok(Capacity {
             available_capacity: resp.available_capacity,
             maximum_volume_size: resp.maximum_volume_size.as_ref().map(|v| v.value),
@@ -334,9 +321,10 @@ impl Controller {
         if let Some(cap) = &req.capability {
             wire.volume_capability = convert::capability_to_field(cap);
         }
-        let resp = self.controller_call(Rpc::ControllerExpandVolume, &wire, |c, w, o| {
-            c.controller_expand_volume_opt(w, o)
-        })?;
+        let resp = self.controller_call::<_, pb::ControllerExpandVolumeResponse>(
+            Rpc::ControllerExpandVolume,
+            &wire,
+        )?;
         Ok(Expanded {
             capacity_bytes: resp.capacity_bytes,
             node_expansion_required: resp.node_expansion_required,
@@ -348,7 +336,7 @@ impl Controller {
         let rpc = Rpc::ControllerGetVolume;
         let mut wire = pb::ControllerGetVolumeRequest::new();
         wire.volume_id = volume_id.to_string();
-        let resp = self.controller_call(rpc, &wire, |c, w, o| c.controller_get_volume_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::ControllerGetVolumeResponse>(rpc, &wire)?;
         let status = resp.status.as_ref();
         listed_volume(
             rpc,
@@ -367,7 +355,7 @@ impl Controller {
         wire.source_volume_id = req.source_volume_id.clone();
         wire.parameters = convert::to_hash_map(&req.parameters);
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = self.controller_call(rpc, &wire, |c, w, o| c.create_snapshot_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::CreateSnapshotResponse>(rpc, &wire)?;
         let snapshot = resp
             .snapshot
             .as_ref()
@@ -379,10 +367,8 @@ impl Controller {
         let mut wire = pb::DeleteSnapshotRequest::new();
         wire.snapshot_id = snapshot_id.to_string();
         wire.secrets = convert::secrets_to_proto(secrets);
-        self.controller_call(Rpc::DeleteSnapshot, &wire, |c, w, o| {
-            c.delete_snapshot_opt(w, o)
-        })
-        .map(drop)
+        self.controller_call::<_, pb::DeleteSnapshotResponse>(Rpc::DeleteSnapshot, &wire)
+            .map(drop)
     }
 
     /// One page of ListSnapshots; pass the answer's `next_token` for the
@@ -395,7 +381,7 @@ impl Controller {
         wire.source_volume_id = req.source_volume_id.clone();
         wire.snapshot_id = req.snapshot_id.clone();
         wire.secrets = convert::secrets_to_proto(&req.secrets);
-        let resp = self.controller_call(rpc, &wire, |c, w, o| c.list_snapshots_opt(w, o))?;
+        let resp = self.controller_call::<_, pb::ListSnapshotsResponse>(rpc, &wire)?;
         let mut entries = Vec::with_capacity(resp.entries.len());
         for entry in &resp.entries {
             let snapshot = entry.snapshot.as_ref().ok_or_else(|| {
@@ -423,61 +409,45 @@ impl Controller {
             Route::Socket(stub) => stub,
             Route::Carried(carrier) => return carrier.carry(rpc, request.to_vec(), timeout),
         };
-        let opt = CallOption::default().timeout(timeout);
-        macro_rules! serve {
-            ($request:ty, $method:ident) => {{
-                let req = <$request>::parse_from_bytes(request).map_err(|err| {
-                    RpcStatus::with_message(
-                        RpcStatusCode::INVALID_ARGUMENT,
-                        format!("the encoded {rpc} request is unreadable: {err}"),
-                    )
-                })?;
-                let resp = stub.$method(&req, opt).map_err(status_of)?;
-                resp.write_to_bytes().map_err(|err| {
-                    RpcStatus::with_message(
-                        RpcStatusCode::INTERNAL,
-                        format!("cannot encode the answer to {rpc}: {err}"),
-                    )
-                })
-            }};
-        }
-        match rpc {
-            Rpc::ControllerGetCapabilities => serve!(
-                pb::ControllerGetCapabilitiesRequest,
-                controller_get_capabilities_opt
-            ),
-            Rpc::CreateVolume => serve!(pb::CreateVolumeRequest, create_volume_opt),
-            Rpc::DeleteVolume => serve!(pb::DeleteVolumeRequest, delete_volume_opt),
-            Rpc::ControllerPublishVolume => serve!(
-                pb::ControllerPublishVolumeRequest,
-                controller_publish_volume_opt
-            ),
-            Rpc::ControllerUnpublishVolume => serve!(
-                pb::ControllerUnpublishVolumeRequest,
-                controller_unpublish_volume_opt
-            ),
-            Rpc::ValidateVolumeCapabilities => serve!(
-                pb::ValidateVolumeCapabilitiesRequest,
-                validate_volume_capabilities_opt
-            ),
-            Rpc::ListVolumes => serve!(pb::ListVolumesRequest, list_volumes_opt),
-            Rpc::GetCapacity => serve!(pb::GetCapacityRequest, get_capacity_opt),
-            Rpc::ControllerExpandVolume => serve!(
-                pb::ControllerExpandVolumeRequest,
-                controller_expand_volume_opt
-            ),
-            Rpc::ControllerGetVolume => {
-                serve!(pb::ControllerGetVolumeRequest, controller_get_volume_opt)
+        // The request is checked to be one of `rpc`'s, then sent as it
+        // came; the answer goes back as the plugin encoded it, for the
+        // caller to read as it would have over the socket.
+        let readable: fn(Rpc, &[u8]) -> Result<(), RpcStatus> = match rpc {
+            Rpc::ControllerGetCapabilities => readable::<pb::ControllerGetCapabilitiesRequest>,
+            Rpc::CreateVolume => readable::<pb::CreateVolumeRequest>,
+            Rpc::DeleteVolume => readable::<pb::DeleteVolumeRequest>,
+            Rpc::ControllerPublishVolume => readable::<pb::ControllerPublishVolumeRequest>,
+            Rpc::ControllerUnpublishVolume => readable::<pb::ControllerUnpublishVolumeRequest>,
+            Rpc::ValidateVolumeCapabilities => readable::<pb::ValidateVolumeCapabilitiesRequest>,
+            Rpc::ListVolumes => readable::<pb::ListVolumesRequest>,
+            Rpc::GetCapacity => readable::<pb::GetCapacityRequest>,
+            Rpc::ControllerExpandVolume => readable::<pb::ControllerExpandVolumeRequest>,
+            Rpc::ControllerGetVolume => readable::<pb::ControllerGetVolumeRequest>,
+            Rpc::CreateSnapshot => readable::<pb::CreateSnapshotRequest>,
+            Rpc::DeleteSnapshot => readable::<pb::DeleteSnapshotRequest>,
+            Rpc::ListSnapshots => readable::<pb::ListSnapshotsRequest>,
+            other => {
+                return Err(RpcStatus::with_message(
+                    RpcStatusCode::INVALID_ARGUMENT,
+                    format!("{other} is not a controller call"),
+                ))
             }
-            Rpc::CreateSnapshot => serve!(pb::CreateSnapshotRequest, create_snapshot_opt),
-            Rpc::DeleteSnapshot => serve!(pb::DeleteSnapshotRequest, delete_snapshot_opt),
-            Rpc::ListSnapshots => serve!(pb::ListSnapshotsRequest, list_snapshots_opt),
-            other => Err(RpcStatus::with_message(
-                RpcStatusCode::INVALID_ARGUMENT,
-                format!("{other} is not a controller call"),
-            )),
-        }
+        };
+        readable(rpc, request)?;
+        let opt = CallOption::default().timeout(timeout);
+        stub.call_encoded(rpc, &request.to_vec(), opt)
+            .map_err(status_of)
     }
+}
+
+/// Whether `request` decodes as a `Req`, the request of `rpc`.
+fn readable<Req: Message>(rpc: Rpc, request: &[u8]) -> Result<(), RpcStatus> {
+    Req::parse_from_bytes(request).map(drop).map_err(|err| {
+        RpcStatus::with_message(
+            RpcStatusCode::INVALID_ARGUMENT,
+            format!("the encoded {rpc} request is unreadable: {err}"),
+        )
+    })
 }
 
 /// A volume with its status, as ListVolumes and ControllerGetVolume

@@ -13,7 +13,11 @@ use std::time::Instant;
 
 use std::io::Read;
 
-use grpcio::{EnvBuilder, Environment, GrpcSlice, Marshaller, MessageReader, Method, MethodType};
+use grpcio::{
+    CallOption, Channel, ClientUnaryReceiver, EnvBuilder, Environment, GrpcSlice, Marshaller,
+    MessageReader, Method, MethodType,
+};
+use protobuf::Message;
 
 use super::convert::ConvertError;
 use super::error::{Code, Error, Rpc};
@@ -99,21 +103,78 @@ impl<T: 'static> Sent<T> {
 }
 
 /// The RPC `rpc` to plugin `driver`, started as `started`, its answer
-/// converted by `convert`.
-pub(super) fn send<R: Unpin + 'static, T: 'static>(
+/// decoded and converted by `convert`.
+pub(super) fn send<Resp: Message, T: 'static>(
     rpc: Rpc,
     driver: Arc<str>,
-    started: grpcio::Result<grpcio::ClientUnaryReceiver<R>>,
-    convert: impl FnOnce(R) -> T + 'static,
+    started: grpcio::Result<ClientUnaryReceiver<Vec<u8>>>,
+    convert: impl FnOnce(Resp) -> T + 'static,
 ) -> Sent<T> {
     let at = Instant::now();
     Sent {
         answer: Box::new(move || {
-            let result = answer(rpc, started.and_then(block_on));
+            let decoded = started.and_then(block_on).and_then(|bytes| decode(&bytes));
+            let result = answer(rpc, decoded);
             observe(&driver, rpc, at, &result);
             result.map(convert)
         }),
     }
+}
+
+/// A plugin's services over one channel. Every RPC is made as a method
+/// over plain bytes ([`bytes_method`]), encoded and decoded here, so that
+/// grpcio's client machinery is compiled once rather than for each RPC's
+/// pair of types, as the generated stubs have it.
+#[derive(Clone)]
+pub(super) struct Stub(grpcio::Client);
+
+impl Stub {
+    pub(super) fn new(channel: Channel) -> Stub {
+        Stub(grpcio::Client::new(channel))
+    }
+
+    /// `rpc` with `req`, waited for.
+    pub(super) fn call<Req: Message, Resp: Message>(
+        &self,
+        rpc: Rpc,
+        req: &Req,
+        opt: CallOption,
+    ) -> grpcio::Result<Resp> {
+        decode(&self.call_encoded(rpc, &encode(req)?, opt)?)
+    }
+
+    /// `rpc` with its request encoded as on the wire: the encoded answer.
+    pub(super) fn call_encoded(
+        &self,
+        rpc: Rpc,
+        request: &Vec<u8>,
+        opt: CallOption,
+    ) -> grpcio::Result<Vec<u8>> {
+        self.0
+            .unary_call(&bytes_method(rpc.method_name()), request, opt)
+    }
+
+    /// `rpc` with `req`, sent: [`send`] takes its answer.
+    pub(super) fn start<Req: Message>(
+        &self,
+        rpc: Rpc,
+        req: &Req,
+        opt: CallOption,
+    ) -> grpcio::Result<ClientUnaryReceiver<Vec<u8>>> {
+        self.0
+            .unary_call_async(&bytes_method(rpc.method_name()), &encode(req)?, opt)
+    }
+}
+
+fn encode<Req: Message>(req: &Req) -> grpcio::Result<Vec<u8>> {
+    req.write_to_bytes()
+        .map_err(|err| grpcio::Error::Codec(Box::new(err)))
+}
+
+/// An answer's bytes as the message they encode; a failure is grpcio's
+/// codec error, as a typed stub's would be.
+fn decode<Resp: Message>(bytes: &[u8]) -> grpcio::Result<Resp> {
+    Resp::parse_from_bytes(bytes).map_err(|err| grpcio::Error::Codec(Box::new(err)))
 }
 
 /// The RPC `rpc` to plugin `driver`, made by `make`: its answer mapped to
@@ -218,5 +279,28 @@ pub(crate) mod testing {
             .collect();
         crate::order::sort(&mut declared);
         declared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::rpcs_of;
+    use super::*;
+
+    /// The byte methods are named by `Rpc::method_name`: each must be an
+    /// rpc of `csi.proto`'s services, or the plugin answers UNIMPLEMENTED.
+    #[test]
+    fn every_rpc_is_named_as_csi_proto_declares_it() {
+        let declared = rpcs_of(include_str!("../../proto/csi.proto"));
+        for rpc in Rpc::ALL {
+            let name = rpc.method_name();
+            let (service, method) = name.rsplit_once('/').unwrap();
+            assert!(
+                ["/csi.v1.Identity", "/csi.v1.Controller", "/csi.v1.Node"].contains(&service),
+                "{name}"
+            );
+            assert_eq!(method, rpc.name(), "{name}");
+            assert!(declared.contains(&method), "{name} is not in csi.proto");
+        }
     }
 }
