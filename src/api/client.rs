@@ -9,9 +9,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use grpcio::{CallOption, ChannelBuilder, RpcStatusCode};
+use grpcio::{CallOption, ChannelBuilder, Method, RpcStatusCode};
+use protobuf::Message;
 
-use crate::csi::rpc::grpc_environment;
+use crate::csi::rpc::{bytes_method, grpc_environment};
 use crate::csi::Endpoint;
 use crate::proto::{agent as api, agent_grpc};
 use crate::spec::DEFAULT_DATA_DIR;
@@ -128,7 +129,10 @@ fn foreign_user(socket: &Path) -> bool {
 /// A connection to a running agent.
 pub struct AgentClient {
     socket: PathBuf,
+    /// The streaming calls (`alloc exec`, `alloc fs -f`).
     client: agent_grpc::AgentClient,
+    /// The unary calls, as byte methods ([`AgentClient::unary`]).
+    raw: grpcio::Client,
 }
 
 impl AgentClient {
@@ -154,8 +158,29 @@ impl AgentClient {
             .connect(&format!("unix:{}", socket.display()));
         Ok(AgentClient {
             socket: socket.to_path_buf(),
-            client: agent_grpc::AgentClient::new(channel),
+            client: agent_grpc::AgentClient::new(channel.clone()),
+            raw: grpcio::Client::new(channel),
         })
+    }
+
+    /// The unary `method` with `req`, within `timeout`. It goes as a method
+    /// over plain bytes, encoded and decoded here: grpcio's client code is
+    /// then compiled once, not for each method's pair of types as the
+    /// generated stub has it; the typed constant names the method and its
+    /// answer's type.
+    fn unary<Req: Message, Resp: Message>(
+        &self,
+        method: &Method<Req, Resp>,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, Error> {
+        let codec = |err: protobuf::Error| Error::Grpc(grpcio::Error::Codec(Box::new(err)));
+        let request = req.write_to_bytes().map_err(codec)?;
+        let answer = self
+            .raw
+            .unary_call(&bytes_method(method.name), &request, Self::opt(timeout))
+            .map_err(|e| self.error(e))?;
+        Resp::parse_from_bytes(&answer).map_err(codec)
     }
 
     fn opt(timeout: Duration) -> CallOption {
@@ -205,9 +230,11 @@ impl AgentClient {
             id: id.to_string(),
             ..Default::default()
         };
-        self.client
-            .plugin_status_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_PLUGIN_STATUS,
+            &req,
+            STATUS_TIMEOUT,
+        )
     }
 
     /// Registers an existing volume from the spec `hcl`, read from `file`.
@@ -216,17 +243,21 @@ impl AgentClient {
         file: &str,
         hcl: &str,
     ) -> Result<api::VolumeStatusResponse, Error> {
-        self.client
-            .volume_register_opt(&spec_request(file, hcl), Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_REGISTER,
+            &spec_request(file, hcl),
+            CLAIM_TIMEOUT,
+        )
     }
 
     /// Creates a volume from the spec `hcl`, read from `file`, and
     /// registers it.
     pub fn volume_create(&self, file: &str, hcl: &str) -> Result<api::VolumeStatusResponse, Error> {
-        self.client
-            .volume_create_opt(&spec_request(file, hcl), Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_CREATE,
+            &spec_request(file, hcl),
+            CLAIM_TIMEOUT,
+        )
     }
 
     /// Forgets a volume; with `force`, releases its claims first.
@@ -236,10 +267,12 @@ impl AgentClient {
             force,
             ..Default::default()
         };
-        self.client
-            .volume_deregister_opt(&req, Self::opt(CLAIM_TIMEOUT))
-            .map(drop)
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_DEREGISTER,
+            &req,
+            CLAIM_TIMEOUT,
+        )
+        .map(drop)
     }
 
     /// Deletes a volume the agent created, then deregisters it.
@@ -248,10 +281,8 @@ impl AgentClient {
             id: id.to_string(),
             ..Default::default()
         };
-        self.client
-            .volume_delete_opt(&req, Self::opt(CLAIM_TIMEOUT))
+        self.unary(&agent_grpc::METHOD_AGENT_VOLUME_DELETE, &req, CLAIM_TIMEOUT)
             .map(drop)
-            .map_err(|e| self.error(e))
     }
 
     /// The registered volumes, or the one named `id`; with `stats`, the
@@ -262,9 +293,11 @@ impl AgentClient {
             stats,
             ..Default::default()
         };
-        self.client
-            .volume_status_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_STATUS,
+            &req,
+            STATUS_TIMEOUT,
+        )
     }
 
     /// Claims a volume; answers once it is published (and mounted at the
@@ -273,9 +306,7 @@ impl AgentClient {
         &self,
         req: &api::VolumeClaimRequest,
     ) -> Result<api::VolumeClaimResponse, Error> {
-        self.client
-            .volume_claim_opt(req, Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_VOLUME_CLAIM, req, CLAIM_TIMEOUT)
     }
 
     /// Releases the claim of `alloc_id` on `volume_id`.
@@ -289,9 +320,11 @@ impl AgentClient {
             alloc_id: alloc_id.to_string(),
             ..Default::default()
         };
-        self.client
-            .volume_release_opt(&req, Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_RELEASE,
+            &req,
+            CLAIM_TIMEOUT,
+        )
     }
 
     /// The volumes of plugin `plugin_id`, and the plugin's own volumes
@@ -304,43 +337,49 @@ impl AgentClient {
             plugin_id: plugin_id.to_string(),
             ..Default::default()
         };
-        self.client
-            .volume_status_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_STATUS,
+            &req,
+            STATUS_TIMEOUT,
+        )
     }
 
     pub fn snapshot_create(
         &self,
         req: &api::SnapshotCreateRequest,
     ) -> Result<api::SnapshotCreateResponse, Error> {
-        self.client
-            .snapshot_create_opt(req, Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_SNAPSHOT_CREATE,
+            req,
+            CLAIM_TIMEOUT,
+        )
     }
 
     pub fn snapshot_delete(
         &self,
         req: &api::SnapshotDeleteRequest,
     ) -> Result<api::SnapshotDeleteResponse, Error> {
-        self.client
-            .snapshot_delete_opt(req, Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_SNAPSHOT_DELETE,
+            req,
+            CLAIM_TIMEOUT,
+        )
     }
 
     pub fn snapshot_list(
         &self,
         req: &api::SnapshotListRequest,
     ) -> Result<api::SnapshotListResponse, Error> {
-        self.client
-            .snapshot_list_opt(req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_SNAPSHOT_LIST, req, STATUS_TIMEOUT)
     }
 
     /// The agents of this agent's cluster.
     pub fn node_status(&self) -> Result<api::NodeStatusResponse, Error> {
-        self.client
-            .node_status_opt(&api::NodeStatusRequest::new(), Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_NODE_STATUS,
+            &api::NodeStatusRequest::new(),
+            STATUS_TIMEOUT,
+        )
     }
 
     /// Frees lost node `node`'s claims on `volume_id`.
@@ -354,9 +393,11 @@ impl AgentClient {
             node: node.to_string(),
             ..Default::default()
         };
-        self.client
-            .volume_force_detach_opt(&req, Self::opt(CLAIM_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_VOLUME_FORCE_DETACH,
+            &req,
+            CLAIM_TIMEOUT,
+        )
     }
 
     /// Sends a job file to run.
@@ -386,9 +427,7 @@ impl AgentClient {
             job_modify_index: check_index.unwrap_or(0),
             ..Default::default()
         };
-        self.client
-            .job_run_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_RUN, &req, STATUS_TIMEOUT)
     }
 
     pub fn job_stop(&self, name: &str, purge: bool) -> Result<api::JobStopResponse, Error> {
@@ -397,9 +436,7 @@ impl AgentClient {
             purge,
             ..Default::default()
         };
-        self.client
-            .job_stop_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_STOP, &req, STATUS_TIMEOUT)
     }
 
     /// `job periodic force`.
@@ -408,9 +445,11 @@ impl AgentClient {
             name: name.to_string(),
             ..Default::default()
         };
-        self.client
-            .job_periodic_force_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_JOB_PERIODIC_FORCE,
+            &req,
+            STATUS_TIMEOUT,
+        )
     }
 
     /// `job dispatch`.
@@ -418,9 +457,7 @@ impl AgentClient {
         &self,
         req: &api::JobDispatchRequest,
     ) -> Result<api::JobRunResponse, Error> {
-        self.client
-            .job_dispatch_opt(req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_DISPATCH, req, STATUS_TIMEOUT)
     }
 
     /// One job, or every job when `name` is empty.
@@ -429,9 +466,7 @@ impl AgentClient {
             name: name.to_string(),
             ..Default::default()
         };
-        self.client
-            .job_status_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_STATUS, &req, STATUS_TIMEOUT)
     }
 
     pub fn alloc_logs(
@@ -446,9 +481,7 @@ impl AgentClient {
             stderr,
             ..Default::default()
         };
-        self.client
-            .alloc_logs_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_ALLOC_LOGS, &req, STATUS_TIMEOUT)
     }
 
     /// `alloc signal` (`action` "signal", with `signal`), `alloc
@@ -468,9 +501,11 @@ impl AgentClient {
             signal: signal.to_string(),
             ..Default::default()
         };
-        self.client
-            .alloc_control_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_ALLOC_CONTROL,
+            &req,
+            STATUS_TIMEOUT,
+        )
     }
 
     /// `job inspect`: job `name` as submitted.
@@ -479,9 +514,7 @@ impl AgentClient {
             name: name.to_string(),
             ..Default::default()
         };
-        self.client
-            .job_inspect_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_INSPECT, &req, STATUS_TIMEOUT)
     }
 
     /// `service list` (`name` empty) and `service info NAME`.
@@ -490,9 +523,7 @@ impl AgentClient {
             name: name.to_string(),
             ..Default::default()
         };
-        self.client
-            .service_list_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_SERVICE_LIST, &req, STATUS_TIMEOUT)
     }
 
     /// `job plan`: what `job run` of the file would do, nothing done.
@@ -508,9 +539,7 @@ impl AgentClient {
             inputs: protobuf::MessageField::some(inputs),
             ..Default::default()
         };
-        self.client
-            .job_plan_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_JOB_PLAN, &req, STATUS_TIMEOUT)
     }
 
     /// Opens an `alloc exec` call: the caller sends the start first,
@@ -546,9 +575,7 @@ impl AgentClient {
             offset,
             ..Default::default()
         };
-        self.client
-            .alloc_fs_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_ALLOC_FS, &req, STATUS_TIMEOUT)
     }
 
     /// `alloc status`'s resource usage of each task of `alloc_id`.
@@ -557,9 +584,7 @@ impl AgentClient {
             alloc_id: alloc_id.to_string(),
             ..Default::default()
         };
-        self.client
-            .alloc_stats_opt(&req, Self::opt(STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(&agent_grpc::METHOD_AGENT_ALLOC_STATS, &req, STATUS_TIMEOUT)
     }
 
     /// `alloc fs -f`: the file `path` of `alloc_id` from `offset`, then
@@ -595,9 +620,11 @@ impl AgentClient {
             wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
             ..Default::default()
         };
-        self.client
-            .events_opt(&req, Self::opt(wait + STATUS_TIMEOUT))
-            .map_err(|e| self.error(e))
+        self.unary(
+            &agent_grpc::METHOD_AGENT_EVENTS,
+            &req,
+            wait + STATUS_TIMEOUT,
+        )
     }
 }
 
