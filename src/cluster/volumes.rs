@@ -223,11 +223,12 @@ fn received(
 /// The leader of the controller election `kv` (under `controllers`).
 fn controller(controllers: &str, kv: &Kv) -> Option<VolumeEvent> {
     let plugin = std::str::from_utf8(kv.key.strip_prefix(controllers.as_bytes())?).ok()?;
-    let capabilities = election::leader_of(&kv.value)
-        .controller_capabilities
-        .into_iter()
-        .filter_map(ControllerCapability::from_number)
-        .collect();
+    let capabilities = crate::order::set(
+        election::leader_of(&kv.value)
+            .controller_capabilities
+            .into_iter()
+            .filter_map(ControllerCapability::from_number),
+    );
     Some(VolumeEvent::Controller {
         plugin: plugin.to_string(),
         capabilities,

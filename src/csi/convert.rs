@@ -400,10 +400,11 @@ pub(crate) fn plugin_capability_to_proto(cap: PluginCapability) -> pb::PluginCap
 pub(crate) fn controller_capabilities_from_proto(
     caps: &[pb::ControllerServiceCapability],
 ) -> CapabilitySet<ControllerCapability> {
-    caps.iter()
-        .filter(|c| c.has_rpc())
-        .filter_map(|c| ControllerCapability::from_number(c.rpc().type_.value()))
-        .collect()
+    crate::order::set(
+        caps.iter()
+            .filter(|c| c.has_rpc())
+            .filter_map(|c| ControllerCapability::from_number(c.rpc().type_.value())),
+    )
 }
 
 pub(crate) fn controller_capability_to_proto(
@@ -419,10 +420,11 @@ pub(crate) fn controller_capability_to_proto(
 pub(crate) fn node_capabilities_from_proto(
     caps: &[pb::NodeServiceCapability],
 ) -> CapabilitySet<NodeCapability> {
-    caps.iter()
-        .filter(|c| c.has_rpc())
-        .filter_map(|c| NodeCapability::from_number(c.rpc().type_.value()))
-        .collect()
+    crate::order::set(
+        caps.iter()
+            .filter(|c| c.has_rpc())
+            .filter_map(|c| NodeCapability::from_number(c.rpc().type_.value())),
+    )
 }
 
 pub(crate) fn node_capability_to_proto(cap: NodeCapability) -> pb::NodeServiceCapability {

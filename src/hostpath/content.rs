@@ -182,12 +182,13 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<(), Error> {
         });
     }
     // Mount points are read once: a copy is of one moment anyway.
-    let mount_points = MountInfo::read()
-        .map_err(Error::Mounts)?
-        .under(&from)
-        .map(|m| m.mount_point.clone())
-        .filter(|p| *p != from)
-        .collect();
+    let mount_points = crate::order::set(
+        MountInfo::read()
+            .map_err(Error::Mounts)?
+            .under(&from)
+            .map(|m| m.mount_point.clone())
+            .filter(|p| *p != from),
+    );
     let boundary = Boundary {
         dev: meta.dev(),
         mount_points,

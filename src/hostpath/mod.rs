@@ -335,8 +335,8 @@ pub fn run(config: Config) -> Result<(), Error> {
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let strict = if config.strict {
         let advertised = Advertised {
-            controller: controller::capabilities(&config).collect(),
-            node: node::CAPABILITIES.iter().copied().collect(),
+            controller: crate::order::set(controller::capabilities(&config)),
+            node: crate::order::set(node::CAPABILITIES.iter().copied()),
         };
         let recorded = state.read_all().map_err(|err| Error::State { err })?;
         let mode = StrictMode::open(

@@ -348,12 +348,13 @@ impl State {
         let staged = self.staged.values().map(|s| s.volume_id.clone());
         let published = self.published.values().map(|(v, _)| v.clone());
         let snapshots = self.snapshots.keys().cloned().map(Key::Snapshot);
-        volumes
-            .chain(staged)
-            .chain(published)
-            .map(Key::Volume)
-            .chain(snapshots)
-            .collect()
+        crate::order::set(
+            volumes
+                .chain(staged)
+                .chain(published)
+                .map(Key::Volume)
+                .chain(snapshots),
+        )
     }
 
     /// True if a staging or publish of `volume_id` is still recorded.

@@ -164,10 +164,11 @@ fn names<T: Copy>(set: &CapabilitySet<T>, name: fn(T) -> &'static str) -> Vec<St
 }
 
 fn parse_names<T: Copy + Ord + fmt::Display>(names: &[String], all: &[T]) -> CapabilitySet<T> {
-    all.iter()
-        .copied()
-        .filter(|c| names.iter().any(|n| *n == c.to_string()))
-        .collect()
+    crate::order::set(
+        all.iter()
+            .copied()
+            .filter(|c| names.iter().any(|n| *n == c.to_string())),
+    )
 }
 
 /// Milliseconds since the Unix epoch; 0 for times before it.

@@ -197,14 +197,15 @@ impl Hierarchy {
                 .filter_map(|r| r.as_deref())
                 .collect(),
         };
-        roots
-            .into_iter()
-            .filter_map(|root| fs::read_dir(root.join(BASE)).ok())
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect()
+        crate::order::set(
+            roots
+                .into_iter()
+                .filter_map(|root| fs::read_dir(root.join(BASE)).ok())
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok()),
+        )
     }
 
     /// The group `name` (paths only: nothing is made).

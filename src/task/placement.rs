@@ -317,11 +317,12 @@ impl Allocs {
 
     /// The host ports of the allocs that hold room.
     fn held_ports(&self) -> BTreeSet<u16> {
-        self.allocs
-            .values()
-            .filter(|a| holds_room(a))
-            .flat_map(|a| a.ports.iter().map(|p| p.host))
-            .collect()
+        crate::order::set(
+            self.allocs
+                .values()
+                .filter(|a| holds_room(a))
+                .flat_map(|a| a.ports.iter().map(|p| p.host)),
+        )
     }
 
     /// What placement depends on among the allocs now.

@@ -138,11 +138,12 @@ impl Allocs {
 /// shared with the host (`bidirectional`): the volume's own unpublish
 /// would fail on them.
 pub(super) fn unmount_below(mounts: &MountInfo, publish_path: &Path) {
-    let below: BTreeSet<PathBuf> = mounts
-        .under(publish_path)
-        .map(|m| m.mount_point.clone())
-        .filter(|p| p != publish_path)
-        .collect();
+    let below: BTreeSet<PathBuf> = crate::order::set(
+        mounts
+            .under(publish_path)
+            .map(|m| m.mount_point.clone())
+            .filter(|p| p != publish_path),
+    );
     for path in below.iter().rev() {
         log::info!(
             "Unmounting {}: a task mounted it inside its volume",

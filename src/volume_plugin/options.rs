@@ -295,8 +295,9 @@ impl CreateOptions {
                 ));
             }
         }
-        let theirs: BTreeSet<&str> = status.secret_keys.iter().map(String::as_str).collect();
-        let ours: BTreeSet<&str> = spec.secrets.keys().collect();
+        let theirs: BTreeSet<&str> =
+            crate::order::set(status.secret_keys.iter().map(String::as_str));
+        let ours: BTreeSet<&str> = crate::order::set(spec.secrets.keys());
         if !ours.is_empty() && ours != theirs {
             let list = |keys: &BTreeSet<&str>| {
                 if keys.is_empty() {

@@ -129,13 +129,14 @@ pub fn may_hold_mounts(state: &str) -> bool {
 /// The volumes that `containers` which may hold mounts mount through the
 /// volume driver `driver`.
 pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet<String> {
-    containers
-        .iter()
-        .filter(|c| may_hold_mounts(&c.state))
-        .flat_map(|c| &c.volumes)
-        .filter(|m| m.driver == driver)
-        .map(|m| m.name.clone())
-        .collect()
+    crate::order::set(
+        containers
+            .iter()
+            .filter(|c| may_hold_mounts(&c.state))
+            .flat_map(|c| &c.volumes)
+            .filter(|m| m.driver == driver)
+            .map(|m| m.name.clone()),
+    )
 }
 
 /// The claims to release at `now`: those whose engine answered
@@ -150,10 +151,11 @@ pub fn decide(
     now: Instant,
     grace: Duration,
 ) -> Vec<Release> {
-    let present: BTreeSet<(String, String)> = claims
-        .iter()
-        .map(|c| (c.volume_id.clone(), c.alloc_id.clone()))
-        .collect();
+    let present: BTreeSet<(String, String)> = crate::order::set(
+        claims
+            .iter()
+            .map(|c| (c.volume_id.clone(), c.alloc_id.clone())),
+    );
     clocks.since.retain(|key, _| present.contains(key));
     let mut releases = Vec::new();
     for claim in claims {

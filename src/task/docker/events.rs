@@ -106,12 +106,12 @@ impl Allocs {
     /// started since the list was made has a container the list does not
     /// hold, so nothing of a live task is removed.
     fn remove_leftovers(&mut self, names: Vec<String>) {
-        let live: BTreeSet<String> = self
-            .allocs
-            .values()
-            .filter(|a| !a.status.is_terminal())
-            .flat_map(|a| a.tasks.iter().map(|t| container_name(&a.id, &t.name)))
-            .collect();
+        let live: BTreeSet<String> = crate::order::set(
+            self.allocs
+                .values()
+                .filter(|a| !a.status.is_terminal())
+                .flat_map(|a| a.tasks.iter().map(|t| container_name(&a.id, &t.name))),
+        );
         for name in names {
             if !live.contains(&name) {
                 self.docker.remove(&name);

@@ -478,7 +478,7 @@ impl VolumeManager {
                 side.synced = true;
                 side.cluster_id = cluster_id;
                 let in_etcd: std::collections::BTreeSet<String> =
-                    records.iter().map(|r| r.id.clone()).collect();
+                    order::set(records.iter().map(|r| r.id.clone()));
                 for record in records {
                     self.adopt(record);
                 }

@@ -273,11 +273,9 @@ impl VolumeManager {
             ) => {
                 match result {
                     Ok(listed) => {
-                        let known: std::collections::BTreeSet<&str> = response
-                            .volumes
-                            .iter()
-                            .map(|v| v.external_id.as_str())
-                            .collect();
+                        let known: std::collections::BTreeSet<&str> = crate::order::set(
+                            response.volumes.iter().map(|v| v.external_id.as_str()),
+                        );
                         response.external = listed
                             .into_iter()
                             .filter(|l| !known.contains(l.volume.volume_id.as_str()))
