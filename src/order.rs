@@ -158,6 +158,15 @@ mod tests {
     }
 
     #[test]
+    fn builds_sets_as_collect_does() {
+        let items = ["b", "a", "b", "c", "a"];
+        let collected: BTreeSet<&str> = items.into_iter().collect();
+        assert_eq!(set(items), collected);
+        assert_eq!(set(items).len(), 3);
+        assert!(set(Vec::<String>::new()).is_empty());
+    }
+
+    #[test]
     fn computes_keys_with_state_as_the_standard_sort_allows() {
         let mut calls = 0;
         let mut items = vec![3, 1, 2];
