@@ -160,16 +160,15 @@ impl Allocs {
                 }) => *provider == alloc.id,
                 _ => true,
             };
-            let held: Vec<String> = crate::order::set(
-                alloc
-                    .plugin_keys()
-                    .filter(|k| provided_here(k))
-                    .flat_map(|k| claims.get(&k.plugin_id).into_iter().flatten())
-                    .filter(|(_, a)| *a != alloc.id)
-                    .map(|(v, a)| format!("{v} by {a}")),
-            )
-            .into_iter()
-            .collect();
+            let mut held: Vec<String> = alloc
+                .plugin_keys()
+                .filter(|k| provided_here(k))
+                .flat_map(|k| claims.get(&k.plugin_id).into_iter().flatten())
+                .filter(|(_, a)| *a != alloc.id)
+                .map(|(v, a)| format!("{v} by {a}"))
+                .collect();
+            crate::order::sort(&mut held);
+            held.dedup();
             if !held.is_empty() {
                 let message = format!(
                     "waiting for the claims on its plugin's volumes to be released: {}",
