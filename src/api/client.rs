@@ -12,7 +12,7 @@ use std::time::Duration;
 use grpcio::{CallOption, ChannelBuilder, Method, RpcStatusCode};
 use protobuf::Message;
 
-use crate::csi::rpc::{bytes_method, grpc_environment};
+use crate::csi::rpc::{grpc_environment, unary_bytes};
 use crate::csi::Endpoint;
 use crate::proto::{agent as api, agent_grpc};
 use crate::spec::DEFAULT_DATA_DIR;
@@ -164,23 +164,17 @@ impl AgentClient {
     }
 
     /// The unary `method` with `req`, within `timeout`. It goes as a method
-    /// over plain bytes, encoded and decoded here: grpcio's client code is
-    /// then compiled once, not for each method's pair of types as the
-    /// generated stub has it; the typed constant names the method and its
-    /// answer's type.
+    /// over plain bytes (`csi::rpc::unary_bytes`, as the CSI calls do):
+    /// grpcio's client code is then compiled once, not for each method's
+    /// pair of types as the generated stub has it; the typed constant names
+    /// the method and its answer's type.
     fn unary<Req: Message, Resp: Message>(
         &self,
         method: &Method<Req, Resp>,
         req: &Req,
         timeout: Duration,
     ) -> Result<Resp, Error> {
-        let codec = |err: protobuf::Error| Error::Grpc(grpcio::Error::Codec(Box::new(err)));
-        let request = req.write_to_bytes().map_err(codec)?;
-        let answer = self
-            .raw
-            .unary_call(&bytes_method(method.name), &request, Self::opt(timeout))
-            .map_err(|e| self.error(e))?;
-        Resp::parse_from_bytes(&answer).map_err(codec)
+        unary_bytes(&self.raw, method.name, req, Self::opt(timeout)).map_err(|e| self.error(e))
     }
 
     fn opt(timeout: Duration) -> CallOption {

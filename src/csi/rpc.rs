@@ -140,7 +140,7 @@ impl Stub {
         req: &Req,
         opt: CallOption,
     ) -> grpcio::Result<Resp> {
-        decode(&self.call_encoded(rpc, &encode(req)?, opt)?)
+        unary_bytes(&self.0, rpc.method_name(), req, opt)
     }
 
     /// `rpc` with its request encoded as on the wire: the encoded answer.
@@ -164,6 +164,18 @@ impl Stub {
         self.0
             .unary_call_async(&bytes_method(rpc.method_name()), &encode(req)?, opt)
     }
+}
+
+/// The unary method `name` (a full gRPC name) with `req`, made over plain
+/// bytes on `client` and waited for: the CSI [`Stub`]'s calls and the
+/// CLI's calls to the agent both go through it.
+pub fn unary_bytes<Req: Message, Resp: Message>(
+    client: &grpcio::Client,
+    name: &'static str,
+    req: &Req,
+    opt: CallOption,
+) -> grpcio::Result<Resp> {
+    decode(&client.unary_call(&bytes_method(name), &encode(req)?, opt)?)
 }
 
 fn encode<Req: Message>(req: &Req) -> grpcio::Result<Vec<u8>> {
