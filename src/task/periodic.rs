@@ -2,7 +2,9 @@
 //! launch children, each a job of its own with the parent's groups.
 //!
 //! A child is named as Nomad names it: `<parent>/periodic-<unix seconds>`
-//! for a launch on the schedule or by `job periodic force`,
+//! for a launch on the schedule or by `job periodic force` (with `-<n>`
+//! after it for a second launch in one second, see
+//! [`Allocs::periodic_child_name`]),
 //! `<parent>/dispatch-<unix seconds>-<8 hex digits>` for a `job dispatch`.
 //! Job names are never path components here (alloc dirs, cgroups and
 //! containers are named after allocs and tasks), so the `/` a child's name
@@ -228,7 +230,7 @@ impl Allocs {
     }
 
     fn launch_periodic(&mut self, name: &str, at: i64) -> Result<JobRun, CallError> {
-        let child = format!("{name}/periodic-{at}");
+        let child = self.periodic_child_name(name, at);
         let run = self.launch_child(
             name,
             child,
@@ -242,6 +244,25 @@ impl Allocs {
         }
         log::info!("Job {name}: launched {}", run.job);
         Ok(run)
+    }
+
+    /// The name of `parent`'s launch at second `at`: Nomad's
+    /// `<parent>/periodic-<at>`, or, when a launch of that second exists
+    /// already (a force in the second of a scheduled launch, or two
+    /// forces in one second), `<parent>/periodic-<at>-<n>` with the
+    /// smallest `n` from 2 that is free. Nomad would register the second
+    /// launch over the first; here each launch is a job of its own.
+    fn periodic_child_name(&self, parent: &str, at: i64) -> String {
+        let first = format!("{parent}/periodic-{at}");
+        if !self.jobs.contains_key(&first) {
+            return first;
+        }
+        // At most one name per job is taken, so one of the first
+        // `jobs.len() + 2` is free.
+        (2..)
+            .map(|n| format!("{first}-{n}"))
+            .find(|name| !self.jobs.contains_key(name))
+            .expect("a free name among more candidates than jobs")
     }
 
     /// At start: each periodic parent's next launch, and the one launch
@@ -481,6 +502,44 @@ job "nightly" {
             allocs.jobs["nightly"].next_launch,
             Some(BEFORE_THREE + 60 + 86_400)
         );
+    }
+
+    #[test]
+    fn a_force_in_the_second_of_a_scheduled_launch_is_a_child_of_its_own() {
+        static NOW: AtomicI64 = AtomicI64::new(BEFORE_THREE);
+        fn clock() -> SystemTime {
+            UNIX_EPOCH + Duration::from_secs(NOW.load(Ordering::SeqCst) as u64)
+        }
+        let (_dir, mut allocs) = allocs(clock);
+        let every_second = NIGHTLY
+            .replace("0 3 * * *", "* * * * * * *")
+            .replace("prohibit_overlap = true", "");
+        allocs.run_job(&job_file(&every_second)).unwrap();
+        let at = BEFORE_THREE + 1;
+        NOW.store(at, Ordering::SeqCst);
+        allocs.launch_due();
+        let scheduled = format!("nightly/periodic-{at}");
+        assert_eq!(children(&allocs), std::slice::from_ref(&scheduled));
+        // Forced twice in the second the schedule launched in.
+        let forced = allocs.force_periodic("nightly").unwrap();
+        assert_eq!(forced.job, format!("{scheduled}-2"));
+        assert_eq!(forced.alloc_ids.len(), 1);
+        let again = allocs.force_periodic("nightly").unwrap();
+        assert_eq!(again.job, format!("{scheduled}-3"));
+        assert_eq!(allocs.jobs["nightly"].last_launch, Some(at));
+        // A force first, then the schedule's launch of the same second.
+        let next = at + 1;
+        NOW.store(next, Ordering::SeqCst);
+        let forced = allocs.force_periodic("nightly").unwrap();
+        assert_eq!(forced.job, format!("nightly/periodic-{next}"));
+        allocs.launch_due();
+        let names = children(&allocs);
+        assert!(
+            names.contains(&format!("nightly/periodic-{next}-2")),
+            "the scheduled launch was lost: {names:?}"
+        );
+        assert_eq!(names.len(), 5, "{names:?}");
+        assert_eq!(allocs.allocs.len(), 5);
     }
 
     #[test]

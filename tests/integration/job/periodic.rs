@@ -61,13 +61,28 @@ fn children(rig: &Rig, parent: &str) -> Vec<String> {
         .collect()
 }
 
-/// The second of a child's name `<parent>/periodic-<second>`.
+/// The second of a child's name `<parent>/periodic-<second>`, or
+/// `<parent>/periodic-<second>-<n>` for a later launch of that second.
 fn launch_second(parent: &str, child: &str) -> i64 {
-    child
+    let rest = child
         .strip_prefix(&format!("{parent}/periodic-"))
-        .unwrap_or_else(|| panic!("{child} is not a periodic child of {parent}"))
-        .parse()
-        .unwrap()
+        .unwrap_or_else(|| panic!("{child} is not a periodic child of {parent}"));
+    let second = match rest.split_once('-') {
+        Some((second, n)) => {
+            assert!(n.parse::<u32>().is_ok_and(|n| n >= 2), "{child}");
+            second
+        }
+        None => rest,
+    };
+    second.parse().unwrap()
+}
+
+/// The child `job periodic force` says it launched.
+fn forced_child(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix("Job \"")?.strip_suffix("\" launched"))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string()
 }
 
 /// A seven-field expression that matches the one second `at` (UTC).
@@ -173,12 +188,7 @@ fn job_periodic_force_launches_now_whatever_the_schedule() {
         &periodic_job("yearly", "    cron = \"@yearly\"", "true"),
     );
     let before = now_secs();
-    let out = rig.ok(&["job", "periodic", "force", "yearly"]);
-    let child = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Job \"")?.strip_suffix("\" launched"))
-        .unwrap_or_else(|| panic!("{out}"))
-        .to_string();
+    let child = forced_child(&rig.ok(&["job", "periodic", "force", "yearly"]));
     let second = launch_second("yearly", &child);
     assert!(second >= before && second <= now_secs(), "{child}");
     let status = rig.wait_job(&child, "the forced child to finish", |j| j.status == "dead");
@@ -188,6 +198,36 @@ fn job_periodic_force_launches_now_whatever_the_schedule() {
     let out = rig.agent.cli(&["job", "periodic", "force", "nosuch"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("no job \"nosuch\""), "{}", text(&out));
+}
+
+#[test]
+fn job_periodic_force_in_the_second_of_another_launch_makes_a_child_of_its_own() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::bare();
+    rig.run_job(
+        "busy.hcl",
+        &periodic_job("busy", "    cron = \"* * * * * * *\"", "true"),
+    );
+    rig.wait_job("busy", "a scheduled launch", |j| !j.children.is_empty());
+    // Every second has a scheduled launch, and three forces back to back
+    // share a second with one another too.
+    let forced: Vec<String> = (0..3)
+        .map(|_| forced_child(&rig.ok(&["job", "periodic", "force", "busy"])))
+        .collect();
+    let launched = children(&rig, "busy");
+    for child in &forced {
+        assert!(launched.contains(child), "{child} not in {launched:?}");
+    }
+    // What this test is about happened: a launch took a second's name
+    // another launch had.
+    let seconds: Vec<i64> = launched.iter().map(|c| launch_second("busy", c)).collect();
+    assert!(
+        (1..seconds.len()).any(|i| seconds[..i].contains(&seconds[i])),
+        "no two launches shared a second: {launched:?}"
+    );
+    rig.ok(&["job", "stop", "busy"]);
 }
 
 #[test]
