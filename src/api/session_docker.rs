@@ -14,15 +14,21 @@
 //!
 //! The engine has no call that ends an exec, and one whose caller went
 //! away runs on: a session whose caller is gone kills the exec's process
-//! (and its group, when it leads one, as a TTY's command does) by the pid
-//! the inspect gives, only while the inspect says it runs.
+//! (and its group, when it leads one, as a TTY's command does). The
+//! process is pinned with a pidfd as soon as the engine's inspect gives
+//! its pid, while the caller is still there ([`Exec::pin`]), so the kill
+//! asks the engine nothing when the caller leaves: an engine slow to
+//! answer under load (the kill once waited on its inspect past the
+//! caller's patience) or a pid taken by another process since cannot
+//! make the kill late or wrong. Only an exec never pinned is killed by
+//! the pid a fresh inspect gives, while it says the exec runs.
 
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -34,6 +40,7 @@ use super::{wire, wire_session, CallError, ErrorKind};
 use crate::csi::rpc::block_on;
 use crate::docker::{demultiplex, Demux, Engine, Error as EngineError};
 use crate::proto::agent as pb;
+use crate::sys::process::{self, Pidfd};
 use crate::task::exec_target::DockerTarget;
 
 /// The longest the exit code of an exec whose output ended is waited for
@@ -42,6 +49,10 @@ pub const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 /// The exit code passed back when the engine never told the exec's.
 pub const NO_EXIT_CODE: i32 = 255;
+
+/// How often the inspect is asked for a started exec's pid until it has
+/// one: until then a caller's leaving needs the engine to answer.
+const PIN_CHECK: Duration = Duration::from_millis(20);
 
 /// Runs `start`'s command in `target`'s container and streams its stdio
 /// over the call until it ends.
@@ -74,6 +85,7 @@ pub(super) fn run(
         engine,
         id,
         tty: start.tty,
+        pinned: Arc::new(OnceLock::new()),
     };
     let size = start
         .tty
@@ -161,23 +173,74 @@ struct Exec {
     engine: Engine,
     id: String,
     tty: bool,
+    /// Its process and pid, once [`Exec::pin`] found them.
+    pinned: Arc<OnceLock<(Pidfd, u32)>>,
 }
 
 impl Exec {
-    /// Kills the exec's process (and its group with a TTY) if the engine
-    /// says it still runs.
+    /// Pins the exec's process with a pidfd, asking the inspect for its
+    /// pid until the engine gives one ([`EXIT_WAIT`] at most: the engine
+    /// says the exec runs before its process has started). The pidfd is
+    /// taken only between two inspects that give the same pid of a
+    /// running exec, so it is that process and no other. Gives up,
+    /// pinning nothing, once the exec ended (`ended`, its output closed).
+    fn pin(&self, ended: &AtomicBool) {
+        let deadline = Instant::now() + EXIT_WAIT;
+        let running_pid = || match self.engine.exec_inspect(&self.id) {
+            Ok(state) if state.running && state.pid != 0 => Some(state.pid),
+            Ok(_) => None,
+            Err(err) => {
+                log::debug!("Cannot inspect exec {}: {err}", self.id);
+                None
+            }
+        };
+        while !ended.load(Ordering::SeqCst) && Instant::now() < deadline {
+            if let Some(pid) = running_pid() {
+                match Pidfd::open(pid) {
+                    Ok(pidfd) if running_pid() == Some(pid) => {
+                        log::debug!("Exec {}: pinned its process {pid}", self.id);
+                        let _ = self.pinned.set((pidfd, pid));
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(err) => log::debug!("Cannot pin exec {}'s pid {pid}: {err}", self.id),
+                }
+            }
+            thread::sleep(PIN_CHECK);
+        }
+        log::debug!("Exec {}: its process was not pinned", self.id);
+    }
+
+    /// Kills the exec's process (and its group with a TTY): through its
+    /// pidfd once pinned, asking the engine nothing; otherwise by the
+    /// pid the inspect gives, if the engine says it still runs.
     fn kill(&self) {
+        if let Some((pidfd, pid)) = self.pinned.get() {
+            // A TTY's command leads its own session and group, whose ID
+            // is its pid while it lives: the group goes first.
+            if self.tty && pidfd.signal(0).is_ok() {
+                let _ = process::kill_group(*pid, libc::SIGKILL);
+            }
+            match pidfd.signal(libc::SIGKILL) {
+                Ok(()) => log::debug!("Exec {}: killed its process {pid}", self.id),
+                Err(err) if err.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(err) => log::warn!("Exec {}: cannot kill its process {pid}: {err}", self.id),
+            }
+            return;
+        }
         match self.engine.exec_inspect(&self.id) {
             Ok(state) if state.running && state.pid != 0 => {
-                // A TTY's command leads its own session and group; a
-                // pid that leads none has no group of its number.
+                // A pid that leads no group has no group of its number.
                 if self.tty {
-                    let _ = crate::sys::process::kill_group(state.pid, libc::SIGKILL);
+                    let _ = process::kill_group(state.pid, libc::SIGKILL);
                 }
-                let _ = crate::sys::process::kill(state.pid, libc::SIGKILL);
+                let _ = process::kill(state.pid, libc::SIGKILL);
             }
             Ok(_) => {}
-            Err(err) => log::debug!("Cannot inspect exec {}: {err}", self.id),
+            Err(err) => log::warn!(
+                "Exec {}: cannot inspect it to kill what its caller left: {err}",
+                self.id
+            ),
         }
     }
 
@@ -278,6 +341,7 @@ fn pump_input(
     if let Some(size) = size {
         resize(size);
     }
+    exec.pin(ended);
     loop {
         match block_on(stream.next()) {
             Some(Ok(input)) => {

@@ -3,8 +3,13 @@
 //! API, with its output apart, its stdin, its exit code, a TTY driven
 //! through a pty the test holds, and its end when its caller goes away.
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use csi_agent::api::client::{self, AgentClient};
@@ -18,7 +23,7 @@ use super::root::wait_for_log;
 use super::Rig;
 use crate::dockerd::{require_docker, Dockerd};
 use crate::harness::{text, POLL, WAIT};
-use crate::util::bin;
+use crate::util::{bin, TestDir};
 
 /// Starts a service job of one docker task that logs `ready` and sleeps:
 /// its alloc's ID.
@@ -169,14 +174,98 @@ fn sleepers(seconds: &str) -> Vec<String> {
         .collect()
 }
 
+/// A proxy in front of an engine's socket that, while told to stall,
+/// holds every exec inspect (`GET /.../exec/ID/json`) unanswered, as an
+/// engine under load may: each connection's first request head is read,
+/// then the connection is spliced through to the engine.
+struct StallingEngine {
+    socket: PathBuf,
+    stall: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
+    _dir: TestDir,
+}
+
+impl StallingEngine {
+    fn start(engine: &Path) -> StallingEngine {
+        let dir = TestDir::new();
+        let socket = dir.join("engine.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let stall = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (engine, flags) = (engine.to_path_buf(), (stall.clone(), closed.clone()));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if flags.1.load(Ordering::SeqCst) {
+                    return;
+                }
+                let (engine, flags) = (engine.clone(), flags.clone());
+                std::thread::spawn(move || splice(client, &engine, &flags.0, &flags.1));
+            }
+        });
+        StallingEngine {
+            socket,
+            stall,
+            closed,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for StallingEngine {
+    fn drop(&mut self) {
+        self.stall.store(false, Ordering::SeqCst);
+        self.closed.store(true, Ordering::SeqCst);
+        // Wakes the accepting thread, which then ends.
+        let _ = UnixStream::connect(&self.socket);
+    }
+}
+
+/// Passes `client`'s connection through to `engine`, holding an exec
+/// inspect while `stall` is set.
+fn splice(mut client: UnixStream, engine: &Path, stall: &AtomicBool, closed: &AtomicBool) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let line = String::from_utf8_lossy(&head[..head.iter().position(|&b| b == b'\r').unwrap_or(0)])
+        .into_owned();
+    let inspect = line.starts_with("GET ") && line.contains("/exec/") && line.contains("/json ");
+    while inspect && stall.load(Ordering::SeqCst) && !closed.load(Ordering::SeqCst) {
+        std::thread::sleep(POLL);
+    }
+    let Ok(mut upstream) = UnixStream::connect(engine) else {
+        return;
+    };
+    if upstream.write_all(&head).is_err() {
+        return;
+    }
+    let (mut from_client, mut to_client) = (client.try_clone().unwrap(), client);
+    let mut to_upstream = upstream.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from_client, &mut to_upstream);
+        let _ = to_upstream.shutdown(Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut upstream, &mut to_client);
+    let _ = to_client.shutdown(Shutdown::Write);
+}
+
 #[test]
-fn a_docker_exec_whose_caller_goes_away_is_killed() {
+fn a_docker_exec_whose_caller_goes_away_is_killed_even_by_an_engine_slow_to_answer() {
     if !require_docker() {
         return;
     }
     let dockerd = Dockerd::start();
     dockerd.busybox_image(BUSYBOX);
-    let rig = rig(&dockerd, "");
+    let engine = StallingEngine::start(&dockerd.socket);
+    let rig = Rig::bare_with_config(&format!(
+        "docker {{\n  endpoint = \"unix://{}\"\n}}\n",
+        engine.socket.display()
+    ));
     let alloc = sleeper(&rig, "dg");
     let client = AgentClient::connect(&rig.agent.socket).unwrap();
     let (mut tx, mut rx) = client.alloc_exec().unwrap();
@@ -197,6 +286,11 @@ fn a_docker_exec_whose_caller_goes_away_is_killed() {
         std::thread::sleep(POLL);
     }
     assert_eq!(sleepers("777").len(), 1, "the exec's command runs");
+    rig.agent
+        .wait_for_log(&format!("pinned its process {}", sleepers("777")[0]), WAIT);
+    // The engine answers no exec inspect from now on, for longer than
+    // this test waits: the caller's leaving alone must end the command.
+    engine.stall.store(true, Ordering::SeqCst);
     tx.cancel();
     let deadline = Instant::now() + WAIT;
     while !sleepers("777").is_empty() {
