@@ -57,7 +57,7 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps grpc-check build static static-check test-arm64 test lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
+.PHONY: all deps grpc-check build static static-check test-arm64 test test-load lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -108,6 +108,11 @@ static-check:
 ## test: lint, then every unit and integration test (root-only tests need root)
 test: build lint
 	$(CARGO) test --locked
+
+## test-load: as root, `make test` RUNS times in a row (3) while a second
+## build of this checkout keeps the CPUs busy (scripts/test-under-load.sh)
+test-load:
+	scripts/test-under-load.sh
 
 ## lint: formatting and clippy with warnings as errors
 lint: grpc-check
