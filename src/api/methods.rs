@@ -7,12 +7,16 @@
 //! go to the main loop are therefore registered here with one closure
 //! type over plain bytes (a `Method<Vec<u8>, Vec<u8>>` per method, named
 //! by the generated `METHOD_*` constants so the names cannot drift), and
-//! one dispatcher decodes the request with protobuf, forwards it, and
-//! encodes the answer. grpcio's machinery is then compiled once for all of
+//! each method's entry decodes the request with protobuf and encodes the
+//! answer, the server forwarding between them. grpcio's machinery is then compiled once for all of
 //! them: measured in the static profile (x86_64), `Handler<F>::handle`
 //! went from 54 copies (116 KB) to 31 (84 KB), `UnarySink<T>::complete`
 //! from 35 (24 KB) to 20 (14 KB), and the stripped binary lost 69 KB
 //! (50 KB of `.text`, 16 KB of unwind tables).
+//!
+//! Each such method is declared once, in [`UNARY`]: its name, its
+//! request and its answer side by side, so that a method cannot be
+//! registered without both.
 //!
 //! A request that does not decode is answered INVALID_ARGUMENT naming the
 //! method. The session methods (`AllocExec`, `AllocFsFollow`, which
@@ -28,70 +32,183 @@ use crate::csi::rpc::bytes_method;
 use crate::proto::{agent as api, agent_grpc as g};
 use crate::volume::calls::Answer;
 
-/// A unary method of the control API served through the byte handler.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Unary {
-    PluginStatus,
-    VolumeRegister,
-    VolumeCreate,
-    VolumeDeregister,
-    VolumeDelete,
-    VolumeStatus,
-    VolumeClaim,
-    VolumeRelease,
-    SnapshotCreate,
-    SnapshotDelete,
-    SnapshotList,
-    VolumeForceDetach,
-    NodeStatus,
-    JobRun,
-    JobPeriodicForce,
-    JobDispatch,
-    JobStop,
-    JobStatus,
-    AllocLogs,
-    AllocControl,
-    JobInspect,
-    ServiceList,
-    JobPlan,
-    Events,
+/// A unary method of the control API that the main loop answers: its
+/// full gRPC name, how its request becomes the loop's [`Request`], and how
+/// the loop's [`Response`] to it is encoded (`None` for a response of
+/// another kind, which the server refuses as INTERNAL).
+pub(super) struct Unary {
+    pub name: &'static str,
+    pub request: fn(&str, &[u8]) -> Result<Request, CallError>,
+    pub answer: fn(Response) -> Option<protobuf::Result<Vec<u8>>>,
 }
 
-/// Every method of [`Unary`] with its full gRPC name.
-pub(super) const UNARY: [(Unary, &str); 24] = [
-    (Unary::PluginStatus, g::METHOD_AGENT_PLUGIN_STATUS.name),
-    (Unary::VolumeRegister, g::METHOD_AGENT_VOLUME_REGISTER.name),
-    (Unary::VolumeCreate, g::METHOD_AGENT_VOLUME_CREATE.name),
-    (
-        Unary::VolumeDeregister,
-        g::METHOD_AGENT_VOLUME_DEREGISTER.name,
+/// An entry of [`UNARY`], the only place a method is named: its generated
+/// method constant; its request, built from `$bytes` (decoded with
+/// [`decode`], which names the method `$name` when they do not decode);
+/// and the response it is answered with, encoded.
+macro_rules! unary {
+    ($method:ident, |$name:ident, $bytes:ident| $request:expr, $response:pat => $encoded:expr) => {
+        Unary {
+            name: g::$method.name,
+            request: |$name, $bytes| Ok($request),
+            answer: |response| match response {
+                $response => Some($encoded),
+                _ => None,
+            },
+        }
+    };
+}
+
+/// Every method the loop answers, each declared once.
+pub(super) const UNARY: [Unary; 24] = [
+    unary!(
+        METHOD_AGENT_PLUGIN_STATUS,
+        |n, b| Request::PluginStatus {
+            id: decode::<api::PluginStatusRequest>(n, b)?.id
+        },
+        Response::PluginStatus(report) => wire::plugin_status(report).write_to_bytes()
     ),
-    (Unary::VolumeDelete, g::METHOD_AGENT_VOLUME_DELETE.name),
-    (Unary::VolumeStatus, g::METHOD_AGENT_VOLUME_STATUS.name),
-    (Unary::VolumeClaim, g::METHOD_AGENT_VOLUME_CLAIM.name),
-    (Unary::VolumeRelease, g::METHOD_AGENT_VOLUME_RELEASE.name),
-    (Unary::SnapshotCreate, g::METHOD_AGENT_SNAPSHOT_CREATE.name),
-    (Unary::SnapshotDelete, g::METHOD_AGENT_SNAPSHOT_DELETE.name),
-    (Unary::SnapshotList, g::METHOD_AGENT_SNAPSHOT_LIST.name),
-    (
-        Unary::VolumeForceDetach,
-        g::METHOD_AGENT_VOLUME_FORCE_DETACH.name,
+    unary!(
+        METHOD_AGENT_VOLUME_REGISTER,
+        |n, b| Request::VolumeRegister(wire::spec_request(decode(n, b)?)),
+        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
     ),
-    (Unary::NodeStatus, g::METHOD_AGENT_NODE_STATUS.name),
-    (Unary::JobRun, g::METHOD_AGENT_JOB_RUN.name),
-    (
-        Unary::JobPeriodicForce,
-        g::METHOD_AGENT_JOB_PERIODIC_FORCE.name,
+    unary!(
+        METHOD_AGENT_VOLUME_CREATE,
+        |n, b| Request::VolumeCreate(wire::spec_request(decode(n, b)?)),
+        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
     ),
-    (Unary::JobDispatch, g::METHOD_AGENT_JOB_DISPATCH.name),
-    (Unary::JobStop, g::METHOD_AGENT_JOB_STOP.name),
-    (Unary::JobStatus, g::METHOD_AGENT_JOB_STATUS.name),
-    (Unary::AllocLogs, g::METHOD_AGENT_ALLOC_LOGS.name),
-    (Unary::AllocControl, g::METHOD_AGENT_ALLOC_CONTROL.name),
-    (Unary::JobInspect, g::METHOD_AGENT_JOB_INSPECT.name),
-    (Unary::ServiceList, g::METHOD_AGENT_SERVICE_LIST.name),
-    (Unary::JobPlan, g::METHOD_AGENT_JOB_PLAN.name),
-    (Unary::Events, g::METHOD_AGENT_EVENTS.name),
+    unary!(
+        METHOD_AGENT_VOLUME_DEREGISTER,
+        |n, b| Request::VolumeDeregister(wire::deregister_request(decode(n, b)?)),
+        Response::Volume(Answer::Deregistered) => api::VolumeDeregisterResponse::new().write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_VOLUME_DELETE,
+        |n, b| Request::VolumeDelete(wire::deregister_request(decode(n, b)?)),
+        Response::Volume(Answer::Deregistered) => api::VolumeDeregisterResponse::new().write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_VOLUME_STATUS,
+        |n, b| Request::VolumeStatus(wire::status_request(decode(n, b)?)),
+        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_VOLUME_CLAIM,
+        |n, b| Request::VolumeClaim(wire::claim_request(decode(n, b)?)),
+        Response::Volume(Answer::Claimed(claimed)) => wire::claimed(claimed).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_VOLUME_RELEASE,
+        |n, b| Request::VolumeRelease(wire::release_request(decode(n, b)?)),
+        Response::Volume(Answer::Released(released)) => wire::released(released).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_SNAPSHOT_CREATE,
+        |n, b| Request::SnapshotCreate(wire::snapshot_create_request(decode(n, b)?)),
+        Response::Volume(Answer::SnapshotCreated(s)) => wire::snapshot_created(s).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_SNAPSHOT_DELETE,
+        |n, b| Request::SnapshotDelete(wire::snapshot_delete_request(decode(n, b)?)),
+        Response::Volume(Answer::SnapshotDeleted) => api::SnapshotDeleteResponse::new().write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_SNAPSHOT_LIST,
+        |n, b| Request::SnapshotList(wire::snapshot_list_request(decode(n, b)?)),
+        Response::Volume(Answer::Snapshots(all)) => wire::snapshots(all).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_VOLUME_FORCE_DETACH,
+        |n, b| {
+            let req: api::VolumeForceDetachRequest = decode(n, b)?;
+            Request::VolumeForceDetach {
+                volume_id: req.volume_id,
+                node: req.node,
+            }
+        },
+        Response::VolumeForceDetach => api::VolumeForceDetachResponse::new().write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_NODE_STATUS,
+        |n, b| {
+            decode::<api::NodeStatusRequest>(n, b)?;
+            Request::NodeStatus
+        },
+        Response::NodeStatus(status) => wire::node_status(status).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_RUN,
+        |n, b| Request::JobRun(wire::job_file(decode(n, b)?)),
+        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_PERIODIC_FORCE,
+        |n, b| Request::JobPeriodicForce {
+            name: decode::<api::JobPeriodicForceRequest>(n, b)?.name
+        },
+        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_DISPATCH,
+        |n, b| Request::JobDispatch(wire::dispatch_request(decode(n, b)?)),
+        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_STOP,
+        |n, b| {
+            let req: api::JobStopRequest = decode(n, b)?;
+            Request::JobStop {
+                name: req.name,
+                purge: req.purge,
+            }
+        },
+        Response::JobStop(ids) => wire::job_stop(ids).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_STATUS,
+        |n, b| Request::JobStatus {
+            name: decode::<api::JobStatusRequest>(n, b)?.name
+        },
+        Response::JobStatus(jobs) => wire::job_status(jobs).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_ALLOC_LOGS,
+        |n, b| Request::AllocLogs(wire::logs_request(decode(n, b)?)),
+        Response::AllocLogs(path) => wire::logs(path).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_ALLOC_CONTROL,
+        |n, b| Request::AllocControl(wire::alloc_control(decode(n, b)?)?),
+        Response::AllocControl(done) => wire::alloc_controlled(done).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_INSPECT,
+        |n, b| Request::JobInspect {
+            name: decode::<api::JobInspectRequest>(n, b)?.name
+        },
+        Response::JobInspect(job) => wire::job_inspected(job).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_SERVICE_LIST,
+        |n, b| {
+            let req: api::ServiceListRequest = decode(n, b)?;
+            Request::Services {
+                name: Some(req.name).filter(|n| !n.is_empty()),
+            }
+        },
+        Response::Services(found) => wire_services::services(found).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_JOB_PLAN,
+        |n, b| Request::JobPlan(wire::job_file(decode(n, b)?)),
+        Response::JobPlan(plan) => super::wire_plan::job_planned(plan).write_to_bytes()
+    ),
+    unary!(
+        METHOD_AGENT_EVENTS,
+        |n, b| Request::Events(wire::events_request(decode(n, b)?)?),
+        Response::Events(page) => wire::events(page).write_to_bytes()
+    ),
 ];
 
 /// The short name of a method (`PluginStatus`), as metrics and traces
@@ -104,12 +221,12 @@ pub(super) fn short_name(full: &'static str) -> &'static str {
 /// one byte handler, the session methods typed.
 pub(super) fn create(service: Service) -> grpcio::Service {
     let mut builder = ServiceBuilder::new();
-    for (method, name) in UNARY {
+    for method in &UNARY {
         let service = service.clone();
-        let short = short_name(name);
-        builder = builder.add_unary_handler(&bytes_method(name), move |_ctx, bytes, sink| {
-            service.unary(method, short, &bytes, sink);
-        });
+        builder =
+            builder.add_unary_handler(&bytes_method(method.name), move |_ctx, bytes, sink| {
+                service.unary(method, &bytes, sink);
+            });
     }
     let s = service.clone();
     builder = builder
@@ -129,124 +246,6 @@ pub(super) fn create(service: Service) -> grpcio::Service {
             service.sessions.fs_follow(&ctx, req, sink)
         });
     builder.build()
-}
-
-/// Decodes the request of `method` into the loop's [`Request`].
-pub(super) fn request(method: Unary, name: &str, bytes: &[u8]) -> Result<Request, CallError> {
-    use Unary as U;
-    Ok(match method {
-        U::PluginStatus => Request::PluginStatus {
-            id: decode::<api::PluginStatusRequest>(name, bytes)?.id,
-        },
-        U::VolumeRegister => Request::VolumeRegister(wire::spec_request(decode(name, bytes)?)),
-        U::VolumeCreate => Request::VolumeCreate(wire::spec_request(decode(name, bytes)?)),
-        U::VolumeDeregister => {
-            Request::VolumeDeregister(wire::deregister_request(decode(name, bytes)?))
-        }
-        U::VolumeDelete => Request::VolumeDelete(wire::deregister_request(decode(name, bytes)?)),
-        U::VolumeStatus => Request::VolumeStatus(wire::status_request(decode(name, bytes)?)),
-        U::VolumeClaim => Request::VolumeClaim(wire::claim_request(decode(name, bytes)?)),
-        U::VolumeRelease => Request::VolumeRelease(wire::release_request(decode(name, bytes)?)),
-        U::SnapshotCreate => {
-            Request::SnapshotCreate(wire::snapshot_create_request(decode(name, bytes)?))
-        }
-        U::SnapshotDelete => {
-            Request::SnapshotDelete(wire::snapshot_delete_request(decode(name, bytes)?))
-        }
-        U::SnapshotList => Request::SnapshotList(wire::snapshot_list_request(decode(name, bytes)?)),
-        U::VolumeForceDetach => {
-            let req: api::VolumeForceDetachRequest = decode(name, bytes)?;
-            Request::VolumeForceDetach {
-                volume_id: req.volume_id,
-                node: req.node,
-            }
-        }
-        U::NodeStatus => {
-            decode::<api::NodeStatusRequest>(name, bytes)?;
-            Request::NodeStatus
-        }
-        U::JobRun => Request::JobRun(wire::job_file(decode(name, bytes)?)),
-        U::JobPeriodicForce => Request::JobPeriodicForce {
-            name: decode::<api::JobPeriodicForceRequest>(name, bytes)?.name,
-        },
-        U::JobDispatch => Request::JobDispatch(wire::dispatch_request(decode(name, bytes)?)),
-        U::JobStop => {
-            let req: api::JobStopRequest = decode(name, bytes)?;
-            Request::JobStop {
-                name: req.name,
-                purge: req.purge,
-            }
-        }
-        U::JobStatus => Request::JobStatus {
-            name: decode::<api::JobStatusRequest>(name, bytes)?.name,
-        },
-        U::AllocLogs => Request::AllocLogs(wire::logs_request(decode(name, bytes)?)),
-        U::AllocControl => Request::AllocControl(wire::alloc_control(decode(name, bytes)?)?),
-        U::JobInspect => Request::JobInspect {
-            name: decode::<api::JobInspectRequest>(name, bytes)?.name,
-        },
-        U::ServiceList => {
-            let req: api::ServiceListRequest = decode(name, bytes)?;
-            Request::Services {
-                name: Some(req.name).filter(|n| !n.is_empty()),
-            }
-        }
-        U::JobPlan => Request::JobPlan(wire::job_file(decode(name, bytes)?)),
-        U::Events => Request::Events(wire::events_request(decode(name, bytes)?)?),
-    })
-}
-
-/// Encodes the loop's answer to `method`; `None` for an answer of
-/// another kind.
-pub(super) fn answer(method: Unary, resp: Response) -> Option<protobuf::Result<Vec<u8>>> {
-    use Unary as U;
-    Some(match (method, resp) {
-        (U::PluginStatus, Response::PluginStatus(report)) => {
-            wire::plugin_status(report).write_to_bytes()
-        }
-        (
-            U::VolumeRegister | U::VolumeCreate | U::VolumeStatus,
-            Response::Volume(Answer::Status(status)),
-        ) => wire::volume_status(status).write_to_bytes(),
-        (U::VolumeDeregister | U::VolumeDelete, Response::Volume(Answer::Deregistered)) => {
-            api::VolumeDeregisterResponse::new().write_to_bytes()
-        }
-        (U::VolumeClaim, Response::Volume(Answer::Claimed(c))) => wire::claimed(c).write_to_bytes(),
-        (U::VolumeRelease, Response::Volume(Answer::Released(r))) => {
-            wire::released(r).write_to_bytes()
-        }
-        (U::SnapshotCreate, Response::Volume(Answer::SnapshotCreated(s))) => {
-            wire::snapshot_created(s).write_to_bytes()
-        }
-        (U::SnapshotDelete, Response::Volume(Answer::SnapshotDeleted)) => {
-            api::SnapshotDeleteResponse::new().write_to_bytes()
-        }
-        (U::SnapshotList, Response::Volume(Answer::Snapshots(all))) => {
-            wire::snapshots(all).write_to_bytes()
-        }
-        (U::VolumeForceDetach, Response::VolumeForceDetach) => {
-            api::VolumeForceDetachResponse::new().write_to_bytes()
-        }
-        (U::NodeStatus, Response::NodeStatus(status)) => wire::node_status(status).write_to_bytes(),
-        (U::JobRun | U::JobPeriodicForce | U::JobDispatch, Response::JobRun(run)) => {
-            wire::job_run(run).write_to_bytes()
-        }
-        (U::JobStop, Response::JobStop(ids)) => wire::job_stop(ids).write_to_bytes(),
-        (U::JobStatus, Response::JobStatus(jobs)) => wire::job_status(jobs).write_to_bytes(),
-        (U::AllocLogs, Response::AllocLogs(path)) => wire::logs(path).write_to_bytes(),
-        (U::AllocControl, Response::AllocControl(done)) => {
-            wire::alloc_controlled(done).write_to_bytes()
-        }
-        (U::JobInspect, Response::JobInspect(job)) => wire::job_inspected(job).write_to_bytes(),
-        (U::ServiceList, Response::Services(found)) => {
-            wire_services::services(found).write_to_bytes()
-        }
-        (U::JobPlan, Response::JobPlan(plan)) => {
-            super::wire_plan::job_planned(plan).write_to_bytes()
-        }
-        (U::Events, Response::Events(page)) => wire::events(page).write_to_bytes(),
-        _ => return None,
-    })
 }
 
 fn decode<M: Message>(name: &str, bytes: &[u8]) -> Result<M, CallError> {
@@ -288,13 +287,17 @@ mod tests {
         let declared = rpcs_of(include_str!("../../proto/agent.proto"));
         let mut served: Vec<&str> = UNARY
             .iter()
-            .map(|(_, name)| short_name(name))
+            .map(|method| short_name(method.name))
             .chain(SESSIONS)
             .collect();
         crate::order::sort(&mut served);
         assert_eq!(served, declared);
-        for (_, name) in UNARY {
-            assert!(name.starts_with("/csi_agent.v1.Agent/"), "{name}");
+        for method in &UNARY {
+            assert!(
+                method.name.starts_with("/csi_agent.v1.Agent/"),
+                "{}",
+                method.name
+            );
         }
     }
 }

@@ -156,21 +156,17 @@ pub(super) struct Service {
 }
 
 impl Service {
-    /// Serves the unary method `method` (named `name` in metrics and
-    /// traces): decodes `bytes` and forwards the request to the loop, or
-    /// refuses one that does not decode, through the same reply.
-    pub(super) fn unary(
-        &self,
-        method: Unary,
-        name: &'static str,
-        bytes: &[u8],
-        sink: UnarySink<Vec<u8>>,
-    ) {
+    /// Serves the unary method `method` (named by its short name in
+    /// metrics and traces): decodes `bytes` and forwards the request to
+    /// the loop, or refuses one that does not decode, through the same
+    /// reply.
+    pub(super) fn unary(&self, method: &'static Unary, bytes: &[u8], sink: UnarySink<Vec<u8>>) {
+        let name = methods::short_name(method.name);
         crate::trace::point("api-call", name);
         let arrived = Instant::now();
         let sent = self.sent.clone();
         let reply = ReplyTo::sink(move |result| {
-            let encoded = result.and_then(|resp| match methods::answer(method, resp) {
+            let encoded = result.and_then(|resp| match (method.answer)(resp) {
                 Some(Ok(bytes)) => Ok(bytes),
                 Some(Err(err)) => Err(CallError::new(
                     ErrorKind::Internal,
@@ -189,7 +185,7 @@ impl Service {
             crate::trace::point("api-sent", name);
             let _ = sent.send(sending);
         });
-        match methods::request(method, name, bytes) {
+        match (method.request)(name, bytes) {
             // A loop that is gone dropped the call, and its reply answers
             // that the agent is shutting down.
             Ok(request) => {
