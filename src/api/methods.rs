@@ -23,10 +23,10 @@
 //! stream, and `AllocFs`, `AllocStats`, which run on session threads) keep
 //! their generated typed constants.
 
-use grpcio::ServiceBuilder;
+use grpcio::{ServiceBuilder, UnarySink};
 use protobuf::Message;
 
-use super::server::Service;
+use super::session::Sessions;
 use super::{wire, wire_services, CallError, ErrorKind, Request, Response};
 use crate::csi::rpc::bytes_method;
 use crate::proto::{agent as api, agent_grpc as g};
@@ -218,32 +218,36 @@ pub(super) fn short_name(full: &'static str) -> &'static str {
 }
 
 /// The grpcio service of the control API: the [`UNARY`] methods through
-/// one byte handler, the session methods typed.
-pub(super) fn create(service: Service) -> grpcio::Service {
+/// one byte handler, each call handed to `unary` (the server, which
+/// forwards it to the loop), and the session methods typed.
+pub(super) fn create<F>(unary: F, sessions: Sessions) -> grpcio::Service
+where
+    F: Fn(&'static Unary, &[u8], UnarySink<Vec<u8>>) + Clone + Send + 'static,
+{
     let mut builder = ServiceBuilder::new();
     for method in &UNARY {
-        let service = service.clone();
+        let unary = unary.clone();
         builder =
             builder.add_unary_handler(&bytes_method(method.name), move |_ctx, bytes, sink| {
-                service.unary(method, &bytes, sink);
+                unary(method, &bytes, sink);
             });
     }
-    let s = service.clone();
+    let s = sessions.clone();
     builder = builder
         .add_duplex_streaming_handler(&g::METHOD_AGENT_ALLOC_EXEC, move |ctx, stream, sink| {
-            s.sessions.exec(&ctx, stream, sink)
+            s.exec(&ctx, stream, sink)
         });
-    let s = service.clone();
+    let s = sessions.clone();
     builder = builder.add_unary_handler(&g::METHOD_AGENT_ALLOC_FS, move |ctx, req, sink| {
-        s.sessions.fs(&ctx, req, sink);
+        s.fs(&ctx, req, sink);
     });
-    let s = service.clone();
+    let s = sessions.clone();
     builder = builder.add_unary_handler(&g::METHOD_AGENT_ALLOC_STATS, move |ctx, req, sink| {
-        s.sessions.stats(&ctx, req, sink);
+        s.stats(&ctx, req, sink);
     });
     builder = builder
         .add_server_streaming_handler(&g::METHOD_AGENT_ALLOC_FS_FOLLOW, move |ctx, req, sink| {
-            service.sessions.fs_follow(&ctx, req, sink)
+            sessions.fs_follow(&ctx, req, sink)
         });
     builder.build()
 }

@@ -84,11 +84,13 @@ impl ControlServer {
         let sessions = super::session::Sessions::new(calls.clone());
         let mut server = ServerBuilder::new(grpc_environment())
             .channel_args(args)
-            .register_service(methods::create(Service {
-                calls,
-                sent,
-                sessions,
-            }))
+            .register_service({
+                let service = Service { calls, sent };
+                methods::create(
+                    move |method, bytes, sink| service.unary(method, bytes, sink),
+                    sessions,
+                )
+            })
             .build()
             .map_err(Error::Grpc)?;
         server.start();
@@ -141,7 +143,8 @@ impl Drop for ControlServer {
     }
 }
 
-/// The grpcio service: forwards each call to the main loop, whose answer
+/// The unary methods' side of the grpcio service (the sessions are
+/// `session.rs`'s): forwards each call to the main loop, whose answer
 /// goes straight into the call's sink from whichever thread gives it, so
 /// that neither grpcio's completion queue nor a thread of the call's own
 /// waits for the loop. grpcio starts sending the answer at once; the call
@@ -151,8 +154,6 @@ impl Drop for ControlServer {
 pub(super) struct Service {
     calls: Sender<Call>,
     sent: Sender<UnarySinkResult>,
-    /// `alloc exec` and `alloc fs`, each on a thread of its own.
-    pub(super) sessions: super::session::Sessions,
 }
 
 impl Service {
