@@ -119,6 +119,19 @@ pub fn run_cuts(hosts: [(&Agent, &str); 2], endpoints: &[String], cuts: usize) -
                     .is_some_and(|(s, v, why)| s == "pending" && v == "claiming" && !why.is_empty())
             },
         );
+        // Both hosts alive in the cluster: a host thawed from the cut
+        // before registers again, and a cut of a node the cluster already
+        // counts as gone would not be a cut.
+        wait_until("both hosts registered", Duration::from_millis(50), || {
+            etcd.get_prefix(b"/csi-agent/nodes/")
+                .is_ok_and(|(nodes, _)| {
+                    [holder_node, waiter_node].iter().all(|n| {
+                        nodes
+                            .iter()
+                            .any(|kv| kv.key == format!("/csi-agent/nodes/{n}").as_bytes())
+                    })
+                })
+        });
         let (_, revision) = etcd.get_prefix(key.as_bytes()).expect("etcd get");
         let watch = etcd
             .watch_prefix(key.as_bytes(), revision + 1)
@@ -159,5 +172,19 @@ pub fn run_cuts(hosts: [(&Agent, &str); 2], endpoints: &[String], cuts: usize) -
             alloc(waiter, &waiting).is_some_and(|(s, v, _)| s == "running" && v == "claimed")
         });
     }
+    // Tasks outlive their agent: the last holder's goes before the row
+    // ends.
+    let (last, name) = (hosts[cuts % 2].0, format!("f{cuts}"));
+    last.client()
+        .job_stop(&name, false)
+        .unwrap_or_else(|err| panic!("job stop {name}: {err}"));
+    wait_until(
+        "the last holder's job to stop",
+        Duration::from_millis(50),
+        || {
+            alloc(last, &name)
+                .is_some_and(|(s, _, _)| !matches!(s.as_str(), "pending" | "running" | "stopping"))
+        },
+    );
     freed
 }
