@@ -301,6 +301,9 @@ impl Agent {
         }
         let effects = self.volumes.take_effects();
         self.note_plugins(effects.plugin_notes);
+        // A claim that waits for a volume another claim held is asked
+        // again by the task runner's next step, in this turn.
+        self.allocs.volumes_freed(&effects.freed, now);
         let records = effects.journal;
         if self.dirty || !records.is_empty() {
             // Claims or tasks changed: so may have the guard's writers.

@@ -294,6 +294,7 @@ impl Allocs {
                     answer: None,
                     retry_at: None,
                     failures: 0,
+                    freed_meanwhile: false,
                     message: String::new(),
                 }
             })

@@ -344,6 +344,10 @@ struct VolumeUse {
     answer: Option<Receiver<crate::call::Answer<crate::volume::calls::Answer>>>,
     retry_at: Option<Instant>,
     failures: u32,
+    /// The volume lost a claim while this use's claim was on its way: a
+    /// refusal is answered by claiming again at once, not after the
+    /// backoff (see [`Allocs::volumes_freed`]).
+    freed_meanwhile: bool,
     message: String,
 }
 

@@ -2,6 +2,15 @@
 //! manager, retries refused claims with backoff, and fails the alloc on a
 //! terminal refusal; and, on release, unmounts what a task left inside a
 //! volume it shared with the host.
+//!
+//! A claim refused because another claim holds the volume (a writer of a
+//! single-writer volume, here or on another host) waits for an event, not
+//! for its backoff: when the volume manager reports that the volume lost
+//! a claim (released here, or gone from the cluster's claim set), the
+//! uses waiting for it are claimed again at once
+//! ([`Allocs::volumes_freed`]). The backoff still spaces out the retries
+//! of the other refusals (a plugin down, etcd out of reach), and bounds a
+//! claim that keeps losing the race for a freed volume.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -50,9 +59,48 @@ impl Allocs {
             v.state = UseState::Claiming;
             v.answer = Some(answer);
             v.retry_at = None;
+            v.freed_meanwhile = false;
             changed = true;
         }
         changed
+    }
+
+    /// Volumes that lost a claim: the uses waiting to claim them again
+    /// are due now, and a claim of them on its way, if refused, is made
+    /// again at once (the refusal may have been decided before the claim
+    /// in its way left). Their backoff is kept, for a claim that loses
+    /// the freed volume to another.
+    pub fn volumes_freed(&mut self, volumes: &[String], now: Instant) {
+        if volumes.is_empty() {
+            return;
+        }
+        for alloc in self.allocs.values_mut() {
+            if alloc.status.is_terminal() || alloc.stop_wanted {
+                continue;
+            }
+            let mut events = Vec::new();
+            for v in &mut alloc.volumes {
+                if v.source != VolumeSource::Csi || !volumes.contains(&v.volume_id) {
+                    continue;
+                }
+                match v.state {
+                    UseState::Unclaimed if v.retry_at.is_some_and(|at| at > now) => {
+                        v.retry_at = Some(now);
+                        events.push(format!(
+                            "volume {:?} lost a claim: claiming it again",
+                            v.volume_id
+                        ));
+                    }
+                    UseState::Claiming => v.freed_meanwhile = true,
+                    _ => {}
+                }
+            }
+            for message in events {
+                for task in &mut alloc.tasks {
+                    task.event("volumes", message.clone());
+                }
+            }
+        }
     }
 
     /// Reads the answers to the claims in flight.
@@ -92,15 +140,21 @@ impl Allocs {
                     );
                     v.message = err.message.clone();
                     if retryable && !alloc.stop_wanted {
-                        let delay = CLAIM_RETRY.delay(v.failures, self.jitter.unit());
+                        let (delay, when) = if std::mem::take(&mut v.freed_meanwhile) {
+                            (
+                                Duration::ZERO,
+                                "it lost a claim meanwhile: retrying now".into(),
+                            )
+                        } else {
+                            let delay = CLAIM_RETRY.delay(v.failures, self.jitter.unit());
+                            (delay, format!("retrying in {}", format_duration(delay)))
+                        };
                         v.failures += 1;
                         v.state = UseState::Unclaimed;
                         v.retry_at = Some(now + delay);
                         events.push(format!(
-                            "claim of volume {:?} refused: {}; retrying in {}",
-                            v.volume_id,
-                            err.message,
-                            format_duration(delay)
+                            "claim of volume {:?} refused: {}; {when}",
+                            v.volume_id, err.message,
                         ));
                     } else {
                         v.state = UseState::Released;
@@ -152,5 +206,162 @@ pub(super) fn unmount_below(mounts: &MountInfo, publish_path: &Path) {
         if let Err(err) = SysMounter.unmount(path, UnmountMode::Detach) {
             log::warn!("Cannot unmount {}: {err}", path.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Job;
+    use crate::task::calls::JobFile;
+
+    const JOB: &str = r#"job "j" {
+  group "g" {
+    volume "data" {
+      type            = "csi"
+      source          = "v"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    volume "other" {
+      type            = "csi"
+      source          = "w"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}
+"#;
+
+    /// Allocs holding alloc `a1` of a job with the volumes `v` and `w`,
+    /// neither claimed yet.
+    fn allocs() -> Allocs {
+        let dir = std::env::temp_dir().join(format!("csi-agent-hook-{}", std::process::id()));
+        let mut allocs = Allocs::new(&dir, &dir.join("control.sock"));
+        let spec = Job::decode_with(JOB, "j.hcl", &Default::default())
+            .expect("valid job")
+            .spec;
+        let req = JobFile {
+            file: "j.hcl".to_string(),
+            hcl: JOB.to_string(),
+            inputs: Default::default(),
+            check_index: None,
+        };
+        let now = std::time::SystemTime::now();
+        let alloc = allocs.new_alloc("a1", &spec, &spec.groups[0], 0, &req, now, None);
+        allocs.allocs.insert("a1".to_string(), alloc);
+        allocs
+    }
+
+    fn uses(allocs: &mut Allocs) -> &mut Vec<crate::task::VolumeUse> {
+        &mut allocs.allocs.get_mut("a1").unwrap().volumes
+    }
+
+    /// Use `i`'s claim is on its way: the sender of its answer.
+    fn claiming(
+        allocs: &mut Allocs,
+        i: usize,
+    ) -> crossbeam_channel::Sender<crate::call::Answer<Answer>> {
+        let (tx, rx) = bounded(1);
+        let v = &mut uses(allocs)[i];
+        v.state = UseState::Claiming;
+        v.answer = Some(rx);
+        tx
+    }
+
+    fn refusal() -> crate::call::Answer<Answer> {
+        Err(CallError::new(
+            ErrorKind::FailedPrecondition,
+            "volume \"v\" is claimed on node host-a by alloc 1234abcd",
+        ))
+    }
+
+    /// Reads the answers of alloc `a1`'s claims, as a step does.
+    fn poll(allocs: &mut Allocs, now: Instant) {
+        let mut alloc = allocs.allocs.remove("a1").unwrap();
+        allocs.poll_claims(&mut alloc, now);
+        allocs.allocs.insert("a1".to_string(), alloc);
+    }
+
+    #[test]
+    fn a_claim_waiting_on_its_backoff_is_due_once_its_volume_lost_a_claim() {
+        let mut allocs = allocs();
+        let now = Instant::now();
+        let later = now + Duration::from_secs(20);
+        for v in uses(&mut allocs).iter_mut() {
+            v.retry_at = Some(later);
+            v.failures = 4;
+        }
+        assert_eq!(allocs.next_wakeup(), Some(later));
+        allocs.volumes_freed(&["v".to_string()], now);
+        let v = &uses(&mut allocs)[0];
+        assert_eq!(v.retry_at, Some(now), "due now");
+        assert_eq!(v.failures, 4, "its backoff kept for a lost race");
+        assert_eq!(uses(&mut allocs)[1].retry_at, Some(later), "w kept waiting");
+        assert_eq!(allocs.next_wakeup(), Some(now));
+    }
+
+    #[test]
+    fn a_claim_refused_after_its_volume_lost_a_claim_is_asked_again_at_once() {
+        let mut allocs = allocs();
+        let now = Instant::now();
+        // The claim left while the claim of `v` was on its way: its
+        // refusal may have been decided before.
+        let answer = claiming(&mut allocs, 0);
+        allocs.volumes_freed(&["v".to_string()], now);
+        answer.send(refusal()).unwrap();
+        poll(&mut allocs, now);
+        let v = &uses(&mut allocs)[0];
+        assert_eq!(
+            (v.state.clone(), v.retry_at),
+            (UseState::Unclaimed, Some(now))
+        );
+        assert!(!v.freed_meanwhile);
+        // Sent again, and refused again with nothing freed meanwhile: the
+        // backoff again.
+        let answer = claiming(&mut allocs, 0);
+        answer.send(refusal()).unwrap();
+        poll(&mut allocs, now);
+        let v = &uses(&mut allocs)[0];
+        let due = v.retry_at.expect("a retry");
+        assert!(due >= now && due <= now + CLAIM_RETRY.ceiling(1));
+        assert_eq!(v.failures, 2);
+    }
+
+    #[test]
+    fn a_refusal_with_nothing_freed_waits_for_its_backoff() {
+        let mut allocs = allocs();
+        let now = Instant::now();
+        let answer = claiming(&mut allocs, 0);
+        // Another volume lost a claim: not this one's business.
+        allocs.volumes_freed(&["w".to_string()], now);
+        answer.send(refusal()).unwrap();
+        poll(&mut allocs, now);
+        let alloc = &allocs.allocs["a1"];
+        let events: Vec<&str> = alloc.tasks[0]
+            .events
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect();
+        assert!(
+            events.iter().any(|e| e.contains("; retrying in ")),
+            "{events:?}"
+        );
+        assert_eq!(alloc.volumes[0].failures, 1);
+    }
+
+    #[test]
+    fn a_stopping_alloc_is_not_woken_by_a_freed_volume() {
+        let mut allocs = allocs();
+        let now = Instant::now();
+        let later = now + Duration::from_secs(20);
+        uses(&mut allocs)[0].retry_at = Some(later);
+        allocs.allocs.get_mut("a1").unwrap().stop_wanted = true;
+        allocs.volumes_freed(&["v".to_string()], now);
+        assert_eq!(uses(&mut allocs)[0].retry_at, Some(later));
     }
 }

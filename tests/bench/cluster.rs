@@ -72,6 +72,8 @@ pub struct ClusterResult {
     /// without one.
     pub etcd_claim: Samples,
     pub local_claim: Samples,
+    /// A freed volume taken by the host waiting for it.
+    pub freed: crate::freed::Freed,
 }
 
 /// Whether `etcd` can be run here.
@@ -184,6 +186,11 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
     hosts[0].1.stop();
     let anatomy = anatomy(&dir.join("trace"), marks);
     let lost = lost_host(&hosts[1].1, &hosts[2].1);
+    let freed = crate::freed::run_cuts(
+        [(&hosts[1].1, "host-1"), (&hosts[2].1, "host-2")],
+        &etcd.clients,
+        opts.freed_cuts,
+    );
     drop(hosts);
     ClusterResult {
         runs,
@@ -193,6 +200,7 @@ pub fn run(opts: &Options, root: &Path) -> ClusterResult {
         local_claim,
         anatomy,
         lost,
+        freed,
     }
 }
 
@@ -410,7 +418,7 @@ fn claim_and_release(client: &AgentClient, volume: &str, alloc: &str) -> Duratio
 
 /// Creates single-node-writer volume `id` on the first agent and waits
 /// until every agent knows it.
-fn create_everywhere(agents: &[&Agent], id: &str) {
+pub fn create_everywhere(agents: &[&Agent], id: &str) {
     agents[0]
         .client()
         .volume_create(&format!("{id}.hcl"), &volume_spec(id, "hp"))

@@ -32,6 +32,7 @@ mod cluster_chaos;
 mod cluster_claims;
 mod cluster_fence;
 mod cluster_fencing;
+mod cluster_freed;
 mod cluster_netns;
 mod cluster_quorum;
 mod cluster_relay;

@@ -22,8 +22,8 @@ use crate::volume::plan::Action;
 
 /// A manager with volume `v` of a healthy node-only plugin `p` that
 /// stages (so a claim is NodeStage then NodePublish, a release
-/// NodeUnpublish then NodeUnstage).
-struct Rig {
+/// NodeUnpublish then NodeUnstage). `freed_tests.rs` uses it too.
+pub(super) struct Rig {
     manager: VolumeManager,
     registry: Registry,
     _done: Receiver<OpDone>,
@@ -31,6 +31,14 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with(Capability::new(
+            AccessMode::MultiNodeMultiWriter,
+            AttachmentMode::FileSystem,
+        ))
+    }
+
+    /// The rig with volume `v` of `capability`.
+    pub(super) fn with(capability: Capability) -> Rig {
         let (tx, done) = unbounded();
         let mut manager = VolumeManager::new(
             Paths {
@@ -72,10 +80,7 @@ impl Rig {
                 heartbeat: None,
             },
         );
-        manager.insert(crate::volume::model::test_volume(Capability::new(
-            AccessMode::MultiNodeMultiWriter,
-            AttachmentMode::FileSystem,
-        )));
+        manager.insert(crate::volume::model::test_volume(capability));
         let mut rig = Rig {
             manager,
             registry,
@@ -87,7 +92,7 @@ impl Rig {
 
     /// Claims `v` for `alloc`, without a host target; the answer's
     /// receiver.
-    fn claim(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
+    pub(super) fn claim(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
         let (tx, rx) = unbounded();
         let req = calls::ClaimRequest {
             volume_id: "v".into(),
@@ -99,7 +104,7 @@ impl Rig {
         rx
     }
 
-    fn release(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
+    pub(super) fn release(&mut self, alloc: &str) -> Receiver<crate::call::Answer<Answer>> {
         let (tx, rx) = unbounded();
         self.manager.release("v", alloc, tx.into());
         rx
@@ -108,13 +113,14 @@ impl Rig {
     /// Ends a loop turn: plans, and answers what it holds as the loop
     /// would (acknowledgements and replies apart). The names of the
     /// steps of the job planned, if one was.
-    fn turn(&mut self) -> Turn {
+    pub(super) fn turn(&mut self) -> Turn {
         let jobs = self.manager.plan(&self.registry, Instant::now());
         let effects = self.manager.take_effects();
         Turn {
             jobs: jobs.len(),
             acks: effects.acks,
             replies: effects.replies,
+            freed: effects.freed,
         }
     }
 
@@ -139,7 +145,7 @@ impl Rig {
     }
 
     /// Runs a claim of `alloc` through its job; the turn that answers it.
-    fn claimed(&mut self, alloc: &str) -> (Receiver<crate::call::Answer<Answer>>, Turn) {
+    pub(super) fn claimed(&mut self, alloc: &str) -> (Receiver<crate::call::Answer<Answer>>, Turn) {
         let answer = self.claim(alloc);
         assert_eq!(self.turn().jobs, 1, "the claim's job");
         let staging = StagingKey::Volume;
@@ -155,7 +161,7 @@ impl Rig {
 
     /// Reports a release's two steps done: NodeUnpublish of `alloc`, then
     /// NodeUnstage.
-    fn release_steps_done(&mut self, alloc: &str) {
+    pub(super) fn release_steps_done(&mut self, alloc: &str) {
         self.report(
             Action::NodeUnpublish {
                 alloc: alloc.into(),
@@ -171,15 +177,17 @@ impl Rig {
     }
 }
 
-struct Turn {
-    jobs: usize,
+pub(super) struct Turn {
+    pub(super) jobs: usize,
     acks: Vec<Reply>,
     replies: Vec<Reply>,
+    /// The volumes that lost a claim in the turn.
+    pub(super) freed: Vec<String>,
 }
 
 impl Turn {
     /// Sends every answer it holds; how many of each kind.
-    fn send(self) -> (usize, usize) {
+    pub(super) fn send(self) -> (usize, usize) {
         let counts = (self.acks.len(), self.replies.len());
         for (reply, answer) in self.acks.into_iter().chain(self.replies) {
             reply.send(answer);
@@ -188,7 +196,7 @@ impl Turn {
     }
 }
 
-fn answered(rx: &Receiver<crate::call::Answer<Answer>>) -> crate::call::Answer<Answer> {
+pub(super) fn answered(rx: &Receiver<crate::call::Answer<Answer>>) -> crate::call::Answer<Answer> {
     rx.try_recv().expect("answered")
 }
 

@@ -38,6 +38,8 @@
 mod answers_tests;
 mod engine;
 mod entry;
+#[cfg(test)]
+mod freed_tests;
 mod gauges;
 mod intake;
 mod status;
@@ -107,6 +109,12 @@ pub struct Effects {
     /// Events for plugins' health histories, `(plugin, note)`: a plugin
     /// that left a mount behind (see [`Registry::note`]).
     pub plugin_notes: Vec<(String, String)>,
+    /// Volumes that lost a claim this turn: released and forgotten here,
+    /// or gone from the cluster's claim set. A claim refused because of
+    /// the claim that left may be taken now; the loop tells those waiting
+    /// (the task runner's volume hook) at once, rather than leave them to
+    /// their backoff.
+    pub freed: Vec<String>,
 }
 
 /// A job for the workers of the instance of plugin `plugin_id` that serves
@@ -445,6 +453,8 @@ pub struct VolumeManager {
     cluster: Option<engine::cluster::ClusterSide>,
     /// The claims now, as the metrics have them.
     claim_gauge: gauges::ClaimGauge,
+    /// Volumes that lost a claim this turn (see [`Effects::freed`]).
+    freed: BTreeSet<String>,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> CallError {
@@ -472,6 +482,7 @@ impl VolumeManager {
             cluster: None,
             claim_deadlines: Default::default(),
             claim_gauge: Default::default(),
+            freed: BTreeSet::new(),
         }
     }
 
@@ -542,6 +553,7 @@ impl VolumeManager {
             resumes: std::mem::take(&mut self.resumes),
             cluster: self.take_cluster_ops(),
             plugin_notes: std::mem::take(&mut self.plugin_notes),
+            freed: std::mem::take(&mut self.freed).into_iter().collect(),
         }
     }
 

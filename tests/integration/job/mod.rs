@@ -30,6 +30,7 @@ mod docker;
 mod docker_demo;
 mod docker_exec;
 mod expressions;
+mod freed;
 mod isolation;
 mod json;
 mod keys;

@@ -474,7 +474,13 @@ impl VolumeManager {
                 claims,
                 cluster_id,
             } => {
-                side.claim_sets = order::map(claims);
+                let claims = order::map(claims);
+                for (id, set) in &side.claim_sets {
+                    if lost_a_claim(set, claims.get(id)) {
+                        self.freed.insert(id.clone());
+                    }
+                }
+                side.claim_sets = claims;
                 side.synced = true;
                 side.cluster_id = cluster_id;
                 let in_etcd: std::collections::BTreeSet<String> =
@@ -532,6 +538,11 @@ impl VolumeManager {
             }
             VolumeEvent::Removed(id) => self.forget_shared(&id),
             VolumeEvent::Claims { volume, set } => {
+                if let Some(old) = side.claim_sets.get(&volume) {
+                    if lost_a_claim(old, Some(&set)) {
+                        self.freed.insert(volume.clone());
+                    }
+                }
                 if set.claims.is_empty() {
                     side.claim_sets.remove(&volume);
                 } else {
@@ -617,6 +628,19 @@ impl VolumeManager {
     }
 }
 
+/// Whether a claim of `old`, a volume's claim set, is not in `new` (or
+/// there is no set any more): released, or freed by the fencer or an
+/// operator. Claims that wait for the volume may be taken now.
+fn lost_a_claim(old: &pb::ClaimSet, new: Option<&pb::ClaimSet>) -> bool {
+    old.claims.iter().any(|gone| {
+        !new.is_some_and(|set| {
+            set.claims
+                .iter()
+                .any(|c| c.node == gone.node && c.alloc_id == gone.alloc_id)
+        })
+    })
+}
+
 /// The claim set's view of `claim`.
 fn request(
     node: &str,
@@ -629,5 +653,49 @@ fn request(
         read_only: claim.read_only,
         access_mode: claim.capability.access_mode,
         promise,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(claims: &[(&str, &str)]) -> pb::ClaimSet {
+        pb::ClaimSet {
+            claims: claims
+                .iter()
+                .map(|(node, alloc)| pb::ClusterClaim {
+                    node: node.to_string(),
+                    alloc_id: alloc.to_string(),
+                    wanted: true,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_set_lost_a_claim_when_one_of_its_claims_is_gone() {
+        let before = set(&[("a", "1"), ("b", "2")]);
+        assert!(lost_a_claim(&before, Some(&set(&[("b", "2")]))));
+        assert!(lost_a_claim(&before, Some(&set(&[]))));
+        assert!(lost_a_claim(&before, None), "the set's key removed");
+        // The same alloc ID on another node is another claim.
+        assert!(lost_a_claim(&before, Some(&set(&[("c", "1"), ("b", "2")]))));
+    }
+
+    #[test]
+    fn a_set_that_grew_or_marked_a_claim_past_lost_none() {
+        let before = set(&[("a", "1")]);
+        assert!(!lost_a_claim(
+            &before,
+            Some(&set(&[("a", "1"), ("b", "2")]))
+        ));
+        let mut past = set(&[("a", "1")]);
+        past.claims[0].wanted = false;
+        past.claims[0].reason = "node lost".into();
+        assert!(!lost_a_claim(&before, Some(&past)), "still in the way");
+        assert!(!lost_a_claim(&set(&[]), None));
     }
 }

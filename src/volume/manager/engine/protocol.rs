@@ -191,6 +191,8 @@ impl VolumeManager {
         };
         if let Some(claim) = entry.volume.claims.remove(alloc) {
             count_claim(id, "release", "ok", &claim, "");
+            // Whoever waits for the volume may take it now.
+            self.freed.insert(id.to_string());
         }
         log::info!("Volume {id}: the claim of alloc {alloc} is released");
         self.changed.insert(id.to_string());
