@@ -253,6 +253,9 @@ impl Agent {
                 self.starts_due = Some(Instant::now() + crate::task::STARTS_SAVED_WITHIN);
             }
         }
+        // Their processes run already: the guard's file goes first,
+        // before the turn's journal sync, which a loaded disk makes slow.
+        self.sync_guard();
         self.sync_services();
         // Tasks may claim or release volumes, which plans and journals
         // again; each round makes progress, and a few always suffice.

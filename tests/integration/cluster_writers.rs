@@ -197,15 +197,30 @@ fn start_writer(a: &Agent, data: &Path, volume: &str, guarded: bool) -> Reaper {
     let pid = writer_pid(a);
     let reaper = Reaper(pid);
     // The guard must know the writer from the turn that saw it run, not
-    // from a later snapshot: the agent may die the moment after.
+    // from a later snapshot: the agent may die the moment after. The
+    // `job status` that gave the pid may have been answered in that very
+    // turn, before its end wrote the guard's file (a read joins the turn's
+    // batch), so the file is looked at until it lists the writer, for less
+    // than the snapshot that would otherwise carry it is due in.
     if guarded {
-        let writers = fs::read_to_string(a.data_dir.join("cluster-writers")).unwrap_or_default();
-        assert!(
+        let start = Instant::now();
+        let listed = |writers: &str| {
             writers
                 .lines()
-                .any(|l| l.starts_with(&format!("task {pid} "))),
-            "the writer {pid} runs, but the guard's file does not list it:\n{writers}"
-        );
+                .any(|l| l.starts_with(&format!("task {pid} ")))
+        };
+        loop {
+            let writers =
+                fs::read_to_string(a.data_dir.join("cluster-writers")).unwrap_or_default();
+            if listed(&writers) {
+                break;
+            }
+            assert!(
+                start.elapsed() < csi_agent::task::STARTS_SAVED_WITHIN,
+                "the writer {pid} runs, but the guard's file does not list it:\n{writers}"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
     }
     let start = Instant::now();
     while lines(data, "A").len() < 5 {
