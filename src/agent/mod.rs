@@ -29,6 +29,8 @@
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `job_calls.rs` | the job and alloc calls of the control API, handed to the job runner |
 //! | `signals.rs` | the signal thread |
+//! | `activation.rs` | the sockets a service manager handed over (socket activation) |
+//! | `notify.rs` | readiness and stopping told to the service manager (`Type=notify`) |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
 //! | `wakeup.rs` | when the loop must wake up without a message, and what it does then |
@@ -37,6 +39,7 @@
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
+mod activation;
 mod cluster;
 mod cluster_calls;
 pub mod dev;
@@ -45,6 +48,7 @@ mod error;
 mod events;
 pub mod guard;
 mod job_calls;
+mod notify;
 mod persist;
 mod plugin_tasks;
 mod plugins;
@@ -104,6 +108,10 @@ pub struct Options {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(mut options: Options) -> Result<(), Error> {
+    // Both read (and remove) variables of the environment: before any
+    // thread starts.
+    let notifier = notify::Notifier::from_env();
+    let handed = activation::take_for(&options.config).map_err(Error::Activation)?;
     crate::trace::start();
     create_private_dir(&options.config.data_dir)?;
     // Mount points in mountinfo are canonical paths: so are ours, even when
@@ -114,7 +122,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     })?;
     options.config.data_dir = data_dir.clone();
     let socket = data_dir.join(api::SOCKET_NAME);
-    if another_agent_answers(&socket) {
+    // A socket handed over answers connections itself (they wait in its
+    // backlog), and the service manager runs one agent per unit.
+    if handed.control.is_none() && another_agent_answers(&socket) {
         return Err(Error::AlreadyRunning { socket });
     }
     let (store, loaded) = Store::open(&data_dir).map_err(Error::State)?;
@@ -124,9 +134,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let (calls_tx, calls) = unbounded();
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
-    let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
+    let volume_plugin = volume_plugin::start(&options.config, handed.volume_plugin, &calls_tx)?;
     let _reconcile = Reconciler::start(&options.config, &node_name(&options.config), &calls_tx);
-    let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
+    let control = ControlServer::start(&socket, handed.control, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();
     let mut volumes = VolumeManager::new(
@@ -202,6 +212,12 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         data_dir.display(),
         agent.registry.list().count()
     );
+    // State restored, plugins and tasks adopted, every socket bound: the
+    // loop below answers what waits in their backlogs.
+    notifier.ready(&format!(
+        "Running ({} plugins)",
+        agent.registry.list().count()
+    ));
 
     let member_events = agent
         .cluster
@@ -282,6 +298,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         }
     }
 
+    notifier.stopping();
     // Calls waiting for events, and calls sent but not yet taken (a
     // follower's next call, at the moment the signal came), hear that the
     // agent stops: dropping the receiver discards what the channel holds,

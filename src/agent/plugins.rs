@@ -156,8 +156,27 @@ impl Agent {
             self.candidate_report(report);
             return;
         }
+        // A fingerprint comes with a healthy check on a new connection (the
+        // instance's first, a socket that appeared) or after a check that
+        // failed. The registry may have called the plugin healthy all along
+        // (the snapshot of an agent that was killed, or a reboot), so no
+        // change of health says so: the volumes waiting on the plugin to
+        // retry a step are woken here, not at their backoff's end.
+        let reachable = matches!(
+            &report.report,
+            Report::Status {
+                health: Health::Healthy,
+                fingerprint: Some(_),
+                ..
+            }
+        );
+        let plugin_id = report.key.plugin_id.clone();
         if self.registry.apply(&report.key, report.report).persistent() {
             self.dirty = true;
+        }
+        if reachable {
+            self.volumes
+                .plugin_healthy(&plugin_id, std::time::Instant::now());
         }
     }
 
