@@ -202,6 +202,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         agent.dev = Some(plugin);
     }
     agent.sync_plugins();
+    agent.await_first_probes(&reports);
     agent.start_cluster()?;
     agent
         .start_service_sync()

@@ -59,6 +59,7 @@ mod split;
 mod split_hostpath;
 mod static_build;
 mod strict;
+mod systemd;
 mod targets;
 mod upgrade;
 mod util;
