@@ -59,7 +59,7 @@ check "unit installed in PREFIX/lib/systemd/system" test -f "$unit"
 check "unit mode 0644" mode 644 "$unit"
 check "unit Type=notify" has_line "$unit" "Type=notify"
 check "unit ordered before the container engines" \
-    has_line "$unit" "Before=docker.service podman.service multi-user.target"
+    has_line "$unit" "Before=docker.service podman.service podman-restart.service multi-user.target"
 check "unit after the network and a local etcd" \
     has_line "$unit" "After=network-online.target local-fs.target etcd.service"
 check "unit enables the control socket with it" has_line "$unit" "Also=csi-agent-control.socket"
@@ -77,7 +77,7 @@ check "the control socket is data_dir/control.sock, named control" sh -c \
 check "the volume plugin socket is dockerd's csi.sock, named volume-plugin" sh -c \
     "grep -qxF 'ListenStream=/run/docker/plugins/csi.sock' '$plugin_socket' &&
      grep -qxF 'FileDescriptorName=volume-plugin' '$plugin_socket' &&
-     grep -qxF 'Before=docker.service podman.service' '$plugin_socket'"
+     grep -qxF 'Before=docker.service podman.service podman-restart.service' '$plugin_socket'"
 check "unit ExecStart runs the agent with the config" \
     has_line "$unit" "ExecStart=/usr/local/bin/csi-agent agent -config /etc/csi-agent/agent.hcl"
 check "unit validates the config first" \
