@@ -29,6 +29,7 @@
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `job_calls.rs` | the job and alloc calls of the control API, handed to the job runner |
 //! | `signals.rs` | the signal thread |
+//! | `engine_watch.rs` | the container engine's fingerprint taken again once the engine answers |
 //! | `activation.rs` | the sockets a service manager handed over (socket activation) |
 //! | `notify.rs` | readiness and stopping told to the service manager (`Type=notify`) |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
@@ -43,6 +44,7 @@ mod activation;
 mod cluster;
 mod cluster_calls;
 pub mod dev;
+mod engine_watch;
 mod errands;
 mod error;
 mod events;
@@ -219,22 +221,13 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         "Running ({} plugins)",
         agent.registry.list().count()
     ));
+    let engine_watch = agent.watch_engine();
+    let mut engine = engine_watch
+        .as_ref()
+        .map(|w| w.answered.clone())
+        .unwrap_or_else(never);
 
-    let member_events = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.member.events().clone())
-        .unwrap_or_else(never);
-    let cluster_answers = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.answers.clone())
-        .unwrap_or_else(never);
-    let volume_events = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.volume_events.clone())
-        .unwrap_or_else(never);
+    let (member_events, cluster_answers, volume_events) = agent.cluster_receivers();
     let service_others = agent
         .service_sync
         .as_ref()
@@ -276,6 +269,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(service_others) -> others => if let Ok(others) = others {
                 agent.services.set_remote(others);
             },
+            recv(engine) -> answered => {
+                engine = never();
+                if answered.is_ok() { agent.engine_answered() }
+            },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -306,6 +303,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     // and a later call cannot be sent. The control API then stops without
     // waiting on calls nobody would answer.
     agent.events.close();
+    if let Some(watch) = engine_watch {
+        agent.errands.keep(watch.stop());
+    }
     drop(calls);
     let sent = control.stop();
     if let Some(metrics) = metrics {

@@ -68,7 +68,10 @@ impl Unplaced {
 /// A dockerd restoring its containers at boot binds its API socket at once
 /// but answers only once they are restored, and those wait on the volume
 /// plugin socket the agent serves: waiting out the engine's call timeout
-/// (30 s) held the agent's start, and dockerd's Mounts, for 30 s.
+/// (30 s) held the agent's start, and dockerd's Mounts, for 30 s. An
+/// engine that does not answer in time is asked again off the loop (the
+/// agent's `engine-watch` thread), and the fingerprint taken again once
+/// it answers.
 pub const ENGINE_FINGERPRINT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the host says of itself, read once, with Nomad's attribute names:
@@ -109,7 +112,7 @@ pub fn host_attributes(docker_endpoint: &str) -> BTreeMap<String, String> {
                 put("driver.docker.version", Some(version.version));
             }
             Err(err) => log::info!(
-                "No docker driver: the engine at {docker_endpoint} does not answer ({err}); SIGHUP takes the fingerprint again"
+                "No docker driver yet: the engine at {docker_endpoint} does not answer ({err})"
             ),
         }
     }
@@ -345,6 +348,11 @@ impl Allocs {
             config,
         );
         self.refit();
+    }
+
+    /// Whether the node has attribute `key` (`attr.driver.docker`, ...).
+    pub fn node_has(&self, key: &str) -> bool {
+        self.node.contains_key(key)
     }
 
     /// The group instances of `spec` this node cannot take ([`unplaced`]).
