@@ -12,7 +12,8 @@
 # once more.
 
 # Where `make install` puts things (see scripts/install.sh): the binary in
-# $(PREFIX)/bin, the unit in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
+# $(PREFIX)/bin, the units (csi-agent.service, csi-agent-control.socket,
+# csi-agent.socket) in $(UNITDIR), the config in $(SYSCONFDIR)/csi-agent.
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SYSCONFDIR ?= /etc
@@ -180,16 +181,18 @@ upgrade-fixture: $(NEEDS_BUILD)
 INSTALL_ENV = BIN='$(BIN)' PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' \
 	SYSCONFDIR='$(SYSCONFDIR)' UNITDIR='$(UNITDIR)'
 
-## install: $(BIN) as $(DESTDIR)$(PREFIX)/bin/csi-agent, the systemd unit
-## csi-agent.service, and a default /etc/csi-agent/agent.hcl unless one exists
+## install: $(BIN) as $(DESTDIR)$(PREFIX)/bin/csi-agent, the systemd units
+## (csi-agent.service, Type=notify, and its sockets csi-agent-control.socket
+## and csi-agent.socket), and a default /etc/csi-agent/agent.hcl unless one exists
 install: $(NEEDS_BUILD)
 	@$(INSTALL_ENV) scripts/install.sh install
 
-## uninstall: the binary and the unit; the config only if it is the default
+## uninstall: the binary and the units; the config only if it is the default
 uninstall:
 	@$(INSTALL_ENV) scripts/install.sh uninstall
 
-## install-test: install, reinstall and uninstall into a temporary DESTDIR, checking every file
+## install-test: install, reinstall and uninstall into a temporary DESTDIR,
+## checking every file, and the units with systemd-analyze verify
 install-test: $(NEEDS_BUILD)
 	BIN='$(BIN)' scripts/install-test.sh
 

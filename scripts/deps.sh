@@ -9,7 +9,9 @@
 # dockerd and a static busybox for the docker engine tests, the
 # docker-compose and podman clients of the docker volume tests, promtool and
 # prometheus for the metrics tests, OpenSSL's and zlib's headers for the
-# artifact shim of the development build and of the fuzz crate.
+# artifact shim of the development build and of the fuzz crate, and
+# systemd's tools for the systemd tests (systemd-analyze verify of the
+# units, systemd-socket-activate handing the agent its sockets).
 # Rust itself (>= 1.80, with cargo) must already be installed, e.g. by rustup.
 set -eu
 
@@ -54,6 +56,13 @@ command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 # The metrics tests check the agent's /metrics with promtool and scrape it
 # with a real prometheus server: both come in Debian's prometheus package.
 command -v promtool >/dev/null 2>&1 || missing="$missing prometheus"
+# The install test checks the units with systemd-analyze verify; the
+# systemd tests start the agent on sockets systemd-socket-activate binds
+# and hands it, as systemd's socket units do. Both come in Debian's
+# systemd package (which a container image may lack; nothing here runs it
+# as the init).
+{ command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 ||
+    missing="$missing systemd"
 # The static binary's checks (scripts/static.sh -check, their tests, and
 # test-arm64's e2e) ask file what a binary is.
 command -v file >/dev/null 2>&1 || missing="$missing file"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests `make install` and `make uninstall` in a temporary DESTDIR: every
-# installed file and its mode, the unit's contents, the rule that an existing
+# installed file and its mode, the units' contents (the service and its two
+# sockets, which systemd-analyze verify must accept), the rule that an existing
 # config is never overwritten, and what uninstall removes and keeps.
 #
 # Usage: scripts/install-test.sh      (make install-test; BIN=PATH installs
@@ -42,7 +43,10 @@ absent() { [ ! -e "$1" ]; }
 same() { cmp -s "$1" "$2"; }
 
 bin_path="$dest/usr/local/bin/csi-agent"
-unit="$dest/usr/local/lib/systemd/system/csi-agent.service"
+unitdir="$dest/usr/local/lib/systemd/system"
+unit="$unitdir/csi-agent.service"
+control_socket="$unitdir/csi-agent-control.socket"
+plugin_socket="$unitdir/csi-agent.socket"
 config="$dest/etc/csi-agent/agent.hcl"
 default_config=scripts/install/agent.hcl
 
@@ -53,7 +57,27 @@ check "binary mode 0755" mode 755 "$bin_path"
 check "installed binary runs" "$bin_path" version
 check "unit installed in PREFIX/lib/systemd/system" test -f "$unit"
 check "unit mode 0644" mode 644 "$unit"
-check "unit Type=simple" has_line "$unit" "Type=simple"
+check "unit Type=notify" has_line "$unit" "Type=notify"
+check "unit ordered before the container engines" \
+    has_line "$unit" "Before=docker.service podman.service podman-restart.service multi-user.target"
+check "unit after the network and a local etcd" \
+    has_line "$unit" "After=network-online.target local-fs.target etcd.service"
+check "unit enables the control socket with it" has_line "$unit" "Also=csi-agent-control.socket"
+for socket in "$control_socket" "$plugin_socket"; do
+    name=$(basename "$socket")
+    check "$name installed, mode 0644" mode 644 "$socket"
+    check "$name is root's alone" has_line "$socket" "SocketMode=0600"
+    check "$name activates csi-agent.service" has_line "$socket" "Service=csi-agent.service"
+    check "$name is wanted by sockets.target" has_line "$socket" "WantedBy=sockets.target"
+    check "$name has no unfilled @placeholder@" sh -c "! grep -q '@[a-z]*@' '$socket'"
+done
+check "the control socket is data_dir/control.sock, named control" sh -c \
+    "grep -qxF 'ListenStream=/var/lib/csi-agent/control.sock' '$control_socket' &&
+     grep -qxF 'FileDescriptorName=control' '$control_socket'"
+check "the volume plugin socket is dockerd's csi.sock, named volume-plugin" sh -c \
+    "grep -qxF 'ListenStream=/run/docker/plugins/csi.sock' '$plugin_socket' &&
+     grep -qxF 'FileDescriptorName=volume-plugin' '$plugin_socket' &&
+     grep -qxF 'Before=docker.service podman.service podman-restart.service' '$plugin_socket'"
 check "unit ExecStart runs the agent with the config" \
     has_line "$unit" "ExecStart=/usr/local/bin/csi-agent agent -config /etc/csi-agent/agent.hcl"
 check "unit validates the config first" \
@@ -68,17 +92,26 @@ check "unit has no sandboxing that hides mounts" \
     sh -c "! grep -Eq '^(PrivateTmp|ProtectSystem|ProtectHome|PrivateMounts|ReadOnlyPaths|ReadWritePaths)=' '$unit'"
 # systemd-analyze verify works without a running systemd. It only warns
 # about a line it cannot parse, so any output is a failure. It looks for
-# ExecStart's binary on the real root: give it a copy naming the installed one.
-verify_unit() {
+# ExecStart's binary on the real root: give it copies naming the installed
+# one, side by side, so that the sockets find their service.
+verify_units() {
     local out
-    sed "s|/usr/local/bin/csi-agent|$bin_path|g" "$unit" >"$dest/csi-agent.service"
-    out=$(systemd-analyze verify "$dest/csi-agent.service" 2>&1) && [ -z "$out" ] ||
+    mkdir -p "$dest/verify"
+    for file in "$unit" "$control_socket" "$plugin_socket"; do
+        sed "s|/usr/local/bin/csi-agent|$bin_path|g" "$file" >"$dest/verify/$(basename "$file")"
+    done
+    out=$(cd "$dest/verify" && systemd-analyze verify csi-agent.service \
+        csi-agent-control.socket csi-agent.socket 2>&1) && [ -z "$out" ] ||
         { echo "$out" >&2; return 1; }
 }
+# make deps installs it (Debian's systemd); under CI a missing one fails.
 if command -v systemd-analyze >/dev/null 2>&1; then
-    check "systemd-analyze verify accepts the unit" verify_unit
+    check "systemd-analyze verify accepts the three units" verify_units
+elif [ "${CI:-}" = true ]; then
+    echo "FAIL systemd-analyze is not installed (make deps installs Debian's systemd)" >&2
+    exit 1
 else
-    echo "skip systemd-analyze verify: systemd-analyze is not installed"
+    echo "skip systemd-analyze verify: systemd-analyze is not installed (make deps)"
 fi
 check "default config installed" same "$default_config" "$config"
 check "config mode 0644" mode 644 "$config"
@@ -100,6 +133,7 @@ echo "== make uninstall, with the changed config"
 mk uninstall DESTDIR="$dest"
 check "uninstall removes the binary" absent "$bin_path"
 check "uninstall removes the unit" absent "$unit"
+check "uninstall removes the socket units" sh -c "[ ! -e '$control_socket' ] && [ ! -e '$plugin_socket' ]"
 check "uninstall keeps a changed config" same "$dest/changed.hcl" "$config"
 
 echo "== make uninstall, with the default config"

@@ -3,10 +3,12 @@
 #
 # install puts
 #   BIN                        at $DESTDIR$PREFIX/bin/csi-agent
-#   the systemd unit           at $DESTDIR$UNITDIR/csi-agent.service
+#   the systemd units          at $DESTDIR$UNITDIR: csi-agent.service and
+#                              its sockets, csi-agent-control.socket (the
+#                              CLI's) and csi-agent.socket (dockerd's)
 #   the default config         at $DESTDIR$SYSCONFDIR/csi-agent/agent.hcl,
 #                              only when no file is there: yours is kept
-# uninstall removes the binary and the unit, and the config only when it is
+# uninstall removes the binary and the units, and the config only when it is
 # still the default one (then its directory too, if empty). It never
 # touches the agent's data dir.
 #
@@ -23,7 +25,8 @@ sysconfdir=${SYSCONFDIR:-/etc}
 unitdir=${UNITDIR:-$prefix/lib/systemd/system}
 
 bin_dest="$destdir$prefix/bin/csi-agent"
-unit_dest="$destdir$unitdir/csi-agent.service"
+# The units, each written from scripts/install/UNIT.in.
+units="csi-agent.service csi-agent-control.socket csi-agent.socket"
 config_dir="$destdir$sysconfdir/csi-agent"
 config_dest="$config_dir/agent.hcl"
 default_config="$here/install/agent.hcl"
@@ -57,11 +60,15 @@ install_files() {
     echo "installed $bin_dest"
 
     install -d -m 0755 "$destdir$unitdir"
-    sed -e "s|@bindir@|$prefix/bin|g" -e "s|@sysconfdir@|$sysconfdir|g" \
-        "$here/install/csi-agent.service.in" >"$unit_dest.tmp"
-    chmod 0644 "$unit_dest.tmp"
-    mv -f "$unit_dest.tmp" "$unit_dest"
-    echo "installed $unit_dest"
+    local unit unit_dest
+    for unit in $units; do
+        unit_dest="$destdir$unitdir/$unit"
+        sed -e "s|@bindir@|$prefix/bin|g" -e "s|@sysconfdir@|$sysconfdir|g" \
+            "$here/install/$unit.in" >"$unit_dest.tmp"
+        chmod 0644 "$unit_dest.tmp"
+        mv -f "$unit_dest.tmp" "$unit_dest"
+        echo "installed $unit_dest"
+    done
 
     if [ -e "$config_dest" ]; then
         echo "kept $config_dest: it exists (the default is $default_config)"
@@ -69,13 +76,18 @@ install_files() {
         install -D -m 0644 "$default_config" "$config_dest"
         echo "installed $config_dest"
     fi
-    systemd_hint "now: systemctl daemon-reload && systemctl enable --now csi-agent"
+    systemd_hint "now: systemctl daemon-reload && systemctl enable --now csi-agent (and, with a volume_plugin block, systemctl enable --now csi-agent.socket)"
 }
 
 uninstall_files() {
-    systemd_hint "if the service is enabled or running, first: systemctl disable --now csi-agent"
-    rm -f "$bin_dest" "$unit_dest"
-    echo "removed $bin_dest and $unit_dest"
+    systemd_hint "if the service is enabled or running, first: systemctl disable --now csi-agent csi-agent-control.socket csi-agent.socket"
+    rm -f "$bin_dest"
+    echo "removed $bin_dest"
+    local unit
+    for unit in $units; do
+        rm -f "$destdir$unitdir/$unit"
+        echo "removed $destdir$unitdir/$unit"
+    done
     if [ ! -e "$config_dest" ]; then
         :
     elif cmp -s "$default_config" "$config_dest"; then

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crossbeam_channel::{unbounded, Receiver};
+use crossbeam_channel::{never, unbounded, Receiver};
 
 use crate::cluster::alive::{self, Alive};
 use crate::cluster::attachments::Attacher;
@@ -479,6 +479,25 @@ impl Agent {
         let kill = allowance.saturating_sub(guard::GRACE + guard::POLL + RELEASE_ALLOWANCE);
         self.allocs.cap_kill_timeout(kill);
         self.writers_may_have_changed();
+    }
+
+    /// What the loop receives from the cluster: the member's events, etcd's
+    /// answers to ops, the volume watch's events; `never` without one.
+    pub(super) fn cluster_receivers(
+        &self,
+    ) -> (
+        Receiver<MemberEvent>,
+        Receiver<Answer>,
+        Receiver<VolumeEvent>,
+    ) {
+        match &self.cluster {
+            Some(c) => (
+                c.member.events().clone(),
+                c.answers.clone(),
+                c.volume_events.clone(),
+            ),
+            None => (never(), never(), never()),
+        }
     }
 
     /// Leaves the cluster: the lease is revoked unless tasks holding write

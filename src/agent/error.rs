@@ -29,6 +29,8 @@ pub enum Error {
     Cluster(String),
     /// The `volume_plugin` block's endpoint cannot start.
     VolumePlugin(crate::volume_plugin::Error),
+    /// The sockets a service manager handed over cannot be used.
+    Activation(super::activation::Error),
 }
 
 impl fmt::Display for Error {
@@ -52,6 +54,7 @@ impl fmt::Display for Error {
             }
             Error::Cluster(message) => write!(f, "cluster: {message}"),
             Error::VolumePlugin(_) => f.write_str("cannot serve the volume plugin (volume_plugin)"),
+            Error::Activation(err) => write!(f, "{err}"),
         }
     }
 }
@@ -68,6 +71,7 @@ impl std::error::Error for Error {
             Error::State(err) => Some(err),
             Error::Api(err) => Some(err),
             Error::VolumePlugin(err) => Some(err),
+            Error::Activation(err) => err.source(),
         }
     }
 }

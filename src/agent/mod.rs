@@ -29,6 +29,9 @@
 //! | `plugin_tasks.rs` | plugins run by jobs: candidates probed before they are registered, and their exits |
 //! | `job_calls.rs` | the job and alloc calls of the control API, handed to the job runner |
 //! | `signals.rs` | the signal thread |
+//! | `engine_watch.rs` | the container engine's fingerprint taken again once the engine answers |
+//! | `activation.rs` | the sockets a service manager handed over (socket activation) |
+//! | `notify.rs` | readiness and stopping told to the service manager (`Type=notify`) |
 //! | `telemetry.rs` | the metrics endpoint of the `telemetry` block |
 //! | `volume_plugin.rs` | the endpoint of the `volume_plugin` block, Docker's volume plugin protocol |
 //! | `wakeup.rs` | when the loop must wake up without a message, and what it does then |
@@ -37,14 +40,17 @@
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
 //! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
 
+mod activation;
 mod cluster;
 mod cluster_calls;
 pub mod dev;
+mod engine_watch;
 mod errands;
 mod error;
 mod events;
 pub mod guard;
 mod job_calls;
+mod notify;
 mod persist;
 mod plugin_tasks;
 mod plugins;
@@ -104,6 +110,10 @@ pub struct Options {
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(mut options: Options) -> Result<(), Error> {
+    // Both read (and remove) variables of the environment: before any
+    // thread starts.
+    let notifier = notify::Notifier::from_env();
+    let handed = activation::take_for(&options.config).map_err(Error::Activation)?;
     crate::trace::start();
     create_private_dir(&options.config.data_dir)?;
     // Mount points in mountinfo are canonical paths: so are ours, even when
@@ -114,7 +124,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     })?;
     options.config.data_dir = data_dir.clone();
     let socket = data_dir.join(api::SOCKET_NAME);
-    if another_agent_answers(&socket) {
+    // A socket handed over answers connections itself (they wait in its
+    // backlog), and the service manager runs one agent per unit.
+    if handed.control.is_none() && another_agent_answers(&socket) {
         return Err(Error::AlreadyRunning { socket });
     }
     let (store, loaded) = Store::open(&data_dir).map_err(Error::State)?;
@@ -124,9 +136,9 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let (calls_tx, calls) = unbounded();
     // Metrics first: an agent whose control socket answers serves them.
     let metrics = telemetry::start(&options.config.telemetry)?;
-    let volume_plugin = volume_plugin::start(&options.config, &calls_tx)?;
+    let volume_plugin = volume_plugin::start(&options.config, handed.volume_plugin, &calls_tx)?;
     let _reconcile = Reconciler::start(&options.config, &node_name(&options.config), &calls_tx);
-    let control = ControlServer::start(&socket, calls_tx).map_err(Error::Api)?;
+    let control = ControlServer::start(&socket, handed.control, calls_tx).map_err(Error::Api)?;
 
     let (done_tx, done) = unbounded();
     let mut volumes = VolumeManager::new(
@@ -192,6 +204,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         agent.dev = Some(plugin);
     }
     agent.sync_plugins();
+    agent.await_first_probes(&reports);
     agent.start_cluster()?;
     agent
         .start_service_sync()
@@ -202,22 +215,19 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         data_dir.display(),
         agent.registry.list().count()
     );
+    // State restored, plugins and tasks adopted, every socket bound: the
+    // loop below answers what waits in their backlogs.
+    notifier.ready(&format!(
+        "Running ({} plugins)",
+        agent.registry.list().count()
+    ));
+    let engine_watch = agent.watch_engine();
+    let mut engine = engine_watch
+        .as_ref()
+        .map(|w| w.answered.clone())
+        .unwrap_or_else(never);
 
-    let member_events = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.member.events().clone())
-        .unwrap_or_else(never);
-    let cluster_answers = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.answers.clone())
-        .unwrap_or_else(never);
-    let volume_events = agent
-        .cluster
-        .as_ref()
-        .map(|c| c.volume_events.clone())
-        .unwrap_or_else(never);
+    let (member_events, cluster_answers, volume_events) = agent.cluster_receivers();
     let service_others = agent
         .service_sync
         .as_ref()
@@ -259,6 +269,10 @@ pub fn run(mut options: Options) -> Result<(), Error> {
             recv(service_others) -> others => if let Ok(others) = others {
                 agent.services.set_remote(others);
             },
+            recv(engine) -> answered => {
+                engine = never();
+                if answered.is_ok() { agent.engine_answered() }
+            },
         }
         // Group commit: what else is already waiting joins this turn, so
         // that one plan and one journal sync cover all of it. Bounded, so
@@ -282,12 +296,16 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         }
     }
 
+    notifier.stopping();
     // Calls waiting for events, and calls sent but not yet taken (a
     // follower's next call, at the moment the signal came), hear that the
     // agent stops: dropping the receiver discards what the channel holds,
     // and a later call cannot be sent. The control API then stops without
     // waiting on calls nobody would answer.
     agent.events.close();
+    if let Some(watch) = engine_watch {
+        agent.errands.keep(watch.stop());
+    }
     drop(calls);
     let sent = control.stop();
     if let Some(metrics) = metrics {

@@ -8,6 +8,11 @@
 //! reports of the old one are told apart by generation), and instances
 //! that went away are deregistered, unless a running task provides them.
 
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
 use crate::call::CallError;
 use crate::plugin::instance::{Instance, InstanceReport, InstanceSettings};
 use crate::plugin::{
@@ -18,6 +23,11 @@ use crate::proto::state as statepb;
 use crate::spec::{AgentConfig, DEFAULT_HEALTH_TIMEOUT};
 
 use super::{dev, Agent};
+
+/// How long the start waits for the plugins' first probes before the
+/// agent is ready ([`Agent::await_first_probes`]): a plugin that serves
+/// answers in milliseconds.
+const FIRST_PROBES: Duration = Duration::from_secs(1);
 
 /// An instance thread and what it was started with.
 pub(super) struct RunningInstance {
@@ -156,8 +166,62 @@ impl Agent {
             self.candidate_report(report);
             return;
         }
+        // A fingerprint comes with a healthy check on a new connection (the
+        // instance's first, a socket that appeared) or after a check that
+        // failed. The registry may have called the plugin healthy all along
+        // (the snapshot of an agent that was killed, or a reboot), so no
+        // change of health says so: the volumes waiting on the plugin to
+        // retry a step are woken here, not at their backoff's end.
+        let reachable = matches!(
+            &report.report,
+            Report::Status {
+                health: Health::Healthy,
+                fingerprint: Some(_),
+                ..
+            }
+        );
+        let plugin_id = report.key.plugin_id.clone();
         if self.registry.apply(&report.key, report.report).persistent() {
             self.dirty = true;
+        }
+        if reachable {
+            self.volumes.plugin_healthy(&plugin_id, Instant::now());
+        }
+    }
+
+    /// At start, before the agent says it is ready: waits until every
+    /// instance's first check found its plugin healthy, within
+    /// [`FIRST_PROBES`].
+    /// Each instance probes at once, so a plugin that already serves (the
+    /// usual case after a reboot) is known healthy in a few milliseconds,
+    /// and the first calls waiting in the sockets' backlogs (dockerd's
+    /// Creates and Mounts) are not refused as "not healthy" meanwhile. A
+    /// plugin that does not answer in time is waited for as before: its
+    /// socket watched, probed the moment it appears.
+    pub(super) fn await_first_probes(&mut self, reports: &Receiver<InstanceReport>) {
+        let limit = FIRST_PROBES;
+        let mut waiting: BTreeSet<InstanceKey> = self.instances.keys().cloned().collect();
+        let deadline = Instant::now() + limit;
+        while !waiting.is_empty() {
+            let Ok(report) = reports.recv_deadline(deadline) else {
+                break;
+            };
+            if matches!(
+                report.report,
+                Report::Status {
+                    health: Health::Healthy,
+                    ..
+                }
+            ) {
+                waiting.remove(&report.key);
+            }
+            self.apply(report);
+        }
+        for key in waiting {
+            log::info!(
+                "Plugin {key} is not healthy {} after the start; its calls wait until it is",
+                crate::units::format_duration(limit)
+            );
         }
     }
 

@@ -6,6 +6,8 @@
 //! A SIGHUP does not move it: a changed block takes effect at the next
 //! start, and the reload says so.
 
+use std::os::unix::net::UnixListener;
+
 use crossbeam_channel::Sender;
 
 use crate::api::Call;
@@ -14,12 +16,17 @@ use crate::volume_plugin::Server;
 
 use super::Error;
 
-/// The endpoint, when the config has the block.
-pub(super) fn start(config: &AgentConfig, calls: &Sender<Call>) -> Result<Option<Server>, Error> {
+/// The endpoint, when the config has the block: on `handed`, the socket
+/// a service manager handed over, if it did.
+pub(super) fn start(
+    config: &AgentConfig,
+    handed: Option<UnixListener>,
+    calls: &Sender<Call>,
+) -> Result<Option<Server>, Error> {
     let Some(block) = &config.volume_plugin else {
         return Ok(None);
     };
-    let server = Server::start(block, calls.clone(), config.cluster.is_some())
+    let server = Server::start(block, handed, calls.clone(), config.cluster.is_some())
         .map_err(Error::VolumePlugin)?;
     log::info!(
         "Serving the volume plugin {:?} at {}",

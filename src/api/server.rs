@@ -9,7 +9,7 @@
 //! (`listen.rs`).
 
 use std::fs;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,9 +25,13 @@ use crate::csi::rpc::{block_on, grpc_environment};
 
 pub use super::server_error::Error;
 
-/// The running server; [`ControlServer::stop`] removes the socket.
+/// The running server; [`ControlServer::stop`] removes the socket it
+/// bound (never one a service manager handed over).
 pub struct ControlServer {
     path: PathBuf,
+    /// The socket was handed over (socket activation): its file is the
+    /// service manager's, and stays.
+    handed: bool,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// The `control-api-sent` thread, which ends once every answer the
@@ -70,9 +74,19 @@ impl SentThread {
 pub const MAX_REQUEST: usize = 4 << 20;
 
 impl ControlServer {
-    /// Serves the control API at `path`, sending every call to `calls`.
-    pub fn start(path: &Path, calls: Sender<Call>) -> Result<ControlServer, Error> {
-        let listener = super::listen::bind_private(path)?;
+    /// Serves the control API at `path`, sending every call to `calls`:
+    /// on `handed`, a listening socket a service manager bound at `path`,
+    /// or else on a socket bound here.
+    pub fn start(
+        path: &Path,
+        handed: Option<UnixListener>,
+        calls: Sender<Call>,
+    ) -> Result<ControlServer, Error> {
+        let is_handed = handed.is_some();
+        let listener = match handed {
+            Some(listener) => listener,
+            None => super::listen::bind_private(path)?,
+        };
         let (sent, sending) = unbounded();
         let sent_thread = thread::Builder::new()
             .name("control-api-sent".into())
@@ -108,13 +122,15 @@ impl ControlServer {
         log::info!("Control API listening on {}", path.display());
         Ok(ControlServer {
             path: path.to_path_buf(),
+            handed: is_handed,
             stopping,
             thread: Some(thread),
             sent: Some(sent_thread),
         })
     }
 
-    /// Stops accepting, ends the server thread and removes the socket;
+    /// Stops accepting, ends the server thread and removes the socket
+    /// (unless it was handed over);
     /// the thread that sends answers is handed back, to be joined once
     /// the answers still pending are gone.
     #[must_use = "join the sent thread once the pending answers are gone"]
@@ -133,7 +149,9 @@ impl ControlServer {
         if thread.join().is_err() {
             log::error!("The control API thread panicked");
         }
-        let _ = fs::remove_file(&self.path);
+        if !self.handed {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -216,7 +234,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("csi-agent-api-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let (calls, _calls) = unbounded();
-        let server = ControlServer::start(&dir.join("control.sock"), calls).unwrap();
+        let server = ControlServer::start(&dir.join("control.sock"), None, calls).unwrap();
         let sent = server.stop();
         assert!(!dir.join("control.sock").exists());
         assert!(sent.join_within(Duration::from_secs(10)));
@@ -229,7 +247,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("control.sock");
         let (calls_tx, calls) = unbounded();
-        let server = ControlServer::start(&socket, calls_tx).unwrap();
+        let server = ControlServer::start(&socket, None, calls_tx).unwrap();
         let before = API_CALLS.value(&["PluginStatus", "NOT_FOUND"]);
         let answering = std::thread::spawn(move || {
             let call: Call = calls.recv().unwrap();
@@ -255,7 +273,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("control.sock");
         let (calls_tx, calls) = unbounded();
-        let server = ControlServer::start(&socket, calls_tx).unwrap();
+        let server = ControlServer::start(&socket, None, calls_tx).unwrap();
         let channel = ChannelBuilder::new(grpc_environment())
             .use_local_subchannel_pool(true)
             .connect(&format!("unix:{}", socket.display()));

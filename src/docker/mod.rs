@@ -206,7 +206,13 @@ impl Engine {
 
     /// `GET /version`.
     pub fn version(&self) -> Result<Version, Error> {
-        let answer = self.get_json("/version")?;
+        self.version_within(CALL_TIMEOUT)
+    }
+
+    /// `GET /version`, answered within `timeout` (each read and write).
+    pub fn version_within(&self, timeout: Duration) -> Result<Version, Error> {
+        let response = self.send(&Engine::request("GET", "/version"), Some(timeout))?;
+        let answer = parse("/version", &self.body_if(response, &[200])?)?;
         let text = |key: &str| {
             answer
                 .get(key)

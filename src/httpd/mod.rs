@@ -223,11 +223,23 @@ struct Done {
     bytes: Vec<u8>,
 }
 
+/// What becomes of a unix socket's file when its server stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SocketFile {
+    /// Removed: the server's caller bound it.
+    Removed,
+    /// Left in place: a service manager bound it and handed it over.
+    Kept,
+}
+
 /// A running server; [`Server::stop`] (or dropping it) ends and joins its
 /// threads.
 pub struct Server {
     name: String,
     bound: Listen,
+    /// Whether stopping removes the unix socket's file: not when a
+    /// service manager owns it ([`SocketFile::Kept`]).
+    remove_file: bool,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
     open: Arc<AtomicUsize>,
@@ -245,17 +257,18 @@ impl Server {
         handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
     ) -> io::Result<Server> {
         let (listener, bound) = listen.bind()?;
-        Server::serve(name, listener, bound, limits, handler)
+        Server::serve(name, listener, bound, SocketFile::Removed, limits, handler)
     }
 
     /// Serves `listener`, a unix socket the caller bound at `path` itself
     /// (under the name and with the permissions it chose), as
     /// [`Server::start`] serves what it binds; `path` is removed when the
-    /// server stops.
+    /// server stops if `file` says so.
     pub fn serve_unix(
         name: &str,
         listener: UnixListener,
         path: PathBuf,
+        file: SocketFile,
         limits: Limits,
         handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
     ) -> io::Result<Server> {
@@ -263,6 +276,7 @@ impl Server {
             name,
             Listener::Unix(listener),
             Listen::Unix(path),
+            file,
             limits,
             handler,
         )
@@ -272,6 +286,7 @@ impl Server {
         name: &str,
         listener: Listener,
         bound: Listen,
+        file: SocketFile,
         limits: Limits,
         handler: impl Fn(&Request) -> Response + Send + Sync + 'static,
     ) -> io::Result<Server> {
@@ -279,6 +294,7 @@ impl Server {
         let mut server = Server {
             name: name.to_string(),
             bound,
+            remove_file: file == SocketFile::Removed,
             stop: Arc::new(AtomicBool::new(false)),
             waker: Arc::new(Waker::new()?),
             open: Arc::new(AtomicUsize::new(0)),
@@ -355,7 +371,7 @@ impl Server {
                 log::error!("A {} worker panicked", self.name);
             }
         }
-        if let Listen::Unix(path) = &self.bound {
+        if let (Listen::Unix(path), true) = (&self.bound, self.remove_file) {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -25,6 +25,7 @@ pub mod fd;
 pub mod flock;
 pub mod ifaddrs;
 pub mod inotify;
+pub mod listen_fd;
 pub mod loop_dev;
 pub mod peercred;
 pub mod poll;

@@ -62,12 +62,25 @@ impl Unplaced {
     }
 }
 
+/// How long the fingerprint waits for the container engine's version. It
+/// is taken at the agent's start, before it is ready, and at a SIGHUP, on
+/// the main loop: neither may wait on an engine that is itself starting.
+/// A dockerd restoring its containers at boot binds its API socket at once
+/// but answers only once they are restored, and those wait on the volume
+/// plugin socket the agent serves: waiting out the engine's call timeout
+/// (30 s) held the agent's start, and dockerd's Mounts, for 30 s. An
+/// engine that does not answer in time is asked again off the loop (the
+/// agent's `engine-watch` thread), and the fingerprint taken again once
+/// it answers.
+pub const ENGINE_FINGERPRINT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the host says of itself, read once, with Nomad's attribute names:
 /// `kernel.version` and `kernel.arch` (`uname -r`, `-m`), `os.name` and
 /// `os.version` (`/etc/os-release`'s `ID` and `VERSION_ID`),
 /// `cpu.modelname`, and the drivers csi-agent has: `driver.raw_exec` and
 /// `driver.exec` always, `driver.docker` (with `driver.docker.version`)
-/// when the engine at `docker_endpoint` answers.
+/// when the engine at `docker_endpoint` answers within
+/// [`ENGINE_FINGERPRINT`].
 pub fn host_attributes(docker_endpoint: &str) -> BTreeMap<String, String> {
     let mut attrs = BTreeMap::new();
     let mut put = |key: &str, value: Option<String>| {
@@ -93,9 +106,14 @@ pub fn host_attributes(docker_endpoint: &str) -> BTreeMap<String, String> {
     put("driver.raw_exec", Some("1".into()));
     put("driver.exec", Some("1".into()));
     if let Ok(engine) = crate::docker::Engine::new(docker_endpoint) {
-        if let Ok(version) = engine.version() {
-            put("driver.docker", Some("1".into()));
-            put("driver.docker.version", Some(version.version));
+        match engine.version_within(ENGINE_FINGERPRINT) {
+            Ok(version) => {
+                put("driver.docker", Some("1".into()));
+                put("driver.docker.version", Some(version.version));
+            }
+            Err(err) => log::info!(
+                "No docker driver yet: the engine at {docker_endpoint} does not answer ({err})"
+            ),
         }
     }
     attrs
@@ -330,6 +348,11 @@ impl Allocs {
             config,
         );
         self.refit();
+    }
+
+    /// Whether the node has attribute `key` (`attr.driver.docker`, ...).
+    pub fn node_has(&self, key: &str) -> bool {
+        self.node.contains_key(key)
     }
 
     /// The group instances of `spec` this node cannot take ([`unplaced`]).

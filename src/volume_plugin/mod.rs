@@ -49,6 +49,7 @@ mod wire;
 
 use std::fmt;
 use std::io;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use crossbeam_channel::Sender;
@@ -239,13 +240,21 @@ impl Server {
     /// Serves the protocol on the config's socket, sending each call to
     /// the main loop on `calls`. `cluster`: the agent shares its volumes
     /// through etcd, so the volumes' scope is `global`.
+    ///
+    /// `handed` is a listening socket a service manager bound at the
+    /// socket's path and handed over (socket activation): it is served
+    /// as it is, and its file is never removed.
     pub fn start(
         config: &VolumePluginConfig,
+        handed: Option<UnixListener>,
         calls: Sender<api::Call>,
         cluster: bool,
     ) -> Result<Server, Error> {
         let path = config.socket_path();
-        let listener = socket::bind_private(&path)?;
+        let (listener, file) = match handed {
+            Some(listener) => (listener, httpd::SocketFile::Kept),
+            None => (socket::bind_private(&path)?, httpd::SocketFile::Removed),
+        };
         let plugin = calls::Plugin::new(config, calls, cluster);
         let limits = httpd::Limits {
             workers: WORKERS,
@@ -255,11 +264,14 @@ impl Server {
             "volume-plugin",
             listener,
             path.clone(),
+            file,
             limits,
             move |request| plugin.handle(request),
         )
         .map_err(|err| {
-            let _ = std::fs::remove_file(&path);
+            if file == httpd::SocketFile::Removed {
+                let _ = std::fs::remove_file(&path);
+            }
             Error::Serve {
                 path: path.clone(),
                 err,
@@ -274,7 +286,8 @@ impl Server {
     }
 
     /// Closes every connection, joins the threads (once the handlers
-    /// running have their answers) and removes the socket.
+    /// running have their answers) and removes the socket, unless it was
+    /// handed over.
     pub fn stop(self) {
         self.http.stop();
     }

@@ -10,7 +10,10 @@
 //! crate's import graph, read from `src/`, held to its layers (`layers`);
 //! the container engine client against a private dockerd per test; the
 //! agent's Docker volume plugin socket driven by the `docker` CLI,
-//! `docker-compose` and `podman` (`volume_clients`); and
+//! `docker-compose` and `podman` (`volume_clients`); the agent as systemd
+//! runs it, told ready on a notify socket and handed its sockets by
+//! `systemd-socket-activate`, through a boot with dockerd first
+//! (`systemd`); and
 //! external corpora (RE2, JSONTestSuite, HCL's specsuite, Go's template
 //! tests) against the hand-written engines (`corpus`); and the checks CI
 //! runs on the static binary, static and within its size budget
@@ -60,6 +63,7 @@ mod split;
 mod split_hostpath;
 mod static_build;
 mod strict;
+mod systemd;
 mod targets;
 mod upgrade;
 mod util;

@@ -417,3 +417,41 @@ fn the_docker_driver_is_an_attribute_while_the_engine_answers() {
         text(&run)
     );
 }
+
+#[test]
+fn the_docker_driver_appears_once_an_engine_that_was_down_at_the_start_answers() {
+    if !crate::dockerd::require_docker() {
+        return;
+    }
+    // As at a boot under systemd: the agent starts before the engine.
+    let mut dockerd = crate::dockerd::Dockerd::start();
+    let endpoint = format!("unix://{}", dockerd.socket.display());
+    dockerd.stop();
+    let agent = Agent::start_with_config(&format!("docker {{\n  endpoint = {endpoint:?}\n}}\n"));
+    let rig = Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    };
+    let needs_docker = |name: &str| {
+        batch(
+            name,
+            ["", &constraint("${attr.driver.docker}", "=", "1"), ""],
+            "true",
+        )
+    };
+    let run = rig.run_job_output("early.hcl", &needs_docker("early"));
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+
+    // The engine comes up: no SIGHUP needed.
+    dockerd.launch();
+    rig.agent.wait_for_log(
+        "The container engine answers: docker tasks can be placed",
+        Duration::from_secs(60),
+    );
+    let out = rig.agent.dir.join("late");
+    rig.run_job(
+        "late.hcl",
+        &needs_docker("late").replace("\"true\"", &format!("\"echo ok > {}\"", out.display())),
+    );
+    assert_eq!(wait_text(&out), "ok\n");
+}
