@@ -566,6 +566,7 @@ impl Agent {
         let req = crate::volume::calls::SpecRequest {
             file: "(dev demo volume)".into(),
             hcl: dev::DEMO_VOLUME_HCL.into(),
+            ..Default::default()
         };
         if let Some(dispatch) = self.volumes.create(&req, reply.into(), &self.registry) {
             self.gate.hold(Effect::Submit(dispatch));

@@ -69,6 +69,7 @@ pub fn spec_request(req: pb::VolumeSpecRequest) -> volume::SpecRequest {
     volume::SpecRequest {
         file: req.file,
         hcl: req.hcl,
+        settings: Default::default(),
     }
 }
 
@@ -304,6 +305,8 @@ fn volume_of(v: volume::VolumeStatus) -> pb::VolumeStatus {
             .collect(),
         creating: v.creating,
         create_error: v.create_error,
+        mounts_read_only: v.mounts_read_only,
+        mount_group: v.mount_group,
         ..Default::default()
     }
 }

@@ -197,6 +197,7 @@ pub fn parse_capability(text: &str) -> Result<Capability, UsageError> {
         Capability::new(mode, attachment).with_mount_options(MountOptions {
             fs_type,
             mount_flags: MountFlags::new(flags),
+            volume_mount_group: String::new(),
         }),
     )
 }

@@ -342,6 +342,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         value("test-faults"),
         value("test-trace"),
         value("test-without"),
+        value("test-require-secrets"),
         value("mode"),
         switch("no-attach"),
         switch("fence"),
@@ -376,6 +377,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
             .map(|list| list.split(',').map(str::to_string).collect())
             .unwrap_or_default(),
         strict: args.switch("strict"),
+        require_secrets: args.value("test-require-secrets").map(PathBuf::from),
         mode,
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)

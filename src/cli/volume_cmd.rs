@@ -435,7 +435,7 @@ fn details(v: &api::VolumeStatus) -> String {
         (true, true) => "creating (waiting for CreateVolume)".to_string(),
         (true, false) => format!("creating (retrying CreateVolume: {})", v.create_error),
     };
-    let fields: Vec<(&str, String)> = vec![
+    let mut fields: Vec<(&str, String)> = vec![
         ("ID", v.id.clone()),
         ("Name", v.name.clone()),
         ("Plugin ID", v.plugin_id.clone()),
@@ -451,6 +451,13 @@ fn details(v: &api::VolumeStatus) -> String {
         ("Schedulable", v.schedulable.to_string()),
         ("Created", created),
     ];
+    // Set only by the volume plugin's Create options.
+    if v.mounts_read_only {
+        fields.push(("Docker Mounts", "read-only (reader claims)".to_string()));
+    }
+    if !v.mount_group.is_empty() {
+        fields.push(("Mount Group", v.mount_group.clone()));
+    }
     let mut out = key_values(&fields);
 
     if !v.stagings.is_empty() {

@@ -145,6 +145,7 @@ mod tests {
         Capability::new(mode, AttachmentMode::FileSystem).with_mount_options(MountOptions {
             fs_type: fs_type.into(),
             mount_flags: MountFlags::new(flags.iter().map(|f| f.to_string()).collect()),
+            volume_mount_group: String::new(),
         })
     }
 

@@ -66,6 +66,7 @@ impl From<&Capability> for pb::VolumeCapability {
                 let mut mount = pb::volume_capability::MountVolume::new();
                 mount.fs_type = cap.mount_options.fs_type.clone();
                 mount.mount_flags = cap.mount_options.mount_flags.expose().to_vec();
+                mount.volume_mount_group = cap.mount_options.volume_mount_group.clone();
                 out.set_mount(mount);
             }
         }
@@ -97,6 +98,7 @@ impl TryFrom<&pb::VolumeCapability> for Capability {
                     MountOptions {
                         fs_type: mount.fs_type.clone(),
                         mount_flags: MountFlags::new(mount.mount_flags.clone()),
+                        volume_mount_group: mount.volume_mount_group.clone(),
                     },
                 ),
             )
@@ -449,6 +451,7 @@ mod tests {
                     MountOptions {
                         fs_type: "ext4".into(),
                         mount_flags: MountFlags::new(vec!["noatime".into(), "password=x".into()]),
+                        volume_mount_group: String::new(),
                     },
                 ),
             );

@@ -191,17 +191,22 @@ impl fmt::Display for MountFlags {
     }
 }
 
-/// `mount_options { fs_type, mount_flags }` of a file-system volume.
+/// `mount_options { fs_type, mount_flags }` of a file-system volume, and
+/// the group a NodeStage or NodePublish asks the mount to be owned by.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct MountOptions {
     /// The file system type; empty means "the plugin's default".
     pub fs_type: String,
     pub mount_flags: MountFlags,
+    /// CSI 1.5's `MountVolume.volume_mount_group` (a GID), for a node with
+    /// VOLUME_MOUNT_GROUP; empty for none. Only NodeStage and NodePublish
+    /// carry it.
+    pub volume_mount_group: String,
 }
 
 impl MountOptions {
     pub fn is_empty(&self) -> bool {
-        self.fs_type.is_empty() && self.mount_flags.is_empty()
+        self.fs_type.is_empty() && self.mount_flags.is_empty() && self.volume_mount_group.is_empty()
     }
 
     /// Options of `self`, with each field that is set in `overrides`
@@ -218,6 +223,11 @@ impl MountOptions {
             } else {
                 overrides.mount_flags.clone()
             },
+            volume_mount_group: if overrides.volume_mount_group.is_empty() {
+                self.volume_mount_group.clone()
+            } else {
+                overrides.volume_mount_group.clone()
+            },
         }
     }
 }
@@ -229,7 +239,11 @@ impl fmt::Display for MountOptions {
         } else {
             &self.fs_type
         };
-        write!(f, "fs_type={fs_type} mount_flags={}", self.mount_flags)
+        write!(f, "fs_type={fs_type} mount_flags={}", self.mount_flags)?;
+        if !self.volume_mount_group.is_empty() {
+            write!(f, " volume_mount_group={}", self.volume_mount_group)?;
+        }
+        Ok(())
     }
 }
 
@@ -422,6 +436,7 @@ mod tests {
         let opts = MountOptions {
             fs_type: "cifs".into(),
             mount_flags: flags,
+            volume_mount_group: String::new(),
         };
         let shown = format!("{opts} {opts:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
@@ -457,10 +472,12 @@ mod tests {
         let volume = MountOptions {
             fs_type: "ext4".into(),
             mount_flags: MountFlags::new(vec!["noatime".into()]),
+            volume_mount_group: String::new(),
         };
         let claim = MountOptions {
             fs_type: String::new(),
             mount_flags: MountFlags::new(vec!["ro".into()]),
+            volume_mount_group: String::new(),
         };
         let merged = volume.merged_with(&claim);
         assert_eq!(merged.fs_type, "ext4");

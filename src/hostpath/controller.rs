@@ -113,6 +113,7 @@ impl Plugin {
         req: &pb::CreateVolumeRequest,
     ) -> RpcResult<pb::CreateVolumeResponse> {
         let id = volume_id("name", &req.name)?;
+        self.check_secrets(&req.secrets)?;
         let caps = request_capabilities("volume_capabilities", &req.volume_capabilities)?;
         let kind =
             VolumeKind::for_capabilities(&caps).map_err(|m| status(Code::InvalidArgument, m))?;

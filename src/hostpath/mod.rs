@@ -25,7 +25,9 @@
 //!   and volumes made from them or from a volume are synced copies, see
 //!   `snapshots.rs`), EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER;
 //! - node: STAGE_UNSTAGE_VOLUME, GET_VOLUME_STATS and VOLUME_CONDITION,
-//!   EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER.
+//!   EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER, VOLUME_MOUNT_GROUP (a
+//!   directory volume given a `volume_mount_group` at NodeStage or
+//!   NodePublish becomes that group's, `g+rwxs`, see `node.rs`).
 //!
 //! That is the monolith's list (the default `-mode`). A `-mode controller`
 //! process advertises the plugin and controller capabilities and answers
@@ -194,6 +196,12 @@ pub struct Config {
     /// (`create-delete-snapshot`, `online-expansion`, ...), to play a
     /// plugin that lacks them.
     pub without: Vec<String>,
+    /// Test only (`-test-require-secrets`): a file of `KEY=VALUE` lines
+    /// that CreateVolume, NodeStageVolume and NodePublishVolume must carry
+    /// as secrets, or be refused UNAUTHENTICATED, as a storage system
+    /// refuses wrong credentials: a test's proof that secrets reached the
+    /// plugin, without the plugin ever writing a value anywhere.
+    pub require_secrets: Option<PathBuf>,
     /// Which services this process serves: both (`monolith`), or one, for
     /// a plugin split into a controller process and a node process that
     /// share the base dir.
@@ -206,6 +214,7 @@ pub enum Error {
     State { err: io::Error },
     Verdict { err: io::Error },
     Trace { err: io::Error },
+    RequiredSecrets { path: PathBuf, err: io::Error },
     Socket { path: PathBuf, err: io::Error },
     Grpc(grpcio::Error),
     Signals(io::Error),
@@ -220,6 +229,9 @@ impl fmt::Display for Error {
             Error::State { .. } => f.write_str("cannot load the plugin state"),
             Error::Verdict { .. } => f.write_str("cannot open the strict mode's verdict file"),
             Error::Trace { .. } => f.write_str("cannot open the call trace"),
+            Error::RequiredSecrets { path, .. } => {
+                write!(f, "cannot read the required secrets {}", path.display())
+            }
             Error::Socket { path, .. } => write!(f, "cannot replace the socket {}", path.display()),
             Error::Grpc(_) => f.write_str("cannot serve gRPC"),
             Error::Signals(_) => f.write_str("cannot install signal handlers"),
@@ -234,6 +246,7 @@ impl std::error::Error for Error {
             | Error::State { err }
             | Error::Verdict { err }
             | Error::Trace { err }
+            | Error::RequiredSecrets { err, .. }
             | Error::Socket { err, .. }
             | Error::Signals(err) => Some(err),
             Error::Grpc(err) => Some(err),
@@ -248,11 +261,31 @@ pub struct Plugin {
     faults: Faults,
     trace: Trace,
     strict: Option<StrictMode>,
+    /// `-test-require-secrets`, read.
+    required_secrets: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Plugin {
     fn volume_dir(&self, id: &str) -> PathBuf {
         self.config.base_dir.join("volumes").join(id)
+    }
+
+    /// `-test-require-secrets`: refuses a request whose secrets lack a key
+    /// of the file or carry another value for it (UNAUTHENTICATED, naming
+    /// the key, never a value).
+    fn check_secrets(&self, given: &std::collections::HashMap<String, String>) -> RpcResult<()> {
+        let Some(required) = &self.required_secrets else {
+            return Ok(());
+        };
+        for (key, value) in required {
+            if given.get(key) != Some(value) {
+                return Err(status(
+                    Code::Unauthenticated,
+                    format!("secret {key:?} is missing or wrong"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The record of volume `id` as its file has it, held until the guard
@@ -333,6 +366,21 @@ pub fn run(config: Config) -> Result<(), Error> {
     .map_err(|err| Error::BaseDir { path: scratch, err })?;
     drop(held);
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
+    let required_secrets = match &config.require_secrets {
+        None => None,
+        Some(path) => {
+            let text = fs::read_to_string(path).map_err(|err| Error::RequiredSecrets {
+                path: path.clone(),
+                err,
+            })?;
+            Some(
+                text.lines()
+                    .filter_map(|line| line.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        }
+    };
     let strict = if config.strict {
         let advertised = Advertised {
             controller: crate::order::set(controller::capabilities(&config)),
@@ -366,6 +414,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         state,
         trace,
         strict,
+        required_secrets,
     }));
     let env = crate::csi::rpc::grpc_environment();
     let mut server = ServerBuilder::new(env)

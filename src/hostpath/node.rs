@@ -9,7 +9,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use grpcio::RpcContext;
@@ -38,6 +38,7 @@ pub(super) const CAPABILITIES: &[NodeCapability] = &[
     NodeCapability::ExpandVolume,
     NodeCapability::VolumeCondition,
     NodeCapability::SingleNodeMultiWriter,
+    NodeCapability::VolumeMountGroup,
 ];
 
 /// True if `path` is a mount point showing the directory `dir`.
@@ -61,13 +62,52 @@ pub(super) fn is_mount_point(path: &Path) -> RpcResult<bool> {
     })
 }
 
-/// The capability as recorded for staging idempotency (no flags).
+/// The capability as recorded for staging idempotency (no flags): a
+/// mount group, when given, is part of it.
 fn capability_key(cap: &Capability) -> String {
-    format!(
+    let key = format!(
         "{}/{}/{}",
         cap.access_mode, cap.attachment_mode, cap.mount_options.fs_type
-    )
+    );
+    match cap.mount_options.volume_mount_group.as_str() {
+        "" => key,
+        group => format!("{key}/group={group}"),
+    }
 }
+
+/// VOLUME_MOUNT_GROUP: the volume directory `dir` made the group's
+/// (`volume_mount_group`, a GID), group-writable and setgid, so that a
+/// process of that group writes it and what it makes stays the group's.
+/// Nothing for an empty group.
+fn give_to_group(dir: &Path, group: &str) -> RpcResult<()> {
+    if group.is_empty() {
+        return Ok(());
+    }
+    let gid = match group.parse::<u32>() {
+        Ok(gid) if gid != u32::MAX && group.bytes().all(|b| b.is_ascii_digit()) => gid,
+        _ => {
+            return Err(status(
+                Code::InvalidArgument,
+                format!("volume_mount_group {group:?} is not a numeric group ID"),
+            ))
+        }
+    };
+    std::os::unix::fs::chown(dir, None, Some(gid))
+        .map_err(|e| internal("cannot give the volume directory its mount group", e))?;
+    let mode = fs::metadata(dir)
+        .map_err(|e| internal("cannot read the volume directory", e))?
+        .permissions()
+        .mode();
+    fs::set_permissions(
+        dir,
+        fs::Permissions::from_mode(mode | GROUP_WRITABLE_SETGID),
+    )
+    .map_err(|e| internal("cannot make the volume directory group-writable", e))
+}
+
+/// `g+rwxs`: the group reads, writes and enters; new files take the
+/// directory's group.
+const GROUP_WRITABLE_SETGID: u32 = 0o2070;
 
 fn mount_error(e: mount::Error) -> grpcio::RpcStatus {
     internal("mount failed", crate::error_chain(&e))
@@ -141,6 +181,7 @@ impl Plugin {
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
         let (id, cap, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
+        self.check_secrets(&req.secrets)?;
         if !staging.is_dir() {
             return Err(status(
                 Code::FailedPrecondition,
@@ -175,6 +216,7 @@ impl Plugin {
                 _ => Ok(pb::NodeStageVolumeResponse::new()),
             };
         }
+        give_to_group(&dir, &cap.mount_options.volume_mount_group)?;
         SysMounter.bind(&dir, staging, false).map_err(mount_error)?;
         if cap
             .mount_options
@@ -254,8 +296,9 @@ impl Plugin {
     ) -> RpcResult<pb::NodePublishVolumeResponse> {
         let target = Path::new(required("target_path", &req.target_path)?);
         let staging = Path::new(required("staging_target_path", &req.staging_target_path)?);
-        let (id, _, kind) =
+        let (id, cap, kind) =
             self.check_mountable(&req.volume_id, &req.volume_capability, &req.publish_context)?;
+        self.check_secrets(&req.secrets)?;
         let dir = self.volume_dir(id);
         let mut state = self.lock(id)?;
         let staged = match kind {
@@ -315,6 +358,8 @@ impl Plugin {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(internal("cannot create target_path", e)),
         }
+        // The staging has it already; a publish that names it makes sure.
+        give_to_group(&dir, &cap.mount_options.volume_mount_group)?;
         SysMounter
             .bind(staging, target, false)
             .map_err(mount_error)?;
@@ -610,10 +655,11 @@ impl Service {
         sink: Sink,
     ) {
         let received = Received::new(Call::NodeGetCapabilities, &req, String::new());
-        self.serve(ctx, received, sink, |_, _| {
+        self.serve(ctx, received, sink, |p, _| {
             let mut resp = pb::NodeGetCapabilitiesResponse::new();
             resp.capabilities = CAPABILITIES
                 .iter()
+                .filter(|c| !p.config.without.iter().any(|w| *w == c.to_string()))
                 .map(|c| convert::node_capability_to_proto(*c))
                 .collect();
             Ok(resp)

@@ -311,6 +311,7 @@ pub(crate) fn decode_mount_options(f: &mut Fields<'_>) -> MountOptions {
     MountOptions {
         fs_type,
         mount_flags,
+        volume_mount_group: String::new(),
     }
 }
 

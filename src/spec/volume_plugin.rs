@@ -10,6 +10,7 @@
 //!   mount_timeout   = "25s"     # how long Mount and Create wait
 //!   unmount_grace   = "30s"     # before a lost unmount's claim is released
 //!   podman_endpoint = ""        # Podman's API socket, for lost unmounts
+//!   secrets_dir     = ""        # named secrets for -o secrets=NAME
 //! }
 //! ```
 //!
@@ -58,6 +59,9 @@ pub struct VolumePluginConfig {
     /// Podman's API socket, where the lost-unmount reconciliation asks
     /// for Podman's containers.
     pub podman_endpoint: Option<PathBuf>,
+    /// The root-only directory of named secrets (`<dir>/<NAME>/<KEY>`)
+    /// that a Create's `-o secrets=NAME` chooses.
+    pub secrets_dir: Option<PathBuf>,
 }
 
 impl Default for VolumePluginConfig {
@@ -69,6 +73,7 @@ impl Default for VolumePluginConfig {
             mount_timeout: DEFAULT_MOUNT_TIMEOUT,
             unmount_grace: DEFAULT_UNMOUNT_GRACE,
             podman_endpoint: None,
+            secrets_dir: None,
         }
     }
 }
@@ -92,6 +97,9 @@ impl VolumePluginConfig {
         w.duration("unmount_grace", self.unmount_grace);
         if let Some(endpoint) = &self.podman_endpoint {
             w.string("podman_endpoint", &endpoint.to_string_lossy());
+        }
+        if let Some(dir) = &self.secrets_dir {
+            w.string("secrets_dir", &dir.to_string_lossy());
         }
         w.close();
     }
@@ -126,6 +134,7 @@ pub(super) fn decode_volume_plugin(f: &mut Fields<'_>) -> VolumePluginConfig {
     for (key, out) in [
         ("socket", &mut config.socket),
         ("podman_endpoint", &mut config.podman_endpoint),
+        ("secrets_dir", &mut config.secrets_dir),
     ] {
         if let Some((text, pos)) = f.string_at(key) {
             if text.is_empty() {
@@ -201,7 +210,7 @@ mod tests {
 
     #[test]
     fn every_field_is_read_and_written_back() {
-        let src = "volume_plugin {\n  name = \"csi-test\"\n  socket = \"/tmp/p/csi.sock\"\n  plugin_id = \"hostpath\"\n  mount_timeout = \"5s\"\n  unmount_grace = \"1m\"\n  podman_endpoint = \"/run/podman/podman.sock\"\n}\n";
+        let src = "volume_plugin {\n  name = \"csi-test\"\n  socket = \"/tmp/p/csi.sock\"\n  plugin_id = \"hostpath\"\n  mount_timeout = \"5s\"\n  unmount_grace = \"1m\"\n  podman_endpoint = \"/run/podman/podman.sock\"\n  secrets_dir = \"/etc/csi-agent/volume-secrets\"\n}\n";
         let config = AgentConfig::decode(src, "agent.hcl").unwrap().spec;
         let plugin = config.volume_plugin.clone().unwrap();
         assert_eq!(plugin.name, "csi-test");
@@ -212,6 +221,10 @@ mod tests {
         assert_eq!(
             plugin.podman_endpoint,
             Some(PathBuf::from("/run/podman/podman.sock"))
+        );
+        assert_eq!(
+            plugin.secrets_dir,
+            Some(PathBuf::from("/etc/csi-agent/volume-secrets"))
         );
         let again = AgentConfig::decode(&config.to_hcl(), "agent.hcl").unwrap();
         assert_eq!(again.spec, config);
@@ -237,6 +250,10 @@ mod tests {
             (
                 "volume_plugin {\n  podman_endpoint = \"podman.sock\"\n}\n",
                 "\"podman_endpoint\"",
+            ),
+            (
+                "volume_plugin {\n  secrets_dir = \"secrets\"\n}\n",
+                "\"secrets_dir\"",
             ),
             ("volume_plugin {\n  plugin_id = \"a/b\"\n}\n", "plugin ID"),
             (

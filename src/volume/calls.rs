@@ -18,7 +18,12 @@ use crate::csi::Secrets;
 pub struct SpecRequest {
     pub file: String,
     pub hcl: String,
+    /// What the volume plugin's Create sets beyond the spec (the default
+    /// for the CLI and the control API, which have no such options).
+    pub settings: PluginSettings,
 }
+
+pub use super::model::PluginSettings;
 
 /// `volume deregister` and `volume delete`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,6 +147,9 @@ pub struct VolumeStatus {
     pub stagings: Vec<StagingStatus>,
     pub creating: bool,
     pub create_error: String,
+    /// The volume plugin's settings of the volume (see [`PluginSettings`]).
+    pub mounts_read_only: bool,
+    pub mount_group: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -210,6 +210,21 @@ pub struct Volume {
     /// In a cluster: the ID of the etcd cluster that has held its record,
     /// 0 if none (see `in_cluster` in state.proto).
     pub in_cluster: u64,
+    /// What a volume made through the volume plugin keeps of its Create's
+    /// options; the default for every other volume.
+    pub plugin_settings: PluginSettings,
+}
+
+/// What `docker volume create -o` sets beyond the volume spec's fields,
+/// kept with the volume (and shared with it in a cluster).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PluginSettings {
+    /// `read_only=true`: every Mount through the volume plugin is a reader
+    /// claim, published read-only (Docker never tells a driver a `:ro`).
+    pub read_only: bool,
+    /// `mount_group=GID`: sent as `volume_mount_group` in NodeStage and
+    /// NodePublish when the node has VOLUME_MOUNT_GROUP; empty for none.
+    pub mount_group: String,
 }
 
 impl Volume {
@@ -309,6 +324,17 @@ impl Volume {
                 .with_mount_options(self.mount_options.clone()),
             AttachmentMode::BlockDevice => capability.clone(),
         }
+    }
+
+    /// The capability NodeStage and NodePublish carry: the volume's mount
+    /// options, and its mount group when the node has VOLUME_MOUNT_GROUP
+    /// (`mount_group`); no other RPC carries the group.
+    pub fn node_rpc_capability(&self, capability: &Capability, mount_group: bool) -> Capability {
+        let mut out = self.with_mount_options(capability);
+        if mount_group && out.attachment_mode == AttachmentMode::FileSystem {
+            out.mount_options.volume_mount_group = self.plugin_settings.mount_group.clone();
+        }
+        out
     }
 }
 
@@ -463,6 +489,8 @@ impl Volume {
             staging_layout: STAGING_LAYOUT,
             create_intent: self.creating.as_ref().map(intent_to_proto).into(),
             in_cluster: self.in_cluster,
+            mounts_read_only: self.plugin_settings.read_only,
+            mount_group: self.plugin_settings.mount_group.clone(),
             ..Default::default()
         }
     }
@@ -547,6 +575,7 @@ impl Volume {
             mount_options: MountOptions {
                 fs_type: p.fs_type.clone(),
                 mount_flags: MountFlags::new(p.mount_flags.clone()),
+                volume_mount_group: String::new(),
             },
             secrets,
             parameters: p.parameters.clone().into_iter().collect(),
@@ -559,6 +588,10 @@ impl Volume {
             claims,
             creating: p.create_intent.as_ref().map(intent_from_proto),
             in_cluster: p.in_cluster,
+            plugin_settings: PluginSettings {
+                read_only: p.mounts_read_only,
+                mount_group: p.mount_group.clone(),
+            },
         };
         if per_usage {
             let allocs: Vec<String> = volume
@@ -605,6 +638,7 @@ pub(crate) fn test_volume(capability: Capability) -> Volume {
         claims: BTreeMap::new(),
         creating: None,
         in_cluster: 0,
+        plugin_settings: PluginSettings::default(),
     }
 }
 
@@ -654,6 +688,39 @@ mod tests {
             let back = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap());
             assert_eq!(back.unwrap(), v);
         }
+    }
+
+    #[test]
+    fn plugin_settings_survive_the_state_and_only_node_rpcs_carry_the_group() {
+        let v = Volume {
+            plugin_settings: PluginSettings {
+                read_only: true,
+                mount_group: "1000".into(),
+            },
+            ..volume(None)
+        };
+        let bytes = v.to_proto().write_to_bytes().unwrap();
+        let back = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap()).unwrap();
+        assert_eq!(back, v);
+        // A record of an earlier release has neither field: the defaults.
+        let mut old = v.to_proto();
+        old.mounts_read_only = false;
+        old.mount_group.clear();
+        let earlier = Volume::from_proto(&old).unwrap();
+        assert_eq!(earlier.plugin_settings, PluginSettings::default());
+        let capability = &v.capabilities[0];
+        let staged = v.node_rpc_capability(capability, true);
+        assert_eq!(staged.mount_options.volume_mount_group, "1000");
+        // A node without VOLUME_MOUNT_GROUP is not sent it, nor is any
+        // controller RPC.
+        let without = v.node_rpc_capability(capability, false);
+        assert_eq!(without.mount_options.volume_mount_group, "");
+        let attach = v.controller_publish("n").unwrap();
+        assert_eq!(attach.capability.mount_options.volume_mount_group, "");
+        // A block device has no mount to own.
+        let block = Capability::new(AccessMode::SingleNodeWriter, AttachmentMode::BlockDevice);
+        let block = v.node_rpc_capability(&block, true);
+        assert!(block.mount_options.is_empty());
     }
 
     #[test]

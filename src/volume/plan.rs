@@ -25,6 +25,9 @@ pub struct Protocol {
     pub controller_publish: bool,
     /// The node has STAGE_UNSTAGE_VOLUME.
     pub stage: bool,
+    /// The node has VOLUME_MOUNT_GROUP: NodeStage and NodePublish carry
+    /// the volume's mount group.
+    pub mount_group: bool,
 }
 
 /// One step of the claim or release protocol.
@@ -190,6 +193,7 @@ mod tests {
     const FULL: Protocol = Protocol {
         controller_publish: true,
         stage: true,
+        mount_group: true,
     };
 
     fn capability() -> Capability {
@@ -314,6 +318,7 @@ mod tests {
         let none = Protocol {
             controller_publish: false,
             stage: false,
+            mount_group: false,
         };
         assert_eq!(names(&drive(&mut v, none)), ["NodePublishVolume"]);
         release(&mut v, "a");

@@ -329,7 +329,7 @@ fn run_step(
                 volume_id: v.external_id.clone(),
                 publish_context: v.publish_context.clone(),
                 staging_target_path: ctx.for_plugin(&path),
-                capability: v.with_mount_options(&staging.capability),
+                capability: v.node_rpc_capability(&staging.capability, ctx.protocol.mount_group),
                 secrets: v.secrets.clone(),
                 volume_context: v.context.clone(),
             });
@@ -347,7 +347,7 @@ fn run_step(
                     .stage
                     .then(|| ctx.for_plugin(&ctx.paths.staging(v, &claim.staging))),
                 target_path: ctx.for_plugin(&target),
-                capability: v.with_mount_options(&claim.capability),
+                capability: v.node_rpc_capability(&claim.capability, ctx.protocol.mount_group),
                 read_only: claim.read_only,
                 secrets: v.secrets.clone(),
                 volume_context: v.context.clone(),

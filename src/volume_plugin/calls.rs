@@ -9,6 +9,7 @@
 //! `creating`), and the answer says so.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ use crate::volume::calls::{
     VolumeStatus,
 };
 
+use super::secrets::SecretsDir;
 use super::wire::{self, Body};
 use super::{claim_alloc_id, engine_of_claim, media_type, options, EngineKind, CONTENT_TYPES};
 
@@ -45,6 +47,8 @@ const CALLS: &[&str] = &[
 pub(super) struct Plugin {
     calls: Sender<Call>,
     default_plugin: Option<String>,
+    /// Where `-o secrets=NAME` finds its secret.
+    secrets_dir: Option<PathBuf>,
     wait: Duration,
     scope: &'static str,
     /// How many Mounts of each claim (by alloc ID) are not unmounted yet.
@@ -113,6 +117,7 @@ impl Plugin {
         Plugin {
             calls,
             default_plugin: config.plugin_id.clone(),
+            secrets_dir: config.secrets_dir.clone(),
             wait: config.mount_timeout,
             scope: if cluster { "global" } else { "local" },
             mounts: MountCounts::default(),
@@ -263,8 +268,22 @@ impl Plugin {
         deadline: Instant,
     ) -> Result<Response, String> {
         crate::id::validate("volume name", name).map_err(|e| e.to_string())?;
-        let parsed = options::parse(name, opts, self.default_plugin.as_deref())
+        let secrets_dir = self.secrets_dir.as_deref();
+        let named_secret = |secret: &str| match secrets_dir {
+            None => Err(format!(
+                "no secret {secret:?}: the agent's volume_plugin block has no secrets_dir"
+            )),
+            Some(dir) => SecretsDir::open(dir)
+                .and_then(|store| store.read(secret))
+                .map_err(|e| e.to_string()),
+        };
+        let parsed = options::parse(name, opts, self.default_plugin.as_deref(), &named_secret)
             .map_err(|e| format!("volume {name:?}: {e}"))?;
+        // The protocol's Create answer has no room for a warning (any Err
+        // fails the Create): the log has it.
+        for warning in &parsed.warnings {
+            log::warn!("Volume plugin: volume {name}: {warning}");
+        }
         if let Some(status) = self.status(name, deadline)? {
             let differences = parsed.differences(&status);
             if !differences.is_empty() {
@@ -285,6 +304,7 @@ impl Plugin {
         let request = api::Request::VolumeCreate(SpecRequest {
             file: format!("the options of volume {name:?}"),
             hcl: parsed.spec.to_hcl(),
+            settings: parsed.settings.clone(),
         });
         match self.ask(request, deadline) {
             Ok(_) => Ok(wire::done(engine)),
@@ -352,9 +372,11 @@ impl Plugin {
                 status.capabilities.join(", ")
             ));
         }
-        // Docker does not tell a driver about `:ro`: a volume that allows
-        // no writer is claimed for reading, any other for writing.
-        let read_only = file_system.iter().all(|mode| mode.ends_with("reader-only"));
+        // Docker does not tell a driver about `:ro`: a volume made with
+        // `-o read_only=true`, or that allows no writer, is claimed for
+        // reading, any other for writing.
+        let read_only =
+            status.mounts_read_only || file_system.iter().all(|mode| mode.ends_with("reader-only"));
         let alloc_id = claim_alloc_id(engine, mount_id);
         log::info!(
             "Volume plugin: mount {mount_id:?} of volume {name} claims it as alloc {alloc_id}"
@@ -536,7 +558,7 @@ fn status_map(status: &VolumeStatus) -> Value {
         }
         claim
     });
-    Value::object([
+    let mut map = Value::object([
         ("plugin_id", Value::from(status.plugin_id.as_str())),
         ("capacity", Value::from(capacity)),
         ("access_mode", Value::from(access)),
@@ -544,8 +566,13 @@ fn status_map(status: &VolumeStatus) -> Value {
         ("capabilities", Value::strings(&status.capabilities)),
         ("condition", Value::from(condition)),
         ("schedulable", Value::Bool(status.schedulable)),
+        ("read_only", Value::Bool(status.mounts_read_only)),
         ("claims", Value::array(claims)),
-    ])
+    ]);
+    if !status.mount_group.is_empty() {
+        map.push("mount_group", Value::from(status.mount_group.as_str()));
+    }
+    map
 }
 
 #[cfg(test)]
@@ -664,6 +691,40 @@ mod tests {
         let seen = loop_side.join().unwrap();
         assert_eq!(seen.len(), 2, "{seen:?}");
         assert!(seen[1].contains("alloc_id: \"podman-fixed\""), "{seen:?}");
+    }
+
+    #[test]
+    fn a_read_only_volume_is_claimed_for_reading_and_others_for_writing() {
+        for (read_only, mode, expected) in [
+            (true, "single-node-writer", "true"),
+            (false, "single-node-writer", "false"),
+            (false, "multi-node-reader-only", "true"),
+        ] {
+            let (plugin, rx) = plugin(Duration::from_secs(5));
+            let loop_side = serve(rx, move |request| match request {
+                api::Request::VolumeStatus(_) => Some(Ok(Answer::Status(Status {
+                    volumes: vec![VolumeStatus {
+                        mounts_read_only: read_only,
+                        ..volume_with(&[&format!("{mode}/file-system")])
+                    }],
+                    ..Default::default()
+                }))),
+                api::Request::VolumeClaim(claim) => Some(Ok(Answer::Claimed(Claimed {
+                    publish_path: format!("/p/{}", claim.read_only),
+                    target: String::new(),
+                }))),
+                _ => None,
+            });
+            let answer = plugin.handle(&post(
+                "/VolumeDriver.Mount",
+                None,
+                r#"{"Name":"v","ID":"m"}"#,
+            ));
+            let body = format!(r#"{{"Mountpoint":"/p/{expected}"}}"#);
+            assert_eq!(answer.body(), body.as_bytes(), "{read_only} {mode}");
+            drop(plugin);
+            loop_side.join().unwrap();
+        }
     }
 
     #[test]
@@ -836,10 +897,21 @@ mod tests {
         let text = json::to_string(&status_map(&status));
         assert_eq!(
             text,
-            r#"{"plugin_id":"hp","capacity":"64.0 MiB","access_mode":"single-node-writer","attachment_mode":"file-system","capabilities":["single-node-writer/file-system"],"condition":"schedulable","schedulable":true,"claims":[{"alloc_id":"docker-abc","mode":"write","state":"taken"}]}"#
+            r#"{"plugin_id":"hp","capacity":"64.0 MiB","access_mode":"single-node-writer","attachment_mode":"file-system","capabilities":["single-node-writer/file-system"],"condition":"schedulable","schedulable":true,"read_only":false,"claims":[{"alloc_id":"docker-abc","mode":"write","state":"taken"}]}"#
         );
         assert!(!text.contains("password"));
         assert_eq!(mountpoint(&status), "/data/p");
+        let grouped = VolumeStatus {
+            mounts_read_only: true,
+            mount_group: "1000".into(),
+            ..status
+        };
+        let text = json::to_string(&status_map(&grouped));
+        assert!(
+            text.contains(r#""read_only":true,"claims":"#)
+                && text.ends_with(r#","mount_group":"1000"}"#),
+            "{text}"
+        );
     }
 
     #[test]

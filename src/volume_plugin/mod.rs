@@ -29,21 +29,24 @@
 //! dockerd (content type `v1.2` or none), `podman-<ID>` for Podman (which
 //! sends `v1.1`). A repeat of the same Mount is the same claim (the manager
 //! answers an idempotent repeat), and `Unmount` releases exactly that
-//! claim. Every mount is a write claim (Docker does not tell the driver a
-//! `:ro`), so a single-writer volume serves one container at a time; for
-//! containers that share a volume, create it with
-//! `access_mode=single-node-multi-writer`.
+//! claim. Docker does not tell the driver a `:ro`: every mount is a write
+//! claim unless the volume was created with `-o read_only=true` (or allows
+//! no writer), so a single-writer volume serves one writing container at a
+//! time; for containers that share a volume, create it with
+//! `access_mode=single-node-multi-writer`, or read-only.
 //!
 //! | file | does |
 //! |---|---|
 //! | `socket.rs` | the socket: made 0600 under a temporary name and renamed into place, a stale one replaced, anything else refused |
 //! | `wire.rs` | Docker's requests and answers as JSON |
 //! | `options.rs` | a Create's `-o KEY=VALUE` options as a volume spec, and their comparison with an existing volume |
+//! | `secrets.rs` | the named secrets of `secrets_dir` that `-o secrets=NAME` chooses |
 //! | `calls.rs` | each call: its requests to the loop and its answer |
 
 mod calls;
 mod options;
 pub mod reconcile;
+mod secrets;
 mod socket;
 mod wire;
 
@@ -59,6 +62,7 @@ use crate::httpd;
 use crate::spec::VolumePluginConfig;
 
 pub use options::{OptionError, ACCEPTED_OPTIONS};
+pub use secrets::{SecretsError, MAX_KEYS as MAX_SECRET_KEYS, MAX_VALUE_BYTES as MAX_SECRET_BYTES};
 
 /// The threads that run the handlers: more than httpd's default, because a
 /// Mount or Create holds its worker while it waits for the loop (up to
@@ -178,6 +182,8 @@ pub enum Error {
         path: PathBuf,
         err: io::Error,
     },
+    /// `secrets_dir` is missing, or open to others.
+    SecretsDir(SecretsError),
 }
 
 impl fmt::Display for Error {
@@ -211,6 +217,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::Serve { path, .. } => write!(f, "cannot serve {}", path.display()),
+            Error::SecretsDir(err) => write!(f, "volume_plugin's secrets_dir: {err}"),
         }
     }
 }
@@ -224,7 +231,7 @@ impl std::error::Error for Error {
             | Error::Permissions { err, .. }
             | Error::Rename { err, .. }
             | Error::Serve { err, .. } => Some(err),
-            Error::NotASocket { .. } | Error::InUse { .. } => None,
+            Error::NotASocket { .. } | Error::InUse { .. } | Error::SecretsDir(_) => None,
         }
     }
 }
@@ -250,6 +257,9 @@ impl Server {
         calls: Sender<api::Call>,
         cluster: bool,
     ) -> Result<Server, Error> {
+        if let Some(dir) = &config.secrets_dir {
+            secrets::SecretsDir::open(dir).map_err(Error::SecretsDir)?;
+        }
         let path = config.socket_path();
         let (listener, file) = match handed {
             Some(listener) => (listener, httpd::SocketFile::Kept),

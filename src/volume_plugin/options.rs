@@ -13,8 +13,11 @@
 //! | `fs_type` | `mount_options.fs_type` |
 //! | `mount_flags` | `mount_options.mount_flags`, comma-separated |
 //! | `parameters.KEY` | `parameters { KEY }` |
-//! | `secrets.KEY` | `secrets { KEY }` |
+//! | `secrets=NAME` | `secrets { ... }`: the named secret of `secrets_dir` |
+//! | `secrets.KEY` | `secrets { KEY }` (accepted with a warning) |
 //! | `snapshot_id`, `clone_id` | `snapshot_id`, `clone_id` |
+//! | `read_only` | the volume's [`PluginSettings::read_only`] |
+//! | `mount_group` | the volume's [`PluginSettings::mount_group`] |
 //!
 //! A secret's value appears in no message: only its key.
 
@@ -24,7 +27,7 @@ use std::fmt;
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::spec::{parse_capacity, TopologyRequest, VolumeSpec};
 use crate::units::format_size;
-use crate::volume::calls::VolumeStatus;
+use crate::volume::calls::{PluginSettings, VolumeStatus};
 
 /// Every option a Create accepts, as its errors list them.
 pub const ACCEPTED_OPTIONS: &[&str] = &[
@@ -37,9 +40,12 @@ pub const ACCEPTED_OPTIONS: &[&str] = &[
     "fs_type",
     "mount_flags",
     "parameters.KEY",
+    "secrets",
     "secrets.KEY",
     "snapshot_id",
     "clone_id",
+    "read_only",
+    "mount_group",
 ];
 
 /// The access mode of a Create that names none.
@@ -63,6 +69,13 @@ impl std::error::Error for OptionError {}
 #[derive(Debug)]
 pub(super) struct CreateOptions {
     pub spec: VolumeSpec,
+    /// What the volume keeps beyond its spec.
+    pub settings: PluginSettings,
+    /// What the caller should hear of although the Create goes on: the
+    /// inline secrets' keys (never values).
+    pub warnings: Vec<String>,
+    read_only_given: bool,
+    mount_group_given: bool,
     plugin_given: bool,
     access_given: bool,
     attachment_given: bool,
@@ -71,11 +84,12 @@ pub(super) struct CreateOptions {
 }
 
 /// Reads `opts` for volume `name`; `default_plugin` is the block's
-/// `plugin_id`.
+/// `plugin_id`, `named_secret` reads the secret a `secrets=NAME` names.
 pub(super) fn parse(
     name: &str,
     opts: &[(String, String)],
     default_plugin: Option<&str>,
+    named_secret: &dyn Fn(&str) -> Result<Secrets, String>,
 ) -> Result<CreateOptions, OptionError> {
     let mut plugin_id = None;
     let mut capacity_min: Option<(u64, &str)> = None;
@@ -88,6 +102,9 @@ pub(super) fn parse(
     let mut secrets = Secrets::new();
     let mut snapshot_id = None;
     let mut clone_id = None;
+    let mut read_only = None;
+    let mut mount_group = None;
+    let mut secret_name: Option<&str> = None;
     let fail = |m: String| Err(OptionError(m));
     for (key, value) in opts {
         match key.as_str() {
@@ -139,6 +156,27 @@ pub(super) fn parse(
             }
             "snapshot_id" => snapshot_id = Some(value.clone()),
             "clone_id" => clone_id = Some(value.clone()),
+            "read_only" => {
+                read_only = Some(match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return fail(format!(
+                            "option read_only must be true or false, found {value:?}"
+                        ))
+                    }
+                })
+            }
+            "mount_group" => mount_group = Some(gid(value)?),
+            "secrets" => {
+                if value.is_empty() {
+                    return fail(
+                        "option secrets needs the NAME of a secret of the agent's secrets_dir"
+                            .to_string(),
+                    );
+                }
+                secret_name = Some(value.as_str());
+            }
             _ => {
                 if let Some(param) = key.strip_prefix("parameters.") {
                     if param.is_empty() {
@@ -159,6 +197,20 @@ pub(super) fn parse(
             }
         }
     }
+    let inline: Vec<String> = secrets.keys().map(str::to_string).collect();
+    if let Some(secret) = secret_name {
+        if !inline.is_empty() {
+            return fail(format!(
+                "options secrets and secrets.KEY ({}) cannot both be given: name the agent's secret, or give the keys inline",
+                inline.join(", ")
+            ));
+        }
+        secrets = named_secret(secret).map_err(|e| OptionError(format!("option secrets: {e}")))?;
+    }
+    let warnings = inline
+        .iter()
+        .map(|key| format!("option secrets.{key} passes its value through the container engine, which keeps it in its own record of the volume (docker volume inspect shows it): give the agent the secret and name it with -o secrets=NAME"))
+        .collect();
     if snapshot_id.is_some() && clone_id.is_some() {
         return fail(
             "options snapshot_id and clone_id cannot both be set: a volume is made from one source"
@@ -200,6 +252,7 @@ pub(super) fn parse(
         mount_options: MountOptions {
             fs_type: fs_type.unwrap_or_default(),
             mount_flags: mount_flags.unwrap_or_default(),
+            volume_mount_group: String::new(),
         },
         secrets,
         parameters,
@@ -213,6 +266,13 @@ pub(super) fn parse(
     };
     Ok(CreateOptions {
         spec,
+        settings: PluginSettings {
+            read_only: read_only.unwrap_or(false),
+            mount_group: mount_group.clone().unwrap_or_default(),
+        },
+        warnings,
+        read_only_given: read_only.is_some(),
+        mount_group_given: mount_group.is_some(),
         plugin_given,
         access_given: given.0,
         attachment_given: given.1,
@@ -223,6 +283,20 @@ pub(super) fn parse(
 
 fn capacity(key: &str, value: &str) -> Result<u64, OptionError> {
     parse_capacity(value).map_err(|e| OptionError(format!("option {key}: {e}")))
+}
+
+/// A group ID as CSI's `volume_mount_group` carries it: decimal, 0 to
+/// 4294967294 (4294967295 is `(gid_t) -1`, "no group"). A group name is
+/// refused: the node plugin, not the agent's host, would resolve it.
+fn gid(value: &str) -> Result<String, OptionError> {
+    match value.parse::<u32>() {
+        Ok(gid) if gid != u32::MAX && value.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(gid.to_string())
+        }
+        _ => Err(OptionError(format!(
+            "option mount_group must be a numeric group ID (GID), found {value:?}"
+        ))),
+    }
 }
 
 impl CreateOptions {
@@ -295,6 +369,23 @@ impl CreateOptions {
                 ));
             }
         }
+        if self.read_only_given && self.settings.read_only != status.mounts_read_only {
+            out.push(format!(
+                "read_only {} (the volume's is {})",
+                self.settings.read_only, status.mounts_read_only
+            ));
+        }
+        if self.mount_group_given && self.settings.mount_group != status.mount_group {
+            let theirs = if status.mount_group.is_empty() {
+                "the volume has none".to_string()
+            } else {
+                format!("the volume's is {}", status.mount_group)
+            };
+            out.push(format!(
+                "mount_group {} ({theirs})",
+                self.settings.mount_group
+            ));
+        }
         let theirs: BTreeSet<&str> =
             crate::order::set(status.secret_keys.iter().map(String::as_str));
         let ours: BTreeSet<&str> = crate::order::set(spec.secrets.keys());
@@ -327,8 +418,14 @@ mod tests {
             .collect()
     }
 
+    fn no_secrets(name: &str) -> Result<Secrets, String> {
+        Err(format!("no secret {name:?} here"))
+    }
+
     fn refused(pairs: &[(&str, &str)]) -> String {
-        parse("v", &opts(pairs), Some("hostpath")).unwrap_err().0
+        parse("v", &opts(pairs), Some("hostpath"), &no_secrets)
+            .unwrap_err()
+            .0
     }
 
     #[test]
@@ -348,6 +445,7 @@ mod tests {
                 ("snapshot_id", "snap-1"),
             ]),
             Some("other"),
+            &no_secrets,
         )
         .unwrap();
         let spec = &parsed.spec;
@@ -378,7 +476,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_block_s_plugin_and_a_single_node_writer_directory() {
-        let spec = parse("v", &[], Some("hostpath")).unwrap().spec;
+        let spec = parse("v", &[], Some("hostpath"), &no_secrets).unwrap().spec;
         assert_eq!(spec.plugin_id, "hostpath");
         assert_eq!(
             spec.capabilities,
@@ -388,7 +486,7 @@ mod tests {
             )]
         );
         assert!(spec.mount_options.is_empty());
-        let err = parse("v", &[], None).unwrap_err().0;
+        let err = parse("v", &[], None, &no_secrets).unwrap_err().0;
         assert!(err.contains("-o plugin_id=ID"), "{err}");
     }
 
@@ -462,9 +560,16 @@ mod tests {
             "v",
             &opts(&[("secrets.password", "hunter2"), ("colour", "x")]),
             Some("hp"),
+            &no_secrets,
         );
         assert!(!parsed.unwrap_err().0.contains("hunter2"));
-        let parsed = parse("v", &opts(&[("secrets.password", "hunter2")]), Some("hp")).unwrap();
+        let parsed = parse(
+            "v",
+            &opts(&[("secrets.password", "hunter2")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
         assert!(!format!("{parsed:?}").contains("hunter2"));
         let status = VolumeStatus {
             plugin_id: "hp".into(),
@@ -499,11 +604,12 @@ mod tests {
                 ("secrets.token", "x"),
             ]),
             Some("hp"),
+            &no_secrets,
         )
         .unwrap();
         assert_eq!(same.differences(&status), Vec::<String>::new());
         // Nothing given, nothing compared: the defaults do not count.
-        let bare = parse("v", &[], Some("other")).unwrap();
+        let bare = parse("v", &[], Some("other"), &no_secrets).unwrap();
         assert_eq!(bare.differences(&status), Vec::<String>::new());
         let other = parse(
             "v",
@@ -518,6 +624,7 @@ mod tests {
                 ("parameters.zone", "a"),
             ]),
             None,
+            &no_secrets,
         );
         // capacity_min > capacity_max is refused before any comparison.
         assert!(other.is_err());
@@ -533,6 +640,7 @@ mod tests {
                 ("parameters.zone", "a"),
             ]),
             None,
+            &no_secrets,
         )
         .unwrap();
         assert_eq!(
@@ -547,10 +655,181 @@ mod tests {
                 "capacity_min 1.0 GiB (the volume has 64.0 MiB)".to_string(),
             ]
         );
-        let small = parse("v", &opts(&[("capacity_max", "1MiB")]), Some("hp")).unwrap();
+        let small = parse(
+            "v",
+            &opts(&[("capacity_max", "1MiB")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
         assert_eq!(
             small.differences(&status),
             vec!["capacity_max 1.0 MiB (the volume has 64.0 MiB)".to_string()]
         );
+    }
+
+    #[test]
+    fn read_only_and_mount_group_are_kept_as_the_volume_s_settings() {
+        let parsed = parse(
+            "v",
+            &opts(&[("read_only", "true"), ("mount_group", "1000")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
+        assert_eq!(
+            parsed.settings,
+            PluginSettings {
+                read_only: true,
+                mount_group: "1000".into(),
+            }
+        );
+        let plain = parse(
+            "v",
+            &opts(&[("read_only", "false")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
+        assert_eq!(plain.settings, PluginSettings::default());
+        for (pairs, expected) in [
+            (
+                vec![("read_only", "yes")],
+                "option read_only must be true or false, found \"yes\"",
+            ),
+            (
+                vec![("read_only", "")],
+                "option read_only must be true or false, found \"\"",
+            ),
+            (
+                vec![("mount_group", "staff")],
+                "option mount_group must be a numeric group ID (GID), found \"staff\"",
+            ),
+            (
+                vec![("mount_group", "-1")],
+                "option mount_group must be a numeric group ID (GID), found \"-1\"",
+            ),
+            (
+                vec![("mount_group", "4294967295")],
+                "option mount_group must be a numeric group ID (GID), found \"4294967295\"",
+            ),
+            (
+                vec![("mount_group", "+5")],
+                "option mount_group must be a numeric group ID (GID), found \"+5\"",
+            ),
+        ] {
+            assert_eq!(refused(&pairs), expected, "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn read_only_and_mount_group_are_compared_only_when_given() {
+        let status = VolumeStatus {
+            plugin_id: "hp".into(),
+            capabilities: vec!["single-node-writer/file-system".into()],
+            mounts_read_only: true,
+            mount_group: "1000".into(),
+            ..Default::default()
+        };
+        let same = parse(
+            "v",
+            &opts(&[("read_only", "true"), ("mount_group", "1000")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
+        assert_eq!(same.differences(&status), Vec::<String>::new());
+        let bare = parse("v", &[], Some("hp"), &no_secrets).unwrap();
+        assert_eq!(bare.differences(&status), Vec::<String>::new());
+        let other = parse(
+            "v",
+            &opts(&[("read_only", "false"), ("mount_group", "2000")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
+        assert_eq!(
+            other.differences(&status),
+            [
+                "read_only false (the volume's is true)",
+                "mount_group 2000 (the volume's is 1000)",
+            ]
+        );
+        let none = VolumeStatus {
+            mount_group: String::new(),
+            ..status
+        };
+        assert_eq!(
+            other.differences(&none)[1],
+            "mount_group 2000 (the volume has none)"
+        );
+    }
+
+    #[test]
+    fn a_named_secret_is_read_by_name_and_inline_ones_warn_by_key() {
+        let store = |name: &str| -> Result<Secrets, String> {
+            let mut secrets = Secrets::new();
+            match name {
+                "nfs" => {
+                    secrets.insert("password", "hunter2");
+                    Ok(secrets)
+                }
+                _ => Err(format!("no secret {name:?}")),
+            }
+        };
+        let parsed = parse("v", &opts(&[("secrets", "nfs")]), Some("hp"), &store).unwrap();
+        let pairs: Vec<(&str, &str)> = parsed.spec.secrets.expose().collect();
+        assert_eq!(pairs, [("password", "hunter2")]);
+        assert_eq!(parsed.warnings, Vec::<String>::new());
+        assert!(!format!("{parsed:?}").contains("hunter2"));
+        // Compared by keys, as inline secrets are.
+        let status = VolumeStatus {
+            plugin_id: "hp".into(),
+            secret_keys: vec!["token".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            parsed.differences(&status),
+            ["secret keys password (the volume's: token)"]
+        );
+        let err = parse("v", &opts(&[("secrets", "smb")]), Some("hp"), &store)
+            .unwrap_err()
+            .0;
+        assert_eq!(err, "option secrets: no secret \"smb\"");
+        let err = parse("v", &opts(&[("secrets", "")]), Some("hp"), &store)
+            .unwrap_err()
+            .0;
+        assert_eq!(
+            err,
+            "option secrets needs the NAME of a secret of the agent's secrets_dir"
+        );
+        let err = parse(
+            "v",
+            &opts(&[("secrets", "nfs"), ("secrets.user", "bob")]),
+            Some("hp"),
+            &store,
+        )
+        .unwrap_err()
+        .0;
+        assert_eq!(
+            err,
+            "options secrets and secrets.KEY (user) cannot both be given: name the agent's secret, or give the keys inline"
+        );
+        let inline = parse(
+            "v",
+            &opts(&[("secrets.user", "bob"), ("secrets.password", "hunter2")]),
+            Some("hp"),
+            &store,
+        )
+        .unwrap();
+        assert_eq!(inline.warnings.len(), 2);
+        assert!(
+            inline.warnings[0].starts_with(
+                "option secrets.password passes its value through the container engine"
+            ),
+            "{:?}",
+            inline.warnings
+        );
+        assert!(!inline.warnings.join(" ").contains("hunter2"));
     }
 }

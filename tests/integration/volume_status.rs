@@ -53,6 +53,7 @@ fn the_plugin_advertises_what_it_does() {
         N::ExpandVolume,
         N::VolumeCondition,
         N::SingleNodeMultiWriter,
+        N::VolumeMountGroup,
     ]
     .into();
     assert_eq!(client.node_capabilities().unwrap(), node);

@@ -385,6 +385,7 @@ fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView>
         protocol: Protocol {
             controller_publish: false,
             stage: node_has(NodeCapability::StageUnstageVolume),
+            mount_group: node_has(NodeCapability::VolumeMountGroup),
         },
         node_id: nfp
             .and_then(|f| f.node.as_ref())

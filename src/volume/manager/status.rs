@@ -189,6 +189,8 @@ impl VolumeManager {
             capacity_bytes: v.capacity_bytes,
             created: v.created,
             creating: v.creating.is_some(),
+            mounts_read_only: v.plugin_settings.read_only,
+            mount_group: v.plugin_settings.mount_group.clone(),
             ..Default::default()
         };
         if v.creating.is_some() {

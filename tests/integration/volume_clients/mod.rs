@@ -26,6 +26,7 @@ use crate::volume_util::{try_volume, PLUGIN};
 
 mod compose;
 mod docker_cli;
+mod options;
 mod plugin_task;
 mod podman;
 
@@ -76,8 +77,14 @@ pub fn driver_name(dir: &TestDir) -> String {
 
 /// The agent config of a host: the hostpath plugin at `socket` as plugin
 /// [`PLUGIN`], and a `volume_plugin` block named `name` whose Creates
-/// default to it; `extra` is appended (a `docker` block).
-pub fn agent_config(name: &str, plugin_socket: Option<&Path>, extra: &str) -> String {
+/// default to it, with `block` lines in it; `extra` is appended (a
+/// `docker` block).
+pub fn agent_config_with(
+    name: &str,
+    plugin_socket: Option<&Path>,
+    block: &str,
+    extra: &str,
+) -> String {
     let mut text = String::new();
     if let Some(socket) = plugin_socket {
         text.push_str(&format!(
@@ -86,7 +93,7 @@ pub fn agent_config(name: &str, plugin_socket: Option<&Path>, extra: &str) -> St
         ));
     }
     text.push_str(&format!(
-        "\nvolume_plugin {{\n  name          = {name:?}\n  plugin_id     = {PLUGIN:?}\n  mount_timeout = {MOUNT_TIMEOUT:?}\n}}\n"
+        "\nvolume_plugin {{\n  name          = {name:?}\n  plugin_id     = {PLUGIN:?}\n  mount_timeout = {MOUNT_TIMEOUT:?}\n{block}}}\n"
     ));
     text.push_str(extra);
     text
@@ -129,14 +136,40 @@ impl Host {
         host
     }
 
+    /// Like [`Host::start`], with `block` lines in the `volume_plugin`
+    /// block and the hostpath plugin started with `flags`.
+    pub fn start_with(block: &str, flags: &[&str]) -> Host {
+        let dockerd = Dockerd::start();
+        dockerd.busybox_image(IMAGE);
+        let plugin = Plugin::start_with(&[("RUST_LOG", "csi_agent=debug")], flags);
+        let host = Host::serving_with(Some(dockerd), Some(plugin), block, "");
+        host.agent.wait_for(PLUGIN, healthy, WAIT);
+        host
+    }
+
     /// An agent with the volume plugin block and `extra`, its hostpath
     /// plugin `plugin` (or none: a plugin task brings it).
     pub fn serving(dockerd: Option<Dockerd>, plugin: Option<Plugin>, extra: &str) -> Host {
+        Host::serving_with(dockerd, plugin, "", extra)
+    }
+
+    /// [`Host::serving`] with `block` lines in the `volume_plugin` block.
+    pub fn serving_with(
+        dockerd: Option<Dockerd>,
+        plugin: Option<Plugin>,
+        block: &str,
+        extra: &str,
+    ) -> Host {
         let dir = TestDir::new();
         let name = driver_name(&dir);
         let socket = Path::new(DOCKER_PLUGIN_DIR).join(format!("{name}.sock"));
         let _ = fs::remove_file(&socket);
-        let config = agent_config(&name, plugin.as_ref().map(|p| p.socket.as_path()), extra);
+        let config = agent_config_with(
+            &name,
+            plugin.as_ref().map(|p| p.socket.as_path()),
+            block,
+            extra,
+        );
         let agent = Agent::start_with_config(&config);
         let cli_config = agent.dir.mkdir("docker-cli");
         let host = Host {

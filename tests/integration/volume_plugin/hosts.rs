@@ -93,3 +93,39 @@ fn a_single_writer_volume_mounted_on_one_host_is_refused_on_the_other_until_unmo
     assert_eq!(fs::read_to_string(on_b.join("owner")).unwrap(), "a");
     b.unmount("web", "cb");
 }
+
+#[test]
+fn read_only_and_mount_group_travel_with_the_volume_s_record() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let hosts = two_hosts(&cluster);
+    let (a, b) = (
+        Docker::dockerd(&hosts[0].socket),
+        Docker::dockerd(&hosts[1].socket),
+    );
+    a.create("shared", &[("read_only", "true"), ("mount_group", "1000")])
+        .ok();
+    let on_b = wait_volume(
+        &hosts[1].agent,
+        "shared",
+        "known with its settings",
+        |v| v.mounts_read_only && v.mount_group == "1000",
+        WAIT,
+    );
+    assert!(on_b.mounts_read_only);
+    // A repeated Create on B compares with the shared record.
+    let message = b.create("shared", &[("read_only", "false")]).failed();
+    assert!(
+        message.ends_with("read_only false (the volume's is true)"),
+        "{message}"
+    );
+    // Host B mounts it read-only, a reader claim, from the shared record.
+    let mountpoint = b.mount("shared", "cb");
+    assert_eq!(crate::util::mount_state(&mountpoint), Some(true));
+    let status = crate::volume_util::volume(&hosts[1].agent, "shared");
+    let modes: Vec<&str> = status.claims.iter().map(|c| c.mode.as_str()).collect();
+    assert_eq!(modes, ["read"]);
+    b.unmount("shared", "cb");
+}

@@ -4,12 +4,15 @@
 //! agent and the built-in hostpath plugin. Every call, its errors (500 with
 //! `Err`), the socket's mode, replacement and removal, mounts written
 //! through, the access-mode rule, the agent killed during Mount and
-//! Unmount, and two hosts sharing a volume through etcd.
+//! Unmount, two hosts sharing a volume through etcd, and the options a
+//! Create keeps with the volume (read-only mounts, a mount group, named
+//! secrets).
 
 mod calls;
 mod crash;
 mod hosts;
 mod mounts;
+mod options;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -205,7 +208,13 @@ impl Host {
 
     /// With `extra` lines in the `volume_plugin` block.
     pub fn start_with(extra: &str) -> Host {
-        let plugin = Plugin::start_with_env(&[("RUST_LOG", "csi_agent=debug")]);
+        Host::start_with_plugin(extra, &[])
+    }
+
+    /// With `extra` lines in the `volume_plugin` block, and the hostpath
+    /// plugin started with `flags` (its test hooks).
+    pub fn start_with_plugin(extra: &str, flags: &[&str]) -> Host {
+        let plugin = Plugin::start_with(&[("RUST_LOG", "csi_agent=debug")], flags);
         let socket = plugin
             .dir
             .join("docker-plugins")

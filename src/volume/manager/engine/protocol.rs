@@ -74,6 +74,7 @@ impl VolumeManager {
             let protocol = view.as_ref().map(|v| v.protocol).unwrap_or(Protocol {
                 controller_publish: false,
                 stage: false,
+                mount_group: false,
             });
             let Some(action) = plan::next(&entry.volume, protocol) else {
                 if let Some(entry) = self.entries.get_mut(id) {
@@ -655,6 +656,7 @@ mod tests {
     const FULL: Protocol = Protocol {
         controller_publish: true,
         stage: true,
+        mount_group: true,
     };
 
     fn capability() -> Capability {

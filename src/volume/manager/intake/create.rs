@@ -52,8 +52,19 @@ impl VolumeManager {
                 (None, Some(id)) => Some(crate::csi::types::ContentSource::Volume(id.clone())),
                 (None, None) => None,
             };
-            let volume = Self::from_spec(spec);
+            let mut volume = Self::from_spec(spec);
+            volume.plugin_settings = req.settings.clone();
             let view = self.check_new(&volume, registry)?;
+            if !volume.plugin_settings.mount_group.is_empty() && !view.protocol.mount_group {
+                // Refused before any RPC: the group would be dropped.
+                return Err(error(
+                    ErrorKind::FailedPrecondition,
+                    format!(
+                        "plugin {:?} cannot give its mounts a group: its node does not have VOLUME_MOUNT_GROUP",
+                        volume.plugin_id
+                    ),
+                ));
+            }
             if !view.has_controller() {
                 // Nomad's "plugin has no controller".
                 return Err(error(

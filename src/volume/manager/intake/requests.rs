@@ -38,6 +38,7 @@ impl VolumeManager {
             claims: BTreeMap::new(),
             creating: None,
             in_cluster: 0,
+            plugin_settings: Default::default(),
         }
     }
 
