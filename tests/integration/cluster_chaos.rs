@@ -259,12 +259,7 @@ fn under_random_cuts_and_kills_two_hosts_never_write_one_volume_at_once() {
             assert!(
                 Instant::now() < deadline,
                 "volume {v} has no writer after the chaos ended (events: {events:#?})\n{}",
-                hosts
-                    .agents
-                    .iter()
-                    .map(|a| a.log())
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                hosts.logs()
             );
             thread::sleep(Duration::from_millis(500));
         }

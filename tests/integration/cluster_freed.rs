@@ -71,19 +71,10 @@ fn wait_writing(hosts: &Hosts, who: &str, timeout: Duration) {
         assert!(
             start.elapsed() < timeout,
             "{who} never wrote the volume\n{}",
-            logs(hosts)
+            hosts.logs()
         );
         thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn logs(hosts: &Hosts) -> String {
-    hosts
-        .agents
-        .iter()
-        .map(|a| a.log())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Waits until the waiting job's claim has been refused: it waits on its
@@ -153,7 +144,7 @@ fn round(hosts: &Hosts, cut: usize, waiter: usize, bound: Duration) -> (Duration
             NODES[waiter],
             NODES[cut],
             freed.map(|f: Instant| f - cut_at),
-            logs(hosts)
+            hosts.logs()
         );
         for (heard, nodes) in next_sets(&watch, until) {
             if freed.is_none() && !nodes.iter().any(|n| n == NODES[cut]) {

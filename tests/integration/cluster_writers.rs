@@ -62,6 +62,15 @@ pub struct Hosts {
 }
 
 impl Hosts {
+    /// Every agent's log, one after the other, for a failure's message.
+    pub fn logs(&self) -> String {
+        self.agents
+            .iter()
+            .map(|a| a.log())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Two hosts, A and B.
     fn start(settings: &Settings) -> Hosts {
         Hosts::start_n(2, settings)

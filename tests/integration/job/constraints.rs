@@ -379,6 +379,24 @@ fn client_meta_given_on_sighup_is_what_the_next_job_run_matches() {
     assert_eq!(wait_text(&out), "ok\n");
 }
 
+/// An agent whose `docker` block names the engine at `endpoint`.
+fn docker_rig(endpoint: &str) -> Rig {
+    let agent = Agent::start_with_config(&format!("docker {{\n  endpoint = {endpoint:?}\n}}\n"));
+    Rig {
+        backing: agent.dir.join("backing"),
+        agent,
+    }
+}
+
+/// A batch job `name` that may run only where the docker driver is.
+fn needs_docker(name: &str) -> String {
+    batch(
+        name,
+        ["", &constraint("${attr.driver.docker}", "=", "1"), ""],
+        "true",
+    )
+}
+
 #[test]
 fn the_docker_driver_is_an_attribute_while_the_engine_answers() {
     if !crate::dockerd::require_docker() {
@@ -386,18 +404,7 @@ fn the_docker_driver_is_an_attribute_while_the_engine_answers() {
     }
     let dockerd = crate::dockerd::Dockerd::start();
     let endpoint = format!("unix://{}", dockerd.socket.display());
-    let agent = Agent::start_with_config(&format!("docker {{\n  endpoint = {endpoint:?}\n}}\n"));
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
-    let needs_docker = |name: &str| {
-        batch(
-            name,
-            ["", &constraint("${attr.driver.docker}", "=", "1"), ""],
-            "true",
-        )
-    };
+    let rig = docker_rig(&endpoint);
     let out = rig.agent.dir.join("docker");
     rig.run_job(
         "docker.hcl",
@@ -427,18 +434,7 @@ fn the_docker_driver_appears_once_an_engine_that_was_down_at_the_start_answers()
     let mut dockerd = crate::dockerd::Dockerd::start();
     let endpoint = format!("unix://{}", dockerd.socket.display());
     dockerd.stop();
-    let agent = Agent::start_with_config(&format!("docker {{\n  endpoint = {endpoint:?}\n}}\n"));
-    let rig = Rig {
-        backing: agent.dir.join("backing"),
-        agent,
-    };
-    let needs_docker = |name: &str| {
-        batch(
-            name,
-            ["", &constraint("${attr.driver.docker}", "=", "1"), ""],
-            "true",
-        )
-    };
+    let rig = docker_rig(&endpoint);
     let run = rig.run_job_output("early.hcl", &needs_docker("early"));
     assert_eq!(run.status.code(), Some(1), "{}", text(&run));
 
