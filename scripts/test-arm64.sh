@@ -22,7 +22,7 @@
 # docs/install.md lists them.
 #
 # Usage: scripts/test-arm64.sh [unit|dev_bin|e2e]...   (`make test-arm64`:
-#        unit and e2e; CI: unit, then e2e after `make static ARCH=aarch64`)
+#        unit and e2e; CI: unit dev_bin e2e, with the development binary)
 #        ARM64_BIN=PATH scripts/test-arm64.sh e2e   (another aarch64 binary;
 #        default target/aarch64-unknown-linux-musl/static/csi-agent)
 # Needs root: binfmt_misc, apt, and the tests' mounts. Prints each part's
