@@ -413,6 +413,7 @@ impl Agent {
                 );
                 cluster.connection = Connection::Connected;
                 crate::metrics::CLUSTER_CONNECTED.set(&[], 1.0);
+                self.allocs.cluster_registered(Instant::now());
             }
             MemberEvent::Alive { sent, lease } => {
                 if !cluster.last_alive.is_some_and(|last| last >= sent) {

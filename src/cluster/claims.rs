@@ -41,7 +41,8 @@ pub enum Error {
         reason: String,
     },
     /// A guarded write's condition no longer holds (the fencer was
-    /// deposed, or the lost node is back).
+    /// deposed, or the lost node is back; or the admitting node is not
+    /// registered).
     Guard,
     Etcd(etcd::Error),
 }
@@ -61,7 +62,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::Guard => f.write_str(
-                "the write's condition no longer holds: this agent no longer leads, or the node is back",
+                "the write's condition no longer holds: this agent no longer leads, the lost node is back, or this node is not registered",
             ),
             Error::Etcd(_) => f.write_str("etcd failed"),
         }

@@ -10,6 +10,13 @@
 //! holding up the others there, except an admission: its claim is
 //! answered at once that the cluster is out of reach, since nobody should
 //! wait for a majority to come back.
+//!
+//! An admission is written only while this node's key is in etcd. The
+//! fencer frees a node's claims when its key goes away; a claim admitted
+//! while the key is already gone (a node frozen or cut off past its
+//! lease, writing as it thaws, before it has registered again) would be
+//! fenced by nobody. So it is refused, and asked again once the node is
+//! registered.
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
@@ -20,8 +27,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 
 use super::claims::{self, ClaimRequest, ClaimSets};
-use super::etcd::Etcd;
-use super::volumes;
+use super::etcd::{Condition, Etcd};
+use super::{node, volumes};
 use crate::csi::Backoff;
 use crate::proto::state as statepb;
 
@@ -84,6 +91,10 @@ pub enum Answer {
         alloc: String,
         error: String,
     },
+    /// This node is not registered (its key is gone: its lease expired,
+    /// or it has not registered yet), so the claim was not admitted: it
+    /// is not in the set.
+    Unregistered { volume: String, alloc: String },
     /// The claim is no longer in the set.
     Freed { volume: String, alloc: String },
     /// The volume's record is in etcd.
@@ -235,8 +246,13 @@ impl Worker {
     fn carry_out(&self, op: Op, attempt: u32) -> Option<Op> {
         let sets = ClaimSets::new(&self.etcd, &self.prefix);
         let answer = match &op {
-            Op::Admit { volume, request } => match traced_admit(&sets, volume, request) {
+            Op::Admit { volume, request } => match traced_admit(&self.admitting(), volume, request)
+            {
                 Ok(()) => Answer::Admitted {
+                    volume: volume.clone(),
+                    alloc: request.alloc_id.clone(),
+                },
+                Err(claims::Error::Guard) => Answer::Unregistered {
                     volume: volume.clone(),
                     alloc: request.alloc_id.clone(),
                 },
@@ -330,6 +346,17 @@ impl Worker {
         };
         let _ = self.answers.send(answer);
         None
+    }
+}
+
+impl Worker {
+    /// The claim sets as this node admits into them: only while its key
+    /// is there for the fencer to see go.
+    fn admitting(&self) -> ClaimSets<'_> {
+        ClaimSets::new(&self.etcd, &self.prefix).guarded(vec![Condition::Present(node::node_key(
+            &self.prefix,
+            &self.node,
+        ))])
     }
 }
 

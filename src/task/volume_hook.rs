@@ -10,7 +10,9 @@
 //! uses waiting for it are claimed again at once
 //! ([`Allocs::volumes_freed`]). The backoff still spaces out the retries
 //! of the other refusals (a plugin down, etcd out of reach), and bounds a
-//! claim that keeps losing the race for a freed volume.
+//! claim that keeps losing the race for a freed volume. A claim the
+//! cluster would not admit because this node was not registered waits
+//! for the node's registration the same way ([`Allocs::cluster_registered`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -74,22 +76,44 @@ impl Allocs {
         if volumes.is_empty() {
             return;
         }
+        self.wake_waiting_uses(now, |volume| {
+            volumes
+                .iter()
+                .any(|v| v == volume)
+                .then(|| format!("volume {volume:?} lost a claim: claiming it again"))
+        });
+    }
+
+    /// This node registered in the cluster (at start, or again after its
+    /// lease expired): the claims the cluster would not admit meanwhile
+    /// are made again at once, as for a freed volume.
+    pub fn cluster_registered(&mut self, now: Instant) {
+        self.wake_waiting_uses(now, |volume| {
+            Some(format!(
+                "this node registered in the cluster: claiming volume {volume:?} again"
+            ))
+        });
+    }
+
+    /// Makes the uses of the volumes `event` names (with the event their
+    /// tasks get) due now, or retried at once if refused on their way.
+    fn wake_waiting_uses(&mut self, now: Instant, event: impl Fn(&str) -> Option<String>) {
         for alloc in self.allocs.values_mut() {
             if alloc.status.is_terminal() || alloc.stop_wanted {
                 continue;
             }
             let mut events = Vec::new();
             for v in &mut alloc.volumes {
-                if v.source != VolumeSource::Csi || !volumes.contains(&v.volume_id) {
+                if v.source != VolumeSource::Csi {
                     continue;
                 }
+                let Some(message) = event(&v.volume_id) else {
+                    continue;
+                };
                 match v.state {
                     UseState::Unclaimed if v.retry_at.is_some_and(|at| at > now) => {
                         v.retry_at = Some(now);
-                        events.push(format!(
-                            "volume {:?} lost a claim: claiming it again",
-                            v.volume_id
-                        ));
+                        events.push(message);
                     }
                     UseState::Claiming => v.freed_meanwhile = true,
                     _ => {}

@@ -2,8 +2,8 @@
 //! a single-writer volume claimed from three hosts at once has exactly one
 //! winner every round, readers of a reader-only volume all win, a released
 //! claim still counts until freed, a node lives by its lease, its name is
-//! unique, and a node cut off from etcd is told so and registers again
-//! when etcd returns.
+//! unique, a node whose key is gone has no claim admitted, and a node cut
+//! off from etcd is told so and registers again when etcd returns.
 //!
 //! "Hosts" here are threads with clients of their own; the agents in
 //! network namespaces come with the agent's `cluster` block.
@@ -12,8 +12,11 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{unbounded, Receiver};
+
 use csi_agent::cluster::claims::{ClaimRequest, ClaimSets, Error};
 use csi_agent::cluster::node::{self, NodeEvent, Registration};
+use csi_agent::cluster::ops::{Answer, Op, Ops};
 use csi_agent::csi::AccessMode;
 use csi_agent::proto::cluster as pb;
 
@@ -129,6 +132,66 @@ fn a_released_claim_counts_until_freed_then_another_host_may_claim() {
         None
     );
     sets.admit("v", &b).unwrap();
+}
+
+/// What the ops thread of node `node` answers to an admission of
+/// `alloc`'s write claim on `volume`.
+fn admission_answer(ops: &Ops, answers: &Receiver<Answer>, volume: &str, alloc: &str) -> Answer {
+    ops.submit(Op::Admit {
+        volume: volume.into(),
+        request: request("a", alloc, false, AccessMode::SingleNodeWriter),
+    });
+    answers
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the ops thread answers an admission")
+}
+
+#[test]
+fn a_node_whose_key_is_gone_has_no_claim_admitted_since_no_fencer_would_free_it() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(1);
+    let etcd = Arc::new(cluster.client());
+    let (answers_tx, answers) = unbounded();
+    let ops = Ops::start(etcd.clone(), PREFIX, "a", answers_tx).unwrap();
+    let unregistered = |volume: &str, alloc: &str| Answer::Unregistered {
+        volume: volume.into(),
+        alloc: alloc.into(),
+    };
+    let sets = ClaimSets::new(&etcd, PREFIX);
+
+    // Not registered yet: refused, and nothing is in the set.
+    assert_eq!(
+        admission_answer(&ops, &answers, "v1", "w1"),
+        unregistered("v1", "w1")
+    );
+    assert!(sets.read("v1").unwrap().0.claims.is_empty());
+
+    // Registered (the node's key on its lease): admitted.
+    let key = node::node_key(PREFIX, "a");
+    let (lease, _) = etcd.grant(Duration::from_secs(30)).unwrap();
+    etcd.put_if(&key, 0, b"a", lease)
+        .unwrap()
+        .expect("the key is free");
+    assert_eq!(
+        admission_answer(&ops, &answers, "v1", "w1"),
+        Answer::Admitted {
+            volume: "v1".into(),
+            alloc: "w1".into()
+        }
+    );
+
+    // The lease gone (as a node frozen past its TTL finds on thawing,
+    // before it registers again): the fencer has seen the key go, so a
+    // claim admitted now would never be fenced. It is refused.
+    etcd.revoke(lease).unwrap();
+    assert_eq!(etcd.get(&key).unwrap(), None);
+    assert_eq!(
+        admission_answer(&ops, &answers, "v2", "w2"),
+        unregistered("v2", "w2")
+    );
+    assert!(sets.read("v2").unwrap().0.claims.is_empty());
 }
 
 /// A registration's revoke-on-stop flag, set.

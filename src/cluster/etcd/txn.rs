@@ -13,6 +13,8 @@ use crate::proto::etcd as pb;
 pub enum Condition {
     /// `key` does not exist (a lost node's key is still gone).
     Absent(Vec<u8>),
+    /// `key` exists (a node admitting a claim is still registered).
+    Present(Vec<u8>),
     /// `key` exists on lease `lease` (a leader still holds its election
     /// with the lease it won it with).
     OnLease { key: Vec<u8>, lease: i64 },
@@ -23,6 +25,13 @@ impl Condition {
         match self {
             Condition::Absent(key) => pb::Compare {
                 result: pb::compare::CompareResult::EQUAL.into(),
+                target: pb::compare::CompareTarget::VERSION.into(),
+                key: key.clone(),
+                target_union: Some(pb::compare::Target_union::Version(0)),
+                ..Default::default()
+            },
+            Condition::Present(key) => pb::Compare {
+                result: pb::compare::CompareResult::GREATER.into(),
                 target: pb::compare::CompareTarget::VERSION.into(),
                 key: key.clone(),
                 target_union: Some(pb::compare::Target_union::Version(0)),

@@ -385,6 +385,14 @@ impl VolumeManager {
                 let reason = format!("the cluster's etcd did not answer: {error}");
                 self.fail_claim_waiters(&volume, &alloc, ErrorKind::Unavailable, &reason);
             }
+            Answer::Unregistered { volume, alloc } => {
+                log::warn!(
+                    "Volume {volume}: alloc {alloc}'s claim was not admitted: this node is not registered in the cluster"
+                );
+                self.give_up_claim(&volume, &alloc, Admission::Local);
+                let reason = "this node is not registered in the cluster (its lease expired while it was stopped or cut off, or it has not registered yet): no claim is admitted until it is, since the cluster could not fence it";
+                self.fail_claim_waiters(&volume, &alloc, ErrorKind::Unavailable, reason);
+            }
             Answer::Freed { volume, alloc } => {
                 self.touch(&volume);
                 let Some(claim) = self
