@@ -58,9 +58,13 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all deps grpc-check build static static-check test-arm64 test test-load lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
+.PHONY: all help deps grpc-check build static static-check test-arm64 test test-load lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
+
+## help: these lines: every target and what it does
+help:
+	@awk '/^## / { sub(/^## /, in_block ? "    " : ""); print; in_block = 1; next } { in_block = 0 }' $(firstword $(MAKEFILE_LIST))
 
 ## deps: install what the build and tests need on Debian (cmake, g++, etcd, ip,
 ## nsenter; clippy, rustfmt)
