@@ -134,9 +134,16 @@ pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet
             .iter()
             .filter(|c| may_hold_mounts(&c.state))
             .flat_map(|c| &c.volumes)
-            .filter(|m| m.driver == driver)
+            .filter(|m| is_driver(&m.driver, driver))
             .map(|m| m.name.clone()),
     )
+}
+
+/// Whether a container's mount names this plugin's driver: its `name`, or
+/// `name:latest`, as dockerd names the driver of a managed plugin created
+/// as `name` (`docker plugin create csi DIR`).
+fn is_driver(mounted: &str, driver: &str) -> bool {
+    mounted == driver || mounted.strip_suffix(":latest") == Some(driver)
 }
 
 /// The claims to release at `now`: those whose engine answered
@@ -594,6 +601,18 @@ mod tests {
             decide(&claims, &sighting, &mut clocks, t0 + GRACE, GRACE).len(),
             1
         );
+    }
+
+    #[test]
+    fn a_managed_plugins_latest_tag_names_the_same_driver() {
+        let sighting = volumes_in_use(
+            &[container(
+                "running",
+                &[("v", "csi:latest"), ("w", "csi:v2"), ("x", "csi-other")],
+            )],
+            "csi",
+        );
+        assert_eq!(sighting, crate::order::set(["v".to_string()]));
     }
 
     #[test]
