@@ -152,8 +152,9 @@ cluster-demo: build
 
 ## e2e: as root, the install test, then the agent, the hostpath plugin and the
 ## CLI end to end with real mounts (scripts/e2e.sh), and the same with the
-## plugin and a workload run from images by a private dockerd
-## (scripts/e2e-docker.sh), against $(BIN)
+## plugin and a workload run from images by a private dockerd, then $(BIN)
+## as a managed Docker plugin of that dockerd (scripts/e2e-docker.sh),
+## against $(BIN)
 e2e: install-test
 	BIN='$(BIN)' scripts/e2e.sh
 	BIN='$(BIN)' scripts/e2e-docker.sh
