@@ -140,10 +140,20 @@ pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet
 }
 
 /// Whether a container's mount names this plugin's driver: its `name`, or
-/// `name:latest`, as dockerd names the driver of a managed plugin created
-/// as `name` (`docker plugin create csi DIR`).
+/// a managed plugin's reference whose name is `name` (`[REPO/]name:TAG`):
+/// dockerd names the driver of a managed plugin by its reference, with its
+/// tag (`csi:latest` for `docker plugin create csi DIR`, `me/csi:1.2` once
+/// installed from a registry). A volume name belongs to one driver of an
+/// engine, so no other driver's volume can match one of ours.
 fn is_driver(mounted: &str, driver: &str) -> bool {
-    mounted == driver || mounted.strip_suffix(":latest") == Some(driver)
+    if mounted == driver {
+        return true;
+    }
+    // The tag follows the last `:` of the last component (a registry's
+    // port is in an earlier one); a plain driver name has neither.
+    let last = mounted.rsplit('/').next().unwrap_or(mounted);
+    let name = last.split_once(':').map_or(last, |(name, _)| name);
+    name != mounted && name == driver
 }
 
 /// The claims to release at `now`: those whose engine answered
@@ -604,15 +614,24 @@ mod tests {
     }
 
     #[test]
-    fn a_managed_plugins_latest_tag_names_the_same_driver() {
+    fn a_managed_plugins_reference_names_the_same_driver() {
         let sighting = volumes_in_use(
             &[container(
                 "running",
-                &[("v", "csi:latest"), ("w", "csi:v2"), ("x", "csi-other")],
+                &[
+                    ("v", "csi:latest"),
+                    ("w", "registry:5000/me/csi:1.2"),
+                    ("x", "csi-other:latest"),
+                    ("y", "csi/other:latest"),
+                    ("z", "local"),
+                ],
             )],
             "csi",
         );
-        assert_eq!(sighting, crate::order::set(["v".to_string()]));
+        assert_eq!(
+            sighting,
+            crate::order::set(["v".to_string(), "w".to_string()])
+        );
     }
 
     #[test]
