@@ -4,8 +4,11 @@
 //! (the dev build, its shared libraries copied in), `docker plugin create`
 //! (offline), `set` of its mounts, `enable`, a volume made and written by
 //! `docker run -v` and another by Compose, `disable` refused while a
-//! container runs, `set` of its log filter with its effect seen, then an
-//! upgrade as a user does it without a registry (disable, rm, create from
+//! container runs, `set` of its log filter and of its args (a config of
+//! one's own on the data mount) with their effects seen (the engine's
+//! socket reaching the agent: a lost unmount released, a running
+//! container's claim kept), then an upgrade as a user does it without a
+//! registry (disable, rm, create from
 //! a newer directory under the same name, set, enable): the volumes and
 //! their data are there again. Every mount the agent makes lies under the
 //! plugin's propagated mount on the host, and none is left once the
@@ -30,6 +33,9 @@ const PLUGIN: &str = "csi";
 /// build" says instead.
 const DESCRIPTION: &str = "csi-agent: CSI volumes for docker run and Compose";
 const NEWER: &str = "csi-agent (newer build): CSI volumes for docker run and Compose";
+
+/// A claim named as dockerd's Mounts name theirs, which no container holds.
+const LOST: &str = "docker-0123456789abcdef0123456789abcdef";
 
 /// The Compose project and its volume, `<project>_data`.
 const PROJECT: &str = "managed";
@@ -302,9 +308,24 @@ fn the_managed_plugin_serves_docker_and_compose_and_keeps_its_volumes_through_an
     wait_for(|| !rig.cli(&["volume", "status", "web"]).contains("docker-"));
     rig.docker_ok(&["plugin", "disable", "-f", PLUGIN]);
     assert_eq!(mounts_under(&rig.plugins_root()), Vec::<PathBuf>::new());
+    // A log filter, and a config of one's own on the data mount through
+    // `args`: the default one with a short unmount_grace.
+    let config = fs::read_to_string(v1.join("rootfs/etc/csi-agent/agent.hcl")).unwrap();
+    let own = config.replace(
+        "  plugin_id = \"hostpath\"\n",
+        "  plugin_id = \"hostpath\"\n  unmount_grace = \"2s\"\n",
+    );
+    assert_ne!(own, config);
+    fs::write(rig.data().join("agent.hcl"), own).unwrap();
     let debug_lines = |log: &str| log.lines().filter(|l| l.contains(" DEBUG ")).count();
     let before = debug_lines(&rig.dockerd.log());
-    rig.docker_ok(&["plugin", "set", PLUGIN, "RUST_LOG=debug"]);
+    rig.docker_ok(&[
+        "plugin",
+        "set",
+        PLUGIN,
+        "RUST_LOG=debug",
+        "args=-config /var/lib/csi-agent/agent.hcl -hostpath",
+    ]);
     rig.docker_ok(&["plugin", "enable", PLUGIN]);
     assert_eq!(rig.read("web", "f"), "written-by-run\n");
     let after = debug_lines(&rig.dockerd.log());
@@ -312,6 +333,42 @@ fn the_managed_plugin_serves_docker_and_compose_and_keeps_its_volumes_through_an
         after > before,
         "RUST_LOG=debug shows the agent's debug lines in the engine's log"
     );
+
+    // The engine's socket reaches the agent, and its driver is known by
+    // the plugin's reference: a claim that no container uses is released
+    // as a lost unmount after the 2 s grace, while the older claim of a
+    // running container is kept.
+    rig.docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        "holder",
+        "--network",
+        "none",
+        "-v",
+        "web:/data",
+        IMAGE,
+        "sleep",
+        "1000",
+    ]);
+    wait_for(|| rig.cli(&["volume", "status", "web"]).contains("docker-"));
+    rig.cli(&["volume", "claim", "-alloc", LOST, COMPOSE_VOLUME]);
+    wait_for(|| {
+        !rig.cli(&["volume", "status", COMPOSE_VOLUME])
+            .contains(LOST)
+    });
+    let released = format!("Releasing claim {LOST} of volume {COMPOSE_VOLUME}");
+    assert!(
+        rig.dockerd.log().contains(&released),
+        "{}",
+        rig.dockerd.log()
+    );
+    assert!(
+        rig.cli(&["volume", "status", "web"]).contains("docker-"),
+        "the running container's claim is kept"
+    );
+    rig.docker_ok(&["rm", "-f", "holder"]);
+    wait_for(|| !rig.cli(&["volume", "status", "web"]).contains("docker-"));
 
     // The upgrade without a registry: disable, rm, create from the newer
     // directory under the same name, set the mounts again, enable.
