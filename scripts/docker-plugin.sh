@@ -51,8 +51,6 @@ done
 chmod 1777 "$rootfs/tmp"
 : >"$rootfs/etc/hosts"
 : >"$rootfs/etc/resolv.conf"
-printf 'root:x:0:0:root:/:/bin/csi-agent\n' >"$rootfs/etc/passwd"
-printf 'root:x:0:\n' >"$rootfs/etc/group"
 install -m 0755 "$bin" "$rootfs/bin/csi-agent"
 
 # A dynamic binary: every library ldd resolves, and the loader, at the
