@@ -38,7 +38,7 @@
 //! | `services.rs` | the service registry kept up with what runs, in etcd in a cluster; `service list`/`service info` |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
-//! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
+//! | [`dev`] | the supervised hostpath plugin of `-dev` and `-hostpath`, and `-dev`'s demo volume |
 
 mod activation;
 mod cluster;
