@@ -51,6 +51,11 @@ NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # (all of them unless FUZZ_TARGETS names some, e.g. FUZZ_TARGETS="json regex").
 FUZZ_TIME ?= 300
 FUZZ_TARGETS ?= hcl_parse template json regex archive
+# Where `make docker-plugin` writes the managed Docker plugin's directory,
+# and the binary it puts in it: the static one unless BIN names another
+# (a dynamic one, such as $(DEBUG_BIN), brings its shared libraries).
+DEST       ?= target/docker-plugin
+PLUGIN_BIN := $(if $(filter command line environment,$(origin BIN)),$(BIN),$(STATIC_BIN))
 # The format version `make upgrade-fixture` writes a fixture for:
 # tests/fixtures/datadir-$(FIXTURE_VERSION).
 FIXTURE_VERSION ?= v1
@@ -58,7 +63,7 @@ FIXTURE_VERSION ?= v1
 # (`make bench BENCH_ARGS=--help` lists them).
 BENCH_ARGS ?=
 
-.PHONY: all help deps grpc-check build static static-check test-arm64 test test-load lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
+.PHONY: all help deps grpc-check build static static-check docker-plugin test-arm64 test test-load lint bench demo cluster-demo e2e fuzz fuzz-check upgrade-fixture install uninstall install-test clean
 
 all: build
 
@@ -95,6 +100,13 @@ grpc-check:
 ## gRPC's C++ core and BoringSSL built from source whatever GRPC says
 static:
 	ARCH='$(ARCH)' scripts/static.sh
+
+## docker-plugin: the managed Docker plugin's directory, $(DEST)
+## (config.json and rootfs/), for `docker plugin create csi $(DEST)`, offline;
+## with the static binary $(STATIC_BIN) (`make static` first), or BIN=
+## (scripts/docker-plugin.sh; see docs/docker-volumes.md)
+docker-plugin:
+	BIN='$(PLUGIN_BIN)' DEST='$(DEST)' scripts/docker-plugin.sh
 
 ## test-arm64: as root, under qemu-user through binfmt_misc (both set up
 ## when missing): the unit tests built for aarch64 against Debian's arm64
@@ -144,8 +156,9 @@ cluster-demo: build
 
 ## e2e: as root, the install test, then the agent, the hostpath plugin and the
 ## CLI end to end with real mounts (scripts/e2e.sh), and the same with the
-## plugin and a workload run from images by a private dockerd
-## (scripts/e2e-docker.sh), against $(BIN)
+## plugin and a workload run from images by a private dockerd, then $(BIN)
+## as a managed Docker plugin of that dockerd (scripts/e2e-docker.sh),
+## against $(BIN)
 e2e: install-test
 	BIN='$(BIN)' scripts/e2e.sh
 	BIN='$(BIN)' scripts/e2e-docker.sh

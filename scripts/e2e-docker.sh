@@ -7,6 +7,9 @@
 # privileged `csi_plugin` docker task, creates a volume on it, and runs a
 # container workload that writes through its volume_mount. Stopping the
 # jobs leaves no mount and no container; the agent exits 0 on SIGTERM.
+# Then the same binary as a managed Docker plugin (scripts/docker-plugin.sh):
+# created offline, enabled, a volume written and read by containers, its
+# mounts under the propagated mount, none left after disable and rm.
 #
 # Usage: scripts/e2e-docker.sh          (make e2e; tests target/debug/csi-agent)
 #        BIN=PATH scripts/e2e-docker.sh (tests another binary)
@@ -210,6 +213,42 @@ code=0
 wait "$agent_pid" || code=$?
 agent_pid=""
 [ "$code" -eq 0 ] || fail "the agent exited with status $code after SIGTERM, expected 0"
+
+step "managed plugin: make docker-plugin of the same binary, create, set, enable"
+BIN="$bin" DEST="$dir/docker-plugin" "$(dirname "$0")/docker-plugin.sh" >/dev/null
+mkdir -p "$dir/plugin-data" "$dir/plugin-sockets"
+docker plugin create csi "$dir/docker-plugin" >/dev/null
+docker plugin set csi data.source="$dir/plugin-data" \
+    csi-sockets.source="$dir/plugin-sockets" docker-socket.source="$sock"
+docker plugin enable csi >/dev/null
+
+step "managed plugin: a volume written and read by containers"
+docker volume create -d csi plugged >/dev/null
+docker run --rm --network none -v plugged:/data csi-e2e/busybox:1 sh -c 'echo managed > /data/f'
+[ "$(docker run --rm --network none -v plugged:/data csi-e2e/busybox:1 cat /data/f)" = managed ] ||
+    fail "a second container does not read what the first wrote"
+[ "$(cat "$dir/plugin-data/hostpath/volumes/plugged/f")" = managed ] ||
+    fail "the volume's data is not on the plugin's data mount"
+
+step "managed plugin: its mounts lie under the propagated mount"
+propagated="$dir/docker/plugins/$(docker plugin inspect -f '{{.Id}}' csi)/propagated-mount"
+docker run -d --name holder --network none -v plugged:/data csi-e2e/busybox:1 sleep 1000 >/dev/null
+[ -n "$(mounts_under "$propagated" | grep -v "^$propagated\$")" ] ||
+    fail "nothing is mounted under $propagated while a container uses the volume"
+for mount in $(mounts_under "$dir/docker/plugins"); do
+    case $mount in
+    "$propagated" | "$propagated"/*) ;;
+    *) fail "$mount is not under the propagated mount $propagated" ;;
+    esac
+done
+docker rm -f holder >/dev/null
+
+step "managed plugin: volume rm, disable and rm leave no mount"
+docker volume rm plugged >/dev/null
+docker plugin disable csi >/dev/null
+docker plugin rm csi >/dev/null
+[ -z "$(mounts_under "$dir/docker/plugins")" ] ||
+    fail "mounts left: $(mounts_under "$dir/docker/plugins")"
 
 current_step="done"
 echo "$script_name: all steps passed ($bin)"

@@ -1,6 +1,8 @@
-//! `agent -dev`: the built-in hostpath plugin, run by the agent as a child
-//! process (`csi-agent hostpath`) and registered as plugin `hostpath`, so a
-//! newcomer can try csi-agent with nothing else installed.
+//! `agent -dev` and `agent -hostpath`: the built-in hostpath plugin, run by
+//! the agent as a child process (`csi-agent hostpath`) and registered as
+//! plugin `hostpath`, so a newcomer can try csi-agent with nothing else
+//! installed, and a managed Docker plugin has a plugin inside it, its
+//! volumes under the data dir's `hostpath/`.
 //!
 //! The child is restarted with backoff if it exits, and stopped with
 //! SIGTERM (then SIGKILL) when the agent stops. It runs `-strict`: what a
@@ -92,7 +94,7 @@ impl DevPlugin {
             .arg("-strict")
             .spawn()?;
         log::info!(
-            "Started the dev hostpath plugin (pid {}) on {}",
+            "Started the built-in hostpath plugin (pid {}) on {}",
             child.id(),
             self.endpoint.path().display()
         );
@@ -114,7 +116,7 @@ impl DevPlugin {
                 Ok(Some(status)) => {
                     let delay = RESTART_BACKOFF.ceiling(self.restarts);
                     log::warn!(
-                        "The dev hostpath plugin exited ({status}); restarting in {}",
+                        "The built-in hostpath plugin exited ({status}); restarting in {}",
                         crate::units::format_duration(delay)
                     );
                     self.child = None;
@@ -122,7 +124,7 @@ impl DevPlugin {
                     self.restarts = self.restarts.saturating_add(1);
                 }
                 Err(err) => {
-                    log::warn!("Cannot check the dev hostpath plugin: {err}");
+                    log::warn!("Cannot check the built-in hostpath plugin: {err}");
                     return;
                 }
             }
@@ -130,7 +132,7 @@ impl DevPlugin {
         if self.restart_at.is_some_and(|at| at <= Instant::now()) {
             self.restart_at = None;
             if let Err(err) = self.spawn() {
-                log::error!("Cannot restart the dev hostpath plugin: {err}");
+                log::error!("Cannot restart the built-in hostpath plugin: {err}");
                 self.restart_at = Some(Instant::now() + RESTART_BACKOFF.cap);
             }
         }
@@ -142,14 +144,14 @@ impl DevPlugin {
             return;
         };
         if let Err(err) = crate::sys::process::kill(child.id(), libc::SIGTERM) {
-            log::debug!("SIGTERM to the dev hostpath plugin: {err}");
+            log::debug!("SIGTERM to the built-in hostpath plugin: {err}");
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() >= deadline => {
-                    log::warn!("The dev hostpath plugin ignored SIGTERM; killing it");
+                    log::warn!("The built-in hostpath plugin ignored SIGTERM; killing it");
                     let _ = child.kill();
                     let _ = child.wait();
                     break;
@@ -158,7 +160,7 @@ impl DevPlugin {
                 Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             }
         }
-        log::info!("Stopped the dev hostpath plugin");
+        log::info!("Stopped the built-in hostpath plugin");
     }
 }
 

@@ -12,6 +12,13 @@ pub enum Error {
         path: PathBuf,
         err: io::Error,
     },
+    /// `csi_dir` cannot be made or read.
+    CsiDir {
+        path: PathBuf,
+        err: io::Error,
+    },
+    /// `csi_dir` would cover the data dir (once `-data-dir` had its say).
+    CsiDirConflict(String),
     AlreadyRunning {
         socket: PathBuf,
     },
@@ -39,6 +46,10 @@ impl fmt::Display for Error {
             Error::DataDir { path, .. } => {
                 write!(f, "cannot create the data dir {}", path.display())
             }
+            Error::CsiDir { path, .. } => {
+                write!(f, "cannot create the csi_dir {}", path.display())
+            }
+            Error::CsiDirConflict(conflict) => f.write_str(conflict),
             Error::AlreadyRunning { socket } => write!(
                 f,
                 "another agent is already running with this data dir (it answers on {})",
@@ -63,11 +74,12 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::DataDir { err, .. }
+            | Error::CsiDir { err, .. }
             | Error::Watcher(err)
             | Error::Signals(err)
             | Error::DevPlugin(err)
             | Error::Telemetry { err, .. } => Some(err),
-            Error::AlreadyRunning { .. } | Error::Cluster(_) => None,
+            Error::AlreadyRunning { .. } | Error::CsiDirConflict(_) | Error::Cluster(_) => None,
             Error::State(err) => Some(err),
             Error::Api(err) => Some(err),
             Error::VolumePlugin(err) => Some(err),

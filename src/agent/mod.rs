@@ -38,7 +38,7 @@
 //! | `services.rs` | the service registry kept up with what runs, in etcd in a cluster; `service list`/`service info` |
 //! | `events.rs` | the ring of published events and the `Events` calls waiting for one |
 //! | `errands.rs` | the threads of work handed off so that the loop never waits on it (calls answered from etcd, relayed controller calls) |
-//! | [`dev`] | `-dev`'s supervised hostpath plugin and demo volume |
+//! | [`dev`] | the supervised hostpath plugin of `-dev` and `-hostpath`, and `-dev`'s demo volume |
 
 mod activation;
 mod cluster;
@@ -62,7 +62,7 @@ mod volume_plugin;
 mod wakeup;
 
 use std::time::{Duration, Instant};
-use std::{collections::BTreeMap, fs, path::PathBuf, thread};
+use std::{collections::BTreeMap, fs, thread};
 
 use crossbeam_channel::{at, bounded, never, select, unbounded, Receiver, Sender};
 use signal_hook::consts::{SIGCHLD, SIGHUP};
@@ -86,7 +86,7 @@ use events::EventLog;
 use persist::{Effect, Gate};
 use plugins::{config_plugin_ids, restore_registry, RunningInstance};
 use setup::{another_agent_answers, create_private_dir, remove_temporary_data_dir};
-pub use setup::{host_name, load_config, node_name, temp_data_dir};
+pub use setup::{host_name, load_config, node_name, temp_data_dir, Options};
 use signals::SignalThread;
 
 /// How long shutdown waits for the instances' last reports.
@@ -94,19 +94,6 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most messages one loop turn takes before it persists and answers.
 const TURN_BATCH: usize = 64;
-
-/// How the agent was asked to run.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub config: AgentConfig,
-    /// The file SIGHUP re-reads; `None` when there is none (`-dev` alone).
-    pub config_path: Option<PathBuf>,
-    /// Run the built-in hostpath plugin as plugin `hostpath`.
-    pub dev: bool,
-    /// Remove the data dir on exit (a temporary one of `-dev`), unless
-    /// something is still mounted under it.
-    pub temporary_data_dir: bool,
-}
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub fn run(mut options: Options) -> Result<(), Error> {
@@ -123,6 +110,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         err,
     })?;
     options.config.data_dir = data_dir.clone();
+    setup::resolve_csi_dir(&mut options.config)?;
     let socket = data_dir.join(api::SOCKET_NAME);
     // A socket handed over answers connections itself (they wait in its
     // backlog), and the service manager runs one agent per unit.
@@ -144,6 +132,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     let mut volumes = VolumeManager::new(
         Paths {
             data_dir: data_dir.clone(),
+            csi_root: options.config.csi_dir(),
         },
         done_tx,
     );
@@ -153,6 +142,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         Err(err) => log::error!("Cannot reconcile the claims with the mount table: {err}"),
     }
     let mut allocs = Allocs::new(&data_dir, &data_dir.join(api::SOCKET_NAME));
+    allocs.use_csi_root(&options.config.csi_dir());
     allocs.configure(
         &options.config.host_volumes,
         config_plugin_ids(&options.config),
@@ -198,7 +188,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         service_lease: 0,
         options,
     };
-    if agent.options.dev {
+    if agent.options.dev || agent.options.hostpath {
         let plugin = DevPlugin::start(&data_dir, &node_name(&agent.options.config))
             .map_err(Error::DevPlugin)?;
         agent.dev = Some(plugin);
@@ -548,7 +538,7 @@ impl Agent {
             // Whichever instance it is, the volumes that wait for the
             // plugin may go on.
             self.volumes.plugin_healthy(&key.plugin_id, Instant::now());
-            if self.dev.is_some() && key.plugin_id == dev::PLUGIN_ID {
+            if self.options.dev && key.plugin_id == dev::PLUGIN_ID {
                 self.create_demo_volume();
             }
         }

@@ -167,7 +167,7 @@ impl Agent {
         if self.allocs.any_plugin_task() {
             return;
         }
-        let root = self.options.config.data_dir.join("csi");
+        let root = self.options.config.csi_dir();
         let Ok(info) = crate::mount::MountInfo::read() else {
             return;
         };

@@ -1,4 +1,5 @@
-//! What the agent starts from: its config file, the node's name, and its
+//! What the agent starts from: how it was asked to run ([`Options`]), its
+//! config file, the node's name, its `csi_dir`, and its
 //! data dir (made private, or a temporary one for `agent -dev`, removed at
 //! the end unless something is still mounted under it).
 
@@ -12,6 +13,22 @@ use std::time::{Duration, Instant};
 
 use super::Error;
 use crate::spec::AgentConfig;
+
+/// How the agent was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub config: AgentConfig,
+    /// The file SIGHUP re-reads; `None` when there is none (`-dev` alone).
+    pub config_path: Option<PathBuf>,
+    /// `-dev`: the built-in hostpath plugin and its `demo` volume.
+    pub dev: bool,
+    /// `-hostpath`: the built-in hostpath plugin, as plugin `hostpath`
+    /// (`-dev` runs it too).
+    pub hostpath: bool,
+    /// Remove the data dir on exit (a temporary one of `-dev`), unless
+    /// something is still mounted under it.
+    pub temporary_data_dir: bool,
+}
 
 /// How long a control socket must keep taking connections to be another
 /// agent's.
@@ -121,6 +138,29 @@ pub(super) fn create_private_dir(path: &Path) -> Result<(), Error> {
         })
 }
 
+/// Makes the config's `csi_dir` (0700) when it is missing and makes it
+/// canonical, as mountinfo names the mounts under it (a managed Docker
+/// plugin's propagated mount is there already); then checks it against the
+/// data dir again, which `-data-dir` may have moved under it.
+pub(super) fn resolve_csi_dir(config: &mut AgentConfig) -> Result<(), Error> {
+    if let Some(path) = &config.csi_dir {
+        let error = |err| Error::CsiDir {
+            path: path.clone(),
+            err,
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(error)?;
+        config.csi_dir = Some(fs::canonicalize(path).map_err(error)?);
+    }
+    match config.csi_dir_conflict() {
+        Some(conflict) => Err(Error::CsiDirConflict(conflict)),
+        None => Ok(()),
+    }
+}
+
 /// A fresh data dir for `agent -dev`: `/tmp/csi-agent-dev-<pid>`, or with a
 /// counter when that exists.
 pub fn temp_data_dir() -> io::Result<PathBuf> {
@@ -162,13 +202,21 @@ pub(super) fn remove_temporary_data_dir(path: &Path) {
 }
 
 /// Says at a reload what changed that takes effect only at the next
-/// start: the data dir (but for `-dev`'s own), the endpoints of the
+/// start: the data dir (but for `-dev`'s own), `csi_dir`, the endpoints of the
 /// `telemetry` and `volume_plugin` blocks.
 pub(super) fn changed_for_next_start(running: &AgentConfig, read: &AgentConfig, dev: bool) {
     if read.data_dir != running.data_dir && !dev {
         log::warn!(
             "SIGHUP: data_dir changed to {}; it takes effect at the next start",
             read.data_dir.display()
+        );
+    }
+    if read.csi_dir() != running.csi_dir()
+        && fs::canonicalize(read.csi_dir()).ok() != running.csi_dir
+    {
+        log::warn!(
+            "SIGHUP: csi_dir changed to {}; it takes effect at the next start",
+            read.csi_dir().display()
         );
     }
     super::telemetry::reloaded(&running.telemetry, &read.telemetry);

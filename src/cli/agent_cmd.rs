@@ -8,18 +8,26 @@ use crate::agent::{self, Options};
 use crate::spec::AgentConfig;
 
 pub const USAGE: &str = "\
-usage: csi-agent agent (-config FILE | -dev) [-data-dir DIR]
+usage: csi-agent agent (-config FILE | -dev) [-hostpath] [-data-dir DIR]
 
 Runs the agent: supervises the configured CSI plugins and serves the
 control API on DATA_DIR/control.sock.
 
   -config FILE    the agent config (HCL); SIGHUP reloads it
   -dev            development mode: a fresh temporary data dir and the
-                  built-in hostpath plugin, registered as plugin `hostpath`
+                  built-in hostpath plugin, registered as plugin `hostpath`,
+                  with a volume `demo`
+  -hostpath       run the built-in hostpath plugin, registered as plugin
+                  `hostpath`, its volumes under DATA_DIR/hostpath
   -data-dir DIR   use DIR as the data dir (overrides the config and -dev's
                   temporary dir)";
 
-const FLAGS: &[Flag] = &[value("config"), switch("dev"), value("data-dir")];
+const FLAGS: &[Flag] = &[
+    value("config"),
+    switch("dev"),
+    switch("hostpath"),
+    value("data-dir"),
+];
 
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(FLAGS, argv)?;
@@ -65,6 +73,7 @@ pub fn run(argv: &[String]) -> Result<(), CliError> {
         config,
         config_path,
         dev,
+        hostpath: args.switch("hostpath"),
         temporary_data_dir: dev && explicit_dir.is_none(),
     };
     super::with_logging(&level, || agent::run(options)).map_err(CliError::Agent)

@@ -68,6 +68,11 @@ const DEFAULT_PLUGIN_HEARTBEAT: Duration = Duration::from_secs(30);
 pub struct AgentConfig {
     /// The agent's state, plugin sockets, staging and task directories.
     pub data_dir: PathBuf,
+    /// `csi_dir`: where volumes are staged and published, when not
+    /// `data_dir/csi` ([`AgentConfig::csi_dir`]). A managed Docker plugin
+    /// sets its propagated mount here, so that every mount the agent makes
+    /// for a container reaches the host.
+    pub csi_dir: Option<PathBuf>,
     /// The node's name; `None` means the host name, resolved at start.
     pub node_name: Option<String>,
     pub log_level: LevelFilter,
@@ -137,6 +142,29 @@ pub struct ChrootEntry {
 }
 
 impl AgentConfig {
+    /// Where volumes are staged and published: `csi_dir`, or the data
+    /// dir's `csi/`.
+    pub fn csi_dir(&self) -> PathBuf {
+        self.csi_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("csi"))
+    }
+
+    /// Why `csi_dir` cannot serve beside `data_dir`, if it cannot: a mount
+    /// on the data dir or above it would cover the agent's own state.
+    /// Checked at load and again once `-data-dir` has had its say.
+    pub fn csi_dir_conflict(&self) -> Option<String> {
+        let csi_dir = self.csi_dir.as_ref()?;
+        if self.data_dir.starts_with(csi_dir) {
+            return Some(format!(
+                "csi_dir {} is the data dir {} or contains it: the volumes mounted there would cover the agent's state",
+                csi_dir.display(),
+                self.data_dir.display()
+            ));
+        }
+        None
+    }
+
     /// The `chroot_env` in force: the config's, or Nomad's default.
     pub fn chroot_env(&self) -> Vec<ChrootEntry> {
         match &self.chroot_env {
@@ -156,6 +184,7 @@ impl Default for AgentConfig {
     fn default() -> AgentConfig {
         AgentConfig {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            csi_dir: None,
             node_name: None,
             log_level: LevelFilter::Info,
             plugin_heartbeat: DEFAULT_PLUGIN_HEARTBEAT,
@@ -261,6 +290,9 @@ impl AgentConfig {
     pub fn to_hcl(&self) -> String {
         let mut w = Writer::new();
         w.string("data_dir", &self.data_dir.to_string_lossy());
+        if let Some(dir) = &self.csi_dir {
+            w.string("csi_dir", &dir.to_string_lossy());
+        }
         w.opt_string("node_name", self.node_name.as_deref());
         w.string("log_level", &self.log_level.as_str().to_lowercase());
         w.duration("plugin_heartbeat", self.plugin_heartbeat);
@@ -339,6 +371,24 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     let mut config = AgentConfig::default();
     if let Some((dir, _)) = absolute_path(&mut f, "data_dir") {
         config.data_dir = dir;
+    }
+    if let Some((dir, pos)) = absolute_path(&mut f, "csi_dir") {
+        let system = ["/proc", "/sys", "/dev"]
+            .into_iter()
+            .find(|tree| dir.starts_with(tree));
+        if let Some(tree) = system {
+            f.error(pos, format!("\"csi_dir\" must not be inside {tree}"));
+        }
+        if dir
+            .components()
+            .any(|c| !matches!(c, Component::RootDir | Component::Normal(_)))
+        {
+            f.error(pos, "\"csi_dir\" must not contain `.` or `..`");
+        }
+        config.csi_dir = Some(dir);
+        if let Some(conflict) = config.csi_dir_conflict() {
+            f.error(pos, conflict);
+        }
     }
     if let Some((name, pos)) = f.string_at("node_name") {
         if name.is_empty() {

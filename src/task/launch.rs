@@ -177,7 +177,9 @@ pub(super) struct StartPlan {
     pub group: String,
     pub network: Option<Network>,
     pub spec: Task,
-    pub data_dir: PathBuf,
+    /// Where volumes are staged and published (`data_dir/csi` unless the
+    /// config's `csi_dir` says otherwise).
+    pub csi_root: PathBuf,
     pub alloc_dir: PathBuf,
     /// A plugin task's socket dir, `data_dir/plugins/<alloc>`.
     pub socket_dir: PathBuf,
@@ -255,7 +257,7 @@ impl Allocs {
                 .as_ref()
                 .map(|n| ports::as_allocated(n, &alloc.ports)),
             spec: spec.clone(),
-            data_dir: self.data_dir.clone(),
+            csi_root: self.csi_root.clone(),
             alloc_dir: self.alloc_dir(&alloc.id),
             socket_dir,
             control_socket: self.control_socket.clone(),
@@ -417,7 +419,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     let mut keep = Vec::new();
     let mut plugin_dirs = Vec::new();
     if let (Some(p), Some((registered, _))) = (&spec.csi_plugin, &plugin) {
-        let root = plan.data_dir.join("csi");
+        let root = plan.csi_root.clone();
         ensure_shared_root(&root)?;
         make_dir(&root.join(&p.id), 0o700)?;
         keep.push(root.clone());

@@ -446,6 +446,9 @@ impl JobEntry {
 /// The jobs and allocations of this agent, owned by the main loop.
 pub struct Allocs {
     data_dir: PathBuf,
+    /// Where volumes are staged and published: a plugin task's
+    /// `stage_publish_base_dir` is bound from here.
+    csi_root: PathBuf,
     /// The agent's control API socket, hidden from `raw_exec` tasks.
     control_socket: PathBuf,
     host_volumes: Vec<HostVolume>,
@@ -501,6 +504,7 @@ impl Allocs {
     pub fn new(data_dir: &Path, control_socket: &Path) -> Allocs {
         Allocs {
             data_dir: data_dir.to_path_buf(),
+            csi_root: data_dir.join("csi"),
             control_socket: control_socket.to_path_buf(),
             host_volumes: Vec::new(),
             config_plugins: BTreeSet::new(),
@@ -573,6 +577,12 @@ impl Allocs {
         self.allocs
             .get(alloc)
             .is_some_and(|a| !a.status.is_terminal())
+    }
+
+    /// Where volumes are staged and published, when not the data dir's
+    /// `csi/` (the config's `csi_dir`): set once, before any task starts.
+    pub fn use_csi_root(&mut self, root: &Path) {
+        self.csi_root = root.to_path_buf();
     }
 
     /// What the agent config says about host volumes, plugins, the roots

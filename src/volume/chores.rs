@@ -250,9 +250,7 @@ mod tests {
     #[test]
     fn the_skeleton_is_made_private_once_and_kept_when_a_claim_goes() {
         let dir = temp_dir("skeleton");
-        let paths = Paths {
-            data_dir: dir.clone(),
-        };
+        let paths = Paths::new(&dir);
         let skeleton = paths.publish_root("hp");
         let parent = skeleton.join("a1").join("v1");
         make_below(&skeleton, &parent, 0o777).unwrap();
@@ -270,9 +268,7 @@ mod tests {
     #[test]
     fn a_dir_still_in_use_is_kept() {
         let dir = temp_dir("in-use");
-        let paths = Paths {
-            data_dir: dir.clone(),
-        };
+        let paths = Paths::new(&dir);
         let skeleton = paths.publish_root("hp");
         make_below(&skeleton, &skeleton.join("a1").join("v1"), 0o777).unwrap();
         make_below(&skeleton, &skeleton.join("a1").join("v2"), 0o777).unwrap();
@@ -288,9 +284,7 @@ mod tests {
     /// A claim job's dirs: step 1 stages into `staging/v`, step 2
     /// publishes below `per-alloc/a1/v`.
     fn claim_dirs(dir: &Path) -> (Dir, Dir) {
-        let paths = Paths {
-            data_dir: dir.to_path_buf(),
-        };
+        let paths = Paths::new(dir);
         let staging = Dir {
             skeleton: paths.staging_root("hp"),
             path: paths.staging_root("hp").join("v"),

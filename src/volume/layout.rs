@@ -1,18 +1,32 @@
 //! Where the agent keeps what it mounts: every volume's stagings and
-//! publishes, under `data_dir/csi/<plugin>`, and those paths as a plugin
-//! in a root of its own names them.
+//! publishes, under `<csi root>/<plugin>` (the data dir's `csi/` unless the
+//! config's `csi_dir` says otherwise), and those paths as a plugin in a
+//! root of its own names them.
 
 use std::path::{Path, PathBuf};
 
 use super::model::{StagingKey, Volume};
 
-/// Where a volume's stagings and publishes live under `data_dir`.
+/// Where a volume's stagings and publishes live.
 #[derive(Clone, Debug)]
 pub struct Paths {
+    /// The agent's data dir, which no claim's target may touch.
     pub data_dir: PathBuf,
+    /// Everything the agent mounts lives under here: the data dir's `csi/`,
+    /// or the config's `csi_dir` (a managed Docker plugin's propagated
+    /// mount).
+    pub csi_root: PathBuf,
 }
 
 impl Paths {
+    /// The default layout: everything under `data_dir/csi`.
+    pub fn new(data_dir: &Path) -> Paths {
+        Paths {
+            data_dir: data_dir.to_path_buf(),
+            csi_root: data_dir.join("csi"),
+        }
+    }
+
     /// `csi/<plugin>/staging/<volume>`: the NodeStage target, one per
     /// volume; `.../<volume>/<usage>` for a staging of the per-usage
     /// layout of the first releases.
@@ -45,7 +59,7 @@ impl Paths {
 
     /// Everything the agent mounts lives under here.
     pub fn csi_root(&self) -> PathBuf {
-        self.data_dir.join("csi")
+        self.csi_root.clone()
     }
 
     /// `path`, one of the host paths of `plugin_id`'s volumes, as the plugin
@@ -66,9 +80,7 @@ mod tests {
 
     #[test]
     fn a_plugin_task_is_given_its_paths_under_its_base_dir() {
-        let paths = Paths {
-            data_dir: PathBuf::from("/var/lib/csi-agent"),
-        };
+        let paths = Paths::new(Path::new("/var/lib/csi-agent"));
         let staging = Path::new("/var/lib/csi-agent/csi/hp/staging/v1");
         let publish = Path::new("/var/lib/csi-agent/csi/hp/per-alloc/a1/v1/rw-file-system-x");
         let base = Some(Path::new("/local/csi"));

@@ -15,6 +15,7 @@ use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use super::layout::Paths;
 use crate::mount::{self, MountInfo};
 
 /// Trees the agent never mounts into.
@@ -51,6 +52,24 @@ pub struct Checked {
     /// Whether it exists already; a target the agent creates is removed on
     /// release once empty.
     pub exists: bool,
+}
+
+/// [`check`], and the same rule for where the agent mounts volumes when it
+/// lies outside the data dir (the config's `csi_dir`): a target in it or
+/// above it would cover the agent's own mounts. Both paths are canonical.
+pub fn check_against(target: &Path, paths: &Paths) -> Result<Checked, Refused> {
+    let checked = check(target, &paths.data_dir)?;
+    let root = &paths.csi_root;
+    if checked.path.starts_with(root) || root.starts_with(&checked.path) {
+        return Err(refuse(
+            target,
+            format!(
+                "is the agent's csi_dir {}, inside it or above it",
+                root.display()
+            ),
+        ));
+    }
+    Ok(checked)
 }
 
 /// Checks a claim's target against the rules above. `data_dir` is
@@ -191,6 +210,25 @@ mod tests {
         assert!(reason("/var/lib/csi-agent-test-nonexistent/csi/x").starts_with("is inside"));
         assert!(reason("/var/lib").starts_with("contains the agent's data dir"));
         assert!(reason("/var").starts_with("contains"));
+    }
+
+    #[test]
+    fn a_csi_dir_outside_the_data_dir_and_its_relatives_are_refused() {
+        let paths = Paths {
+            data_dir: data_dir(),
+            csi_root: PathBuf::from("/mnt/csi-agent-test-nonexistent"),
+        };
+        let reason = |target: &str| check_against(Path::new(target), &paths).unwrap_err().reason;
+        let expected =
+            "is the agent's csi_dir /mnt/csi-agent-test-nonexistent, inside it or above it";
+        assert_eq!(reason("/mnt/csi-agent-test-nonexistent"), expected);
+        assert_eq!(reason("/mnt/csi-agent-test-nonexistent/hp/x"), expected);
+        assert_eq!(reason("/mnt"), expected);
+        // The data dir's rules still come first.
+        assert_eq!(
+            reason("/var/lib/csi-agent-test-nonexistent"),
+            "is the agent's data dir"
+        );
     }
 
     #[test]

@@ -134,9 +134,26 @@ pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet
             .iter()
             .filter(|c| may_hold_mounts(&c.state))
             .flat_map(|c| &c.volumes)
-            .filter(|m| m.driver == driver)
+            .filter(|m| is_driver(&m.driver, driver))
             .map(|m| m.name.clone()),
     )
+}
+
+/// Whether a container's mount names this plugin's driver: its `name`, or
+/// a managed plugin's reference whose name is `name` (`[REPO/]name:TAG`):
+/// dockerd names the driver of a managed plugin by its reference, with its
+/// tag (`csi:latest` for `docker plugin create csi DIR`, `me/csi:1.2` once
+/// installed from a registry). A volume name belongs to one driver of an
+/// engine, so no other driver's volume can match one of ours.
+fn is_driver(mounted: &str, driver: &str) -> bool {
+    if mounted == driver {
+        return true;
+    }
+    // The tag follows the last `:` of the last component (a registry's
+    // port is in an earlier one); a plain driver name has neither.
+    let last = mounted.rsplit('/').next().unwrap_or(mounted);
+    let name = last.split_once(':').map_or(last, |(name, _)| name);
+    name != mounted && name == driver
 }
 
 /// The claims to release at `now`: those whose engine answered
@@ -593,6 +610,27 @@ mod tests {
         assert_eq!(
             decide(&claims, &sighting, &mut clocks, t0 + GRACE, GRACE).len(),
             1
+        );
+    }
+
+    #[test]
+    fn a_managed_plugins_reference_names_the_same_driver() {
+        let sighting = volumes_in_use(
+            &[container(
+                "running",
+                &[
+                    ("v", "csi:latest"),
+                    ("w", "registry:5000/me/csi:1.2"),
+                    ("x", "csi-other:latest"),
+                    ("y", "csi/other:latest"),
+                    ("z", "local"),
+                ],
+            )],
+            "csi",
+        );
+        assert_eq!(
+            sighting,
+            crate::order::set(["v".to_string(), "w".to_string()])
         );
     }
 

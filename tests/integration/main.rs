@@ -10,7 +10,8 @@
 //! crate's import graph, read from `src/`, held to its layers (`layers`);
 //! the container engine client against a private dockerd per test; the
 //! agent's Docker volume plugin socket driven by the `docker` CLI,
-//! `docker-compose` and `podman` (`volume_clients`); the agent as systemd
+//! `docker-compose` and `podman`, and the agent as a managed Docker plugin
+//! (`volume_clients`); the agent as systemd
 //! runs it, told ready on a notify socket and handed its sockets by
 //! `systemd-socket-activate`, through a boot with dockerd first
 //! (`systemd`); and

@@ -3,7 +3,8 @@
 //! point is never "adopted", a release leaves a mount that is not the
 //! agent's bind alone (and says so, once, without retrying forever), and a
 //! plugin that answers NodeUnpublish with success but leaves its mount is
-//! contained. One staging path per volume, whoever claims it.
+//! contained. One staging path per volume, whoever claims it; with a
+//! `csi_dir`, every staging and publish lies under it, and no target may.
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -265,4 +266,57 @@ fn a_writer_and_a_reader_are_published_through_the_volume_s_one_staging() {
     assert_eq!(mount_state(&staging), None);
     rig.assert_spec_order();
     rig.assert_nothing_left();
+}
+
+#[test]
+fn with_a_csi_dir_every_staging_and_publish_lies_under_it_and_targets_there_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let plugin = crate::util::Plugin::start();
+    let elsewhere = crate::util::TestDir::new();
+    let csi_dir = elsewhere.join("mounts");
+    let agent = crate::harness::Agent::start_with_config(&format!(
+        "csi_dir = {:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n}}\n",
+        csi_dir.display().to_string(),
+        plugin.socket().display().to_string(),
+    ));
+    agent.wait_for(PLUGIN, healthy, crate::harness::WAIT);
+    let rig = Rig { agent, plugin };
+    rig.create("vol", SNW);
+
+    let answer = claimed(&rig.agent, &claim_req("vol", "a1"));
+    let publish = Path::new(&answer.publish_path);
+    let csi_dir = fs::canonicalize(&csi_dir).unwrap();
+    assert!(publish.starts_with(&csi_dir), "{}", publish.display());
+    let under = crate::util::mounts_under(&csi_dir);
+    assert!(under.iter().any(|m| m == publish), "{under:?}");
+    assert!(
+        under.iter().any(|m| m.ends_with("staging/vol")),
+        "the staging is there too: {under:?}"
+    );
+    // Nothing of the volume's is mounted under the data dir any more.
+    assert_eq!(
+        crate::util::mounts_under(&rig.agent.data_dir),
+        Vec::<std::path::PathBuf>::new()
+    );
+
+    // A target in it, or above it, would cover the agent's own mounts.
+    for target in [csi_dir.join("x"), elsewhere.path.clone()] {
+        let message = refusal(&rig, "vol", "a2", &target);
+        assert!(
+            message.contains(&format!(
+                "the target {} is the agent's csi_dir {}, inside it or above it",
+                target.display(),
+                csi_dir.display()
+            )),
+            "{target:?}: {message}"
+        );
+    }
+
+    released(&rig.agent, "vol", "a1");
+    assert_eq!(
+        crate::util::mounts_under(&csi_dir),
+        Vec::<std::path::PathBuf>::new()
+    );
 }

@@ -6,7 +6,7 @@
 //! power cut could undo what was answered. The jobs do not run here: the
 //! tests feed the manager the reports a job would send.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Instant, SystemTime};
 
 use crossbeam_channel::{unbounded, Receiver};
@@ -40,12 +40,8 @@ impl Rig {
     /// The rig with volume `v` of `capability`.
     pub(super) fn with(capability: Capability) -> Rig {
         let (tx, done) = unbounded();
-        let mut manager = VolumeManager::new(
-            Paths {
-                data_dir: PathBuf::from("/nonexistent/csi-agent-test"),
-            },
-            tx,
-        );
+        let mut manager =
+            VolumeManager::new(Paths::new(Path::new("/nonexistent/csi-agent-test")), tx);
         let mut registry = Registry::new();
         let spec = PluginSpec {
             id: "p".into(),

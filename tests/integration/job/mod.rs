@@ -743,7 +743,11 @@ fn an_agent_restart_readopts_running_tasks() {
         return;
     }
     let mut rig = Rig::start();
-    let allocs = rig.run_job("app.hcl", &consumer("app", "sleep 600", "", false));
+    // `exec`: Debian's sh forks a `-c` script's last command, and it may
+    // do so after the task is running, so that the processes counted below
+    // would grow by the sleep with no task started twice (seen once in a
+    // full run under load: [sh] before the restart, [sh, sleep] after).
+    let allocs = rig.run_job("app.hcl", &consumer("app", "exec sleep 600", "", false));
     let app_pid = rig.wait_running("app", &allocs[0]);
     let plugin_alloc = rig.job("plugin").allocs[0].id.clone();
     let plugin_pid = rig.task("plugin", &plugin_alloc).pid;

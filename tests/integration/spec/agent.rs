@@ -27,6 +27,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
     let expected = AgentConfig {
         data_dir: PathBuf::from("/var/lib/csi-agent"),
+        csi_dir: None,
         node_name: Some("node-1".to_string()),
         log_level: LevelFilter::Debug,
         plugin_heartbeat: Duration::from_secs(60),
@@ -272,6 +273,37 @@ fn node_name_must_not_be_empty() {
     assert_one_error(
         "node_name = \"\"\n",
         r#"test.hcl:1:13: "node_name" must not be empty (leave it out to use the host name)"#,
+    );
+}
+
+#[test]
+fn csi_dir_defaults_to_the_data_dirs_csi_and_may_live_elsewhere() {
+    let config = ok(agent("data_dir = \"/srv/agent\"\n")).spec;
+    assert_eq!(config.csi_dir(), PathBuf::from("/srv/agent/csi"));
+    let text = "data_dir = \"/var/lib/csi-agent\"\ncsi_dir = \"/mnt/csi-agent\"\n";
+    let config = ok(agent(text)).spec;
+    assert_eq!(config.csi_dir(), PathBuf::from("/mnt/csi-agent"));
+    // And it survives the way back to HCL.
+    assert_eq!(ok(agent(&config.to_hcl())).spec, config);
+}
+
+#[test]
+fn csi_dir_may_not_cover_the_data_dir_or_a_system_tree() {
+    assert_one_error(
+        "data_dir = \"/var/lib/csi-agent\"\ncsi_dir = \"/var/lib\"\n",
+        "test.hcl:2:11: csi_dir /var/lib is the data dir /var/lib/csi-agent or contains it: the volumes mounted there would cover the agent's state",
+    );
+    assert_one_error(
+        "csi_dir = \"/var/lib/csi-agent\"\n",
+        "test.hcl:1:11: csi_dir /var/lib/csi-agent is the data dir /var/lib/csi-agent or contains it: the volumes mounted there would cover the agent's state",
+    );
+    assert_one_error(
+        "csi_dir = \"/proc/mounts\"\n",
+        r#"test.hcl:1:11: "csi_dir" must not be inside /proc"#,
+    );
+    assert_one_error(
+        "csi_dir = \"/mnt/../var\"\n",
+        r#"test.hcl:1:11: "csi_dir" must not contain `.` or `..`"#,
     );
 }
 

@@ -3,7 +3,9 @@
 //! `docker-compose` with `DOCKER_HOST` at that engine, and rootful `podman`
 //! with a root, run root and containers.conf of the test's own. The CSI
 //! plugin behind the agent is the built-in hostpath plugin, as a process
-//! of the test ([`Plugin`]) or as a `docker` task of the same agent.
+//! of the test ([`Plugin`]) or as a `docker` task of the same agent; and
+//! the agent itself as a managed Docker plugin (`managed_plugin`), with
+//! the built-in plugin inside it.
 //!
 //! dockerd finds a plugin at `/run/docker/plugins/<name>.sock`, a
 //! directory every dockerd on the host shares: each test's driver name is
@@ -26,6 +28,7 @@ use crate::volume_util::{try_volume, PLUGIN};
 
 mod compose;
 mod docker_cli;
+mod managed_plugin;
 mod options;
 mod plugin_task;
 mod podman;

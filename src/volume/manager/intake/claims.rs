@@ -102,7 +102,7 @@ impl VolumeManager {
                 None => req.target.is_empty(),
                 Some(t) => {
                     Path::new(&req.target) == t.as_path()
-                        || target::check(Path::new(&req.target), &self.paths.data_dir)
+                        || target::check_against(Path::new(&req.target), &self.paths)
                             .is_ok_and(|c| c.path == *t)
                 }
             };
@@ -120,7 +120,7 @@ impl VolumeManager {
         let target = if req.target.is_empty() {
             None
         } else {
-            let checked = target::check(Path::new(&req.target), &self.paths.data_dir)
+            let checked = target::check_against(Path::new(&req.target), &self.paths)
                 .map_err(|e| invalid(e.to_string()))?;
             self.check_target_unused(&checked.path)?;
             Some(checked)
