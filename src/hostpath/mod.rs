@@ -374,7 +374,7 @@ fn storage_id(path: &Path) -> io::Result<String> {
     }
     let mut random = crate::csi::backoff::SplitMix64::from_entropy();
     let id = format!("{:016x}", random.next_u64());
-    let aside = path.with_extension(format!("{}", std::process::id()));
+    let aside = path.with_extension(format!("{}.{id}", std::process::id()));
     fs::write(&aside, &id)?;
     let linked = fs::hard_link(&aside, path);
     let _ = fs::remove_file(&aside);
@@ -641,5 +641,29 @@ mod tests {
         }
         let err = page(5, -1, "").unwrap_err();
         assert_eq!(err.code(), RpcStatusCode::INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn every_process_of_a_shared_base_dir_reads_one_storage_id() {
+        let dir = std::env::temp_dir().join(format!("hostpath-storage-id-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(STORAGE_ID);
+        let _ = fs::remove_file(&path);
+        // Processes starting at once agree on whichever linked first.
+        let ids: Vec<String> = std::thread::scope(|s| {
+            let racers: Vec<_> = (0..4).map(|_| s.spawn(|| storage_id(&path))).collect();
+            racers
+                .into_iter()
+                .map(|r| r.join().unwrap().unwrap())
+                .collect()
+        });
+        assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+        assert_eq!(ids[0].len(), 16);
+        assert_eq!(storage_id(&path).unwrap(), ids[0]);
+        // Something else in its place is refused, not reported.
+        fs::write(&path, "x".repeat(65)).unwrap();
+        let err = storage_id(&path).unwrap_err();
+        assert!(err.to_string().contains("is not a storage ID"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
