@@ -1,5 +1,7 @@
-//! `csi-agent node status [-json]`: this agent's node and its resources
-//! as placement sees them; in a cluster, whether this agent is connected,
+//! `csi-agent node status [-json]`: this agent's node, its resources as
+//! placement sees them and its plugins (node ID, health, topology, which
+//! decides where volumes can be claimed); in a cluster, whether this
+//! agent is connected,
 //! and the agents of the cluster (the nodes whose lease-attached key
 //! exists in etcd), when they registered, and their plugins.
 
@@ -18,8 +20,9 @@ use crate::units::{format_duration, format_timestamp};
 pub const USAGE: &str = "\
 usage: csi-agent node status [-json] [-address ADDR]
 
-  status                  this agent's node and its resources as placement
-                          sees them; in a cluster (etcd), whether this agent
+  status                  this agent's node, its resources as placement
+                          sees them and its plugins' node IDs, health and
+                          topologies; in a cluster (etcd), whether this agent
                           is connected, and each node of the cluster, when
                           it registered, its plugins";
 
