@@ -570,7 +570,6 @@ mod tests {
     fn a_group_whose_csi_volume_lives_elsewhere_is_not_placed() {
         let spec = job(r#"job "j" {
   group "far" {
-    count = 2
     volume "data" {
       type            = "csi"
       source          = "db"
@@ -623,7 +622,7 @@ mod tests {
             vec![
                 Unplaced {
                     group: "far".into(),
-                    count: 2,
+                    count: 1,
                     constraint: TOPOLOGY_FILTER.into(),
                     detail: "db lives on host-a".into(),
                 },
