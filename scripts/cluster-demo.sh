@@ -209,7 +209,7 @@ etcd_list=$(printf '"%s", ' "${endpoints[@]}")
 for host in "${hosts[@]}"; do
     mkdir -p "$dir/$host"
     on "$host" "$bin" hostpath -endpoint "unix://$dir/$host/csi.sock" \
-        -base-dir "$dir/hostpath" -node-id "$host" 2>"$dir/$host/plugin.log" &
+        -base-dir "$dir/hostpath" -shared -node-id "$host" 2>"$dir/$host/plugin.log" &
     pids+=($!)
     cat >"$dir/$host/agent.hcl" <<EOF
 data_dir         = "$dir/$host/data"

@@ -575,20 +575,24 @@ fn attach_calls(record: &statepb::Volume, plugin_node_id: &str) -> Result<Attach
 /// plugin's controller and node instances are one plugin. Its node ID is
 /// the node instance's (NodeGetInfo); it is healthy when every instance
 /// of it is.
-fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
+pub(super) fn node_plugins(registry: &Registry) -> Vec<pb::NodePlugin> {
     registry
         .ids()
         .into_iter()
         .map(|id| {
             let counts = registry.counts(id);
+            let node = registry
+                .serving(id, Service::Node)
+                .and_then(|r| r.fingerprint.as_ref())
+                .and_then(|f| f.node.as_ref());
             pb::NodePlugin {
                 id: id.to_string(),
-                node_id: registry
-                    .serving(id, Service::Node)
-                    .and_then(|r| r.fingerprint.as_ref())
-                    .and_then(|f| f.node.as_ref())
-                    .map(|n| n.node_id.clone())
-                    .unwrap_or_default(),
+                node_id: node.map(|n| n.node_id.clone()).unwrap_or_default(),
+                topology: node
+                    .and_then(|n| n.accessible_topology.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
                 healthy: registry.instances(id).all(|r| r.health == Health::Healthy),
                 controllers_healthy: counts.controllers_healthy,
                 controllers_expected: counts.controllers_expected,

@@ -56,6 +56,14 @@ impl Agent {
         }
     }
 
+    /// This agent's plugins as its node record shows them.
+    fn this_node_plugins(&self) -> Vec<node::ClusterNodePlugin> {
+        super::cluster::node_plugins(&self.registry)
+            .into_iter()
+            .map(node::ClusterNodePlugin::from_record)
+            .collect()
+    }
+
     /// `node status`: read from etcd on a thread of its own.
     pub(super) fn node_status(&mut self, reply: ReplyTo) {
         let Some(cluster) = &self.cluster else {
@@ -66,6 +74,7 @@ impl Agent {
                 reason: "its config has no cluster block".to_string(),
                 nodes: Vec::new(),
                 resources: node_resources(&self.allocs),
+                plugins: self.this_node_plugins(),
             };
             reply.send(Ok(Response::NodeStatus(status)));
             return;
@@ -81,6 +90,7 @@ impl Agent {
             reason,
             nodes: Vec::new(),
             resources: node_resources(&self.allocs),
+            plugins: self.this_node_plugins(),
         };
         // Cut off from etcd, the agent still knows where it stands, and
         // the error says so.

@@ -13,6 +13,9 @@ use crate::call::Reply;
 impl Agent {
     /// Answers `request`, one of the job and alloc calls.
     pub(super) fn job_call(&mut self, request: Request, reply: ReplyTo) {
+        // Placement sees the volumes as they are now.
+        self.allocs
+            .set_volume_misfits(self.volumes.topology_misfits(&self.registry));
         let change = match request {
             Request::JobRun(req) => self.allocs.run_job(&req).map(Response::JobRun),
             Request::JobStop { name, purge } => {

@@ -307,6 +307,14 @@ fn volume_of(v: volume::VolumeStatus) -> pb::VolumeStatus {
         create_error: v.create_error,
         mounts_read_only: v.mounts_read_only,
         mount_group: v.mount_group,
+        topologies: v
+            .topologies
+            .into_iter()
+            .map(|t| pb::Topology {
+                segments: t.into_iter().collect(),
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     }
 }
@@ -391,6 +399,7 @@ pub fn snapshots(all: Vec<volume::Snapshot>) -> pb::SnapshotListResponse {
 // ---- the cluster ----
 
 pub fn node_status(status: NodeStatus) -> pb::NodeStatusResponse {
+    let this_node_plugins = status.plugins.into_iter();
     pb::NodeStatusResponse {
         this_node: status.this_node,
         connection: status.connection,
@@ -411,19 +420,21 @@ pub fn node_status(status: NodeStatus) -> pb::NodeStatusResponse {
             .map(|n| pb::ClusterNode {
                 name: n.name,
                 registered_unix_ms: unix_ms(n.registered),
-                plugins: n
-                    .plugins
-                    .into_iter()
-                    .map(|p| pb::ClusterNodePlugin {
-                        id: p.id,
-                        node_id: p.node_id,
-                        healthy: p.healthy,
-                        ..Default::default()
-                    })
-                    .collect(),
+                plugins: n.plugins.into_iter().map(cluster_node_plugin).collect(),
                 ..Default::default()
             })
             .collect(),
+        plugins: this_node_plugins.map(cluster_node_plugin).collect(),
+        ..Default::default()
+    }
+}
+
+fn cluster_node_plugin(p: crate::cluster::node::ClusterNodePlugin) -> pb::ClusterNodePlugin {
+    pb::ClusterNodePlugin {
+        id: p.id,
+        node_id: p.node_id,
+        healthy: p.healthy,
+        topology: p.topology.into_iter().collect(),
         ..Default::default()
     }
 }

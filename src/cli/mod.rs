@@ -53,7 +53,7 @@ commands:
 
 Run `csi-agent COMMAND -help` for a command's usage.";
 
-const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-mode MODE] [-no-attach] [-fence] [-strict]
+const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/csi.sock -base-dir DIR [-node-id ID] [-mode MODE] [-no-attach] [-fence] [-strict] [-shared]
 
   -mode MODE   monolith (the default: Identity, Controller and Node), or
                controller or node for one half of a split plugin: run a
@@ -67,7 +67,11 @@ const HOSTPATH_USAGE: &str = "usage: csi-agent hostpath -endpoint unix:///path/c
                fencing a lost node does (by default it is refused)
   -strict      refuse (FAILED_PRECONDITION, \"strict: <rule>\") every request
                a CO that keeps the CSI spec never sends, and append
-               \"<RPC> <volume>: <rule>\" to DIR/strict-violations";
+               \"<RPC> <volume>: <rule>\" to DIR/strict-violations
+  -shared      DIR is shared by several hosts (standing in for network
+               storage): report DIR's topology, which every host sharing it
+               has, instead of this node's, so volumes can be claimed from
+               each of them";
 
 /// Every way a command can fail.
 #[derive(Debug)]
@@ -347,6 +351,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         switch("no-attach"),
         switch("fence"),
         switch("strict"),
+        switch("shared"),
     ];
     let args = args::parse(FLAGS, argv)?;
     args.at_most(0)?;
@@ -379,6 +384,7 @@ fn hostpath(argv: &[String]) -> Result<(), CliError> {
         strict: args.switch("strict"),
         require_secrets: args.value("test-require-secrets").map(PathBuf::from),
         mode,
+        shared: args.switch("shared"),
     };
     with_logging("info", || crate::hostpath::run(config)).map_err(CliError::Hostpath)
 }

@@ -1,5 +1,7 @@
-//! `csi-agent node status [-json]`: this agent's node and its resources
-//! as placement sees them; in a cluster, whether this agent is connected,
+//! `csi-agent node status [-json]`: this agent's node, its resources as
+//! placement sees them and its plugins (node ID, health, topology, which
+//! decides where volumes can be claimed); in a cluster, whether this
+//! agent is connected,
 //! and the agents of the cluster (the nodes whose lease-attached key
 //! exists in etcd), when they registered, and their plugins.
 
@@ -18,8 +20,9 @@ use crate::units::{format_duration, format_timestamp};
 pub const USAGE: &str = "\
 usage: csi-agent node status [-json] [-address ADDR]
 
-  status                  this agent's node and its resources as placement
-                          sees them; in a cluster (etcd), whether this agent
+  status                  this agent's node, its resources as placement
+                          sees them and its plugins' node IDs, health and
+                          topologies; in a cluster (etcd), whether this agent
                           is connected, and each node of the cluster, when
                           it registered, its plugins";
 
@@ -59,6 +62,28 @@ fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
             r.cpu, r.cores, r.reserved_cpu, r.allocated_cpu, r.memory, r.reserved_memory, r.allocated_memory
         ));
     }
+    if !resp.plugins.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec![
+            "Plugin".to_string(),
+            "Node ID".to_string(),
+            "Health".to_string(),
+            "Topology".to_string(),
+        ]];
+        for p in &resp.plugins {
+            rows.push(vec![
+                p.id.clone(),
+                if p.node_id.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    p.node_id.clone()
+                },
+                if p.healthy { "healthy" } else { "unhealthy" }.to_string(),
+                topology(&p.topology),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
     if resp.connection == "none" {
         // Not in a cluster: there is no table of nodes to show.
         return out;
@@ -85,7 +110,11 @@ fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
             .iter()
             .map(|p| {
                 let health = if p.healthy { "healthy" } else { "unhealthy" };
-                format!("{} ({health})", p.id)
+                if p.topology.is_empty() {
+                    format!("{} ({health})", p.id)
+                } else {
+                    format!("{} ({health}, {})", p.id, topology(&p.topology))
+                }
             })
             .collect();
         rows.push(vec![
@@ -101,6 +130,14 @@ fn text(resp: &api::NodeStatusResponse, now: SystemTime) -> String {
     }
     out.push_str(&columns(&rows));
     out
+}
+
+/// A node's topology for a plugin, `<none>` without one.
+fn topology(segments: &std::collections::HashMap<String, String>) -> String {
+    if segments.is_empty() {
+        return "<none>".to_string();
+    }
+    crate::csi::topology::describe(&segments.clone().into_iter().collect())
 }
 
 #[cfg(test)]
@@ -120,6 +157,7 @@ mod tests {
                 plugins: vec![api::ClusterNodePlugin {
                     id: "hostpath".into(),
                     healthy: true,
+                    topology: [("zone".to_string(), "a".to_string())].into(),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -146,6 +184,6 @@ mod tests {
             row.starts_with("a     2023-11-14T22:13:20.000Z  1m30s"),
             "{row}"
         );
-        assert!(row.ends_with("hostpath (healthy)"), "{row}");
+        assert!(row.ends_with("hostpath (healthy, {zone=a})"), "{row}");
     }
 }

@@ -386,6 +386,7 @@ const STAGING_HEADER: &str = "Path, State, Capability";
 const EXTERNAL_HEADER: &str = "External ID, Capacity, Nodes, Condition";
 const VOLUME_HEADER: &str = "ID, Name, Plugin, Provider, Schedulable, Claims, Access";
 const CLAIM_HEADER: &str = "Alloc, Mode, State, Usage, Target, Publish Path";
+const TOPOLOGY_HEADER: &str = "Topology, Segments";
 const PAST_CLAIM_HEADER: &str = "Alloc, Mode, State, Last Error, Next Retry";
 
 /// `rows` in columns under `header` (names separated by ", "), or `empty`
@@ -556,6 +557,21 @@ fn details(v: &api::VolumeStatus) -> String {
 
     out.push_str("\nUsage\n");
     out.push_str(&usage(v.stats.as_ref()));
+
+    // Nomad's section: one row per topology the volume is accessible from.
+    if !v.topologies.is_empty() {
+        let rows = v.topologies.iter().enumerate().map(|(i, t)| {
+            let mut segments: Vec<(&String, &String)> = t.segments.iter().collect();
+            order::sort(&mut segments);
+            let segments: Vec<String> = segments
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            vec![format!("{i:02}"), segments.join(", ")]
+        });
+        out.push_str("\nTopology\n");
+        out.push_str(&rows_or(TOPOLOGY_HEADER, rows.collect(), "<none>"));
+    }
     out
 }
 

@@ -90,6 +90,8 @@ pub struct NodeStatus {
     pub nodes: Vec<ClusterNode>,
     /// This agent's node as placement sees it.
     pub resources: NodeResources,
+    /// This agent's plugins.
+    pub plugins: Vec<ClusterNodePlugin>,
 }
 
 /// A node's resources for placement, MHz and MiB: what it has, what the
@@ -113,12 +115,37 @@ pub struct ClusterNode {
     pub plugins: Vec<ClusterNodePlugin>,
 }
 
-/// A plugin a node runs, with the ID it has there.
+/// A plugin a node runs, with the ID and topology it has there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterNodePlugin {
     pub id: String,
     pub node_id: String,
     pub healthy: bool,
+    pub topology: crate::csi::types::Topology,
+}
+
+impl ClusterNodePlugin {
+    pub fn from_record(p: pb::NodePlugin) -> ClusterNodePlugin {
+        let topology: crate::csi::types::Topology = p.topology.into_iter().collect();
+        // Another agent wrote it: shown only within the bounds a plugin's
+        // answer is held to.
+        let topology = match crate::csi::topology::check(&topology) {
+            Ok(()) => topology,
+            Err(err) => {
+                log::warn!(
+                    "Node record of plugin {}: {err}; its topology is not shown",
+                    p.id
+                );
+                Default::default()
+            }
+        };
+        ClusterNodePlugin {
+            id: p.id,
+            node_id: p.node_id,
+            healthy: p.healthy,
+            topology,
+        }
+    }
 }
 
 impl ClusterNode {
@@ -130,11 +157,7 @@ impl ClusterNode {
             plugins: record
                 .plugins
                 .into_iter()
-                .map(|p| ClusterNodePlugin {
-                    id: p.id,
-                    node_id: p.node_id,
-                    healthy: p.healthy,
-                })
+                .map(ClusterNodePlugin::from_record)
                 .collect(),
         }
     }

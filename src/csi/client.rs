@@ -160,13 +160,18 @@ impl Client {
         if resp.node_id.is_empty() {
             return Err(invalid(rpc, ConvertError::new("node_id", "is required")));
         }
+        let accessible_topology = resp
+            .accessible_topology
+            .as_ref()
+            .map(convert::topology_from_proto);
+        if let Some(topology) = &accessible_topology {
+            super::topology::check(topology)
+                .map_err(|e| invalid(rpc, ConvertError::new("accessible_topology", e)))?;
+        }
         Ok(NodeInfo {
             node_id: resp.node_id,
             max_volumes_per_node: resp.max_volumes_per_node,
-            accessible_topology: resp
-                .accessible_topology
-                .as_ref()
-                .map(convert::topology_from_proto),
+            accessible_topology,
         })
     }
 

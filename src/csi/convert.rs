@@ -206,15 +206,18 @@ impl TryFrom<&pb::Volume> for Volume {
         if volume.volume_id.is_empty() {
             return Err(ConvertError::new("volume.volume_id", "is required"));
         }
+        let accessible_topology: Vec<Topology> = volume
+            .accessible_topology
+            .iter()
+            .map(topology_from_proto)
+            .collect();
+        super::topology::check_all(&accessible_topology)
+            .map_err(|e| ConvertError::new("volume.accessible_topology", e))?;
         Ok(Volume {
             volume_id: volume.volume_id.clone(),
             capacity_bytes: volume.capacity_bytes,
             volume_context: from_hash_map(&volume.volume_context),
-            accessible_topology: volume
-                .accessible_topology
-                .iter()
-                .map(topology_from_proto)
-                .collect(),
+            accessible_topology,
         })
     }
 }

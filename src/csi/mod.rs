@@ -11,6 +11,8 @@
 //! - [`rpc`]: what every call shares: the gRPC environment, blocking on an
 //!   answer, an RPC whose answer is taken later, error mapping.
 //! - [`compare`]: checking a `ValidateVolumeCapabilities` answer.
+//! - [`topology`]: where a volume can be used, and the bounds on
+//!   topologies.
 //! - [`error`]: one error type, classified by the spec's error tables.
 //! - [`backoff`]: the one retry policy of the agent.
 //!
@@ -27,6 +29,7 @@ pub mod error;
 pub mod model;
 pub mod proto;
 pub mod rpc;
+pub mod topology;
 pub mod types;
 
 #[cfg(test)]

@@ -133,6 +133,16 @@ pub const PLUGIN_NAME: &str = "hostpath.csi-agent";
 /// The topology key of the node a hostpath volume lives on.
 pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/node";
 
+/// With `-shared`, the topology key of the storage a volume lives on: the
+/// base dir, whichever hosts see it (its value is the base dir's
+/// [`STORAGE_ID`]).
+pub const SHARED_TOPOLOGY_KEY: &str = "topology.hostpath.csi-agent/storage";
+
+/// `<base-dir>/storage-id`: the base dir's name for itself, made by the
+/// first `-shared` process that serves on it, read by the others, so that
+/// every host that shares the base dir reports the same topology.
+const STORAGE_ID: &str = "storage-id";
+
 /// The directory in the base dir where copies are made before they are
 /// renamed into place; emptied when the plugin starts.
 const SCRATCH: &str = "tmp";
@@ -206,11 +216,17 @@ pub struct Config {
     /// a plugin split into a controller process and a node process that
     /// share the base dir.
     pub mode: PluginType,
+    /// The base dir is shared by several hosts, standing in for network
+    /// storage: the plugin reports the base dir's topology
+    /// ([`SHARED_TOPOLOGY_KEY`]), which every host sharing it has, rather
+    /// than its node's, so its volumes can be claimed from each of them.
+    pub shared: bool,
 }
 
 #[derive(Debug)]
 pub enum Error {
     BaseDir { path: PathBuf, err: io::Error },
+    StorageId { path: PathBuf, err: io::Error },
     State { err: io::Error },
     Verdict { err: io::Error },
     Trace { err: io::Error },
@@ -225,6 +241,9 @@ impl fmt::Display for Error {
         match self {
             Error::BaseDir { path, .. } => {
                 write!(f, "cannot create the base dir {}", path.display())
+            }
+            Error::StorageId { path, .. } => {
+                write!(f, "cannot read or make the storage ID {}", path.display())
             }
             Error::State { .. } => f.write_str("cannot load the plugin state"),
             Error::Verdict { .. } => f.write_str("cannot open the strict mode's verdict file"),
@@ -243,6 +262,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::BaseDir { err, .. }
+            | Error::StorageId { err, .. }
             | Error::State { err }
             | Error::Verdict { err }
             | Error::Trace { err }
@@ -263,6 +283,10 @@ pub struct Plugin {
     strict: Option<StrictMode>,
     /// `-test-require-secrets`, read.
     required_secrets: Option<std::collections::BTreeMap<String, String>>,
+    /// The one segment of the topology the plugin reports (NodeGetInfo)
+    /// and gives its volumes (CreateVolume): the node, or with `-shared`
+    /// the base dir.
+    segment: (String, String),
 }
 
 impl Plugin {
@@ -332,11 +356,51 @@ impl Plugin {
 
     fn topology(&self) -> pb::Topology {
         let mut topology = pb::Topology::new();
-        topology
-            .segments
-            .insert(TOPOLOGY_KEY.to_string(), self.config.node_id.clone());
+        let (key, value) = self.segment.clone();
+        topology.segments.insert(key, value);
         topology
     }
+}
+
+/// The base dir's storage ID at `path`: the one there, or a new one. A new
+/// one is written aside and linked into place, which fails if another
+/// process linked its own first: then that one is read, so every process
+/// of the base dir agrees.
+fn storage_id(path: &Path) -> io::Result<String> {
+    match fs::read_to_string(path) {
+        Ok(id) => return checked_storage_id(id, path),
+        Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+        Err(_) => {}
+    }
+    let mut random = crate::csi::backoff::SplitMix64::from_entropy();
+    let id = format!("{:016x}", random.next_u64());
+    let aside = path.with_extension(format!("{}.{id}", std::process::id()));
+    fs::write(&aside, &id)?;
+    let linked = fs::hard_link(&aside, path);
+    let _ = fs::remove_file(&aside);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            checked_storage_id(fs::read_to_string(path)?, path)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// A storage ID read back: one line of 1 to 64 characters, as a topology
+/// value may hold; anything else is not one.
+fn checked_storage_id(id: String, path: &Path) -> io::Result<String> {
+    let id = id.trim().to_string();
+    if id.is_empty() || id.len() > 64 || id.chars().any(char::is_control) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is not a storage ID (one line of 1 to 64 characters)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(id)
 }
 
 /// Runs the plugin until SIGTERM or SIGINT, then removes its socket.
@@ -365,6 +429,13 @@ pub fn run(config: Config) -> Result<(), Error> {
     }
     .map_err(|err| Error::BaseDir { path: scratch, err })?;
     drop(held);
+    let segment = if config.shared {
+        let path = config.base_dir.join(STORAGE_ID);
+        let id = storage_id(&path).map_err(|err| Error::StorageId { path, err })?;
+        (SHARED_TOPOLOGY_KEY.to_string(), id)
+    } else {
+        (TOPOLOGY_KEY.to_string(), config.node_id.clone())
+    };
     let trace = Trace::open(config.trace.clone()).map_err(|err| Error::Trace { err })?;
     let required_secrets = match &config.require_secrets {
         None => None,
@@ -415,6 +486,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         trace,
         strict,
         required_secrets,
+        segment,
     }));
     let env = crate::csi::rpc::grpc_environment();
     let mut server = ServerBuilder::new(env)
@@ -569,5 +641,29 @@ mod tests {
         }
         let err = page(5, -1, "").unwrap_err();
         assert_eq!(err.code(), RpcStatusCode::INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn every_process_of_a_shared_base_dir_reads_one_storage_id() {
+        let dir = std::env::temp_dir().join(format!("hostpath-storage-id-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(STORAGE_ID);
+        let _ = fs::remove_file(&path);
+        // Processes starting at once agree on whichever linked first.
+        let ids: Vec<String> = std::thread::scope(|s| {
+            let racers: Vec<_> = (0..4).map(|_| s.spawn(|| storage_id(&path))).collect();
+            racers
+                .into_iter()
+                .map(|r| r.join().unwrap().unwrap())
+                .collect()
+        });
+        assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+        assert_eq!(ids[0].len(), 16);
+        assert_eq!(storage_id(&path).unwrap(), ids[0]);
+        // Something else in its place is refused, not reported.
+        fs::write(&path, "x".repeat(65)).unwrap();
+        let err = storage_id(&path).unwrap_err();
+        assert!(err.to_string().contains("is not a storage ID"), "{err}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -36,7 +36,9 @@ use std::collections::BTreeMap;
 use std::fs;
 
 use super::Allocs;
-use crate::spec::{Constraint, Flavor, Group, Job, Operator, Version, VersionConstraint};
+use crate::spec::{
+    Constraint, Flavor, Group, Job, Operator, Version, VersionConstraint, VolumeType,
+};
 
 /// Where `${node.pool}` points when the agent config names no pool: the
 /// pool Nomad puts a client in.
@@ -50,17 +52,29 @@ pub struct Unplaced {
     pub count: u64,
     /// The constraint that filtered the node, as Nomad names it.
     pub constraint: String,
+    /// What the filter found, where Nomad's name alone does not say
+    /// (a volume's topologies and the node's); empty otherwise.
+    pub detail: String,
 }
 
 impl Unplaced {
     /// Nomad's line for the filter.
     pub fn message(&self) -> String {
-        format!(
+        let line = format!(
             "Constraint {:?}: 1 nodes excluded by filter",
             self.constraint
-        )
+        );
+        if self.detail.is_empty() {
+            line
+        } else {
+            format!("{line} ({})", self.detail)
+        }
     }
 }
+
+/// Nomad's name for the filter of a node on which a group's CSI volume is
+/// not accessible.
+pub const TOPOLOGY_FILTER: &str = "did not meet topology requirement";
 
 /// How long the fingerprint waits for the container engine's version. It
 /// is taken at the agent's start, before it is ready, and at a SIGHUP, on
@@ -225,9 +239,15 @@ fn set(text: &str) -> Vec<&str> {
 
 /// The groups of `spec` whose instances, or some of them, cannot be
 /// placed on `node`, in file order: the first node constraint (job's,
-/// group's, tasks') that fails filters the whole group; otherwise the
-/// `distinct_*` bounds cut its count.
-pub fn unplaced(spec: &Job, node: &BTreeMap<String, String>) -> Vec<Unplaced> {
+/// group's, tasks') that fails filters the whole group, and so does a CSI
+/// volume of the group that is in `misfits` (volume ID → why: the node's
+/// topology is in none of the volume's; with `per_alloc`, any instance's
+/// volume); otherwise the `distinct_*` bounds cut its count.
+pub fn unplaced(
+    spec: &Job,
+    node: &BTreeMap<String, String>,
+    misfits: &BTreeMap<String, String>,
+) -> Vec<Unplaced> {
     let mut out = Vec::new();
     // How many allocs of the job the earlier groups placed.
     let mut job_placed: u64 = 0;
@@ -240,6 +260,16 @@ pub fn unplaced(spec: &Job, node: &BTreeMap<String, String>) -> Vec<Unplaced> {
                 group: group.name.clone(),
                 count: group.count,
                 constraint: c.describe(),
+                detail: String::new(),
+            });
+            continue;
+        }
+        if let Some(why) = volume_misfit(group, misfits) {
+            out.push(Unplaced {
+                group: group.name.clone(),
+                count: group.count,
+                constraint: TOPOLOGY_FILTER.to_string(),
+                detail: why.clone(),
             });
             continue;
         }
@@ -250,10 +280,30 @@ pub fn unplaced(spec: &Job, node: &BTreeMap<String, String>) -> Vec<Unplaced> {
                 group: group.name.clone(),
                 count: group.count - placed,
                 constraint: c,
+                detail: String::new(),
             });
         }
     }
     out
+}
+
+/// Why one of `group`'s CSI volumes cannot be used on this node, if one
+/// cannot.
+fn volume_misfit<'a>(group: &Group, misfits: &'a BTreeMap<String, String>) -> Option<&'a String> {
+    if misfits.is_empty() {
+        return None;
+    }
+    group
+        .volumes
+        .iter()
+        .filter(|v| v.volume_type == VolumeType::Csi)
+        .find_map(|v| {
+            if v.per_alloc {
+                (0..group.count).find_map(|i| misfits.get(&v.source_for(i)))
+            } else {
+                misfits.get(&v.source)
+            }
+        })
 }
 
 /// How many of `group`'s instances its `distinct_*` constraints let on
@@ -357,7 +407,14 @@ impl Allocs {
 
     /// The group instances of `spec` this node cannot take ([`unplaced`]).
     pub(super) fn unplaced(&self, spec: &Job) -> Vec<Unplaced> {
-        unplaced(spec, &self.constraint_node())
+        unplaced(spec, &self.constraint_node(), &self.volume_misfits)
+    }
+
+    /// The volumes this node cannot use, by ID, with why: the volume
+    /// manager's, given before each job call, since the job runner does
+    /// not see the volumes (`VolumeManager::topology_misfits`).
+    pub fn set_volume_misfits(&mut self, misfits: BTreeMap<String, String>) {
+        self.volume_misfits = misfits;
     }
 
     /// What constraints see of the node: the attributes of the agent's
@@ -510,6 +567,81 @@ mod tests {
     }
 
     #[test]
+    fn a_group_whose_csi_volume_lives_elsewhere_is_not_placed() {
+        let spec = job(r#"job "j" {
+  group "far" {
+    volume "data" {
+      type            = "csi"
+      source          = "db"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+  group "each" {
+    count = 2
+    volume "data" {
+      type            = "csi"
+      source          = "shard"
+      per_alloc       = true
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+  group "near" {
+    volume "data" {
+      type            = "csi"
+      source          = "here"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        let misfits: BTreeMap<String, String> = [
+            ("db".to_string(), "db lives on host-a".to_string()),
+            (
+                "shard[1]".to_string(),
+                "shard[1] lives on host-a".to_string(),
+            ),
+        ]
+        .into();
+        let filtered = unplaced(&spec, &node(), &misfits);
+        assert_eq!(
+            filtered,
+            vec![
+                Unplaced {
+                    group: "far".into(),
+                    count: 1,
+                    constraint: TOPOLOGY_FILTER.into(),
+                    detail: "db lives on host-a".into(),
+                },
+                Unplaced {
+                    group: "each".into(),
+                    count: 2,
+                    constraint: TOPOLOGY_FILTER.into(),
+                    detail: "shard[1] lives on host-a".into(),
+                },
+            ]
+        );
+        assert_eq!(
+            filtered[0].message(),
+            "Constraint \"did not meet topology requirement\": 1 nodes excluded by filter (db lives on host-a)"
+        );
+        assert!(unplaced(&spec, &node(), &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
     fn the_first_failing_constraint_filters_the_whole_group() {
         let spec = job(r#"job "j" {
   constraint {
@@ -534,7 +666,7 @@ mod tests {
     }
   }
 }"#);
-        let unplaced = unplaced(&spec, &node());
+        let unplaced = unplaced(&spec, &node(), &BTreeMap::new());
         assert_eq!(unplaced.len(), 1);
         assert_eq!(unplaced[0].group, "win");
         assert_eq!(unplaced[0].count, 2);
@@ -574,19 +706,21 @@ mod tests {
     }
   }
 }"#);
-        let unplaced = unplaced(&spec, &node());
+        let unplaced = unplaced(&spec, &node(), &BTreeMap::new());
         assert_eq!(
             unplaced,
             vec![
                 Unplaced {
                     group: "a".into(),
                     count: 2,
-                    constraint: "distinct_hosts".into()
+                    constraint: "distinct_hosts".into(),
+                    detail: String::new(),
                 },
                 Unplaced {
                     group: "c".into(),
                     count: 1,
-                    constraint: "distinct_property".into()
+                    constraint: "distinct_property".into(),
+                    detail: String::new(),
                 },
             ]
         );
@@ -607,7 +741,7 @@ mod tests {
     }
   }
 }"#);
-        assert_eq!(unplaced(&spec, &node()), Vec::new());
+        assert_eq!(unplaced(&spec, &node(), &BTreeMap::new()), Vec::new());
     }
 
     #[test]
@@ -627,7 +761,7 @@ mod tests {
     }
   }
 }"#);
-        let unplaced = unplaced(&spec, &node());
+        let unplaced = unplaced(&spec, &node(), &BTreeMap::new());
         assert_eq!(unplaced.len(), 1);
         assert_eq!((unplaced[0].group.as_str(), unplaced[0].count), ("b", 1));
     }

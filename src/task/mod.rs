@@ -491,6 +491,9 @@ pub struct Allocs {
     services: services::RegistryView,
     /// The last job modify index given out ([`JobEntry::modify_index`]).
     job_index: u64,
+    /// The CSI volumes this node cannot use, by ID, with why (see
+    /// [`Allocs::set_volume_misfits`]).
+    volume_misfits: BTreeMap<String, String>,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -527,6 +530,7 @@ impl Allocs {
             clock: SystemTime::now,
             services: services::RegistryView::default(),
             job_index: 0,
+            volume_misfits: BTreeMap::new(),
         }
     }
 

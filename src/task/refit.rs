@@ -52,7 +52,7 @@ impl Allocs {
                 inputs: job.inputs.clone(),
                 check_index: None,
             };
-            let unplaced = feasible::unplaced(&spec, &node);
+            let unplaced = feasible::unplaced(&spec, &node, &self.volume_misfits);
             let system = spec.job_type == JobType::System;
             for group in &spec.groups {
                 let fits = feasible::placeable(group, &unplaced);

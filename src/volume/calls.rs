@@ -150,6 +150,8 @@ pub struct VolumeStatus {
     /// The volume plugin's settings of the volume (see [`PluginSettings`]).
     pub mounts_read_only: bool,
     pub mount_group: String,
+    /// Where the volume can be used; none: everywhere.
+    pub topologies: Vec<crate::csi::types::Topology>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

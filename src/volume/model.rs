@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::csi::types::{
-    CapacityRange, ContentSource, ControllerPublish, StringMap, TopologyRequirement,
+    CapacityRange, ContentSource, ControllerPublish, StringMap, Topology, TopologyRequirement,
 };
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
 use crate::mount::Propagation;
@@ -213,6 +213,9 @@ pub struct Volume {
     /// What a volume made through the volume plugin keeps of its Create's
     /// options; the default for every other volume.
     pub plugin_settings: PluginSettings,
+    /// The topologies the volume is accessible from (see
+    /// [`crate::csi::topology`]); none: usable on every node.
+    pub topologies: Vec<Topology>,
 }
 
 /// What `docker volume create -o` sets beyond the volume spec's fields,
@@ -357,11 +360,14 @@ fn step_from_proto(step: protobuf::EnumOrUnknown<pb::Step>) -> Step {
     }
 }
 
-fn intent_to_proto(intent: &CreateIntent) -> pb::CreateIntent {
-    let segments = |t: &crate::csi::types::Topology| pb::TopologySegments {
+fn segments(t: &Topology) -> pb::TopologySegments {
+    pb::TopologySegments {
         segments: t.clone().into_iter().collect(),
         ..Default::default()
-    };
+    }
+}
+
+fn intent_to_proto(intent: &CreateIntent) -> pb::CreateIntent {
     pb::CreateIntent {
         required_bytes: intent.capacity.required_bytes,
         limit_bytes: intent.capacity.limit_bytes,
@@ -491,6 +497,7 @@ impl Volume {
             in_cluster: self.in_cluster,
             mounts_read_only: self.plugin_settings.read_only,
             mount_group: self.plugin_settings.mount_group.clone(),
+            topologies: self.topologies.iter().map(segments).collect(),
             ..Default::default()
         }
     }
@@ -566,6 +573,14 @@ impl Volume {
                 },
             );
         }
+        // Another host's record, in a cluster: bounded as a plugin's
+        // answer is.
+        let topologies: Vec<Topology> = p
+            .topologies
+            .iter()
+            .map(|t| t.segments.clone().into_iter().collect())
+            .collect();
+        crate::csi::topology::check_all(&topologies).map_err(what)?;
         let mut volume = Volume {
             id: p.id.clone(),
             name: p.name.clone(),
@@ -592,6 +607,7 @@ impl Volume {
                 read_only: p.mounts_read_only,
                 mount_group: p.mount_group.clone(),
             },
+            topologies,
         };
         if per_usage {
             let allocs: Vec<String> = volume
@@ -639,6 +655,7 @@ pub(crate) fn test_volume(capability: Capability) -> Volume {
         creating: None,
         in_cluster: 0,
         plugin_settings: PluginSettings::default(),
+        topologies: Vec::new(),
     }
 }
 
@@ -688,6 +705,34 @@ mod tests {
             let back = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap());
             assert_eq!(back.unwrap(), v);
         }
+    }
+
+    #[test]
+    fn topologies_survive_the_state_and_another_host_s_are_bounded() {
+        let v = Volume {
+            topologies: vec![
+                [("zone".to_string(), "a".to_string())].into(),
+                [("zone".to_string(), "b".to_string())].into(),
+            ],
+            ..volume(None)
+        };
+        let bytes = v.to_proto().write_to_bytes().unwrap();
+        let back = Volume::from_proto(&pb::Volume::parse_from_bytes(&bytes).unwrap()).unwrap();
+        assert_eq!(back, v);
+        // A record of an earlier release has none: usable everywhere.
+        let mut old = v.to_proto();
+        old.topologies.clear();
+        assert!(Volume::from_proto(&old).unwrap().topologies.is_empty());
+        // A record (another host's, through etcd) past the bounds.
+        let mut wide = v.to_proto();
+        wide.topologies[0]
+            .segments
+            .insert("k".into(), "v".repeat(crate::csi::topology::MAX_PART + 1));
+        let err = Volume::from_proto(&wide).unwrap_err();
+        assert!(
+            err.starts_with("volume \"v\": a topology segment's value"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! | `snapshot_id`, `clone_id` | `snapshot_id`, `clone_id` |
 //! | `read_only` | the volume's [`PluginSettings::read_only`] |
 //! | `mount_group` | the volume's [`PluginSettings::mount_group`] |
+//! | `topology.KEY` | `topology_request { required { topology { segments { KEY } } } }`: every `topology.KEY` given makes one topology |
 //!
 //! A secret's value appears in no message: only its key.
 
@@ -25,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
-use crate::spec::{parse_capacity, TopologyRequest, VolumeSpec};
+use crate::spec::{parse_capacity, Topology, TopologyRequest, VolumeSpec};
 use crate::units::format_size;
 use crate::volume::calls::{PluginSettings, VolumeStatus};
 
@@ -46,6 +47,7 @@ pub const ACCEPTED_OPTIONS: &[&str] = &[
     "clone_id",
     "read_only",
     "mount_group",
+    "topology.KEY",
 ];
 
 /// The access mode of a Create that names none.
@@ -105,6 +107,7 @@ pub(super) fn parse(
     let mut read_only = None;
     let mut mount_group = None;
     let mut secret_name: Option<&str> = None;
+    let mut topology = BTreeMap::new();
     let fail = |m: String| Err(OptionError(m));
     for (key, value) in opts {
         match key.as_str() {
@@ -188,6 +191,13 @@ pub(super) fn parse(
                         return fail("option secrets.KEY needs a KEY".to_string());
                     }
                     secrets.insert(secret, value.clone());
+                } else if let Some(segment) = key.strip_prefix("topology.") {
+                    if segment.is_empty() || value.is_empty() {
+                        return fail(format!(
+                            "option {key}={value} needs a KEY and a VALUE (topology.KEY=VALUE)"
+                        ));
+                    }
+                    topology.insert(segment.to_string(), value.clone());
                 } else {
                     return fail(format!(
                         "unknown option {key:?} (accepted: {})",
@@ -259,7 +269,16 @@ pub(super) fn parse(
         context: BTreeMap::new(),
         capacity_min: capacity_min.map(|(min, _)| min),
         capacity_max,
-        topology_request: TopologyRequest::default(),
+        // The node the volume is made for: the plugin is asked for a
+        // volume accessible from it, and the volume is claimed only there.
+        topology_request: TopologyRequest {
+            required: if topology.is_empty() {
+                Vec::new()
+            } else {
+                vec![Topology { segments: topology }]
+            },
+            preferred: Vec::new(),
+        },
         snapshot_id,
         clone_id,
         ignored: Vec::new(),
@@ -325,6 +344,16 @@ impl CreateOptions {
                     asked.access_mode,
                     asked.attachment_mode,
                     status.capabilities.join(", ")
+                ));
+            }
+        }
+        // A volume that a node of the topology asked for could not use.
+        for asked in &spec.topology_request.required {
+            if !crate::csi::topology::accessible(&status.topologies, Some(&asked.segments)) {
+                out.push(format!(
+                    "topology {} (the volume's: {})",
+                    crate::csi::topology::describe(&asked.segments),
+                    crate::csi::topology::describe_all(&status.topologies)
                 ));
             }
         }
@@ -666,6 +695,47 @@ mod tests {
             small.differences(&status),
             vec!["capacity_max 1.0 MiB (the volume has 64.0 MiB)".to_string()]
         );
+    }
+
+    #[test]
+    fn topology_options_make_one_required_topology_compared_with_the_volume_s() {
+        let parsed = parse(
+            "v",
+            &opts(&[("topology.zone", "a"), ("topology.rack", "3")]),
+            Some("hp"),
+            &no_secrets,
+        )
+        .unwrap();
+        let wanted: crate::csi::types::Topology = [
+            ("rack".to_string(), "3".to_string()),
+            ("zone".to_string(), "a".to_string()),
+        ]
+        .into();
+        assert_eq!(
+            parsed.spec.topology_request.required,
+            vec![Topology {
+                segments: wanted.clone()
+            }]
+        );
+        assert!(parsed.spec.topology_request.preferred.is_empty());
+        let elsewhere = VolumeStatus {
+            plugin_id: "hp".into(),
+            topologies: vec![[("zone".to_string(), "b".to_string())].into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            parsed.differences(&elsewhere),
+            vec!["topology {rack=3, zone=a} (the volume's: {zone=b})".to_string()]
+        );
+        let there = VolumeStatus {
+            topologies: vec![[("zone".to_string(), "a".to_string())].into()],
+            ..elsewhere
+        };
+        assert!(parsed.differences(&there).is_empty());
+        for bad in [("topology.", "a"), ("topology.zone", "")] {
+            let err = parse("v", &opts(&[bad]), Some("hp"), &no_secrets).unwrap_err();
+            assert!(err.0.contains("needs a KEY and a VALUE"), "{err}");
+        }
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub struct Host {
 /// host's plugin owns the shared base dir: it is dropped last.
 pub fn hosts(cluster: &Cluster, n: usize, flags: &[&str]) -> Vec<Host> {
     let nodes: Vec<String> = (0..n).map(|i| format!("host-{i}")).collect();
-    let with_node = |i: usize| [flags, &["-node-id", nodes[i].as_str()]].concat();
+    // One base dir for every host: `-shared` says so, so a volume made
+    // through one host can be claimed through each.
+    let with_node = |i: usize| [flags, &["-shared", "-node-id", nodes[i].as_str()]].concat();
     let owner = Plugin::start_with(&[], &with_node(n - 1));
     let mut plugins: Vec<Plugin> = (0..n - 1)
         .map(|i| Plugin::start_sharing(&owner, &[], &with_node(i)))
@@ -375,10 +377,16 @@ pub struct NodeOnly {
 }
 
 impl NodeOnly {
-    pub fn start(cluster: &Cluster) -> NodeOnly {
-        let owner = Plugin::start_with(&[], &["-node-id", "host-0"]);
-        let node_only =
-            Plugin::start_sharing(&owner, &[], &["-mode", "node", "-node-id", "host-1"]);
+    /// The two hosts, their plugins with `flags` besides their node IDs:
+    /// `-shared` for volumes claimed from either host, none for volumes
+    /// that live on one node.
+    pub fn start(cluster: &Cluster, flags: &[&str]) -> NodeOnly {
+        let owner = Plugin::start_with(&[], &[flags, &["-node-id", "host-0"]].concat());
+        let node_only = Plugin::start_sharing(
+            &owner,
+            &[],
+            &[flags, &["-mode", "node", "-node-id", "host-1"]].concat(),
+        );
         let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
         let config = |node: &str, plugin: &Plugin, kind: &str| {
             format!(
@@ -411,7 +419,7 @@ fn a_host_with_only_the_plugin_s_node_has_its_claims_attached_by_the_controller_
         node,
         owner,
         node_only,
-    } = NodeOnly::start(&cluster);
+    } = NodeOnly::start(&cluster, &["-shared"]);
     connect(&full)
         .volume_create("n.hcl", &spec("n", &["single-node-writer"], None))
         .unwrap();

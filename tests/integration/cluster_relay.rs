@@ -35,7 +35,7 @@ fn a_node_only_host_creates_expands_snapshots_and_deletes_through_the_controller
         node,
         owner,
         node_only,
-    } = NodeOnly::start(&cluster);
+    } = NodeOnly::start(&cluster, &[]);
     node.wait_for_log("plugin hp's controller leads in the cluster", WAIT);
     // hostpath volumes live on one node: a volume is created where the
     // spec's topology says, or by default where it is asked for.

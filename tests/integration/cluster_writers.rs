@@ -82,7 +82,8 @@ impl Hosts {
         let nodes = &NODES[..n];
         let net = Net::new(n);
         let etcd = Cluster::start_on(3, net.bridge_addr().into());
-        let with_node = |i: usize| [settings.flags, "-node-id", nodes[i]];
+        // One base dir for every host (`-shared`): one storage system.
+        let with_node = |i: usize| [settings.flags, "-shared", "-node-id", nodes[i]];
         let owner = if settings.strict {
             Plugin::start_with(&[], &with_node(n - 1))
         } else {

@@ -66,6 +66,7 @@ mod static_build;
 mod strict;
 mod systemd;
 mod targets;
+mod topology;
 mod upgrade;
 mod util;
 mod validate;

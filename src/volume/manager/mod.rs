@@ -60,7 +60,7 @@ use super::plan::Protocol;
 use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
-use crate::csi::Backoff;
+use crate::csi::{topology, Backoff};
 use crate::order;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::state as pb;
@@ -335,6 +335,23 @@ impl PluginView {
             }
             None => Some(format!("plugin {id:?} has no node on this host")),
         }
+    }
+
+    /// Why volume `v` cannot be used on this node, if it cannot: the
+    /// node's topology for its plugin is in none of the volume's.
+    fn topology_misfit(&self, v: &Volume) -> Option<String> {
+        if topology::accessible(&v.topologies, self.topology.as_ref()) {
+            return None;
+        }
+        Some(format!(
+            "volume {:?} is not accessible from this node: the volume's topologies are {}, the node's (plugin {:?}) is {}",
+            v.id,
+            topology::describe_all(&v.topologies),
+            v.plugin_id,
+            self.topology
+                .as_ref()
+                .map_or_else(|| "none".to_string(), topology::describe)
+        ))
     }
 
     /// Why volume `v` cannot be claimed now, if it cannot: its plugin's

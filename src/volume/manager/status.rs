@@ -11,6 +11,28 @@ use super::*;
 use crate::volume::model::{Admission, Claim, Step};
 
 impl VolumeManager {
+    /// The volumes this node cannot use, by ID, with why: its plugin's
+    /// topology here is in none of theirs. Job placement filters the node
+    /// for a group that needs one (`task::feasible`), as the claim itself
+    /// would be refused.
+    pub fn topology_misfits(&self, registry: &Registry) -> BTreeMap<String, String> {
+        let mut views = BTreeMap::new();
+        let mut out = BTreeMap::new();
+        for entry in self.entries.values() {
+            let v = &entry.volume;
+            if v.topologies.is_empty() {
+                continue;
+            }
+            let view = views
+                .entry(v.plugin_id.as_str())
+                .or_insert_with(|| self.plugin_view(registry, &v.plugin_id));
+            if let Some(why) = view.as_ref().and_then(|view| view.topology_misfit(v)) {
+                out.insert(v.id.clone(), why);
+            }
+        }
+        out
+    }
+
     pub fn status(
         &mut self,
         req: &calls::StatusRequest,
@@ -191,6 +213,7 @@ impl VolumeManager {
             creating: v.creating.is_some(),
             mounts_read_only: v.plugin_settings.read_only,
             mount_group: v.plugin_settings.mount_group.clone(),
+            topologies: v.topologies.clone(),
             ..Default::default()
         };
         if v.creating.is_some() {

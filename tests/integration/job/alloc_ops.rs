@@ -147,11 +147,15 @@ fn alloc_restart_restarts_the_task_in_place_outside_its_restart_policy() {
     let pid = rig.wait_running("r", &alloc);
     let said = rig.ok(&["alloc", "restart", &alloc]);
     assert!(said.contains("restarting task \"t\""), "{said}");
+    // Running is said once the process is started, before its script
+    // has written its line: wait for both.
     let status = rig.wait_job("r", "the task to start again", |j| {
         let t = &j.allocs[0].tasks[0];
-        t.state == "running" && t.pid != pid && t.pid != 0
+        t.state == "running"
+            && t.pid != pid
+            && t.pid != 0
+            && alloc_file(&rig, &alloc, "starts") == "start\nstart\n"
     });
-    assert_eq!(alloc_file(&rig, &alloc, "starts"), "start\nstart\n");
     let a = &status.allocs[0];
     // The policy allows no restart: this one was not counted.
     assert_eq!(

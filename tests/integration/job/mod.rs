@@ -1278,9 +1278,11 @@ fn a_controller_job_and_a_node_job_make_one_plugin_that_a_task_s_volume_goes_thr
     let script = "echo hello > /data/hello && sleep 600";
     let allocs = rig.run_job("app.hcl", &consumer("app", script, "", false));
     rig.wait_running("app", &allocs[0]);
+    // The shell makes the file before it writes the line: wait for the
+    // line, not the file.
     let hello = rig.backing.join("volumes/v1/hello");
     let start = Instant::now();
-    while !hello.exists() && start.elapsed() < WAIT {
+    while fs::read_to_string(&hello).unwrap_or_default() != "hello\n" && start.elapsed() < WAIT {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(fs::read_to_string(&hello).unwrap(), "hello\n");

@@ -26,8 +26,8 @@ struct Host {
 /// system seen from both); the last owns it and is dropped last.
 fn two_hosts(cluster: &Cluster) -> Vec<Host> {
     let nodes = ["host-a", "host-b"];
-    let owner = Plugin::start_with(&[], &["-node-id", nodes[1]]);
-    let first = Plugin::start_sharing(&owner, &[], &["-node-id", nodes[0]]);
+    let owner = Plugin::start_with(&[], &["-shared", "-node-id", nodes[1]]);
+    let first = Plugin::start_sharing(&owner, &[], &["-shared", "-node-id", nodes[0]]);
     let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
     [first, owner]
         .into_iter()

@@ -134,6 +134,13 @@ impl VolumeManager {
                 v.id
             )));
         }
+        // Every claim passes here (the CLI's, a job's, the volume
+        // plugin's, and in a cluster before etcd admits it), so a volume
+        // on another node is refused before any RPC, as Nomad's scheduler
+        // never places such a claim.
+        if let Some(why) = view.topology_misfit(v) {
+            return Err(refused(why));
+        }
         let capability = v.capability_for(req.read_only).ok_or_else(|| {
             let modes: Vec<&str> = v
                 .capabilities

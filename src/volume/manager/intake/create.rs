@@ -47,6 +47,15 @@ impl VolumeManager {
                 limit_bytes: spec.capacity_max.unwrap_or(0) as i64,
             };
             let requested = spec.topology_request.clone();
+            for (kind, topologies) in [("required", &requested.required), ("preferred", &requested.preferred)] {
+                let segments: Vec<_> = topologies.iter().map(|t| t.segments.clone()).collect();
+                crate::csi::topology::check_all(&segments).map_err(|e| {
+                    error(
+                        ErrorKind::InvalidArgument,
+                        format!("{}: topology_request.{kind}: {e}", req.file),
+                    )
+                })?;
+            }
             let content_source = match (&spec.snapshot_id, &spec.clone_id) {
                 (Some(id), _) => Some(crate::csi::types::ContentSource::Snapshot(id.clone())),
                 (None, Some(id)) => Some(crate::csi::types::ContentSource::Volume(id.clone())),
@@ -251,6 +260,12 @@ impl VolumeManager {
                 volume.external_id = created.volume_id;
                 volume.capacity_bytes = created.capacity_bytes;
                 volume.context.extend(created.volume_context);
+                // Where the plugin made it is where it can be used; a
+                // plugin that does not say keeps the request's required
+                // topologies, where the user meant it to be used.
+                if !created.accessible_topology.is_empty() {
+                    volume.topologies = created.accessible_topology;
+                }
                 volume.created = true;
                 volume.creating = None;
                 entry.retry = None;

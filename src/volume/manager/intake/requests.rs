@@ -39,6 +39,15 @@ impl VolumeManager {
             creating: None,
             in_cluster: 0,
             plugin_settings: Default::default(),
+            // Nomad's meaning of `volume register`'s `topology_request`:
+            // the volume is accessible from its required topologies. A
+            // created volume gets the plugin's answer instead.
+            topologies: spec
+                .topology_request
+                .required
+                .into_iter()
+                .map(|t| t.segments)
+                .collect(),
         }
     }
 
@@ -98,6 +107,12 @@ impl VolumeManager {
                 ));
             }
             let volume = Self::from_spec(spec);
+            crate::csi::topology::check_all(&volume.topologies).map_err(|e| {
+                error(
+                    ErrorKind::InvalidArgument,
+                    format!("{}: topology_request.required: {e}", req.file),
+                )
+            })?;
             let view = self.check_new(&volume, registry)?;
             // The controller validates the volume; without one, the node
             // tells the protocol.
