@@ -4,8 +4,11 @@
 //! sockets and handing them over as a `.socket` unit does
 //! (`LISTEN_FDS`, `LISTEN_FDNAMES`). Then the boot these exist for: a
 //! private dockerd restoring `--restart always` containers before the
-//! agent runs (`boot.rs`), and the first Mount after a reboot answered
-//! within 2 s with the default heartbeat (`first_mount.rs`).
+//! agent runs (`boot.rs`), the first Mount after a reboot answered
+//! within 2 s with the default heartbeat (`first_mount.rs`), and, under
+//! containers that write through their volumes all along
+//! (`writers.rs`), an upgrade in place (`upgrade.rs`) and a dockerd
+//! restarted with `--live-restore` (`live_restore.rs`).
 
 mod activation;
 mod boot;
