@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::sys::inotify::Waker;
+use crate::sys::peercred;
 use crate::sys::poll::{poll_many, Want};
 
 use super::message::{head_end, parse_head, Head, Refusal, Response};
@@ -97,6 +98,8 @@ enum State {
 struct Conn {
     id: u64,
     stream: Stream,
+    /// Who connected, for a unix socket ([`super::Request::peer_pid`]).
+    peer_pid: Option<u32>,
     accepted: Instant,
     state: State,
 }
@@ -257,6 +260,7 @@ impl Conn {
         };
         let mut request = head.request;
         request.body = body;
+        request.peer_pid = self.peer_pid;
         match jobs.try_send(Job {
             conn: self.id,
             request,
@@ -473,9 +477,14 @@ impl Poller {
                 }
             };
             self.next_id += 1;
+            let peer_pid = match &stream {
+                Stream::Unix(s) => peercred::peer_pid(s.as_raw_fd()).ok().flatten(),
+                Stream::Tcp(_) => None,
+            };
             let mut conn = Conn {
                 id: self.next_id,
                 stream,
+                peer_pid,
                 accepted: Instant::now(),
                 state: State::Head { buf: Vec::new() },
             };

@@ -14,6 +14,9 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The body, `Content-Length` bytes (empty without one).
     pub body: Vec<u8>,
+    /// The process that connected, for a unix socket's client the kernel
+    /// can name (`SO_PEERCRED`); none over TCP.
+    pub peer_pid: Option<u32>,
 }
 
 impl Request {
@@ -214,6 +217,7 @@ pub(super) fn parse_head(head: &[u8], max_body: usize) -> Result<Head, Refusal> 
         target: target.to_string(),
         headers,
         body: Vec::new(),
+        peer_pid: None,
     };
     if request.header("Transfer-Encoding").is_some() {
         return Err(Refusal::TransferCoding);

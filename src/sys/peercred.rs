@@ -21,6 +21,14 @@ pub fn peer_uid(fd: RawFd) -> io::Result<u32> {
     Ok(peer_cred(fd)?.uid)
 }
 
+/// The process that connected to the unix socket `fd` (or created the
+/// pair), from `SO_PEERCRED`: `None` when the kernel cannot name it in
+/// the agent's PID namespace (it reports 0 for a process outside it).
+pub fn peer_pid(fd: RawFd) -> io::Result<Option<u32>> {
+    let pid = peer_cred(fd)?.pid;
+    Ok((pid > 0).then_some(pid as u32))
+}
+
 /// The real uid of the agent, to compare with [`peer_uid`].
 pub fn current_uid() -> u32 {
     // SAFETY: getuid has no preconditions and cannot fail.
@@ -103,6 +111,19 @@ mod tests {
         let (ours, theirs) = UnixStream::pair().unwrap();
         assert_eq!(peer_uid(ours.as_raw_fd()).unwrap(), current_uid());
         assert_eq!(peer_uid(theirs.as_raw_fd()).unwrap(), current_uid());
+    }
+
+    #[test]
+    fn the_peer_of_a_connection_is_the_process_that_connected() {
+        let name = format!("csi-agent-peerpid-test-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let listener = UnixListener::bind_addr(&addr).unwrap();
+        let _client = UnixStream::connect_addr(&addr).unwrap();
+        let (server_end, _) = listener.accept().unwrap();
+        assert_eq!(
+            peer_pid(server_end.as_raw_fd()).unwrap(),
+            Some(std::process::id())
+        );
     }
 
     #[test]

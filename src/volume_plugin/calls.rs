@@ -8,9 +8,7 @@
 //! not done by then goes on in the agent (`volume status` shows it
 //! `creating`), and the answer says so.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -26,6 +24,7 @@ use crate::volume::calls::{
     VolumeStatus,
 };
 
+use super::mount_counts::MountCounts;
 use super::secrets::SecretsDir;
 use super::wire::{self, Body};
 use super::{claim_alloc_id, engine_of_claim, media_type, options, EngineKind, CONTENT_TYPES};
@@ -53,54 +52,6 @@ pub(super) struct Plugin {
     scope: &'static str,
     /// How many Mounts of each claim (by alloc ID) are not unmounted yet.
     mounts: MountCounts,
-}
-
-/// The Mounts of each claim that no Unmount has matched yet, as this
-/// process has answered them.
-///
-/// dockerd sends one mount ID for more than one user of a volume: `docker
-/// cp` on a running container mounts and unmounts the volume with the
-/// container's own mount ID (moby/moby#47964). So an Unmount releases the
-/// claim only when it matches the last Mount of its ID. The counts live in
-/// memory: after the agent restarts, a claim's count is unknown, and its
-/// first Unmount releases it (a `docker cp` that spans an agent restart
-/// is the one case that loses a claim still in use; the container's next
-/// start claims it again).
-#[derive(Default)]
-struct MountCounts(Mutex<HashMap<String, u32>>);
-
-impl MountCounts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        // A handler that panicked left the map as it was: still good.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether a Mount of `alloc_id` is outstanding.
-    fn held(&self, alloc_id: &str) -> bool {
-        self.lock().contains_key(alloc_id)
-    }
-
-    fn mounted(&self, alloc_id: &str) {
-        *self.lock().entry(alloc_id.to_string()).or_insert(0) += 1;
-    }
-
-    /// Counts an Unmount: whether it was the last outstanding Mount (or
-    /// one the count does not know), which releases the claim.
-    fn unmounted(&self, alloc_id: &str) -> bool {
-        let mut mounts = self.lock();
-        match mounts.get_mut(alloc_id) {
-            Some(count) if *count > 1 => {
-                *count -= 1;
-                false
-            }
-            _ => {
-                mounts.remove(alloc_id);
-                true
-            }
-        }
-    }
 }
 
 /// Why the loop gave no answer.
@@ -172,7 +123,7 @@ impl Plugin {
                     "/VolumeDriver.Remove" => self.remove(engine, name, deadline),
                     "/VolumeDriver.Mount" => {
                         let id = body.id.as_deref().unwrap_or("");
-                        self.mount(engine, name, id, deadline)
+                        self.mount(engine, name, id, request.peer_pid, deadline)
                     }
                     "/VolumeDriver.Unmount" => {
                         let id = body.id.as_deref().unwrap_or("");
@@ -358,6 +309,7 @@ impl Plugin {
         engine: EngineKind,
         name: &str,
         mount_id: &str,
+        engine_pid: Option<u32>,
         deadline: Instant,
     ) -> Result<Response, String> {
         let status = self.existing(name, deadline)?;
@@ -389,10 +341,10 @@ impl Plugin {
         });
         // A claim some earlier Mount holds is answered at once as a
         // repeat; its release is for that Mount's Unmount.
-        let held = self.mounts.held(&alloc_id);
+        let held = self.mounts.held(name, &alloc_id);
         match self.ask(request, deadline) {
             Ok(Answer::Claimed(claimed)) => {
-                self.mounts.mounted(&alloc_id);
+                self.mounts.mounted(name, &alloc_id, engine_pid);
                 Ok(wire::mountpoint(engine, &claimed.publish_path))
             }
             Ok(other) => Err(unexpected(name, &other)),
@@ -437,7 +389,7 @@ impl Plugin {
         deadline: Instant,
     ) -> Result<Response, String> {
         let alloc_id = claim_alloc_id(engine, mount_id);
-        if !self.mounts.unmounted(&alloc_id) {
+        if !self.mounts.unmounted(name, &alloc_id) {
             log::info!(
                 "Volume plugin: unmount {mount_id:?} of volume {name} leaves alloc {alloc_id}'s claim to the other Mounts of that ID"
             );
@@ -600,6 +552,7 @@ mod tests {
                 .map(|t| vec![("Content-Type".to_string(), t.to_string())])
                 .unwrap_or_default(),
             body: body.as_bytes().to_vec(),
+            peer_pid: None,
         }
     }
 

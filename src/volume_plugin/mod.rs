@@ -44,6 +44,7 @@
 //! | `calls.rs` | each call: its requests to the loop and its answer |
 
 mod calls;
+mod mount_counts;
 mod options;
 pub mod reconcile;
 mod secrets;

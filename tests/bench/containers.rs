@@ -41,10 +41,27 @@ impl Dockerd {
     /// Starts it in `dir` and waits until `/_ping` answers.
     pub fn start(dir: &Path) -> Dockerd {
         fs::create_dir_all(dir).expect("create the engine dir");
-        let path = |name: &str| dir.join(name).display().to_string();
-        let socket = dir.join("sock");
-        let log = dir.join("dockerd.log");
-        let log_file = fs::File::create(&log).expect("create the engine log");
+        let mut dockerd = Dockerd {
+            socket: dir.join("sock"),
+            dir: dir.to_path_buf(),
+            log: dir.join("dockerd.log"),
+            child: None,
+        };
+        dockerd.launch();
+        dockerd
+    }
+
+    /// Starts the engine on the row's dirs (again, after [`Dockerd::stop`]:
+    /// it restores its containers from them) and waits until `/_ping`
+    /// answers.
+    pub fn launch(&mut self) {
+        assert!(self.child.is_none(), "dockerd runs already");
+        let path = |name: &str| self.dir.join(name).display().to_string();
+        let log_file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open the engine log");
         // Its containerd's namespaces name the run, in case another
         // engine's containerd is met.
         let namespace = format!("bench-{}", std::process::id());
@@ -52,7 +69,7 @@ impl Dockerd {
             .args(["--data-root", &path("data")])
             .args(["--exec-root", &path("exec")])
             .args(["--pidfile", &path("pid")])
-            .args(["-H", &format!("unix://{}", socket.display())])
+            .args(["-H", &format!("unix://{}", self.socket.display())])
             .args(["--bridge=none", "--iptables=false", "--ip6tables=false"])
             .args(["--containerd-namespace", &namespace])
             .args(["--containerd-plugins-namespace", &format!("{namespace}-p")])
@@ -62,24 +79,18 @@ impl Dockerd {
             .stderr(log_file)
             .spawn()
             .expect("start dockerd");
-        let mut dockerd = Dockerd {
-            socket,
-            dir: dir.to_path_buf(),
-            log,
-            child: Some(child),
-        };
-        let engine = dockerd.engine();
+        self.child = Some(child);
+        let engine = self.engine();
         let start = Instant::now();
         while engine.ping().is_err() {
-            let exited = dockerd.child.as_mut().and_then(|c| c.try_wait().ok()?);
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok()?);
             assert!(
                 exited.is_none() && start.elapsed() < crate::rig::SETUP_LIMIT,
                 "dockerd did not answer /_ping; its log:\n{}",
-                fs::read_to_string(&dockerd.log).unwrap_or_default()
+                fs::read_to_string(&self.log).unwrap_or_default()
             );
             thread::sleep(Duration::from_millis(50));
         }
-        dockerd
     }
 
     pub fn engine(&self) -> Engine {
@@ -143,8 +154,10 @@ impl Dockerd {
     }
 }
 
-impl Drop for Dockerd {
-    fn drop(&mut self) {
+impl Dockerd {
+    /// Stops the engine (SIGTERM: it stops its containers first) and
+    /// waits for it, 20 s at most.
+    pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill has no memory-safety preconditions; the child is
             // not reaped yet, so the pid is its own.
@@ -159,6 +172,12 @@ impl Drop for Dockerd {
                 thread::sleep(Duration::from_millis(50));
             }
         }
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        self.stop();
         // Its containerd or a shim that outlived it: each names the dir on
         // its command line.
         let needle = self.dir.display().to_string();

@@ -12,7 +12,9 @@
 //! beside an exec task's (a private dockerd), P9 the control API's
 //! latency while a job of 2,000 allocs starts, next to idle, P10 the
 //! agent as Docker's volume plugin: `docker run -v` with a csi-agent
-//! volume beside a `local` one, and the plugin calls a container makes.
+//! volume beside a `local` one, and the plugin calls a container makes,
+//! P11 a boot's restore: dockerd restarted with 50 `--restart always`
+//! containers on csi-agent volumes, beside the same on `local` ones.
 //! Each module's docs define its measurement.
 //!
 //! Needs root (the agent and the hostpath plugin mount). Run it through
@@ -25,6 +27,7 @@
 
 mod anatomy;
 mod bigjob;
+mod boot;
 mod calibrate;
 mod calls;
 mod claim;
@@ -58,10 +61,10 @@ const USAGE: &str = "\
 usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\")
 
   --only ROWS          comma-separated rows to run, of C,P1,P2,P2L,P3,P4,P4L,
-                       P5,P6,P7,P8,P9,P10 (default: all; P4 runs the storm of
-                       P2 to set up, P4L the large storm of P2L; P7 needs etcd,
-                       P8 dockerd and busybox-static, P10 those and the docker
-                       CLI)
+                       P5,P6,P7,P8,P9,P10,P11 (default: all; P4 runs the storm
+                       of P2 to set up, P4L the large storm of P2L; P7 needs
+                       etcd, P8 dockerd and busybox-static, P10 those and the
+                       docker CLI, P11 those and systemd-socket-activate)
   --runs N             P1: claims and releases measured (default 200)
   --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
   --storm N            P2/P4: claims (default 1000)
@@ -86,6 +89,12 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
   --volume-runs N      P10: containers run with each volume, csi-agent's and
                        local (default 60: the engine's own time varies
                        by more than the agent's share over 20)
+  --activated          P10: the agent socket-activated, as systemd's socket
+                       units start it (systemd-socket-activate)
+  --boot-containers N  P11: --restart always containers dockerd restores
+                       (default 50)
+  --boot-runs N        P11: engine restarts timed with each kind of volume
+                       (default 3)
   --heartbeat DUR      plugin_heartbeat of every agent (default 30s, the
                        agent's default)
   --keep               keep each row's directory (logs, state) to look at
@@ -123,6 +132,9 @@ pub struct Options {
     pub docker_runs: usize,
     pub big_job: usize,
     pub volume_runs: usize,
+    pub activated: bool,
+    pub boot_containers: usize,
+    pub boot_runs: usize,
     pub heartbeat: Duration,
     pub keep: bool,
     pub dir: PathBuf,
@@ -151,6 +163,9 @@ impl Options {
             docker_runs: 10,
             big_job: 2000,
             volume_runs: 60,
+            activated: false,
+            boot_containers: 50,
+            boot_runs: 3,
             heartbeat: Duration::from_secs(30),
             keep: false,
             dir: PathBuf::from("/tmp/csi-agent-bench"),
@@ -204,6 +219,9 @@ impl Options {
                 "--docker-runs" => opts.docker_runs = number(value()?)?,
                 "--big-job" => opts.big_job = number(value()?)?,
                 "--volume-runs" => opts.volume_runs = number(value()?)?,
+                "--activated" => opts.activated = true,
+                "--boot-containers" => opts.boot_containers = number(value()?)?,
+                "--boot-runs" => opts.boot_runs = number(value()?)?,
                 "--heartbeat" => opts.heartbeat = duration(value()?)?,
                 "--keep" => opts.keep = true,
                 "--dir" => opts.dir = PathBuf::from(value()?),
@@ -230,8 +248,8 @@ impl Options {
     }
 }
 
-const ROWS: [&str; 13] = [
-    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9", "P10",
+const ROWS: [&str; 14] = [
+    "C", "P1", "P2", "P2L", "P3", "P4", "P4L", "P5", "P6", "P7", "P8", "P9", "P10", "P11",
 ];
 
 fn main() -> ExitCode {
@@ -436,7 +454,49 @@ fn run(opts: &Options, root: &Path) -> Table {
     if opts.wants("P10") {
         volume_rows(&mut table, opts, root);
     }
+    if opts.wants("P11") {
+        boot_row(&mut table, opts, root);
+    }
     table
+}
+
+/// P11: a restarting dockerd restoring its `--restart always` containers,
+/// on csi-agent volumes against `local` ones.
+fn boot_row(table: &mut Table, opts: &Options, root: &Path) {
+    if !(containers::available() && volumes::available() && boot::available()) {
+        table.push(Row {
+            id: "P11",
+            what: "a boot's restore of --restart always containers".into(),
+            agent: "skipped: dockerd, busybox-static, the docker CLI or systemd-socket-activate missing (make deps)".into(),
+            reference: "-".into(),
+            ratio: "-".into(),
+            target: "-",
+            met: None,
+        });
+        return;
+    }
+    let r = boot::run(opts, root);
+    let spread = |s: &stats::Samples| {
+        format!(
+            "{} (min {}, max {})",
+            ms(s.p50()),
+            ms(s.percentile(0.0)),
+            ms(s.percentile(100.0))
+        )
+    };
+    table.push(Row {
+        id: "P11",
+        what: format!(
+            "dockerd restarted with {} --restart always containers, one volume each: its start to all running, p50 ({} restarts each, alternating; the agent socket-activated)",
+            r.containers,
+            r.csi.len()
+        ),
+        agent: format!("csi-agent volumes {}", spread(&r.csi)),
+        reference: format!("local volumes {}", spread(&r.local)),
+        ratio: format!("{:.2}x", ratio(r.csi.p50(), r.local.p50())),
+        target: "-",
+        met: None,
+    });
 }
 
 /// P10: `docker run -v` with a csi-agent volume against a `local` one,
@@ -461,8 +521,13 @@ fn volume_rows(table: &mut Table, opts: &Options, root: &Path) {
     table.push(Row {
         id: "P10",
         what: format!(
-            "docker run --rm -v VOL:/data busybox true, p50 / {high} ({} runs each, alternating)",
-            r.csi.len()
+            "docker run --rm -v VOL:/data busybox true, p50 / {high} ({} runs each, alternating{})",
+            r.csi.len(),
+            if opts.activated {
+                "; the agent socket-activated"
+            } else {
+                ""
+            }
         ),
         agent: format!("csi-agent volume {}", spread(&r.csi)),
         reference: format!("local volume {}", spread(&r.local)),

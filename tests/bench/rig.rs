@@ -268,6 +268,9 @@ pub struct Agent {
     child: Option<Child>,
     /// Where the agent records its trace points, if it does.
     trace: Option<PathBuf>,
+    /// The sockets `systemd-socket-activate` binds and hands the agent,
+    /// by path and name; none: the agent binds its own.
+    handed: Vec<(PathBuf, &'static str)>,
 }
 
 impl Agent {
@@ -285,7 +288,16 @@ impl Agent {
             bin: bin.to_path_buf(),
             child: None,
             trace: None,
+            handed: Vec::new(),
         }
+    }
+
+    /// Every later start runs the agent as systemd's socket units do:
+    /// under `systemd-socket-activate`, which binds the control socket
+    /// and `others` (path and `FileDescriptorName=`) and hands them over.
+    pub fn socket_activated(&mut self, others: &[(PathBuf, &'static str)]) {
+        self.handed = vec![(self.socket.clone(), "control")];
+        self.handed.extend(others.iter().cloned());
     }
 
     /// Starts the agent and waits until its control socket answers.
@@ -307,10 +319,38 @@ impl Agent {
             .append(true)
             .open(&self.log)
             .expect("open the agent log");
-        let mut command = Command::new(&self.bin);
-        if let Some(trace) = &self.trace {
-            command.env(csi_agent::trace::TRACE_ENV, trace);
-        }
+        let mut command = if self.handed.is_empty() {
+            let mut command = Command::new(&self.bin);
+            if let Some(trace) = &self.trace {
+                command.env(csi_agent::trace::TRACE_ENV, trace);
+            }
+            command
+        } else {
+            // The activator binds the sockets at once and starts the agent
+            // at the first connection; it passes on only the variables
+            // named with -E.
+            fs::create_dir_all(&self.data_dir).expect("create the data dir");
+            let mut command = Command::new("systemd-socket-activate");
+            for (path, _) in &self.handed {
+                command.arg("-l").arg(path);
+            }
+            let names: Vec<&str> = self.handed.iter().map(|(_, name)| *name).collect();
+            command.arg(format!("--fdname={}", names.join(":")));
+            for name in ["RUST_LOG", "PATH"] {
+                if let Ok(value) = std::env::var(name) {
+                    command.arg("-E").arg(format!("{name}={value}"));
+                }
+            }
+            if let Some(trace) = &self.trace {
+                command.arg("-E").arg(format!(
+                    "{}={}",
+                    csi_agent::trace::TRACE_ENV,
+                    trace.display()
+                ));
+            }
+            command.arg(&self.bin);
+            command
+        };
         let child = command
             .arg("agent")
             .arg("-config")

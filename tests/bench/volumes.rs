@@ -8,7 +8,9 @@
 //!   VOL a csi-agent volume (driver `csi-bench-<pid>`, the agent's
 //!   `volume_plugin` socket in `/run/docker/plugins`) and with a docker
 //!   `local` volume: the floor a user compares with. The two alternate,
-//!   after one warm-up run each.
+//!   after one warm-up run each. With `--activated`, the agent runs as
+//!   systemd's socket units start it: `systemd-socket-activate` binds the
+//!   control and volume plugin sockets and hands them over.
 //! - **Plugin calls per container**: what dockerd asks the driver while it
 //!   runs one such container, and how long the agent takes to answer each,
 //!   seen by a counting proxy on a second socket (driver
@@ -84,6 +86,9 @@ pub fn run(opts: &Options, root: &Path) -> VolumeResult {
             ),
         )
     });
+    if opts.activated {
+        agent.socket_activated(&[(socket.clone(), "volume-plugin")]);
+    }
     agent.start();
     agent.wait_healthy(1);
     wait_until("the volume plugin socket", Duration::from_millis(2), || {
@@ -137,13 +142,13 @@ pub fn run(opts: &Options, root: &Path) -> VolumeResult {
 
 /// The `docker` CLI against the row's engine, with a config dir of its
 /// own.
-struct Cli {
-    engine: PathBuf,
-    config: PathBuf,
+pub struct Cli {
+    pub engine: PathBuf,
+    pub config: PathBuf,
 }
 
 impl Cli {
-    fn command(&self, args: &[&str]) -> Command {
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new("docker");
         command
             .arg("-H")
@@ -154,7 +159,7 @@ impl Cli {
         command
     }
 
-    fn ok(&self, args: &[&str]) {
+    pub fn ok(&self, args: &[&str]) {
         let out = self.command(args).output().expect("run docker");
         assert!(
             out.status.success(),

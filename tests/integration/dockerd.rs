@@ -70,12 +70,20 @@ pub struct Dockerd {
     pub dir: TestDir,
     pub socket: PathBuf,
     log: PathBuf,
+    /// Flags every launch adds (`--live-restore`).
+    flags: Vec<String>,
     child: Option<Child>,
 }
 
 impl Dockerd {
     /// Starts it and waits until `/_ping` answers (60 s at most).
     pub fn start() -> Dockerd {
+        Dockerd::start_with(&[])
+    }
+
+    /// Like [`Dockerd::start`], with `flags` at this and every later
+    /// launch.
+    pub fn start_with(flags: &[&str]) -> Dockerd {
         let dir = TestDir::new();
         let socket = dir.join("sock");
         let log = dir.join("dockerd.log");
@@ -83,6 +91,7 @@ impl Dockerd {
             dir,
             socket,
             log,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
             child: None,
         };
         dockerd.launch();
@@ -122,6 +131,7 @@ impl Dockerd {
             ])
             // Containers still running at the end stop within 2 s.
             .args(["--shutdown-timeout", "2"])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)

@@ -258,6 +258,14 @@ impl Plugin {
         self.wait_for_socket();
     }
 
+    /// Like [`Plugin::restart`], with `flags` added to those it was
+    /// started with: another version of the plugin, on the same socket
+    /// and state.
+    pub fn restart_adding(&mut self, flags: &[&str]) {
+        self.flags.extend(flags.iter().map(|f| f.to_string()));
+        self.restart();
+    }
+
     /// Waits until the socket accepts connections: a socket file left by a
     /// killed plugin refuses them until the new process renames its own
     /// socket into place.

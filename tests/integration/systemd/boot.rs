@@ -10,11 +10,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::{config, Listen, NotifySocket, Service};
+use super::{config, docker, docker_ok, Listen, NotifySocket, Service};
 use crate::dockerd::{require_docker, Dockerd};
 use crate::harness::text;
 use crate::util::{Plugin, TestDir};
@@ -33,30 +32,6 @@ const BOOT_LIMIT: Duration = Duration::from_secs(25);
 
 /// How long the restored containers may take to run again.
 const RESTORE_LIMIT: Duration = Duration::from_secs(90);
-
-/// `docker ARGS` against `dockerd`.
-fn docker(dockerd: &Dockerd, cli_config: &Path, args: &[&str]) -> Output {
-    Command::new("docker")
-        .arg("-H")
-        .arg(format!("unix://{}", dockerd.socket.display()))
-        .args(args)
-        .env("DOCKER_CONFIG", cli_config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run docker")
-}
-
-#[track_caller]
-fn docker_ok(dockerd: &Dockerd, cli_config: &Path, args: &[&str]) -> String {
-    let out = docker(dockerd, cli_config, args);
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}\n--- engine log ---\n{}",
-        text(&out),
-        dockerd.log()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// Removes the plugin socket from dockerd's shared directory at the end:
 /// the agent leaves a socket it was handed.

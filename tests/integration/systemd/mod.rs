@@ -4,23 +4,32 @@
 //! sockets and handing them over as a `.socket` unit does
 //! (`LISTEN_FDS`, `LISTEN_FDNAMES`). Then the boot these exist for: a
 //! private dockerd restoring `--restart always` containers before the
-//! agent runs (`boot.rs`), and the first Mount after a reboot answered
-//! within 2 s with the default heartbeat (`first_mount.rs`).
+//! agent runs (`boot.rs`), the first Mount after a reboot answered
+//! within 2 s with the default heartbeat (`first_mount.rs`), and, under
+//! containers that write through their volumes all along
+//! (`writers.rs`), an upgrade in place (`upgrade.rs`) and a dockerd
+//! restarted with `--live-restore` (`live_restore.rs`).
 
 mod activation;
 mod boot;
 mod first_mount;
+mod live_restore;
 mod notify;
+mod upgrade;
+mod writers;
 
 use std::fs;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::dockerd::Dockerd;
+use crate::harness::text;
 use crate::util::{bin, require_root, TestDir};
 
 /// How long a test waits for the agent to start, answer or stop.
@@ -134,7 +143,6 @@ impl Service {
         args: &[&str],
     ) -> Service {
         let log = dir.join(&format!("service-{}.log", unique()));
-        let log_file = fs::File::create(&log).unwrap();
         let mut env = vec![
             ("RUST_LOG".to_string(), "debug".to_string()),
             ("TMPDIR".to_string(), dir.path.display().to_string()),
@@ -156,7 +164,7 @@ impl Service {
         }
         program.push(bin().to_string());
         program.extend(args.iter().map(|a| a.to_string()));
-        let mut cmd = if listen.is_empty() {
+        let cmd = if listen.is_empty() {
             let mut cmd = Command::new(&program[0]);
             cmd.args(&program[1..])
                 .env_clear()
@@ -189,6 +197,66 @@ impl Service {
             cmd.args(&program);
             cmd
         };
+        let service = Service::spawn(cmd, log);
+        // A client may connect once the activator listens on every path
+        // (it replaces a socket file left there).
+        for socket in listen {
+            service.wait_for_log(&format!("Listening on {} as", socket.path.display()));
+        }
+        service
+    }
+
+    /// `binary ARGS` started as systemd starts a service whose sockets a
+    /// `.socket` unit holds: `unit`'s listening sockets handed over as
+    /// descriptors 3 on, named in `LISTEN_FDNAMES`, with `NOTIFY_SOCKET`;
+    /// in a process group of its own, its stderr in a log of its own.
+    pub fn start_on(
+        dir: &TestDir,
+        unit: &SocketUnit,
+        notify: &NotifySocket,
+        binary: &Path,
+        args: &[&str],
+    ) -> Service {
+        let log = dir.join(&format!("service-{}.log", unique()));
+        // LISTEN_PID must name the process that reads it: the shell's pid
+        // is the agent's, since it execs it.
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+            .arg(binary)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "debug")
+            .env("TMPDIR", &dir.path)
+            .env("NOTIFY_SOCKET", &notify.address)
+            .env("LISTEN_FDS", unit.sockets.len().to_string())
+            .env("LISTEN_FDNAMES", unit.names.join(":"));
+        let fds: Vec<RawFd> = unit.sockets.iter().map(|s| s.as_raw_fd()).collect();
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only fcntl(2) and dup2(2), which are async-signal-safe; it
+        // allocates nothing (the descriptors were collected before).
+        unsafe {
+            cmd.pre_exec(move || {
+                // Out of the way first, so that no later dup2 onto 3, 4, ...
+                // closes a socket not yet moved.
+                let mut high = [0 as RawFd; 8];
+                for (i, fd) in fds.iter().enumerate() {
+                    high[i] = cvt(libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100))?;
+                }
+                for (i, fd) in high.iter().take(fds.len()).enumerate() {
+                    // dup2 leaves the copy without FD_CLOEXEC: it survives exec,
+                    // where the high copy does not.
+                    cvt(libc::dup2(*fd, 3 + i as RawFd))?;
+                }
+                Ok(())
+            });
+        }
+        Service::spawn(cmd, log)
+    }
+
+    fn spawn(mut cmd: Command, log: PathBuf) -> Service {
+        let log_file = fs::File::create(&log).unwrap();
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -196,17 +264,11 @@ impl Service {
             .process_group(0)
             .spawn()
             .expect("start the service");
-        let service = Service {
+        Service {
             child: Some(child),
             log,
             started: Instant::now(),
-        };
-        // A client may connect once the activator listens on every path
-        // (it replaces a socket file left there).
-        for socket in listen {
-            service.wait_for_log(&format!("Listening on {} as", socket.path.display()));
         }
-        service
     }
 
     /// When it was started.
@@ -277,6 +339,60 @@ impl Drop for Service {
     }
 }
 
+/// The listening sockets of `.socket` units, bound and held by the test
+/// as systemd holds them: across the stops and starts of the service, so
+/// a client that connects while no agent runs waits in the backlog.
+/// (`systemd-socket-activate` execs the service in its own place, so its
+/// sockets close with the first agent that exits.) Their files are
+/// removed when dropped.
+pub struct SocketUnit {
+    sockets: Vec<UnixListener>,
+    names: Vec<&'static str>,
+    paths: Vec<PathBuf>,
+}
+
+impl SocketUnit {
+    /// Binds a stream socket at each path, named as given
+    /// (`FileDescriptorName=`), replacing a file left there.
+    pub fn bind(listen: &[(&Path, &'static str)]) -> SocketUnit {
+        let mut unit = SocketUnit {
+            sockets: Vec::new(),
+            names: Vec::new(),
+            paths: Vec::new(),
+        };
+        assert!(listen.len() <= 8, "at most 8 sockets");
+        for (path, name) in listen {
+            let _ = fs::remove_file(path);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).unwrap();
+            }
+            let socket = UnixListener::bind(path)
+                .unwrap_or_else(|err| panic!("bind {}: {err}", path.display()));
+            unit.sockets.push(socket);
+            unit.names.push(name);
+            unit.paths.push(path.to_path_buf());
+        }
+        unit
+    }
+}
+
+impl Drop for SocketUnit {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// A libc return value as a result: -1 is the thread's errno.
+fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
 fn unique() -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -299,4 +415,28 @@ pub fn config(data_dir: &Path, plugin: Option<&Path>, name: &str, socket: &Path)
         socket.display().to_string()
     ));
     text
+}
+
+/// `docker ARGS` against `dockerd`.
+pub fn docker(dockerd: &Dockerd, cli_config: &Path, args: &[&str]) -> Output {
+    Command::new("docker")
+        .arg("-H")
+        .arg(format!("unix://{}", dockerd.socket.display()))
+        .args(args)
+        .env("DOCKER_CONFIG", cli_config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker")
+}
+
+#[track_caller]
+pub fn docker_ok(dockerd: &Dockerd, cli_config: &Path, args: &[&str]) -> String {
+    let out = docker(dockerd, cli_config, args);
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}\n--- engine log ---\n{}",
+        text(&out),
+        dockerd.log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

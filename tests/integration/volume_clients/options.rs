@@ -1,6 +1,7 @@
 //! The Create options people need, through the real dockerd and `docker`
 //! CLI: `mount_group` lets a container running as a non-root user write a
-//! fresh volume, `read_only` makes each container's mount a reader claim
+//! fresh volume (and is refused, naming the capability, by a node plugin
+//! without VOLUME_MOUNT_GROUP), `read_only` makes each container's mount a reader claim
 //! (so containers share a single-writer volume, and none can write it),
 //! and `secrets=NAME` reaches the plugin without its value passing through
 //! dockerd.
@@ -66,6 +67,48 @@ fn a_non_root_container_writes_a_fresh_volume_made_with_mount_group() {
     assert!(refused.contains("Permission denied"), "{refused}");
     host.wait_claims("grp", 0);
     host.wait_claims("plain", 0);
+    host.assert_nothing_mounted();
+}
+
+#[test]
+fn mount_group_on_a_node_without_volume_mount_group_is_refused_naming_it() {
+    if !require_docker_cli() {
+        return;
+    }
+    let host = Host::start_with("", &["-test-without", "volume-mount-group"]);
+    let name = host.name.clone();
+    let refused = host.docker_refused(&[
+        "volume",
+        "create",
+        "-d",
+        &name,
+        "-o",
+        "mount_group=1000",
+        "grp",
+    ]);
+    assert!(
+        refused.contains("its node does not have VOLUME_MOUNT_GROUP"),
+        "{refused}"
+    );
+    // Nothing is made: not in dockerd's list, not in the agent, not in
+    // the plugin.
+    assert_eq!(host.docker_volumes(), Vec::<String>::new());
+    assert!(host.volume("grp").is_none());
+    let calls = host.plugin.as_ref().unwrap().trace_methods();
+    assert!(!calls.iter().any(|c| c == "CreateVolume"), "{calls:?}");
+    // The same volume without the option is made and used as before.
+    host.docker_ok(&["volume", "create", "-d", &name, "grp"]);
+    host.docker_ok(&[
+        "run",
+        "--rm",
+        "-v",
+        "grp:/data",
+        IMAGE,
+        "sh",
+        "-c",
+        "echo x > /data/f",
+    ]);
+    host.wait_claims("grp", 0);
     host.assert_nothing_mounted();
 }
 

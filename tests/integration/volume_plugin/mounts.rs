@@ -90,6 +90,25 @@ fn podman_s_fixed_mount_id_is_one_claim_named_for_podman() {
 }
 
 #[test]
+fn podman_s_fixed_mount_id_on_two_volumes_is_released_per_volume() {
+    if !require_root() {
+        return;
+    }
+    let host = Host::start();
+    host.docker().create("a", &[]).ok();
+    host.docker().create("b", &[]).ok();
+    let podman = host.podman();
+    podman.mount("a", "placeholder");
+    podman.mount("b", "placeholder");
+    // The Unmount of one volume is not a Mount of the other's.
+    podman.unmount("a", "placeholder");
+    assert!(claims(&host, "a").is_empty(), "{}", host.agent.log());
+    assert_eq!(claims(&host, "b"), ["podman-placeholder"]);
+    podman.unmount("b", "placeholder");
+    assert!(claims(&host, "b").is_empty());
+}
+
+#[test]
 fn a_single_writer_volume_serves_one_container_and_multi_writer_shares() {
     if !require_root() {
         return;

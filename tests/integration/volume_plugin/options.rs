@@ -9,9 +9,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::Host;
-use crate::harness::{agent_refusing, config_text, text};
+use crate::harness::{agent_refusing, config_text, healthy, text, unhealthy, WAIT};
 use crate::util::{mount_state, require_root, Plugin, TestDir};
-use crate::volume_util::{try_volume, volume};
+use crate::volume_util::{try_volume, volume, PLUGIN};
 
 /// The value of the named secret: it must show nowhere but the plugin.
 const SECRET: &str = "pa55-never-shown-8c1f";
@@ -96,6 +96,44 @@ fn mount_group_is_refused_before_any_rpc_where_the_node_lacks_it() {
     let mountpoint = docker.mount("grp", "m1");
     assert_ne!(fs::metadata(&mountpoint).unwrap().gid(), 1000);
     docker.unmount("grp", "m1");
+}
+
+#[test]
+fn a_mount_group_volume_is_not_mounted_by_a_node_that_lost_volume_mount_group() {
+    if !require_root() {
+        return;
+    }
+    let mut host = Host::start();
+    let docker = host.docker();
+    docker.create("grp", &[("mount_group", "1000")]).ok();
+    // The plugin is replaced by a version without the capability.
+    host.plugin.kill();
+    host.agent.wait_for(PLUGIN, unhealthy, WAIT);
+    host.plugin
+        .restart_adding(&["-test-without", "volume-mount-group"]);
+    // Healthy again, fingerprinted anew without it.
+    let lost = |p: &csi_agent::proto::agent::Plugin| {
+        healthy(p)
+            && p.fingerprint.as_ref().is_some_and(|f| {
+                !f.node_capabilities
+                    .iter()
+                    .any(|c| c == "volume-mount-group")
+            })
+    };
+    host.agent.wait_for(PLUGIN, lost, WAIT);
+    let message = docker.with_id("Mount", "grp", "m1").failed();
+    assert_eq!(
+        message,
+        "volume \"grp\" gives its mounts group 1000 (mount_group), and plugin \"hp\"'s node does not have VOLUME_MOUNT_GROUP"
+    );
+    assert!(volume(&host.agent, "grp").claims.is_empty());
+    let calls = host.plugin.trace_methods();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c == "NodeStageVolume" || c == "NodePublishVolume"),
+        "the volume was staged or published: {calls:?}"
+    );
 }
 
 #[test]

@@ -141,6 +141,15 @@ impl VolumeManager {
         if let Some(why) = view.topology_misfit(v) {
             return Err(refused(why));
         }
+        if !v.plugin_settings.mount_group.is_empty() && !view.protocol.mount_group {
+            // Made where the node had it (a Create is refused otherwise);
+            // its plugin changed since. Mounted without the group, the
+            // volume would refuse the writes the group was set for.
+            return Err(refused(format!(
+                "volume {:?} gives its mounts group {} (mount_group), and plugin {:?}'s node does not have VOLUME_MOUNT_GROUP",
+                v.id, v.plugin_settings.mount_group, v.plugin_id
+            )));
+        }
         let capability = v.capability_for(req.read_only).ok_or_else(|| {
             let modes: Vec<&str> = v
                 .capabilities
