@@ -15,6 +15,11 @@
 //! keys and its many-hosts safety rule, and where the code departs from
 //! Nomad. The module docs below go deeper.
 //!
+//! The general-purpose machinery that knows nothing of CSI is in crates of
+//! the workspace (`crates/`), which this crate composes, each with its own
+//! README and tests: [`json`]. `docs/ARCHITECTURE.md`'s crate map draws
+//! them.
+//!
 //! Modules, each owning one concern:
 //!
 //! | module | owns |
@@ -40,7 +45,6 @@
 //! | [`metrics`] | the agent's metrics (counters, gauges, histograms with labels) counted where things happen, Prometheus' text format, and the `GET /metrics` endpoint of the `telemetry` block |
 //! | [`events`] | the agent's events: emitted where things happen into one outbox, published by the loop once durable into a ring that `csi-agent events` reads |
 //! | [`regex`] | regular expressions in Go's (RE2's) syntax, matched by a Pike VM in time linear in the text, for HCL's and the templates' regex functions |
-//! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks; the crate's one JSON reader and writer (the CLI's `-json`, the templates' and HCL's JSON functions) |
 //! | [`encode`] | base64 (standard and URL alphabets) and percent-encoding, one encoder each for HCL, the templates, the CLI and the engine's API |
 //! | [`order`] | sorting with one copy of the sort algorithm in the binary (a permutation sorted through one comparison type, then applied): the crate's only sort, outside tests |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
@@ -99,7 +103,6 @@ pub mod hcl;
 pub mod hostpath;
 pub mod httpd;
 pub mod id;
-pub mod json;
 pub mod metrics;
 pub mod mount;
 pub mod order;

@@ -12,9 +12,6 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../src/hcl/mod.rs"]
 mod hcl;
 #[allow(dead_code)]
-#[path = "../../src/json.rs"]
-mod json;
-#[allow(dead_code)]
 #[path = "../../src/encode.rs"]
 mod encode;
 #[allow(dead_code)]

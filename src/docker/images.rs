@@ -13,7 +13,7 @@ use super::http::{encode, Request};
 use super::pull_progress::{PullProgress, Tally};
 use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
 use crate::encode::{base64, Alphabet};
-use crate::json::{self, Value};
+use json::Value;
 
 /// The longest progress message a pull's stream may send.
 const MAX_PROGRESS_LINE: u64 = 1 << 20;

@@ -49,8 +49,8 @@ pub(super) fn js(s: &str) -> String {
     out
 }
 
-pub(super) fn from_json(v: &crate::json::Value) -> Value {
-    use crate::json::Value as J;
+pub(super) fn from_json(v: &json::Value) -> Value {
+    use json::Value as J;
     match v {
         J::Null => Value::Nil,
         J::Bool(b) => Value::Bool(*b),
@@ -64,8 +64,8 @@ pub(super) fn from_json(v: &crate::json::Value) -> Value {
     }
 }
 
-pub(super) fn to_json(v: &Value) -> crate::json::Value {
-    use crate::json::Value as J;
+pub(super) fn to_json(v: &Value) -> json::Value {
+    use json::Value as J;
     match v {
         Value::Nil => J::Null,
         Value::Bool(b) => J::Bool(*b),

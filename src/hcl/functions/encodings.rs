@@ -4,7 +4,6 @@ use super::{Args, Function};
 use crate::encode::{base64, base64_decode, percent, Alphabet, Space};
 use crate::hcl::ast::Number;
 use crate::hcl::eval::Value;
-use crate::json;
 use crate::order;
 
 /// The encoding functions, by name, with how many arguments each takes (at least,
@@ -58,7 +57,7 @@ fn to_json(value: &Value) -> json::Value {
 }
 
 /// `jsondecode(text)`: `text` read as plain JSON (RFC 8259) by
-/// [`crate::json`], so a string is that string, `${` and `%{` included,
+/// [`json`], so a string is that string, `${` and `%{` included,
 /// and nesting stops at [`json::MAX_DEPTH`]. A key twice in one object is
 /// an error, as in cty.
 pub(super) fn json_decode(a: &Args<'_>) -> Result<Value, String> {

@@ -268,7 +268,7 @@ fn json_decode_keeps_numbers_as_written() {
 
 #[test]
 fn json_decode_stops_at_the_json_nesting_limit() {
-    let depth = crate::json::MAX_DEPTH;
+    let depth = json::MAX_DEPTH;
     let deep = |n: usize| format!(r#"jsondecode("{}{}")"#, "[".repeat(n), "]".repeat(n));
     assert!(!value(&deep(depth)).starts_with("error"));
     assert_eq!(

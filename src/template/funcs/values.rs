@@ -65,14 +65,14 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         if s.is_empty() {
             return Ok(Value::Map(BTreeMap::new()));
         }
-        let json = crate::json::parse(&s).map_err(|e| e.to_string())?;
+        let json = json::parse(&s).map_err(|e| e.to_string())?;
         Ok(from_json(&json))
     }),
     ("toJSON", 1, 1, |a| {
-        Ok(Value::Str(crate::json::to_string(&to_json(&a.values[0]))))
+        Ok(Value::Str(json::to_string(&to_json(&a.values[0]))))
     }),
     ("toUnescapedJSON", 1, 1, |a| {
-        Ok(Value::Str(crate::json::to_string(&to_json(&a.values[0]))))
+        Ok(Value::Str(json::to_string(&to_json(&a.values[0]))))
     }),
     ("toJSONPretty", 1, 1, |a| {
         Ok(Value::Str(to_json(&a.values[0]).pretty()))

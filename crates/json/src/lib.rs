@@ -10,12 +10,13 @@
 //! compact ([`to_string`]), indented ([`Value::pretty`]) or HTML-safe as
 //! Go's `json.Marshal` ([`to_string_html_safe`]).
 //!
-//! It is the crate's one JSON reader and writer: the engine's API, the
+//! It is csi-agent's one JSON reader and writer: the engine's API, the
 //! CLI's `-json` output, the templates' `parseJSON` and `toJSON`, and HCL's
-//! `jsondecode` and `jsonencode` all go through it.
+//! `jsondecode` and `jsonencode` all go through it. It uses only `std`.
 //!
-//! `hcl::json` is a different thing: HCL's JSON syntax, whose strings are
-//! templates (`${...}`). Data from outside goes through this module.
+//! The HCL crate's `hcl::json` is a different thing: HCL's JSON syntax,
+//! whose strings are templates (`${...}`). Data from outside goes through
+//! this crate.
 
 use std::fmt;
 
