@@ -17,7 +17,9 @@
 //!
 //! The general-purpose machinery that knows nothing of CSI is in crates of
 //! the workspace (`crates/`), which this crate composes, each with its own
-//! README and tests: [`json`]. `docs/ARCHITECTURE.md`'s crate map draws
+//! README and tests: [`json`], [`regex`] (Go's syntax, a Pike VM), and
+//! [`order`], the one sort of the binary (clippy.toml refuses the slice
+//! sorts outside tests). `docs/ARCHITECTURE.md`'s crate map draws
 //! them.
 //!
 //! Modules, each owning one concern:
@@ -44,9 +46,7 @@
 //! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
 //! | [`metrics`] | the agent's metrics (counters, gauges, histograms with labels) counted where things happen, Prometheus' text format, and the `GET /metrics` endpoint of the `telemetry` block |
 //! | [`events`] | the agent's events: emitted where things happen into one outbox, published by the loop once durable into a ring that `csi-agent events` reads |
-//! | [`regex`] | regular expressions in Go's (RE2's) syntax, matched by a Pike VM in time linear in the text, for HCL's and the templates' regex functions |
 //! | [`encode`] | base64 (standard and URL alphabets) and percent-encoding, one encoder each for HCL, the templates, the CLI and the engine's API |
-//! | [`order`] | sorting with one copy of the sort algorithm in the binary (a permutation sorted through one comparison type, then applied): the crate's only sort, outside tests |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`template`] | Go's `text/template` with consul-template's functions that need no Consul or Vault, for Nomad's `template` blocks |
@@ -105,10 +105,8 @@ pub mod httpd;
 pub mod id;
 pub mod metrics;
 pub mod mount;
-pub mod order;
 pub mod plugin;
 pub mod proto;
-pub mod regex;
 pub mod services;
 pub mod spec;
 pub mod state;

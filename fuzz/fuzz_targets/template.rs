@@ -18,9 +18,6 @@ mod hcl;
 #[allow(dead_code)]
 #[path = "../../src/encode.rs"]
 mod encode;
-#[allow(dead_code)]
-#[path = "../../src/regex/mod.rs"]
-mod regex;
 #[allow(dead_code, unused_imports)]
 #[path = "../../src/template/mod.rs"]
 mod template;
@@ -30,9 +27,6 @@ mod units;
 #[allow(dead_code)]
 #[path = "shim/sys.rs"]
 mod sys;
-#[allow(dead_code)]
-#[path = "../../src/order.rs"]
-mod order;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 
 use crate::encode::{base64, Alphabet};
-use crate::order;
 use json::Value as Json;
 
 /// A message of the control API as JSON; the impls are generated.

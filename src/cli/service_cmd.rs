@@ -9,7 +9,6 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
-use crate::order;
 use crate::proto::agent as api;
 use json::Value as Json;
 

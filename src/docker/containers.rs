@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use super::http::encode;
 use super::{parse, ContainerSpec, Engine, Error, CALL_TIMEOUT};
-use crate::order;
 use json::Value;
 
 /// A container as the engine reports it. [`Engine::inspect`] fills every

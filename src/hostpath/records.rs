@@ -38,7 +38,6 @@ use std::path::{Path, PathBuf};
 
 use super::state::State;
 use crate::encode::percent_except;
-use crate::order;
 use crate::sys::flock;
 
 /// A record: a volume (with its stagings and publishes) or a snapshot.

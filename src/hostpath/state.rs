@@ -348,7 +348,7 @@ impl State {
         let staged = self.staged.values().map(|s| s.volume_id.clone());
         let published = self.published.values().map(|(v, _)| v.clone());
         let snapshots = self.snapshots.keys().cloned().map(Key::Snapshot);
-        crate::order::set(
+        order::set(
             volumes
                 .chain(staged)
                 .chain(published)

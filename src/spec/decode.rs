@@ -32,7 +32,6 @@ use super::encode::kept_text;
 use super::suggest::nearest;
 use super::variables::{self, JobInputs};
 use super::{Decoded, Invalid, Kept, Warning};
-use crate::order;
 pub(crate) use values::MapEntry;
 
 /// The collected errors and warnings of one file, and its source text (to

@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 
 use super::Job;
 use crate::hcl::{Body, Expr};
-use crate::order;
 
 /// What happened to a field or an object between the two versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

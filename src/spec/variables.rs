@@ -22,7 +22,6 @@ use crate::hcl::{
 mod json;
 
 use super::Warning;
-use crate::order;
 
 /// What a caller gives a job file's variables, as it gave them, kept with
 /// the job so that decoding it again gives the same job.

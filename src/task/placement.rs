@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use super::ports::{self, PortsBlocked};
 use super::{invalid, Alloc, AllocStatus, Allocs};
 use crate::call::CallError;
-use crate::order;
 use crate::spec::{ClientConfig, Group, Job, Task};
 
 /// Nomad's `cpu` of a task without one, MHz.
@@ -317,7 +316,7 @@ impl Allocs {
 
     /// The host ports of the allocs that hold room.
     fn held_ports(&self) -> BTreeSet<u16> {
-        crate::order::set(
+        order::set(
             self.allocs
                 .values()
                 .filter(|a| holds_room(a))

@@ -3,7 +3,6 @@
 //! `html` and `js` (`urlquery` is [`crate::encode::percent`]).
 
 use super::exec::Value;
-use crate::order;
 
 pub(super) fn title(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use super::{eval, index, render, Scope, Value};
 use crate::hcl::ast::{Error, Expr, ForExpr, Ident, Part, Pos, Step};
-use crate::order;
 
 /// How many elements the `for` expressions of one scope may make in all:
 /// far more than any job file needs.

@@ -2,7 +2,6 @@
 
 use super::{Args, Function};
 use crate::hcl::eval::Value;
-use crate::order;
 
 /// The collection and conversion functions, by name, with how many arguments each takes (at least,
 /// at most).

@@ -4,7 +4,6 @@ use super::{Args, Function};
 use crate::encode::{base64, base64_decode, percent, Alphabet, Space};
 use crate::hcl::ast::Number;
 use crate::hcl::eval::Value;
-use crate::order;
 
 /// The encoding functions, by name, with how many arguments each takes (at least,
 /// at most).

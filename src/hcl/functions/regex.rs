@@ -1,12 +1,11 @@
 //! Regular-expression functions, with Go's syntax and matches
-//! ([`crate::regex`]): `regex` and `regexall` as go-cty's stdlib defines
+//! ([`regex`]): `regex` and `regexall` as go-cty's stdlib defines
 //! them, and `regex_replace`, Nomad's name for a replacement by pattern.
 //! (`replace` matches its substring literally, as in Nomad.)
 
 use super::{Args, Function};
 use crate::hcl::eval::Value;
-use crate::order;
-use crate::regex::{Captures, Regex};
+use regex::{Captures, Regex};
 
 /// The regex functions, by name, with how many arguments each takes (at
 /// least, at most).

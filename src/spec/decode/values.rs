@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use super::Fields;
 use crate::hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
-use crate::order;
 use crate::spec::MemoryMax;
 
 /// A number, or a string that holds one: HCL converts such a string where

@@ -99,14 +99,11 @@ const LAYERS: &[&[&str]] = &[
     // over `sys`'s poll.
     &["httpd"],
     // The floor, the primitives every layer shares, which use nothing:
-    // regular expressions (Go's syntax, a Pike VM); base64 and
-    // percent-encoding; the system calls besides mounts, with the `cvt`
-    // that `mount` uses too. (JSON is a crate of the workspace, under
-    // every layer: see the crate map.)
-    &["regex", "encode", "sys"],
-    // Under the floor: the crate's one sort, which every layer may use and
-    // which uses only the standard library.
-    &["order"],
+    // base64 and percent-encoding; the system calls besides mounts, with
+    // the `cvt` that `mount` uses too. (JSON, regular expressions and the
+    // one sort are crates of the workspace, under every layer: see the
+    // crate map.)
+    &["encode", "sys"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.

@@ -22,7 +22,8 @@
 //! budget of VM steps linear in the text and the program
 //! ([`Regex::step_limit`]) and stop with [`TooMuchWork`] past it.
 //!
-//! A ground module: it uses nothing else of the crate.
+//! It uses only the standard library and csi-agent's sort (the `order`
+//! crate).
 
 mod parse;
 mod vm;

@@ -9,7 +9,6 @@
 //! [`MAX_REPEAT`], as in Go, so no pattern can exhaust the stack.
 
 use super::Error;
-use crate::order;
 
 /// How deeply groups may nest.
 pub(super) const MAX_NESTING: usize = 100;
