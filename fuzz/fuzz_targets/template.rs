@@ -13,12 +13,6 @@ use libfuzzer_sys::fuzz_target;
 // The engine and the ground modules it uses, compiled from the crate's
 // own source.
 #[allow(dead_code, unused_imports)]
-#[path = "../../src/hcl/mod.rs"]
-mod hcl;
-#[allow(dead_code)]
-#[path = "../../src/encode.rs"]
-mod encode;
-#[allow(dead_code, unused_imports)]
 #[path = "../../src/template/mod.rs"]
 mod template;
 #[allow(dead_code)]

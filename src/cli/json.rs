@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::encode::{base64, Alphabet};
+use encode::{base64, Alphabet};
 use json::Value as Json;
 
 /// A message of the control API as JSON; the impls are generated.

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use super::http::{encode, Request};
 use super::pull_progress::{PullProgress, Tally};
 use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
-use crate::encode::{base64, Alphabet};
+use encode::{base64, Alphabet};
 use json::Value;
 
 /// The longest progress message a pull's stream may send.

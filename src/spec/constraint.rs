@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use super::decode::Fields;
 use super::encode::Writer;
 use super::version::{Flavor, VersionConstraint};
-use crate::hcl::{Expr, Pos};
+use hcl::{Expr, Pos};
 
 /// What a job level hands down: `meta` (merged job, then group, then task,
 /// the later winning) and `constraint`s (all of them apply).

@@ -26,7 +26,7 @@ mod values;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use crate::hcl::{self, Attribute, Block, Body, Item, Pos, Span, Syntax};
+use hcl::{Attribute, Block, Body, Item, Pos, Span, Syntax};
 
 use super::encode::kept_text;
 use super::suggest::nearest;

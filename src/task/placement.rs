@@ -545,8 +545,8 @@ impl Allocs {
 
 /// Where group `group`'s `count` is written in the job file, if it can be
 /// found.
-fn count_pos(hcl: &str, file: &str, group: &str) -> Option<crate::hcl::Pos> {
-    let body = crate::hcl::parse_file(hcl, file).ok()?;
+fn count_pos(hcl: &str, file: &str, group: &str) -> Option<hcl::Pos> {
+    let body = hcl::parse_file(hcl, file).ok()?;
     let pos = body
         .blocks_named("job")
         .flat_map(|job| job.body.blocks_named("group"))

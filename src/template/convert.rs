@@ -1,6 +1,6 @@
 //! Conversions and escapes for the function table: values to and from
 //! JSON (as Go's `encoding/json` does them), `toTitle`, and the escapes of
-//! `html` and `js` (`urlquery` is [`crate::encode::percent`]).
+//! `html` and `js` (`urlquery` is [`encode::percent`]).
 
 use super::exec::Value;
 

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use super::go::compare;
 use super::{Args, Function};
-use crate::encode::{base64, base64_decode, Alphabet};
 use crate::template::convert::{from_json, to_json};
 use crate::template::exec::Value;
 use crate::template::fmt::timestamp;
 use crate::template::MAX_ITEMS;
+use encode::{base64, base64_decode, Alphabet};
 
 /// The conversion, time and number functions, by name, with how many arguments each takes (at least,
 /// at most).

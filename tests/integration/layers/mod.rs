@@ -87,23 +87,22 @@ const LAYERS: &[&[&str]] = &[
     // Go's text/template with consul-template's functions, for Nomad's
     // `template` blocks: over the ground's JSON, base64 and dates.
     &["template"],
-    // The ground: the HCL parser; every mount system call; IDs that become
-    // paths; durations and sizes; latency trace points; the generated
-    // protobuf modules; a call's answer in the domain's terms (`CallError`,
+    // The ground: every mount system call; IDs that become paths;
+    // durations and sizes; latency trace points; the generated protobuf
+    // modules; a call's answer in the domain's terms (`CallError`,
     // `ReplyTo`); metrics and events.
     &[
-        "hcl", "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
+        "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
     ],
     // Below the ground: the bounded HTTP/1.1 server of the agent's own
     // sockets (the metrics endpoint, Docker's volume plugin protocol),
     // over `sys`'s poll.
     &["httpd"],
-    // The floor, the primitives every layer shares, which use nothing:
-    // base64 and percent-encoding; the system calls besides mounts, with
-    // the `cvt` that `mount` uses too. (JSON, regular expressions and the
-    // one sort are crates of the workspace, under every layer: see the
-    // crate map.)
-    &["encode", "sys"],
+    // The floor, which uses nothing of `src/`: the system calls besides
+    // mounts, with the `cvt` that `mount` uses too. (HCL, JSON, regular
+    // expressions, base64 and percent-encoding, and the one sort are
+    // crates of the workspace, under every layer: see the crate map.)
+    &["sys"],
 ];
 
 /// Edges (`from`, `to`) of today's code that go up the layers.
@@ -125,9 +124,9 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     // cluster: `node` borrows `member`'s clock (`unix_ms_now`).
     ("cluster::member", "cluster::node"),
     ("cluster::node", "cluster::member"),
-    // hcl: the AST holds the JSON syntax's block views, the lexer the AST's
-    // `Error` and `Pos`, and the evaluator and its functions call each
-    // other; to untangle when HCL becomes a crate of its own.
+    // hcl (crates/hcl): the AST holds the JSON syntax's block views, the
+    // lexer the AST's `Error` and `Pos`, and the evaluator and its
+    // functions call each other; to untangle inside the crate.
     ("hcl::ast", "hcl::json"),
     ("hcl::eval", "hcl::functions"),
     ("hcl::functions", "hcl::eval"),
