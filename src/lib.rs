@@ -20,8 +20,8 @@
 //! README and tests: [`hcl`] (HCL's native and JSON syntax, parsed and
 //! evaluated), [`json`], [`regex`] (Go's syntax, a Pike VM), [`encode`]
 //! (base64 and percent-encoding), and [`order`], the one sort of the
-//! binary (clippy.toml refuses the slice sorts outside tests). `docs/ARCHITECTURE.md`'s crate map draws
-//! them.
+//! binary (clippy.toml refuses the slice sorts outside tests). The crate
+//! map of `docs/ARCHITECTURE.md` draws them.
 //!
 //! Modules, each owning one concern:
 //!
