@@ -122,19 +122,21 @@ static-check:
 	scripts/static.sh -check $(STATIC_BIN)
 	scripts/size-check.sh $(STATIC_BIN) $(STATIC_BUDGET)
 
-## test: lint, then every unit and integration test (root-only tests need root)
+## test: lint, then every unit and integration test of the agent and of
+## every crate of the workspace (root-only tests need root)
 test: build lint
-	$(CARGO) test --locked
+	$(CARGO) test --locked --workspace
 
 ## test-load: as root, `make test` RUNS times in a row (3) while a second
 ## build of this checkout keeps the CPUs busy (scripts/test-under-load.sh)
 test-load:
 	scripts/test-under-load.sh
 
-## lint: formatting and clippy with warnings as errors
+## lint: formatting and clippy with warnings as errors, the agent and
+## every crate of the workspace
 lint: grpc-check
-	$(CARGO) fmt --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## bench: the performance table of BENCHMARKS.md (root; optimised bench
 ## profile, whose first build compiles gRPC's C++ core once more: always

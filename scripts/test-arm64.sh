@@ -4,9 +4,10 @@
 # hands every aarch64 ELF file it is asked to exec to qemu-aarch64, so
 # the tests' own children (helpers, plugins, the agent) run emulated too.
 #
-#   unit  the library's unit tests, built for aarch64-unknown-linux-gnu
-#         against Debian's arm64 gRPC core (multiarch libgrpc-dev:arm64,
-#         cross-linked by gcc-aarch64-linux-gnu): no gRPC or BoringSSL is
+#   unit  the unit tests of the library and of the workspace's crates,
+#         built for aarch64-unknown-linux-gnu against Debian's arm64
+#         gRPC core (multiarch libgrpc-dev:arm64, cross-linked by
+#         gcc-aarch64-linux-gnu): no gRPC or BoringSSL is
 #         compiled, only grpcio-sys's small C++ wrapper and the artifact
 #         shim. The musl build of the same code is the static binary's
 #         (`make static ARCH=aarch64`), which the e2e below runs.
@@ -96,8 +97,8 @@ cross_env() {
     export PKG_CONFIG_aarch64_unknown_linux_gnu=aarch64-linux-gnu-pkg-config
     export PKG_CONFIG_ALLOW_CROSS=1
     # binfmt_misc runs the test binary; naming qemu as the runner would
-    # only add a second, explicit way of doing the same. Our crate is
-    # compiled at opt-level 1 (its dependencies are at 2 already, in the
+    # only add a second, explicit way of doing the same. Our crates are
+    # compiled at opt-level 1 (their dependencies are at 2 already, in the
     # dev profile): emulated, unoptimised code made the tests that run a
     # template or an HCL expression to its step limit take minutes each.
     # Debug assertions and overflow checks stay on, as in `make test`.
@@ -107,12 +108,12 @@ cross_env() {
 unit() {
     cross_env
     local start=$SECONDS
-    cargo test --locked --lib --target "$gnu" --no-run
+    cargo test --locked --workspace --lib --target "$gnu" --no-run
     echo "test-arm64: unit tests built in $((SECONDS - start)) s"
     start=$SECONDS
     local notes
     notes=$(mktemp /tmp/csi-agent-emulation-notes.XXXXXX)
-    CSI_AGENT_EMULATION_NOTES=$notes cargo test --locked --lib --target "$gnu"
+    CSI_AGENT_EMULATION_NOTES=$notes cargo test --locked --workspace --lib --target "$gnu"
     echo "test-arm64: unit tests ran in $((SECONDS - start)) s (emulated)"
     # What the tests could not check under the emulator, or checked more
     # loosely (sys::emulation::note), so that it is read, not skipped.

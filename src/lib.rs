@@ -15,6 +15,14 @@
 //! keys and its many-hosts safety rule, and where the code departs from
 //! Nomad. The module docs below go deeper.
 //!
+//! The general-purpose machinery that knows nothing of CSI is in crates of
+//! the workspace (`crates/`), which this crate composes, each with its own
+//! README and tests: [`hcl`] (HCL's native and JSON syntax, parsed and
+//! evaluated), [`json`], [`regex`] (Go's syntax, a Pike VM), [`encode`]
+//! (base64 and percent-encoding), and [`order`], the one sort of the
+//! binary (clippy.toml refuses the slice sorts outside tests). The crate
+//! map of `docs/ARCHITECTURE.md` draws them.
+//!
 //! Modules, each owning one concern:
 //!
 //! | module | owns |
@@ -31,7 +39,6 @@
 //! | [`volume_plugin`] | Docker's Volume Plugin protocol on a socket of its own, for `docker`, `docker compose` and `podman`: each call sent to the main loop as a control API request |
 //! | [`mount`] | safe wrappers over `mount(2)`/`umount2(2)`/`statvfs(3)` and the `/proc/self/mountinfo` parser; all mount syscalls of the agent live here |
 //! | [`sys`] | the other system calls: inotify, peer credentials, signals to children, file locks, the hostpath plugin's loop devices and sparse-file extents, the monotonic clock, and the start helper's (raw descriptors, fork, wait and exit, namespaces, the user database and `set*id`, capabilities); [`sys::cvt`], the one turn of a libc call's -1 into `errno` |
-//! | [`hcl`] | the HCL subset parser (blocks, attributes, strings, heredocs, numbers, lists, objects, comments) and the parser of HCL's JSON syntax (`*.json`), both with line:col positions, into one syntax tree |
 //! | [`spec`] | typed, validated specs decoded from HCL (native or JSON syntax, by the file name) in Nomad's formats: agent config, volume spec, job spec; strict keys with did-you-mean, every error with `file:line:col`, Nomad keys csi-agent ignores kept with a warning |
 //! | [`hostpath`] | the built-in hostpath CSI plugin (`csi-agent hostpath`): the `-dev` default and our test fixture; directory and block (loop device) volumes, snapshots, clones, expansion, a monolith or a controller and a node process sharing one base dir (`-mode`), a strict mode that refuses and records what a conforming CO never sends, test-only fault injection and call tracing |
 //! | [`proto`] | every generated protobuf module |
@@ -39,10 +46,6 @@
 //! | [`trace`] | latency trace points (off unless `CSI_AGENT_TRACE` names a file), read by the benchmark into the anatomy of a claim |
 //! | [`metrics`] | the agent's metrics (counters, gauges, histograms with labels) counted where things happen, Prometheus' text format, and the `GET /metrics` endpoint of the `telemetry` block |
 //! | [`events`] | the agent's events: emitted where things happen into one outbox, published by the loop once durable into a ring that `csi-agent events` reads |
-//! | [`regex`] | regular expressions in Go's (RE2's) syntax, matched by a Pike VM in time linear in the text, for HCL's and the templates' regex functions |
-//! | [`json`] | JSON as data (RFC 8259): a value that keeps numbers' text, its parser with `line:col` errors and a nesting limit, its writer; what the container engine's API speaks; the crate's one JSON reader and writer (the CLI's `-json`, the templates' and HCL's JSON functions) |
-//! | [`encode`] | base64 (standard and URL alphabets) and percent-encoding, one encoder each for HCL, the templates, the CLI and the engine's API |
-//! | [`order`] | sorting with one copy of the sort algorithm in the binary (a permutation sorted through one comparison type, then applied): the crate's only sort, outside tests |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
 //! | [`template`] | Go's `text/template` with consul-template's functions that need no Consul or Vault, for Nomad's `template` blocks |
@@ -93,19 +96,14 @@ pub mod cli;
 pub mod cluster;
 pub mod csi;
 pub mod docker;
-pub mod encode;
 pub mod events;
-pub mod hcl;
 pub mod hostpath;
 pub mod httpd;
 pub mod id;
-pub mod json;
 pub mod metrics;
 pub mod mount;
-pub mod order;
 pub mod plugin;
 pub mod proto;
-pub mod regex;
 pub mod services;
 pub mod spec;
 pub mod state;

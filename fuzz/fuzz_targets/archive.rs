@@ -35,9 +35,6 @@ mod unpack;
 #[allow(dead_code)]
 #[path = "../../src/task/artifact/zip.rs"]
 mod zip;
-#[allow(dead_code)]
-#[path = "../../src/order.rs"]
-mod order;
 
 use unpack::{Dir, Sink, UnpackLimits};
 

@@ -1,28 +1,10 @@
-//! Fuzzes the HCL parsers, of the native and of the JSON syntax: no input
-//! may panic them or overflow their stack, and every error must point
-//! inside the input. Blocks are read out of every JSON property, both ways.
+//! Fuzzes the HCL parsers (`crates/hcl`), of the native and of the JSON
+//! syntax: no input may panic them or overflow their stack, and every
+//! error must point inside the input. Blocks are read out of every JSON property, both ways.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-
-// The parsers, compiled from the crate's own source, with the regex
-// engine that HCL's functions use.
-#[allow(dead_code, unused_imports)]
-#[path = "../../src/hcl/mod.rs"]
-mod hcl;
-#[allow(dead_code)]
-#[path = "../../src/json.rs"]
-mod json;
-#[allow(dead_code)]
-#[path = "../../src/encode.rs"]
-mod encode;
-#[allow(dead_code)]
-#[path = "../../src/regex/mod.rs"]
-mod regex;
-#[allow(dead_code)]
-#[path = "../../src/order.rs"]
-mod order;
 
 fuzz_target!(|data: &[u8]| {
     let src = String::from_utf8_lossy(data);

@@ -1,14 +1,10 @@
-//! Fuzzes the JSON reader (`src/json.rs`): no input may panic it or
+//! Fuzzes the JSON reader (`crates/json`): no input may panic it or
 //! overflow its stack, and what it accepts must survive a round trip
 //! through the writer unchanged.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-
-#[allow(dead_code)]
-#[path = "../../src/json.rs"]
-mod json;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(value) = json::parse_bytes(data) else {

@@ -1,4 +1,4 @@
-//! Fuzzes the regex engine (`src/regex/`): the input's first line is the
+//! Fuzzes the regex engine (`crates/regex`): the input's first line is the
 //! pattern, the rest the text. No pattern may panic the parser or the
 //! compiler, and a compiled one must search any text within its step
 //! budget, with every group inside the text and on character boundaries.
@@ -6,13 +6,6 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-
-#[allow(dead_code)]
-#[path = "../../src/regex/mod.rs"]
-mod regex;
-#[allow(dead_code)]
-#[path = "../../src/order.rs"]
-mod order;
 
 fuzz_target!(|data: &[u8]| {
     let input = String::from_utf8_lossy(data);

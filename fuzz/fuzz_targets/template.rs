@@ -13,18 +13,6 @@ use libfuzzer_sys::fuzz_target;
 // The engine and the ground modules it uses, compiled from the crate's
 // own source.
 #[allow(dead_code, unused_imports)]
-#[path = "../../src/hcl/mod.rs"]
-mod hcl;
-#[allow(dead_code)]
-#[path = "../../src/json.rs"]
-mod json;
-#[allow(dead_code)]
-#[path = "../../src/encode.rs"]
-mod encode;
-#[allow(dead_code)]
-#[path = "../../src/regex/mod.rs"]
-mod regex;
-#[allow(dead_code, unused_imports)]
 #[path = "../../src/template/mod.rs"]
 mod template;
 #[allow(dead_code)]
@@ -33,9 +21,6 @@ mod units;
 #[allow(dead_code)]
 #[path = "shim/sys.rs"]
 mod sys;
-#[allow(dead_code)]
-#[path = "../../src/order.rs"]
-mod order;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

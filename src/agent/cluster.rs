@@ -37,7 +37,6 @@ use crate::volume::model::Volume;
 
 use super::guard::{self, Writer, Writers};
 use super::Agent;
-use crate::order;
 
 /// What a controller candidate campaigns with: a new endpoint or new
 /// capabilities (a plugin restarted as another version) start it over.

@@ -14,7 +14,6 @@ use crate::proto::cluster as pb;
 
 use super::cluster::Connection;
 use super::Agent;
-use crate::order;
 
 impl Agent {
     /// `plugin status` in a cluster: this host's answer (`local`), with

@@ -306,5 +306,5 @@ pub(super) fn restore_registry(state: &statepb::State) -> Registry {
 
 /// The plugin IDs the config provides; jobs may not provide them too.
 pub(super) fn config_plugin_ids(config: &AgentConfig) -> std::collections::BTreeSet<String> {
-    crate::order::set(config.plugins.iter().map(|p| p.id.clone()))
+    order::set(config.plugins.iter().map(|p| p.id.clone()))
 }

@@ -294,7 +294,7 @@ mod tests {
             .map(|method| short_name(method.name))
             .chain(SESSIONS)
             .collect();
-        crate::order::sort(&mut served);
+        order::sort(&mut served);
         assert_eq!(served, declared);
         for method in &UNARY {
             assert!(

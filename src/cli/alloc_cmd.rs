@@ -8,10 +8,10 @@ use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
-use crate::json::Value as Json;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::format_timestamp;
+use json::Value as Json;
 
 const STATUS_FLAGS: &[Flag] = &[switch("json"), switch("stats"), value("address")];
 const SIGNAL_FLAGS: &[Flag] = &[value("s"), value("address")];

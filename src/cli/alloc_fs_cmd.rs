@@ -18,9 +18,9 @@ use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
 use crate::csi::rpc::block_on;
-use crate::json::Value as Json;
 use crate::proto::agent as api;
 use crate::units::format_timestamp;
+use json::Value as Json;
 
 pub const USAGE: &str = "\
 usage: csi-agent alloc fs [-stat] [-H] [-json] [-f] [-tail] [-n LINES] [-c BYTES]

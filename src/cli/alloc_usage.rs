@@ -6,7 +6,6 @@
 //! line under the table says why.
 
 use super::plugin_cmd::columns;
-use crate::order;
 use crate::proto::agent as api;
 
 /// The "Task Resources" section of `task`; `usage` is its figures, none

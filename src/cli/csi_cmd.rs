@@ -16,8 +16,8 @@ use crate::csi::model::{
 };
 use crate::csi::types::*;
 use crate::csi::{check_validation, Client, Endpoint, Validation};
-use crate::json::Value as Json;
 use crate::units;
+use json::Value as Json;
 
 pub const USAGE: &str = "\
 usage: csi-agent csi -endpoint EP [-timeout 10s] [-json] SERVICE VERB [ARGS]

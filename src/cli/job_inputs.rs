@@ -82,7 +82,7 @@ fn strict(args: &Args) -> Result<bool, UsageError> {
 /// Under `-hcl2-strict` (the default), the values given for variables the
 /// job file does not declare, as errors: `job run` refuses them before
 /// sending the job, as Nomad's CLI does when it parses the file.
-pub fn undeclared(inputs: &JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::Error> {
+pub fn undeclared(inputs: &JobInputs, file: &str, hcl: &str) -> Vec<hcl::Error> {
     if inputs.strict {
         inputs.undeclared(hcl, file)
     } else {
@@ -98,7 +98,7 @@ pub fn undeclared(inputs: &JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::
 /// A file that `file()` names and cannot be read here (missing, or too
 /// long) would reach the agent only as "not sent": the decoding's errors
 /// are returned instead, which name the call's place and the cause.
-pub fn read_job_files(inputs: &mut JobInputs, file: &str, hcl: &str) -> Vec<crate::hcl::Error> {
+pub fn read_job_files(inputs: &mut JobInputs, file: &str, hcl: &str) -> Vec<hcl::Error> {
     inputs.keep_declared_env(hcl, file);
     let decoded = Job::decode_with(hcl, file, inputs);
     let unread = !inputs.files.unread.borrow().is_empty();

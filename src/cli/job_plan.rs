@@ -13,7 +13,6 @@ use super::job_inputs::{self, VAR_FLAGS};
 use super::json::from_message;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
-use crate::order;
 use crate::proto::agent as api;
 
 pub const USAGE: &str = "\

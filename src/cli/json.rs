@@ -1,4 +1,4 @@
-//! The values of `-json` output, written by [`crate::json`].
+//! The values of `-json` output, written by [`json`].
 //!
 //! Two kinds of answer reach it. `csi-agent csi` builds JSON values from
 //! our own types, so that redaction applies to JSON exactly as to text: a
@@ -16,9 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::encode::{base64, Alphabet};
-use crate::json::Value as Json;
-use crate::order;
+use encode::{base64, Alphabet};
+use json::Value as Json;
 
 /// A message of the control API as JSON; the impls are generated.
 pub trait ToJson {
@@ -37,8 +36,8 @@ pub trait JsonEnum {
 #[allow(clippy::all)]
 mod generated {
     use super::{bytes, enumeration, float, map, JsonEnum, MapKey, ToJson};
-    use crate::json::Value as Json;
     use crate::proto::agent;
+    use json::Value as Json;
 
     include!(concat!(env!("OUT_DIR"), "/proto/agent_json.rs"));
 }

@@ -10,7 +10,6 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::json::from_message;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
-use crate::order;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::{format_duration, format_timestamp};

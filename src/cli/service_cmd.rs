@@ -9,9 +9,8 @@ use super::args::{self, switch, value, Flag, UsageError};
 use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
-use crate::json::Value as Json;
-use crate::order;
 use crate::proto::agent as api;
+use json::Value as Json;
 
 pub const USAGE: &str = "\
 usage: csi-agent service list [-json] [-address ADDR]
@@ -181,7 +180,7 @@ mod tests {
             listing(&services),
             "Service Name  Tags\ndb            []\nweb           [a,b]\n"
         );
-        let json = crate::json::to_string(&listing_json(&services));
+        let json = json::to_string(&listing_json(&services));
         assert!(
             json.starts_with("[{\"Namespace\":\"default\",\"Services\":[{\"ServiceName\":\"db\""),
             "{json}"

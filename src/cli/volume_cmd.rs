@@ -16,7 +16,6 @@ use super::plugin_cmd::columns;
 use super::CliError;
 use crate::api::client::{self, resolve_address, AgentClient};
 use crate::mount::Propagation;
-use crate::order;
 use crate::plugin::fingerprint::from_unix_ms;
 use crate::proto::agent as api;
 use crate::units::{format_size, format_timestamp};

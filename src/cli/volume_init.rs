@@ -15,7 +15,7 @@ use std::io::{ErrorKind, Write};
 
 use super::args::{self, Flag, UsageError};
 use super::CliError;
-use crate::hcl::Syntax;
+use hcl::Syntax;
 
 /// The file written when none is named.
 pub const DEFAULT_FILE: &str = "volume.hcl";

@@ -223,7 +223,7 @@ fn received(
 /// The leader of the controller election `kv` (under `controllers`).
 fn controller(controllers: &str, kv: &Kv) -> Option<VolumeEvent> {
     let plugin = std::str::from_utf8(kv.key.strip_prefix(controllers.as_bytes())?).ok()?;
-    let capabilities = crate::order::set(
+    let capabilities = order::set(
         election::leader_of(&kv.value)
             .controller_capabilities
             .into_iter()

@@ -16,7 +16,6 @@ use super::types::{
     CapacityRange, NodeCapability, PluginCapability, StringMap, Topology, TopologyRequirement,
     Usage, UsageUnit, Volume, VolumeCondition,
 };
-use crate::order;
 
 /// A message that does not hold what CSI requires.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -405,7 +404,7 @@ pub(crate) fn plugin_capability_to_proto(cap: PluginCapability) -> pb::PluginCap
 pub(crate) fn controller_capabilities_from_proto(
     caps: &[pb::ControllerServiceCapability],
 ) -> CapabilitySet<ControllerCapability> {
-    crate::order::set(
+    order::set(
         caps.iter()
             .filter(|c| c.has_rpc())
             .filter_map(|c| ControllerCapability::from_number(c.rpc().type_.value())),
@@ -425,7 +424,7 @@ pub(crate) fn controller_capability_to_proto(
 pub(crate) fn node_capabilities_from_proto(
     caps: &[pb::NodeServiceCapability],
 ) -> CapabilitySet<NodeCapability> {
-    crate::order::set(
+    order::set(
         caps.iter()
             .filter(|c| c.has_rpc())
             .filter_map(|c| NodeCapability::from_number(c.rpc().type_.value())),

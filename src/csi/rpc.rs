@@ -289,7 +289,7 @@ pub(crate) mod testing {
             .filter_map(|line| line.trim().strip_prefix("rpc "))
             .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
             .collect();
-        crate::order::sort(&mut declared);
+        order::sort(&mut declared);
         declared
     }
 }

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use super::http::encode;
 use super::{parse, ContainerSpec, Engine, Error, CALL_TIMEOUT};
-use crate::json::{self, Value};
-use crate::order;
+use json::Value;
 
 /// A container as the engine reports it. [`Engine::inspect`] fills every
 /// field; [`Engine::list`] only `id`, `name`, `image`, `labels`, `status`

@@ -15,7 +15,7 @@ use std::os::unix::net::UnixStream;
 
 use super::http::{self, encode, Hijack};
 use super::{parse, Engine, Error, CALL_TIMEOUT, MAX_ANSWER};
-use crate::json::{self, Value};
+use json::Value;
 
 /// An exec's state, from `GET /exec/{id}/json`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -417,7 +417,7 @@ impl<S: Read> Read for Body<S> {
 /// Percent-encodes `text` for a query value or a path segment: every byte
 /// but RFC 3986's unreserved characters, a space as `%20`.
 pub fn encode(text: &str) -> String {
-    crate::encode::percent(text, crate::encode::Space::Percent)
+    encode::percent(text, encode::Space::Percent)
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use std::io::{BufRead, BufReader, Read};
 use super::http::{encode, Request};
 use super::pull_progress::{PullProgress, Tally};
 use super::{api_error, Engine, Error, MAX_ANSWER, PROGRESS_TIMEOUT};
-use crate::encode::{base64, Alphabet};
-use crate::json::{self, Value};
+use encode::{base64, Alphabet};
+use json::Value;
 
 /// The longest progress message a pull's stream may send.
 const MAX_PROGRESS_LINE: u64 = 1 << 20;

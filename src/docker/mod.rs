@@ -6,7 +6,7 @@
 //! Only unix sockets are reached (`unix:///var/run/docker.sock` or a bare
 //! absolute path); the engine's TCP endpoints are refused at
 //! [`Engine::new`]. HTTP is our own ([`http`]), one request per
-//! connection, and so is JSON ([`crate::json`]): the design card allows
+//! connection, and so is JSON ([`json`]): the design card allows
 //! neither an HTTP nor a JSON crate nor an async runtime.
 //!
 //! Every call is blocking; the driver runs each on a thread of its own.
@@ -53,8 +53,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::json::{self, Value};
 use http::{HttpError, Request, Response};
+use json::Value;
 
 /// The API version of every path.
 pub const API_VERSION: &str = "1.41";

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::json::Value;
+use json::Value;
 
 /// The most layers a pull's progress follows: the engine names layers by
 /// the IDs it sends, and one that sends more is not followed further (its
@@ -98,7 +98,6 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
 
     fn take(tally: &mut Tally, text: &str) -> bool {
         tally.take(&json::parse(text).unwrap())

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::json::Value;
+use json::Value;
 
 /// A container as the driver asks for it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -328,7 +328,7 @@ fn mount_json(mount: &Mount) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::to_string;
+    use json::to_string;
 
     #[test]
     fn a_minimal_spec_asks_for_the_image_and_no_tty() {

@@ -4,7 +4,7 @@
 
 use super::http::encode;
 use super::{Engine, Error};
-use crate::json::Value;
+use json::Value;
 
 /// One sample of a container's counters; each is `None` when the engine
 /// did not give it (a cgroup v2 host has no `max_usage`, say).
@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn counters_are_read_from_v1_and_v2_answers() {
-        let v2 = crate::json::parse_bytes(
+        let v2 = json::parse_bytes(
             br#"{"memory_stats":{"usage":4096,"stats":{"anon":1000,"file":2000}},
                 "cpu_stats":{"cpu_usage":{"total_usage":5000,"usage_in_usermode":3000,"usage_in_kernelmode":2000},
                 "throttling_data":{"periods":0,"throttled_periods":0,"throttled_time":0}}}"#,
@@ -87,7 +87,7 @@ mod tests {
         );
         assert_eq!(stats.cpu_total_ns, Some(5000));
         assert_eq!(stats.throttled_periods, Some(0));
-        let v1 = crate::json::parse_bytes(
+        let v1 = json::parse_bytes(
             br#"{"memory_stats":{"usage":10,"max_usage":20,"stats":{"rss":3,"cache":4,"swap":5}}}"#,
         )
         .unwrap();

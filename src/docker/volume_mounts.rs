@@ -8,7 +8,7 @@
 //! same path with the same shape.
 
 use super::{Engine, Error};
-use crate::json::Value;
+use json::Value;
 
 /// A container, its state and the named volumes it mounts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,7 +74,6 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
 
     #[test]
     fn named_volumes_are_kept_and_binds_left_out() {

@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::mount::MountInfo;
-use crate::order;
 use crate::sys::sparse;
 
 /// The size of one read while copying data.
@@ -182,7 +181,7 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<(), Error> {
         });
     }
     // Mount points are read once: a copy is of one moment anyway.
-    let mount_points = crate::order::set(
+    let mount_points = order::set(
         MountInfo::read()
             .map_err(Error::Mounts)?
             .under(&from)

@@ -146,7 +146,7 @@ mod tests {
             .iter()
             .map(|(name, _)| name.rsplit('/').next().unwrap_or(name))
             .collect();
-        crate::order::sort(&mut registered);
+        order::sort(&mut registered);
         assert_eq!(registered, declared);
         for (name, _) in RPCS {
             assert!(name.starts_with("/csi.v1."), "{name}");

@@ -454,8 +454,8 @@ pub fn run(config: Config) -> Result<(), Error> {
     };
     let strict = if config.strict {
         let advertised = Advertised {
-            controller: crate::order::set(controller::capabilities(&config)),
-            node: crate::order::set(node::CAPABILITIES.iter().copied()),
+            controller: order::set(controller::capabilities(&config)),
+            node: order::set(node::CAPABILITIES.iter().copied()),
         };
         let recorded = state.read_all().map_err(|err| Error::State { err })?;
         let mode = StrictMode::open(

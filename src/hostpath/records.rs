@@ -37,9 +37,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::state::State;
-use crate::encode::percent_except;
-use crate::order;
 use crate::sys::flock;
+use encode::percent_except;
 
 /// A record: a volume (with its stagings and publishes) or a snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -162,7 +162,7 @@ fn parse_source(word: &str) -> Option<ContentSource> {
 /// A CO's name as one word of the state file: printable ASCII but `%` as
 /// is, every other byte `%XX`.
 fn escape_name(name: &str) -> String {
-    crate::encode::percent_except(name, |b| b.is_ascii_graphic() && b != b'%')
+    encode::percent_except(name, |b| b.is_ascii_graphic() && b != b'%')
 }
 
 fn unescape_name(word: &str) -> Option<String> {
@@ -348,7 +348,7 @@ impl State {
         let staged = self.staged.values().map(|s| s.volume_id.clone());
         let published = self.published.values().map(|(v, _)| v.clone());
         let snapshots = self.snapshots.keys().cloned().map(Key::Snapshot);
-        crate::order::set(
+        order::set(
             volumes
                 .chain(staged)
                 .chain(published)

@@ -24,7 +24,6 @@ mod families;
 pub mod http;
 mod text;
 
-use crate::order;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 

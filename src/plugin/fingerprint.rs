@@ -164,7 +164,7 @@ fn names<T: Copy>(set: &CapabilitySet<T>, name: fn(T) -> &'static str) -> Vec<St
 }
 
 fn parse_names<T: Copy + Ord + fmt::Display>(names: &[String], all: &[T]) -> CapabilitySet<T> {
-    crate::order::set(
+    order::set(
         all.iter()
             .copied()
             .filter(|c| names.iter().any(|n| *n == c.to_string())),

@@ -20,7 +20,6 @@ use super::fingerprint::{from_unix_ms, unix_ms};
 use super::{Fingerprint, Health, InstanceKey, PluginSpec, Report, Service, Source};
 use crate::csi::types::PluginCapability;
 use crate::events::{self, Topic};
-use crate::order;
 use crate::proto::state as pb;
 
 /// How many health events each plugin keeps.

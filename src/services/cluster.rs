@@ -23,8 +23,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 
 use super::{Registration, MAX_SERVICES};
 use crate::cluster::etcd::{Error, Etcd, Event, Kv};
-use crate::json::{self, Value};
-use crate::order;
+use json::Value;
 
 /// The backoff between attempts while etcd cannot be reached.
 const RETRY: Duration = Duration::from_secs(1);

@@ -21,7 +21,6 @@
 
 pub mod cluster;
 
-use crate::order;
 use std::collections::BTreeMap;
 
 /// The most services the registry holds, this host's and the others'

@@ -45,7 +45,7 @@ use std::time::Duration;
 use log::LevelFilter;
 
 use crate::csi::Endpoint;
-use crate::hcl::{Body, Pos};
+use hcl::{Body, Pos};
 
 use super::cluster::decode_cluster;
 use super::decode::{Decoder, Fields, MapEntry};

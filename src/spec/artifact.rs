@@ -18,7 +18,7 @@ use std::path::{Component, Path};
 
 use super::decode::Fields;
 use super::encode::Writer;
-use crate::hcl::Pos;
+use hcl::Pos;
 
 /// Keys of `options` that csi-agent understands.
 const OPTIONS: &[&str] = &["checksum", "archive"];
@@ -482,7 +482,7 @@ impl ArtifactConfig {
 /// position.
 fn size(f: &mut Fields<'_>, key: &'static str) -> Option<u64> {
     if let Some(attr) = f.attr(key) {
-        if matches!(attr.value, crate::hcl::Expr::Number { .. }) {
+        if matches!(attr.value, hcl::Expr::Number { .. }) {
             return f.u64(key);
         }
     }

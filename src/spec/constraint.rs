@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use super::decode::Fields;
 use super::encode::Writer;
 use super::version::{Flavor, VersionConstraint};
-use crate::hcl::{Expr, Pos};
+use hcl::{Expr, Pos};
 
 /// What a job level hands down: `meta` (merged job, then group, then task,
 /// the later winning) and `constraint`s (all of them apply).
@@ -319,7 +319,7 @@ fn check_value(f: &Fields<'_>, op: Operator, operator: &str, value: &str, pos: P
             )),
         },
         _ if value.is_empty() => Some(format!("operator {operator:?} in {what} needs a value")),
-        Operator::Regexp => crate::regex::Regex::new(value)
+        Operator::Regexp => regex::Regex::new(value)
             .err()
             .map(|e| format!("regexp {value:?} in {what}: {e}")),
         Operator::Version => VersionConstraint::parse(value, Flavor::Version)

@@ -6,7 +6,7 @@
 use std::path::{Component, PathBuf};
 use std::time::Duration;
 
-use crate::hcl::Pos;
+use hcl::Pos;
 
 use super::agent::absolute_path;
 use super::decode::Fields;

@@ -26,13 +26,12 @@ mod values;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use crate::hcl::{self, Attribute, Block, Body, Item, Pos, Span, Syntax};
+use hcl::{Attribute, Block, Body, Item, Pos, Span, Syntax};
 
 use super::encode::kept_text;
 use super::suggest::nearest;
 use super::variables::{self, JobInputs};
 use super::{Decoded, Invalid, Kept, Warning};
-use crate::order;
 pub(crate) use values::MapEntry;
 
 /// The collected errors and warnings of one file, and its source text (to

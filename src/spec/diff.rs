@@ -26,8 +26,7 @@
 use std::collections::BTreeMap;
 
 use super::Job;
-use crate::hcl::{Body, Expr};
-use crate::order;
+use hcl::{Body, Expr};
 
 /// What happened to a field or an object between the two versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +111,7 @@ impl Tree {
     fn of_job(job: &Job) -> Tree {
         let hcl = job.to_hcl();
         // `to_hcl` writes HCL that decodes to the job: it parses.
-        let body = crate::hcl::parse(&hcl, "job").unwrap_or_default();
+        let body = hcl::parse(&hcl, "job").unwrap_or_default();
         let job_block = body.blocks_named("job").next();
         job_block.map_or_else(Tree::default, |b| Tree::of_body("job", &b.body))
     }

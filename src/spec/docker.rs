@@ -647,7 +647,7 @@ fn decode_mount(f: &mut Fields<'_>) -> Option<DockerMount> {
         (_, source) => mount.source = source.map(|(s, _)| s).unwrap_or_default(),
     }
     let what = f.what().to_string();
-    let only = |f: &Fields<'_>, block: &crate::hcl::Block, kind: DockerMountType| {
+    let only = |f: &Fields<'_>, block: &hcl::Block, kind: DockerMountType| {
         if mount_type != kind {
             f.error(
                 block.kind.span.start,

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::Kept;
-use crate::hcl::{Expr, Key};
 use crate::units::format_duration;
+use hcl::{Expr, Key};
 
 /// Writes HCL text, two spaces per level of nesting.
 #[derive(Default)]
@@ -256,7 +256,7 @@ mod tests {
             "é\u{7f}\r\n",
         ] {
             let src = format!("x = {}\n", quote(text));
-            let body = crate::hcl::parse(&src, "t.hcl").unwrap();
+            let body = hcl::parse(&src, "t.hcl").unwrap();
             let value = body.attribute("x").and_then(|a| a.value.as_str());
             assert_eq!(value, Some(text), "{src}");
         }
@@ -264,7 +264,7 @@ mod tests {
 
     /// The kept text of the property `key` of the JSON `src`.
     fn kept_json(src: &str, key: &str) -> String {
-        let body = crate::hcl::json::parse(src, "t.json").unwrap();
+        let body = hcl::json::parse(src, "t.json").unwrap();
         let attr = body.attribute(key).unwrap();
         kept_text(&attr.key.name, &attr.value)
     }
@@ -291,9 +291,9 @@ mod tests {
 
     #[test]
     fn kept_json_is_hcl_of_the_same_shape() {
-        use crate::hcl::Item;
+        use hcl::Item;
         let src = r#"{"update": {"max_parallel": 1, "s": {"x": ["y"]}}, "n": [{"a": 1}]}"#;
-        let update = crate::hcl::parse(&kept_json(src, "update"), "t.hcl").unwrap();
+        let update = hcl::parse(&kept_json(src, "update"), "t.hcl").unwrap();
         let Some(Item::Block(block)) = update.items.first() else {
             panic!("not a block: {update:?}");
         };
@@ -306,7 +306,7 @@ mod tests {
             (block.kind.name.as_str(), keys),
             ("update", vec!["max_parallel", "s"])
         );
-        let n = crate::hcl::parse(&kept_json(src, "n"), "t.hcl").unwrap();
+        let n = hcl::parse(&kept_json(src, "n"), "t.hcl").unwrap();
         let list = n.attribute("n").and_then(|a| a.value.as_list());
         assert_eq!(list.map(<[_]>::len), Some(1));
     }

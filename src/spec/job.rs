@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::csi::{AccessMode, AttachmentMode, Capability, MountOptions};
-use crate::hcl::{Block, Body, Pos};
+use hcl::{Block, Body, Pos};
 
 use super::constraint::{decode_placement, write_placement, Constraint, Inherited};
 use super::decode::{Decoder, Fields};

@@ -7,7 +7,7 @@
 //! (`{"job": {"j": {"task": {"t": {...}}}}}`), which moves into the job's
 //! `"group"` property as `{"t": {"task": {"t": {...}}}}`.
 
-use crate::hcl::{Attribute, Block, Body, Expr, Ident, Item, Key, Syntax};
+use hcl::{Attribute, Block, Body, Expr, Ident, Item, Key, Syntax};
 
 /// Wraps each `task` block of each `job` block of `body` in a group of
 /// its name.

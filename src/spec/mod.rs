@@ -91,7 +91,7 @@ mod zone;
 
 use std::fmt;
 
-use crate::hcl::{self, Body, Pos, Syntax};
+use hcl::{Body, Pos, Syntax};
 
 pub use agent::{
     AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,

@@ -109,7 +109,7 @@ pub(crate) fn decode_schedule(
 }
 
 fn decode_periodic(f: &mut Fields<'_>) -> Periodic {
-    let mut texts: Vec<(String, crate::hcl::Pos)> = Vec::new();
+    let mut texts: Vec<(String, hcl::Pos)> = Vec::new();
     let cron = f.string_at("cron");
     let crons = f.strings_at("crons");
     match (cron, crons) {

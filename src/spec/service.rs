@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::hcl::Expr;
+use hcl::Expr;
 
 use super::decode::Fields;
 use super::encode::Writer;

@@ -15,14 +15,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::hcl::{
-    self, Block, Body, Error, Expr, FileSource, Item, Pos, Scope, Step, Syntax, Value,
-};
+use hcl::{Block, Body, Error, Expr, FileSource, Item, Pos, Scope, Step, Syntax, Value};
 
 mod json;
 
 use super::Warning;
-use crate::order;
 
 /// What a caller gives a job file's variables, as it gave them, kept with
 /// the job so that decoding it again gives the same job.
@@ -150,10 +147,7 @@ pub(crate) fn resolve(
 ) -> Result<(), Vec<Error>> {
     let mut errors = Vec::new();
     let declarations = json::take_declarations(body, file, &mut errors);
-    let base = Scope {
-        files: Some(&inputs.files),
-        ..Scope::default()
-    };
+    let base = Scope::with_files(&inputs.files);
     let mut variables = Vec::new();
     let mut locals = Vec::new();
     for block in &declarations {
@@ -189,11 +183,8 @@ pub(crate) fn resolve(
         return Err(errors);
     }
     assign(&mut variables, file, inputs, &base, warnings, &mut errors);
-    let mut scope = Scope {
-        declares: true,
-        files: Some(&inputs.files),
-        ..Scope::default()
-    };
+    let mut scope = Scope::with_files(&inputs.files);
+    scope.declares = true;
     for v in &variables {
         match &v.value {
             Some(value) => {

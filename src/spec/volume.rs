@@ -31,8 +31,8 @@
 use std::collections::BTreeMap;
 
 use crate::csi::{AttachmentMode, Capability, MountFlags, MountOptions, Secrets};
-use crate::hcl::{Body, Expr};
 use crate::units::{format_size, parse_size, UnitError};
+use hcl::{Body, Expr};
 
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;

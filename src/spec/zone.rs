@@ -9,7 +9,6 @@
 //! transitions end early and whose footer rule gives the rest, is refused
 //! by name rather than read wrong.
 
-use crate::order;
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,6 @@
 //! by writing its pid (or `0`, itself) to each dir's `cgroup.procs`
 //! (which [`Group::create`] gives), as the task's child does before `exec`.
 
-use crate::order;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs;
@@ -197,7 +196,7 @@ impl Hierarchy {
                 .filter_map(|r| r.as_deref())
                 .collect(),
         };
-        crate::order::set(
+        order::set(
             roots
                 .into_iter()
                 .filter_map(|root| fs::read_dir(root.join(BASE)).ok())

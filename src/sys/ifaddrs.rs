@@ -7,7 +7,6 @@
 //! over a netlink socket the thread opens, and `/proc/thread-self/net` is
 //! that thread's view (`/proc/self/net` would be the process leader's).
 
-use crate::order;
 use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -23,7 +23,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::cvt;
-use crate::order;
 
 /// The loop control device.
 pub const LOOP_CONTROL: &str = "/dev/loop-control";

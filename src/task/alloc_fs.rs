@@ -12,7 +12,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
 use crate::call::{CallError, ErrorKind};
-use crate::order;
 use crate::sys::beneath;
 
 /// The most bytes of a file one `alloc fs` call returns; the CLI asks

@@ -193,7 +193,7 @@ fn check(op: Operator, left: &str, right: &str) -> bool {
                 _ => order.is_ge(),
             }
         }
-        Operator::Regexp => crate::regex::Regex::new(right).is_ok_and(|re| re.is_match(left)),
+        Operator::Regexp => regex::Regex::new(right).is_ok_and(|re| re.is_match(left)),
         Operator::SetContainsAll => {
             let have = set(left);
             set(right).iter().all(|item| have.contains(item))

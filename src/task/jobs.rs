@@ -12,7 +12,6 @@ use super::{
     UseState, VolumeSource, VolumeUse,
 };
 use crate::call::CallError;
-use crate::order;
 use crate::plugin::InstanceKey;
 use crate::spec::{DockerConfig, DockerMountType, DockerSettings, Driver, Group, Job};
 

@@ -35,7 +35,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::calls::{ChildStatus, JobFile, JobRun};
 use super::{invalid, Allocs, JobEntry};
 use crate::call::CallError;
-use crate::order;
 use crate::spec::Job;
 
 /// How many finished (dead) children a parent keeps; at each launch the

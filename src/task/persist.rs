@@ -15,7 +15,6 @@ use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,
     UseState,
 };
-use crate::order;
 use crate::plugin::fingerprint::{from_unix_ms, unix_ms};
 use crate::plugin::{InstanceKey, PluginSpec};
 use crate::proto::state as pb;

@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use super::ports::{self, PortsBlocked};
 use super::{invalid, Alloc, AllocStatus, Allocs};
 use crate::call::CallError;
-use crate::order;
 use crate::spec::{ClientConfig, Group, Job, Task};
 
 /// Nomad's `cpu` of a task without one, MHz.
@@ -317,7 +316,7 @@ impl Allocs {
 
     /// The host ports of the allocs that hold room.
     fn held_ports(&self) -> BTreeSet<u16> {
-        crate::order::set(
+        order::set(
             self.allocs
                 .values()
                 .filter(|a| holds_room(a))
@@ -546,8 +545,8 @@ impl Allocs {
 
 /// Where group `group`'s `count` is written in the job file, if it can be
 /// found.
-fn count_pos(hcl: &str, file: &str, group: &str) -> Option<crate::hcl::Pos> {
-    let body = crate::hcl::parse_file(hcl, file).ok()?;
+fn count_pos(hcl: &str, file: &str, group: &str) -> Option<hcl::Pos> {
+    let body = hcl::parse_file(hcl, file).ok()?;
     let pos = body
         .blocks_named("job")
         .flat_map(|job| job.body.blocks_named("group"))

@@ -18,7 +18,6 @@ use super::periodic::unix_secs;
 use super::rerender::only_templates_differ;
 use super::{invalid, Alloc, Allocs};
 use crate::call::{CallError, ErrorKind};
-use crate::order;
 use crate::spec::diff::{diff_jobs, DiffType, FieldDiff, ObjectDiff};
 use crate::spec::Job;
 

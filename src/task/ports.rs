@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 
 use crate::csi::backoff::SplitMix64;
-use crate::order;
 use crate::spec::DEFAULT_MIN_DYNAMIC_PORT as MIN_DYNAMIC_PORT;
 use crate::spec::{Group, Network};
 

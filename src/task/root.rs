@@ -37,7 +37,6 @@ use std::path::{Component, Path, PathBuf};
 use super::exec::User;
 use super::mounts::{prepare_target, DestinationError};
 use crate::mount::Propagation;
-use crate::order;
 use crate::spec::{ChrootEntry, TASK_ROOT_DIRS};
 
 /// The host's device nodes a task's `/dev` holds, when the host has them.

@@ -167,7 +167,7 @@ impl Allocs {
                 .filter(|(_, a)| *a != alloc.id)
                 .map(|(v, a)| format!("{v} by {a}"))
                 .collect();
-            crate::order::sort(&mut held);
+            order::sort(&mut held);
             held.dedup();
             if !held.is_empty() {
                 let message = format!(

@@ -216,7 +216,7 @@ impl Allocs {
 /// shared with the host (`bidirectional`): the volume's own unpublish
 /// would fail on them.
 pub(super) fn unmount_below(mounts: &MountInfo, publish_path: &Path) {
-    let below: BTreeSet<PathBuf> = crate::order::set(
+    let below: BTreeSet<PathBuf> = order::set(
         mounts
             .under(publish_path)
             .map(|m| m.mount_point.clone())

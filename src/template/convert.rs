@@ -1,9 +1,8 @@
 //! Conversions and escapes for the function table: values to and from
 //! JSON (as Go's `encoding/json` does them), `toTitle`, and the escapes of
-//! `html` and `js` (`urlquery` is [`crate::encode::percent`]).
+//! `html` and `js` (`urlquery` is [`encode::percent`]).
 
 use super::exec::Value;
-use crate::order;
 
 pub(super) fn title(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -49,8 +48,8 @@ pub(super) fn js(s: &str) -> String {
     out
 }
 
-pub(super) fn from_json(v: &crate::json::Value) -> Value {
-    use crate::json::Value as J;
+pub(super) fn from_json(v: &json::Value) -> Value {
+    use json::Value as J;
     match v {
         J::Null => Value::Nil,
         J::Bool(b) => Value::Bool(*b),
@@ -64,8 +63,8 @@ pub(super) fn from_json(v: &crate::json::Value) -> Value {
     }
 }
 
-pub(super) fn to_json(v: &Value) -> crate::json::Value {
-    use crate::json::Value as J;
+pub(super) fn to_json(v: &Value) -> json::Value {
+    use json::Value as J;
     match v {
         Value::Nil => J::Null,
         Value::Bool(b) => J::Bool(*b),

@@ -3,8 +3,6 @@
 //! benchmark adds points of its own to the agent's, on the same clock:
 //! `claim`/`claimed` and `release`/`released` around each call.
 
-use crate::order;
-
 /// The phases of a call, in the order they happen.
 pub const PHASES: [&str; 8] = [
     "control API",

@@ -16,13 +16,13 @@ use crossbeam_channel::Sender;
 use crate::api::{self, Call, Response as ApiResponse};
 use crate::call::{CallError, ErrorKind};
 use crate::httpd::{Request, Response};
-use crate::json::Value;
 use crate::spec::VolumePluginConfig;
 use crate::units::format_duration;
 use crate::volume::calls::{
     Answer, ClaimRequest, DeregisterRequest, ReleaseRequest, SpecRequest, StatusRequest,
     VolumeStatus,
 };
+use json::Value;
 
 use super::mount_counts::MountCounts;
 use super::secrets::SecretsDir;
@@ -530,7 +530,6 @@ fn status_map(status: &VolumeStatus) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
     use crate::volume::calls::{ClaimStatus, Claimed, Released, Status};
 
     /// A plugin whose calls go to the returned receiver, the loop's side.

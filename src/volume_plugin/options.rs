@@ -415,9 +415,8 @@ impl CreateOptions {
                 self.settings.mount_group
             ));
         }
-        let theirs: BTreeSet<&str> =
-            crate::order::set(status.secret_keys.iter().map(String::as_str));
-        let ours: BTreeSet<&str> = crate::order::set(spec.secrets.keys());
+        let theirs: BTreeSet<&str> = order::set(status.secret_keys.iter().map(String::as_str));
+        let ours: BTreeSet<&str> = order::set(spec.secrets.keys());
         if !ours.is_empty() && ours != theirs {
             let list = |keys: &BTreeSet<&str>| {
                 if keys.is_empty() {

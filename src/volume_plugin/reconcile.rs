@@ -129,7 +129,7 @@ pub fn may_hold_mounts(state: &str) -> bool {
 /// The volumes that `containers` which may hold mounts mount through the
 /// volume driver `driver`.
 pub fn volumes_in_use(containers: &[ContainerVolumes], driver: &str) -> BTreeSet<String> {
-    crate::order::set(
+    order::set(
         containers
             .iter()
             .filter(|c| may_hold_mounts(&c.state))
@@ -168,7 +168,7 @@ pub fn decide(
     now: Instant,
     grace: Duration,
 ) -> Vec<Release> {
-    let present: BTreeSet<(String, String)> = crate::order::set(
+    let present: BTreeSet<(String, String)> = order::set(
         claims
             .iter()
             .map(|c| (c.volume_id.clone(), c.alloc_id.clone())),
@@ -630,7 +630,7 @@ mod tests {
         );
         assert_eq!(
             sighting,
-            crate::order::set(["v".to_string(), "w".to_string()])
+            order::set(["v".to_string(), "w".to_string()])
         );
     }
 

@@ -1,4 +1,4 @@
-//! Docker's requests and answers as JSON, through [`crate::json`]: the
+//! Docker's requests and answers as JSON, through [`json`]: the
 //! one place that knows the protocol's field names (`Name`, `ID`, `Opts`,
 //! `Mountpoint`, `Err`, ...).
 //!
@@ -7,7 +7,7 @@
 //! to it).
 
 use crate::httpd::Response;
-use crate::json::{self, Value};
+use json::Value;
 
 use super::EngineKind;
 

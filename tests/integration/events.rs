@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use csi_agent::api::client;
-use csi_agent::json::{self, Value};
+use json::Value;
 
 use crate::harness::{healthy, text, unhealthy, Agent, WAIT};
 use crate::util::{bin, require_root, TestDir};

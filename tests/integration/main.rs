@@ -21,7 +21,7 @@
 //! (`static_build`).
 
 // Tests sort with the standard library's sorts: only the agent's binary
-// keeps to crate::order (clippy.toml).
+// keeps to order (clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
 mod agent;

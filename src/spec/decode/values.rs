@@ -10,9 +10,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::Fields;
-use crate::hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
-use crate::order;
 use crate::spec::MemoryMax;
+use hcl::{Attribute, Expr, Item, Number, Pos, Syntax};
 
 /// A number, or a string that holds one: HCL converts such a string where
 /// a number is wanted, so Nomad takes `static = "9015"` (as its own

@@ -8,9 +8,9 @@
 //! [`crate::spec::exec_settings`], any other driver's (`raw_exec`) is
 //! accepted with a warning.
 
-use crate::hcl::Block;
 use crate::spec::decode::Fields;
 use crate::spec::encode::Writer;
+use hcl::Block;
 
 use super::DEFAULT_DOCKER_ENDPOINT;
 use crate::spec::exec_settings::{decode_exec_settings, ExecSettings};

@@ -8,7 +8,7 @@
 //! block, and a variable's `"type"` a string holding the type expression
 //! (`"list(string)"`).
 
-use crate::hcl::{self, Block, Body, Error, Expr, Item, Span, Syntax};
+use hcl::{Block, Body, Error, Expr, Item, Span, Syntax};
 
 /// Whether `name` is the kind of a declaration: `variable`, `variables` or
 /// `locals`.

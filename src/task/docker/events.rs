@@ -106,7 +106,7 @@ impl Allocs {
     /// started since the list was made has a container the list does not
     /// hold, so nothing of a live task is removed.
     fn remove_leftovers(&mut self, names: Vec<String>) {
-        let live: BTreeSet<String> = crate::order::set(
+        let live: BTreeSet<String> = order::set(
             self.allocs
                 .values()
                 .filter(|a| !a.status.is_terminal())

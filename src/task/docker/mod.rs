@@ -38,7 +38,6 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use super::driver::Exit;
 use crate::docker::{Auth, Container, ContainerSpec, Engine};
-use crate::order;
 
 pub(super) use container::{container_spec, docker_strings, Inputs, Privileges, VolumeBind};
 

@@ -1,10 +1,10 @@
 //! Go's `text/template` built-ins.
 
 use super::{Args, Function};
-use crate::encode::{percent, Space};
 use crate::template::convert::{html, js};
 use crate::template::exec::Value;
 use crate::template::fmt::{printf, sprint};
+use encode::{percent, Space};
 
 /// Go's built-ins (`and` and `or` are the executor's: they are lazy), by name, with how many arguments each takes (at least,
 /// at most).

@@ -20,7 +20,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Function;
-use crate::order;
 use crate::template::exec::Value;
 use crate::template::{NomadService, MAX_ITEMS};
 

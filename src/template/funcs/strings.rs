@@ -2,10 +2,10 @@
 
 use super::go::compare;
 use super::{Args, Function};
-use crate::regex::Regex;
 use crate::template::convert::title;
 use crate::template::exec::Value;
 use crate::template::{MAX_ITEMS, MAX_OUTPUT};
+use regex::Regex;
 
 /// The environment, file and string functions, by name, with how many
 /// arguments each takes (at least, at most).

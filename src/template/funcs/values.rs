@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use super::go::compare;
 use super::{Args, Function};
-use crate::encode::{base64, base64_decode, Alphabet};
 use crate::template::convert::{from_json, to_json};
 use crate::template::exec::Value;
 use crate::template::fmt::timestamp;
 use crate::template::MAX_ITEMS;
+use encode::{base64, base64_decode, Alphabet};
 
 /// The conversion, time and number functions, by name, with how many arguments each takes (at least,
 /// at most).
@@ -65,14 +65,14 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         if s.is_empty() {
             return Ok(Value::Map(BTreeMap::new()));
         }
-        let json = crate::json::parse(&s).map_err(|e| e.to_string())?;
+        let json = json::parse(&s).map_err(|e| e.to_string())?;
         Ok(from_json(&json))
     }),
     ("toJSON", 1, 1, |a| {
-        Ok(Value::Str(crate::json::to_string(&to_json(&a.values[0]))))
+        Ok(Value::Str(json::to_string(&to_json(&a.values[0]))))
     }),
     ("toUnescapedJSON", 1, 1, |a| {
-        Ok(Value::Str(crate::json::to_string(&to_json(&a.values[0]))))
+        Ok(Value::Str(json::to_string(&to_json(&a.values[0]))))
     }),
     ("toJSONPretty", 1, 1, |a| {
         Ok(Value::Str(to_json(&a.values[0]).pretty()))

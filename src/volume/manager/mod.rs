@@ -61,7 +61,6 @@ use crate::call::{CallError, ErrorKind};
 use crate::csi::backoff::SplitMix64;
 use crate::csi::types::{ControllerCapability, NodeCapability, PluginCapability};
 use crate::csi::{topology, Backoff};
-use crate::order;
 use crate::plugin::{Health, PluginRecord, Registry, Service};
 use crate::proto::state as pb;
 use crate::spec::PluginType;

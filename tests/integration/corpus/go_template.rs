@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
-use csi_agent::json::{self, Value};
 use csi_agent::template::{Context, Template};
+use json::Value;
 
 use super::{check_known, dir};
 

@@ -7,7 +7,7 @@
 //! index lacks) are checked to parse, or to be refused where their name
 //! says they are invalid.
 
-use csi_agent::hcl::{self, Body, Scope, Value};
+use hcl::{Body, Scope, Value};
 
 use super::{check_known, dir};
 

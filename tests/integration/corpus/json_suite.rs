@@ -2,8 +2,6 @@
 //! the JSON reader: a `y_` file must parse, an `n_` file must be refused,
 //! an `i_` file (either is allowed) must not panic.
 
-use csi_agent::json;
-
 use super::dir;
 
 #[test]

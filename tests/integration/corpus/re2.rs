@@ -11,7 +11,7 @@
 //! its subset) must be refused with an error, never a panic; their syntax
 //! is listed in [`REFUSED`].
 
-use csi_agent::regex::Regex;
+use regex::Regex;
 
 use super::{check_known, dir};
 

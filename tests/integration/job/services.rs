@@ -11,7 +11,7 @@ use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use csi_agent::json::{self, Value};
+use json::Value;
 
 use super::Rig;
 use crate::cluster_agents::cluster_block;

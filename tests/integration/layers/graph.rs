@@ -7,17 +7,23 @@ use std::path::Path;
 
 use super::source::{module_path, parse};
 
-/// A module's name: its path joined with `::`, or `crate` for the root.
-fn name(path: &[String]) -> String {
-    if path.is_empty() {
-        "crate".to_string()
-    } else {
-        path.join("::")
+/// A module's name: its path joined with `::`, or `crate` for the root of
+/// csi-agent's own crate. A module of one of the workspace's crates is
+/// named from that crate's directory under `crates/`: `crates/hcl/src/lib.rs`
+/// is `hcl`, `crates/hcl/src/ast.rs` is `hcl::ast`, so the modules of every
+/// crate and of `src/` are nodes of one graph and never share a name.
+fn name(krate: Option<&str>, path: &[String]) -> String {
+    match (krate, path.is_empty()) {
+        (None, true) => "crate".to_string(),
+        (None, false) => path.join("::"),
+        (Some(krate), true) => krate.to_string(),
+        (Some(krate), false) => format!("{krate}::{}", path.join("::")),
     }
 }
 
 pub(super) struct SourceFile {
-    /// The path from the repository's root: `src/volume/model.rs`.
+    /// The path from the repository's root: `src/volume/model.rs`,
+    /// `crates/hcl/src/ast.rs`.
     pub(super) file: String,
     pub(super) module: String,
     /// The lines before the file's test module (all of them without one).
@@ -67,8 +73,25 @@ fn rust_files(dir: &Path, relative: &str, out: &mut Vec<String>) {
 }
 
 impl Graph {
-    /// The graph of the `.rs` files under `src`.
-    pub(super) fn read(src: &Path) -> Graph {
+    /// The graph of csi-agent's own files (`src/`) and of every crate of
+    /// the workspace (`crates/NAME/src/`), each crate's modules named
+    /// after it. A reference from one crate to another (`json::Value`) is
+    /// not an edge of this graph: Cargo's dependencies are its edges.
+    pub(super) fn read_workspace(root: &Path) -> Graph {
+        let mut graph = Graph::read(&root.join("src"), "src", None);
+        for krate in super::crates::members(root) {
+            let src = format!("crates/{krate}/src");
+            let theirs = Graph::read(&root.join(&src), &src, Some(&krate));
+            graph.files.extend(theirs.files);
+            graph.edges.extend(theirs.edges);
+        }
+        graph
+    }
+
+    /// The graph of the `.rs` files under `src`, shown as under `shown`
+    /// (their path from the repository's root), the modules of the crate
+    /// `krate` if it is one of the workspace's.
+    fn read(src: &Path, shown: &str, krate: Option<&str>) -> Graph {
         let mut relatives = Vec::new();
         rust_files(src, "", &mut relatives);
         let mut parsed = Vec::new();
@@ -76,7 +99,7 @@ impl Graph {
         for relative in relatives {
             let text = std::fs::read_to_string(src.join(&relative)).unwrap();
             let module = module_path(&relative);
-            let is_main = relative == "main.rs";
+            let is_main = krate.is_none() && relative == "main.rs";
             // `main.rs` is the binary's root, which reaches the library as
             // `csi_agent::`.
             let scope = if is_main { Vec::new() } else { module.clone() };
@@ -96,7 +119,7 @@ impl Graph {
         });
         let modules: BTreeSet<Vec<String>> = parsed
             .iter()
-            .filter(|(relative, ..)| relative != "main.rs")
+            .filter(|(relative, ..)| krate.is_some() || relative != "main.rs")
             .map(|(_, module, ..)| module.clone())
             .collect();
         let mut graph = Graph {
@@ -104,15 +127,15 @@ impl Graph {
             edges: Vec::new(),
         };
         for (relative, module, file, total) in parsed {
-            let file_name = format!("src/{relative}");
-            let from = name(&module);
+            let file_name = format!("{shown}/{relative}");
+            let from = name(krate, &module);
             for reference in file.refs {
                 let target = (0..=reference.path.len())
                     .rev()
                     .map(|len| &reference.path[..len])
                     .find(|prefix| modules.contains(*prefix))
                     .unwrap_or_default();
-                let to = name(target);
+                let to = name(krate, target);
                 if to != from {
                     graph.edges.push(Edge {
                         file: file_name.clone(),

@@ -234,7 +234,7 @@ fn the_file_kind_follows_the_top_level() {
         ("data_dir = \"/x\"\n", FileKind::Agent),
         ("", FileKind::Agent),
     ] {
-        let body = csi_agent::hcl::parse(src, FILE).unwrap();
+        let body = hcl::parse(src, FILE).unwrap();
         assert_eq!(FileKind::of(&body), kind, "{src:?}");
     }
     let decoded = ok(SpecFile::decode(super::fixture("job-web.hcl"), FILE));

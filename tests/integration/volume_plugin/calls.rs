@@ -6,7 +6,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use csi_agent::json::Value;
+use json::Value;
 
 use super::{Docker, Host};
 use crate::harness::{agent_refusing, config_text, text, Agent};
@@ -218,7 +218,7 @@ fn create_get_list_and_remove_a_volume() {
             "{key} in {status:?}"
         );
     }
-    let text = csi_agent::json::to_string(&answer.body);
+    let text = json::to_string(&answer.body);
     assert!(
         !text.contains("hunter2") && !text.contains("token"),
         "{text}"

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use csi_agent::json::Value;
+use json::Value;
 
 use super::{config, Docker, NAME};
 use crate::etcd::{require_etcd, Cluster};

@@ -19,7 +19,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use csi_agent::json::{self, Value};
+use json::Value;
 
 use crate::harness::{healthy, Agent, WAIT};
 use crate::util::Plugin;

@@ -30,7 +30,7 @@ fn mount_group_gives_the_mount_to_the_group_and_is_kept_with_the_volume() {
     assert_eq!(meta.gid(), 1000, "{mountpoint:?}");
     assert_eq!(meta.mode() & 0o2070, 0o2070, "mode {:o}", meta.mode());
     let status = docker.named("Get", "grp").ok();
-    let shown = csi_agent::json::to_string(&status.body);
+    let shown = json::to_string(&status.body);
     assert!(shown.contains(r#""mount_group":"1000""#), "{shown}");
     // The plugin got it in NodeStage and NodePublish; the Create before
     // it asked for none (the trace names the calls).
@@ -157,7 +157,7 @@ fn a_read_only_volume_takes_reader_claims_mounted_read_only() {
     assert!(status.mounts_read_only);
     let modes: Vec<&str> = status.claims.iter().map(|c| c.mode.as_str()).collect();
     assert_eq!(modes, ["read", "read"]);
-    let shown = csi_agent::json::to_string(&docker.named("Get", "ro").ok().body);
+    let shown = json::to_string(&docker.named("Get", "ro").ok().body);
     assert!(shown.contains(r#""read_only":true"#), "{shown}");
     let message = docker.create("ro", &[("read_only", "false")]).failed();
     assert_eq!(
@@ -249,8 +249,8 @@ fn a_named_secret_reaches_the_plugin_and_shows_nowhere() {
     // NodeStage and NodePublish carry it too.
     let mountpoint = docker.mount("sec", "m1");
     fs::write(mountpoint.join("f"), "x").unwrap();
-    let get = csi_agent::json::to_string(&docker.named("Get", "sec").ok().body);
-    let list = csi_agent::json::to_string(&docker.call("/VolumeDriver.List", "{}").ok().body);
+    let get = json::to_string(&docker.named("Get", "sec").ok().body);
+    let list = json::to_string(&docker.call("/VolumeDriver.List", "{}").ok().body);
     let status = host.agent.cli(&["volume", "status", "sec"]);
     assert!(status.status.success(), "{}", text(&status));
     let status_json = host.agent.cli(&["volume", "status", "-json", "sec"]);

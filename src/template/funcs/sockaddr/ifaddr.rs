@@ -7,8 +7,7 @@ use std::cmp::Ordering;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::rfc;
-use crate::order;
-use crate::regex::Regex;
+use regex::Regex;
 
 /// Go's `net.Flags`, in the order its `String` prints them.
 const FLAG_NAMES: &[(u32, &str)] = &[

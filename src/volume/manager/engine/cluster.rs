@@ -37,7 +37,6 @@ use crate::cluster::claims::{ClaimRequest, Promise};
 use crate::cluster::ops::{Answer, Op};
 use crate::cluster::volumes::VolumeEvent;
 use crate::csi::types::{CapabilitySet, ControllerCapability};
-use crate::order;
 use crate::proto::cluster as pb;
 use crate::proto::state as statepb;
 use crate::volume::manager::engine::lost::LostClaims;

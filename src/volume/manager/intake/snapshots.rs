@@ -273,9 +273,8 @@ impl VolumeManager {
             ) => {
                 match result {
                     Ok(listed) => {
-                        let known: std::collections::BTreeSet<&str> = crate::order::set(
-                            response.volumes.iter().map(|v| v.external_id.as_str()),
-                        );
+                        let known: std::collections::BTreeSet<&str> =
+                            order::set(response.volumes.iter().map(|v| v.external_id.as_str()));
                         response.external = listed
                             .into_iter()
                             .filter(|l| !known.contains(l.volume.volume_id.as_str()))
