@@ -628,10 +628,7 @@ mod tests {
             )],
             "csi",
         );
-        assert_eq!(
-            sighting,
-            order::set(["v".to_string(), "w".to_string()])
-        );
+        assert_eq!(sighting, order::set(["v".to_string(), "w".to_string()]));
     }
 
     #[test]
