@@ -136,6 +136,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
         },
         done_tx,
     );
+    volumes.set_stats_interval(options.config.volume_stats_interval);
     volumes.restore(&loaded.state.volumes, &loaded.journal);
     match crate::mount::MountInfo::read() {
         Ok(mounts) => volumes.reconcile(&mounts),
@@ -602,6 +603,8 @@ impl Agent {
             &self.options.config.client,
         );
         self.allocs.reconfigure_node(&self.options.config);
+        self.volumes
+            .set_stats_interval(self.options.config.volume_stats_interval);
         log::info!("SIGHUP: reloaded {}", path.display());
         self.sync_plugins();
     }

@@ -253,6 +253,7 @@ impl Agent {
                 .filter(|v| v.plugin_id == plugin.id)
                 .map(|v| v.id.clone())
                 .collect();
+            plugin.capacity = self.volumes.plugin_capacity(&plugin.id).cloned();
         }
         Ok(StatusReport {
             plugins,

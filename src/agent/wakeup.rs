@@ -104,6 +104,11 @@ impl Agent {
         self.allocs.reap(now);
         self.allocs.launch_due();
         self.volumes.expire_claims(now);
+        // Usage and capacity polls are reads: out now, not held behind
+        // the journal.
+        for poll in self.volumes.polls_due(&self.registry, now) {
+            self.submit(poll);
+        }
         self.stop_if_disconnected(now);
         self.events.expire(now);
         // Due: the pids are now what the next write must keep (with a

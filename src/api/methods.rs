@@ -27,7 +27,7 @@ use grpcio::{ServiceBuilder, UnarySink};
 use protobuf::Message;
 
 use super::session::Sessions;
-use super::{wire, wire_services, CallError, ErrorKind, Request, Response};
+use super::{wire, wire_jobs, wire_services, CallError, ErrorKind, Request, Response};
 use crate::csi::rpc::bytes_method;
 use crate::proto::{agent as api, agent_grpc as g};
 use crate::volume::calls::Answer;
@@ -139,20 +139,20 @@ pub(super) const UNARY: [Unary; 24] = [
     ),
     unary!(
         METHOD_AGENT_JOB_RUN,
-        |n, b| Request::JobRun(wire::job_file(decode(n, b)?)),
-        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+        |n, b| Request::JobRun(wire_jobs::job_file(decode(n, b)?)),
+        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_JOB_PERIODIC_FORCE,
         |n, b| Request::JobPeriodicForce {
             name: decode::<api::JobPeriodicForceRequest>(n, b)?.name
         },
-        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_JOB_DISPATCH,
-        |n, b| Request::JobDispatch(wire::dispatch_request(decode(n, b)?)),
-        Response::JobRun(run) => wire::job_run(run).write_to_bytes()
+        |n, b| Request::JobDispatch(wire_jobs::dispatch_request(decode(n, b)?)),
+        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_JOB_STOP,
@@ -163,31 +163,31 @@ pub(super) const UNARY: [Unary; 24] = [
                 purge: req.purge,
             }
         },
-        Response::JobStop(ids) => wire::job_stop(ids).write_to_bytes()
+        Response::JobStop(ids) => wire_jobs::job_stop(ids).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_JOB_STATUS,
         |n, b| Request::JobStatus {
             name: decode::<api::JobStatusRequest>(n, b)?.name
         },
-        Response::JobStatus(jobs) => wire::job_status(jobs).write_to_bytes()
+        Response::JobStatus(jobs) => wire_jobs::job_status(jobs).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_ALLOC_LOGS,
-        |n, b| Request::AllocLogs(wire::logs_request(decode(n, b)?)),
-        Response::AllocLogs(path) => wire::logs(path).write_to_bytes()
+        |n, b| Request::AllocLogs(wire_jobs::logs_request(decode(n, b)?)),
+        Response::AllocLogs(path) => wire_jobs::logs(path).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_ALLOC_CONTROL,
-        |n, b| Request::AllocControl(wire::alloc_control(decode(n, b)?)?),
-        Response::AllocControl(done) => wire::alloc_controlled(done).write_to_bytes()
+        |n, b| Request::AllocControl(wire_jobs::alloc_control(decode(n, b)?)?),
+        Response::AllocControl(done) => wire_jobs::alloc_controlled(done).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_JOB_INSPECT,
         |n, b| Request::JobInspect {
             name: decode::<api::JobInspectRequest>(n, b)?.name
         },
-        Response::JobInspect(job) => wire::job_inspected(job).write_to_bytes()
+        Response::JobInspect(job) => wire_jobs::job_inspected(job).write_to_bytes()
     ),
     unary!(
         METHOD_AGENT_SERVICE_LIST,
@@ -201,7 +201,7 @@ pub(super) const UNARY: [Unary; 24] = [
     ),
     unary!(
         METHOD_AGENT_JOB_PLAN,
-        |n, b| Request::JobPlan(wire::job_file(decode(n, b)?)),
+        |n, b| Request::JobPlan(wire_jobs::job_file(decode(n, b)?)),
         Response::JobPlan(plan) => super::wire_plan::job_planned(plan).write_to_bytes()
     ),
     unary!(

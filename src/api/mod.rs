@@ -11,7 +11,8 @@
 //! The parts of the agent that answer speak their own types (requests,
 //! answers, [`CallError`]); `wire.rs` alone maps them to and from the
 //! protobuf messages and the error kinds to gRPC codes (`wire_session.rs`
-//! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s).
+//! those of `alloc exec` and `alloc fs`, `wire_plan.rs` `job plan`'s,
+//! `wire_jobs.rs` the other jobs' and allocs').
 
 pub mod client;
 mod listen;
@@ -23,6 +24,7 @@ mod session;
 mod session_docker;
 mod session_reads;
 mod wire;
+mod wire_jobs;
 mod wire_plan;
 mod wire_services;
 mod wire_session;

@@ -11,7 +11,11 @@ pub fn job_planned(plan: JobPlanned) -> pb::JobPlanResponse {
     pb::JobPlanResponse {
         job: plan.job,
         diff: MessageField::some(diff(plan.diff)),
-        unplaced: plan.unplaced.iter().map(super::wire::unplaced).collect(),
+        unplaced: plan
+            .unplaced
+            .iter()
+            .map(super::wire_jobs::unplaced)
+            .collect(),
         job_modify_index: plan.modify_index,
         warnings: plan.warnings,
         next_periodic_launch_unix: plan.next_launch.unwrap_or(0),

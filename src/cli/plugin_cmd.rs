@@ -157,6 +157,37 @@ fn list(items: &[String]) -> String {
     }
 }
 
+/// GetCapacity's last answer: `12.0 GiB available (volumes up to 1.0 GiB)
+/// at TIME`, and why the last call failed when it did.
+fn capacity(c: &api::PluginCapacity) -> String {
+    let mut out = if c.known {
+        let mut text = format!(
+            "{} available",
+            crate::units::format_size(c.available_bytes.max(0) as u64)
+        );
+        let bound = |n: i64| crate::units::format_size(n.max(0) as u64);
+        match (c.minimum_volume_bytes, c.maximum_volume_bytes) {
+            (0, 0) => {}
+            (0, max) => text.push_str(&format!(" (volumes up to {})", bound(max))),
+            (min, 0) => text.push_str(&format!(" (volumes of at least {})", bound(min))),
+            (min, max) => text.push_str(&format!(" (volumes of {} to {})", bound(min), bound(max))),
+        }
+        text.push_str(&format!(
+            " at {}",
+            crate::units::format_timestamp(crate::plugin::fingerprint::from_unix_ms(
+                c.checked_unix_ms
+            ))
+        ));
+        text
+    } else {
+        "<not known yet>".to_string()
+    };
+    if !c.error.is_empty() {
+        out.push_str(&format!("; the last GetCapacity failed: {}", c.error));
+    }
+    out
+}
+
 /// `key = value` lines, the keys padded to one width.
 fn fields(fields: &[(&str, String)]) -> String {
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -168,7 +199,7 @@ fn fields(fields: &[(&str, String)]) -> String {
 }
 
 fn details(p: &api::PluginStatus, now: SystemTime) -> String {
-    let mut out = fields(&[
+    let mut rows = vec![
         ("ID", p.id.clone()),
         ("Provider", p.provider.clone()),
         ("Version", p.version.clone()),
@@ -185,7 +216,11 @@ fn details(p: &api::PluginStatus, now: SystemTime) -> String {
                 p.volumes.join(", ")
             },
         ),
-    ]);
+    ];
+    if let Some(c) = p.capacity.as_ref() {
+        rows.push(("Capacity", capacity(c)));
+    }
+    let mut out = fields(&rows);
     for instance in &p.instances {
         let mut title = instance.type_.clone();
         if let Some(first) = title.get_mut(..1) {

@@ -458,6 +458,18 @@ fn details(v: &api::VolumeStatus) -> String {
     if !v.mount_group.is_empty() {
         fields.push(("Mount Group", v.mount_group.clone()));
     }
+    // The condition the plugin last reported, and since when.
+    if let Some(h) = v.health.as_ref() {
+        let state = if h.abnormal { "abnormal" } else { "normal" };
+        fields.push((
+            "Health",
+            format!(
+                "{state} since {}: {}",
+                format_timestamp(from_unix_ms(h.since_unix_ms)),
+                h.message
+            ),
+        ));
+    }
     let mut out = key_values(&fields);
 
     if !v.stagings.is_empty() {

@@ -152,6 +152,66 @@ pub static RELAYED_CALLS: Family = Family::counter(
     &["direction", "outcome"],
 );
 
+pub static VOLUME_STATS_CAPACITY: Family = Family::gauge(
+    "csi_agent_volume_stats_capacity_bytes",
+    "A staged volume's size in bytes, as its plugin's NodeGetVolumeStats last said (kubelet's kubelet_volume_stats_capacity_bytes).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_AVAILABLE: Family = Family::gauge(
+    "csi_agent_volume_stats_available_bytes",
+    "Bytes a staged volume has free for its users, as NodeGetVolumeStats last said (kubelet's kubelet_volume_stats_available_bytes).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_USED: Family = Family::gauge(
+    "csi_agent_volume_stats_used_bytes",
+    "Bytes a staged volume has in use, as NodeGetVolumeStats last said (kubelet's kubelet_volume_stats_used_bytes).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_INODES: Family = Family::gauge(
+    "csi_agent_volume_stats_inodes",
+    "Inodes of a staged volume's file system, as NodeGetVolumeStats last said (kubelet's kubelet_volume_stats_inodes).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_INODES_FREE: Family = Family::gauge(
+    "csi_agent_volume_stats_inodes_free",
+    "Free inodes of a staged volume's file system (kubelet's kubelet_volume_stats_inodes_free).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_INODES_USED: Family = Family::gauge(
+    "csi_agent_volume_stats_inodes_used",
+    "Inodes in use on a staged volume's file system (kubelet's kubelet_volume_stats_inodes_used).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_ABNORMAL: Family = Family::gauge(
+    "csi_agent_volume_stats_health_status_abnormal",
+    "1 while the plugin says a staged volume's condition is abnormal, 0 while it says it is normal (kubelet's kubelet_volume_stats_health_status_abnormal).",
+    &["volume", "plugin"],
+);
+
+pub static VOLUME_STATS_POLLS: Family = Family::counter(
+    "csi_agent_volume_stats_polls_total",
+    "NodeGetVolumeStats calls of the agent's own schedule, by plugin and outcome (ok, error, invalid).",
+    &["plugin", "outcome"],
+);
+
+pub static PLUGIN_CAPACITY: Family = Family::gauge(
+    "csi_agent_plugin_capacity_available_bytes",
+    "Bytes a plugin's controller says it can give new volumes accessible from this node (GetCapacity's available_capacity, with the node's topology).",
+    &["plugin"],
+);
+
+pub static PLUGIN_MAXIMUM_VOLUME: Family = Family::gauge(
+    "csi_agent_plugin_capacity_maximum_volume_bytes",
+    "The largest volume a plugin's controller says it can create from this node (GetCapacity's maximum_volume_size), where it says one.",
+    &["plugin"],
+);
+
 /// Every family, for a scrape and for the docs' test.
 pub static ALL: &[&Family] = &[
     &CSI_OPERATIONS,
@@ -176,4 +236,14 @@ pub static ALL: &[&Family] = &[
     &CLUSTER_CONNECTED,
     &FENCED_CLAIMS,
     &RELAYED_CALLS,
+    &VOLUME_STATS_CAPACITY,
+    &VOLUME_STATS_AVAILABLE,
+    &VOLUME_STATS_USED,
+    &VOLUME_STATS_INODES,
+    &VOLUME_STATS_INODES_FREE,
+    &VOLUME_STATS_INODES_USED,
+    &VOLUME_ABNORMAL,
+    &VOLUME_STATS_POLLS,
+    &PLUGIN_CAPACITY,
+    &PLUGIN_MAXIMUM_VOLUME,
 ];

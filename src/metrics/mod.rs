@@ -116,6 +116,12 @@ impl Family {
         global().set(self, values, v);
     }
 
+    /// Drops a gauge's series (a volume or plugin that is gone), so that
+    /// a scrape no longer shows its last value.
+    pub fn remove(&'static self, values: &[&str]) {
+        global().remove(self, values);
+    }
+
     /// Counts one observation of a histogram.
     pub fn observe(&'static self, values: &[&str], v: f64) {
         global().observe(self, values, v);
@@ -222,6 +228,14 @@ impl Registry {
                 *v = n;
             }
         });
+    }
+
+    pub fn remove(&self, family: &Family, values: &[&str]) {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(series) = families.get_mut(family.name) {
+            let key: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+            series.remove(&key);
+        }
     }
 
     pub fn observe(&self, family: &Family, values: &[&str], v: f64) {

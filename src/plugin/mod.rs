@@ -35,7 +35,7 @@ use crate::spec::PluginType;
 pub use fingerprint::Fingerprint;
 pub use instance::{Instance, InstanceSettings};
 pub use registry::{
-    HealthEvent, PluginRecord, PluginStatus, Registry, RegistryEvent, StatusReport,
+    CapacityStatus, HealthEvent, PluginRecord, PluginStatus, Registry, RegistryEvent, StatusReport,
 };
 
 /// Who registered a plugin, so that the right party removes it.

@@ -73,6 +73,16 @@ pub struct PluginStatus {
     pub instances: Vec<PluginRecord>,
     /// The volumes registered on it.
     pub volumes: Vec<String>,
+    /// Its controller's last GetCapacity here, with when, or why it failed.
+    pub capacity: Option<CapacityStatus>,
+}
+
+/// A plugin's capacity as its controller last said it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CapacityStatus {
+    pub reading: Option<(crate::csi::types::Capacity, std::time::SystemTime)>,
+    /// Why the last GetCapacity failed, if it did.
+    pub error: String,
 }
 
 impl PluginStatus {
@@ -90,6 +100,7 @@ impl PluginStatus {
             health: Health::Pending,
             instances: Vec::new(),
             volumes: Vec::new(),
+            capacity: None,
         }
     }
 }
@@ -469,6 +480,7 @@ impl Registry {
             health,
             instances: instances.into_iter().cloned().collect(),
             volumes: Vec::new(),
+            capacity: None,
         })
     }
 

@@ -10,6 +10,9 @@
 //! rpc_timeout      = "2m"
 //! max_kill_timeout = "30s"
 //!
+//! # NodeGetVolumeStats of each staged volume, GetCapacity of each plugin.
+//! volume_stats_interval = "60s"
+//!
 //! plugin "hostpath" {
 //!   socket         = "/run/csi/hostpath.sock"
 //!   type           = "monolith"
@@ -63,6 +66,17 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/csi-agent";
 /// otherwise, as in Nomad.
 const DEFAULT_PLUGIN_HEARTBEAT: Duration = Duration::from_secs(30);
 
+/// How often each staged volume's usage and condition are asked for
+/// (NodeGetVolumeStats) and each plugin's capacity (GetCapacity) unless
+/// `volume_stats_interval` says otherwise: kubelet's `volumeStatsAggPeriod`.
+pub const DEFAULT_VOLUME_STATS_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The bounds of `volume_stats_interval` (`0s` turns the polls off): a
+/// shorter period would make the polls a load of their own, a longer one
+/// would make the gauges useless to an alert.
+pub const VOLUME_STATS_INTERVAL_BOUNDS: (Duration, Duration) =
+    (Duration::from_secs(5), Duration::from_secs(3600));
+
 /// The agent's configuration, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
@@ -81,6 +95,9 @@ pub struct AgentConfig {
     /// The deadline of each volume RPC (stage, publish, ...): a call that
     /// takes longer is uncertain and retried.
     pub rpc_timeout: Duration,
+    /// How often each staged volume's NodeGetVolumeStats and each
+    /// plugin's GetCapacity are polled, jittered; zero: never.
+    pub volume_stats_interval: Duration,
     /// Nomad's client option: the longest `kill_timeout` a task gets
     /// between its kill signal and SIGKILL, whatever its job says. A
     /// cluster node's promise to stop its writers when cut off counts it.
@@ -188,6 +205,7 @@ impl Default for AgentConfig {
             node_name: None,
             log_level: LevelFilter::Info,
             plugin_heartbeat: DEFAULT_PLUGIN_HEARTBEAT,
+            volume_stats_interval: DEFAULT_VOLUME_STATS_INTERVAL,
             rpc_timeout: DEFAULT_RPC_TIMEOUT,
             max_kill_timeout: DEFAULT_MAX_KILL_TIMEOUT,
             plugins: Vec::new(),
@@ -297,6 +315,7 @@ impl AgentConfig {
         w.string("log_level", &self.log_level.as_str().to_lowercase());
         w.duration("plugin_heartbeat", self.plugin_heartbeat);
         w.duration("rpc_timeout", self.rpc_timeout);
+        w.duration("volume_stats_interval", self.volume_stats_interval);
         w.duration("max_kill_timeout", self.max_kill_timeout);
         w.string("datacenter", &self.datacenter);
         w.string("region", &self.region);
@@ -416,6 +435,20 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     }
     if let Some(timeout) = f.duration("rpc_timeout") {
         config.rpc_timeout = timeout;
+    }
+    if let Some((interval, pos)) = f.duration_at("volume_stats_interval") {
+        let (min, max) = VOLUME_STATS_INTERVAL_BOUNDS;
+        if !interval.is_zero() && !(min..=max).contains(&interval) {
+            f.error(
+                pos,
+                format!(
+                    "\"volume_stats_interval\" must be from {} to {}, or 0s to poll no volume",
+                    crate::units::format_duration(min),
+                    crate::units::format_duration(max)
+                ),
+            );
+        }
+        config.volume_stats_interval = interval;
     }
     if let Some(timeout) = f.duration("max_kill_timeout") {
         config.max_kill_timeout = timeout;

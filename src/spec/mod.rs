@@ -96,7 +96,8 @@ use hcl::{Body, Pos, Syntax};
 pub use agent::{
     AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
     DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, DEFAULT_VOLUME_STATS_INTERVAL,
+    VOLUME_STATS_INTERVAL_BOUNDS,
 };
 pub use artifact::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,

@@ -152,6 +152,8 @@ pub struct VolumeStatus {
     pub mount_group: String,
     /// Where the volume can be used; none: everywhere.
     pub topologies: Vec<crate::csi::types::Topology>,
+    /// The volume's condition as its plugin last said it.
+    pub health: Option<Health>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -178,6 +180,19 @@ pub struct ClaimStatus {
     pub device: String,
     /// The node the claim is on, in a cluster.
     pub node: String,
+}
+
+/// A volume's condition as its plugin last said it, and since when it
+/// has said so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Health {
+    pub abnormal: bool,
+    pub message: String,
+    /// When the plugin first said this (abnormal or not) after saying the
+    /// other, or after the agent started watching the volume.
+    pub since: SystemTime,
+    /// The last answer that said it.
+    pub checked: SystemTime,
 }
 
 /// NodeGetVolumeStats, or why there is none.

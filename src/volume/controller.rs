@@ -26,10 +26,10 @@
 
 use crate::csi::rpc::Sent;
 use crate::csi::types::{
-    ControllerExpand, ControllerPublish, CreateSnapshot, CreateVolume, Expanded, ListSnapshots,
-    Snapshot, SnapshotPage, StringMap, ValidateVolume, Volume, VolumePage,
+    Capacity, ControllerExpand, ControllerPublish, CreateSnapshot, CreateVolume, Expanded,
+    ListSnapshots, Snapshot, SnapshotPage, StringMap, Topology, ValidateVolume, Volume, VolumePage,
 };
-use crate::csi::{Controller, Error, Secrets, Validation};
+use crate::csi::{Capability, Controller, Error, Secrets, Validation};
 
 /// The controller calls of volume jobs, wherever the plugin's controller
 /// runs (see the module docs).
@@ -64,6 +64,15 @@ pub trait ControllerCalls {
 
     /// One page of ListVolumes.
     fn list_volumes(&self, max_entries: i32, starting_token: &str) -> Result<VolumePage, Error>;
+
+    /// GetCapacity for volumes with `capabilities` and `parameters` (none:
+    /// any) accessible from `topology` (none: anywhere).
+    fn capacity(
+        &self,
+        capabilities: &[Capability],
+        parameters: &StringMap,
+        topology: Option<&Topology>,
+    ) -> Result<Capacity, Error>;
 }
 
 /// A plugin's controller, over its socket or carried (see the module
@@ -112,5 +121,14 @@ impl ControllerCalls for Controller {
 
     fn list_volumes(&self, max_entries: i32, starting_token: &str) -> Result<VolumePage, Error> {
         Controller::list_volumes(self, max_entries, starting_token)
+    }
+
+    fn capacity(
+        &self,
+        capabilities: &[Capability],
+        parameters: &StringMap,
+        topology: Option<&Topology>,
+    ) -> Result<Capacity, Error> {
+        Controller::capacity(self, capabilities, parameters, topology)
     }
 }

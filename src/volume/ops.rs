@@ -99,6 +99,8 @@ pub enum OpResult {
     Expanded(Expansion),
     /// ListVolumes, every page.
     External(Result<Vec<crate::csi::types::ListedVolume>, crate::csi::Error>),
+    /// GetCapacity, for the plugin's capacity signal.
+    Capacity(Result<crate::csi::types::Capacity, crate::csi::Error>),
 }
 
 /// One step of a job of protocol steps (see [`super::steps`]).

@@ -75,6 +75,7 @@ mod volume_clients;
 mod volume_commands;
 mod volume_plugin;
 mod volume_plugin_reconcile;
+mod volume_signals;
 mod volume_sources;
 mod volume_status;
 mod volume_util;

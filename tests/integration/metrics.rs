@@ -48,7 +48,7 @@ job "failing" {
 pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Whether `tool` is on the PATH; under CI its absence fails the test.
-fn have(tool: &str) -> bool {
+pub fn have(tool: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())

@@ -208,6 +208,16 @@ impl Plugin {
         Plugin::launch_on(dir, other.base.clone(), socket, &[], flags)
     }
 
+    /// Starts a strict plugin with `env` and extra `flags` on base dir
+    /// `base` (which must exist: a file system the test made, say).
+    pub fn start_on(base: &Path, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
+        let mut all = vec!["-strict"];
+        all.extend(flags.iter().filter(|f| **f != "-strict"));
+        let dir = TestDir::new();
+        let socket = dir.join("csi.sock");
+        Plugin::launch_on(dir, base.to_path_buf(), socket, env, &all)
+    }
+
     fn launch(dir: TestDir, socket: PathBuf, env: &[(&str, &str)], flags: &[&str]) -> Plugin {
         let base = dir.join("base");
         Plugin::launch_on(dir, base, socket, env, flags)

@@ -42,6 +42,7 @@ mod entry;
 mod freed_tests;
 mod gauges;
 mod intake;
+mod signals;
 mod status;
 
 pub use engine::lost::LostClaim;
@@ -211,8 +212,14 @@ enum PendingOp {
     Delete {
         reply: ReplyTo,
     },
+    /// NodeGetVolumeStats: `reply` is `None` for a poll of the agent's
+    /// own schedule ([`signals`]).
     Stats {
-        reply: ReplyTo,
+        reply: Option<ReplyTo>,
+    },
+    /// GetCapacity of plugin `plugin_id`'s controller, a poll.
+    Capacity {
+        plugin_id: String,
     },
     SnapshotCreate {
         plugin_id: String,
@@ -273,6 +280,10 @@ struct PluginView {
     node_expand: bool,
     online_expansion: bool,
     stats: bool,
+    /// The node reports volumes' conditions (VOLUME_CONDITION).
+    condition: bool,
+    /// The controller answers GetCapacity (GET_CAPACITY).
+    get_capacity: bool,
     accessibility: bool,
     topology: Option<BTreeMap<String, String>>,
     provider: String,
@@ -301,6 +312,7 @@ impl PluginView {
         self.list_snapshots = has(ControllerCapability::ListSnapshots);
         self.clone = has(ControllerCapability::CloneVolume);
         self.list_volumes = has(ControllerCapability::ListVolumes);
+        self.get_capacity = has(ControllerCapability::GetCapacity);
         self.controller_expand = has(ControllerCapability::ExpandVolume);
     }
 
@@ -416,6 +428,8 @@ fn local_plugin_view(registry: &Registry, plugin_id: &str) -> Option<PluginView>
         node_expand: node_has(NodeCapability::ExpandVolume),
         online_expansion: plugin_has(PluginCapability::OnlineExpansion),
         stats: node_has(NodeCapability::GetVolumeStats),
+        condition: node_has(NodeCapability::VolumeCondition),
+        get_capacity: false,
         accessibility: plugin_has(PluginCapability::VolumeAccessibilityConstraints),
         topology: nfp
             .and_then(|f| f.node.as_ref())
@@ -472,6 +486,8 @@ pub struct VolumeManager {
     claim_gauge: gauges::ClaimGauge,
     /// Volumes that lost a claim this turn (see [`Effects::freed`]).
     freed: BTreeSet<String>,
+    /// Usage, health and capacity: what the polls watch and last heard.
+    signals: signals::Signals,
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> CallError {
@@ -500,6 +516,7 @@ impl VolumeManager {
             claim_deadlines: Default::default(),
             claim_gauge: Default::default(),
             freed: BTreeSet::new(),
+            signals: signals::Signals::new(crate::spec::DEFAULT_VOLUME_STATS_INTERVAL),
         }
     }
 
@@ -555,8 +572,10 @@ impl VolumeManager {
         }
         // Loading is not a change; every volume is planned once.
         self.changed.clear();
+        let now = Instant::now();
         for (id, entry) in &self.entries {
             self.claim_gauge.recount(id, Some(&entry.volume));
+            self.signals.volume_changed(id, Some(&entry.volume), now);
         }
         self.to_plan = self.entries.keys().cloned().collect();
     }
@@ -576,6 +595,7 @@ impl VolumeManager {
 
     /// The records of every volume changed this turn, for the journal.
     fn take_journal(&mut self) -> Vec<Vec<u8>> {
+        let now = Instant::now();
         let changed: Vec<String> = self.changed.iter().cloned().collect();
         for id in &changed {
             self.share_change(id);
@@ -585,6 +605,7 @@ impl VolumeManager {
             .map(|id| {
                 let volume = self.entries.get(&id).map(|e| &e.volume);
                 self.claim_gauge.recount(&id, volume);
+                self.signals.volume_changed(&id, volume, now);
                 let change = match self.entries.get(&id) {
                     Some(entry) => pb::journal_record::Change::Volume(entry.volume.to_proto()),
                     None => pb::journal_record::Change::RemovedVolumeId(id),

@@ -68,39 +68,25 @@ impl VolumeManager {
             .volume
             .claims
             .values()
-            .find(|c| c.published == Step::Done);
-        let stats_possible = req.stats
-            && view.as_ref().is_some_and(|v| {
-                v.unavailable(&entry.volume.plugin_id, Service::Node)
-                    .is_none()
-                    && v.stats
-            });
-        match published {
-            Some(claim) if stats_possible => {
-                let v = &entry.volume;
-                let base = view.as_ref().and_then(|v| v.base_dir.as_deref());
-                let in_view = |p: std::path::PathBuf| self.paths.for_plugin(&v.plugin_id, &p, base);
-                let path = in_view(self.paths.publish(v, &claim.alloc_id, &claim.usage));
-                let staging = view
-                    .as_ref()
-                    .is_some_and(|v| v.protocol.stage)
-                    .then(|| in_view(self.paths.staging(v, &claim.staging)));
-                let external = v.external_id.clone();
-                let id = v.id.clone();
-                let token = self.token();
-                let job = ops::node_job(&id, token, self.done.clone(), move |client| {
-                    OpResult::Stats(client.node_volume_stats(&external, &path, staging.as_deref()))
-                });
+            .any(|c| c.published == Step::Done);
+        let id = entry.volume.id.clone();
+        let job = match &view {
+            Some(view) if req.stats && published => self.stats_job(&id, view),
+            _ => None,
+        };
+        match job {
+            Some((token, job)) => {
                 // One call per volume in flight: sent now when the volume
                 // is idle, else once it is.
-                self.enqueue(&id, token, PendingOp::Stats { reply }, Service::Node, job);
+                let op = PendingOp::Stats { reply: Some(reply) };
+                self.enqueue(&id, token, op, Service::Node, job);
                 self.take_queued(&id)
             }
-            _ => {
+            None => {
+                let entry = self.entries.get(&id)?;
                 let mut status = self.status_of_entry(entry, registry);
                 if req.stats {
-                    status.stats.get_or_insert_with(Default::default).error = if published.is_none()
-                    {
+                    status.stats.get_or_insert_with(Default::default).error = if !published {
                         "the volume is not published on this node".into()
                     } else {
                         "the plugin does not report volume stats".into()
@@ -214,6 +200,7 @@ impl VolumeManager {
             mounts_read_only: v.plugin_settings.read_only,
             mount_group: v.plugin_settings.mount_group.clone(),
             topologies: v.topologies.clone(),
+            health: self.signals.health(&v.id).cloned(),
             ..Default::default()
         };
         if v.creating.is_some() {

@@ -32,6 +32,7 @@ fn the_agent_fixture_decodes_to_its_plugins_and_host_volumes() {
         log_level: LevelFilter::Debug,
         plugin_heartbeat: Duration::from_secs(60),
         rpc_timeout: Duration::from_secs(120),
+        volume_stats_interval: Duration::from_secs(60),
         max_kill_timeout: Duration::from_secs(30),
         plugins: vec![
             PluginConfig {
@@ -150,6 +151,21 @@ fn chroot_env_defaults_to_nomads_and_the_example_replaces_it() {
             destination: PathBuf::from("/bin"),
         }]
     );
+}
+
+#[test]
+fn volume_stats_interval_is_bounded_at_both_edges_and_zero_turns_the_polls_off() {
+    for (text, secs) in [("0s", 0), ("5s", 5), ("60s", 60), ("1h", 3600)] {
+        let config = ok(agent(&format!("volume_stats_interval = {text:?}\n"))).spec;
+        assert_eq!(config.volume_stats_interval, Duration::from_secs(secs));
+        assert_eq!(ok(agent(&config.to_hcl())).spec, config);
+    }
+    for text in ["4s", "4999ms", "3601s", "2h"] {
+        assert_one_error(
+            &format!("volume_stats_interval = {text:?}\n"),
+            "test.hcl:1:25: \"volume_stats_interval\" must be from 5s to 1h, or 0s to poll no volume",
+        );
+    }
 }
 
 #[test]

@@ -438,11 +438,12 @@ impl VolumeManager {
     }
 
     /// The next time the loop must wake up for the volumes: a retry falls
-    /// due or a claim waiter's deadline passes.
+    /// due, a claim waiter's deadline passes, or a poll falls due.
     pub fn next_wakeup(&self) -> Option<Instant> {
         let retry = self.retries.peek().map(|std::cmp::Reverse((at, _))| *at);
         let deadline = self.claim_deadlines.peek().map(|std::cmp::Reverse(at)| *at);
-        retry.into_iter().chain(deadline).min()
+        let poll = self.signals.next_due();
+        retry.into_iter().chain(deadline).chain(poll).min()
     }
 
     /// Gives up the claims whose deadline passed (see
@@ -465,6 +466,7 @@ impl VolumeManager {
 
     /// A plugin turned healthy: its volumes' waiting retries are due now.
     pub fn plugin_healthy(&mut self, plugin_id: &str, now: Instant) {
+        self.signals.plugin_seen(plugin_id, now);
         for (id, entry) in self.entries.iter_mut() {
             if entry.volume.plugin_id == plugin_id {
                 if let Some(retry) = &mut entry.retry {

@@ -136,16 +136,22 @@ impl VolumeManager {
             } else {
                 None
             };
-            Ok(Volume {
+            // GetCapacity first, where the controller here answers it.
+            let check = view.get_capacity
+                && view.controller.is_some()
+                && !view.remote_controller
+                && capacity.required_bytes > 0;
+            let volume = Volume {
                 creating: Some(CreateIntent {
                     capacity,
                     accessibility,
                     content_source,
                 }),
                 ..volume
-            })
+            };
+            Ok((volume, check))
         });
-        let volume = match result {
+        let (volume, check) = match result {
             Ok(volume) => volume,
             Err(err) => {
                 self.outbox.push((reply, Err(err)));
@@ -160,12 +166,16 @@ impl VolumeManager {
         // Journalled this turn, before the main loop submits the job.
         let id = volume.id.clone();
         self.insert(volume);
-        Some(self.send_create(&id, Some(reply)))
+        Some(self.send_create(&id, Some(reply), check))
     }
 
     /// The CreateVolume of volume `id`, which is being created, for its
-    /// plugin's workers; `reply` waits for it, if anyone does.
-    fn send_create(&mut self, id: &str, reply: Option<ReplyTo>) -> Dispatch {
+    /// plugin's workers; `reply` waits for it, if anyone does. With
+    /// `check_capacity` (a first CreateVolume, never one sent again, which
+    /// may find its own volume made), GetCapacity goes first, and a
+    /// volume larger than the plugin says it has room for is refused
+    /// without a CreateVolume (see [`capacity_refusal`]).
+    fn send_create(&mut self, id: &str, reply: Option<ReplyTo>, check_capacity: bool) -> Dispatch {
         let token = self.token();
         self.being_created.remove(id);
         let entry = self.entries.get_mut(id).expect("being created");
@@ -179,7 +189,13 @@ impl VolumeManager {
             intent.content_source,
         );
         let plugin_id = volume.plugin_id.clone();
+        let plugin = plugin_id.clone();
         let job = ops::controller_job(id, token, self.done.clone(), move |controller| {
+            if check_capacity {
+                if let Some(refusal) = capacity_refusal(controller, &plugin, &request) {
+                    return OpResult::Created(Err(refusal));
+                }
+            }
             OpResult::Created(controller.create_volume(&request))
         });
         self.pending.insert(
@@ -221,7 +237,7 @@ impl VolumeManager {
         due.into_iter()
             .map(|id| {
                 log::info!("Volume {id}: sending its CreateVolume again");
-                self.send_create(&id, None)
+                self.send_create(&id, None, false)
             })
             .collect()
     }
@@ -306,7 +322,13 @@ impl VolumeManager {
             self.remove(id);
             match reply {
                 Some(reply) => {
-                    let err = error(ErrorKind::FailedPrecondition, err.to_string());
+                    // The agent's own refusal says it all.
+                    let text = if err.rpc == crate::csi::error::Rpc::GetCapacity {
+                        err.message.clone()
+                    } else {
+                        err.to_string()
+                    };
+                    let err = error(ErrorKind::FailedPrecondition, text);
                     self.outbox.push((reply, Err(err)));
                 }
                 None => log::error!("Volume {id}: {err}; the volume is not created"),
@@ -342,4 +364,53 @@ impl VolumeManager {
             self.outbox.push((reply, Err(err)));
         }
     }
+}
+
+/// Why `request` is refused before its CreateVolume, if it is: plugin
+/// `plugin`'s controller answers GetCapacity (for the request's
+/// capabilities and parameters, from its first required or preferred
+/// topology) with less room than the request's required bytes, or a
+/// largest volume below them. A GetCapacity that fails refuses nothing:
+/// CreateVolume has the last word.
+fn capacity_refusal(
+    controller: &dyn crate::volume::controller::ControllerCalls,
+    plugin: &str,
+    request: &crate::csi::types::CreateVolume,
+) -> Option<crate::csi::Error> {
+    let topology = request
+        .accessibility
+        .as_ref()
+        .and_then(|a| a.requisite.first().or(a.preferred.first()));
+    let capacity = match controller.capacity(&request.capabilities, &request.parameters, topology) {
+        Ok(capacity) => capacity,
+        Err(err) => {
+            log::info!(
+                "Volume {}: {err}; sending CreateVolume without it",
+                request.name
+            );
+            return None;
+        }
+    };
+    let required = request.capacity.required_bytes;
+    let size = |n: i64| format!("{} ({n} bytes)", crate::units::format_size(n.max(0) as u64));
+    let why = if capacity.available_capacity < required {
+        format!(
+            "plugin {plugin:?} has {} available for new volumes (GetCapacity), and the volume asks for at least {}",
+            size(capacity.available_capacity),
+            size(required)
+        )
+    } else if let Some(max) = capacity.maximum_volume_size.filter(|max| *max < required) {
+        format!(
+            "plugin {plugin:?} makes volumes of at most {} (GetCapacity), and the volume asks for at least {}",
+            size(max),
+            size(required)
+        )
+    } else {
+        return None;
+    };
+    Some(crate::csi::Error::new(
+        crate::csi::error::Rpc::GetCapacity,
+        crate::csi::error::Code::OutOfRange,
+        format!("{why}: CreateVolume was not sent"),
+    ))
 }

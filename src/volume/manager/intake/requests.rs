@@ -441,6 +441,10 @@ impl VolumeManager {
                 }
             }
             (PendingOp::Stats { reply }, OpResult::Stats(result)) => {
+                self.stats_answered(&done.volume_id, reply.is_none(), &result, registry);
+                let Some(reply) = reply else {
+                    return;
+                };
                 // A read: answered at once, like the status it completes.
                 let Some(entry) = self.entries.get(&done.volume_id) else {
                     let err = error(ErrorKind::NotFound, "the volume was deregistered");
@@ -480,6 +484,9 @@ impl VolumeManager {
                 };
                 reply.send(Ok(Answer::Status(resp)));
             }
+            (PendingOp::Capacity { plugin_id }, OpResult::Capacity(result)) => {
+                self.capacity_answered(&plugin_id, result);
+            }
             (op, result) => {
                 log::error!("Mismatched operation result {result:?}");
                 let reply = match op {
@@ -493,7 +500,9 @@ impl VolumeManager {
                         }
                         reply
                     }
-                    PendingOp::Delete { reply } | PendingOp::Stats { reply } => Some(reply),
+                    PendingOp::Delete { reply } => Some(reply),
+                    PendingOp::Stats { reply } => reply,
+                    PendingOp::Capacity { .. } => None,
                     PendingOp::Expand { reply, .. } => Some(reply),
                     PendingOp::SnapshotCreate { reply, .. }
                     | PendingOp::SnapshotDelete { reply }

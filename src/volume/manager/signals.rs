@@ -1,0 +1,670 @@
+//! Usage, health and capacity as signals: the agent asks on its own
+//! schedule what kubelet asks (NodeGetVolumeStats of every staged volume,
+//! GetCapacity of every plugin's controller) and keeps the answers as
+//! gauges, condition changes as events, and the last of each for `volume
+//! status` and `plugin status`.
+//!
+//! # The schedule
+//!
+//! A volume is watched from the turn its record shows it staged or
+//! published on this node to the turn it shows neither. Its first poll
+//! falls due within a tenth of the interval (jittered, so that a thousand
+//! volumes restored at start do not ask at once), each next one an
+//! interval (give or take a tenth) after the last answer. A poll is a
+//! request queued on its volume like a `volume status -stats`: it goes
+//! out when no other call for the volume is in flight, and no second
+//! poll is made while one is queued or out, so a plugin that does not
+//! answer costs one poll per volume, bounded by the RPC deadline. A
+//! volume whose plugin cannot answer now (no GET_VOLUME_STATS, its node
+//! not healthy) is looked at again an interval later.
+//!
+//! A plugin is watched from the first time it turns healthy; its
+//! capacity is asked for where its controller is on this host and has
+//! GET_CAPACITY, with this node's topology, and forgotten (its gauges
+//! dropped) once the plugin is no longer registered.
+//!
+//! # What an answer may be
+//!
+//! At most one usage per unit, no negative figure; a condition message is
+//! cut at [`MAX_MESSAGE`] bytes. Another answer is the plugin's fault: it
+//! is counted as an `invalid` poll, logged once until the plugin answers
+//! well again, and changes no gauge.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::csi::backoff::{Jitter, SplitMix64};
+use crate::csi::types::{Capacity, UsageUnit, VolumeStats};
+use crate::plugin::CapacityStatus;
+use crate::volume::calls::Health;
+use crate::volume::model::{Step, Volume};
+
+/// The longest condition message kept, in bytes; a longer one is cut.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// One watched volume.
+#[derive(Debug)]
+struct Watched {
+    plugin: String,
+    /// A poll is queued or in flight: none other is made.
+    polling: bool,
+    /// Whether its gauges are exported, to drop them when unwatched.
+    exported: bool,
+    health: Option<Health>,
+    /// The last poll's failure, logged once until a poll succeeds.
+    failing: Option<String>,
+}
+
+/// One watched plugin.
+#[derive(Debug, Default)]
+struct WatchedPlugin {
+    capacity: CapacityStatus,
+    polling: bool,
+    exported: bool,
+    failing: Option<String>,
+}
+
+/// The volumes and plugins watched, when each is asked next, and what
+/// each last answered.
+pub(super) struct Signals {
+    /// Zero: nothing is polled (a `volume status -stats` still moves the
+    /// gauges).
+    interval: Duration,
+    jitter: SplitMix64,
+    volumes: BTreeMap<String, Watched>,
+    /// When each volume's next poll falls due; an entry for a volume no
+    /// longer watched, or polling, is dropped when it pops.
+    due: BinaryHeap<Reverse<(Instant, String)>>,
+    plugins: BTreeMap<String, WatchedPlugin>,
+    plugins_due: BinaryHeap<Reverse<(Instant, String)>>,
+}
+
+/// A poll's outcome, for its counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Error,
+    Invalid,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Invalid => "invalid",
+        }
+    }
+}
+
+/// Whether `volume` is staged or published on this node: what the polls
+/// watch.
+pub(super) fn on_node(volume: &Volume) -> bool {
+    volume.stagings.values().any(|s| s.step == Step::Done)
+        || volume.claims.values().any(|c| c.published == Step::Done)
+}
+
+impl Signals {
+    pub(super) fn new(interval: Duration) -> Signals {
+        Signals {
+            interval,
+            jitter: SplitMix64::from_entropy(),
+            volumes: BTreeMap::new(),
+            due: BinaryHeap::new(),
+            plugins: BTreeMap::new(),
+            plugins_due: BinaryHeap::new(),
+        }
+    }
+
+    /// A new interval: every watched volume and plugin is asked again
+    /// within a tenth of it, then on the new schedule.
+    pub(super) fn set_interval(&mut self, interval: Duration, now: Instant) {
+        if interval == self.interval {
+            return;
+        }
+        self.interval = interval;
+        self.due.clear();
+        self.plugins_due.clear();
+        if interval.is_zero() {
+            return;
+        }
+        let volumes: Vec<String> = self.volumes.keys().cloned().collect();
+        for id in volumes {
+            let at = self.first_at(now);
+            self.due.push(Reverse((at, id)));
+        }
+        let plugins: Vec<String> = self.plugins.keys().cloned().collect();
+        for id in plugins {
+            let at = self.first_at(now);
+            self.plugins_due.push(Reverse((at, id)));
+        }
+    }
+
+    /// A draw in `[0, span)`.
+    fn draw(&mut self, span: Duration) -> Duration {
+        span.mul_f64(self.jitter.unit())
+    }
+
+    /// The next poll after one at `now`: an interval, give or take a
+    /// tenth.
+    fn next_after(&mut self, now: Instant) -> Instant {
+        let tenth = self.interval / 10;
+        now + self.interval - tenth + self.draw(tenth * 2)
+    }
+
+    /// The first poll of a volume or plugin seen at `now`.
+    fn first_at(&mut self, now: Instant) -> Instant {
+        now + self.draw(self.interval / 10)
+    }
+
+    /// Volume `id` is now `volume` (`None`: gone): watched while it is
+    /// on the node, its gauges dropped once it is not.
+    pub(super) fn volume_changed(&mut self, id: &str, volume: Option<&Volume>, now: Instant) {
+        match volume.filter(|v| on_node(v)) {
+            Some(v) => {
+                if let Some(watched) = self.volumes.get_mut(id) {
+                    watched.plugin.clone_from(&v.plugin_id);
+                    return;
+                }
+                self.volumes.insert(
+                    id.to_string(),
+                    Watched {
+                        plugin: v.plugin_id.clone(),
+                        polling: false,
+                        exported: false,
+                        health: None,
+                        failing: None,
+                    },
+                );
+                if !self.interval.is_zero() {
+                    let at = self.first_at(now);
+                    self.due.push(Reverse((at, id.to_string())));
+                }
+            }
+            None => {
+                if let Some(watched) = self.volumes.remove(id) {
+                    drop_volume_gauges(id, &watched);
+                }
+            }
+        }
+    }
+
+    /// Plugin `id` turned healthy: watched for its capacity from now on.
+    pub(super) fn plugin_seen(&mut self, id: &str, now: Instant) {
+        if self.plugins.contains_key(id) {
+            return;
+        }
+        self.plugins
+            .insert(id.to_string(), WatchedPlugin::default());
+        if !self.interval.is_zero() {
+            let at = self.first_at(now);
+            self.plugins_due.push(Reverse((at, id.to_string())));
+        }
+    }
+
+    /// When the next poll falls due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let volume = self.due.peek().map(|Reverse((at, _))| *at);
+        let plugin = self.plugins_due.peek().map(|Reverse((at, _))| *at);
+        volume.into_iter().chain(plugin).min()
+    }
+
+    /// The volumes whose poll fell due by `now`, each marked polling; the
+    /// caller sends each poll or, when it cannot now, calls
+    /// [`Signals::skipped`].
+    pub(super) fn due_volumes(&mut self, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        while self.due.peek().is_some_and(|Reverse((at, _))| *at <= now) {
+            let Some(Reverse((_, id))) = self.due.pop() else {
+                break;
+            };
+            if let Some(watched) = self.volumes.get_mut(&id) {
+                if !watched.polling {
+                    watched.polling = true;
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+
+    /// The plugins whose capacity poll fell due by `now`, each marked
+    /// polling, as [`Signals::due_volumes`].
+    pub(super) fn due_plugins(&mut self, now: Instant) -> Vec<String> {
+        let mut out = Vec::new();
+        while self
+            .plugins_due
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
+        {
+            let Some(Reverse((_, id))) = self.plugins_due.pop() else {
+                break;
+            };
+            if let Some(watched) = self.plugins.get_mut(&id) {
+                if !watched.polling {
+                    watched.polling = true;
+                    out.push(id);
+                }
+            }
+        }
+        out
+    }
+
+    /// Volume `id`'s poll was not sent (its plugin cannot answer now): it
+    /// is asked again an interval later.
+    pub(super) fn skipped(&mut self, id: &str, now: Instant) {
+        if let Some(watched) = self.volumes.get_mut(id) {
+            watched.polling = false;
+            let at = self.next_after(now);
+            self.due.push(Reverse((at, id.to_string())));
+        }
+    }
+
+    /// Plugin `id`'s capacity was not asked for: `gone` when the plugin
+    /// is no longer registered (it is forgotten), else it is asked again
+    /// an interval later.
+    pub(super) fn plugin_skipped(&mut self, id: &str, gone: bool, now: Instant) {
+        if gone {
+            if let Some(watched) = self.plugins.remove(id) {
+                if watched.exported {
+                    crate::metrics::PLUGIN_CAPACITY.remove(&[id]);
+                    crate::metrics::PLUGIN_MAXIMUM_VOLUME.remove(&[id]);
+                }
+            }
+            return;
+        }
+        if let Some(watched) = self.plugins.get_mut(id) {
+            watched.polling = false;
+            let at = self.next_after(now);
+            self.plugins_due.push(Reverse((at, id.to_string())));
+        }
+    }
+
+    /// NodeGetVolumeStats of volume `id` answered `result`, for a poll
+    /// (`poll`) or a `volume status -stats`. `condition` says whether the
+    /// node has VOLUME_CONDITION: without it a condition is not read.
+    pub(super) fn stats_answered(
+        &mut self,
+        id: &str,
+        poll: bool,
+        condition: bool,
+        result: &Result<VolumeStats, crate::csi::Error>,
+        now: Instant,
+    ) {
+        let interval = self.interval;
+        let next = (poll && !interval.is_zero()).then(|| self.next_after(now));
+        let Some(watched) = self.volumes.get_mut(id) else {
+            return;
+        };
+        if poll {
+            watched.polling = false;
+            if let Some(at) = next {
+                self.due.push(Reverse((at, id.to_string())));
+            }
+        }
+        let outcome = match result.as_ref().map_err(|e| e.to_string()).and_then(check) {
+            Ok(sample) => {
+                if let Some(before) = watched.failing.take() {
+                    log::info!(
+                        "Volume {id}: NodeGetVolumeStats answers again (it failed: {before})"
+                    );
+                }
+                export(id, watched, &sample, condition);
+                Outcome::Ok
+            }
+            Err(why) => {
+                let outcome = match result {
+                    Ok(_) => Outcome::Invalid,
+                    Err(_) => Outcome::Error,
+                };
+                if watched.failing.as_deref() != Some(why.as_str()) {
+                    log::warn!(
+                        "Volume {id} (plugin {:?}): {why}; its usage gauges keep their last values, and this is logged again only once it changes",
+                        watched.plugin
+                    );
+                    watched.failing = Some(why);
+                }
+                outcome
+            }
+        };
+        if poll {
+            crate::metrics::VOLUME_STATS_POLLS.inc(&[&watched.plugin, outcome.as_str()]);
+        }
+    }
+
+    /// GetCapacity of plugin `id` answered `result`.
+    pub(super) fn capacity_answered(
+        &mut self,
+        id: &str,
+        result: Result<Capacity, crate::csi::Error>,
+        now: Instant,
+    ) {
+        let next = (!self.interval.is_zero()).then(|| self.next_after(now));
+        let Some(watched) = self.plugins.get_mut(id) else {
+            return;
+        };
+        watched.polling = false;
+        if let Some(at) = next {
+            self.plugins_due.push(Reverse((at, id.to_string())));
+        }
+        let checked = result.map_err(|e| e.to_string()).and_then(|c| {
+            let figures = [
+                Some(c.available_capacity),
+                c.maximum_volume_size,
+                c.minimum_volume_size,
+            ];
+            if figures.iter().flatten().any(|n| *n < 0) {
+                return Err(format!("GetCapacity answered a negative figure: {c:?}"));
+            }
+            Ok(c)
+        });
+        match checked {
+            Ok(capacity) => {
+                if let Some(before) = watched.failing.take() {
+                    log::info!("Plugin {id}: GetCapacity answers again (it failed: {before})");
+                }
+                crate::metrics::PLUGIN_CAPACITY.set(&[id], capacity.available_capacity as f64);
+                match capacity.maximum_volume_size {
+                    Some(max) => crate::metrics::PLUGIN_MAXIMUM_VOLUME.set(&[id], max as f64),
+                    None => crate::metrics::PLUGIN_MAXIMUM_VOLUME.remove(&[id]),
+                }
+                watched.exported = true;
+                watched.capacity = CapacityStatus {
+                    reading: Some((capacity, SystemTime::now())),
+                    error: String::new(),
+                };
+            }
+            Err(why) => {
+                if watched.failing.as_deref() != Some(why.as_str()) {
+                    log::warn!("Plugin {id}: {why}; logged again only once it changes");
+                    watched.failing = Some(why.clone());
+                }
+                watched.capacity.error = why;
+            }
+        }
+    }
+
+    /// Volume `id`'s condition as last heard, if it was.
+    pub(super) fn health(&self, id: &str) -> Option<&Health> {
+        self.volumes.get(id)?.health.as_ref()
+    }
+
+    /// Plugin `id`'s capacity as last heard, if it is watched.
+    pub(super) fn capacity(&self, id: &str) -> Option<&CapacityStatus> {
+        self.plugins.get(id).map(|w| &w.capacity)
+    }
+
+    #[cfg(test)]
+    pub(super) fn watched(&self) -> Vec<String> {
+        self.volumes.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "signals_tests.rs"]
+mod tests;
+
+/// An answer's figures, checked.
+struct Sample {
+    bytes: Option<[i64; 3]>,
+    inodes: Option<[i64; 3]>,
+    condition: Option<(bool, String)>,
+}
+
+/// `stats` if it is a valid answer: at most one usage per unit, no
+/// negative figure.
+fn check(stats: &VolumeStats) -> Result<Sample, String> {
+    let mut sample = Sample {
+        bytes: None,
+        inodes: None,
+        condition: None,
+    };
+    for usage in &stats.usage {
+        let slot = match usage.unit {
+            UsageUnit::Bytes => &mut sample.bytes,
+            UsageUnit::Inodes => &mut sample.inodes,
+        };
+        if slot.is_some() {
+            return Err(format!(
+                "NodeGetVolumeStats answered more than one usage in {:?}",
+                usage.unit
+            ));
+        }
+        let figures = [usage.total, usage.available, usage.used];
+        if figures.iter().any(|n| *n < 0) {
+            return Err(format!(
+                "NodeGetVolumeStats answered a negative figure in its usage {usage:?}"
+            ));
+        }
+        *slot = Some(figures);
+    }
+    sample.condition = stats.condition.as_ref().map(|c| {
+        let mut message = c.message.clone();
+        if message.len() > MAX_MESSAGE {
+            let mut cut = MAX_MESSAGE;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+            message.push_str(" [cut]");
+        }
+        (c.abnormal, message)
+    });
+    Ok(sample)
+}
+
+/// Sets volume `id`'s gauges from `sample`, and its condition (when the
+/// node reports conditions), with an event when it changes.
+fn export(id: &str, watched: &mut Watched, sample: &Sample, condition: bool) {
+    use crate::metrics::{
+        VOLUME_STATS_AVAILABLE, VOLUME_STATS_CAPACITY, VOLUME_STATS_INODES,
+        VOLUME_STATS_INODES_FREE, VOLUME_STATS_INODES_USED, VOLUME_STATS_USED,
+    };
+    let labels = [id, watched.plugin.as_str()];
+    if let Some([total, available, used]) = sample.bytes {
+        VOLUME_STATS_CAPACITY.set(&labels, total as f64);
+        VOLUME_STATS_AVAILABLE.set(&labels, available as f64);
+        VOLUME_STATS_USED.set(&labels, used as f64);
+        watched.exported = true;
+    }
+    if let Some([total, free, used]) = sample.inodes {
+        VOLUME_STATS_INODES.set(&labels, total as f64);
+        VOLUME_STATS_INODES_FREE.set(&labels, free as f64);
+        VOLUME_STATS_INODES_USED.set(&labels, used as f64);
+        watched.exported = true;
+    }
+    let Some((abnormal, message)) = sample.condition.clone().filter(|_| condition) else {
+        return;
+    };
+    crate::metrics::VOLUME_ABNORMAL.set(&labels, if abnormal { 1.0 } else { 0.0 });
+    watched.exported = true;
+    let now = SystemTime::now();
+    let changed = watched.health.as_ref().map(|h| h.abnormal) != Some(abnormal);
+    match &mut watched.health {
+        Some(health) if !changed => {
+            health.message = message;
+            health.checked = now;
+        }
+        _ => {
+            let was = watched.health.as_ref().map(|h| h.abnormal);
+            if abnormal {
+                log::warn!(
+                    "Volume {id}: plugin {:?} says its condition is abnormal: {message}",
+                    watched.plugin
+                );
+                super::volume_event("VolumeUnhealthy", id, message.clone());
+            } else if was == Some(true) {
+                log::info!(
+                    "Volume {id}: plugin {:?} says its condition is normal again: {message}",
+                    watched.plugin
+                );
+                super::volume_event("VolumeHealthy", id, message.clone());
+            }
+            watched.health = Some(Health {
+                abnormal,
+                message,
+                since: now,
+                checked: now,
+            });
+        }
+    }
+}
+
+/// Drops every gauge of volume `id`, no longer on the node.
+fn drop_volume_gauges(id: &str, watched: &Watched) {
+    if !watched.exported {
+        return;
+    }
+    let labels = [id, watched.plugin.as_str()];
+    for family in [
+        &crate::metrics::VOLUME_STATS_CAPACITY,
+        &crate::metrics::VOLUME_STATS_AVAILABLE,
+        &crate::metrics::VOLUME_STATS_USED,
+        &crate::metrics::VOLUME_STATS_INODES,
+        &crate::metrics::VOLUME_STATS_INODES_FREE,
+        &crate::metrics::VOLUME_STATS_INODES_USED,
+        &crate::metrics::VOLUME_ABNORMAL,
+    ] {
+        family.remove(&labels);
+    }
+}
+
+use super::{Dispatch, PendingOp, PluginView, Service, VolumeManager};
+use crate::plugin::Registry;
+use crate::volume::ops::{self, Job, OpResult};
+
+impl VolumeManager {
+    /// `volume_stats_interval` of the agent's config; zero stops the polls.
+    pub fn set_stats_interval(&mut self, interval: Duration) {
+        self.signals.set_interval(interval, Instant::now());
+    }
+
+    /// The polls due by `now`, to send at once: they are reads, not held
+    /// behind the journal. A volume with a call in flight keeps its poll
+    /// queued until it is idle.
+    pub fn polls_due(&mut self, registry: &Registry, now: Instant) -> Vec<Dispatch> {
+        let mut out = Vec::new();
+        for id in self.signals.due_volumes(now) {
+            let view = self
+                .entries
+                .get(&id)
+                .and_then(|e| self.plugin_view(registry, &e.volume.plugin_id));
+            match view.and_then(|view| self.stats_job(&id, &view)) {
+                Some((token, job)) => {
+                    let op = PendingOp::Stats { reply: None };
+                    self.enqueue(&id, token, op, Service::Node, job);
+                    out.extend(self.take_queued(&id));
+                }
+                None => self.signals.skipped(&id, now),
+            }
+        }
+        for plugin in self.signals.due_plugins(now) {
+            let view = self.plugin_view(registry, &plugin);
+            let Some(view) = view else {
+                self.signals.plugin_skipped(&plugin, true, now);
+                continue;
+            };
+            let local = view.controller.is_some() && !view.remote_controller;
+            if !local
+                || !view.get_capacity
+                || view.unavailable(&plugin, Service::Controller).is_some()
+            {
+                self.signals.plugin_skipped(&plugin, false, now);
+                continue;
+            }
+            let topology = view.topology.clone();
+            let token = self.token();
+            let job = ops::controller_job("", token, self.done.clone(), move |controller| {
+                OpResult::Capacity(controller.capacity(&[], &Default::default(), topology.as_ref()))
+            });
+            self.pending.insert(
+                token,
+                PendingOp::Capacity {
+                    plugin_id: plugin.clone(),
+                },
+            );
+            out.push(Dispatch {
+                plugin_id: plugin,
+                service: Service::Controller,
+                job,
+            });
+        }
+        out
+    }
+
+    /// A NodeGetVolumeStats job for volume `id`, if `view`'s node can
+    /// answer now: at the path of a claim published here (with its
+    /// staging path, where the plugin stages), or else where it is
+    /// staged.
+    pub(super) fn stats_job(&mut self, id: &str, view: &PluginView) -> Option<(u64, Job)> {
+        let v = &self.entries.get(id)?.volume;
+        if !view.stats || view.unavailable(&v.plugin_id, Service::Node).is_some() {
+            return None;
+        }
+        let base = view.base_dir.as_deref();
+        let in_view = |p: std::path::PathBuf| self.paths.for_plugin(&v.plugin_id, &p, base);
+        let published = v.claims.values().find(|c| c.published == Step::Done);
+        let staged = v.stagings.iter().find(|(_, s)| s.step == Step::Done);
+        let (path, staging) = match (published, staged) {
+            (Some(claim), _) => {
+                let path = in_view(self.paths.publish(v, &claim.alloc_id, &claim.usage));
+                let staging = view
+                    .protocol
+                    .stage
+                    .then(|| in_view(self.paths.staging(v, &claim.staging)));
+                (path, staging)
+            }
+            (None, Some((key, _))) => {
+                let staging = in_view(self.paths.staging(v, key));
+                (staging.clone(), Some(staging))
+            }
+            (None, None) => return None,
+        };
+        let external = v.external_id.clone();
+        let token = self.token();
+        let job = ops::node_job(id, token, self.done.clone(), move |client| {
+            OpResult::Stats(client.node_volume_stats(&external, &path, staging.as_deref()))
+        });
+        Some((token, job))
+    }
+
+    /// A NodeGetVolumeStats answered, for a poll or a status: the gauges
+    /// and the condition follow it.
+    pub(super) fn stats_answered(
+        &mut self,
+        id: &str,
+        poll: bool,
+        result: &Result<VolumeStats, crate::csi::Error>,
+        registry: &Registry,
+    ) {
+        let condition = self
+            .entries
+            .get(id)
+            .and_then(|e| self.plugin_view(registry, &e.volume.plugin_id))
+            .is_some_and(|v| v.condition);
+        self.signals
+            .stats_answered(id, poll, condition, result, Instant::now());
+    }
+
+    /// GetCapacity of plugin `plugin_id` answered.
+    pub(super) fn capacity_answered(
+        &mut self,
+        plugin_id: &str,
+        result: Result<Capacity, crate::csi::Error>,
+    ) {
+        self.signals
+            .capacity_answered(plugin_id, result, Instant::now());
+    }
+
+    /// Volume `id`'s condition as its plugin last said it, if it did.
+    pub fn health(&self, id: &str) -> Option<&Health> {
+        self.signals.health(id)
+    }
+
+    /// Plugin `id`'s capacity as its controller last said it, for `plugin
+    /// status`; `None` while it was never asked.
+    pub fn plugin_capacity(&self, id: &str) -> Option<&CapacityStatus> {
+        self.signals.capacity(id)
+    }
+}
