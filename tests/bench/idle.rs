@@ -149,7 +149,7 @@ fn scrape(port: u16) {
 }
 
 /// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
+pub fn cpu_ticks(pid: u32) -> u64 {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
     // The command name may hold spaces: fields count from after its ')'.
     let rest = &stat[stat.rfind(')').expect("a comm field") + 2..];
@@ -160,7 +160,7 @@ fn cpu_ticks(pid: u32) -> u64 {
     utime + stime
 }
 
-fn clock_ticks_per_second() -> f64 {
+pub fn clock_ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     ticks as f64

@@ -384,6 +384,14 @@ impl Agent {
         }
     }
 
+    /// Adds `text` to the agent's config file, for the next start or
+    /// SIGHUP.
+    pub fn append_config(&self, text: &str) {
+        let mut config = fs::read_to_string(&self.config).expect("read the agent config");
+        config.push_str(text);
+        fs::write(&self.config, config).expect("write the agent config");
+    }
+
     /// Sends `signal` to the running agent (SIGSTOP freezes it as a host
     /// cut off: no keep-alive leaves it; SIGCONT thaws it).
     pub fn signal(&self, signal: libc::c_int) {

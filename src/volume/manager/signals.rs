@@ -49,6 +49,10 @@ struct Watched {
     plugin: String,
     /// A poll is queued or in flight: none other is made.
     polling: bool,
+    /// When its next poll falls due: its one entry of the schedule that
+    /// counts (others left behind, by an earlier watch or interval, are
+    /// dropped when they pop). `None` while it polls, or polls are off.
+    due: Option<Instant>,
     /// Whether its gauges are exported, to drop them when unwatched.
     exported: bool,
     health: Option<Health>,
@@ -61,6 +65,8 @@ struct Watched {
 struct WatchedPlugin {
     capacity: CapacityStatus,
     polling: bool,
+    /// As [`Watched::due`].
+    due: Option<Instant>,
     exported: bool,
     failing: Option<String>,
 }
@@ -73,8 +79,9 @@ pub(super) struct Signals {
     interval: Duration,
     jitter: SplitMix64,
     volumes: BTreeMap<String, Watched>,
-    /// When each volume's next poll falls due; an entry for a volume no
-    /// longer watched, or polling, is dropped when it pops.
+    /// When each volume's next poll falls due; an entry that is not its
+    /// volume's [`Watched::due`] (the volume is gone, watched anew, or
+    /// polling) is dropped when it pops.
     due: BinaryHeap<Reverse<(Instant, String)>>,
     plugins: BTreeMap<String, WatchedPlugin>,
     plugins_due: BinaryHeap<Reverse<(Instant, String)>>,
@@ -126,18 +133,46 @@ impl Signals {
         self.interval = interval;
         self.due.clear();
         self.plugins_due.clear();
-        if interval.is_zero() {
-            return;
-        }
         let volumes: Vec<String> = self.volumes.keys().cloned().collect();
         for id in volumes {
-            let at = self.first_at(now);
-            self.due.push(Reverse((at, id)));
+            let at = (!interval.is_zero()).then(|| self.first_at(now));
+            let watched = self.volumes.get_mut(&id).expect("listed");
+            watched.due = at.filter(|_| !watched.polling);
+            if let Some(at) = watched.due {
+                self.due.push(Reverse((at, id)));
+            }
         }
         let plugins: Vec<String> = self.plugins.keys().cloned().collect();
         for id in plugins {
-            let at = self.first_at(now);
-            self.plugins_due.push(Reverse((at, id)));
+            let at = (!interval.is_zero()).then(|| self.first_at(now));
+            let watched = self.plugins.get_mut(&id).expect("listed");
+            watched.due = at.filter(|_| !watched.polling);
+            if let Some(at) = watched.due {
+                self.plugins_due.push(Reverse((at, id)));
+            }
+        }
+    }
+
+    /// Volume `id`'s next poll, an interval after `now`, unless polls are
+    /// off or it is not watched.
+    fn schedule(&mut self, id: &str, at: Instant) {
+        if self.interval.is_zero() {
+            return;
+        }
+        if let Some(watched) = self.volumes.get_mut(id) {
+            watched.due = Some(at);
+            self.due.push(Reverse((at, id.to_string())));
+        }
+    }
+
+    /// Plugin `id`'s next capacity poll at `at`, as [`Signals::schedule`].
+    fn schedule_plugin(&mut self, id: &str, at: Instant) {
+        if self.interval.is_zero() {
+            return;
+        }
+        if let Some(watched) = self.plugins.get_mut(id) {
+            watched.due = Some(at);
+            self.plugins_due.push(Reverse((at, id.to_string())));
         }
     }
 
@@ -172,15 +207,14 @@ impl Signals {
                     Watched {
                         plugin: v.plugin_id.clone(),
                         polling: false,
+                        due: None,
                         exported: false,
                         health: None,
                         failing: None,
                     },
                 );
-                if !self.interval.is_zero() {
-                    let at = self.first_at(now);
-                    self.due.push(Reverse((at, id.to_string())));
-                }
+                let at = self.first_at(now);
+                self.schedule(id, at);
             }
             None => {
                 if let Some(watched) = self.volumes.remove(id) {
@@ -197,10 +231,8 @@ impl Signals {
         }
         self.plugins
             .insert(id.to_string(), WatchedPlugin::default());
-        if !self.interval.is_zero() {
-            let at = self.first_at(now);
-            self.plugins_due.push(Reverse((at, id.to_string())));
-        }
+        let at = self.first_at(now);
+        self.schedule_plugin(id, at);
     }
 
     /// When the next poll falls due.
@@ -216,11 +248,12 @@ impl Signals {
     pub(super) fn due_volumes(&mut self, now: Instant) -> Vec<String> {
         let mut out = Vec::new();
         while self.due.peek().is_some_and(|Reverse((at, _))| *at <= now) {
-            let Some(Reverse((_, id))) = self.due.pop() else {
+            let Some(Reverse((at, id))) = self.due.pop() else {
                 break;
             };
             if let Some(watched) = self.volumes.get_mut(&id) {
-                if !watched.polling {
+                if watched.due == Some(at) {
+                    watched.due = None;
                     watched.polling = true;
                     out.push(id);
                 }
@@ -238,11 +271,12 @@ impl Signals {
             .peek()
             .is_some_and(|Reverse((at, _))| *at <= now)
         {
-            let Some(Reverse((_, id))) = self.plugins_due.pop() else {
+            let Some(Reverse((at, id))) = self.plugins_due.pop() else {
                 break;
             };
             if let Some(watched) = self.plugins.get_mut(&id) {
-                if !watched.polling {
+                if watched.due == Some(at) {
+                    watched.due = None;
                     watched.polling = true;
                     out.push(id);
                 }
@@ -257,7 +291,7 @@ impl Signals {
         if let Some(watched) = self.volumes.get_mut(id) {
             watched.polling = false;
             let at = self.next_after(now);
-            self.due.push(Reverse((at, id.to_string())));
+            self.schedule(id, at);
         }
     }
 
@@ -277,7 +311,7 @@ impl Signals {
         if let Some(watched) = self.plugins.get_mut(id) {
             watched.polling = false;
             let at = self.next_after(now);
-            self.plugins_due.push(Reverse((at, id.to_string())));
+            self.schedule_plugin(id, at);
         }
     }
 
@@ -292,17 +326,16 @@ impl Signals {
         result: &Result<VolumeStats, crate::csi::Error>,
         now: Instant,
     ) {
-        let interval = self.interval;
-        let next = (poll && !interval.is_zero()).then(|| self.next_after(now));
+        // A poll's answer schedules the next, unless the volume was
+        // watched anew since (its first poll is scheduled already).
+        let next = self.next_after(now);
+        if poll && self.volumes.get(id).is_some_and(|w| w.polling) {
+            self.volumes.get_mut(id).expect("watched").polling = false;
+            self.schedule(id, next);
+        }
         let Some(watched) = self.volumes.get_mut(id) else {
             return;
         };
-        if poll {
-            watched.polling = false;
-            if let Some(at) = next {
-                self.due.push(Reverse((at, id.to_string())));
-            }
-        }
         let outcome = match result.as_ref().map_err(|e| e.to_string()).and_then(check) {
             Ok(sample) => {
                 if let Some(before) = watched.failing.take() {
@@ -340,14 +373,14 @@ impl Signals {
         result: Result<Capacity, crate::csi::Error>,
         now: Instant,
     ) {
-        let next = (!self.interval.is_zero()).then(|| self.next_after(now));
+        let next = self.next_after(now);
+        if self.plugins.get(id).is_some_and(|w| w.polling) {
+            self.plugins.get_mut(id).expect("watched").polling = false;
+            self.schedule_plugin(id, next);
+        }
         let Some(watched) = self.plugins.get_mut(id) else {
             return;
         };
-        watched.polling = false;
-        if let Some(at) = next {
-            self.plugins_due.push(Reverse((at, id.to_string())));
-        }
         let checked = result.map_err(|e| e.to_string()).and_then(|c| {
             let figures = [
                 Some(c.available_capacity),

@@ -88,13 +88,34 @@ fn a_volume_is_never_polled_twice_at_once() {
     s.volume_changed("once", Some(&staged("once")), now);
     let due = s.next_due().unwrap();
     assert_eq!(s.due_volumes(due), ["once"]);
-    // Its interval changes while the poll is out: the new schedule's first
-    // poll falls due, and is not made while the first is out.
+    // Its interval changes while the poll is out: nothing is scheduled
+    // for it until the poll answers.
     s.set_interval(Duration::from_secs(5), due);
-    let again = s.next_due().unwrap();
-    assert!(s.due_volumes(again).is_empty());
-    s.stats_answered("once", true, true, &answer(1, None), again);
-    assert!(s.next_due().is_some());
+    assert_eq!(s.next_due(), None);
+    s.stats_answered("once", true, true, &answer(1, None), due);
+    let next = s.next_due().unwrap();
+    assert!(next <= due + Duration::from_millis(5500), "the new interval");
+    assert_eq!(s.due_volumes(next), ["once"]);
+}
+
+#[test]
+fn a_volume_released_and_claimed_again_has_one_poll_due_not_one_per_claim() {
+    let mut s = Signals::new(INTERVAL);
+    let now = Instant::now();
+    // A claim and its release, 200 times over, within a millisecond.
+    for _ in 0..200 {
+        s.volume_changed("churn", Some(&staged("churn")), now);
+        s.volume_changed("churn", Some(&unstaged("churn")), now);
+    }
+    s.volume_changed("churn", Some(&staged("churn")), now);
+    assert_eq!(s.due_volumes(now + INTERVAL), ["churn"]);
+    assert_eq!(s.next_due(), None);
+    // An answer to a poll of an earlier watch schedules nothing more.
+    s.volume_changed("churn", Some(&unstaged("churn")), now);
+    s.volume_changed("churn", Some(&staged("churn")), now);
+    s.stats_answered("churn", true, true, &answer(1, None), now);
+    assert_eq!(s.due_volumes(now + INTERVAL), ["churn"]);
+    s.volume_changed("churn", None, now);
 }
 
 #[test]
