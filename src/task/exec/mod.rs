@@ -23,7 +23,9 @@ pub(super) mod encoding;
 pub mod enter;
 pub mod exit_record;
 pub mod helper;
+mod perform;
 mod pid_ns;
+mod syscall;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -145,7 +147,7 @@ pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     let stdout = open_log(&launch.stdout)?;
     let stderr = open_log(&launch.stderr)?;
     let stderr_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
-    let setup = ChildSetup::new(launch).map_err(Error::Mount)?;
+    let setup = ChildSetup::new(launch, caps::last_cap()).map_err(Error::Mount)?;
     let failed = |err| Error::Spawn {
         command: launch.command.clone(),
         step: child_error_line(&launch.stderr, stderr_start),
