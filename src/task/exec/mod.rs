@@ -24,6 +24,8 @@ pub mod enter;
 pub mod exit_record;
 pub mod helper;
 mod perform;
+#[cfg(test)]
+mod perform_tests;
 mod pid_ns;
 mod syscall;
 

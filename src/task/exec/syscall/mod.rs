@@ -10,7 +10,9 @@
 //! root and the pivot into it, the task's user, its capabilities and
 //! `no_new_privs`, its `work_dir`, and the exec. [`Kernel`] makes the
 //! calls, each over a wrapper of [`crate::sys`] or [`crate::mount`] that
-//! holds its `unsafe`. How the helper's process ends once it has failed or the
+//! holds its `unsafe`; `RecordingSyscall` (`recording.rs`, tests only)
+//! records each call with its arguments, in order, and fails the one it
+//! is told to. How the helper's process ends once it has failed or the
 //! task has ended (`_exit`, or the signal the task died of) is not a
 //! call of the start: nothing follows it, and a test could not go on
 //! after it.
@@ -21,6 +23,8 @@
 //! vectors a [`CStrArray`].
 
 mod kernel;
+#[cfg(test)]
+mod recording;
 
 use std::ffi::{c_char, CStr, CString};
 use std::fmt;
@@ -32,6 +36,8 @@ use std::ptr;
 use libc::{c_int, c_uint, c_ulong, gid_t, mode_t, pid_t, uid_t};
 
 pub(super) use kernel::Kernel;
+#[cfg(test)]
+pub(super) use recording::{Call, RecordingSyscall};
 
 /// The system calls of a start, one method each, as the kernel takes them;
 /// [`Kernel`] makes them.
