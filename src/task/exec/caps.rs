@@ -8,9 +8,9 @@
 //! does). `no_new_privs` is set last, so that no setuid binary or file
 //! capability gives the task more.
 //!
-//! The mask is computed in the parent; the child's side ([`drop_bounding`],
-//! [`set`]) is system calls only, through
-//! [`Syscall`](super::syscall::Syscall).
+//! The mask is computed in the parent; the child's side (`drop_bounding`,
+//! `set`) is system calls only, through the start's `Syscall`
+//! (`syscall/`).
 
 use std::fs;
 use std::io;

@@ -5,7 +5,9 @@
 //! The agent never forks itself: [`spawn`] computes every step of the
 //! child's side (`child.rs`: paths as C strings, mount flags, the user's
 //! ids) and hands them to the start helper ([`helper`]), this binary run
-//! afresh, which performs them and execs the task. When a step fails it
+//! afresh, which performs them (`perform.rs`) and execs the task, every
+//! system call through one trait (`syscall/`), so that the tests
+//! (`perform_tests.rs`) record a start's calls. When a step fails it
 //! writes one line naming the step to the task's stderr log (already in
 //! place) and the helper reports the error, which [`spawn`] returns with
 //! that line.
