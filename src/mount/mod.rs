@@ -34,8 +34,7 @@ use libc::{c_int, c_ulong};
 pub use mountinfo::{MountInfo, MountInfoEntry, PropagationTag};
 pub use recording::{MountCall, RecordingMounter};
 pub(crate) use sys::{
-    c_path, mount as mount_raw, mount_fs, mount_setattr_read_only, pivot_root,
-    read_only_remount_flags, umount_raw,
+    c_path, mount_fs, mount_setattr_read_only, pivot_root, read_only_remount_flags, umount_raw,
 };
 pub use sys::{fs_usage, SysMounter};
 

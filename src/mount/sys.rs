@@ -130,29 +130,23 @@ pub(crate) fn mount(source: &CStr, target: &CStr, flags: c_ulong) -> io::Result<
     Ok(())
 }
 
-/// Calls mount(2) to mount a new file system of type `fstype` (`tmpfs`,
-/// `proc`, `devpts`) with `data` as its options: what a task's root is
-/// built with.
+/// Calls mount(2) with all of its arguments: a new file system of type
+/// `fstype` (`tmpfs`, `proc`, `devpts`) with `data` as its options, what a
+/// task's root is built with, or without either for a bind, a remount or a
+/// propagation change.
 pub(crate) fn mount_fs(
     source: &CStr,
     target: &CStr,
-    fstype: &CStr,
+    fstype: Option<&CStr>,
     flags: c_ulong,
     data: Option<&CStr>,
 ) -> io::Result<()> {
+    let fstype = fstype.map_or(ptr::null(), CStr::as_ptr);
     let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
     // SAFETY: every pointer is a NUL-terminated string that outlives the
-    // call, or null for no data, which mount(2) accepts; the kernel only
-    // reads from them.
-    cvt(unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            flags,
-            data,
-        )
-    })?;
+    // call, or null for no type or no data, which mount(2) accepts; the
+    // kernel only reads from them.
+    cvt(unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype, flags, data) })?;
     Ok(())
 }
 

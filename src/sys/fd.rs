@@ -47,6 +47,21 @@ pub fn write_all(fd: c_int, mut bytes: &[u8]) {
     }
 }
 
+/// A copy of `fd` at the lowest free descriptor from `lowest` on, closed
+/// on exec (fcntl(2) with `F_DUPFD_CLOEXEC`).
+pub fn dup_cloexec(fd: c_int, lowest: c_int) -> io::Result<c_int> {
+    // SAFETY: fcntl(2) with integer arguments; a bad descriptor is an
+    // error, not undefined behaviour.
+    cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) })
+}
+
+/// Calls dup2(2): `onto` becomes a copy of `fd` (closed first if open).
+/// Only for a process that owns no `File` or `OwnedFd` at `onto`.
+pub fn dup2(fd: c_int, onto: c_int) -> io::Result<()> {
+    // SAFETY: dup2(2) with integer arguments; it touches descriptors only.
+    cvt(unsafe { libc::dup2(fd, onto) }).map(drop)
+}
+
 /// Calls fsync(2).
 pub fn fsync(fd: c_int) -> io::Result<()> {
     // SAFETY: a plain integer; a bad descriptor is an error.

@@ -132,6 +132,12 @@ pub fn ignore_signal(signal: libc::c_int) {
     unsafe { libc::signal(signal, libc::SIG_IGN) };
 }
 
+/// Gives `signal` its default action (`SIG_DFL`).
+pub fn default_signal(signal: libc::c_int) {
+    // SAFETY: SIG_DFL installs no handler, so no code of ours runs.
+    unsafe { libc::signal(signal, libc::SIG_DFL) };
+}
+
 /// Waits for the child `pid` to end (waitpid(2), again after `EINTR`):
 /// its wait status.
 pub fn wait(pid: libc::pid_t) -> io::Result<libc::c_int> {

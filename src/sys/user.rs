@@ -38,12 +38,27 @@ pub fn passwd_ids(name: &CStr) -> io::Result<Option<(u32, u32)>> {
 /// Becomes the user `uid` with `gid` as its only group: setgroups(2),
 /// setgid(2), then setuid(2). Allocates nothing.
 pub fn become_ids(uid: u32, gid: u32) -> io::Result<()> {
-    let groups = [gid];
-    // SAFETY: `groups` is a live array of one gid.
-    cvt(unsafe { libc::setgroups(1, groups.as_ptr()) })?;
+    setgroups(&[gid])?;
+    setgid(gid)?;
+    setuid(uid)
+}
+
+/// Calls setgroups(2): `groups` become the supplementary groups.
+pub fn setgroups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: `groups` is a live slice of the length passed.
+    cvt(unsafe { libc::setgroups(groups.len(), groups.as_ptr()) }).map(drop)
+}
+
+/// Calls setgid(2): for a privileged caller, the real, effective and saved
+/// group IDs.
+pub fn setgid(gid: libc::gid_t) -> io::Result<()> {
     // SAFETY: plain integers.
-    cvt(unsafe { libc::setgid(gid) })?;
-    // SAFETY: plain integers; after this the process is the user.
-    cvt(unsafe { libc::setuid(uid) })?;
-    Ok(())
+    cvt(unsafe { libc::setgid(gid) }).map(drop)
+}
+
+/// Calls setuid(2): for a privileged caller, the real, effective and saved
+/// user IDs; after it the process is the user.
+pub fn setuid(uid: libc::uid_t) -> io::Result<()> {
+    // SAFETY: plain integers.
+    cvt(unsafe { libc::setuid(uid) }).map(drop)
 }

@@ -8,14 +8,14 @@
 //! does). `no_new_privs` is set last, so that no setuid binary or file
 //! capability gives the task more.
 //!
-//! The mask is computed in the parent; the child's side ([`drop_bounding`],
-//! [`set`], [`no_new_privs`]) is system calls only, those of
-//! [`crate::sys::caps`].
+//! The mask is computed in the parent; the child's side (`drop_bounding`,
+//! `set`) is system calls only, through the start's `Syscall`
+//! (`syscall/`).
 
 use std::fs;
 use std::io;
 
-use crate::sys;
+use super::syscall::Syscall;
 
 /// The capabilities by number, without their `CAP_` prefix.
 pub const BY_NUMBER: [&str; 41] = [
@@ -101,29 +101,24 @@ pub fn task_caps(allow: &[String], add: &[String], drop: &[String], last: u32) -
 
 /// Drops from the bounding set every capability up to `last` not in
 /// `keep` (needs `CAP_SETPCAP`: before the task's user).
-pub fn drop_bounding(keep: u64, last: u32) -> io::Result<()> {
+pub(super) fn drop_bounding(sys: &dyn Syscall, keep: u64, last: u32) -> io::Result<()> {
     for cap in 0..=last {
         if keep & (1u64 << cap) == 0 {
-            sys::caps::drop_bounding(cap)?;
+            sys.drop_bounding(cap)?;
         }
     }
     Ok(())
 }
 
 /// Makes `caps` the effective, permitted, inheritable and ambient sets.
-pub fn set(caps: u64, last: u32) -> io::Result<()> {
-    sys::caps::set_sets(caps)?;
+pub(super) fn set(sys: &dyn Syscall, caps: u64, last: u32) -> io::Result<()> {
+    sys.capset(caps)?;
     for cap in 0..=last {
         if caps & (1u64 << cap) != 0 {
-            sys::caps::raise_ambient(cap)?;
+            sys.raise_ambient(cap)?;
         }
     }
     Ok(())
-}
-
-/// Sets `no_new_privs`: no exec gives the task more privileges.
-pub fn no_new_privs() -> io::Result<()> {
-    sys::caps::set_no_new_privs()
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use std::fmt;
 
 use super::child::{ChildSetup, Step};
 use super::pid_ns::ExitRecord;
+use super::syscall::MountFlags;
 use super::User;
 
 const MAGIC: &[u8; 4] = b"CSIs";
@@ -183,7 +184,7 @@ impl Writer {
                 self.opt_cstr(source.as_ref());
                 self.cstr(target);
                 self.opt_cstr(fstype.as_ref());
-                self.u64(*flags);
+                self.u64(flags.bits());
                 self.opt_cstr(data.as_ref());
                 self.flag(*tolerate_gone);
                 self.bytes(what);
@@ -197,7 +198,7 @@ impl Writer {
                 self.u8(1);
                 self.cstr(target);
                 self.flag(*recursive);
-                self.u64(*remount_flags);
+                self.u64(remount_flags.bits());
                 self.bytes(what);
             }
             Step::Mkdir { path } => {
@@ -339,7 +340,7 @@ impl<'a> Reader<'a> {
                 source: self.opt_cstr("a mount's source")?,
                 target: self.cstr("a mount's target")?,
                 fstype: self.opt_cstr("a mount's type")?,
-                flags: self.u64("a mount's flags")?,
+                flags: MountFlags::from_bits(self.u64("a mount's flags")?),
                 data: self.opt_cstr("a mount's options")?,
                 tolerate_gone: self.flag("a mount's tolerance")?,
                 what: self.leaked("a mount's message")?,
@@ -347,7 +348,7 @@ impl<'a> Reader<'a> {
             1 => Step::ReadOnly {
                 target: self.cstr("a read-only target")?,
                 recursive: self.flag("a read-only's recursion")?,
-                remount_flags: self.u64("a read-only's flags")?,
+                remount_flags: MountFlags::from_bits(self.u64("a read-only's flags")?),
                 what: self.leaked("a read-only's message")?,
             },
             2 => Step::Mkdir {
@@ -427,7 +428,7 @@ mod tests {
                         source: None,
                         target: s("/"),
                         fstype: None,
-                        flags: libc::MS_REC | libc::MS_SLAVE,
+                        flags: MountFlags::REC | MountFlags::SLAVE,
                         data: None,
                         tolerate_gone: true,
                         what: b"cannot make / a slave mount: ",
@@ -436,7 +437,7 @@ mod tests {
                         source: Some(s("tmpfs")),
                         target: s("/t/dev"),
                         fstype: Some(s("tmpfs")),
-                        flags: libc::MS_NOSUID,
+                        flags: MountFlags::NOSUID,
                         data: Some(s("mode=755")),
                         tolerate_gone: false,
                         what: b"cannot mount a tmpfs at ",
@@ -444,7 +445,9 @@ mod tests {
                     Step::ReadOnly {
                         target: s("/t/usr"),
                         recursive: true,
-                        remount_flags: libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        remount_flags: MountFlags::from_bits(
+                            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+                        ),
                         what: b"cannot make chroot_env read-only at ",
                     },
                     Step::Mkdir {

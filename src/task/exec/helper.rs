@@ -15,7 +15,8 @@
 //! socket pair on its stdin. It reads the start ([`super::encoding`]) to its end, moves
 //! the socket to a descriptor closed on exec and puts `/dev/null` on its
 //! stdin, then runs the same [`ChildSetup`](super::child::ChildSetup) the
-//! forked child ran and execs the task. The process the agent tracks is
+//! forked child ran and execs the task ([`start_task`], every call of it
+//! through [`Syscall`]). The process the agent tracks is
 //! the helper: it becomes the task's waiter (`fork_waiter`), so its pid,
 //! session, pid file, exit record and parent are what they were.
 //!
@@ -25,18 +26,21 @@
 //! errno of the failing step or exec (4 bytes, little-endian). A failing
 //! step has also written its `csi-agent: ` line to the task's stderr log.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 use super::encoding::{self, Start};
+use super::perform::{self, Failed};
+use super::pid_ns::{End, Role};
+use super::syscall::{CStrArray, Kernel, Open, SignalAction, Syscall};
 use super::Launch;
-use crate::sys::cvt;
+use crate::sys::{fd, process};
 
 /// The helper's first argument; `csi-agent` lists it nowhere.
 pub const ARG: &str = "__start-task";
@@ -147,28 +151,62 @@ pub fn main() -> ! {
             fail(0, io::Error::from_raw_os_error(libc::EINVAL));
         }
     };
-    let status = match set_up_stdio() {
+    let sys = Kernel;
+    let status = match set_up_stdio(&sys) {
         Ok(status) => status,
         Err(err) => {
-            let err =
-                super::child::sys::report(b"cannot set up the start helper's stdin", b"", err);
-            fail(0, err)
+            let failed = Failed::new(b"cannot set up the start helper's stdin", b"", err);
+            fail(0, failed.report(&sys))
         }
     };
-    // Rust's runtime ignores SIGPIPE; the task starts with the default, as
-    // std's spawn gives it.
-    // SAFETY: SIG_DFL for a catchable signal; no handler runs.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let mut argv: Vec<*const libc::c_char> = start.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut env: Vec<*const libc::c_char> = start.env.iter().map(|e| e.as_ptr()).collect();
-    env.push(std::ptr::null());
-    if let Err(err) = start.setup.run() {
-        fail(status, err);
+    let argv = CStrArray::new(&start.argv);
+    let env = CStrArray::new(&start.env);
+    // SAFETY: the helper is single-threaded: it starts no thread, and
+    // std's runtime starts none either.
+    match unsafe { start_task(&sys, &start, &argv, &env) } {
+        Returned::StepFailed(failed) => fail(status, failed.report(&sys)),
+        Returned::ExecFailed(err) => fail(status, err),
+        Returned::TaskEnded(end) => end.exit(),
     }
-    // The task's process: only system calls from here, on data prepared
-    // before its fork.
-    exec(&start.command, &argv, &env, status)
+}
+
+/// How [`start_task`] returned: never when the task's exec succeeded.
+#[derive(Debug)]
+pub(super) enum Returned<'a> {
+    /// A step failed, in the process the agent tracks or the task's.
+    StepFailed(Failed<'a>),
+    /// The exec of the task failed, in the task's process.
+    ExecFailed(io::Error),
+    /// The task ended, in the process the agent tracks, which ends so
+    /// too.
+    TaskEnded(End),
+}
+
+/// The start, from the moment the helper's stdin is set up: the task
+/// starts with SIGPIPE's default action, as std's spawn gives it (Rust's
+/// runtime ignores it); the setup runs ([`perform::run`]); then the task's
+/// process execs the task, and the process the agent tracks waits for it.
+///
+/// # Safety
+///
+/// The caller is single-threaded, as [`Syscall::fork`] and
+/// [`Syscall::exec`] need.
+pub(super) unsafe fn start_task<'a>(
+    sys: &dyn Syscall,
+    start: &'a Start,
+    argv: &CStrArray<'_>,
+    env: &CStrArray<'_>,
+) -> Returned<'a> {
+    sys.set_signal(libc::SIGPIPE, SignalAction::Default);
+    // SAFETY: the caller is single-threaded.
+    match unsafe { perform::run(&start.setup, sys) } {
+        Err(failed) => Returned::StepFailed(failed),
+        Ok(Role::Waiter(end)) => Returned::TaskEnded(end),
+        // The task's process: only system calls from here, on data
+        // prepared before its fork.
+        // SAFETY: the caller is single-threaded.
+        Ok(Role::Task) => Returned::ExecFailed(unsafe { sys.exec(&start.command, argv, env) }),
+    }
 }
 
 /// Whether fd 0 is a socket (the agent's), not a terminal or a file.
@@ -185,45 +223,18 @@ pub(in crate::task) fn stdin_is_socket() -> bool {
 
 /// Moves the agent's socket from stdin to a descriptor closed on exec,
 /// and gives stdin `/dev/null`; returns the socket's descriptor.
-fn set_up_stdio() -> io::Result<libc::c_int> {
-    // SAFETY: fcntl(2) on this process's stdin; plain integers.
-    let status = cvt(unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) })?;
-    let null = File::open("/dev/null")?;
-    // SAFETY: both descriptors are open; dup2(2) replaces stdin.
-    cvt(unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) })?;
-    Ok(status)
-}
-
-extern "C" {
-    /// The C library's environment, which `execvp` passes on and whose
-    /// `PATH` it searches.
-    static mut environ: *const *const libc::c_char;
-}
-
-/// Execs the task with the environment `env` (`argv` and `env` end with a
-/// null pointer), finding `command` in the task's `PATH` as std's spawn
-/// does; on failure tells the agent its errno and exits.
-fn exec(
-    command: &CStr,
-    argv: &[*const libc::c_char],
-    env: &[*const libc::c_char],
-    status: libc::c_int,
-) -> ! {
-    // SAFETY: the task's process is single-threaded, nothing else reads
-    // `environ` meanwhile; `env` points into the start's strings, alive
-    // until exec replaces the process, as does every pointer of `argv`.
-    unsafe {
-        environ = env.as_ptr();
-        libc::execvp(command.as_ptr(), argv.as_ptr());
-    }
-    fail(status, io::Error::last_os_error())
+pub(super) fn set_up_stdio(sys: &dyn Syscall) -> io::Result<RawFd> {
+    let status = sys.dup_cloexec(0, 3)?;
+    let null = sys.open(c"/dev/null", Open::Read)?;
+    let result = sys.dup2(null, 0);
+    sys.close(null);
+    result.map(|()| status)
 }
 
 /// Sends `err`'s errno on the socket `status` and exits [`FAILED`].
-fn fail(status: libc::c_int, err: io::Error) -> ! {
+fn fail(status: RawFd, err: io::Error) -> ! {
     let errno = err.raw_os_error().unwrap_or(libc::EINVAL).to_le_bytes();
-    // SAFETY: `status` is the agent's socket; a live 4-byte buffer.
-    unsafe { libc::write(status, errno.as_ptr().cast(), errno.len()) };
-    // SAFETY: _exit(2) ends the process at once, as a failed child did.
-    unsafe { libc::_exit(FAILED) }
+    let _ = fd::write(status, &errno);
+    // At once, as a failed child did.
+    process::exit_now(FAILED)
 }

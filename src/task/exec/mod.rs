@@ -5,7 +5,9 @@
 //! The agent never forks itself: [`spawn`] computes every step of the
 //! child's side (`child.rs`: paths as C strings, mount flags, the user's
 //! ids) and hands them to the start helper ([`helper`]), this binary run
-//! afresh, which performs them and execs the task. When a step fails it
+//! afresh, which performs them (`perform.rs`) and execs the task, every
+//! system call through one trait (`syscall/`), so that the tests
+//! (`perform_tests.rs`) record a start's calls. When a step fails it
 //! writes one line naming the step to the task's stderr log (already in
 //! place) and the helper reports the error, which [`spawn`] returns with
 //! that line.
@@ -23,7 +25,11 @@ pub(super) mod encoding;
 pub mod enter;
 pub mod exit_record;
 pub mod helper;
+mod perform;
+#[cfg(test)]
+mod perform_tests;
 mod pid_ns;
+mod syscall;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -145,7 +151,7 @@ pub fn spawn(launch: &Launch) -> Result<Child, Error> {
     let stdout = open_log(&launch.stdout)?;
     let stderr = open_log(&launch.stderr)?;
     let stderr_start = stderr.metadata().map(|m| m.len()).unwrap_or(0);
-    let setup = ChildSetup::new(launch).map_err(Error::Mount)?;
+    let setup = ChildSetup::new(launch, caps::last_cap()).map_err(Error::Mount)?;
     let failed = |err| Error::Spawn {
         command: launch.command.clone(),
         step: child_error_line(&launch.stderr, stderr_start),

@@ -1,6 +1,6 @@
 //! The process the agent tracks for an `exec` or `raw_exec` task, in the
 //! start helper ([`super::helper`]) before the task's `exec`: system
-//! calls only, like the rest of the child's side.
+//! calls only, through [`Syscall`] like the rest of the child's side.
 //!
 //! The helper (the child) forks: the grandchild goes on to exec the task;
 //! the child stays behind, waits for it, records its exit status and
@@ -30,8 +30,10 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::RawFd;
 
-use crate::sys::{fd, process};
+use super::syscall::{decimal, Fork, Namespaces, Open, SignalAction, Syscall};
+use crate::sys::process;
 
 /// The signals the child ignores while it waits: those a task is stopped
 /// with, and those a terminal or a closed pipe would send.
@@ -46,6 +48,9 @@ const IGNORED: [libc::c_int; 8] = [
     libc::SIGALRM,
 ];
 
+/// The exit code of a waiter that lost its task (its wait failed).
+const LOST: libc::c_int = 127;
+
 /// Where the child records the task's exit: the file `name` in the
 /// directory `dir`, prepared before fork.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,103 +59,134 @@ pub(super) struct ExitRecord {
     pub(super) name: CString,
 }
 
-/// Unshares the IPC namespace (when `ipc`) and the PID namespace (when
-/// `pid`): the task, forked next, is PID 1 of the new one.
-pub(super) fn unshare(pid: bool, ipc: bool) -> io::Result<()> {
-    let mut flags = 0;
-    if ipc {
-        flags |= libc::CLONE_NEWIPC;
-    }
-    if pid {
-        flags |= libc::CLONE_NEWPID;
-    }
-    if flags == 0 {
-        return Ok(());
-    }
-    process::unshare(flags)
+/// Which process [`fork_waiter`] returns in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The task's process, which goes on to exec the task.
+    Task,
+    /// The waiter, once the task has ended and its exit is recorded: it
+    /// ends as the task did.
+    Waiter(End),
 }
 
-/// Forks the task's process: returns in the grandchild, which goes on to
-/// exec the task; the child waits for it, records its exit in `record`
-/// and ends as it did, never returning.
-pub(super) fn fork_waiter(record: &ExitRecord) -> io::Result<()> {
-    let dir = fd::open(
-        &record.dir,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        0,
-    )?;
-    // SAFETY: the start helper is single-threaded; both sides go on with
-    // system calls only.
-    let child = match unsafe { process::fork() } {
-        Ok(child) => child,
+/// How a task ended, as its waiter ends too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// It exited with this code.
+    Exited(libc::c_int),
+    /// This signal killed it.
+    Signalled(libc::c_int),
+}
+
+impl End {
+    /// How the wait status `status` ended a process.
+    fn of(status: libc::c_int) -> End {
+        if libc::WIFSIGNALED(status) {
+            End::Signalled(libc::WTERMSIG(status))
+        } else {
+            End::Exited(libc::WEXITSTATUS(status))
+        }
+    }
+
+    /// Ends this process the same way.
+    pub(super) fn exit(self) -> ! {
+        match self {
+            End::Exited(code) => process::exit_now(code),
+            End::Signalled(signal) => process::exit_as_signalled(signal),
+        }
+    }
+}
+
+/// Unshares the IPC namespace (when `ipc`) and the PID namespace (when
+/// `pid`): the task, forked next, is PID 1 of the new one.
+pub(super) fn unshare(sys: &dyn Syscall, pid: bool, ipc: bool) -> io::Result<()> {
+    let mut namespaces = Namespaces::NONE;
+    if ipc {
+        namespaces = namespaces | Namespaces::IPC;
+    }
+    if pid {
+        namespaces = namespaces | Namespaces::PID;
+    }
+    if namespaces.is_empty() {
+        return Ok(());
+    }
+    sys.unshare(namespaces)
+}
+
+/// Forks the task's process: returns [`Role::Task`] in the grandchild,
+/// which goes on to exec the task; the child waits for it, records its
+/// exit in `record` and returns [`Role::Waiter`], to end as it did.
+///
+/// # Safety
+///
+/// The caller is single-threaded (the start helper): see
+/// [`Syscall::fork`].
+pub(super) unsafe fn fork_waiter(sys: &dyn Syscall, record: &ExitRecord) -> io::Result<Role> {
+    let dir = sys.open(&record.dir, Open::Directory)?;
+    // SAFETY: the caller is single-threaded; both sides go on with system
+    // calls only.
+    let child = match unsafe { sys.fork() } {
+        Ok(Fork::Parent(child)) => child,
+        Ok(Fork::Child) => {
+            sys.close(dir);
+            sys.set_parent_death_signal(libc::SIGKILL)?;
+            return Ok(Role::Task);
+        }
         Err(err) => {
-            fd::close(dir);
+            sys.close(dir);
             return Err(err);
         }
     };
-    if child == 0 {
-        fd::close(dir);
-        process::set_parent_death_signal(libc::SIGKILL)?;
-        return Ok(());
-    }
-    wait_and_exit(child, dir, &record.name)
+    Ok(Role::Waiter(wait_for(sys, child, dir, &record.name)))
 }
 
 /// The child's side: waits for the task, records its status in `name`
-/// under the directory `dir`, and ends as the task did.
-fn wait_and_exit(task: libc::pid_t, dir: libc::c_int, name: &CStr) -> ! {
-    close_all_but(dir);
+/// under the directory `dir`, and tells how the task ended.
+fn wait_for(sys: &dyn Syscall, task: libc::pid_t, dir: RawFd, name: &CStr) -> End {
+    close_all_but(sys, dir);
     for signal in IGNORED {
-        process::ignore_signal(signal);
+        sys.set_signal(signal, SignalAction::Ignore);
     }
-    let Ok(status) = process::wait(task) else {
-        process::exit_now(127)
+    let Ok(status) = sys.wait(task) else {
+        return End::Exited(LOST);
     };
-    record_exit(dir, name, status);
-    if libc::WIFSIGNALED(status) {
-        process::exit_as_signalled(libc::WTERMSIG(status))
-    }
-    process::exit_now(libc::WEXITSTATUS(status))
+    record_exit(sys, dir, name, status);
+    End::of(status)
 }
 
 /// Writes `<pid> <wait status>\n` (this process's pid, the one the agent
 /// tracks) to `name` under `dir`, and makes it durable: the file, then
 /// its directory entry. Best effort: an agent that finds no record falls
 /// back to an unknown status.
-fn record_exit(dir: libc::c_int, name: &CStr, status: libc::c_int) {
-    let Ok(fd) = fd::openat(
-        dir,
-        name,
-        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        0o600,
-    ) else {
+fn record_exit(sys: &dyn Syscall, dir: RawFd, name: &CStr, status: libc::c_int) {
+    let Ok(fd) = sys.openat(dir, name, Open::TruncateNoFollow(0o600)) else {
         return;
     };
     let mut line = [0u8; 32];
     let mut len = 0;
     let (mut pid_digits, mut status_digits) = ([0u8; 12], [0u8; 12]);
     for part in [
-        super::child::sys::decimal(process::getpid(), &mut pid_digits),
+        decimal(sys.getpid(), &mut pid_digits),
         b" ",
-        super::child::sys::decimal(status as u32, &mut status_digits),
+        decimal(status as u32, &mut status_digits),
         b"\n",
     ] {
         line[len..len + part.len()].copy_from_slice(part);
         len += part.len();
     }
-    if fd::write(fd, &line[..len]).ok() == Some(len) {
-        let _ = fd::fsync(fd);
-        let _ = fd::fsync(dir);
+    if sys.write(fd, &line[..len]).ok() == Some(len) {
+        let _ = sys.fsync(fd);
+        let _ = sys.fsync(dir);
     }
-    fd::close(fd);
+    sys.close(fd);
 }
 
 /// Closes every descriptor from 3 on but `keep`.
-fn close_all_but(keep: libc::c_int) {
+fn close_all_but(sys: &dyn Syscall, keep: RawFd) {
     let keep = keep as libc::c_uint;
     for (first, last) in [(3, keep.wrapping_sub(1)), (keep + 1, libc::c_uint::MAX)] {
         if first <= last {
-            fd::close_range(first, last);
+            sys.close_range(first, last);
         }
     }
 }
