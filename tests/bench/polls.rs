@@ -1,5 +1,5 @@
 //! P12, the cost of the usage polls: with P2's 1,000 claims taken (its
-//! rig, after P4), the agent asks NodeGetVolumeStats of each staged
+//! rig, after P4's restart, which P12 makes itself without P4), the agent asks NodeGetVolumeStats of each staged
 //! volume every `volume_stats_interval` (its default, 60 s, jittered) and
 //! GetCapacity of each plugin. Its CPU time over [`WINDOW`] (two
 //! intervals) is compared with the same window after a SIGHUP turned the

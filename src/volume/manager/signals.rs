@@ -10,7 +10,8 @@
 //! published on this node to the turn it shows neither. Its first poll
 //! falls due within a tenth of the interval (jittered, so that a thousand
 //! volumes restored at start do not ask at once), each next one an
-//! interval (give or take a tenth) after the last answer. A poll is a
+//! interval (give or take a tenth) after the last answer, each at the end
+//! of its [`SLOT`], so that the polls due within one go out together. A poll is a
 //! request queued on its volume like a `volume status -stats`: it goes
 //! out when no other call for the volume is in flight, and no second
 //! poll is made while one is queued or out, so a plugin that does not
@@ -42,6 +43,11 @@ use crate::volume::model::{Step, Volume};
 
 /// The longest condition message kept, in bytes; a longer one is cut.
 pub const MAX_MESSAGE: usize = 1024;
+
+/// Polls fall due on this grid: those due within one slot go out in one
+/// wake-up of the loop, not one each (a thousand volumes at the default
+/// interval would wake it 17 times a second).
+pub const SLOT: Duration = Duration::from_millis(250);
 
 /// One watched volume.
 #[derive(Debug)]
@@ -78,6 +84,8 @@ pub(super) struct Signals {
     /// gauges).
     interval: Duration,
     jitter: SplitMix64,
+    /// Where the [`SLOT`] grid starts.
+    origin: Instant,
     volumes: BTreeMap<String, Watched>,
     /// When each volume's next poll falls due; an entry that is not its
     /// volume's [`Watched::due`] (the volume is gone, watched anew, or
@@ -117,6 +125,7 @@ impl Signals {
         Signals {
             interval,
             jitter: SplitMix64::from_entropy(),
+            origin: Instant::now(),
             volumes: BTreeMap::new(),
             due: BinaryHeap::new(),
             plugins: BTreeMap::new(),
@@ -135,30 +144,39 @@ impl Signals {
         self.plugins_due.clear();
         let volumes: Vec<String> = self.volumes.keys().cloned().collect();
         for id in volumes {
-            let at = (!interval.is_zero()).then(|| self.first_at(now));
             let watched = self.volumes.get_mut(&id).expect("listed");
-            watched.due = at.filter(|_| !watched.polling);
-            if let Some(at) = watched.due {
-                self.due.push(Reverse((at, id)));
+            watched.due = None;
+            if !watched.polling {
+                let at = self.first_at(now);
+                self.schedule(&id, at);
             }
         }
         let plugins: Vec<String> = self.plugins.keys().cloned().collect();
         for id in plugins {
-            let at = (!interval.is_zero()).then(|| self.first_at(now));
             let watched = self.plugins.get_mut(&id).expect("listed");
-            watched.due = at.filter(|_| !watched.polling);
-            if let Some(at) = watched.due {
-                self.plugins_due.push(Reverse((at, id)));
+            watched.due = None;
+            if !watched.polling {
+                let at = self.first_at(now);
+                self.schedule_plugin(&id, at);
             }
         }
     }
 
-    /// Volume `id`'s next poll, an interval after `now`, unless polls are
+    /// `at`, or the end of its [`SLOT`].
+    fn slot(&self, at: Instant) -> Instant {
+        let since = at.saturating_duration_since(self.origin).as_nanos();
+        let slot = SLOT.as_nanos();
+        let slots = since.div_ceil(slot);
+        self.origin + Duration::from_nanos((slots * slot) as u64)
+    }
+
+    /// Volume `id`'s next poll at `at` (its slot's end), unless polls are
     /// off or it is not watched.
     fn schedule(&mut self, id: &str, at: Instant) {
         if self.interval.is_zero() {
             return;
         }
+        let at = self.slot(at);
         if let Some(watched) = self.volumes.get_mut(id) {
             watched.due = Some(at);
             self.due.push(Reverse((at, id.to_string())));
@@ -170,6 +188,7 @@ impl Signals {
         if self.interval.is_zero() {
             return;
         }
+        let at = self.slot(at);
         if let Some(watched) = self.plugins.get_mut(id) {
             watched.due = Some(at);
             self.plugins_due.push(Reverse((at, id.to_string())));

@@ -67,18 +67,47 @@ fn a_staged_volume_is_first_polled_within_a_tenth_of_the_interval_then_each_inte
     let now = Instant::now();
     s.volume_changed("sched-a", Some(&staged("sched-a")), now);
     let first = s.next_due().expect("a first poll");
-    assert!(first >= now && first <= now + INTERVAL / 10, "{first:?}");
+    assert!(
+        first >= now && first <= now + INTERVAL / 10 + SLOT,
+        "{first:?}"
+    );
     assert!(s.due_volumes(first - Duration::from_millis(1)).is_empty());
     assert_eq!(s.due_volumes(first), ["sched-a"]);
     assert_eq!(s.next_due(), None, "nothing else is due while it polls");
     let answered = first + Duration::from_secs(1);
     s.stats_answered("sched-a", true, true, &answer(10, None), answered);
     let next = s.next_due().expect("the next poll");
-    let (low, high) = (answered + INTERVAL * 9 / 10, answered + INTERVAL * 11 / 10);
+    let (low, high) = (
+        answered + INTERVAL * 9 / 10,
+        answered + INTERVAL * 11 / 10 + SLOT,
+    );
     assert!(
         next >= low && next <= high,
         "{next:?} not in {low:?}..{high:?}"
     );
+}
+
+#[test]
+fn polls_due_within_one_slot_fall_due_together() {
+    let mut s = Signals::new(INTERVAL);
+    let now = Instant::now();
+    let ids: Vec<String> = (0..200).map(|n| format!("slot-{n}")).collect();
+    for id in &ids {
+        s.volume_changed(id, Some(&staged(id)), now);
+    }
+    // 200 first polls over 6 s: at most one wake-up per slot.
+    let mut wakeups = 0;
+    let mut polled = 0;
+    while let Some(at) = s.next_due() {
+        wakeups += 1;
+        polled += s.due_volumes(at).len();
+    }
+    assert_eq!(polled, 200);
+    let slots = (INTERVAL / 10).as_millis() / SLOT.as_millis() + 1;
+    assert!(wakeups as u128 <= slots, "{wakeups} wake-ups");
+    for id in &ids {
+        s.volume_changed(id, None, now);
+    }
 }
 
 #[test]
@@ -94,7 +123,10 @@ fn a_volume_is_never_polled_twice_at_once() {
     assert_eq!(s.next_due(), None);
     s.stats_answered("once", true, true, &answer(1, None), due);
     let next = s.next_due().unwrap();
-    assert!(next <= due + Duration::from_millis(5500), "the new interval");
+    assert!(
+        next <= due + Duration::from_millis(5500) + SLOT,
+        "the new interval"
+    );
     assert_eq!(s.due_volumes(next), ["once"]);
 }
 
@@ -176,7 +208,9 @@ fn zero_interval_polls_nothing_but_a_status_still_moves_the_gauges() {
     );
     // Turned on (SIGHUP): each is asked within a tenth of the interval.
     s.set_interval(INTERVAL, now);
-    assert!(s.next_due().is_some_and(|at| at <= now + INTERVAL / 10));
+    assert!(s
+        .next_due()
+        .is_some_and(|at| at <= now + INTERVAL / 10 + SLOT));
     s.volume_changed("off-a", None, now);
 }
 
