@@ -87,7 +87,8 @@ impl Response {
     }
 }
 
-/// The reason phrase of the status codes the agent's servers send.
+/// The reason phrase of the status codes servers commonly send; any other
+/// is sent with a generic one, which clients do not read (RFC 9112, 4).
 fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
