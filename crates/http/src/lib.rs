@@ -15,4 +15,7 @@
 //! (its program supplies poll(2), [`server::System`]), and the client's
 //! codec never connects anywhere.
 
+pub mod client;
 pub mod server;
+
+mod syntax;
