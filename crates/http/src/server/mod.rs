@@ -4,7 +4,7 @@
 //! # Design
 //!
 //! One thread (`<name>`) owns the listener and every connection, all
-//! non-blocking, and waits in poll(2) on them, on a [`Waker`] and on the
+//! non-blocking, and waits in poll(2) on them, on a waker and on the
 //! earliest deadline. It reads each request's head and body as they
 //! arrive, into the connection's own buffer, and hands a complete request
 //! to a pool of worker threads (`<name>-w<n>`), which run the handler
