@@ -50,7 +50,7 @@ NEEDS_BUILD := $(if $(filter $(DEBUG_BIN),$(BIN)),build)
 # How long `make fuzz` runs each target, in seconds, and which targets
 # (all of them unless FUZZ_TARGETS names some, e.g. FUZZ_TARGETS="json regex").
 FUZZ_TIME ?= 300
-FUZZ_TARGETS ?= hcl_parse template json regex archive
+FUZZ_TARGETS ?= hcl_parse template json regex archive http_response
 # Where `make docker-plugin` writes the managed Docker plugin's directory,
 # and the binary it puts in it: the static one unless BIN names another
 # (a dynamic one, such as $(DEBUG_BIN), brings its shared libraries).
@@ -166,11 +166,11 @@ e2e: install-test
 	BIN='$(BIN)' scripts/e2e-docker.sh
 
 ## fuzz: fuzz each of FUZZ_TARGETS (the HCL parsers, the template engine, the
-## JSON reader, the regex engine, the archive readers) for FUZZ_TIME seconds,
-## one after the other, at the lowest priority and on one core, each seeded
-## from the fixtures and the external corpora under tests/corpora
-## (scripts/fuzz-seeds.sh); cargo-fuzz on nightly, both installed when
-## missing; not part of `test` or CI
+## JSON reader, the regex engine, the archive readers, the HTTP client's
+## reading of answers) for FUZZ_TIME seconds, one after the other, at the
+## lowest priority and on one core, each seeded from the fixtures and the
+## external corpora under tests/corpora (scripts/fuzz-seeds.sh); cargo-fuzz
+## on nightly, both installed when missing; not part of `test` or CI
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked

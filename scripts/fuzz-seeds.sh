@@ -3,8 +3,10 @@
 # fixtures and the external corpora under tests/corpora: every HCL file for
 # hcl_parse, every Go template case for template, every JSONTestSuite file
 # and JSON fixture for json, every pattern of RE2's search table with each
-# of its strings for regex, and small tar, tar.gz, zip and gzip files made
-# here for archive (the first byte of an archive input picks its format).
+# of its strings for regex, small tar, tar.gz, zip and gzip files made
+# here for archive (the first byte of an archive input picks its format),
+# and answers of each framing for http_response (the first byte picks how
+# they are split and the method).
 # Seeds are only added: what earlier runs found stays.
 #
 # Usage: scripts/fuzz-seeds.sh [TARGET...]   (all targets when none; python3
@@ -13,7 +15,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(hcl_parse template json regex archive)
+[ ${#targets[@]} -gt 0 ] || targets=(hcl_parse template json regex archive http_response)
 
 for target in "${targets[@]}"; do
     dir=fuzz/corpus/$target
@@ -30,7 +32,7 @@ for target in "${targets[@]}"; do
         cp tests/fixtures/*.json "$dir/"
         cp tests/corpora/go-template/tval.json "$dir/"
         ;;
-    template | regex | archive)
+    template | regex | archive | http_response)
         python3 - "$target" "$dir" <<'PY'
 import ast, gzip, io, json, sys, tarfile, zipfile
 
@@ -63,6 +65,20 @@ elif target == "regex":
                 write(f"re2-{n}", pattern + "\n" + s)
                 n += 1
         i += 1
+elif target == "http_response":
+    answers = {
+        "length": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+        "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: t\r\n\r\n",
+        "close": b"HTTP/1.0 200 OK\r\nServer: x\r\n\r\nuntil the end",
+        "interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+        "switch": b"HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\nraw",
+        "redirect": b"HTTP/1.1 302 Found\r\nLocation: /b\r\nContent-Length: 0\r\n\r\n",
+    }
+    for name, answer in answers.items():
+        write(name, b"\x00" + answer)
+        write(f"{name}-split", b"\x02" + answer)
+    write("head", b"\x10" + answers["length"])
 else:
     files = [("run.sh", b"#!/bin/sh\necho hi\n", 0o755), ("conf/app.conf", b"port = 8080\n", 0o644)]
     tar_bytes = io.BytesIO()

@@ -19,8 +19,10 @@
 //! the workspace (`crates/`), which this crate composes, each with its own
 //! README and tests: [`hcl`] (HCL's native and JSON syntax, parsed and
 //! evaluated), [`json`], [`regex`] (Go's syntax, a Pike VM), [`encode`]
-//! (base64 and percent-encoding), and [`order`], the one sort of the
-//! binary (clippy.toml refuses the slice sorts outside tests). The crate
+//! (base64 and percent-encoding), [`http`] (HTTP/1.1: the bounded server of
+//! the agent's sockets, and the client codec of the engine's client and the
+//! artifact fetcher), and [`order`], the one sort of the binary
+//! (clippy.toml refuses the slice sorts outside tests). The crate
 //! map of `docs/ARCHITECTURE.md` draws them.
 //!
 //! Modules, each owning one concern:
@@ -31,7 +33,7 @@
 //! | [`agent`] | the main loop: owns the plugin registry and the volume manager, answers the control API, persists each turn's changes before acting on them (and holds back, refuses changes and retries while it cannot); signals; `-dev`; the cluster membership and the writers' guard process |
 //! | [`plugin`] | the registry of plugin instances with subscribers (a plugin ID is a monolith, or a controller and a node run apart, counted as Nomad counts them), the per-instance thread (inotify wait, probe, fingerprint, heartbeat), the bounded worker pool for volume RPCs |
 //! | [`volume`] | volume records and claims, the pure planner of the claim/release protocol, the steps' RPCs and host bind mounts, the port through which jobs make controller calls, the manager (admission, retries, reconciliation with mountinfo) |
-//! | [`docker`] | a client of the Docker Engine API 1.41 over its unix socket, for the `docker` task driver: images (presence, pull, import), containers (create from a typed spec, start, inspect, list, wait, kill, remove), demultiplexed logs; its own HTTP/1.1 |
+//! | [`docker`] | a client of the Docker Engine API 1.41 over its unix socket, for the `docker` task driver: images (presence, pull, import), containers (create from a typed spec, start, inspect, list, wait, kill, remove), demultiplexed logs; over the [`http`] crate's client codec |
 //! | [`state`] | the snapshot `state.pb` (atomic write) and the CRC-framed journal with group commit |
 //! | [`cluster`] | many hosts through etcd v3: the client (KV, revision-compared transactions, leases, watches, member fail-over; plain or TLS with client certificates), node records on leases, claim sets, shared volume records, attachments and relayed controller calls served by each plugin's controller leader, the fencing of lost nodes |
 //! | [`services`] | the registry of Nomad's built-in service discovery (`service { provider = "nomad" }`): this host's registrations, synced by the loop each turn, and in a cluster every host's through etcd on each node's lease |

@@ -5,9 +5,10 @@
 //! Debian's `docker.io` 20.10 serves, and what newer engines still accept.
 //! Only unix sockets are reached (`unix:///var/run/docker.sock` or a bare
 //! absolute path); the engine's TCP endpoints are refused at
-//! [`Engine::new`]. HTTP is our own ([`http`]), one request per
-//! connection, and so is JSON ([`json`]): the design card allows
-//! neither an HTTP nor a JSON crate nor an async runtime.
+//! [`Engine::new`]. HTTP is our own, the `http` crate's client codec
+//! over the socket ([`http`]), one request per connection, and so is JSON
+//! ([`json`]): the design card allows neither an HTTP nor a JSON crate
+//! from a registry nor an async runtime.
 //!
 //! Every call is blocking; the driver runs each on a thread of its own.
 //! Plain calls have a [`CALL_TIMEOUT`] on every read and write; [`Engine::wait`]
@@ -26,7 +27,8 @@
 //! `logs.rs` (the multiplexed log stream), `volume_mounts.rs` (which
 //! containers mount which named volumes, for the volume plugin's
 //! reconciler), `exec.rs` (commands run in a running container), `http.rs`
-//! (the wire).
+//! (the engine's side of the wire: its fields, the socket's timeouts,
+//! connections handed over to a stream).
 
 mod containers;
 mod exec;
@@ -274,7 +276,8 @@ impl Engine {
                 endpoint: self.endpoint.clone(),
                 err,
             },
-            HttpError::Protocol(message) => Error::Protocol(message),
+            HttpError::Protocol(protocol) => Error::Protocol(protocol.to_string()),
+            HttpError::Request(bad) => Error::Protocol(bad.to_string()),
         }
     }
 

@@ -35,7 +35,7 @@ impl Server {
         listen: &Listen,
         render: impl Fn(&mut dyn Write) -> io::Result<()> + Send + Sync + 'static,
     ) -> io::Result<Server> {
-        let server = httpd::Server::start(THREAD, listen, Limits::default(), move |request| {
+        let server = httpd::start(THREAD, listen, Limits::default(), move |request| {
             answer(request, &render)
         })?;
         Ok(Server { server })

@@ -271,7 +271,7 @@ impl Server {
             workers: WORKERS,
             ..httpd::Limits::default()
         };
-        let http = httpd::Server::serve_unix(
+        let http = httpd::serve_unix(
             "volume-plugin",
             listener,
             path.clone(),

@@ -1,7 +1,11 @@
 //! The artifact fetcher's HTTP/1.1 client: one `GET` per connection over a
-//! `TcpStream` (through TLS, `tls.rs`, for `https://`), bodies by
-//! `Content-Length`, `chunked` or the connection's end, redirects followed
-//! up to [`MAX_REDIRECTS`], and a bound on the body's size.
+//! `TcpStream` (through TLS, `tls.rs`, for `https://`), redirects followed
+//! up to [`MAX_REDIRECTS`], and a bound on the body's size
+//! (`http_max_size`). The request and the answer are the `http` crate's
+//! client codec's, with its bounds on the head, its lines and fields, and
+//! on chunks' size lines and trailers; bodies by `Content-Length`,
+//! `chunked` or the connection's end. What is the fetcher's own is
+//! connecting, the deadline, TLS, the URLs and the credentials.
 //!
 //! As Go's HTTP client (go-getter's, so Nomad's) does:
 //! - one deadline bounds the whole fetch (connecting, every redirect hop,
@@ -20,6 +24,8 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use ::http::client;
 
 use super::tls::TlsStream;
 use crate::spec::redacted;
@@ -129,9 +135,6 @@ impl Deadline {
 /// Redirects followed before giving up, as Go's HTTP client (go-getter's).
 pub const MAX_REDIRECTS: usize = 10;
 
-/// The longest status line and header block read.
-const MAX_HEAD: usize = 64 * 1024;
-
 /// Connection attempts while the server refuses: a file server a prestart
 /// sidecar starts may not listen yet when the main task's start fetches
 /// from it. Bounded, and only for a refused connection.
@@ -194,12 +197,8 @@ pub fn get(
 ) -> Result<u64, String> {
     // Checked before anything is sent; the value is never shown.
     for (key, value) in headers {
-        if key.is_empty() || key.contains(['\r', '\n', ':']) || value.contains(['\r', '\n']) {
-            return Err(format!(
-                "header {:?}: a name or value holds a line break (or the name a colon)",
-                key.replace(['\r', '\n'], " ")
-            ));
-        }
+        client::check_field(key, value)
+            .map_err(|why| format!("header {:?}: {why}", key.replace(['\r', '\n'], " ")))?;
     }
     let deadline = Deadline::after(limits.deadline);
     let mut url = url.to_string();
@@ -220,33 +219,33 @@ pub fn get(
         strip_sensitive |= !is_domain_or_subdomain(&target.host, &first_host);
         let mut stream =
             open(&target, deadline, ca).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
-        let mut request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: csi-agent\r\nAccept-Encoding: identity\r\nConnection: close\r\n",
-            target.path, target.host_header
+        let mut fields = vec![
+            ("Host", target.host_header.as_str()),
+            ("User-Agent", "csi-agent"),
+            ("Accept-Encoding", "identity"),
+            ("Connection", "close"),
+        ];
+        fields.extend(
+            headers
+                .iter()
+                .filter(|(key, _)| !(strip_sensitive && is_sensitive(key)))
+                .map(|(key, value)| (key.as_str(), value.as_str())),
         );
-        for (key, value) in headers {
-            if strip_sensitive && is_sensitive(key) {
-                continue;
-            }
-            request.push_str(&format!("{key}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        stream
-            .write_all(request.as_bytes())
+        client::write_request(&mut stream, "GET", &target.path, &fields, None)
             .map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
-        let mut reader = BufReader::new(stream);
-        let head = read_head(&mut reader).map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
-        match head.status {
+        let response = client::read_response(BufReader::new(stream), "GET")
+            .map_err(|e| format!("GET {}: {e}", redacted(&url)))?;
+        match response.status {
             200 => {
-                return read_body(&mut reader, &head, limits.max_size, out)
+                return read_body(response, limits.max_size, out)
                     .map_err(|e| format!("GET {}: {e}", redacted(&url)));
             }
             301 | 302 | 303 | 307 | 308 => {
-                let Some(location) = head.header("location") else {
+                let Some(location) = response.header("location") else {
                     return Err(format!(
                         "GET {}: {} without a Location",
                         redacted(&url),
-                        head.status
+                        response.status
                     ));
                 };
                 url = resolve(&target, location);
@@ -255,7 +254,7 @@ pub fn get(
                 return Err(format!(
                     "GET {}: bad response code: {status} {}",
                     redacted(&url),
-                    head.reason
+                    response.reason
                 ))
             }
         }
@@ -401,165 +400,30 @@ fn resolve(target: &Target, location: &str) -> String {
     format!("{scheme}://{}{dir}{location}", target.host_header)
 }
 
-/// A response's status line and headers.
-#[derive(Debug)]
-pub struct Head {
-    pub status: u16,
-    pub reason: String,
-    /// Names in lower case.
-    pub headers: Vec<(String, String)>,
-}
-
-impl Head {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-fn bad(message: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, message.into())
-}
-
-/// Reads one line of the head, without its CRLF, counting toward `budget`.
-fn head_line(reader: &mut dyn BufRead, budget: &mut usize) -> io::Result<String> {
-    let mut line = Vec::new();
-    let n = reader
-        .take(*budget as u64 + 1)
-        .read_until(b'\n', &mut line)?;
-    if n == 0 {
-        return Err(bad("the server closed the connection before answering"));
-    }
-    if n > *budget {
-        return Err(bad(format!("response head longer than {MAX_HEAD} bytes")));
-    }
-    *budget -= n;
-    if line.last() != Some(&b'\n') {
-        return Err(bad("the response head was cut short"));
-    }
-    line.pop();
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    String::from_utf8(line).map_err(|_| bad("the response head is not text"))
-}
-
-/// Reads the status line and headers.
-pub fn read_head(reader: &mut dyn BufRead) -> io::Result<Head> {
-    let mut budget = MAX_HEAD;
-    let status_line = head_line(reader, &mut budget)?;
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
-    if !version.starts_with("HTTP/1.") {
-        return Err(bad(format!("not an HTTP/1 response: {status_line:?}")));
-    }
-    let status = parts
-        .next()
-        .and_then(|s| s.parse::<u16>().ok())
-        .filter(|s| (100..1000).contains(s))
-        .ok_or_else(|| bad(format!("bad status line {status_line:?}")))?;
-    let reason = parts.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let line = head_line(reader, &mut budget)?;
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line
-            .split_once(':')
-            .ok_or_else(|| bad(format!("bad header line {line:?}")))?;
-        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
-    }
-    Ok(Head {
-        status,
-        reason,
-        headers,
-    })
-}
-
-/// Copies the body `head` announces into `out`, at most `max` bytes.
-pub fn read_body(
-    reader: &mut dyn BufRead,
-    head: &Head,
+/// Copies the body of `response` into `out`, if it has at most `max`
+/// bytes (`http_max_size`); the bytes copied.
+fn read_body<R: BufRead>(
+    mut response: client::Response<R>,
     max: u64,
     out: &mut dyn Write,
-) -> io::Result<u64> {
-    let chunked = head
-        .header("transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    if chunked {
-        return read_chunked(reader, max, out);
-    }
-    match head.header("content-length") {
-        Some(text) => {
-            let len: u64 = text
-                .parse()
-                .map_err(|_| bad(format!("bad Content-Length {text:?}")))?;
-            if len > max {
-                return Err(too_large(max));
-            }
-            let copied = io::copy(&mut reader.take(len), out)?;
-            if copied != len {
-                return Err(bad(format!("the body ended after {copied} of {len} bytes")));
-            }
-            Ok(len)
+) -> Result<u64, String> {
+    response.body.copy_to(out, max).map_err(|err| match err {
+        client::Error::Protocol(client::Protocol::BodyTooLong { limit }) => {
+            format!("the body is larger than {limit} bytes (http_max_size)")
         }
-        None => {
-            let copied = io::copy(&mut reader.take(max + 1), out)?;
-            if copied > max {
-                return Err(too_large(max));
-            }
-            Ok(copied)
-        }
-    }
-}
-
-fn too_large(max: u64) -> io::Error {
-    bad(format!(
-        "the body is larger than {max} bytes (http_max_size)"
-    ))
-}
-
-fn read_chunked(reader: &mut dyn BufRead, max: u64, out: &mut dyn Write) -> io::Result<u64> {
-    let mut total: u64 = 0;
-    loop {
-        let mut budget = MAX_HEAD;
-        let line = head_line(reader, &mut budget)?;
-        let size_text = line.split(';').next().unwrap_or("").trim();
-        let size = u64::from_str_radix(size_text, 16)
-            .map_err(|_| bad(format!("bad chunk size {size_text:?}")))?;
-        if size == 0 {
-            // Trailers, up to the empty line.
-            while !head_line(reader, &mut budget)?.is_empty() {}
-            return Ok(total);
-        }
-        total = total.checked_add(size).ok_or_else(|| too_large(max))?;
-        if total > max {
-            return Err(too_large(max));
-        }
-        let copied = io::copy(&mut reader.take(size), out)?;
-        if copied != size {
-            return Err(bad("the body ended inside a chunk"));
-        }
-        let mut crlf = [0u8; 2];
-        reader.read_exact(&mut crlf)?;
-        if &crlf != b"\r\n" {
-            return Err(bad("a chunk does not end with CRLF"));
-        }
-    }
+        err => err.to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn body(response: &str, max: u64) -> io::Result<Vec<u8>> {
-        let mut reader = response.as_bytes();
-        let head = read_head(&mut reader)?;
+    fn body(response: &str, max: u64) -> Result<Vec<u8>, String> {
+        let response =
+            client::read_response(response.as_bytes(), "GET").map_err(|e| e.to_string())?;
         let mut out = Vec::new();
-        read_body(&mut reader, &head, max, &mut out)?;
+        read_body(response, max, &mut out)?;
         Ok(out)
     }
 
@@ -599,8 +463,8 @@ mod tests {
 
     #[test]
     fn heads_are_parsed_and_bad_ones_refused() {
-        let mut reader: &[u8] = b"HTTP/1.1 404 Not Found\r\nLocation: /x\r\n\r\n";
-        let head = read_head(&mut reader).unwrap();
+        let reader: &[u8] = b"HTTP/1.1 404 Not Found\r\nLocation: /x\r\n\r\n";
+        let head = client::read_response(reader, "GET").unwrap();
         assert_eq!(head.status, 404);
         assert_eq!(head.reason, "Not Found");
         assert_eq!(head.header("location"), Some("/x"));
@@ -610,12 +474,15 @@ mod tests {
             "",
             "HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
         ] {
-            let mut reader = bad.as_bytes();
-            assert!(read_head(&mut reader).is_err(), "{bad:?}");
+            let reader = bad.as_bytes();
+            assert!(client::read_response(reader, "GET").is_err(), "{bad:?}");
         }
-        let long = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
-        let mut reader = long.as_bytes();
-        assert!(read_head(&mut reader).is_err());
+        let long = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\n\r\n",
+            "a".repeat(client::MAX_HEAD)
+        );
+        let reader = long.as_bytes();
+        assert!(client::read_response(reader, "GET").is_err());
     }
 
     #[test]

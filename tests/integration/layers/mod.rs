@@ -94,9 +94,9 @@ const LAYERS: &[&[&str]] = &[
     &[
         "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
     ],
-    // Below the ground: the bounded HTTP/1.1 server of the agent's own
-    // sockets (the metrics endpoint, Docker's volume plugin protocol),
-    // over `sys`'s poll.
+    // Below the ground: the agent's own sockets (the metrics endpoint,
+    // Docker's volume plugin protocol) served by the `http` crate's
+    // bounded server, which it hands `sys`'s poll and `SO_PEERCRED`.
     &["httpd"],
     // The floor, which uses nothing of `src/`: the system calls besides
     // mounts, with the `cvt` that `mount` uses too. (HCL, JSON, regular

@@ -2,11 +2,92 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use super::*;
+
+/// The tests' [`System`]: poll(2) through libc, as a program's own
+/// wrapper would make it; no peer is named.
+struct TestSystem;
+
+impl System for TestSystem {
+    fn poll(
+        &self,
+        fds: &[(BorrowedFd<'_>, Want)],
+        timeout: Option<Duration>,
+    ) -> io::Result<Vec<bool>> {
+        let mut poll_fds: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|(fd, want)| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: match want {
+                    Want::Read => libc::POLLIN,
+                    Want::Write => libc::POLLOUT,
+                },
+                revents: 0,
+            })
+            .collect();
+        let timeout_ms = timeout.map_or(-1, |t| {
+            libc::c_int::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX)
+        });
+        // SAFETY: `poll_fds` is valid for reading and writing
+        // `poll_fds.len()` pollfd structures for the whole call.
+        let ret = unsafe {
+            libc::poll(
+                poll_fds.as_mut_ptr(),
+                poll_fds.len() as libc::nfds_t,
+                timeout_ms,
+            )
+        };
+        if ret == -1 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                return Ok(vec![false; fds.len()]);
+            }
+            return Err(err);
+        }
+        let trouble = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
+        Ok(poll_fds
+            .iter()
+            .map(|p| p.revents & (p.events | trouble) != 0)
+            .collect())
+    }
+
+    fn peer_pid(&self, _: &UnixStream) -> Option<u32> {
+        None
+    }
+}
+
+/// A timing bound of `native`, or ten times it when the tests run under
+/// a user-mode emulator (qemu-user running another architecture's build),
+/// which the kernel tells apart: its `/proc/sys/kernel/arch` names the
+/// host's architecture, not the one the tests were built for. Such a run
+/// says so on stderr, and in the file `CSI_AGENT_EMULATION_NOTES` names.
+fn emulation_bound(native: Duration, what: &str) -> Duration {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/arch").unwrap_or_default();
+    let kernel = kernel.trim();
+    if kernel.is_empty() || kernel == std::env::consts::ARCH {
+        return native;
+    }
+    let bound = native * 10;
+    let thread = std::thread::current();
+    let note = format!(
+        "{}: emulated on {kernel}: {what} is bounded by {bound:?}, not {native:?} (x10)",
+        thread.name().unwrap_or("?")
+    );
+    eprintln!("{note}");
+    if let Some(path) = std::env::var_os("CSI_AGENT_EMULATION_NOTES") {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| writeln!(file, "{note}"));
+    }
+    bound
+}
 
 /// Long enough for any answer that is due at once on a busy machine.
 const WAIT: Duration = Duration::from_secs(10);
@@ -45,6 +126,7 @@ fn start(limits: Limits) -> (Server, SocketAddr) {
         "httpd-test",
         &Listen::Tcp("127.0.0.1:0".parse().unwrap()),
         limits,
+        TestSystem,
         echo,
     )
     .unwrap();
@@ -231,6 +313,7 @@ fn when_every_connection_is_busy_a_new_one_is_refused_503() {
         "httpd-test",
         &Listen::Tcp("127.0.0.1:0".parse().unwrap()),
         limits,
+        TestSystem,
         move |_| {
             let _ = held.lock().unwrap().recv();
             Response::text(200, "released")
@@ -300,7 +383,7 @@ fn clients_that_never_read_a_large_answer_are_closed_at_the_write_deadline() {
         server.open_connections() == 0
     });
     let closed = sent.elapsed();
-    let late = crate::sys::emulation::bound(Duration::from_secs(3), "closing past the deadline");
+    let late = emulation_bound(Duration::from_secs(3), "closing past the deadline");
     assert!(
         closed >= WRITE_TIMEOUT && closed < WRITE_TIMEOUT + late,
         "closed after {closed:?}"
@@ -334,6 +417,7 @@ fn a_unix_socket_is_served_the_same() {
         "httpd-test",
         &Listen::Unix(path.clone()),
         Limits::default(),
+        TestSystem,
         echo,
     )
     .unwrap();

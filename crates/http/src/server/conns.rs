@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,12 +11,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::sys::inotify::Waker;
-use crate::sys::peercred;
-use crate::sys::poll::{poll_many, Want};
-
 use super::message::{head_end, parse_head, Head, Refusal, Response};
-use super::{Done, Job, Limits, Listener, DRAIN_TIMEOUT, STOP_DRAIN};
+use super::waker::Waker;
+use super::{Done, Job, Limits, Listener, Server, System, Want, DRAIN_TIMEOUT, STOP_DRAIN};
 
 /// The most bytes read from a socket at once.
 const READ_CHUNK: usize = 4096;
@@ -26,7 +23,8 @@ const READ_CHUNK: usize = 4096;
 const ACCEPTS_PER_TURN: usize = 64;
 
 /// How long accepting pauses when the process is out of descriptors or
-/// memory, rather than spinning on a listener that stays readable.
+/// memory (or accept(2) fails otherwise but for the client), rather than
+/// spinning on a listener that stays readable.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// An accepted connection, whichever the socket.
@@ -301,6 +299,7 @@ fn is_transient(err: &io::Error) -> bool {
 pub(super) struct Poller {
     listener: Listener,
     limits: Limits,
+    system: Box<dyn System>,
     waker: Arc<Waker>,
     stop: Arc<AtomicBool>,
     open: Arc<AtomicUsize>,
@@ -312,21 +311,23 @@ pub(super) struct Poller {
 }
 
 impl Poller {
+    /// The poll thread of `server`, which shares its waker, its stop and
+    /// its count of open connections.
     pub(super) fn new(
+        server: &Server,
         listener: Listener,
         limits: Limits,
-        waker: Arc<Waker>,
-        stop: Arc<AtomicBool>,
-        open: Arc<AtomicUsize>,
+        system: Box<dyn System>,
         jobs: Sender<Job>,
         answers: Receiver<Done>,
     ) -> Poller {
         Poller {
             listener,
             limits,
-            waker,
-            stop,
-            open,
+            system,
+            waker: server.waker.clone(),
+            stop: server.stop.clone(),
+            open: server.open.clone(),
             jobs,
             answers,
             conns: Vec::new(),
@@ -351,7 +352,7 @@ impl Poller {
     /// After a stop: no request is read or accepted any more, but a
     /// request a worker holds still gets its answer, and an answer being
     /// written is finished, all within [`STOP_DRAIN`]; a client told "the
-    /// agent is shutting down" hears it rather than a closed connection.
+    /// server is shutting down" hears it rather than a closed connection.
     fn finish(mut self) {
         let until = Instant::now() + STOP_DRAIN;
         loop {
@@ -421,7 +422,14 @@ impl Poller {
             deadline = earliest(deadline, conn.deadline(&self.limits));
         }
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        let ready = poll_many(&fds, timeout)?;
+        let ready = self.system.poll(&fds, timeout)?;
+        if ready.len() != fds.len() {
+            return Err(io::Error::other(format!(
+                "poll answered for {} descriptors of {}",
+                ready.len(),
+                fds.len()
+            )));
+        }
         let first = if listening { 2 } else { 1 };
         Ok(Ready {
             waker: ready[0],
@@ -465,20 +473,20 @@ impl Poller {
             let stream = match self.listener.accept() {
                 Ok(stream) => stream,
                 Err(err) if is_transient(&err) => return,
-                Err(err) if is_out_of_resources(&err) => {
+                // The client gave up before it was taken, and the like.
+                Err(err) if is_the_clients(&err) => {
+                    log::debug!("HTTP server: accept: {err}");
+                    continue;
+                }
+                Err(err) => {
                     log::warn!("HTTP server: cannot accept: {err}");
                     self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
                     return;
                 }
-                // The client gave up before it was taken, and the like.
-                Err(err) => {
-                    log::debug!("HTTP server: accept: {err}");
-                    continue;
-                }
             };
             self.next_id += 1;
             let peer_pid = match &stream {
-                Stream::Unix(s) => peercred::peer_pid(s.as_raw_fd()).ok().flatten(),
+                Stream::Unix(s) => self.system.peer_pid(s),
                 Stream::Tcp(_) => None,
             };
             let mut conn = Conn {
@@ -531,12 +539,19 @@ impl Poller {
     }
 }
 
-/// Errors of accept(2) that persist while the process lacks descriptors or
-/// memory.
-fn is_out_of_resources(err: &io::Error) -> bool {
+/// Errors of accept(2) that are one connection's, or its network's: the
+/// next connection may be taken at once. Any other, above all the process
+/// out of descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`,
+/// which the standard library names no kind of but the last), pauses
+/// accepting for [`ACCEPT_PAUSE`] rather than spin on a listener that
+/// stays readable.
+fn is_the_clients(err: &io::Error) -> bool {
     matches!(
-        err.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::PermissionDenied
+            | io::ErrorKind::TimedOut
     )
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::syntax::is_token;
+
 /// A complete request: its head and its whole body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
@@ -87,7 +89,8 @@ impl Response {
     }
 }
 
-/// The reason phrase of the status codes the agent's servers send.
+/// The reason phrase of the status codes servers commonly send; any other
+/// is sent with a generic one, which clients do not read (RFC 9112, 4).
 fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
@@ -191,7 +194,7 @@ pub(super) fn parse_head(head: &[u8], max_body: usize) -> Result<Head, Refusal> 
     else {
         return Err(Refusal::Malformed);
     };
-    if method.is_empty() || !method.bytes().all(is_token) || !target.starts_with('/') {
+    if !is_token(method) || !target.starts_with('/') {
         return Err(Refusal::Malformed);
     }
     if !version.starts_with("HTTP/") {
@@ -204,7 +207,7 @@ pub(super) fn parse_head(head: &[u8], max_body: usize) -> Result<Head, Refusal> 
     for line in lines {
         // A folded line (obsolete) or a field without a name.
         let (name, value) = line.split_once(':').ok_or(Refusal::Malformed)?;
-        if name.is_empty() || !name.bytes().all(is_token) {
+        if !is_token(name) {
             return Err(Refusal::Malformed);
         }
         headers.push((
@@ -251,11 +254,6 @@ pub(super) fn parse_head(head: &[u8], max_body: usize) -> Result<Head, Refusal> 
         body_len,
         expects_continue,
     })
-}
-
-/// A character of a token (RFC 9110, 5.6.2): a method or a field name.
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
