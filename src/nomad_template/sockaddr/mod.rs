@@ -26,6 +26,7 @@
 //! of the thread that renders, each time a function asks for them.
 
 mod ifaddr;
+mod network;
 mod rfc;
 
 use std::collections::BTreeMap;

@@ -147,16 +147,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hostpath::records", "hostpath::state"),
     ("hostpath::service", "hostpath::methods"),
     ("hostpath::state", "hostpath::records"),
-    // nomad_template: the sockaddr functions' interface addresses and
-    // RFC tables use each other's address blocks and tests.
-    (
-        "nomad_template::sockaddr::ifaddr",
-        "nomad_template::sockaddr::rfc",
-    ),
-    (
-        "nomad_template::sockaddr::rfc",
-        "nomad_template::sockaddr::ifaddr",
-    ),
     // spec: the job tree's types name their parents (task -> job, service
     // and template -> task), agent and cluster configs each other's, and
     // the cron expressions and time zones each other's helpers.
