@@ -3,8 +3,9 @@
 //! registry (each test names its own volumes, so tests running at once do
 //! not meet).
 
+use super::sample::check;
 use super::*;
-use crate::csi::types::{Usage, VolumeCondition};
+use crate::csi::types::{Usage, UsageUnit, VolumeCondition};
 use crate::csi::{AccessMode, AttachmentMode, Capability};
 use crate::volume::model::{Staging, StagingKey};
 
