@@ -165,6 +165,23 @@ pub fn format_timestamp(time: std::time::SystemTime) -> String {
     )
 }
 
+/// One log line as env_logger's default format writes it, without
+/// colours: `[2026-11-29T14:52:10.258Z INFO  target] message`.
+pub fn log_line(
+    out: &mut env_logger::fmt::Formatter,
+    record: &log::Record<'_>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(
+        out,
+        "[{} {:<5} {}] {}",
+        format_timestamp(std::time::SystemTime::now()),
+        record.level(),
+        record.target(),
+        record.args()
+    )
+}
+
 /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's
 /// `civil_from_days`).
 pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {

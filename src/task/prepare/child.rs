@@ -30,6 +30,7 @@ pub fn main() -> ! {
     let _ = env_logger::Builder::new()
         .filter_level(log::LevelFilter::Warn)
         .target(env_logger::Target::Stderr)
+        .format(crate::units::log_line)
         .try_init();
     match serve() {
         Ok(()) => std::process::exit(0),
