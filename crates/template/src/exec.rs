@@ -3,11 +3,10 @@
 
 use std::fmt::Write as _;
 
-use crate::funcs::Calls;
 use crate::lex::Pos;
-use crate::parse::{Arg, Branch, Cmd, Defines, Node, Operand, Pipe};
+use crate::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
 use crate::scope::Scope;
-use crate::{Error, Options, Value, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
+use crate::{Error, Options, Template, Value, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
 
 /// What breaks a list of nodes off.
 enum Flow {
@@ -16,11 +15,10 @@ enum Flow {
     Continue,
 }
 
-pub(crate) struct State<'t> {
-    /// The template's `define`d templates.
-    defines: &'t Defines,
-    /// Its functions, bound to the render's context.
-    calls: &'t dyn Calls,
+pub(crate) struct State<'t, C: ?Sized> {
+    tmpl: &'t Template<C>,
+    /// The caller's context, for its registered functions.
+    ctx: &'t C,
     options: &'t Options,
     vars: Scope<Value>,
     pub(crate) out: String,
@@ -31,15 +29,11 @@ pub(crate) struct State<'t> {
     steps: u64,
 }
 
-impl<'t> State<'t> {
-    pub(crate) fn new(
-        defines: &'t Defines,
-        calls: &'t dyn Calls,
-        options: &'t Options,
-    ) -> State<'t> {
+impl<'t, C: ?Sized> State<'t, C> {
+    pub(crate) fn new(tmpl: &'t Template<C>, ctx: &'t C, options: &'t Options) -> State<'t, C> {
         State {
-            defines,
-            calls,
+            tmpl,
+            ctx,
             options,
             vars: Scope::new(Value::Nil),
             out: String::new(),
@@ -126,10 +120,10 @@ impl<'t> State<'t> {
                 }
                 Node::Range(b) => self.scoped(|s| s.range(b, dot))?,
                 Node::Template(name, pipe, pos) => {
-                    let body = self
-                        .defines
-                        .get(name)
-                        .ok_or_else(|| Error::new(*pos, format!("no such template {name:?}")))?;
+                    let body =
+                        self.tmpl.defines.get(name).ok_or_else(|| {
+                            Error::new(*pos, format!("no such template {name:?}"))
+                        })?;
                     let arg = match pipe {
                         Some(pipe) => self.pipe(pipe, dot)?,
                         None => Value::Nil,
@@ -260,8 +254,9 @@ impl<'t> State<'t> {
 
     fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
         let value = self
-            .calls
-            .call(name, args, self.options)
+            .tmpl
+            .functions
+            .call(name, args, self.ctx, self.options)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
         check_size(&value)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
