@@ -50,7 +50,7 @@
 //! | [`events`] | the agent's events: emitted where things happen into one outbox, published by the loop once durable into a ring that `csi-agent events` reads |
 //! | [`units`] | durations (`30s`, `1h30m`), byte sizes (`10GiB`) and timestamps as users read and write them |
 //! | [`task`] | jobs and allocations: the `exec` driver (fork/exec in a new session and mount namespace, in a root of the task's own built from `chroot_env`, driver mounts with propagation, logs, restart policy) and `raw_exec` (the host's root), the volume hook and the `csi_plugin` supervisor hook, re-adoption after a restart |
-//! | [`nomad_template`] | Nomad's `template` blocks: the template engine (`crates/template`) with csi-agent's functions registered into it (the task's environment and files, the service registry, `sockaddr`), and the functions that need Consul or Vault refused by name |
+//! | [`template`] | Go's `text/template` with consul-template's functions that need no Consul or Vault, for Nomad's `template` blocks |
 //! | [`cli`] | argument parsing and every command: `agent`, `plugin`, `volume`, `node`, `job`, `alloc`, `hostpath`, the direct plugin client `csi`, `validate`, and `guard`, which the agent starts |
 //!
 //! # Durability
@@ -104,7 +104,6 @@ pub mod httpd;
 pub mod id;
 pub mod metrics;
 pub mod mount;
-pub mod nomad_template;
 pub mod plugin;
 pub mod proto;
 pub mod services;
@@ -112,6 +111,7 @@ pub mod spec;
 pub mod state;
 pub mod sys;
 pub mod task;
+pub mod template;
 pub mod trace;
 pub mod units;
 pub mod volume;

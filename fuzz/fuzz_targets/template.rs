@@ -1,9 +1,7 @@
-//! Fuzzes the template engine (`crates/template`) as csi-agent runs it:
-//! with csi-agent's functions registered (`src/nomad_template/`, compiled
-//! from the agent's own source), every input is parsed with Go's
-//! delimiters and, when it parses, rendered with a small environment, no
-//! task dir and no services. No input may panic either step or overflow
-//! the stack; an error must point inside the input.
+//! Fuzzes the template engine (`src/template/`): every input is parsed
+//! with Go's delimiters and, when it parses, rendered with a small
+//! environment and no task dir. No input may panic either step or
+//! overflow the stack; an error must point inside the input.
 
 #![no_main]
 
@@ -12,11 +10,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use libfuzzer_sys::fuzz_target;
 
-// csi-agent's functions and the ground module they use (`sockaddr` reads
-// the host's interface addresses), compiled from the agent's source.
+// The engine and the ground modules it uses, compiled from the crate's
+// own source.
 #[allow(dead_code, unused_imports)]
-#[path = "../../src/nomad_template/mod.rs"]
-mod nomad_template;
+#[path = "../../src/template/mod.rs"]
+mod template;
+#[allow(dead_code)]
+#[path = "../../src/units.rs"]
+mod units;
 #[allow(dead_code)]
 #[path = "shim/sys.rs"]
 mod sys;
@@ -24,7 +25,7 @@ mod sys;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let lines = text.split('\n').count();
-    let tmpl = match nomad_template::parse(&text, "", "") {
+    let tmpl = match template::Template::parse(&text, "", "") {
         Ok(tmpl) => tmpl,
         Err(err) => {
             assert!(err.pos.line >= 1 && err.pos.line <= lines, "{err}");
@@ -35,16 +36,14 @@ fuzz_target!(|data: &[u8]| {
         ("NOMAD_TASK_NAME".to_string(), "web".to_string()),
         ("LIST".to_string(), "a,b,c".to_string()),
     ]);
-    let ctx = nomad_template::Context {
+    let ctx = template::Context {
         env: &env,
         task_dir: None,
-        services: &[],
-    };
-    let options = template::Options {
         error_on_missing_key: false,
         now: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        services: &[],
     };
-    if let Err(err) = tmpl.render(&ctx, &options) {
+    if let Err(err) = tmpl.render(&ctx) {
         assert!(err.pos.line >= 1 && err.pos.line <= lines, "{err}");
     }
 });

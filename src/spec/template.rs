@@ -21,8 +21,7 @@ use super::decode::Fields;
 use super::encode::Writer;
 use super::task::KillSignal;
 use super::Kept;
-use crate::nomad_template::{self, Context};
-use template::Template;
+use crate::template::Template;
 
 /// `vault_grace` tunes Vault leases, which csi-agent never reads;
 /// `change_script` only serves `change_mode = "script"`, which is refused.
@@ -78,9 +77,9 @@ pub struct TaskTemplate {
 
 impl TaskTemplate {
     /// The template parsed with its delimiters: `None` for a `source`.
-    pub fn parsed<'a>(&self) -> Option<Result<Template<Context<'a>>, template::Error>> {
+    pub fn parsed(&self) -> Option<Result<Template, crate::template::Error>> {
         let data = self.data.as_deref()?;
-        Some(nomad_template::parse(
+        Some(Template::parse(
             data,
             &self.left_delimiter,
             &self.right_delimiter,
@@ -158,7 +157,7 @@ pub(crate) fn decode_template(f: &mut Fields<'_>) -> Option<TaskTemplate> {
                     *pos,
                     format!("template {name:?}: delimiters must not be empty"),
                 );
-            } else if let Err(err) = nomad_template::parse(text, &left, &right) {
+            } else if let Err(err) = Template::parse(text, &left, &right) {
                 f.error(*pos, format!("template {name:?}: {err}"));
             }
         }

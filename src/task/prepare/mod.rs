@@ -66,8 +66,8 @@ pub use self::child::main;
 use super::artifact::ArtifactLimits;
 use super::exec::User;
 use super::launch::StartFailure;
-use crate::nomad_template::NomadService;
 use crate::spec::{Artifact, Task, TaskTemplate};
+use crate::template::NomadService;
 use crate::units::format_duration;
 
 /// The helper's first argument; `csi-agent` lists it nowhere.

@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Answer, Input, Phase, Work};
-use crate::nomad_template::NomadService;
 use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
 use crate::task::exec::User;
+use crate::template::NomadService;
 
 pub(super) const INPUT_MAGIC: &[u8; 4] = b"CSIp";
 pub(super) const ANSWER_MAGIC: &[u8; 4] = b"CSIa";

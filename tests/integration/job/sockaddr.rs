@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use csi_agent::nomad_template::{parse, Context};
-use template::Options;
+use csi_agent::template::{Context, Template};
 
 use super::templates::wait_for_log;
 use super::Rig;
@@ -82,15 +81,13 @@ impl Host {
             let ctx = Context {
                 env: &env,
                 task_dir: None,
-                services: &[],
-            };
-            let options = Options {
                 error_on_missing_key: false,
                 now: std::time::SystemTime::now(),
+                services: &[],
             };
-            parse(&text, "", "")
+            Template::parse(&text, "", "")
                 .map_err(|e| e.to_string())?
-                .render(&ctx, &options)
+                .render(&ctx)
                 .map_err(|e| e.to_string())
         })
         .join()

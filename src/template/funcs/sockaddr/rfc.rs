@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::network::Network;
+use super::ifaddr::Network;
 
 /// The number go-sockaddr gives its list of blocks a router does not
 /// forward (not an RFC).

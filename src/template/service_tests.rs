@@ -3,8 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use template::{Error, Options};
-
 use super::*;
 
 fn service(id: &str, name: &str, address: &str, port: u16, tags: &[&str]) -> NomadService {
@@ -40,13 +38,11 @@ fn render(text: &str) -> Result<String, Error> {
     let ctx = Context {
         env: &env,
         task_dir: None,
-        services: &services,
-    };
-    let options = Options {
         error_on_missing_key: false,
         now: SystemTime::UNIX_EPOCH,
+        services: &services,
     };
-    parse(text, "", "")?.render(&ctx, &options)
+    Template::parse(text, "", "")?.render(&ctx)
 }
 
 #[test]
