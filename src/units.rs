@@ -166,20 +166,21 @@ pub fn format_timestamp(time: std::time::SystemTime) -> String {
 }
 
 /// One log line as env_logger's default format writes it, without
-/// colours: `[2026-11-29T14:52:10.258Z INFO  target] message`.
+/// colours: `[2026-11-29T14:52:10.258Z INFO  target] message`, or
+/// `[... ERROR] message` for a record without a target.
 pub fn log_line(
     out: &mut env_logger::fmt::Formatter,
     record: &log::Record<'_>,
 ) -> std::io::Result<()> {
     use std::io::Write;
-    writeln!(
-        out,
-        "[{} {:<5} {}] {}",
-        format_timestamp(std::time::SystemTime::now()),
-        record.level(),
-        record.target(),
-        record.args()
-    )
+    let time = format_timestamp(std::time::SystemTime::now());
+    write!(out, "[{time} {:<5}", record.level())?;
+    // A record without a target (gRPC's core, redirected) has none
+    // written, as env_logger's own format does.
+    if !record.target().is_empty() {
+        write!(out, " {}", record.target())?;
+    }
+    writeln!(out, "] {}", record.args())
 }
 
 /// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's
