@@ -168,11 +168,9 @@ pub fn format_timestamp(time: std::time::SystemTime) -> String {
 /// One log line as env_logger's default format writes it, without
 /// colours: `[2026-11-29T14:52:10.258Z INFO  target] message`, or
 /// `[... ERROR] message` for a record without a target.
-pub fn log_line(
-    out: &mut env_logger::fmt::Formatter,
-    record: &log::Record<'_>,
-) -> std::io::Result<()> {
-    use std::io::Write;
+/// Written to any sink, so that this file (which the fuzz targets include)
+/// names no logger crate: the callers hand it env_logger's formatter.
+pub fn log_line(out: &mut dyn std::io::Write, record: &log::Record<'_>) -> std::io::Result<()> {
     let time = format_timestamp(std::time::SystemTime::now());
     write!(out, "[{time} {:<5}", record.level())?;
     // A record without a target (gRPC's core, redirected) has none

@@ -323,7 +323,7 @@ pub(super) fn print_error(err: &dyn std::error::Error) {
 fn with_logging<T>(default: &str, f: impl FnOnce() -> T) -> T {
     let installed =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
-            .format(crate::units::log_line)
+            .format(|out, record| crate::units::log_line(out, record))
             .try_init();
     if installed.is_ok() {
         // gRPC's C core logs its errors (a failed TLS handshake, say)

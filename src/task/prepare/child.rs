@@ -30,7 +30,7 @@ pub fn main() -> ! {
     let _ = env_logger::Builder::new()
         .filter_level(log::LevelFilter::Warn)
         .target(env_logger::Target::Stderr)
-        .format(crate::units::log_line)
+        .format(|out, record| crate::units::log_line(out, record))
         .try_init();
     match serve() {
         Ok(()) => std::process::exit(0),
