@@ -41,8 +41,8 @@
 
 use std::fmt;
 
-pub use super::civil::format_utc;
-use super::civil::{civil_from_days, days_from_civil, days_in_month, weekday, SECS_PER_DAY};
+pub use crate::units::format_utc;
+use crate::units::{civil_from_days, days_from_civil, days_in_month, weekday, SECS_PER_DAY};
 
 /// How many years after the time searched from [`CronExpr::next_after`]
 /// looks for a match before it gives up: enough to reach the next 29th of

@@ -51,7 +51,6 @@
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
 //! | `periodic.rs` | [`Periodic`] and [`Parameterized`], a job's `periodic` and `parameterized` blocks |
-//! | `civil.rs` | civil dates and seconds since the epoch, for `cron.rs` |
 //! | `cron.rs` | [`CronExpr`]: Nomad's cron expressions and the next time one matches |
 //! | `zone.rs` | [`Zone`]: a `time_zone`'s offsets, read from the host's TZif zone files |
 //! | `service.rs` | [`Service`]: checks and Connect sidecars, shared by groups and tasks |
@@ -60,7 +59,6 @@
 
 mod agent;
 mod artifact;
-mod civil;
 mod cluster;
 mod constraint;
 mod cron;
