@@ -125,52 +125,8 @@ pub fn encode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{self, BufRead};
-    use std::sync::mpsc;
-    use std::thread;
-
-    /// A fake engine on the other end of a socket pair: reads the request
-    /// head and body, sends it back on a channel, then writes `pieces` one
-    /// at a time, each after the test says so on `go` (or at once when
-    /// the test drops its sender).
-    fn serve(pieces: Vec<Vec<u8>>) -> (UnixStream, mpsc::Receiver<String>, mpsc::Sender<()>) {
-        let (ours, theirs) = UnixStream::pair().unwrap();
-        let (request_tx, request_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel::<()>();
-        thread::spawn(move || {
-            let mut theirs = theirs;
-            let mut reader = BufReader::new(theirs.try_clone().unwrap());
-            let mut request = String::new();
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                let line = line.trim_end_matches(['\r', '\n']);
-                if let Some(n) = line.strip_prefix("Content-Length: ") {
-                    length = n.parse().unwrap();
-                }
-                request.push_str(line);
-                request.push('\n');
-                if line.is_empty() {
-                    break;
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            request.push_str(&String::from_utf8(body).unwrap());
-            let _ = request_tx.send(request);
-            for piece in pieces {
-                let _ = go_rx.recv();
-                theirs.write_all(&piece).unwrap();
-                theirs.flush().unwrap();
-            }
-        });
-        (ours, request_rx, go_tx)
-    }
-
-    fn pieces(parts: &[&str]) -> Vec<Vec<u8>> {
-        parts.iter().map(|p| p.as_bytes().to_vec()).collect()
-    }
+    use http::testing::{pieces, serve};
+    use std::io;
 
     #[test]
     fn sends_the_request_line_headers_and_body() {

@@ -17,5 +17,7 @@
 
 pub mod client;
 pub mod server;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 mod syntax;
