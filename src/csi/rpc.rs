@@ -20,7 +20,7 @@ use grpcio::{
 use protobuf::Message;
 
 use super::convert::ConvertError;
-use super::error::{Code, Error, Rpc};
+use super::error::{Class, Code, Error, Rpc};
 
 /// The process-wide gRPC environment: two completion-queue threads serve
 /// every channel the process opens.
@@ -243,13 +243,19 @@ fn from_grpc(rpc: Rpc, err: grpcio::Error) -> Error {
     }
 }
 
-/// A reply that breaks the spec: nothing to retry, the plugin is wrong.
+/// A reply that breaks the spec: the plugin is wrong. It answered OK,
+/// though, so it did what it was asked, and what that was the reply does
+/// not say: as after a call that was not answered, the outcome is
+/// uncertain (a CreateVolume's record stays, and the same request, sent
+/// again, tells).
 pub(super) fn invalid(rpc: Rpc, err: ConvertError) -> Error {
-    Error::new(
+    let mut error = Error::new(
         rpc,
         Code::Internal,
         format!("plugin sent an invalid reply: {err}"),
-    )
+    );
+    error.class = Class::Uncertain;
+    error
 }
 
 /// For tests of gRPC servers and clients.

@@ -15,6 +15,7 @@
 //! ValidateVolumeCapabilities omit-confirmed
 //! ValidateVolumeCapabilities confirm=multi-node-reader-only,xfs
 //! ControllerExpandVolume node-expansion-required
+//! CreateVolume answer-empty
 //! * code=INTERNAL count=1
 //! ```
 //!
@@ -57,6 +58,10 @@ pub enum Action {
     /// ControllerExpandVolume: answer `node_expansion_required`, as a
     /// plugin whose file systems grow on the node does.
     NodeExpansionRequired,
+    /// Do the call's work, then answer its empty response: an invalid
+    /// reply where the answer has a required field (CreateVolume's
+    /// `volume`), from a plugin that did what it was asked.
+    AnswerEmpty,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +114,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<Rule>, String> {
                 "skip" => action = Some(Action::Skip),
                 "omit-confirmed" => action = Some(Action::OmitConfirmed),
                 "node-expansion-required" => action = Some(Action::NodeExpansionRequired),
+                "answer-empty" => action = Some(Action::AnswerEmpty),
                 "confirm" => {
                     let (mode, fs) = value.split_once(',').unwrap_or((value, ""));
                     action = Some(Action::Confirm {

@@ -241,6 +241,7 @@ where
         // The node's release calls forget their record too (see
         // `node.rs`); any other call just answers.
         Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
+        Some(Action::AnswerEmpty) => work(plugin, None).map(|_| Resp::default()),
         other => work(plugin, other),
     }
 }

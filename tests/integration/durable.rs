@@ -461,6 +461,31 @@ fn a_create_the_plugin_did_not_answer_is_sent_again_until_the_volume_is_made() {
 }
 
 #[test]
+fn a_create_answered_with_an_invalid_reply_keeps_its_record_and_is_sent_again() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    // The plugin makes the volume, then answers OK without it: a reply
+    // the spec does not allow, from a plugin that did what it was asked.
+    // Dropping the record would leave its volume where nobody knows of it.
+    rig.plugin.set_faults("CreateVolume answer-empty count=1\n");
+    let err = connect(&rig.agent)
+        .volume_create("v1.hcl", &big_spec("v1"))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("invalid reply"), "{text}");
+    assert!(text.contains("may have been created"), "{text}");
+    let v1 = wait_volume(&rig.agent, "v1", "created", |v| v.created, LONG);
+    assert!(!v1.creating && !v1.external_id.is_empty(), "{v1:#?}");
+    assert_eq!(create_calls(&rig.plugin, "v1"), 2, "sent again, same name");
+    let listed = rig.plugin.csi_client().list_volumes(0, "").unwrap();
+    assert_eq!(listed.entries.len(), 1, "one volume in the plugin");
+    connect(&rig.agent).volume_delete("v1").unwrap();
+    rig.assert_nothing_left();
+}
+
+#[test]
 fn a_create_cut_short_by_a_crash_is_sent_again_and_its_volume_kept() {
     if !require_root() {
         return;
