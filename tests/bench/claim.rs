@@ -24,6 +24,8 @@ pub const WARMUP: usize = 5;
 pub struct ClaimResult {
     pub runs: usize,
     pub delay: Duration,
+    /// The agent's `volume_stats_interval`, when the run set it.
+    pub stats_interval: Option<Duration>,
     pub agent_claim: Samples,
     pub agent_release: Samples,
     pub floor_claim: Samples,
@@ -57,6 +59,12 @@ impl Setup {
         if trace {
             agent.trace_to(&crate::anatomy::trace_file(&dir));
         }
+        if let Some(interval) = opts.stats_interval {
+            agent.append_config(&format!(
+                "\nvolume_stats_interval = \"{}ms\"\n",
+                interval.as_millis()
+            ));
+        }
         agent.start();
         agent.wait_healthy(1);
         agent
@@ -84,6 +92,7 @@ pub fn run(opts: &Options, root: &Path) -> ClaimResult {
     let mut result = ClaimResult {
         runs: opts.claim_runs,
         delay: opts.claim_delay,
+        stats_interval: opts.stats_interval,
         agent_claim: Samples::default(),
         agent_release: Samples::default(),
         floor_claim: Samples::default(),

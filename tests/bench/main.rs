@@ -69,6 +69,9 @@ usage: cargo bench --bench agent -- [ARGS]   (or: make bench BENCH_ARGS=\"ARGS\"
                        docker CLI, P11 those and systemd-socket-activate)
   --runs N             P1: claims and releases measured (default 200)
   --delay DUR          P1: per-RPC delay injected in the plugin (default 0)
+  --stats-interval DUR P1: volume_stats_interval of its agent (default: the
+                       agent's, 60s; 0s turns the usage polls off, to see
+                       that they do not move P1)
   --storm N            P2/P4: claims (default 1000)
   --storm-plugins N    P2/P4: plugins the volumes spread over (default 5)
   --storm-delay DUR    P2/P4: per-RPC delay injected in every plugin (default 5ms)
@@ -119,6 +122,8 @@ pub struct Options {
     pub only: Option<Vec<String>>,
     pub claim_runs: usize,
     pub claim_delay: Duration,
+    /// P1's agent's `volume_stats_interval`; `None` leaves its default.
+    pub stats_interval: Option<Duration>,
     pub storm_claims: usize,
     pub storm_plugins: usize,
     pub storm_delay: Duration,
@@ -150,6 +155,7 @@ impl Options {
             only: None,
             claim_runs: 200,
             claim_delay: Duration::ZERO,
+            stats_interval: None,
             storm_claims: 1000,
             storm_plugins: 5,
             storm_delay: Duration::from_millis(5),
@@ -201,6 +207,7 @@ impl Options {
                 }
                 "--runs" => opts.claim_runs = number(value()?)?,
                 "--delay" => opts.claim_delay = duration(value()?)?,
+                "--stats-interval" => opts.stats_interval = Some(duration(value()?)?),
                 "--storm" => opts.storm_claims = number(value()?)?,
                 "--storm-plugins" => opts.storm_plugins = number(value()?)?,
                 "--storm-delay" => opts.storm_delay = duration(value()?)?,
@@ -660,11 +667,17 @@ fn calibration_rows(table: &mut Table, c: &calibrate::Calibration) {
 }
 
 fn claim_rows(table: &mut Table, r: &claim::ClaimResult) {
-    let delay = if r.delay.is_zero() {
+    let mut delay = if r.delay.is_zero() {
         String::new()
     } else {
         format!(", {} per RPC", format_duration(r.delay))
     };
+    if let Some(interval) = r.stats_interval {
+        delay.push_str(&format!(
+            ", volume_stats_interval {}",
+            format_duration(interval)
+        ));
+    }
     let claim_ratio = ratio(r.agent_claim.p50(), r.floor_claim.p50());
     table.push(Row {
         id: "P1",
