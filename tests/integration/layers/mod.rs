@@ -111,10 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // cli: `job` dispatches to `job plan`, which borrows `job_cmd`'s
-    // refusal of undeclared inputs.
-    ("cli::job_cmd", "cli::job_plan"),
-    ("cli::job_plan", "cli::job_cmd"),
     // cluster: `node` borrows `member`'s clock (`unix_ms_now`).
     ("cluster::member", "cluster::node"),
     ("cluster::node", "cluster::member"),
