@@ -111,9 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // cluster: `node` borrows `member`'s clock (`unix_ms_now`).
-    ("cluster::member", "cluster::node"),
-    ("cluster::node", "cluster::member"),
     // hcl (crates/hcl): the AST holds the JSON syntax's block views, the
     // lexer the AST's `Error` and `Pos`, and the evaluator and its
     // functions call each other; to untangle inside the crate.
