@@ -122,17 +122,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hcl::lexer", "hcl::ast"),
     ("hcl::parser", "hcl::ast"),
     ("hcl::parser", "hcl::lexer"),
-    // hostpath: the controller and the block code share checks both ways,
-    // the methods table and the service share the `Sink` type, and the
-    // state and its records name each other's types.
-    ("hostpath::block", "hostpath::controller"),
-    ("hostpath::block", "hostpath::node"),
-    ("hostpath::controller", "hostpath::block"),
-    ("hostpath::methods", "hostpath::service"),
-    ("hostpath::node", "hostpath::controller"),
-    ("hostpath::records", "hostpath::state"),
-    ("hostpath::service", "hostpath::methods"),
-    ("hostpath::state", "hostpath::records"),
     // spec: the job tree's types name their parents (task -> job, service
     // and template -> task), agent and cluster configs each other's, and
     // the cron expressions and time zones each other's helpers.
