@@ -10,7 +10,7 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::server::Error;
+use super::server_error::Error;
 use crate::sys::peercred;
 
 /// Binds a temporary name next to `path`, makes it 0600, and renames it to

@@ -22,6 +22,7 @@ pub mod server;
 mod server_error;
 mod session;
 mod session_docker;
+mod session_output;
 mod session_reads;
 mod wire;
 mod wire_jobs;

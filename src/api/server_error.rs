@@ -1,5 +1,6 @@
-//! Why the control API's server cannot start: `server.rs`'s error, in a
-//! file of its own.
+//! Why the control API's server cannot start: its socket cannot be bound
+//! (`listen.rs`), gRPC or its thread cannot start (`server.rs`). Both
+//! return it; `server.rs` names it as the server's public error.
 
 use std::fmt;
 use std::io;

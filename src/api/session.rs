@@ -10,7 +10,9 @@
 //! polls the command's stdout and stderr (or its pty) and sends them, then
 //! the exit code. A caller that goes away has the command's process group
 //! killed. A docker task's command is an exec of its container instead
-//! (`session_docker.rs`), with the same limits.
+//! (`session_docker.rs`), with the same limits; both send their output
+//! through the same sink, in messages of the same size
+//! (`session_output.rs`).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -19,13 +21,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::thread;
-use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use futures_util::{FutureExt as _, StreamExt as _};
 use grpcio::{DuplexSink, RequestStream, RpcContext, UnarySink};
 
 use super::outbound::Outbound;
+use super::session_output::{ExecSink, CHUNK, EXIT_CHECK};
 use super::{wire, wire_session, Call, CallError, ErrorKind, ReplyTo, Request, Response};
 use crate::csi::rpc::block_on;
 use crate::proto::agent as pb;
@@ -36,13 +38,6 @@ use crate::task::exec_target::{SessionLookup, SessionTarget};
 /// The most `alloc exec` and `alloc fs` calls served at once; one more is
 /// refused (`Unavailable`) with an error naming this bound.
 pub const MAX_SESSIONS: usize = 8;
-
-/// The most bytes of output one message carries.
-pub(super) const CHUNK: usize = 32 * 1024;
-
-/// How often the output loop looks whether the command ended while
-/// something else (a background process) holds its output open.
-pub(super) const EXIT_CHECK: Duration = Duration::from_millis(100);
 
 /// The sessions of one server: how many run, and where lookups go.
 #[derive(Clone)]
@@ -351,9 +346,6 @@ pub(super) fn other_response() -> CallError {
         "the agent answered a session's lookup with another response",
     )
 }
-
-/// An `alloc exec` call's output side.
-pub(super) type ExecSink = Outbound<DuplexSink<pb::AllocExecOutput>>;
 
 /// Writes the caller's stdin to the command and applies its window sizes
 /// until the caller's stream ends; a stream that ends or fails while the

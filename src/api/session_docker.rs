@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt as _;
 use grpcio::RequestStream;
 
-use super::session::{ExecSink, CHUNK, EXIT_CHECK};
+use super::session_output::{ExecSink, CHUNK, EXIT_CHECK};
 use super::{wire, wire_session, CallError, ErrorKind};
 use crate::csi::rpc::block_on;
 use crate::docker::{demultiplex, Demux, Engine, Error as EngineError};

@@ -14,6 +14,7 @@ use super::job_inputs::{self, VAR_FLAGS};
 use super::job_watch;
 use super::json::from_message;
 use super::plugin_cmd::columns;
+use super::validate;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
 use crate::plugin::fingerprint::from_unix_ms;
@@ -167,29 +168,14 @@ fn connect(args: &args::Args) -> Result<AgentClient, CliError> {
     )?)?)
 }
 
-/// Prints `errors`, one a line, and fails as `validate` fails one file,
-/// if there are any.
-pub(super) fn refuse_if_any(errors: &[impl std::fmt::Display]) -> Result<(), CliError> {
-    if errors.is_empty() {
-        return Ok(());
-    }
-    for err in errors {
-        eprintln!("{err}");
-    }
-    Err(CliError::Validate(super::validate::Failed {
-        invalid: 1,
-        total: 1,
-    }))
-}
-
 fn run_job(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(RUN_FLAGS, argv)?;
     args.at_most(1)?;
     let path = args.positional(0, "the job FILE")?;
     let (file, hcl) = job_inputs::read_source(path, "job file")?;
     let mut inputs = job_inputs::gather(&args, path)?;
-    refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
-    refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
+    validate::refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
+    validate::refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
     let watch = job_watch::options(&args)?;
     let check_index = match args.value("check-index") {
         None => None,

@@ -73,8 +73,8 @@ fn plan(argv: &[String]) -> Result<i32, CliError> {
     let path = args.positional(0, "the job FILE")?;
     let (file, hcl) = job_inputs::read_source(path, "job file")?;
     let mut inputs = job_inputs::gather(&args, path)?;
-    super::job_cmd::refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
-    super::job_cmd::refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
+    super::validate::refuse_if_any(&job_inputs::undeclared(&inputs, &file, &hcl))?;
+    super::validate::refuse_if_any(&job_inputs::read_job_files(&mut inputs, &file, &hcl))?;
     let client = AgentClient::connect(&resolve_address(args.value("address"))?)?;
     let resp = client.job_plan(&file, &hcl, job_inputs::to_api(&inputs))?;
     let code = if creates_or_destroys(&resp) {

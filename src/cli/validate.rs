@@ -54,6 +54,22 @@ impl fmt::Display for Failed {
 
 impl std::error::Error for Failed {}
 
+/// Prints `errors`, one a line, and fails as `validate` fails one file,
+/// if there are any: how `job run` and `job plan` refuse a job file whose
+/// inputs do not fit it before they send it.
+pub(super) fn refuse_if_any(errors: &[impl std::fmt::Display]) -> Result<(), CliError> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    for err in errors {
+        eprintln!("{err}");
+    }
+    Err(CliError::Validate(Failed {
+        invalid: 1,
+        total: 1,
+    }))
+}
+
 pub fn run(argv: &[String]) -> Result<(), CliError> {
     let args = args::parse(&VAR_FLAGS, argv)?;
     if args.positional.is_empty() {

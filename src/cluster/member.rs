@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
@@ -60,18 +60,11 @@ pub struct Member {
     revoke: Arc<AtomicBool>,
 }
 
-/// The wall clock in Unix milliseconds, for records people read.
-pub fn unix_ms_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// The node's record: its name, when it started, its plugins.
 pub fn record(node: &str, plugins: Vec<pb::NodePlugin>) -> pb::NodeRecord {
     pb::NodeRecord {
         node: node.to_string(),
-        registered_unix_ms: unix_ms_now(),
+        registered_unix_ms: node::unix_ms_now(),
         plugins,
         ..Default::default()
     }

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{at, bounded, select, Receiver, Sender};
 use protobuf::Message;
@@ -38,6 +38,14 @@ pub enum NodeEvent {
     Disconnected { reason: String },
     /// Registered again after a disconnection, under a new lease.
     Reconnected { lease: i64 },
+}
+
+/// The wall clock in Unix milliseconds, for records people read: when
+/// a node record says its node registered.
+pub fn unix_ms_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Why a node could not register.
@@ -388,7 +396,7 @@ fn keep_alive(
                 } else {
                     // Registered anew: the record says when.
                     if let Ok(mut record) = pb::NodeRecord::parse_from_bytes(&lease.record) {
-                        record.registered_unix_ms = super::member::unix_ms_now();
+                        record.registered_unix_ms = unix_ms_now();
                         lease.record = record
                             .write_to_bytes()
                             .expect("encoding a node record cannot fail");

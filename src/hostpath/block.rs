@@ -229,7 +229,7 @@ impl Plugin {
                 ),
             ));
         }
-        super::controller::check_no_shrink(id, len, range)?;
+        super::checks::check_no_shrink(id, len, range)?;
         for device in devices(&backing)? {
             loop_dev::refresh_capacity(&device).map_err(|e| loop_error("cannot grow", e))?;
             log::info!("{device} shows the {len} bytes of {}", backing.display());
@@ -343,7 +343,7 @@ impl Plugin {
         target: &Path,
         read_only: bool,
     ) -> RpcResult<()> {
-        if super::node::is_mount_point(target)? {
+        if super::checks::is_mount_point(target)? {
             for device in devices(&self.backing_file(id))? {
                 if holds_device(target, &device)? {
                     return if device.read_only == read_only {

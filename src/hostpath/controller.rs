@@ -8,8 +8,9 @@ use std::fs;
 use protobuf::MessageField;
 
 use super::block;
+use super::checks::check_no_shrink;
 use super::faults::Action;
-use super::records::Key;
+use super::record_key::Key;
 use super::state::{State, VolumeKind, VolumeRecord};
 use super::{capacity_range, internal, page, required, status, volume_id, Plugin, RpcResult};
 use crate::csi::convert::{self, capabilities_from_proto};
@@ -562,19 +563,4 @@ impl Plugin {
 /// The nodes volume `record` is attached to.
 fn published_nodes(record: &VolumeRecord) -> Vec<String> {
     record.attached.iter().map(|(n, _)| n.clone()).collect()
-}
-
-/// OUT_OF_RANGE if volume `id` of `capacity` bytes would have to shrink
-/// to fit `range`.
-pub(super) fn check_no_shrink(id: &str, capacity: i64, range: &CapacityRange) -> RpcResult<()> {
-    if range.limit_bytes > 0 && capacity > range.limit_bytes {
-        return Err(status(
-            Code::OutOfRange,
-            format!(
-                "volume {id} has {capacity} bytes, more than limit_bytes {}: volumes do not shrink",
-                range.limit_bytes
-            ),
-        ));
-    }
-    Ok(())
 }

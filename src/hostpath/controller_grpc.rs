@@ -5,7 +5,7 @@
 
 use grpcio::RpcContext;
 
-use super::methods::Sink;
+use super::service::Sink;
 
 use super::controller::capabilities;
 use super::faults::Action;

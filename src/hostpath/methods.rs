@@ -15,17 +15,14 @@
 //! call.
 
 use futures_util::FutureExt as _;
-use grpcio::{RpcContext, ServiceBuilder, UnarySink};
+use grpcio::{RpcContext, ServiceBuilder};
 use protobuf::Message;
 
-use super::service::Service;
+use super::service::{Service, Sink};
 use super::status;
 use crate::csi::error::Code;
 use crate::csi::proto::csi_grpc as g;
 use crate::csi::rpc::bytes_method;
-
-/// Where an RPC's answer goes: encoded, as the byte methods send it.
-pub(super) type Sink = UnarySink<Vec<u8>>;
 
 /// An RPC's entry: decodes its request and serves it.
 type Entry = fn(&Service, &RpcContext, &[u8], Sink);

@@ -91,6 +91,7 @@
 //! of a volume still reach).
 
 mod block;
+mod checks;
 mod content;
 mod controller;
 mod controller_grpc;
@@ -98,6 +99,7 @@ pub mod faults;
 pub mod in_flight;
 mod methods;
 mod node;
+pub mod record_key;
 pub mod records;
 mod service;
 mod snapshots;
@@ -119,7 +121,8 @@ use crate::csi::proto::csi as pb;
 use crate::csi::types::CapacityRange;
 use crate::spec::PluginType;
 use faults::{Faults, Trace};
-use records::{Hold, Key, SharedState, StateGuard};
+use record_key::Key;
+use records::{Hold, SharedState, StateGuard};
 use state::State;
 use strict::{Advertised, Call, Service as CsiService};
 use verdict::StrictMode;

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 
 use grpcio::RpcContext;
 
-use super::methods::Sink;
+use super::service::Sink;
 use protobuf::MessageField;
 
-use super::controller::check_no_shrink;
+use super::checks::{check_no_shrink, is_mount_point};
 use super::faults::Action;
 use super::state::{Staged, VolumeKind};
 use super::strict::Call;
@@ -51,15 +51,6 @@ fn holds(path: &Path, dir: &Path) -> RpcResult<bool> {
     }
     mount::is_mount_point(path)
         .map_err(|e| internal("cannot read the mount table", crate::error_chain(&e)))
-}
-
-pub(super) fn is_mount_point(path: &Path) -> RpcResult<bool> {
-    mount::is_mount_point_if_present(path).map_err(|e| {
-        internal(
-            "cannot tell whether the path is a mount point",
-            crate::error_chain(&e),
-        )
-    })
 }
 
 /// The capability as recorded for staging idempotency (no flags): a

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::thread;
 
-use grpcio::{RpcContext, RpcStatus};
+use grpcio::{RpcContext, RpcStatus, UnarySink};
 
 use super::faults::Action;
-use super::methods::Sink;
 use super::strict::{Call, Service as CsiService};
 use super::{status, Plugin, RpcResult, PLUGIN_NAME, PUBLISH_CONTEXT_KEY};
 use crate::csi::convert;
@@ -16,6 +15,10 @@ use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::rpc::block_on;
 use crate::csi::types::{PluginCapability, StringMap};
+
+/// Where an RPC's answer goes: encoded, as the byte methods send it
+/// (`methods.rs`).
+pub(super) type Sink = UnarySink<Vec<u8>>;
 
 /// The plugin as a grpcio service: cheap to clone, one per service.
 #[derive(Clone)]

@@ -25,7 +25,8 @@ use std::time::SystemTime;
 use protobuf::MessageField;
 
 use super::content;
-use super::records::{BaseDirHold, Hold, Key};
+use super::record_key::Key;
+use super::records::{BaseDirHold, Hold};
 use super::state::{SnapshotRecord, State, VolumeKind, VolumeRecord};
 use super::{internal, page, required, status, Plugin, RpcResult};
 use crate::csi::error::Code;

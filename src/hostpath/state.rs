@@ -27,7 +27,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::records::Key;
+use super::record_key::Key;
 use crate::csi::model::{AttachmentMode, Capability};
 use crate::csi::types::ContentSource;
 

@@ -111,19 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // api: `listen` returns the server's `Error`; the docker exec session
-    // shares `session`'s sink and constants, and `session` dispatches to it.
-    ("api::listen", "api::server"),
-    ("api::server", "api::listen"),
-    ("api::session", "api::session_docker"),
-    ("api::session_docker", "api::session"),
-    // cli: `job` dispatches to `job plan`, which borrows `job_cmd`'s
-    // refusal of undeclared inputs.
-    ("cli::job_cmd", "cli::job_plan"),
-    ("cli::job_plan", "cli::job_cmd"),
-    // cluster: `node` borrows `member`'s clock (`unix_ms_now`).
-    ("cluster::member", "cluster::node"),
-    ("cluster::node", "cluster::member"),
     // hcl (crates/hcl): the AST holds the JSON syntax's block views, the
     // lexer the AST's `Error` and `Pos`, and the evaluator and its
     // functions call each other; to untangle inside the crate.
@@ -135,17 +122,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hcl::lexer", "hcl::ast"),
     ("hcl::parser", "hcl::ast"),
     ("hcl::parser", "hcl::lexer"),
-    // hostpath: the controller and the block code share checks both ways,
-    // the methods table and the service share the `Sink` type, and the
-    // state and its records name each other's types.
-    ("hostpath::block", "hostpath::controller"),
-    ("hostpath::block", "hostpath::node"),
-    ("hostpath::controller", "hostpath::block"),
-    ("hostpath::methods", "hostpath::service"),
-    ("hostpath::node", "hostpath::controller"),
-    ("hostpath::records", "hostpath::state"),
-    ("hostpath::service", "hostpath::methods"),
-    ("hostpath::state", "hostpath::records"),
     // spec: the job tree's types name their parents (task -> job, service
     // and template -> task), agent and cluster configs each other's, and
     // the cron expressions and time zones each other's helpers.
