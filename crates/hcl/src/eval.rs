@@ -17,10 +17,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use super::ast::{
-    BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, Syntax, UnaryOp,
-};
+use super::ast::{BinaryOp, Body, Expr, Item, Key, Number, Part, Step, Syntax, UnaryOp};
+use super::error::Error;
 use super::functions;
+use super::pos::{Pos, Span};
 
 mod collections;
 mod dynamic;

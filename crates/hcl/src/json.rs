@@ -39,8 +39,10 @@
 
 use std::collections::HashMap;
 
-use super::ast::{Attribute, Body, Error, Expr, Item, Key, Number, Pos, Span, Syntax};
+use super::ast::{Attribute, Body, Expr, Item, Key, Number, Syntax};
+use super::error::Error;
 use super::parser::MAX_NESTING;
+use super::pos::{Pos, Span};
 
 mod blocks;
 mod template;

@@ -12,7 +12,9 @@
 use std::collections::BTreeMap;
 
 use super::{eval, index, render, Scope, Value};
-use crate::ast::{Error, Expr, ForExpr, Ident, Part, Pos, Step};
+use crate::ast::{Expr, ForExpr, Ident, Part, Step};
+use crate::error::Error;
+use crate::pos::Pos;
 
 /// How many elements the `for` expressions of one scope may make in all:
 /// far more than any job file needs.

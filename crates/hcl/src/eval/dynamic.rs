@@ -21,7 +21,8 @@
 
 use super::collections::{count_iteration, elements};
 use super::{eval, evaluate_body, evaluate_in_place, Scope, Value};
-use crate::ast::{Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label};
+use crate::ast::{Attribute, Block, Body, Expr, Ident, Item, Key, Label};
+use crate::error::Error;
 
 /// The attributes and the block a `dynamic` block takes.
 const KEYS: &str = "for_each, iterator, labels and one content block";
@@ -284,7 +285,7 @@ pub(super) fn expand_json_body(
     body.items = entries
         .into_iter()
         .map(|(key, value)| {
-            let span = crate::ast::Span::new(key.span.start, value.span().end);
+            let span = crate::pos::Span::new(key.span.start, value.span().end);
             Item::Attribute(Attribute::new(key, value, span))
         })
         .collect();

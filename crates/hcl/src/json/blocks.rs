@@ -14,7 +14,8 @@ use std::cell::OnceCell;
 use std::fmt;
 
 use super::{body, COMMENT_KEY};
-use crate::ast::{Block, Expr, Ident, Key, Label, Pos, Span};
+use crate::ast::{Block, Expr, Ident, Key, Label};
+use crate::pos::{Pos, Span};
 
 /// The blocks a JSON property stands for (see
 /// [`Attribute::json_blocks`](crate::Attribute::json_blocks)), and
