@@ -3,11 +3,14 @@
 
 use std::fmt;
 
-use super::json::{BlockViews, JsonBlocks};
 use crate::pos::{Pos, Span};
 
+mod json_body;
 mod number;
 
+use json_body::BlockViews;
+pub(crate) use json_body::COMMENT_KEY;
+pub use json_body::{JsonBlocks, Misshapen};
 pub use number::Number;
 
 /// The two syntaxes of HCL a file can be written in.

@@ -56,13 +56,12 @@ mod pos;
 mod tests;
 
 pub use ast::{
-    Attribute, BinaryOp, Block, Body, Expr, ForExpr, Ident, Item, Key, Label, Number, Part, Step,
-    Syntax, UnaryOp,
+    Attribute, BinaryOp, Block, Body, Expr, ForExpr, Ident, Item, JsonBlocks, Key, Label,
+    Misshapen, Number, Part, Step, Syntax, UnaryOp,
 };
 pub use error::Error;
 pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
 pub use functions::names as function_names;
-pub use json::{JsonBlocks, Misshapen};
 pub use parser::MAX_NESTING;
 pub use pos::{Pos, Span};
 
