@@ -51,6 +51,7 @@ pub mod json;
 mod lexer;
 mod parser;
 mod pos;
+mod value;
 
 #[cfg(test)]
 mod tests;
@@ -60,10 +61,11 @@ pub use ast::{
     Misshapen, Number, Part, Step, Syntax, UnaryOp,
 };
 pub use error::Error;
-pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
-pub use functions::names as function_names;
+pub use eval::{eval, evaluate, evaluate_in_place, Scope};
+pub use functions::{names as function_names, FileSource};
 pub use parser::MAX_NESTING;
 pub use pos::{Pos, Span};
+pub use value::Value;
 
 /// Parses `src`, the contents of the file named `file`, in HCL's native
 /// syntax into its body. The file name is only used in error messages.

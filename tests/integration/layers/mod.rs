@@ -124,10 +124,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     // cluster: `node` borrows `member`'s clock (`unix_ms_now`).
     ("cluster::member", "cluster::node"),
     ("cluster::node", "cluster::member"),
-    // hcl (crates/hcl): the evaluator and its functions call each other;
-    // to untangle inside the crate.
-    ("hcl::eval", "hcl::functions"),
-    ("hcl::functions", "hcl::eval"),
     // hostpath: the controller and the block code share checks both ways,
     // the methods table and the service share the `Sink` type, and the
     // state and its records name each other's types.

@@ -20,9 +20,10 @@
 //! `dynamic` block, so that the decoder's errors about them do too.
 
 use super::collections::{count_iteration, elements};
-use super::{eval, evaluate_body, evaluate_in_place, Scope, Value};
+use super::{eval, evaluate_body, evaluate_in_place, Scope};
 use crate::ast::{Attribute, Block, Body, Expr, Ident, Item, Key, Label};
 use crate::error::Error;
+use crate::value::Value;
 
 /// The attributes and the block a `dynamic` block takes.
 const KEYS: &str = "for_each, iterator, labels and one content block";
