@@ -1,90 +1,17 @@
-//! The syntax tree produced by the parser, and the error type shared by the
-//! lexer, the parser and the decoder that consumes the tree.
+//! The syntax tree that both parsers produce, the evaluator rewrites and
+//! the decoders read.
 
 use std::fmt;
 
-use super::json::{BlockViews, JsonBlocks};
+use crate::pos::{Pos, Span};
 
+mod json_body;
 mod number;
 
+use json_body::BlockViews;
+pub(crate) use json_body::COMMENT_KEY;
+pub use json_body::{JsonBlocks, Misshapen};
 pub use number::Number;
-
-/// A position in the source text: a 1-based line and a 1-based column, where
-/// the column counts characters (not bytes) from the start of the line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Pos {
-    /// The line number, starting at 1.
-    pub line: usize,
-    /// The column in characters, starting at 1.
-    pub col: usize,
-}
-
-impl Pos {
-    /// Builds a position from a line and a column.
-    pub const fn new(line: usize, col: usize) -> Pos {
-        Pos { line, col }
-    }
-}
-
-impl fmt::Display for Pos {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.line, self.col)
-    }
-}
-
-/// The extent of a node: where it starts, and the position just after its
-/// last character.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Span {
-    /// The position of the node's first character.
-    pub start: Pos,
-    /// The position just past the node's last character.
-    pub end: Pos,
-}
-
-impl Span {
-    /// Builds a span from its two ends.
-    pub const fn new(start: Pos, end: Pos) -> Span {
-        Span { start, end }
-    }
-}
-
-/// A syntax error, or a decoding error reported against a position in a file.
-///
-/// It displays as `{file}:{line}:{col}: {message}`, the form compilers use,
-/// so that editors can jump to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
-    /// The file name given to [`parse`](crate::parse).
-    pub file: String,
-    /// Where the problem was found.
-    pub pos: Pos,
-    /// What was expected and what was found, in words.
-    pub message: String,
-}
-
-impl Error {
-    /// Builds an error; the decoder uses this for its own messages too.
-    pub fn new(file: &str, pos: Pos, message: impl Into<String>) -> Error {
-        Error {
-            file: file.to_string(),
-            pos,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.pos.line, self.pos.col, self.message
-        )
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The two syntaxes of HCL a file can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -14,197 +14,16 @@
 //! written, for the agent to interpolate when a task starts.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 
-use super::ast::{
-    BinaryOp, Body, Error, Expr, Item, Key, Number, Part, Pos, Span, Step, Syntax, UnaryOp,
-};
-use super::functions;
+use super::ast::{BinaryOp, Body, Expr, Item, Part, Step, Syntax, UnaryOp};
+use super::error::Error;
+use super::functions::{self, FileSource};
+use super::pos::Pos;
+use super::value::{within_string_limit, Value};
 
 mod collections;
 mod dynamic;
-
-/// A value that an expression evaluates to.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Null,
-    Bool(bool),
-    Number(Number),
-    String(String),
-    List(Vec<Value>),
-    /// An object or a map, its entries in order.
-    Object(Vec<(String, Value)>),
-}
-
-impl Value {
-    /// The type in words, for messages.
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Value::Null => "null",
-            Value::Bool(_) => "bool",
-            Value::Number(_) => "number",
-            Value::String(_) => "string",
-            Value::List(_) => "list",
-            Value::Object(_) => "object",
-        }
-    }
-
-    /// A number from an `f64`, written without a fraction when it is whole.
-    pub fn number(value: f64) -> Value {
-        let text = if value.fract() == 0.0 && value.abs() < 1e15 {
-            format!("{value:.0}")
-        } else {
-            value.to_string()
-        };
-        Value::Number(Number::new(text))
-    }
-
-    /// The value as text in a string template: strings as they are,
-    /// numbers and bools as HCL writes them; other types have no text.
-    pub fn as_text(&self) -> Option<String> {
-        match self {
-            Value::String(text) => Some(text.clone()),
-            Value::Number(number) => Some(number.text().to_string()),
-            Value::Bool(value) => Some(value.to_string()),
-            _ => None,
-        }
-    }
-
-    /// How many values this one holds, itself and all levels below
-    /// included; found without recursion.
-    pub fn size(&self) -> usize {
-        let mut size = 0;
-        let mut stack = vec![self];
-        while let Some(value) = stack.pop() {
-            size += 1;
-            match value {
-                Value::List(items) => stack.extend(items),
-                Value::Object(entries) => stack.extend(entries.iter().map(|(_, v)| v)),
-                _ => {}
-            }
-        }
-        size
-    }
-
-    /// How many bytes of text this one holds (strings and object keys),
-    /// all levels below included; found without recursion.
-    pub fn bytes(&self) -> usize {
-        let mut bytes = 0usize;
-        let mut stack = vec![self];
-        while let Some(value) = stack.pop() {
-            match value {
-                Value::String(text) => bytes = bytes.saturating_add(text.len()),
-                Value::List(items) => stack.extend(items),
-                Value::Object(entries) => {
-                    for (key, value) in entries {
-                        bytes = bytes.saturating_add(key.len());
-                        stack.push(value);
-                    }
-                }
-                _ => {}
-            }
-        }
-        bytes
-    }
-
-    /// The entry `key` of an object.
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        match self {
-            Value::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    /// The literal expression with this value, placed at `span`.
-    pub fn to_expr(&self, span: Span) -> Expr {
-        match self {
-            Value::Null => Expr::Null { span },
-            Value::Bool(value) => Expr::Bool {
-                value: *value,
-                span,
-            },
-            Value::Number(value) => Expr::Number {
-                value: value.clone(),
-                span,
-            },
-            Value::String(value) => Expr::String {
-                value: value.clone(),
-                span,
-            },
-            Value::List(items) => Expr::List {
-                items: items.iter().map(|item| item.to_expr(span)).collect(),
-                span,
-            },
-            Value::Object(entries) => Expr::Object {
-                entries: entries
-                    .iter()
-                    .map(|(key, value)| {
-                        let key = Key {
-                            name: key.clone(),
-                            quoted: true,
-                            span,
-                        };
-                        (key, value.to_expr(span))
-                    })
-                    .collect(),
-                span,
-            },
-        }
-    }
-}
-
-/// The files that `file()` may read: those given (what the agent was sent
-/// with a job) and, when `dir` is set (the CLI, where the job file is),
-/// any other, read relative to `dir` and recorded in `read` so that they
-/// can be sent along.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FileSource {
-    pub given: BTreeMap<String, String>,
-    pub dir: Option<PathBuf>,
-    pub read: RefCell<BTreeMap<String, String>>,
-    /// Files `file()` named and could not read from `dir` (missing, or
-    /// past [`MAX_STRING`]): the CLI reports these itself, since they are
-    /// not sent to the agent.
-    pub unread: RefCell<BTreeSet<String>>,
-}
-
-impl FileSource {
-    /// The text of `path` as `file()` was given it.
-    pub(crate) fn text(&self, path: &str) -> Result<String, String> {
-        if let Some(text) = self.given.get(path) {
-            return Ok(text.clone());
-        }
-        if let Some(text) = self.read.borrow().get(path) {
-            return Ok(text.clone());
-        }
-        let Some(dir) = &self.dir else {
-            return Err(format!("file {path:?} was not sent with the job"));
-        };
-        // Read to one byte past the bound, so that a longer file (or
-        // `/dev/zero`) is refused, not read whole.
-        let mut text = String::new();
-        let read = std::fs::File::open(dir.join(path))
-            .and_then(|f| {
-                std::io::Read::read_to_string(
-                    &mut std::io::Read::take(f, MAX_STRING as u64 + 1),
-                    &mut text,
-                )
-            })
-            .map_err(|err| format!("cannot read {path:?}: {err}"))
-            .and_then(|_| {
-                within_string_limit(text.len()).map_err(|err| format!("{path:?}: {err}"))
-            });
-        if let Err(err) = read {
-            self.unread.borrow_mut().insert(path.to_string());
-            return Err(err);
-        }
-        self.read
-            .borrow_mut()
-            .insert(path.to_string(), text.clone());
-        Ok(text)
-    }
-}
 
 /// What expressions may refer to: the file's variables and locals, and
 /// the files `file()` reads.
@@ -249,21 +68,6 @@ pub(crate) const MAX_COPIED: usize = 10_000_000;
 
 /// How many bytes of text the references of one scope may copy in all.
 pub const MAX_COPIED_BYTES: usize = 64 << 20;
-
-/// The longest string an expression may make: a string template, a
-/// function's result, a file `file()` reads.
-pub const MAX_STRING: usize = 16 << 20;
-
-/// Refuses a string of `len` bytes past [`MAX_STRING`], before it is made.
-pub(crate) fn within_string_limit(len: usize) -> Result<(), String> {
-    if len > MAX_STRING {
-        return Err(format!(
-            "a string of {len} bytes exceeds {} MiB (the HCL string limit)",
-            MAX_STRING >> 20
-        ));
-    }
-    Ok(())
-}
 
 impl Scope<'_> {
     /// Counts the values of `value`, which a reference copies, against

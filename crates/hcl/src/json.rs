@@ -4,9 +4,10 @@
 //!
 //! Nomad reads volume specs and job files named `*.json` in this syntax
 //! (`nomad volume init -json` writes one), so csi-agent does too. A file is
-//! one object, and each of its properties is an [`Attribute`] of the body;
-//! its value becomes an [`Expr`] as a native value would (an object an
-//! [`Expr::Object`], an array an [`Expr::List`]). JSON cannot say whether a
+//! one object, and each of its properties is an
+//! [`Attribute`](crate::Attribute) of the body; its value becomes an
+//! [`Expr`] as a native value would (an object an [`Expr::Object`], an
+//! array an [`Expr::List`]). JSON cannot say whether a
 //! property is a block, and HCL leaves that to the schema; here the decoder
 //! decides as it asks:
 //!
@@ -18,10 +19,12 @@
 //!   whose keys are the labels, each holding a block's body as above:
 //!   `{"job": {"web": {"group": {"g": {...}}}}}`.
 //!
-//! [`Attribute::json_blocks`] builds those blocks on the first request and
-//! keeps them in the attribute (`json/blocks.rs`), so a decoder borrows them
-//! from the tree as it borrows native blocks, and the tree is never rebuilt.
-//! As in HCL, a property named `//` in a body is a comment and is left out.
+//! [`Attribute::json_blocks`](crate::Attribute::json_blocks) builds those
+//! blocks on the first request and keeps them in the attribute
+//! (`ast/json_body.rs`, which the tree owns), so a decoder borrows them
+//! from the tree as it borrows native blocks, and the tree is never
+//! rebuilt. As in HCL, a property named `//` in a body is a comment and is
+//! left out.
 //!
 //! Strings that are values are read as HCL reads JSON strings, as
 //! templates (`json/template.rs`): `${var.x}`, calls and `%{ }` directives
@@ -39,17 +42,12 @@
 
 use std::collections::HashMap;
 
-use super::ast::{Attribute, Body, Error, Expr, Item, Key, Number, Pos, Span, Syntax};
+use super::ast::{Body, Expr, Key, Number, COMMENT_KEY};
+use super::error::Error;
 use super::parser::MAX_NESTING;
+use super::pos::{Pos, Span};
 
-mod blocks;
 mod template;
-
-pub(crate) use blocks::BlockViews;
-pub use blocks::{JsonBlocks, Misshapen};
-
-/// The key of a comment property in a body.
-const COMMENT_KEY: &str = "//";
 
 /// Parses `src`, the contents of the file named `file`, written in HCL's
 /// JSON syntax, into its body.
@@ -64,23 +62,7 @@ pub fn parse(src: &str, file: &str) -> Result<Body, Error> {
     if parser.peek().is_some() {
         return Err(parser.unexpected("the end of the file after the object"));
     }
-    Ok(body(entries))
-}
-
-/// A body of the JSON syntax from an object's entries, comments left out.
-fn body(entries: Vec<(Key, Expr)>) -> Body {
-    let items = entries
-        .into_iter()
-        .filter(|(key, _)| key.name != COMMENT_KEY)
-        .map(|(key, value)| {
-            let span = Span::new(key.span.start, value.span().end);
-            Item::Attribute(Attribute::new(key, value, span))
-        })
-        .collect();
-    Body {
-        items,
-        syntax: Syntax::Json,
-    }
+    Ok(Body::from_json_object(entries))
 }
 
 /// The parser state: the input, the byte offset of the next character, its

@@ -4,7 +4,8 @@
 //! linear in the size of the input. Strings and heredocs are decoded here,
 //! so the parser only ever sees finished values.
 
-use super::ast::{Error, Pos};
+use super::error::Error;
+use super::pos::Pos;
 
 /// What a token is, with its decoded payload.
 #[derive(Debug, Clone, PartialEq)]

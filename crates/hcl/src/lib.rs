@@ -44,23 +44,28 @@
 //! [`MAX_NESTING`] levels in both, so no input can exhaust the stack.
 
 mod ast;
+mod error;
 mod eval;
 mod functions;
 pub mod json;
 mod lexer;
 mod parser;
+mod pos;
+mod value;
 
 #[cfg(test)]
 mod tests;
 
 pub use ast::{
-    Attribute, BinaryOp, Block, Body, Error, Expr, ForExpr, Ident, Item, Key, Label, Number, Part,
-    Pos, Span, Step, Syntax, UnaryOp,
+    Attribute, BinaryOp, Block, Body, Expr, ForExpr, Ident, Item, JsonBlocks, Key, Label,
+    Misshapen, Number, Part, Step, Syntax, UnaryOp,
 };
-pub use eval::{eval, evaluate, evaluate_in_place, FileSource, Scope, Value};
-pub use functions::names as function_names;
-pub use json::{JsonBlocks, Misshapen};
+pub use error::Error;
+pub use eval::{eval, evaluate, evaluate_in_place, Scope};
+pub use functions::{names as function_names, FileSource};
 pub use parser::MAX_NESTING;
+pub use pos::{Pos, Span};
+pub use value::Value;
 
 /// Parses `src`, the contents of the file named `file`, in HCL's native
 /// syntax into its body. The file name is only used in error messages.

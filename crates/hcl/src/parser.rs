@@ -9,10 +9,10 @@
 
 use std::collections::HashMap;
 
-use super::ast::{
-    Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label, Part, Pos, Span, Step, Syntax,
-};
+use super::ast::{Attribute, Block, Body, Expr, Ident, Item, Key, Label, Part, Step, Syntax};
+use super::error::Error;
 use super::lexer::{Lexer, Token, TokenKind};
+use super::pos::{Pos, Span};
 
 mod for_expr;
 mod operators;

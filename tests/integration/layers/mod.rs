@@ -111,17 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // hcl (crates/hcl): the AST holds the JSON syntax's block views, the
-    // lexer the AST's `Error` and `Pos`, and the evaluator and its
-    // functions call each other; to untangle inside the crate.
-    ("hcl::ast", "hcl::json"),
-    ("hcl::eval", "hcl::functions"),
-    ("hcl::functions", "hcl::eval"),
-    ("hcl::json", "hcl::ast"),
-    ("hcl::json", "hcl::parser"),
-    ("hcl::lexer", "hcl::ast"),
-    ("hcl::parser", "hcl::ast"),
-    ("hcl::parser", "hcl::lexer"),
     // spec: the job tree's types name their parents (task -> job, service
     // and template -> task), agent and cluster configs each other's, and
     // the cron expressions and time zones each other's helpers.

@@ -11,8 +11,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{eval, index, render, Scope, Value};
-use crate::ast::{Error, Expr, ForExpr, Ident, Part, Pos, Step};
+use super::{eval, index, render, Scope};
+use crate::ast::{Expr, ForExpr, Ident, Part, Step};
+use crate::error::Error;
+use crate::pos::Pos;
+use crate::value::{within_string_limit, Value};
 
 /// How many elements the `for` expressions of one scope may make in all:
 /// far more than any job file needs.
@@ -143,7 +146,7 @@ pub(super) fn render_for(
         with_bound(scope, names, element, || render(body, scope, file, out))?;
         // The body's literal text is not checked as it is appended: each
         // turn adds at most a body's worth past the bound.
-        super::within_string_limit(out.len())
+        within_string_limit(out.len())
             .map_err(|message| Error::new(file, collection.pos(), message))?;
     }
     Ok(())

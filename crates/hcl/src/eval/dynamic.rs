@@ -20,8 +20,10 @@
 //! `dynamic` block, so that the decoder's errors about them do too.
 
 use super::collections::{count_iteration, elements};
-use super::{eval, evaluate_body, evaluate_in_place, Scope, Value};
-use crate::ast::{Attribute, Block, Body, Error, Expr, Ident, Item, Key, Label};
+use super::{eval, evaluate_body, evaluate_in_place, Scope};
+use crate::ast::{Attribute, Block, Body, Expr, Ident, Item, Key, Label};
+use crate::error::Error;
+use crate::value::Value;
 
 /// The attributes and the block a `dynamic` block takes.
 const KEYS: &str = "for_each, iterator, labels and one content block";
@@ -284,7 +286,7 @@ pub(super) fn expand_json_body(
     body.items = entries
         .into_iter()
         .map(|(key, value)| {
-            let span = crate::ast::Span::new(key.span.start, value.span().end);
+            let span = crate::pos::Span::new(key.span.start, value.span().end);
             Item::Attribute(Attribute::new(key, value, span))
         })
         .collect();

@@ -1,7 +1,7 @@
 //! Collection functions, and the conversions between types.
 
 use super::{Args, Function};
-use crate::eval::Value;
+use crate::value::Value;
 
 /// The collection and conversion functions, by name, with how many arguments each takes (at least,
 /// at most).

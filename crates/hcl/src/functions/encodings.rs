@@ -2,7 +2,7 @@
 
 use super::{Args, Function};
 use crate::ast::Number;
-use crate::eval::Value;
+use crate::value::Value;
 use encode::{base64, base64_decode, percent, Alphabet, Space};
 
 /// The encoding functions, by name, with how many arguments each takes (at least,

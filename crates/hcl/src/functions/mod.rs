@@ -3,7 +3,7 @@
 //! with Nomad's (go-cty's) meaning. A call to any other function is an
 //! error that names it.
 
-use super::eval::{FileSource, Value};
+use crate::value::Value;
 
 mod collections;
 mod encodings;
@@ -12,6 +12,8 @@ mod network;
 mod numbers;
 mod regex;
 mod strings;
+
+pub use files::FileSource;
 
 /// What a function gets: its name (for messages), its arguments and the
 /// files `file()` may read.

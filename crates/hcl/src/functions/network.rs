@@ -4,7 +4,7 @@
 //! writes them: IPv4 dotted, IPv6 in the shortest form of RFC 5952.
 
 use super::{Args, Function};
-use crate::eval::Value;
+use crate::value::Value;
 
 /// The network functions, by name, with how many arguments each takes (at
 /// least, at most).

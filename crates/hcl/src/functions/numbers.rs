@@ -1,7 +1,7 @@
 //! Number functions.
 
 use super::{Args, Function};
-use crate::eval::Value;
+use crate::value::Value;
 
 /// The number functions, by name, with how many arguments each takes (at least,
 /// at most).

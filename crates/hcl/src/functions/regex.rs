@@ -4,7 +4,7 @@
 //! (`replace` matches its substring literally, as in Nomad.)
 
 use super::{Args, Function};
-use crate::eval::Value;
+use crate::value::Value;
 use regex::{Captures, Regex};
 
 /// The regex functions, by name, with how many arguments each takes (at

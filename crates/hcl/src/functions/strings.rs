@@ -1,7 +1,7 @@
 //! String functions: formatting, splitting and joining, case, trimming.
 
 use super::{Args, Function};
-use crate::eval::{within_string_limit, Value};
+use crate::value::{within_string_limit, Value};
 
 /// The string functions, by name, with how many arguments each takes (at least,
 /// at most).

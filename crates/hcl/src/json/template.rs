@@ -4,9 +4,11 @@
 //! `${` and `%{`.
 
 use super::Parser;
-use crate::ast::{Error, Expr, Pos, Span};
+use crate::ast::Expr;
+use crate::error::Error;
 use crate::lexer::{sequence_end, Sequence};
 use crate::parser;
+use crate::pos::{Pos, Span};
 
 impl Parser<'_> {
     /// The expression of a string value whose decoded text is `text`, the

@@ -3,8 +3,10 @@
 //! brace and the `for` keyword are behind.
 
 use super::Parser;
-use crate::ast::{Error, Expr, ForExpr, Ident, Pos, Span};
+use crate::ast::{Expr, ForExpr, Ident};
+use crate::error::Error;
 use crate::lexer::TokenKind;
+use crate::pos::{Pos, Span};
 
 /// A `for`'s key (of an object `for`), value, `...`, `if`, and where it
 /// ends.

@@ -4,8 +4,10 @@
 //! references, calls).
 
 use super::Parser;
-use crate::ast::{BinaryOp, Error, Expr, Ident, Number, Span, UnaryOp};
+use crate::ast::{BinaryOp, Expr, Ident, Number, UnaryOp};
+use crate::error::Error;
 use crate::lexer::TokenKind;
+use crate::pos::Span;
 
 impl Parser<'_> {
     /// Parses one value, operators and `? :` included. `owner` completes

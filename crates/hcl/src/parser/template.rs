@@ -17,8 +17,10 @@
 //! the text and the interpolations between them are read as any others.
 
 use super::{names_runtime, needs_evaluation, Parser};
-use crate::ast::{Error, Expr, Ident, Part, Pos, Span};
+use crate::ast::{Expr, Ident, Part};
+use crate::error::Error;
 use crate::lexer::{Lexer, Sequence, Token, TokenKind};
+use crate::pos::{Pos, Span};
 
 /// A sequence with its strip markers taken off.
 struct Tag<'v> {

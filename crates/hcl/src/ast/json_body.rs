@@ -1,6 +1,8 @@
-//! HCL's rules for reading a property of a JSON body as blocks, which the
-//! decoder applies when it asks for blocks of the property's name.
+//! A body of HCL's JSON syntax: an object's properties become its
+//! attributes, and HCL's rules read a property as blocks when the decoder
+//! asks for blocks of its name.
 //!
+//! A property named `//` is a comment, and is left out of the body.
 //! Without labels, an object is one block and a list of objects one block
 //! per object. With one label, the property's value is an object whose keys
 //! are the labels, each holding a block's body as above (a list of such
@@ -13,8 +15,31 @@
 use std::cell::OnceCell;
 use std::fmt;
 
-use super::{body, COMMENT_KEY};
-use crate::ast::{Block, Expr, Ident, Key, Label, Pos, Span};
+use super::{Attribute, Block, Body, Expr, Ident, Item, Key, Label, Syntax};
+use crate::pos::{Pos, Span};
+
+/// The key of a comment property in a body.
+pub(crate) const COMMENT_KEY: &str = "//";
+
+impl Body {
+    /// A body of the JSON syntax from an object's entries, comments left
+    /// out: the JSON parser's for a file, and a block's read from a
+    /// property.
+    pub(crate) fn from_json_object(entries: Vec<(Key, Expr)>) -> Body {
+        let items = entries
+            .into_iter()
+            .filter(|(key, _)| key.name != COMMENT_KEY)
+            .map(|(key, value)| {
+                let span = Span::new(key.span.start, value.span().end);
+                Item::Attribute(Attribute::new(key, value, span))
+            })
+            .collect();
+        Body {
+            items,
+            syntax: Syntax::Json,
+        }
+    }
+}
 
 /// The blocks a JSON property stands for (see
 /// [`Attribute::json_blocks`](crate::Attribute::json_blocks)), and
@@ -167,7 +192,7 @@ fn block(key: &Key, at: BodyAt<'_>, labels: Vec<Label>) -> Block {
             span: at.head,
         },
         labels,
-        body: body(at.entries.to_vec()),
+        body: Body::from_json_object(at.entries.to_vec()),
         span: Span::new(at.head.start, at.end),
     }
 }
