@@ -147,11 +147,9 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hostpath::service", "hostpath::methods"),
     ("hostpath::state", "hostpath::records"),
     // spec: the job tree's types name their parents (task -> job, service
-    // and template -> task), agent and cluster configs each other's, and
-    // the cron expressions and time zones each other's helpers.
+    // and template -> task), and agent and cluster configs each other's.
     ("spec::agent", "spec::cluster"),
     ("spec::cluster", "spec::agent"),
-    ("spec::cron", "spec::zone"),
     ("spec::job", "spec::periodic"),
     ("spec::job", "spec::service"),
     ("spec::job", "spec::task"),
@@ -161,7 +159,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("spec::task", "spec::service"),
     ("spec::task", "spec::template"),
     ("spec::template", "spec::task"),
-    ("spec::zone", "spec::cron"),
     // task: the runner, the starter and leader tasks; launch and the
     // prepare helper; the driver and docker; the exec driver and its
     // root and mounts; env and feasibility: `Allocs`' impl
