@@ -34,13 +34,13 @@
 //! | file | owns |
 //! |---|---|
 //! | `decode.rs` | the strict decoder: seen keys, block getters, collected errors and warnings |
-//! | `decode/values.rs` | the decoder's typed getters of attribute values: strings, numbers, durations, lists, maps |
+//! | `decode/values.rs` | the decoder's typed getters of attribute values: strings, absolute paths, numbers, durations, lists, maps |
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
 //! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
-//! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
+//! | `cluster.rs` | [`ClusterConfig`]: the agent config's `cluster` block, etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
 //! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes, `meta` and `constraint`s handed down |
@@ -92,16 +92,17 @@ use std::fmt;
 use hcl::{Body, Pos, Syntax};
 
 pub use agent::{
-    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
-    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, DEFAULT_VOLUME_STATS_INTERVAL,
+    AgentConfig, ChrootEntry, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_DATA_DIR,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_MAX_KILL_TIMEOUT, DEFAULT_VOLUME_STATS_INTERVAL,
     VOLUME_STATS_INTERVAL_BOUNDS,
 };
 pub use artifact::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
-pub use cluster::etcd_target;
+pub use cluster::{
+    etcd_target, ClientCert, ClusterConfig, ClusterTls, DEFAULT_CLUSTER_PREFIX, DEFAULT_LEASE_TTL,
+};
 pub use constraint::{Constraint, Inherited, Operator};
 pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;

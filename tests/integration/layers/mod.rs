@@ -147,9 +147,7 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hostpath::service", "hostpath::methods"),
     ("hostpath::state", "hostpath::records"),
     // spec: the job tree's types name their parents (task -> job, service
-    // and template -> task), and agent and cluster configs each other's.
-    ("spec::agent", "spec::cluster"),
-    ("spec::cluster", "spec::agent"),
+    // and template -> task).
     ("spec::job", "spec::periodic"),
     ("spec::job", "spec::service"),
     ("spec::job", "spec::task"),
