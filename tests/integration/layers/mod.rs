@@ -146,17 +146,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("hostpath::records", "hostpath::state"),
     ("hostpath::service", "hostpath::methods"),
     ("hostpath::state", "hostpath::records"),
-    // spec: the job tree's types name their parents (task -> job, service
-    // and template -> task).
-    ("spec::job", "spec::periodic"),
-    ("spec::job", "spec::service"),
-    ("spec::job", "spec::task"),
-    ("spec::periodic", "spec::job"),
-    ("spec::service", "spec::task"),
-    ("spec::task", "spec::job"),
-    ("spec::task", "spec::service"),
-    ("spec::task", "spec::template"),
-    ("spec::template", "spec::task"),
     // task: the runner, the starter and leader tasks; launch and the
     // prepare helper; the driver and docker; the exec driver and its
     // root and mounts; env and feasibility: `Allocs`' impl
