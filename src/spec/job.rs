@@ -157,6 +157,16 @@ impl Job {
         Decoder::run_with(src, file, Some(inputs), decode_job)
     }
 
+    /// Adds `meta` at job level, over what the job block says, as Nomad's
+    /// `job dispatch -meta` does: every group inherits it, and a group's or
+    /// task's own keys still win.
+    pub fn extend_meta(&mut self, meta: &BTreeMap<String, String>) {
+        self.placement.meta.extend(meta.clone());
+        for group in &mut self.groups {
+            group.inherited.meta = self.placement.meta.clone();
+        }
+    }
+
     /// Whether the job is a periodic or parameterized parent, which runs
     /// nothing itself and launches children.
     pub fn launches_children(&self) -> bool {
