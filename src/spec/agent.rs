@@ -50,7 +50,7 @@ use log::LevelFilter;
 use crate::csi::Endpoint;
 use hcl::{Body, Pos};
 
-use super::cluster::decode_cluster;
+use super::cluster::{decode_cluster, ClusterConfig};
 use super::decode::{Decoder, Fields, MapEntry};
 use super::docker::{decode_docker_settings, DockerSettings};
 use super::encode::Writer;
@@ -257,46 +257,6 @@ pub struct HostVolume {
 /// Nomad's default `max_kill_timeout`.
 pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The lease TTL of a node unless `lease_ttl` says otherwise.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
-
-/// The key prefix of a cluster unless `prefix` says otherwise.
-pub const DEFAULT_CLUSTER_PREFIX: &str = "/csi-agent";
-
-/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect, tls }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterConfig {
-    /// `http://host:port` of each etcd member (`https://` with `tls`).
-    pub etcd: Vec<String>,
-    /// Every key of the cluster starts with it.
-    pub prefix: String,
-    /// How long the node lives without a keep-alive reaching etcd.
-    pub lease_ttl: Duration,
-    /// Nomad's `disconnect.stop_on_client_after`: how long a disconnected
-    /// agent keeps the tasks that hold single-writer claims.
-    pub stop_after_disconnect: Option<Duration>,
-    /// `tls { ca_file, cert_file, key_file }`: etcd over TLS.
-    pub tls: Option<ClusterTls>,
-}
-
-/// The PEM files of a cluster's `tls` block, read when the agent
-/// connects (so a renewed certificate is taken at the next start).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterTls {
-    /// The CA certificates the etcd members' certificates chain to.
-    pub ca_file: PathBuf,
-    /// The agent's certificate and private key, for members that ask for
-    /// one (etcd's `--client-cert-auth`).
-    pub client_cert: Option<ClientCert>,
-}
-
-/// `cert_file` and `key_file`, given together.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCert {
-    pub cert_file: PathBuf,
-    pub key_file: PathBuf,
-}
-
 impl AgentConfig {
     /// Decodes and validates an agent configuration; `file` names it in
     /// messages.
@@ -388,10 +348,10 @@ impl AgentConfig {
 fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     let mut f = dec.top(body, "the agent config");
     let mut config = AgentConfig::default();
-    if let Some((dir, _)) = absolute_path(&mut f, "data_dir") {
+    if let Some((dir, _)) = f.absolute_path("data_dir") {
         config.data_dir = dir;
     }
-    if let Some((dir, pos)) = absolute_path(&mut f, "csi_dir") {
+    if let Some((dir, pos)) = f.absolute_path("csi_dir") {
         let system = ["/proc", "/sys", "/dev"]
             .into_iter()
             .find(|tree| dir.starts_with(tree));
@@ -525,7 +485,7 @@ fn decode_agent(dec: &Decoder<'_>, body: &Body) -> AgentConfig {
     for (block, name) in f.labeled_blocks("host_volume") {
         let mut v = f.labeled(block, &name);
         dec.check_id(block.labels[0].span.start, "host volume name", &name);
-        let path = absolute_path(&mut v, "path").map(|(path, _)| path);
+        let path = v.absolute_path("path").map(|(path, _)| path);
         let path = v.require("path", path);
         let read_only = v.bool("read_only").unwrap_or(false);
         v.finish();
@@ -630,20 +590,4 @@ fn chroot_path(f: &Fields<'_>, side: &str, text: &str, pos: Pos) -> Option<PathB
         return None;
     }
     Some(path.to_path_buf())
-}
-
-/// A string attribute that must be an absolute path, with its position.
-pub(crate) fn absolute_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
-    let (text, pos) = f.string_at(key)?;
-    if !text.starts_with('/') {
-        f.error(
-            pos,
-            format!(
-                "{key:?} in {} must be an absolute path, found {text:?}",
-                f.what()
-            ),
-        );
-        return None;
-    }
-    Some((PathBuf::from(text), pos))
 }

@@ -2,12 +2,50 @@
 //! with a `tls` block, `https://`), the key prefix, the lease's TTL and
 //! `stop_after_disconnect`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::agent::{
-    absolute_path, ClientCert, ClusterConfig, ClusterTls, DEFAULT_CLUSTER_PREFIX, DEFAULT_LEASE_TTL,
-};
 use super::decode::Fields;
+
+/// The lease TTL of a node unless `lease_ttl` says otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// The key prefix of a cluster unless `prefix` says otherwise.
+pub const DEFAULT_CLUSTER_PREFIX: &str = "/csi-agent";
+
+/// `cluster { etcd, prefix, lease_ttl, stop_after_disconnect, tls }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// `http://host:port` of each etcd member (`https://` with `tls`).
+    pub etcd: Vec<String>,
+    /// Every key of the cluster starts with it.
+    pub prefix: String,
+    /// How long the node lives without a keep-alive reaching etcd.
+    pub lease_ttl: Duration,
+    /// Nomad's `disconnect.stop_on_client_after`: how long a disconnected
+    /// agent keeps the tasks that hold single-writer claims.
+    pub stop_after_disconnect: Option<Duration>,
+    /// `tls { ca_file, cert_file, key_file }`: etcd over TLS.
+    pub tls: Option<ClusterTls>,
+}
+
+/// The PEM files of a cluster's `tls` block, read when the agent
+/// connects (so a renewed certificate is taken at the next start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTls {
+    /// The CA certificates the etcd members' certificates chain to.
+    pub ca_file: PathBuf,
+    /// The agent's certificate and private key, for members that ask for
+    /// one (etcd's `--client-cert-auth`).
+    pub client_cert: Option<ClientCert>,
+}
+
+/// `cert_file` and `key_file`, given together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
 
 /// The `cluster` block: at least one etcd endpoint, each `http://host:port`,
 /// or with a `tls` block each `https://host:port`.
@@ -90,7 +128,7 @@ pub fn check_stop_after(after: Duration, ttl: Duration) -> Result<(), String> {
 /// or neither, absolute paths. The files are read when the agent
 /// connects, on the host it runs on.
 fn decode_cluster_tls(t: &mut Fields<'_>) -> Option<ClusterTls> {
-    let ca_file = absolute_path(t, "ca_file").map(|(path, _)| path);
+    let ca_file = t.absolute_path("ca_file").map(|(path, _)| path);
     let ca_file = if t.has("ca_file") {
         ca_file
     } else {
@@ -100,8 +138,8 @@ fn decode_cluster_tls(t: &mut Fields<'_>) -> Option<ClusterTls> {
         );
         None
     };
-    let cert = absolute_path(t, "cert_file");
-    let key = absolute_path(t, "key_file");
+    let cert = t.absolute_path("cert_file");
+    let key = t.absolute_path("key_file");
     let client_cert = match (cert, key, t.has("cert_file"), t.has("key_file")) {
         (Some((cert_file, _)), Some((key_file, _)), _, _) => Some(ClientCert {
             cert_file,

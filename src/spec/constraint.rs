@@ -63,18 +63,6 @@ pub(crate) fn write_placement(w: &mut Writer, placement: &Inherited) {
     write_constraints(w, &placement.constraints);
 }
 
-impl super::Job {
-    /// Adds `meta` at job level, over what the job block says, as Nomad's
-    /// `job dispatch -meta` does: every group inherits it, and a group's or
-    /// task's own keys still win.
-    pub fn extend_meta(&mut self, meta: &BTreeMap<String, String>) {
-        self.placement.meta.extend(meta.clone());
-        for group in &mut self.groups {
-            group.inherited.meta = self.placement.meta.clone();
-        }
-    }
-}
-
 /// Nomad's constraint operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operator {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use hcl::Pos;
 
-use super::agent::absolute_path;
 use super::decode::Fields;
 use super::encode::Writer;
 use super::PluginType;
@@ -80,7 +79,7 @@ pub(super) fn decode_csi_plugin(f: &mut Fields<'_>) -> Option<CsiPlugin> {
 
 /// An absolute path without `..` components, with its position.
 fn plain_path(f: &mut Fields<'_>, key: &'static str) -> Option<(PathBuf, Pos)> {
-    let (path, pos) = absolute_path(f, key)?;
+    let (path, pos) = f.absolute_path(key)?;
     if path.components().any(|c| c == Component::ParentDir) {
         f.error(
             pos,

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{docker, job, network, task_keys as task, template};
+use super::{docker, group_volume, job, network, restart, task_keys as task, template};
 
 /// Each "where" of the table, with the decoder's list for it.
 fn lists() -> BTreeMap<&'static str, &'static [&'static str]> {
@@ -14,8 +14,8 @@ fn lists() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("file (JSON)", job::FILE_IGNORED),
         ("job", job::JOB_IGNORED),
         ("group", job::GROUP_IGNORED),
-        ("group restart", job::RESTART_IGNORED),
-        ("group volume", job::VOLUME_IGNORED),
+        ("group restart", restart::RESTART_IGNORED),
+        ("group volume", group_volume::VOLUME_IGNORED),
         ("task", task::TASK_IGNORED),
         ("resources", task::RESOURCES_IGNORED),
         ("volume_mount", task::VOLUME_MOUNT_IGNORED),

@@ -3,28 +3,27 @@
 //! A job's `type` says what a task's exit means: a `service` (or `system`)
 //! task is restarted on any exit, a `batch` (or `sysbatch`) task that exits
 //! 0 is done; it also picks the default restart policy, as in Nomad.
-//! A group holds its instance count, restart policy, the volumes its tasks
-//! may mount, services, and tasks (see `task.rs`). The volume rules are
-//! checked here, where the group's count is known: csi volumes need both
-//! modes, reader-only modes need `read_only = true`, block devices take no
-//! mount options, and a single-node mode shared by several instances needs
-//! `per_alloc`, which gives instance N the volume `source[N]`.
+//! A group holds its instance count, restart policy (`restart.rs`), the
+//! volumes its tasks may mount (`group_volume.rs`, checked against the
+//! group's count), services, and tasks (see `task.rs`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::csi::{AccessMode, AttachmentMode, Capability, MountOptions};
 use hcl::{Block, Body, Pos};
 
 use super::constraint::{decode_placement, write_placement, Constraint, Inherited};
 use super::decode::{Decoder, Fields};
 use super::encode::Writer;
+use super::group_volume::{decode_group_volume, write_group_volume, GroupVolume};
+use super::job_type::JobType;
 use super::network::{decode_network, write_network, Network};
+use super::periodic::{decode_schedule, write_schedule, Parameterized, Periodic};
+use super::restart::{decode_restart, write_restart, Restart};
 use super::service::{decode_service, write_service, Service};
-use super::task::{decode_task, write_task, OfGroup};
+use super::task::{decode_task, write_task, OfGroup, Task};
 use super::variables::JobInputs;
-use super::volume::{decode_mount_options, write_mount_options};
-use super::{keywords, Decoded, Invalid, Kept};
+use super::{Decoded, Invalid, Kept};
 
 /// Top-level blocks of Nomad job files (HCL2 variables) that csi-agent
 /// ignores in HCL's JSON syntax; in the native syntax they are read
@@ -72,10 +71,6 @@ pub(super) const GROUP_IGNORED: &[&str] = &[
     "vault",
 ];
 
-pub(super) const RESTART_IGNORED: &[&str] = &["render_templates"];
-
-pub(super) const VOLUME_IGNORED: &[&str] = &["sticky"];
-
 /// A job: its name and its groups.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
@@ -86,34 +81,12 @@ pub struct Job {
     /// inherits ([`Group::inherited`]).
     pub placement: Inherited,
     /// `periodic`: the job launches children on a schedule, never runs.
-    pub periodic: Option<Box<super::Periodic>>,
+    pub periodic: Option<Box<Periodic>>,
     /// `parameterized`: the job launches a child per `job dispatch`.
-    pub parameterized: Option<super::Parameterized>,
+    pub parameterized: Option<Parameterized>,
     /// Nomad keys csi-agent does not act on, as written, from the file's
     /// top level and the job block.
     pub ignored: Vec<Kept>,
-}
-
-keywords! {
-    /// Nomad's job types: what a task's exit means, and how many
-    /// instances of a group run.
-    pub enum JobType ("job type") {
-        /// Long-running: a task is restarted on any exit, per its policy.
-        Service = "service",
-        /// Run to completion: a task that exits 0 is done.
-        Batch = "batch",
-        /// A batch job with one instance on every node: here, one.
-        Sysbatch = "sysbatch",
-        /// A service with one instance on every node: here, one.
-        System = "system",
-    }
-}
-
-impl JobType {
-    /// Whether a task that exits 0 is done rather than restarted.
-    pub fn runs_to_completion(self) -> bool {
-        matches!(self, JobType::Batch | JobType::Sysbatch)
-    }
 }
 
 /// A group of tasks run together, `count` times.
@@ -125,7 +98,7 @@ pub struct Group {
     /// How many instances (allocations) to run; 1 unless set (always 1
     /// for `system` and `sysbatch` jobs).
     pub count: u64,
-    /// The group's policy; each task has its own in [`super::Task::restart`].
+    /// The group's policy; each task has its own in [`Task::restart`].
     pub restart: Restart,
     /// The volumes tasks may mount, by alias, in file order.
     pub volumes: Vec<GroupVolume>,
@@ -135,7 +108,7 @@ pub struct Group {
     /// `network { mode port "label" { static to } }`: the ports docker
     /// tasks name in their `ports`.
     pub network: Option<Network>,
-    pub tasks: Vec<super::Task>,
+    pub tasks: Vec<Task>,
     /// `max_run_duration` (batch and sysbatch jobs only): the alloc is
     /// stopped once it has run this long since it was placed.
     pub max_run_duration: Option<Duration>,
@@ -155,7 +128,7 @@ impl Group {
 
     /// Task `task`'s `meta` as Nomad merges it: the job's, then the
     /// group's, then the task's own, a later key replacing an earlier.
-    pub fn task_meta(&self, task: &super::Task) -> BTreeMap<String, String> {
+    pub fn task_meta(&self, task: &Task) -> BTreeMap<String, String> {
         let mut meta = self.inherited.meta.clone();
         meta.extend(self.placement.meta.clone());
         meta.extend(task.meta.clone());
@@ -173,103 +146,6 @@ impl Group {
     }
 }
 
-/// What to do when a task fails: restart it up to `attempts` times within
-/// `interval`, `delay` apart, then `mode`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Restart {
-    pub attempts: u64,
-    pub interval: Duration,
-    pub delay: Duration,
-    pub mode: RestartMode,
-    pub ignored: Vec<Kept>,
-}
-
-impl Default for Restart {
-    /// Nomad's defaults for service jobs.
-    fn default() -> Restart {
-        Restart::for_type(JobType::Service)
-    }
-}
-
-impl Restart {
-    /// Nomad's default policy for jobs of type `job_type`: batch jobs get
-    /// more attempts over a day.
-    pub fn for_type(job_type: JobType) -> Restart {
-        let (attempts, interval) = if job_type.runs_to_completion() {
-            (3, Duration::from_secs(24 * 60 * 60))
-        } else {
-            (2, Duration::from_secs(30 * 60))
-        };
-        Restart {
-            attempts,
-            interval,
-            delay: Duration::from_secs(15),
-            mode: RestartMode::Fail,
-            ignored: Vec::new(),
-        }
-    }
-}
-
-keywords! {
-    /// What happens once a task has used up its restart attempts.
-    pub enum RestartMode ("restart mode") {
-        /// The task, and so the group instance, fails.
-        Fail = "fail",
-        /// Wait until the interval has passed, then try again.
-        Delay = "delay",
-    }
-}
-
-keywords! {
-    /// Where a group volume comes from.
-    pub enum VolumeType ("volume type") {
-        /// A registered CSI volume, claimed through its plugin.
-        Csi = "csi",
-        /// A `host_volume` of the agent configuration.
-        Host = "host",
-    }
-}
-
-/// `volume "<alias>" { ... }` in a group: a volume the group's tasks may
-/// mount.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupVolume {
-    /// The name `volume_mount` blocks use.
-    pub alias: String,
-    pub volume_type: VolumeType,
-    /// The volume ID (csi) or host volume name (host). With `per_alloc`,
-    /// instance N uses `source[N]`.
-    pub source: String,
-    pub read_only: bool,
-    /// Always set for csi volumes.
-    pub access_mode: Option<AccessMode>,
-    /// Always set for csi volumes.
-    pub attachment_mode: Option<AttachmentMode>,
-    pub per_alloc: bool,
-    /// Override the volume's own mount options, field by field.
-    pub mount_options: MountOptions,
-    pub ignored: Vec<Kept>,
-}
-
-impl GroupVolume {
-    /// The capability the group claims, for csi volumes.
-    pub fn capability(&self) -> Option<Capability> {
-        Some(
-            Capability::new(self.access_mode?, self.attachment_mode?)
-                .with_mount_options(self.mount_options.clone()),
-        )
-    }
-
-    /// The volume ID or host volume name for instance `index` of the group.
-    pub fn source_for(&self, index: u64) -> String {
-        if self.per_alloc {
-            format!("{}[{index}]", self.source)
-        } else {
-            self.source.clone()
-        }
-    }
-}
-
 impl Job {
     /// Decodes and validates a job file; `file` names it in messages.
     pub fn decode(src: &str, file: &str) -> Result<Decoded<Job>, Invalid> {
@@ -279,6 +155,22 @@ impl Job {
     /// Decodes a job file whose variables get their values from `inputs`.
     pub fn decode_with(src: &str, file: &str, inputs: &JobInputs) -> Result<Decoded<Job>, Invalid> {
         Decoder::run_with(src, file, Some(inputs), decode_job)
+    }
+
+    /// Adds `meta` at job level, over what the job block says, as Nomad's
+    /// `job dispatch -meta` does: every group inherits it, and a group's or
+    /// task's own keys still win.
+    pub fn extend_meta(&mut self, meta: &BTreeMap<String, String>) {
+        self.placement.meta.extend(meta.clone());
+        for group in &mut self.groups {
+            group.inherited.meta = self.placement.meta.clone();
+        }
+    }
+
+    /// Whether the job is a periodic or parameterized parent, which runs
+    /// nothing itself and launches children.
+    pub fn launches_children(&self) -> bool {
+        self.periodic.is_some() || self.parameterized.is_some()
     }
 
     /// The job as HCL that decodes to it, environment and mount flags
@@ -295,7 +187,7 @@ impl Job {
         w.string("type", self.job_type.as_str());
         write_placement(&mut w, &self.placement);
         w.kept(&inside);
-        super::periodic::write_schedule(
+        write_schedule(
             &mut w,
             self.periodic.as_deref(),
             self.parameterized.as_ref(),
@@ -341,7 +233,7 @@ fn decode_job(dec: &Decoder<'_>, body: &Body) -> Job {
     let mut j = f.labeled(block, name);
     let job_type = j.parsed("type").unwrap_or(JobType::Service);
     let placement = decode_placement(&mut j);
-    let (periodic, parameterized) = super::periodic::decode_schedule(&mut j, job_type);
+    let (periodic, parameterized) = decode_schedule(&mut j, job_type);
     let mut groups = Vec::new();
     for (group, group_name) in j.labeled_blocks("group") {
         groups.push(decode_group(&j, group, group_name, job_type, &placement));
@@ -519,120 +411,6 @@ fn decode_max_run_duration(g: &mut Fields<'_>, job_type: JobType) -> Option<Dura
     Some(value)
 }
 
-/// Decodes a `restart` block; what it does not set comes from `defaults`
-/// (the job type's policy for a group, the group's for a task).
-pub(crate) fn decode_restart(f: &mut Fields<'_>, defaults: &Restart) -> Restart {
-    let restart = Restart {
-        attempts: f.u64("attempts").unwrap_or(defaults.attempts),
-        interval: f.duration("interval").unwrap_or(defaults.interval),
-        delay: f.duration("delay").unwrap_or(defaults.delay),
-        mode: f.parsed("mode").unwrap_or(defaults.mode),
-        ignored: {
-            let mut ignored = defaults.ignored.clone();
-            ignored.extend(f.ignore(RESTART_IGNORED));
-            ignored
-        },
-    };
-    f.finish();
-    restart
-}
-
-/// Decodes a group volume and checks it against the group's `count`.
-fn decode_group_volume(f: &mut Fields<'_>, alias: String, count: u64, group: &str) -> GroupVolume {
-    let volume_type = f.parsed("type");
-    let volume_type = f.require("type", volume_type).unwrap_or(VolumeType::Csi);
-    let source = f.string_at("source");
-    let source = f.require("source", source);
-    let read_only = f.bool("read_only").unwrap_or(false);
-    let access_at = f.parsed_at::<AccessMode>("access_mode");
-    let access = access_at.map(|(mode, _)| mode);
-    let attachment_mode = f.parsed("attachment_mode");
-    let per_alloc = f.bool("per_alloc").unwrap_or(false);
-    let mount_block = f.block("mount_options");
-    let mount_options = mount_block
-        .map(|block| decode_mount_options(&mut f.nested(block)))
-        .unwrap_or_default();
-    let ignored = f.ignore(VOLUME_IGNORED);
-    let dec = f.dec();
-    if let Some((source, pos)) = &source {
-        let what = match volume_type {
-            VolumeType::Csi => "volume ID",
-            VolumeType::Host => "host volume name",
-        };
-        if dec.check_id(*pos, what, source) && per_alloc {
-            // The last instance's volume ID must be valid too.
-            dec.check_id(
-                *pos,
-                what,
-                &format!("{source}[{}]", count.saturating_sub(1)),
-            );
-        }
-    }
-    match volume_type {
-        VolumeType::Csi => {
-            f.require("access_mode", access);
-            f.require("attachment_mode", attachment_mode);
-        }
-        VolumeType::Host => {
-            if let Some(block) = mount_block {
-                f.error(
-                    block.kind.span.start,
-                    format!("mount_options in {} apply only to csi volumes", f.what()),
-                );
-            }
-        }
-    }
-    if let Some((mode, pos)) = access_at {
-        if mode.is_read_only() && !read_only {
-            f.error(
-                pos,
-                format!(
-                    "access_mode {:?} in {} needs read_only = true",
-                    mode.as_str(),
-                    f.what()
-                ),
-            );
-        }
-        let single_node = matches!(
-            mode,
-            AccessMode::SingleNodeWriter
-                | AccessMode::SingleNodeReaderOnly
-                | AccessMode::SingleNodeSingleWriter
-                | AccessMode::SingleNodeMultiWriter
-        );
-        if single_node && count > 1 && !per_alloc {
-            f.error(
-                pos,
-                format!(
-                    "{} is {mode}, which one instance at a time can claim, but {group} has count = {count}: set per_alloc = true to give each instance its own volume",
-                    f.what()
-                ),
-            );
-        }
-    }
-    if let (Some(AttachmentMode::BlockDevice), Some(block)) = (attachment_mode, mount_block) {
-        f.error(
-            block.kind.span.start,
-            format!(
-                "{} is a block-device volume and cannot have mount_options",
-                f.what()
-            ),
-        );
-    }
-    f.finish();
-    GroupVolume {
-        alias,
-        volume_type,
-        source: source.map(|(source, _)| source).unwrap_or_default(),
-        read_only,
-        access_mode: access,
-        attachment_mode,
-        per_alloc,
-        mount_options,
-        ignored,
-    }
-}
-
 fn write_group(w: &mut Writer, group: &Group) {
     w.open("group", Some(&group.name));
     w.plain("count", group.count);
@@ -642,19 +420,7 @@ fn write_group(w: &mut Writer, group: &Group) {
     write_placement(w, &group.placement);
     write_restart(w, &group.restart);
     for volume in &group.volumes {
-        w.open("volume", Some(&volume.alias));
-        w.string("type", volume.volume_type.as_str());
-        w.string("source", &volume.source);
-        w.plain("read_only", volume.read_only);
-        w.opt_string("access_mode", volume.access_mode.map(AccessMode::as_str));
-        w.opt_string(
-            "attachment_mode",
-            volume.attachment_mode.map(AttachmentMode::as_str),
-        );
-        w.plain("per_alloc", volume.per_alloc);
-        write_mount_options(w, &volume.mount_options);
-        w.kept(&volume.ignored);
-        w.close();
+        write_group_volume(w, volume);
     }
     for service in &group.services {
         write_service(w, service);
@@ -666,15 +432,5 @@ fn write_group(w: &mut Writer, group: &Group) {
         write_task(w, task);
     }
     w.kept(&group.ignored);
-    w.close();
-}
-
-pub(crate) fn write_restart(w: &mut Writer, restart: &Restart) {
-    w.open("restart", None);
-    w.plain("attempts", restart.attempts);
-    w.duration("interval", restart.interval);
-    w.duration("delay", restart.delay);
-    w.string("mode", restart.mode.as_str());
-    w.kept(&restart.ignored);
     w.close();
 }

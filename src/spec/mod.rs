@@ -34,19 +34,24 @@
 //! | file | owns |
 //! |---|---|
 //! | `decode.rs` | the strict decoder: seen keys, block getters, collected errors and warnings |
-//! | `decode/values.rs` | the decoder's typed getters of attribute values: strings, numbers, durations, lists, maps |
+//! | `decode/values.rs` | the decoder's typed getters of attribute values: strings, absolute paths, numbers, durations, lists, maps |
 //! | `suggest.rs` | did-you-mean by edit distance |
 //! | `encode.rs` | the HCL writer behind `to_hcl` |
 //! | `agent.rs` | [`AgentConfig`]: `data_dir`, `plugin` and `host_volume` blocks, `chroot_env` |
 //! | `telemetry.rs` | the agent config's `telemetry` block: the Prometheus metrics endpoint |
 //! | `volume_plugin.rs` | the agent config's `volume_plugin` block: Docker's volume plugin protocol |
-//! | `cluster.rs` | the agent config's `cluster` block: etcd endpoints, TLS files, `stop_after_disconnect` |
+//! | `cluster.rs` | [`ClusterConfig`]: the agent config's `cluster` block, etcd endpoints, TLS files, `stop_after_disconnect` |
 //! | `placement.rs` | [`ClientConfig`]: the agent config's `client` block (`reserved`, `max_allocs_per_job`) |
 //! | `volume.rs` | [`VolumeSpec`]: capabilities, mount options, secrets, topology |
-//! | `job.rs` | [`Job`] and [`Group`]: restart policy, group volumes, `meta` and `constraint`s handed down |
+//! | `job.rs` | [`Job`] and [`Group`]: a group's count, volumes, services, network and tasks; `meta` and `constraint`s handed down |
+//! | `job_type.rs` | [`JobType`]: what a task's exit means, which the restart defaults and the `periodic` and `parameterized` blocks follow |
+//! | `restart.rs` | [`Restart`]: a group's or task's `restart` block, its defaults by job type |
+//! | `group_volume.rs` | [`GroupVolume`]: a group's `volume` blocks, checked against its count |
 //! | `constraint.rs` | [`Constraint`]: a job's, group's or task's `constraint` blocks, checked as Nomad checks them; `meta` and constraints handed down ([`Inherited`]) |
 //! | `version.rs` | [`Version`] and [`VersionConstraint`]: go-version's and SemVer's rules for the `version` and `semver` operators |
-//! | `task.rs` | [`Task`]: exec config, resources, volume mounts |
+//! | `task.rs` | [`Task`]: exec config, lifecycle, volume mounts |
+//! | `resources.rs` | [`Resources`]: a task's or a sidecar task's `resources` block |
+//! | `signal.rs` | [`KillSignal`]: the signals of a task's `kill_signal` and a template's `change_signal` |
 //! | `csi_plugin.rs` | [`CsiPlugin`]: a task's `csi_plugin` block |
 //! | `docker.rs` | [`DockerConfig`], a docker task's `config`; [`DockerSettings`], the agent's |
 //! | `variables.rs` | a job file's `variable` and `locals` blocks, the values a caller gives them ([`JobInputs`]), and the evaluation of its expressions |
@@ -68,14 +73,19 @@ pub mod diff;
 mod docker;
 mod encode;
 mod exec_settings;
+mod group_volume;
 #[cfg(test)]
 mod ignored_keys;
 mod job;
 mod job_level_tasks;
+mod job_type;
 mod network;
 mod periodic;
 mod placement;
+mod resources;
+mod restart;
 mod service;
+mod signal;
 mod suggest;
 mod task;
 mod task_keys;
@@ -92,16 +102,17 @@ use std::fmt;
 use hcl::{Body, Pos, Syntax};
 
 pub use agent::{
-    AgentConfig, ChrootEntry, ClientCert, ClusterConfig, ClusterTls, HostVolume, PluginConfig,
-    DEFAULT_CHROOT_ENV, DEFAULT_CLUSTER_PREFIX, DEFAULT_DATA_DIR, DEFAULT_HEALTH_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_KILL_TIMEOUT, DEFAULT_VOLUME_STATS_INTERVAL,
+    AgentConfig, ChrootEntry, HostVolume, PluginConfig, DEFAULT_CHROOT_ENV, DEFAULT_DATA_DIR,
+    DEFAULT_HEALTH_TIMEOUT, DEFAULT_MAX_KILL_TIMEOUT, DEFAULT_VOLUME_STATS_INTERVAL,
     VOLUME_STATS_INTERVAL_BOUNDS,
 };
 pub use artifact::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
     Artifact, ArtifactConfig, ArtifactMode, Checksum, DigestKind, SourceUrl,
 };
-pub use cluster::etcd_target;
+pub use cluster::{
+    etcd_target, ClientCert, ClusterConfig, ClusterTls, DEFAULT_CLUSTER_PREFIX, DEFAULT_LEASE_TTL,
+};
 pub use constraint::{Constraint, Inherited, Operator};
 pub use cron::{format_utc, CronError, CronExpr, MAX_EXPRESSION_LEN, MAX_SEARCH_YEARS};
 pub use csi_plugin::CsiPlugin;
@@ -111,20 +122,22 @@ pub use docker::{
     DEFAULT_DOCKER_ENDPOINT, MAX_CFS_PERIOD, MIN_CFS_PERIOD,
 };
 pub use exec_settings::{ExecSettings, NOMAD_EXEC_CAPS, TASK_ROOT_DIRS};
-pub use job::{Group, GroupVolume, Job, JobType, Restart, RestartMode, VolumeType};
+pub use group_volume::{GroupVolume, VolumeType};
+pub use job::{Group, Job};
+pub use job_type::JobType;
 pub use network::{Network, NetworkPort};
 pub use periodic::{Parameterized, PayloadRule, Periodic};
 pub use placement::{
     ClientConfig, DEFAULT_MAX_ALLOCS_PER_JOB, DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT,
 };
+pub use resources::{MemoryMax, Resources};
+pub use restart::{Restart, RestartMode};
 pub use service::{
     AddressMode, Check, CheckType, Connect, Provider, Proxy, Service, SidecarService, SidecarTask,
     Upstream,
 };
-pub use task::{
-    Driver, ExecConfig, KillSignal, Lifecycle, LifecycleHook, MemoryMax, NamespaceMode, Resources,
-    Task, VolumeMount,
-};
+pub use signal::KillSignal;
+pub use task::{Driver, ExecConfig, Lifecycle, LifecycleHook, NamespaceMode, Task, VolumeMount};
 pub use telemetry::{TelemetryConfig, DEFAULT_METRICS_LISTEN};
 pub use template::{stays_inside, ChangeMode, TaskTemplate};
 pub use variables::JobInputs;

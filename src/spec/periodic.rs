@@ -12,7 +12,7 @@
 use super::cron::CronExpr;
 use super::decode::Fields;
 use super::encode::Writer;
-use super::job::JobType;
+use super::job_type::JobType;
 use super::keywords;
 
 /// `periodic { cron crons prohibit_overlap time_zone enabled }`.
@@ -62,14 +62,6 @@ pub struct Parameterized {
     pub meta_required: Vec<String>,
     /// Meta keys a dispatch may give; no others are allowed.
     pub meta_optional: Vec<String>,
-}
-
-impl super::Job {
-    /// Whether the job is a periodic or parameterized parent, which runs
-    /// nothing itself and launches children.
-    pub fn launches_children(&self) -> bool {
-        self.periodic.is_some() || self.parameterized.is_some()
-    }
 }
 
 /// Decodes the job block's `periodic` and `parameterized` blocks and

@@ -15,7 +15,7 @@ use hcl::Expr;
 
 use super::decode::Fields;
 use super::encode::Writer;
-use super::task::{decode_resources, write_resources, Resources};
+use super::resources::{decode_resources, write_resources, Resources};
 use super::{keywords, Kept};
 
 const SERVICE_IGNORED: &[&str] = &[

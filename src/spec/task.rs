@@ -28,13 +28,16 @@ use super::csi_plugin::{decode_csi_plugin, write_csi_plugin, CsiPlugin};
 use super::decode::Fields;
 use super::docker::{capabilities, decode_docker_config, write_docker_config, DockerConfig};
 use super::encode::Writer;
-use super::job::{decode_restart, write_restart, GroupVolume, Restart};
+use super::group_volume::GroupVolume;
 use super::network::Network;
+use super::resources::{decode_resources, write_resources, Resources};
+use super::restart::{decode_restart, write_restart, Restart};
 use super::service::{decode_service, write_service, Service};
+use super::signal::KillSignal;
 use super::suggest::nearest;
 use super::task_keys::{
-    EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_REFUSED, RESOURCES_IGNORED,
-    RESOURCES_REFUSED, TASK_IGNORED, TASK_REFUSED, VOLUME_MOUNT_IGNORED,
+    EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_IGNORED, RAW_EXEC_CONFIG_REFUSED, TASK_IGNORED,
+    TASK_REFUSED, VOLUME_MOUNT_IGNORED,
 };
 use super::template::{decode_template, write_template, TaskTemplate};
 use super::{keywords, Kept};
@@ -60,41 +63,6 @@ impl Driver {
             Driver::Exec => "exec",
             Driver::RawExec => "raw_exec",
             Driver::Docker => "docker",
-        }
-    }
-}
-
-keywords! {
-    /// The signal a task is stopped with (`kill_signal`), before SIGKILL
-    /// once its `kill_timeout` has passed; Nomad's default is SIGTERM.
-    pub enum KillSignal ("kill signal") {
-        Term = "SIGTERM",
-        Int = "SIGINT",
-        Quit = "SIGQUIT",
-        Hup = "SIGHUP",
-        Usr1 = "SIGUSR1",
-        Usr2 = "SIGUSR2",
-        Abrt = "SIGABRT",
-        Alrm = "SIGALRM",
-        Winch = "SIGWINCH",
-        Kill = "SIGKILL",
-    }
-}
-
-impl KillSignal {
-    /// The signal's number.
-    pub fn number(self) -> i32 {
-        match self {
-            KillSignal::Term => libc::SIGTERM,
-            KillSignal::Int => libc::SIGINT,
-            KillSignal::Quit => libc::SIGQUIT,
-            KillSignal::Hup => libc::SIGHUP,
-            KillSignal::Usr1 => libc::SIGUSR1,
-            KillSignal::Usr2 => libc::SIGUSR2,
-            KillSignal::Abrt => libc::SIGABRT,
-            KillSignal::Alrm => libc::SIGALRM,
-            KillSignal::Winch => libc::SIGWINCH,
-            KillSignal::Kill => libc::SIGKILL,
         }
     }
 }
@@ -204,35 +172,6 @@ pub enum NamespaceMode {
     #[default]
     Private,
     Host,
-}
-
-/// `resources { cpu, cores, memory, memory_max }`, as Nomad writes them
-/// (MHz, cores, MiB).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Resources {
-    pub cpu: Option<u64>,
-    pub cores: Option<u64>,
-    pub memory: Option<u64>,
-    pub memory_max: Option<MemoryMax>,
-    pub ignored: Vec<Kept>,
-}
-
-/// `memory_max`: a hard limit above `memory`, or none at all (Nomad's -1,
-/// for tasks that must not be OOM-killed by their group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryMax {
-    MiB(u64),
-    Unlimited,
-}
-
-impl MemoryMax {
-    /// The value as a job file writes it.
-    pub fn as_i64(self) -> i64 {
-        match self {
-            MemoryMax::MiB(mib) => i64::try_from(mib).unwrap_or(i64::MAX),
-            MemoryMax::Unlimited => -1,
-        }
-    }
 }
 
 /// `volume_mount { volume, destination, read_only, propagation_mode }`.
@@ -496,21 +435,6 @@ fn namespace_mode(f: &mut Fields<'_>, key: &'static str) -> NamespaceMode {
     }
 }
 
-pub(crate) fn decode_resources(f: &mut Fields<'_>) -> Resources {
-    let resources = Resources {
-        cpu: f.u64("cpu"),
-        cores: f.u64("cores"),
-        memory: f.u64("memory"),
-        memory_max: f.memory_max("memory_max"),
-        ignored: {
-            f.refuse(RESOURCES_REFUSED);
-            f.ignore(RESOURCES_IGNORED)
-        },
-    };
-    f.finish();
-    resources
-}
-
 fn decode_volume_mount(
     f: &mut Fields<'_>,
     volumes: &[GroupVolume],
@@ -664,23 +588,5 @@ pub(crate) fn write_task(w: &mut Writer, task: &Task) {
         write_artifact(w, artifact);
     }
     w.kept(&task.ignored);
-    w.close();
-}
-
-pub(crate) fn write_resources(w: &mut Writer, resources: &Resources) {
-    w.open("resources", None);
-    for (key, value) in [
-        ("cpu", resources.cpu),
-        ("cores", resources.cores),
-        ("memory", resources.memory),
-    ] {
-        if let Some(value) = value {
-            w.plain(key, value);
-        }
-    }
-    if let Some(max) = resources.memory_max {
-        w.plain("memory_max", max.as_i64());
-    }
-    w.kept(&resources.ignored);
     w.close();
 }

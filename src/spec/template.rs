@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::decode::Fields;
 use super::encode::Writer;
-use super::task::KillSignal;
+use super::signal::KillSignal;
 use super::Kept;
 use crate::template::Template;
 

@@ -187,7 +187,7 @@ fn parse(bytes: &[u8]) -> Result<Zone, String> {
     if footer.contains(',') && last < FAT_UNTIL {
         return Err(format!(
             "a slim zone file: its transitions end in {} and a rule gives the rest, which csi-agent does not read; install the full (fat) zone files",
-            super::cron::format_utc(last).get(..4).unwrap_or("?")
+            crate::units::format_utc(last).get(..4).unwrap_or("?")
         ));
     }
     Ok(Zone {

@@ -1,11 +1,12 @@
-//! The typed getters of attribute values: strings (parsed with `FromStr`
-//! or as durations), booleans, numbers and ports, lists of strings, and
+//! The typed getters of attribute values: strings (parsed with `FromStr`,
+//! as durations, or as absolute paths), booleans, numbers and ports, lists of strings, and
 //! maps of strings written as a block or as an object. Each registers its
 //! key as known, and reports a value of the wrong type at its
 //! `file:line:col`, naming what it expected.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -88,6 +89,22 @@ impl<'d> Fields<'d> {
                 None
             }
         }
+    }
+
+    /// A string attribute that must be an absolute path, with its position.
+    pub(crate) fn absolute_path(&mut self, key: &'static str) -> Option<(PathBuf, Pos)> {
+        let (text, pos) = self.string_at(key)?;
+        if !text.starts_with('/') {
+            self.error(
+                pos,
+                format!(
+                    "{key:?} in {} must be an absolute path, found {text:?}",
+                    self.what
+                ),
+            );
+            return None;
+        }
+        Some((PathBuf::from(text), pos))
     }
 
     /// A string attribute parsed with `FromStr`; the parse error is the

@@ -111,22 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // spec: the job tree's types name their parents (task -> job, service
-    // and template -> task), agent and cluster configs each other's, and
-    // the cron expressions and time zones each other's helpers.
-    ("spec::agent", "spec::cluster"),
-    ("spec::cluster", "spec::agent"),
-    ("spec::cron", "spec::zone"),
-    ("spec::job", "spec::periodic"),
-    ("spec::job", "spec::service"),
-    ("spec::job", "spec::task"),
-    ("spec::periodic", "spec::job"),
-    ("spec::service", "spec::task"),
-    ("spec::task", "spec::job"),
-    ("spec::task", "spec::service"),
-    ("spec::task", "spec::template"),
-    ("spec::template", "spec::task"),
-    ("spec::zone", "spec::cron"),
     // task: the runner, the starter and leader tasks; launch and the
     // prepare helper; the driver and docker; the exec driver and its
     // root and mounts; env and feasibility: `Allocs`' impl
