@@ -60,7 +60,8 @@
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
-//! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
+//! | `driver.rs` | what every driver does: the handle of a running task, its signals, polling for its end |
+//! | `exit.rs` | how a task ended, whatever its driver: what the runner and the restart policy are told |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
 //! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
@@ -70,6 +71,7 @@
 //! | `max_run.rs` | a batch group's `max_run_duration`: when it counts from, the alloc stopped when it runs out |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
+//! | [`node`] | the node's attributes: the agent's and its config's, the host's fingerprint |
 //! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
@@ -91,6 +93,7 @@ mod driver;
 pub mod env;
 pub mod exec;
 pub mod exec_target;
+mod exit;
 pub mod feasible;
 mod jobs;
 mod launch;
@@ -99,6 +102,7 @@ mod leftovers;
 pub mod lifecycle;
 mod max_run;
 pub mod mounts;
+pub mod node;
 mod periodic;
 mod persist;
 mod placement;
@@ -535,7 +539,7 @@ impl Allocs {
     }
 
     /// The node attributes tasks' `${...}` may name
-    /// ([`env::node_attributes`]).
+    /// ([`node::node_attributes`]).
     pub fn set_node(&mut self, node: BTreeMap<String, String>) {
         self.node = node;
     }

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::docker;
-use super::driver::{Exit, Handle};
+use super::driver::Handle;
 use super::exec;
+use super::exit::Exit;
 use super::launch::plugin_spec;
 use super::periodic::{child_spec, ChildOf};
 use super::restart::Window;

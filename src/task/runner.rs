@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 use crossbeam_channel::bounded;
 
 use super::cgroup;
-use super::driver::Exit;
+use super::exit::Exit;
 use super::leader;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};

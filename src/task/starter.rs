@@ -63,7 +63,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use super::cgroup;
-use super::driver::{Exit, Handle};
+use super::driver::Handle;
+use super::exit::Exit;
 use super::launch::{self, Runs, StartFailure, StartPlan, Started};
 use super::{exec, prepare, Alloc, Allocs, PluginEffect, Process, TaskState};
 use crate::plugin::PluginSpec;

@@ -163,15 +163,10 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("spec::template", "spec::task"),
     ("spec::zone", "spec::cron"),
     // task: the runner, the starter and leader tasks; launch and the
-    // prepare helper; the driver and docker; the exec driver and its
-    // root and mounts; env and feasibility: `Allocs`' impl
-    // spread over files, to be split by state into owners of their own.
-    ("task::docker", "task::driver"),
-    ("task::driver", "task::docker"),
-    ("task::env", "task::feasible"),
+    // prepare helper; the exec driver and its root and mounts: `Allocs`'
+    // impl spread over files, to be split by state into owners of their own.
     ("task::exec", "task::mounts"),
     ("task::exec", "task::root"),
-    ("task::feasible", "task::env"),
     ("task::launch", "task::prepare"),
     ("task::leader", "task::runner"),
     ("task::mounts", "task::root"),
