@@ -34,15 +34,17 @@ use std::time::Duration;
 
 use super::artifact::{self, ArtifactLimits};
 use super::cgroup;
+use super::destination::{prepare_target, resolve_destination};
 use super::docker::{self, VolumeBind};
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
 use super::exit::Exit;
-use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::mounts::{DriverMount, NamespacePlan};
 use super::ports;
 use super::prepare;
 use super::root::{check_destination, PluginDir, RootPlan};
 use super::templates;
+use super::user::{self, User};
 use super::{Alloc, Allocs, UseState, VolumeSource};
 use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
@@ -337,7 +339,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     // A container's user is the image's to resolve.
     let user = match &spec.user {
         Some(name) if spec.driver != Driver::Docker => {
-            Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
+            Some(user::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
         }
         _ => None,
     };
@@ -487,7 +489,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     let (root, hide) = match spec.driver {
         Driver::RawExec => (None, vec![plan.control_socket.clone()]),
         _ => {
-            let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
+            let owner = user.unwrap_or(User { uid: 0, gid: 0 });
             let root = RootPlan::new(
                 &task_dir,
                 &alloc_dir.join("alloc"),
@@ -662,7 +664,7 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
         .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
 }
 
-fn chown(path: &Path, user: exec::User) -> Result<(), String> {
+fn chown(path: &Path, user: User) -> Result<(), String> {
     std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
         .map_err(|e| format!("cannot give {} to uid {}: {e}", path.display(), user.uid))
 }

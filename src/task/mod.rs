@@ -77,6 +77,8 @@
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
 //! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
+//! | [`user`] | the user a task runs as, looked up before its start |
+//! | [`destination`] | a path of the task's view in the task dir, its mount point made there safely |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
@@ -87,6 +89,7 @@ pub mod alloc_stats;
 mod artifact;
 pub mod calls;
 mod cgroup;
+pub mod destination;
 mod dispatch;
 mod docker;
 mod driver;
@@ -123,6 +126,7 @@ pub mod root;
 mod runner;
 mod starter;
 mod templates;
+pub mod user;
 mod volume_hook;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

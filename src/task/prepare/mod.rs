@@ -64,8 +64,8 @@ use std::time::{Duration, Instant};
 
 pub use self::child::main;
 use super::artifact::ArtifactLimits;
-use super::exec::User;
 use super::launch::StartFailure;
+use super::user::User;
 use crate::spec::{Artifact, Task, TaskTemplate};
 use crate::template::NomadService;
 use crate::units::format_duration;

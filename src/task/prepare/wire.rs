@@ -17,7 +17,7 @@ use super::{Answer, Input, Phase, Work};
 use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
-use crate::task::exec::User;
+use crate::task::user::User;
 use crate::template::NomadService;
 
 pub(super) const INPUT_MAGIC: &[u8; 4] = b"CSIp";

@@ -163,20 +163,15 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("spec::template", "spec::task"),
     ("spec::zone", "spec::cron"),
     // task: the runner, the starter and leader tasks; launch and the
-    // prepare helper; the exec driver and its root and mounts: `Allocs`'
-    // impl spread over files, to be split by state into owners of their own.
-    ("task::exec", "task::mounts"),
-    ("task::exec", "task::root"),
+    // prepare helper: `Allocs`' impl spread over files, to be split by
+    // state into owners of their own.
     ("task::launch", "task::prepare"),
     ("task::leader", "task::runner"),
-    ("task::mounts", "task::root"),
     ("task::prepare", "task::launch"),
     ("task::prepare", "task::prepare::child"),
     ("task::prepare::child", "task::prepare"),
     ("task::prepare::child", "task::prepare::wire"),
     ("task::prepare::wire", "task::prepare"),
-    ("task::root", "task::exec"),
-    ("task::root", "task::mounts"),
     ("task::runner", "task::leader"),
     ("task::runner", "task::starter"),
     ("task::starter", "task::runner"),
