@@ -64,6 +64,7 @@
 //! | `exit.rs` | how a task ended, whatever its driver: what the runner and the restart policy are told |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
+//! | `plugin_endpoint.rs` | a `csi_plugin` task's `CSI_ENDPOINT`, the socket the agent watches, the spec it is registered with |
 //! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `services.rs` | the `service` blocks of running tasks as registrations, and templates that read the registry rendered again when it changes |
@@ -110,6 +111,7 @@ mod periodic;
 mod persist;
 mod placement;
 mod plan;
+mod plugin_endpoint;
 mod ports;
 pub mod prepare;
 mod refit;

@@ -9,8 +9,8 @@ use super::docker;
 use super::driver::Handle;
 use super::exec;
 use super::exit::Exit;
-use super::launch::plugin_spec;
 use super::periodic::{child_spec, ChildOf};
+use super::plugin_endpoint::plugin_spec;
 use super::restart::Window;
 use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,

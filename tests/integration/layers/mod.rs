@@ -162,16 +162,9 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("spec::task", "spec::template"),
     ("spec::template", "spec::task"),
     ("spec::zone", "spec::cron"),
-    // task: the runner, the starter and leader tasks; launch and the
-    // prepare helper: `Allocs`' impl spread over files, to be split by
-    // state into owners of their own.
-    ("task::launch", "task::prepare"),
+    // task: the runner, the starter and leader tasks: `Allocs`' impl
+    // spread over files, to be split by state into owners of their own.
     ("task::leader", "task::runner"),
-    ("task::prepare", "task::launch"),
-    ("task::prepare", "task::prepare::child"),
-    ("task::prepare::child", "task::prepare"),
-    ("task::prepare::child", "task::prepare::wire"),
-    ("task::prepare::wire", "task::prepare"),
     ("task::runner", "task::leader"),
     ("task::runner", "task::starter"),
     ("task::starter", "task::runner"),
