@@ -162,12 +162,6 @@ const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
     ("spec::task", "spec::template"),
     ("spec::template", "spec::task"),
     ("spec::zone", "spec::cron"),
-    // task: the runner, the starter and leader tasks: `Allocs`' impl
-    // spread over files, to be split by state into owners of their own.
-    ("task::leader", "task::runner"),
-    ("task::runner", "task::leader"),
-    ("task::runner", "task::starter"),
-    ("task::starter", "task::runner"),
     // template: the executor, the parser and the functions call each
     // other; the sockaddr functions' interface and RFC tables too; to
     // untangle when templates become a crate of their own.
