@@ -1,4 +1,5 @@
-//! The prepare helper's input and answers as bytes, in the start helper's
+//! What the agent and the prepare helper say to each other: the helper's
+//! [`Input`] and its [`Answer`]s, and their bytes, in the start helper's
 //! encoding ([`crate::task::exec::encoding`]): the input is one message
 //! behind [`INPUT_MAGIC`]; the answers are messages behind
 //! [`ANSWER_MAGIC`], one per phase begun and the last with the outcome.
