@@ -2,7 +2,7 @@
 //! the engine answers.
 //!
 //! The start asks the engine's version within
-//! [`ENGINE_FINGERPRINT`](crate::task::feasible::ENGINE_FINGERPRINT), and
+//! [`ENGINE_FINGERPRINT`](crate::task::node::ENGINE_FINGERPRINT), and
 //! the systemd install orders the agent before `docker.service`: at boot
 //! the engine is not up yet, so the node starts without `driver.docker`
 //! and docker tasks could not be placed. The `engine-watch` thread asks

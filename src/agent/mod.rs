@@ -154,7 +154,7 @@ pub fn run(mut options: Options) -> Result<(), Error> {
     );
     // Not reloaded on SIGHUP: a cluster node's promise counts it.
     allocs.set_max_kill_timeout(options.config.max_kill_timeout);
-    allocs.set_node(crate::task::env::node_attributes(
+    allocs.set_node(crate::task::node::node_attributes(
         &setup::node_id(&data_dir)?,
         &node_name(&options.config),
         &host_name(),

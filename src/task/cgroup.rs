@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::driver::Exit;
+use super::exit::Exit;
 use crate::spec::{MemoryMax, Resources};
 use crate::sys::cgroup::{Group, Hierarchy, Limits};
 

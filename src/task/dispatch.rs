@@ -17,7 +17,8 @@ use std::path::{Component, Path};
 
 use super::calls::{DispatchRequest, JobRun};
 use super::periodic::{unix_secs, ChildOf};
-use super::{exec, invalid, Alloc, Allocs};
+use super::user::User;
+use super::{invalid, Alloc, Allocs};
 use crate::call::CallError;
 use crate::spec::PayloadRule;
 
@@ -202,7 +203,7 @@ pub(super) fn write_payload(
     local: &Path,
     file: &str,
     payload: &[u8],
-    user: Option<exec::User>,
+    user: Option<User>,
 ) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("dispatch_payload {file:?}: {e}");
     let mut dir = File::open(local).map_err(fail)?;

@@ -73,46 +73,6 @@ impl TaskContext<'_> {
     }
 }
 
-/// The node attributes a task's `${...}` may name, with the values Nomad's
-/// client gives them: `node.unique.name` is the agent's node name,
-/// `node.unique.id` the UUID the agent made for its data dir once,
-/// `attr.unique.hostname` the host's name, `attr.cpu.arch` Go's name for
-/// the architecture; `node.datacenter`, `node.region`, `node.class`,
-/// `node.pool` and `meta.<key>` (the top-level `meta`, then `client {
-/// meta }`) come from the agent config; the rest of the host's fingerprint is
-/// [`super::feasible::host_attributes`].
-pub fn node_attributes(
-    node_id: &str,
-    node_name: &str,
-    host_name: &str,
-    config: &crate::spec::AgentConfig,
-) -> BTreeMap<String, String> {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        other => other,
-    };
-    let mut attributes = BTreeMap::from([
-        ("node.unique.name".to_string(), node_name.to_string()),
-        ("node.unique.id".to_string(), node_id.to_string()),
-        ("node.datacenter".to_string(), config.datacenter.clone()),
-        ("node.region".to_string(), config.region.clone()),
-        ("attr.unique.hostname".to_string(), host_name.to_string()),
-        ("attr.kernel.name".to_string(), "linux".to_string()),
-        ("attr.cpu.arch".to_string(), arch.to_string()),
-    ]);
-    for (key, value) in config.meta.iter().chain(&config.client.meta) {
-        attributes.insert(format!("meta.{key}"), value.clone());
-    }
-    attributes.insert("node.class".into(), config.client.node_class.clone());
-    if let Some(pool) = &config.client.node_pool {
-        attributes.insert("node.pool".into(), pool.clone());
-    }
-    attributes.extend(super::feasible::host_attributes(&config.docker.endpoint));
-    attributes
-}
-
 /// What `${...}` may name in a task's arguments and destinations: its
 /// environment, then the node's attributes.
 pub fn lookups(
@@ -219,6 +179,7 @@ pub fn interpolate(text: &str, vars: &BTreeMap<String, String>) -> Result<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::node::node_attributes;
 
     fn context(own_root: bool) -> TaskContext<'static> {
         TaskContext {

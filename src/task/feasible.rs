@@ -5,7 +5,7 @@
 //! `${...}` of the node: `${node.unique.id}`, `${node.unique.name}`,
 //! `${node.datacenter}`, `${node.region}`, `${node.class}` (empty: the
 //! agent has no node class), `${node.pool}` (`default`), `${attr.<name>}`
-//! (the fingerprint: [`host_attributes`] and the placement fingerprint's
+//! (the fingerprint: [`host_attributes`](super::node::host_attributes) and the placement fingerprint's
 //! numbers, [`Allocs::constraint_node`]) and `${meta.<key>}` (the agent
 //! config's `client { meta }`). An attribute the node does not have is
 //! unset: it fails every operator but `!=` (Nomad compares it as the
@@ -33,7 +33,6 @@
 //! the node's `meta`, class or pool (`refit.rs`).
 
 use std::collections::BTreeMap;
-use std::fs;
 
 use super::Allocs;
 use crate::spec::{
@@ -75,77 +74,6 @@ impl Unplaced {
 /// Nomad's name for the filter of a node on which a group's CSI volume is
 /// not accessible.
 pub const TOPOLOGY_FILTER: &str = "did not meet topology requirement";
-
-/// How long the fingerprint waits for the container engine's version. It
-/// is taken at the agent's start, before it is ready, and at a SIGHUP, on
-/// the main loop: neither may wait on an engine that is itself starting.
-/// A dockerd restoring its containers at boot binds its API socket at once
-/// but answers only once they are restored, and those wait on the volume
-/// plugin socket the agent serves: waiting out the engine's call timeout
-/// (30 s) held the agent's start, and dockerd's Mounts, for 30 s. An
-/// engine that does not answer in time is asked again off the loop (the
-/// agent's `engine-watch` thread), and the fingerprint taken again once
-/// it answers.
-pub const ENGINE_FINGERPRINT: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// What the host says of itself, read once, with Nomad's attribute names:
-/// `kernel.version` and `kernel.arch` (`uname -r`, `-m`), `os.name` and
-/// `os.version` (`/etc/os-release`'s `ID` and `VERSION_ID`),
-/// `cpu.modelname`, and the drivers csi-agent has: `driver.raw_exec` and
-/// `driver.exec` always, `driver.docker` (with `driver.docker.version`)
-/// when the engine at `docker_endpoint` answers within
-/// [`ENGINE_FINGERPRINT`].
-pub fn host_attributes(docker_endpoint: &str) -> BTreeMap<String, String> {
-    let mut attrs = BTreeMap::new();
-    let mut put = |key: &str, value: Option<String>| {
-        if let Some(value) = value.filter(|v| !v.is_empty()) {
-            attrs.insert(format!("attr.{key}"), value);
-        }
-    };
-    let read = |path: &str| fs::read_to_string(path).ok().map(|t| t.trim().to_string());
-    put("kernel.version", read("/proc/sys/kernel/osrelease"));
-    put("kernel.arch", Some(std::env::consts::ARCH.to_string()));
-    let os_release = fs::read_to_string("/etc/os-release").unwrap_or_default();
-    put("os.name", os_release_value(&os_release, "ID"));
-    put("os.version", os_release_value(&os_release, "VERSION_ID"));
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    put(
-        "cpu.modelname",
-        cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name"))
-            .and_then(|rest| rest.split_once(':'))
-            .map(|(_, name)| name.trim().to_string()),
-    );
-    put("driver.raw_exec", Some("1".into()));
-    put("driver.exec", Some("1".into()));
-    if let Ok(engine) = crate::docker::Engine::new(docker_endpoint) {
-        match engine.version_within(ENGINE_FINGERPRINT) {
-            Ok(version) => {
-                put("driver.docker", Some("1".into()));
-                put("driver.docker.version", Some(version.version));
-            }
-            Err(err) => log::info!(
-                "No docker driver yet: the engine at {docker_endpoint} does not answer ({err})"
-            ),
-        }
-    }
-    attrs
-}
-
-/// The value of `key` in an `/etc/os-release` text, unquoted.
-fn os_release_value(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|line| {
-        let value = line.strip_prefix(key)?.strip_prefix('=')?;
-        Some(
-            value
-                .trim()
-                .trim_matches('"')
-                .trim_matches('\'')
-                .to_string(),
-        )
-    })
-}
 
 /// A target's value on `node`: a literal as it is, `${name}` looked up;
 /// `None` when the node lacks it.
@@ -391,7 +319,7 @@ impl Allocs {
     /// Then every job is placed again against the new node (`refit.rs`).
     pub fn reconfigure_node(&mut self, config: &crate::spec::AgentConfig) {
         let kept = |key: &str| self.node.get(key).cloned().unwrap_or_default();
-        self.node = super::env::node_attributes(
+        self.node = super::node::node_attributes(
             &kept("node.unique.id"),
             &kept("node.unique.name"),
             &kept("attr.unique.hostname"),
@@ -418,7 +346,7 @@ impl Allocs {
     }
 
     /// What constraints see of the node: the attributes of the agent's
-    /// start (`env::node_attributes`), and the placement fingerprint's
+    /// start (`node::node_attributes`), and the placement fingerprint's
     /// `cpu.numcores`, `cpu.frequency`, `cpu.totalcompute`,
     /// `memory.totalbytes` and `unique.network.ip-address`.
     pub fn constraint_node(&self) -> BTreeMap<String, String> {
@@ -764,24 +692,5 @@ mod tests {
         let unplaced = unplaced(&spec, &node(), &BTreeMap::new());
         assert_eq!(unplaced.len(), 1);
         assert_eq!((unplaced[0].group.as_str(), unplaced[0].count), ("b", 1));
-    }
-
-    #[test]
-    fn the_host_says_its_kernel_and_drivers_and_a_silent_engine_is_no_docker() {
-        let attrs = host_attributes("unix:///nonexistent/docker.sock");
-        assert_eq!(attrs["attr.driver.raw_exec"], "1");
-        assert_eq!(attrs["attr.driver.exec"], "1");
-        assert!(!attrs.contains_key("attr.driver.docker"), "{attrs:?}");
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-        assert_eq!(attrs["attr.kernel.version"], release.trim());
-        assert_eq!(attrs["attr.kernel.arch"], std::env::consts::ARCH);
-    }
-
-    #[test]
-    fn os_release_values_are_unquoted() {
-        let text = "NAME=\"Debian GNU/Linux\"\nID=debian\nVERSION_ID=\"12\"\n";
-        assert_eq!(os_release_value(text, "ID").as_deref(), Some("debian"));
-        assert_eq!(os_release_value(text, "VERSION_ID").as_deref(), Some("12"));
-        assert_eq!(os_release_value(text, "ID_LIKE"), None);
     }
 }

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use super::calls::{self, JobFile, JobRun, JobStatus, LogsRequest};
 use super::feasible::{self, report_unplaced};
 use super::{
-    exec, invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState,
-    UseState, VolumeSource, VolumeUse,
+    invalid, launch, Alloc, AllocStatus, Allocs, JobEntry, PluginRun, TaskRun, TaskState, UseState,
+    VolumeSource, VolumeUse,
 };
 use crate::call::CallError;
 use crate::plugin::InstanceKey;
@@ -172,7 +172,7 @@ impl Allocs {
                     }
                 }
                 if let Some(user) = &task.user {
-                    exec::lookup_user(user)
+                    super::user::lookup_user(user)
                         .map_err(|e| invalid(format!("{what}: user {user:?}: {e}")))?;
                 }
                 launch::check_interpolation(

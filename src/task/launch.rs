@@ -34,20 +34,22 @@ use std::time::Duration;
 
 use super::artifact::{self, ArtifactLimits};
 use super::cgroup;
+use super::destination::{prepare_target, resolve_destination};
 use super::docker::{self, VolumeBind};
-use super::driver::Exit;
 use super::env::{interpolate, lookups, task_env, TaskContext};
 use super::exec::{self, Launch};
-use super::mounts::{prepare_target, resolve_destination, DriverMount, NamespacePlan};
+use super::exit::Exit;
+use super::mounts::{DriverMount, NamespacePlan};
+use super::plugin_endpoint::{host_endpoint, plugin_spec, task_endpoint};
 use super::ports;
 use super::prepare;
 use super::root::{check_destination, PluginDir, RootPlan};
 use super::templates;
+use super::user::{self, User};
 use super::{Alloc, Allocs, UseState, VolumeSource};
-use crate::csi::Endpoint;
 use crate::mount::{MountInfo, Mounter, Propagation, SysMounter};
-use crate::plugin::{PluginSpec, Source};
-use crate::spec::{ChrootEntry, CsiPlugin, Driver, Group, NamespaceMode, Network, Task};
+use crate::plugin::PluginSpec;
+use crate::spec::{ChrootEntry, Driver, Group, NamespaceMode, Network, Task};
 
 /// Checks, at `job run`, that every `${VAR}` of a task names a variable
 /// (in a docker task's config too) and that every destination has room in
@@ -308,6 +310,16 @@ impl From<String> for StartFailure {
     }
 }
 
+impl From<prepare::Failure> for StartFailure {
+    fn from(failure: prepare::Failure) -> StartFailure {
+        if failure.fetching() {
+            StartFailure::Artifact(failure.message)
+        } else {
+            StartFailure::Other(failure.message)
+        }
+    }
+}
+
 impl StartFailure {
     /// The task's end this failure is.
     pub(super) fn into_exit(self) -> Exit {
@@ -337,7 +349,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     // A container's user is the image's to resolve.
     let user = match &spec.user {
         Some(name) if spec.driver != Driver::Docker => {
-            Some(exec::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
+            Some(user::lookup_user(name).map_err(|e| format!("user {name:?}: {e}"))?)
         }
         _ => None,
     };
@@ -487,7 +499,7 @@ pub(super) fn prepare(plan: StartPlan) -> Result<Started, StartFailure> {
     let (root, hide) = match spec.driver {
         Driver::RawExec => (None, vec![plan.control_socket.clone()]),
         _ => {
-            let owner = user.unwrap_or(exec::User { uid: 0, gid: 0 });
+            let owner = user.unwrap_or(User { uid: 0, gid: 0 });
             let root = RootPlan::new(
                 &task_dir,
                 &alloc_dir.join("alloc"),
@@ -578,69 +590,6 @@ impl Allocs {
     }
 }
 
-/// The `CSI_ENDPOINT` a plugin task gets, as it sees it: the socket in its
-/// `mount_dir` (an exec or docker task), or in its socket dir `socket_dir`
-/// on the host (a raw_exec task).
-fn task_endpoint(task: &Task, csi: &CsiPlugin, socket_dir: &Path) -> String {
-    let dir = match task.driver {
-        Driver::RawExec => socket_dir,
-        Driver::Exec | Driver::Docker => &csi.mount_dir,
-    };
-    format!("unix://{}", dir.join("csi.sock").display())
-}
-
-/// The socket the agent watches for a plugin task whose `CSI_ENDPOINT` is
-/// `endpoint` (its own default, or its `env`'s): an exec task's socket must
-/// be in its `mount_dir`, which is `socket_dir` on the host.
-fn host_endpoint(
-    task: &Task,
-    csi: &CsiPlugin,
-    endpoint: &str,
-    socket_dir: &Path,
-) -> Result<Endpoint, String> {
-    let endpoint: Endpoint = endpoint.parse().map_err(|e| format!("CSI_ENDPOINT: {e}"))?;
-    if task.driver == Driver::RawExec {
-        return Ok(endpoint);
-    }
-    let rest = endpoint.path().strip_prefix(&csi.mount_dir).map_err(|_| {
-        format!(
-            "CSI_ENDPOINT {} is not in mount_dir {}, where the agent finds the plugin's socket",
-            endpoint.path().display(),
-            csi.mount_dir.display()
-        )
-    })?;
-    Endpoint::from_path(socket_dir.join(rest)).map_err(|e| format!("CSI_ENDPOINT: {e}"))
-}
-
-/// What the agent registers for task `i` of `alloc` if it is a plugin,
-/// with its health timeout: the socket of the task's `CSI_ENDPOINT` on the
-/// host (its socket dir is `socket_dir`), and for an exec task the base dir
-/// of the paths in its RPCs.
-pub(super) fn plugin_spec(
-    alloc: &Alloc,
-    i: usize,
-    env: &BTreeMap<String, String>,
-    socket_dir: &Path,
-) -> Result<Option<(PluginSpec, Duration)>, String> {
-    let spec = &alloc.group.tasks[i];
-    let Some(csi) = &spec.csi_plugin else {
-        return Ok(None);
-    };
-    let endpoint = host_endpoint(spec, csi, &env["CSI_ENDPOINT"], socket_dir)?;
-    let registered = PluginSpec {
-        id: csi.id.clone(),
-        endpoint,
-        plugin_type: csi.plugin_type,
-        source: Source::Task {
-            alloc: alloc.id.clone(),
-            task: spec.name.clone(),
-        },
-        stage_publish_base_dir: (spec.driver != Driver::RawExec)
-            .then(|| csi.stage_publish_base_dir.clone()),
-    };
-    Ok(Some((registered, csi.health_timeout)))
-}
-
 /// Creates `path` (and its parents) with `mode`. A symlink there is
 /// refused: a task may have left one in its dirs, and the agent must not
 /// change the mode or owner of what it points to.
@@ -662,7 +611,7 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
         .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
 }
 
-fn chown(path: &Path, user: exec::User) -> Result<(), String> {
+fn chown(path: &Path, user: User) -> Result<(), String> {
     std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
         .map_err(|e| format!("cannot give {} to uid {}: {e}", path.display(), user.uid))
 }

@@ -8,7 +8,6 @@
 use std::time::Instant;
 
 use super::lifecycle::Role;
-use super::runner::role;
 use super::{Alloc, Allocs, TaskState};
 
 /// The name of the group's leader task when it is dead.
@@ -48,7 +47,7 @@ impl Allocs {
         };
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
-            if role(alloc, i) == Role::Poststop || alloc.tasks[i].name == leader {
+            if Role::in_group(&alloc.group, i) == Role::Poststop || alloc.tasks[i].name == leader {
                 continue;
             }
             if about_to_be_killed(alloc, i) {
@@ -77,7 +76,7 @@ pub(super) fn note_sibling_failed(alloc: &mut Alloc) {
         return;
     };
     for i in 0..alloc.tasks.len() {
-        if role(alloc, i) != Role::Poststop && about_to_be_killed(alloc, i) {
+        if Role::in_group(&alloc.group, i) != Role::Poststop && about_to_be_killed(alloc, i) {
             alloc.tasks[i].event("sibling failed", format!("task {failed:?} failed"));
         }
     }

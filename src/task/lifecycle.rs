@@ -15,7 +15,7 @@
 //! This module only decides, from the tasks' roles and progress; the alloc
 //! runner (`runner.rs`) acts on its answers, the same way for each driver.
 
-use crate::spec::{JobType, Lifecycle, LifecycleHook};
+use crate::spec::{Group, JobType, Lifecycle, LifecycleHook};
 
 /// A task's place in its group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +54,11 @@ impl Role {
                 ..
             }) => Role::Poststop,
         }
+    }
+
+    /// The place of task `i` (of `group.tasks`) in its group.
+    pub fn in_group(group: &Group, i: usize) -> Role {
+        Role::of(group.tasks[i].lifecycle)
     }
 
     /// Whether an exit 0 restarts the task (per its policy) rather than

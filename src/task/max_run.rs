@@ -15,7 +15,6 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use super::lifecycle::Role;
-use super::runner::role;
 use super::{Alloc, Allocs, TaskState};
 use crate::units::format_duration;
 
@@ -79,7 +78,7 @@ impl Allocs {
         alloc.message = EXCEEDED.to_string();
         let message = format!("{EXCEEDED} ({})", format_duration(bound));
         for i in 0..alloc.tasks.len() {
-            let poststop = role(alloc, i) == Role::Poststop;
+            let poststop = Role::in_group(&alloc.group, i) == Role::Poststop;
             let task = &mut alloc.tasks[i];
             match task.state {
                 TaskState::Dead => continue,

@@ -60,9 +60,11 @@
 //! | `runner.rs` | an alloc's life: starting, exits and restarts, kill timeouts, stopping, settling |
 //! | [`lifecycle`] | the order of a group's tasks (prestart, main, poststart, poststop) and what an exit 0 means |
 //! | `volume_hook.rs` | claiming the group's `csi` volumes, retries, what a release unmounts |
-//! | `driver.rs` | what every driver does: the handle of a running task, its signals, its end |
+//! | `driver.rs` | what every driver does: the handle of a running task, its signals, polling for its end |
+//! | `exit.rs` | how a task ended, whatever its driver: what the runner and the restart policy are told |
 //! | `docker/` | the `docker` driver: a thread per container start and watch, the container a task asks for, the loop's side of their reports |
 //! | `launch.rs` | starting one task: task dir, environment, driver mounts, root, plugin socket dir |
+//! | `plugin_endpoint.rs` | a `csi_plugin` task's `CSI_ENDPOINT`, the socket the agent watches, the spec it is registered with |
 //! | `starter.rs` | the threads that carry out starts off the loop, re-renders and a done task's cleanups; taking a start in |
 //! | [`prepare`] | the prepare helper: the process in which a start's artifacts are fetched and its templates rendered (`artifact/`, `templates.rs`, `rerender.rs`), so that no input crashes the agent |
 //! | `services.rs` | the `service` blocks of running tasks as registrations, and templates that read the registry rendered again when it changes |
@@ -70,11 +72,14 @@
 //! | `max_run.rs` | a batch group's `max_run_duration`: when it counts from, the alloc stopped when it runs out |
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
+//! | [`node`] | the node's attributes: the agent's and its config's, the host's fingerprint |
 //! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
 //! | [`exec`] | the drivers: the start helper (`exec/helper.rs`, never a fork of the agent), the child's namespace and root (`exec/child.rs`), exec |
 //! | [`root`] | an exec task's root: `chroot_env`, `/dev`, `/proc`, `/secrets`, `/alloc`, mount points |
+//! | [`user`] | the user a task runs as, looked up before its start |
+//! | [`destination`] | a path of the task's view in the task dir, its mount point made there safely |
 //! | [`mounts`] | where volumes appear in a task, and the namespace plan |
 //! | [`env`](mod@env) | the task's environment and `${VAR}` interpolation |
 //! | [`restart`] | the restart policy |
@@ -85,12 +90,14 @@ pub mod alloc_stats;
 mod artifact;
 pub mod calls;
 mod cgroup;
+pub mod destination;
 mod dispatch;
 mod docker;
 mod driver;
 pub mod env;
 pub mod exec;
 pub mod exec_target;
+mod exit;
 pub mod feasible;
 mod jobs;
 mod launch;
@@ -99,10 +106,12 @@ mod leftovers;
 pub mod lifecycle;
 mod max_run;
 pub mod mounts;
+pub mod node;
 mod periodic;
 mod persist;
 mod placement;
 mod plan;
+mod plugin_endpoint;
 mod ports;
 pub mod prepare;
 mod refit;
@@ -119,6 +128,7 @@ pub mod root;
 mod runner;
 mod starter;
 mod templates;
+pub mod user;
 mod volume_hook;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -535,7 +545,7 @@ impl Allocs {
     }
 
     /// The node attributes tasks' `${...}` may name
-    /// ([`env::node_attributes`]).
+    /// ([`node::node_attributes`]).
     pub fn set_node(&mut self, node: BTreeMap<String, String>) {
         self.node = node;
     }

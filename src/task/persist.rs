@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::docker;
-use super::driver::{Exit, Handle};
+use super::driver::Handle;
 use super::exec;
-use super::launch::plugin_spec;
+use super::exit::Exit;
 use super::periodic::{child_spec, ChildOf};
+use super::plugin_endpoint::plugin_spec;
 use super::restart::Window;
 use super::{
     Alloc, AllocStatus, Allocs, JobEntry, PluginEffect, PluginRun, Process, TaskRun, TaskState,

@@ -34,8 +34,8 @@ use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use super::exec::User;
-use super::mounts::{prepare_target, DestinationError};
+use super::destination::{in_root, prepare_target, DestinationError};
+use super::user::User;
 use crate::mount::Propagation;
 use crate::spec::{ChrootEntry, TASK_ROOT_DIRS};
 
@@ -105,15 +105,6 @@ impl std::error::Error for RootError {
             RootError::Source { err, .. } => Some(err),
         }
     }
-}
-
-/// `path` (absolute, in the task's view) inside the task dir `dir`.
-pub fn in_root(dir: &Path, path: &Path) -> PathBuf {
-    let relative: PathBuf = path
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .collect();
-    dir.join(relative)
 }
 
 impl RootPlan {
@@ -244,19 +235,6 @@ mod tests {
             source: PathBuf::from(path),
             destination: PathBuf::from(path),
         }
-    }
-
-    #[test]
-    fn view_paths_live_in_the_task_dir() {
-        let dir = Path::new("/d/alloc/a/t");
-        assert_eq!(in_root(dir, Path::new("/data")), dir.join("data"));
-        assert_eq!(in_root(dir, Path::new("local/x")), dir.join("local/x"));
-        assert_eq!(in_root(dir, Path::new("/")), dir.to_path_buf());
-        assert_eq!(
-            in_root(dir, Path::new("/d/csi/p")),
-            dir.join("d/csi/p"),
-            "a host path bound at its own path"
-        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime};
 use crossbeam_channel::bounded;
 
 use super::cgroup;
-use super::driver::Exit;
+use super::exit::Exit;
 use super::leader;
 use super::lifecycle::{self, Progress, Role};
 use super::restart::{self, Decision};
@@ -141,7 +141,7 @@ impl Allocs {
                 // No task ran, so there is nothing for poststop tasks to
                 // clean up after.
                 for i in 0..alloc.tasks.len() {
-                    if role(alloc, i) == Role::Poststop {
+                    if Role::in_group(&alloc.group, i) == Role::Poststop {
                         alloc.tasks[i].state = TaskState::Dead;
                     }
                 }
@@ -186,13 +186,13 @@ impl Allocs {
         // Poststop tasks run once the others are dead, with the volumes
         // still claimed; they are not killed.
         for i in 0..alloc.tasks.len() {
-            if role(alloc, i) == Role::Poststop {
+            if Role::in_group(&alloc.group, i) == Role::Poststop {
                 continue;
             }
             changed |= self.kill_task(alloc, i, now);
         }
         for i in 0..alloc.tasks.len() {
-            if role(alloc, i) != Role::Poststop {
+            if Role::in_group(&alloc.group, i) != Role::Poststop {
                 continue;
             }
             match alloc.tasks[i].state {
@@ -269,7 +269,9 @@ impl Allocs {
     fn stop_sidecars(&mut self, alloc: &mut Alloc, now: Instant) -> bool {
         let mut changed = false;
         for i in 0..alloc.tasks.len() {
-            if lifecycle::stops_with_main(role(alloc, i)) && self.kill_task(alloc, i, now) {
+            if lifecycle::stops_with_main(Role::in_group(&alloc.group, i))
+                && self.kill_task(alloc, i, now)
+            {
                 log::info!(
                     "Alloc {}: task {} stops: the main tasks are done",
                     alloc.id,
@@ -411,7 +413,7 @@ impl Allocs {
     /// What follows task `i`'s end `exit`: a restart, or its death.
     fn follow_policy(&mut self, alloc: &mut Alloc, i: usize, exit: Exit, now: Instant) {
         let policy = alloc.group.tasks[i].restart.clone();
-        let role = role(alloc, i);
+        let role = Role::in_group(&alloc.group, i);
         let restarts_on_success = role.restarts_on_success(alloc.group.job_type);
         // A sidecar outlives no main task: once they are done, its exit
         // is final.
@@ -634,11 +636,6 @@ impl Allocs {
     }
 }
 
-/// Task `i`'s place in its group.
-pub(super) fn role(alloc: &Alloc, i: usize) -> Role {
-    Role::of(alloc.group.tasks[i].lifecycle)
-}
-
 /// Every task's role and progress, for [`lifecycle`]'s decisions.
 fn lifecycle_view(alloc: &Alloc) -> Vec<(Role, Progress)> {
     alloc
@@ -654,7 +651,7 @@ fn lifecycle_view(alloc: &Alloc) -> Vec<(Role, Progress)> {
                 TaskState::Running | TaskState::Restarting { .. } => Progress::Live,
                 TaskState::Dead => Progress::Dead { ok: !t.failed },
             };
-            (role(alloc, i), progress)
+            (Role::in_group(&alloc.group, i), progress)
         })
         .collect()
 }

@@ -63,8 +63,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 
 use super::cgroup;
-use super::driver::{Exit, Handle};
+use super::driver::Handle;
+use super::exit::Exit;
 use super::launch::{self, Runs, StartFailure, StartPlan, Started};
+use super::lifecycle::Role;
 use super::{exec, prepare, Alloc, Allocs, PluginEffect, Process, TaskState};
 use crate::plugin::PluginSpec;
 use crate::spec::{ChangeMode, TaskTemplate};
@@ -610,7 +612,7 @@ impl Allocs {
                         // anyway. One an exit 0 completes needs its pid
                         // kept now, so that the next agent takes its exit
                         // record rather than running it twice.
-                        if super::runner::role(&alloc, i).restarts_on_success(alloc.group.job_type)
+                        if Role::in_group(&alloc.group, i).restarts_on_success(alloc.group.job_type)
                         {
                             self.unsaved_starts = true;
                         } else {

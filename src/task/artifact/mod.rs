@@ -31,7 +31,7 @@ use std::path::{Component, Path, PathBuf};
 pub use self::http::HttpLimits;
 pub use self::unpack::UnpackLimits;
 use super::env::interpolate;
-use super::exec::User;
+use super::user::User;
 use crate::spec::{
     archive_kind, check_source, parse_checksum, redacted, split_source, url_path, ArchiveKind,
     Artifact, ArtifactConfig, ArtifactMode,

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::driver::Exit;
+use super::exit::Exit;
 use crate::docker::{Auth, Container, ContainerSpec, Engine};
 
 pub(super) use container::{container_spec, docker_strings, Inputs, Privileges, VolumeBind};

@@ -42,8 +42,9 @@ use std::ffi::{CStr, CString};
 use std::path::Path;
 
 use super::syscall::MountFlags;
-use super::{Launch, User};
+use super::Launch;
 use crate::mount::{self, Propagation};
+use crate::task::user::User;
 
 /// One thing the child does, prepared in the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use std::fmt;
 use super::child::{ChildSetup, Step};
 use super::pid_ns::ExitRecord;
 use super::syscall::MountFlags;
-use super::User;
+use crate::task::user::User;
 
 const MAGIC: &[u8; 4] = b"CSIs";
 

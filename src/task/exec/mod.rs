@@ -32,7 +32,6 @@ mod pid_ns;
 mod syscall;
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -42,15 +41,9 @@ use std::process::Child;
 
 use super::mounts::NamespacePlan;
 use super::root::RootPlan;
+use super::user::User;
 use crate::mount;
 use child::ChildSetup;
-
-/// A user to run as, resolved before the start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct User {
-    pub uid: libc::uid_t,
-    pub gid: libc::gid_t,
-}
 
 /// Everything one start of a task needs.
 #[derive(Clone, Debug)]
@@ -186,21 +179,6 @@ fn child_error_line(log: &Path, start: u64) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Looks up a user by name (or numeric uid) in the user database.
-pub fn lookup_user(name: &str) -> io::Result<User> {
-    let c_name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    match crate::sys::user::passwd_ids(&c_name)? {
-        Some((uid, gid)) => Ok(User { uid, gid }),
-        None => match name.parse::<u32>() {
-            Ok(uid) => Ok(User { uid, gid: uid }),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no user {name:?}"),
-            )),
-        },
-    }
-}
-
 /// Sends `signal` to the task's process group (its session).
 pub fn signal_group(pid: u32, signal: libc::c_int) -> io::Result<()> {
     crate::sys::process::kill_group(pid, signal)
@@ -269,18 +247,5 @@ mod tests {
             has_env(me, "PATH", &std::env::var("PATH").unwrap_or_default())
                 || std::env::var("PATH").is_err()
         );
-    }
-
-    #[test]
-    fn users_resolve_by_name_and_number() {
-        assert_eq!(lookup_user("root").unwrap(), User { uid: 0, gid: 0 });
-        assert_eq!(
-            lookup_user("4242").unwrap(),
-            User {
-                uid: 4242,
-                gid: 4242
-            }
-        );
-        assert!(lookup_user("no-such-user-csi").is_err());
     }
 }

@@ -12,10 +12,11 @@ use super::helper::{self, Returned};
 use super::perform::{self, Failed};
 use super::pid_ns::{End, Role};
 use super::syscall::{CStrArray, Call, MountFlags, RecordingSyscall};
-use super::{Launch, User};
+use super::Launch;
 use crate::mount::{self, Propagation};
 use crate::task::mounts::{DriverMount, NamespacePlan};
 use crate::task::root::{PluginDir, RootBind, RootPlan};
+use crate::task::user::User;
 
 /// The highest capability of the kernel the tests plan for, whatever
 /// this machine's is: the bounding set's drops are listed one by one.

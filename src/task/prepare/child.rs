@@ -9,10 +9,18 @@ use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 
-use super::{wire, Answer, Input, Phase, Work, ADDRESS_SPACE, ARG};
+use super::wire::{self, Answer, Input, Phase, Work};
 use crate::sys::process;
 use crate::task::env::lookups;
 use crate::task::{artifact, exec, templates};
+
+/// The helper's first argument; `csi-agent` lists it nowhere.
+pub const ARG: &str = "__prepare-task";
+
+/// The helper's address space (`RLIMIT_AS`): its binary and libraries
+/// take some 40 MiB of it, fetching and unpacking stream through small
+/// buffers, and a template's text and values stay far below the rest.
+pub const ADDRESS_SPACE: u64 = 1 << 30;
 
 /// The helper's `main`: does the work read from stdin and exits 0 once it
 /// has answered, or 1 with the reason on stderr (the task's log).

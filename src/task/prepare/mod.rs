@@ -33,7 +33,7 @@
 //! of the start.
 //!
 //! The helper bounds itself before it reads anything: its address space
-//! to [`ADDRESS_SPACE`] (`RLIMIT_AS`), so that a memory bomb fails an
+//! to `ADDRESS_SPACE` (`child.rs`, `RLIMIT_AS`), so that a memory bomb fails an
 //! allocation in the helper, which aborts it, rather than making the host
 //! swap or the OOM killer choose; no core dump (its memory holds headers
 //! and secrets); and it is killed when the thread that started it ends
@@ -58,28 +58,20 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub use self::child::main;
+pub use self::child::{main, ARG};
+use self::wire::{Answer, Input, Phase, Work};
 use super::artifact::ArtifactLimits;
-use super::exec::User;
-use super::launch::StartFailure;
-use crate::spec::{Artifact, Task, TaskTemplate};
+use super::user::User;
+use crate::spec::{Task, TaskTemplate};
 use crate::template::NomadService;
 use crate::units::format_duration;
 
-/// The helper's first argument; `csi-agent` lists it nowhere.
-pub const ARG: &str = "__prepare-task";
-
 /// The agent's own binary, as the kernel still holds it.
 const SELF_EXE: &str = "/proc/self/exe";
-
-/// The helper's address space (`RLIMIT_AS`): its binary and libraries
-/// take some 40 MiB of it, fetching and unpacking stream through small
-/// buffers, and a template's text and values stay far below the rest.
-pub const ADDRESS_SPACE: u64 = 1 << 30;
 
 /// How long the templates of one start (or re-render) may take to render
 /// in the helper before it is killed. A template renders in milliseconds;
@@ -90,92 +82,20 @@ pub const TEMPLATE_DEADLINE: Duration = Duration::from_secs(60);
 /// `env = true` templates is the large part): more is a bad answer.
 pub const ANSWER_LIMIT: usize = 16 << 20;
 
-/// What the helper is asked to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Work {
-    /// A start's artifacts, then its templates.
-    Start,
-    /// A running task's templates again, writing those whose text changed.
-    Rerender,
-}
-
-/// What the helper needs, owned.
-pub(super) struct Input {
-    pub work: Work,
-    /// The agent's pid: a helper whose parent is not it has lost its
-    /// agent and does nothing.
-    pub agent: u32,
-    pub task_dir: PathBuf,
-    /// The task's user, given what `chown = true` artifacts place.
-    pub user: Option<User>,
-    pub limits: ArtifactLimits,
-    pub artifacts: Vec<Artifact>,
-    /// The environment before the templates render.
-    pub env: BTreeMap<String, String>,
-    pub node: BTreeMap<String, String>,
-    /// The service registry's snapshot that `nomadService` reads.
-    pub services: Vec<NomadService>,
-    pub templates: Vec<TaskTemplate>,
-}
-
-/// Where the helper is in its work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// Before any work: reading its input, bounding itself.
-    Setup,
-    Artifacts,
-    Templates,
-}
-
-impl Phase {
-    fn describe(self) -> &'static str {
-        match self {
-            Phase::Setup => "task preparation",
-            Phase::Artifacts => "artifact fetch",
-            Phase::Templates => "template render",
-        }
-    }
-}
-
-/// One message of the helper's.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Answer {
-    /// It begins a phase.
-    Phase(Phase),
-    /// A start's work is done: the environment with the `env = true`
-    /// templates' variables over it, and each template's size.
-    Started {
-        env: BTreeMap<String, String>,
-        sizes: Vec<u64>,
-    },
-    /// A re-render is done: the indexes of the templates whose text
-    /// changed, which were written.
-    Rerendered { changed: Vec<u32> },
-    /// The work failed in `phase`, for the reason the message says.
-    Failed { phase: Phase, message: String },
-}
-
-impl Answer {
-    /// What kind of answer it is, without what it holds (an environment
-    /// may hold secrets).
-    fn kind(&self) -> &'static str {
-        match self {
-            Answer::Phase(_) => "a phase",
-            Answer::Started { .. } => "a start's outcome",
-            Answer::Rerendered { .. } => "a re-render's outcome",
-            Answer::Failed { .. } => "a failure",
-        }
-    }
-}
-
 /// Why the helper's work did not succeed, and in which phase.
 #[derive(Debug)]
 pub(super) struct Failure {
-    pub phase: Phase,
+    phase: Phase,
     pub message: String,
 }
 
 impl Failure {
+    /// Whether it failed fetching the artifacts (the task's "Failed
+    /// Artifact Download"), not in another phase.
+    pub(super) fn fetching(&self) -> bool {
+        self.phase == Phase::Artifacts
+    }
+
     /// The helper ended, or was ended, in `phase` without its answer.
     fn crashed(phase: Phase, how: &str) -> Failure {
         Failure {
@@ -218,7 +138,7 @@ pub(super) fn for_start(
     env: BTreeMap<String, String>,
     reads: Reads<'_>,
     limits: ArtifactLimits,
-) -> Result<BTreeMap<String, String>, StartFailure> {
+) -> Result<BTreeMap<String, String>, Failure> {
     let Reads(node, services) = reads;
     if spec.artifacts.is_empty() && spec.templates.is_empty() {
         return Ok(env);
@@ -235,11 +155,7 @@ pub(super) fn for_start(
         services: services.to_vec(),
         templates: spec.templates.clone(),
     };
-    let failed = |failure: Failure| match failure.phase {
-        Phase::Artifacts => StartFailure::Artifact(failure.message),
-        Phase::Setup | Phase::Templates => StartFailure::Other(failure.message),
-    };
-    match run(&input, alloc, &spec.name, deadline(&input)).map_err(failed)? {
+    match run(&input, alloc, &spec.name, deadline(&input))? {
         Answer::Started { env, sizes } => {
             for (t, size) in spec.templates.iter().zip(sizes) {
                 log::info!(
@@ -250,10 +166,10 @@ pub(super) fn for_start(
             }
             Ok(env)
         }
-        other => Err(failed(Failure::crashed(
+        other => Err(Failure::crashed(
             Phase::Templates,
             &format!("it answered a start with {}", other.kind()),
-        ))),
+        )),
     }
 }
 
@@ -472,6 +388,7 @@ fn stderr_log(task_dir: &Path) -> Stdio {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn input() -> Input {
         Input {

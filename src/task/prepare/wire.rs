@@ -1,4 +1,5 @@
-//! The prepare helper's input and answers as bytes, in the start helper's
+//! What the agent and the prepare helper say to each other: the helper's
+//! [`Input`] and its [`Answer`]s, and their bytes, in the start helper's
 //! encoding ([`crate::task::exec::encoding`]): the input is one message
 //! behind [`INPUT_MAGIC`]; the answers are messages behind
 //! [`ANSWER_MAGIC`], one per phase begun and the last with the outcome.
@@ -13,12 +14,89 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Answer, Input, Phase, Work};
 use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
-use crate::task::exec::User;
+use crate::task::user::User;
 use crate::template::NomadService;
+
+/// What the helper is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Work {
+    /// A start's artifacts, then its templates.
+    Start,
+    /// A running task's templates again, writing those whose text changed.
+    Rerender,
+}
+
+/// What the helper needs, owned.
+pub(super) struct Input {
+    pub work: Work,
+    /// The agent's pid: a helper whose parent is not it has lost its
+    /// agent and does nothing.
+    pub agent: u32,
+    pub task_dir: PathBuf,
+    /// The task's user, given what `chown = true` artifacts place.
+    pub user: Option<User>,
+    pub limits: ArtifactLimits,
+    pub artifacts: Vec<Artifact>,
+    /// The environment before the templates render.
+    pub env: BTreeMap<String, String>,
+    pub node: BTreeMap<String, String>,
+    /// The service registry's snapshot that `nomadService` reads.
+    pub services: Vec<NomadService>,
+    pub templates: Vec<TaskTemplate>,
+}
+
+/// Where the helper is in its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Before any work: reading its input, bounding itself.
+    Setup,
+    Artifacts,
+    Templates,
+}
+
+impl Phase {
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Phase::Setup => "task preparation",
+            Phase::Artifacts => "artifact fetch",
+            Phase::Templates => "template render",
+        }
+    }
+}
+
+/// One message of the helper's.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Answer {
+    /// It begins a phase.
+    Phase(Phase),
+    /// A start's work is done: the environment with the `env = true`
+    /// templates' variables over it, and each template's size.
+    Started {
+        env: BTreeMap<String, String>,
+        sizes: Vec<u64>,
+    },
+    /// A re-render is done: the indexes of the templates whose text
+    /// changed, which were written.
+    Rerendered { changed: Vec<u32> },
+    /// The work failed in `phase`, for the reason the message says.
+    Failed { phase: Phase, message: String },
+}
+
+impl Answer {
+    /// What kind of answer it is, without what it holds (an environment
+    /// may hold secrets).
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Answer::Phase(_) => "a phase",
+            Answer::Started { .. } => "a start's outcome",
+            Answer::Rerendered { .. } => "a re-render's outcome",
+            Answer::Failed { .. } => "a failure",
+        }
+    }
+}
 
 pub(super) const INPUT_MAGIC: &[u8; 4] = b"CSIp";
 pub(super) const ANSWER_MAGIC: &[u8; 4] = b"CSIa";

@@ -111,29 +111,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // task: the runner, the starter and leader tasks; launch and the
-    // prepare helper; the driver and docker; the exec driver and its
-    // root and mounts; env and feasibility: `Allocs`' impl
-    // spread over files, to be split by state into owners of their own.
-    ("task::docker", "task::driver"),
-    ("task::driver", "task::docker"),
-    ("task::env", "task::feasible"),
-    ("task::exec", "task::mounts"),
-    ("task::exec", "task::root"),
-    ("task::feasible", "task::env"),
-    ("task::launch", "task::prepare"),
-    ("task::leader", "task::runner"),
-    ("task::mounts", "task::root"),
-    ("task::prepare", "task::launch"),
-    ("task::prepare", "task::prepare::child"),
-    ("task::prepare::child", "task::prepare"),
-    ("task::prepare::child", "task::prepare::wire"),
-    ("task::prepare::wire", "task::prepare"),
-    ("task::root", "task::exec"),
-    ("task::root", "task::mounts"),
-    ("task::runner", "task::leader"),
-    ("task::runner", "task::starter"),
-    ("task::starter", "task::runner"),
     // template: the executor, the parser and the functions call each
     // other; the sockaddr functions' interface and RFC tables too; to
     // untangle when templates become a crate of their own.
