@@ -56,97 +56,16 @@ pub const MAX_MESSAGE: usize = 1024;
 /// interval would wake it 17 times a second).
 pub const SLOT: Duration = Duration::from_millis(250);
 
-/// When each of a set of names (the watched volumes, or plugins) is
-/// asked next: what the volumes' polls and the plugins' share.
-#[derive(Debug, Default)]
-struct Schedule {
-    timing: BTreeMap<String, Timing>,
-    /// The due instants pushed; one that is not its name's
-    /// [`Timing::due`] (the name is gone, watched anew, or polling) is
-    /// dropped when it pops.
-    heap: BinaryHeap<Reverse<(Instant, String)>>,
-}
-
-#[derive(Debug, Default)]
-struct Timing {
-    /// A poll is queued or in flight: none other is made.
-    polling: bool,
-    /// When its next poll falls due: its one entry of the heap that
-    /// counts. `None` while it polls, or polls are off.
-    due: Option<Instant>,
-}
-
-impl Schedule {
-    fn watch(&mut self, id: &str) {
-        self.timing.entry(id.to_string()).or_default();
-    }
-
-    fn forget(&mut self, id: &str) {
-        self.timing.remove(id);
-    }
-
-    /// `id`'s next poll at `at` (`None`: none), if it is watched.
-    fn set(&mut self, id: &str, at: Option<Instant>) {
-        if let Some(timing) = self.timing.get_mut(id) {
-            timing.due = at;
-            if let Some(at) = at {
-                self.heap.push(Reverse((at, id.to_string())));
-            }
-        }
-    }
-
-    fn next_due(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((at, _))| *at)
-    }
-
-    /// The names whose poll fell due by `now`, each marked polling.
-    fn due(&mut self, now: Instant) -> Vec<String> {
-        let mut out = Vec::new();
-        while self.next_due().is_some_and(|at| at <= now) {
-            let Some(Reverse((at, id))) = self.heap.pop() else {
-                break;
-            };
-            if let Some(timing) = self.timing.get_mut(&id) {
-                if timing.due == Some(at) {
-                    *timing = Timing {
-                        polling: true,
-                        due: None,
-                    };
-                    out.push(id);
-                }
-            }
-        }
-        out
-    }
-
-    /// `id`'s poll is over (answered or not sent): whether it was one of
-    /// this schedule's, so that the caller schedules the next. A
-    /// `volume status -stats` answered is none.
-    fn finish(&mut self, id: &str) -> bool {
-        self.timing
-            .get_mut(id)
-            .is_some_and(|t| std::mem::take(&mut t.polling))
-    }
-
-    /// Every name not polling, its place in the schedule taken away, to
-    /// be scheduled anew (the interval changed).
-    fn restart(&mut self) -> Vec<String> {
-        self.heap.clear();
-        let mut idle = Vec::new();
-        for (id, timing) in &mut self.timing {
-            timing.due = None;
-            if !timing.polling {
-                idle.push(id.clone());
-            }
-        }
-        idle
-    }
-}
-
-/// One watched volume: what its answers left.
+/// One watched volume.
 #[derive(Debug)]
 struct Watched {
     plugin: String,
+    /// A poll is queued or in flight: none other is made.
+    polling: bool,
+    /// When its next poll falls due: its one entry of the schedule that
+    /// counts (others left behind, by an earlier watch or interval, are
+    /// dropped when they pop). `None` while it polls, or polls are off.
+    due: Option<Instant>,
     /// Whether its gauges are exported, to drop them when unwatched.
     exported: bool,
     health: Option<Health>,
@@ -154,10 +73,13 @@ struct Watched {
     failing: Option<String>,
 }
 
-/// One watched plugin: what its answers left.
+/// One watched plugin.
 #[derive(Debug, Default)]
 struct WatchedPlugin {
     capacity: CapacityStatus,
+    polling: bool,
+    /// As [`Watched::due`].
+    due: Option<Instant>,
     exported: bool,
     failing: Option<String>,
 }
@@ -172,9 +94,12 @@ pub(super) struct Signals {
     /// Where the [`SLOT`] grid starts.
     origin: Instant,
     volumes: BTreeMap<String, Watched>,
-    volume_polls: Schedule,
+    /// When each volume's next poll falls due; an entry that is not its
+    /// volume's [`Watched::due`] (the volume is gone, watched anew, or
+    /// polling) is dropped when it pops.
+    due: BinaryHeap<Reverse<(Instant, String)>>,
     plugins: BTreeMap<String, WatchedPlugin>,
-    plugin_polls: Schedule,
+    plugins_due: BinaryHeap<Reverse<(Instant, String)>>,
 }
 
 /// A poll's outcome, for its counter.
@@ -209,9 +134,9 @@ impl Signals {
             jitter: SplitMix64::from_entropy(),
             origin: Instant::now(),
             volumes: BTreeMap::new(),
-            volume_polls: Schedule::default(),
+            due: BinaryHeap::new(),
             plugins: BTreeMap::new(),
-            plugin_polls: Schedule::default(),
+            plugins_due: BinaryHeap::new(),
         }
     }
 
@@ -222,13 +147,25 @@ impl Signals {
             return;
         }
         self.interval = interval;
-        for id in self.volume_polls.restart() {
-            let at = self.first_at(now);
-            self.volume_polls.set(&id, at);
+        self.due.clear();
+        self.plugins_due.clear();
+        let volumes: Vec<String> = self.volumes.keys().cloned().collect();
+        for id in volumes {
+            let watched = self.volumes.get_mut(&id).expect("listed");
+            watched.due = None;
+            if !watched.polling {
+                let at = self.first_at(now);
+                self.schedule(&id, at);
+            }
         }
-        for id in self.plugin_polls.restart() {
-            let at = self.first_at(now);
-            self.plugin_polls.set(&id, at);
+        let plugins: Vec<String> = self.plugins.keys().cloned().collect();
+        for id in plugins {
+            let watched = self.plugins.get_mut(&id).expect("listed");
+            watched.due = None;
+            if !watched.polling {
+                let at = self.first_at(now);
+                self.schedule_plugin(&id, at);
+            }
         }
     }
 
@@ -240,23 +177,46 @@ impl Signals {
         self.origin + Duration::from_nanos((slots * slot) as u64)
     }
 
+    /// Volume `id`'s next poll at `at` (its slot's end), unless polls are
+    /// off or it is not watched.
+    fn schedule(&mut self, id: &str, at: Instant) {
+        if self.interval.is_zero() {
+            return;
+        }
+        let at = self.slot(at);
+        if let Some(watched) = self.volumes.get_mut(id) {
+            watched.due = Some(at);
+            self.due.push(Reverse((at, id.to_string())));
+        }
+    }
+
+    /// Plugin `id`'s next capacity poll at `at`, as [`Signals::schedule`].
+    fn schedule_plugin(&mut self, id: &str, at: Instant) {
+        if self.interval.is_zero() {
+            return;
+        }
+        let at = self.slot(at);
+        if let Some(watched) = self.plugins.get_mut(id) {
+            watched.due = Some(at);
+            self.plugins_due.push(Reverse((at, id.to_string())));
+        }
+    }
+
     /// A draw in `[0, span)`.
     fn draw(&mut self, span: Duration) -> Duration {
         span.mul_f64(self.jitter.unit())
     }
 
-    /// The slot of the next poll after one at `now`: an interval, give
-    /// or take a tenth. `None` while polls are off.
-    fn next_after(&mut self, now: Instant) -> Option<Instant> {
+    /// The next poll after one at `now`: an interval, give or take a
+    /// tenth.
+    fn next_after(&mut self, now: Instant) -> Instant {
         let tenth = self.interval / 10;
-        let at = now + self.interval - tenth + self.draw(tenth * 2);
-        (!self.interval.is_zero()).then(|| self.slot(at))
+        now + self.interval - tenth + self.draw(tenth * 2)
     }
 
-    /// The slot of the first poll of a volume or plugin seen at `now`.
-    fn first_at(&mut self, now: Instant) -> Option<Instant> {
-        let at = now + self.draw(self.interval / 10);
-        (!self.interval.is_zero()).then(|| self.slot(at))
+    /// The first poll of a volume or plugin seen at `now`.
+    fn first_at(&mut self, now: Instant) -> Instant {
+        now + self.draw(self.interval / 10)
     }
 
     /// Volume `id` is now `volume` (`None`: gone): watched while it is
@@ -272,17 +232,17 @@ impl Signals {
                     id.to_string(),
                     Watched {
                         plugin: v.plugin_id.clone(),
+                        polling: false,
+                        due: None,
                         exported: false,
                         health: None,
                         failing: None,
                     },
                 );
-                self.volume_polls.watch(id);
                 let at = self.first_at(now);
-                self.volume_polls.set(id, at);
+                self.schedule(id, at);
             }
             None => {
-                self.volume_polls.forget(id);
                 if let Some(watched) = self.volumes.remove(id) {
                     drop_volume_gauges(id, &watched);
                 }
@@ -297,36 +257,67 @@ impl Signals {
         }
         self.plugins
             .insert(id.to_string(), WatchedPlugin::default());
-        self.plugin_polls.watch(id);
         let at = self.first_at(now);
-        self.plugin_polls.set(id, at);
+        self.schedule_plugin(id, at);
     }
 
     /// When the next poll falls due.
     pub(super) fn next_due(&self) -> Option<Instant> {
-        let volume = self.volume_polls.next_due();
-        volume.into_iter().chain(self.plugin_polls.next_due()).min()
+        let volume = self.due.peek().map(|Reverse((at, _))| *at);
+        let plugin = self.plugins_due.peek().map(|Reverse((at, _))| *at);
+        volume.into_iter().chain(plugin).min()
     }
 
     /// The volumes whose poll fell due by `now`, each marked polling; the
     /// caller sends each poll or, when it cannot now, calls
     /// [`Signals::skipped`].
     pub(super) fn due_volumes(&mut self, now: Instant) -> Vec<String> {
-        self.volume_polls.due(now)
+        let mut out = Vec::new();
+        while self.due.peek().is_some_and(|Reverse((at, _))| *at <= now) {
+            let Some(Reverse((at, id))) = self.due.pop() else {
+                break;
+            };
+            if let Some(watched) = self.volumes.get_mut(&id) {
+                if watched.due == Some(at) {
+                    watched.due = None;
+                    watched.polling = true;
+                    out.push(id);
+                }
+            }
+        }
+        out
     }
 
     /// The plugins whose capacity poll fell due by `now`, each marked
     /// polling, as [`Signals::due_volumes`].
     pub(super) fn due_plugins(&mut self, now: Instant) -> Vec<String> {
-        self.plugin_polls.due(now)
+        let mut out = Vec::new();
+        while self
+            .plugins_due
+            .peek()
+            .is_some_and(|Reverse((at, _))| *at <= now)
+        {
+            let Some(Reverse((at, id))) = self.plugins_due.pop() else {
+                break;
+            };
+            if let Some(watched) = self.plugins.get_mut(&id) {
+                if watched.due == Some(at) {
+                    watched.due = None;
+                    watched.polling = true;
+                    out.push(id);
+                }
+            }
+        }
+        out
     }
 
     /// Volume `id`'s poll was not sent (its plugin cannot answer now): it
     /// is asked again an interval later.
     pub(super) fn skipped(&mut self, id: &str, now: Instant) {
-        if self.volume_polls.finish(id) {
+        if let Some(watched) = self.volumes.get_mut(id) {
+            watched.polling = false;
             let at = self.next_after(now);
-            self.volume_polls.set(id, at);
+            self.schedule(id, at);
         }
     }
 
@@ -335,7 +326,6 @@ impl Signals {
     /// an interval later.
     pub(super) fn plugin_skipped(&mut self, id: &str, gone: bool, now: Instant) {
         if gone {
-            self.plugin_polls.forget(id);
             if let Some(watched) = self.plugins.remove(id) {
                 if watched.exported {
                     crate::metrics::PLUGIN_CAPACITY.remove(&[id]);
@@ -344,9 +334,10 @@ impl Signals {
             }
             return;
         }
-        if self.plugin_polls.finish(id) {
+        if let Some(watched) = self.plugins.get_mut(id) {
+            watched.polling = false;
             let at = self.next_after(now);
-            self.plugin_polls.set(id, at);
+            self.schedule_plugin(id, at);
         }
     }
 
@@ -363,9 +354,10 @@ impl Signals {
     ) {
         // A poll's answer schedules the next, unless the volume was
         // watched anew since (its first poll is scheduled already).
-        if poll && self.volume_polls.finish(id) {
-            let at = self.next_after(now);
-            self.volume_polls.set(id, at);
+        let next = self.next_after(now);
+        if poll && self.volumes.get(id).is_some_and(|w| w.polling) {
+            self.volumes.get_mut(id).expect("watched").polling = false;
+            self.schedule(id, next);
         }
         let Some(watched) = self.volumes.get_mut(id) else {
             return;
@@ -407,9 +399,10 @@ impl Signals {
         result: Result<Capacity, crate::csi::Error>,
         now: Instant,
     ) {
-        if self.plugin_polls.finish(id) {
-            let at = self.next_after(now);
-            self.plugin_polls.set(id, at);
+        let next = self.next_after(now);
+        if self.plugins.get(id).is_some_and(|w| w.polling) {
+            self.plugins.get_mut(id).expect("watched").polling = false;
+            self.schedule_plugin(id, next);
         }
         let Some(watched) = self.plugins.get_mut(id) else {
             return;
