@@ -525,17 +525,15 @@ fn status_map(status: &VolumeStatus) -> Value {
         map.push("mount_group", Value::from(status.mount_group.as_str()));
     }
     // Where the volume can be used: each topology its segments.
-    // Plain loops: the generic builders would compile one more copy each.
     if !status.topologies.is_empty() {
-        let mut topologies = Vec::new();
-        for topology in &status.topologies {
-            let mut segments = Vec::new();
-            for (key, value) in topology {
-                segments.push((key.clone(), Value::String(value.clone())));
-            }
-            topologies.push(Value::Object(segments));
-        }
-        map.push("topologies", Value::Array(topologies));
+        let topologies = status.topologies.iter().map(|topology| {
+            Value::object(
+                topology
+                    .iter()
+                    .map(|(key, value)| (key.as_str(), Value::from(value.as_str()))),
+            )
+        });
+        map.push("topologies", Value::array(topologies));
     }
     map
 }
