@@ -524,17 +524,6 @@ fn status_map(status: &VolumeStatus) -> Value {
     if !status.mount_group.is_empty() {
         map.push("mount_group", Value::from(status.mount_group.as_str()));
     }
-    // Where the volume can be used: each topology its segments.
-    if !status.topologies.is_empty() {
-        let topologies = status.topologies.iter().map(|topology| {
-            Value::object(
-                topology
-                    .iter()
-                    .map(|(key, value)| (key.as_str(), Value::from(value.as_str()))),
-            )
-        });
-        map.push("topologies", Value::array(topologies));
-    }
     map
 }
 
@@ -873,24 +862,6 @@ mod tests {
         assert!(
             text.contains(r#""read_only":true,"claims":"#)
                 && text.ends_with(r#","mount_group":"1000"}"#),
-            "{text}"
-        );
-        let placed = VolumeStatus {
-            topologies: vec![
-                [("zone".to_string(), "a".to_string())].into(),
-                [
-                    ("rack".to_string(), "r1".to_string()),
-                    ("zone".to_string(), "b".to_string()),
-                ]
-                .into(),
-            ],
-            ..grouped
-        };
-        let text = json::to_string(&status_map(&placed));
-        assert!(
-            text.ends_with(
-                r#","mount_group":"1000","topologies":[{"zone":"a"},{"rack":"r1","zone":"b"}]}"#
-            ),
             "{text}"
         );
     }
