@@ -47,8 +47,13 @@ pub const DEFAULT_NODE_POOL: &str = "default";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unplaced {
     pub group: String,
-    /// How many of the group's `count` get no alloc.
+    /// How many of the group's `count` get no alloc: `instances.len()`.
     pub count: u64,
+    /// Which instances (by index, ascending) get no alloc: every one for
+    /// a failed node constraint, the last ones for a `distinct_*` bound,
+    /// and, for a `per_alloc` volume, the instances whose own volume is
+    /// elsewhere (Nomad places each instance on its own).
+    pub instances: Vec<u64>,
     /// The constraint that filtered the node, as Nomad names it.
     pub constraint: String,
     /// What the filter found, where Nomad's name alone does not say
@@ -167,10 +172,11 @@ fn set(text: &str) -> Vec<&str> {
 
 /// The groups of `spec` whose instances, or some of them, cannot be
 /// placed on `node`, in file order: the first node constraint (job's,
-/// group's, tasks') that fails filters the whole group, and so does a CSI
-/// volume of the group that is in `misfits` (volume ID → why: the node's
-/// topology is in none of the volume's; with `per_alloc`, any instance's
-/// volume); otherwise the `distinct_*` bounds cut its count.
+/// group's, tasks') that fails filters the whole group; an instance one
+/// of whose CSI volumes is in `misfits` (volume ID → why: the node's
+/// topology is in none of the volume's) is filtered alone, as each
+/// instance of a `per_alloc` volume has its own; then the `distinct_*`
+/// bounds cut the rest from the end.
 pub fn unplaced(
     spec: &Job,
     node: &BTreeMap<String, String>,
@@ -183,41 +189,52 @@ pub fn unplaced(
         let filtered = group
             .constraints()
             .find(|c| !c.op().is_distinct() && !meets(c, node));
+        let entry = |instances: Vec<u64>, constraint: String, detail: String| Unplaced {
+            group: group.name.clone(),
+            count: instances.len() as u64,
+            instances,
+            constraint,
+            detail,
+        };
         if let Some(c) = filtered {
-            out.push(Unplaced {
-                group: group.name.clone(),
-                count: group.count,
-                constraint: c.describe(),
-                detail: String::new(),
-            });
+            out.push(entry(
+                (0..group.count).collect(),
+                c.describe(),
+                String::new(),
+            ));
             continue;
         }
-        if let Some(why) = volume_misfit(group, misfits) {
-            out.push(Unplaced {
-                group: group.name.clone(),
-                count: group.count,
-                constraint: TOPOLOGY_FILTER.to_string(),
-                detail: why.clone(),
-            });
-            continue;
+        let mut fit = Vec::new();
+        let mut misfit = Vec::new();
+        let mut why = None;
+        for index in 0..group.count {
+            match volume_misfit(group, index, misfits) {
+                Some(w) => {
+                    why.get_or_insert(w);
+                    misfit.push(index);
+                }
+                None => fit.push(index),
+            }
         }
-        let (placed, cut_by) = distinct_bound(group, node, job_placed);
+        if let Some(why) = why {
+            out.push(entry(misfit, TOPOLOGY_FILTER.to_string(), why.clone()));
+        }
+        let (placed, cut_by) = distinct_bound(group, fit.len() as u64, node, job_placed);
         job_placed += placed;
         if let Some(c) = cut_by {
-            out.push(Unplaced {
-                group: group.name.clone(),
-                count: group.count - placed,
-                constraint: c,
-                detail: String::new(),
-            });
+            out.push(entry(fit.split_off(placed as usize), c, String::new()));
         }
     }
     out
 }
 
-/// Why one of `group`'s CSI volumes cannot be used on this node, if one
-/// cannot.
-fn volume_misfit<'a>(group: &Group, misfits: &'a BTreeMap<String, String>) -> Option<&'a String> {
+/// Why one of the CSI volumes instance `index` of `group` claims cannot
+/// be used on this node, if one cannot.
+fn volume_misfit<'a>(
+    group: &Group,
+    index: u64,
+    misfits: &'a BTreeMap<String, String>,
+) -> Option<&'a String> {
     if misfits.is_empty() {
         return None;
     }
@@ -225,26 +242,21 @@ fn volume_misfit<'a>(group: &Group, misfits: &'a BTreeMap<String, String>) -> Op
         .volumes
         .iter()
         .filter(|v| v.volume_type == VolumeType::Csi)
-        .find_map(|v| {
-            if v.per_alloc {
-                (0..group.count).find_map(|i| misfits.get(&v.source_for(i)))
-            } else {
-                misfits.get(&v.source)
-            }
-        })
+        .find_map(|v| misfits.get(&v.source_for(index)))
 }
 
-/// How many of `group`'s instances its `distinct_*` constraints let on
-/// this node, when `job_placed` allocs of its job are placed already, and
-/// the one that cut it most.
+/// How many of `group`'s `available` instances its `distinct_*`
+/// constraints let on this node, when `job_placed` allocs of its job are
+/// placed already, and the one that cut it most.
 fn distinct_bound(
     group: &Group,
+    available: u64,
     node: &BTreeMap<String, String>,
     job_placed: u64,
 ) -> (u64, Option<String>) {
     let job_level = group.inherited.constraints.iter().map(|c| (c, true));
     let group_level = group.placement.constraints.iter().map(|c| (c, false));
-    let mut placed = group.count;
+    let mut placed = available;
     let mut cut_by = None;
     for (c, of_job) in job_level.chain(group_level) {
         let bound = match c.op() {
@@ -280,14 +292,12 @@ fn distinct_bound(
     (placed, cut_by)
 }
 
-/// How many of `group`'s instances get an alloc.
-pub fn placeable(group: &Group, unplaced: &[Unplaced]) -> u64 {
-    let cut: u64 = unplaced
-        .iter()
-        .filter(|u| u.group == group.name)
-        .map(|u| u.count)
-        .sum();
-    group.count.saturating_sub(cut)
+/// The instances of `group` (by index, ascending) that get an alloc.
+pub fn placed(group: &Group, unplaced: &[Unplaced]) -> Vec<u64> {
+    let mine: Vec<&Unplaced> = unplaced.iter().filter(|u| u.group == group.name).collect();
+    (0..group.count)
+        .filter(|i| !mine.iter().any(|u| u.instances.binary_search(i).is_ok()))
+        .collect()
 }
 
 /// Logs and emits a `PlacementFailed` job event for each group of job
@@ -551,17 +561,23 @@ mod tests {
                 Unplaced {
                     group: "far".into(),
                     count: 1,
+                    instances: vec![0],
                     constraint: TOPOLOGY_FILTER.into(),
                     detail: "db lives on host-a".into(),
                 },
+                // Only the instance whose own volume lives elsewhere.
                 Unplaced {
                     group: "each".into(),
-                    count: 2,
+                    count: 1,
+                    instances: vec![1],
                     constraint: TOPOLOGY_FILTER.into(),
                     detail: "shard[1] lives on host-a".into(),
                 },
             ]
         );
+        assert_eq!(placed(&spec.groups[1], &filtered), vec![0]);
+        assert_eq!(placed(&spec.groups[0], &filtered), Vec::<u64>::new());
+        assert_eq!(placed(&spec.groups[2], &filtered), vec![0]);
         assert_eq!(
             filtered[0].message(),
             "Constraint \"did not meet topology requirement\": 1 nodes excluded by filter (db lives on host-a)"
@@ -641,17 +657,54 @@ mod tests {
                 Unplaced {
                     group: "a".into(),
                     count: 2,
+                    instances: vec![1, 2],
                     constraint: "distinct_hosts".into(),
                     detail: String::new(),
                 },
                 Unplaced {
                     group: "c".into(),
                     count: 1,
+                    instances: vec![0],
                     constraint: "distinct_property".into(),
                     detail: String::new(),
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_distinct_bound_takes_the_instances_whose_volumes_are_here() {
+        // Instance 0's volume lives elsewhere: distinct_hosts lets one
+        // instance on this host, and that is instance 1, not none.
+        let spec = job(r#"job "j" {
+  group "each" {
+    count = 3
+    constraint { distinct_hosts = true }
+    volume "data" {
+      type            = "csi"
+      source          = "shard"
+      per_alloc       = true
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#);
+        let misfits: BTreeMap<String, String> =
+            [("shard[0]".to_string(), "elsewhere".to_string())].into();
+        let filtered = unplaced(&spec, &node(), &misfits);
+        let seen: Vec<(&str, &[u64])> = filtered
+            .iter()
+            .map(|u| (u.constraint.as_str(), u.instances.as_slice()))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![(TOPOLOGY_FILTER, &[0][..]), ("distinct_hosts", &[2][..])]
+        );
+        assert_eq!(placed(&spec.groups[0], &filtered), vec![1]);
     }
 
     #[test]

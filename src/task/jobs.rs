@@ -52,7 +52,7 @@ impl Allocs {
         let mut created = Vec::new();
         report_unplaced(&spec.name, &unplaced);
         for group in &spec.groups {
-            for index in 0..feasible::placeable(group, &unplaced) {
+            for index in feasible::placed(group, &unplaced) {
                 let old = self
                     .allocs
                     .values()

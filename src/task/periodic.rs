@@ -158,7 +158,7 @@ impl Allocs {
         super::feasible::report_unplaced(&name, &unplaced);
         let mut created = Vec::new();
         for group in &spec.groups {
-            for index in 0..super::feasible::placeable(group, &unplaced) {
+            for index in super::feasible::placed(group, &unplaced) {
                 let id = self.new_alloc_id();
                 let alloc = self.new_alloc(&id, &spec, group, index, &req, now, None);
                 log::info!("Job {name}: alloc {id} for group {} [{index}]", group.name);

@@ -137,7 +137,7 @@ impl Allocs {
         }
         let mut replaced = Vec::new();
         for group in &spec.groups {
-            for index in 0..feasible::placeable(group, unplaced) {
+            for index in feasible::placed(group, unplaced) {
                 let old = live
                     .iter()
                     .find(|a| a.group.name == group.name && a.index == index);

@@ -55,11 +55,11 @@ impl Allocs {
             let unplaced = feasible::unplaced(&spec, &node, &self.volume_misfits);
             let system = spec.job_type == JobType::System;
             for group in &spec.groups {
-                let fits = feasible::placeable(group, &unplaced);
+                let fits = feasible::placed(group, &unplaced);
                 if system {
-                    self.stop_misfits(&name, group, fits, &unplaced);
+                    self.stop_misfits(&name, group, &fits, &unplaced);
                 }
-                for index in 0..fits {
+                for index in fits {
                     if self
                         .allocs
                         .values()
@@ -87,9 +87,9 @@ impl Allocs {
         }
     }
 
-    /// Stops the live allocs of `group` of system job `job` past the `fits`
-    /// instances the node now takes.
-    fn stop_misfits(&mut self, job: &str, group: &Group, fits: u64, unplaced: &[Unplaced]) {
+    /// Stops the live allocs of `group` of system job `job` but those of
+    /// the instances the node now takes, `fits`.
+    fn stop_misfits(&mut self, job: &str, group: &Group, fits: &[u64], unplaced: &[Unplaced]) {
         let why = unplaced
             .iter()
             .find(|u| u.group == group.name)
@@ -98,7 +98,7 @@ impl Allocs {
         let misfits: Vec<String> = self
             .allocs
             .values()
-            .filter(|a| a.job == job && a.group.name == group.name && a.index >= fits)
+            .filter(|a| a.job == job && a.group.name == group.name && !fits.contains(&a.index))
             .filter(|a| !a.stop_wanted && !a.status.is_terminal())
             .map(|a| a.id.clone())
             .collect();
@@ -131,15 +131,13 @@ impl Allocs {
                     .groups
                     .iter()
                     .find(|g| g.name == u.group)?;
-                let fits = group.count.saturating_sub(u.count);
-                let held = (fits..group.count)
-                    .filter(|i| {
-                        self.allocs
-                            .values()
-                            .any(|a| holds(a, job, group, *i, system))
-                    })
-                    .count() as u64;
-                u.count = u.count.saturating_sub(held);
+                u.instances.retain(|i| {
+                    !self
+                        .allocs
+                        .values()
+                        .any(|a| holds(a, job, group, *i, system))
+                });
+                u.count = u.instances.len() as u64;
                 (u.count > 0).then_some(u)
             })
             .collect()

@@ -17,7 +17,8 @@ use crate::harness::{healthy, text, Agent, WAIT};
 use crate::util::{require_root, Plugin};
 use crate::volume_plugin::{self, Docker, NAME};
 use crate::volume_util::{
-    claim_req, claimed, connect, protocol_methods, released, spec, volume, wait_volume, Rig, PLUGIN,
+    claim_req, claimed, connect, protocol_methods, released, spec, unclaimed, volume, wait_volume,
+    Rig, PLUGIN,
 };
 
 /// The hostpath plugin's topology key: the node a volume lives on.
@@ -162,6 +163,74 @@ fn a_volume_registered_for_another_node_is_listed_but_never_claimed_here() {
     claimed(&rig.agent, &claim_req("here", "a2"));
     released(&rig.agent, "here", "a2");
     connect(&rig.agent).job_stop("far-job", true).unwrap();
+    rig.assert_nothing_left();
+}
+
+#[test]
+fn each_per_alloc_instance_is_placed_where_its_own_volume_is() {
+    if !require_root() {
+        return;
+    }
+    let rig = Rig::start();
+    // Instance 0's volume lives here, instance 1's elsewhere.
+    let here = rig.create("w[0]", "single-node-writer");
+    connect(&rig.agent)
+        .volume_register(
+            "w1.hcl",
+            &spec_on("w[1]", "elsewhere", Some(&here.external_id)),
+        )
+        .unwrap();
+    let job = job_claiming("each", "w")
+        .replace("group \"g\" {", "group \"g\" {\n    count = 2")
+        .replace(
+            "source          = \"w\"",
+            "source          = \"w\"\n      per_alloc       = true",
+        );
+    let run = job_cli(&rig.agent, "run", "each", &job);
+    let said = text(&run);
+    assert!(
+        said.contains("Task Group \"g\" (failed to place 1 allocation)")
+            && said.contains("(volume \"w[1]\" is not accessible from this node"),
+        "{said}"
+    );
+    // Instance 0 runs on its volume; instance 1 alone is unplaced.
+    let start = std::time::Instant::now();
+    let status = loop {
+        let status = connect(&rig.agent)
+            .job_status("each")
+            .unwrap()
+            .jobs
+            .remove(0);
+        if status.allocs.iter().any(|a| a.status == "running") || start.elapsed() > WAIT {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let instances: Vec<(u64, &str)> = status
+        .allocs
+        .iter()
+        .map(|a| (a.index, a.status.as_str()))
+        .collect();
+    assert_eq!(instances, vec![(0, "running")], "{status:#?}");
+    let unplaced: Vec<(&str, u64)> = status
+        .unplaced
+        .iter()
+        .map(|u| (u.group.as_str(), u.count))
+        .collect();
+    assert_eq!(unplaced, vec![("g", 1)], "{status:#?}");
+    assert!(rig.staging_path("w[0]").exists());
+
+    connect(&rig.agent).job_stop("each", true).unwrap();
+    wait_volume(
+        &rig.agent,
+        "w[0]",
+        "released and unstaged",
+        |v| unclaimed(v) && v.stagings.is_empty(),
+        WAIT,
+    );
+    connect(&rig.agent)
+        .volume_deregister("w[1]", false)
+        .unwrap();
     rig.assert_nothing_left();
 }
 
