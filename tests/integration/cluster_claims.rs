@@ -381,6 +381,11 @@ impl NodeOnly {
     /// `-shared` for volumes claimed from either host, none for volumes
     /// that live on one node.
     pub fn start(cluster: &Cluster, flags: &[&str]) -> NodeOnly {
+        NodeOnly::start_with(cluster, flags, "")
+    }
+
+    /// [`NodeOnly::start`], with `extra` added to both agents' configs.
+    pub fn start_with(cluster: &Cluster, flags: &[&str], extra: &str) -> NodeOnly {
         let owner = Plugin::start_with(&[], &[flags, &["-node-id", "host-0"]].concat());
         let node_only = Plugin::start_sharing(
             &owner,
@@ -390,7 +395,7 @@ impl NodeOnly {
         let endpoints: Vec<String> = cluster.clients.iter().map(|e| format!("{e:?}")).collect();
         let config = |node: &str, plugin: &Plugin, kind: &str| {
             format!(
-                "\nnode_name = {node:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = {kind:?}\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n",
+                "\nnode_name = {node:?}\n\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = {kind:?}\n}}\n\ncluster {{\n  etcd      = [{}]\n  lease_ttl = \"3s\"\n}}\n{extra}",
                 plugin.socket.display().to_string(),
                 endpoints.join(", ")
             )

@@ -264,3 +264,52 @@ mod protocol {
         assert_eq!(etcd.get(key.as_bytes()).unwrap(), None);
     }
 }
+
+#[test]
+fn a_node_only_host_polls_the_capacity_of_the_controller_leader_and_refuses_a_volume_past_it() {
+    if !require_etcd() {
+        return;
+    }
+    let cluster = Cluster::start(3);
+    let NodeOnly {
+        full: _full,
+        node,
+        owner,
+        node_only: _node_only,
+    } = NodeOnly::start_with(&cluster, &["-shared"], "\nvolume_stats_interval = \"5s\"\n");
+    node.wait_for_log("plugin hp's controller leads in the cluster", WAIT);
+    // The node-only host has no controller of its own: its capacity comes
+    // from the leader's, relayed.
+    let deadline = Instant::now() + WAIT + Duration::from_secs(10);
+    let line = loop {
+        let out = node.cli(&["plugin", "status", PLUGIN]);
+        let status = String::from_utf8_lossy(&out.stdout).to_string();
+        if let Some(line) = status.lines().find(|l| l.starts_with("Capacity ")) {
+            if line.contains(" available at ") {
+                break line.to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "no capacity shown:\n{status}");
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert!(line.contains(" available at "), "{line}");
+    assert!(calls(&owner, "GetCapacity") > 0);
+
+    // A volume larger than the leader's controller has room for is
+    // refused on the node-only host before any CreateVolume.
+    let hcl = format!(
+        "{}capacity_min = \"100000TiB\"\n",
+        spec("huge", &["single-node-writer"], None)
+    );
+    let err = connect(&node)
+        .volume_create("huge.hcl", &hcl)
+        .expect_err("a volume larger than the plugin's room");
+    let message = err.to_string();
+    assert!(
+        message.contains("available for new volumes (GetCapacity)")
+            && message.contains("CreateVolume was not sent"),
+        "{message}"
+    );
+    assert_eq!(calls(&owner, "CreateVolume"), 0);
+    assert!(try_volume(&node, "huge").unwrap().is_none());
+}

@@ -136,11 +136,10 @@ impl VolumeManager {
             } else {
                 None
             };
-            // GetCapacity first, where the controller here answers it.
-            let check = view.get_capacity
-                && view.controller.is_some()
-                && !view.remote_controller
-                && capacity.required_bytes > 0;
+            // GetCapacity first, where the controller answers it (here,
+            // or in a cluster its leader on another host, relayed).
+            let check =
+                view.get_capacity && view.has_controller() && capacity.required_bytes > 0;
             let volume = Volume {
                 creating: Some(CreateIntent {
                     capacity,

@@ -20,9 +20,11 @@
 //! not healthy) is looked at again an interval later.
 //!
 //! A plugin is watched from the first time it turns healthy; its
-//! capacity is asked for where its controller is on this host and has
-//! GET_CAPACITY, with this node's topology, and forgotten (its gauges
-//! dropped) once the plugin is no longer registered.
+//! capacity is asked for where its controller has GET_CAPACITY, with this
+//! node's topology: its controller on this host, or in a cluster, on a
+//! host with only the plugin's node, the controller leader's on another
+//! (relayed, as the other controller calls are). It is forgotten (its
+//! gauges dropped) once the plugin is no longer registered.
 //!
 //! # What an answer may be
 //!

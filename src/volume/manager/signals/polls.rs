@@ -42,8 +42,10 @@ impl VolumeManager {
                 self.signals.plugin_skipped(&plugin, true, now);
                 continue;
             };
-            let local = view.controller.is_some() && !view.remote_controller;
-            if !local
+            // A controller elsewhere in the cluster answers through its
+            // leader (the dispatch is relayed), still with this node's
+            // topology.
+            if !view.has_controller()
                 || !view.get_capacity
                 || view.unavailable(&plugin, Service::Controller).is_some()
             {
