@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, UnarySink};
+use protobuf::CodedOutputStream;
 
 use super::faults::Action;
 use super::strict::{Call, Service as CsiService};
@@ -174,6 +175,8 @@ where
     Resp: protobuf::Message,
     F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp> + Send + 'static,
 {
+    // Only the work's call and its answer's type are compiled per RPC:
+    // the fault, the encoding and the sending are not.
     fn run(
         self: Box<Self>,
         plugin: &Plugin,
@@ -183,10 +186,16 @@ where
         empty: bool,
         ended: &mut dyn FnMut(bool),
     ) {
-        let result = run_work(plugin, method, fault, self.work);
+        let result = match before_work(method, fault) {
+            Start::Work(fault) => {
+                (self.work)(plugin, fault).map(|resp| Box::new(resp) as Box<dyn Answer>)
+            }
+            Start::Default => Ok(Box::new(Resp::default()) as Box<dyn Answer>),
+            Start::Refuse(refusal) => Err(refusal),
+        };
         ended(result.is_ok());
         let encoded = result.and_then(|resp| {
-            resp.write_to_bytes().map_err(|err| {
+            encode(&*resp).map_err(|err| {
                 status(
                     Code::Internal,
                     format!("{method}: the answer does not encode: {err}"),
@@ -199,6 +208,36 @@ where
     fn refuse(self: Box<Self>, method: &str, fields: &str, refusal: RpcStatus) {
         answer(self.sink, method, fields, Err(refusal), false);
     }
+}
+
+/// An answer to encode, its type behind a vtable: the encoding's code is
+/// compiled once, not once per RPC.
+trait Answer {
+    fn size(&self) -> u64;
+    fn write(&self, out: &mut CodedOutputStream) -> protobuf::Result<()>;
+}
+
+impl<M: protobuf::Message> Answer for M {
+    fn size(&self) -> u64 {
+        self.compute_size()
+    }
+
+    fn write(&self, out: &mut CodedOutputStream) -> protobuf::Result<()> {
+        self.write_to_with_cached_sizes(out)
+    }
+}
+
+/// `answer`'s bytes, as `Message::write_to_bytes` makes them (but for
+/// its check that required fields are set: CSI's messages are proto3,
+/// which has none).
+fn encode(answer: &dyn Answer) -> protobuf::Result<Vec<u8>> {
+    let size = answer.size();
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    let mut out = CodedOutputStream::vec(&mut bytes);
+    answer.write(&mut out)?;
+    out.flush()?;
+    drop(out);
+    Ok(bytes)
 }
 
 /// Logs a call's result and sends it, waiting until it is sent: dropping
@@ -220,17 +259,19 @@ fn answer(sink: Sink, method: &str, fields: &str, result: RpcResult<Vec<u8>>, em
     }
 }
 
-/// Runs `work` for `method` after applying any injected fault.
-fn run_work<Resp, F>(
-    plugin: &Plugin,
-    method: &str,
-    fault: Option<Action>,
-    work: F,
-) -> RpcResult<Resp>
-where
-    Resp: Default,
-    F: FnOnce(&Plugin, Option<Action>) -> RpcResult<Resp>,
-{
+/// What a call does after its injected fault, if any, applied.
+enum Start {
+    /// Runs the work, which is given the fault it applies itself.
+    Work(Option<Action>),
+    /// Answers the empty message without the work.
+    Default,
+    /// Answers this error without the work.
+    Refuse(RpcStatus),
+}
+
+/// Applies `method`'s injected `fault`, as far as it comes before the
+/// work.
+fn before_work(method: &str, fault: Option<Action>) -> Start {
     match fault {
         Some(Action::Fail(code, message)) => {
             let message = if message.is_empty() {
@@ -238,11 +279,11 @@ where
             } else {
                 message
             };
-            Err(status(code, message))
+            Start::Refuse(status(code, message))
         }
         Some(Action::Sleep(delay)) => {
             thread::sleep(delay);
-            work(plugin, None)
+            Start::Work(None)
         }
         Some(Action::Hang) => loop {
             thread::park();
@@ -253,8 +294,8 @@ where
         }
         // The node's release calls forget their record too (see
         // `node.rs`); any other call just answers.
-        Some(Action::Skip) if !RELEASES.contains(&method) => Ok(Resp::default()),
-        other => work(plugin, other),
+        Some(Action::Skip) if !RELEASES.contains(&method) => Start::Default,
+        other => Start::Work(other),
     }
 }
 
