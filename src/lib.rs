@@ -52,6 +52,7 @@ pub mod events;
 pub mod hostpath;
 pub mod httpd;
 pub mod id;
+pub mod message;
 pub mod metrics;
 pub mod mount;
 pub mod plugin;

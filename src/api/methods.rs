@@ -29,6 +29,7 @@ use protobuf::Message;
 use super::session::Sessions;
 use super::{wire, wire_jobs, wire_services, CallError, ErrorKind, Request, Response};
 use crate::csi::rpc::bytes_method;
+use crate::message::encode;
 use crate::proto::{agent as api, agent_grpc as g};
 use crate::volume::calls::Answer;
 
@@ -66,57 +67,57 @@ pub(super) const UNARY: [Unary; 24] = [
         |n, b| Request::PluginStatus {
             id: decode::<api::PluginStatusRequest>(n, b)?.id
         },
-        Response::PluginStatus(report) => wire::plugin_status(report).write_to_bytes()
+        Response::PluginStatus(report) => encode(&wire::plugin_status(report))
     ),
     unary!(
         METHOD_AGENT_VOLUME_REGISTER,
         |n, b| Request::VolumeRegister(wire::spec_request(decode(n, b)?)),
-        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
+        Response::Volume(Answer::Status(status)) => encode(&wire::volume_status(status))
     ),
     unary!(
         METHOD_AGENT_VOLUME_CREATE,
         |n, b| Request::VolumeCreate(wire::spec_request(decode(n, b)?)),
-        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
+        Response::Volume(Answer::Status(status)) => encode(&wire::volume_status(status))
     ),
     unary!(
         METHOD_AGENT_VOLUME_DEREGISTER,
         |n, b| Request::VolumeDeregister(wire::deregister_request(decode(n, b)?)),
-        Response::Volume(Answer::Deregistered) => api::VolumeDeregisterResponse::new().write_to_bytes()
+        Response::Volume(Answer::Deregistered) => encode(&api::VolumeDeregisterResponse::new())
     ),
     unary!(
         METHOD_AGENT_VOLUME_DELETE,
         |n, b| Request::VolumeDelete(wire::deregister_request(decode(n, b)?)),
-        Response::Volume(Answer::Deregistered) => api::VolumeDeregisterResponse::new().write_to_bytes()
+        Response::Volume(Answer::Deregistered) => encode(&api::VolumeDeregisterResponse::new())
     ),
     unary!(
         METHOD_AGENT_VOLUME_STATUS,
         |n, b| Request::VolumeStatus(wire::status_request(decode(n, b)?)),
-        Response::Volume(Answer::Status(status)) => wire::volume_status(status).write_to_bytes()
+        Response::Volume(Answer::Status(status)) => encode(&wire::volume_status(status))
     ),
     unary!(
         METHOD_AGENT_VOLUME_CLAIM,
         |n, b| Request::VolumeClaim(wire::claim_request(decode(n, b)?)),
-        Response::Volume(Answer::Claimed(claimed)) => wire::claimed(claimed).write_to_bytes()
+        Response::Volume(Answer::Claimed(claimed)) => encode(&wire::claimed(claimed))
     ),
     unary!(
         METHOD_AGENT_VOLUME_RELEASE,
         |n, b| Request::VolumeRelease(wire::release_request(decode(n, b)?)),
-        Response::Volume(Answer::Released(released)) => wire::released(released).write_to_bytes()
+        Response::Volume(Answer::Released(released)) => encode(&wire::released(released))
     ),
     unary!(
         METHOD_AGENT_SNAPSHOT_CREATE,
         |n, b| Request::SnapshotCreate(wire::snapshot_create_request(decode(n, b)?)),
-        Response::Volume(Answer::SnapshotCreated(s)) => wire::snapshot_created(s).write_to_bytes()
+        Response::Volume(Answer::SnapshotCreated(s)) => encode(&wire::snapshot_created(s))
     ),
     unary!(
         METHOD_AGENT_SNAPSHOT_DELETE,
         |n, b| Request::SnapshotDelete(wire::snapshot_delete_request(decode(n, b)?)),
-        Response::Volume(Answer::SnapshotDeleted) => api::SnapshotDeleteResponse::new().write_to_bytes()
+        Response::Volume(Answer::SnapshotDeleted) => encode(&api::SnapshotDeleteResponse::new())
     ),
     unary!(
         METHOD_AGENT_SNAPSHOT_LIST,
         |n, b| Request::SnapshotList(wire::snapshot_list_request(decode(n, b)?)),
-        Response::Volume(Answer::Snapshots(all)) => wire::snapshots(all).write_to_bytes()
+        Response::Volume(Answer::Snapshots(all)) => encode(&wire::snapshots(all))
     ),
     unary!(
         METHOD_AGENT_VOLUME_FORCE_DETACH,
@@ -127,7 +128,7 @@ pub(super) const UNARY: [Unary; 24] = [
                 node: req.node,
             }
         },
-        Response::VolumeForceDetach => api::VolumeForceDetachResponse::new().write_to_bytes()
+        Response::VolumeForceDetach => encode(&api::VolumeForceDetachResponse::new())
     ),
     unary!(
         METHOD_AGENT_NODE_STATUS,
@@ -135,24 +136,24 @@ pub(super) const UNARY: [Unary; 24] = [
             decode::<api::NodeStatusRequest>(n, b)?;
             Request::NodeStatus
         },
-        Response::NodeStatus(status) => wire::node_status(status).write_to_bytes()
+        Response::NodeStatus(status) => encode(&wire::node_status(status))
     ),
     unary!(
         METHOD_AGENT_JOB_RUN,
         |n, b| Request::JobRun(wire_jobs::job_file(decode(n, b)?)),
-        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
+        Response::JobRun(run) => encode(&wire_jobs::job_run(run))
     ),
     unary!(
         METHOD_AGENT_JOB_PERIODIC_FORCE,
         |n, b| Request::JobPeriodicForce {
             name: decode::<api::JobPeriodicForceRequest>(n, b)?.name
         },
-        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
+        Response::JobRun(run) => encode(&wire_jobs::job_run(run))
     ),
     unary!(
         METHOD_AGENT_JOB_DISPATCH,
         |n, b| Request::JobDispatch(wire_jobs::dispatch_request(decode(n, b)?)),
-        Response::JobRun(run) => wire_jobs::job_run(run).write_to_bytes()
+        Response::JobRun(run) => encode(&wire_jobs::job_run(run))
     ),
     unary!(
         METHOD_AGENT_JOB_STOP,
@@ -163,31 +164,31 @@ pub(super) const UNARY: [Unary; 24] = [
                 purge: req.purge,
             }
         },
-        Response::JobStop(ids) => wire_jobs::job_stop(ids).write_to_bytes()
+        Response::JobStop(ids) => encode(&wire_jobs::job_stop(ids))
     ),
     unary!(
         METHOD_AGENT_JOB_STATUS,
         |n, b| Request::JobStatus {
             name: decode::<api::JobStatusRequest>(n, b)?.name
         },
-        Response::JobStatus(jobs) => wire_jobs::job_status(jobs).write_to_bytes()
+        Response::JobStatus(jobs) => encode(&wire_jobs::job_status(jobs))
     ),
     unary!(
         METHOD_AGENT_ALLOC_LOGS,
         |n, b| Request::AllocLogs(wire_jobs::logs_request(decode(n, b)?)),
-        Response::AllocLogs(path) => wire_jobs::logs(path).write_to_bytes()
+        Response::AllocLogs(path) => encode(&wire_jobs::logs(path))
     ),
     unary!(
         METHOD_AGENT_ALLOC_CONTROL,
         |n, b| Request::AllocControl(wire_jobs::alloc_control(decode(n, b)?)?),
-        Response::AllocControl(done) => wire_jobs::alloc_controlled(done).write_to_bytes()
+        Response::AllocControl(done) => encode(&wire_jobs::alloc_controlled(done))
     ),
     unary!(
         METHOD_AGENT_JOB_INSPECT,
         |n, b| Request::JobInspect {
             name: decode::<api::JobInspectRequest>(n, b)?.name
         },
-        Response::JobInspect(job) => wire_jobs::job_inspected(job).write_to_bytes()
+        Response::JobInspect(job) => encode(&wire_jobs::job_inspected(job))
     ),
     unary!(
         METHOD_AGENT_SERVICE_LIST,
@@ -197,17 +198,17 @@ pub(super) const UNARY: [Unary; 24] = [
                 name: Some(req.name).filter(|n| !n.is_empty()),
             }
         },
-        Response::Services(found) => wire_services::services(found).write_to_bytes()
+        Response::Services(found) => encode(&wire_services::services(found))
     ),
     unary!(
         METHOD_AGENT_JOB_PLAN,
         |n, b| Request::JobPlan(wire_jobs::job_file(decode(n, b)?)),
-        Response::JobPlan(plan) => super::wire_plan::job_planned(plan).write_to_bytes()
+        Response::JobPlan(plan) => encode(&super::wire_plan::job_planned(plan))
     ),
     unary!(
         METHOD_AGENT_EVENTS,
         |n, b| Request::Events(wire::events_request(decode(n, b)?)?),
-        Response::Events(page) => wire::events(page).write_to_bytes()
+        Response::Events(page) => encode(&wire::events(page))
     ),
 ];
 
@@ -253,7 +254,7 @@ where
 }
 
 fn decode<M: Message>(name: &str, bytes: &[u8]) -> Result<M, CallError> {
-    M::parse_from_bytes(bytes).map_err(|err| {
+    crate::message::decode::<M>(bytes).map_err(|err| {
         CallError::new(
             ErrorKind::InvalidArgument,
             format!("{name}: the request does not decode: {err}"),

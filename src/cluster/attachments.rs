@@ -12,8 +12,6 @@
 
 use std::time::{Duration, Instant};
 
-use protobuf::Message;
-
 use super::etcd::{self, Condition, Etcd, Event, Kv, Watch};
 use crate::proto::cluster as pb;
 
@@ -28,12 +26,11 @@ pub fn attachment_key(prefix: &str, volume: &str, node: &str) -> Vec<u8> {
 }
 
 fn decode(kv: &Kv) -> Option<pb::Attachment> {
-    pb::Attachment::parse_from_bytes(&kv.value).ok()
+    crate::message::decode::<pb::Attachment>(&kv.value).ok()
 }
 
 fn encode(a: &pb::Attachment) -> Vec<u8> {
-    a.write_to_bytes()
-        .expect("encoding an attachment cannot fail")
+    crate::message::encode(a).expect("encoding an attachment cannot fail")
 }
 
 /// Writes `volume`'s intent for `node`: attach (with the plugin's node ID

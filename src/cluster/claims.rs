@@ -15,8 +15,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use protobuf::Message;
-
 use super::etcd::{self, Condition, Etcd};
 use crate::csi::AccessMode;
 use crate::proto::cluster as pb;
@@ -233,7 +231,7 @@ impl<'a> ClaimSets<'a> {
     pub fn read(&self, volume: &str) -> Result<(pb::ClaimSet, i64), Error> {
         match self.etcd.get(&self.key(volume))? {
             None => Ok((pb::ClaimSet::new(), 0)),
-            Some(kv) => pb::ClaimSet::parse_from_bytes(&kv.value)
+            Some(kv) => crate::message::decode::<pb::ClaimSet>(&kv.value)
                 .map(|set| (set, kv.mod_revision))
                 .map_err(|err| Error::Corrupt {
                     volume: volume.to_string(),
@@ -258,9 +256,7 @@ impl<'a> ClaimSets<'a> {
             if set == before {
                 return Ok(answer);
             }
-            let bytes = set
-                .write_to_bytes()
-                .expect("encoding a claim set cannot fail");
+            let bytes = crate::message::encode(&set).expect("encoding a claim set cannot fail");
             let written = if set.claims.is_empty() && revision != 0 {
                 self.etcd.delete_guarded(&key, revision, &self.guard)?
             } else {
@@ -348,9 +344,11 @@ impl<'a> ClaimSets<'a> {
             else {
                 continue;
             };
-            let set = pb::ClaimSet::parse_from_bytes(&kv.value).map_err(|err| Error::Corrupt {
-                volume: volume.to_string(),
-                reason: err.to_string(),
+            let set = crate::message::decode::<pb::ClaimSet>(&kv.value).map_err(|err| {
+                Error::Corrupt {
+                    volume: volume.to_string(),
+                    reason: err.to_string(),
+                }
             })?;
             out.push((volume.to_string(), set));
         }

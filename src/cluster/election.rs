@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, RecvTimeoutError};
 
-use protobuf::Message;
-
 use super::etcd::{self, Condition, Etcd, Event};
 use crate::csi::Backoff;
 use crate::proto::cluster as pb;
@@ -64,9 +62,7 @@ fn campaign_for(
     record: &pb::Leader,
     lease: i64,
 ) -> Result<Leadership, etcd::Error> {
-    let value = record
-        .write_to_bytes()
-        .expect("encoding a leader record cannot fail");
+    let value = crate::message::encode(record).expect("encoding a leader record cannot fail");
     if etcd.put_if(key, 0, &value, lease)?.is_some() {
         return Ok(Leadership::Leader);
     }
@@ -85,7 +81,7 @@ fn campaign_for(
 
 /// The record an election key holds. An unreadable one names nobody.
 pub fn leader_of(value: &[u8]) -> pb::Leader {
-    pb::Leader::parse_from_bytes(value).unwrap_or_default()
+    crate::message::decode::<pb::Leader>(value).unwrap_or_default()
 }
 
 /// The node that leads `plugin`'s controller, if any.

@@ -44,7 +44,6 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
-use protobuf::Message;
 
 use super::attachments::{self, Outcome};
 use super::claims::{self, ClaimSets, Promise};
@@ -376,7 +375,7 @@ pub fn fence(
     };
     let key = attachments::attachment_key(prefix, volume, node);
     let attachment = etcd.get(&key)?.and_then(|kv| {
-        pb::Attachment::parse_from_bytes(&kv.value)
+        crate::message::decode::<pb::Attachment>(&kv.value)
             .ok()
             .map(|a| (a, kv))
     });

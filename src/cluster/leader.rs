@@ -28,7 +28,6 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
-use protobuf::Message;
 
 use super::attachments::{self, Intent, Outcome};
 use super::election::{self, Candidacy, Ended, Held};
@@ -291,7 +290,7 @@ impl Campaign {
             .etcd
             .get(&volumes::volume_key(&self.prefix, &intent.volume))
         {
-            Ok(Some(kv)) => match statepb::Volume::parse_from_bytes(&kv.value) {
+            Ok(Some(kv)) => match crate::message::decode::<statepb::Volume>(&kv.value) {
                 Ok(record) => record,
                 Err(err) => {
                     self.answer(

@@ -20,7 +20,6 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{at, bounded, select, Receiver, Sender};
-use protobuf::Message;
 
 use super::etcd::{self, Etcd};
 use crate::proto::cluster as pb;
@@ -182,7 +181,7 @@ pub fn list(etcd: &Etcd, prefix: &str) -> Result<Vec<pb::NodeRecord>, etcd::Erro
     let (kvs, _) = etcd.get_prefix(nodes.as_bytes())?;
     Ok(kvs
         .iter()
-        .filter_map(|kv| pb::NodeRecord::parse_from_bytes(&kv.value).ok())
+        .filter_map(|kv| crate::message::decode::<pb::NodeRecord>(&kv.value).ok())
         .collect())
 }
 
@@ -246,9 +245,7 @@ impl Registration {
         resume: Option<i64>,
     ) -> Result<Registration, Error> {
         let key = node_key(prefix, &record.node);
-        let bytes = record
-            .write_to_bytes()
-            .expect("encoding a node record cannot fail");
+        let bytes = crate::message::encode(&record).expect("encoding a node record cannot fail");
         let deadline = Instant::now() + ttl + Duration::from_secs(2);
         let resumed = match resume {
             Some(lease) => {
@@ -379,8 +376,7 @@ fn keep_alive(
                 let Some(record) = record.ok().into_iter().chain(records.try_iter()).last() else {
                     continue;
                 };
-                lease.record = record
-                    .write_to_bytes()
+                lease.record = crate::message::encode(&record)
                     .expect("encoding a node record cannot fail");
                 unwritten = true;
             }
@@ -395,10 +391,9 @@ fn keep_alive(
                     kept
                 } else {
                     // Registered anew: the record says when.
-                    if let Ok(mut record) = pb::NodeRecord::parse_from_bytes(&lease.record) {
+                    if let Ok(mut record) = crate::message::decode::<pb::NodeRecord>(&lease.record) {
                         record.registered_unix_ms = unix_ms_now();
-                        lease.record = record
-                            .write_to_bytes()
+                        lease.record = crate::message::encode(&record)
                             .expect("encoding a node record cannot fail");
                     }
                     match register_once(&etcd, &lease.key, &lease.record, ttl) {

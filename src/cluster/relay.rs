@@ -35,7 +35,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::select;
 use grpcio::{RpcStatus, RpcStatusCode};
-use protobuf::Message;
 
 use super::election;
 use super::etcd::{self, Condition, Etcd, Event, Kv};
@@ -186,9 +185,7 @@ impl EtcdRelay {
             ..Default::default()
         };
         let key = self.new_key();
-        let value = record
-            .write_to_bytes()
-            .expect("encoding a call cannot fail");
+        let value = crate::message::encode(&record).expect("encoding a call cannot fail");
         // From here on the leader may be making the call: no answer means
         // an unknown outcome.
         let unknown = |why: String| {
@@ -231,7 +228,7 @@ impl EtcdRelay {
             for event in batch.events {
                 match event {
                     Event::Put(kv) if kv.key == key => {
-                        let Ok(call) = pb::RelayedCall::parse_from_bytes(&kv.value) else {
+                        let Ok(call) = crate::message::decode::<pb::RelayedCall>(&kv.value) else {
                             return Err(unknown("its record is unreadable".into()));
                         };
                         if call.answered {
@@ -448,7 +445,7 @@ pub struct Pending {
 pub fn pending(kvs: Vec<Kv>) -> Vec<Pending> {
     kvs.into_iter()
         .filter_map(|kv| {
-            let call = pb::RelayedCall::parse_from_bytes(&kv.value).ok()?;
+            let call = crate::message::decode::<pb::RelayedCall>(&kv.value).ok()?;
             (!call.answered).then_some(Pending { kv, call })
         })
         .collect()
@@ -549,9 +546,7 @@ fn write_answer(
         request: Vec::new(),
         ..call
     };
-    let value = record
-        .write_to_bytes()
-        .expect("encoding a call cannot fail");
+    let value = crate::message::encode(&record).expect("encoding a call cannot fail");
     match etcd.put_guarded(
         &kv.key,
         kv.mod_revision,

@@ -14,7 +14,6 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
-use protobuf::Message;
 
 use super::election;
 use super::etcd::{self, Etcd, Event, Kv};
@@ -37,9 +36,7 @@ pub fn volume_key(prefix: &str, id: &str) -> Vec<u8> {
 
 /// Writes a volume's record.
 pub fn put(etcd: &Etcd, prefix: &str, record: &statepb::Volume) -> Result<(), etcd::Error> {
-    let bytes = record
-        .write_to_bytes()
-        .expect("encoding a volume record cannot fail");
+    let bytes = crate::message::encode(record).expect("encoding a volume record cannot fail");
     etcd.put(&volume_key(prefix, &record.id), &bytes, 0)
         .map(|_| ())
 }
@@ -94,7 +91,7 @@ fn parse_key<'a>(volumes: &str, key: &'a [u8]) -> Option<Key<'a>> {
 /// The event a put of `kv` is, if it is one of ours and readable.
 fn event_of_put(volumes: &str, kv: &Kv) -> Option<VolumeEvent> {
     match parse_key(volumes, &kv.key)? {
-        Key::Record(_) => match statepb::Volume::parse_from_bytes(&kv.value) {
+        Key::Record(_) => match crate::message::decode::<statepb::Volume>(&kv.value) {
             Ok(record) => Some(VolumeEvent::Put(Box::new(record))),
             Err(err) => {
                 log::error!(
@@ -104,7 +101,7 @@ fn event_of_put(volumes: &str, kv: &Kv) -> Option<VolumeEvent> {
                 None
             }
         },
-        Key::Claims(id) => match pb::ClaimSet::parse_from_bytes(&kv.value) {
+        Key::Claims(id) => match crate::message::decode::<pb::ClaimSet>(&kv.value) {
             Ok(set) => Some(VolumeEvent::Claims {
                 volume: id.to_string(),
                 set,

@@ -442,12 +442,14 @@ impl Controller {
 
 /// Whether `request` decodes as a `Req`, the request of `rpc`.
 fn readable<Req: Message>(rpc: Rpc, request: &[u8]) -> Result<(), RpcStatus> {
-    Req::parse_from_bytes(request).map(drop).map_err(|err| {
-        RpcStatus::with_message(
-            RpcStatusCode::INVALID_ARGUMENT,
-            format!("the encoded {rpc} request is unreadable: {err}"),
-        )
-    })
+    crate::message::decode::<Req>(request)
+        .map(drop)
+        .map_err(|err| {
+            RpcStatus::with_message(
+                RpcStatusCode::INVALID_ARGUMENT,
+                format!("the encoded {rpc} request is unreadable: {err}"),
+            )
+        })
 }
 
 /// A volume with its status, as ListVolumes and ControllerGetVolume
@@ -475,7 +477,7 @@ fn carried<Req: Message, Resp: Message>(
     wire: &Req,
     timeout: Duration,
 ) -> grpcio::Result<Resp> {
-    let request = wire.write_to_bytes().map_err(|err| {
+    let request = crate::message::encode(wire).map_err(|err| {
         failure(
             RpcStatusCode::INTERNAL,
             format!("cannot encode {rpc}: {err}"),
@@ -484,7 +486,7 @@ fn carried<Req: Message, Resp: Message>(
     let answer = carrier
         .carry(rpc, request, timeout)
         .map_err(grpcio::Error::RpcFailure)?;
-    Resp::parse_from_bytes(&answer).map_err(|err| {
+    crate::message::decode::<Resp>(&answer).map_err(|err| {
         failure(
             RpcStatusCode::INTERNAL,
             format!(

@@ -179,14 +179,13 @@ pub fn unary_bytes<Req: Message, Resp: Message>(
 }
 
 fn encode<Req: Message>(req: &Req) -> grpcio::Result<Vec<u8>> {
-    req.write_to_bytes()
-        .map_err(|err| grpcio::Error::Codec(Box::new(err)))
+    crate::message::encode(req).map_err(|err| grpcio::Error::Codec(Box::new(err)))
 }
 
 /// An answer's bytes as the message they encode; a failure is grpcio's
 /// codec error, as a typed stub's would be.
 fn decode<Resp: Message>(bytes: &[u8]) -> grpcio::Result<Resp> {
-    Resp::parse_from_bytes(bytes).map_err(|err| grpcio::Error::Codec(Box::new(err)))
+    crate::message::decode::<Resp>(bytes).map_err(|err| grpcio::Error::Codec(Box::new(err)))
 }
 
 /// The RPC `rpc` to plugin `driver`, made by `make`: its answer mapped to

@@ -113,7 +113,7 @@ fn decoded<Req: Message>(
     sink: Sink,
     serve: fn(&Service, &RpcContext, Req, Sink),
 ) {
-    match Req::parse_from_bytes(bytes) {
+    match crate::message::decode::<Req>(bytes) {
         Ok(req) => serve(service, ctx, req, sink),
         Err(err) => {
             let method = String::from_utf8_lossy(ctx.method()).into_owned();

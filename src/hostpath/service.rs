@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::thread;
 
 use grpcio::{RpcContext, RpcStatus, UnarySink};
-use protobuf::CodedOutputStream;
 
 use super::faults::Action;
 use super::strict::{Call, Service as CsiService};
@@ -16,6 +15,7 @@ use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
 use crate::csi::rpc::block_on;
 use crate::csi::types::{PluginCapability, StringMap};
+use crate::message::{encode, Wire};
 
 /// Where an RPC's answer goes: encoded, as the byte methods send it
 /// (`methods.rs`).
@@ -188,9 +188,9 @@ where
     ) {
         let result = match before_work(method, fault) {
             Start::Work(fault) => {
-                (self.work)(plugin, fault).map(|resp| Box::new(resp) as Box<dyn Answer>)
+                (self.work)(plugin, fault).map(|resp| Box::new(resp) as Box<dyn Wire>)
             }
-            Start::Default => Ok(Box::new(Resp::default()) as Box<dyn Answer>),
+            Start::Default => Ok(Box::new(Resp::default()) as Box<dyn Wire>),
             Start::Refuse(refusal) => Err(refusal),
         };
         ended(result.is_ok());
@@ -208,36 +208,6 @@ where
     fn refuse(self: Box<Self>, method: &str, fields: &str, refusal: RpcStatus) {
         answer(self.sink, method, fields, Err(refusal), false);
     }
-}
-
-/// An answer to encode, its type behind a vtable: the encoding's code is
-/// compiled once, not once per RPC.
-trait Answer {
-    fn size(&self) -> u64;
-    fn write(&self, out: &mut CodedOutputStream) -> protobuf::Result<()>;
-}
-
-impl<M: protobuf::Message> Answer for M {
-    fn size(&self) -> u64 {
-        self.compute_size()
-    }
-
-    fn write(&self, out: &mut CodedOutputStream) -> protobuf::Result<()> {
-        self.write_to_with_cached_sizes(out)
-    }
-}
-
-/// `answer`'s bytes, as `Message::write_to_bytes` makes them (but for
-/// its check that required fields are set: CSI's messages are proto3,
-/// which has none).
-fn encode(answer: &dyn Answer) -> protobuf::Result<Vec<u8>> {
-    let size = answer.size();
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    let mut out = CodedOutputStream::vec(&mut bytes);
-    answer.write(&mut out)?;
-    out.flush()?;
-    drop(out);
-    Ok(bytes)
 }
 
 /// Logs a call's result and sends it, waiting until it is sent: dropping

@@ -14,8 +14,6 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use protobuf::Message;
-
 use crate::proto::state as pb;
 use journal::Journal;
 
@@ -115,10 +113,12 @@ impl Store {
         let snapshot_bytes = bytes.as_ref().map_or(0, |b| b.len() as u64);
         let state = match bytes {
             None => pb::State::new(),
-            Some(bytes) => pb::State::parse_from_bytes(&bytes).map_err(|err| Error::Decode {
-                path: snapshot.clone(),
-                err,
-            })?,
+            Some(bytes) => {
+                crate::message::decode::<pb::State>(&bytes).map_err(|err| Error::Decode {
+                    path: snapshot.clone(),
+                    err,
+                })?
+            }
         };
         if state.version > VERSION {
             return Err(Error::Version {
@@ -156,7 +156,7 @@ impl Store {
         let mut state = state.clone();
         state.version = VERSION;
         state.journal_seq = self.journal.last_seq();
-        let bytes = state.write_to_bytes().map_err(Error::Encode)?;
+        let bytes = crate::message::encode(&state).map_err(Error::Encode)?;
         store::write_atomic(&self.snapshot, &bytes).map_err(Error::Snapshot)?;
         self.snapshot_bytes = bytes.len() as u64;
         if self.journal.len_bytes() > 0 {

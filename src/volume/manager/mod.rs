@@ -51,7 +51,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Sender;
-use protobuf::Message;
 
 use super::calls::{self, Answer};
 use super::layout::Paths;
@@ -551,7 +550,7 @@ impl VolumeManager {
         let mut records: BTreeMap<String, pb::Volume> =
             order::map(snapshot.iter().map(|v| (v.id.clone(), v.clone())));
         for bytes in journal {
-            match pb::JournalRecord::parse_from_bytes(bytes) {
+            match crate::message::decode::<pb::JournalRecord>(bytes) {
                 Ok(record) => match record.change {
                     Some(pb::journal_record::Change::Volume(v)) => {
                         records.insert(v.id.clone(), v);
@@ -610,12 +609,11 @@ impl VolumeManager {
                     Some(entry) => pb::journal_record::Change::Volume(entry.volume.to_proto()),
                     None => pb::journal_record::Change::RemovedVolumeId(id),
                 };
-                pb::JournalRecord {
+                let record = pb::JournalRecord {
                     change: Some(change),
                     ..Default::default()
-                }
-                .write_to_bytes()
-                .expect("encoding a journal record cannot fail")
+                };
+                crate::message::encode(&record).expect("encoding a journal record cannot fail")
             })
             .collect()
     }

@@ -89,10 +89,10 @@ const LAYERS: &[&[&str]] = &[
     &["template"],
     // The ground: every mount system call; IDs that become paths;
     // durations and sizes; latency trace points; the generated protobuf
-    // modules; a call's answer in the domain's terms (`CallError`,
-    // `ReplyTo`); metrics and events.
+    // modules and their bytes; a call's answer in the domain's terms
+    // (`CallError`, `ReplyTo`); metrics and events.
     &[
-        "mount", "id", "units", "trace", "proto", "call", "metrics", "events",
+        "mount", "id", "units", "trace", "proto", "message", "call", "metrics", "events",
     ],
     // Below the ground: the agent's own sockets (the metrics endpoint,
     // Docker's volume plugin protocol) served by the `http` crate's
