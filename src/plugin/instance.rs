@@ -131,6 +131,7 @@ impl Instance {
             _watch: watch,
             health: Health::Pending,
             trusted: 0,
+            refusal_told: None,
         };
         let thread = thread::Builder::new()
             .name(runner.spec.key().thread_name())
@@ -192,6 +193,10 @@ enum Check {
     Healthy(Option<Fingerprint>),
     /// Probe answered `ready = false`.
     NotReady,
+    /// Probe answered ready, but the fingerprint failed or was refused (an
+    /// answer out of bounds): the plugin is up and wrong, which its
+    /// operator must hear at once, not at the health timeout.
+    Refused(String),
     Failed(String),
 }
 
@@ -211,6 +216,9 @@ struct Runner {
     /// Heartbeats left that trust the last fingerprint: zero on a new
     /// connection and after a check that did not find the plugin healthy.
     trusted: u32,
+    /// The last fingerprint failure logged, so that each is logged once
+    /// until the plugin is healthy again.
+    refusal_told: Option<String>,
 }
 
 impl Runner {
@@ -265,11 +273,22 @@ impl Runner {
                     match self.check() {
                         Check::Healthy(fingerprint) => {
                             attempt = 0;
+                            self.refusal_told = None;
                             self.set_health(Health::Healthy, "probe ready".into(), fingerprint, Some(SystemTime::now()));
                             next_check = Instant::now() + self.settings.heartbeat;
                             continue;
                         }
                         Check::NotReady => self.not_healthy(waiting_since, "Probe answered not ready".into(), true),
+                        Check::Refused(reason) => {
+                            if self.health == Health::Healthy {
+                                waiting_since = Instant::now();
+                            }
+                            if self.refusal_told.as_deref() != Some(reason.as_str()) {
+                                log::warn!("Plugin {}: {reason}", self.spec.key());
+                                self.refusal_told = Some(reason.clone());
+                            }
+                            self.not_healthy(waiting_since, reason, true)
+                        }
                         Check::Failed(reason) => {
                             if self.health == Health::Healthy {
                                 waiting_since = Instant::now();
@@ -297,7 +316,7 @@ impl Runner {
         self.trusted = match &check {
             Check::Healthy(Some(_)) => REFINGERPRINT_EVERY,
             Check::Healthy(None) => self.trusted - 1,
-            Check::NotReady | Check::Failed(_) => 0,
+            Check::NotReady | Check::Refused(_) | Check::Failed(_) => 0,
         };
         check
     }
@@ -314,7 +333,7 @@ impl Runner {
                 Ok(fingerprint) => Check::Healthy(Some(fingerprint)),
                 Err(err) => {
                     metrics::PLUGIN_FINGERPRINT_FAILURES.inc(&labels);
-                    Check::Failed(format!("fingerprint: {err}"))
+                    Check::Refused(format!("fingerprint: {err}"))
                 }
             },
             Ok(false) => Check::NotReady,

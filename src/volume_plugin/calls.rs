@@ -524,6 +524,19 @@ fn status_map(status: &VolumeStatus) -> Value {
     if !status.mount_group.is_empty() {
         map.push("mount_group", Value::from(status.mount_group.as_str()));
     }
+    // Where the volume can be used: each topology its segments.
+    // Plain loops: the generic builders would compile one more copy each.
+    if !status.topologies.is_empty() {
+        let mut topologies = Vec::new();
+        for topology in &status.topologies {
+            let mut segments = Vec::new();
+            for (key, value) in topology {
+                segments.push((key.clone(), Value::String(value.clone())));
+            }
+            topologies.push(Value::Object(segments));
+        }
+        map.push("topologies", Value::Array(topologies));
+    }
     map
 }
 
@@ -862,6 +875,24 @@ mod tests {
         assert!(
             text.contains(r#""read_only":true,"claims":"#)
                 && text.ends_with(r#","mount_group":"1000"}"#),
+            "{text}"
+        );
+        let placed = VolumeStatus {
+            topologies: vec![
+                [("zone".to_string(), "a".to_string())].into(),
+                [
+                    ("rack".to_string(), "r1".to_string()),
+                    ("zone".to_string(), "b".to_string()),
+                ]
+                .into(),
+            ],
+            ..grouped
+        };
+        let text = json::to_string(&status_map(&placed));
+        assert!(
+            text.ends_with(
+                r#","mount_group":"1000","topologies":[{"zone":"a"},{"rack":"r1","zone":"b"}]}"#
+            ),
             "{text}"
         );
     }

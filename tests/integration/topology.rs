@@ -318,6 +318,13 @@ fn a_node_local_volume_is_claimed_where_it_lives_and_refused_elsewhere_on_every_
         );
         assert_eq!(topologies(&known), on("host-a"), "{known:#?}");
     }
+    // Docker's inspect shows where it lives, from either host.
+    let got = Docker::dockerd(&b.socket).named("Get", "web").ok();
+    let inspected = json::to_string(&got.body);
+    assert!(
+        inspected.contains(r#""topologies":[{"topology.hostpath.csi-agent/node":"host-a"}]"#),
+        "{inspected}"
+    );
 
     // Claimed on A, where it lives.
     claimed(&a.agent, &claim_req("v", "on-a"));
@@ -417,5 +424,37 @@ fn topologies_past_their_bounds_are_refused_naming_the_bound() {
         Ok(csi_agent::proto::agent::Health::HEALTHY),
         "{status:#?}"
     );
+    drop(agent);
+
+    // Long before its health timeout, a pending plugin whose fingerprint
+    // is refused is told of once in the log, and `plugin status` says
+    // why it is not healthy yet: it is up, and wrong.
+    let agent = Agent::start_with_config(&format!(
+        "\nplugin {PLUGIN:?} {{\n  socket = {:?}\n  type   = \"monolith\"\n  health_timeout = \"10m\"\n}}\n",
+        plugin.socket.display().to_string()
+    ));
+    let bound = "a topology segment's value is 200 bytes long, more than 128";
+    agent.wait_for_log(bound, WAIT);
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        let status = connect(&agent).plugin_status(PLUGIN).unwrap();
+        if status.plugins[0]
+            .instances
+            .iter()
+            .any(|i| i.health_reason.contains(bound))
+        {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status:#?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(
+        status.plugins[0].health.enum_value(),
+        Ok(csi_agent::proto::agent::Health::PENDING),
+        "{status:#?}"
+    );
+    // The probes go on (every few hundred ms at first); the line does not.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(agent.log().matches(bound).count(), 1, "{}", agent.log());
     drop(agent);
 }
