@@ -1,7 +1,9 @@
-//! Fuzzes the template engine (`src/template/`): every input is parsed
-//! with Go's delimiters and, when it parses, rendered with a small
-//! environment and no task dir. No input may panic either step or
-//! overflow the stack; an error must point inside the input.
+//! Fuzzes the template engine (`crates/template`) as csi-agent runs it:
+//! with csi-agent's functions registered (`src/nomad_template/`, compiled
+//! from the agent's own source), every input is parsed with Go's
+//! delimiters and, when it parses, rendered with a small environment, no
+//! task dir and no services. No input may panic either step or overflow
+//! the stack; an error must point inside the input.
 
 #![no_main]
 
@@ -10,14 +12,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use libfuzzer_sys::fuzz_target;
 
-// The engine and the ground modules it uses, compiled from the crate's
-// own source.
+// csi-agent's functions and the ground module they use (`sockaddr` reads
+// the host's interface addresses), compiled from the agent's source.
 #[allow(dead_code, unused_imports)]
-#[path = "../../src/template/mod.rs"]
-mod template;
-#[allow(dead_code)]
-#[path = "../../src/units.rs"]
-mod units;
+#[path = "../../src/nomad_template/mod.rs"]
+mod nomad_template;
 #[allow(dead_code)]
 #[path = "shim/sys.rs"]
 mod sys;
@@ -25,7 +24,7 @@ mod sys;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let lines = text.split('\n').count();
-    let tmpl = match template::Template::parse(&text, "", "") {
+    let tmpl = match nomad_template::parse(&text, "", "") {
         Ok(tmpl) => tmpl,
         Err(err) => {
             assert!(err.pos.line >= 1 && err.pos.line <= lines, "{err}");
@@ -36,14 +35,16 @@ fuzz_target!(|data: &[u8]| {
         ("NOMAD_TASK_NAME".to_string(), "web".to_string()),
         ("LIST".to_string(), "a,b,c".to_string()),
     ]);
-    let ctx = template::Context {
+    let ctx = nomad_template::Context {
         env: &env,
         task_dir: None,
-        error_on_missing_key: false,
-        now: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         services: &[],
     };
-    if let Err(err) = tmpl.render(&ctx) {
+    let options = template::Options {
+        error_on_missing_key: false,
+        now: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+    };
+    if let Err(err) = tmpl.render(&ctx, &options) {
         assert!(err.pos.line >= 1 && err.pos.line <= lines, "{err}");
     }
 });

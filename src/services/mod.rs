@@ -139,8 +139,8 @@ impl Registration {
     }
 
     /// What a template sees of it.
-    pub fn for_template(&self) -> crate::template::NomadService {
-        crate::template::NomadService {
+    pub fn for_template(&self) -> crate::nomad_template::NomadService {
+        crate::nomad_template::NomadService {
             id: self.id.clone(),
             name: self.name.clone(),
             namespace: self.namespace.clone(),

@@ -21,7 +21,8 @@ use super::decode::Fields;
 use super::encode::Writer;
 use super::signal::KillSignal;
 use super::Kept;
-use crate::template::Template;
+use crate::nomad_template::{self, Context};
+use template::Template;
 
 /// `vault_grace` tunes Vault leases, which csi-agent never reads;
 /// `change_script` only serves `change_mode = "script"`, which is refused.
@@ -77,9 +78,9 @@ pub struct TaskTemplate {
 
 impl TaskTemplate {
     /// The template parsed with its delimiters: `None` for a `source`.
-    pub fn parsed(&self) -> Option<Result<Template, crate::template::Error>> {
+    pub fn parsed<'a>(&self) -> Option<Result<Template<Context<'a>>, template::Error>> {
         let data = self.data.as_deref()?;
-        Some(Template::parse(
+        Some(nomad_template::parse(
             data,
             &self.left_delimiter,
             &self.right_delimiter,
@@ -157,7 +158,7 @@ pub(crate) fn decode_template(f: &mut Fields<'_>) -> Option<TaskTemplate> {
                     *pos,
                     format!("template {name:?}: delimiters must not be empty"),
                 );
-            } else if let Err(err) = Template::parse(text, &left, &right) {
+            } else if let Err(err) = nomad_template::parse(text, &left, &right) {
                 f.error(*pos, format!("template {name:?}: {err}"));
             }
         }

@@ -190,7 +190,7 @@ pub(super) struct StartPlan {
     /// The environment before the templates render.
     pub env: BTreeMap<String, String>,
     pub node: BTreeMap<String, String>,
-    pub services: Vec<crate::template::NomadService>,
+    pub services: Vec<crate::nomad_template::NomadService>,
     pub plugin: Option<(PluginSpec, Duration)>,
     /// The source of each of the task's `volume_mount`s, in their order.
     pub volumes: Vec<MountSource>,

@@ -26,9 +26,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::env::{interpolate, lookups};
 use super::{Alloc, Allocs, TaskState};
+use crate::nomad_template::NomadService;
 use crate::services::{Refused, Registration};
 use crate::spec::{AddressMode, Provider, Service, Task};
-use crate::template::NomadService;
 
 /// The registry as templates read it, and who read which version.
 #[derive(Default)]

@@ -114,7 +114,7 @@ pub(super) struct RerenderPlan {
     pub task_dir: PathBuf,
     pub env: BTreeMap<String, String>,
     pub node: BTreeMap<String, String>,
-    pub services: Vec<crate::template::NomadService>,
+    pub services: Vec<crate::nomad_template::NomadService>,
 }
 
 impl RerenderPlan {

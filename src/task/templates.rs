@@ -32,8 +32,9 @@ use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
 use super::env::{interpolate, lookups};
+use crate::nomad_template::{self, read_in_dir, Context, NomadService};
 use crate::spec::{stays_inside, TaskTemplate};
-use crate::template::{read_in_dir, Context, NomadService, Template};
+use template::Options;
 
 /// Where template `t` renders in `task_dir`: its destination with its
 /// `${VAR}`s from `vars`, inside the task dir.
@@ -138,19 +139,21 @@ fn render(
         (_, Some(parsed)) => parsed,
         (Some(source), None) => {
             let text = read_in_dir(task_dir, source).map_err(|e| format!("source: {e}"))?;
-            Template::parse(&text, &t.left_delimiter, &t.right_delimiter)
+            nomad_template::parse(&text, &t.left_delimiter, &t.right_delimiter)
         }
         (None, None) => return Err("no data and no source".into()),
     };
     let ctx = Context {
         env,
         task_dir: Some(task_dir),
-        error_on_missing_key: t.error_on_missing_key,
-        now: SystemTime::now(),
         services,
     };
+    let options = Options {
+        error_on_missing_key: t.error_on_missing_key,
+        now: SystemTime::now(),
+    };
     parsed
-        .and_then(|parsed| parsed.render(&ctx))
+        .and_then(|parsed| parsed.render(&ctx, &options))
         .map_err(|mut err| {
             if t.is_secret() {
                 // `error calling f: <what the value was>`: keep the call.

@@ -1,6 +1,6 @@
-//! The part of the crate's `sys` module the template engine reaches
+//! The part of the agent's `sys` module its template functions reach
 //! (`sockaddr` reads the host's interface addresses): `ifaddrs`, from
-//! the crate's own source, and the one helper it takes from its parent.
+//! the agent's own source, and the one helper it takes from its parent.
 
 use std::io;
 

@@ -67,7 +67,7 @@ use self::wire::{Answer, Input, Phase, Work};
 use super::artifact::ArtifactLimits;
 use super::user::User;
 use crate::spec::{Task, TaskTemplate};
-use crate::template::NomadService;
+use crate::nomad_template::NomadService;
 use crate::units::format_duration;
 
 /// The agent's own binary, as the kernel still holds it.

@@ -18,7 +18,7 @@ use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
 use crate::task::user::User;
-use crate::template::NomadService;
+use crate::nomad_template::NomadService;
 
 /// What the helper is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

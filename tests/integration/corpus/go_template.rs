@@ -1,7 +1,8 @@
 //! Go's `text/template` test tables, taken as data
 //! (`tests/corpora/go-template/`: `exec.jsonl` from `exec_test.go`'s
 //! `execTests`, `parse.jsonl` from `parse_test.go`'s `parseTests`), against
-//! the template engine.
+//! the template engine (`crates/template`) with consul-template's
+//! functions.
 //!
 //! An exec case is the template, the output Go expects, whether it
 //! succeeds, and its dot as JSON (`"$tVal"` for `tval.json`, the fields of
@@ -14,11 +15,11 @@
 //! counted, not run. A parse case only says whether Go's parser accepts
 //! the text.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use csi_agent::template::{Context, Template};
 use json::Value;
+use template::{Functions, Options, Template};
 
 use super::{check_known, dir};
 
@@ -58,17 +59,19 @@ fn text<'a>(case: &'a Value, key: &str) -> &'a str {
     case.get(key).and_then(Value::as_str).unwrap()
 }
 
+/// The template engine's own functions: Go's built-ins and
+/// consul-template's, with no context.
+fn parse(text: &str) -> Result<Template<()>, template::Error> {
+    Template::parse(text, "", "", &Arc::new(Functions::consul_template()))
+}
+
 fn render(template: &str) -> Result<String, String> {
-    let env = BTreeMap::new();
-    let ctx = Context {
-        env: &env,
-        task_dir: None,
+    let options = Options {
         error_on_missing_key: false,
         now: UNIX_EPOCH,
-        services: &[],
     };
-    let tmpl = Template::parse(template, "", "").map_err(|e| e.to_string())?;
-    tmpl.render(&ctx).map_err(|e| e.to_string())
+    let tmpl = parse(template).map_err(|e| e.to_string())?;
+    tmpl.render(&(), &options).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -141,7 +144,7 @@ fn go_parse_tests_accept_what_go_accepts() {
         }
         let (name, input) = (text(case, "name"), text(case, "input"));
         let want_ok = case.get("ok").and_then(Value::as_bool).unwrap();
-        let got = Template::parse(input, "", "");
+        let got = parse(input);
         run += 1;
         if got.is_ok() != want_ok {
             if !KNOWN_PARSE.iter().any(|(n, _)| *n == name) {

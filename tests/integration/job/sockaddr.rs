@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use csi_agent::template::{Context, Template};
+use csi_agent::nomad_template::{parse, Context};
+use template::Options;
 
 use super::templates::wait_for_log;
 use super::Rig;
@@ -81,13 +82,15 @@ impl Host {
             let ctx = Context {
                 env: &env,
                 task_dir: None,
-                error_on_missing_key: false,
-                now: std::time::SystemTime::now(),
                 services: &[],
             };
-            Template::parse(&text, "", "")
+            let options = Options {
+                error_on_missing_key: false,
+                now: std::time::SystemTime::now(),
+            };
+            parse(&text, "", "")
                 .map_err(|e| e.to_string())?
-                .render(&ctx)
+                .render(&ctx, &options)
                 .map_err(|e| e.to_string())
         })
         .join()

@@ -84,9 +84,10 @@ const LAYERS: &[&[&str]] = &[
     // error classification, `Backoff`); the snapshot and the journal; the
     // container engine's API (Docker's, over its unix socket).
     &["csi", "state", "docker"],
-    // Go's text/template with consul-template's functions, for Nomad's
-    // `template` blocks: over the ground's JSON, base64 and dates.
-    &["template"],
+    // Nomad's `template` blocks: the template crate's engine with
+    // csi-agent's functions registered (the task's environment and files,
+    // the service registry, `sockaddr` over `sys`'s interface addresses).
+    &["nomad_template"],
     // The ground: every mount system call; IDs that become paths;
     // durations and sizes; latency trace points; the generated protobuf
     // modules and their bytes; a call's answer in the domain's terms
@@ -111,21 +112,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 /// Edges of today's code inside a circle of modules of one folder (a
 /// top-level module and everything under it), each with why it is there.
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[
-    // template: the executor, the parser and the functions call each
-    // other; the sockaddr functions' interface and RFC tables too; to
-    // untangle when templates become a crate of their own.
-    ("template::exec", "template::funcs"),
-    ("template::exec", "template::parse"),
-    ("template::funcs", "template::exec"),
-    (
-        "template::funcs::sockaddr::ifaddr",
-        "template::funcs::sockaddr::rfc",
-    ),
-    (
-        "template::funcs::sockaddr::rfc",
-        "template::funcs::sockaddr::ifaddr",
-    ),
-    ("template::parse", "template::funcs"),
 ];
 
 /// Modules outside `api/` and `cli/` that use `proto::agent` today.

@@ -1,14 +1,14 @@
 //! Go's `text/template` built-ins.
 
-use super::{Args, Function};
-use crate::template::convert::{html, js};
-use crate::template::exec::Value;
-use crate::template::fmt::{printf, sprint};
+use super::{Args, Family};
+use crate::convert::{html, js};
+use crate::fmt::{printf, sprint};
+use crate::Value;
 use encode::{percent, Space};
 
 /// Go's built-ins (`and` and `or` are the executor's: they are lazy), by name, with how many arguments each takes (at least,
 /// at most).
-pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
+pub(super) const FUNCTIONS: Family = &[
     ("and", 1, usize::MAX, |_| Ok(Value::Nil)),
     ("or", 1, usize::MAX, |_| Ok(Value::Nil)),
     ("not", 1, 1, |a| Ok(Value::Bool(!a.values[0].truthy()))),

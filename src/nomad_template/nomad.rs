@@ -19,74 +19,80 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Function;
-use crate::template::exec::Value;
-use crate::template::{NomadService, MAX_ITEMS};
+use template::{Args, Value, MAX_ITEMS};
+
+use super::{Context, NomadService};
 
 /// The longest query string a template may give (`[tag.]name?ns=..@..`),
 /// past any real one: a service name is at most 63 characters.
 pub const MAX_QUERY: usize = 1024;
 
-pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
-    ("nomadService", 1, 3, |a| {
-        let (query, choose) = match a.values.len() {
-            1 => (a.string(0)?, None),
-            3 => {
-                let count = a.int(0)?;
-                if count < 0 {
-                    return Err(format!("expected a count of at least 0, got {count}"));
-                }
-                (a.string(2)?, Some((count as usize, a.string(1)?)))
+/// `nomadService "QUERY"`, or `nomadService COUNT "KEY" "QUERY"`: the
+/// instances of one service.
+pub(super) fn service(a: &mut Args<'_>, registry: &Context<'_>) -> Result<Value, String> {
+    let (query, choose) = match a.values.len() {
+        1 => (a.string(0)?, None),
+        3 => {
+            let count = a.int(0)?;
+            if count < 0 {
+                return Err(format!("expected a count of at least 0, got {count}"));
             }
-            n => {
-                return Err(format!(
-                    "expected arguments <service> or <count> <key> <service>, got {n}"
-                ))
-            }
-        };
-        let query = ServiceQuery::parse(&query)?;
-        let mut found: Vec<&NomadService> =
-            a.ctx.services.iter().filter(|s| query.matches(s)).collect();
-        order::sort_by(&mut found, |x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
-        if let Some((count, key)) = choose {
-            found = choose_by_key(found, count, &key);
+            (a.string(2)?, Some((count as usize, a.string(1)?)))
         }
-        found.truncate(MAX_ITEMS);
-        Ok(Value::List(found.into_iter().map(instance).collect()))
-    }),
-    ("nomadServices", 0, usize::MAX, |a| {
-        // consul-template joins its arguments into one query.
-        let mut query = String::new();
-        for i in 0..a.values.len() {
-            query.push_str(&a.string(i)?);
-            if query.len() > MAX_QUERY {
-                return Err(too_long(&query));
-            }
+        n => {
+            return Err(format!(
+                "expected arguments <service> or <count> <key> <service>, got {n}"
+            ))
         }
-        let namespace = parse_listing(&query)?;
-        let mut names: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
-        for s in a.ctx.services {
-            if namespace != "*" && s.namespace != namespace {
-                continue;
-            }
-            let tags = names.entry((&s.name, &s.namespace)).or_default();
-            tags.extend(s.tags.iter().map(String::as_str));
+    };
+    let query = ServiceQuery::parse(&query)?;
+    let mut found: Vec<&NomadService> = registry
+        .services
+        .iter()
+        .filter(|s| query.matches(s))
+        .collect();
+    order::sort_by(&mut found, |x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
+    if let Some((count, key)) = choose {
+        found = choose_by_key(found, count, &key);
+    }
+    found.truncate(MAX_ITEMS);
+    Ok(Value::List(found.into_iter().map(instance).collect()))
+}
+
+/// `nomadServices ["QUERY"...]`: each service's name once, with the union
+/// of its instances' tags.
+pub(super) fn services(a: &mut Args<'_>, registry: &Context<'_>) -> Result<Value, String> {
+    // consul-template joins its arguments into one query.
+    let mut query = String::new();
+    for i in 0..a.values.len() {
+        query.push_str(&a.string(i)?);
+        if query.len() > MAX_QUERY {
+            return Err(too_long(&query));
         }
-        Ok(Value::List(
-            names
-                .into_iter()
-                .take(MAX_ITEMS)
-                .map(|((name, namespace), tags)| {
-                    Value::Map(BTreeMap::from([
-                        ("Name".to_string(), Value::Str(name.to_string())),
-                        ("Namespace".to_string(), Value::Str(namespace.to_string())),
-                        ("Tags".to_string(), strings(tags)),
-                    ]))
-                })
-                .collect(),
-        ))
-    }),
-];
+    }
+    let namespace = parse_listing(&query)?;
+    let mut names: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
+    for s in registry.services {
+        if namespace != "*" && s.namespace != namespace {
+            continue;
+        }
+        let tags = names.entry((&s.name, &s.namespace)).or_default();
+        tags.extend(s.tags.iter().map(String::as_str));
+    }
+    Ok(Value::List(
+        names
+            .into_iter()
+            .take(MAX_ITEMS)
+            .map(|((name, namespace), tags)| {
+                Value::Map(BTreeMap::from([
+                    ("Name".to_string(), Value::Str(name.to_string())),
+                    ("Namespace".to_string(), Value::Str(namespace.to_string())),
+                    ("Tags".to_string(), strings(tags)),
+                ]))
+            })
+            .collect(),
+    ))
+}
 
 /// What `nomadService`'s string asks for.
 #[derive(Debug, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! JSON (as Go's `encoding/json` does them), `toTitle`, and the escapes of
 //! `html` and `js` (`urlquery` is [`encode::percent`]).
 
-use super::exec::Value;
+use crate::value::format_float;
+use crate::Value;
 
 pub(super) fn title(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -69,7 +70,7 @@ pub(super) fn to_json(v: &Value) -> json::Value {
         Value::Nil => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(n) => J::Number(n.to_string()),
-        Value::Float(f) if f.is_finite() => J::Number(super::exec::format_float(*f)),
+        Value::Float(f) if f.is_finite() => J::Number(format_float(*f)),
         Value::Float(_) => J::Null,
         Value::Str(s) => J::String(s.clone()),
         Value::List(items) => J::Array(items.iter().map(to_json).collect()),

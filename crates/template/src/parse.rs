@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::funcs::{self, FunctionSet};
-use super::lex::{Item, Pos, Tok, Token};
-use super::scope::Scope;
-use super::{Error, MAX_NESTING};
+use crate::lex::{Item, Pos, Tok, Token};
+use crate::scope::Scope;
+use crate::{Error, Functions, MAX_NESTING};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Node {
@@ -80,7 +79,7 @@ enum Stop {
 /// The templates `define` and `block` name.
 pub(super) type Defines = BTreeMap<String, Vec<Node>>;
 
-pub(super) struct Parser {
+pub(super) struct Parser<'f, C: ?Sized> {
     items: std::vec::IntoIter<Item>,
     pub defines: Defines,
     /// Variables in scope, for "undefined variable" errors.
@@ -90,13 +89,13 @@ pub(super) struct Parser {
     /// parser recurses at each, so [`MAX_NESTING`] bounds its stack.
     depth: usize,
     /// The functions a command may name.
-    functions: FunctionSet,
+    functions: &'f Functions<C>,
 }
 
-impl Parser {
+impl<'f, C: ?Sized> Parser<'f, C> {
     pub(super) fn parse(
         items: Vec<Item>,
-        functions: FunctionSet,
+        functions: &'f Functions<C>,
     ) -> Result<(Vec<Node>, Defines), Error> {
         let mut p = Parser {
             items: items.into_iter(),
@@ -466,7 +465,8 @@ impl Parser {
                     ))
                 }
                 name => {
-                    funcs::check(self.functions, name)
+                    self.functions
+                        .check(name)
                         .map_err(|message| Error::new(t.pos, message))?;
                     Operand::Func(name.to_string())
                 }

@@ -6,20 +6,24 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use crate::template::{Context, Template, MAX_SOCKADDR_TEXT};
+use template::Options;
+
+use crate::nomad_template::{parse, Context, MAX_SOCKADDR_TEXT};
 
 fn render(text: &str) -> Result<String, String> {
     let env = BTreeMap::new();
     let ctx = Context {
         env: &env,
         task_dir: None,
-        error_on_missing_key: false,
-        now: SystemTime::now(),
         services: &[],
     };
-    Template::parse(text, "", "")
+    let options = Options {
+        error_on_missing_key: false,
+        now: SystemTime::now(),
+    };
+    parse(text, "", "")
         .map_err(|e| e.to_string())?
-        .render(&ctx)
+        .render(&ctx, &options)
         .map_err(|e| e.to_string())
 }
 
@@ -97,7 +101,7 @@ fn the_text_is_bounded_by_max_sockaddr_text() {
 #[test]
 fn sockaddr_is_parsed_with_the_block_it_is_in() {
     // A go-sockaddr name is unknown outside sockaddr's text.
-    let err = Template::parse("{{ GetPrivateIP }}", "", "").unwrap_err();
+    let err = parse("{{ GetPrivateIP }}", "", "").unwrap_err();
     assert!(
         err.to_string()
             .contains("function \"GetPrivateIP\" not defined"),

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::ifaddr::Network;
+use super::network::Network;
 
 /// The number go-sockaddr gives its list of blocks a router does not
 /// forward (not an RFC).

@@ -1,109 +1,12 @@
 //! The executor: walks the parsed nodes with a dot and variables, calls
 //! functions, and writes the output, as Go's `text/template` executes.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::funcs;
-use super::lex::Pos;
-use super::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
-use super::scope::Scope;
-use super::{Context, Error, Template, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
-
-/// A value in a template: what Go's `interface{}` holds in consul-template.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Nil,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-    List(Vec<Value>),
-    /// Ranged over in key order, as Go ranges over a map.
-    Map(BTreeMap<String, Value>),
-}
-
-impl Value {
-    /// Go's truth: false, 0, nil and empty things are false.
-    pub fn truthy(&self) -> bool {
-        match self {
-            Value::Nil => false,
-            Value::Bool(b) => *b,
-            Value::Int(n) => *n != 0,
-            Value::Float(f) => *f != 0.0,
-            Value::Str(s) => !s.is_empty(),
-            Value::List(l) => !l.is_empty(),
-            Value::Map(m) => !m.is_empty(),
-        }
-    }
-
-    /// The value's type as Go's messages name it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Value::Nil => "nil",
-            Value::Bool(_) => "bool",
-            Value::Int(_) => "int",
-            Value::Float(_) => "float64",
-            Value::Str(_) => "string",
-            Value::List(_) => "[]interface {}",
-            Value::Map(_) => "map[string]interface {}",
-        }
-    }
-}
-
-/// `fmt.Print`'s `%v`.
-impl std::fmt::Display for Value {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Value::Nil => f.write_str("<nil>"),
-            Value::Bool(b) => write!(f, "{b}"),
-            Value::Int(n) => write!(f, "{n}"),
-            Value::Float(x) => f.write_str(&format_float(*x)),
-            Value::Str(s) => f.write_str(s),
-            Value::List(items) => {
-                f.write_str("[")?;
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" ")?;
-                    }
-                    write!(f, "{item}")?;
-                }
-                f.write_str("]")
-            }
-            Value::Map(map) => {
-                f.write_str("map[")?;
-                for (i, (k, v)) in map.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" ")?;
-                    }
-                    write!(f, "{k}:{v}")?;
-                }
-                f.write_str("]")
-            }
-        }
-    }
-}
-
-/// A float as Go's `%v` prints it (`strconv` 'g' with the shortest
-/// precision, exponent from 1e21).
-pub(super) fn format_float(x: f64) -> String {
-    if x.is_infinite() {
-        return if x > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    let abs = x.abs();
-    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
-        let s = format!("{x:e}");
-        let (mantissa, exp) = s.split_once('e').unwrap_or((&s, "0"));
-        let exp: i32 = exp.parse().unwrap_or(0);
-        let sign = if exp < 0 { '-' } else { '+' };
-        return format!("{mantissa}e{sign}{:02}", exp.abs());
-    }
-    format!("{x}")
-}
+use crate::lex::Pos;
+use crate::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
+use crate::scope::Scope;
+use crate::{Error, Options, Template, Value, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
 
 /// What breaks a list of nodes off.
 enum Flow {
@@ -112,11 +15,13 @@ enum Flow {
     Continue,
 }
 
-pub(super) struct State<'t> {
-    tmpl: &'t Template,
-    ctx: &'t Context<'t>,
+pub(crate) struct State<'t, C: ?Sized> {
+    tmpl: &'t Template<C>,
+    /// The caller's context, for its registered functions.
+    ctx: &'t C,
+    options: &'t Options,
     vars: Scope<Value>,
-    pub(super) out: String,
+    pub(crate) out: String,
     /// How deep the walk is in bodies, `{{template}}` calls and
     /// parenthesised pipelines, against [`MAX_RENDER_DEPTH`].
     depth: usize,
@@ -124,11 +29,12 @@ pub(super) struct State<'t> {
     steps: u64,
 }
 
-impl<'t> State<'t> {
-    pub(super) fn new(tmpl: &'t Template, ctx: &'t Context<'t>) -> State<'t> {
+impl<'t, C: ?Sized> State<'t, C> {
+    pub(crate) fn new(tmpl: &'t Template<C>, ctx: &'t C, options: &'t Options) -> State<'t, C> {
         State {
             tmpl,
             ctx,
+            options,
             vars: Scope::new(Value::Nil),
             out: String::new(),
             depth: 0,
@@ -136,7 +42,7 @@ impl<'t> State<'t> {
         }
     }
 
-    pub(super) fn run(&mut self, nodes: &[Node], dot: &Value) -> Result<(), Error> {
+    pub(crate) fn run(&mut self, nodes: &[Node], dot: &Value) -> Result<(), Error> {
         self.list(nodes, dot).map(|_| ())
     }
 
@@ -347,7 +253,10 @@ impl<'t> State<'t> {
     }
 
     fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
-        let value = funcs::call(self.tmpl.functions, name, args, self.ctx)
+        let value = self
+            .tmpl
+            .functions
+            .call(name, args, self.ctx, self.options)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
         check_size(&value)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
@@ -395,7 +304,7 @@ impl<'t> State<'t> {
             value = match value {
                 Value::Map(mut map) => match map.remove(field) {
                     Some(v) => v,
-                    None if self.ctx.error_on_missing_key => {
+                    None if self.options.error_on_missing_key => {
                         return Err(Error::new(
                             arg.pos,
                             format!("map has no entry for key {field:?}"),

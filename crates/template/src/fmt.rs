@@ -3,8 +3,8 @@
 
 use std::time::SystemTime;
 
-use super::exec::{format_float, Value};
-use super::MAX_OUTPUT;
+use crate::value::format_float;
+use crate::{Value, MAX_OUTPUT};
 
 /// `fmt.Sprint` (spaces between operands when neither is a string) or
 /// `fmt.Sprintln` (spaces always, and a newline). Stops once past
@@ -192,6 +192,29 @@ const DAYS: [&str; 7] = [
     "Saturday",
 ];
 
+/// The proleptic Gregorian date (year, month, day) `days` after
+/// 1970-01-01, by Howard Hinnant's `civil_from_days`: days counted in
+/// eras of 400 years (146,097 days) from 0000-03-01, so that the leap day
+/// ends each year of the count.
+fn date(days: i64) -> (i64, u32, u32) {
+    let from_march_0000 = days + 719_468;
+    let era = from_march_0000.div_euclid(146_097);
+    let day_of_era = from_march_0000.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    // Months from March, each 153 days per five.
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// `now` in UTC in Go's reference layout `layout`
 /// (`2006-01-02T15:04:05Z07:00`); the layout `unix` gives seconds since
 /// the epoch, as consul-template's `timestamp` does.
@@ -203,7 +226,7 @@ pub(super) fn timestamp(layout: &str, now: SystemTime) -> String {
     if layout == "unix" {
         return secs.to_string();
     }
-    let (year, month, day) = crate::units::civil_from_days((secs / 86_400) as i64);
+    let (year, month, day) = date((secs / 86_400) as i64);
     let rem = secs % 86_400;
     let (hour, min, sec) = (rem / 3600, rem % 3600 / 60, rem % 60);
     let weekday = ((secs / 86_400 + 4) % 7) as usize;
@@ -257,4 +280,19 @@ pub(super) fn timestamp(layout: &str, now: SystemTime) -> String {
         rest = &rest[c.len_utf8()..];
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_from_the_epoch_are_gregorian_dates() {
+        assert_eq!(date(0), (1970, 1, 1));
+        assert_eq!(date(-1), (1969, 12, 31));
+        assert_eq!(date(11_016), (2000, 2, 29));
+        assert_eq!(date(11_017), (2000, 3, 1));
+        assert_eq!(date(47_540), (2100, 2, 28));
+        assert_eq!(date(47_541), (2100, 3, 1));
+    }
 }

@@ -1,35 +1,30 @@
 //! Every bound of the template engine, hit by the input that needs it: a
 //! bomb per limit, each answered by an error that names the limit, on a
-//! thread with the 2 MiB stack the agent's threads have.
+//! thread with the 2 MiB stack of a thread std starts without a size.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::*;
 
-/// The stack of a thread std starts without a size: the agent's starters,
+/// The stack of a thread std starts without a size: csi-agent's starters,
 /// its control-API handlers and `validate`'s CLI all parse or render on
-/// one of these, or on a larger main thread.
-const AGENT_THREAD_STACK: usize = 2 << 20;
+/// one of these, or on a larger main thread, and so may any other user.
+const DEFAULT_THREAD_STACK: usize = 2 << 20;
 
-/// Parses and renders `text` on a thread with the agent's stack, so a
-/// bound too loose for the stack overflows it here rather than in the
-/// agent.
-fn run(text: String, dir: Option<&Path>) -> Result<String, Error> {
-    let dir = dir.map(Path::to_path_buf);
+/// Parses and renders `text` with consul-template's functions on a
+/// thread with the default stack, so a bound too loose for the stack
+/// overflows it here rather than in a user's thread.
+fn run(text: String) -> Result<String, Error> {
     std::thread::Builder::new()
-        .stack_size(AGENT_THREAD_STACK)
+        .stack_size(DEFAULT_THREAD_STACK)
         .spawn(move || {
-            let env = BTreeMap::new();
-            let ctx = Context {
-                env: &env,
-                task_dir: dir.as_deref(),
+            let functions = Arc::new(Functions::consul_template());
+            let options = Options {
                 error_on_missing_key: false,
                 now: SystemTime::UNIX_EPOCH,
-                services: &[],
             };
-            Template::parse(&text, "", "")?.render(&ctx)
+            Template::parse(&text, "", "", &functions)?.render(&(), &options)
         })
         .unwrap()
         .join()
@@ -37,7 +32,7 @@ fn run(text: String, dir: Option<&Path>) -> Result<String, Error> {
 }
 
 fn refused(text: String) -> String {
-    match run(text.clone(), None) {
+    match run(text.clone()) {
         Ok(out) => panic!("{} rendered {out:.80}", &text[..text.len().min(80)]),
         Err(e) => e.to_string(),
     }
@@ -58,7 +53,7 @@ fn every_block_nests_to_the_limit_and_no_deeper() {
     ];
     for (open, close) in cases {
         let deepest = nest(open, "x", close, n);
-        let out = run(deepest, None).unwrap_or_else(|e| panic!("{open} x{n}: {e}"));
+        let out = run(deepest).unwrap_or_else(|e| panic!("{open} x{n}: {e}"));
         assert_eq!(out, "x", "{open}");
         let err = refused(nest(open, "x", close, n + 1));
         assert!(err.contains("the template nesting limit"), "{open}: {err}");
@@ -74,14 +69,14 @@ fn else_if_chains_count_as_nesting() {
             "{{ else if 0 }}".repeat(n)
         )
     };
-    assert_eq!(run(chain(MAX_NESTING - 1), None).unwrap(), "last");
+    assert_eq!(run(chain(MAX_NESTING - 1)).unwrap(), "last");
     assert!(refused(chain(MAX_NESTING + 1)).contains("the template nesting limit"));
 }
 
 #[test]
 fn parentheses_nest_to_the_limit_and_no_deeper() {
     let parens = |n: usize| format!("{{{{ {} }}}}", nest("(print ", "1", ")", n));
-    assert_eq!(run(parens(MAX_NESTING), None).unwrap(), "1");
+    assert_eq!(run(parens(MAX_NESTING)).unwrap(), "1");
     let err = refused(parens(MAX_NESTING + 1));
     assert!(err.contains("the template nesting limit"), "{err}");
 }
@@ -133,7 +128,7 @@ fn a_template_calling_others_within_the_depth_renders() {
     let last = MAX_RENDER_DEPTH / 2 - 1;
     let text =
         format!("{defines}{{{{ define \"t{last}\" }}}}done{{{{ end }}}}{{{{ template \"t0\" }}}}");
-    assert_eq!(run(text, None).unwrap(), "done");
+    assert_eq!(run(text).unwrap(), "done");
 }
 
 #[test]
@@ -188,17 +183,14 @@ fn functions_refuse_results_past_the_bounds_before_building_them() {
 #[test]
 fn printf_widths_past_go_s_bound_end_the_format_as_go_does() {
     assert_eq!(
-        run(r#"{{ printf "%99999999999999999999d" 1 }}"#.into(), None).unwrap(),
+        run(r#"{{ printf "%99999999999999999999d" 1 }}"#.into()).unwrap(),
         "%!(NOVERB)%!(EXTRA int=1)"
     );
     assert_eq!(
-        run(r#"{{ printf "%.99999999999999999999f" 1.5 }}"#.into(), None).unwrap(),
+        run(r#"{{ printf "%.99999999999999999999f" 1.5 }}"#.into()).unwrap(),
         "%!(NOVERB)%!(EXTRA float64=1.5)"
     );
-    assert_eq!(
-        run(r#"{{ printf "%5d|" 1 }}"#.into(), None).unwrap(),
-        "    1|"
-    );
+    assert_eq!(run(r#"{{ printf "%5d|" 1 }}"#.into()).unwrap(), "    1|");
 }
 
 #[test]
@@ -208,30 +200,11 @@ fn output_stops_at_the_output_limit() {
 }
 
 #[test]
-fn file_refuses_a_file_past_the_value_limit() {
-    let dir =
-        std::env::temp_dir().join(format!("csi-agent-template-bounds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let big = dir.join("big");
-    std::fs::File::create(&big)
-        .unwrap()
-        .set_len(MAX_OUTPUT as u64 + 1)
-        .unwrap();
-    std::fs::write(dir.join("small"), "ok").unwrap();
-    let result = run(r#"{{ file "big" }}"#.into(), Some(&dir));
-    let small = run(r#"{{ file "small" }}"#.into(), Some(&dir));
-    std::fs::remove_dir_all(&dir).unwrap();
-    let err = result.unwrap_err().to_string();
-    assert!(err.contains("the template value limit"), "{err}");
-    assert_eq!(small.unwrap(), "ok");
-}
-
-#[test]
 fn a_long_line_of_actions_lexes_in_one_pass() {
     // Each token's column was counted from its line's start: a one-line
     // template of 200,000 actions took minutes.
     let n = 200_000;
-    let out = run("{{ 1 }}".repeat(n), None).unwrap();
+    let out = run("{{ 1 }}".repeat(n)).unwrap();
     assert_eq!(out.len(), n);
     let err = refused(format!("{}{{{{ nope }}}}", "{{ 1 }}".repeat(n)));
     assert!(err.starts_with(&format!("line 1:{}:", n * 7 + 4)), "{err}");
@@ -244,6 +217,6 @@ fn many_variables_are_each_found_at_once() {
     let n = 50_000;
     let decls: String = (0..n).map(|i| format!("{{{{ $v{i} := {i} }}}}")).collect();
     let refs = "{{ $v0 }}".repeat(n);
-    let out = run(decls + &refs, None).unwrap();
+    let out = run(decls + &refs).unwrap();
     assert_eq!(out, "0".repeat(n));
 }

@@ -1,44 +1,14 @@
-//! consul-template's functions on the environment, files and strings.
+//! consul-template's functions on strings and regular expressions.
 
 use super::go::compare;
-use super::{Args, Function};
-use crate::template::convert::title;
-use crate::template::exec::Value;
-use crate::template::{MAX_ITEMS, MAX_OUTPUT};
+use super::{Args, Family};
+use crate::convert::title;
+use crate::{Value, MAX_ITEMS, MAX_OUTPUT};
 use regex::Regex;
 
-/// The environment, file and string functions, by name, with how many
-/// arguments each takes (at least, at most).
-pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
-    // consul-template: the environment and files.
-    ("env", 1, 1, |a| {
-        let key = a.string(0)?;
-        Ok(Value::Str(a.ctx.env.get(&key).cloned().unwrap_or_default()))
-    }),
-    ("mustEnv", 1, 1, |a| {
-        let key = a.string(0)?;
-        a.ctx
-            .env
-            .get(&key)
-            .cloned()
-            .map(Value::Str)
-            .ok_or_else(|| format!("environment variable {key:?} is not set"))
-    }),
-    ("envOrDefault", 2, 2, |a| {
-        let (key, default) = (a.string(0)?, a.string(1)?);
-        Ok(Value::Str(
-            a.ctx
-                .env
-                .get(&key)
-                .filter(|v| !v.is_empty())
-                .cloned()
-                .unwrap_or(default),
-        ))
-    }),
-    ("file", 1, 1, |a| {
-        let path = a.string(0)?;
-        a.ctx.read_file(&path).map(Value::Str)
-    }),
+/// The string functions, by name, with how many arguments each takes (at
+/// least, at most).
+pub(super) const FUNCTIONS: Family = &[
     // Strings.
     ("toLower", 1, 1, |a| {
         Ok(Value::Str(a.string(0)?.to_lowercase()))

@@ -3,16 +3,15 @@
 use std::collections::BTreeMap;
 
 use super::go::compare;
-use super::{Args, Function};
-use crate::template::convert::{from_json, to_json};
-use crate::template::exec::Value;
-use crate::template::fmt::timestamp;
-use crate::template::MAX_ITEMS;
+use super::{Args, Family};
+use crate::convert::{from_json, to_json};
+use crate::fmt::timestamp;
+use crate::{Value, MAX_ITEMS};
 use encode::{base64, base64_decode, Alphabet};
 
 /// The conversion, time and number functions, by name, with how many arguments each takes (at least,
 /// at most).
-pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
+pub(super) const FUNCTIONS: Family = &[
     // Conversions.
     ("parseBool", 1, 1, |a| {
         let s = a.string(0)?;
@@ -97,7 +96,7 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
         } else {
             a.string(0)?
         };
-        Ok(Value::Str(timestamp(&format, a.ctx.now)))
+        Ok(Value::Str(timestamp(&format, a.options().now)))
     }),
     // Numbers.
     ("loop", 1, 2, |a| {

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+use template::{Error, Options};
+
 use super::*;
 
 fn service(id: &str, name: &str, address: &str, port: u16, tags: &[&str]) -> NomadService {
@@ -38,11 +40,13 @@ fn render(text: &str) -> Result<String, Error> {
     let ctx = Context {
         env: &env,
         task_dir: None,
-        error_on_missing_key: false,
-        now: SystemTime::UNIX_EPOCH,
         services: &services,
     };
-    Template::parse(text, "", "")?.render(&ctx)
+    let options = Options {
+        error_on_missing_key: false,
+        now: SystemTime::UNIX_EPOCH,
+    };
+    parse(text, "", "")?.render(&ctx, &options)
 }
 
 #[test]

@@ -26,25 +26,40 @@
 //! of the thread that renders, each time a function asks for them.
 
 mod ifaddr;
+mod network;
 mod rfc;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use template::{Args, Functions, Template, Value};
 
 use self::ifaddr::IfAddr;
-use super::{Args, Function, FunctionSet};
+use super::Context;
 use crate::sys::ifaddrs;
-use crate::template::exec::Value;
-use crate::template::Template;
 
 /// The longest text `sockaddr` evaluates, in bytes: go-sockaddr's
 /// expressions are a line or two.
 pub const MAX_SOCKADDR_TEXT: usize = 4096;
 
-/// `sockaddr`, in the table of a `template` block.
-pub(super) const TEMPLATE_FUNCTIONS: &[(&str, usize, usize, Function)] =
-    &[("sockaddr", 1, usize::MAX, sockaddr)];
+/// A go-sockaddr function: it reads the host, and no context.
+type Function = template::Function<()>;
 
-fn sockaddr(a: &mut Args<'_>) -> Result<Value, String> {
+/// What the text `sockaddr` evaluates may call: Go's built-ins and
+/// go-sockaddr's functions (whose `sort`, `join` and `include` work on
+/// interface addresses), as go-sockaddr's own templates have them.
+static SOCKADDR_FUNCTIONS: LazyLock<Arc<Functions<()>>> = LazyLock::new(|| {
+    let mut functions = Functions::go();
+    for (name, min, max, f) in FUNCTIONS {
+        functions.register(name, *min..=*max, *f);
+    }
+    functions.explain_unknown(|_| Some("not defined in sockaddr's templates".into()));
+    Arc::new(functions)
+});
+
+/// `sockaddr WORDS...`, in a `template` block: the words joined by spaces
+/// and rendered as go-sockaddr's template, over the host's addresses.
+pub(super) fn sockaddr(a: &mut Args<'_>, _: &Context<'_>) -> Result<Value, String> {
     let words = (0..a.values.len())
         .map(|i| a.string(i))
         .collect::<Result<Vec<_>, _>>()?;
@@ -58,18 +73,19 @@ fn sockaddr(a: &mut Args<'_>) -> Result<Value, String> {
     let wrapped = format!("{{{{ {text} }}}}");
     let named = |e: &dyn std::fmt::Display| format!("{text:?}: {e}");
     let template =
-        Template::parse_with(&wrapped, "{{", "}}", FunctionSet::Sockaddr).map_err(|e| named(&e))?;
+        Template::parse(&wrapped, "{{", "}}", &SOCKADDR_FUNCTIONS).map_err(|e| named(&e))?;
     let all = host_addrs().map_err(|e| named(&e))?;
     let out = template
-        .render_from(a.ctx, &to_list(&all))
+        .render_with_dot(&(), a.options(), &to_list(&all))
         .map_err(|e| named(&e))?;
     Ok(Value::Str(out))
 }
 
-/// go-sockaddr's functions, by name, with how many arguments each takes.
-pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
-    ("GetAllInterfaces", 0, 0, |_| Ok(to_list(&host_addrs()?))),
-    ("GetDefaultInterfaces", 0, 0, |_| {
+/// go-sockaddr's functions, by name, with how many arguments each takes
+/// (at least, at most).
+const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
+    ("GetAllInterfaces", 0, 0, |_, _| Ok(to_list(&host_addrs()?))),
+    ("GetDefaultInterfaces", 0, 0, |_, _| {
         let default = default_interface()?.ok_or("no default route")?;
         let all = host_addrs()?;
         Ok(to_list(
@@ -78,36 +94,40 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
                 .collect::<Vec<_>>(),
         ))
     }),
-    ("GetPrivateInterfaces", 0, 0, |_| {
+    ("GetPrivateInterfaces", 0, 0, |_, _| {
         Ok(to_list(&usable(true)?))
     }),
-    ("GetPublicInterfaces", 0, 0, |_| {
+    ("GetPublicInterfaces", 0, 0, |_, _| {
         Ok(to_list(&usable(false)?))
     }),
-    ("GetPrivateIP", 0, 0, |_| Ok(first_address(&usable(true)?))),
-    ("GetPublicIP", 0, 0, |_| Ok(first_address(&usable(false)?))),
-    ("GetPrivateIPs", 0, 0, |_| {
+    ("GetPrivateIP", 0, 0, |_, _| {
+        Ok(first_address(&usable(true)?))
+    }),
+    ("GetPublicIP", 0, 0, |_, _| {
+        Ok(first_address(&usable(false)?))
+    }),
+    ("GetPrivateIPs", 0, 0, |_, _| {
         let addrs = by_type_and_size(host_addrs()?)?;
         let private = ifaddr::filter(addrs, "rfc", "6890", true)?;
         let forwardable = ifaddr::filter(private, "flags", "forwardable", true)?;
         Ok(join_addresses(&forwardable))
     }),
-    ("GetPublicIPs", 0, 0, |_| {
+    ("GetPublicIPs", 0, 0, |_, _| {
         let addrs = by_type_and_size(host_addrs()?)?;
         Ok(join_addresses(&ifaddr::filter(
             addrs, "rfc", "6890", false,
         )?))
     }),
-    ("GetInterfaceIP", 1, 1, |a| {
+    ("GetInterfaceIP", 1, 1, |a, _| {
         let named = ifaddr::filter(host_addrs()?, "name", &a.string(0)?, true)?;
         let forwardable = ifaddr::filter(named, "flags", "forwardable", true)?;
         Ok(first_address(&by_type_and_size(forwardable)?))
     }),
-    ("GetInterfaceIPs", 1, 1, |a| {
+    ("GetInterfaceIPs", 1, 1, |a, _| {
         let named = ifaddr::filter(host_addrs()?, "name", &a.string(0)?, true)?;
         Ok(join_addresses(&by_type_and_size(named)?))
     }),
-    ("sort", 2, 2, |a| {
+    ("sort", 2, 2, |a, _| {
         let keys = a.string(0)?;
         let default = if ifaddr::sorts_by_default(&keys) {
             default_interface()?
@@ -120,33 +140,33 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
             default.as_deref(),
         )?))
     }),
-    ("include", 3, 3, |a| {
+    ("include", 3, 3, |a, _| {
         let kept = ifaddr::filter(addr_list(a, 2)?, &a.string(0)?, &a.string(1)?, true)?;
         Ok(to_list(&kept))
     }),
-    ("exclude", 3, 3, |a| {
+    ("exclude", 3, 3, |a, _| {
         let kept = ifaddr::filter(addr_list(a, 2)?, &a.string(0)?, &a.string(1)?, false)?;
         Ok(to_list(&kept))
     }),
-    ("unique", 2, 2, |a| {
+    ("unique", 2, 2, |a, _| {
         Ok(to_list(&ifaddr::unique(addr_list(a, 1)?, &a.string(0)?)?))
     }),
-    ("limit", 2, 2, |a| {
+    ("limit", 2, 2, |a, _| {
         let n = a.int(0)?;
         let n = usize::try_from(n).map_err(|_| format!("limit {n} is negative"))?;
         let addrs = addr_list(a, 1)?;
         Ok(to_list(&addrs[..n.min(addrs.len())]))
     }),
-    ("offset", 2, 2, |a| {
+    ("offset", 2, 2, |a, _| {
         Ok(to_list(&ifaddr::offset(addr_list(a, 1)?, a.int(0)?)?))
     }),
-    ("math", 3, 3, |a| {
+    ("math", 3, 3, |a, _| {
         let addrs = ifaddr::math(addr_list(a, 2)?, &a.string(0)?, &a.string(1)?)?;
         Ok(to_list(&addrs))
     }),
     ("attr", 2, 2, attr),
     ("Attr", 2, 2, attr),
-    ("join", 3, 3, |a| {
+    ("join", 3, 3, |a, _| {
         let name = a.string(0)?;
         let sep = a.string(1)?;
         let parts = addr_list(a, 2)?
@@ -159,7 +179,7 @@ pub(super) const FUNCTIONS: &[(&str, usize, usize, Function)] = &[
 
 /// `attr NAME X`: the attribute of the address `X`, or of the first of
 /// the list `X` (empty for an empty list).
-fn attr(a: &mut Args<'_>) -> Result<Value, String> {
+fn attr(a: &mut Args<'_>, _: &()) -> Result<Value, String> {
     let name = a.string(0)?;
     let addr = match &a.values[1] {
         Value::Map(_) => Some(from_value(&a.values[1])?),
