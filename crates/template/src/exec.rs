@@ -3,10 +3,11 @@
 
 use std::fmt::Write as _;
 
+use crate::funcs::Calls;
 use crate::lex::Pos;
-use crate::parse::{Arg, Branch, Cmd, Node, Operand, Pipe};
+use crate::parse::{Arg, Branch, Cmd, Defines, Node, Operand, Pipe};
 use crate::scope::Scope;
-use crate::{Error, Options, Template, Value, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
+use crate::{Error, Options, Value, MAX_ITEMS, MAX_OUTPUT, MAX_RENDER_DEPTH, MAX_STEPS};
 
 /// What breaks a list of nodes off.
 enum Flow {
@@ -15,10 +16,11 @@ enum Flow {
     Continue,
 }
 
-pub(crate) struct State<'t, C: ?Sized> {
-    tmpl: &'t Template<C>,
-    /// The caller's context, for its registered functions.
-    ctx: &'t C,
+pub(crate) struct State<'t> {
+    /// The template's `define`d templates.
+    defines: &'t Defines,
+    /// Its functions, bound to the render's context.
+    calls: &'t dyn Calls,
     options: &'t Options,
     vars: Scope<Value>,
     pub(crate) out: String,
@@ -29,11 +31,15 @@ pub(crate) struct State<'t, C: ?Sized> {
     steps: u64,
 }
 
-impl<'t, C: ?Sized> State<'t, C> {
-    pub(crate) fn new(tmpl: &'t Template<C>, ctx: &'t C, options: &'t Options) -> State<'t, C> {
+impl<'t> State<'t> {
+    pub(crate) fn new(
+        defines: &'t Defines,
+        calls: &'t dyn Calls,
+        options: &'t Options,
+    ) -> State<'t> {
         State {
-            tmpl,
-            ctx,
+            defines,
+            calls,
             options,
             vars: Scope::new(Value::Nil),
             out: String::new(),
@@ -120,10 +126,10 @@ impl<'t, C: ?Sized> State<'t, C> {
                 }
                 Node::Range(b) => self.scoped(|s| s.range(b, dot))?,
                 Node::Template(name, pipe, pos) => {
-                    let body =
-                        self.tmpl.defines.get(name).ok_or_else(|| {
-                            Error::new(*pos, format!("no such template {name:?}"))
-                        })?;
+                    let body = self
+                        .defines
+                        .get(name)
+                        .ok_or_else(|| Error::new(*pos, format!("no such template {name:?}")))?;
                     let arg = match pipe {
                         Some(pipe) => self.pipe(pipe, dot)?,
                         None => Value::Nil,
@@ -254,9 +260,8 @@ impl<'t, C: ?Sized> State<'t, C> {
 
     fn call(&mut self, name: &str, args: Vec<Value>, pos: Pos) -> Result<Value, Error> {
         let value = self
-            .tmpl
-            .functions
-            .call(name, args, self.ctx, self.options)
+            .calls
+            .call(name, args, self.options)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;
         check_size(&value)
             .map_err(|message| Error::new(pos, format!("error calling {name}: {message}")))?;

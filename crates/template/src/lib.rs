@@ -158,7 +158,7 @@ impl<C: ?Sized> Template<C> {
         let left = if left.is_empty() { "{{" } else { left };
         let right = if right.is_empty() { "}}" } else { right };
         let items = lex::lex(text, left, right)?;
-        let (nodes, defines) = parse::Parser::parse(items, functions)?;
+        let (nodes, defines) = parse::Parser::parse(items, functions.as_ref())?;
         Ok(Template {
             nodes,
             defines,
@@ -179,7 +179,11 @@ impl<C: ?Sized> Template<C> {
         options: &Options,
         dot: &Value,
     ) -> Result<String, Error> {
-        let mut state = exec::State::new(self, ctx, options);
+        let bound = funcs::Bound {
+            functions: &self.functions,
+            ctx,
+        };
+        let mut state = exec::State::new(&self.defines, &bound, options);
         state.run(&self.nodes, dot)?;
         Ok(state.out)
     }

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::funcs::Names;
 use crate::lex::{Item, Pos, Tok, Token};
 use crate::scope::Scope;
-use crate::{Error, Functions, MAX_NESTING};
+use crate::{Error, MAX_NESTING};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Node {
@@ -79,7 +80,7 @@ enum Stop {
 /// The templates `define` and `block` name.
 pub(super) type Defines = BTreeMap<String, Vec<Node>>;
 
-pub(super) struct Parser<'f, C: ?Sized> {
+pub(super) struct Parser<'f> {
     items: std::vec::IntoIter<Item>,
     pub defines: Defines,
     /// Variables in scope, for "undefined variable" errors.
@@ -89,13 +90,13 @@ pub(super) struct Parser<'f, C: ?Sized> {
     /// parser recurses at each, so [`MAX_NESTING`] bounds its stack.
     depth: usize,
     /// The functions a command may name.
-    functions: &'f Functions<C>,
+    functions: &'f dyn Names,
 }
 
-impl<'f, C: ?Sized> Parser<'f, C> {
+impl<'f> Parser<'f> {
     pub(super) fn parse(
         items: Vec<Item>,
-        functions: &'f Functions<C>,
+        functions: &'f dyn Names,
     ) -> Result<(Vec<Node>, Defines), Error> {
         let mut p = Parser {
             items: items.into_iter(),

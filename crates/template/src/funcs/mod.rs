@@ -226,6 +226,39 @@ impl<C: ?Sized> Functions<C> {
     }
 }
 
+/// A table of functions as the parser sees it, whatever the caller's
+/// context type: one copy of the parser serves every [`Functions`].
+pub(crate) trait Names {
+    /// Whether a template may call `name`: an error that says why not.
+    fn check(&self, name: &str) -> Result<(), String>;
+}
+
+impl<C: ?Sized> Names for Functions<C> {
+    fn check(&self, name: &str) -> Result<(), String> {
+        Functions::check(self, name)
+    }
+}
+
+/// A table of functions bound to the context one render was given, as
+/// the executor calls them: one copy of the executor serves every
+/// context type.
+pub(crate) trait Calls {
+    /// Calls `name` with `values` in the render's `options`.
+    fn call(&self, name: &str, values: Vec<Value>, options: &Options) -> Result<Value, String>;
+}
+
+/// `functions` with the context `ctx` of one render.
+pub(crate) struct Bound<'a, C: ?Sized> {
+    pub(crate) functions: &'a Functions<C>,
+    pub(crate) ctx: &'a C,
+}
+
+impl<C: ?Sized> Calls for Bound<'_, C> {
+    fn call(&self, name: &str, values: Vec<Value>, options: &Options) -> Result<Value, String> {
+        self.functions.call(name, values, self.ctx, options)
+    }
+}
+
 impl<C: ?Sized> std::fmt::Debug for Functions<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let builtin = self
