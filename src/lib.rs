@@ -49,6 +49,7 @@ pub mod cluster;
 pub mod csi;
 pub mod docker;
 pub mod events;
+pub mod grpc;
 pub mod hostpath;
 pub mod httpd;
 pub mod id;

@@ -12,8 +12,8 @@ use std::time::Duration;
 use grpcio::{CallOption, ChannelBuilder, Method, RpcStatusCode};
 use protobuf::Message;
 
-use crate::csi::rpc::{grpc_environment, unary_bytes};
 use crate::csi::Endpoint;
+use crate::grpc::{grpc_environment, unary_bytes};
 use crate::proto::{agent as api, agent_grpc};
 use crate::spec::DEFAULT_DATA_DIR;
 

@@ -28,7 +28,7 @@ use protobuf::Message;
 
 use super::session::Sessions;
 use super::{wire, wire_jobs, wire_services, CallError, ErrorKind, Request, Response};
-use crate::csi::rpc::bytes_method;
+use crate::grpc::bytes_method;
 use crate::message::encode;
 use crate::proto::{agent as api, agent_grpc as g};
 use crate::volume::calls::Answer;
@@ -280,7 +280,7 @@ pub(super) fn call_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::csi::rpc::testing::rpcs_of;
+    use crate::grpc::testing::rpcs_of;
 
     /// The methods [`create`] registers with their typed handlers.
     const SESSIONS: [&str; 4] = ["AllocExec", "AllocFs", "AllocStats", "AllocFsFollow"];

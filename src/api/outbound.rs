@@ -18,7 +18,7 @@
 use futures_util::SinkExt as _;
 use grpcio::{DuplexSink, RpcStatus, ServerStreamingSink, WriteFlags};
 
-use crate::csi::rpc::block_on;
+use crate::grpc::block_on;
 
 /// A streaming call's sink, and whether its caller is gone.
 pub(super) struct Outbound<S> {
@@ -83,9 +83,9 @@ mod tests {
     use grpcio::{CallOption, ChannelBuilder, Client, Method, MethodType, ServiceBuilder};
 
     use super::*;
-    use crate::csi::rpc::grpc_environment;
-    use crate::csi::rpc::testing::serve_unix;
-    use crate::csi::rpc::BYTES;
+    use crate::grpc::grpc_environment;
+    use crate::grpc::testing::serve_unix;
+    use crate::grpc::BYTES;
 
     const ECHO: Method<Vec<u8>, Vec<u8>> = Method {
         ty: MethodType::Duplex,

@@ -21,7 +21,7 @@ use grpcio::{ChannelBuilder, ServerBuilder, UnarySink, UnarySinkResult};
 
 use super::methods::{self, Unary};
 use super::{wire, Call, CallError, ErrorKind, ReplyTo};
-use crate::csi::rpc::{block_on, grpc_environment};
+use crate::grpc::{block_on, grpc_environment};
 
 pub use super::server_error::Error;
 

@@ -29,7 +29,7 @@ use grpcio::{DuplexSink, RequestStream, RpcContext, UnarySink};
 use super::outbound::Outbound;
 use super::session_output::{ExecSink, CHUNK, EXIT_CHECK};
 use super::{wire, wire_session, Call, CallError, ErrorKind, ReplyTo, Request, Response};
-use crate::csi::rpc::block_on;
+use crate::grpc::block_on;
 use crate::proto::agent as pb;
 use crate::sys::poll::{poll_many, Want};
 use crate::task::exec::enter;

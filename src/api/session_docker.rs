@@ -37,8 +37,8 @@ use grpcio::RequestStream;
 
 use super::session_output::{ExecSink, CHUNK, EXIT_CHECK};
 use super::{wire, wire_session, CallError, ErrorKind};
-use crate::csi::rpc::block_on;
 use crate::docker::{demultiplex, Demux, Engine, Error as EngineError};
+use crate::grpc::block_on;
 use crate::proto::agent as pb;
 use crate::sys::process::{self, Pidfd};
 use crate::task::exec_target::DockerTarget;

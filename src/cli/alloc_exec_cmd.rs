@@ -18,7 +18,7 @@ use grpcio::WriteFlags;
 use super::args::UsageError;
 use super::CliError;
 use crate::api::client::{resolve_address, AgentClient};
-use crate::csi::rpc::block_on;
+use crate::grpc::block_on;
 use crate::proto::agent as api;
 use crate::sys::tty;
 

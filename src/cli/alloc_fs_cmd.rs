@@ -17,7 +17,7 @@ use super::json::from_message;
 use super::plugin_cmd::columns;
 use super::{out, CliError};
 use crate::api::client::{resolve_address, AgentClient};
-use crate::csi::rpc::block_on;
+use crate::grpc::block_on;
 use crate::proto::agent as api;
 use crate::units::format_timestamp;
 use json::Value as Json;

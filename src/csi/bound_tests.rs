@@ -10,7 +10,7 @@ use grpcio::{RpcContext, UnarySink};
 use super::client::{Client, MAX_ANSWER};
 use super::endpoint::Endpoint;
 use super::proto::{csi as pb, csi_grpc};
-use super::rpc::testing::serve_unix;
+use crate::grpc::testing::serve_unix;
 
 /// The size of the name a fake plugin answers GetPluginInfo with.
 #[derive(Clone)]

@@ -27,8 +27,9 @@ use super::endpoint::Endpoint;
 use super::error::{Error, Rpc};
 use super::model::{Capability, Secrets};
 use super::proto::csi as pb;
-use super::rpc::{call, grpc_environment, invalid, send, Sent, Stub};
+use super::rpc::{call, invalid, send, Sent, Stub};
 use super::types::*;
+use crate::grpc::grpc_environment;
 
 /// The deadline of an ordinary RPC when the caller sets none (Nomad's and
 /// kubelet's is 2 minutes; plugins doing real attach work need it).

@@ -22,7 +22,7 @@ use super::service::{Service, Sink};
 use super::status;
 use crate::csi::error::Code;
 use crate::csi::proto::csi_grpc as g;
-use crate::csi::rpc::bytes_method;
+use crate::grpc::bytes_method;
 
 /// An RPC's entry: decodes its request and serves it.
 type Entry = fn(&Service, &RpcContext, &[u8], Sink);
@@ -131,7 +131,7 @@ fn decoded<Req: Message>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::csi::rpc::testing::rpcs_of;
+    use crate::grpc::testing::rpcs_of;
 
     /// An RPC added to `csi.proto` but not here would be answered
     /// UNIMPLEMENTED by grpcio: every `rpc` of the three services is

@@ -491,7 +491,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         required_secrets,
         segment,
     }));
-    let env = crate::csi::rpc::grpc_environment();
+    let env = crate::grpc::grpc_environment();
     let mut server = ServerBuilder::new(env)
         .register_service(methods::create(service))
         .build()

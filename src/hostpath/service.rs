@@ -13,8 +13,8 @@ use super::{status, Plugin, RpcResult, PLUGIN_NAME, PUBLISH_CONTEXT_KEY};
 use crate::csi::convert;
 use crate::csi::error::Code;
 use crate::csi::proto::csi as pb;
-use crate::csi::rpc::block_on;
 use crate::csi::types::{PluginCapability, StringMap};
+use crate::grpc::block_on;
 use crate::message::{encode, Wire};
 
 /// Where an RPC's answer goes: encoded, as the byte methods send it

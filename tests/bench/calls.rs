@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use csi_agent::csi::rpc::grpc_environment;
+use csi_agent::grpc::grpc_environment;
 use csi_agent::proto::agent_grpc::AgentClient;
 use grpcio::{CallOption, ChannelBuilder};
 

@@ -34,7 +34,7 @@ fn create(client: &Client, name: &str) {
 
 /// A raw channel to the plugin, for requests our client never builds.
 fn channel(plugin: &Plugin) -> grpcio::Channel {
-    ChannelBuilder::new(csi_agent::csi::rpc::grpc_environment())
+    ChannelBuilder::new(csi_agent::grpc::grpc_environment())
         .connect(&plugin.endpoint().grpc_target())
 }
 
@@ -404,7 +404,7 @@ fn secrets_on_an_rpc_that_takes_none_are_refused() {
 fn a_request_that_does_not_decode_is_refused_naming_its_rpc_and_the_plugin_serves_on() {
     let plugin = Plugin::start_lenient_with(&[], &[]);
     let raw = grpcio::Client::new(channel(&plugin));
-    let stage = csi_agent::csi::rpc::bytes_method(csi_grpc::METHOD_NODE_NODE_STAGE_VOLUME.name);
+    let stage = csi_agent::grpc::bytes_method(csi_grpc::METHOD_NODE_NODE_STAGE_VOLUME.name);
     // Field 31 with wire type 7, which protobuf does not have.
     let err = raw.unary_call(&stage, &vec![0xff], opt()).unwrap_err();
     match err {

@@ -302,7 +302,7 @@ impl Plugin {
     /// The generated Controller stub on a channel of its own, for the
     /// fields our client does not return (a volume's content source).
     pub fn controller_stub(&self) -> csi_grpc::ControllerClient {
-        let channel = grpcio::ChannelBuilder::new(csi_agent::csi::rpc::grpc_environment())
+        let channel = grpcio::ChannelBuilder::new(csi_agent::grpc::grpc_environment())
             .connect(&self.endpoint().grpc_target());
         csi_grpc::ControllerClient::new(channel)
     }

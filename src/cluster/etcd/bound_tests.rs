@@ -6,7 +6,7 @@
 use grpcio::{ChannelBuilder, RpcContext, ServerBuilder, ServerCredentials, UnarySink};
 
 use super::{Etcd, MAX_ANSWER};
-use crate::csi::rpc::grpc_environment;
+use crate::grpc::grpc_environment;
 use crate::proto::etcd as pb;
 use crate::proto::etcd_grpc;
 

@@ -32,7 +32,7 @@ pub use txn::Condition;
 pub use watch::{Batch, Watch};
 
 use super::tls::{self, Tls};
-use crate::csi::rpc::{block_on, grpc_environment};
+use crate::grpc::{block_on, grpc_environment};
 use crate::proto::etcd as pb;
 use crate::proto::etcd_grpc::{KvClient, LeaseClient, WatchClient};
 

@@ -11,7 +11,7 @@ use futures_util::{SinkExt, StreamExt};
 use grpcio::{CallOption, RpcStatusCode, WriteFlags};
 
 use super::{prefix_end, reason, Error, Etcd, Event, Kv};
-use crate::csi::rpc::block_on;
+use crate::grpc::block_on;
 use crate::proto::etcd as pb;
 
 impl Etcd {

@@ -66,8 +66,8 @@ pub use self::child::{main, ARG};
 use self::wire::{Answer, Input, Phase, Work};
 use super::artifact::ArtifactLimits;
 use super::user::User;
-use crate::spec::{Task, TaskTemplate};
 use crate::nomad_template::NomadService;
+use crate::spec::{Task, TaskTemplate};
 use crate::units::format_duration;
 
 /// The agent's own binary, as the kernel still holds it.

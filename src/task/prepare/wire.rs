@@ -14,11 +14,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::nomad_template::NomadService;
 use crate::spec::{Artifact, ArtifactMode, ChangeMode, TaskTemplate};
 use crate::task::artifact::{ArtifactLimits, HttpLimits, UnpackLimits};
 use crate::task::exec::encoding::{frame, unframe, Corrupt, Reader, Writer};
 use crate::task::user::User;
-use crate::nomad_template::NomadService;
 
 /// What the helper is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

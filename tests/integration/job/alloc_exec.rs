@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Output, Stdio};
 
 use csi_agent::api::client::{self, AgentClient};
-use csi_agent::csi::rpc::block_on;
+use csi_agent::grpc::block_on;
 use csi_agent::proto::agent as api;
 use futures_util::{SinkExt as _, StreamExt as _};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csi_agent::api::client::{self, AgentClient};
-use csi_agent::csi::rpc::block_on;
+use csi_agent::grpc::block_on;
 use csi_agent::proto::agent as api;
 use futures_util::{SinkExt as _, StreamExt as _};
 
