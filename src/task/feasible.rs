@@ -5,9 +5,10 @@
 //! `${...}` of the node: `${node.unique.id}`, `${node.unique.name}`,
 //! `${node.datacenter}`, `${node.region}`, `${node.class}` (empty: the
 //! agent has no node class), `${node.pool}` (`default`), `${attr.<name>}`
-//! (the fingerprint: [`host_attributes`](super::node::host_attributes) and the placement fingerprint's
-//! numbers, [`Allocs::constraint_node`]) and `${meta.<key>}` (the agent
-//! config's `client { meta }`). An attribute the node does not have is
+//! (the fingerprint: [`host_attributes`](super::node::host_attributes)
+//! and the placement fingerprint's numbers,
+//! [`NodeFacts::for_constraints`](super::node::NodeFacts::for_constraints))
+//! and `${meta.<key>}` (the agent config's `client { meta }`). An attribute the node does not have is
 //! unset: it fails every operator but `!=` (Nomad compares it as the
 //! empty string) and `is_not_set`.
 //!
@@ -322,64 +323,29 @@ pub fn report_unplaced(job: &str, unplaced: &[Unplaced]) {
 }
 
 impl Allocs {
-    /// The agent config, re-read on SIGHUP: the node attributes that come
-    /// from it (`meta`, `client { meta node_class node_pool }`, the
-    /// datacenter and region) and the host's fingerprint are taken again;
-    /// the node's name, ID and host name stay those of the agent's start.
-    /// Then every job is placed again against the new node (`refit.rs`).
+    /// The agent config, re-read on SIGHUP: the node's attributes are
+    /// taken again ([`NodeFacts::reconfigure`](super::node::NodeFacts::reconfigure)),
+    /// then every job is placed again against the new node (`refit.rs`).
     pub fn reconfigure_node(&mut self, config: &crate::spec::AgentConfig) {
-        let kept = |key: &str| self.node.get(key).cloned().unwrap_or_default();
-        self.node = super::node::node_attributes(
-            &kept("node.unique.id"),
-            &kept("node.unique.name"),
-            &kept("attr.unique.hostname"),
-            config,
-        );
+        self.node.reconfigure(config);
         self.refit();
     }
 
     /// Whether the node has attribute `key` (`attr.driver.docker`, ...).
     pub fn node_has(&self, key: &str) -> bool {
-        self.node.contains_key(key)
+        self.node.has(key)
     }
 
     /// The group instances of `spec` this node cannot take ([`unplaced`]).
     pub(super) fn unplaced(&self, spec: &Job) -> Vec<Unplaced> {
-        unplaced(spec, &self.constraint_node(), &self.volume_misfits)
+        self.node.unplaced(spec, &self.placement)
     }
 
     /// The volumes this node cannot use, by ID, with why: the volume
     /// manager's, given before each job call, since the job runner does
     /// not see the volumes (`VolumeManager::topology_misfits`).
     pub fn set_volume_misfits(&mut self, misfits: BTreeMap<String, String>) {
-        self.volume_misfits = misfits;
-    }
-
-    /// What constraints see of the node: the attributes of the agent's
-    /// start (`node::node_attributes`), and the placement fingerprint's
-    /// `cpu.numcores`, `cpu.frequency`, `cpu.totalcompute`,
-    /// `memory.totalbytes` and `unique.network.ip-address`.
-    pub fn constraint_node(&self) -> BTreeMap<String, String> {
-        let mut node = self.node.clone();
-        let n = self.placement.node;
-        let known = |v: u64| v != u64::MAX;
-        let mut put = |key: &str, value: Option<String>| {
-            if let Some(value) = value {
-                node.insert(format!("attr.{key}"), value);
-            }
-        };
-        put("cpu.numcores", known(n.cores).then(|| n.cores.to_string()));
-        put("cpu.frequency", Some(n.mhz_per_core.to_string()));
-        put("cpu.totalcompute", known(n.cpu).then(|| n.cpu.to_string()));
-        put(
-            "memory.totalbytes",
-            known(n.memory).then(|| n.memory.saturating_mul(1024 * 1024).to_string()),
-        );
-        put(
-            "unique.network.ip-address",
-            self.placement.host_ip.map(|ip| ip.to_string()),
-        );
-        node
+        self.node.set_volume_misfits(misfits);
     }
 }
 

@@ -180,7 +180,7 @@ impl Allocs {
                     task,
                     &spec.name,
                     &self.chroot_env,
-                    &self.node,
+                    self.node.attributes(),
                     &super::dispatch::child_env_names(spec),
                 )
                 .map_err(|e| invalid(format!("{what}: {e}")))?;

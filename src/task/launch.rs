@@ -264,7 +264,7 @@ impl Allocs {
             socket_dir,
             control_socket: self.control_socket.clone(),
             env,
-            node: self.node.clone(),
+            node: self.node.attributes().clone(),
             services: self.services_for(&alloc.id, spec),
             plugin,
             volumes,
@@ -586,7 +586,8 @@ impl Allocs {
             base.insert("CSI_ENDPOINT".into(), task_endpoint(spec, csi, &socket_dir));
         }
         let meta = alloc.group.task_meta(spec);
-        task_env(&base, &self.node, &meta, &spec.env).map_err(|(key, e)| format!("{key}: {e}"))
+        task_env(&base, self.node.attributes(), &meta, &spec.env)
+            .map_err(|(key, e)| format!("{key}: {e}"))
     }
 }
 

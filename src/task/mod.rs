@@ -73,6 +73,8 @@
 //! | `placement.rs` | the node's fingerprint, what allocs ask for, placing pending allocs, `job run`'s bounds |
 //! | [`feasible`] | a job's `constraint`s against the node's attributes at `job run`, `distinct_hosts` and `distinct_property` |
 //! | [`node`] | the node's attributes: the agent's and its config's, the host's fingerprint |
+//! | `node.rs` | what the jobs know of the node ([`node::NodeFacts`]): its attributes, from the agent and the host's fingerprint, and the CSI volumes it cannot use |
+//! | `feasible.rs` | a job's constraints checked against the node, and which instances the node cannot take |
 //! | `refit.rs` | placement again after a SIGHUP changes the node: unplaced instances placed, a system job's misfits stopped |
 //! | `persist.rs` | the snapshot's jobs and allocs, restore, re-adoption after a restart |
 //! | `cgroup.rs` | an exec or raw_exec task's control group: its limits from `resources`, its OOM kills, its removal |
@@ -478,8 +480,8 @@ pub struct Allocs {
     /// The agent config's `max_kill_timeout`: no task waits longer
     /// between its kill signal and SIGKILL.
     max_kill_timeout: Duration,
-    /// The node attributes tasks' `${...}` may name.
-    node: BTreeMap<String, String>,
+    /// The node's attributes and the CSI volumes it cannot use.
+    node: node::NodeFacts,
     /// The `docker` driver: its engine and threads.
     docker: docker::Docker,
     /// The agent config's `docker` settings: the engine, and what docker
@@ -501,9 +503,6 @@ pub struct Allocs {
     services: services::RegistryView,
     /// The last job modify index given out ([`JobEntry::modify_index`]).
     job_index: u64,
-    /// The CSI volumes this node cannot use, by ID, with why (see
-    /// [`Allocs::set_volume_misfits`]).
-    volume_misfits: BTreeMap<String, String>,
 }
 
 fn invalid(message: impl Into<String>) -> CallError {
@@ -529,7 +528,7 @@ impl Allocs {
             unsaved_starts: false,
             jitter: SplitMix64::from_entropy(),
             max_kill_timeout: crate::spec::DEFAULT_MAX_KILL_TIMEOUT,
-            node: BTreeMap::new(),
+            node: node::NodeFacts::default(),
             docker: docker::Docker::new(&DockerSettings::default().endpoint),
             docker_settings: DockerSettings::default(),
             exec_settings: ExecSettings::default(),
@@ -540,14 +539,13 @@ impl Allocs {
             clock: SystemTime::now,
             services: services::RegistryView::default(),
             job_index: 0,
-            volume_misfits: BTreeMap::new(),
         }
     }
 
     /// The node attributes tasks' `${...}` may name
     /// ([`node::node_attributes`]).
     pub fn set_node(&mut self, node: BTreeMap<String, String>) {
-        self.node = node;
+        self.node.set_attributes(node);
     }
 
     /// The agent config's `max_kill_timeout`.

@@ -3,10 +3,100 @@
 //! ([`super::env`]), and what a job's constraints are checked against
 //! ([`super::feasible`]). Some come from the agent and its config
 //! ([`node_attributes`]), the rest from the host's fingerprint
-//! ([`host_attributes`]).
+//! ([`host_attributes`]). [`NodeFacts`] owns them for the job runner,
+//! with the CSI volumes the node cannot use.
 
 use std::collections::BTreeMap;
 use std::fs;
+
+/// What the jobs know of this node, owned in one place: its attributes
+/// (what tasks' `${...}` name and constraints are checked against) and the
+/// CSI volumes it cannot use. The placement fingerprint (resources, the
+/// host's address) is the placement's, and joins the attributes only for
+/// the constraints ([`NodeFacts::for_constraints`]).
+#[derive(Debug, Default)]
+pub struct NodeFacts {
+    /// The attributes tasks' `${...}` may name ([`node_attributes`]).
+    attributes: BTreeMap<String, String>,
+    /// The CSI volumes this node cannot use, by ID, with why: the volume
+    /// manager's, given before each job call, since the job runner does
+    /// not see the volumes (`VolumeManager::topology_misfits`).
+    volume_misfits: BTreeMap<String, String>,
+}
+
+impl NodeFacts {
+    /// The attributes tasks' `${...}` may name.
+    pub fn attributes(&self) -> &BTreeMap<String, String> {
+        &self.attributes
+    }
+
+    pub fn set_attributes(&mut self, attributes: BTreeMap<String, String>) {
+        self.attributes = attributes;
+    }
+
+    /// The attributes again from a re-read agent config: those that come
+    /// from it (`meta`, `client { meta node_class node_pool }`, the
+    /// datacenter and region) and the host's fingerprint are taken again;
+    /// the node's name, ID and host name stay those of the agent's start.
+    pub fn reconfigure(&mut self, config: &crate::spec::AgentConfig) {
+        let kept = |key: &str| self.attributes.get(key).cloned().unwrap_or_default();
+        self.attributes = node_attributes(
+            &kept("node.unique.id"),
+            &kept("node.unique.name"),
+            &kept("attr.unique.hostname"),
+            config,
+        );
+    }
+
+    /// Whether the node has attribute `key` (`attr.driver.docker`, ...).
+    pub fn has(&self, key: &str) -> bool {
+        self.attributes.contains_key(key)
+    }
+
+    pub fn set_volume_misfits(&mut self, misfits: BTreeMap<String, String>) {
+        self.volume_misfits = misfits;
+    }
+
+    /// The group instances of `spec` this node cannot take, given the
+    /// placement fingerprint ([`super::feasible::unplaced`]).
+    pub fn unplaced(
+        &self,
+        spec: &crate::spec::Job,
+        placement: &super::placement::Placement,
+    ) -> Vec<super::feasible::Unplaced> {
+        super::feasible::unplaced(spec, &self.for_constraints(placement), &self.volume_misfits)
+    }
+
+    /// What constraints see of the node: its attributes, and the
+    /// placement fingerprint's `cpu.numcores`, `cpu.frequency`,
+    /// `cpu.totalcompute`, `memory.totalbytes` and
+    /// `unique.network.ip-address`.
+    pub fn for_constraints(
+        &self,
+        placement: &super::placement::Placement,
+    ) -> BTreeMap<String, String> {
+        let mut node = self.attributes.clone();
+        let n = placement.node;
+        let known = |v: u64| v != u64::MAX;
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                node.insert(format!("attr.{key}"), value);
+            }
+        };
+        put("cpu.numcores", known(n.cores).then(|| n.cores.to_string()));
+        put("cpu.frequency", Some(n.mhz_per_core.to_string()));
+        put("cpu.totalcompute", known(n.cpu).then(|| n.cpu.to_string()));
+        put(
+            "memory.totalbytes",
+            known(n.memory).then(|| n.memory.saturating_mul(1024 * 1024).to_string()),
+        );
+        put(
+            "unique.network.ip-address",
+            placement.host_ip.map(|ip| ip.to_string()),
+        );
+        node
+    }
+}
 
 /// The node attributes a task's `${...}` may name, with the values Nomad's
 /// client gives them: `node.unique.name` is the agent's node name,

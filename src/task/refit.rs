@@ -35,7 +35,6 @@ impl Allocs {
     /// jobs' allocs it no longer fits; what changed is logged and in the
     /// agent's events.
     pub(super) fn refit(&mut self) {
-        let node = self.constraint_node();
         let now = SystemTime::now();
         let names: Vec<String> = self
             .jobs
@@ -52,7 +51,7 @@ impl Allocs {
                 inputs: job.inputs.clone(),
                 check_index: None,
             };
-            let unplaced = feasible::unplaced(&spec, &node, &self.volume_misfits);
+            let unplaced = self.unplaced(&spec);
             let system = spec.job_type == JobType::System;
             for group in &spec.groups {
                 let fits = feasible::placed(group, &unplaced);

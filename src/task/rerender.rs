@@ -126,7 +126,7 @@ impl Allocs {
             templates,
             task_dir: self.alloc_dir(&alloc.id).join(&spec.name),
             env,
-            node: self.node.clone(),
+            node: self.node.attributes().clone(),
             services,
         });
     }

@@ -156,7 +156,7 @@ impl Allocs {
         s: &Service,
     ) -> Result<Registration, String> {
         let env = self.task_environment(alloc, task.unwrap_or(0))?;
-        let vars = lookups(&env, &self.node);
+        let vars = lookups(&env, self.node.attributes());
         let text =
             |what: &str, t: &str| interpolate(t, &vars).map_err(|e| format!("service {what}: {e}"));
         let task_name = task.map(|i| alloc.group.tasks[i].name.as_str());
@@ -198,7 +198,7 @@ impl Allocs {
                 .to_string(),
         };
         let owner = task_name.map_or(format!("group-{}", alloc.group.name), str::to_string);
-        let attribute = |key: &str| self.node.get(key).cloned().unwrap_or_default();
+        let attribute = |key: &str| self.node.attributes().get(key).cloned().unwrap_or_default();
         Ok(Registration {
             id: format!("_nomad-task-{}-{owner}-{name}-{label}", alloc.id),
             namespace: "default".into(),
