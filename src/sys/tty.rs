@@ -176,9 +176,10 @@ impl Drop for RawMode {
 
 /// Joins the namespace `fd` refers to (a `/proc/<pid>/ns/*` file). A PID
 /// namespace holds the caller's children from then on, not the caller.
-pub fn setns(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: setns(2) with a borrowed, open fd and no type check (0).
-    cvt(unsafe { libc::setns(fd.as_raw_fd(), 0) }).map(drop)
+pub fn setns(fd: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain integers (no type check: 0); a bad descriptor is an
+    // error, not UB.
+    cvt(unsafe { libc::setns(fd, 0) }).map(drop)
 }
 
 /// Changes the caller's root to `path` (chroot(2)).

@@ -11,7 +11,7 @@ use libc::{c_int, c_uint, gid_t, mode_t, pid_t, uid_t};
 
 use super::{CStrArray, Fork, MountFlags, Namespaces, Open, SignalAction, Syscall};
 use crate::mount;
-use crate::sys::{caps, fd, process, user};
+use crate::sys::{caps, fd, process, tty, user};
 
 /// The [`Syscall`] that makes the calls; the start helper's.
 #[derive(Clone, Copy, Debug, Default)]
@@ -159,6 +159,14 @@ impl Syscall for Kernel {
 
     fn set_no_new_privs(&self) -> io::Result<()> {
         caps::set_no_new_privs()
+    }
+
+    fn setns(&self, fd: RawFd) -> io::Result<()> {
+        tty::setns(fd)
+    }
+
+    fn chroot(&self, path: &CStr) -> io::Result<()> {
+        tty::chroot(path)
     }
 
     unsafe fn exec(&self, command: &CStr, argv: &CStrArray<'_>, env: &CStrArray<'_>) -> io::Error {

@@ -8,7 +8,9 @@
 //! the pid file, the exit record), the namespaces it unshares, the fork
 //! of the task's process and the waiter's wait, the mounts of the task's
 //! root and the pivot into it, the task's user, its capabilities and
-//! `no_new_privs`, its `work_dir`, and the exec. [`Kernel`] makes the
+//! `no_new_privs`, its `work_dir`, and the exec; and all that the enter
+//! helper of `alloc exec` does to join a running task (`enter.rs`: its
+//! control groups, namespaces, root, working dir and user). [`Kernel`] makes the
 //! calls, each over a wrapper of [`crate::sys`] or [`crate::mount`] that
 //! holds its `unsafe`; `RecordingSyscall` (`recording.rs`, tests only)
 //! records each call with its arguments, in order, and fails the one it
@@ -151,6 +153,12 @@ pub(super) trait Syscall {
 
     /// prctl(2) `PR_SET_NO_NEW_PRIVS`.
     fn set_no_new_privs(&self) -> io::Result<()>;
+
+    /// setns(2) into the namespace `fd` refers to, of whatever type.
+    fn setns(&self, fd: RawFd) -> io::Result<()>;
+
+    /// chroot(2): `path` becomes the caller's root.
+    fn chroot(&self, path: &CStr) -> io::Result<()>;
 
     /// execvp(3) of `command` with `argv`, with `env` as the environment:
     /// returns only when it failed, with why.

@@ -86,6 +86,8 @@ pub(in crate::task::exec) enum Call {
     Capset(u64),
     RaiseAmbient(u32),
     SetNoNewPrivs,
+    Setns(RawFd),
+    Chroot(CString),
     Exec {
         command: CString,
         argv: Vec<CString>,
@@ -188,6 +190,8 @@ impl fmt::Display for Call {
             Call::Capset(caps) => write!(f, "capset {caps:#x}"),
             Call::RaiseAmbient(cap) => write!(f, "raise ambient {cap}"),
             Call::SetNoNewPrivs => f.write_str("no_new_privs"),
+            Call::Setns(fd) => write!(f, "setns {fd}"),
+            Call::Chroot(path) => write!(f, "chroot {}", s(path)),
             Call::Exec { command, argv, env } => {
                 write!(f, "exec {} [{}] [{}]", s(command), list(argv), list(env))
             }
@@ -473,6 +477,14 @@ impl Syscall for RecordingSyscall {
 
     fn set_no_new_privs(&self) -> io::Result<()> {
         self.record(Call::SetNoNewPrivs)
+    }
+
+    fn setns(&self, fd: RawFd) -> io::Result<()> {
+        self.record(Call::Setns(fd))
+    }
+
+    fn chroot(&self, path: &CStr) -> io::Result<()> {
+        self.record(Call::Chroot(path.to_owned()))
     }
 
     /// Records the exec and gives the error it was told to, or
