@@ -23,7 +23,9 @@
 //! evaluated), [`json`], [`regex`] (Go's syntax, a Pike VM), [`encode`]
 //! (base64 and percent-encoding), [`http`] (HTTP/1.1: the bounded server of
 //! the agent's sockets, and the client codec of the engine's client and the
-//! artifact fetcher), and [`order`], the one sort of the binary
+//! artifact fetcher), [`template`] (Go's `text/template`, into which
+//! [`nomad_template`] registers csi-agent's own functions), and [`order`],
+//! the one sort of the binary
 //! (clippy.toml refuses the slice sorts outside tests).
 //!
 //! # Conventions
