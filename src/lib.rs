@@ -11,11 +11,11 @@
 //!
 //! `docs/ARCHITECTURE.md` in the repository is the map for a newcomer: the
 //! layers, the threads and channels, the walk of one `volume claim` from the
-//! CLI to the answer, what is written to disk before what, the cluster's
-//! keys and its many-hosts safety rule, and where the code departs from
-//! Nomad. Its module map is the one map of the modules, their layers and
-//! the crates under them (the layers test holds the code to it); each
-//! module's own doc goes deeper.
+//! CLI to the answer, what is written to disk before what, and the cluster's
+//! keys and its many-hosts safety rule; the pages under `docs/architecture/`
+//! hold the detail of each. Its module map is the one map of the modules,
+//! their layers and the crates under them (the layers test holds the code
+//! to it); each module's own doc goes deeper.
 //!
 //! The general-purpose machinery that knows nothing of CSI is in crates of
 //! the workspace (`crates/`), which this crate composes, each with its own

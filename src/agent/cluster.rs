@@ -343,7 +343,7 @@ impl Agent {
     /// of its own (such calls are few: create, delete, snapshot, expand,
     /// validate, list; an errand, see `errands.rs`). A host with a
     /// controller of its own makes its
-    /// calls with it (see docs/ARCHITECTURE.md, "Controller calls").
+    /// calls with it (see docs/architecture/cluster.md, "Controller calls").
     /// Answers the dispatch to submit: `dispatch` itself if it is not
     /// relayed, `None` if it is under way already.
     pub(super) fn relayed(&mut self, dispatch: Dispatch) -> Option<Dispatch> {
