@@ -150,11 +150,15 @@ impl Sessions {
     {
         let sessions = self.clone();
         let started = self.start(sink, move |admitted, sink| {
-            let sending = match work(&sessions) {
+            let answer = work(&sessions);
+            // Freed before the answer starts out: `success` and `fail`
+            // hand it to gRPC at once, and a caller that has it may call
+            // again before this thread runs on.
+            drop(admitted);
+            let sending = match answer {
                 Ok(answer) => sink.success(answer),
                 Err(err) => sink.fail(wire::status(&err)),
             };
-            drop(admitted);
             if let Err(err) = block_on(sending) {
                 log::debug!("An {what} answer was not delivered: {err}");
             }

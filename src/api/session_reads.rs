@@ -59,9 +59,13 @@ impl Sessions {
     ) {
         crate::trace::point("api-call", "AllocFsFollow");
         let sessions = self.clone();
-        let started = self.start(sink, move |_admitted, sink| {
+        let started = self.start(sink, move |admitted, sink| {
             let mut sink = Outbound::new(sink);
-            match sessions.follow(&req, &mut sink) {
+            let followed = sessions.follow(&req, &mut sink);
+            // Freed before the stream's end goes out, as a unary
+            // session's place is before its answer (`Sessions::unary`).
+            drop(admitted);
+            match followed {
                 Ok(()) => sink.close(),
                 Err(Some(err)) => sink.fail(wire::status(&err)),
                 // The caller went away.
